@@ -1,0 +1,41 @@
+# The two README commands: `make demo` and `make test`. Both start with `make setup`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup os-packages demo test bench clean
+
+setup: os-packages $(STAMP)
+
+# As root, install what the twin's nodes need when it is missing (sshd, rsync).
+os-packages:
+	@if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing openssh-server and rsync"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync >/dev/null; \
+	  else \
+	    echo "the twin needs openssh-server and rsync: install them (sudo apt-get install openssh-server rsync)"; exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/lanebook demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	-$(BIN)/lanebook twin down
+	rm -rf $(VENV) book/_build

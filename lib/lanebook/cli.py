@@ -1,0 +1,187 @@
+"""The `lanebook` command line (SPEC section 4). Each command is a thin shell over the library.
+
+Exit codes: 0 pass, 1 a verdict or finding failed, 2 bad usage or bad parameters (one line, no traceback).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .errors import LanebookError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Runbooks, node library and digital twin for the DGX Spark DeepSeek-V4-Flash lane.")
+twin_app = typer.Typer(no_args_is_help=True, help="The digital twin: two sshd nodes on loopback and a vLLM-compatible server.")
+env_app = typer.Typer(no_args_is_help=True, help="Render a lane's .env.dspark and patch its compose file.")
+audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of runs (outputs/runs.jsonl).")
+app.add_typer(twin_app, name="twin")
+app.add_typer(env_app, name="env")
+app.add_typer(audit_app, name="audit")
+
+
+def _split_csv(value: Optional[str]) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+@twin_app.command("up")
+def twin_up(
+    faults: Optional[str] = typer.Option(None, "--faults", help="comma-separated fault names (see `twin status`)"),
+    fast: bool = typer.Option(False, "--fast", help="shorten cold-bind and JIT waits (never decode rates)"),
+):
+    """Start the twin (idempotent)."""
+    from .twin import control
+
+    status = control.up(faults=_split_csv(faults), fast=fast)
+    control.print_status(status)
+
+
+@twin_app.command("down")
+def twin_down():
+    """Stop the twin's nodes and servers; leaves no process behind."""
+    from .twin import control
+
+    control.down()
+    typer.echo("twin is down")
+
+
+@twin_app.command("status")
+def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-readable status")):
+    """Whether the twin runs, its nodes, API and active faults."""
+    from .twin import control
+
+    status = control.status()
+    if as_json:
+        typer.echo(json.dumps(status, indent=2))
+    else:
+        control.print_status(status)
+
+
+@app.command("run")
+def run(
+    runbook: str = typer.Argument(..., help="weights env launch warmup gates speed diagnose rollback status stop"),
+    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    param: List[str] = typer.Option([], "-p", "--param", help="KEY=VALUE runbook parameter (repeatable)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="record the commands instead of running them; opens no connection"),
+    yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
+):
+    """Run a runbook headless with papermill; prints the executed notebook's path."""
+    from .runner import parse_params, run_runbook
+
+    record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes)
+    typer.echo(record["output"])
+    typer.echo(f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else ""))
+    raise typer.Exit(0 if record["verdict"] == "pass" else 1)
+
+
+@app.command("lint")
+def lint(
+    lane: Optional[str] = typer.Option(None, "--lane", help="lint the files the lane renders"),
+    env: Optional[Path] = typer.Option(None, "--env", help="a .env.dspark file"),
+    compose: Optional[Path] = typer.Option(None, "--compose", help="a docker-compose.dspark.yml file"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Check a lane or an env/compose pair against the recipe's pitfalls."""
+    from .lint import lint_files, lint_lane, print_report
+
+    if lane and (env or compose):
+        raise LanebookError("give either --lane or --env and --compose, not both")
+    if lane:
+        from .params import load_lane
+
+        report = lint_lane(load_lane(lane))
+    elif env and compose:
+        report = lint_files(env, compose)
+    else:
+        raise LanebookError("give --lane LANE, or both --env FILE and --compose FILE")
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        print_report(report)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@env_app.command("render")
+def env_render(
+    lane: str = typer.Option(..., "--lane"),
+    checkout: Path = typer.Option(..., "--checkout", help="a checkout directory holding docker-compose.dspark.yml"),
+):
+    """Write .env.dspark and patch the compose file in DIR (backups kept, idempotent, diff printed)."""
+    from .params import load_lane
+    from .render import render_checkout
+
+    result = render_checkout(load_lane(lane), checkout)
+    typer.echo(result.diff or "no change: the checkout already matches the lane")
+
+
+@app.command("speed")
+def speed(
+    api: str = typer.Option(..., "--api", help="OpenAI-compatible base URL ending in /v1"),
+    model: str = typer.Option(..., "--model"),
+    concurrency: str = typer.Option("1,4,6", "--concurrency"),
+    max_tokens: int = typer.Option(256, "--max-tokens"),
+    workload: str = typer.Option("count", "--workload"),
+    trials: int = typer.Option(1, "--trials"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write SPEC section 6 JSON here"),
+):
+    """Streaming speed waves (SPEC section 6): per-stream decode, wall aggregate, TTFT, acceptance."""
+    from .speed.command import speed_command
+
+    levels = [int(c) for c in _split_csv(concurrency)] if concurrency else []
+    if not levels or any(c < 1 for c in levels):
+        raise LanebookError(f"--concurrency must be positive integers like 1,4,6 (got {concurrency!r})")
+    raise typer.Exit(speed_command(api=api, model=model, concurrency=levels, max_tokens=max_tokens,
+                                   workload=workload, trials=trials, json_path=json_path))
+
+
+@audit_app.callback()
+def audit(
+    ctx: typer.Context,
+    lane: Optional[str] = typer.Option(None, "--lane"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """List recorded runs; `audit verify` re-hashes every output."""
+    if ctx.invoked_subcommand:
+        return
+    from .audit import print_runs, read_runs
+
+    runs = read_runs(lane=lane)
+    if as_json:
+        typer.echo(json.dumps(runs, indent=2))
+    else:
+        print_runs(runs)
+
+
+@audit_app.command("verify")
+def audit_verify():
+    """Re-hash every recorded output; exit 1 if any differs or is missing."""
+    from .audit import verify
+
+    raise typer.Exit(0 if verify() else 1)
+
+
+@app.command("book")
+def book(out: Optional[Path] = typer.Option(None, "--out", help="where to write the site (default book/_build)")):
+    """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""
+    from .book import build_book
+
+    typer.echo(f"site: {build_book(out)}")
+
+
+@app.command("demo")
+def demo():
+    """Start the twin, run the main job on the twin lane, build the book, print where things are."""
+    from .demo import run_demo
+
+    raise typer.Exit(run_demo())
+
+
+def main() -> None:
+    try:
+        app()
+    except LanebookError as exc:
+        typer.echo(f"lanebook: {exc}", err=True)
+        sys.exit(2)

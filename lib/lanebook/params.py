@@ -1,0 +1,235 @@
+"""Lane parameters: one YAML file per lane under params/, validated on load.
+
+A lane file is the single source for everything the recipe varies per lane: the .env.dspark
+values (kept under ``env:`` with their env-file names, so a variant is a copy with one line
+changed), the speculative schedule, the nodes, the launcher, the gates and the rollback chain.
+The env file, compose patch, twin, gates and the book's lane matrix are all derived from it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from .errors import LaneError
+from .paths import PARAMS_DIR
+
+EnvValue = Union[StrictInt, StrictFloat, StrictStr]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeParams(Strict):
+    alias: StrictStr = Field(description="head, worker (or worker2, ...): the name runbooks and ssh use")
+    role: Literal["head", "worker"]
+    host: StrictStr = Field(description="address the operator's machine uses to reach the node")
+    port: StrictInt = 22
+    user: Optional[StrictStr] = Field(None, description="login user; null means the current user (twin)")
+    fabric_ip: StrictStr = Field(description="the node's address on the RoCE fabric (TP traffic, rsync)")
+    jump: Optional[StrictStr] = Field(None, description="alias of a node to jump through (ProxyJump)")
+
+
+class LauncherParams(Strict):
+    start: StrictStr = "./start-deepseek-v4-flash-dspark.sh"
+    status: StrictStr = "./status-deepseek-v4-flash-dspark.sh"
+    stop: StrictStr = "./stop-deepseek-v4-flash-dspark.sh"
+    env: dict[StrictStr, EnvValue] = Field(description="PROJECT_NAME, WAIT_ATTEMPTS, WAIT_SECONDS")
+
+    @model_validator(mode="after")
+    def _required_env(self):
+        missing = [k for k in ("PROJECT_NAME", "WAIT_ATTEMPTS", "WAIT_SECONDS") if k not in self.env]
+        if missing:
+            raise ValueError(f"launcher.env is missing {', '.join(missing)}")
+        return self
+
+    @property
+    def wait_budget_s(self) -> int:
+        return int(self.env["WAIT_ATTEMPTS"]) * int(self.env["WAIT_SECONDS"])
+
+
+class SpeculativeParams(Strict):
+    method: StrictStr = "dspark"
+    draft_sample_method: StrictStr = "probabilistic"
+    drafter_block_size: StrictInt = Field(5, description="dspark_block_size of the checkpoint: K above it is wasted")
+    schedule: Optional[list[tuple[StrictInt, StrictInt, StrictInt]]] = Field(
+        None, description="num_speculative_tokens_per_batch_size [[start_bs, end_bs, K], ...]; null = fixed K"
+    )
+
+    def schedule_json(self) -> Optional[str]:
+        return None if self.schedule is None else json.dumps([list(r) for r in self.schedule], separators=(",", ":"))
+
+
+class WeightsParams(Strict):
+    repo: StrictStr
+    shards: StrictInt = 48
+    max_workers: StrictInt = 4
+    download_env: dict[StrictStr, EnvValue] = Field(
+        default_factory=lambda: {"HF_HUB_OFFLINE": 0, "TRANSFORMERS_OFFLINE": 0, "HF_HUB_DISABLE_XET": 1}
+    )
+    hf_cache: StrictStr = "~/.cache/huggingface"
+
+    @property
+    def hub_dir(self) -> str:
+        """The full hub model dir (blobs + snapshots + refs): mount and rsync this, never a snapshot alone."""
+        return f"{self.hf_cache}/hub/models--{self.repo.replace('/', '--')}"
+
+
+class ToolSmoke(Strict):
+    function: StrictStr = "get_weather"
+    arguments: dict[StrictStr, Any] = Field(default_factory=lambda: {"city": "Pensacola, FL"})
+    prompt: StrictStr = "What is the weather in Pensacola, FL right now?"
+
+
+class GateParams(Strict):
+    exact_smoke: StrictStr = Field(description="the token the exact smoke must return verbatim")
+    tool_smoke: ToolSmoke = Field(default_factory=ToolSmoke)
+    hermes_route: StrictStr = "ROUTE_OK"
+    kv_cache_tokens: tuple[StrictInt, StrictInt] = Field(description="band for the 'GPU KV cache size' log line")
+    log_forbidden: list[StrictStr] = Field(default_factory=lambda: ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"])
+    log_required: list[StrictStr] = Field(default_factory=lambda: ["Application startup complete"])
+
+    @property
+    def exact_smoke_prompt(self) -> str:
+        return f"Reply exactly {self.exact_smoke}."
+
+
+class HermesParams(Strict):
+    provider: StrictStr = "spark-ds4"
+    api_key: StrictStr = "no-key-required"
+    context_length: StrictInt = 200000
+    extra_body: dict[StrictStr, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"thinking": False}})
+
+
+class Lane(Strict):
+    name: StrictStr
+    description: StrictStr
+    source: StrictStr = Field(description="which seed the values come from")
+    twin: bool = False
+    checkout: StrictStr = Field(description="the lane's checkout directory on every node (~ = the node's home)")
+    api: StrictStr = Field(description="OpenAI-compatible base URL, ending in /v1")
+    ssh_config: Optional[StrictStr] = Field(None, description="ssh config file for the nodes; 'twin' = the twin's")
+    nodes: list[NodeParams]
+    launcher: LauncherParams
+    env: dict[StrictStr, EnvValue]
+    compose_environment: list[StrictStr] = Field(
+        default_factory=lambda: ["VLLM_USE_BREAKABLE_CUDAGRAPH"],
+        description="env-file keys the compose environment: map must pass into the container",
+    )
+    speculative: SpeculativeParams = Field(default_factory=SpeculativeParams)
+    weights: WeightsParams
+    gates: GateParams
+    hermes: HermesParams = Field(default_factory=HermesParams)
+    request: dict[StrictStr, Any] = Field(
+        default_factory=lambda: {"chat_template_kwargs": {"thinking": False}},
+        description="extra body every request of ours carries (thinking as a JSON boolean)",
+    )
+    legacy_units: list[StrictStr] = Field(
+        default_factory=lambda: ["aiden-vllm.service"],
+        description="systemd units of older serving stacks to mask before compose (seed 000 pitfall 13)",
+    )
+    rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        heads = [n for n in self.nodes if n.role == "head"]
+        if len(heads) != 1:
+            raise ValueError(f"nodes: exactly one head is required, found {len(heads)}")
+        if not any(n.role == "worker" for n in self.nodes):
+            raise ValueError("nodes: at least one worker is required")
+        for key in ("DSPARK_MODEL", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "MAX_NUM_SEQS", "MTP_NUM_TOKENS"):
+            if key not in self.env:
+                raise ValueError(f"env: {key} is required")
+        if self.env["DSPARK_MODEL"] != self.weights.repo:
+            raise ValueError("weights.repo must equal env.DSPARK_MODEL")
+        return self
+
+    # Derived facts (one source each).
+    @property
+    def head(self) -> NodeParams:
+        return next(n for n in self.nodes if n.role == "head")
+
+    @property
+    def workers(self) -> list[NodeParams]:
+        return [n for n in self.nodes if n.role == "worker"]
+
+    @property
+    def served_model_name(self) -> str:
+        return str(self.env["SERVED_MODEL_NAME"])
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.env["MAX_MODEL_LEN"])
+
+    @property
+    def max_num_seqs(self) -> int:
+        return int(self.env["MAX_NUM_SEQS"])
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return int(self.env["MTP_NUM_TOKENS"])
+
+    def env_lines(self) -> list[str]:
+        """The lane's .env.dspark lines, in the order the lane file gives them."""
+        return [f"{k}={v}" for k, v in self.env.items()]
+
+
+def lane_path(name_or_path: str | Path) -> Path:
+    """A lane name under params/ or the path of a lane YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise LaneError(f"lane file not found: {p}")
+        return p
+    candidate = PARAMS_DIR / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(lane_names()) or "none"
+        raise LaneError(f"unknown lane '{name_or_path}' (known: {known})")
+    return candidate
+
+
+def lane_names() -> list[str]:
+    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml"))
+
+
+def _describe(err: dict) -> str:
+    key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if err["type"] == "missing":
+        return f"missing key '{key}'"
+    return f"'{key}': {err['msg']}"
+
+
+def load_lane(name_or_path: str | Path) -> Lane:
+    """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
+    path = lane_path(name_or_path)
+    try:
+        data = YAML(typ="safe").load(path.read_text())
+    except YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise LaneError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise LaneError(f"{path}: a lane file must be a YAML mapping")
+    try:
+        return Lane.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise LaneError(f"{path}: {_describe(errors[0])}{more}") from None
+
+
+def lane_with(lane: Lane, **changes: Any) -> Lane:
+    """A validated copy of a lane with top-level fields replaced (env merged key by key)."""
+    data = lane.model_dump()
+    env = changes.pop("env", None)
+    if env:
+        data["env"] = {**data["env"], **env}
+    data.update(changes)
+    return Lane.model_validate(data)
