@@ -85,18 +85,16 @@ def lint(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Check a lane or an env/compose pair against the recipe's pitfalls."""
-    from .lint import lint_files, lint_lane, print_report
+    from .params import load_lane
 
     if lane and (env or compose):
         raise LanebookError("give either --lane or --env and --compose, not both")
-    if lane:
-        from .params import load_lane
-
-        report = lint_lane(load_lane(lane))
-    elif env and compose:
-        report = lint_files(env, compose)
-    else:
+    if not lane and not (env and compose):
         raise LanebookError("give --lane LANE, or both --env FILE and --compose FILE")
+    lane_params = load_lane(lane) if lane else None
+    from .lint import lint_files, lint_lane, print_report
+
+    report = lint_lane(lane_params) if lane_params else lint_files(env, compose)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -185,3 +183,7 @@ def main() -> None:
     except LanebookError as exc:
         typer.echo(f"lanebook: {exc}", err=True)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -197,12 +197,25 @@ def lane_names() -> list[str]:
     return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml"))
 
 
-def _describe(err: dict) -> str:
-    key = ".".join(str(part) for part in err["loc"]) or "(top level)"
+_UNION_TAGS = {"int", "float", "str", "bool"}
+
+
+def _key(err: dict) -> str:
+    """The dotted key of an error, without pydantic's union-member tags (env values are int|float|str)."""
+    loc = [str(part) for part in err["loc"]]
+    while loc and loc[-1] in _UNION_TAGS:
+        loc.pop()
+    return ".".join(loc) or "(top level)"
+
+
+def _describe(err: dict, union: bool) -> str:
+    key = _key(err)
     if err["type"] == "extra_forbidden":
         return f"unknown key '{key}'"
     if err["type"] == "missing":
         return f"missing key '{key}'"
+    if union:
+        return f"'{key}': must be a number or a string, got {type(err['input']).__name__}"
     return f"'{key}': {err['msg']}"
 
 
@@ -220,9 +233,12 @@ def load_lane(name_or_path: str | Path) -> Lane:
     try:
         return Lane.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise LaneError(f"{path}: {_describe(errors[0])}{more}") from None
+        by_key: dict[str, list[dict]] = {}
+        for err in exc.errors():
+            by_key.setdefault(_key(err), []).append(err)
+        first = next(iter(by_key.values()))
+        more = f" (and {len(by_key) - 1} more)" if len(by_key) > 1 else ""
+        raise LaneError(f"{path}: {_describe(first[0], union=len(first) > 1)}{more}") from None
 
 
 def lane_with(lane: Lane, **changes: Any) -> Lane:

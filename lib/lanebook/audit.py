@@ -1,0 +1,78 @@
+"""The audit trail: outputs/runs.jsonl, one line per run, each naming an executed notebook and its hash."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+from rich.table import Table
+
+from .paths import outputs_dir
+
+console = Console()
+
+
+def index_path() -> Path:
+    return outputs_dir() / "runs.jsonl"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def append_run(record: dict) -> None:
+    """One JSON line per run, written in a single append so concurrent runs never interleave."""
+    path = index_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=False) + "\n"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def read_runs(lane: Optional[str] = None) -> list[dict]:
+    path = index_path()
+    if not path.exists():
+        return []
+    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in runs if lane is None or r["lane"] == lane]
+
+
+def resolve_output(record: dict) -> Path:
+    """Outputs are recorded relative to the outputs dir so the trail survives a move or a clone."""
+    return outputs_dir() / record["output"]
+
+
+def print_runs(runs: list[dict]) -> None:
+    if not runs:
+        console.print("no runs recorded yet")
+        return
+    table = Table(title="lanebook runs")
+    for col in ("started_at", "runbook", "lane", "twin", "verdict", "failed_step", "output"):
+        table.add_column(col)
+    for r in runs:
+        color = {"pass": "green", "fail": "red"}.get(r["verdict"], "yellow")
+        table.add_row(r["started_at"], r["runbook"], r["lane"], "twin" if r["twin"] else "real",
+                      f"[{color}]{r['verdict']}[/]", r.get("failed_step") or "", r["output"])
+    console.print(table)
+
+
+def verify() -> bool:
+    """Re-hash every recorded output; report missing or changed files."""
+    runs = read_runs()
+    bad = 0
+    for r in runs:
+        path = resolve_output(r)
+        if not path.exists():
+            console.print(f"[red]missing[/] {r['output']}")
+            bad += 1
+        elif sha256_file(path) != r["sha256"]:
+            console.print(f"[red]changed[/] {r['output']}")
+            bad += 1
+    console.print(f"{len(runs) - bad}/{len(runs)} outputs verified")
+    return bad == 0

@@ -1,0 +1,39 @@
+"""`make demo`: the main job on the twin lane, then the book, then where to look."""
+from __future__ import annotations
+
+from rich.console import Console
+
+from .paths import RUNBOOKS_DIR, outputs_dir
+
+MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
+
+console = Console()
+
+
+def run_demo() -> int:
+    from .book import build_book
+    from .runner import run_runbook
+    from .twin import control
+
+    console.rule("twin")
+    control.print_status(control.up(faults=[], fast=True))
+    verdicts = {}
+    for name in MAIN_JOB:
+        if not (RUNBOOKS_DIR / f"{name}.ipynb").exists():
+            console.print(f"[yellow]{name}: runbook not written yet — skipped[/]")
+            continue
+        console.rule(f"runbook {name} (twin lane)")
+        record = run_runbook(name, "twin", {})
+        verdicts[name] = record["verdict"]
+        color = "green" if record["verdict"] == "pass" else "red"
+        console.print(f"[{color}]{name}: {record['verdict']}[/]" + (f" — failed step: {record['failed_step']}" if record["failed_step"] else ""))
+        console.print(f"  executed notebook: {record['output']}")
+        if record["verdict"] != "pass":
+            break  # later stages depend on this one
+    console.rule("book")
+    site = build_book()
+    console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})")
+    console.print(f"site:    {site}")
+    ok = bool(verdicts) and all(v == "pass" for v in verdicts.values())
+    console.print(("[green]demo passed[/]" if ok else "[red]demo failed[/]") + " — all figures are TWIN figures")
+    return 0 if ok else 1

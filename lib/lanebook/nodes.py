@@ -1,0 +1,248 @@
+"""Acting on the lane's nodes over SSH, in Fabric's spirit: a Lane has Nodes; a Node runs commands.
+
+Every remote command goes through one place, `Executor.run`: it quotes nothing itself (callers build
+commands with `q`/`qpath`), but it logs each command (node, duration, exit), applies a timeout,
+redacts secrets from what it records, and in dry-run records the exact command line instead of
+opening a connection.
+"""
+from __future__ import annotations
+
+import logging
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from .errors import LanebookError
+from .params import Lane as LaneParams
+from .params import NodeParams
+from .redact import redact
+
+log = logging.getLogger("lanebook.nodes")
+
+
+def q(value: object) -> str:
+    """Shell-quote one value."""
+    return shlex.quote(str(value))
+
+
+def qpath(path: str) -> str:
+    """Shell-quote a path but keep a leading ~/ expandable, so ~ means the node's home."""
+    if path == "~":
+        return "~"
+    if path.startswith("~/"):
+        rest = path[2:]
+        return "~/" + (shlex.quote(rest) if rest else "")
+    return shlex.quote(path)
+
+
+def env_prefix(env: dict[str, object]) -> str:
+    """`K=V K2=V2 ` with values quoted, for a command's environment."""
+    return "".join(f"{k}={q(v)} " for k, v in env.items())
+
+
+class NodeError(LanebookError):
+    """A node could not be reached or a command on it failed."""
+
+
+class NodeUnreachable(NodeError):
+    pass
+
+
+class CommandTimeout(NodeError):
+    pass
+
+
+class CommandFailed(NodeError):
+    def __init__(self, result: "CommandResult"):
+        self.result = result
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        super().__init__(f"{result.node}: exit {result.exit_code}: {result.command}" + (f" — {' | '.join(tail)}" if tail else ""))
+
+
+@dataclass
+class CommandResult:
+    node: str
+    command: str  # as recorded: redacted
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass
+class Executor:
+    """The one place remote commands go through (see module docstring)."""
+
+    dry_run: bool = False
+    default_timeout: float = 120.0
+    history: list[CommandResult] = field(default_factory=list)
+    on_result: Optional[Callable[[CommandResult], None]] = None
+
+    def run(self, node: "Node", command: str, *, timeout: Optional[float] = None, check: bool = True,
+            dry_stdout: str = "") -> CommandResult:
+        shown = redact(command)
+        if self.dry_run:
+            result = CommandResult(node.alias, shown, 0, stdout=dry_stdout, dry_run=True)
+            return self._record(result)
+        timeout = timeout or self.default_timeout
+        started = time.monotonic()
+        try:
+            raw = node.connection().run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
+        except Exception as exc:  # noqa: BLE001 - classify transport errors into our two kinds
+            duration = time.monotonic() - started
+            if type(exc).__name__ == "CommandTimedOut":
+                self._record(CommandResult(node.alias, shown, 124, stderr=f"timed out after {timeout:g} s", duration_s=duration))
+                node.close()
+                raise CommandTimeout(f"{node.alias}: command timed out after {timeout:g} s: {shown}") from None
+            node.close()
+            self._record(CommandResult(node.alias, shown, 255, stderr=str(exc), duration_s=duration))
+            raise NodeUnreachable(f"{node.alias} ({node.address}) unreachable: {type(exc).__name__}: {exc}") from None
+        result = self._record(CommandResult(node.alias, shown, raw.exited, redact(raw.stdout), redact(raw.stderr),
+                                            time.monotonic() - started))
+        if check and not result.ok:
+            raise CommandFailed(result)
+        return result
+
+    def _record(self, result: CommandResult) -> CommandResult:
+        self.history.append(result)
+        log.info("%s%s [%s] exit=%s %.2fs", "DRY-RUN " if result.dry_run else "", result.node, result.command,
+                 result.exit_code, result.duration_s)
+        if self.on_result:
+            self.on_result(result)
+        return result
+
+    def commands(self) -> list[str]:
+        """The command lines sent (or, in dry-run, that would be sent), as `node: command`."""
+        return [f"{r.node}: {r.command}" for r in self.history]
+
+
+class Node:
+    """One machine of the lane. Connections are opened lazily: a dry run never opens one."""
+
+    def __init__(self, params: NodeParams, executor: Executor, ssh_config: Optional[Path], gateway: Optional["Node"] = None):
+        self.params = params
+        self.executor = executor
+        self.ssh_config = ssh_config
+        self.gateway = gateway
+        self._connection = None
+
+    alias = property(lambda self: self.params.alias)
+    role = property(lambda self: self.params.role)
+    fabric_ip = property(lambda self: self.params.fabric_ip)
+
+    @property
+    def address(self) -> str:
+        user = f"{self.params.user}@" if self.params.user else ""
+        return f"{user}{self.params.host}:{self.params.port}"
+
+    def connection(self):
+        if self.executor.dry_run:
+            raise AssertionError("dry-run must never open a connection")
+        if self._connection is None:
+            from fabric import Config, Connection
+
+            if self.ssh_config:
+                config = Config(runtime_ssh_path=str(self.ssh_config))
+                config.load_ssh_config()
+                self._connection = Connection(self.alias, config=config, connect_timeout=10)
+            else:
+                self._connection = Connection(
+                    self.params.host, user=self.params.user, port=self.params.port, connect_timeout=10,
+                    gateway=self.gateway.connection() if self.gateway else None,
+                )
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def run(self, command: str, *, timeout: Optional[float] = None, check: bool = True, dry_stdout: str = "") -> CommandResult:
+        return self.executor.run(self, command, timeout=timeout, check=check, dry_stdout=dry_stdout)
+
+    def sudo(self, command: str, **kwargs) -> CommandResult:
+        """Run as root without a prompt (sudo -n): a headless run cannot answer one."""
+        return self.run(f"sudo -n sh -c {q(command)}", **kwargs)
+
+    def put(self, local: str | Path, remote: str) -> None:
+        """Copy one file to the node (SFTP; directories go through rsync)."""
+        self._transfer("put", str(local), remote)
+
+    def get(self, remote: str, local: str | Path) -> None:
+        self._transfer("get", remote, str(local))
+
+    def _transfer(self, kind: str, src: str, dst: str) -> None:
+        shown = f"sftp {kind} {src} {dst}"
+        if self.executor.dry_run:
+            self.executor._record(CommandResult(self.alias, shown, 0, dry_run=True))
+            return
+        started = time.monotonic()
+        try:
+            getattr(self.connection(), kind)(src, dst)
+        except (OSError, IOError) as exc:
+            self.executor._record(CommandResult(self.alias, shown, 1, stderr=str(exc), duration_s=time.monotonic() - started))
+            raise NodeError(f"{self.alias}: {shown} failed: {exc}") from None
+        self.executor._record(CommandResult(self.alias, shown, 0, duration_s=time.monotonic() - started))
+
+    def __repr__(self) -> str:
+        return f"Node({self.alias}, {self.role}, {self.address})"
+
+
+class Lane:
+    """A lane's nodes, bound to one executor (dry-run or real)."""
+
+    def __init__(self, params: LaneParams, *, dry_run: bool = False, executor: Optional[Executor] = None):
+        self.params = params
+        self.executor = executor or Executor(dry_run=dry_run)
+        ssh_config = self._ssh_config_path(params) if not self.executor.dry_run else None
+        by_alias: dict[str, Node] = {}
+        for node_params in sorted(params.nodes, key=lambda n: n.jump is not None):
+            gateway = by_alias.get(node_params.jump) if node_params.jump else None
+            by_alias[node_params.alias] = Node(node_params, self.executor, ssh_config, gateway)
+        self.nodes = [by_alias[n.alias] for n in params.nodes]
+
+    @staticmethod
+    def _ssh_config_path(params: LaneParams) -> Optional[Path]:
+        if params.ssh_config == "twin":
+            from .twin import control
+
+            status = control.status()
+            if not status["running"]:
+                raise NodeError("the twin is not running: start it with `lanebook twin up`")
+            return Path(status["ssh_config"])
+        return Path(params.ssh_config).expanduser() if params.ssh_config else None
+
+    @property
+    def head(self) -> Node:
+        return next(n for n in self.nodes if n.role == "head")
+
+    @property
+    def workers(self) -> list[Node]:
+        return [n for n in self.nodes if n.role == "worker"]
+
+    def node(self, alias: str) -> Node:
+        for n in self.nodes:
+            if n.alias == alias:
+                return n
+        raise LanebookError(f"lane {self.params.name} has no node '{alias}'")
+
+    def each(self, command: str, nodes: Optional[Iterable[Node]] = None, **kwargs) -> dict[str, CommandResult]:
+        """Run the same command on several nodes (all by default), in order, and return results by alias."""
+        return {n.alias: n.run(command, **kwargs) for n in (nodes or self.nodes)}
+
+    def close(self) -> None:
+        for n in self.nodes:
+            n.close()
+
+    def __enter__(self) -> "Lane":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,140 @@
+"""`lanebook run`: execute a runbook headless with papermill and leave an audit record.
+
+Each run writes outputs/LANE/UTCSTAMP-RUNBOOK-ID.ipynb (never overwriting) and appends one line to
+outputs/runs.jsonl (SPEC section 8). The verdict is read back from the executed notebook: the
+runbook's last cell emits it; a StepFailed is "fail"; any other exception is "error".
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional
+
+import nbformat
+from ruamel.yaml import YAML
+
+from .audit import append_run, sha256_file
+from .errors import LanebookError
+from .params import lane_path, load_lane
+from .paths import REPO, RUNBOOKS_DIR, outputs_dir
+from .redact import redact_data
+from .runbook import VERDICT_MIME
+
+RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
+# Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
+CHANGING = {"weights", "env", "launch", "warmup", "rollback", "stop"}
+# Parameters every runbook takes from the runner, not from -p.
+RESERVED = {"lane", "dry_run"}
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    """-p KEY=VALUE pairs; values are read as YAML scalars (1 → int, true → bool, text stays text)."""
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise LanebookError(f"bad parameter {pair!r}: use -p KEY=VALUE")
+        params[key] = YAML(typ="safe").load(value) if value else ""
+    return params
+
+
+def runbook_path(runbook: str) -> Path:
+    if runbook not in RUNBOOKS:
+        raise LanebookError(f"unknown runbook '{runbook}' (one of: {' '.join(RUNBOOKS)})")
+    path = RUNBOOKS_DIR / f"{runbook}.ipynb"
+    if not path.exists():
+        raise LanebookError(f"runbook '{runbook}' is not written yet ({path.relative_to(REPO)} missing)")
+    return path
+
+
+def notebook_parameters(path: Path) -> set[str]:
+    import papermill
+
+    return set(papermill.inspect_notebook(str(path)).keys())
+
+
+def _git_commit() -> Optional[str]:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
+    run_id = uuid.uuid4().hex[:8]
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(exist_ok=False)  # claim the name: never overwrite an earlier record
+    return run_id, path
+
+
+def read_verdict(path: Path) -> Optional[dict]:
+    """The verdict the runbook's last cell emitted, if it got that far."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in reversed(nb.cells):
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if VERDICT_MIME in data:
+                value = data[VERDICT_MIME]
+                return json.loads(value) if isinstance(value, str) else dict(value)
+    return None
+
+
+def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False) -> dict:
+    notebook = runbook_path(runbook)
+    lane_params = load_lane(lane)
+    accepted = notebook_parameters(notebook) - RESERVED
+    unknown = sorted(set(params) - accepted)
+    if unknown:
+        raise LanebookError(f"unknown parameter(s) for {runbook}: {', '.join(unknown)} (accepted: {', '.join(sorted(accepted)) or 'none'})")
+    if runbook in CHANGING and not lane_params.twin and not dry_run and not yes:
+        raise LanebookError(f"'{runbook}' changes the real lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands")
+    if "confirm" in accepted:
+        params = {"confirm": yes or lane_params.twin, **params}
+
+    run_id, output = _new_output(lane_params.name, runbook)
+    lane_arg = str(lane_path(lane).resolve())
+    started = _now()
+    verdict, failed_step, figures = "error", None, {}
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(str(notebook), str(output), parameters={"lane": lane_arg, "dry_run": dry_run, **params},
+                                   kernel_name="python3", progress_bar=False, cwd=str(REPO))
+    except PapermillExecutionError as exc:
+        if exc.ename == "StepFailed":
+            verdict, failed_step = "fail", str(exc.evalue).split(":", 1)[0]
+        else:
+            failed_step = f"cell {exc.exec_count}: {exc.ename}"
+    result = read_verdict(output)
+    if result is not None:
+        verdict, figures = result["verdict"], result["figures"]
+        failed_step = failed_step or next((c["step"] for c in result["checks"] if not c["ok"]), None)
+    record = {
+        "run_id": run_id,
+        "runbook": runbook,
+        "lane": lane_params.name,
+        "twin": lane_params.twin,
+        "dry_run": dry_run,
+        "started_at": started,
+        "finished_at": _now(),
+        "verdict": verdict,
+        "failed_step": failed_step,
+        "output": str(output.relative_to(outputs_dir())),
+        "sha256": sha256_file(output),
+        "params": redact_data(params),
+        "git_commit": _git_commit(),
+        "figures": figures,
+    }
+    append_run(record)
+    return {**record, "output": str(output)}

@@ -1,0 +1,135 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Launch the lane
+#
+# **What you'll do:** clean shared memory and page cache on every node, mask legacy serving units,
+# start the lane from the head with the recipe's launcher (worker first, then head), and prove the
+# server is the one the lane describes: no auto-enabled breakable CUDA graphs, a KV cache in band,
+# `/v1/models` reporting the served name and 1M context, and the live command carrying the lane's
+# speculative schedule.
+#
+# **Time:** 8–15 minutes on a real lane (cold bind); about a minute on the twin with `--fast`.
+# **Risk:** medium — it takes the pair. Nothing else can serve on these two Sparks while it runs.
+# **Rollback:** run the `stop` runbook, clean memory on both nodes, then `launch` the lane's
+# rollback lane (see the lane file's `rollback:`).
+#
+# **Prerequisites** (checked below): the lane lints clean; the checkout is on every node; the weights
+# are on every node. If the lane is already up the launcher says so (exit 3) and the run stops:
+# use the `status` runbook instead.
+
+# %% tags=["parameters"]
+lane = "twin"          # lane name under params/ or a lane YAML path
+dry_run = False        # record the commands instead of sending them (opens no connection)
+min_free_gib = 100.0   # below this after cleanup, memory is sticky (pitfall P04): drop caches or reboot
+
+# %%
+from lanebook import ops, weights
+from lanebook.lint import lint_lane
+from lanebook.pitfalls import troubleshooting_table
+from lanebook.runbook import Runbook
+
+rb = Runbook("launch", lane, dry_run=dry_run)
+p = rb.params
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
+# entries lint and the book use). Read it before you start.
+
+# %%
+troubleshooting_table("launch")
+
+# %% [markdown]
+# ## Prerequisites
+
+# %%
+with rb.step("prerequisites"):
+    report = lint_lane(p)
+    rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"))
+    rb.expect(ops.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    for node in rb.lane.nodes:
+        w = weights.verify_weights(node, p.weights)
+        rb.expect(w.ok, f"weights complete on {node.alias}", w.summary())
+
+# %% [markdown]
+# ## Step 1 — Clean SHM and page cache on every node
+# Expected: each node reports the cleanup done.
+
+# %%
+with rb.step("1 clean memory"):
+    cleaned = ops.clean_memory(rb.lane)
+    rb.expect(all(r.ok for r in cleaned.values()), "SHM and page cache cleaned on every node", ", ".join(cleaned))
+
+# %% [markdown]
+# ## Step 2 — Mask legacy units, check free memory
+# Expected: no legacy unit active; free memory above the bound on every node (sticky UMA, P04).
+
+# %%
+with rb.step("2 legacy units and memory"):
+    ops.mask_legacy_units(rb.lane)
+    memory = ops.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
+    rb.record(free_gib=memory.free_gib)
+    rb.expect(memory.ok, f"free memory ≥ {min_free_gib:g} GiB on every node", memory.free_gib)
+
+# %% [markdown]
+# ## Step 3 — Start the lane from the head
+# `PROJECT_NAME=… WAIT_ATTEMPTS=… WAIT_SECONDS=… ./start-deepseek-v4-flash-dspark.sh`.
+# Expected: launcher exit 0. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
+
+# %%
+with rb.step("3 start"):
+    started = ops.start_lane(rb.lane)
+    rb.expect(started.ok, "launcher reports the lane up", started.summary())
+
+# %% [markdown]
+# ## Step 4 — Check the startup log
+# Expected: no `Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1` (P01); `GPU KV cache size` in band;
+# `Application startup complete`.
+
+# %%
+with rb.step("4 startup log"):
+    log = ops.scan_log(rb.lane.head, ops.container_name(rb.lane), p.gates.log_forbidden + p.gates.log_required + ["GPU KV cache size"])
+    for line in p.gates.log_forbidden:
+        rb.expect(not log[line], f"log has no '{line}'", log[line][:1])
+    for line in p.gates.log_required:
+        rb.expect(bool(log[line]), f"log has '{line}'")
+    kv = ops.kv_cache_tokens(log["GPU KV cache size"])
+    low, high = p.gates.kv_cache_tokens
+    rb.record(kv_cache_tokens=kv)
+    rb.expect(kv is not None and low <= kv <= high, f"GPU KV cache size in {low:,}–{high:,} tokens", kv)
+
+# %% [markdown]
+# ## Step 5 — `/v1/models` and the live command
+# Expected: id is the lane's served name, `max_model_len` the lane's; the live command carries
+# `num_speculative_tokens_per_batch_size` exactly when the lane has a schedule.
+
+# %%
+with rb.step("5 models and live command"):
+    models = ops.wait_models(p.api, timeout_s=60)
+    model = models[0] if models else {}
+    rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))
+    rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
+    has_schedule = ops.schedule_in_live_command(rb.lane.head, ops.container_name(rb.lane))
+    rb.expect(has_schedule == (p.speculative.schedule is not None), "live command matches the lane's speculative schedule",
+              f"schedule in live command: {has_schedule}")
+
+# %% [markdown]
+# ## Verdict
+
+# %%
+rb.show_commands()
+rb.finish()

@@ -1,0 +1,84 @@
+"""Lane files: the shipped lanes carry the seeds' values; bad files fail with one line naming the key."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook.errors import LaneError
+from lanebook.params import lane_names, load_lane
+
+LANEBOOK = [sys.executable, "-m", "lanebook.cli"]
+
+
+def test_shipped_lanes_load():
+    assert set(lane_names()) >= {"anemll-0731", "anemll-1m6", "patch3-c12", "twin"}
+    for name in lane_names():
+        assert load_lane(name).name == name
+
+
+def test_current_recipe_values_from_seed_000():
+    lane = load_lane("anemll-0731")
+    env = lane.env
+    assert env["GPU_MEMORY_UTILIZATION"] == 0.85
+    assert env["MAX_NUM_BATCHED_TOKENS"] == 8192
+    assert env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == 0
+    assert env["MAX_MODEL_LEN"] == 1048576 and env["MAX_NUM_SEQS"] == 6 and env["MTP_NUM_TOKENS"] == 5
+    assert lane.speculative.schedule_json() == "[[1,1,5],[2,4,4],[5,6,3]]"
+    assert lane.launcher.env == {"PROJECT_NAME": "ds4-f-mia-anemll-0731", "WAIT_ATTEMPTS": 120, "WAIT_SECONDS": 15}
+    assert lane.weights.shards == 48
+    assert lane.hermes.api_key == "no-key-required"
+    assert lane.hermes.extra_body["chat_template_kwargs"]["thinking"] is False
+    assert lane.request["chat_template_kwargs"]["thinking"] is False
+
+
+def test_rollback_chain():
+    assert load_lane("anemll-0731").rollback == "anemll-1m6"
+    assert load_lane("anemll-1m6").rollback == "patch3-c12"
+    assert load_lane("anemll-1m6").speculative.schedule is None  # rollback form: fixed K=5
+    c12 = load_lane("patch3-c12")
+    assert (c12.max_model_len, c12.max_num_seqs) == (358400, 12)
+
+
+def test_twin_lane_is_marked_and_on_loopback():
+    twin = load_lane("twin")
+    assert twin.twin is True
+    assert twin.api == "http://127.0.0.2:8888/v1"
+    assert [(n.alias, n.host) for n in twin.nodes] == [("head", "127.0.0.2"), ("worker", "127.0.0.3")]
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lane.yaml"
+    path.write_text(text)
+    return path
+
+
+def _variant(old: str, new: str) -> str:
+    text = Path(load_lane.__globals__["PARAMS_DIR"] / "anemll-0731.yaml").read_text()
+    assert old in text
+    return text.replace(old, new, 1)
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("rollback: anemll-1m6", "rollback: anemll-1m6\nrolback: x", "unknown key 'rolback'"),
+    ("  MAX_NUM_SEQS: 6", "  MAX_NUM_SEQS: [6]", "'env.MAX_NUM_SEQS'"),
+    ("  shards: 48", "  shards: many", "'weights.shards'"),
+    ("    WAIT_SECONDS: 15\n", "", "WAIT_SECONDS"),
+    ("  method: dspark\n", "  method: dspark\n  bogus: 1\n", "unknown key 'speculative.bogus'"),
+])
+def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):
+    path = _write(tmp_path, _variant(old, new))
+    with pytest.raises(LaneError) as err:
+        load_lane(path)
+    assert str(path) in str(err.value) and needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cli_unknown_lane_and_bad_file_exit_2(tmp_path):
+    out = subprocess.run(LANEBOOK + ["lint", "--lane", "no-such-lane"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "unknown lane 'no-such-lane'" in out.stderr
+    assert "Traceback" not in out.stderr
+    bad = _write(tmp_path, "name: [unclosed\n")
+    out = subprocess.run(LANEBOOK + ["run", "launch", "--lane", str(bad), "--dry-run"], capture_output=True, text=True)
+    assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
