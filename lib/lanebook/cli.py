@@ -85,7 +85,7 @@ def lint(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Check a lane or an env/compose pair against the recipe's pitfalls."""
-    from .params import load_lane
+    from .params import lane_path, load_lane
 
     if lane and (env or compose):
         raise LanebookError("give either --lane or --env and --compose, not both")
@@ -94,7 +94,7 @@ def lint(
     lane_params = load_lane(lane) if lane else None
     from .lint import lint_files, lint_lane, print_report
 
-    report = lint_lane(lane_params) if lane_params else lint_files(env, compose)
+    report = lint_lane(lane_params, lane_path(lane)) if lane_params else lint_files(env, compose)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

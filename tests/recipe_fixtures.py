@@ -1,0 +1,56 @@
+"""Shared by the lint/render/pitfall tests: the recipe's real files in ../shared, copied into tmp checkouts.
+
+The fixtures are read where they are (never copied into the repository); a test that needs them skips
+with the reason when the folder is absent.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures" / "miaai-recipe"
+SEED_000 = SHARED / "seeds" / "000_25116b2347ff45eb.txt"
+COMPOSE = "docker-compose.dspark.yml"
+
+
+def need(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"shared fixture not found: {path}")
+    return path
+
+
+def fixture_text(name: str) -> str:
+    return need(FIXTURES / name).read_text()
+
+
+def seed_speculative_lines() -> tuple[str, str]:
+    """Seed 000's SPECULATIVE_CONFIG lines: (with the 5/4/3 schedule, rollback form)."""
+    lines = [l.strip() for l in need(SEED_000).read_text().splitlines() if l.strip().startswith("SPECULATIVE_CONFIG=")]
+    scheduled = next(l for l in lines if "per_batch_size" in l)
+    rollback = next(l for l in lines if "per_batch_size" not in l)
+    return scheduled, rollback
+
+
+def checkout(tmp_path: Path, compose: str | None = None, env: str | None = None) -> Path:
+    """A writable checkout dir: the fixture compose (or COMPOSE text) and, when given, a .env.dspark."""
+    directory = tmp_path / "checkout"
+    directory.mkdir()
+    (directory / COMPOSE).write_text(compose if compose is not None else fixture_text(COMPOSE))
+    if env is not None:
+        (directory / ".env.dspark").write_text(env)
+    return directory
+
+
+def replace_once(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, f"expected exactly one {old!r}"
+    return text.replace(old, new)
+
+
+def line_of(text: str, needle: str) -> int:
+    """1-based line of the only line containing NEEDLE."""
+    hits = [n for n, line in enumerate(text.splitlines(), start=1) if needle in line]
+    assert len(hits) == 1, f"{needle!r} on lines {hits}"
+    return hits[0]

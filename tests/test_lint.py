@@ -1,0 +1,221 @@
+"""`lanebook lint`: each file-checkable pitfall planted one at a time into copies of the recipe's real files.
+
+The good configuration is the seed's: the fixture compose with the lane's patch and an env file built
+from params/anemll-0731.yaml. It must lint clean; each plant must raise exactly its id, on its line.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from recipe_fixtures import COMPOSE, REPO, checkout, fixture_text, line_of, replace_once
+
+from lanebook import lint as lint_module
+from lanebook.lint import lint_files, lint_lane
+from lanebook.params import lane_names, load_lane
+from lanebook.render import render_checkout
+
+ENV = ".env.dspark"
+
+
+@pytest.fixture
+def good(tmp_path) -> Path:
+    """The seed's good configuration in a tmp checkout."""
+    directory = checkout(tmp_path)
+    render_checkout(load_lane("anemll-0731"), directory)
+    return directory
+
+
+def plant(path: Path, old: str, new: str) -> int:
+    """Replace OLD by NEW once in PATH; the line number NEW ends up on."""
+    text = replace_once(path.read_text(), old, new)
+    path.write_text(text)
+    return line_of(text, new.strip().splitlines()[0]) if new.strip() else 0
+
+
+def lint(directory: Path, **kw):
+    return lint_files(directory / ENV, directory / COMPOSE, **kw)
+
+
+def only(report, pitfall_id: str) -> list[tuple[str, int]]:
+    """The (file name, line) of each finding, after checking every finding has PITFALL_ID."""
+    assert {f.id for f in report.findings} == {pitfall_id}, [(f.id, f.message) for f in report.findings]
+    return [(Path(f.file).name, f.line) for f in report.findings]
+
+
+def test_seed_configuration_lints_clean(good):
+    report = lint(good)
+    assert report.findings == [] and report.ok
+
+
+def test_fixture_as_is_falls_to_the_compose_memory_default():
+    """The recipe's example env sets no GPU_MEMORY_UTILIZATION: compose's 0.80 applies at 1M (P07)."""
+    fixtures = Path(REPO.parent / "shared" / "fixtures" / "miaai-recipe")
+    compose_text = fixture_text(COMPOSE)
+    report = lint_files(fixtures / "env.dspark.example", fixtures / COMPOSE)
+    errors = [(f.id, Path(f.file).name, f.line) for f in report.findings if f.severity == "error"]
+    assert errors == [("P07", COMPOSE, line_of(compose_text, "--gpu-memory-utilization"))]
+    assert not report.ok
+    warning = next(f for f in report.findings if f.severity == "warning")
+    assert (warning.id, warning.line) == ("P07", line_of(fixture_text("env.dspark.example"), "GPU_MEMORY_UTILIZATION_TEXT="))
+
+
+@pytest.mark.parametrize("old,new,pitfall_id", [
+    ("VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_USE_BREAKABLE_CUDAGRAPH=1", "P01"),
+    ("MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=16384", "P02"),
+    ("MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=8216", "P03"),
+    ("GPU_MEMORY_UTILIZATION=0.85", "GPU_MEMORY_UTILIZATION=0.80", "P07"),
+    ("VLLM_HOST_IP=10.0.0.1", "VLLM_HOST_IP=127.0.0.1", "P08"),
+    ("GLOO_SOCKET_IFNAME=bond0", "GLOO_SOCKET_IFNAME=lo", "P08"),
+    ("WORKER_VLLM_HOST_IP=10.0.0.2", "WORKER_VLLM_HOST_IP=10.0.0.1", "P08"),
+    ("HF_HUB_OFFLINE=1", "HF_HUB_OFFLINE=1\nDEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":\"false\"}'", "P10"),
+    ("MTP_NUM_TOKENS=5", "MTP_NUM_TOKENS=7", "P14"),
+])
+def test_env_plants(good, old, new, pitfall_id):
+    line = plant(good / ENV, old, new)
+    if "\n" in new:
+        line += 1
+    assert only(lint(good), pitfall_id) == [(ENV, line)]
+
+
+def test_env_without_breakable_names_the_env_file(good):
+    plant(good / ENV, "VLLM_USE_BREAKABLE_CUDAGRAPH=0\n", "")
+    [finding] = lint(good).findings
+    assert (finding.id, Path(finding.file).name, finding.line) == ("P01", ENV, 0)
+    assert "does not set VLLM_USE_BREAKABLE_CUDAGRAPH=0" in finding.message
+
+
+def test_env_without_memory_setting_names_the_compose_default(good):
+    plant(good / ENV, "GPU_MEMORY_UTILIZATION=0.85\n", "")
+    compose_text = (good / COMPOSE).read_text()
+    assert only(lint(good), "P07") == [(COMPOSE, line_of(compose_text, "--gpu-memory-utilization"))]
+
+
+@pytest.mark.parametrize("old,new,pitfall_id", [
+    ('--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192}', "--max-num-batched-tokens 16384", "P02"),
+    ('- ${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface',
+     "- /home/milo/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/9e165c30:/models/flash", "P06"),
+    ("--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80", "P07"),
+    ('TP_SOCKET_IFNAME: "${TP_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME}}"', 'TP_SOCKET_IFNAME: "lo"', "P08"),
+    ("off) DEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":false}'", "off) DEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":\"false\"}'", "P10"),
+    ('\\"num_speculative_tokens\\":$${MTP_NUM_TOKENS:-5}', '\\"num_speculative_tokens\\":7', "P14"),
+    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,5],[3,4,4],[5,6,3]]", "S01"),
+    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,5],[2,4,4],[5,5,3]]", "S01"),
+    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,6],[2,4,4],[5,6,3]]", "S01"),
+    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,2,5],[2,4,4],[5,6,3]]", "S01"),
+    ('[5,6,3]]}";', '[5,6,3]]";', "S02"),
+])
+def test_compose_plants(good, old, new, pitfall_id):
+    line = plant(good / COMPOSE, old, new)
+    assert only(lint(good), pitfall_id) == [(COMPOSE, line)]
+
+
+def test_compose_without_breakable_injection(good):
+    """P01's second half: the env file is right but compose never passes the key into the container."""
+    plant(good / COMPOSE, '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n', "")
+    assert only(lint(good), "P01") == [(COMPOSE, line_of((good / COMPOSE).read_text(), "    environment:"))]
+
+
+def test_schedule_above_num_speculative_tokens(good):
+    plant(good / ENV, "MTP_NUM_TOKENS=5", "MTP_NUM_TOKENS=4")
+    [finding] = lint(good).findings
+    assert finding.id == "S01" and "K=5 is above num_speculative_tokens 4" in finding.message
+    assert finding.line == line_of((good / COMPOSE).read_text(), "SPECULATIVE_CONFIG=")
+
+
+def test_unreadable_env_line_is_a_warning(good):
+    line = plant(good / ENV, "HF_HUB_OFFLINE=1", "HF_HUB_OFFLINE=1\nthis is not an assignment")
+    report = lint(good)
+    assert only(report, "S03") == [(ENV, line + 1)] and report.ok
+
+
+def test_hermes_config_plants(good, tmp_path):
+    hermes = tmp_path / "config.yaml"
+    hermes.write_text("providers:\n  spark-ds4:\n    api: http://127.0.0.2:8888/v1\n    api_key: none\n"
+                      "    extra_body:\n      chat_template_kwargs:\n        thinking: \"false\"\n")
+    report = lint(good, hermes_config=hermes)
+    assert [(f.id, f.line) for f in report.findings] == [("P09", 4), ("P10", 7)]
+    hermes.write_text("providers:\n  spark-ds4:\n    api_key: no-key-required\n"
+                      "    extra_body: {chat_template_kwargs: {thinking: false}}\n")
+    assert lint(good, hermes_config=hermes).findings == []
+
+
+@pytest.mark.parametrize("name", lane_names())
+def test_shipped_lanes_lint_clean(name):
+    report = lint_lane(load_lane(name))
+    assert report.findings == [], [(f.id, f.message) for f in report.findings]
+
+
+def lane_copy(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
+    path = tmp_path / "lane.yaml"
+    text = replace_once((REPO / "params" / "anemll-0731.yaml").read_text(), old, new)
+    path.write_text(text)
+    return path, line_of(text, new.strip().splitlines()[0])
+
+
+@pytest.mark.parametrize("old,new,pitfall_id", [
+    ("api_key: no-key-required", "api_key: none", "P09"),
+    ("chat_template_kwargs: {thinking: false}", "chat_template_kwargs: {thinking: \"false\"}", "P10"),
+    ("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.80", "P07"),
+    ("VLLM_HOST_IP: 10.0.0.1 ", "VLLM_HOST_IP: 127.0.0.1 ", "P08"),
+    ("MAX_NUM_BATCHED_TOKENS: 8192", "MAX_NUM_BATCHED_TOKENS: 8216", "P03"),
+    ("MTP_NUM_TOKENS: 5", "MTP_NUM_TOKENS: 7", "P14"),
+    ("schedule: [[1, 1, 5], [2, 4, 4], [5, 6, 3]]", "schedule: [[1, 1, 5], [2, 4, 4], [5, 7, 3]]", "S01"),
+])
+def test_lane_plants_name_the_lane_file_line(tmp_path, old, new, pitfall_id):
+    path, line = lane_copy(tmp_path, old, new)
+    report = lint_lane(load_lane(path), path)
+    assert {f.id for f in report.findings} == {pitfall_id}, [(f.id, f.message) for f in report.findings]
+    assert {(f.file, f.line) for f in report.findings} == {(str(path), line)}
+
+
+def test_lane_compose_findings_name_the_template_line(tmp_path, monkeypatch):
+    """A compose problem under --lane is reported on the template's own line, even after the patch inserted one."""
+    template = (lint_module.TEMPLATE).read_text()
+    older = replace_once(template, '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n', "")
+    older = replace_once(older, "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80")
+    fake = tmp_path / COMPOSE
+    fake.write_text(older)
+    monkeypatch.setattr(lint_module, "TEMPLATE", fake)
+    report = lint_lane(load_lane("anemll-0731"))
+    assert [(f.id, f.file, f.line) for f in report.findings] == [("P07", str(fake), line_of(older, "--gpu-memory-utilization"))]
+    path, _ = lane_copy(tmp_path, "compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]", "compose_environment: []")
+    report = lint_lane(load_lane(path), path)
+    assert ("P01", str(fake), line_of(older, "    environment:")) in [(f.id, f.file, f.line) for f in report.findings]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / ".venv" / "bin" / "lanebook"), "lint", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_exit_codes_and_json_shape(good):
+    clean = run_cli("--lane", "anemll-0731", "--json")
+    assert clean.returncode == 0, clean.stderr
+    assert json.loads(clean.stdout) == {"ok": True, "findings": []}
+
+    plant(good / ENV, "MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=16384")
+    failing = run_cli("--env", str(good / ENV), "--compose", str(good / COMPOSE), "--json")
+    assert failing.returncode == 1
+    doc = json.loads(failing.stdout)
+    assert doc["ok"] is False
+    [finding] = doc["findings"]
+    assert set(finding) == {"id", "severity", "message", "file", "line"}
+    assert (finding["id"], finding["severity"], finding["file"]) == ("P02", "error", str(good / ENV))
+
+    human = run_cli("--env", str(good / ENV), "--compose", str(good / COMPOSE))
+    assert human.returncode == 1 and f"P02 error {good / ENV}:" in human.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--env", "x"], "give --lane LANE, or both --env FILE and --compose FILE"),
+    (["--lane", "anemll-0731", "--env", "x"], "not both"),
+    (["--lane", "no-such-lane"], "unknown lane"),
+    (["--env", "/nonexistent/.env.dspark", "--compose", "/nonexistent/c.yml"], "env file not found"),
+])
+def test_cli_bad_usage_is_one_line_exit_2(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,79 @@
+"""The pitfall registry: seed 000's seventeen pitfalls in order, each checked by lint or met by a named runbook."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from recipe_fixtures import SEED_000, need
+
+from lanebook.pitfalls import PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems, troubleshooting_table
+
+RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}
+STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14", "S01", "S02", "S03"}
+# A token the seed's numbered pitfall and our entry share: proves order and that each entry is that pitfall.
+SHARED_TOKEN = ["VLLM_USE_BREAKABLE_CUDAGRAPH", "16384", "8216", "docker system prune -af", "Dual-WAN", "Snapshot-only",
+                "0.80", "VLLM_HOST_IP", "no-key-required", "\"false\"", "8–15", "warmup", "legacy", "K=7", "128k",
+                "orphaned", "94"]
+
+
+def seed_pitfalls() -> list[str]:
+    text = need(SEED_000).read_text()
+    section = text[text.index("\nPitfalls\n"):text.index("\nAttribution\n")]
+    return [m.group(2) for m in re.finditer(r"^(\d+)\. (.+)$", section, flags=re.M)]
+
+
+def test_ids_are_the_seed_pitfalls_in_order_then_own_checks():
+    ids = [p.id for p in PITFALLS]
+    assert ids[:17] == [f"P{n:02d}" for n in range(1, 18)]
+    assert all(i.startswith("S") for i in ids[17:]) and len(set(ids)) == len(ids)
+
+
+def test_each_entry_is_the_seed_pitfall_of_its_number():
+    seed = seed_pitfalls()
+    assert len(seed) == 17
+    for number, (line, token) in enumerate(zip(seed, SHARED_TOKEN), start=1):
+        entry = pitfall(f"P{number:02d}")
+        assert token.lower() in line.lower(), (number, token, line)
+        assert token.lower() in f"{entry.title} {entry.text} {entry.fix}".lower(), (entry.id, token)
+
+
+def test_static_pitfalls_have_checks_and_the_rest_name_runbooks():
+    assert {p.id for p in PITFALLS if p.check} == STATIC
+    for p in PITFALLS:
+        assert p.severity in ("error", "warning") and p.title and p.text and p.fix
+        assert ("lint" in p.where.split(", ")) == (p.check is not None), p.id
+        assert set(p.runbooks) <= RUNBOOKS, p.id
+        if p.check is None:
+            assert p.runbooks, f"{p.id} is not checkable from files, so a runbook must meet it"
+
+
+def test_runbook_tables_come_from_the_registry():
+    launch = for_runbook("launch")
+    assert {"P07", "P08", "P11", "P13"} <= {p.id for p in launch}
+    assert [p.id for p in for_runbook("warmup")] == ["P12"]
+    table = markdown_table(launch)
+    assert table.count("\n") == len(launch) + 2 and "| P11 | Cold start takes 8–15 minutes |" in table
+    assert troubleshooting_table("launch").data == table
+    assert "No registered pitfall" in troubleshooting_table("status").data
+
+
+def test_seed_schedule_is_valid():
+    assert schedule_problems([[1, 1, 5], [2, 4, 4], [5, 6, 3]], max_num_seqs=6, k=5, block_size=5) == []
+
+
+@pytest.mark.parametrize("schedule,seqs,k,expected", [
+    ([[1, 1, 5], [3, 4, 4], [5, 6, 3]], 6, 5, "leaves batch sizes 2–2 uncovered"),
+    ([[1, 2, 5], [2, 4, 4], [5, 6, 3]], 6, 5, "overlaps"),
+    ([[1, 1, 5], [2, 4, 4], [5, 5, 3]], 6, 5, "end at batch size 5 but MAX_NUM_SEQS is 6"),
+    ([[1, 1, 5], [2, 4, 4], [5, 12, 3]], 6, 5, "end at batch size 12 but MAX_NUM_SEQS is 6"),
+    ([[1, 1, 5], [2, 4, 4], [5, 6, 3]], 6, 4, "K=5 is above num_speculative_tokens 4"),
+    ([[1, 1, 7], [2, 6, 3]], 6, 7, "K=7 is above the drafter block size 5"),
+    ([[1, 1, 5], [2, 6, 0]], 6, 5, "K must be at least 1"),
+    ([[2, 1, 5]], None, 5, "starts after it ends"),
+    ([[1, 6]], 6, 5, "integers"),
+    ([], 6, 5, "non-empty"),
+    ("[[1,6,5]]", 6, 5, "integers"),
+])
+def test_invalid_schedules(schedule, seqs, k, expected):
+    problems = schedule_problems(schedule, max_num_seqs=seqs, k=k, block_size=5)
+    assert any(expected in p for p in problems), problems

@@ -1,0 +1,236 @@
+"""`lanebook env render` on copies of the recipe's real compose/env files and on older shapes of them."""
+from __future__ import annotations
+
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from recipe_fixtures import COMPOSE, REPO, checkout, fixture_text, line_of, replace_once, seed_speculative_lines
+from ruamel.yaml import YAML
+
+from lanebook.compose import ComposeFile
+from lanebook.errors import LanebookError
+from lanebook.params import load_lane
+from lanebook.render import render_checkout
+
+BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
+FIXTURE_SPEC = '\\"draft_sample_method\\":\\"$${DRAFT_SAMPLE_METHOD}\\"}";'
+
+
+def spec_line(text: str) -> str:
+    return next(l.strip() for l in text.splitlines() if l.strip().startswith("SPECULATIVE_CONFIG="))
+
+
+def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
+    """Pairs of differing lines of two texts with the same number of lines."""
+    a, b = old.splitlines(), new.splitlines()
+    assert len(a) == len(b)
+    return [(x, y) for x, y in zip(a, b) if x != y]
+
+
+def backups(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if ".bak-" in p.name)
+
+
+def test_fixture_checkout_gets_the_seed_schedule_line_and_nothing_else(tmp_path):
+    original_compose, original_env = fixture_text(COMPOSE), fixture_text("env.dspark.example")
+    directory = checkout(tmp_path, env=original_env)
+    lane = load_lane("anemll-0731")
+
+    result = render_checkout(lane, directory)
+
+    compose = (directory / COMPOSE).read_text()
+    scheduled, _ = seed_speculative_lines()
+    assert spec_line(compose) == scheduled
+    assert "$${MTP_NUM_TOKENS:-5}" in compose and "[[1,1,5],[2,4,4],[5,6,3]]" in compose
+    # Only the SPECULATIVE_CONFIG line changed: the fixture already injects BREAKABLE.
+    [(old, new)] = changed_lines(original_compose, compose)
+    assert old.strip().startswith("SPECULATIVE_CONFIG=") and new.strip() == scheduled
+    assert new[:len(new) - len(new.lstrip())] == old[:len(old) - len(old.lstrip())]  # indentation kept
+    env = (directory / ".env.dspark").read_text()
+    assert "\nGPU_MEMORY_UTILIZATION=0.85\n" in env and "\nVLLM_HOST_IP=10.0.0.1\n" in env
+    assert env.startswith(original_env.split("# Cluster")[0])  # the file's own header comments kept
+    assert env.count("VLLM_HOST_IP=10.0.0.1") == 1 and "head-roce-ip\nWORKER" not in env  # updated in place
+    assert "GPU_MEMORY_UTILIZATION_TEXT=0.835" in env  # other keys untouched
+    assert set(result.changed) == {directory / COMPOSE, directory / ".env.dspark"}
+    assert "-VLLM_HOST_IP=head-roce-ip" in result.diff and f"+        {scheduled}" in result.diff
+    # Backups hold the originals byte for byte.
+    saved = {re.sub(r"\.bak-\d{8}T\d{6}Z$", "", p.name): p.read_text() for p in result.backups}
+    assert saved == {COMPOSE: original_compose, ".env.dspark": original_env}
+    assert YAML(typ="safe").load(compose)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == \
+        "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"
+
+
+def test_second_run_changes_nothing_and_keeps_no_new_backup(tmp_path):
+    directory = checkout(tmp_path, env=fixture_text("env.dspark.example"))
+    lane = load_lane("anemll-0731")
+    render_checkout(lane, directory)
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+
+    again = render_checkout(lane, directory)
+
+    assert again.diff == "" and again.changed == [] and again.backups == []
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+
+
+def test_rollback_lane_writes_the_seed_rollback_form(tmp_path):
+    directory = checkout(tmp_path)
+    render_checkout(load_lane("anemll-0731"), directory)
+    render_checkout(load_lane("anemll-1m6"), directory)  # the seed's rollback: one line back
+    _, rollback = seed_speculative_lines()
+    compose = (directory / COMPOSE).read_text()
+    assert spec_line(compose) == rollback
+    assert "per_batch_size" not in compose
+    assert len(backups(directory)) >= 2  # each change was backed up first
+
+
+def test_missing_breakable_injection_is_inserted_where_the_recipe_has_it(tmp_path):
+    """Older shape: no VLLM_USE_BREAKABLE_CUDAGRAPH in environment:. The insert lands next to its kin, byte-exact."""
+    original = fixture_text(COMPOSE)
+    older = replace_once(original, BREAKABLE_LINE, "")
+    directory = checkout(tmp_path, compose=older)
+
+    result = render_checkout(load_lane("anemll-0731"), directory)
+
+    scheduled, _ = seed_speculative_lines()
+    fixed_original = original.replace(spec_line(original), scheduled)
+    assert (directory / COMPOSE).read_text() == fixed_original  # every other byte as in the recipe
+    assert f"+{BREAKABLE_LINE}" in result.diff
+
+
+def test_hardcoded_probabilistic_shape_gets_the_schedule(tmp_path):
+    older = replace_once(fixture_text(COMPOSE), FIXTURE_SPEC, '\\"draft_sample_method\\":\\"probabilistic\\"}";')
+    directory = checkout(tmp_path, compose=older)
+    _, rollback = seed_speculative_lines()
+    assert spec_line(older) == rollback  # the older shape is the seed's rollback form
+    render_checkout(load_lane("anemll-0731"), directory)
+    assert spec_line((directory / COMPOSE).read_text()) == seed_speculative_lines()[0]
+
+
+PLAIN_COMMAND = (
+    "    command: bash -lc 'SPECULATIVE_CONFIG=\"{\\\"method\\\":\\\"dspark\\\",\\\"num_speculative_tokens\\\":$${MTP_NUM_TOKENS:-5},"
+    "\\\"draft_sample_method\\\":\\\"probabilistic\\\"}\"; exec /usr/local/bin/vllm serve ${DSPARK_MODEL} "
+    "--max-model-len ${MAX_MODEL_LEN:-1048576} --max-num-seqs ${MAX_NUM_SEQS:-6} "
+    "--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192} --gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80} "
+    "--speculative-config \"$${SPECULATIVE_CONFIG}\" --nnodes 2'\n")
+
+
+def plain_command_shape() -> str:
+    """Older shape: the command as one plain string, and no BREAKABLE injection."""
+    text = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, "")
+    start = text.index("    command:\n")
+    return text[:start] + PLAIN_COMMAND
+
+
+def test_plain_string_command_shape(tmp_path):
+    directory = checkout(tmp_path, compose=plain_command_shape())
+    render_checkout(load_lane("anemll-0731"), directory)
+    text = (directory / COMPOSE).read_text()
+    service = YAML(typ="safe").load(text)["services"]["vllm-dspark"]
+    scheduled, _ = seed_speculative_lines()
+    assert isinstance(service["command"], str) and scheduled in service["command"]
+    assert service["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"
+    assert render_checkout(load_lane("anemll-0731"), directory).diff == ""
+
+
+def list_environment_shape() -> str:
+    """Older shape: environment as a `- KEY=value` list, without the BREAKABLE entry."""
+    text = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, "")
+    start, end = text.index("    environment:\n"), text.index("    command:\n")
+    block = re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", text[start:end], flags=re.M)
+    return text[:start] + block + text[end:]
+
+
+def test_list_environment_shape(tmp_path):
+    older = list_environment_shape()
+    directory = checkout(tmp_path, compose=older)
+    result = render_checkout(load_lane("anemll-0731"), directory)
+    text = (directory / COMPOSE).read_text()
+    env = YAML(typ="safe").load(text)["services"]["vllm-dspark"]["environment"]
+    assert isinstance(env, list)
+    position = env.index("VLLM_USE_BREAKABLE_CUDAGRAPH=${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}")
+    assert env[position - 1].startswith("VLLM_USE_FLASHINFER_SAMPLER=")
+    assert "+      - VLLM_USE_BREAKABLE_CUDAGRAPH=${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}\n" in result.diff
+    assert len(text.splitlines()) == len(older.splitlines()) + 1
+
+
+def test_fresh_env_file_holds_the_lane_lines(tmp_path):
+    directory = checkout(tmp_path)
+    lane = load_lane("anemll-0731")
+    result = render_checkout(lane, directory)
+    env_path = directory / ".env.dspark"
+    body = [l for l in env_path.read_text().splitlines() if not l.startswith("#")]
+    assert body == lane.env_lines()
+    assert stat.S_IMODE(env_path.stat().st_mode) == 0o600
+    assert [p.name.split(".bak-")[0] for p in result.backups] == [COMPOSE]  # a new file has nothing to back up
+    assert "--- /dev/null\n+++ b/.env.dspark" in result.diff
+
+
+def test_changed_value_keeps_its_trailing_comment(tmp_path):
+    directory = checkout(tmp_path, env="# mine\nGPU_MEMORY_UTILIZATION=0.80   # was the old default\nOTHER=1\n")
+    render_checkout(load_lane("anemll-0731"), directory)
+    lines = (directory / ".env.dspark").read_text().splitlines()
+    assert lines[:3] == ["# mine", "GPU_MEMORY_UTILIZATION=0.85   # was the old default", "OTHER=1"]
+
+
+def test_unpatchable_shapes_write_nothing(tmp_path):
+    two = fixture_text(COMPOSE).replace(
+        "        case \"$${DEFAULT_THINKING:-low}\" in\n",
+        "        SPECULATIVE_CONFIG=\"{}\";\n        case \"$${DEFAULT_THINKING:-low}\" in\n", 1)
+    directory = checkout(tmp_path, compose=two)
+    with pytest.raises(LanebookError, match="expected one SPECULATIVE_CONFIG"):
+        render_checkout(load_lane("anemll-0731"), directory)
+    assert sorted(p.name for p in directory.iterdir()) == [COMPOSE]
+
+
+def test_a_patch_that_would_change_more_than_intended_is_refused(tmp_path):
+    # A flow-style environment map: a line insert cannot express the change, and the re-parse check says so.
+    text = fixture_text(COMPOSE)
+    start, end = text.index("    environment:\n"), text.index("    command:\n")
+    flow = '    environment: {HF_HOME: /cache/huggingface, VLLM_USE_FLASHINFER_SAMPLER: "1"}\n\n'
+    directory = checkout(tmp_path, compose=text[:start] + flow + text[end:])
+    with pytest.raises(LanebookError, match="nothing written"):
+        render_checkout(load_lane("anemll-0731"), directory)
+    assert not any(".bak-" in p.name for p in directory.iterdir())
+
+
+def test_compose_line_numbers_match_the_file():
+    text = fixture_text(COMPOSE)
+    compose = ComposeFile(text, COMPOSE)
+    assert compose.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].line == line_of(text, "VLLM_USE_BREAKABLE_CUDAGRAPH: ")
+    assert compose.environment_line == line_of(text, "    environment:")
+    assert compose.flag("--gpu-memory-utilization") == ("${GPU_MEMORY_UTILIZATION:-0.80}", line_of(text, "--gpu-memory-utilization"))
+    [(spec, _match)] = compose.speculative_assignments()
+    assert spec == line_of(text, "SPECULATIVE_CONFIG=\"")
+    assert compose.volumes()[0] == ("${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface", 24)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / ".venv" / "bin" / "lanebook"), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_cli_prints_the_diff_then_no_change(tmp_path):
+    directory = checkout(tmp_path)
+    first = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
+    assert first.returncode == 0, first.stderr
+    assert "+++ b/docker-compose.dspark.yml" in first.stdout and "+++ b/.env.dspark" in first.stdout
+    second = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
+    assert second.returncode == 0 and "no change" in second.stdout
+
+
+def test_cli_bad_checkout_is_one_line_exit_2(tmp_path):
+    proc = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(tmp_path / "nowhere"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "checkout directory not found" in proc.stderr
+
+
+def test_wrong_injection_value_is_corrected_in_place(tmp_path):
+    forced = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE,
+                          '      VLLM_USE_BREAKABLE_CUDAGRAPH: "1"  # forced on for a test\n')
+    directory = checkout(tmp_path, compose=forced)
+    render_checkout(load_lane("anemll-0731"), directory)
+    text = (directory / COMPOSE).read_text()
+    assert '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"  # forced on for a test\n' in text
+    assert len(text.splitlines()) == len(forced.splitlines())
