@@ -1,0 +1,309 @@
+"""`lanebook twin up | down | status`: start the twin's two nodes, stop them leaving no process, report them.
+
+`up` lays out fresh node roots (homes, the three lane checkouts, HF caches), starts one sshd per
+node and waits until both accept ssh; it does not launch the lane (the launch runbook does, through
+the launcher). Faults shape the node roots and stand-ins here and reach the engine through
+LANEBOOK_TWIN_FAULTS; one whose behaviour nobody implements yet is listed in `faults_pending`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterable
+
+from ..errors import LanebookError
+from ..params import Lane, lane_names, load_lane
+from ..paths import twin_dir
+from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
+                    start_sshd, wait_for_ssh, write_node, write_state)
+from .standins import containers, init_node_state, stop_all_containers
+from .tree import HubModel, hub_root, write_checkout, write_hub_model
+
+FAULTS = {
+    "worker-unreachable": "the worker's sshd is not started",
+    "head-dies": "engine: the head dies mid-TP, leaving the worker orphaned",
+    "health-never": "engine: /health never turns healthy",
+    "engine-dies-mid-bench": "engine: the server dies during a benchmark",
+    "ssh-drop-mid-rsync": "the first rsync push into the worker loses its connection part-way (resume with --partial)",
+    "incomplete-shards": "the worker's weights tree holds *.incomplete blobs",
+    "missing-shard": "one shard is missing from the worker's weights tree",
+    "sticky-uma": "~12 GiB stays used on a node after its container stops, until caches are dropped",
+    "legacy-units-active": "aiden-vllm.service runs on the head (holding memory) until masked",
+    "prefix-evict": "engine: the prefix cache evicts A after an unrelated B",
+}
+# Implemented by the nodes and stand-ins here; the engine declares the ones it handles in HANDLED_FAULTS.
+NODE_FAULTS = frozenset({"worker-unreachable", "ssh-drop-mid-rsync", "incomplete-shards", "missing-shard",
+                         "sticky-uma", "legacy-units-active"})
+ENGINE_MODULE = "lanebook.twin.vllm"
+FAST_TIME_SCALE = 0.01  # --fast: an 8-15 min cold bind takes 5-9 s; decode rates are never scaled
+MISSING_SHARD = 7
+INCOMPLETE_SHARDS = (3, 17)
+TWIN_LANE = "twin"
+_started: dict[str, subprocess.Popen] = {}  # sshd processes this process started, reaped at down()
+
+
+def layout() -> TwinLayout:
+    return TwinLayout(twin_dir())
+
+
+def _say(message: str) -> None:
+    print(f"twin: {message}", file=sys.stderr, flush=True)
+
+
+def validate_faults(faults: Iterable[str]) -> list[str]:
+    """Known fault names in their canonical order; an unknown name is a LanebookError listing the known ones."""
+    names = set(faults)
+    unknown = sorted(names - FAULTS.keys())
+    if unknown:
+        raise LanebookError(f"unknown fault {', '.join(unknown)} (known: {', '.join(FAULTS)})")
+    return [name for name in FAULTS if name in names]
+
+
+def engine_faults_handled() -> set[str]:
+    try:
+        module = importlib.import_module(ENGINE_MODULE)
+    except ImportError:
+        return set()
+    return set(getattr(module, "HANDLED_FAULTS", ()))
+
+
+def _proc_stat(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _alive(pid) -> bool:
+    stat = _proc_stat(int(pid or 0)) if pid else []
+    return bool(stat) and stat[0] not in "ZX"
+
+
+def _is_twin_sshd(pid, root: Path) -> bool:
+    """A live sshd of this twin (its command line names the twin's config), not a recycled pid."""
+    try:
+        return _alive(pid) and str(root.resolve()) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def _port_taken(ip: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((ip, port))
+        except OSError:
+            return True
+    return False
+
+
+def _lanes() -> list[Lane]:
+    """Every shipped lane, the twin lane last: it shares anemll-0731's checkout and must win there."""
+    lanes = [load_lane(name) for name in lane_names()]
+    return sorted(lanes, key=lambda lane: lane.name == TWIN_LANE)
+
+
+def _build_node(lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: list[str], time_scale: float) -> None:
+    """A fresh node root: sshd config, session, shims, checkouts, HF cache (faults applied), memory and units."""
+    shutil.rmtree(lay.node(alias), ignore_errors=True)
+    write_node(lay, alias, addresses, set(faults), time_scale)
+    lanes = _lanes()
+    twin_repo = next(lane.weights.repo for lane in lanes if lane.name == TWIN_LANE)
+    home = lay.home(alias)
+    for lane in lanes:
+        write_checkout(home, lane, addresses)
+    for repo, shards in {lane.weights.repo: lane.weights.shards for lane in lanes}.items():
+        on_worker = alias == WORKER and repo == twin_repo
+        if on_worker and "ssh-drop-mid-rsync" in faults:
+            continue  # the worker still needs its copy: the weights runbook's rsync will be cut
+        write_hub_model(hub_root(home), HubModel(repo, shards),
+                        missing=[MISSING_SHARD] if on_worker and "missing-shard" in faults else [],
+                        incomplete=INCOMPLETE_SHARDS if on_worker and "incomplete-shards" in faults else [])
+    twin_lane = next(lane for lane in lanes if lane.name == TWIN_LANE)
+    init_node_state(lay.node(alias), twin_lane.legacy_units, alias == HEAD and "legacy-units-active" in faults)
+
+
+def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
+    """Start the twin (idempotent); different faults or speed restart it with fresh node roots."""
+    faults = validate_faults(faults)
+    lay = layout()
+    current = status()
+    if current["running"]:
+        if current["faults"] == faults and current["fast"] == fast:
+            return current
+        _say(f"restarting with faults [{', '.join(faults)}]{' (fast)' if fast else ''}")
+    down()
+    addresses = TwinAddresses.from_env()
+    for ip, port, what in ((addresses.head_ip, addresses.ssh_port, "head sshd"),
+                           (addresses.worker_ip, addresses.ssh_port, "worker sshd"),
+                           (addresses.head_ip, addresses.api_port, "the twin API")):
+        if _port_taken(ip, port):
+            raise LanebookError(f"{ip}:{port} ({what}) is already in use by another program; stop it first")
+    if not shutil.which("rsync"):
+        raise LanebookError("the twin needs rsync: apt-get install rsync openssh-server")
+    time_scale = FAST_TIME_SCALE if fast else 1.0
+    _say(f"keys and known_hosts in {lay.keys}")
+    ensure_keys(lay, addresses)
+    lay.ssh_config.write_text(client_config(lay.user_key, lay.known_hosts, addresses))
+    for alias in ALIASES:
+        _say(f"node root {alias}: home, lane checkouts, HF cache")
+        _build_node(lay, alias, addresses, faults, time_scale)
+    state = {"running": True, "faults": faults, "fast": fast, "time_scale": time_scale, "pids": {},
+             "addresses": addresses.__dict__, "started_at": time.time()}
+    write_state(lay, state)
+    for alias in ALIASES:
+        if alias == WORKER and "worker-unreachable" in faults:
+            _say("worker sshd not started (fault worker-unreachable)")
+            continue
+        _say(f"sshd {alias} on {addresses.ip(alias)}:{addresses.ssh_port}")
+        _started[alias] = start_sshd(lay, alias)
+        state["pids"][alias] = _started[alias].pid
+        write_state(lay, state)
+    try:
+        for alias in state["pids"]:
+            wait_for_ssh(lay, alias)
+    except LanebookError:
+        down()
+        raise
+    _say(f"up: ssh -F {lay.ssh_config} head")
+    return status()
+
+
+def _process_table() -> dict[int, int]:
+    """pid -> parent pid of every live process."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat and stat[0] not in "ZX":
+                table[int(entry.name)] = int(stat[1])
+    return table
+
+
+def _descendants(pid: int, table: dict[int, int]) -> set[int]:
+    found, frontier = set(), {pid}
+    while frontier:
+        children = {child for child, parent in table.items() if parent in frontier} - found
+        found |= children
+        frontier = children
+    return found
+
+
+def _ancestors(pid: int, table: dict[int, int]) -> set[int]:
+    found = set()
+    while pid in table and pid not in found:
+        found.add(pid)
+        pid = table[pid]
+    return found
+
+
+def twin_processes(root: Path) -> set[int]:
+    """Processes that belong to the twin: cmdline or cwd under its dir, or started by a node session."""
+    root_text = str(root.resolve())
+    marker = f"LANEBOOK_NODE_ROOT={root_text}/".encode()
+    table = _process_table()
+    mine = _ancestors(os.getpid(), table)
+    found = set()
+    for pid in table.keys() - mine:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if root_text in cmdline or cwd == root_text or cwd.startswith(root_text + "/") or marker in environ:
+            found.add(pid)
+    return found
+
+
+def _kill(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def down() -> None:
+    """Stop the lane containers on both nodes, both sshd and every other twin process; verify none remains."""
+    lay = layout()
+    state = read_state(lay)
+    for alias in ALIASES:
+        if (lay.node(alias) / "var").is_dir():
+            stop_all_containers(lay.node(alias))
+    table = _process_table()
+    sshd = {int(pid) for pid in state.get("pids", {}).values() if _is_twin_sshd(pid, lay.root)}
+    # Connection handlers of sshd rename themselves ("sshd: user@notty"): found as its descendants.
+    targets = set().union(sshd, *(_descendants(pid, table) for pid in sshd)) | twin_processes(lay.root)
+    for sig, wait_s in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        _kill(targets, sig)
+        deadline = time.monotonic() + wait_s
+        while (targets := {pid for pid in targets if _alive(pid)}) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not targets:
+            break
+    for alias, proc in list(_started.items()):
+        proc.poll()  # reap the sshd this process started
+        _started.pop(alias)
+    remaining = twin_processes(lay.root)
+    if remaining:
+        raise LanebookError(f"twin down: processes still running: {', '.join(map(str, sorted(remaining)))}")
+    if state:
+        write_state(lay, {**state, "running": False, "pids": {}})
+
+
+def status() -> dict:
+    """SPEC section 9's status dict, plus fast, time_scale, faults_pending, lane and per-node detail."""
+    lay = layout()
+    state = read_state(lay)
+    addresses = TwinAddresses(**state["addresses"]) if state.get("addresses") else TwinAddresses.from_env()
+    pids = state.get("pids", {})
+    sshd_up = {alias: _is_twin_sshd(pids.get(alias), lay.root) for alias in ALIASES}
+    running = bool(state.get("running")) and sshd_up[HEAD]
+    faults = state.get("faults", []) if running else []
+    handled = NODE_FAULTS | engine_faults_handled()
+    return {
+        "running": running,
+        "ssh_config": str(lay.ssh_config),
+        "nodes": [{"alias": alias, "host": addresses.ip(alias), "port": addresses.ssh_port, "root": str(lay.node(alias)),
+                   "home": str(lay.home(alias)), "sshd": sshd_up[alias],
+                   "containers": [c.name for c in containers(lay.node(alias)) if c.running]} for alias in ALIASES],
+        "api": addresses.api,
+        "faults": faults,
+        "faults_pending": [{"name": name, "note": f"accepted but not implemented yet: {FAULTS[name]} does not happen"}
+                           for name in faults if name not in handled],
+        "fast": bool(state.get("fast")) if running else False,
+        "time_scale": state.get("time_scale", 1.0) if running else 1.0,
+        "lane": TWIN_LANE,
+        "twin_dir": str(lay.root),
+        "known_faults": list(FAULTS),
+    }
+
+
+def print_status(status: dict) -> None:
+    """A table of the nodes, then the API, faults (pending ones flagged) and how to reach the nodes."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    state = "[green]running[/green]" if status["running"] else "[red]down[/red]"
+    table = Table(title=f"lanebook twin: {state}{' (fast)' if status['fast'] else ''}")
+    for column in ("node", "address", "sshd", "containers", "root"):
+        table.add_column(column)
+    for node in status["nodes"]:
+        table.add_row(node["alias"], f"{node['host']}:{node['port']}", "up" if node["sshd"] else "down",
+                      ", ".join(node["containers"]) or "-", node["root"])
+    console.print(table)
+    console.print(f"api: {status['api']}   lane: {status['lane']}   ssh: ssh -F {status['ssh_config']} head")
+    pending = {p["name"]: p["note"] for p in status["faults_pending"]}
+    for name in status["faults"]:
+        console.print(f"fault {name}: {FAULTS[name]}" + (f"  [yellow]PENDING: {pending[name]}[/yellow]" if name in pending else ""))
+    if not status["faults"]:
+        console.print(f"faults: none (known: {', '.join(status['known_faults'])})")

@@ -1,0 +1,297 @@
+"""The twin's two real sshd nodes: keys, known_hosts, sshd configs, the client ssh_config and each node's session.
+
+Each node is an unprivileged `sshd -D` on its own loopback address. Its ForceCommand (node-session)
+gives every login the node's own HOME, PATH (stand-in shims first) and state, then runs what the
+client asked for, so ssh, sftp (Fabric put/get) and rsync's remote side all work relative to the
+node's home. Host-key checking stays on: clients use the twin's own known_hosts.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LanebookError
+
+HEAD, WORKER = "head", "worker"
+ALIASES = (HEAD, WORKER)
+SSHD = "/usr/sbin/sshd"
+SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
+STANDINS = ("docker", "hf", "sudo", "systemctl", "free")
+RSYNC_DROP_BYTES = 3 * 1024 * 1024  # ssh-drop-mid-rsync: the first push to the worker dies after this much
+
+
+@dataclass(frozen=True)
+class TwinAddresses:
+    """Where the twin listens. Ports can be moved (env) so a private test twin can run beside the shared one."""
+
+    head_ip: str = "127.0.0.2"
+    worker_ip: str = "127.0.0.3"
+    ssh_port: int = 2222
+    api_port: int = 8888
+    master_port: int = 25000
+
+    @classmethod
+    def from_env(cls) -> "TwinAddresses":
+        def port(name: str, default: int) -> int:
+            value = os.environ.get(name, str(default))
+            if not value.isdigit() or not 1024 < int(value) < 65536:
+                raise LanebookError(f"{name} must be a port number above 1024 (got {value!r})")
+            return int(value)
+
+        return cls(ssh_port=port("LANEBOOK_TWIN_SSH_PORT", 2222), api_port=port("LANEBOOK_TWIN_API_PORT", 8888),
+                   master_port=port("LANEBOOK_TWIN_MASTER_PORT", 25000))
+
+    def ip(self, alias: str) -> str:
+        return self.head_ip if alias == HEAD else self.worker_ip
+
+    @property
+    def api(self) -> str:
+        return f"http://{self.head_ip}:{self.api_port}/v1"
+
+
+@dataclass(frozen=True)
+class TwinLayout:
+    """The twin's state directory (lanebook.paths.twin_dir()) and where each piece lives in it."""
+
+    root: Path
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    @property
+    def user_key(self) -> Path:
+        return self.keys / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.keys / "known_hosts"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.keys / "authorized_keys"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.root / "ssh_config"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def host_key(self, alias: str) -> Path:
+        return self.keys / f"ssh_host_{alias}_ed25519"
+
+    def node(self, alias: str) -> Path:
+        return self.root / "nodes" / alias
+
+    def home(self, alias: str) -> Path:
+        return self.node(alias) / "home"
+
+    def bin(self, alias: str) -> Path:
+        return self.node(alias) / "bin"
+
+    def var(self, alias: str) -> Path:
+        return self.node(alias) / "var"
+
+    def sshd_config(self, alias: str) -> Path:
+        return self.node(alias) / "sshd_config"
+
+    def sshd_log(self, alias: str) -> Path:
+        return self.var(alias) / "sshd.log"
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    """Atomic write: temp file + rename, so a reader never sees half a config."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def _conf_path(path: Path) -> str:
+    """A path for an ssh/sshd config line: quoted only when it must be (paramiko reads these files too)."""
+    return f'"{path}"' if any(c.isspace() for c in str(path)) else str(path)
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                       check=True, capture_output=True)
+
+
+def ensure_keys(layout: TwinLayout, addresses: TwinAddresses) -> None:
+    """User key, one host key per node, authorized_keys and the known_hosts the lane checks against."""
+    _keygen(layout.user_key, "lanebook-twin-user")
+    known = []
+    for alias in ALIASES:
+        _keygen(layout.host_key(alias), f"lanebook-twin-{alias}")
+        key_type, key = layout.host_key(alias).with_suffix(".pub").read_text().split()[:2]
+        port = addresses.ssh_port
+        known.append(f"[{addresses.ip(alias)}]:{port},[{alias}]:{port} {key_type} {key}")
+    _write(layout.known_hosts, "\n".join(known) + "\n")
+    _write(layout.authorized_keys, layout.user_key.with_suffix(".pub").read_text(), 0o600)
+
+
+def client_config(identity: Path, known_hosts: Path, addresses: TwinAddresses) -> str:
+    """An ssh_config reaching both nodes by alias or address, with strict host-key checking."""
+    user = getpass.getuser()
+    return "\n".join([
+        "# lanebook twin nodes: ssh -F THIS_FILE head|worker (written by `lanebook twin up`)",
+        f"Host {HEAD}", f"  HostName {addresses.head_ip}",
+        f"Host {WORKER}", f"  HostName {addresses.worker_ip}",
+        f"Host {HEAD} {WORKER} {addresses.head_ip} {addresses.worker_ip}",
+        f"  Port {addresses.ssh_port}",
+        f"  User {user}",
+        f"  IdentityFile {_conf_path(identity)}",
+        "  IdentitiesOnly yes",
+        f"  UserKnownHostsFile {_conf_path(known_hosts)}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  StrictHostKeyChecking yes",
+        "  CheckHostIP no",
+        "  BatchMode yes",
+        "  ConnectTimeout 5",
+        "  LogLevel ERROR",
+        "",
+    ])
+
+
+def sftp_server() -> str:
+    found = next((p for p in SFTP_SERVERS if os.path.exists(p)), None)
+    if not found:
+        raise LanebookError("the twin needs openssh-server's sftp-server (apt-get install openssh-server)")
+    return found
+
+
+def sshd_config(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> str:
+    q = lambda p: f'"{p}"'  # noqa: E731 - sshd accepts quoted paths
+    return "\n".join([
+        f"# lanebook twin node {alias} (written by `lanebook twin up`)",
+        f"Port {addresses.ssh_port}",
+        f"ListenAddress {addresses.ip(alias)}",
+        f"HostKey {q(layout.host_key(alias))}",
+        f"PidFile {q(layout.var(alias) / 'sshd.pid')}",
+        f"AuthorizedKeysFile {q(layout.authorized_keys)}",
+        f"AllowUsers {getpass.getuser()}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password",
+        "UsePAM no",
+        "StrictModes no",
+        "UseDNS no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "X11Forwarding no",
+        "MaxStartups 64:30:128",
+        "MaxSessions 64",
+        f"Subsystem sftp {sftp_server()}",
+        f"ForceCommand {shlex.quote(str(layout.bin(alias) / 'node-session'))}",
+        "",
+    ])
+
+
+def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: float) -> str:
+    """The node's ForceCommand: its own HOME/PATH/state, then the client's command (or a shell)."""
+    q = shlex.quote
+    path = ":".join([str(layout.bin(alias)), str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    lines = [
+        "#!/bin/bash",
+        f"# lanebook twin node {alias}: every ssh, sftp and rsync session starts here (sshd ForceCommand).",
+        f"export HOME={q(str(layout.home(alias)))} PATH={q(path)}",
+        f"export LANEBOOK_NODE={alias} LANEBOOK_NODE_ROOT={q(str(layout.node(alias)))} LANEBOOK_TWIN_DIR={q(str(layout.root))}",
+        f"export LANEBOOK_TWIN_TIME_SCALE={time_scale:g}",
+        'cd "$HOME" || exit 1',
+    ]
+    if alias == WORKER and "ssh-drop-mid-rsync" in faults:
+        lines += [
+            "# fault ssh-drop-mid-rsync: the first rsync push into this node loses its connection part-way.",
+            'if [[ "${SSH_ORIGINAL_COMMAND:-}" == "rsync --server "* && " $SSH_ORIGINAL_COMMAND " != *" --sender "* ]] \\',
+            '   && mkdir "$LANEBOOK_NODE_ROOT/var/ssh-drop-mid-rsync.fired" 2>/dev/null; then',
+            f'  echo "$(date -u +%FT%TZ) dropped rsync push after {RSYNC_DROP_BYTES} bytes" >> "$LANEBOOK_NODE_ROOT/var/faults.log"',
+            "  # Only the relay reads the connection; when it stops, the server sees the stream end and the session closes.",
+            f'  bash -c "$SSH_ORIGINAL_COMMAND" < <(dd iflag=count_bytes count={RSYNC_DROP_BYTES} bs=64K status=none 2>/dev/null)',
+            "  exit 255",
+            "fi",
+        ]
+    lines += [
+        'if [ -z "${SSH_ORIGINAL_COMMAND:-}" ]; then exec bash -i; fi',
+        'exec bash -c "$SSH_ORIGINAL_COMMAND"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults: set[str], time_scale: float) -> None:
+    """The node's sshd config, session script, stand-in shims and the home's own ~/.ssh (to reach the other node)."""
+    python = shlex.quote(sys.executable)
+    bin_dir = layout.bin(alias)
+    _write(layout.sshd_config(alias), sshd_config(layout, alias, addresses))
+    _write(bin_dir / "node-session", node_session(layout, alias, faults, time_scale), 0o755)
+    for name in STANDINS:
+        _write(bin_dir / name, f"#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} \"$@\"\n", 0o755)
+    # ssh reads ~/.ssh from the passwd home, not $HOME: the shim points it at the node's own.
+    _write(bin_dir / "ssh", '#!/bin/sh\nexec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"\n', 0o755)
+    if time_scale != 1:
+        _write(bin_dir / "sleep", f"#!/bin/sh\n# --fast: the twin's waits are scaled\nexec {python} -m lanebook.twin.standins sleep \"$@\"\n", 0o755)
+    dot_ssh = layout.home(alias) / ".ssh"
+    dot_ssh.mkdir(parents=True, exist_ok=True)
+    shutil.copy(layout.user_key, dot_ssh / "id_ed25519")
+    (dot_ssh / "id_ed25519").chmod(0o600)
+    shutil.copy(layout.known_hosts, dot_ssh / "known_hosts")
+    _write(dot_ssh / "config", client_config(dot_ssh / "id_ed25519", dot_ssh / "known_hosts", addresses))
+    layout.var(alias).mkdir(parents=True, exist_ok=True)
+
+
+def start_sshd(layout: TwinLayout, alias: str) -> subprocess.Popen:
+    """Start the node's sshd in the foreground mode (-D) in its own session; configuration errors are one line."""
+    if not os.path.exists(SSHD):
+        raise LanebookError("the twin needs openssh-server (/usr/sbin/sshd): apt-get install openssh-server rsync")
+    if os.geteuid() == 0:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege separation dir sshd insists on as root
+    config = str(layout.sshd_config(alias))
+    check = subprocess.run([SSHD, "-t", "-f", config], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise LanebookError(f"sshd rejects {config}: {check.stderr.strip().splitlines()[-1]}")
+    log = layout.sshd_log(alias)
+    log.write_text("")
+    return subprocess.Popen([SSHD, "-D", "-f", config, "-E", str(log)], start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for_ssh(layout: TwinLayout, alias: str, timeout_s: float = 15.0) -> None:
+    """Bounded wait until `ssh -F ssh_config ALIAS true` succeeds."""
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        result = subprocess.run(["ssh", "-F", str(layout.ssh_config), alias, "true"], capture_output=True, text=True,
+                                timeout=timeout_s)
+        if result.returncode == 0:
+            return
+        last = result.stderr.strip()
+        time.sleep(0.2)
+    log_tail = layout.sshd_log(alias).read_text().strip().splitlines()[-1:] if layout.sshd_log(alias).exists() else []
+    raise LanebookError(f"twin node {alias} does not accept ssh after {timeout_s:.0f}s: {last or 'no answer'}"
+                        + (f" (sshd: {log_tail[0]})" if log_tail else ""))
+
+
+def read_state(layout: TwinLayout) -> dict:
+    """state.json: running, faults, fast, time scale, addresses, sshd pids ({} when the twin never ran)."""
+    try:
+        return json.loads(layout.state_file.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def write_state(layout: TwinLayout, state: dict) -> None:
+    _write(layout.state_file, json.dumps(state, indent=2) + "\n")

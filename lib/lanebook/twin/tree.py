@@ -1,0 +1,164 @@
+"""The twin nodes' own filesystem roots: a home with the lane checkouts and an HF cache laid out as the hub lays it.
+
+Shards are small (a few hundred KiB) but shaped like the real thing: valid safetensors files stored
+as blobs/<sha256>, linked from snapshots/<rev>/ by relative symlinks, with refs/main and an index
+json, so `find`, rsync -aH, symlink-breaking snapshot-only copies and `*.incomplete` leftovers behave
+as they do on a DGX Spark. Content and mtimes are deterministic, so head and worker copies compare equal.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from ..params import Lane
+from ..render import speculative_config_line
+from .nodes import TwinAddresses
+
+TEMPLATES = Path(__file__).parent / "templates"
+SCRIPTS = Path(__file__).parent / "scripts"
+LAUNCHER_SCRIPTS = ("start-deepseek-v4-flash-dspark.sh", "status-deepseek-v4-flash-dspark.sh", "stop-deepseek-v4-flash-dspark.sh")
+CHECKOUT_SCRIPTS = ("lane-env.sh", "run-post-readiness-warmup.sh")  # under the checkout's scripts/
+SHARD_BYTES = 192 * 1024
+FIXED_MTIME = 1785456000  # 2026-07-31T00:00Z: identical on every node, so rsync sees equal trees
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A model repository as the twin's hub serves it: 48 shards, config and index, one revision."""
+
+    repo: str
+    shards: int = 48
+
+    @property
+    def revision(self) -> str:
+        return hashlib.sha1(f"twin-hub:{self.repo}".encode()).hexdigest()
+
+    @property
+    def dir_name(self) -> str:
+        return "models--" + self.repo.replace("/", "--")
+
+    def shard_name(self, index: int) -> str:
+        return f"model-{index:05d}-of-{self.shards:05d}.safetensors"
+
+    def _tensors(self, index: int) -> list[str]:
+        layer = index - 1
+        names = [f"model.layers.{layer}.attn.wkv.weight", f"model.layers.{layer}.ffn.experts.weight"]
+        if index == 1:
+            names.insert(0, "model.embed.weight")
+        if index == self.shards:
+            names.append("lm_head.weight")
+        return names
+
+    def shard_bytes(self, index: int) -> bytes:
+        """A valid safetensors file: 8-byte header length, JSON header, then the tensors' bytes."""
+        names = self._tensors(index)
+        size = SHARD_BYTES // len(names)
+        header = {"__metadata__": {"format": "pt"}}
+        for n, name in enumerate(names):
+            header[name] = {"dtype": "U8", "shape": [size], "data_offsets": [n * size, (n + 1) * size]}
+        head = json.dumps(header, separators=(",", ":")).encode()
+        body = random.Random(f"{self.repo}:{index}").randbytes(size * len(names))
+        return struct.pack("<Q", len(head)) + head + body
+
+    def files(self) -> list[tuple[str, bytes]]:
+        """Snapshot file name → content, shards first."""
+        shards = [(self.shard_name(i), self.shard_bytes(i)) for i in range(1, self.shards + 1)]
+        weight_map = {t: self.shard_name(i) for i in range(1, self.shards + 1) for t in self._tensors(i)}
+        index = {"metadata": {"total_size": sum(len(data) for _, data in shards)}, "weight_map": weight_map}
+        config = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "_name_or_path": self.repo,
+                  "num_hidden_layers": self.shards - 1, "dspark_block_size": 5, "max_position_embeddings": 1048576}
+        return shards + [
+            ("config.json", json.dumps(config, indent=2).encode()),
+            ("model.safetensors.index.json", json.dumps(index, indent=2).encode()),
+        ]
+
+
+def blob_name(name: str, data: bytes) -> str:
+    """The hub's blob name: sha256 for LFS files (the shards), the git blob sha1 for small text files."""
+    if name.endswith(".safetensors"):
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def hub_root(home: Path) -> Path:
+    return home / ".cache" / "huggingface" / "hub"
+
+
+def write_hub_model(hub: Path, model: HubModel, *, missing: Iterable[int] = (), incomplete: Iterable[int] = (),
+                    pace: Optional[Callable[[], None]] = None) -> Path:
+    """Lay out (or resume) a model tree under hub/; returns the snapshot dir.
+
+    Each blob is written as <sha>.incomplete and renamed when whole, so an interrupted run leaves
+    `*.incomplete` files as the hub client does; shards in `incomplete` are left that way on purpose
+    and shards in `missing` are not written at all.
+    """
+    missing, incomplete = set(missing), set(incomplete)
+    repo_dir = hub / model.dir_name
+    blobs, snapshot = repo_dir / "blobs", repo_dir / "snapshots" / model.revision
+    blobs.mkdir(parents=True, exist_ok=True)
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for number, (name, data) in enumerate(model.files(), start=1):
+        if number in missing:
+            continue
+        blob = blobs / blob_name(name, data)
+        if not (blob.is_file() and blob.stat().st_size == len(data)):
+            partial = blob.with_name(blob.name + ".incomplete")
+            with open(partial, "wb") as handle:
+                handle.write(data[: len(data) // 2])
+                if number in incomplete:
+                    continue
+                handle.flush()
+                if pace:
+                    pace()  # the download's pace: an interruption here leaves the .incomplete file
+                handle.write(data[len(data) // 2:])
+            os.utime(partial, (FIXED_MTIME, FIXED_MTIME))
+            os.replace(partial, blob)
+        link = snapshot / name
+        if not link.is_symlink():
+            link.symlink_to(f"../../blobs/{blob.name}")
+        os.utime(link, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
+    (repo_dir / "refs").mkdir(exist_ok=True)
+    (repo_dir / "refs" / "main").write_text(model.revision)
+    for path in (repo_dir / "refs" / "main", repo_dir / "refs", snapshot, repo_dir / "snapshots", blobs, repo_dir):
+        os.utime(path, (FIXED_MTIME, FIXED_MTIME))
+    return snapshot
+
+
+def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
+    """The lane's env-file values with the twin's node addresses in place of the real lane's."""
+    real_to_twin = {}
+    for node in lane.nodes:
+        twin_ip = addresses.head_ip if node.role == "head" else addresses.worker_ip
+        real_to_twin[node.host] = real_to_twin[node.fabric_ip] = twin_ip
+    env = {key: real_to_twin.get(str(value), str(value)) for key, value in lane.env.items()}
+    env.setdefault("VLLM_HOST", addresses.head_ip)
+    env.setdefault("VLLM_PORT", str(addresses.api_port))
+    env.setdefault("MASTER_PORT", str(addresses.master_port))
+    return env
+
+
+def write_checkout(home: Path, lane: Lane, addresses: TwinAddresses) -> Path:
+    """A lane checkout as the recipe leaves it: compose + .env.dspark rendered for the lane, launcher scripts."""
+    checkout = home / lane.checkout.removeprefix("~/")
+    (checkout / "scripts").mkdir(parents=True, exist_ok=True)
+    compose = (TEMPLATES / "docker-compose.dspark.yml").read_text()
+    fixed_k = next(line.strip() for line in compose.splitlines() if line.strip().startswith("SPECULATIVE_CONFIG="))
+    (checkout / "docker-compose.dspark.yml").write_text(compose.replace(fixed_k, speculative_config_line(lane)))
+    shutil.copy(TEMPLATES / "env.dspark.example", checkout / "env.dspark.example")
+    lines = [f"# .env.dspark for lane {lane.name} on the lanebook twin (rendered at `twin up`; twin addresses)"]
+    lines += [f"{key}={value}" for key, value in twin_env(lane, addresses).items()]
+    (checkout / ".env.dspark").write_text("\n".join(lines) + "\n")
+    for name in LAUNCHER_SCRIPTS:
+        shutil.copy(SCRIPTS / name, checkout / name)
+        (checkout / name).chmod(0o755)
+    for name in CHECKOUT_SCRIPTS:
+        shutil.copy(SCRIPTS / name, checkout / "scripts" / name)
+        (checkout / "scripts" / name).chmod(0o755)
+    return checkout
