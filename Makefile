@@ -33,8 +33,12 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Benchmarks print figures (not part of `make test`); see benchmarks/README.md.
 bench: setup
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python benchmarks/twin_server_throughput.py
+	$(BIN)/lanebook twin up --fast
+	$(BIN)/python benchmarks/weights_verify.py
+	$(BIN)/python benchmarks/speed_accuracy.py
 
 clean:
 	-$(BIN)/lanebook twin down

@@ -1,0 +1,296 @@
+"""How exact and how cheap is `lanebook speed`? Measured against a server whose own record is the truth.
+
+The server (benchmarks/sse_server.py, loopback) streams on a known schedule and logs, per request,
+when it wrote the first and last content chunk. Each measurement runs the real `lanebook speed`
+command in a subprocess and compares its figures with that log:
+
+- error of mean stream decode (and of wall aggregate) at seed 003's C1/C4/C6 rates and at 64 streams x 400 tok/s;
+- a ramp of 64 streams at rising rates: the highest aggregate it measures within 1%;
+- the client's CPU seconds (user + sys of the whole process, start-up included) per 1,000 tokens;
+- NVIDIA aiperf side by side on the same server and schedule (its own venv under .bench/, a tiny
+  local tokenizer in HF-cache layout, HF_HUB_OFFLINE=1): its per-user output rate, which NOTES says
+  equals SPEC section 6's stream decode rate, against the same truth, and its CPU per 1,000 tokens.
+
+    .venv/bin/python benchmarks/speed_accuracy.py            # everything (~5 min; first run installs aiperf)
+    .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf
+
+Goals: error <= 0.5%, >= 50,000 tok/s measured within 1%, aiperf at most as accurate and more costly.
+Figures printed are measured on this machine in this run; nothing is carried over.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from sse_server import spawn
+
+REPO = Path(__file__).resolve().parents[1]
+LANEBOOK = Path(sys.executable).with_name("lanebook")
+BENCH_DIR = REPO / ".bench"
+AIPERF_VENV = BENCH_DIR / "aiperf-venv"
+HF_HOME = BENCH_DIR / "hf-home"
+TOKENIZER = "lanebook/tiny-wordlevel"
+SEED_003 = [(1, 82.8), (4, 59.1), (6, 42.5)]  # per-stream decode rates of seed 003's table
+TOKENS_PER_CHUNK = 3  # about what K=5 speculative decoding hands out per chunk
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Truth:
+    """The server's own figures for one wave (SPEC section 6 definitions, server-side times)."""
+
+    mean_stream_decode_tok_s: float
+    wall_aggregate_tok_s: float
+    tokens: int
+
+
+def truth_waves(records: list[dict], concurrency: int) -> list[Truth]:
+    """Split the server's log into sequential waves of `concurrency` requests (by start time)."""
+    records = sorted(records, key=lambda r: r["t_start"])
+    waves = []
+    for i in range(0, len(records), concurrency):
+        wave = records[i:i + concurrency]
+        rates = [(r["completion_tokens"] - 1) / (r["t_last"] - r["t_first"]) for r in wave]
+        wall = max(r["t_end"] for r in wave) - min(r["t_start"] for r in wave)
+        decode = sum(r["completion_tokens"] - 1 for r in wave)
+        waves.append(Truth(statistics.fmean(rates), decode / wall, sum(r["completion_tokens"] for r in wave)))
+    return waves
+
+
+class Server:
+    def __init__(self):
+        self.proc, self.url = spawn("--tokens-per-chunk", str(TOKENS_PER_CHUNK))
+        self.http = httpx.Client(trust_env=False, timeout=30)
+
+    def configure(self, pace_tok_s: float) -> None:
+        self.http.post(f"{self.url}/bench/config", json={"pace_tok_s": pace_tok_s, "tokens_per_chunk": TOKENS_PER_CHUNK})
+
+    def clear(self) -> None:
+        self.http.delete(f"{self.url}/bench/truth")
+
+    def truth(self) -> list[dict]:
+        return self.http.get(f"{self.url}/bench/truth").json()["requests"]
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+@dataclass
+class Measured:
+    tool: str
+    concurrency: int
+    pace: float
+    stream_errors: list[float]  # per wave: measured mean stream decode / truth - 1
+    aggregate_errors: list[float]
+    measured_aggregate: float  # median over waves, tok/s
+    cpu_s: float  # user + sys of every client process, start-up included
+    tokens: int  # tokens streamed (server count)
+    processes: int
+
+    @property
+    def cpu_per_1k_tokens(self) -> float:
+        return self.cpu_s / self.tokens * 1000
+
+    def steady_cpu(self, start_up_cpu_s: float) -> str:
+        """ms of CPU per 1,000 tokens once each process's fixed start-up cost is taken out, when that
+        leaves a figure (short runs are all start-up, within the start-up's own variation)."""
+        steady = self.cpu_s - self.processes * start_up_cpu_s
+        if steady < 0.2 * self.cpu_s:
+            return "start-up dominates"
+        return f"{steady / self.tokens * 1e6:,.1f} ms without start-up"
+
+    @property
+    def worst_stream(self) -> float:
+        return max(self.stream_errors, key=abs)
+
+    @property
+    def worst_aggregate(self) -> float:
+        return max(self.aggregate_errors, key=abs) if self.aggregate_errors else float("nan")
+
+
+def run_lanebook(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
+    server.configure(pace)
+    server.clear()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "speed.json"
+        before = children_cpu_s()
+        done = subprocess.run([str(LANEBOOK), "speed", "--api", f"{server.url}/v1", "--model", "bench-model",
+                               "--concurrency", str(concurrency), "--max-tokens", str(max_tokens), "--trials", str(trials),
+                               "--json", str(out)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "120"})
+        cpu = children_cpu_s() - before
+        if done.returncode != 0:
+            raise SystemExit(f"lanebook speed failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        runs = json.loads(out.read_text())["runs"]
+    truths = truth_waves(server.truth(), concurrency)
+    return Measured(
+        "lanebook", concurrency, pace,
+        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in zip(runs, truths)],
+        [r["wall_aggregate_tok_s"] / t.wall_aggregate_tok_s - 1 for r, t in zip(runs, truths)],
+        statistics.median(r["wall_aggregate_tok_s"] for r in runs),
+        cpu, sum(t.tokens for t in truths), 1,
+    )
+
+
+def build_tokenizer() -> None:
+    """A word-level tokenizer laid out as the HF cache lays a repo (aiperf refuses a plain local path offline)."""
+    script = f"""
+import json
+from pathlib import Path
+from tokenizers import Tokenizer, models, pre_tokenizers
+rev = "0" * 40
+repo = Path({str(HF_HOME)!r}) / "hub" / "models--{TOKENIZER.replace('/', '--')}"
+snap = repo / "snapshots" / rev
+snap.mkdir(parents=True, exist_ok=True)
+words = ["[UNK]", "[PAD]", "tok", "the", "a", "of", "and", "to", "in", "is", "it", "that"]
+tok = Tokenizer(models.WordLevel({{w: i for i, w in enumerate(words)}}, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tok.save(str(snap / "tokenizer.json"))
+(snap / "tokenizer_config.json").write_text(json.dumps({{"tokenizer_class": "PreTrainedTokenizerFast",
+    "unk_token": "[UNK]", "pad_token": "[PAD]", "model_max_length": 1000000}}))
+(snap / "config.json").write_text(json.dumps({{"model_type": "gpt2", "vocab_size": len(words),
+    "bos_token_id": None, "eos_token_id": None}}))
+(repo / "refs").mkdir(exist_ok=True)
+(repo / "refs" / "main").write_text(rev)
+"""
+    subprocess.run([str(AIPERF_VENV / "bin" / "python"), "-c", script], check=True)
+
+
+def ensure_aiperf() -> str | None:
+    """aiperf in its own venv (never in requirements.txt); returns why not when it cannot be had."""
+    aiperf = AIPERF_VENV / "bin" / "aiperf"
+    if not aiperf.exists():
+        print("installing aiperf into .bench/aiperf-venv (once; about 1 GB)...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(AIPERF_VENV)], check=True)
+        pip = subprocess.run([str(AIPERF_VENV / "bin" / "pip"), "install", "-q", "aiperf"], capture_output=True, text=True)
+        if pip.returncode != 0:
+            return f"pip install aiperf failed: {pip.stderr.strip().splitlines()[-1:]}"
+    build_tokenizer()
+    return None
+
+
+def run_aiperf(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
+    """aiperf on the same schedule: one wave of `concurrency` requests per trial, server token counts."""
+    server.configure(pace)
+    stream_errors, measured_aggregates = [], []
+    cpu, tokens = 0.0, 0
+    for _ in range(trials):
+        server.clear()
+        with tempfile.TemporaryDirectory() as tmp:
+            before = children_cpu_s()
+            done = subprocess.run(
+                [str(AIPERF_VENV / "bin" / "aiperf"), "profile", "--model", "bench-model", "--tokenizer", TOKENIZER,
+                 "--url", server.url, "--endpoint-type", "chat", "--streaming", "--concurrency", str(concurrency),
+                 "--request-count", str(concurrency), "--prompt-input-tokens-mean", "100",
+                 "--prompt-output-tokens-mean", str(max_tokens), "--prompt-output-tokens-stddev", "0",
+                 "--use-server-token-count", "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
+                 "--output-artifact-dir", tmp],
+                capture_output=True, text=True, cwd=tmp,
+                env={**os.environ, "HF_HOME": str(HF_HOME), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+            cpu += children_cpu_s() - before
+            export = Path(tmp) / "profile_export_aiperf.json"
+            if done.returncode != 0 or not export.exists():
+                raise RuntimeError(f"aiperf failed ({done.returncode}): {(done.stdout + done.stderr)[-1500:]}")
+            result = json.loads(export.read_text())
+        [truth] = truth_waves(server.truth(), concurrency)
+        tokens += truth.tokens
+        stream_errors.append(result["output_token_throughput_per_user"]["avg"] / truth.mean_stream_decode_tok_s - 1)
+        measured_aggregates.append(result["output_token_throughput"]["avg"])
+    # aiperf's output throughput counts every output token over its benchmark duration: not SPEC's
+    # decode aggregate, so no aggregate error is claimed for it.
+    return Measured("aiperf", concurrency, pace, stream_errors, [], statistics.median(measured_aggregates),
+                    cpu, tokens, trials)
+
+
+def line(m: Measured, start_up: dict[str, float]) -> str:
+    aggregate = "" if not m.aggregate_errors else f", aggregate err worst {m.worst_aggregate:+.3%}"
+    return (f"  {m.tool:8s} C{m.concurrency:<3d} x {m.pace:6.1f} tok/s: stream err worst {m.worst_stream:+.3%} "
+            f"(mean {statistics.fmean(m.stream_errors):+.3%}, {len(m.stream_errors)} waves){aggregate}; "
+            f"measured {m.measured_aggregate:,.0f} tok/s; CPU per 1k tok {m.cpu_per_1k_tokens * 1000:,.1f} ms "
+            f"({m.steady_cpu(start_up[m.tool])})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-aiperf", action="store_true", help="skip the aiperf side-by-side")
+    parser.add_argument("--trials", type=int, default=3, help="waves per configuration")
+    parser.add_argument("--ramp-from", type=float, default=400.0, help="first per-stream rate of the 64-stream ramp")
+    parser.add_argument("--ramp-to", type=float, default=12800.0, help="highest per-stream rate tried (rates double)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each ramp stream")
+    args = parser.parse_args()
+
+    print(f"speed accuracy on {os.cpu_count()} cores: loopback server, {TOKENS_PER_CHUNK} tokens per chunk; "
+          "truth = the server's own first/last content-chunk writes\n", flush=True)
+    why_no_aiperf = "skipped (--no-aiperf)" if args.no_aiperf else ensure_aiperf()
+    runners = {"lanebook": run_lanebook, **({} if why_no_aiperf else {"aiperf": run_aiperf})}
+    server = Server()
+    results: list[Measured] = []
+    try:
+        # An 8-token run is nearly all fixed cost: interpreter start, imports, connection, report, exit.
+        start_up = {tool: runner(server, 1, 200.0, 8, 1).cpu_s for tool, runner in runners.items()}
+        print("fixed CPU per client process: " + ", ".join(f"{t} {c:.2f} s" for t, c in start_up.items()) + "\n")
+        configs = [("seed 003 schedule, 256-token streams", c, pace, 256) for c, pace in SEED_003]
+        configs.append(("64 streams x 400 tok/s, 2,000-token streams", 64, 400.0, 2000))
+        for title, concurrency, pace, max_tokens in configs:
+            print(f"{title}:")
+            for runner in runners.values():
+                results.append(runner(server, concurrency, pace, max_tokens, args.trials))
+                print(line(results[-1], start_up), flush=True)
+        print(f"\nramp, 64 streams of {args.seconds:g} s, rates doubling (lanebook):")
+        # Rates double until the harness errs by more than 1%, or the server no longer keeps its
+        # schedule (then the limit found is the server's on these cores, not the harness's).
+        best, limit = None, f"every level up to 64 x {args.ramp_to:g} tok/s passed: the limit is higher"
+        pace = args.ramp_from
+        while pace <= args.ramp_to:
+            m = run_lanebook(server, 64, pace, int(pace * args.seconds), args.trials)
+            print(line(m, start_up), flush=True)
+            if abs(m.worst_stream) > 0.01 or abs(m.worst_aggregate) > 0.01:
+                limit = f"the harness erred by more than 1% at 64 x {pace:g} tok/s"
+                break
+            best = m
+            if m.measured_aggregate < 0.9 * 64 * pace:
+                limit = f"the server could not keep 64 x {pace:g} tok/s on these cores (the harness was still within 1%)"
+                break
+            pace *= 2
+    finally:
+        server.close()
+
+    print("\nsummary (this machine, this run)")
+    ours = [m for m in results if m.tool == "lanebook"]
+    worst = max((m.worst_stream for m in ours), key=abs)
+    print(f"  lanebook worst mean-stream-decode error over C1/C4/C6 and 64x400: {worst:+.3%} (goal <= 0.5%)")
+    if best:
+        print(f"  lanebook highest aggregate measured within 1%: {best.measured_aggregate:,.0f} tok/s at 64 x {best.pace:g} "
+              f"tok/s; CPU {best.cpu_per_1k_tokens * 1000:.1f} ms per 1,000 tokens "
+              f"({best.steady_cpu(start_up['lanebook'])}) (goal >= 50,000); ramp stopped: {limit}")
+    else:
+        print("  lanebook: no ramp level was measured within 1%")
+    if why_no_aiperf:
+        print(f"  aiperf: {why_no_aiperf}")
+        return 0
+    for concurrency in sorted({m.concurrency for m in results}):
+        pair = {m.tool: m for m in results if m.concurrency == concurrency}
+        a, b = pair["lanebook"], pair["aiperf"]
+        print(f"  C{concurrency:<3d} stream error lanebook {a.worst_stream:+.3%} vs aiperf {b.worst_stream:+.3%}; "
+              f"CPU per 1k tokens lanebook {a.cpu_per_1k_tokens * 1000:,.1f} ms vs aiperf {b.cpu_per_1k_tokens * 1000:,.1f} ms "
+              f"(lanebook {a.steady_cpu(start_up['lanebook'])}; aiperf {b.steady_cpu(start_up['aiperf'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,305 @@
+"""The streaming client: async httpx, waves of C requests sent at once, plain records out.
+
+Kept cheap on purpose, so the client's own CPU does not bend the timings it takes: request bodies are
+encoded before a wave starts, httpx runs on a lean transport (transport.py), each socket read is
+timestamped once (every SSE event in that read arrived together), events are decoded with the C json
+parser, the garbage collector waits between waves, and the event loop is uvloop's when installed.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import secrets
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Coroutine, Iterator, Mapping, Optional, TypeVar
+
+import httpx
+
+from ..metrics import MetricsUnavailable, metrics_url, queue_depth, scrape, server_root, spec_decode_delta, wait_idle
+from .records import CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, TOOL_CALLS, USAGE, ChunkArrival, RequestRecord, WaveRecord
+from .transport import LeanTransport
+from .workloads import Workload, request_body
+
+JSON_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+T = TypeVar("T")
+
+
+@dataclass
+class Tally:
+    """Live counters a progress display reads while a wave runs (plain ints: no locking, no callbacks)."""
+
+    content_chunks: int = 0
+    finished: int = 0
+
+
+def chat_url(api: str) -> str:
+    return api.rstrip("/") + "/chat/completions"
+
+
+def request_timeout_s(max_tokens: int) -> float:
+    """Generous: a first-use JIT (seed 000) can stall a request for a while; a hung stream must still end."""
+    return 120.0 + max_tokens / 5.0
+
+
+def new_client() -> httpx.AsyncClient:
+    """One pooled client per run on the lean transport; no proxies from the environment (the lane is
+    reached directly)."""
+    return httpx.AsyncClient(transport=LeanTransport(), timeout=httpx.Timeout(120.0, connect=10.0),
+                             trust_env=False)
+
+
+def _observe(event: Mapping[str, Any], record: RequestRecord) -> str:
+    """Fold one decoded SSE event into the record; returns the chunk's kind."""
+    usage = event.get("usage")
+    if usage:
+        record.completion_tokens = usage.get("completion_tokens")
+        record.prompt_tokens = usage.get("prompt_tokens")
+    choices = event.get("choices")
+    if not choices:
+        if "error" in event:
+            error = event["error"]
+            record.error = f"server error: {error.get('message', error) if isinstance(error, Mapping) else error}"
+        return USAGE if usage else OTHER
+    choice = choices[0]
+    if choice.get("finish_reason"):
+        record.finish_reason = choice["finish_reason"]
+    delta = choice.get("delta") or {}
+    text = delta.get("content")
+    if text:
+        record.text_chars += len(text)
+        return CONTENT
+    text = delta.get("reasoning") or delta.get("reasoning_content")
+    if text:
+        record.text_chars += len(text)
+        return REASONING
+    calls = delta.get("tool_calls")
+    if calls:
+        for call in calls:
+            function = call.get("function") or {}
+            record.text_chars += len(function.get("name") or "") + len(function.get("arguments") or "")
+        return TOOL_CALLS
+    return ROLE if delta.get("role") else OTHER
+
+
+async def _read_stream(response: httpx.Response, record: RequestRecord, tally: Optional[Tally]) -> None:
+    clock = time.perf_counter
+    chunks = record.chunks
+    pending = b""
+    done = False
+    async for data in response.aiter_bytes():
+        t = clock()
+        pending += data
+        if b"\n" not in data:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                done = True
+                continue
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                record.error = f"undecodable event: {payload[:80]!r}"
+                return
+            kind = _observe(event, record)
+            chunks.append(ChunkArrival(t, kind))
+            if tally is not None and kind in CONTENT_KINDS:
+                tally.content_chunks += 1
+    if not done and record.error is None:
+        record.error = "stream ended before [DONE]"
+
+
+async def stream_chat(
+    client: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    index: int,
+    timeout_s: float,
+    tally: Optional[Tally] = None,
+) -> RequestRecord:
+    """POST one streamed chat request; every failure ends up in record.error, never raised.
+
+    t_sent is when the request's headers start onto the socket (httpcore's trace), not when the
+    coroutine began: with C requests launched together, each waits for the others' set-up first.
+    """
+    clock = time.perf_counter
+    record = RequestRecord(index=index, t_sent=clock())
+
+    async def trace(event: str, info: Mapping[str, Any]) -> None:
+        if event.endswith("send_request_headers.started"):
+            record.t_sent = clock()
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with client.stream("POST", url, content=body, headers=JSON_HEADERS,
+                                     extensions={"trace": trace}) as response:
+                if response.status_code != 200:
+                    detail = (await response.aread())[:200].decode(errors="replace").strip()
+                    record.error = f"HTTP {response.status_code}: {detail}"
+                else:
+                    await _read_stream(response, record, tally)
+    except TimeoutError:
+        record.error = f"timeout after {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        record.error = f"{type(exc).__name__}: {exc}".rstrip(": ")
+    record.t_done = clock()
+    if tally is not None:
+        tally.finished += 1
+    return record
+
+
+async def open_connections(client: httpx.AsyncClient, url: str, count: int) -> None:
+    """Have `count` pooled connections open (concurrent GETs), so no wave's wall includes TCP set-up:
+    otherwise the first wave at a level pays handshakes the later ones do not. Best effort."""
+    async def touch() -> None:
+        try:
+            async with asyncio.timeout(10.0):
+                await client.get(url)
+        except (httpx.HTTPError, TimeoutError):
+            pass
+
+    await asyncio.gather(*(touch() for _ in range(count)))
+
+
+async def run_wave(
+    client: httpx.AsyncClient,
+    url: str,
+    bodies: list[bytes],
+    trial: int,
+    timeout_s: float,
+    metrics: Optional[str] = None,
+    idle_timeout_s: float = 120.0,
+    tally: Optional[Tally] = None,
+    models_url: Optional[str] = None,
+) -> WaveRecord:
+    """Open the connections, wait for an idle queue (when /metrics is known), send every body at once.
+
+    The idle scrape is the "before" of the wave's spec-decode deltas; the "after" is taken once every
+    stream has finished.
+    """
+    if models_url:
+        await open_connections(client, models_url, len(bodies))
+    before = waited = None
+    if metrics:
+        before, waited = await wait_idle(client, metrics, idle_timeout_s)
+    records = await asyncio.gather(
+        *(stream_chat(client, url, body, i, timeout_s, tally) for i, body in enumerate(bodies))
+    )
+    spec = spec_decode_delta(before, await scrape(client, metrics)) if before is not None else None
+    return WaveRecord(len(bodies), trial, list(records), idle_wait_s=waited, spec_decode=spec)
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No garbage-collector pauses inside a wave (as timeit does): a full collection over a freshly
+    imported heap costs tens of milliseconds, which would land in some stream's timings. A wave's
+    records hold no reference cycles; the collector catches up between waves."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
+@dataclass
+class Plan:
+    """What to measure: trials x concurrency levels of one workload on one API."""
+
+    api: str
+    model: str
+    workload: Workload
+    concurrency: list[int]
+    trials: int
+    max_tokens: int
+    lane_request: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+
+    def bodies(self, trial: int, concurrency: int) -> list[bytes]:
+        """Encoded before the wave starts; the tag makes every prompt of the run unique."""
+        return [
+            json.dumps(
+                request_body(
+                    self.model, self.workload, trial * concurrency + i,
+                    f"{self.run_id}-t{trial}-c{concurrency}-{i}", self.max_tokens, self.lane_request,
+                )
+            ).encode()
+            for i in range(concurrency)
+        ]
+
+
+async def probe_metrics(client: httpx.AsyncClient, api: str) -> tuple[Optional[str], Optional[str]]:
+    """The /metrics URL when the server has one, else None and why (the idle check is then skipped)."""
+    url = metrics_url(api)
+    try:
+        queue_depth(await scrape(client, url))
+    except MetricsUnavailable as exc:
+        return None, str(exc)
+    return url, None
+
+
+async def serves_twin(api: str) -> bool:
+    """The twin answers GET /twin/requests (its truth log); no real vLLM does."""
+    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
+        try:
+            return (await client.get(f"{server_root(api)}/twin/requests")).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+async def measure(
+    plan: Plan,
+    on_wave_start: Callable[[int, int, Tally], None] = lambda trial, c, tally: None,
+    on_wave_end: Callable[[WaveRecord], None] = lambda wave: None,
+    on_note: Callable[[str], None] = lambda note: None,
+) -> list[WaveRecord]:
+    """Every wave of the plan, trials interleaved over concurrency so drift spreads across cells."""
+    async with new_client() as client:
+        metrics, why = await probe_metrics(client, plan.api)
+        if why:
+            on_note(f"idle-queue check and acceptance figures skipped: {why}")
+        url = chat_url(plan.api)
+        waves = []
+        for trial in range(1, plan.trials + 1):
+            for concurrency in plan.concurrency:
+                bodies = plan.bodies(trial, concurrency)
+                tally = Tally()
+                on_wave_start(trial, concurrency, tally)
+                with paused_gc():
+                    wave = await run_wave(client, url, bodies, trial, request_timeout_s(plan.max_tokens), metrics,
+                                          tally=tally, models_url=f"{plan.api.rstrip('/')}/models")
+                on_wave_end(wave)
+                waves.append(wave)
+        return waves
+
+
+def _run_here(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run to completion on a fresh uvloop loop (a cheaper loop is a more accurate clock under load).
+
+    Inside a running loop (a Jupyter kernel runs one, so every runbook cell does) the waves get
+    their own thread and loop, rather than sharing the kernel's.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(coro)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lanebook-speed") as pool:
+        return pool.submit(_run_here, coro).result()

@@ -1,0 +1,206 @@
+"""`lanebook speed` and its library entry point run_speed (used by the speed, warmup and diagnose runbooks).
+
+Progress on the terminal while waves run, a human table after, and SPEC section 6's JSON. Figures
+measured on the twin are labelled twin on the terminal and in the JSON ("twin": true).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import LaneError, LanebookError
+from ..metrics import QueueNotIdle
+from ..params import Lane, lane_names, load_lane
+from .bands import MIN_TRIALS, bands_from_runs
+from .client import Plan, Tally, measure, run, serves_twin
+from .metrics import WaveFigures, wave_figures
+from .records import WaveRecord
+from .workloads import check_thinking_booleans, load_workload
+
+DEFAULT_REQUEST: dict[str, Any] = Lane.model_fields["request"].default_factory()
+
+
+@dataclass
+class SpeedResult:
+    api: str
+    model: str
+    workload: str
+    max_tokens: int
+    twin: bool
+    waves: list[WaveRecord]
+    figures: list[WaveFigures]
+    notes: list[str]
+
+    @property
+    def errors(self) -> int:
+        return sum(f.errors for f in self.figures)
+
+    def document(self) -> dict:
+        """SPEC section 6's JSON, plus "twin" so twin figures are never taken for a real lane's."""
+        runs = [f.run_json() for f in self.figures]
+        return {
+            "api": self.api,
+            "model": self.model,
+            "workload": self.workload,
+            "max_tokens": self.max_tokens,
+            "twin": self.twin,
+            "runs": runs,
+            "bands": bands_from_runs(runs, self.workload),
+        }
+
+
+def lane_for_api(api: str) -> Optional[Lane]:
+    """The shipped lane serving this API, whose request shape the waves then use."""
+    for name in lane_names():
+        try:
+            lane = load_lane(name)
+        except LaneError:
+            continue
+        if lane.api.rstrip("/") == api.rstrip("/"):
+            return lane
+    return None
+
+
+class _WaveColumn(ProgressColumn):
+    """Reads a wave's live Tally on each refresh, so the client never calls into the display."""
+
+    def render(self, task) -> Text:
+        tally: Tally = task.fields["tally"]
+        return Text(f"{tally.finished}/{task.total:g} done · {tally.content_chunks} chunks")
+
+
+def run_speed(
+    api: str,
+    model: str,
+    workload: str,
+    concurrency: list[int],
+    trials: int,
+    max_tokens: int,
+    lane_request: Optional[Mapping[str, Any]] = None,
+    twin: bool = False,
+    console: Optional[Console] = None,
+) -> SpeedResult:
+    """Measure trials x concurrency waves of one workload; the library call behind `lanebook speed`."""
+    if max_tokens < 2:
+        raise LanebookError(f"--max-tokens must be at least 2 to have a decode window (got {max_tokens})")
+    if trials < 1:
+        raise LanebookError(f"--trials must be at least 1 (got {trials})")
+    lane_request = DEFAULT_REQUEST if lane_request is None else lane_request
+    check_thinking_booleans(lane_request)
+    plan = Plan(api, model, load_workload(workload), list(concurrency), trials, max_tokens, lane_request)
+    console = console or Console(stderr=True)
+    notes: list[str] = []
+    figures: list[WaveFigures] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), _WaveColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        tasks: dict[tuple[int, int], Any] = {}
+
+        def start(trial: int, level: int, tally: Tally) -> None:
+            tasks[trial, level] = progress.add_task(f"{workload} trial {trial}/{trials} C{level}", total=level, tally=tally)
+
+        def end(wave: WaveRecord) -> None:
+            progress.remove_task(tasks.pop((wave.trial, wave.concurrency)))
+            fig = wave_figures(wave)
+            figures.append(fig)
+            console.print(_wave_line(fig))
+
+        def note(text: str) -> None:
+            notes.append(text)
+            console.print(f"[yellow]note:[/] {text}")
+
+        waves = run(measure(plan, start, end, note))
+    return SpeedResult(api, model, workload, max_tokens, twin, waves, figures, notes)
+
+
+def _fmt(value: Optional[float], digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _wave_line(fig: WaveFigures) -> str:
+    errors = f" [red]{fig.errors} error(s): {fig.error_reasons}[/]" if fig.errors else ""
+    per_position = (", accepted per draft position " + " ".join(f"{p:.2f}" for p in fig.acceptance_per_position)
+                    if fig.acceptance_per_position else "")
+    return (f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream {_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
+            f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{errors}")
+
+
+def print_result(result: SpeedResult, console: Console) -> None:
+    """The human tables: every run, then the bands (median and min-max)."""
+    label = " · TWIN figures (not a real lane's)" if result.twin else ""
+    runs = Table(title=f"speed: {result.workload}, max_tokens {result.max_tokens}, {result.model} at {result.api}{label}",
+                 caption="rates in tok/s: stream = mean per-stream decode, aggregate = decode tokens / wall")
+    for column in ("C", "trial", "ok", "decode", "wall s", "stream", "aggregate", "TTFT s", "accept", "acc len"):
+        runs.add_column(column, justify="right")
+    for f in result.figures:
+        runs.add_row(str(f.concurrency), str(f.trial), f"{f.ok}/{f.requests}", f"{f.decode_tokens:,}", f"{f.wall_s:.2f}",
+                     _fmt(f.mean_stream_decode_tok_s), _fmt(f.wall_aggregate_tok_s), _fmt(f.ttft_s_median, 3),
+                     _fmt(f.acceptance_rate, 3), _fmt(f.mean_acceptance_length, 2))
+    console.print(runs)
+    bands = Table(title=f"bands: median (min–max) over trials{label}",
+                  caption=f"* incomplete band: fewer than {MIN_TRIALS} trials, not a band to publish")
+    for column in ("C", "trials", "stream tok/s", "aggregate tok/s", "TTFT s"):
+        bands.add_column(column, justify="right")
+    for band in result.document()["bands"]:
+        trials = f"{band['trials']}" + ("" if band["complete"] else "*")
+        bands.add_row(str(band["concurrency"]), trials,
+                      *(_band_cell(band[k], digits) for k, digits in
+                        (("mean_stream_decode_tok_s", 1), ("wall_aggregate_tok_s", 1), ("ttft_s_median", 3))))
+    console.print(bands)
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if result.errors:
+        console.print(f"[red]{result.errors} request(s) failed or were unmeasurable; see the runs above[/]")
+
+
+def _band_cell(stats: Optional[dict], digits: int) -> str:
+    if not stats:
+        return "-"
+    return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}–{stats['max']:.{digits}f})"
+
+
+def write_json(path: Path, doc: dict) -> None:
+    """Atomic write (temp file + os.replace); an existing file is kept as PATH.bak first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        shutil.copy2(path, path.with_name(path.name + ".bak"))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(doc, out, indent=2)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def speed_command(api: str, model: str, concurrency: list[int], max_tokens: int, workload: str, trials: int,
+                  json_path: Optional[Path]) -> int:
+    """`lanebook speed`: 0 when every request of every wave was measured, 1 otherwise."""
+    lane = lane_for_api(api)
+    console = Console()
+    if lane is None:
+        console.print(f"note: no lane in params/ serves {api}; using the default request shape {DEFAULT_REQUEST}")
+    twin = bool(lane and lane.twin) or run(serves_twin(api))
+    try:
+        result = run_speed(api, model, workload, concurrency, trials, max_tokens,
+                           lane_request=lane.request if lane else None, twin=twin, console=console)
+    except QueueNotIdle as exc:
+        console.print(f"[red]speed: {exc}[/]")
+        return 1
+    print_result(result, console)
+    if json_path:
+        write_json(json_path, result.document())
+        console.print(f"wrote {json_path}")
+    return 0 if result.errors == 0 else 1

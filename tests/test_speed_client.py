@@ -1,0 +1,177 @@
+"""The streaming client and `lanebook speed` against a real loopback SSE server (benchmarks/sse_server.py)."""
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lanebook.errors import LanebookError
+from lanebook.metrics import QueueNotIdle, metrics_url, wait_idle
+from lanebook.speed.client import Plan, chat_url, measure, new_client, run, stream_chat
+from lanebook.speed.command import run_speed
+from lanebook.speed.metrics import request_figures, wave_figures
+from lanebook.speed.records import CONTENT, REASONING, TOOL_CALLS, WaveRecord
+from lanebook.speed.workloads import load_workload, request_body, workload_names
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("sse_server", REPO / "benchmarks" / "sse_server.py")
+sse_server = sys.modules.setdefault("sse_server", importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(sse_server)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A known-schedule server: 200 tok/s per stream, 4 tokens per chunk, 10 ms to the first token."""
+    proc, url = sse_server.spawn("--pace-tok-s", "200", "--tokens-per-chunk", "4", "--ttft-ms", "10")
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def truth(url):
+    return httpx.get(f"{url}/bench/truth", trust_env=False).json()["requests"]
+
+
+def one(url, prompt, max_tokens=32, timeout_s=10.0):
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+
+    async def go():
+        async with new_client() as client:
+            return await stream_chat(client, chat_url(f"{url}/v1"), body, 0, timeout_s)
+
+    return run(go())
+
+
+def test_multi_token_chunks_are_counted_by_usage(server):
+    record = one(server, "plain", max_tokens=33)
+    kinds = [c.kind for c in record.chunks]
+    assert kinds[0] == "role" and kinds.count(CONTENT) == 9  # 1 first token + 8 chunks of 4
+    assert record.error is None and record.completion_tokens == 33
+    figures = request_figures(record)
+    assert figures.decode_tokens == 32
+    server_truth = truth(server)[-1]
+    assert server_truth["completion_tokens"] == 33
+    true_rate = 32 / (server_truth["t_last"] - server_truth["t_first"])
+    assert figures.stream_decode_tok_s == pytest.approx(true_rate, rel=0.15)  # loose: other tests share the cores
+
+
+@pytest.mark.parametrize("marker, kind", [("#reasoning", REASONING), ("#tools", TOOL_CALLS)])
+def test_reasoning_and_tool_call_streams_are_timed(server, marker, kind):
+    record = one(server, marker, max_tokens=9)
+    assert record.error is None
+    assert [c.kind for c in record.chunks].count(kind) == 3
+    assert request_figures(record).decode_tokens == 8
+
+
+def test_missing_usage_is_estimated_and_marked(server):
+    record = one(server, "#nousage", max_tokens=17)
+    assert record.completion_tokens is None and record.error is None
+    figures = wave_figures(WaveRecord(1, 1, [record]))
+    assert figures.tokens_estimated is True and figures.ok == 1
+
+
+@pytest.mark.parametrize("prompt, error", [("#http500", "HTTP 500"), ("#cut", "RemoteProtocolError"),
+                                           ("#stall", "timeout after 1 s")])
+def test_failures_become_record_errors(server, prompt, error):
+    record = one(server, prompt, max_tokens=16, timeout_s=1.0)
+    assert record.error.startswith(error)
+    assert record.t_done is not None
+
+
+def test_unreachable_server_is_an_error_not_an_exception():
+    record = one("http://127.0.0.1:9", "plain")  # discard port: nothing listens
+    assert record.error.startswith("ConnectError")
+
+
+def test_idle_wait_is_bounded_and_sees_running_requests(server):
+    async def go():
+        async with new_client() as client:
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "#stall"}], "max_tokens": 8,
+                               "stream": True}).encode()
+            stalled = asyncio.create_task(stream_chat(client, chat_url(f"{server}/v1"), body, 0, 3.0))
+            await asyncio.sleep(0.3)
+            with pytest.raises(QueueNotIdle, match="running=1"):
+                await wait_idle(client, metrics_url(f"{server}/v1"), timeout_s=0.5, poll_s=0.1)
+            await stalled
+            _, waited = await wait_idle(client, metrics_url(f"{server}/v1"), timeout_s=5.0, poll_s=0.05)
+            return waited
+
+    assert run(go()) < 5.0
+
+
+def test_waves_take_acceptance_from_metrics_deltas(server):
+    plan = Plan(f"{server}/v1", "m", load_workload("count"), [1, 3], 1, 41, {"chat_template_kwargs": {"thinking": False}})
+    waves = run(measure(plan))
+    assert [w.concurrency for w in waves] == [1, 3]
+    for wave in waves:
+        spec = wave.spec_decode
+        # the server counts each 4-token chunk after the first token as one draft of K=5 with 3 accepted
+        assert spec.drafts == 10 * wave.concurrency and spec.accepted_tokens == 30 * wave.concurrency
+        assert spec.acceptance_rate == pytest.approx(0.6) and spec.mean_acceptance_length == pytest.approx(4.0)
+        assert wave.idle_wait_s is not None
+        figures = wave_figures(wave)
+        assert figures.decode_tokens == 40 * wave.concurrency and figures.errors == 0
+
+
+def test_prompts_are_unique_and_thinking_is_a_boolean():
+    workload = load_workload("code")
+    plan = Plan("http://x/v1", "m", workload, [6], 2, 64, {"chat_template_kwargs": {"thinking": False}})
+    bodies = [json.loads(b) for trial in (1, 2) for b in plan.bodies(trial, 6)]
+    prompts = [b["messages"][0]["content"] for b in bodies]
+    assert len(set(prompts)) == 12
+    assert all(b["chat_template_kwargs"] == {"thinking": False} and b["temperature"] == 0 for b in bodies)
+    assert all(b["stream_options"] == {"include_usage": True} and b["max_tokens"] == 64 for b in bodies)
+    with pytest.raises(LanebookError, match="pitfall 10"):
+        request_body("m", workload, 0, "t", 64, {"chat_template_kwargs": {"thinking": "false"}})
+
+
+def test_every_workload_loads_and_tools_carry_tool_definitions():
+    assert {"count", "code", "prose", "json", "tools", "long_prefill"} <= set(workload_names())
+    for name in workload_names():
+        assert len(set(load_workload(name).prompts)) >= 6, name  # a C6 wave never repeats a base prompt
+    tools = request_body("m", load_workload("tools"), 0, "t", 64, {})
+    assert tools["tools"][0]["function"]["name"] == "get_weather" and tools["tool_choice"] == "auto"
+    long_prompt = request_body("m", load_workload("long_prefill"), 0, "t", 64, {})["messages"][0]["content"]
+    assert len(long_prompt) > 20_000
+    with pytest.raises(LanebookError, match="unknown workload 'chat'"):
+        load_workload("chat")
+
+
+def test_run_speed_document_and_incomplete_bands(server):
+    result = run_speed(f"{server}/v1", "m", "prose", [2], trials=2, max_tokens=21)
+    doc = result.document()
+    assert list(doc) == ["api", "model", "workload", "max_tokens", "twin", "runs", "bands"]
+    assert [r["trial"] for r in doc["runs"]] == [1, 2]
+    band = doc["bands"][0]
+    assert band["trials"] == 2 and band["complete"] is False
+    assert doc["runs"][0]["decode_tokens"] == 40
+
+
+def test_cli_speed_writes_json_and_exits_by_errors(server, tmp_path):
+    out = tmp_path / "speed.json"
+    lanebook = str(Path(sys.executable).with_name("lanebook"))
+    done = subprocess.run([lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--concurrency", "1,2",
+                           "--max-tokens", "17", "--json", str(out)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    assert [r["concurrency"] for r in doc["runs"]] == [1, 2] and doc["twin"] is False
+    bad = subprocess.run([lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--workload", "nope"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown workload" in bad.stderr and "Traceback" not in bad.stderr
+    failing = subprocess.run([lanebook, "speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1"],
+                             capture_output=True, text=True, timeout=60)
+    assert failing.returncode == 1 and "1 request(s) failed" in failing.stdout
+
+
+def test_runs_inside_a_running_loop_as_in_a_notebook(server):
+    """A Jupyter kernel's cells run while its event loop runs; the runbooks call run_speed from there."""
+    async def cell():
+        return run_speed(f"{server}/v1", "m", "count", [1], trials=1, max_tokens=9)
+
+    result = asyncio.run(cell())
+    assert result.errors == 0 and result.figures[0].decode_tokens == 8

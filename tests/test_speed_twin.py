@@ -1,0 +1,87 @@
+"""The harness against the twin's vLLM stand-in (T04, T05, T06). Twin figures, checked against the seeds.
+
+The module starts its own `python -m lanebook.twin.vllm serve` on a free port of 127.0.0.7 (never the
+shared twin's 8888), configured from a shipped lane as its compose would: fixed K=5 (anemll-1m6,
+seed 003) or the 5/4/3 verify schedule (anemll-0731, seed 000). One warm-up wave per level first,
+as the warmup runbook does (T10: first use of a shape compiles). One trial per cell and shared servers keep it ~40 s.
+"""
+import json
+
+import pytest
+
+from lanebook.params import load_lane
+from lanebook.speed.bands import compare_to_baseline, lane_baseline
+from lanebook.speed.command import run_speed
+
+twin_vllm = pytest.importorskip("lanebook.twin.vllm", reason="the twin's vLLM stand-in is not in this checkout")
+LEVELS = [1, 4, 6]
+
+
+def start_lane(lane_name, log_dir):
+    """A twin vLLM configured as the lane's compose would start it, warmed, on a free port of 127.0.0.7."""
+    lane = load_lane(lane_name)
+    spec = {"method": lane.speculative.method, "num_speculative_tokens": lane.num_speculative_tokens,
+            "draft_sample_method": lane.speculative.draft_sample_method}
+    if lane.speculative.schedule:
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in lane.speculative.schedule]
+    args = [lane.weights.repo, "--served-model-name", lane.served_model_name,
+            "--max-model-len", str(lane.max_model_len), "--max-num-seqs", str(lane.max_num_seqs),
+            "--max-num-batched-tokens", str(lane.env["MAX_NUM_BATCHED_TOKENS"]),
+            "--gpu-memory-utilization", str(lane.env["GPU_MEMORY_UTILIZATION"]),
+            "--speculative-config", json.dumps(spec)]
+    server = twin_vllm.start_local(args, log_dir / f"{lane_name}.log", host="127.0.0.7",
+                                   env={"LANEBOOK_TWIN_TIME_SCALE": "0.001", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"})
+    api = f"{server.url}/v1"
+    run_speed(api, lane.served_model_name, "probe", LEVELS, trials=1, max_tokens=8, lane_request=lane.request)
+    return server, api, lane
+
+
+@pytest.fixture(scope="module")
+def fixed_k5(tmp_path_factory):
+    server, api, lane = start_lane("anemll-1m6", tmp_path_factory.mktemp("twin-fixed"))
+    yield api, lane
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def schedule_543(tmp_path_factory):
+    server, api, lane = start_lane("anemll-0731", tmp_path_factory.mktemp("twin-543"))
+    yield api, lane
+    server.stop()
+
+
+def measure(api, lane, workload, levels=LEVELS):
+    result = run_speed(api, lane.served_model_name, workload, levels, trials=1, max_tokens=256,
+                       lane_request=lane.request, twin=True)
+    assert result.errors == 0
+    return result.document()
+
+
+@pytest.fixture(scope="module")
+def fixed_probe(fixed_k5):
+    return measure(*fixed_k5, "probe")
+
+
+def by_level(doc, figure):
+    return {r["concurrency"]: r[figure] for r in doc["runs"]}
+
+
+def test_t04_fixed_k5_matches_seed_003_within_3_percent(fixed_probe):
+    comparison = compare_to_baseline([fixed_probe], [lane_baseline("anemll-1m6")], tolerance=0.03)
+    assert [(c.concurrency, c.figure, c.verdict) for c in comparison.cells if c.verdict != "within"] == []
+    assert by_level(fixed_probe, "decode_tokens") == {1: 255, 4: 1020, 6: 1530}
+    assert all(0 < r["acceptance_rate"] < 1 for r in fixed_probe["runs"])  # from the twin's /metrics deltas
+
+
+def test_t05_543_schedule_beats_fixed_k5_in_aggregate_at_c4_c6(fixed_probe, schedule_543):
+    scheduled = measure(*schedule_543, "probe")
+    fixed_agg, sched_agg = by_level(fixed_probe, "wall_aggregate_tok_s"), by_level(scheduled, "wall_aggregate_tok_s")
+    assert sched_agg[4] > fixed_agg[4] * 1.02 and sched_agg[6] > fixed_agg[6] * 1.02
+    assert sched_agg[1] == pytest.approx(fixed_agg[1], rel=0.03)  # C1 verifies K=5 under both
+
+
+def test_t06_count_stream_beats_code(schedule_543):
+    count = by_level(measure(*schedule_543, "count", [1]), "mean_stream_decode_tok_s")[1]
+    code = by_level(measure(*schedule_543, "code", [1]), "mean_stream_decode_tok_s")[1]
+    assert count > code * 1.2
+    assert 47 <= code <= 70  # seed 000: code/agent work lives in the 47-70 band
