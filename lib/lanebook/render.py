@@ -14,11 +14,8 @@ is not touched, so a second run changes nothing and leaves no backup.
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import shlex
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Optional
 from .compose import COMPOSE_NAME, ComposeFile, load_compose
 from .envfile import parse_env_text
 from .errors import LanebookError
+from .files import backup, write_atomic
 from .params import EnvValue, Lane
 
 ENV_NAME = ".env.dspark"
@@ -103,32 +101,6 @@ def render_env_text(lane: Lane, existing: Optional[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _backup(path: Path, stamp: str) -> Path:
-    backup = path.with_name(f"{path.name}.bak-{stamp}")
-    n = 1
-    while backup.exists():
-        n += 1
-        backup = path.with_name(f"{path.name}.bak-{stamp}-{n}")
-    shutil.copy2(path, backup)
-    return backup
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Temp file in the same dir + os.replace; keeps an existing file's mode (a new env file is 0600: it may hold keys)."""
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def render_checkout(lane: Lane, checkout_dir: str | Path) -> RenderResult:
     """Write the lane's .env.dspark and patch the compose file in a checkout; both are computed before either is written."""
     checkout = Path(checkout_dir).expanduser()
@@ -148,7 +120,7 @@ def render_checkout(lane: Lane, checkout_dir: str | Path) -> RenderResult:
             (old or "").splitlines(keepends=True), new.splitlines(keepends=True),
             fromfile=f"a/{path.name}" if old is not None else "/dev/null", tofile=f"b/{path.name}"))
         if old is not None:
-            result.backups.append(_backup(path, stamp))
-        _atomic_write(path, new)
+            result.backups.append(backup(path, stamp))
+        write_atomic(path, new, mode=None if path.exists() else 0o600)  # a new env file may hold keys
         result.changed.append(path)
     return result

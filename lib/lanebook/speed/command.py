@@ -6,9 +6,6 @@ measured on the twin are labelled twin on the terminal and in the JSON ("twin": 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -19,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import LaneError, LanebookError
+from ..files import backup, write_atomic
 from ..metrics import QueueNotIdle
 from ..params import Lane, lane_names, load_lane
 from .bands import MIN_TRIALS, bands_from_runs
@@ -169,20 +167,11 @@ def _band_cell(stats: Optional[dict], digits: int) -> str:
 
 
 def write_json(path: Path, doc: dict) -> None:
-    """Atomic write (temp file + os.replace); an existing file is kept as PATH.bak first."""
+    """Atomic write; an existing file is backed up first."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
-        shutil.copy2(path, path.with_name(path.name + ".bak"))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(doc, out, indent=2)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        backup(path)
+    write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
 def speed_command(api: str, model: str, concurrency: list[int], max_tokens: int, workload: str, trials: int,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LanebookError
+from ..files import write_atomic
 
 HEAD, WORKER = "head", "worker"
 ALIASES = (HEAD, WORKER)
@@ -109,15 +110,6 @@ class TwinLayout:
         return self.var(alias) / "sshd.log"
 
 
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
-    """Atomic write: temp file + rename, so a reader never sees half a config."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-
-
 def _conf_path(path: Path) -> str:
     """A path for an ssh/sshd config line: quoted only when it must be (paramiko reads these files too)."""
     return f'"{path}"' if any(c.isspace() for c in str(path)) else str(path)
@@ -139,8 +131,8 @@ def ensure_keys(layout: TwinLayout, addresses: TwinAddresses) -> None:
         key_type, key = layout.host_key(alias).with_suffix(".pub").read_text().split()[:2]
         port = addresses.ssh_port
         known.append(f"[{addresses.ip(alias)}]:{port},[{alias}]:{port} {key_type} {key}")
-    _write(layout.known_hosts, "\n".join(known) + "\n")
-    _write(layout.authorized_keys, layout.user_key.with_suffix(".pub").read_text(), 0o600)
+    write_atomic(layout.known_hosts, "\n".join(known) + "\n")
+    write_atomic(layout.authorized_keys, layout.user_key.with_suffix(".pub").read_text(), 0o600)
 
 
 def client_config(identity: Path, known_hosts: Path, addresses: TwinAddresses) -> str:
@@ -236,20 +228,20 @@ def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults:
     """The node's sshd config, session script, stand-in shims and the home's own ~/.ssh (to reach the other node)."""
     python = shlex.quote(sys.executable)
     bin_dir = layout.bin(alias)
-    _write(layout.sshd_config(alias), sshd_config(layout, alias, addresses))
-    _write(bin_dir / "node-session", node_session(layout, alias, faults, time_scale), 0o755)
+    write_atomic(layout.sshd_config(alias), sshd_config(layout, alias, addresses))
+    write_atomic(bin_dir / "node-session", node_session(layout, alias, faults, time_scale), 0o755)
     for name in STANDINS:
-        _write(bin_dir / name, f"#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} \"$@\"\n", 0o755)
+        write_atomic(bin_dir / name, f"#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} \"$@\"\n", 0o755)
     # ssh reads ~/.ssh from the passwd home, not $HOME: the shim points it at the node's own.
-    _write(bin_dir / "ssh", '#!/bin/sh\nexec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"\n', 0o755)
+    write_atomic(bin_dir / "ssh", '#!/bin/sh\nexec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"\n', 0o755)
     if time_scale != 1:
-        _write(bin_dir / "sleep", f"#!/bin/sh\n# --fast: the twin's waits are scaled\nexec {python} -m lanebook.twin.standins sleep \"$@\"\n", 0o755)
+        write_atomic(bin_dir / "sleep", f"#!/bin/sh\n# --fast: the twin's waits are scaled\nexec {python} -m lanebook.twin.standins sleep \"$@\"\n", 0o755)
     dot_ssh = layout.home(alias) / ".ssh"
     dot_ssh.mkdir(parents=True, exist_ok=True)
     shutil.copy(layout.user_key, dot_ssh / "id_ed25519")
     (dot_ssh / "id_ed25519").chmod(0o600)
     shutil.copy(layout.known_hosts, dot_ssh / "known_hosts")
-    _write(dot_ssh / "config", client_config(dot_ssh / "id_ed25519", dot_ssh / "known_hosts", addresses))
+    write_atomic(dot_ssh / "config", client_config(dot_ssh / "id_ed25519", dot_ssh / "known_hosts", addresses))
     layout.var(alias).mkdir(parents=True, exist_ok=True)
 
 
@@ -294,4 +286,4 @@ def read_state(layout: TwinLayout) -> dict:
 
 
 def write_state(layout: TwinLayout, state: dict) -> None:
-    _write(layout.state_file, json.dumps(state, indent=2) + "\n")
+    write_atomic(layout.state_file, json.dumps(state, indent=2) + "\n")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..errors import LanebookError
+from ..files import write_atomic
 
 GIB = 1024 ** 3
 TOTAL_BYTES = 128 * 10 ** 9  # DGX Spark: 128 GB unified memory shared by CPU and GPU
@@ -55,10 +56,7 @@ def _read_json(path: Path, default):
 
 
 def _write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def _twin_state() -> dict:

@@ -1,0 +1,44 @@
+"""Writing files safely: atomically (temp file in the same dir + rename) and with a backup first."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+
+def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
+    """A reader sees the old file or the new one, never half of one.
+
+    mode: the new file's permissions; None keeps an existing file's mode (0o644 for a new file).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def backup(path: Path, stamp: Optional[str] = None) -> Path:
+    """Copy PATH to PATH.bak-UTCSTAMP (never overwriting an earlier backup) before it is changed."""
+    path = Path(path)
+    stamp = stamp or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    target = path.with_name(f"{path.name}.bak-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.bak-{stamp}-{n}")
+    shutil.copy2(path, target)
+    return target
