@@ -28,8 +28,7 @@
 # rollback lane (see the lane file's `rollback:`).
 #
 # **Prerequisites** (checked below): the lane lints clean; the checkout is on every node; the weights
-# are on every node. If the lane is already up the launcher says so (exit 3) and the run stops:
-# use the `status` runbook instead.
+# are on every node; nothing is serving on the pair yet (if it is, use the `status` or `stop` runbook).
 
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
@@ -61,6 +60,8 @@ with rb.step("prerequisites"):
     report = lint_lane(p)
     rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"))
     rb.expect(ops.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    running = {alias: names for alias, names in ops.running_containers(rb.lane).items() if names}
+    rb.expect(not running, "nothing is serving on the pair yet (else use the status or stop runbook)", running or "")
     for node in rb.lane.nodes:
         w = weights.verify_weights(node, p.weights)
         rb.expect(w.ok, f"weights complete on {node.alias}", w.summary())
@@ -119,8 +120,8 @@ with rb.step("4 startup log"):
 
 # %%
 with rb.step("5 models and live command"):
-    models = ops.wait_models(p.api, timeout_s=60)
-    model = models[0] if models else {}
+    models = ops.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
+    model = next((m for m in models if m.get("id") == p.served_model_name), models[0] if models else {})
     rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))
     rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
     has_schedule = ops.schedule_in_live_command(rb.lane.head, ops.container_name(rb.lane))

@@ -1,5 +1,6 @@
-"""A private twin for fault tests: its own state dir and ports beside the shared one (which stays untouched).
+"""Helpers for tests against the twin.
 
+private_twin: a twin with its own state dir and ports beside the shared one (which stays untouched).
 Faults are fixed when a twin comes up, and restarting the shared twin would pull it from under other
 sessions; so a test needing a fault brings up its own (LANEBOOK_TWIN_DIR and port variables, which
 lanebook.twin reads), uses it, and takes it down again.
@@ -9,8 +10,10 @@ from __future__ import annotations
 import os
 import random
 import socket
+import time
 from contextlib import contextmanager
 
+from lanebook.nodes import q
 from lanebook.twin import control
 
 IPS = ("127.0.0.2", "127.0.0.3")
@@ -54,3 +57,21 @@ def private_twin(state_dir, faults):
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+def prints_nothing(node, command: str, within_s: float = 5.0) -> bool:
+    """`command` on the node prints nothing within a bounded wait (polled)."""
+    deadline = time.monotonic() + within_s
+    while node.run(command, check=False).stdout.strip():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def process_gone(node, pattern: str, within_s: float = 5.0) -> bool:
+    """No process on the node matches `pattern` (pgrep -f) within a bounded wait.
+
+    Write the pattern with a bracket (`slee[p] 5`) so pgrep's own command line cannot match it.
+    """
+    return prints_nothing(node, f"pgrep -f {q(pattern)}", within_s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shlex
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -86,15 +87,32 @@ class Executor:
     on_result: Optional[Callable[[CommandResult], None]] = None
 
     def run(self, node: "Node", command: str, *, timeout: Optional[float] = None, check: bool = True,
-            dry_stdout: str = "") -> CommandResult:
-        shown = redact(command)
+            dry_stdout: str = "", pty: bool = False, stdin: Optional[Path] = None,
+            on_line: Optional[Callable[[str], None]] = None) -> CommandResult:
+        """Run one command on a node.
+
+        pty: give the command a terminal, so that a timeout hangs it up (SIGHUP) on the node; without
+        one the remote process would run on after we give up. Use it for long commands (rsync,
+        launcher, downloads); output then arrives on stdout only.
+        stdin: a local file fed to the command (recorded as `command < NAME`), e.g. a probe script
+        for `python3 -`, so the recorded line stays readable.
+        on_line: called with each (redacted) output line as it arrives, for progress display.
+        """
+        shown = redact(command) + (f" < {stdin.name}" if stdin else "")
         if self.dry_run:
             result = CommandResult(node.alias, shown, 0, stdout=dry_stdout, dry_run=True)
             return self._record(result)
         timeout = timeout or self.default_timeout
         started = time.monotonic()
         try:
-            raw = node.connection().run(command, hide=True, warn=True, timeout=timeout, in_stream=False)
+            with ExitStack() as stack:
+                streams = {}
+                if on_line:
+                    streams = {"out_stream": stack.enter_context(_LineStream(on_line)),
+                               "err_stream": stack.enter_context(_LineStream(on_line))}
+                in_stream = _WholeText(stdin.read_text()) if stdin else False
+                raw = node.connection().run(command, hide=not on_line, warn=True, timeout=timeout,
+                                            in_stream=in_stream, pty=pty, **streams)
         except Exception as exc:  # noqa: BLE001 - classify transport errors into our two kinds
             duration = time.monotonic() - started
             if type(exc).__name__ == "CommandTimedOut":
@@ -104,11 +122,17 @@ class Executor:
             node.close()
             self._record(CommandResult(node.alias, shown, 255, stderr=str(exc), duration_s=duration))
             raise NodeUnreachable(f"{node.alias} ({node.address}) unreachable: {type(exc).__name__}: {exc}") from None
-        result = self._record(CommandResult(node.alias, shown, raw.exited, redact(raw.stdout), redact(raw.stderr),
+        stdout = raw.stdout.replace("\r\n", "\n") if pty else raw.stdout
+        result = self._record(CommandResult(node.alias, shown, raw.exited, redact(stdout), redact(raw.stderr),
                                             time.monotonic() - started))
         if check and not result.ok:
             raise CommandFailed(result)
         return result
+
+    def record_local(self, description: str, *, exit_code: int = 0, duration_s: float = 0.0, detail: str = "") -> CommandResult:
+        """Record a step that runs on the operator's machine (an HTTP wait), so dry-run shows it too."""
+        return self._record(CommandResult("local", redact(description), exit_code, stdout=redact(detail),
+                                          duration_s=duration_s, dry_run=self.dry_run))
 
     def _record(self, result: CommandResult) -> CommandResult:
         self.history.append(result)
@@ -123,6 +147,46 @@ class Executor:
         return [f"{r.node}: {r.command}" for r in self.history]
 
 
+class _WholeText:
+    """An in_stream that hands Fabric its whole text at once: Fabric reads other streams a byte at a time
+    with a 10 ms nap per byte (a 7 kB script would take 70 s)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def read(self, _size: int = -1) -> str:
+        text, self.text = self.text, ""
+        return text
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _LineStream:
+    """A write-only stream that hands complete output lines (redacted) to a callback."""
+
+    def __init__(self, on_line: Callable[[str], None]):
+        self.on_line = on_line
+        self.pending = ""
+
+    def write(self, text: str) -> None:
+        self.pending += text.replace("\r\n", "\n")
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.on_line(redact(line))
+
+    def flush(self) -> None:
+        pass
+
+    def __enter__(self) -> "_LineStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.pending:
+            self.on_line(redact(self.pending))
+            self.pending = ""
+
+
 class Node:
     """One machine of the lane. Connections are opened lazily: a dry run never opens one."""
 
@@ -132,6 +196,7 @@ class Node:
         self.ssh_config = ssh_config
         self.gateway = gateway
         self._connection = None
+        self._target: Optional[str] = None  # user@host:port as resolved by Fabric (ssh config included)
 
     alias = property(lambda self: self.params.alias)
     role = property(lambda self: self.params.role)
@@ -139,6 +204,9 @@ class Node:
 
     @property
     def address(self) -> str:
+        """Where the node is reached: as resolved once a connection was set up (the ssh config wins), else the params."""
+        if self._target:
+            return self._target
         user = f"{self.params.user}@" if self.params.user else ""
         return f"{user}{self.params.host}:{self.params.port}"
 
@@ -157,6 +225,7 @@ class Node:
                     self.params.host, user=self.params.user, port=self.params.port, connect_timeout=10,
                     gateway=self.gateway.connection() if self.gateway else None,
                 )
+            self._target = f"{self._connection.user}@{self._connection.host}:{self._connection.port}"
         return self._connection
 
     def close(self) -> None:
@@ -164,8 +233,9 @@ class Node:
             self._connection.close()
             self._connection = None
 
-    def run(self, command: str, *, timeout: Optional[float] = None, check: bool = True, dry_stdout: str = "") -> CommandResult:
-        return self.executor.run(self, command, timeout=timeout, check=check, dry_stdout=dry_stdout)
+    def run(self, command: str, **kwargs) -> CommandResult:
+        """See Executor.run for the keyword arguments (timeout, check, pty, stdin, on_line, dry_stdout)."""
+        return self.executor.run(self, command, **kwargs)
 
     def sudo(self, command: str, **kwargs) -> CommandResult:
         """Run as root without a prompt (sudo -n): a headless run cannot answer one."""

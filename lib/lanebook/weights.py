@@ -1,0 +1,98 @@
+"""Weights (seed 000 "download once, rsync once"): download on the head only, rsync once to the workers
+over the fabric, delete `*.incomplete` on the workers, and verify a hub model dir in place in one
+round trip (the probe in weights_probe.py runs on the node).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from .nodes import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
+from .ops import RsyncStats, rsync_to_workers
+from .params import WeightsParams
+
+PROBE = Path(__file__).with_name("weights_probe.py")
+DEFAULT_HF_CACHE = "~/.cache/huggingface"
+
+
+@dataclass
+class WeightsReport:
+    """What the probe found in one node's hub model dir. `problems` empty = whole."""
+
+    node: str
+    hub_dir: str
+    revision: Optional[str] = None
+    shard_count: int = 0
+    expected_shards: int = 0
+    problems: list[str] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+    missing_shards: list[str] = field(default_factory=list)
+    bad_shards: dict[str, str] = field(default_factory=dict)
+    broken_symlinks: list[str] = field(default_factory=list)
+    not_blob_links: list[str] = field(default_factory=list)
+    total_size: Optional[int] = None
+    size_basis: Optional[str] = None
+    sha256_checked: int = 0
+    sha256_mismatches: list[str] = field(default_factory=list)
+    seconds_on_node: float = 0.0
+    duration_s: float = 0.0
+    round_trips: int = 1
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.dry_run and not self.problems
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return f"{self.node}: not verified (dry run)"
+        state = "; ".join(self.problems) if self.problems else "complete"
+        return f"{self.node}: {self.shard_count}/{self.expected_shards} shards, {state}"
+
+
+def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, workers: int = 4,
+                   timeout_s: Optional[float] = None) -> WeightsReport:
+    """Check shard count, `*.incomplete`, each shard's size against its header and the index's total_size,
+    and the blobs/snapshots symlinks, without reading the weights; `sha256=True` also hashes every shard
+    blob against its name (reads everything, `workers` files at a time).
+    """
+    command = f"python3 - {qpath(weights.hub_dir)} {int(weights.shards)}" + (f" --sha256 {int(workers)}" if sha256 else "")
+    timeout = timeout_s or (6 * 3600 if sha256 else 120)
+    result = node.run(command, stdin=PROBE, timeout=timeout)
+    if result.dry_run:
+        return WeightsReport(node.alias, weights.hub_dir, expected_shards=weights.shards, dry_run=True)
+    try:
+        found = json.loads(result.stdout)
+    except ValueError:
+        raise NodeError(f"{node.alias}: the weights probe printed no report: {result.stdout.strip()[:200]!r}") from None
+    known = WeightsReport.__dataclass_fields__
+    report = WeightsReport(node.alias, **{k: v for k, v in found.items() if k in known and k != "node"})
+    report.duration_s = result.duration_s
+    return report
+
+
+def download_command(weights: WeightsParams) -> str:
+    """Seed 000: `HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download REPO --max-workers 4`."""
+    env = dict(weights.download_env)
+    if weights.hf_cache.rstrip("/") != DEFAULT_HF_CACHE:
+        env["HF_HOME"] = weights.hf_cache  # so the download lands where verify and rsync look
+    return f"{env_prefix(env)}hf download {q(weights.repo)} --max-workers {int(weights.max_workers)}"
+
+
+def download_on_head(lane: Lane, *, timeout_s: float = 12 * 3600,
+                     on_line: Optional[Callable[[str], None]] = None) -> CommandResult:
+    """Download on the head only (pitfall 5: never pull ~160 GB over both WANs); workers get it by rsync."""
+    return lane.head.run(download_command(lane.params.weights), pty=True, timeout=timeout_s, on_line=on_line)
+
+
+def sync_to_workers(lane: Lane, **kwargs) -> dict[str, RsyncStats]:
+    """rsync the full hub model dir (blobs + snapshots + refs, links kept) from the head to every worker."""
+    return rsync_to_workers(lane, lane.params.weights.hub_dir, **kwargs)
+
+
+def clean_incomplete_on_workers(lane: Lane) -> dict[str, list[str]]:
+    """Seed 000: `find $MODEL_DIR -name '*.incomplete' -delete` on the workers only; returns what was deleted."""
+    command = f"find {qpath(lane.params.weights.hub_dir)} -name '*.incomplete' -type f -print -delete"
+    return {w.alias: w.run(command, timeout=300).stdout.splitlines() for w in lane.workers}

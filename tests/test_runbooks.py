@@ -1,0 +1,120 @@
+"""Runbooks end to end: notebook → library → SSH → twin, with audit records and the book.
+
+Each test writes its records into a temporary outputs dir (LANEBOOK_OUTPUTS), never the repo's.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lanebook.paths import REPO
+
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    out = tmp_path / "outputs"
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(out))
+    return out
+
+
+def lanebook(*args, env=None, timeout=600):
+    return subprocess.run([str(BIN / "lanebook"), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def stop_twin_lane():
+    """The launcher refuses a lane that is already up (exit 3): start each launch from a stopped lane."""
+    from lanebook import ops
+    from lanebook.nodes import Lane
+    from lanebook.params import load_lane
+
+    with Lane(load_lane("twin")) as lane:
+        ops.stop_lane(lane)
+
+
+def records(outputs):
+    return [json.loads(line) for line in (outputs / "runs.jsonl").read_text().splitlines()]
+
+
+def test_launch_on_the_twin_passes_and_leaves_a_record(twin, outputs):
+    stop_twin_lane()
+    run = lanebook("run", "launch", "--lane", "twin")
+    assert run.returncode == 0, run.stdout + run.stderr
+    printed = Path(run.stdout.strip().splitlines()[0])
+    assert printed.exists() and printed.parent == outputs / "twin"
+    (record,) = records(outputs)
+    assert record["verdict"] == "pass" and record["failed_step"] is None
+    assert record["twin"] is True and record["runbook"] == "launch" and record["lane"] == "twin"
+    assert set(record) >= {"run_id", "started_at", "finished_at", "output", "sha256", "params", "git_commit", "figures"}
+    low, high = 2_200_000, 2_500_000
+    assert low <= record["figures"]["kv_cache_tokens"] <= high  # T02, read from the twin's startup log
+    nb = nbformat.read(printed, as_version=4)
+    text = json.dumps(nb)
+    assert "TWIN RUN" in text and record["run_id"] in printed.name
+
+    # A second launch while the lane is up stops at the prerequisites: a failed verdict naming the step, exit 1.
+    again = lanebook("run", "launch", "--lane", "twin")
+    assert again.returncode == 1
+    assert records(outputs)[-1]["verdict"] == "fail" and records(outputs)[-1]["failed_step"] == "prerequisites"
+
+    verify = lanebook("audit", "verify")
+    assert verify.returncode == 0, verify.stdout
+    shown = lanebook("audit", "--json")
+    assert [r["run_id"] for r in json.loads(shown.stdout)] == [r["run_id"] for r in records(outputs)]
+
+    # Tampering with a record is caught.
+    printed.write_text(printed.read_text().replace("TWIN RUN", "REAL RUN"))
+    assert lanebook("audit", "verify").returncode == 1
+
+    site = lanebook("book", "--out", str(outputs.parent / "site"))
+    assert site.returncode == 0, site.stderr
+    pages = list((outputs.parent / "site" / "_build" / "html" / "audit").glob("*.html"))
+    assert len(pages) == 2 and all("[TWIN]" in p.read_text() for p in pages)
+
+
+def test_papermill_without_parameters_brings_the_twin_up(twin, outputs, tmp_path):
+    from lanebook.twin import control
+
+    control.down()
+    assert not control.status()["running"]
+    out = tmp_path / "out.ipynb"
+    run = subprocess.run([str(BIN / "papermill"), str(REPO / "runbooks" / "launch.ipynb"), str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert control.status()["running"]
+    verdicts = [o["data"]["application/vnd.lanebook.verdict+json"] for c in nbformat.read(out, as_version=4).cells
+                for o in c.get("outputs", []) if "application/vnd.lanebook.verdict+json" in o.get("data", {})]
+    assert verdicts and verdicts[0]["verdict"] == "pass" and verdicts[0]["twin"] is True
+
+
+def test_dry_run_on_a_real_lane_opens_no_connection(outputs):
+    if shutil.which("unshare") is None or shutil.which("ip") is None or os.geteuid() != 0:
+        pytest.skip("needs root, unshare and ip to run in a network namespace of its own")
+    # A namespace with loopback only (the notebook kernel talks to papermill over loopback): no route
+    # to any lane address exists, so any connection attempt would fail the run.
+    command = f"ip link set lo up && {BIN / 'lanebook'} run launch --lane anemll-0731 --dry-run"
+    run = subprocess.run(["unshare", "-n", "sh", "-c", command], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (record,) = records(outputs)
+    assert record["dry_run"] is True and record["twin"] is False and record["verdict"] == "pass"
+    text = Path(run.stdout.strip().splitlines()[0]).read_text()
+    assert "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh" in text
+    assert "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1" in text
+    assert "drop_caches" in text
+
+
+def test_bad_runbook_parameters_exit_2(outputs):
+    for args, needle in [(["run", "launch", "--lane", "twin", "-p", "bogus=1"], "unknown parameter(s) for launch: bogus"),
+                         (["run", "launch", "--lane", "twin", "-p", "novalue"], "use -p KEY=VALUE"),
+                         (["run", "nosuch", "--lane", "twin"], "unknown runbook 'nosuch'"),
+                         (["run", "launch", "--lane", "anemll-0731"], "add --yes to confirm")]:
+        out = lanebook(*args)
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+    assert not (outputs / "runs.jsonl").exists()

@@ -1,0 +1,140 @@
+"""Weights (lanebook.weights): the seed's download and rsync lines in dry-run, and verification of the twin's
+48-shard hub tree over SSH in one round trip, including the damage a real tree suffers."""
+import pytest
+
+from lanebook import nodes, weights
+from lanebook.params import WeightsParams, load_lane
+from twin_helpers import prints_nothing, private_twin
+
+
+def test_dry_run_download_and_rsync_lines():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    weights.download_on_head(lane)
+    weights.sync_to_workers(lane)
+    deleted = weights.clean_incomplete_on_workers(lane)
+    report = weights.verify_weights(lane.node("worker"), lane.params.weights)
+    hub = "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
+    assert lane.executor.commands() == [
+        "head: HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 "
+        "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4",
+        f"head: rsync -aH --partial --info=stats2 {hub}/ milo@10.0.0.2:{hub.removeprefix('~/')}/",
+        f"worker: find {hub} -name '*.incomplete' -type f -print -delete",
+        f"worker: python3 - {hub} 48 < weights_probe.py",
+    ]
+    assert deleted == {"worker": []}
+    assert report.dry_run and not report.ok  # nothing was verified
+
+
+def test_download_goes_where_verify_looks():
+    params = WeightsParams(repo="org/model", hf_cache="/data/hf")
+    assert weights.download_command(params) == (
+        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 HF_HOME=/data/hf hf download org/model --max-workers 4")
+    assert params.hub_dir == "/data/hf/hub/models--org--model"
+
+
+# --- against the twin over SSH -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def damaged_lane(tmp_path_factory):
+    """A private twin whose worker tree lacks shard 7 and holds shards 3 and 17 as `*.incomplete` blobs."""
+    with private_twin(tmp_path_factory.mktemp("twin-weights"), ["incomplete-shards", "missing-shard"]):
+        with nodes.Lane(load_lane("twin")) as lane:
+            yield lane
+
+
+def shard(n):
+    return f"model-{n:05d}-of-00048.safetensors"
+
+
+@pytest.mark.twin
+def test_verify_a_whole_tree_in_one_round_trip(damaged_lane):
+    lane = damaged_lane
+    before = len(lane.executor.history)
+    report = weights.verify_weights(lane.head, lane.params.weights)
+    assert len(lane.executor.history) == before + 1
+    assert report.ok, report.problems
+    assert (report.shard_count, report.expected_shards, report.size_basis) == (48, 48, "file bytes")
+    hashed = weights.verify_weights(lane.head, lane.params.weights, sha256=True, workers=3)
+    assert hashed.ok and hashed.sha256_checked == 48
+
+
+@pytest.mark.twin
+def test_worker_tree_repaired_by_one_rsync_and_cleanup(damaged_lane):
+    """The seed's order: verify, rsync once from the head, delete `*.incomplete` on the worker only, verify."""
+    lane = damaged_lane
+    worker = lane.node("worker")
+    found = weights.verify_weights(worker, lane.params.weights)
+    assert not found.ok and found.shard_count == 45
+    assert found.missing_shards == [shard(3), shard(7), shard(17)]
+    assert len(found.incomplete) == 2 and all(p.startswith("blobs/") for p in found.incomplete)
+    assert "45 shards in the snapshot, expected 48" in found.problems
+
+    hub = lane.params.weights.hub_dir
+    files_before = set(worker.run(f"cd {nodes.qpath(hub)} && find . -type f -o -type l").stdout.split())
+    stats = weights.sync_to_workers(lane)["worker"]
+    assert stats.files_transferred == 3  # only what the worker lacked
+    head_left = lane.head.run(f"find {nodes.qpath(hub)} -name '*.incomplete'").stdout
+    deleted = weights.clean_incomplete_on_workers(lane)
+    assert sorted(p.rsplit("/", 1)[1] for p in deleted["worker"]) == sorted(p.rsplit("/", 1)[1] for p in found.incomplete)
+    assert "head" not in deleted and head_left == ""
+    files_after = set(worker.run(f"cd {nodes.qpath(hub)} && find . -type f -o -type l").stdout.split())
+    assert files_before - files_after == {"./" + p for p in found.incomplete}  # nothing else deleted
+
+    repaired = weights.verify_weights(worker, lane.params.weights, sha256=True)
+    assert repaired.ok, repaired.problems
+
+
+@pytest.mark.twin
+def test_download_on_the_head_only(damaged_lane):
+    """The twin's hub (hf stand-in) restores a shard removed from the head's tree; the line is the seed's."""
+    lane = damaged_lane
+    hub = nodes.qpath(lane.params.weights.hub_dir)
+    lane.head.run(f"rm -f $(readlink -f {hub}/snapshots/*/{shard(9)}) {hub}/snapshots/*/{shard(9)}")
+    assert weights.verify_weights(lane.head, lane.params.weights).missing_shards == [shard(9)]
+    result = weights.download_on_head(lane)
+    assert result.node == "head" and result.command == (
+        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4")
+    assert weights.verify_weights(lane.head, lane.params.weights).ok
+
+
+@pytest.mark.twin
+def test_verify_finds_the_damage_a_tree_suffers(damaged_lane):
+    """A copy of the head's tree, damaged five ways; each is reported, and sha256 mode finds the silent one."""
+    head = damaged_lane.head
+    params = damaged_lane.params.weights
+    scratch = WeightsParams(repo=params.repo, shards=params.shards, hf_cache="~/lbt-weights")
+    copy = nodes.qpath(scratch.hub_dir)
+    snap = f"{copy}/snapshots/*"
+    head.run(f"rm -rf ~/lbt-weights && mkdir -p ~/lbt-weights/hub && cp -a {nodes.qpath(params.hub_dir)} ~/lbt-weights/hub/")
+    assert weights.verify_weights(head, scratch).ok
+    head.run(f"truncate -s -1000 $(readlink -f {snap}/{shard(2)})"  # a short shard
+             f" && rm $(readlink -f {snap}/{shard(4)})"  # a blob gone: broken symlink
+             f" && printf X | dd of=$(readlink -f {snap}/{shard(5)}) bs=1 seek=5000 conv=notrunc status=none"  # silent
+             f" && cp --remove-destination $(readlink -f {snap}/{shard(6)}) {snap}/{shard(6)}"  # snapshot-only copy
+             f" && touch {copy}/blobs/abc.incomplete")
+    report = weights.verify_weights(head, scratch)
+    assert set(report.bad_shards) == {shard(2)} and report.broken_symlinks == [f"snapshots/{report.revision}/{shard(4)}"]
+    assert report.not_blob_links == [shard(6)] and report.incomplete == ["blobs/abc.incomplete"]
+    assert report.sha256_checked == 0 and not report.ok
+    hashed = weights.verify_weights(head, scratch, sha256=True)
+    assert hashed.sha256_mismatches == [shard(5)]
+    head.run("rm -rf ~/lbt-weights")
+
+
+@pytest.mark.twin
+def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
+    """Fault ssh-drop-mid-rsync: the first push to the worker loses its connection part-way; the rerun sends only
+    what is missing (the partial shard resumed) and the worker's tree verifies."""
+    with private_twin(tmp_path / "twin", ["ssh-drop-mid-rsync"]), nodes.Lane(load_lane("twin")) as lane:
+        worker = lane.node("worker")
+        with pytest.raises(nodes.CommandFailed, match="head: exit"):
+            weights.sync_to_workers(lane, timeout_s=120)
+        # The worker's receiver may still be saving the partial shard when the head reports the failure.
+        assert prints_nothing(worker, 'for p in $(pgrep -f "rsyn[c] --server"); do readlink /proc/$p/cwd; done | grep -F "$HOME"')
+        cut = weights.verify_weights(worker, lane.params.weights)
+        assert not cut.ok and cut.broken_symlinks, cut.problems  # links arrive before all their blobs
+        assert len(cut.bad_shards) == 1, cut.problems  # the shard being sent when the link dropped: kept, short
+        stats = weights.sync_to_workers(lane, timeout_s=120)["worker"]
+        assert stats.matched_data > 0, stats  # --partial: the short shard was the basis, not sent again
+        assert stats.transferred_file_size < stats.total_file_size and stats.literal_data < stats.total_file_size
+        assert weights.verify_weights(worker, lane.params.weights, sha256=True).ok
