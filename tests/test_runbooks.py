@@ -39,12 +39,19 @@ def stop_twin_lane():
         ops.stop_lane(lane)
 
 
+@pytest.fixture
+def stopped_lane(twin):
+    """Start from a stopped twin lane and leave it stopped, so other tests find the pair free."""
+    stop_twin_lane()
+    yield
+    stop_twin_lane()
+
+
 def records(outputs):
     return [json.loads(line) for line in (outputs / "runs.jsonl").read_text().splitlines()]
 
 
-def test_launch_on_the_twin_passes_and_leaves_a_record(twin, outputs):
-    stop_twin_lane()
+def test_launch_on_the_twin_passes_and_leaves_a_record(stopped_lane, outputs):
     run = lanebook("run", "launch", "--lane", "twin")
     assert run.returncode == 0, run.stdout + run.stderr
     printed = Path(run.stdout.strip().splitlines()[0])
@@ -79,7 +86,7 @@ def test_launch_on_the_twin_passes_and_leaves_a_record(twin, outputs):
     assert len(pages) == 2 and all("[TWIN]" in p.read_text() for p in pages)
 
 
-def test_papermill_without_parameters_brings_the_twin_up(twin, outputs, tmp_path):
+def test_papermill_without_parameters_brings_the_twin_up(stopped_lane, outputs, tmp_path):
     from lanebook.twin import control
 
     control.down()
