@@ -103,3 +103,23 @@ def test_a_node_down_is_one_clear_error(tmp_path):
         assert "\n" not in str(caught.value) and time.monotonic() - started < 15
         assert [(r.node, r.exit_code) for r in lane.executor.history] == [("head", 0), ("worker", 255)]
         assert lane.head.run("echo head fine").stdout == "head fine\n"
+
+
+def test_host_key_checking_is_on(twin, tmp_path):
+    """A node whose host key is not in the known_hosts the lane uses is refused, not trusted on first use."""
+    from pathlib import Path
+
+    from lanebook.params import lane_with
+
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    config = Path(twin["ssh_config"]).read_text()
+    known = next(line.split()[1] for line in config.splitlines() if line.strip().startswith("UserKnownHostsFile"))
+    strict = tmp_path / "ssh_config"
+    strict.write_text(config.replace(known, str(empty)))
+    lane_params = lane_with(load_lane("twin"), ssh_config=str(strict))
+    with nodes.Lane(lane_params) as lane, pytest.raises(NodeUnreachable, match="head"):
+        lane.head.run("true")
+    assert empty.read_text() == ""  # nothing was added behind our back
+    with nodes.Lane(load_lane("twin")) as lane:
+        assert lane.head.run("true").ok  # the twin's own known_hosts is accepted

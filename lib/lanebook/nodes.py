@@ -225,8 +225,24 @@ class Node:
                     self.params.host, user=self.params.user, port=self.params.port, connect_timeout=10,
                     gateway=self.gateway.connection() if self.gateway else None,
                 )
+            self._check_host_keys(self._connection)
             self._target = f"{self._connection.user}@{self._connection.host}:{self._connection.port}"
         return self._connection
+
+    @staticmethod
+    def _check_host_keys(connection) -> None:
+        """Host-key checking on, as `ssh` does with StrictHostKeyChecking: an unknown or changed key refuses.
+
+        Fabric would otherwise add unknown keys silently, and it ignores UserKnownHostsFile, so the
+        known_hosts the ssh config names (the twin's own) is loaded here.
+        """
+        from paramiko import RejectPolicy
+
+        for path in connection.ssh_config.get("userknownhostsfile", "").split():
+            known = Path(path).expanduser()
+            if known.is_file():
+                connection.client.load_host_keys(str(known))
+        connection.client.set_missing_host_key_policy(RejectPolicy())
 
     def close(self) -> None:
         if self._connection is not None:
