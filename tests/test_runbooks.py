@@ -111,10 +111,11 @@ def test_dry_run_on_a_real_lane_opens_no_connection(outputs):
     assert run.returncode == 0, run.stdout + run.stderr
     (record,) = records(outputs)
     assert record["dry_run"] is True and record["twin"] is False and record["verdict"] == "pass"
-    text = Path(run.stdout.strip().splitlines()[0]).read_text()
-    assert "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh" in text
-    assert "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1" in text
-    assert "drop_caches" in text
+    notebook = Path(run.stdout.strip().splitlines()[0]).read_text()
+    for text in (run.stdout, notebook):  # printed on the terminal and kept in the record
+        assert "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh" in text
+        assert "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1" in text
+        assert "drop_caches" in text and "/dev/shm" in text
 
 
 def test_bad_runbook_parameters_exit_2(outputs):

@@ -132,8 +132,8 @@ def _stage(stage: Path) -> None:
 
 
 def build_book(out: Optional[Path] = None) -> Path:
-    """Build the site; returns the path of its index.html."""
-    out = Path(out or BOOK_DIR / "_build").resolve()
+    """Build the site into OUT/_build/html (default book/_build/html); returns the path of its index.html."""
+    out = Path(out or BOOK_DIR).resolve()  # jupyter-book writes OUT/_build/html
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     with tempfile.TemporaryDirectory(prefix="lanebook-book-") as tmp:
         stage = Path(tmp)

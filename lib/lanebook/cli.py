@@ -73,6 +73,9 @@ def run(
 
     record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes)
     typer.echo(record["output"])
+    if dry_run:
+        typer.echo("commands the run would send (none were sent):")
+        typer.echo("\n".join(f"  {line}" for line in record["commands"]) or "  (none)")
     typer.echo(f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else ""))
     raise typer.Exit(0 if record["verdict"] == "pass" else 1)
 
@@ -162,7 +165,7 @@ def audit_verify():
 
 
 @app.command("book")
-def book(out: Optional[Path] = typer.Option(None, "--out", help="where to write the site (default book/_build)")):
+def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)")):
     """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""
     from .book import build_book
 

@@ -10,6 +10,18 @@ MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
 console = Console()
 
 
+def _stop_lane_left_up() -> None:
+    """A demo starts from a stopped lane, so it can be run again (the launch runbook refuses a busy pair)."""
+    from . import ops
+    from .nodes import Lane
+    from .params import load_lane
+
+    with Lane(load_lane("twin")) as lane:
+        if any(ops.running_containers(lane).values()):
+            console.print("stopping the twin lane an earlier run left up")
+            ops.stop_lane(lane)
+
+
 def run_demo() -> int:
     from .book import build_book
     from .runner import run_runbook
@@ -17,6 +29,7 @@ def run_demo() -> int:
 
     console.rule("twin")
     control.print_status(control.up(faults=[], fast=True))
+    _stop_lane_left_up()
     verdicts = {}
     for name in MAIN_JOB:
         if not (RUNBOOKS_DIR / f"{name}.ipynb").exists():

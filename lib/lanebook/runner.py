@@ -137,4 +137,5 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
         "figures": figures,
     }
     append_run(record)
-    return {**record, "output": str(output)}
+    commands = result["commands"] if result else []  # a dry run's recorded command lines, for the terminal
+    return {**record, "output": str(output), "commands": commands}
