@@ -28,7 +28,8 @@
 # rollback lane (see the lane file's `rollback:`).
 #
 # **Prerequisites** (checked below): the lane lints clean; the checkout is on every node; the weights
-# are on every node; nothing is serving on the pair yet (if it is, use the `status` or `stop` runbook).
+# are on every node; no other lane is serving on the pair. Launching is idempotent: if this lane is
+# already up, steps 1–3 are skipped and the server is verified as it runs.
 
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
@@ -60,8 +61,10 @@ with rb.step("prerequisites"):
     report = lint_lane(p)
     rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"))
     rb.expect(ops.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
-    running = {alias: names for alias, names in ops.running_containers(rb.lane).items() if names}
-    rb.expect(not running, "nothing is serving on the pair yet (else use the status or stop runbook)", running or "")
+    pair = ops.pair_occupancy(rb.lane)
+    rb.expect(not pair.other_lane_up, "no other lane is serving on the pair (stop it first: both want the whole pair)",
+              {a: n for a, n in pair.others.items() if n} or "")
+    already_up = pair.this_lane_up  # launching is idempotent: an up lane is verified, not restarted
     for node in rb.lane.nodes:
         w = weights.verify_weights(node, p.weights)
         rb.expect(w.ok, f"weights complete on {node.alias}", w.summary())
@@ -72,8 +75,11 @@ with rb.step("prerequisites"):
 
 # %%
 with rb.step("1 clean memory"):
-    cleaned = ops.clean_memory(rb.lane)
-    rb.expect(all(r.ok for r in cleaned.values()), "SHM and page cache cleaned on every node", ", ".join(cleaned))
+    if already_up:
+        rb.skip("SHM and page cache cleaned on every node", "the lane is already up; memory is never cleaned under a server")
+    else:
+        cleaned = ops.clean_memory(rb.lane)
+        rb.expect(all(r.ok for r in cleaned.values()), "SHM and page cache cleaned on every node", ", ".join(cleaned))
 
 # %% [markdown]
 # ## Step 2 — Mask legacy units, check free memory
@@ -82,9 +88,12 @@ with rb.step("1 clean memory"):
 # %%
 with rb.step("2 legacy units and memory"):
     ops.mask_legacy_units(rb.lane)
-    memory = ops.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
-    rb.record(free_gib=memory.free_gib)
-    rb.expect(memory.ok, f"free memory ≥ {min_free_gib:g} GiB on every node", memory.free_gib)
+    if already_up:
+        rb.skip(f"free memory ≥ {min_free_gib:g} GiB on every node", "the lane is already up and holds its memory")
+    else:
+        memory = ops.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
+        rb.record(free_gib=memory.free_gib)
+        rb.expect(memory.ok, f"free memory ≥ {min_free_gib:g} GiB on every node", memory.free_gib)
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head
@@ -93,8 +102,11 @@ with rb.step("2 legacy units and memory"):
 
 # %%
 with rb.step("3 start"):
-    started = ops.start_lane(rb.lane)
-    rb.expect(started.ok, "launcher reports the lane up", started.summary())
+    if already_up:
+        rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
+    else:
+        started = ops.start_lane(rb.lane)
+        rb.expect(started.ok, "launcher reports the lane up", started.summary())
 
 # %% [markdown]
 # ## Step 4 — Check the startup log

@@ -66,10 +66,12 @@ def test_launch_on_the_twin_passes_and_leaves_a_record(stopped_lane, outputs):
     text = json.dumps(nb)
     assert "TWIN RUN" in text and record["run_id"] in printed.name
 
-    # A second launch while the lane is up stops at the prerequisites: a failed verdict naming the step, exit 1.
+    # Launch is idempotent: a second run verifies the running lane instead of restarting it.
     again = lanebook("run", "launch", "--lane", "twin")
-    assert again.returncode == 1
-    assert records(outputs)[-1]["verdict"] == "fail" and records(outputs)[-1]["failed_step"] == "prerequisites"
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert records(outputs)[-1]["verdict"] == "pass"
+    second = Path(again.stdout.strip().splitlines()[0]).read_text()
+    assert "skipped: already up" in second and "launcher ok" not in second
 
     verify = lanebook("audit", "verify")
     assert verify.returncode == 0, verify.stdout

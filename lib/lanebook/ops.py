@@ -57,6 +57,30 @@ def running_containers(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> di
     return {alias: [n for n in names if n.startswith(prefix)] for alias, names in _running_names(lane, nodes).items()}
 
 
+@dataclass
+class PairOccupancy:
+    """Who is serving on the pair: this lane's containers and other lanes' vLLM containers, per node."""
+
+    mine: dict[str, list[str]]
+    others: dict[str, list[str]]
+
+    @property
+    def this_lane_up(self) -> bool:
+        return any(self.mine.values())
+
+    @property
+    def other_lane_up(self) -> bool:
+        return any(self.others.values())
+
+
+def pair_occupancy(lane: Lane) -> PairOccupancy:
+    """One `docker ps` per node: both lanes want the whole pair, so only one may serve at a time (seed 003)."""
+    prefix = project_name(lane) + "-"
+    names = _running_names(lane)
+    return PairOccupancy(mine={a: [n for n in ns if n.startswith(prefix)] for a, ns in names.items()},
+                         others={a: [n for n in ns if "vllm" in n and not n.startswith(prefix)] for a, ns in names.items()})
+
+
 def clean_memory(lane: Lane) -> dict[str, CommandResult]:
     """Clean /dev/shm and drop the page cache on every node (seed 000; pitfall 4's sticky UMA).
 

@@ -75,6 +75,11 @@ class Runbook:
         if not ok:
             raise StepFailed(f"{self.current_step}: {what}" + (f" ({detail})" if detail else ""))
 
+    def skip(self, what: str, why: str) -> None:
+        """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
+        self.checks.append((self.current_step, what, True, f"skipped: {why}"))
+        _display(markdown=f"⏭️ **{what}** — skipped: {why}")
+
     def record(self, **figures: Any) -> None:
         """Figures that go into the run record (twin figures are labelled by the record's twin flag)."""
         self.figures.update(figures)
