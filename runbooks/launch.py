@@ -34,7 +34,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-min_free_gib = 100.0   # below this after cleanup, memory is sticky (pitfall P04): drop caches or reboot
+min_free_gib = None    # GiB free needed after cleanup; None = what vLLM asks (GPU_MEMORY_UTILIZATION × total). Below it, memory is sticky (P04)
 
 # %%
 from lanebook import ops, weights
@@ -59,7 +59,8 @@ troubleshooting_table("launch")
 # %%
 with rb.step("prerequisites"):
     report = lint_lane(p)
-    rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"))
+    rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"),
+              local=True)
     rb.expect(ops.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     pair = ops.pair_occupancy(rb.lane)
     rb.expect(not pair.other_lane_up, "no other lane is serving on the pair (stop it first: both want the whole pair)",
@@ -89,11 +90,11 @@ with rb.step("1 clean memory"):
 with rb.step("2 legacy units and memory"):
     ops.mask_legacy_units(rb.lane)
     if already_up:
-        rb.skip(f"free memory ≥ {min_free_gib:g} GiB on every node", "the lane is already up and holds its memory")
+        rb.skip("enough free memory on every node", "the lane is already up and holds its memory")
     else:
         memory = ops.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
         rb.record(free_gib=memory.free_gib)
-        rb.expect(memory.ok, f"free memory ≥ {min_free_gib:g} GiB on every node", memory.free_gib)
+        rb.expect(memory.ok, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", memory.summary())
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head

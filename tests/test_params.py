@@ -65,6 +65,9 @@ def _variant(old: str, new: str) -> str:
     ("  shards: 48", "  shards: many", "'weights.shards'"),
     ("    WAIT_SECONDS: 15\n", "", "WAIT_SECONDS"),
     ("  method: dspark\n", "  method: dspark\n  bogus: 1\n", "unknown key 'speculative.bogus'"),
+    ("  MTP_NUM_TOKENS: 5", "  MTP_NUM_TOKENS: five", "env.MTP_NUM_TOKENS must be an integer"),
+    ("    WAIT_SECONDS: 15", "    WAIT_SECONDS: soon", "launcher.env.WAIT_SECONDS must be an integer"),
+    ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
 ])
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):
     path = _write(tmp_path, _variant(old, new))
@@ -82,3 +85,7 @@ def test_cli_unknown_lane_and_bad_file_exit_2(tmp_path):
     bad = _write(tmp_path, "name: [unclosed\n")
     out = subprocess.run(LANEBOOK + ["run", "launch", "--lane", str(bad), "--dry-run"], capture_output=True, text=True)
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
+    for args, needle in [(["speed", "--api", "http://127.0.0.9:1/v1", "--model", "m", "--concurrency", "a"], "--concurrency"),
+                         (["run", "launch", "--lane", "twin", "-p", "x=["], "bad parameter 'x=['")]:
+        out = subprocess.run(LANEBOOK + args, capture_output=True, text=True)
+        assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr

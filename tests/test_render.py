@@ -234,3 +234,18 @@ def test_wrong_injection_value_is_corrected_in_place(tmp_path):
     text = (directory / COMPOSE).read_text()
     assert '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"  # forced on for a test\n' in text
     assert len(text.splitlines()) == len(forced.splitlines())
+
+
+def test_printed_diff_never_shows_a_secret(tmp_path):
+    """The env file may carry keys (HF_TOKEN, VLLM_API_KEY); the diff we print must not."""
+    from lanebook.params import lane_with, load_lane
+    from lanebook.render import render_checkout
+    from lanebook.twin.tree import TEMPLATES
+
+    (tmp_path / "docker-compose.dspark.yml").write_text((TEMPLATES / "docker-compose.dspark.yml").read_text())
+    (tmp_path / ".env.dspark").write_text("HF_TOKEN=hf_" + "x" * 30 + "\nMAX_NUM_BATCHED_TOKENS=16384\n")
+    lane = lane_with(load_lane("anemll-0731"), env={"VLLM_API_KEY": "sk-very-secret-1"})
+    result = render_checkout(lane, tmp_path)
+    assert "hf_" + "x" * 30 not in result.diff and "sk-very-secret-1" not in result.diff
+    assert "+MAX_NUM_BATCHED_TOKENS=8192" in result.diff  # token counts are not secrets
+    assert "sk-very-secret-1" in (tmp_path / ".env.dspark").read_text()  # the file itself keeps the value

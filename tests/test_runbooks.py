@@ -128,3 +128,14 @@ def test_bad_runbook_parameters_exit_2(outputs):
         out = lanebook(*args)
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
     assert not (outputs / "runs.jsonl").exists()
+
+
+def test_dry_run_still_fails_on_what_it_checks_locally(outputs, tmp_path):
+    """A dry run observes nothing on the lane, but lint runs here: a planted P07 fails the run."""
+    text = (REPO / "params" / "anemll-0731.yaml").read_text().replace("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.80")
+    lane_file = tmp_path / "lane-080.yaml"
+    lane_file.write_text(text)
+    run = lanebook("run", "launch", "--lane", str(lane_file), "--dry-run")
+    assert run.returncode == 1, run.stdout + run.stderr
+    (record,) = records(outputs)
+    assert record["verdict"] == "fail" and record["failed_step"] == "prerequisites"

@@ -36,6 +36,27 @@ def _md_table(header: list[str], rows: list[list[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _wide(table: str) -> str:
+    """Mark a wide generated table (styled by BOOK_CSS)."""
+    return "```{container} lanebook-wide\n" + table + "```\n"
+
+
+# Staged as _static/lanebook.css (jupyter-book links every CSS file under _static).
+BOOK_CSS = """\
+/* Wide generated tables (lane matrix, pitfalls, audit index) sit on pages without a contents sidebar:
+   let the article take the width the theme keeps for that sidebar, and use a smaller type. */
+@media (min-width: 1200px) {
+  .bd-content:not(:has(.bd-sidebar-secondary)) .bd-article-container:has(div.lanebook-wide) { max-width: 100%; }
+}
+div.lanebook-wide table { font-size: 0.85rem; }
+div.lanebook-wide table code { font-size: 0.8rem; }
+div.lanebook-wide table :is(th, td) { padding: 0.3rem 0.4rem; }
+"""
+
+# The verdict output is for tools (the runner and tests read it); the page heading states the verdict.
+VERDICT_MIME = "application/vnd.lanebook.verdict+json"
+
+
 def lanes_page() -> str:
     lanes = [load_lane(n) for n in lane_names()]
     keys: list[str] = []
@@ -52,7 +73,7 @@ def lanes_page() -> str:
         "# Lane matrix\n\nEvery value comes from the lane files under `params/` (the same files that render the env\n"
         "file, patch the compose file, drive the twin and set the gates). A variant is a copy with one line changed.\n\n"
         + (f"**Rollback chain:** {chain}. Keep the rollback lane boring: do not delete it because a canary passed.\n\n" if chain else "")
-        + _md_table(["key"] + [f"**{lane.name}**" + (" (twin)" if lane.twin else "") for lane in lanes], rows)
+        + _wide(_md_table(["key"] + [f"**{lane.name}**" + (" (**TWIN**)" if lane.twin else "") for lane in lanes], rows))
         + "\n" + "\n".join(f"- **{lane.name}**: {lane.description}" for lane in lanes) + "\n"
     )
 
@@ -70,7 +91,7 @@ def pitfalls_page() -> str:
 
     rows = [[p.id, p.title, p.severity, p.where, p.fix] for p in PITFALLS]
     return ("# Pitfalls\n\nThe recipe's hard-won lessons, one registry feeding `lanebook lint`, the runbooks'\n"
-            "troubleshooting tables, the twin and this page.\n\n" + _md_table(["id", "pitfall", "severity", "checked in", "what to do"], rows))
+            "troubleshooting tables, the twin and this page.\n\n" + _wide(_md_table(["id", "pitfall", "severity", "checked in", "what to do"], rows)))
 
 
 def audit_page(entries: list[tuple[dict, str]]) -> str:
@@ -82,7 +103,7 @@ def audit_page(entries: list[tuple[dict, str]]) -> str:
     return ("# Audit trail\n\nEvery headless run leaves its executed notebook; this is the index (`outputs/runs.jsonl`).\n"
             "Runs marked **TWIN** ran on the digital twin: their figures are twin figures, not a real lane's.\n"
             "`lanebook audit verify` re-hashes every record.\n\n"
-            + _md_table(["started (UTC)", "where", "lane", "runbook", "verdict", "failed step", "notebook", "sha256"], rows))
+            + _wide(_md_table(["started (UTC)", "where", "lane", "runbook", "verdict", "failed step", "notebook", "sha256"], rows)))
 
 
 def _audit_copy(record: dict, src: Path, dst: Path) -> None:
@@ -90,8 +111,11 @@ def _audit_copy(record: dict, src: Path, dst: Path) -> None:
     for cell in nb.cells:  # one H1 per page: the record's heading below
         if cell.cell_type == "markdown":
             cell.source = re.sub(r"^# ", "## ", cell.source, flags=re.M)
+        elif cell.cell_type == "code":  # the page copy only: the record keeps its verdict output
+            cell.outputs = [o for o in cell.get("outputs", []) if VERDICT_MIME not in o.get("data", {})]
     where = "TWIN" if record["twin"] else "REAL LANE"
-    heading = (f"# [{where}] {record['runbook']} · {record['lane']} · {record['started_at']}\n\n"
+    dry = " [DRY RUN]" if record.get("dry_run") else ""  # a dry run opened no connection: not a lane's result
+    heading = (f"# [{where}]{dry} {record['runbook']} · {record['lane']} · {record['started_at']}\n\n"
                f"Verdict **{record['verdict']}**" + (f", failed step: {record['failed_step']}" if record.get("failed_step") else "")
                + f". Record `{record['output']}` (sha256 `{record['sha256'][:16]}…`).")
     if record["twin"]:
@@ -103,6 +127,8 @@ def _audit_copy(record: dict, src: Path, dst: Path) -> None:
 def _stage(stage: Path) -> None:
     shutil.copy(BOOK_DIR / "_config.yml", stage / "_config.yml")
     shutil.copy(BOOK_DIR / "intro.md", stage / "intro.md")
+    (stage / "_static").mkdir()
+    (stage / "_static" / "lanebook.css").write_text(BOOK_CSS)
     (stage / "lanes.md").write_text(lanes_page())
     (stage / "pitfalls.md").write_text(pitfalls_page())
     (stage / "runbooks").mkdir()

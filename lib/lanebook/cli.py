@@ -131,7 +131,10 @@ def speed(
     """Streaming speed waves (SPEC section 6): per-stream decode, wall aggregate, TTFT, acceptance."""
     from .speed.command import speed_command
 
-    levels = [int(c) for c in _split_csv(concurrency)] if concurrency else []
+    try:
+        levels = [int(c) for c in _split_csv(concurrency)]
+    except ValueError:
+        levels = []
     if not levels or any(c < 1 for c in levels):
         raise LanebookError(f"--concurrency must be positive integers like 1,4,6 (got {concurrency!r})")
     raise typer.Exit(speed_command(api=api, model=model, concurrency=levels, max_tokens=max_tokens,

@@ -238,7 +238,9 @@ class Node:
         """
         from paramiko import RejectPolicy
 
-        for path in connection.ssh_config.get("userknownhostsfile", "").split():
+        named = connection.ssh_config.get("userknownhostsfile", "").split()
+        connection.client.load_system_host_keys()  # /etc/ssh/ssh_known_hosts is read by ssh too
+        for path in named or ["~/.ssh/known_hosts", "~/.ssh/known_hosts2"]:  # ssh's defaults when none is named
             known = Path(path).expanduser()
             if known.is_file():
                 connection.client.load_host_keys(str(known))

@@ -119,11 +119,6 @@ def memory_figures(node: Node) -> Optional[MemoryFigures]:
     return MemoryFigures(gib["total"], gib["free"], gib.get("available", gib["free"]))
 
 
-def free_memory_gib(node: Node) -> Optional[float]:
-    figures = memory_figures(node)
-    return figures.free_gib if figures else None
-
-
 @dataclass
 class UmaCheck:
     """Per node: free GiB, the GiB vLLM will ask for, and whether it fits (pitfall 4: free can stick at ~10–16 GiB)."""
@@ -143,6 +138,11 @@ class UmaCheck:
     @property
     def free_gib(self) -> dict[str, float]:
         return {alias: n["free_gib"] for alias, n in self.nodes.items()}
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return "not measured (dry run)"
+        return ", ".join(f"{a}: {n['free_gib']:g} GiB free, {n['needed_gib']:g} needed" for a, n in self.nodes.items())
 
 
 def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> UmaCheck:
@@ -181,7 +181,7 @@ def mask_legacy_units(lane: Lane) -> dict[str, list[str]]:
     for node in lane.nodes:
         before = _unit_states(node.run(probe).stdout)
         was_active[node.alias] = [u for u in units if before.get(u) == "active"]
-        node.sudo(f"systemctl mask --now {listed}", check=False)
+        node.sudo(f"systemctl mask --now {listed}")  # a refused sudo must not pass as "masked"
         still = [u for u, state in _unit_states(node.run(probe).stdout).items() if state == "active"]
         if still:
             raise NodeError(f"{node.alias}: still active after masking: {', '.join(still)}")

@@ -21,6 +21,14 @@ from .paths import PARAMS_DIR
 EnvValue = Union[StrictInt, StrictFloat, StrictStr]
 
 
+# Env keys the recipe's shell arithmetic and vLLM read as integers.
+INTEGER_ENV_KEYS = ("MAX_MODEL_LEN", "MAX_NUM_SEQS", "MAX_NUM_BATCHED_TOKENS", "MTP_NUM_TOKENS")
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,6 +54,9 @@ class LauncherParams(Strict):
         missing = [k for k in ("PROJECT_NAME", "WAIT_ATTEMPTS", "WAIT_SECONDS") if k not in self.env]
         if missing:
             raise ValueError(f"launcher.env is missing {', '.join(missing)}")
+        for key in ("WAIT_ATTEMPTS", "WAIT_SECONDS"):
+            if not _is_integer(self.env[key]):
+                raise ValueError(f"launcher.env.{key} must be an integer, got {self.env[key]!r}")
         return self
 
     @property
@@ -145,6 +156,13 @@ class Lane(Strict):
         for key in ("DSPARK_MODEL", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "MAX_NUM_SEQS", "MTP_NUM_TOKENS"):
             if key not in self.env:
                 raise ValueError(f"env: {key} is required")
+        for key in INTEGER_ENV_KEYS:
+            if key in self.env and not _is_integer(self.env[key]):
+                raise ValueError(f"env.{key} must be an integer, got {self.env[key]!r}")
+        aliases = {n.alias: n for n in self.nodes}
+        for node in self.nodes:
+            if node.jump and (node.jump not in aliases or node.jump == node.alias or aliases[node.jump].jump):
+                raise ValueError(f"nodes.{node.alias}.jump must name another node that is reached directly, got {node.jump!r}")
         if self.env["DSPARK_MODEL"] != self.weights.repo:
             raise ValueError("weights.repo must equal env.DSPARK_MODEL")
         return self

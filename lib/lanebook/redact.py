@@ -7,14 +7,17 @@ from typing import Any
 REDACTED = "[REDACTED]"
 
 # Key names whose values are secrets wherever they appear (env assignments, params, JSON).
-SECRET_KEYS = re.compile(r"(?i)(token|api[_-]?key|apikey|password|passwd|secret|authorization)")
+# A key that ENDS in one of these words: HF_TOKEN, api_key, DSPARK_API_KEYS; not max_tokens or MAX_NUM_BATCHED_TOKENS.
+SECRET_KEYS = re.compile(r"(?i)(?:^|[_-])(token|api[_-]?keys?|apikey|password|passwd|secret|authorization)$")
 
 _PATTERNS = [
     re.compile(r"hf_[A-Za-z0-9]{20,}"),
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
-    # KEY=value and --api-key value forms for secret-looking key names.
-    re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|API_KEY|APIKEY|PASSWORD|SECRET)[A-Z0-9_]*=)('[^']*'|\"[^\"]*\"|\S+)"),
+    # KEY=value, "key": value, key: value and --api-key value forms, for key names ending in a secret word.
+    re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|API_KEYS?|APIKEY|PASSWORD|PASSWD|SECRET)=)('[^']*'|\"[^\"]*\"|\S+)"),
+    re.compile(r"(?i)(\"(?:[a-z0-9_]*_)?(?:token|api_?keys?|password|secret)\"\s*:\s*)(\"[^\"]*\")"),
+    re.compile(r"(?im)(^\s*(?:[a-z0-9_]*_)?(?:token|api_?keys?|password|secret)\s*:[ \t]*)([^\s#]+)"),
     re.compile(r"(?i)(--(?:api-key|token|password)[= ])('[^']*'|\"[^\"]*\"|\S+)"),
 ]
 

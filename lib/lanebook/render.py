@@ -26,6 +26,7 @@ from .envfile import parse_env_text
 from .errors import LanebookError
 from .files import backup, write_atomic
 from .params import EnvValue, Lane
+from .redact import redact
 
 ENV_NAME = ".env.dspark"
 ADDED_HEADER = "# --- added by `lanebook env render`"
@@ -116,9 +117,9 @@ def render_checkout(lane: Lane, checkout_dir: str | Path) -> RenderResult:
     for path, old, new in plan:
         if old == new:
             continue
-        result.diff += "".join(difflib.unified_diff(
+        result.diff += redact("".join(difflib.unified_diff(
             (old or "").splitlines(keepends=True), new.splitlines(keepends=True),
-            fromfile=f"a/{path.name}" if old is not None else "/dev/null", tofile=f"b/{path.name}"))
+            fromfile=f"a/{path.name}" if old is not None else "/dev/null", tofile=f"b/{path.name}")))  # printed: no secrets
         if old is not None:
             result.backups.append(backup(path, stamp))
         write_atomic(path, new, mode=None if path.exists() else 0o600)  # a new env file may hold keys

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import nbformat
 from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from .audit import append_run, sha256_file
 from .errors import LanebookError
@@ -37,7 +38,10 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
             raise LanebookError(f"bad parameter {pair!r}: use -p KEY=VALUE")
-        params[key] = YAML(typ="safe").load(value) if value else ""
+        try:
+            params[key] = YAML(typ="safe").load(value) if value else ""
+        except YAMLError:
+            raise LanebookError(f"bad parameter {pair!r}: the value is not a YAML scalar (quote it)") from None
     return params
 
 
@@ -79,7 +83,10 @@ def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
 
 def read_verdict(path: Path) -> Optional[dict]:
     """The verdict the runbook's last cell emitted, if it got that far."""
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:  # noqa: BLE001 - an empty or half-written output has no verdict
+        return None
     for cell in reversed(nb.cells):
         for output in cell.get("outputs", []):
             data = output.get("data", {})
@@ -116,6 +123,8 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
             verdict, failed_step = "fail", str(exc.evalue).split(":", 1)[0]
         else:
             failed_step = f"cell {exc.exec_count}: {exc.ename}"
+    except Exception as exc:  # noqa: BLE001 - a dead or missing kernel still leaves a record
+        failed_step = f"papermill: {type(exc).__name__}: {exc}"[:300]
     result = read_verdict(output)
     if result is not None:
         verdict, figures = result["verdict"], result["figures"]
