@@ -21,11 +21,8 @@ from .audit import read_runs, resolve_output
 from .errors import LanebookError
 from .params import lane_names, load_lane
 from .paths import BOOK_DIR, RUNBOOKS_DIR
+from .redact import redact
 from .runner import RUNBOOKS
-
-# What must never reach a page (SPEC section 8): tokens, bearer headers, private keys.
-SECRET_ON_PAGE = re.compile(r"hf_[A-Za-z0-9]{20,}|Bearer [A-Za-z0-9._-]{16,}|BEGIN (?:OPENSSH|RSA) PRIVATE KEY")
-
 
 def _md_table(header: list[str], rows: list[list[object]]) -> str:
     def cell(v: object) -> str:
@@ -164,13 +161,18 @@ def build_book(out: Optional[Path] = None) -> Path:
     with tempfile.TemporaryDirectory(prefix="lanebook-book-") as tmp:
         stage = Path(tmp)
         _stage(stage)
+        _refuse_secrets(stage)
         proc = subprocess.run([str(jupyter_book), "build", str(stage), "--path-output", str(out)],
                               capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise LanebookError(f"jupyter-book build failed:\n{tail}")
-    html = out / "_build" / "html"
-    leaked = [str(p) for p in html.rglob("*.html") if SECRET_ON_PAGE.search(p.read_text(errors="ignore"))]
+    return out / "_build" / "html" / "index.html"
+
+
+def _refuse_secrets(stage: Path) -> None:
+    """Nothing is published when a page source holds what redaction would hide (SPEC section 8)."""
+    leaked = [p.relative_to(stage) for p in sorted(stage.rglob("*")) if p.suffix in (".md", ".ipynb", ".yml")
+              and redact(p.read_text(errors="ignore")) != p.read_text(errors="ignore")]
     if leaked:
-        raise LanebookError(f"refusing to publish: pages look like they hold a secret: {', '.join(leaked[:3])}")
-    return html / "index.html"
+        raise LanebookError(f"refusing to publish: {', '.join(map(str, leaked[:3]))} looks like it holds a secret")
