@@ -65,6 +65,19 @@ def test_incomplete_bands_never_pass():
     assert compare_to_baseline([current], [three_trials("code")]).verdict == "incomplete"
     missing = compare_to_baseline([doc("json", [run(1, 1, 60.0, 55.0)] * 3)], [three_trials("code")])
     assert {c.verdict for c in missing.cells} == {"missing"}
+    assert missing.verdict == "incomplete"  # no baseline to meet is not a pass
+
+
+def test_baseline_needs_the_same_max_tokens_and_no_errors():
+    import pytest
+
+    from lanebook.errors import LanebookError
+
+    base = three_trials("code")
+    with pytest.raises(LanebookError, match="max_tokens"):
+        compare_to_baseline([doc("code", base["runs"], max_tokens=512)], [base])
+    failing = [dict(r, errors=1, ok=r["requests"] - 1) if r["concurrency"] == 4 and r["trial"] == 1 else r for r in base["runs"]]
+    assert compare_to_baseline([doc("code", failing)], [base]).verdict == "fail"
 
 
 def test_ab_canary_rejects_regressions_and_promotes_gains():

@@ -10,12 +10,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
+from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .errors import LanebookError
 from .http import WaitProgress, wait_for
+from .metrics import server_root
 from .nodes import CommandResult, Executor, Lane, Node, NodeError, env_prefix, q, qpath
+from .render import ENV_NAME as ENV_FILE
 
-COMPOSE_FILE = "docker-compose.dspark.yml"
-ENV_FILE = ".env.dspark"
 # Seed 000 "Launch / stop": clean SHM + page cache on both nodes before a launch and after a stop.
 DROP_CACHES = "sync; echo 3 > /proc/sys/vm/drop_caches"
 SHM_CLEANUP = "rm -rf /dev/shm/*"
@@ -327,10 +328,6 @@ def schedule_in_live_command(node: Node, container: str) -> bool:
 
 # --- HTTP readiness from the operator's machine -----------------------------------------------------
 
-def _server_root(api: str) -> str:
-    return api.rstrip("/").removesuffix("/v1")
-
-
 def _wait(url: str, ready, *, what: str, timeout_s: float, interval_s: float,
           progress: Optional[Callable[[WaitProgress], None]], executor: Optional[Executor]):
     """wait_for, recorded in the executor's history; in dry-run only recorded (no HTTP)."""
@@ -353,7 +350,7 @@ def _wait(url: str, ready, *, what: str, timeout_s: float, interval_s: float,
 def wait_health(api: str, timeout_s: float = 900.0, interval_s: float = 5.0,
                 progress: Optional[Callable[[WaitProgress], None]] = None, executor: Optional[Executor] = None) -> bool:
     """Poll the server's /health until 200 (vLLM answers 503 when the engine is dead, nothing while it boots)."""
-    response = _wait(f"{_server_root(api)}/health", lambda r: r.status_code == 200, what="/health",
+    response = _wait(f"{server_root(api)}/health", lambda r: r.status_code == 200, what="/health",
                      timeout_s=timeout_s, interval_s=interval_s, progress=progress, executor=executor)
     return response is not None
 

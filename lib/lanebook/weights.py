@@ -14,7 +14,6 @@ from .ops import RsyncStats, rsync_to_workers
 from .params import WeightsParams
 
 PROBE = Path(__file__).with_name("weights_probe.py")
-DEFAULT_HF_CACHE = "~/.cache/huggingface"
 
 
 @dataclass
@@ -76,7 +75,7 @@ def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, 
 def download_command(weights: WeightsParams) -> str:
     """Seed 000: `HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download REPO --max-workers 4`."""
     env = dict(weights.download_env)
-    if weights.hf_cache.rstrip("/") != DEFAULT_HF_CACHE:
+    if weights.hf_cache.rstrip("/") != WeightsParams.model_fields["hf_cache"].default:
         env["HF_HOME"] = weights.hf_cache  # so the download lands where verify and rsync look
     return f"{env_prefix(env)}hf download {q(weights.repo)} --max-workers {int(weights.max_workers)}"
 

@@ -136,16 +136,19 @@ def _judge(figure: str, cell: Cell, cur: Optional[dict], base: Optional[dict], t
 
 
 def compare_to_baseline(current: list[dict], baseline: list[dict], tolerance: float = DEFAULT_TOLERANCE) -> Comparison:
-    """Each measured cell against the baseline's: fail when any median falls more than tolerance below."""
-    cur_cells, _ = _cells(current)
-    base_cells, _ = _cells(baseline)
+    """Each measured cell against the baseline's: fail when any median falls more than tolerance below
+    or any request failed; incomplete when a band is short of trials or a cell has no baseline to meet."""
+    cur_cells, cur_tokens = _cells(current)
+    base_cells, base_tokens = _cells(baseline)
+    if cur_tokens != base_tokens:
+        raise LanebookError(f"not comparable: max_tokens {sorted(cur_tokens, key=str)} against the baseline's {sorted(base_tokens, key=str)}")
     verdicts = [
         _judge(figure, cell, cur_cells[cell], base_cells.get(cell), tolerance)
         for cell in sorted(cur_cells)
         for figure in VERDICT_FIGURES
     ]
-    complete = all(band["complete"] for band in cur_cells.values())
-    if any(v.verdict == "worse" for v in verdicts):
+    complete = all(band["complete"] for band in cur_cells.values()) and not any(v.verdict == "missing" for v in verdicts)
+    if any(v.verdict == "worse" for v in verdicts) or any(band["errors"] for band in cur_cells.values()):
         verdict = "fail"
     elif not complete:
         verdict = "incomplete"

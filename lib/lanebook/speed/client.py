@@ -188,11 +188,19 @@ async def run_wave(
         await open_connections(client, models_url, len(bodies))
     before = waited = None
     if metrics:
-        before, waited = await wait_idle(client, metrics, idle_timeout_s)
+        try:
+            before, waited = await wait_idle(client, metrics, idle_timeout_s)
+        except MetricsUnavailable:
+            pass  # the server went away mid-run: send anyway, so the wave's failures are counted, not lost
     records = await asyncio.gather(
         *(stream_chat(client, url, body, i, timeout_s, tally) for i, body in enumerate(bodies))
     )
-    spec = spec_decode_delta(before, await scrape(client, metrics)) if before is not None else None
+    spec = None
+    if before is not None:
+        try:
+            spec = spec_decode_delta(before, await scrape(client, metrics))
+        except MetricsUnavailable:
+            pass  # no "after": acceptance unknown for this wave (null in the JSON), the timings still stand
     return WaveRecord(len(bodies), trial, list(records), idle_wait_s=waited, spec_decode=spec)
 
 

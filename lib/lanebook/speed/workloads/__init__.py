@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 from ruamel.yaml import YAML
 
 from ...errors import LanebookError
+from ...pitfalls import THINKING_KEYS
 
 WORKLOADS_DIR = Path(__file__).resolve().parent
-THINKING_KEYS = ("thinking", "enable_thinking")
 
 
 class Workload(BaseModel):
