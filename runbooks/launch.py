@@ -34,7 +34,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-min_free_gib = None    # GiB free needed after cleanup; None = what vLLM asks (GPU_MEMORY_UTILIZATION × total). Below it, memory is sticky (P04)
+min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM asks of the lane
 
 # %%
 from lanebook import ops, weights

@@ -117,7 +117,8 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
 
     try:
         papermill.execute_notebook(str(notebook), str(output), parameters={"lane": lane_arg, "dry_run": dry_run, **params},
-                                   kernel_name="python3", progress_bar=False, cwd=str(REPO))
+                                   kernel_name="python3", progress_bar=False, cwd=str(REPO),
+                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
             verdict, failed_step = "fail", str(exc.evalue).split(":", 1)[0]
