@@ -116,15 +116,16 @@ class Executor:
         except Exception as exc:  # noqa: BLE001 - classify transport errors into our two kinds
             duration = time.monotonic() - started
             if type(exc).__name__ == "CommandTimedOut":
-                self._record(CommandResult(node.alias, shown, 124, stderr=f"timed out after {timeout:g} s", duration_s=duration))
-                node.close()
-                raise CommandTimeout(f"{node.alias}: command timed out after {timeout:g} s: {shown}") from None
+                self._timed_out(node, shown, timeout, duration)
             node.close()
             self._record(CommandResult(node.alias, shown, 255, stderr=str(exc), duration_s=duration))
             raise NodeUnreachable(f"{node.alias} ({node.address}) unreachable: {type(exc).__name__}: {exc}") from None
+        duration = time.monotonic() - started
+        if raw.exited == -1 and duration >= timeout:
+            # invoke's timer won the race with the channel closing: no exit status, same meaning.
+            self._timed_out(node, shown, timeout, duration)
         stdout = raw.stdout.replace("\r\n", "\n") if pty else raw.stdout
-        result = self._record(CommandResult(node.alias, shown, raw.exited, redact(stdout), redact(raw.stderr),
-                                            time.monotonic() - started))
+        result = self._record(CommandResult(node.alias, shown, raw.exited, redact(stdout), redact(raw.stderr), duration))
         if check and not result.ok:
             raise CommandFailed(result)
         return result
@@ -133,6 +134,11 @@ class Executor:
         """Record a step that runs on the operator's machine (an HTTP wait), so dry-run shows it too."""
         return self._record(CommandResult("local", redact(description), exit_code, stdout=redact(detail),
                                           duration_s=duration_s, dry_run=self.dry_run))
+
+    def _timed_out(self, node: "Node", shown: str, timeout: float, duration: float) -> None:
+        self._record(CommandResult(node.alias, shown, 124, stderr=f"timed out after {timeout:g} s", duration_s=duration))
+        node.close()
+        raise CommandTimeout(f"{node.alias}: command timed out after {timeout:g} s: {shown}") from None
 
     def _record(self, result: CommandResult) -> CommandResult:
         self.history.append(result)
