@@ -133,8 +133,11 @@ def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
         assert prints_nothing(worker, 'for p in $(pgrep -f "rsyn[c] --server"); do readlink /proc/$p/cwd; done | grep -F "$HOME"')
         cut = weights.verify_weights(worker, lane.params.weights)
         assert not cut.ok and cut.broken_symlinks, cut.problems  # links arrive before all their blobs
-        assert len(cut.bad_shards) == 1, cut.problems  # the shard being sent when the link dropped: kept, short
+        # The shard being sent when the link dropped is kept short (--partial) when the receiver gets to save it;
+        # whether it does depends on where in its write loop the stream ends, so both outcomes occur.
+        assert len(cut.bad_shards) <= 1, cut.problems
         stats = weights.sync_to_workers(lane, timeout_s=120)["worker"]
-        assert stats.matched_data > 0, stats  # --partial: the short shard was the basis, not sent again
+        if cut.bad_shards:
+            assert stats.matched_data > 0, stats  # the short shard was the basis, not sent again
         assert stats.transferred_file_size < stats.total_file_size and stats.literal_data < stats.total_file_size
         assert weights.verify_weights(worker, lane.params.weights, sha256=True).ok
