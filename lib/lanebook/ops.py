@@ -52,10 +52,15 @@ def _running_names(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[s
     return {alias: r.stdout.split() for alias, r in lane.each("docker ps --format '{{.Names}}'", nodes).items()}
 
 
+def _ours(lane: Lane, names: list[str]) -> list[str]:
+    """The names that belong to this lane's Compose project."""
+    prefix = project_name(lane) + "-"
+    return [n for n in names if n.startswith(prefix)]
+
+
 def running_containers(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
     """Names of this lane's running containers (its Compose project's), per node."""
-    prefix = project_name(lane) + "-"
-    return {alias: [n for n in names if n.startswith(prefix)] for alias, names in _running_names(lane, nodes).items()}
+    return {alias: _ours(lane, names) for alias, names in _running_names(lane, nodes).items()}
 
 
 @dataclass
@@ -76,10 +81,9 @@ class PairOccupancy:
 
 def pair_occupancy(lane: Lane) -> PairOccupancy:
     """One `docker ps` per node: both lanes want the whole pair, so only one may serve at a time (seed 003)."""
-    prefix = project_name(lane) + "-"
     names = _running_names(lane)
-    return PairOccupancy(mine={a: [n for n in ns if n.startswith(prefix)] for a, ns in names.items()},
-                         others={a: [n for n in ns if "vllm" in n and not n.startswith(prefix)] for a, ns in names.items()})
+    mine = {a: _ours(lane, ns) for a, ns in names.items()}
+    return PairOccupancy(mine=mine, others={a: [n for n in ns if "vllm" in n and n not in mine[a]] for a, ns in names.items()})
 
 
 def clean_memory(lane: Lane) -> dict[str, CommandResult]:
