@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from recipe_fixtures import COMPOSE, FIXTURES, need
 
 from lanebook.twin import model, server as twin_server
-from lanebook.twin.container import container_spec
+from lanebook.effective import container_spec
 from lanebook.twin.vllm import free_port, start_local
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"

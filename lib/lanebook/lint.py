@@ -28,7 +28,7 @@ from .params import Lane, lane_path, load_lane
 from .pitfalls import PITFALLS, Location
 from .render import env_text, patch_compose
 
-TEMPLATE = Path(__file__).parent / "twin" / "templates" / COMPOSE_NAME
+TEMPLATE = Path(__file__).parent / "reference" / COMPOSE_NAME  # the recipe checkout's compose, in its shape
 _REF_RE = re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)")  # a Compose variable reference, not a $$ escape
 _SHELL_ESCAPE_RE = re.compile(r'\\([\\"$`])')  # what a backslash escapes inside shell double quotes
 

@@ -26,6 +26,7 @@ ALIASES = (HEAD, WORKER)
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
 STANDINS = ("docker", "hf", "sudo", "systemctl", "free")
+LIB_DIR = Path(__file__).resolve().parents[2]  # the lib/ holding this lanebook package
 RSYNC_DROP_BYTES = 3 * 1024 * 1024  # ssh-drop-mid-rsync: the first push to the worker dies after this much
 
 
@@ -203,6 +204,8 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
         f"export HOME={q(str(layout.home(alias)))} PATH={q(path)}",
         f"export LANEBOOK_NODE={alias} LANEBOOK_NODE_ROOT={q(str(layout.node(alias)))} LANEBOOK_TWIN_DIR={q(str(layout.root))}",
         f"export LANEBOOK_TWIN_TIME_SCALE={time_scale:g}",
+        "# the stand-ins and the engine run the same lanebook code as the controller that wrote this node",
+        f"export PYTHONPATH={q(str(LIB_DIR))}",
         'cd "$HOME" || exit 1',
     ]
     if alias == WORKER and "ssh-drop-mid-rsync" in faults:

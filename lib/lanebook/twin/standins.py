@@ -268,6 +268,7 @@ def start_container(root: Path, spec) -> Container:
     env = {
         **spec.environment,
         "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # the node session's: the controller's lanebook
         "HOME": str(root / "home"),
         "LANEBOOK_NODE": os.environ.get("LANEBOOK_NODE", root.name),
         "LANEBOOK_NODE_ROOT": str(root),
@@ -488,7 +489,7 @@ def image_present(image: str) -> bool:
 
 
 def docker_compose(root: Path, args: list[str]) -> int:
-    from .container import container_spec
+    from ..effective import container_spec
 
     project = _take(args, "-p", "--project-name")
     files = _take(args, "-f", "--file", many=True)

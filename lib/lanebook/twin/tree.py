@@ -21,7 +21,7 @@ from ..params import Lane
 from ..render import speculative_config_line
 from .nodes import TwinAddresses
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "reference"  # the reference checkout files
 SCRIPTS = Path(__file__).parent / "scripts"
 LAUNCHER_SCRIPTS = ("start-deepseek-v4-flash-dspark.sh", "status-deepseek-v4-flash-dspark.sh", "stop-deepseek-v4-flash-dspark.sh")
 CHECKOUT_SCRIPTS = ("lane-env.sh", "run-post-readiness-warmup.sh")  # under the checkout's scripts/

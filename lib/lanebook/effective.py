@@ -18,8 +18,8 @@ from typing import Any, Mapping, Optional
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from ..envfile import env_map, interpolate, parse_env_file
-from ..errors import LanebookError
+from .envfile import env_map, interpolate, parse_env_file
+from .errors import LanebookError
 
 SERVE_RE = re.compile(r"exec\s+/usr/local/bin/vllm\s+serve\b(?P<args>.*)$", re.S)
 # The image's statements the serve arguments depend on, in the order the script runs them.

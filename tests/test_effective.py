@@ -1,4 +1,4 @@
-"""lanebook.twin.container: the container env and `vllm serve` argv a checkout gives, read as Compose and the
+"""lanebook.effective: the container env and `vllm serve` argv a checkout gives, read as Compose and the
 image would — on the recipe's real compose file (../shared fixtures) and on the twin's own template."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from recipe_fixtures import COMPOSE, checkout, fixture_text, replace_once
 from lanebook.errors import LanebookError
 from lanebook.params import load_lane
 from lanebook.render import speculative_config_line
-from lanebook.twin.container import container_spec, speculative_config
+from lanebook.effective import container_spec, speculative_config
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.tree import write_checkout
 
