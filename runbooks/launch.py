@@ -37,7 +37,7 @@ dry_run = False        # record the commands instead of sending them (opens no c
 min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM asks of the lane
 
 # %%
-from lanebook import ops, weights
+from lanebook import launcher, logs, memory, readiness, transfers, weights
 from lanebook.lint import lint_lane
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
@@ -61,8 +61,8 @@ with rb.step("prerequisites"):
     report = lint_lane(p)
     rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"),
               local=True)
-    rb.expect(ops.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
-    pair = ops.pair_occupancy(rb.lane)
+    rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    pair = launcher.pair_occupancy(rb.lane)
     rb.expect(not pair.other_lane_up, "no other lane is serving on the pair (stop it first: both want the whole pair)",
               {a: n for a, n in pair.others.items() if n} or "")
     already_up = pair.this_lane_up  # launching is idempotent: an up lane is verified, not restarted
@@ -72,41 +72,50 @@ with rb.step("prerequisites"):
 
 # %% [markdown]
 # ## Step 1 — Clean SHM and page cache on every node
-# Expected: each node reports the cleanup done.
+# `sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'` on each node, then look again.
+# Expected: each node's /dev/shm holds none of the segments it held before; free memory read back.
 
 # %%
 with rb.step("1 clean memory"):
     if already_up:
         rb.skip("SHM and page cache cleaned on every node", "the lane is already up; memory is never cleaned under a server")
     else:
-        cleaned = ops.clean_memory(rb.lane)
-        rb.expect(all(r.ok for r in cleaned.values()), "SHM and page cache cleaned on every node", ", ".join(cleaned))
+        cleaned = memory.clean_memory(rb.lane)
+        rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
+        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
 
 # %% [markdown]
 # ## Step 2 — Mask legacy units, check free memory
-# Expected: no legacy unit active; free memory above the bound on every node (sticky UMA, P04).
+# `systemctl mask --now` the lane's legacy units, then read their states back.
+# Expected: no legacy unit active (each inactive and masked); free memory above the bound on every
+# node (sticky UMA, P04).
 
 # %%
 with rb.step("2 legacy units and memory"):
-    ops.mask_legacy_units(rb.lane)
+    units = memory.mask_legacy_units(rb.lane)
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
     if already_up:
         rb.skip("enough free memory on every node", "the lane is already up and holds its memory")
     else:
-        memory = ops.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
-        rb.record(free_gib=memory.free_gib)
-        rb.expect(memory.ok, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", memory.summary())
+        free = memory.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
+        rb.record(free_gib=free.figure("free_gib"))
+        rb.expect(free, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", free.summary())
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head
 # `PROJECT_NAME=… WAIT_ATTEMPTS=… WAIT_SECONDS=… ./start-deepseek-v4-flash-dspark.sh`.
-# Expected: launcher exit 0. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
+# Expected: launcher exit 0, which it gives once `/v1/models` answers and a minimal chat request
+# succeeds. Otherwise its outcome says why: refused configuration (exit 2, or a required key missing),
+# missing env file, worker unreachable, image missing, health timeout (it prints the last 120 log lines
+# of both ranks), interrupted. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
 
 # %%
 with rb.step("3 start"):
     if already_up:
         rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
     else:
-        started = ops.start_lane(rb.lane)
+        started = launcher.start_lane(rb.lane)
+        rb.record(launcher_outcome=started.outcome)
         rb.expect(started.ok, "launcher reports the lane up", started.summary())
 
 # %% [markdown]
@@ -116,12 +125,12 @@ with rb.step("3 start"):
 
 # %%
 with rb.step("4 startup log"):
-    log = ops.scan_log(rb.lane.head, ops.container_name(rb.lane), p.gates.log_forbidden + p.gates.log_required + ["GPU KV cache size"])
+    log = logs.scan_log(rb.lane.head, launcher.container_name(rb.lane), p.gates.log_forbidden + p.gates.log_required + ["GPU KV cache size"])
     for line in p.gates.log_forbidden:
         rb.expect(not log[line], f"log has no '{line}'", "; ".join(log[line][:1]))
     for line in p.gates.log_required:
         rb.expect(bool(log[line]), f"log has '{line}'")
-    kv = ops.kv_cache_tokens(log["GPU KV cache size"])
+    kv = logs.kv_cache_tokens(log["GPU KV cache size"])
     low, high = p.gates.kv_cache_tokens
     rb.record(kv_cache_tokens=kv)
     rb.expect(kv is not None and low <= kv <= high, f"GPU KV cache size in {low:,}–{high:,} tokens", kv)
@@ -133,11 +142,11 @@ with rb.step("4 startup log"):
 
 # %%
 with rb.step("5 models and live command"):
-    models = ops.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
+    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
     model = next((m for m in models if m.get("id") == p.served_model_name), models[0] if models else {})
     rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))
     rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
-    has_schedule = ops.schedule_in_live_command(rb.lane.head, ops.container_name(rb.lane))
+    has_schedule = logs.schedule_in_live_command(rb.lane.head, launcher.container_name(rb.lane))
     rb.expect(has_schedule == (p.speculative.schedule is not None), "live command matches the lane's speculative schedule",
               f"schedule in live command: {has_schedule}")
 

@@ -30,13 +30,13 @@ def lanebook(*args, env=None, timeout=600):
 
 
 def stop_twin_lane():
-    """The launcher refuses a lane that is already up (exit 3): start each launch from a stopped lane."""
-    from lanebook import ops
+    """Start each launch from a stopped lane (launch verifies an up lane instead of starting it)."""
+    from lanebook import launcher
     from lanebook.nodes import Lane
     from lanebook.params import load_lane
 
     with Lane(load_lane("twin")) as lane:
-        ops.stop_lane(lane)
+        launcher.stop_lane(lane)
 
 
 @pytest.fixture

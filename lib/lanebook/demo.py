@@ -12,14 +12,14 @@ console = Console()
 
 def _stop_lane_left_up() -> None:
     """A demo starts from a stopped lane, so it can be run again (the launch runbook refuses a busy pair)."""
-    from . import ops
+    from . import launcher
     from .nodes import Lane
     from .params import load_lane
 
     with Lane(load_lane("twin")) as lane:
-        if any(ops.running_containers(lane).values()):
+        if any(launcher.running_containers(lane).values()):
             console.print("stopping the twin lane an earlier run left up")
-            ops.stop_lane(lane)
+            launcher.stop_lane(lane)
 
 
 def run_demo() -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from .nodes import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
-from .ops import RsyncStats, rsync_to_workers
+from .transfers import RsyncStats, rsync_to_workers
 from .params import WeightsParams
 
 PROBE = Path(__file__).with_name("weights_probe.py")

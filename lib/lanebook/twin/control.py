@@ -1,13 +1,14 @@
 """`lanebook twin up | down | status`: start the twin's two nodes, stop them leaving no process, report them.
 
-`up` lays out fresh node roots (homes, the three lane checkouts, HF caches), starts one sshd per
-node and waits until both accept ssh; it does not launch the lane (the launch runbook does, through
-the launcher). Faults shape the node roots and stand-ins here and reach the engine through
-LANEBOOK_TWIN_FAULTS; one whose behaviour nobody implements yet is listed in `faults_pending`.
+`up` lays out fresh node roots (homes, the three lane checkouts, HF caches, /dev/shm, memory and
+units), starts one sshd per node and waits until both accept ssh; it does not launch the lane (the
+launch runbook does, through the launcher). Faults shape the node roots and stand-ins here and reach
+the engine through LANEBOOK_TWIN_FAULTS. `status` calls the twin running only when the head's sshd
+answers on its address: a twin started in another network namespace has live processes but is not
+reachable from here.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import signal
@@ -23,7 +24,8 @@ from ..params import Lane, lane_names, load_lane
 from ..paths import twin_dir
 from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
                     start_sshd, wait_for_ssh, write_node, write_state)
-from .standins import containers, init_node_state, stop_all_containers
+from .standins.machine import init_node
+from .standins.runtime import containers, stop_all_containers
 from .tree import HubModel, hub_root, write_checkout, write_hub_model
 
 FAULTS = {
@@ -38,10 +40,6 @@ FAULTS = {
     "legacy-units-active": "aiden-vllm.service runs on the head (holding memory) until masked",
     "prefix-evict": "engine: the prefix cache evicts A after an unrelated B",
 }
-# Implemented by the nodes and stand-ins here; the engine declares the ones it handles in HANDLED_FAULTS.
-NODE_FAULTS = frozenset({"worker-unreachable", "ssh-drop-mid-rsync", "incomplete-shards", "missing-shard",
-                         "sticky-uma", "legacy-units-active"})
-ENGINE_MODULE = "lanebook.twin.vllm"
 FAST_TIME_SCALE = 0.01  # --fast: an 8-15 min cold bind takes 5-9 s; decode rates are never scaled
 MISSING_SHARD = 7
 INCOMPLETE_SHARDS = (3, 17)
@@ -64,14 +62,6 @@ def validate_faults(faults: Iterable[str]) -> list[str]:
     if unknown:
         raise LanebookError(f"unknown fault {', '.join(unknown)} (known: {', '.join(FAULTS)})")
     return [name for name in FAULTS if name in names]
-
-
-def engine_faults_handled() -> set[str]:
-    try:
-        module = importlib.import_module(ENGINE_MODULE)
-    except ImportError:
-        return set()
-    return set(getattr(module, "HANDLED_FAULTS", ()))
 
 
 def _proc_stat(pid: int) -> list[str]:
@@ -127,7 +117,7 @@ def _build_node(lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: l
                         missing=[MISSING_SHARD] if on_worker and "missing-shard" in faults else [],
                         incomplete=INCOMPLETE_SHARDS if on_worker and "incomplete-shards" in faults else [])
     twin_lane = next(lane for lane in lanes if lane.name == TWIN_LANE)
-    init_node_state(lay.node(alias), twin_lane.legacy_units, alias == HEAD and "legacy-units-active" in faults)
+    init_node(lay.node(alias), twin_lane.legacy_units, alias == HEAD and "legacy-units-active" in faults)
 
 
 def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
@@ -259,26 +249,37 @@ def down() -> None:
         write_state(lay, {**state, "running": False, "pids": {}})
 
 
+def answers_ssh(ip: str, port: int, timeout_s: float = 2.0) -> bool:
+    """Something at ip:port greets as an SSH server does ("SSH-2.0-..."), from this network namespace."""
+    try:
+        with socket.create_connection((ip, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            return sock.recv(8).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
 def status() -> dict:
-    """SPEC section 9's status dict, plus fast, time_scale, faults_pending, lane and per-node detail."""
+    """SPEC section 9's status dict, plus fast, time_scale, lane and per-node detail.
+
+    `running` means reachable: the state says up, the head's sshd process lives and its address answers
+    here. Per node, `sshd` is the process alive and `reachable` its port answering.
+    """
     lay = layout()
     state = read_state(lay)
     addresses = TwinAddresses(**state["addresses"]) if state.get("addresses") else TwinAddresses.from_env()
     pids = state.get("pids", {})
     sshd_up = {alias: _is_twin_sshd(pids.get(alias), lay.root) for alias in ALIASES}
-    running = bool(state.get("running")) and sshd_up[HEAD]
-    faults = state.get("faults", []) if running else []
-    handled = NODE_FAULTS | engine_faults_handled()
+    reachable = {alias: sshd_up[alias] and answers_ssh(addresses.ip(alias), addresses.ssh_port) for alias in ALIASES}
+    running = bool(state.get("running")) and reachable[HEAD]
     return {
         "running": running,
         "ssh_config": str(lay.ssh_config),
         "nodes": [{"alias": alias, "host": addresses.ip(alias), "port": addresses.ssh_port, "root": str(lay.node(alias)),
-                   "home": str(lay.home(alias)), "sshd": sshd_up[alias],
+                   "home": str(lay.home(alias)), "sshd": sshd_up[alias], "reachable": reachable[alias],
                    "containers": [c.name for c in containers(lay.node(alias)) if c.running]} for alias in ALIASES],
         "api": addresses.api,
-        "faults": faults,
-        "faults_pending": [{"name": name, "note": f"accepted but not implemented yet: {FAULTS[name]} does not happen"}
-                           for name in faults if name not in handled],
+        "faults": state.get("faults", []) if running else [],
         "fast": bool(state.get("fast")) if running else False,
         "time_scale": state.get("time_scale", 1.0) if running else 1.0,
         "lane": TWIN_LANE,
@@ -288,7 +289,7 @@ def status() -> dict:
 
 
 def print_status(status: dict) -> None:
-    """A table of the nodes, then the API, faults (pending ones flagged) and how to reach the nodes."""
+    """A table of the nodes, then the API, faults and how to reach the nodes."""
     from rich.console import Console
     from rich.table import Table
 
@@ -298,12 +299,11 @@ def print_status(status: dict) -> None:
     for column in ("node", "address", "sshd", "containers", "root"):
         table.add_column(column)
     for node in status["nodes"]:
-        table.add_row(node["alias"], f"{node['host']}:{node['port']}", "up" if node["sshd"] else "down",
-                      ", ".join(node["containers"]) or "-", node["root"])
+        sshd = "up" if node["reachable"] else ("not answering here (another network namespace?)" if node["sshd"] else "down")
+        table.add_row(node["alias"], f"{node['host']}:{node['port']}", sshd, ", ".join(node["containers"]) or "-", node["root"])
     console.print(table)
     console.print(f"api: {status['api']}   lane: {status['lane']}   ssh: ssh -F {status['ssh_config']} head")
-    pending = {p["name"]: p["note"] for p in status["faults_pending"]}
     for name in status["faults"]:
-        console.print(f"fault {name}: {FAULTS[name]}" + (f"  [yellow]PENDING: {pending[name]}[/yellow]" if name in pending else ""))
+        console.print(f"fault {name}: {FAULTS[name]}")
     if not status["faults"]:
         console.print(f"faults: none (known: {', '.join(status['known_faults'])})")

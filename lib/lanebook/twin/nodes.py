@@ -1,9 +1,10 @@
 """The twin's two real sshd nodes: keys, known_hosts, sshd configs, the client ssh_config and each node's session.
 
 Each node is an unprivileged `sshd -D` on its own loopback address. Its ForceCommand (node-session)
-gives every login the node's own HOME, PATH (stand-in shims first) and state, then runs what the
-client asked for, so ssh, sftp (Fabric put/get) and rsync's remote side all work relative to the
-node's home. Host-key checking stays on: clients use the twin's own known_hosts.
+gives every login the node's own HOME, PATH (stand-in shims first) and state, maps the node's system
+paths (/dev/shm, drop_caches, the systemd unit directory) into its root (lanebook.twin.session), then
+runs what the client asked for, so ssh, sftp (Fabric put/get) and rsync's remote side all work
+relative to the node's home. Host-key checking stays on: clients use the twin's own known_hosts.
 """
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from pathlib import Path
 
 from ..errors import LanebookError
 from ..files import write_atomic
+from .session import NODE_PATHS, mapped_root
 
 HEAD, WORKER = "head", "worker"
 ALIASES = (HEAD, WORKER)
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
-STANDINS = ("docker", "hf", "sudo", "systemctl", "free")
+STANDINS = ("docker", "hf", "sudo", "systemctl", "sysctl", "free")
 LIB_DIR = Path(__file__).resolve().parents[2]  # the lib/ holding this lanebook package
 RSYNC_DROP_BYTES = 3 * 1024 * 1024  # ssh-drop-mid-rsync: the first push to the worker dies after this much
 
@@ -195,18 +197,24 @@ def sshd_config(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> str
 
 
 def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: float) -> str:
-    """The node's ForceCommand: its own HOME/PATH/state, then the client's command (or a shell)."""
+    """The node's ForceCommand: its own HOME/PATH/state, the node's paths mapped, then the client's command (or a shell)."""
     q = shlex.quote
     path = ":".join([str(layout.bin(alias)), str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
+    patterns = "|".join(f"*{p}*" for p in NODE_PATHS)
     lines = [
         "#!/bin/bash",
         f"# lanebook twin node {alias}: every ssh, sftp and rsync session starts here (sshd ForceCommand).",
         f"export HOME={q(str(layout.home(alias)))} PATH={q(path)}",
         f"export LANEBOOK_NODE={alias} LANEBOOK_NODE_ROOT={q(str(layout.node(alias)))} LANEBOOK_TWIN_DIR={q(str(layout.root))}",
+        f"export LANEBOOK_NODE_MAPPED_ROOT={q(mapped_root(layout.node(alias)))}",
         f"export LANEBOOK_TWIN_TIME_SCALE={time_scale:g}",
         "# the stand-ins and the engine run the same lanebook code as the controller that wrote this node",
         f"export PYTHONPATH={q(str(LIB_DIR))}",
         'cd "$HOME" || exit 1',
+        "# /dev/shm, drop_caches and the unit directory are this node's own (lanebook.twin.session)",
+        'case "${SSH_ORIGINAL_COMMAND:-}" in',
+        f'  {patterns}) SSH_ORIGINAL_COMMAND=$({q(sys.executable)} -m lanebook.twin.session map "$SSH_ORIGINAL_COMMAND") || exit 1 ;;',
+        "esac",
     ]
     if alias == WORKER and "ssh-drop-mid-rsync" in faults:
         lines += [
@@ -235,8 +243,15 @@ def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults:
     write_atomic(bin_dir / "node-session", node_session(layout, alias, faults, time_scale), 0o755)
     for name in STANDINS:
         write_atomic(bin_dir / name, f"#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} \"$@\"\n", 0o755)
-    # ssh reads ~/.ssh from the passwd home, not $HOME: the shim points it at the node's own.
-    write_atomic(bin_dir / "ssh", '#!/bin/sh\nexec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"\n', 0o755)
+    # ssh reads ~/.ssh from the passwd home, not $HOME: the shim points it at the node's own, and puts
+    # this node's mapped paths back to the real ones in a command bound for another node.
+    write_atomic(bin_dir / "ssh", "\n".join([
+        "#!/bin/sh",
+        'case "$*" in *"$LANEBOOK_NODE_MAPPED_ROOT"/*) [ -n "$LANEBOOK_NODE_MAPPED_ROOT" ] && '
+        f'exec {python} -m lanebook.twin.session ssh "$@" ;; esac',
+        'exec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"',
+        "",
+    ]), 0o755)
     if time_scale != 1:
         write_atomic(bin_dir / "sleep", f"#!/bin/sh\n# --fast: the twin's waits are scaled\nexec {python} -m lanebook.twin.standins sleep \"$@\"\n", 0o755)
     dot_ssh = layout.home(alias) / ".ssh"

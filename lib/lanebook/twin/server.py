@@ -486,6 +486,8 @@ class TwinServer:
         denied = self._unauthorized(request)
         if denied:
             return denied
+        if not self.ready:  # vLLM serves /v1/models only once the engine is up: launchers wait on it
+            return JSONResponse(error_body("The engine is still starting.", "ServiceUnavailableError", 503), 503)
         now = int(time.time())
         data = [{"id": name, "object": "model", "created": now, "owned_by": "vllm", "root": self.options.model,
                  "parent": None, "max_model_len": self.core.config.max_model_len,

@@ -154,6 +154,7 @@ def write_checkout(home: Path, lane: Lane, addresses: TwinAddresses) -> Path:
     shutil.copy(TEMPLATES / "env.dspark.example", checkout / "env.dspark.example")
     lines = [f"# .env.dspark for lane {lane.name} on the lanebook twin (rendered at `twin up`; twin addresses)"]
     lines += [f"{key}={value}" for key, value in twin_env(lane, addresses).items()]
+    lines += [f"GPU_MEMORY_UTILIZATION_TEXT={lane.env['GPU_MEMORY_UTILIZATION']}"] if "GPU_MEMORY_UTILIZATION" in lane.env else []  # the launcher reads the profile key
     (checkout / ".env.dspark").write_text("\n".join(lines) + "\n")
     for name in LAUNCHER_SCRIPTS:
         shutil.copy(SCRIPTS / name, checkout / name)

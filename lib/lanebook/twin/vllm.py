@@ -29,8 +29,6 @@ from . import model
 from ..errors import LanebookError
 from .server import HEAD_DIES_AFTER_S, ServeOptions, TwinServer, VLLM_VERSION, configure_uvicorn_logging, log
 
-# Faults this engine implements (twin status lists any other accepted fault as pending).
-HANDLED_FAULTS = frozenset({"head-dies", "health-never", "engine-dies-mid-bench", "prefix-evict", "sticky-uma"})
 RENDEZVOUS_TIMEOUT_S = 600.0  # torch's TCPStore default wait (scaled by time_scale, floor below)
 RENDEZVOUS_TIMEOUT_FLOOR_S = 5.0
 HELLO = "lanebook-twin-worker"

@@ -3,26 +3,33 @@
 # C6 waves, which the 5/4/3 verify schedule serves at K4 and K3) so first-use JIT happens here and
 # not in the first real burst. Requires idle queues (/metrics) before and after, then scans the
 # container log for fatal runtime errors. The launcher treats a failure as fail-open.
-# Exit 0 warm, 1 a step failed, 2 bad config.
+# Reads .env.dspark as the launcher does (scripts/lane-env.sh).
+# Exit 0 warm, 1 a step failed or a missing file, 2 a bad option.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
-. scripts/lane-env.sh
-load_lane_env
+SCRIPT_DIR="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=lane-env.sh
+. "$SCRIPT_DIR/scripts/lane-env.sh"
 
-python3 - "$API" "$SERVED_MODEL_NAME" <<'PY' || exit 1
-import json, sys, threading, time, urllib.request
+parse_host_port_options "$@"
+require_files
+load_env
+resolve_api
+
+python3 - "$API_ROOT" "${SERVED_MODEL_NAME:-deepseek-v4-flash-dspark}" <<'PY' || exit 1
+import json, os, sys, threading, time, urllib.request
 
 api, model = sys.argv[1], sys.argv[2]
+auth = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}
 
 def get(path):
-    with urllib.request.urlopen(api + path, timeout=10) as response:
+    with urllib.request.urlopen(urllib.request.Request(api + path, headers=auth), timeout=10) as response:
         return response.read().decode()
 
 def chat(prompt, max_tokens):
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
             "max_tokens": max_tokens, "chat_template_kwargs": {"thinking": False}}
     request = urllib.request.Request(api + "/v1/chat/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+                                     {"Content-Type": "application/json", **auth})
     with urllib.request.urlopen(request, timeout=300) as response:
         return json.loads(response.read())["usage"]["completion_tokens"]
 

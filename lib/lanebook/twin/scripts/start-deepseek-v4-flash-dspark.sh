@@ -1,63 +1,110 @@
 #!/usr/bin/env bash
-# Start the two-node DSpark lane from the head: the worker first (headless rank 1), then the head
-# (rank 0, serves the API), then wait WAIT_ATTEMPTS x WAIT_SECONDS for /health and /v1/models, run a
-# minimal chat smoke and the bounded post-readiness warmup (fail-open).
-# Usage: PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh
-# Exit: 0 up, 1 failed, 2 bad config, 3 already up.
+# Start the two-node DSpark lane from the head, as the recipe's launcher does: check the configuration,
+# the image on both nodes and the worker's ssh; start the worker's headless rank, then the head's; wait
+# until /v1/models answers and a minimal chat request succeeds; then the bounded post-readiness warmup
+# (fail-open: a failed warmup does not fail a healthy start).
+# Usage: PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh [--host H] [--port P]
+# Exit: 0 serving. 1 a missing file, command or image, an unreachable worker, a required key missing from
+# .env.dspark, a failed compose or chat request, or no API after WAIT_ATTEMPTS x WAIT_SECONDS (the last 120
+# log lines of both ranks printed). 2 a bad option or refused configuration. 129/130/143 on HUP/INT/TERM.
+# No "already up" code: on a running lane `docker compose up -d` leaves a rank whose configuration is
+# unchanged running (and recreates one whose configuration changed), and the wait finds the API.
 set -uo pipefail
-cd "$(dirname "$0")" || exit 2
-. scripts/lane-env.sh
-load_lane_env
-WAIT_ATTEMPTS=${WAIT_ATTEMPTS:-120}
-WAIT_SECONDS=${WAIT_SECONDS:-15}
-[[ "$WAIT_ATTEMPTS" =~ ^[1-9][0-9]*$ ]] || config_error "WAIT_ATTEMPTS must be a positive integer (got '$WAIT_ATTEMPTS')"
-[[ "$WAIT_SECONDS" =~ ^[1-9][0-9]*$ ]] || config_error "WAIT_SECONDS must be a positive integer (got '$WAIT_SECONDS')"
+SCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=scripts/lane-env.sh
+. "$SCRIPT_DIR/scripts/lane-env.sh"
 
-if [ "$(container_state)" = running ]; then
-  echo "start: $CONTAINER is already up (./stop-deepseek-v4-flash-dspark.sh first)" >&2
-  exit 3
-fi
+parse_host_port_options "$@"
+require_files
+load_env
+apply_memory_profile
+resolve_api
+WAIT_ATTEMPTS="${WAIT_ATTEMPTS:-100}"
+WAIT_SECONDS="${WAIT_SECONDS:-15}"
+[[ "$WAIT_ATTEMPTS" =~ ^[1-9][0-9]*$ ]] || refuse "WAIT_ATTEMPTS must be a positive integer (got: $WAIT_ATTEMPTS)"
+[[ "$WAIT_SECONDS" =~ ^[1-9][0-9]*$ ]] || refuse "WAIT_SECONDS must be a positive integer (got: $WAIT_SECONDS)"
 
-fail_with_log() {
-  echo "start: $1" >&2
-  echo "start: last log lines of $CONTAINER:" >&2
-  docker logs --tail 30 "$CONTAINER" >&2 2>&1
+# A missing key stops the script as bash's ${VAR:?} does: the message, exit 1.
+: "${WORKER_HOST:?WORKER_HOST must be set in $ENV_FILE}"
+: "${MASTER_ADDR:?MASTER_ADDR must be set in $ENV_FILE}"
+: "${MASTER_PORT:?MASTER_PORT must be set in $ENV_FILE}"
+: "${DSPARK_VLLM_IMAGE:?DSPARK_VLLM_IMAGE must be set in $ENV_FILE}"
+VLLM_HOST_IP="${VLLM_HOST_IP:-$MASTER_ADDR}"
+WORKER_VLLM_HOST_IP="${WORKER_VLLM_HOST_IP:-$WORKER_HOST}"
+
+for cmd in docker ssh curl; do need_cmd "$cmd"; done
+
+docker image inspect "$DSPARK_VLLM_IMAGE" >/dev/null 2>&1 || {
+  echo "Missing local Docker image $DSPARK_VLLM_IMAGE." >&2
+  echo "Pull it (docker pull $DSPARK_VLLM_IMAGE) before starting." >&2
+  exit 1
+}
+ssh -o BatchMode=yes -o ConnectTimeout=10 "$WORKER_HOST" true >/dev/null 2>&1 || {
+  echo "Cannot reach worker with passwordless SSH: $WORKER_HOST" >&2
+  exit 1
+}
+ssh "$WORKER_HOST" "docker image inspect $(printf '%q' "$DSPARK_VLLM_IMAGE") >/dev/null 2>&1" || {
+  echo "Missing worker Docker image $DSPARK_VLLM_IMAGE." >&2
+  echo "Pull it on the worker (docker pull $DSPARK_VLLM_IMAGE) before starting." >&2
   exit 1
 }
 
-echo "start: worker $WORKER_HOST: compose up (NODE_RANK=1, headless, VLLM_HOST_IP=$WORKER_VLLM_HOST_IP)"
-worker_compose NODE_RANK=1 HEADLESS=1 "VLLM_HOST_IP=$WORKER_VLLM_HOST_IP" up -d \
-  || { echo "start: worker compose up failed on $WORKER_HOST" >&2; exit 1; }
-echo "start: head: compose up (NODE_RANK=0, VLLM_HOST_IP=$VLLM_HOST_IP)"
-NODE_RANK=0 HEADLESS= VLLM_HOST_IP=$VLLM_HOST_IP compose up -d || { echo "start: head compose up failed" >&2; exit 1; }
-
-healthy=0
-for attempt in $(seq 1 "$WAIT_ATTEMPTS"); do
-  state=$(container_state)
-  [ "$state" = running ] || fail_with_log "$CONTAINER is ${state:-gone} (attempt $attempt/$WAIT_ATTEMPTS)"
-  if curl -sf -m 5 "$API/health" >/dev/null && curl -sf -m 5 "$API/v1/models" >/dev/null; then
-    healthy=1
-    break
+# A pinned revision that is not in the local HF cache would be downloaded by the first start (~155 GB).
+if [ -n "${DSPARK_REVISION:-}" ] && [ -n "${DSPARK_MODEL:-}" ]; then
+  model_dir="${HF_CACHE:-$HOME/.cache/huggingface}/hub/models--${DSPARK_MODEL//\//--}"
+  if [ ! -d "$model_dir/snapshots/$DSPARK_REVISION" ] && [ ! -f "$model_dir/refs/$DSPARK_REVISION" ]; then
+    echo "WARN: DSPARK_REVISION=$DSPARK_REVISION of $DSPARK_MODEL is not in the local HF cache ($model_dir): the first start downloads the checkpoint (~155 GB)." >&2
   fi
-  echo "start: attempt $attempt/$WAIT_ATTEMPTS: waiting for $API/health and /v1/models (next check in ${WAIT_SECONDS}s)"
+fi
+
+echo "Resolved DSpark profile:"
+echo "  project: $PROJECT_NAME"
+echo "  image: $DSPARK_VLLM_IMAGE"
+echo "  model: ${DSPARK_MODEL:-} (revision: ${DSPARK_REVISION:-unpinned})"
+echo "  served model: ${SERVED_MODEL_NAME:-}"
+echo "  gpu memory utilization: $GPU_MEMORY_UTILIZATION (ENABLE_VL_SIDECAR=${ENABLE_VL_SIDECAR:-0}: from GPU_MEMORY_UTILIZATION_$([ "${ENABLE_VL_SIDECAR:-0}" = 1 ] && echo VISION || echo TEXT))"
+echo "  API probe: $API_URL"
+echo "  head fabric IP: $VLLM_HOST_IP   worker: $WORKER_HOST / $WORKER_VLLM_HOST_IP (checkout $WORKER_CHECKOUT)"
+
+startup_failed() {
+  echo "$1" >&2
+  echo "Startup failed. Recent head logs:" >&2
+  head_compose 0 "" logs --tail=120 "$SERVICE" >&2
+  echo "Recent worker logs:" >&2
+  worker_compose logs --tail=120 "$SERVICE" >&2
+  exit 1
+}
+
+echo "Starting DSpark worker on ${WORKER_HOST}..."
+worker_compose NODE_RANK=1 HEADLESS=1 "VLLM_HOST_IP=$WORKER_VLLM_HOST_IP" "GPU_MEMORY_UTILIZATION=$GPU_MEMORY_UTILIZATION" \
+  "DSPARK_REVISION=${DSPARK_REVISION:-}" up -d || startup_failed "Worker compose up failed on $WORKER_HOST."
+echo "Starting DSpark head..."
+head_compose 0 "" up -d || startup_failed "Head compose up failed."
+
+echo "Waiting for DSpark vLLM API..."
+for attempt in $(seq 1 "$WAIT_ATTEMPTS"); do
+  if curl -fsS --max-time 5 "${AUTH_HEADER[@]}" "$API_URL" >/dev/null 2>&1; then
+    echo "DeepSeek V4 Flash DSpark is running: $API_URL"
+    echo "Running minimal OpenAI-compatible chat request..."
+    curl -fsS --max-time 60 "${AUTH_HEADER[@]}" "$CHAT_URL" -H "Content-Type: application/json" \
+      -d '{"model":"'"${SERVED_MODEL_NAME:-deepseek-v4-flash-dspark}"'","messages":[{"role":"user","content":"Reply with OK."}],"max_tokens":32,"temperature":0,"chat_template_kwargs":{"thinking":false}}' \
+      >/dev/null || startup_failed "Minimal chat request failed."
+    echo "Minimal chat request succeeded."
+    if [ "${POST_READINESS_WARMUP_ENABLED:-1}" = "0" ]; then
+      echo "Post-readiness warmup: SKIPPED (POST_READINESS_WARMUP_ENABLED=0)"
+    elif "$SCRIPT_DIR/scripts/run-post-readiness-warmup.sh"; then
+      echo "Post-readiness warmup: ok"
+    else
+      echo "WARN: post-readiness warmup failed (fail-open: the server is up and serving)" >&2
+    fi
+    exit 0
+  fi
+  echo "Waiting for $API_URL (attempt $attempt/$WAIT_ATTEMPTS, next check in ${WAIT_SECONDS}s)"
   sleep "$WAIT_SECONDS"
 done
-[ "$healthy" = 1 ] || fail_with_log "no healthy API at $API after $WAIT_ATTEMPTS attempts x ${WAIT_SECONDS}s"
-echo "start: healthy: $(curl -sf -m 5 "$API/v1/models")"
 
-smoke=$(curl -sf -m 120 "$API/v1/chat/completions" -H 'Content-Type: application/json' \
-  -d "{\"model\":\"$SERVED_MODEL_NAME\",\"messages\":[{\"role\":\"user\",\"content\":\"Reply exactly READY.\"}],\"temperature\":0,\"max_tokens\":8,\"chat_template_kwargs\":{\"thinking\":false}}") \
-  || fail_with_log "the minimal chat smoke failed"
-echo "start: chat smoke ok: ${smoke:0:200}"
-
-if [ "${POST_READINESS_WARMUP_ENABLED:-1}" = 1 ]; then
-  if scripts/run-post-readiness-warmup.sh; then
-    echo "start: post-readiness warmup ok"
-  else
-    echo "start: post-readiness warmup FAILED (fail-open: the server is up and serving)" >&2
-  fi
-else
-  echo "start: post-readiness warmup skipped (POST_READINESS_WARMUP_ENABLED=${POST_READINESS_WARMUP_ENABLED})"
-fi
-echo "start: $CONTAINER up at $API/v1"
-exit 0
+echo "Timed out waiting for DSpark API. Recent head logs:" >&2
+head_compose 0 "" logs --tail=120 "$SERVICE" >&2
+echo "Recent worker logs:" >&2
+worker_compose logs --tail=120 "$SERVICE" >&2
+exit 1

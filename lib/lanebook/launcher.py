@@ -1,0 +1,201 @@
+"""Starting, watching and stopping a lane with its checkout's own scripts, and reading what they say.
+
+A lane starts one way: the recipe's launcher, run from the head as seed 000 runs it
+(`cd CHECKOUT && PROJECT_NAME=… WAIT_ATTEMPTS=… WAIT_SECONDS=… ./start-deepseek-v4-flash-dspark.sh`).
+Its exit code and messages are read into one outcome (launcher_outcome), the same on the twin as on
+a real pair, so an operator's first real launch is not the first time a failure path is read:
+
+  ok                     exit 0: /v1/models answered and a minimal chat request succeeded
+  refused configuration  exit 2 (a bad option or value), or exit 1 with "KEY must be set in .env.dspark"
+                         (the launcher's ${KEY:?} check exits as bash does, with 1)
+  missing env file       "Copy .env.dspark.example to .env.dspark and edit node-specific values."
+  worker unreachable     "Cannot reach worker with passwordless SSH: HOST"
+  image missing          "Missing local Docker image …" / "Missing worker Docker image …"
+  health timeout         "Timed out waiting for DSpark API." (the last 120 log lines of both ranks follow)
+  interrupted            exit 129, 130 or 143 (HUP, INT, TERM)
+  failed                 any other exit; the launcher's last line says why
+
+There is no "already up" outcome: the launcher has none. `docker compose up -d` leaves a running rank
+whose configuration is unchanged as it is; the launch runbook finds an up lane (pair_occupancy)
+before it starts one.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from .compose import COMPOSE_NAME as COMPOSE_FILE
+from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
+from .render import ENV_NAME as ENV_FILE
+
+LAUNCH_MARGIN_S = 120.0  # beyond the launcher's own WAIT_ATTEMPTS x WAIT_SECONDS
+INTERRUPTED_CODES = {129: "HUP", 130: "INT", 143: "TERM"}
+# (outcome, what the recipe's launcher prints for it). On a non-zero exit the first line of the output that
+# matches one decides: the launcher's own line comes before the container logs it prints after it.
+LAUNCHER_MESSAGES = (
+    ("missing env file", re.compile(r"Copy \.env\.dspark\.example to \.env\.dspark")),
+    ("refused configuration", re.compile(r"must be set in |^Unknown (option|argument): |requires a value\.|"
+                                         r"must be (one of|an integer|between|a positive integer)")),
+    ("worker unreachable", re.compile(r"Cannot reach worker with passwordless SSH")),
+    ("image missing", re.compile(r"Missing (local|worker) Docker image")),
+    ("health timeout", re.compile(r"Timed out waiting for DSpark API")),
+)
+
+
+def launcher_outcome(exit_code: int, output: str) -> tuple[str, str]:
+    """(outcome, the line that says so) for a launcher exit code and its output (see the module docstring)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if exit_code == 0:
+        return "ok", lines[-1] if lines else ""
+    if exit_code in INTERRUPTED_CODES:
+        return "interrupted", f"SIG{INTERRUPTED_CODES[exit_code]}"
+    for line in lines:
+        for outcome, pattern in LAUNCHER_MESSAGES:
+            if pattern.search(line):
+                return outcome, line
+    if exit_code == 2:
+        return "refused configuration", lines[-1] if lines else ""
+    return "failed", lines[-1] if lines else ""
+
+
+def project_name(lane: Lane) -> str:
+    return str(lane.params.launcher.env["PROJECT_NAME"])
+
+
+def container_name(lane: Lane) -> str:
+    """The server container's name as Compose makes it: <project>-<service>-<index>."""
+    return f"{project_name(lane)}-vllm-dspark-1"
+
+
+def in_checkout(lane: Lane, command: str) -> str:
+    return f"cd {qpath(lane.params.checkout)} && {command}"
+
+
+def launcher_command(lane: Lane, script: str, env: Optional[dict] = None) -> str:
+    """`cd CHECKOUT && K=V ... ./script.sh`, the seed's launcher line."""
+    return in_checkout(lane, f"{env_prefix(env or {'PROJECT_NAME': project_name(lane)})}{q(script)}")
+
+
+@dataclass
+class LauncherResult:
+    """What one of the checkout's scripts said: its exit code, the outcome read from it, and the line why."""
+
+    exit_code: int
+    outcome: str
+    reason: str
+    output: str
+    duration_s: float
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """False in a dry run: the script did not run."""
+        return self.outcome == "ok" and not self.dry_run
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return "launcher not run (dry run)"
+        return (f"launcher {self.outcome} (exit {self.exit_code}, {self.duration_s:.0f} s)"
+                + (f": {self.reason}" if self.reason else ""))
+
+
+def launcher_result(result: CommandResult) -> LauncherResult:
+    outcome, reason = ("not run", "") if result.dry_run else launcher_outcome(result.exit_code, result.stdout)
+    return LauncherResult(result.exit_code, outcome, reason, result.stdout, result.duration_s, result.dry_run)
+
+
+def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> LauncherResult:
+    """Seed 000 "Launch": the launcher from the head, bounded by its own wait (WAIT_ATTEMPTS x WAIT_SECONDS) plus a margin.
+
+    Run with a terminal, so stopping at the bound hangs the launcher up (it exits 129) instead of
+    leaving it running on the head.
+    """
+    launcher = lane.params.launcher
+    result = lane.head.run(launcher_command(lane, launcher.start, dict(launcher.env)), check=False, pty=True,
+                           timeout=launcher.wait_budget_s + LAUNCH_MARGIN_S, on_line=on_line)
+    return launcher_result(result)
+
+
+def lane_status(lane: Lane) -> LauncherResult:
+    """The checkout's status script, from the head (exit 0: the head's rank runs and /v1/models answers)."""
+    return launcher_result(lane.head.run(launcher_command(lane, lane.params.launcher.status), check=False, timeout=60))
+
+
+# --- the lane's containers ------------------------------------------------------------------------
+
+def _running_names(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
+    return {alias: r.stdout.split() for alias, r in lane.each("docker ps --format '{{.Names}}'", nodes).items()}
+
+
+def _ours(lane: Lane, names: list[str]) -> list[str]:
+    """The names that belong to this lane's Compose project."""
+    prefix = project_name(lane) + "-"
+    return [n for n in names if n.startswith(prefix)]
+
+
+def running_containers(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
+    """Names of this lane's running containers (its Compose project's), per node."""
+    return {alias: _ours(lane, names) for alias, names in _running_names(lane, nodes).items()}
+
+
+def vllm_containers(lane: Lane) -> dict[str, list[str]]:
+    """Every running vLLM container, any lane's, per node (memory is never cleaned under one)."""
+    return {alias: [n for n in names if "vllm" in n] for alias, names in _running_names(lane).items()}
+
+
+@dataclass
+class PairOccupancy:
+    """Who is serving on the pair: this lane's containers and other lanes' vLLM containers, per node."""
+
+    mine: dict[str, list[str]]
+    others: dict[str, list[str]]
+
+    @property
+    def this_lane_up(self) -> bool:
+        return any(self.mine.values())
+
+    @property
+    def other_lane_up(self) -> bool:
+        return any(self.others.values())
+
+
+def pair_occupancy(lane: Lane) -> PairOccupancy:
+    """One `docker ps` per node: both lanes want the whole pair, so only one may serve at a time (seed 003)."""
+    names = _running_names(lane)
+    mine = {a: _ours(lane, ns) for a, ns in names.items()}
+    return PairOccupancy(mine=mine, others={a: [n for n in ns if "vllm" in n and n not in mine[a]] for a, ns in names.items()})
+
+
+# --- stop ------------------------------------------------------------------------------------------
+
+@dataclass
+class StopResult:
+    launcher: LauncherResult
+    left_running: dict[str, list[str]]  # containers of the lane still up afterwards, per node (observed)
+
+    @property
+    def ok(self) -> bool:
+        return self.launcher.ok and not any(self.left_running.values())
+
+    def summary(self) -> str:
+        left = {alias: names for alias, names in self.left_running.items() if names}
+        return self.launcher.summary() + (f"; still running: {left}" if left else "")
+
+
+def stop_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> StopResult:
+    """Seed 000 "stop": the stop script from the head, then a look for containers left behind on any node."""
+    result = lane.head.run(launcher_command(lane, lane.params.launcher.stop), check=False, pty=True, timeout=300,
+                           on_line=on_line)
+    return StopResult(launcher_result(result), running_containers(lane))
+
+
+def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
+    """Pitfall 16: when the head died mid-TP, bring down the lane's compose project on workers still running it."""
+    stopped = {}
+    for alias, names in running_containers(lane, lane.workers).items():
+        if names:
+            compose = f"docker compose -p {q(project_name(lane))} --env-file {ENV_FILE} -f {COMPOSE_FILE} down"
+            lane.node(alias).run(in_checkout(lane, compose), pty=True, timeout=300)
+            stopped[alias] = names
+    return stopped

@@ -1,0 +1,93 @@
+"""A lane's logs and live process, read as the seed reads them: the log gate, the KV-cache line, the live
+`vllm serve` command and its speculative config.
+
+The parsing is pure functions over text (lines_by_pattern, kv_cache_tokens, serving_command,
+speculative_config); scan_log and live_command fetch that text from a node.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterable, Optional
+
+from .nodes import Node, NodeError, q
+
+# Seed 000 gate: docker logs <container> 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size'
+GATE_LOG_PATTERNS = ("BREAKABLE", "Breakable CUDA", "KV cache size")
+KV_CACHE_RE = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+NO_SUCH_CONTAINER = "No such container"
+
+
+def lines_by_pattern(lines: Iterable[str], patterns: Iterable[str]) -> dict[str, list[str]]:
+    """Each pattern (a regular expression) with the lines it matches, in order."""
+    lines = list(lines)
+    return {p: [line for line in lines if re.search(p, line)] for p in patterns}
+
+
+def scan_log(node: Node, container: str, patterns: Iterable[str] = GATE_LOG_PATTERNS) -> dict[str, list[str]]:
+    """The seed's gate `docker logs C 2>&1 | grep -E 'A|B|…'`, lines sorted by the pattern they match.
+
+    Docker's "No such container" error is grepped too, so a missing container is an error, not a clean log.
+    """
+    patterns = list(patterns)
+    result = node.run(f"docker logs {q(container)} 2>&1 | grep -E {q('|'.join(patterns + [NO_SUCH_CONTAINER]))}",
+                      check=False, timeout=120)
+    if result.exit_code > 1:
+        raise NodeError(f"{node.alias}: scanning the log of {container} failed (exit {result.exit_code}): "
+                        f"{result.stderr.strip()[:200]}")
+    lines = result.stdout.splitlines()
+    if any(NO_SUCH_CONTAINER in line and container in line for line in lines):
+        raise NodeError(f"{node.alias}: no container named {container}")
+    return lines_by_pattern(lines, patterns)
+
+
+def kv_cache_tokens(lines: Iterable[str]) -> Optional[int]:
+    """The last "GPU KV cache size: 2,493,464 tokens" figure in the lines (the latest boot), or None."""
+    found = [m.group(1) for line in lines for m in [KV_CACHE_RE.search(line)] if m]
+    return int(found[-1].replace(",", "")) if found else None
+
+
+def serving_command(top_output: str) -> str:
+    """From `docker top` output, the `vllm serve` process's command line (all processes' if none serves).
+
+    A shell that exec's vllm can show the same words: the serving process itself is preferred.
+    """
+    lines = top_output.splitlines()
+    if not lines:
+        return ""
+    header = lines[0].split()
+    if "CMD" not in header:
+        raise ValueError(f"unexpected `docker top` output: {lines[0][:200]!r}")
+    before = header.index("CMD")
+    commands = [parts[before] for line in lines[1:] for parts in [line.split(None, before)] if len(parts) > before]
+    serving = [c for c in commands if re.search(r"\bvllm\S*\s+serve\b", c)]
+    direct = [c for c in serving if not re.match(r"(\S*/)?(ba)?sh\s+-c\b", c)]
+    return "\n".join(direct or serving or commands)
+
+
+def live_command(node: Node, container: str) -> str:
+    """The server's live command line, from `docker top` on the node."""
+    output = node.run(f"docker top {q(container)}", timeout=60).stdout
+    try:
+        return serving_command(output)
+    except ValueError as exc:
+        raise NodeError(f"{node.alias}: {exc}") from None
+
+
+def speculative_config(command: str) -> Optional[dict]:
+    """The JSON given to --speculative-config in a command line, or None."""
+    at = command.find("--speculative-config")
+    start = command.find("{", at) if at >= 0 else -1
+    if start < 0:
+        return None
+    try:
+        config, _end = json.JSONDecoder().raw_decode(command[start:])
+    except json.JSONDecodeError:
+        return None
+    return config
+
+
+def schedule_in_live_command(node: Node, container: str) -> bool:
+    """Is the batch-size verify schedule in the running server's command (seed 000: confirm after a rollback)?"""
+    return SCHEDULE_KEY in live_command(node, container)

@@ -1,0 +1,69 @@
+"""Waiting, from the operator's machine, until a lane's server answers: /health, then /v1/models.
+
+Each wait is bounded, shows its progress and goes into the executor's history, so a dry run lists
+the waits it would make (and makes none).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from .errors import LanebookError
+from .http import WaitProgress, wait_for
+from .metrics import server_root
+from .nodes import Executor, Lane
+
+
+def _wait(url: str, ready, *, what: str, timeout_s: float, interval_s: float,
+          progress: Optional[Callable[[WaitProgress], None]], executor: Optional[Executor]):
+    """wait_for, recorded in the executor's history; in dry-run only recorded (no HTTP)."""
+    description = f"wait for {what}: GET {url} every {interval_s:g} s, bound {timeout_s:g} s"
+    if executor is not None and executor.dry_run:
+        executor.record_local(description)
+        return None
+    started = time.monotonic()
+    try:
+        response = wait_for(url, ready, what=what, timeout_s=timeout_s, interval_s=interval_s, progress=progress)
+    except LanebookError as exc:
+        if executor is not None:
+            executor.record_local(description, exit_code=1, duration_s=time.monotonic() - started, detail=str(exc))
+        raise
+    if executor is not None:
+        executor.record_local(description, duration_s=time.monotonic() - started)
+    return response
+
+
+def wait_health(api: str, timeout_s: float = 900.0, interval_s: float = 5.0,
+                progress: Optional[Callable[[WaitProgress], None]] = None, executor: Optional[Executor] = None) -> bool:
+    """Poll the server's /health until 200 (vLLM answers 503 when the engine is dead, nothing while it boots)."""
+    response = _wait(f"{server_root(api)}/health", lambda r: r.status_code == 200, what="/health",
+                     timeout_s=timeout_s, interval_s=interval_s, progress=progress, executor=executor)
+    return response is not None
+
+
+def wait_models(api: str, model: Optional[str] = None, timeout_s: float = 900.0, interval_s: float = 5.0,
+                progress: Optional[Callable[[WaitProgress], None]] = None,
+                executor: Optional[Executor] = None) -> Optional[list[dict]]:
+    """Poll /v1/models until it lists `model` (any model when None); returns the model entries (None in dry-run)."""
+
+    def lists_model(response) -> bool:
+        if response.status_code != 200:
+            return False
+        try:
+            ids = [m.get("id") for m in response.json().get("data", [])]
+        except ValueError:
+            return False
+        return bool(ids) and (model is None or model in ids)
+
+    response = _wait(f"{api.rstrip('/')}/models", lists_model, what=f"/v1/models listing {model or 'a model'}",
+                     timeout_s=timeout_s, interval_s=interval_s, progress=progress, executor=executor)
+    return response.json()["data"] if response is not None else None
+
+
+def wait_lane_ready(lane: Lane, timeout_s: Optional[float] = None, interval_s: float = 5.0,
+                    progress: Optional[Callable[[WaitProgress], None]] = None) -> Optional[list[dict]]:
+    """/health then /v1/models listing the lane's served model, within the launcher's wait budget by default."""
+    bound = timeout_s if timeout_s is not None else float(lane.params.launcher.wait_budget_s)
+    api, executor = lane.params.api, lane.executor
+    wait_health(api, bound, interval_s, progress, executor)
+    return wait_models(api, lane.params.served_model_name, bound, interval_s, progress, executor)

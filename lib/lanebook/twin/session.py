@@ -1,0 +1,85 @@
+"""What a twin node's session runs: the client's command line, with the node's own system paths.
+
+A twin node is a directory on this machine, so /dev/shm, /proc/sys/vm/drop_caches and
+/etc/systemd/system would be this machine's. Before bash runs a command line, the node session
+(sshd's ForceCommand, written by lanebook.twin.nodes) maps each of NODE_PATHS to the node's copy
+under its root, which the stand-ins and the memory model use (lanebook.twin.standins.machine):
+
+    /dev/shm/x                ->  ROOT/dev/shm/x
+    /proc/sys/vm/drop_caches  ->  ROOT/proc/sys/vm/drop_caches
+    /etc/systemd/system/u     ->  ROOT/etc/systemd/system/u
+
+A path is mapped wherever it starts a path: unquoted, inside quotes, inside an `sh -c '...'` script
+(`rm -rf /dev/shm/*` becomes `rm -rf ROOT/dev/shm/*`, glob and all), but not as the tail of another
+path (`$HOME/dev/shm`, `x/dev/shm`) nor as a prefix of another name (`/dev/shmx`,
+`/etc/systemd/system.conf`). The replacement is made only of characters no shell quoting treats
+specially ([A-Za-z0-9_./-]); a root with any other character is reached through an alias symlink that
+has none. So mapping never changes how a line is quoted or split, and a command that would go wrong
+on a node (a misspelt path, a quoted glob) goes wrong the same way here.
+
+The other direction: a command line that leaves the node for another one over ssh (through the
+node's `ssh` shim) has this node's mapped paths put back to the real ones, so the other node maps
+them into its own root. Not mapped: paths a program builds itself or reads from a file or stdin,
+an interactive shell, and sftp transfers; lanebook's node operations name these paths on the
+command line.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
+NODE_PATHS = ("/dev/shm", "/proc/sys/vm/drop_caches", "/etc/systemd/system")
+SAFE_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
+ALIAS_DIR = Path("/tmp")
+SSH = "/usr/bin/ssh"
+# Starts a path: not preceded by a character of a path or a variable; not followed by one of a name.
+_NODE_PATH_RE = re.compile(r"(?<![\w./~$-])(" + "|".join(re.escape(p) for p in NODE_PATHS) + r")(?![\w.-])")
+
+
+def mapped_root(node_root: Path) -> str:
+    """The node's root as mapped paths spell it: itself when every character is safe, else an alias symlink."""
+    root = str(Path(node_root).resolve())
+    if SAFE_PATH.fullmatch(root):
+        return root
+    alias = ALIAS_DIR / f"lanebook-twin-{os.getuid()}" / hashlib.sha256(root.encode()).hexdigest()[:16]
+    alias.parent.mkdir(mode=0o700, exist_ok=True)
+    if not (alias.is_symlink() and os.readlink(alias) == root):
+        alias.unlink(missing_ok=True)
+        alias.symlink_to(root)
+    return str(alias)
+
+
+def map_paths(command: str, root: str) -> str:
+    """The command line with every node path moved under `root` (see the module docstring)."""
+    if not SAFE_PATH.fullmatch(root):
+        raise ValueError(f"not a mapping root (characters outside [A-Za-z0-9_./-]): {root!r}")
+    return _NODE_PATH_RE.sub(lambda match: root + match.group(1), command)
+
+
+def unmap_paths(text: str, root: str) -> str:
+    """Undo map_paths: this node's mapped paths back to the real ones, for a command bound for another node."""
+    for path in NODE_PATHS:
+        text = text.replace(root + path, path)
+    return text
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """`map COMMAND` prints the mapped line (the node session); `ssh ARGS...` runs ssh with the args unmapped."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    root = os.environ.get("LANEBOOK_NODE_MAPPED_ROOT", "")
+    if argv[:1] == ["map"] and len(argv) == 2 and root:
+        sys.stdout.write(map_paths(argv[1], root))
+        return 0
+    if argv[:1] == ["ssh"] and root:
+        config = str(Path(os.environ["HOME"]) / ".ssh" / "config")
+        os.execv(SSH, ["ssh", "-F", config, *(unmap_paths(arg, root) for arg in argv[1:])])
+    print("usage: python -m lanebook.twin.session map COMMAND | ssh ARGS... (on a twin node)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, sleep.
+
+Each accepts the command lines the real lanes get and acts on the node it runs on (its root,
+$LANEBOOK_NODE_ROOT), never on this machine: docker over the twin's container runtime (runtime),
+hf over the twin's hub (hf), the system commands over the node's machine state (system, machine).
+The node's bin/ holds thin shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each stand-in
+is a process of its own as the real tool is. Figures they print are twin figures.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Optional
+
+from ...errors import LanebookError
+from .base import fail
+
+# command -> (module, function): imported on use, so each stand-in starts only what it needs
+COMMANDS = {
+    "docker": ("docker", "docker"),
+    "hf": ("hf", "hf"),
+    "sudo": ("system", "sudo"),
+    "systemctl": ("system", "systemctl"),
+    "sysctl": ("system", "sysctl"),
+    "free": ("system", "free"),
+    "sleep": ("system", "sleep"),
+}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        return fail(f"usage: python -m lanebook.twin.standins {{{','.join(COMMANDS)}}} ARGS...", 2)
+    module, function = COMMANDS[argv[0]]
+    command = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    try:
+        return command(argv[1:])
+    except LanebookError as exc:
+        return fail(f"{argv[0]}: {exc}")
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,191 @@
+"""A twin node's machine: its unified memory (page cache, sticky residue), /dev/shm and systemd units.
+
+A node root holds, where a DGX Spark keeps them (every node session sees the first three at their
+real paths: lanebook.twin.session maps them into the root):
+
+  dev/shm/                   the node's /dev/shm: the serving stack's shared-memory segments
+  proc/sys/vm/drop_caches    the kernel's cache-drop knob; what is written there is what happens
+  etc/systemd/system/        the unit directory: a masked unit is a symlink to /dev/null, an
+                             enabled one a link in multi-user.target.wants/
+  usr/lib/systemd/system/    vendor unit files (the legacy serving stack's)
+  run/systemd/active/        systemd's runtime state: one file per running unit
+  var/memory.json            the memory model's own bookkeeping
+
+The memory model follows the kernel: writing 1 or 3 to drop_caches drops the page cache, and on the
+Spark's unified memory the ~12 GiB a stopped engine can leave held (seed 000 pitfall 4) goes with
+it; 2 drops only slab objects, which the model does not track; anything else the kernel refuses
+(EINVAL), so nothing is dropped. The model reads the knob whenever memory is looked at, which is
+observably the same as reacting when it is written.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .base import read_json, write_json
+
+GIB = 1024 ** 3
+TOTAL_BYTES = 128 * 10 ** 9  # DGX Spark: 128 GB unified memory shared by CPU and GPU
+OS_USED_GIB = 4.5
+PAGE_CACHE_GIB = 6.0  # page cache on a node that has been up a while
+PAGE_CACHE_FLOOR_GIB = 0.3  # what stays cached right after a drop (files in use)
+STICKY_GIB = 12.0  # seed 000 pitfall 4: "free mem can stick ~10-16 Gi with no containers"
+LEGACY_UNIT_GIB = 40.0  # what a running legacy serving stack holds (twin assumption)
+WANTS = "multi-user.target.wants"
+HOLDS_KEY = "X-Lanebook-Twin-Holds-GiB"  # systemd ignores X- keys: the twin's note of what a unit holds
+
+
+def legacy_unit_file(name: str, holds_gib: float) -> str:
+    """The vendor unit of a legacy serving stack that holds GPU memory while it runs."""
+    return "\n".join([
+        "[Unit]",
+        f"Description=legacy vLLM serving stack ({name})",
+        f"{HOLDS_KEY}={holds_gib:g}",
+        "After=network-online.target docker.service",
+        "",
+        "[Service]",
+        "ExecStart=/usr/local/bin/legacy-vllm serve",
+        "Restart=always",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """What systemctl reports for a unit: ActiveState and UnitFileState."""
+
+    name: str
+    active: str  # active | inactive
+    enabled: str  # enabled | disabled | masked | static | not-found
+    description: str = ""
+
+
+class NodeMachine:
+    """One node's memory and units, kept in its root (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    shm = property(lambda self: self.root / "dev" / "shm")
+    drop_caches = property(lambda self: self.root / "proc" / "sys" / "vm" / "drop_caches")
+    unit_dir = property(lambda self: self.root / "etc" / "systemd" / "system")
+    vendor_unit_dir = property(lambda self: self.root / "usr" / "lib" / "systemd" / "system")
+    active_dir = property(lambda self: self.root / "run" / "systemd" / "active")
+    _memory_file = property(lambda self: self.root / "var" / "memory.json")
+
+    # --- memory ---------------------------------------------------------------------------------
+
+    def memory(self) -> dict:
+        """{"cache_gib", "sticky_gib"} after whatever was written to drop_caches since the last look."""
+        state = read_json(self._memory_file, {"cache_gib": PAGE_CACHE_GIB, "sticky_gib": 0.0, "drop_seen_ns": 0})
+        try:
+            written_ns = self.drop_caches.stat().st_mtime_ns
+        except FileNotFoundError:
+            written_ns = 0
+        if written_ns > state.get("drop_seen_ns", 0):
+            value = self.drop_caches.read_text(errors="replace").strip()
+            if value in ("1", "3"):
+                state.update(cache_gib=PAGE_CACHE_FLOOR_GIB, sticky_gib=0.0)
+            state["drop_seen_ns"] = written_ns
+            write_json(self._memory_file, state)
+        return {"cache_gib": state["cache_gib"], "sticky_gib": state["sticky_gib"]}
+
+    def hold_sticky(self, gib: float = STICKY_GIB) -> None:
+        """A stopped engine leaves `gib` held until caches are dropped (fault sticky-uma)."""
+        self.memory()  # a drop written before the stop applies first
+        state = read_json(self._memory_file, {"cache_gib": PAGE_CACHE_GIB, "sticky_gib": 0.0, "drop_seen_ns": 0})
+        state["sticky_gib"] = max(state.get("sticky_gib", 0.0), gib)
+        write_json(self._memory_file, state)
+
+    def held_gib(self) -> float:
+        """Memory held outside any container: sticky residue plus running units that hold memory."""
+        units = sum(self.holds_gib(name) for name in self.active_units())
+        return self.memory()["sticky_gib"] + units
+
+    # --- units ----------------------------------------------------------------------------------
+
+    def unit_file(self, name: str) -> Optional[Path]:
+        """The unit's file: the unit directory's (a real file, or a mask link) before the vendor's."""
+        for directory in (self.unit_dir, self.vendor_unit_dir):
+            path = directory / name
+            if path.is_symlink() or path.exists():
+                return path
+        return None
+
+    def masked(self, name: str) -> bool:
+        link = self.unit_dir / name
+        return link.is_symlink() and os.readlink(link) == "/dev/null"
+
+    def state(self, name: str) -> UnitState:
+        path = self.unit_file(name)
+        if self.masked(name):
+            enabled = "masked"
+        elif path is None:
+            enabled = "not-found"
+        elif (self.unit_dir / WANTS / name).is_symlink():
+            enabled = "enabled"
+        else:
+            enabled = "disabled" if "[Install]" in path.read_text(errors="replace") else "static"
+        return UnitState(name, "active" if self.is_active(name) else "inactive", enabled, self.description(name))
+
+    def description(self, name: str) -> str:
+        return self._unit_key(name, "Description") or ""
+
+    def holds_gib(self, name: str) -> float:
+        value = self._unit_key(name, HOLDS_KEY)
+        try:
+            return float(value) if value else 0.0
+        except ValueError:
+            return 0.0
+
+    def _unit_key(self, name: str, key: str) -> Optional[str]:
+        vendor = self.vendor_unit_dir / name
+        path = self.unit_dir / name if (self.unit_dir / name).is_file() and not self.masked(name) else vendor
+        if not path.is_file():
+            return None
+        match = re.search(rf"^{re.escape(key)}=(.*)$", path.read_text(errors="replace"), re.M)
+        return match.group(1).strip() if match else None
+
+    def is_active(self, name: str) -> bool:
+        return (self.active_dir / name).exists()
+
+    def active_units(self) -> list[str]:
+        return sorted(p.name for p in self.active_dir.iterdir()) if self.active_dir.is_dir() else []
+
+    def set_active(self, name: str, active: bool) -> None:
+        marker = self.active_dir / name
+        if active:
+            self.active_dir.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        else:
+            marker.unlink(missing_ok=True)
+
+    def known_units(self) -> list[str]:
+        names = set(self.active_units())
+        for directory in (self.unit_dir, self.vendor_unit_dir):
+            if directory.is_dir():
+                names |= {p.name for p in directory.iterdir() if p.name.endswith((".service", ".socket", ".timer"))}
+        return sorted(names)
+
+
+def init_node(root: Path, legacy_units: list[str], legacy_active: bool, holds_gib: float = LEGACY_UNIT_GIB) -> NodeMachine:
+    """A fresh machine at `twin up`: empty /dev/shm, cache warm, legacy units installed (running with the fault)."""
+    machine = NodeMachine(root)
+    for directory in (machine.shm, machine.drop_caches.parent, machine.unit_dir / WANTS, machine.vendor_unit_dir,
+                      machine.active_dir, root / "var"):
+        directory.mkdir(parents=True, exist_ok=True)
+    machine.drop_caches.write_text("0\n")
+    write_json(machine._memory_file, {"cache_gib": PAGE_CACHE_GIB, "sticky_gib": 0.0,
+                                      "drop_seen_ns": machine.drop_caches.stat().st_mtime_ns})
+    for name in legacy_units:
+        (machine.vendor_unit_dir / name).write_text(legacy_unit_file(name, holds_gib))
+        if legacy_active:
+            (machine.unit_dir / WANTS / name).symlink_to(f"/usr/lib/systemd/system/{name}")
+            machine.set_active(name, True)
+    return machine

@@ -1,0 +1,222 @@
+"""The twin's container runtime: what dockerd would do on a node, with the engine as the container's process.
+
+A container is a directory under the node's var/containers/NAME: spec.json (what Compose asked
+for), record.json (pid, start and finish times), log (its stdout and stderr: `docker logs`) and
+exitcode. Its process is the twin's vLLM-compatible engine, started detached in its own session
+under a small supervisor named after the container, so `docker top` and `docker stop` find every
+process of it. With the host IPC namespace (the compose file's `ipc: host`) the serving stack's
+shared-memory segments live in the node's /dev/shm: created when the container starts, unlinked
+when it stops cleanly, left behind when it is killed (SIGKILL skips the clean-up, as NCCL's does).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .base import ago, iso, read_json, twin_state, write_json
+from .machine import NodeMachine
+
+KILLED = 137  # 128 + SIGKILL
+TERMINATED = 143  # 128 + SIGTERM
+
+
+@dataclass
+class Container:
+    dir: Path
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def node_root(self) -> Path:
+        return self.dir.parents[2]  # ROOT/var/containers/NAME
+
+    @property
+    def spec(self) -> dict:
+        return read_json(self.dir / "spec.json", {})
+
+    @property
+    def record(self) -> dict:
+        return read_json(self.dir / "record.json", {})
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "log"
+
+    @property
+    def pid(self) -> int:
+        return int(self.record.get("pid", 0))
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(f"{self.name}:{self.record.get('started_at')}".encode()).hexdigest()
+
+    def session_pids(self) -> list[int]:
+        """Every process of the container: those in the session its supervisor leads."""
+        if not self.pid:
+            return []
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == self.pid and fields[0] not in "ZX":
+                pids.append(int(stat.parent.name))
+        return pids
+
+    @property
+    def running(self) -> bool:
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in "ZX" and f"lanebook-container:{self.name}".encode() in cmdline
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        if self.running:
+            return None
+        code = (self.dir / "exitcode").read_text().strip() if (self.dir / "exitcode").exists() else ""
+        return int(code) if code.lstrip("-").isdigit() else self.record.get("exit_code", KILLED)
+
+    def state(self) -> str:
+        return "running" if self.running else "exited"
+
+    def status(self) -> str:
+        now = time.time()
+        if self.running:
+            return f"Up {ago(now - self.record.get('started_at', now))}"
+        finished = self.record.get("finished_at")
+        if finished is None and (self.dir / "exitcode").exists():
+            finished = (self.dir / "exitcode").stat().st_mtime
+        return f"Exited ({self.exit_code}) {ago(now - (finished or now))} ago"
+
+    def summary(self) -> dict:
+        """The fields `docker ps --format` templates read."""
+        spec = self.spec
+        return {"ID": self.id[:12], "Names": self.name, "Name": self.name, "Image": spec.get("image", ""),
+                "Command": '"bash -lc \'export P…"', "State": self.state(), "Status": self.status(),
+                "Service": spec.get("service", ""), "Project": spec.get("project", ""), "ExitCode": self.exit_code or 0,
+                "CreatedAt": iso(self.record.get("started_at")), "Ports": "",
+                "Labels": f"com.docker.compose.project={spec.get('project', '')}",
+                "RunningFor": ago(time.time() - self.record.get("started_at", time.time()))}
+
+    def shm_segments(self) -> list[Path]:
+        """The shared-memory segments this container's processes created in the node's /dev/shm."""
+        shm = NodeMachine(self.node_root).shm
+        return [shm / name for name in self.record.get("shm_segments", [])]
+
+    def stop(self, signal_first: int = signal.SIGTERM, grace_s: Optional[float] = None) -> None:
+        """Stop as docker does: the signal to the container's processes, SIGKILL after the grace period."""
+        if not self.running:
+            return
+        grace = self.spec.get("stop_grace_s", 10.0) if grace_s is None else grace_s
+        code = TERMINATED if signal_first == signal.SIGTERM else KILLED
+        signal_group(self.pid, signal_first)
+        deadline = time.monotonic() + grace
+        while self.session_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.session_pids():
+            signal_group(self.pid, signal.SIGKILL)
+            code = KILLED
+            while self.session_pids() and time.monotonic() < deadline + 5:
+                time.sleep(0.05)
+        record = self.record
+        if not (self.dir / "exitcode").exists():
+            record["exit_code"] = code
+        record["finished_at"] = time.time()
+        write_json(self.dir / "record.json", record)
+        if code != KILLED:
+            for segment in self.shm_segments():
+                segment.unlink(missing_ok=True)
+        if "sticky-uma" in twin_state().get("faults", []):
+            NodeMachine(self.node_root).hold_sticky()
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def containers(root: Path) -> list[Container]:
+    base = root / "var" / "containers"
+    return sorted((Container(d) for d in base.iterdir() if d.is_dir()), key=lambda c: c.name) if base.is_dir() else []
+
+
+def find_container(root: Path, ref: str) -> Optional[Container]:
+    """By name, or by an ID prefix of at least 3 characters."""
+    return next((c for c in containers(root) if ref in (c.name, c.id[: len(ref)]) and len(ref) >= 3), None)
+
+
+def engine_command() -> list[str]:
+    """The container's process: the twin's vLLM-compatible engine (LANEBOOK_TWIN_ENGINE overrides, for tests)."""
+    override = os.environ.get("LANEBOOK_TWIN_ENGINE")
+    return shlex.split(override) if override else [sys.executable, "-m", "lanebook.twin.vllm"]
+
+
+def start_container(root: Path, spec) -> Container:
+    """Create and start a container: the engine with the container env, detached, its output in the log."""
+    machine = NodeMachine(root)
+    container = Container(root / "var" / "containers" / spec.name)
+    container.dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("exitcode", "log"):
+        (container.dir / stale).unlink(missing_ok=True)
+    write_json(container.dir / "spec.json", spec.to_json())
+    state = twin_state()
+    env = {
+        **spec.environment,
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),  # the node session's: the controller's lanebook
+        "HOME": str(root / "home"),
+        "LANEBOOK_NODE": os.environ.get("LANEBOOK_NODE", root.name),
+        "LANEBOOK_NODE_ROOT": str(root),
+        "LANEBOOK_TWIN_TIME_SCALE": os.environ.get("LANEBOOK_TWIN_TIME_SCALE", str(state.get("time_scale", 1))),
+        "LANEBOOK_TWIN_FAULTS": ",".join(state.get("faults", [])),
+        "LANEBOOK_TWIN_STICKY_GIB": f"{machine.held_gib():g}",
+        "LANEBOOK_TWIN_VOLUMES": json.dumps({container_path: host for host, container_path in spec.volumes}),
+    }
+    if spec.entrypoint_error:  # the image's entrypoint refuses the configuration before exec
+        code, message = spec.entrypoint_error
+        command = ["sh", "-c", 'printf "%s\\n" "$0" >&2; exit "$1"', message, str(code)]
+    else:
+        command = [*engine_command(), *spec.argv]
+    supervisor = ["sh", "-c", '"$@"; code=$?; echo "$code" > exitcode; exit "$code"', f"lanebook-container:{spec.name}", *command]
+    with open(container.log, "ab") as log:
+        proc = subprocess.Popen(supervisor, cwd=container.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    tag = hashlib.sha256(f"{spec.name}:{proc.pid}:{time.time()}".encode()).hexdigest()
+    # vLLM's shm broadcast ring and NCCL's shm transport; a refused entrypoint never got that far.
+    segments = [] if spec.entrypoint_error else [f"psm_{tag[:8]}", f"nccl-{tag[8:14]}"]
+    machine.shm.mkdir(parents=True, exist_ok=True)
+    for name in segments:
+        (machine.shm / name).write_bytes(b"\0" * 4096)
+    write_json(container.dir / "record.json", {"pid": proc.pid, "started_at": time.time(), "shm_segments": segments})
+    return container
+
+
+def remove_container(container: Container) -> None:
+    container.stop()
+    for entry in container.dir.iterdir():
+        entry.unlink()
+    container.dir.rmdir()
+
+
+def stop_all_containers(root: Path, grace_s: float = 5.0) -> None:
+    """`twin down`: stop and remove every container on a node."""
+    for container in containers(root):
+        container.stop(grace_s=grace_s)
+        remove_container(container)
