@@ -1,0 +1,39 @@
+"""The launch runbook's memory steps end to end: `lanebook run launch --lane twin` on the session twin cleans what
+was planted in both nodes' /dev/shm (step 1) and passes only on what it observed."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook import launcher, nodes
+from lanebook.params import load_lane
+
+
+def shm(node):
+    return node.run("ls -A /dev/shm").stdout.split()
+
+
+@pytest.mark.twin
+def test_launch_removes_a_planted_segment(twin, tmp_path):
+    """`lanebook run launch --lane twin` on a stopped lane: step 1 cleans what was planted in both nodes' /dev/shm."""
+    with nodes.Lane(load_lane("twin")) as lane:
+        launcher.stop_lane(lane)
+        name = f"psm_planted{os.getpid()}"
+        for node in lane.nodes:
+            node.run(f"touch /dev/shm/{name}")
+        try:
+            run = subprocess.run([str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
+                                 capture_output=True, text=True, timeout=600,
+                                 env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+            assert run.returncode == 0, run.stdout + run.stderr
+            record = json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1])
+            assert record["verdict"] == "pass" and set(record["figures"]["free_gib_after_cleanup"]) == {"head", "worker"}
+            for node in lane.nodes:
+                assert name not in shm(node)
+        finally:
+            for node in lane.nodes:
+                node.run(f"rm -f /dev/shm/{name}")
+            launcher.stop_lane(lane)

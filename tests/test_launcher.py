@@ -1,0 +1,206 @@
+"""Starting and stopping a lane through its checkout's scripts (lanebook.launcher): the seed's command lines in
+dry-run, the launcher's codes and messages read into outcomes (the recipe launcher's own lines), and on the
+twin the launch cycle and each failure outcome as the twin's launcher produces it."""
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook import launcher, logs, nodes
+from lanebook.params import lane_with, load_lane
+from recipe_dry_run import dry_lane, every_operation
+
+CONTAINER = "ds4-f-mia-anemll-0731-vllm-dspark-1"
+LAUNCH = ("head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
+          "./start-deepseek-v4-flash-dspark.sh")
+
+
+# --- what the launcher says --------------------------------------------------------------------
+
+@pytest.mark.parametrize("code, output, outcome, reason", [
+    (0, "DeepSeek V4 Flash DSpark is running: http://127.0.0.1:8888/v1/models\nMinimal chat request succeeded.",
+     "ok", "Minimal chat request succeeded."),
+    (1, "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values.",
+     "missing env file", "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values."),
+    (1, "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark",
+     "refused configuration", "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark"),
+    (2, "Unknown option: --bogus\nUsage: start-deepseek-v4-flash-dspark.sh [--host HOST] [--port PORT]",
+     "refused configuration", "Unknown option: --bogus"),
+    (2, "VLLM port must be an integer between 1 and 65535: x", "refused configuration",
+     "VLLM port must be an integer between 1 and 65535: x"),
+    (2, "something new the launcher refuses", "refused configuration", "something new the launcher refuses"),
+    (1, "Resolved DSpark profile:\nCannot reach worker with passwordless SSH: 10.0.0.2", "worker unreachable",
+     "Cannot reach worker with passwordless SSH: 10.0.0.2"),
+    (1, "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.1.\nPull it (e.g. docker pull X)", "image missing",
+     "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.1."),
+    (1, "Missing worker Docker image X.", "image missing", "Missing worker Docker image X."),
+    # the logs printed after the launcher's own line do not decide, whatever they say
+    (1, "Waiting for DSpark vLLM API...\nTimed out waiting for DSpark API. Recent head logs:\n"
+        "vllm-dspark-1  | error: Unknown option: --x\nRecent worker logs:", "health timeout",
+     "Timed out waiting for DSpark API. Recent head logs:"),
+    (1, "Running minimal OpenAI-compatible chat request...\ncurl: (22) The requested URL returned error: 500\n"
+        "Minimal chat request failed.\nStartup failed. Recent head logs:\nvllm-dspark-1  | Traceback", "failed",
+     "Minimal chat request failed."),
+    (130, "Waiting for DSpark vLLM API...", "interrupted", "SIGINT"),
+    (129, "", "interrupted", "SIGHUP"),
+    (143, "", "interrupted", "SIGTERM"),
+    (1, "", "failed", ""),
+])
+def test_launcher_outcomes(code, output, outcome, reason):
+    assert launcher.launcher_outcome(code, output) == (outcome, reason)
+
+
+def test_there_is_no_already_up_outcome():
+    assert launcher.launcher_outcome(3, "DSpark head container already exists")[0] == "failed"
+
+
+# --- dry run ---------------------------------------------------------------------------------------
+
+def test_dry_run_gives_the_seed_lines_and_claims_nothing():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    started, status, stopped = launcher.start_lane(lane), launcher.lane_status(lane), launcher.stop_lane(lane)
+    assert lane.executor.commands()[:3] == [
+        LAUNCH,
+        "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./status-deepseek-v4-flash-dspark.sh",
+        "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh",
+    ]
+    assert not (started.ok or status.ok or stopped.ok)
+    assert started.summary() == "launcher not run (dry run)" and started.outcome == "not run"
+
+
+def test_the_recipe_sequence_in_dry_run():
+    """Seed 000 order: memory cleaned and units masked, weights and checkout on every node, then the launcher,
+    then the log gate; nothing is ever deleted on the receiving side."""
+    lines = every_operation(dry_lane())
+    text = "\n".join(lines)
+    assert LAUNCH in lines
+    assert ("head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E "
+            "'BREAKABLE|Breakable CUDA|KV cache size") in text
+    assert "head: docker top ds4-f-mia-anemll-0731-vllm-dspark-1" in lines
+    assert "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/" in lines
+    assert "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s" in lines
+    assert "--delete " not in text
+    assert lines.index(LAUNCH) > max(i for i, line in enumerate(lines) if "drop_caches" in line or "systemctl mask" in line)
+    assert lines.index(LAUNCH) < next(i for i, line in enumerate(lines) if "docker logs" in line)
+
+
+def test_dry_run_opens_no_socket(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("dry-run opened a socket")
+
+    monkeypatch.setattr(socket.socket, "__init__", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    assert len(every_operation(dry_lane())) > 20
+
+
+def test_dry_run_without_a_network():
+    """The honest proof: under `unshare -n` there is no network at all, and the dry run still completes."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
+        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
+    script = ("import sys, json; sys.path.insert(0, sys.argv[1]); import recipe_dry_run as r; "
+              "print(json.dumps(r.every_operation(r.dry_lane())))")
+    out = subprocess.run(["unshare", "-n", sys.executable, "-c", script, str(Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == every_operation(dry_lane())
+
+
+def test_values_reaching_a_shell_are_quoted():
+    lane = nodes.Lane(lane_with(load_lane("twin"), checkout="~/odd dir; rm -rf x",
+                                launcher={"env": {"PROJECT_NAME": "p q", "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}}),
+                      dry_run=True)
+    launcher.start_lane(lane)
+    assert lane.executor.commands() == [
+        "head: cd ~/'odd dir; rm -rf x' && PROJECT_NAME='p q' WAIT_ATTEMPTS=1 WAIT_SECONDS=1 ./start-deepseek-v4-flash-dspark.sh"]
+
+
+# --- on the twin --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def lane(twin):
+    """The twin lane, stopped before and after."""
+    with nodes.Lane(load_lane("twin")) as connected:
+        launcher.stop_lane(connected)
+        yield connected
+        launcher.stop_lane(connected)
+
+
+def pid_of(node, container):
+    return json.loads(node.run(f"docker inspect {container}").stdout)[0]["State"]["Pid"]
+
+
+@pytest.mark.twin
+def test_launch_cycle(lane):
+    """Seed 000 "Launch / stop": launch, launch again (no restart), status, a dead head, its orphaned worker, stop."""
+    head, worker = lane.head, lane.node("worker")
+    assert launcher.container_name(lane) == CONTAINER
+    lines = []
+    started = launcher.start_lane(lane, on_line=lines.append)
+    assert (started.exit_code, started.outcome, started.ok) == (0, "ok", True), started.output[-2000:]
+    assert "Starting DSpark worker on 127.0.0.3..." in lines and "Minimal chat request succeeded." in lines
+    assert "  gpu memory utilization: 0.85 (ENABLE_VL_SIDECAR=0: from GPU_MEMORY_UTILIZATION_TEXT)" in lines
+    assert lane.executor.history[-1].command.endswith(
+        "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh")
+    assert f"--gpu-memory-utilization 0.85" in logs.live_command(head, CONTAINER)
+    pids = pid_of(head, CONTAINER), pid_of(worker, CONTAINER)
+
+    again = launcher.start_lane(lane)  # no "already up" code: compose up -d leaves the unchanged ranks running
+    assert again.outcome == "ok" and f"Container {CONTAINER}  Running" in again.output
+    assert (pid_of(head, CONTAINER), pid_of(worker, CONTAINER)) == pids
+    status = launcher.lane_status(lane)
+    assert status.ok and "GPU KV cache size" in status.output
+    assert launcher.running_containers(lane) == {"head": [CONTAINER], "worker": [CONTAINER]}
+    occupancy = launcher.pair_occupancy(lane)
+    assert occupancy.this_lane_up and not occupancy.other_lane_up
+
+    head.run(f"docker kill {CONTAINER}")  # the head dies mid-TP (pitfall 16): the worker is orphaned
+    dead = launcher.lane_status(lane)
+    assert (dead.exit_code, dead.outcome) == (1, "failed")
+    assert launcher.stop_orphaned_workers(lane) == {"worker": [CONTAINER]}
+    assert launcher.running_containers(lane) == {"head": [], "worker": []}
+    stopped = launcher.stop_lane(lane)
+    assert stopped.ok and stopped.launcher.reason == "DeepSeek V4 Flash DSpark stopped."
+
+
+@pytest.mark.twin
+def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
+    """One attempt, a second apart, cannot see a cold bind through: the launcher's timeout path with both ranks' logs."""
+    quick = nodes.Lane(lane_with(lane.params, launcher={"env": {"PROJECT_NAME": "ds4-f-mia-anemll-0731",
+                                                                 "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}}),
+                       executor=lane.executor)
+    timed_out = launcher.start_lane(quick)
+    assert (timed_out.exit_code, timed_out.outcome) == (1, "health timeout")
+    assert timed_out.reason == "Timed out waiting for DSpark API. Recent head logs:"
+    assert "Recent worker logs:" in timed_out.output and "Launching headless worker" in timed_out.output
+    assert launcher.stop_lane(lane).ok
+
+
+def checkout_copy(lane, name, edit=""):
+    """A copy of the twin lane's checkout on the head, `edit` run in it (sed on its .env.dspark, rm...)."""
+    lane.head.run(f"rm -rf ~/{name} && cp -a ~/ds4-f-mia-anemll-0731 ~/{name}" + (f" && cd ~/{name} && {edit}" if edit else ""))
+    return nodes.Lane(lane_with(lane.params, checkout=f"~/{name}"), executor=lane.executor)
+
+
+@pytest.mark.twin
+@pytest.mark.parametrize("edit, exit_code, outcome, reason", [
+    ("rm .env.dspark", 1, "missing env file", "Copy .env.dspark.example to .env.dspark and edit node-specific values."),
+    ("sed -i /^WORKER_HOST=/d .env.dspark", 1, "refused configuration", "WORKER_HOST: WORKER_HOST must be set in "),
+    ("sed -i s/^WORKER_HOST=.*/WORKER_HOST=127.0.0.9/ .env.dspark", 1, "worker unreachable",
+     "Cannot reach worker with passwordless SSH: 127.0.0.9"),
+    ("sed -i 's/^DSPARK_VLLM_IMAGE=.*/DSPARK_VLLM_IMAGE=ghcr.io\\/anemll\\/dspark-vllm-gx10:0.1.2/' .env.dspark", 1,
+     "image missing", "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.2."),
+    ("echo VLLM_PORT=eighty >> .env.dspark", 2, "refused configuration", "VLLM port must be an integer between 1 and 65535: eighty"),
+])
+def test_failures_read_from_the_twin_launcher(lane, edit, exit_code, outcome, reason):
+    copy = checkout_copy(lane, "launcher-test", edit)
+    try:
+        result = launcher.start_lane(copy)
+        assert (result.exit_code, result.outcome) == (exit_code, outcome), result.output[-1500:]
+        assert reason in result.reason
+        assert launcher.running_containers(lane) == {"head": [], "worker": []}  # refused before anything started
+    finally:
+        lane.head.run("rm -rf ~/launcher-test")

@@ -1,0 +1,74 @@
+"""Reading a lane's logs and live process (lanebook.logs): pure parsing with exact values, and on the twin the
+seed's log gate and `docker top` of a running container, a missing container being an error."""
+import pytest
+
+from lanebook import logs, nodes
+from lanebook.params import load_lane
+
+TOP = """UID                 PID                 PPID                C                   STIME               TTY                 TIME                CMD
+root                4101                4100                0                   07:01               ?                   00:00:00            /bin/bash -c exec /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888
+root                4102                4101                9                   07:01               ?                   00:03:12            /usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888 --speculative-config {"method":"dspark","num_speculative_tokens":5,"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]}
+root                4200                4102                0                   07:02               ?                   00:00:01            python3 -c from multiprocessing.resource_tracker import main
+"""
+
+
+def test_kv_cache_tokens_takes_the_latest_boot():
+    lines = ["(EngineCore pid=1) INFO [kv_cache_utils.py:1087] GPU KV cache size: 2,201,000 tokens",
+             "noise", "(EngineCore pid=9) INFO [kv_cache_utils.py:1087] GPU KV cache size: 2,493,464 tokens"]
+    assert logs.kv_cache_tokens(lines) == 2493464
+    assert logs.kv_cache_tokens(["Available KV cache memory: 18.08 GiB"]) is None
+
+
+def test_lines_by_pattern():
+    lines = ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1", "GPU KV cache size: 1 tokens", "other"]
+    assert logs.lines_by_pattern(lines, logs.GATE_LOG_PATTERNS) == {
+        "BREAKABLE": ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"], "Breakable CUDA": [],
+        "KV cache size": ["GPU KV cache size: 1 tokens"]}
+
+
+def test_serving_command_prefers_the_vllm_process_over_its_shell():
+    command = logs.serving_command(TOP)
+    assert command.startswith("/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731")
+    assert "\n" not in command
+    assert logs.speculative_config(command)["num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
+    assert logs.serving_command("") == ""
+    with pytest.raises(ValueError, match="unexpected `docker top` output"):
+        logs.serving_command("Error: no such container\n")
+
+
+def test_speculative_config_from_a_command_line():
+    assert logs.speculative_config("vllm serve x --port 1") is None
+    assert logs.speculative_config("vllm serve x --speculative-config {broken") is None
+
+
+def test_dry_run_lines():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    logs.scan_log(lane.head, "ds4-f-mia-anemll-0731-vllm-dspark-1")
+    logs.scan_log(lane.head, "name with 'quote'", ["a b"])
+    assert lane.executor.commands() == [
+        "head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size|No such container'",
+        "head: docker logs 'name with '\"'\"'quote'\"'\"'' 2>&1 | grep -E 'a b|No such container'"]
+
+
+PLACEHOLDER = ("LANEBOOK_TWIN_ENGINE='python3 -c \"import time; print(\\\"GPU KV cache size: 2,400,000 tokens\\\", flush=True); "
+               "time.sleep(120)\"'")
+COMPOSE = "docker compose -p logs-test --env-file .env.dspark -f docker-compose.dspark.yml"
+
+
+@pytest.mark.twin
+def test_log_gate_and_live_command_on_the_twin(twin):
+    with nodes.Lane(load_lane("twin")) as lane:
+        head = lane.head
+        head.run(f"cd ds4-f-mia-anemll-0731 && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d && sleep 30")
+        try:
+            found = logs.scan_log(head, "logs-test-vllm-dspark-1")
+            assert logs.kv_cache_tokens(found["KV cache size"]) == 2400000 and found["BREAKABLE"] == []
+            command = logs.live_command(head, "logs-test-vllm-dspark-1")
+            assert "serve deepseek-ai/DeepSeek-V4-Flash-0731" in command
+            assert logs.schedule_in_live_command(head, "logs-test-vllm-dspark-1")
+        finally:
+            head.run(f"cd ds4-f-mia-anemll-0731 && {COMPOSE} down")
+        with pytest.raises(nodes.NodeError, match="head: no container named no-such-container"):
+            logs.scan_log(head, "no-such-container")
+        with pytest.raises(nodes.CommandFailed, match="No such container"):
+            logs.live_command(head, "no-such-container")

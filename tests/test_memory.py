@@ -1,0 +1,137 @@
+"""Memory on the nodes before a launch (lanebook.memory): what each operation sends, and on the twin that its
+result is what was observed afterwards: planted segments gone (or named when a wrong cleanup leaves them),
+free memory read back, legacy units inactive and masked, sticky memory after a stop until caches drop."""
+import pytest
+
+from lanebook import memory, nodes
+from lanebook.params import load_lane, lane_with
+from twin_helpers import private_twin
+
+UNIT = "aiden-vllm.service"
+CHECKOUT = "ds4-f-mia-anemll-0731"
+PLACEHOLDER = "LANEBOOK_TWIN_ENGINE='python3 -c \"import time; time.sleep(120)\"'"
+COMPOSE = "docker compose -p memory-test --env-file .env.dspark -f docker-compose.dspark.yml"
+FREE_M = """               total        used        free      shared  buff/cache   available
+Mem:          122070       46080       69846           0        6144       75990
+Swap:              0           0           0
+"""
+
+
+# --- what is sent, what is read ----------------------------------------------------------------
+
+def test_parse_free():
+    assert memory.parse_free(FREE_M) == memory.MemoryFigures(total_gib=119.2, free_gib=68.2, available_gib=74.2,
+                                                              cache_gib=6.0)
+    with pytest.raises(ValueError, match="cannot read `free -m` output"):
+        memory.parse_free("free: command not found")
+
+
+def test_unit_states_from_the_probe():
+    assert memory.parse_unit_states("a.service active enabled\nb.service inactive masked\nc.service inactive\n") == {
+        "a.service": ("active", "enabled"), "b.service": ("inactive", "masked"), "c.service": ("inactive", "unknown")}
+    assert memory.unit_probe(["a b.service"]) == (
+        """for u in 'a b.service'; do printf "%s %s %s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" """
+        """"$(systemctl is-enabled "$u" 2>/dev/null)"; done""")
+
+
+def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    checks = [memory.clean_memory(lane), memory.mask_legacy_units(lane), memory.check_sticky_uma(lane)]
+    assert not any(checks) and {c.summary() for c in checks} == {"not observed (dry run)"}
+    lines = lane.executor.commands()
+    for alias in ("head", "worker"):
+        cleanup = f"{alias}: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
+        at = lines.index(cleanup)
+        assert lines[at - 1] == lines[at + 1] == f"{alias}: ls -A /dev/shm"  # looked at before and after
+        assert f"{alias}: sudo -n sh -c 'systemctl mask --now aiden-vllm.service'" in lines
+        assert lines.count(f"{alias}: free -m") == 2  # after the cleanup, and the free-memory check
+
+
+# --- on a twin with a running legacy unit and sticky memory --------------------------------------
+# A private twin (its own ports and state dir): the faults legacy-units-active (aiden-vllm.service runs on
+# the head, holding memory) and sticky-uma (memory stays held after a container stops until caches drop).
+
+@pytest.fixture(scope="module")
+def lane(tmp_path_factory):
+    with private_twin(tmp_path_factory.mktemp("twin-memory"), ["legacy-units-active", "sticky-uma"]) as status:
+        with nodes.Lane(lane_with(load_lane("twin"), api=status["api"])) as connected:
+            yield connected
+
+
+def shm(node):
+    return node.run("ls -A /dev/shm").stdout.split()
+
+
+def plant(lane, name):
+    for node in lane.nodes:
+        node.run(f"touch /dev/shm/{name}")
+        assert name in shm(node)
+
+
+@pytest.mark.twin
+def test_masking_is_observed_and_frees_the_units_memory(lane):
+    held = memory.check_sticky_uma(lane)
+    assert not held and not held.nodes["head"].ok and held.nodes["worker"].ok  # the running legacy unit holds memory
+    assert held.nodes["head"].figures["needed_gib"] == round(0.85 * held.nodes["head"].figures["total_gib"], 1)
+    masked = memory.mask_legacy_units(lane)
+    assert masked.ok, masked.summary()
+    assert masked.nodes["head"].figures == {"units": {UNIT: {"active": "inactive", "enabled": "masked"}}, "was_active": [UNIT]}
+    assert masked.summary() == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
+    assert memory.mask_legacy_units(lane).nodes["head"].figures["was_active"] == []
+    assert lane.head.run(f"readlink /etc/systemd/system/{UNIT}").stdout.strip() == "/dev/null"
+    assert memory.check_sticky_uma(lane).ok
+
+
+@pytest.mark.twin
+def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
+    lane.head.run("printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/local-vllm.service"
+                  " && systemctl start local-vllm.service")
+    try:
+        other = nodes.Lane(lane_with(lane.params, legacy_units=["local-vllm.service"]), executor=lane.executor)
+        check = memory.mask_legacy_units(other)
+        assert not check.ok and not check.nodes["head"].ok
+        assert "Failed to mask unit: File /etc/systemd/system/local-vllm.service already exists." in check.nodes["head"].detail
+        assert "still active: local-vllm.service" in check.nodes["head"].detail
+    finally:
+        lane.head.run("systemctl stop local-vllm.service; rm -f /etc/systemd/system/local-vllm.service")
+
+
+@pytest.mark.twin
+def test_cleanup_removes_what_dev_shm_held_and_reads_free_memory(lane):
+    plant(lane, "nccl-planted")
+    cleaned = memory.clean_memory(lane)
+    assert cleaned.ok, cleaned.summary()
+    for node in lane.nodes:
+        result = cleaned.nodes[node.alias]
+        assert "nccl-planted" in result.figures["removed"] and result.figures["left"] == []
+        assert shm(node) == []
+        assert result.figures["cache_gib"] == 0.3 and result.figures["free_gib"] > 100  # the page cache was dropped
+    assert cleaned.figure("free_gib") == {n.alias: cleaned.nodes[n.alias].figures["free_gib"] for n in lane.nodes}
+
+
+@pytest.mark.twin
+@pytest.mark.parametrize("wrong", ["rm -rf /dev/shn/*", "rm -rf '/dev/shm/*'", "rm -f /dev/shm/*.seg"])
+def test_a_wrong_cleanup_command_fails(lane, monkeypatch, wrong):
+    """A misspelt path, a quoted glob, a pattern that misses: the segments stay, and the check says which."""
+    plant(lane, "nccl-planted")
+    monkeypatch.setattr(memory, "SHM_CLEANUP", wrong)
+    check = memory.clean_memory(lane)
+    assert not check.ok
+    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in lane.nodes), check.summary()
+    monkeypatch.undo()
+    assert memory.clean_memory(lane).ok
+
+
+@pytest.mark.twin
+def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane):
+    baseline = memory.check_sticky_uma(lane).nodes["head"].figures["free_gib"]
+    lane.head.run(f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
+    try:
+        with pytest.raises(nodes.NodeError, match="not cleaning memory while the lane runs .head: memory-test-vllm-dspark-1"):
+            memory.clean_memory(lane)
+    finally:
+        lane.head.run(f"cd {CHECKOUT} && {COMPOSE} down")
+    sticky = memory.check_sticky_uma(lane, min_free_gib=baseline - 5)
+    assert not sticky and 10 <= baseline - sticky.nodes["head"].figures["free_gib"] <= 16  # pitfall 4
+    assert memory.clean_memory(lane).ok
+    assert memory.check_sticky_uma(lane, min_free_gib=baseline - 1).ok

@@ -1,0 +1,91 @@
+"""Waiting for a lane's server from the operator's machine (lanebook.readiness): bounded, with progress, recorded;
+against a real loopback server that comes up while we wait, a port nothing answers, and a twin whose /health
+never turns healthy."""
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lanebook import launcher, nodes, readiness
+from lanebook.http import WaitTimeout
+from lanebook.params import lane_with, load_lane
+from twin_helpers import private_twin
+
+
+class _FlakyHealth(BaseHTTPRequestHandler):
+    """503 for the first answers, then 200: a server that comes up while we wait."""
+
+    answers = {"n": 0}
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.answers["n"] += 1
+        ready = self.answers["n"] > 2
+        body = json.dumps({"object": "list", "data": [{"id": "m"}]}).encode() if self.path == "/v1/models" else b""
+        self.send_response(200 if ready else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyHealth)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_wait_health_shows_progress_until_ready(flaky_server):
+    seen = []
+    executor = nodes.Executor()
+    assert readiness.wait_health(flaky_server, timeout_s=20, interval_s=0.1, progress=seen.append, executor=executor)
+    assert [p.last for p in seen] == ["HTTP 503", "HTTP 503"] and seen[-1].attempt == 2
+    assert readiness.wait_models(flaky_server, "m", timeout_s=5, interval_s=0.1)[0]["id"] == "m"
+    assert executor.history[-1].node == "local" and executor.history[-1].ok
+
+
+def test_wait_stops_at_the_bound():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    seen = []
+    executor = nodes.Executor()
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout, match=r"/health: http://127.0.0.1:\d+/health not ready within 1.5 s"):
+        readiness.wait_health(f"http://127.0.0.1:{port}/v1", timeout_s=1.5, interval_s=0.2, progress=seen.append,
+                              executor=executor)
+    assert time.monotonic() - started >= 1.5
+    assert len(seen) >= 3 and seen[-1].last == "ConnectError"
+    assert executor.history[-1].exit_code == 1 and "not ready within" in executor.history[-1].stdout
+
+
+def test_dry_run_records_the_waits_and_sends_nothing():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    assert readiness.wait_lane_ready(lane) is None
+    assert lane.executor.commands() == [
+        "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s",
+        "local: wait for /v1/models listing deepseek-v4-flash-0731: GET http://192.168.1.11:8888/v1/models every 5 s, bound 1800 s"]
+
+
+@pytest.mark.twin
+def test_a_server_whose_health_never_turns(tmp_path):
+    """Fault health-never: the recipe's launcher probes /v1/models only, so it reports the lane up; our /health
+    wait is what catches it, stopping at its bound with one clear error after showing its progress."""
+    with private_twin(tmp_path / "twin", ["health-never"]) as status:
+        with nodes.Lane(lane_with(load_lane("twin"), api=status["api"])) as lane:
+            assert launcher.start_lane(lane).ok
+            seen = []
+            with pytest.raises(WaitTimeout, match=r"^/health: http://127\.0\.0\.2:\d+/health not ready within 2 s"):
+                readiness.wait_health(lane.params.api, timeout_s=2, interval_s=0.25, progress=seen.append,
+                                      executor=lane.executor)
+            assert len(seen) >= 4 and seen[-1].last == "HTTP 503" and "waiting for /health" in seen[-1].line()
+            assert readiness.wait_models(lane.params.api, lane.params.served_model_name, timeout_s=10, interval_s=0.25)
+            assert launcher.stop_lane(lane).ok

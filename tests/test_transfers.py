@@ -1,0 +1,96 @@
+"""Files on the nodes (lanebook.transfers): rsync head -> workers over the fabric (seed lines, stats parsed exactly,
+a cut transfer resumed), path tests in one round trip, and the checkout a launch needs."""
+import pytest
+
+from lanebook import nodes, transfers
+from lanebook.params import NodeParams, lane_with, load_lane
+from twin_helpers import process_gone
+
+STATS = """Number of files: 3 (reg: 2, dir: 1)
+Number of regular files transferred: 2
+Total file size: 4,000,006 bytes
+Total transferred file size: 4,000,006 bytes
+Literal data: 1,234 bytes
+Matched data: 3,998,772 bytes
+"""
+
+
+def test_parse_rsync_stats():
+    assert transfers.parse_rsync_stats(STATS, 2.5) == transfers.RsyncStats(
+        files_transferred=2, total_file_size=4000006, transferred_file_size=4000006, literal_data=1234,
+        matched_data=3998772, duration_s=2.5)
+    assert transfers.parse_rsync_stats("", dry_run=True).files_transferred is None
+
+
+def test_rsync_lines_for_a_lane_of_n_workers():
+    """Workers come from the lane's params: three workers get three rsyncs from the head, never --delete."""
+    params = load_lane("anemll-0731")
+    extra = [NodeParams(alias=f"worker{i}", role="worker", host=f"10.0.0.{i + 1}", user="milo",
+                        fabric_ip=f"10.0.0.{i + 1}", jump="head") for i in (2, 3)]
+    lane = nodes.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes + extra]), dry_run=True)
+    stats = transfers.sync_checkout(lane)
+    assert list(stats) == ["worker", "worker2", "worker3"] and all(s.dry_run for s in stats.values())
+    assert lane.executor.commands() == [
+        f"head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.{n}:ds4-f-mia-anemll-0731/"
+        for n in (2, 3, 4)]
+    assert transfers.rsync_command(lane, lane.workers[0], "~/a b/", bwlimit_kib=1000) == (
+        "rsync -aH --partial --info=stats2 --bwlimit=1000 ~/'a b'/ 'milo@10.0.0.2:a b/'")
+
+
+def test_checkout_dry_run_observes_nothing():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    check = transfers.checkout_ok(lane)
+    assert not check and check.summary() == "not observed (dry run)"
+    assert lane.executor.commands()[0].startswith(
+        "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo '~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; ")
+
+
+@pytest.fixture
+def lane(twin):
+    with nodes.Lane(load_lane("twin")) as connected:
+        yield connected
+
+
+@pytest.mark.twin
+def test_paths_and_the_checkout(lane):
+    head = lane.head
+    assert transfers.path_exists(head, "~/ds4-f-mia-anemll-0731/.env.dspark")
+    assert not transfers.path_exists(head, "~/no such dir")
+    assert transfers.missing_paths(head, ["~/ds4-f-mia-anemll-0731", "~/a b", "/nonexistent/x"]) == ["~/a b", "/nonexistent/x"]
+    assert transfers.checkout_ok(lane).ok
+    moved = nodes.Lane(lane_with(lane.params, checkout="~/ds4-not-here"), executor=lane.executor)
+    check = transfers.checkout_ok(moved)
+    assert not check.ok
+    assert check.nodes["worker"].figures["missing"] == [
+        "~/ds4-not-here/docker-compose.dspark.yml", "~/ds4-not-here/.env.dspark", "~/ds4-not-here/start-deepseek-v4-flash-dspark.sh",
+        "~/ds4-not-here/status-deepseek-v4-flash-dspark.sh", "~/ds4-not-here/stop-deepseek-v4-flash-dspark.sh"]
+
+
+def _md5(node, path):
+    return node.run(f"md5sum {nodes.qpath(path)}").stdout.split()[0]
+
+
+@pytest.mark.twin
+def test_rsync_to_workers_interrupted_then_resumed(lane):
+    """Cut by our timeout (throttled so it is mid-file), rsync leaves a partial file; the rerun resumes it
+    (--partial: matched data > 0), files only the worker has survive (no --delete), and the copy is exact."""
+    head, worker = lane.head, lane.node("worker")
+    head.run("rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync/sub && head -c 4000000 /dev/urandom > ~/lbt-sync/big.bin"
+             " && echo small > ~/lbt-sync/sub/small.txt")
+    worker.run("rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync && echo mine > ~/lbt-sync/worker-only.txt")
+    try:
+        with pytest.raises(nodes.CommandTimeout):
+            transfers.rsync_to_workers(lane, "~/lbt-sync", timeout_s=1.5, bwlimit_kib=1000)
+        assert process_gone(head, "rsyn[c] .*lbt-sync")  # hung up (both ends), not left running
+        partial = int(worker.run("stat -c %s ~/lbt-sync/big.bin").stdout)
+        assert 0 < partial < 4000000
+        stats = transfers.rsync_to_workers(lane, "~/lbt-sync", timeout_s=60)["worker"]
+        assert stats.matched_data >= partial * 0.9 and stats.literal_data < 4000000
+        assert stats.total_file_size == 4000006
+        assert _md5(worker, "~/lbt-sync/big.bin") == _md5(head, "~/lbt-sync/big.bin")
+        assert worker.run("cat ~/lbt-sync/worker-only.txt ~/lbt-sync/sub/small.txt").stdout == "mine\nsmall\n"
+        again = transfers.rsync_to_workers(lane, "~/lbt-sync/", timeout_s=60)["worker"]
+        assert (again.files_transferred, again.literal_data) == (0, 0)  # nothing left to send
+    finally:
+        for node in (head, worker):
+            node.run("rm -rf ~/lbt-sync")

@@ -1,0 +1,104 @@
+"""`twin up | down | status` (lanebook.twin.control) on private twins (own state dirs and ports, so the session twin
+other tests use is never restarted): idempotent up, a down that leaves no process, clear errors, and `running`
+meaning reachable from here."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook.errors import LanebookError
+from lanebook.twin import control
+from lanebook.twin.nodes import LIB_DIR
+from twin_helpers import _free_ports, private_twin
+
+pytestmark = pytest.mark.twin
+
+CHECKOUT = "ds4-f-mia-anemll-0731"
+PLACEHOLDER = "LANEBOOK_TWIN_ENGINE='python3 -c \"import time; time.sleep(120)\"'"
+COMPOSE = "docker compose -p control-test --env-file .env.dspark -f docker-compose.dspark.yml"
+
+
+def ssh(status: dict, alias: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(["ssh", "-F", status["ssh_config"], alias, command], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{alias}: {command!r} exit {result.returncode}: {result.stderr[-1500:]}")
+    return result
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
+    state_dir = tmp_path / "twin"
+    with private_twin(state_dir, []) as first:
+        assert first["running"] and all(n["sshd"] and n["reachable"] for n in first["nodes"])
+        assert set(first) >= {"running", "ssh_config", "nodes", "api", "faults"} and "faults_pending" not in first
+        assert control.up(fast=True)["nodes"] == first["nodes"]  # same sshd, nothing restarted
+        ssh(first, "head", f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
+        session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "sleep 300"])
+        try:
+            assert control.twin_processes(state_dir)  # sshd, the container, the open session
+            control.down()
+            assert session.wait(timeout=10) != 0
+        finally:
+            session.kill()
+        assert control.twin_processes(state_dir) == set()
+        assert [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(state_dir) in _cmdline(p)] == []
+        assert control.status()["running"] is False
+        control.down()  # idempotent
+
+
+def test_unknown_fault_and_taken_port_are_clear_errors(tmp_path, monkeypatch):
+    ssh_port, api_port, master_port = _free_ports(3)
+    for name, value in (("LANEBOOK_TWIN_DIR", str(tmp_path / "twin")), ("LANEBOOK_TWIN_SSH_PORT", str(ssh_port)),
+                        ("LANEBOOK_TWIN_API_PORT", str(api_port)), ("LANEBOOK_TWIN_MASTER_PORT", str(master_port))):
+        monkeypatch.setenv(name, value)
+    with pytest.raises(LanebookError, match="unknown fault no-such-fault .*known: worker-unreachable"):
+        control.up(faults=["no-such-fault"], fast=True)
+    with socket.socket() as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.2", ssh_port))
+        squatter.listen()
+        with pytest.raises(LanebookError, match=rf"127.0.0.2:{ssh_port} .* already in use"):
+            control.up(fast=True)
+        assert not control.answers_ssh("127.0.0.2", ssh_port, timeout_s=0.5)  # it listens, but is no sshd
+    control.down()
+
+
+def test_a_twin_in_another_network_namespace_is_not_running_here(tmp_path, monkeypatch):
+    """Its sshd lives (same process table) but its address does not answer from this namespace: not running."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
+        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
+    ssh_port, api_port, master_port = _free_ports(3)
+    env = {"LANEBOOK_TWIN_DIR": str(tmp_path / "twin"), "LANEBOOK_TWIN_SSH_PORT": str(ssh_port),
+           "LANEBOOK_TWIN_API_PORT": str(api_port), "LANEBOOK_TWIN_MASTER_PORT": str(master_port)}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    start = "ip link set lo up && exec \"$0\" -c 'from lanebook.twin import control; print(control.up(fast=True)[\"running\"])'"
+    elsewhere = subprocess.run(["unshare", "-n", "sh", "-c", start, sys.executable], capture_output=True, text=True,
+                               timeout=120, env={**os.environ, "PYTHONPATH": str(LIB_DIR)})
+    try:
+        assert elsewhere.stdout.strip() == "True", elsewhere.stderr[-1500:]  # up and reachable in its own namespace
+        here = control.status()
+        assert [(n["sshd"], n["reachable"]) for n in here["nodes"]] == [(True, False), (True, False)]
+        assert here["running"] is False and here["faults"] == []
+    finally:
+        control.down()  # by pid, across namespaces
+    assert control.twin_processes(tmp_path / "twin") == set()
+
+
+def test_print_status(tmp_path, capsys):
+    with private_twin(tmp_path / "twin", ["sticky-uma"]) as status:
+        control.print_status(status)
+    shown = capsys.readouterr().out
+    assert "lanebook twin: running (fast)" in shown and "fault sticky-uma: ~12 GiB stays used" in shown

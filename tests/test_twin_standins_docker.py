@@ -1,0 +1,105 @@
+"""`docker` on a twin node (lanebook.twin.standins.docker): a compose project run from a lane checkout, the
+read-only commands in docker's formats, images by tag and by digest, and compose's keep-or-recreate rule."""
+import json
+import sys
+
+import pytest
+
+from lanebook.params import load_lane
+from lanebook.twin.nodes import TwinAddresses
+from lanebook.twin.standins.docker import IMAGES, find_image, render_template, same_config
+from lanebook.twin.standins.runtime import stop_all_containers
+from lanebook.twin.tree import write_checkout
+from node_helpers import local_node
+
+ANEMLL = "ghcr.io/anemll/dspark-vllm-gx10:0.1.1"
+DIGEST = IMAGES[ANEMLL].digest
+ENGINE = f"{sys.executable} -c 'import sys, time; print(\"placeholder up\", *sys.argv[1:], flush=True); time.sleep(60)'"
+PROJECT = "standin"
+NAME = f"{PROJECT}-vllm-dspark-1"
+COMPOSE = f"docker compose -p {PROJECT} --env-file .env.dspark -f docker-compose.dspark.yml"
+
+
+def compose(args: str, env: str = "") -> str:
+    """`docker compose ARGS` in the twin lane's checkout, with `env` (K=V ...) for it."""
+    return f"cd ds4-f-mia-anemll-0731 && {env} {COMPOSE} {args}"
+
+
+@pytest.fixture
+def node(tmp_path):
+    made = local_node(tmp_path)
+    write_checkout(made.root / "home", load_lane("twin"), TwinAddresses())
+    made.env["LANEBOOK_TWIN_ENGINE"] = ENGINE
+    yield made
+    stop_all_containers(made.root, grace_s=1)
+
+
+def run(node, command):
+    result = node.run(command)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_a_compose_project_runs_and_answers_in_docker_formats(node):
+    up = run(node, compose("up -d", "NODE_RANK=0"))
+    assert f"Container {NAME}  Created" in up.stderr and f"Container {NAME}  Started" in up.stderr
+    run(node, "sleep 20")  # 0.2 s on the twin's clock: the engine prints its first line
+    ps = run(node, compose("ps --format json")).stdout
+    assert json.loads(ps)["State"] == "running" and json.loads(ps)["Project"] == PROJECT
+    assert run(node, f"docker ps --filter name=^{NAME}$ --format '{{{{.Names}}}} {{{{.State}}}}'").stdout.strip() == f"{NAME} running"
+    assert run(node, f"docker logs --tail 1 {NAME}").stdout.startswith(
+        "placeholder up serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name deepseek-v4-flash-0731")
+    top = run(node, f"docker top {NAME}").stdout.splitlines()
+    assert top[0].split()[:2] == ["UID", "PID"] and any("num_speculative_tokens_per_batch_size" in line for line in top[1:])
+    cmd = json.loads(run(node, f"docker inspect --format '{{{{json .Config.Cmd}}}}' {NAME}").stdout)
+    assert cmd[:2] == ["/usr/local/bin/vllm", "serve"] and cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.85"
+    used = int(run(node, "free -g").stdout.splitlines()[1].split()[2])
+    assert used > 100  # 0.85 of 128 GB is held while the engine runs
+    down = run(node, compose("down"))
+    assert f"Container {NAME}  Removed" in down.stderr
+    assert run(node, f"docker ps -a --filter name={PROJECT} -q").stdout.strip() == ""
+    assert int(run(node, "free -g").stdout.splitlines()[1].split()[2]) < 10
+
+
+def test_compose_up_keeps_an_unchanged_container_and_recreates_a_changed_one(node):
+    run(node, compose("up -d", "NODE_RANK=0"))
+    pid = json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"]
+    again = run(node, compose("up -d", "NODE_RANK=0"))  # the same configuration, read from another env-file copy
+    assert f"Container {NAME}  Running" in again.stderr
+    assert json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"] == pid
+    changed = run(node, compose("up -d", "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.8"))
+    assert f"Container {NAME}  Recreate" in changed.stderr
+    assert json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"] != pid
+
+
+def test_a_missing_image_is_refused(node):
+    refused = node.run(compose("up -d", "NODE_RANK=0 DSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2"))
+    assert refused.returncode == 1 and "pull access denied for ghcr.io/anemll/dspark-vllm-gx10:0.1.2" in refused.stderr
+    missing = node.run("docker image inspect ghcr.io/anemll/dspark-vllm-gx10:0.1.2")
+    assert (missing.returncode, missing.stderr.strip()) == (1, "Error response from daemon: No such image: ghcr.io/anemll/dspark-vllm-gx10:0.1.2")
+
+
+def test_images_by_tag_and_by_digest(node):
+    listed = run(node, "docker image ls").stdout
+    assert "ghcr.io/anemll/dspark-vllm-gx10" in listed and "ds4-f/patch3" in listed
+    pinned = json.loads(run(node, f"docker image inspect {ANEMLL}@{DIGEST}").stdout)[0]
+    assert pinned["RepoDigests"] == [f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}"]
+    assert find_image(f"{ANEMLL}@{DIGEST}")[0] == ANEMLL and find_image(f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}")[0] == ANEMLL
+    assert find_image(f"{ANEMLL}@sha256:{'0' * 64}") is None  # the digest decides, not the tag
+    assert find_image("ghcr.io/anemll/dspark-vllm-gx10") is None  # no :latest
+    assert find_image("ds4-f/patch3:local")[1].digest is None
+
+
+def test_prune_is_refused(node):
+    prune = node.run("docker system prune -af")
+    assert prune.returncode != 0 and "Anemll image" in prune.stderr
+
+
+def test_templates_and_configuration_equality():
+    data = {"Names": "c", "State": {"Status": "running"}, "Labels": {"a": "b"}}
+    assert render_template("{{.Names}}\\t{{.State.Status}}", data) == "c\trunning"
+    assert render_template("{{json .Labels}}", data) == '{"a":"b"}'
+    assert render_template("table {{.Missing}}", data) == ""
+    spec = {"image": "i", "argv": ["serve"], "env_file": "/tmp/a", "compose_file": "/x/c.yml", "warnings": []}
+    assert same_config(spec, {**spec, "env_file": "/tmp/b", "warnings": ["w"]})
+    assert not same_config(spec, {**spec, "argv": ["serve", "--x"]})

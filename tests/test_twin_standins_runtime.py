@@ -1,0 +1,81 @@
+"""The twin's container runtime (lanebook.twin.standins.runtime): containers as processes on a node, their logs,
+exit codes and the shared-memory segments they leave in the node's /dev/shm."""
+import signal
+import sys
+import time
+
+import pytest
+
+from lanebook.effective import ContainerSpec
+from lanebook.twin.standins.machine import STICKY_GIB
+from lanebook.twin.standins.runtime import (KILLED, TERMINATED, containers, find_container, remove_container,
+                                            start_container, stop_all_containers)
+from node_helpers import local_node
+
+ENGINE = f"{sys.executable} -c 'import sys, time; print(\"engine up\", *sys.argv[1:], flush=True); time.sleep(60)'"
+
+
+def spec(name="p-vllm-dspark-1", **changes) -> ContainerSpec:
+    return ContainerSpec(**{"name": name, "project": "p", "service": "vllm-dspark", "image": "img:1", "environment": {"A": "1"},
+                            "argv": ["serve", "model", "--gpu-memory-utilization", "0.85"], "stop_grace_s": 5.0, **changes})
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    made = local_node(tmp_path)
+    monkeypatch.setenv("LANEBOOK_TWIN_ENGINE", ENGINE)
+    monkeypatch.setenv("LANEBOOK_TWIN_DIR", made.env["LANEBOOK_TWIN_DIR"])
+    yield made
+    stop_all_containers(made.root, grace_s=1)
+
+
+def wait_for_log(container, text, within_s=10.0):
+    deadline = time.monotonic() + within_s
+    while text not in (container.log.read_text() if container.log.exists() else ""):
+        assert time.monotonic() < deadline, f"{text!r} not in the log of {container.name}"
+        time.sleep(0.05)
+
+
+def test_a_container_runs_the_engine_with_its_argv(node):
+    container = start_container(node.root, spec())
+    wait_for_log(container, "engine up serve model --gpu-memory-utilization 0.85")
+    assert container.running and container.state() == "running" and container.session_pids()
+    assert find_container(node.root, container.id[:6]) == container and find_container(node.root, "p-vllm-dspark-1") == container
+    assert [c.name for c in containers(node.root)] == ["p-vllm-dspark-1"]
+
+
+def test_segments_go_with_a_clean_stop_and_stay_after_a_kill(node):
+    stopped = start_container(node.root, spec("a-vllm-dspark-1"))
+    killed = start_container(node.root, spec("b-vllm-dspark-1"))
+    shm = node.machine.shm
+    assert sorted(p.name[:4] for p in shm.iterdir()) == ["nccl", "nccl", "psm_", "psm_"]
+    stopped.stop()
+    assert stopped.exit_code == TERMINATED and not any(s.exists() for s in stopped.shm_segments())
+    killed.stop(signal.SIGKILL, grace_s=1)
+    assert killed.exit_code == KILLED and all(s.exists() for s in killed.shm_segments())
+    assert sorted(p.name for p in shm.iterdir()) == sorted(s.name for s in killed.shm_segments())
+    remove_container(killed)
+    assert containers(node.root) == [stopped]
+
+
+def test_a_refused_entrypoint_exits_with_its_code_and_no_segments(node):
+    container = start_container(node.root, spec(entrypoint_error=(2, "error: bad config")))
+    deadline = time.monotonic() + 10
+    while container.running:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert container.exit_code == 2 and "error: bad config" in container.log.read_text()
+    assert list(node.machine.shm.iterdir()) == []
+    assert container.status().startswith("Exited (2)")
+
+
+def test_sticky_memory_after_a_stop_with_the_fault(tmp_path, monkeypatch):
+    node = local_node(tmp_path, faults=("sticky-uma",))
+    monkeypatch.setenv("LANEBOOK_TWIN_ENGINE", ENGINE)
+    monkeypatch.setenv("LANEBOOK_TWIN_DIR", node.env["LANEBOOK_TWIN_DIR"])
+    container = start_container(node.root, spec())
+    assert node.machine.memory()["sticky_gib"] == 0.0
+    container.stop()
+    assert node.machine.memory()["sticky_gib"] == STICKY_GIB
+    stop_all_containers(node.root)
+    assert containers(node.root) == []
