@@ -56,6 +56,10 @@ def launcher_outcome(exit_code: int, output: str) -> tuple[str, str]:
                 return outcome, line
     if exit_code == 2:
         return "refused configuration", lines[-1] if lines else ""
+    # "Startup failed." follows the failing step's own line, and the logs follow it.
+    failed_at = next((i for i, line in enumerate(lines) if line.startswith("Startup failed.")), None)
+    if failed_at:
+        return "failed", lines[failed_at - 1]
     return "failed", lines[-1] if lines else ""
 
 
