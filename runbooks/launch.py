@@ -29,7 +29,8 @@
 #
 # **Prerequisites** (checked below): the lane lints clean; the checkout is on every node; the weights
 # are on every node; no other lane is serving on the pair. Launching is idempotent: if this lane is
-# already up, steps 1–3 are skipped and the server is verified as it runs.
+# already up, the cleanup, the free-memory check and the start are skipped (legacy units are still
+# masked and checked) and the server is verified as it runs.
 
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
