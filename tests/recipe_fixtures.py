@@ -5,12 +5,13 @@ with the reason when the folder is absent.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("LANEBOOK_SHARED") or REPO.parent / "shared")  # a git worktree sits elsewhere: say where
 FIXTURES = SHARED / "fixtures" / "miaai-recipe"
 SEED_000 = SHARED / "seeds" / "000_25116b2347ff45eb.txt"
 COMPOSE = "docker-compose.dspark.yml"

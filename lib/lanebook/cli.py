@@ -82,22 +82,38 @@ def run(
 
 @app.command("lint")
 def lint(
-    lane: Optional[str] = typer.Option(None, "--lane", help="lint the files the lane renders"),
+    lane: Optional[str] = typer.Option(None, "--lane", help="lint what the lane runs: its checkout (from the head over "
+                                                             "SSH unless --checkout or --env/--compose is given)"),
+    checkout: Optional[Path] = typer.Option(None, "--checkout", help="a local checkout directory"),
     env: Optional[Path] = typer.Option(None, "--env", help="a .env.dspark file"),
     compose: Optional[Path] = typer.Option(None, "--compose", help="a docker-compose.dspark.yml file"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="open no connection: lint the lane file against the reference checkout"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Check a lane or an env/compose pair against the recipe's pitfalls."""
+    """Check a checkout (or a lane) against the recipe's pitfalls and the values its lane sets."""
+    if checkout and (env or compose):
+        raise LanebookError("give either --checkout DIR or --env FILE and --compose FILE, not both")
+    if bool(env) != bool(compose):
+        raise LanebookError("give both --env FILE and --compose FILE")
+    if not (lane or checkout or env):
+        raise LanebookError("give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE")
     from .params import lane_path, load_lane
 
-    if lane and (env or compose):
-        raise LanebookError("give either --lane or --env and --compose, not both")
-    if not lane and not (env and compose):
-        raise LanebookError("give --lane LANE, or both --env FILE and --compose FILE")
     lane_params = load_lane(lane) if lane else None
-    from .lint import lint_files, lint_lane, print_report
+    from .effective import CheckoutFiles
+    from .lint import lint_checkout, lint_files, lint_lane_checkout, print_report
 
-    report = lint_lane(lane_params, lane_path(lane)) if lane_params else lint_files(env, compose)
+    if lane_params and env:
+        report = lint_checkout(lane_params, _given_files(env, compose), lane_path(lane), "given file")
+    elif lane_params:
+        report = lint_lane_checkout(lane_params, checkout, dry_run=dry_run, source=lane_path(lane))
+    elif checkout:
+        files = CheckoutFiles.read(checkout)
+        if files.env is None:
+            raise LanebookError(f"no .env.dspark in {checkout}: give --lane LANE to lint what a render would write")
+        report = lint_files(files.env.name, files.compose.name)
+    else:
+        report = lint_files(env, compose)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -105,17 +121,37 @@ def lint(
     raise typer.Exit(0 if report.ok else 1)
 
 
+def _given_files(env: Path, compose: Path):
+    """An env file and a compose file as a checkout (with the start script beside the compose file, if any)."""
+    from .effective import START_NAME, CheckoutFiles, TextFile
+
+    def read(path: Path, what: str) -> TextFile:
+        if not path.is_file():
+            raise LanebookError(f"{what} not found: {path}")
+        return TextFile(str(path), path.read_text())
+
+    start = compose.parent / START_NAME
+    return CheckoutFiles(read(compose, "compose file"), read(env, "env file"),
+                         start=read(start, "start script") if start.is_file() else None)
+
+
 @env_app.command("render")
 def env_render(
     lane: str = typer.Option(..., "--lane"),
     checkout: Path = typer.Option(..., "--checkout", help="a checkout directory holding docker-compose.dspark.yml"),
 ):
-    """Write .env.dspark and patch the compose file in DIR (backups kept, idempotent, diff printed)."""
+    """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff printed)."""
     from .params import load_lane
     from .render import render_checkout
 
     result = render_checkout(load_lane(lane), checkout)
+    if result.started_from:
+        typer.echo(f"started .env.dspark from {result.started_from} (copy the example, then edit)")
     typer.echo(result.diff or "no change: the checkout already matches the lane")
+    for mismatch in result.unresolved:
+        where = mismatch.running.where
+        typer.echo(f"error: {mismatch.message()} ({where.file}:{where.line}); render cannot change it", err=True)
+    raise typer.Exit(1 if result.unresolved else 0)
 
 
 @app.command("speed")
