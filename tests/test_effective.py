@@ -165,6 +165,28 @@ def test_the_start_script_decides_the_launchers_shape(tmp_path):
     assert eff.launcher.overrides == () and eff.setting("GPU_MEMORY_UTILIZATION").value == "0.85" and not eff.dead_lines
 
 
+SOURCING_START = '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"\n. "$SCRIPT_DIR/scripts/lane-env.sh"\napply_memory_profile\n'
+LANE_ENV = ('apply_memory_profile() {\n  if [ "${ENABLE_VL_SIDECAR:-0}" = "1" ]; then\n'
+            '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_VISION:-0.80}"\n  else\n'
+            '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_TEXT:-0.835}"\n  fi\n}\n')
+
+
+def test_a_launcher_that_lives_partly_in_a_sourced_file_is_read_there(tmp_path):
+    directory = checkout(tmp_path, env=ENV)
+    (directory / START).write_text(SOURCING_START)
+    (directory / "scripts").mkdir()
+    (directory / "scripts" / "lane-env.sh").write_text(LANE_ENV)
+    files = CheckoutFiles.read(directory)
+    assert [f.name for f in files.launcher_files] == [f"{directory}/{START}", f"{directory}/scripts/lane-env.sh"]
+    eff = Effective(files)
+    setting = eff.setting("GPU_MEMORY_UTILIZATION")
+    assert (setting.value, setting.where) == ("0.835", Location(f"{directory}/scripts/lane-env.sh", 5))
+    [dead] = eff.dead_lines  # the env file's GPU_MEMORY_UTILIZATION=0.85 never reaches vllm serve
+    assert (dead.key, dead.value) == ("GPU_MEMORY_UTILIZATION", "0.85")
+    fetched = CheckoutFiles.fetch(LocalNode(tmp_path), "~/checkout")
+    assert [f.name for f in fetched.launcher_files] == [f"head:~/checkout/{START}", "head:~/checkout/scripts/lane-env.sh"]
+
+
 def test_model_and_revision_follow_abliterated(tmp_path):
     text = fixture_text(EXAMPLE)
     official = Effective(CheckoutFiles.read(checkout(tmp_path / "a", env=text + "DSPARK_MODEL=someone/else\n")))

@@ -101,10 +101,10 @@ def lint(
 
     lane_params = load_lane(lane) if lane else None
     from .effective import CheckoutFiles
-    from .lint import lint_checkout, lint_files, lint_lane_checkout, print_report
+    from .lint import given_files, lint_checkout, lint_files, lint_lane_checkout, print_report
 
     if lane_params and env:
-        report = lint_checkout(lane_params, _given_files(env, compose), lane_path(lane), "given file")
+        report = lint_checkout(lane_params, given_files(env, compose), lane_path(lane), "given file")
     elif lane_params:
         report = lint_lane_checkout(lane_params, checkout, dry_run=dry_run, source=lane_path(lane))
     elif checkout:
@@ -119,20 +119,6 @@ def lint(
     else:
         print_report(report)
     raise typer.Exit(0 if report.ok else 1)
-
-
-def _given_files(env: Path, compose: Path):
-    """An env file and a compose file as a checkout (with the start script beside the compose file, if any)."""
-    from .effective import START_NAME, CheckoutFiles, TextFile
-
-    def read(path: Path, what: str) -> TextFile:
-        if not path.is_file():
-            raise LanebookError(f"{what} not found: {path}")
-        return TextFile(str(path), path.read_text())
-
-    start = compose.parent / START_NAME
-    return CheckoutFiles(read(compose, "compose file"), read(env, "env file"),
-                         start=read(start, "start script") if start.is_file() else None)
 
 
 @env_app.command("render")

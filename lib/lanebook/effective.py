@@ -25,7 +25,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -92,19 +92,31 @@ class TextFile:
         return self.locate(line) if self.locate else Location(self.name, line)
 
 
+# A file the start script sources from inside the checkout: `. "$SCRIPT_DIR/scripts/lane-env.sh"`, `source ./x.sh`.
+SOURCED_RE = re.compile(r"""^\s*(?:\.|source)\s+["']?(?:\$\{?SCRIPT_DIR\}?/|\./)?((?:[\w-]+/)*[\w.-]+\.sh)["']?\s*$""", re.M)
+CHECKOUT_NAMES = (COMPOSE_NAME, ENV_NAME, *EXAMPLE_NAMES, START_NAME)
+
+
+def sourced_names(start_text: str) -> list[str]:
+    """The checkout-relative files a start script sources (its launcher may live partly in them)."""
+    return [name for name in dict.fromkeys(SOURCED_RE.findall(start_text)) if ".." not in name.split("/")]
+
+
 @dataclass(frozen=True)
 class CheckoutFiles:
-    """The files that decide what a checkout serves: compose, env file, the example it is copied from, start script."""
+    """The files that decide what a checkout serves: compose, env file, the example it is copied from, start script
+    (with the files it sources from the checkout)."""
 
     compose: TextFile
     env: Optional[TextFile] = None
     example: Optional[TextFile] = None
     start: Optional[TextFile] = None
     directory: Optional[Path] = None  # a local checkout (relative volume paths resolve against it)
+    sourced: tuple[TextFile, ...] = ()
 
     @classmethod
     def from_texts(cls, texts: Mapping[str, str], prefix: str, directory: Optional[Path] = None) -> "CheckoutFiles":
-        """From file name → text; each file is named PREFIX + name."""
+        """From checkout-relative name → text; each file is named PREFIX + name."""
         if COMPOSE_NAME not in texts:
             raise LanebookError(f"no {COMPOSE_NAME} in {prefix.rstrip('/') or '.'}")
 
@@ -112,7 +124,9 @@ class CheckoutFiles:
             return TextFile(f"{prefix}{name}", texts[name]) if name in texts else None
 
         example = next((file(n) for n in EXAMPLE_NAMES if n in texts), None)
-        return cls(file(COMPOSE_NAME), file(ENV_NAME), example, file(START_NAME), directory)
+        start = file(START_NAME)
+        sourced = tuple(file(n) for n in sourced_names(start.text) if n in texts) if start else ()
+        return cls(file(COMPOSE_NAME), file(ENV_NAME), example, start, directory, sourced)
 
     @classmethod
     def read(cls, directory: str | Path) -> "CheckoutFiles":
@@ -120,24 +134,25 @@ class CheckoutFiles:
         directory = Path(directory).expanduser()
         if not directory.is_dir():
             raise LanebookError(f"checkout directory not found: {directory}")
-        names = (COMPOSE_NAME, ENV_NAME, *EXAMPLE_NAMES, START_NAME)
-        texts = {n: (directory / n).read_text() for n in names if (directory / n).is_file()}
+        texts = {n: (directory / n).read_text() for n in CHECKOUT_NAMES if (directory / n).is_file()}
+        for name in sourced_names(texts.get(START_NAME, "")):
+            if (directory / name).is_file():
+                texts[name] = (directory / name).read_text()
         return cls.from_texts(texts, f"{directory}/", directory)
 
     @classmethod
     def fetch(cls, node: "Node", checkout: str) -> "CheckoutFiles":
-        """A checkout on a node, read in one command (each file base64-encoded on one line)."""
-        from .nodes import q, qpath
-
-        names = " ".join(q(n) for n in (COMPOSE_NAME, ENV_NAME, *EXAMPLE_NAMES, START_NAME))
-        result = node.run(f'cd {qpath(checkout)} && for f in {names}; do if [ -f "$f" ]; then printf "%s " "$f"; '
-                          f'base64 -w0 < "$f"; echo; fi; done', timeout=60)
-        texts = {}
-        for line in result.stdout.splitlines():
-            name, _, data = line.partition(" ")
-            if name:
-                texts[name] = base64.b64decode(data).decode("utf-8", errors="replace")
+        """A checkout on a node: its files in one command, then those its start script sources in a second."""
+        texts = _fetch_texts(node, checkout, CHECKOUT_NAMES)
+        more = [n for n in sourced_names(texts.get(START_NAME, "")) if n not in texts]
+        if more:
+            texts.update(_fetch_texts(node, checkout, more))
         return cls.from_texts(texts, f"{node.alias}:{checkout.rstrip('/')}/")
+
+    @property
+    def launcher_files(self) -> list[TextFile]:
+        """Where the launcher's own logic is: the start script and what it sources."""
+        return [self.start, *self.sourced] if self.start else []
 
     @property
     def env_source(self) -> Optional[TextFile]:
@@ -146,6 +161,21 @@ class CheckoutFiles:
 
     def replace(self, **changes: Any) -> "CheckoutFiles":
         return CheckoutFiles(**{**self.__dict__, **changes})
+
+
+def _fetch_texts(node: "Node", checkout: str, names: Sequence[str]) -> dict[str, str]:
+    """Files of a node's checkout that exist, by name (each sent base64-encoded on one line)."""
+    from .nodes import q, qpath
+
+    listed = " ".join(q(n) for n in names)
+    result = node.run(f'cd {qpath(checkout)} && for f in {listed}; do if [ -f "$f" ]; then printf "%s " "$f"; '
+                      f'base64 -w0 < "$f"; echo; fi; done', timeout=60)
+    texts = {}
+    for line in result.stdout.splitlines():
+        name, _, data = line.partition(" ")
+        if name:
+            texts[name] = base64.b64decode(data).decode("utf-8", errors="replace")
+    return texts
 
 
 # --- the launcher's own overrides ------------------------------------------------------------------
@@ -190,31 +220,25 @@ HEAD_RANK = {"NODE_RANK": "0", "HEADLESS": ""}  # what the launcher sets for the
 
 @dataclass(frozen=True)
 class Launcher:
-    """The overrides a checkout's launcher makes, and the file that shows it."""
+    """The overrides a checkout's launcher makes, and the files that show it."""
 
     overrides: tuple[Override, ...]
-    seen_in: Optional[TextFile]  # the start script, else the env file or example
+    seen_in: tuple[TextFile, ...]  # the start script and what it sources, else the env file and example
 
     def mention(self, key: str) -> Location:
-        """The first line of the file the shape was read from that names KEY (where a launcher default is located)."""
-        if self.seen_in is None:
-            return Location("the launcher", 0)
-        for number, text in enumerate(self.seen_in.text.splitlines(), start=1):
-            if re.search(rf"\b{key}\b", text):
-                return self.seen_in.at(number)
-        return self.seen_in.at(0)
+        """The first line naming KEY in the files the shape was read from (where a launcher default is located)."""
+        for file in self.seen_in:
+            for number, text in enumerate(file.text.splitlines(), start=1):
+                if re.search(rf"\b{key}\b", text):
+                    return file.at(number)
+        return self.seen_in[0].at(0) if self.seen_in else Location("the launcher", 0)
 
 
 def launcher_of(files: CheckoutFiles) -> Launcher:
-    """Read from the start script when the checkout has one, else from its env file and example."""
-    sources = [files.start] if files.start else [f for f in (files.env, files.example) if f]
-    active, seen_in = [], files.start
-    for override in RECIPE_OVERRIDES:
-        found = next((f for f in sources if re.search(rf"\b{override.marker}\b", f.text)), None)
-        if found:
-            active.append(override)
-            seen_in = seen_in or found
-    return Launcher(tuple(active), seen_in or (sources[0] if sources else None))
+    """Read from the start script (and what it sources) when the checkout has one, else from its env file and example."""
+    sources = tuple(files.launcher_files or [f for f in (files.env, files.example) if f])
+    active = tuple(o for o in RECIPE_OVERRIDES if any(re.search(rf"\b{o.marker}\b", f.text) for f in sources))
+    return Launcher(active, sources)
 
 
 # --- the container Compose creates ------------------------------------------------------------------

@@ -32,7 +32,7 @@ from ruamel.yaml.error import YAMLError
 
 from .compose import ComposeFile
 from .effective import (REFERENCE, START_NAME, CheckoutFiles, DeadLine, Effective, Location, Mismatch, Setting,
-                        TextFile, lane_mismatches)
+                        TextFile, lane_mismatches, sourced_names)
 from .envfile import interpolate, parse_env_text, unreadable_lines
 from .errors import LaneError, LanebookError
 from .params import Lane, lane_path, load_lane
@@ -212,18 +212,24 @@ def _read(path: str | Path, what: str) -> str:
 
 
 def _linted(files: CheckoutFiles, source: str) -> list[Linted]:
-    return [Linted(f.name, source) for f in (files.env or files.example, files.compose, files.start) if f]
+    return [Linted(f.name, source) for f in (files.env or files.example, files.compose, *files.launcher_files) if f]
+
+
+def given_files(env_path: str | Path, compose_path: str | Path) -> CheckoutFiles:
+    """An env file and a compose file as a checkout; a start script beside the compose file (and what it sources)
+    is read too, since it tells which overrides the launcher makes."""
+    env = TextFile(str(env_path), _read(env_path, "env file"))
+    compose = TextFile(str(compose_path), _read(compose_path, "compose file"))
+    directory = Path(compose_path).parent
+    start = TextFile(str(directory / START_NAME), (directory / START_NAME).read_text()) if (directory / START_NAME).is_file() else None
+    sourced = tuple(TextFile(str(directory / n), (directory / n).read_text())
+                    for n in sourced_names(start.text) if (directory / n).is_file()) if start else ()
+    return CheckoutFiles(compose, env, start=start, sourced=sourced)
 
 
 def lint_files(env_path: str | Path, compose_path: str | Path, hermes_config: str | Path | None = None) -> LintReport:
-    """Lint an env file and a compose file as they are (and a Hermes config.yaml, for P09/P10, when given).
-
-    A start script beside the compose file is read too: it tells which overrides the launcher makes."""
-    env = TextFile(str(env_path), _read(env_path, "env file"))
-    compose = TextFile(str(compose_path), _read(compose_path, "compose file"))
-    start_path = Path(compose_path).parent / START_NAME
-    start = TextFile(str(start_path), start_path.read_text()) if start_path.is_file() else None
-    files = CheckoutFiles(compose, env, start=start)
+    """Lint an env file and a compose file as they are (and a Hermes config.yaml, for P09/P10, when given)."""
+    files = given_files(env_path, compose_path)
     clients = _leaves(_load_yaml(Path(hermes_config)), "", str(hermes_config)) if hermes_config else []
     findings = run_checks(LintInput(Effective(files), clients=clients))
     return LintReport(findings, _linted(files, "given file"))
