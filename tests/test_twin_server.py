@@ -16,9 +16,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from recipe_fixtures import COMPOSE, FIXTURES, need
 
-from lanebook.twin import model, server as twin_server
 from lanebook.effective import container_spec
+from lanebook.twin import server as twin_server
+from lanebook.twin.engine import EngineConfig
+from lanebook.twin.timing import JIT_DELAY_S
 from lanebook.twin.vllm import free_port, start_local
+from lanebook.twin.waves import simulate_wave
 
 MODEL = "deepseek-ai/DeepSeek-V4-Flash-0731"
 NAME = "twin-test"
@@ -32,7 +35,7 @@ SERVE_ARGS = [
     "--default-chat-template-kwargs", '{"thinking":true,"reasoning_effort":"low"}',
     "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v4",
 ]
-SERVE_CONFIG = model.EngineConfig(k_schedule=tuple(map(tuple, SCHEDULE)))  # what SERVE_ARGS configure
+SERVE_CONFIG = EngineConfig(k_schedule=tuple(map(tuple, SCHEDULE)))  # what SERVE_ARGS configure
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 OFF = {"chat_template_kwargs": {"thinking": False}}
@@ -248,7 +251,7 @@ def test_server_decode_matches_the_model_and_truth_endpoint(main):
     assert len(records) == 1 and records[0]["completion_tokens"] == 128
     record = records[0]
     served = (record["completion_tokens"] - 1) / (record["t_last"] - record["t_first"])
-    expected = model.simulate_wave(SERVE_CONFIG, [prompt], 128).mean_stream_decode_tok_s
+    expected = simulate_wave(SERVE_CONFIG, [prompt], 128).mean_stream_decode_tok_s
     assert served == pytest.approx(expected, rel=0.10)
     assert httpx.delete(f"{main.url}/twin/requests").json() == {"cleared": 1}
     assert truth(main) == []
@@ -259,7 +262,7 @@ def test_t10_first_long_prefill_pays_jit_then_warm(main):
     first = stream(main, f"[A] {context} Which entries matter?", max_tokens=4, **OFF)[2]
     jit_first = truth(main)[-1]["jit_s"]
     second = stream(main, f"[B] {context} Which entries matter?", max_tokens=4, **OFF)[2]
-    assert jit_first == pytest.approx(model.JIT_DELAY_S * 0.005)
+    assert jit_first == pytest.approx(JIT_DELAY_S * 0.005)
     assert truth(main)[-1]["jit_s"] == 0
     assert first > second + 0.5 * jit_first
     assert "Compiling a graph for dynamic shape" in main.log()
@@ -284,7 +287,7 @@ def test_engine_dies_mid_bench_cuts_streams_and_health_turns_503(monkeypatch):
     monkeypatch.setattr(twin_server, "ENGINE_DIES_AFTER_TOKENS", 40)
     options = twin_server.ServeOptions(model=MODEL, served_model_names=[NAME],
                                        faults=frozenset({"engine-dies-mid-bench"}))
-    app_server = twin_server.TwinServer(options, model.EngineConfig(time_scale=0.0))
+    app_server = twin_server.TwinServer(options, EngineConfig(time_scale=0.0))
 
     async def scenario():
         app_server.start_engine()
