@@ -1,9 +1,10 @@
 """The engine core: slots, the verify schedule per batch size, first-use JIT and the counters it keeps."""
 from __future__ import annotations
 
-from twin_engine_cases import SCHEDULE_543, make_seq
+from twin_engine_cases import make_seq
 
 from lanebook.twin import engine
+from lanebook.twin.facts import SCHEDULE_543
 from lanebook.twin.waves import run_virtual
 
 

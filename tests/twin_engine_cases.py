@@ -1,13 +1,13 @@
-"""Shared by the twin engine's test modules: the prompts and configurations the seed figures are checked with.
+"""Shared by the twin engine's test modules: probe prompt sets and short ways to run a wave or build a request.
 
-The probe, count, code and JSON prompts, the recipe's 5/4/3 verify schedule and the canary's streaming
-table are the ones lanebook.twin.facts measures its figures with and against, so the tests and the
-facts page check the same thing (imported here for the test modules).
+The status probes are the ones lanebook.twin.facts measures its figures with (as are its count, code
+and JSON prompts, its 5/4/3 schedule and the canary's table, which the tests import from there), so
+the tests and the facts page check the same thing.
 """
 from __future__ import annotations
 
 from lanebook.twin import engine, replies, waves
-from lanebook.twin.facts import CODE_PROMPT, COUNT_PROMPT, JSON_PROMPT, SCHEDULE_543, SEED_003, STATUS_PROBES
+from lanebook.twin.facts import STATUS_PROBES
 
 PROBE_SETS = {
     "status": list(STATUS_PROBES),

@@ -152,6 +152,7 @@ ENGINE_TESTS = "tests/test_twin_engine.py"
 PREFIX_TESTS = "tests/test_twin_prefix_cache.py"
 REPLY_TESTS = "tests/test_twin_replies.py"
 SERVER_TESTS = "tests/test_twin_server.py"
+VLLM_TESTS = "tests/test_twin_vllm.py"
 SPEED_TESTS = "tests/test_speed_twin.py"
 
 FACTS: tuple[Fact, ...] = (
@@ -162,7 +163,7 @@ FACTS: tuple[Fact, ...] = (
         "The KV fit is the line through those figures; the engine refuses to boot and logs vLLM's ValueError "
         "with them, after the cold bind's load and autotune lines.",
         (f"{KV_TESTS}::test_t01_080_at_1m_fails_with_the_seed_figures_and_vllm_text",
-         f"{SERVER_TESTS}::test_t01_fixture_recipe_at_080_fails_with_the_kv_figures"),
+         f"{VLLM_TESTS}::test_t01_fixture_recipe_at_080_fails_with_the_kv_figures"),
         (as_printed("KV available at 0.80 (GiB)", 7.16, 2, lambda: kv_budget(0.80, MODEL_LEN_1M).available_gib),
          as_printed("KV needed for 1,048,576 tokens (GiB)", 7.54, 2, lambda: kv_budget(0.80, MODEL_LEN_1M).needed_gib),
          as_printed("estimated maximum model length (tokens)", 953_088, 0,
@@ -174,7 +175,7 @@ FACTS: tuple[Fact, ...] = (
         "The boot logs vLLM's three KV lines, \"GPU KV cache size: 2,493,464 tokens\" among them (the field "
         "notes' example of that vLLM line, which the twin takes as its figure at 0.85).",
         (f"{KV_TESTS}::test_t02_085_boots_with_kv_cache_in_the_lane_band",
-         f"{SERVER_TESTS}::test_t02_t09_boot_log_lines"),
+         f"{VLLM_TESTS}::test_t02_t09_boot_log_lines"),
         (within("GPU KV cache size at 0.85 (tokens)", "~2.2M-2.5M", 2_200_000, 2_500_000,
                 lambda: kv_budget(0.85, MODEL_LEN_1M).kv_tokens, decimals=0),),
     ),
@@ -186,7 +187,8 @@ FACTS: tuple[Fact, ...] = (
         "The engine reads its container environment: absent or empty, it logs that line and every decode step "
         f"takes {BREAKABLE_STEP_FACTOR:g} times as long (a twin assumption: the seed names no factor).",
         (f"{TIMING_TESTS}::test_t03_breakable_graphs_slow_decode_and_time_scale_never_does",
-         f"{SERVER_TESTS}::test_t03_missing_breakable_opt_out_logs_and_slows_decode"),
+         f"{VLLM_TESTS}::test_t03_only_0_opts_out_of_breakable_graphs",
+         f"{VLLM_TESTS}::test_t03_missing_breakable_opt_out_logs_and_slows_decode"),
         (within("C1 decode, breakable ÷ opted out", "slower", 0.0, 0.9,
                 lambda: _ratio(EngineConfig(breakable_cudagraph=True), EngineConfig()),
                 "the twin's bar: at least 10 % slower", 3),),
@@ -262,8 +264,8 @@ FACTS: tuple[Fact, ...] = (
         f"The boot spends {COLD_BIND_S / 60:g} minutes times the time scale (the twin's --fast makes it 1 %) "
         "loading, compiling and autotuning, prints those lines, then serves.",
         (f"{TIMING_TESTS}::test_t09_cold_bind_takes_the_seed_minutes_scaled_by_time_scale",
-         f"{SERVER_TESTS}::test_t02_t09_boot_log_lines",
-         f"{SERVER_TESTS}::test_t01_fixture_recipe_at_080_fails_with_the_kv_figures"),
+         f"{VLLM_TESTS}::test_t02_t09_boot_log_lines",
+         f"{VLLM_TESTS}::test_t01_fixture_recipe_at_080_fails_with_the_kv_figures"),
         (within("cold bind at time scale 1 (minutes)", "8-15", 8, 15, lambda: COLD_BIND_S / 60),),
     ),
     Fact(
@@ -311,7 +313,7 @@ FACTS: tuple[Fact, ...] = (
         "stopped.",
         "Fault head-dies ends the head process after ready or mid-request; the headless worker logs the NCCL "
         "error and stays up.",
-        (f"{SERVER_TESTS}::test_t14_head_dies_leaves_the_worker_orphaned",),
+        (f"{VLLM_TESTS}::test_t14_head_dies_leaves_the_worker_orphaned",),
     ),
     Fact(
         "T15", "recipe, seed 000, pitfall 4",
