@@ -25,7 +25,8 @@ from .workloads import DRAFTER_BLOCK_SIZE, WORKLOADS
 # The recipe's (000) verify schedule, num_speculative_tokens_per_batch_size: K=5 for one running
 # request, K=4 for two to four, K=3 for five or six.
 SCHEDULE_543 = ((1, 1, 5), (2, 4, 4), (5, 6, 3))
-# Unique short prompts of the probe class, one per stream, as the canary's harness sent them.
+# Short prompts of the probe class, a different one per stream (the canary's harness sent unique
+# prompts; their words are not in the write-up, these are the twin's).
 STATUS_PROBES = tuple(f"Probe {i}: report the lane status in a few words." for i in range(6))
 COUNT_PROMPT = "Count from 1 to 400, one number per line, nothing else."
 CODE_PROMPT = "Write a Python function that parses ISO 8601 durations, with tests."
