@@ -22,7 +22,7 @@ from .errors import LanebookError
 from .params import lane_names, load_lane
 from .paths import BOOK_DIR, RUNBOOKS_DIR
 from .redact import redact
-from .runner import RUNBOOKS
+from .execute import RUNBOOKS
 
 def _md_table(header: list[str], rows: list[list[object]]) -> str:
     def cell(v: object) -> str:

@@ -69,7 +69,7 @@ def run(
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
-    from .runner import parse_params, run_runbook
+    from .execute import parse_params, run_runbook
 
     record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes)
     typer.echo(record["output"])

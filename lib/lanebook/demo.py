@@ -24,7 +24,7 @@ def _stop_lane_left_up() -> None:
 
 def run_demo() -> int:
     from .book import build_book
-    from .runner import run_runbook
+    from .execute import run_runbook
     from .twin import control
 
     console.rule("twin")

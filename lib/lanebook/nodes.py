@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from .errors import LanebookError
-from .params import Lane as LaneParams
-from .params import NodeParams
+from .params import LaneParams, NodeParams
 from .redact import redact
 
 log = logging.getLogger("lanebook.nodes")
