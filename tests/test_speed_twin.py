@@ -13,7 +13,7 @@ from lanebook.params import load_lane
 from lanebook.speed.bands import compare_to_baseline, lane_baseline
 from lanebook.speed.command import run_speed
 
-twin_vllm = pytest.importorskip("lanebook.twin.vllm", reason="the twin's vLLM stand-in is not in this checkout")
+from lanebook.twin import vllm as twin_vllm  # noqa: E402 - a missing engine is a failure, never a skip
 LEVELS = [1, 4, 6]
 
 

@@ -52,7 +52,7 @@ def runbook_path(runbook: str) -> Path:
         raise LanebookError(f"unknown runbook '{runbook}' (one of: {' '.join(RUNBOOKS)})")
     path = RUNBOOKS_DIR / f"{runbook}.ipynb"
     if not path.exists():
-        raise LanebookError(f"runbook '{runbook}' is not written yet ({path.relative_to(REPO)} missing)")
+        raise LanebookError(f"runbook '{runbook}' is not written yet ({RUNBOOKS_DIR.name}/{path.name} missing)")
     return path
 
 
