@@ -208,4 +208,5 @@ def test_a_dry_run_resolves_no_ssh_config(registry):
 def test_the_twin_is_the_installed_plugin_for_ssh_config_twin():
     """The twin registers through the `lanebook.plugins` entry point (pyproject.toml), not by being imported."""
     loaded = plugins.load_registry()
-    assert "twin" in loaded.plugins and "twin" in loaded.ssh_configs and loaded.preparers
+    assert "twin" in loaded.plugins, "the installed metadata lacks pyproject.toml's entry point: run `make setup`"
+    assert "twin" in loaded.ssh_configs and loaded.preparers

@@ -53,7 +53,7 @@ div.lanebook-wide table :is(th, td) { padding: 0.3rem 0.4rem; }
 """ + "".join(f".lanebook-verdict-{verdict} {{ color: {colour}; }}\n" for verdict, colour in
               {"pass": "#1a7f37", "fail": "#cf222e", "error": "#8250df", "dry-run": "#0969da"}.items())
 
-# The verdict output is for tools (the runner and tests read it); the page heading states the verdict.
+# The verdict output is for tools (lanebook.execute and tests read it); the page heading states the verdict.
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
 
 
