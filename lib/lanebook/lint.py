@@ -24,7 +24,7 @@ from ruamel.yaml.error import YAMLError
 from .compose import COMPOSE_NAME, ComposeFile, load_compose
 from .envfile import interpolate, parse_env_file
 from .errors import LaneError, LanebookError
-from .params import Lane, lane_path, load_lane
+from .params import LaneParams, lane_path, load_lane
 from .pitfalls import PITFALLS, Location
 from .render import env_text, patch_compose
 
@@ -223,7 +223,7 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
     return back
 
 
-def _lane_source(lane: Lane, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
+def _lane_source(lane: LaneParams, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
     """The lane's file and its round-trip document, when the lane is exactly what that file holds."""
     try:
         path = Path(source) if source else lane_path(lane.name)
@@ -245,7 +245,7 @@ def _line(doc: Optional[CommentedMap], *keys: str) -> int:
     return line
 
 
-def lint_lane(lane: Lane, source: str | Path | None = None) -> LintReport:
+def lint_lane(lane: LaneParams, source: str | Path | None = None) -> LintReport:
     """Lint a lane: its own values, named by their lines in its lane file (SOURCE, default params/NAME.yaml),
     plus the compose patch render would apply to the twin's template of the recipe's compose file."""
     file, doc = _lane_source(lane, source)

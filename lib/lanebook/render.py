@@ -25,7 +25,7 @@ from .compose import COMPOSE_NAME, ComposeFile, load_compose
 from .envfile import parse_env_text
 from .errors import LanebookError
 from .files import backup, write_atomic
-from .params import EnvValue, Lane
+from .params import EnvValue, LaneParams
 from .redact import redact
 
 ENV_NAME = ".env.dspark"
@@ -48,7 +48,7 @@ def env_text(value: EnvValue) -> str:
     return text
 
 
-def speculative_config_line(lane: Lane) -> str:
+def speculative_config_line(lane: LaneParams) -> str:
     """The SPECULATIVE_CONFIG assignment exactly as seed 000 writes it ($$ stays doubled for Compose)."""
     spec = lane.speculative
     for name, value in (("method", spec.method), ("draft_sample_method", spec.draft_sample_method)):
@@ -62,12 +62,12 @@ def speculative_config_line(lane: Lane) -> str:
     return 'SPECULATIVE_CONFIG="{' + ",".join(fields) + '}";'
 
 
-def compose_environment(lane: Lane) -> dict[str, str]:
+def compose_environment(lane: LaneParams) -> dict[str, str]:
     """The environment: entries the lane injects, defaulting to the lane's own value (seed: ${KEY:-0})."""
     return {key: f"${{{key}:-{env_text(lane.env[key]) if key in lane.env else ''}}}" for key in lane.compose_environment}
 
 
-def patch_compose(lane: Lane, compose: ComposeFile) -> str:
+def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
     return compose.patched(compose_environment(lane), speculative_config_line(lane))
 
 
@@ -78,7 +78,7 @@ def _reassign(raw: str, value: str) -> str:
     return f"{prefix}={shlex.quote(value)}" + (comment.group(0) if comment else "")
 
 
-def render_env_text(lane: Lane, existing: Optional[str]) -> str:
+def render_env_text(lane: LaneParams, existing: Optional[str]) -> str:
     """The checkout's env file with the lane's keys: changed in place, missing ones appended under a header."""
     if existing is None:
         lines = [f"# .env.dspark for lane {lane.name}, written by `lanebook env render` from its lane file",
@@ -102,7 +102,7 @@ def render_env_text(lane: Lane, existing: Optional[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_checkout(lane: Lane, checkout_dir: str | Path) -> RenderResult:
+def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
     """Write the lane's .env.dspark and patch the compose file in a checkout; both are computed before either is written."""
     checkout = Path(checkout_dir).expanduser()
     if not checkout.is_dir():

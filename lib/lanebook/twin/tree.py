@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from ..params import Lane
+from ..params import LaneParams
 from ..render import speculative_config_line
 from .nodes import TwinAddresses
 
@@ -131,7 +131,7 @@ def write_hub_model(hub: Path, model: HubModel, *, missing: Iterable[int] = (), 
     return snapshot
 
 
-def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
+def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     """The lane's env-file values with the twin's node addresses in place of the real lane's."""
     real_to_twin = {}
     for node in lane.nodes:
@@ -144,7 +144,7 @@ def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
-def write_checkout(home: Path, lane: Lane, addresses: TwinAddresses) -> Path:
+def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Path:
     """A lane checkout as the recipe leaves it: compose + .env.dspark rendered for the lane, launcher scripts."""
     checkout = home / lane.checkout.removeprefix("~/")
     (checkout / "scripts").mkdir(parents=True, exist_ok=True)
