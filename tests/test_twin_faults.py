@@ -2,7 +2,6 @@
 so the shared session twin other tests use is never restarted. Ends with the launcher end to end."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -140,7 +139,6 @@ def test_faults_the_engine_does_not_handle_are_listed_as_pending(private):
     assert all("not implemented" in p["note"] for p in status["faults_pending"])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("lanebook.twin.vllm") is None, reason="the twin engine (lanebook.twin.vllm) is not written yet")
 def test_launcher_brings_the_twin_lane_up_and_down(private):
     status = control.up(fast=True)
     start = ssh(status, "head", f"cd {CHECKOUT} && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "

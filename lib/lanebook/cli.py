@@ -1,6 +1,9 @@
-"""The `lanebook` command line (SPEC section 4). Each command is a thin shell over the library.
+"""The `lanebook` command line. Each command is a thin shell over the library; `lanebook twin` drives the
+digital twin itself, which the CLI may import as a composition root (the library reaches the twin only
+through lanebook.plugins).
 
-Exit codes: 0 pass, 1 a verdict or finding failed, 2 bad usage or bad parameters (one line, no traceback).
+Exit codes: 0 pass (or a clean dry run), 1 a verdict or finding failed, 2 bad usage or bad parameters (one line, no
+traceback).
 """
 from __future__ import annotations
 
@@ -60,6 +63,11 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
         control.print_status(status)
 
 
+def run_exit_code(verdict: str, dry_run: bool) -> int:
+    """0 for a pass, or for a clean dry run (which observed nothing, so it is never a pass); 1 for fail or error."""
+    return 0 if verdict == ("dry-run" if dry_run else "pass") else 1
+
+
 @app.command("run")
 def run(
     runbook: str = typer.Argument(..., help="weights env launch warmup gates speed diagnose rollback status stop"),
@@ -69,7 +77,7 @@ def run(
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
-    from .runner import parse_params, run_runbook
+    from .execute import parse_params, run_runbook
 
     record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes)
     typer.echo(record["output"])
@@ -77,7 +85,7 @@ def run(
         typer.echo("commands the run would send (none were sent):")
         typer.echo("\n".join(f"  {line}" for line in record["commands"]) or "  (none)")
     typer.echo(f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else ""))
-    raise typer.Exit(0 if record["verdict"] == "pass" else 1)
+    raise typer.Exit(run_exit_code(record["verdict"], dry_run))
 
 
 @app.command("lint")

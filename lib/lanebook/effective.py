@@ -36,7 +36,7 @@ from .errors import LanebookError
 
 if TYPE_CHECKING:
     from .nodes import Node
-    from .params import Lane
+    from .params import LaneParams
 
 ENV_NAME = ".env.dspark"
 EXAMPLE_NAMES = (".env.dspark.example", "env.dspark.example")  # the recipe's name, and the one its fixture copy uses
@@ -637,7 +637,7 @@ def env_text(value: Any) -> str:
     return text
 
 
-def lane_mismatches(lane: "Lane", eff: Effective) -> list[Mismatch]:
+def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
     """Every lane value (env keys, the compose-passed keys, the speculative config) the checkout does not run.
 
     Nothing is compared when the image's entrypoint refuses the configuration: no server runs at all."""
@@ -704,7 +704,7 @@ def _live_speculative(command: str) -> Optional[dict]:
     return config if isinstance(config, dict) else None
 
 
-def live_mismatches(lane: "Lane", command: str) -> list[LiveMismatch]:
+def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
     """Each lane value the live `vllm serve` command line (as `docker top` shows it) does not carry.
 
     Checked: the served name, max model length, sequences, batched tokens and memory utilization the lane

@@ -35,7 +35,7 @@ from .effective import (REFERENCE, START_NAME, CheckoutFiles, DeadLine, Effectiv
                         TextFile, lane_mismatches, sourced_names)
 from .envfile import interpolate, parse_env_text, unreadable_lines
 from .errors import LaneError, LanebookError
-from .params import Lane, lane_path, load_lane
+from .params import LaneParams, lane_path, load_lane
 from .pitfalls import PITFALLS
 from .render import RenderPlan, plan_render
 
@@ -235,7 +235,7 @@ def lint_files(env_path: str | Path, compose_path: str | Path, hermes_config: st
     return LintReport(findings, _linted(files, "given file"))
 
 
-def _lane_source(lane: Lane, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
+def _lane_source(lane: LaneParams, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
     """The lane's file and its round-trip document, when the lane is exactly what that file holds."""
     try:
         path = Path(source) if source else lane_path(lane.name)
@@ -282,7 +282,7 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
     return fixed
 
 
-def lint_checkout(lane: Lane, files: CheckoutFiles, source: str | Path | None = None,
+def lint_checkout(lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None,
                   origin: str = "local checkout") -> LintReport:
     """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml)."""
     file, doc = _lane_source(lane, source)
@@ -316,7 +316,7 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
     return back
 
 
-def lint_lane(lane: Lane, source: str | Path | None = None) -> LintReport:
+def lint_lane(lane: LaneParams, source: str | Path | None = None) -> LintReport:
     """Lint a lane without connecting anywhere: its values rendered into lanebook's reference checkout.
 
     Findings on a value the lane sets name its line in the lane file (SOURCE, default params/NAME.yaml); the
@@ -355,7 +355,7 @@ def lint_lane(lane: Lane, source: str | Path | None = None) -> LintReport:
     return LintReport(run_checks(inp), linted)
 
 
-def lint_lane_checkout(lane: Lane, checkout: str | Path | None = None, *, dry_run: bool = False,
+def lint_lane_checkout(lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False,
                        source: str | Path | None = None) -> LintReport:
     """Lint what LANE will run: its checkout (CHECKOUT, a local copy, else read from the head over SSH).
 

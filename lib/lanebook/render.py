@@ -40,7 +40,7 @@ from .effective import (ENV_NAME, CheckoutFiles, Effective, Mismatch, TextFile, 
 from .envfile import parse_env_text
 from .errors import LanebookError
 from .files import backup, write_atomic
-from .params import Lane
+from .params import LaneParams
 from .redact import redact
 
 __all__ = ["ENV_NAME", "RenderPlan", "RenderResult", "plan_render", "render_checkout", "speculative_config_line"]
@@ -49,7 +49,7 @@ ADDED_HEADER = "# --- added by `lanebook env render`"
 _WORD_RE = re.compile(r"^[a-z_]+$")
 
 
-def speculative_config_line(lane: Lane) -> str:
+def speculative_config_line(lane: LaneParams) -> str:
     """The SPECULATIVE_CONFIG assignment exactly as the recipe's write-up gives it ($$ stays doubled for Compose)."""
     spec = lane.speculative
     for name, value in (("method", spec.method), ("draft_sample_method", spec.draft_sample_method)):
@@ -63,12 +63,12 @@ def speculative_config_line(lane: Lane) -> str:
     return 'SPECULATIVE_CONFIG="{' + ",".join(fields) + '}";'
 
 
-def compose_environment(lane: Lane) -> dict[str, str]:
+def compose_environment(lane: LaneParams) -> dict[str, str]:
     """The environment: entries the lane injects, defaulting to the lane's own value (the recipe's ${KEY:-0})."""
     return {key: f"${{{key}:-{env_text(lane.env[key]) if key in lane.env else ''}}}" for key in lane.compose_environment}
 
 
-def patch_compose(lane: Lane, compose: ComposeFile) -> str:
+def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
     return compose.patched(compose_environment(lane), speculative_config_line(lane))
 
 
@@ -81,7 +81,7 @@ def _reassign(raw: str, value: str) -> str:
     return f"{prefix}={shlex.quote(value)}" + (comment.group(0) if comment else "")
 
 
-def apply_env(text: Optional[str], writes: dict[str, str], lane: Lane) -> str:
+def apply_env(text: Optional[str], writes: dict[str, str], lane: LaneParams) -> str:
     """TEXT with each key of WRITES set: every line assigning it changed in place, missing keys appended under
     a header (a new file when TEXT is None)."""
     if text is None:
@@ -114,7 +114,7 @@ def target_key(key: str, eff: Effective) -> str:
     return key
 
 
-def _needs(lane: Lane, key: str, eff: Effective) -> bool:
+def _needs(lane: LaneParams, key: str, eff: Effective) -> bool:
     want = env_text(lane.env[key])
     if not same_value(key, want, eff.setting(key).value):
         return True
@@ -134,7 +134,7 @@ class RenderPlan:
     effective: Effective  # the checkout as rendered
 
 
-def plan_render(lane: Lane, files: CheckoutFiles) -> RenderPlan:
+def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
     """The compose patch and the env file that make FILES run LANE (see the module docstring)."""
     compose_text = patch_compose(lane, ComposeFile(files.compose.text, files.compose.name))
     env_name = files.env.name if files.env else files.compose.name[:files.compose.name.rfind("/") + 1] + ENV_NAME
@@ -182,7 +182,7 @@ class RenderResult:
     unresolved: list[Mismatch] = field(default_factory=list)
 
 
-def render_checkout(lane: Lane, checkout_dir: str | Path) -> RenderResult:
+def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
     """Write the lane's .env.dspark and patch the compose file in a checkout; both are computed before either is written."""
     files = CheckoutFiles.read(checkout_dir)
     checkout = files.directory

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Optional
 from ..compose import COMPOSE_NAME
 from ..effective import ENV_NAME, REFERENCE, CheckoutFiles
 from ..errors import LanebookError
-from ..params import Lane, lane_with
+from ..params import LaneParams, lane_with
 from ..render import plan_render
 from .nodes import TwinAddresses
 
@@ -135,7 +135,7 @@ def write_hub_model(hub: Path, model: HubModel, *, missing: Iterable[int] = (), 
     return snapshot
 
 
-def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
+def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     """The lane's env-file values with the twin's node addresses in place of the real lane's."""
     real_to_twin = {}
     for node in lane.nodes:
@@ -148,7 +148,7 @@ def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
-def write_checkout(home: Path, lane: Lane, addresses: TwinAddresses) -> Path:
+def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Path:
     """A lane checkout as an operator leaves it: the recipe's compose file, example and launcher scripts; the
     example copied to .env.dspark, then the lane rendered into it (twin addresses in place of the real ones)
     exactly as `lanebook env render` would, so the twin boots with what a real node would get."""
