@@ -280,7 +280,8 @@ def test_the_twin_lane_lints_the_twin_heads_checkout_over_ssh(twin):
     assert [(i.file, i.source) for i in report.linted[1:]] == [
         ("head:~/ds4-f-mia-anemll-0731/.env.dspark", "head over ssh"),
         (f"head:~/ds4-f-mia-anemll-0731/{COMPOSE}", "head over ssh"),
-        ("head:~/ds4-f-mia-anemll-0731/start-deepseek-v4-flash-dspark.sh", "head over ssh")]
+        ("head:~/ds4-f-mia-anemll-0731/start-deepseek-v4-flash-dspark.sh", "head over ssh"),
+        ("head:~/ds4-f-mia-anemll-0731/scripts/lane-env.sh", "head over ssh")]  # the start script sources it
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

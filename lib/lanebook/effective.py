@@ -154,11 +154,6 @@ class CheckoutFiles:
         """Where the launcher's own logic is: the start script and what it sources."""
         return [self.start, *self.sourced] if self.start else []
 
-    @property
-    def env_source(self) -> Optional[TextFile]:
-        """Where the env file's lines come from: the env file, else the example an operator copies to it."""
-        return self.env or self.example
-
     def replace(self, **changes: Any) -> "CheckoutFiles":
         return CheckoutFiles(**{**self.__dict__, **changes})
 
@@ -442,7 +437,7 @@ class Setting:
     via: str = ""  # how it gets there when not directly, e.g. "the launcher exports GPU_MEMORY_UTILIZATION from ..."
 
     def described(self) -> str:
-        """`0.835 (from GPU_MEMORY_UTILIZATION_TEXT: the launcher exports ...)`, for messages."""
+        """`0.835 (the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)`, for messages."""
         value = "nothing" if self.value is None else self.value
         return f"{value} ({self.via})" if self.via else value
 
@@ -589,10 +584,6 @@ class Effective:
         if found is None:
             found = self.container_env(key) or self.variable(key)
         return found or Setting(None, self.missing_at, False)
-
-
-def effective(files: CheckoutFiles, environ: Mapping[str, str] | None = None) -> Effective:
-    return Effective(files, environ)
 
 
 # --- the lane against what runs ---------------------------------------------------------------------
