@@ -492,8 +492,9 @@ class Effective:
             if source is not None and (source.value or choice.empty_counts):
                 winner = Setting(source.value, source.where, True, via if choice.source != override.key else "")
             else:
+                unset = f"{via}, which is unset" if choice.source != override.key else f"{override.key} is unset"
                 winner = Setting(choice.default, self.launcher.mention(choice.source), False,
-                                 f"{via}, which is unset: the launcher's default")
+                                 f"{unset}: the launcher's default")
             if choice.source != override.key and override.key in last:
                 dead.append((last[override.key], via))
             variables[override.key] = winner
