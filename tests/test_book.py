@@ -39,6 +39,8 @@ def test_book_publishes_lanes_pitfalls_runbooks_and_the_trail(tmp_path, monkeypa
     pitfalls = (html / "pitfalls.html").read_text()
     assert all(f"P{n:02d}" in pitfalls for n in range(1, 18))
     assert (html / "runbooks" / "launch.html").exists()
+    twin = (html / "twin.html").read_text()  # the twin plugin's page: facts with figures measured at build time
+    assert all(f"T{n:02d}" in twin for n in range(1, 16)) and "953,088" in twin and "2,493,464" in twin
     (page,) = (html / "audit").glob("*.html")
     assert "[TWIN]" in page.read_text() and "2,493,464" in page.read_text()
 

@@ -21,6 +21,7 @@ from .audit import VERDICT_STYLES, read_runs, resolve_output, tally, verdict_lab
 from .errors import LanebookError
 from .params import lane_names, load_lane
 from .paths import BOOK_DIR, RUNBOOKS_DIR
+from .plugins import registry
 from .redact import redact
 from .execute import RUNBOOKS
 
@@ -157,10 +158,15 @@ def _stage(stage: Path) -> None:
             _audit_copy(record, src, stage / f"{doc}.ipynb")
             entries.append((record, doc))
     (stage / "audit.md").write_text(audit_page(entries))
+    plugin_pages = registry().book_pages
+    for name, render in plugin_pages.items():
+        (stage / f"{name}.md").write_text(render())
     toc = ["format: jb-book", "root: intro", "parts:",
            "  - caption: Recipe", "    chapters:", "      - file: lanes", "      - file: pitfalls"]
     if runbook_docs:
         toc += ["  - caption: Runbooks", "    chapters:"] + [f"      - file: {d}" for d in runbook_docs]
+    if plugin_pages:
+        toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
     if entries:
         toc += ["        sections:"] + [f"          - file: {d}" for _, d in entries]

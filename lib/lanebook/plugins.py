@@ -1,5 +1,6 @@
-"""Where an environment plugs into lanebook: what a named `ssh_config:` resolves to, and what brings a lane
-up before a run. The product names no environment; the digital twin is one such plugin.
+"""Where an environment plugs into lanebook: what a named `ssh_config:` resolves to, what brings a lane
+up before a run, and pages it adds to the book. The product names no environment; the digital twin is one
+such plugin.
 
 A plugin is a function `register(registry)` published under the setuptools entry point group
 `lanebook.plugins` (pyproject.toml declares the twin's). Entry points are read from the installed
@@ -21,6 +22,7 @@ ENTRY_POINT_GROUP = "lanebook.plugins"
 
 SshConfigResolver = Callable[[], Path]
 LanePreparer = Callable[[LaneParams], None]
+PageRenderer = Callable[[], str]
 
 
 @dataclass
@@ -29,6 +31,7 @@ class Registry:
 
     ssh_configs: dict[str, SshConfigResolver] = field(default_factory=dict)
     preparers: list[LanePreparer] = field(default_factory=list)
+    book_pages: dict[str, PageRenderer] = field(default_factory=dict)
     plugins: list[str] = field(default_factory=list)  # entry point names, for messages
 
     def ssh_config(self, name: str, resolver: SshConfigResolver) -> None:
@@ -38,6 +41,10 @@ class Registry:
     def before_run(self, preparer: LanePreparer) -> None:
         """`preparer(lane)` runs before a runbook acts on a lane (not in a dry run); it decides whether the lane is its own."""
         self.preparers.append(preparer)
+
+    def book_page(self, name: str, render: PageRenderer) -> None:
+        """A Markdown page NAME.md in the book (starting with its `# Title`), rendered when the book is built."""
+        self.book_pages[name] = render
 
 
 _loaded: Optional[Registry] = None
