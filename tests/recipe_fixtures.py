@@ -5,15 +5,17 @@ with the reason when the folder is absent.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("LANEBOOK_SHARED") or REPO.parent / "shared")  # a git worktree sits elsewhere: say where
 FIXTURES = SHARED / "fixtures" / "miaai-recipe"
 SEED_000 = SHARED / "seeds" / "000_25116b2347ff45eb.txt"
 COMPOSE = "docker-compose.dspark.yml"
+EXAMPLE = "env.dspark.example"
 
 
 def need(path: Path) -> Path:
@@ -34,13 +36,16 @@ def seed_speculative_lines() -> tuple[str, str]:
     return scheduled, rollback
 
 
-def checkout(tmp_path: Path, compose: str | None = None, env: str | None = None) -> Path:
-    """A writable checkout dir: the fixture compose (or COMPOSE text) and, when given, a .env.dspark."""
+def checkout(tmp_path: Path, compose: str | None = None, env: str | None = None, example: bool = False) -> Path:
+    """A writable checkout dir: the fixture compose (or COMPOSE text), when given a .env.dspark, and with
+    EXAMPLE the fixture's example env file (under the fixture's name, env.dspark.example)."""
     directory = tmp_path / "checkout"
-    directory.mkdir()
+    directory.mkdir(parents=True)
     (directory / COMPOSE).write_text(compose if compose is not None else fixture_text(COMPOSE))
     if env is not None:
         (directory / ".env.dspark").write_text(env)
+    if example:
+        (directory / EXAMPLE).write_text(fixture_text(EXAMPLE))
     return directory
 
 

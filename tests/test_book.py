@@ -39,6 +39,8 @@ def test_book_publishes_lanes_pitfalls_runbooks_and_the_trail(tmp_path, monkeypa
     pitfalls = (html / "pitfalls.html").read_text()
     assert all(f"P{n:02d}" in pitfalls for n in range(1, 18))
     assert (html / "runbooks" / "launch.html").exists()
+    twin = (html / "twin.html").read_text()  # the twin plugin's page: facts with figures measured at build time
+    assert all(f"T{n:02d}" in twin for n in range(1, 16)) and "953,088" in twin and "2,493,464" in twin
     (page,) = (html / "audit").glob("*.html")
     assert "[TWIN]" in page.read_text() and "2,493,464" in page.read_text()
 
@@ -47,3 +49,27 @@ def test_book_refuses_to_publish_a_secret(tmp_path, monkeypatch):
     built = _build(tmp_path, monkeypatch, "HF_TOKEN=hf_" + "Q" * 30 + "\n")
     assert built.returncode == 2 and "refusing to publish" in built.stderr and "Traceback" not in built.stderr
     assert not (tmp_path / "site" / "_build" / "html").exists()
+
+
+def test_the_audit_page_shows_dry_runs_apart_from_passes(tmp_path, monkeypatch):
+    """A dry run observed nothing: its own mark and colour on the index and its page, never counted as a pass."""
+    import json
+
+    from lanebook.paths import outputs_dir
+
+    built = _build(tmp_path, monkeypatch, "dry\n")
+    assert built.returncode == 0, built.stderr
+    index = outputs_dir() / "runs.jsonl"
+    run = json.loads(index.read_text())
+    dry = {**run, "run_id": "0000d0d0", "dry_run": True, "verdict": "dry-run", "output": run["output"].replace("0000beef", "0000d0d0")}
+    (outputs_dir() / dry["output"]).write_bytes((outputs_dir() / run["output"]).read_bytes())
+    append_run(dry)
+    built = subprocess.run([str(LANEBOOK), "book", "--out", str(tmp_path / "site")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    html = tmp_path / "site" / "_build" / "html"
+    trail = (html / "audit.html").read_text()
+    assert '<span class="lanebook-verdict lanebook-verdict-pass">✅ pass</span>' in trail
+    assert '<span class="lanebook-verdict lanebook-verdict-dry-run">◻️ dry-run</span>' in trail
+    assert "2 runs: 1 pass, 1 dry-run (observed nothing, not counted as passes)" in trail
+    (page,) = [p for p in (html / "audit").glob("*.html") if "0000d0d0" in p.name]
+    assert "[DRY RUN]" in page.read_text() and "nothing on the lane was observed: not a pass" in page.read_text()

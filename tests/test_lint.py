@@ -1,4 +1,5 @@
-"""`lanebook lint`: each file-checkable pitfall planted one at a time into copies of the recipe's real files.
+"""`lanebook lint`: each file-checkable pitfall planted one at a time into copies of the recipe's real files, and
+the lane compared with what its checkout runs.
 
 The good configuration is the seed's: the fixture compose with the lane's patch and an env file built
 from params/anemll-0731.yaml. It must lint clean; each plant must raise exactly its id, on its line.
@@ -10,10 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_fixtures import COMPOSE, REPO, checkout, fixture_text, line_of, replace_once
+from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_text, line_of, need, replace_once
 
 from lanebook import lint as lint_module
-from lanebook.lint import lint_files, lint_lane
+from lanebook.effective import REFERENCE
+from lanebook.lint import lint_files, lint_lane, lint_lane_checkout
 from lanebook.params import lane_names, load_lane
 from lanebook.render import render_checkout
 
@@ -50,16 +52,85 @@ def test_seed_configuration_lints_clean(good):
     assert report.findings == [] and report.ok
 
 
-def test_fixture_as_is_falls_to_the_compose_memory_default():
-    """The recipe's example env sets no GPU_MEMORY_UTILIZATION: compose's 0.80 applies at 1M (P07)."""
-    fixtures = Path(REPO.parent / "shared" / "fixtures" / "miaai-recipe")
-    compose_text = fixture_text(COMPOSE)
-    report = lint_files(fixtures / "env.dspark.example", fixtures / COMPOSE)
-    errors = [(f.id, Path(f.file).name, f.line) for f in report.findings if f.severity == "error"]
-    assert errors == [("P07", COMPOSE, line_of(compose_text, "--gpu-memory-utilization"))]
+def test_fixture_example_as_is_runs_the_profile_key():
+    """The recipe's example sets no GPU_MEMORY_UTILIZATION: its launcher exports 0.835 from the profile key, which at
+    1M is a P07 warning on that line (not the compose default 0.80)."""
+    report = lint_files(need(FIXTURES / EXAMPLE), need(FIXTURES / COMPOSE))
+    [finding] = report.findings
+    assert (finding.id, finding.severity, finding.line) == ("P07", "warning", line_of(fixture_text(EXAMPLE), "GPU_MEMORY_UTILIZATION_TEXT="))
+    assert "resolves to 0.835 (the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)" in finding.message
+    assert report.ok and [(Path(i.file).name, i.source) for i in report.linted] == [(EXAMPLE, "given file"), (COMPOSE, "given file")]
+
+
+@pytest.fixture
+def recipe(tmp_path) -> Path:
+    """A copy of the recipe's checkout (compose and example) with the seed's lane rendered into it."""
+    directory = checkout(tmp_path, example=True)
+    assert render_checkout(load_lane("anemll-0731"), directory).unresolved == []
+    return directory
+
+
+def test_seed_configuration_rendered_into_the_recipe_checkout_lints_clean(recipe):
+    report = lint_lane_checkout(load_lane("anemll-0731"), recipe)
+    assert report.findings == [] and report.ok
+    assert [(Path(i.file).name, i.source) for i in report.linted] == [
+        ("anemll-0731.yaml", "lane file"), (".env.dspark", "local checkout"), (COMPOSE, "local checkout")]
+    assert lint(recipe).findings == []
+
+
+def overridden(recipe: Path) -> Path:
+    """The recipe checkout as an older render left it: the lane's 0.85 on a GPU_MEMORY_UTILIZATION line the
+    launcher overwrites from GPU_MEMORY_UTILIZATION_TEXT=0.835."""
+    plant(recipe / ENV, "GPU_MEMORY_UTILIZATION_TEXT=0.85", "GPU_MEMORY_UTILIZATION_TEXT=0.835")
+    (recipe / ENV).write_text((recipe / ENV).read_text() + "GPU_MEMORY_UTILIZATION=0.85\n")
+    return recipe
+
+
+def test_a_checkout_whose_profile_key_overrides_the_lane_fails_naming_both_values(recipe):
+    directory = overridden(recipe)
+    env_text = (directory / ENV).read_text()
+    report = lint_lane_checkout(load_lane("anemll-0731"), directory)
     assert not report.ok
-    warning = next(f for f in report.findings if f.severity == "warning")
-    assert (warning.id, warning.line) == ("P07", line_of(fixture_text("env.dspark.example"), "GPU_MEMORY_UTILIZATION_TEXT="))
+    by_id = {f.id: f for f in report.findings}
+    assert set(by_id) == {"S04", "S05", "P07"}
+    lane_error = by_id["S04"]
+    assert (lane_error.severity, lane_error.file, lane_error.line) == ("error", str(directory / ENV),
+                                                                      line_of(env_text, "GPU_MEMORY_UTILIZATION_TEXT="))
+    assert lane_error.message.startswith("GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.835 "
+                                         "(the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)")
+    assert lane_error.message.endswith("`lanebook env render` writes GPU_MEMORY_UTILIZATION_TEXT=0.85")
+    dead = by_id["S05"]
+    assert (dead.severity, dead.line) == ("error", len(env_text.splitlines()))
+    assert f"({directory / ENV}:{line_of(env_text, 'GPU_MEMORY_UTILIZATION_TEXT=')})" in dead.message
+
+
+def test_the_cli_fails_there_too_with_checkout_or_env_and_compose(recipe):
+    directory = overridden(recipe)
+    for args in (["--checkout", str(directory)], ["--env", str(directory / ENV), "--compose", str(directory / COMPOSE)]):
+        proc = run_cli("--lane", "anemll-0731", *args, "--json")
+        assert proc.returncode == 1, proc.stderr
+        doc = json.loads(proc.stdout)
+        assert doc["ok"] is False and [f["id"] for f in doc["findings"] if f["severity"] == "error"] == ["S04", "S05"]
+        assert "the lane says 0.85, but the checkout runs 0.835" in doc["findings"][1]["message"]
+    human = run_cli("--env", str(directory / ENV), "--compose", str(directory / COMPOSE))  # no lane: the dead line
+    assert human.returncode == 1 and "S05 error" in human.stdout and "so the server runs 0.835" in human.stdout
+
+
+def test_a_checkout_without_an_env_file_is_linted_as_render_would_leave_it(tmp_path):
+    directory = checkout(tmp_path, example=True)
+    report = lint_lane_checkout(load_lane("anemll-0731"), directory)
+    [finding] = report.findings
+    assert (finding.id, finding.severity, finding.line) == ("S04", "error", 0)
+    assert f"copies {EXAMPLE} and writes the lane's values" in finding.message
+    assert [Path(i.file).name for i in report.linted] == ["anemll-0731.yaml", EXAMPLE, COMPOSE]
+
+
+def test_what_render_cannot_fix_says_so(recipe):
+    plant(recipe / COMPOSE, "--max-num-seqs ${MAX_NUM_SEQS:-6}", "--max-num-seqs 4")
+    report = lint_lane_checkout(load_lane("anemll-0731"), recipe)
+    messages = {f.id: f.message for f in report.findings}
+    assert messages["S04"] == ("MAX_NUM_SEQS: the lane says 6, but the checkout runs 4, decided on this line; "
+                               "`lanebook env render` cannot change this: edit the line that wins")
 
 
 @pytest.mark.parametrize("old,new,pitfall_id", [
@@ -171,19 +242,46 @@ def test_lane_plants_name_the_lane_file_line(tmp_path, old, new, pitfall_id):
     assert {(f.file, f.line) for f in report.findings} == {(str(path), line)}
 
 
-def test_lane_compose_findings_name_the_template_line(tmp_path, monkeypatch):
-    """A compose problem under --lane is reported on the template's own line, even after the patch inserted one."""
-    template = (lint_module.TEMPLATE).read_text()
+def test_lane_compose_findings_name_the_reference_line(tmp_path, monkeypatch):
+    """A compose problem under --lane is reported on the reference's own line, even after the patch inserted one,
+    and a value render cannot make the lane's is an S04 error there."""
+    template = (REFERENCE / COMPOSE).read_text()
     older = replace_once(template, '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n', "")
     older = replace_once(older, "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80")
-    fake = tmp_path / COMPOSE
-    fake.write_text(older)
-    monkeypatch.setattr(lint_module, "TEMPLATE", fake)
+    fake = tmp_path / "reference"
+    fake.mkdir()
+    (fake / COMPOSE).write_text(older)
+    (fake / EXAMPLE).write_text((REFERENCE / EXAMPLE).read_text())
+    monkeypatch.setattr(lint_module, "REFERENCE", fake)
     report = lint_lane(load_lane("anemll-0731"))
-    assert [(f.id, f.file, f.line) for f in report.findings] == [("P07", str(fake), line_of(older, "--gpu-memory-utilization"))]
+    line = line_of(older, "--gpu-memory-utilization")
+    assert [(f.id, f.file, f.line) for f in report.findings] == [("P07", str(fake / COMPOSE), line),
+                                                                ("S04", str(fake / COMPOSE), line)]
+    assert report.findings[1].message.startswith("GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.80")
     path, _ = lane_copy(tmp_path, "compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]", "compose_environment: []")
     report = lint_lane(load_lane(path), path)
-    assert ("P01", str(fake), line_of(older, "    environment:")) in [(f.id, f.file, f.line) for f in report.findings]
+    assert ("P01", str(fake / COMPOSE), line_of(older, "    environment:")) in [(f.id, f.file, f.line) for f in report.findings]
+
+
+def test_a_lane_whose_head_refuses_the_connection_lints_the_lane_file_and_says_so(tmp_path):
+    """Nothing listens on 127.0.0.1 port 1: the connection is refused, and lint falls back to the reference."""
+    path, _ = lane_copy(tmp_path, "host: 192.168.1.11, user: milo,", "host: 127.0.0.1, port: 1, user: milo,")
+    proc = run_cli("--lane", str(path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["note"].startswith("the head's checkout could not be read: head (milo@127.0.0.1:1) unreachable")
+    assert [(Path(i["file"]).name, i["source"]) for i in doc["linted"]] == [
+        ("lane.yaml", "lane file"), (COMPOSE, "reference checkout"), (EXAMPLE, "reference checkout")]
+
+
+def test_the_twin_lane_lints_the_twin_heads_checkout_over_ssh(twin):
+    report = lint_lane_checkout(load_lane("twin"))
+    assert report.note == "" and report.findings == [], [(f.id, f.message) for f in report.findings]
+    assert [(i.file, i.source) for i in report.linted[1:]] == [
+        ("head:~/ds4-f-mia-anemll-0731/.env.dspark", "head over ssh"),
+        (f"head:~/ds4-f-mia-anemll-0731/{COMPOSE}", "head over ssh"),
+        ("head:~/ds4-f-mia-anemll-0731/start-deepseek-v4-flash-dspark.sh", "head over ssh"),
+        ("head:~/ds4-f-mia-anemll-0731/scripts/lane-env.sh", "head over ssh")]  # the start script sources it
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -192,9 +290,14 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_exit_codes_and_json_shape(good):
-    clean = run_cli("--lane", "anemll-0731", "--json")
+    clean = run_cli("--lane", "anemll-0731", "--dry-run", "--json")  # a dry run opens no connection
     assert clean.returncode == 0, clean.stderr
-    assert json.loads(clean.stdout) == {"ok": True, "findings": []}
+    assert json.loads(clean.stdout) == {
+        "ok": True, "findings": [],
+        "linted": [{"file": str(REPO / "params" / "anemll-0731.yaml"), "source": "lane file"},
+                   {"file": str(REFERENCE / COMPOSE), "source": "reference checkout"},
+                   {"file": str(REFERENCE / EXAMPLE), "source": "reference checkout"}],
+        "note": "dry run: no connection opened; linted the lane file against lanebook's reference checkout instead"}
 
     plant(good / ENV, "MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=16384")
     failing = run_cli("--env", str(good / ENV), "--compose", str(good / COMPOSE), "--json")
@@ -207,13 +310,18 @@ def test_cli_exit_codes_and_json_shape(good):
 
     human = run_cli("--env", str(good / ENV), "--compose", str(good / COMPOSE))
     assert human.returncode == 1 and f"P02 error {good / ENV}:" in human.stdout
+    assert f"linted: {good / ENV} (given file)" in human.stdout
+    assert run_cli("--checkout", str(good)).returncode == 1  # the same files, named by their directory
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--env", "x"], "give --lane LANE, or both --env FILE and --compose FILE"),
-    (["--lane", "anemll-0731", "--env", "x"], "not both"),
+    ([], "give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE"),
+    (["--env", "x"], "give both --env FILE and --compose FILE"),
+    (["--lane", "anemll-0731", "--env", "x"], "give both --env FILE and --compose FILE"),
+    (["--checkout", "d", "--env", "x", "--compose", "y"], "not both"),
     (["--lane", "no-such-lane"], "unknown lane"),
     (["--env", "/nonexistent/.env.dspark", "--compose", "/nonexistent/c.yml"], "env file not found"),
+    (["--lane", "anemll-0731", "--checkout", "/nonexistent"], "checkout directory not found"),
 ])
 def test_cli_bad_usage_is_one_line_exit_2(args, message):
     proc = run_cli(*args)

@@ -9,7 +9,7 @@ from recipe_fixtures import SEED_000, need
 from lanebook.pitfalls import PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems, troubleshooting_table
 
 RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}
-STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14", "S01", "S02", "S03"}
+STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14", "S01", "S02", "S03", "S04", "S05", "S06"}
 # A token the seed's numbered pitfall and our entry share: proves order and that each entry is that pitfall.
 SHARED_TOKEN = ["VLLM_USE_BREAKABLE_CUDAGRAPH", "16384", "8216", "docker system prune -af", "Dual-WAN", "Snapshot-only",
                 "0.80", "VLLM_HOST_IP", "no-key-required", "\"false\"", "8–15", "warmup", "legacy", "K=7", "128k",
@@ -49,7 +49,7 @@ def test_static_pitfalls_have_checks_and_the_rest_name_runbooks():
 
 def test_runbook_tables_come_from_the_registry():
     launch = for_runbook("launch")
-    assert {"P07", "P08", "P11", "P13"} <= {p.id for p in launch}
+    assert {"P07", "P08", "P11", "P13", "S04", "S06"} <= {p.id for p in launch}
     assert [p.id for p in for_runbook("warmup")] == ["P12"]
     table = markdown_table(launch)
     assert table.count("\n") == len(launch) + 2 and "| P11 | Cold start takes 8–15 minutes |" in table
@@ -77,3 +77,10 @@ def test_seed_schedule_is_valid():
 def test_invalid_schedules(schedule, seqs, k, expected):
     problems = schedule_problems(schedule, max_num_seqs=seqs, k=k, block_size=5)
     assert any(expected in p for p in problems), problems
+
+
+def test_the_lane_value_check_is_an_error_that_names_the_profile_key():
+    entry = pitfall("S04")
+    assert entry.severity == "error" and "GPU_MEMORY_UTILIZATION_TEXT" in entry.text and "env render" in entry.fix
+    assert pitfall("S05").severity == "warning"  # raised to an error by the check when the dead value differs
+    assert "GPU_MEMORY_UTILIZATION_TEXT=0.85" in pitfall("P07").fix

@@ -1,4 +1,5 @@
-"""`lanebook env render` on copies of the recipe's real compose/env files and on older shapes of them."""
+"""`lanebook env render` on copies of the recipe's real compose/env files and on older shapes of them: what it writes
+is what the checkout's launcher reads, so the checkout runs the lane."""
 from __future__ import annotations
 
 import re
@@ -7,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_fixtures import COMPOSE, REPO, checkout, fixture_text, line_of, replace_once, seed_speculative_lines
+from recipe_fixtures import COMPOSE, EXAMPLE, REPO, checkout, fixture_text, line_of, replace_once, seed_speculative_lines
 from ruamel.yaml import YAML
 
-from lanebook.compose import ComposeFile
+from lanebook.effective import REFERENCE, CheckoutFiles, Effective, lane_mismatches
 from lanebook.errors import LanebookError
-from lanebook.params import load_lane
+from lanebook.params import lane_with, load_lane
 from lanebook.render import render_checkout
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
@@ -34,8 +35,8 @@ def backups(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if ".bak-" in p.name)
 
 
-def test_fixture_checkout_gets_the_seed_schedule_line_and_nothing_else(tmp_path):
-    original_compose, original_env = fixture_text(COMPOSE), fixture_text("env.dspark.example")
+def test_fixture_checkout_gets_the_seed_schedule_line_and_the_keys_its_launcher_reads(tmp_path):
+    original_compose, original_env = fixture_text(COMPOSE), fixture_text(EXAMPLE)
     directory = checkout(tmp_path, env=original_env)
     lane = load_lane("anemll-0731")
 
@@ -50,21 +51,89 @@ def test_fixture_checkout_gets_the_seed_schedule_line_and_nothing_else(tmp_path)
     assert old.strip().startswith("SPECULATIVE_CONFIG=") and new.strip() == scheduled
     assert new[:len(new) - len(new.lstrip())] == old[:len(old) - len(old.lstrip())]  # indentation kept
     env = (directory / ".env.dspark").read_text()
-    assert "\nGPU_MEMORY_UTILIZATION=0.85\n" in env and "\nVLLM_HOST_IP=10.0.0.1\n" in env
+    # The launcher exports GPU_MEMORY_UTILIZATION from the profile key: that is the line written, never a dead one.
+    assert "\nGPU_MEMORY_UTILIZATION_TEXT=0.85\n" in env and "\nGPU_MEMORY_UTILIZATION=" not in env
+    assert "\nVLLM_HOST_IP=10.0.0.1\n" in env
     assert env.startswith(original_env.split("# Cluster")[0])  # the file's own header comments kept
     assert env.count("VLLM_HOST_IP=10.0.0.1") == 1 and "head-roce-ip\nWORKER" not in env  # updated in place
-    assert "GPU_MEMORY_UTILIZATION_TEXT=0.835" in env  # other keys untouched
+    assert "GPU_MEMORY_UTILIZATION_VISION=0.80" in env  # other keys untouched
+    # Never weakened: the image stays pinned by digest, the model stays derived from ABLITERATED.
+    assert "\nDSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" in env and "\nDSPARK_MODEL=" not in env
     assert set(result.changed) == {directory / COMPOSE, directory / ".env.dspark"}
     assert "-VLLM_HOST_IP=head-roce-ip" in result.diff and f"+        {scheduled}" in result.diff
+    assert "-GPU_MEMORY_UTILIZATION_TEXT=0.835\n+GPU_MEMORY_UTILIZATION_TEXT=0.85\n" in result.diff
     # Backups hold the originals byte for byte.
     saved = {re.sub(r"\.bak-\d{8}T\d{6}Z$", "", p.name): p.read_text() for p in result.backups}
     assert saved == {COMPOSE: original_compose, ".env.dspark": original_env}
     assert YAML(typ="safe").load(compose)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == \
         "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"
+    assert result.unresolved == []
+
+
+def test_a_copy_of_the_recipe_checkout_runs_the_lanes_memory_after_render(tmp_path):
+    """As an operator would: a checkout with the example and no .env.dspark, `env render`, then the checkout's own
+    computation (profile key through the launcher, compose, the image's command script) gives 0.85."""
+    directory = checkout(tmp_path, example=True)
+    first = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
+    assert first.returncode == 0, first.stderr
+    assert f"started .env.dspark from {directory}/{EXAMPLE}" in first.stdout
+    assert f"--- a/{EXAMPLE}\n+++ b/.env.dspark" in first.stdout and "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in first.stdout
+    env = (directory / ".env.dspark").read_text()
+    assert env.startswith(fixture_text(EXAMPLE).split("# Cluster")[0]) and stat.S_IMODE((directory / ".env.dspark").stat().st_mode) == 0o600
+    eff = Effective(CheckoutFiles.read(directory))
+    assert eff.spec.arg("--gpu-memory-utilization") == "0.85"
+    assert lane_mismatches(load_lane("anemll-0731"), eff) == []
+    before = {p.name: p.read_bytes() for p in directory.iterdir()}
+    second = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
+    assert second.returncode == 0 and "no change" in second.stdout
+    assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+
+
+def test_the_vision_profile_is_written_when_the_sidecar_is_on(tmp_path):
+    text = replace_once(fixture_text(EXAMPLE), "\nENABLE_VL_SIDECAR=0\n", "\nENABLE_VL_SIDECAR=1\n")
+    directory = checkout(tmp_path, env=text)
+    render_checkout(load_lane("anemll-0731"), directory)
+    env = (directory / ".env.dspark").read_text()
+    assert "\nGPU_MEMORY_UTILIZATION_VISION=0.85\n" in env and "\nGPU_MEMORY_UTILIZATION_TEXT=0.835\n" in env
+
+
+def test_a_lane_that_says_otherwise_writes_the_source_key(tmp_path):
+    lane = lane_with(load_lane("anemll-0731"), env={"DSPARK_MODEL": "deepseek-ai/DeepSeek-V4-Flash-0801",
+                                                    "DSPARK_VLLM_IMAGE": "ghcr.io/anemll/dspark-vllm-gx10:0.1.2"},
+                     weights={**load_lane("anemll-0731").weights.model_dump(), "repo": "deepseek-ai/DeepSeek-V4-Flash-0801"})
+    directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
+    render_checkout(lane, directory)
+    env = (directory / ".env.dspark").read_text()
+    assert "\nDSPARK_MODEL_OFFICIAL=deepseek-ai/DeepSeek-V4-Flash-0801\n" in env and "\nDSPARK_MODEL=" not in env
+    assert "\nDSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2\n" in env  # another tag: the lane's wins
+    eff = Effective(CheckoutFiles.read(directory))
+    assert eff.spec.argv[1] == "deepseek-ai/DeepSeek-V4-Flash-0801" and eff.spec.image.endswith(":0.1.2")
+
+
+def test_a_derived_value_keeps_being_derived(tmp_path):
+    text = replace_once(fixture_text(EXAMPLE), "TP_SOCKET_IFNAME=enp1s0f1np1\nGLOO_SOCKET_IFNAME=enp1s0f1np1\n", "")
+    directory = checkout(tmp_path, env=text)
+    render_checkout(load_lane("anemll-0731"), directory)
+    env = (directory / ".env.dspark").read_text()
+    assert "\nNCCL_SOCKET_IFNAME=bond0\n" in env and "\nTP_SOCKET_IFNAME=" not in env and "\nGLOO_SOCKET_IFNAME=" not in env
+    assert Effective(CheckoutFiles.read(directory)).spec.environment["TP_SOCKET_IFNAME"] == "bond0"
+
+
+def test_what_render_cannot_change_is_an_error(tmp_path):
+    hard = replace_once(fixture_text(COMPOSE), "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}",
+                        "--gpu-memory-utilization 0.80")
+    directory = checkout(tmp_path, compose=hard, env=fixture_text(EXAMPLE))
+    result = render_checkout(load_lane("anemll-0731"), directory)
+    [mismatch] = result.unresolved
+    assert (mismatch.key, mismatch.lane, mismatch.running.value) == ("GPU_MEMORY_UTILIZATION", "0.85", "0.80")
+    assert mismatch.running.where.line == line_of(hard, "--gpu-memory-utilization")
+    proc = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
+    assert proc.returncode == 1 and "no change" in proc.stdout
+    assert "error: GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.80" in proc.stderr
 
 
 def test_second_run_changes_nothing_and_keeps_no_new_backup(tmp_path):
-    directory = checkout(tmp_path, env=fixture_text("env.dspark.example"))
+    directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
     lane = load_lane("anemll-0731")
     render_checkout(lane, directory)
     before = {p.name: p.read_bytes() for p in directory.iterdir()}
@@ -196,17 +265,6 @@ def test_a_patch_that_would_change_more_than_intended_is_refused(tmp_path):
     assert not any(".bak-" in p.name for p in directory.iterdir())
 
 
-def test_compose_line_numbers_match_the_file():
-    text = fixture_text(COMPOSE)
-    compose = ComposeFile(text, COMPOSE)
-    assert compose.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].line == line_of(text, "VLLM_USE_BREAKABLE_CUDAGRAPH: ")
-    assert compose.environment_line == line_of(text, "    environment:")
-    assert compose.flag("--gpu-memory-utilization") == ("${GPU_MEMORY_UTILIZATION:-0.80}", line_of(text, "--gpu-memory-utilization"))
-    [(spec, _match)] = compose.speculative_assignments()
-    assert spec == line_of(text, "SPECULATIVE_CONFIG=\"")
-    assert compose.volumes()[0] == ("${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface", 24)
-
-
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(REPO / ".venv" / "bin" / "lanebook"), *args], capture_output=True, text=True, timeout=120)
 
@@ -238,11 +296,7 @@ def test_wrong_injection_value_is_corrected_in_place(tmp_path):
 
 def test_printed_diff_never_shows_a_secret(tmp_path):
     """The env file may carry keys (HF_TOKEN, VLLM_API_KEY); the diff we print must not."""
-    from lanebook.params import lane_with, load_lane
-    from lanebook.render import render_checkout
-    from lanebook.twin.tree import TEMPLATES
-
-    (tmp_path / "docker-compose.dspark.yml").write_text((TEMPLATES / "docker-compose.dspark.yml").read_text())
+    (tmp_path / "docker-compose.dspark.yml").write_text((REFERENCE / "docker-compose.dspark.yml").read_text())
     (tmp_path / ".env.dspark").write_text("HF_TOKEN=hf_" + "x" * 30 + "\nMAX_NUM_BATCHED_TOKENS=16384\n")
     lane = lane_with(load_lane("anemll-0731"), env={"VLLM_API_KEY": "sk-very-secret-1"})
     result = render_checkout(lane, tmp_path)

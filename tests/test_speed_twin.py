@@ -12,8 +12,8 @@ import pytest
 from lanebook.params import load_lane
 from lanebook.speed.bands import compare_to_baseline, lane_baseline
 from lanebook.speed.command import run_speed
+from lanebook.twin import vllm as twin_vllm
 
-twin_vllm = pytest.importorskip("lanebook.twin.vllm", reason="the twin's vLLM stand-in is not in this checkout")
 LEVELS = [1, 4, 6]
 
 

@@ -95,7 +95,7 @@ def test_node_checkouts_hold_the_recipe_files(twin):
     env = ssh(twin, "head", f"cat {CHECKOUT}/.env.dspark").stdout
     assert "MASTER_ADDR=127.0.0.2" in env and "WORKER_HOST=127.0.0.3" in env and "10.0.0." not in env
     # the launcher takes its memory from the profile key: the twin's checkout sets it to the lane's value
-    assert "GPU_MEMORY_UTILIZATION=0.85" in env.splitlines() and "GPU_MEMORY_UTILIZATION_TEXT=0.85" in env.splitlines()
+    assert "GPU_MEMORY_UTILIZATION_TEXT=0.85" in env.splitlines() and "ENABLE_VL_SIDECAR=0" in env.splitlines()
 
 
 @pytest.mark.parametrize("alias", ["head", "worker"])

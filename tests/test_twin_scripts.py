@@ -106,8 +106,9 @@ def test_the_env_file_is_read_from_a_normalized_private_copy(twin, copy):
 
 @pytest.mark.parametrize("edit, utilization", [
     ("true", "0.85"),  # the twin checkout carries GPU_MEMORY_UTILIZATION_TEXT=0.85, the lane's value
-    ("sed -i /^GPU_MEMORY_UTILIZATION_TEXT=/d .env.dspark", "0.835"),  # the explicit 0.85 line is overridden
-    ("echo ENABLE_VL_SIDECAR=1 >> .env.dspark", "0.80"),
+    # an explicit GPU_MEMORY_UTILIZATION line is overridden by the profile (its default here)
+    ("sed -i /^GPU_MEMORY_UTILIZATION_TEXT=/d .env.dspark && echo GPU_MEMORY_UTILIZATION=0.85 >> .env.dspark", "0.835"),
+    ("sed -i /^GPU_MEMORY_UTILIZATION_VISION=/d .env.dspark && echo ENABLE_VL_SIDECAR=1 >> .env.dspark", "0.80"),
     ("printf 'ENABLE_VL_SIDECAR=1\\nGPU_MEMORY_UTILIZATION_VISION=0.78\\n' >> .env.dspark", "0.78"),
 ])
 def test_the_memory_profile_decides_what_vllm_gets(twin, copy, edit, utilization):

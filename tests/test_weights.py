@@ -141,3 +141,27 @@ def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
             assert stats.matched_data > 0, stats  # the short shard was the basis, not sent again
         assert stats.transferred_file_size < stats.total_file_size and stats.literal_data < stats.total_file_size
         assert weights.verify_weights(worker, lane.params.weights, sha256=True).ok
+
+
+def test_check_weights_of_a_dry_run_observes_nothing():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    check = weights.check_weights(lane)
+    assert not check.ok and check.summary() == "not observed (dry run)"
+    assert [c.split(":")[0] for c in lane.executor.commands()] == ["head", "worker"]  # every node's probe recorded
+
+
+@pytest.mark.twin
+def test_check_weights_reports_every_node(twin):
+    """A lane whose weights are nowhere on the nodes: each node's part fails and says what it found."""
+    from lanebook.params import lane_with
+
+    base = load_lane("twin")
+    elsewhere = lane_with(base, weights={**base.weights.model_dump(), "hf_cache": "~/no-hf-cache-here"})
+    with nodes.Lane(elsewhere) as lane:
+        check = weights.check_weights(lane)
+    assert not check.ok and list(check.failed) == ["head", "worker"]
+    assert all(n.figures["shard_count"] == 0 for n in check.nodes.values())
+    assert check.summary().startswith("head: 0/48 shards, ")
+    with nodes.Lane(base) as lane:
+        whole = weights.check_weights(lane)
+    assert whole.ok and whole.summary() == "head: 48/48 shards, complete; worker: 48/48 shards, complete"

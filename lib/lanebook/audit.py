@@ -1,4 +1,8 @@
-"""The audit trail: outputs/runs.jsonl, one line per run, each naming an executed notebook and its hash."""
+"""The audit trail: outputs/runs.jsonl, one line per run, each naming an executed notebook and its hash.
+
+A run's verdict is pass, fail, error or dry-run. A dry run observed nothing on its lane, so it is shown
+apart (its own colour and mark) and never counted as a pass.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -12,6 +16,24 @@ from rich.table import Table
 from .paths import outputs_dir
 
 console = Console()
+
+VERDICTS = ("pass", "fail", "error", "dry-run")
+# How the terminal and the book show each verdict: (rich colour, mark).
+VERDICT_STYLES = {"pass": ("green", "✅"), "fail": ("red", "❌"), "error": ("magenta", "⚠️"), "dry-run": ("cyan", "◻️")}
+
+
+def verdict_label(verdict: str) -> str:
+    """The mark and the verdict, e.g. "◻️ dry-run"; an unknown verdict keeps its name with a question mark."""
+    return f"{VERDICT_STYLES.get(verdict, ('yellow', '?'))[1]} {verdict}"
+
+
+def tally(runs: list[dict]) -> str:
+    """One line counting runs by verdict, dry runs apart from passes: "3 runs: 1 pass, 1 fail, 1 dry-run (observed nothing, …)"."""
+    counts = {v: sum(r["verdict"] == v for r in runs) for v in VERDICTS}
+    others = sum(r["verdict"] not in VERDICTS for r in runs)
+    parts = [f"{counts[v]} {v}" + (" (observed nothing, not counted as passes)" if v == "dry-run" else "") for v in VERDICTS if counts[v]]
+    parts += [f"{others} other"] if others else []
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}: " + ", ".join(parts)
 
 
 def index_path() -> Path:
@@ -56,10 +78,11 @@ def print_runs(runs: list[dict]) -> None:
     for col in ("started_at", "runbook", "lane", "twin", "verdict", "failed_step", "output"):
         table.add_column(col)
     for r in runs:
-        color = {"pass": "green", "fail": "red"}.get(r["verdict"], "yellow")
+        color = VERDICT_STYLES.get(r["verdict"], ("yellow", ""))[0]
         table.add_row(r["started_at"], r["runbook"], r["lane"], "twin" if r["twin"] else "real",
-                      f"[{color}]{r['verdict']}[/]", r.get("failed_step") or "", r["output"])
+                      f"[{color}]{verdict_label(r['verdict'])}[/]", r.get("failed_step") or "", r["output"])
     console.print(table)
+    console.print(tally(runs))
 
 
 def verify() -> bool:

@@ -17,12 +17,13 @@ from typing import Optional
 
 import nbformat
 
-from .audit import read_runs, resolve_output
+from .audit import VERDICT_STYLES, read_runs, resolve_output, tally, verdict_label
 from .errors import LanebookError
 from .params import lane_names, load_lane
 from .paths import BOOK_DIR, RUNBOOKS_DIR
+from .plugins import registry
 from .redact import redact
-from .runner import RUNBOOKS
+from .execute import RUNBOOKS
 
 def _md_table(header: list[str], rows: list[list[object]]) -> str:
     def cell(v: object) -> str:
@@ -48,9 +49,12 @@ BOOK_CSS = """\
 div.lanebook-wide table { font-size: 0.85rem; }
 div.lanebook-wide table code { font-size: 0.8rem; }
 div.lanebook-wide table :is(th, td) { padding: 0.3rem 0.4rem; }
-"""
+/* Verdicts in the audit trail: a dry run observed nothing, so it never looks like a pass. */
+.lanebook-verdict { font-weight: 600; white-space: nowrap; }
+""" + "".join(f".lanebook-verdict-{verdict} {{ color: {colour}; }}\n" for verdict, colour in
+              {"pass": "#1a7f37", "fail": "#cf222e", "error": "#8250df", "dry-run": "#0969da"}.items())
 
-# The verdict output is for tools (the runner and tests read it); the page heading states the verdict.
+# The verdict output is for tools (lanebook.execute and tests read it); the page heading states the verdict.
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
 
 
@@ -91,15 +95,23 @@ def pitfalls_page() -> str:
             "troubleshooting tables, the twin and this page.\n\n" + _wide(_md_table(["id", "pitfall", "severity", "checked in", "what to do"], rows)))
 
 
+def verdict_html(verdict: str) -> str:
+    """The verdict with its mark, in its own colour (classes styled by BOOK_CSS)."""
+    css = verdict if verdict in VERDICT_STYLES else "unknown"
+    return f'<span class="lanebook-verdict lanebook-verdict-{css}">{verdict_label(verdict)}</span>'
+
+
 def audit_page(entries: list[tuple[dict, str]]) -> str:
     if not entries:
         return "# Audit trail\n\nNo runs recorded yet. `lanebook run RUNBOOK --lane LANE` records one.\n"
     rows = [[r["started_at"], "**TWIN**" if r["twin"] else "real", r["lane"], r["runbook"] + (" (dry run)" if r.get("dry_run") else ""),
-             r["verdict"], r.get("failed_step") or "", f"[{r['run_id']}]({doc}.ipynb)", r["sha256"][:12]]
+             verdict_html(r["verdict"]), r.get("failed_step") or "", f"[{r['run_id']}]({doc}.ipynb)", r["sha256"][:12]]
             for r, doc in entries]
     return ("# Audit trail\n\nEvery headless run leaves its executed notebook; this is the index (`outputs/runs.jsonl`).\n"
             "Runs marked **TWIN** ran on the digital twin: their figures are twin figures, not a real lane's.\n"
-            "`lanebook audit verify` re-hashes every record.\n\n"
+            "A **dry-run** verdict means the commands were recorded, not sent: nothing on the lane was observed, so it\n"
+            "is never a pass. `lanebook audit verify` re-hashes every record.\n\n"
+            f"**{tally([r for r, _ in entries])}.**\n\n"
             + _wide(_md_table(["started (UTC)", "where", "lane", "runbook", "verdict", "failed step", "notebook", "sha256"], rows)))
 
 
@@ -112,8 +124,10 @@ def _audit_copy(record: dict, src: Path, dst: Path) -> None:
             cell.outputs = [o for o in cell.get("outputs", []) if VERDICT_MIME not in o.get("data", {})]
     where = "TWIN" if record["twin"] else "REAL LANE"
     dry = " [DRY RUN]" if record.get("dry_run") else ""  # a dry run opened no connection: not a lane's result
+    observed_nothing = " (nothing on the lane was observed: not a pass)" if record["verdict"] == "dry-run" else ""
     heading = (f"# [{where}]{dry} {record['runbook']} · {record['lane']} · {record['started_at']}\n\n"
-               f"Verdict **{record['verdict']}**" + (f", failed step: {record['failed_step']}" if record.get("failed_step") else "")
+               f"Verdict {verdict_html(record['verdict'])}{observed_nothing}"
+               + (f", failed step: {record['failed_step']}" if record.get("failed_step") else "")
                + f". Record `{record['output']}` (sha256 `{record['sha256'][:16]}…`).")
     if record["twin"]:
         heading += "\n\nThis run was on the digital twin: every figure on this page is a twin figure."
@@ -144,10 +158,15 @@ def _stage(stage: Path) -> None:
             _audit_copy(record, src, stage / f"{doc}.ipynb")
             entries.append((record, doc))
     (stage / "audit.md").write_text(audit_page(entries))
+    plugin_pages = registry().book_pages
+    for name, render in plugin_pages.items():
+        (stage / f"{name}.md").write_text(render())
     toc = ["format: jb-book", "root: intro", "parts:",
            "  - caption: Recipe", "    chapters:", "      - file: lanes", "      - file: pitfalls"]
     if runbook_docs:
         toc += ["  - caption: Runbooks", "    chapters:"] + [f"      - file: {d}" for d in runbook_docs]
+    if plugin_pages:
+        toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
     if entries:
         toc += ["        sections:"] + [f"          - file: {d}" for _, d in entries]

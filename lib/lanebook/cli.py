@@ -1,6 +1,9 @@
-"""The `lanebook` command line (SPEC section 4). Each command is a thin shell over the library.
+"""The `lanebook` command line. Each command is a thin shell over the library; `lanebook twin` drives the
+digital twin itself, which the CLI may import as a composition root (the library reaches the twin only
+through lanebook.plugins).
 
-Exit codes: 0 pass, 1 a verdict or finding failed, 2 bad usage or bad parameters (one line, no traceback).
+Exit codes: 0 pass (or a clean dry run), 1 a verdict or finding failed, 2 bad usage or bad parameters (one line, no
+traceback).
 """
 from __future__ import annotations
 
@@ -60,6 +63,11 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
         control.print_status(status)
 
 
+def run_exit_code(verdict: str, dry_run: bool) -> int:
+    """0 for a pass, or for a clean dry run (which observed nothing, so it is never a pass); 1 for fail or error."""
+    return 0 if verdict == ("dry-run" if dry_run else "pass") else 1
+
+
 @app.command("run")
 def run(
     runbook: str = typer.Argument(..., help="weights env launch warmup gates speed diagnose rollback status stop"),
@@ -69,7 +77,7 @@ def run(
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
-    from .runner import parse_params, run_runbook
+    from .execute import parse_params, run_runbook
 
     record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes)
     typer.echo(record["output"])
@@ -77,27 +85,43 @@ def run(
         typer.echo("commands the run would send (none were sent):")
         typer.echo("\n".join(f"  {line}" for line in record["commands"]) or "  (none)")
     typer.echo(f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else ""))
-    raise typer.Exit(0 if record["verdict"] == "pass" else 1)
+    raise typer.Exit(run_exit_code(record["verdict"], dry_run))
 
 
 @app.command("lint")
 def lint(
-    lane: Optional[str] = typer.Option(None, "--lane", help="lint the files the lane renders"),
+    lane: Optional[str] = typer.Option(None, "--lane", help="lint what the lane runs: its checkout (from the head over "
+                                                             "SSH unless --checkout or --env/--compose is given)"),
+    checkout: Optional[Path] = typer.Option(None, "--checkout", help="a local checkout directory"),
     env: Optional[Path] = typer.Option(None, "--env", help="a .env.dspark file"),
     compose: Optional[Path] = typer.Option(None, "--compose", help="a docker-compose.dspark.yml file"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="open no connection: lint the lane file against the reference checkout"),
     as_json: bool = typer.Option(False, "--json"),
 ):
-    """Check a lane or an env/compose pair against the recipe's pitfalls."""
+    """Check a checkout (or a lane) against the recipe's pitfalls and the values its lane sets."""
+    if checkout and (env or compose):
+        raise LanebookError("give either --checkout DIR or --env FILE and --compose FILE, not both")
+    if bool(env) != bool(compose):
+        raise LanebookError("give both --env FILE and --compose FILE")
+    if not (lane or checkout or env):
+        raise LanebookError("give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE")
     from .params import lane_path, load_lane
 
-    if lane and (env or compose):
-        raise LanebookError("give either --lane or --env and --compose, not both")
-    if not lane and not (env and compose):
-        raise LanebookError("give --lane LANE, or both --env FILE and --compose FILE")
     lane_params = load_lane(lane) if lane else None
-    from .lint import lint_files, lint_lane, print_report
+    from .effective import CheckoutFiles
+    from .lint import given_files, lint_checkout, lint_files, lint_lane_checkout, print_report
 
-    report = lint_lane(lane_params, lane_path(lane)) if lane_params else lint_files(env, compose)
+    if lane_params and env:
+        report = lint_checkout(lane_params, given_files(env, compose), lane_path(lane), "given file")
+    elif lane_params:
+        report = lint_lane_checkout(lane_params, checkout, dry_run=dry_run, source=lane_path(lane))
+    elif checkout:
+        files = CheckoutFiles.read(checkout)
+        if files.env is None:
+            raise LanebookError(f"no .env.dspark in {checkout}: give --lane LANE to lint what a render would write")
+        report = lint_files(files.env.name, files.compose.name)
+    else:
+        report = lint_files(env, compose)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:
@@ -110,12 +134,18 @@ def env_render(
     lane: str = typer.Option(..., "--lane"),
     checkout: Path = typer.Option(..., "--checkout", help="a checkout directory holding docker-compose.dspark.yml"),
 ):
-    """Write .env.dspark and patch the compose file in DIR (backups kept, idempotent, diff printed)."""
+    """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff printed)."""
     from .params import load_lane
     from .render import render_checkout
 
     result = render_checkout(load_lane(lane), checkout)
+    if result.started_from:
+        typer.echo(f"started .env.dspark from {result.started_from} (copy the example, then edit)")
     typer.echo(result.diff or "no change: the checkout already matches the lane")
+    for mismatch in result.unresolved:
+        where = mismatch.running.where
+        typer.echo(f"error: {mismatch.message()} ({where.file}:{where.line}); render cannot change it", err=True)
+    raise typer.Exit(1 if result.unresolved else 0)
 
 
 @app.command("speed")

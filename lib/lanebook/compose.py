@@ -137,6 +137,21 @@ class ComposeFile:
                 return match.group(1).strip("'\""), number
         return None
 
+    def served_model(self) -> Optional[tuple[str, int]]:
+        """The raw model argument of `vllm serve` (`${DSPARK_MODEL:-deepseek-ai/...}`) and its line."""
+        pattern = re.compile(r"\bvllm\s+serve\s+([^\s;]+)")
+        for number, text in self.command_lines():
+            match = pattern.search(text)
+            if match:
+                return match.group(1).strip("'\""), number
+        return None
+
+    def service_value(self, key: str) -> Optional[tuple[str, int]]:
+        """A scalar key of the service (`image: ${DSPARK_VLLM_IMAGE:-...}`) as written, and its line."""
+        if key not in self.service or isinstance(self.service[key], (CommentedMap, CommentedSeq)):
+            return None
+        return _text(self.service[key]), self._key_line(self.service, key)
+
     def volumes(self) -> list[tuple[str, int]]:
         """(host source as written, line) of each volume; long-form entries give their `source:`."""
         vols = self.service.get("volumes")

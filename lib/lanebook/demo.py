@@ -1,4 +1,8 @@
-"""`make demo`: the main job on the twin lane, then the book, then where to look."""
+"""`make demo`: the main job on the twin lane, then the book, then where to look.
+
+The demo passes only when every runbook of the main job exists and passed: a runbook not written yet is
+named as missing and fails the demo, while the ones that exist still run and the book is still built.
+"""
 from __future__ import annotations
 
 from rich.console import Console
@@ -8,6 +12,22 @@ from .paths import RUNBOOKS_DIR, outputs_dir
 MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
 
 console = Console()
+
+
+def missing_runbooks(job: tuple[str, ...] = MAIN_JOB) -> list[str]:
+    return [name for name in job if not (RUNBOOKS_DIR / f"{name}.ipynb").exists()]
+
+
+def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, ...] = MAIN_JOB) -> tuple[bool, str]:
+    """Did the demo pass, and the closing line that says why: every runbook of the job ran and passed, or not."""
+    not_run = [name for name in job if name not in verdicts and name not in missing]
+    failed = [f"{name} {verdict}" for name, verdict in verdicts.items() if verdict != "pass"]
+    problems = ([f"missing runbooks (not written yet): {', '.join(missing)}"] if missing else []) \
+        + ([f"not passed: {', '.join(failed)}"] if failed else []) \
+        + ([f"not run after that: {', '.join(not_run)}"] if not_run else [])
+    if problems:
+        return False, f"demo failed — {'; '.join(problems)}"
+    return True, f"demo passed: {', '.join(job)} all pass"
 
 
 def _stop_lane_left_up() -> None:
@@ -24,16 +44,20 @@ def _stop_lane_left_up() -> None:
 
 def run_demo() -> int:
     from .book import build_book
-    from .runner import run_runbook
+    from .execute import run_runbook
     from .twin import control
 
+    missing = missing_runbooks()
+    if missing:
+        console.print(f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
+                      "the others run, and the demo fails[/]")
     console.rule("twin")
     control.print_status(control.up(faults=[], fast=True))
     _stop_lane_left_up()
-    verdicts = {}
+    verdicts: dict[str, str] = {}
     for name in MAIN_JOB:
-        if not (RUNBOOKS_DIR / f"{name}.ipynb").exists():
-            console.print(f"[yellow]{name}: runbook not written yet — skipped[/]")
+        if name in missing:
+            console.print(f"[red]{name}: missing — not run[/]")
             continue
         console.rule(f"runbook {name} (twin lane)")
         record = run_runbook(name, "twin", {})
@@ -47,6 +71,6 @@ def run_demo() -> int:
     site = build_book()
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})")
     console.print(f"site:    {site}")
-    ok = bool(verdicts) and all(v == "pass" for v in verdicts.values())
-    console.print(("[green]demo passed[/]" if ok else "[red]demo failed[/]") + " — all figures are TWIN figures")
+    ok, line = demo_outcome(verdicts, missing)
+    console.print(f"[{'green' if ok else 'red'}]{line}[/] — all figures are TWIN figures")
     return 0 if ok else 1

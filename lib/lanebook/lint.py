@@ -1,19 +1,28 @@
-"""`lanebook lint`: check an env/compose pair, or a lane, against the pitfall registry (SPEC section 7).
+"""`lanebook lint`: check a checkout against the pitfall registry and against the lane it should run.
 
-Values are resolved as Compose and the container would: a vllm serve flag or a container variable is
-read from the compose file and interpolated with the env file, and each finding names the line that
-supplies the value (the env line when the env file sets it, the compose line when its default
-applies). A lane is linted from its own file (env values, Hermes block, request body, schedule, each
-named by its line in params/LANE.yaml) plus the compose patch `env render` would make to the twin's
-template of the recipe's compose file, whose findings name the template's lines.
+Every value is read as the checkout runs it (lanebook.effective: the env file, the launcher's own
+overrides, Compose's interpolation and `environment:` passing, the image's command script), and each
+finding names the line that wins for it: the env line that supplies a value, the profile key the
+launcher exports it from, or the compose line whose default or literal applies.
+
+The ways in:
+- `lint_files(env, compose)`: two files as they are (a start script beside the compose file tells the
+  launcher's shape);
+- `lint_checkout(lane, files)`: a checkout's own files as they are, against LANE: each lane value the
+  checkout does not run is an error (S04) naming both values and the line that wins, saying what
+  `lanebook env render` would write, or that render cannot fix it. A checkout with no .env.dspark yet is
+  linted as render would leave it (its example copied, then the lane written);
+- `lint_lane(lane)`: never connects: the lane file against lanebook's reference checkout (the recipe's
+  current shape) with the render applied; findings on the lane's values name the lane file's lines. The
+  launch runbook calls it in its prerequisites, dry runs included;
+- `lint_lane_checkout(lane)`: what the lane will run: its checkout from a local copy or read from the head
+  over SSH; when that cannot be read (unreachable, or a dry run, which opens no connection) it falls back
+  to `lint_lane` and says so. Every report lists the files it linted.
 """
 from __future__ import annotations
 
 import difflib
-import json
-import re
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -21,23 +30,14 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-from .compose import COMPOSE_NAME, ComposeFile, load_compose
-from .envfile import interpolate, parse_env_file
+from .compose import ComposeFile
+from .effective import (REFERENCE, START_NAME, CheckoutFiles, DeadLine, Effective, Location, Mismatch, Setting,
+                        TextFile, lane_mismatches, sourced_names)
+from .envfile import interpolate, parse_env_text, unreadable_lines
 from .errors import LaneError, LanebookError
-from .params import Lane, lane_path, load_lane
-from .pitfalls import PITFALLS, Location
-from .render import env_text, patch_compose
-
-TEMPLATE = Path(__file__).parent / "reference" / COMPOSE_NAME  # the recipe checkout's compose, in its shape
-_REF_RE = re.compile(r"(?<!\$)\$\{?([A-Za-z_][A-Za-z0-9_]*)")  # a Compose variable reference, not a $$ escape
-_SHELL_ESCAPE_RE = re.compile(r'\\([\\"$`])')  # what a backslash escapes inside shell double quotes
-
-
-@dataclass(frozen=True)
-class Setting:
-    value: str
-    where: Location
-    from_env: bool  # the env file supplies it (False: a compose default or literal)
+from .params import LaneParams, lane_path, load_lane
+from .pitfalls import PITFALLS
+from .render import RenderPlan, plan_render
 
 
 @dataclass(frozen=True)
@@ -62,106 +62,111 @@ class Finding:
         return {"id": self.id, "severity": self.severity, "message": self.message, "file": self.file, "line": self.line}
 
 
+@dataclass(frozen=True)
+class Linted:
+    file: str
+    source: str  # "lane file", "local checkout", "head over ssh", "reference checkout" or "given file"
+
+    def to_json(self) -> dict:
+        return {"file": self.file, "source": self.source}
+
+
 @dataclass
 class LintReport:
     findings: list[Finding]
+    linted: list[Linted] = field(default_factory=list)
+    note: str = ""  # why the files linted are not the lane's own checkout
 
     @property
     def ok(self) -> bool:
         return not any(f.severity == "error" for f in self.findings)
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "findings": [f.to_json() for f in self.findings]}
+        doc = {"ok": self.ok, "findings": [f.to_json() for f in self.findings],
+               "linted": [item.to_json() for item in self.linted]}
+        if self.note:
+            doc["note"] = self.note
+        return doc
 
 
 @dataclass
 class LintInput:
-    """Everything the checks read, each value with the file and line it comes from."""
-    env_settings: dict[str, Setting]
-    env_missing_at: Location  # where a key the env file lacks is reported
-    compose: ComposeFile
-    compose_line_map: Callable[[int], int] = lambda line: line  # patched line → the line of the file to name
+    """What the checks read: the checkout's effective configuration, and the lane it should run."""
+
+    eff: Effective
     block_size: int = 5
-    lane_speculative: Optional[Speculative] = None  # a lane's schedule and K come from its own file
+    lane_speculative: Optional[Speculative] = None  # a lane linted from its file: schedule and K from that file
     clients: list[tuple[str, Any, Location]] = field(default_factory=list)  # Hermes / request settings (dotted path)
-    unreadable_env: list[tuple[Location, str]] = field(default_factory=list)
     nodes: Optional[int] = None  # a lane's node count (files: compose's --nnodes)
+    mismatches: list[tuple[Mismatch, str]] = field(default_factory=list)  # lane values not run, with what fixes each
+
+    @property
+    def compose(self) -> ComposeFile:
+        return self.eff.compose
+
+    @property
+    def env_missing_at(self) -> Location:
+        return self.eff.missing_at
+
+    @property
+    def dead_lines(self) -> list[DeadLine]:
+        return self.eff.dead_lines
+
+    @property
+    def entrypoint_error(self) -> Optional[tuple[int, str]]:
+        return self.eff.spec.entrypoint_error
+
+    @property
+    def unreadable_env(self) -> list[tuple[Location, str]]:
+        env = self.eff.env_file
+        return [(env.at(n), text) for n, text in unreadable_lines(env.text)] if env else []
 
     def env(self, key: str) -> Optional[Setting]:
-        return self.env_settings.get(key)
+        """A variable as the env file and the launcher give it (None when nothing sets it)."""
+        return self.eff.variable(key)
 
     def compose_at(self, line: int) -> Location:
-        return Location(self.compose.path, self.compose_line_map(line))
-
-    @cached_property
-    def _env_values(self) -> dict[str, str]:
-        return {k: s.value for k, s in self.env_settings.items()}
+        return self.eff.compose_at(line)
 
     def resolve(self, text: str) -> Optional[str]:
-        """Compose interpolation with the env file's values (None when Compose would refuse it)."""
+        """Compose interpolation with the checkout's variables (None when Compose would refuse it)."""
         try:
-            return interpolate(text, self._env_values)
+            return interpolate(text, {k: s.value for k, s in self.eff.variables.items() if s.value is not None})
         except LanebookError:
             return None
 
-    def _supplied(self, raw: str, line: int) -> Setting:
-        """A compose value resolved, located at the env line that supplies it: the first variable it names that
-        the env file sets non-empty, else the first the env file sets at all, else the compose line."""
-        value = self.resolve(raw) or ""
-        named = [self.env_settings[n] for n in _REF_RE.findall(raw) if n in self.env_settings]
-        own = next((s for s in named if s.value), named[0] if named else None)
-        return Setting(value, own.where, True) if own else Setting(value, self.compose_at(line), False)
-
     def effective(self, key: str) -> Optional[Setting]:
         """The value the container sees for KEY: through the compose environment: map, else the env file's."""
-        item = self.compose.environment.get(key)
-        return self._supplied(item.raw, item.line) if item else self.env(key)
+        return self.eff.container_env(key) or self.env(key)
 
     def flag(self, flag: str, key: str) -> Optional[Setting]:
-        """The value of a vllm serve flag (the env value of KEY when the compose command lacks the flag)."""
-        found = self.compose.flag(flag)
-        return self._supplied(*found) if found else self.env(key)
+        """The value `vllm serve` gets for a flag (the variable KEY when the compose command lacks the flag)."""
+        return self.eff.flag(flag) or self.env(key)
 
     @property
     def multinode(self) -> bool:
         if self.nodes is not None:
             return self.nodes > 1
-        nnodes = self.compose.flag("--nnodes")
-        return bool(nnodes) and (self.resolve(nnodes[0]) or "1") not in ("", "1")
+        nnodes = self.eff.flag("--nnodes")
+        return nnodes is not None and (nnodes.value or "1") not in ("", "1")
 
     def text_lines(self) -> list[tuple[Location, str]]:
         """Env assignments and compose lines, for checks that look for a pattern anywhere."""
-        lines = [(s.where, f"{k}={s.value}") for k, s in self.env_settings.items()]
+        env = self.eff.env_file
+        lines = [(env.at(e.line), f"{e.key}={e.value}") for e in self.eff.entries] if env else []
         return lines + [(self.compose_at(n), text) for n, text in enumerate(self.compose.lines, start=1)]
 
     def speculative(self) -> Speculative:
-        return self.lane_speculative or self._compose_speculative
-
-    @cached_property
-    def _compose_speculative(self) -> Speculative:
-        """The SPECULATIVE_CONFIG the container builds: compose-interpolated, then shell-expanded with its environment."""
-        found = self.compose.speculative_assignments()
-        if len(found) != 1:
-            where = self.compose_at(found[1][0] if found else self.compose.service_line)
-            return Speculative(where, error=f"expected one SPECULATIVE_CONFIG assignment in the command of service "
-                                            f"{self.compose.service_name}, found {len(found)}")
-        line, match = found[0]
-        where, body = self.compose_at(line), match.group(1)
-        container = {k: self.resolve(item.raw) or "" for k, item in self.compose.environment.items()}
-        try:
-            text = _SHELL_ESCAPE_RE.sub(r"\1", interpolate(interpolate(body, self._env_values), container))
-            config = json.loads(text)
-        except (LanebookError, ValueError) as exc:
-            return Speculative(where, error=f"SPECULATIVE_CONFIG does not become valid JSON in the container ({exc})")
-        k = config.get("num_speculative_tokens") if isinstance(config, dict) else None
-        if not isinstance(k, int) or isinstance(k, bool):
-            return Speculative(where, error=f"SPECULATIVE_CONFIG has no integer num_speculative_tokens (got {text})")
-        mtp = self.effective("MTP_NUM_TOKENS")
-        k_where = mtp.where if mtp is not None and "MTP_NUM_TOKENS" in body else where
-        return Speculative(where, k, k_where, config.get("num_speculative_tokens_per_batch_size"), where)
+        if self.lane_speculative:
+            return self.lane_speculative
+        spec = self.eff.speculative
+        if spec.config is None:
+            return Speculative(spec.where, error=spec.error)
+        return Speculative(spec.where, spec.config["num_speculative_tokens"], spec.k_where,
+                           spec.config.get("num_speculative_tokens_per_batch_size"), spec.where)
 
 
-def run_checks(inp: LintInput) -> LintReport:
+def run_checks(inp: LintInput) -> list[Finding]:
     """Every static check of the registry, in registry order; one finding per (id, file, line)."""
     seen, findings = set(), []
     for pitfall in PITFALLS:
@@ -171,7 +176,7 @@ def run_checks(inp: LintInput) -> LintReport:
                 seen.add(key)
                 findings.append(Finding(pitfall.id, hit.severity or pitfall.severity, hit.message,
                                         hit.where.file, hit.where.line))
-    return LintReport(findings)
+    return findings
 
 
 def _load_yaml(path: Path) -> Any:
@@ -197,33 +202,40 @@ def _leaves(node: Any, path: str, file: str) -> list[tuple[str, Any, Location]]:
     return found
 
 
+def _read(path: str | Path, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise LanebookError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise LanebookError(f"{what} is a directory: {path}") from None
+
+
+def _linted(files: CheckoutFiles, source: str) -> list[Linted]:
+    return [Linted(f.name, source) for f in (files.env or files.example, files.compose, *files.launcher_files) if f]
+
+
+def given_files(env_path: str | Path, compose_path: str | Path) -> CheckoutFiles:
+    """An env file and a compose file as a checkout; a start script beside the compose file (and what it sources)
+    is read too, since it tells which overrides the launcher makes."""
+    env = TextFile(str(env_path), _read(env_path, "env file"))
+    compose = TextFile(str(compose_path), _read(compose_path, "compose file"))
+    directory = Path(compose_path).parent
+    start = TextFile(str(directory / START_NAME), (directory / START_NAME).read_text()) if (directory / START_NAME).is_file() else None
+    sourced = tuple(TextFile(str(directory / n), (directory / n).read_text())
+                    for n in sourced_names(start.text) if (directory / n).is_file()) if start else ()
+    return CheckoutFiles(compose, env, start=start, sourced=sourced)
+
+
 def lint_files(env_path: str | Path, compose_path: str | Path, hermes_config: str | Path | None = None) -> LintReport:
-    """Lint an env file and a compose file (and a Hermes config.yaml, for P09/P10, when given)."""
-    env_file = str(env_path)
-    entries = parse_env_file(env_path)
-    settings = {e.key: Setting(e.value, Location(env_file, e.line), True) for e in entries}
-    readable = {e.line for e in entries}
-    unreadable = [(Location(env_file, n), text) for n, text in enumerate(Path(env_path).read_text().splitlines(), start=1)
-                  if text.strip() and not text.strip().startswith("#") and n not in readable]
+    """Lint an env file and a compose file as they are (and a Hermes config.yaml, for P09/P10, when given)."""
+    files = given_files(env_path, compose_path)
     clients = _leaves(_load_yaml(Path(hermes_config)), "", str(hermes_config)) if hermes_config else []
-    return run_checks(LintInput(settings, Location(env_file, 0), compose=load_compose(compose_path),
-                                clients=clients, unreadable_env=unreadable))
+    findings = run_checks(LintInput(Effective(files), clients=clients))
+    return LintReport(findings, _linted(files, "given file"))
 
 
-def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int]:
-    """Line n of a patched text → the line of the original it came from (an inserted line → the line it follows)."""
-    opcodes = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
-
-    def back(line: int) -> int:
-        for _tag, i1, i2, j1, j2 in opcodes:
-            if j1 <= line - 1 < j2:
-                offset = line - 1 - j1
-                return i1 + offset + 1 if offset < i2 - i1 else i1
-        return line
-    return back
-
-
-def _lane_source(lane: Lane, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
+def _lane_source(lane: LaneParams, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
     """The lane's file and its round-trip document, when the lane is exactly what that file holds."""
     try:
         path = Path(source) if source else lane_path(lane.name)
@@ -245,28 +257,130 @@ def _line(doc: Optional[CommentedMap], *keys: str) -> int:
     return line
 
 
-def lint_lane(lane: Lane, source: str | Path | None = None) -> LintReport:
-    """Lint a lane: its own values, named by their lines in its lane file (SOURCE, default params/NAME.yaml),
-    plus the compose patch render would apply to the twin's template of the recipe's compose file."""
+def _clients(doc: Optional[CommentedMap], file: str) -> list[tuple[str, Any, Location]]:
+    return [leaf for key in ("hermes", "request") if doc is not None and key in doc for leaf in _leaves(doc[key], key, file)]
+
+
+def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str) -> list[tuple[Mismatch, str]]:
+    """Each mismatch with what resolves it: the line `env render` writes, or that render cannot."""
+    if plan is None:
+        return [(m, f"`lanebook env render` cannot patch this checkout ({why_not})") for m in mismatches]
+    unresolved = {m.key for m in plan.unresolved}
+    written = {key: target for target, key in plan.carries.items()}
+    fixed = []
+    for mismatch in mismatches:
+        key = mismatch.key
+        if key in unresolved:
+            fix = "`lanebook env render` cannot change this: edit the line that wins"
+        elif key.startswith("speculative."):
+            fix = "`lanebook env render` rewrites the SPECULATIVE_CONFIG line from the lane"
+        elif key in written:
+            fix = f"`lanebook env render` writes {written[key]}={plan.effective.setting(key).value}"
+        else:
+            fix = f"`lanebook env render` makes the compose environment: map pass {key}"
+        fixed.append((mismatch, fix))
+    return fixed
+
+
+def lint_checkout(lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None,
+                  origin: str = "local checkout") -> LintReport:
+    """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml)."""
     file, doc = _lane_source(lane, source)
-    settings = {k: Setting(env_text(v), Location(file, _line(doc, "env", k)), True) for k, v in lane.env.items()}
-    clients = [leaf for key in ("hermes", "request") if doc is not None and key in doc
-               for leaf in _leaves(doc[key], key, file)]
-    template = load_compose(TEMPLATE)
-    compose = ComposeFile(patch_compose(lane, template), TEMPLATE)
+    try:
+        plan, why_not = plan_render(lane, files), ""
+    except LanebookError as exc:  # a compose file render cannot patch: lint still reports what it runs
+        plan, why_not = None, str(exc)
+    findings: list[Finding] = []
+    eff = Effective(files)
+    if files.env is None and plan is not None:
+        start = f"copies {Path(files.example.name).name} and writes" if files.example else "writes"
+        findings.append(Finding("S04", "error", f"the checkout has no .env.dspark, and its launcher refuses to start "
+                                                f"without one; linted as `lanebook env render` would leave it ({start} "
+                                                f"the lane's values)", plan.effective.missing_at.file, 0))
+        eff = plan.effective
+    inp = LintInput(eff, block_size=lane.speculative.drafter_block_size, clients=_clients(doc, file),
+                    nodes=len(lane.nodes), mismatches=_fixes(lane_mismatches(lane, eff), plan, why_not))
+    return LintReport(findings + run_checks(inp), [Linted(file, "lane file"), *_linted(files, origin)])
+
+
+def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int]:
+    """Line n of a patched text → the line of the original it came from (an inserted line → the line it follows)."""
+    opcodes = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
+
+    def back(line: int) -> int:
+        for _tag, i1, i2, j1, j2 in opcodes:
+            if j1 <= line - 1 < j2:
+                offset = line - 1 - j1
+                return i1 + offset + 1 if offset < i2 - i1 else i1
+        return line
+    return back
+
+
+def lint_lane(lane: LaneParams, source: str | Path | None = None) -> LintReport:
+    """Lint a lane without connecting anywhere: its values rendered into lanebook's reference checkout.
+
+    Findings on a value the lane sets name its line in the lane file (SOURCE, default params/NAME.yaml); the
+    rest name the reference files' own lines."""
+    file, doc = _lane_source(lane, source)
+    reference = CheckoutFiles.read(REFERENCE)
+    plan = plan_render(lane, reference)
+    example = reference.example
+    keys = {e.line: e.key for e in parse_env_text(plan.env)}
+    env_back = _map_back(example.text.splitlines(), plan.env.splitlines())
+
+    def env_at(line: int) -> Location:
+        key = keys.get(line)
+        lane_key = plan.carries.get(key, key) if key else None
+        if line == 0 or lane_key in lane.env:
+            return Location(file, _line(doc, "env", lane_key) if lane_key in lane.env else _line(doc, "env"))
+        return Location(example.name, env_back(line))
+
+    compose_back = _map_back(reference.compose.text.splitlines(), plan.compose.splitlines())
+    files = reference.replace(
+        compose=TextFile(reference.compose.name, plan.compose, lambda n: Location(reference.compose.name, compose_back(n))),
+        env=TextFile(example.name, plan.env, env_at))
+    eff = Effective(files)
     schedule = lane.speculative.schedule
+    mtp = Location(file, _line(doc, "env", "MTP_NUM_TOKENS"))
     inp = LintInput(
-        settings, Location(file, _line(doc, "env")), compose, compose_line_map=_map_back(template.lines, compose.lines),
-        block_size=lane.speculative.drafter_block_size,
-        lane_speculative=Speculative(Location(file, _line(doc, "speculative")), lane.num_speculative_tokens,
-                                     settings["MTP_NUM_TOKENS"].where, None if schedule is None else [list(r) for r in schedule],
+        eff, block_size=lane.speculative.drafter_block_size,
+        lane_speculative=Speculative(Location(file, _line(doc, "speculative")), lane.num_speculative_tokens, mtp,
+                                     None if schedule is None else [list(r) for r in schedule],
                                      Location(file, _line(doc, "speculative", "schedule"))),
-        clients=clients, nodes=len(lane.nodes))
-    return run_checks(inp)
+        clients=_clients(doc, file), nodes=len(lane.nodes),
+        mismatches=[(m, "`lanebook env render` cannot change this on a checkout of this shape")
+                    for m in lane_mismatches(lane, eff)])
+    linted = [Linted(file, "lane file"), Linted(reference.compose.name, "reference checkout"),
+              Linted(example.name, "reference checkout")]
+    return LintReport(run_checks(inp), linted)
+
+
+def lint_lane_checkout(lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False,
+                       source: str | Path | None = None) -> LintReport:
+    """Lint what LANE will run: its checkout (CHECKOUT, a local copy, else read from the head over SSH).
+
+    A dry run opens no connection, and a head that cannot be reached (or has no checkout) leaves nothing to
+    read: then the lane file is linted against the reference checkout (lint_lane) and the report says why."""
+    if checkout is not None:
+        return lint_checkout(lane, CheckoutFiles.read(checkout), source, "local checkout")
+    if dry_run:
+        reason = "dry run: no connection opened"
+    else:
+        from .nodes import Lane as Connected
+
+        try:
+            with Connected(lane) as connected:
+                files = CheckoutFiles.fetch(connected.head, lane.checkout)
+            return lint_checkout(lane, files, source, "head over ssh")
+        except LanebookError as exc:  # unreachable, no checkout there, or the twin is down
+            reason = f"the head's checkout could not be read: {exc}"
+    report = lint_lane(lane, source)
+    report.note = f"{reason}; linted the lane file against lanebook's reference checkout instead"
+    return report
 
 
 def print_report(report: LintReport) -> None:
-    """One line per finding (`ID severity FILE:LINE message`), then a summary line."""
+    """One line per finding (`ID severity FILE:LINE message`), the files linted, then a summary line."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -274,6 +388,10 @@ def print_report(report: LintReport) -> None:
     for f in report.findings:
         style = "red" if f.severity == "error" else "yellow"
         console.print(f"[{style}]{f.id} {f.severity}[/{style}] {escape(f.file)}:{f.line} {escape(f.message)}")
+    if report.note:
+        console.print(f"note: {escape(report.note)}")
+    for item in report.linted:
+        console.print(f"linted: {escape(item.file)} ({item.source})")
     errors = sum(f.severity == "error" for f in report.findings)
     verdict = "[green]ok[/green]" if report.ok else "[red]fail[/red]"
     console.print(f"{verdict}: {errors} error(s), {len(report.findings) - errors} warning(s)")

@@ -3,7 +3,8 @@
 Every remote command goes through one place, `Executor.run`: it quotes nothing itself (callers build
 commands with `q`/`qpath`), but it logs each command (node, duration, exit), applies a timeout,
 redacts secrets from what it records, and in dry-run records the exact command line instead of
-opening a connection.
+opening a connection. `Lane.each` runs one command on several nodes and, as Fabric's Group does,
+collects every node's outcome before reporting any failure.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from .checks import NOT_OBSERVED
 from .errors import LanebookError
-from .params import Lane as LaneParams
-from .params import NodeParams
+from .params import LaneParams, NodeParams
+from .plugins import resolve_ssh_config
 from .redact import redact
 
 log = logging.getLogger("lanebook.nodes")
@@ -75,6 +77,46 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+
+class LaneResult(dict):
+    """Every node's outcome of one `Lane.each`, by alias: its CommandResult, or the NodeError it raised."""
+
+    @property
+    def failed(self) -> dict[str, "CommandResult | NodeError"]:
+        """Nodes that raised, or whose command exited non-zero (with check=False)."""
+        return {alias: r for alias, r in self.items() if isinstance(r, Exception) or not r.ok}
+
+    @property
+    def succeeded(self) -> dict[str, "CommandResult"]:
+        return {alias: r for alias, r in self.items() if alias not in self.failed}
+
+    @property
+    def dry_run(self) -> bool:
+        return any(isinstance(r, CommandResult) and r.dry_run for r in self.values())
+
+    @property
+    def ok(self) -> bool:
+        """Every node ran the command and it exited 0; a dry run ran nothing, so it is never ok."""
+        return bool(self) and not self.dry_run and not self.failed
+
+    def summary(self) -> str:
+        """One line: the failures (each names its node), or that every node succeeded."""
+        if self.dry_run:
+            return NOT_OBSERVED
+        failed = self.failed
+        if not failed:
+            return f"ok on {', '.join(self)}"
+        lines = [str(r) if isinstance(r, Exception) else f"{alias}: exit {r.exit_code}" for alias, r in failed.items()]
+        return " ".join("; ".join(lines).split()) + f" ({len(failed)} of {len(self)} nodes failed)"
+
+
+class NodesFailed(NodeError):
+    """Some nodes of a `Lane.each` raised; `results` holds every node's outcome, the others' included."""
+
+    def __init__(self, results: LaneResult):
+        self.results = results
+        super().__init__(results.summary())
 
 
 @dataclass
@@ -295,23 +337,12 @@ class Lane:
     def __init__(self, params: LaneParams, *, dry_run: bool = False, executor: Optional[Executor] = None):
         self.params = params
         self.executor = executor or Executor(dry_run=dry_run)
-        ssh_config = self._ssh_config_path(params) if not self.executor.dry_run else None
+        ssh_config = resolve_ssh_config(params.ssh_config) if not self.executor.dry_run else None
         by_alias: dict[str, Node] = {}
         for node_params in sorted(params.nodes, key=lambda n: n.jump is not None):
             gateway = by_alias.get(node_params.jump) if node_params.jump else None
             by_alias[node_params.alias] = Node(node_params, self.executor, ssh_config, gateway)
         self.nodes = [by_alias[n.alias] for n in params.nodes]
-
-    @staticmethod
-    def _ssh_config_path(params: LaneParams) -> Optional[Path]:
-        if params.ssh_config == "twin":
-            from .twin import control
-
-            status = control.status()
-            if not status["running"]:
-                raise NodeError("the twin is not running: start it with `lanebook twin up`")
-            return Path(status["ssh_config"])
-        return Path(params.ssh_config).expanduser() if params.ssh_config else None
 
     @property
     def head(self) -> Node:
@@ -327,9 +358,22 @@ class Lane:
                 return n
         raise LanebookError(f"lane {self.params.name} has no node '{alias}'")
 
-    def each(self, command: str, nodes: Optional[Iterable[Node]] = None, **kwargs) -> dict[str, CommandResult]:
-        """Run the same command on several nodes (all by default), in order, and return results by alias."""
-        return {n.alias: n.run(command, **kwargs) for n in (nodes or self.nodes)}
+    def each(self, command: str, nodes: Optional[Iterable[Node]] = None, **kwargs) -> LaneResult:
+        """Run the same command on several nodes (all by default), in order; results by alias.
+
+        A node that fails does not stop the others: every node is tried, then NodesFailed (carrying every
+        node's outcome) is raised if any raised. Keyword arguments go to Node.run (check=False keeps a
+        non-zero exit a result, listed in `.failed`).
+        """
+        results = LaneResult()
+        for node in (nodes or self.nodes):
+            try:
+                results[node.alias] = node.run(command, **kwargs)
+            except NodeError as exc:
+                results[node.alias] = exc
+        if any(isinstance(r, Exception) for r in results.values()):
+            raise NodesFailed(results)
+        return results
 
     def close(self) -> None:
         for n in self.nodes:

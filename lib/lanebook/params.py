@@ -117,7 +117,7 @@ class HermesParams(Strict):
     extra_body: dict[StrictStr, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"thinking": False}})
 
 
-class Lane(Strict):
+class LaneParams(Strict):
     name: StrictStr
     description: StrictStr
     source: StrictStr = Field(description="which seed the values come from")
@@ -237,7 +237,7 @@ def _describe(err: dict, union: bool) -> str:
     return f"'{key}': {err['msg']}"
 
 
-def load_lane(name_or_path: str | Path) -> Lane:
+def load_lane(name_or_path: str | Path) -> LaneParams:
     """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
     path = lane_path(name_or_path)
     try:
@@ -249,7 +249,7 @@ def load_lane(name_or_path: str | Path) -> Lane:
     if not isinstance(data, dict):
         raise LaneError(f"{path}: a lane file must be a YAML mapping")
     try:
-        return Lane.model_validate(data)
+        return LaneParams.model_validate(data)
     except ValidationError as exc:
         by_key: dict[str, list[dict]] = {}
         for err in exc.errors():
@@ -259,11 +259,11 @@ def load_lane(name_or_path: str | Path) -> Lane:
         raise LaneError(f"{path}: {_describe(first[0], union=len(first) > 1)}{more}") from None
 
 
-def lane_with(lane: Lane, **changes: Any) -> Lane:
+def lane_with(lane: LaneParams, **changes: Any) -> LaneParams:
     """A validated copy of a lane with top-level fields replaced (env merged key by key)."""
     data = lane.model_dump()
     env = changes.pop("env", None)
     if env:
         data["env"] = {**data["env"], **env}
     data.update(changes)
-    return Lane.model_validate(data)
+    return LaneParams.model_validate(data)

@@ -5,14 +5,17 @@ One entry per pitfall holds its id, title, the seed's lesson in our words, sever
 for static pitfalls the check. `lanebook lint`, the runbooks' troubleshooting tables, the book and the
 twin all read this one list, so a lesson is written once.
 
-Checks take the lint input (lanebook.lint.LintInput: the env file's values, the compose file, the
-lane's client settings, each with its file and line) and yield Hits; lint turns them into findings.
+Checks take the lint input (lanebook.lint.LintInput: the checkout's effective configuration — each value
+as the launcher, Compose and the image give it, with the line that wins — the lane it should run and the
+lane's client settings) and yield Hits; lint turns them into findings.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+
+from .effective import Location
 
 if TYPE_CHECKING:
     from .lint import LintInput
@@ -27,12 +30,6 @@ SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME"
 THINKING_KEYS = {"thinking", "enable_thinking"}
 # `"thinking": "false"` inside JSON, also with the shell's \" escapes as compose command lines carry them.
 STRING_THINKING_RE = re.compile(r'\\?"(enable_thinking|thinking)\\?"\s*:\s*\\?"')
-
-
-@dataclass(frozen=True)
-class Location:
-    file: str
-    line: int  # 1-based; 0 when the thing is missing and the file has no better place to name
 
 
 @dataclass(frozen=True)
@@ -141,16 +138,14 @@ def check_memory(inp: "LintInput") -> Iterator[Hit]:
     figures = "0.80 left ~7.16 GiB KV vs 7.54 GiB needed on the seed's pair; 0.85 boots"
     value = _number(util.value) if util else None
     if value is not None and value < GOOD_MEMORY:
-        unset = "" if util.from_env else " (the env file does not set GPU_MEMORY_UTILIZATION, so the compose default applies)"
-        yield Hit(util.where, f"GPU_MEMORY_UTILIZATION resolves to {util.value}{unset} with MAX_MODEL_LEN {length.value}: "
+        if util.via:
+            how = f" ({util.via})"
+        elif not util.from_env:
+            how = " (the env file does not set GPU_MEMORY_UTILIZATION, so the compose default applies)"
+        else:
+            how = ""
+        yield Hit(util.where, f"GPU_MEMORY_UTILIZATION resolves to {util.value}{how} with MAX_MODEL_LEN {length.value}: "
                               f"{figures}", severity=None if value <= 0.80 else "warning")
-    sidecar = inp.env("ENABLE_VL_SIDECAR")
-    profile_key = "GPU_MEMORY_UTILIZATION_VISION" if sidecar and sidecar.value == "1" else "GPU_MEMORY_UTILIZATION_TEXT"
-    profile = inp.env(profile_key)
-    if profile is not None and (_number(profile.value) or GOOD_MEMORY) < GOOD_MEMORY:
-        yield Hit(profile.where, f"{profile_key}={profile.value}: the recipe's launcher exports GPU_MEMORY_UTILIZATION from "
-                                 f"this key, overriding a GPU_MEMORY_UTILIZATION line; at 1M use {GOOD_MEMORY}",
-                  severity="warning")
 
 
 def check_loopback(inp: "LintInput") -> Iterator[Hit]:
@@ -219,6 +214,30 @@ def check_env_lines(inp: "LintInput") -> Iterator[Hit]:
         yield Hit(where, f"Compose cannot read this line as KEY=VALUE and skips it: {text.strip()[:80]}")
 
 
+def check_lane_values(inp: "LintInput") -> Iterator[Hit]:
+    for mismatch, fix in inp.mismatches:
+        decided = "decided on this line" if mismatch.running.where.line else "no line sets it"
+        yield Hit(mismatch.running.where, f"{mismatch.message()}, {decided}; {fix}")
+
+
+def check_dead_lines(inp: "LintInput") -> Iterator[Hit]:
+    for dead in inp.dead_lines:
+        winner = dead.winner
+        at = f"{winner.where.file}:{winner.where.line}" if winner.where.line else winner.where.file
+        differs = winner.value != dead.value
+        runs = f"so the server runs {winner.value}" if differs else "the same value, so this line is only misleading"
+        yield Hit(dead.where, f"{dead.key}={dead.value} here is dead: {dead.reason} ({at}), {runs}",
+                  severity="error" if differs else None)
+
+
+def check_entrypoint(inp: "LintInput") -> Iterator[Hit]:
+    error = inp.entrypoint_error
+    if error:
+        code, message = error
+        yield Hit(inp.compose_at(inp.compose.command_lines()[0][0] if inp.compose.command_lines() else inp.compose.service_line),
+                  f"the image's command script exits {code} before vllm serve starts: {message}")
+
+
 # --- the registry --------------------------------------------------------------------------------
 
 PITFALLS: tuple[Pitfall, ...] = (
@@ -254,7 +273,9 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("P07", "Memory 0.80 at 1M context",
             "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available "
             "vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly.",
-            "error", "lint, launch", "GPU_MEMORY_UTILIZATION=0.85 for the 1M profile.", check_memory),
+            "error", "lint, launch",
+            "GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, "
+            "GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads).", check_memory),
     Pitfall("P08", "Gloo / host IP on loopback",
             "If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes.",
             "error", "lint, launch",
@@ -308,6 +329,24 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("S03", "Unreadable env-file line",
             "Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies.",
             "warning", "lint, env", "Write it as KEY=VALUE (or comment it out with #).", check_env_lines),
+    Pitfall("S04", "Lane value not what runs",
+            "The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env "
+            "file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from "
+            "its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from "
+            "ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command "
+            "hard-codes; the image's command script builds the speculative config itself.",
+            "error", "lint, env, launch",
+            "`lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, "
+            "not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must "
+            "carry the lane's flags.", check_lane_values),
+    Pitfall("S05", "Dead env line",
+            "A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a "
+            "checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it.",
+            "warning", "lint, env", "Delete the line, or set the key that wins (the finding names it).", check_dead_lines),
+    Pitfall("S06", "Entrypoint refuses the configuration",
+            "The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) "
+            "and exits before `vllm serve` when one is wrong, so the container never serves.",
+            "error", "lint, launch", "Set the variable to one of the values the message lists.", check_entrypoint),
 )
 
 _BY_ID = {p.id: p for p in PITFALLS}

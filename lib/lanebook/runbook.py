@@ -1,24 +1,50 @@
 """What a runbook notebook calls: a step model that checks each step's expected result.
 
 A notebook stays thin: each step is a few lines calling the library, then `rb.expect(...)`. A failed
-expectation raises StepFailed, which papermill records as the failing cell; the runner turns it into
-verdict "fail" (any other exception is "error"). The last cell calls `rb.finish()`, which emits the
-verdict and figures as a machine-readable output the runner reads back from the executed notebook.
+expectation raises StepFailed, which papermill records as the failing cell; lanebook.execute turns it
+into verdict "fail" (any other exception is "error"). The last cell calls `rb.finish()`, which emits the
+verdict and figures as a machine-readable output that lanebook.execute reads back from the executed
+notebook.
+
+A dry run sends nothing to the lane, so what the lane would have shown is "not observed" and the
+verdict is "dry-run", never "pass"; results computed on this machine (lint, the lane file, parameters)
+are checked for real and still fail it.
 """
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from typing import Any, Optional
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Optional
 
+from .checks import NOT_OBSERVED
 from .nodes import Lane
 from .params import load_lane
+from .plugins import prepare_lane
 
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
+# What one expected result came to; only "fail" fails a run.
+PASS, FAIL, NOT_OBSERVED_OUTCOME, SKIPPED = "pass", "fail", "not observed", "skipped"
+MARKS = {PASS: "✅", FAIL: "❌", NOT_OBSERVED_OUTCOME: "◻️", SKIPPED: "⏭️"}
 
 
 class StepFailed(Exception):
     """A step's expected result did not hold. The message starts with the step's name."""
+
+
+@dataclass(frozen=True)
+class Check:
+    step: str
+    what: str
+    outcome: str  # pass | fail | not observed | skipped
+    detail: str = ""
+
+
+def verdict_of(checks: Iterable[Check], dry_run: bool) -> str:
+    """fail if any expected result failed; otherwise dry-run for a dry run (it observed nothing), else pass."""
+    if any(c.outcome == FAIL for c in checks):
+        return "fail"
+    return "dry-run" if dry_run else "pass"
 
 
 def _display(obj: Any = None, markdown: Optional[str] = None, raw: Optional[dict] = None) -> None:
@@ -36,24 +62,22 @@ def _display(obj: Any = None, markdown: Optional[str] = None, raw: Optional[dict
 
 
 class Runbook:
-    def __init__(self, name: str, lane: str, *, dry_run: bool = False, twin_fast: bool = True):
+    def __init__(self, name: str, lane: str, *, dry_run: bool = False):
         self.name = name
         self.params = load_lane(lane)
         self.dry_run = dry_run
         self.figures: dict[str, Any] = {}
-        self.checks: list[tuple[str, str, bool, str]] = []  # (step, what, ok, detail)
+        self.checks: list[Check] = []
         self.current_step = "prerequisites"
-        if self.params.twin and not dry_run:
-            from .twin import control
-
-            if not control.status()["running"]:
-                control.up(faults=[], fast=twin_fast)
+        if not dry_run:
+            prepare_lane(self.params)  # e.g. the twin starts itself for a twin lane
         self.lane = Lane(self.params, dry_run=dry_run)
         banner = []
         if self.params.twin:
             banner.append("**TWIN RUN** — this lane is the digital twin; every figure below is a twin figure, not a real lane's.")
         if dry_run:
-            banner.append("**DRY RUN** — commands are recorded, not sent; no connection is opened.")
+            banner.append("**DRY RUN** — commands are recorded, not sent; no connection is opened. Nothing on the lane is "
+                          "observed, so the verdict is `dry-run`, never pass; checks made on this machine still count.")
         _display(markdown=f"### {name} on lane `{self.params.name}`\n\n{self.params.description}\n\n" + "\n\n".join(banner))
 
     @contextmanager
@@ -65,24 +89,25 @@ class Runbook:
     def expect(self, ok: bool, what: str, detail: Any = "", *, local: bool = False) -> None:
         """Check one expected result; on failure stop the run with the step named.
 
-        local: the result was computed on this machine (lint, a lane file), so a dry run checks it for
-        real; other results come from the lane, which a dry run does not observe.
+        local: the result was computed on this machine (lint, a lane file, parameters), so a dry run
+        checks it for real; any other result comes from the lane, which a dry run does not observe.
         """
         detail = "" if detail is None else str(detail)
-        observed = True
-        if self.dry_run and not ok and not local:
-            # A dry run sends nothing, so there is nothing to observe: say so instead of failing.
-            ok, observed, detail = True, False, f"not observed in a dry run {detail}".strip()
-        self.checks.append((self.current_step, what, bool(ok), detail))
-        mark = "⏭️" if not observed else ("✅" if ok else "❌")
-        _display(markdown=f"{mark} **{what}**" + (f" — {detail}" if detail else ""))
-        if not ok:
+        if self.dry_run and not local:
+            outcome, detail = NOT_OBSERVED_OUTCOME, NOT_OBSERVED
+        else:
+            outcome = PASS if ok else FAIL
+        self._add(Check(self.current_step, what, outcome, detail))
+        if outcome == FAIL:
             raise StepFailed(f"{self.current_step}: {what}" + (f" ({detail})" if detail else ""))
 
     def skip(self, what: str, why: str) -> None:
         """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
-        self.checks.append((self.current_step, what, True, f"skipped: {why}"))
-        _display(markdown=f"⏭️ **{what}** — skipped: {why}")
+        self._add(Check(self.current_step, what, SKIPPED, f"skipped: {why}"))
+
+    def _add(self, check: Check) -> None:
+        self.checks.append(check)
+        _display(markdown=f"{MARKS[check.outcome]} **{check.what}**" + (f" — {check.detail}" if check.detail else ""))
 
     def record(self, **figures: Any) -> None:
         """Figures that go into the run record (twin figures are labelled by the record's twin flag)."""
@@ -101,8 +126,8 @@ class Runbook:
             "lane": self.params.name,
             "twin": self.params.twin,
             "dry_run": self.dry_run,
-            "verdict": "pass" if all(ok for _, _, ok, _ in self.checks) else "fail",
-            "checks": [{"step": s, "what": w, "ok": ok, "detail": d} for s, w, ok, d in self.checks],
+            "verdict": verdict_of(self.checks, self.dry_run),
+            "checks": [asdict(c) for c in self.checks],
             "figures": self.figures,
             "commands": self.commands() if self.dry_run else [],
         }

@@ -1,6 +1,6 @@
 """Weights (seed 000 "download once, rsync once"): download on the head only, rsync once to the workers
 over the fabric, delete `*.incomplete` on the workers, and verify a hub model dir in place in one
-round trip (the probe in weights_probe.py runs on the node).
+round trip (the probe in weights_probe.py runs on the node); `check_weights` does that on every node.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from .checks import NOT_OBSERVED, NodeCheck, NodeResult
 from .nodes import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
 from .transfers import RsyncStats, rsync_to_workers
 from .params import WeightsParams
@@ -44,11 +45,18 @@ class WeightsReport:
     def ok(self) -> bool:
         return not self.dry_run and not self.problems
 
-    def summary(self) -> str:
+    def detail(self) -> str:
         if self.dry_run:
-            return f"{self.node}: not verified (dry run)"
+            return NOT_OBSERVED
         state = "; ".join(self.problems) if self.problems else "complete"
-        return f"{self.node}: {self.shard_count}/{self.expected_shards} shards, {state}"
+        return f"{self.shard_count}/{self.expected_shards} shards, {state}"
+
+    def summary(self) -> str:
+        return f"{self.node}: {self.detail()}"
+
+    def node_result(self) -> NodeResult:
+        return NodeResult(self.ok, self.detail(), {"shard_count": self.shard_count, "expected_shards": self.expected_shards,
+                                                   "problems": list(self.problems)})
 
 
 def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, workers: int = 4,
@@ -70,6 +78,18 @@ def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, 
     report = WeightsReport(node.alias, **{k: v for k, v in found.items() if k in known and k != "node"})
     report.duration_s = result.duration_s
     return report
+
+
+def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> NodeCheck:
+    """verify_weights on every node of the lane. A node that cannot be reached fails its part of the check
+    (its error is the detail) without stopping the others; a dry run records the probes and observes nothing."""
+    found: dict[str, NodeResult] = {}
+    for node in lane.nodes:
+        try:
+            found[node.alias] = verify_weights(node, lane.params.weights, sha256=sha256, workers=workers).node_result()
+        except NodeError as exc:
+            found[node.alias] = NodeResult(False, str(exc))
+    return NodeCheck.not_observed() if lane.executor.dry_run else NodeCheck(found)
 
 
 def download_command(weights: WeightsParams) -> str:

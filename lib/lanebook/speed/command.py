@@ -18,14 +18,14 @@ from rich.text import Text
 from ..errors import LaneError, LanebookError
 from ..files import backup, write_atomic
 from ..metrics import QueueNotIdle
-from ..params import Lane, lane_names, load_lane
+from ..params import LaneParams, lane_names, load_lane
 from .bands import MIN_TRIALS, bands_from_runs
 from .client import Plan, Tally, measure, run, serves_twin
 from .metrics import WaveFigures, wave_figures
 from .records import WaveRecord
 from .workloads import check_thinking_booleans, load_workload
 
-DEFAULT_REQUEST: dict[str, Any] = Lane.model_fields["request"].default_factory()
+DEFAULT_REQUEST: dict[str, Any] = LaneParams.model_fields["request"].default_factory()
 
 
 @dataclass
@@ -57,7 +57,7 @@ class SpeedResult:
         }
 
 
-def lane_for_api(api: str) -> Optional[Lane]:
+def lane_for_api(api: str) -> Optional[LaneParams]:
     """The shipped lane serving this API, whose request shape the waves then use."""
     for name in lane_names():
         try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import LanebookError
-from ..params import Lane, lane_names, load_lane
+from ..params import LaneParams, lane_names, load_lane
 from ..paths import twin_dir
 from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
                     start_sshd, wait_for_ssh, write_node, write_state)
@@ -94,7 +94,7 @@ def _port_taken(ip: str, port: int) -> bool:
     return False
 
 
-def _lanes() -> list[Lane]:
+def _lanes() -> list[LaneParams]:
     """Every shipped lane, the twin lane last: it shares anemll-0731's checkout and must win there."""
     lanes = [load_lane(name) for name in lane_names()]
     return sorted(lanes, key=lambda lane: lane.name == TWIN_LANE)

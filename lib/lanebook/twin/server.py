@@ -1,6 +1,6 @@
 """The twin's vLLM-compatible HTTP server: vLLM's routes and formats over the behaviour model.
 
-One asyncio engine loop steps ``model.EngineCore`` at absolute deadlines (no drift), so batching,
+One asyncio engine loop steps ``EngineCore`` at absolute deadlines (no drift), so batching,
 speculative acceptance and JIT stalls reach every stream together, as on the GPU. Pace mode
 (LANEBOOK_TWIN_PACE_TOK_S) bypasses the engine and streams each request at a fixed rate: it exists
 to measure clients, not the lane. GET /twin/requests is twin-only truth: per request, when the
@@ -25,7 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import model
+from .engine import EngineConfig, EngineCore, Sequence, Step, sequence_for
+from .replies import Reply, plan_reply, thinking_enabled
 
 VLLM_VERSION = "0.25.2+lanebook.twin"  # the twin marks itself wherever vLLM prints its version
 ADMISSION_WINDOW_S = 0.02  # twin assumption: an idle engine gathers requests sent "at once" into one step
@@ -78,7 +79,7 @@ class ServeOptions:
 class StreamSource:
     """Token counts for one request as the engine emits them (or an EngineDead)."""
 
-    def __init__(self, seq: model.Sequence):
+    def __init__(self, seq: Sequence):
         self.seq = seq
         self.queue: asyncio.Queue = asyncio.Queue()
         seq.owner = self
@@ -116,7 +117,7 @@ async def paced_counts(total: int, tok_s: float, per_chunk: int) -> AsyncIterato
 class EngineLoop:
     """Steps the engine core at absolute deadlines and hands each step's tokens to the streams."""
 
-    def __init__(self, core: model.EngineCore, after_step: Callable[[model.Step], None],
+    def __init__(self, core: EngineCore, after_step: Callable[[Step], None],
                  on_crash: Callable[[str], None]):
         self.core = core
         self.after_step = after_step
@@ -128,11 +129,11 @@ class EngineLoop:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
-    def submit(self, seq: model.Sequence) -> None:
+    def submit(self, seq: Sequence) -> None:
         self.core.add(seq)
         self._wake.set()
 
-    def abort(self, seq: model.Sequence) -> None:
+    def abort(self, seq: Sequence) -> None:
         self.core.abort(seq)
 
     def kill(self, reason: EngineDead) -> None:
@@ -227,7 +228,7 @@ class EngineCollector:
 class ChatStream:
     """Turns one request's planned reply and its token counts into vLLM's chunks and truth."""
 
-    def __init__(self, server: "TwinServer", body: dict, reply: model.Reply, seq: model.Sequence):
+    def __init__(self, server: "TwinServer", body: dict, reply: Reply, seq: Sequence):
         self.server = server
         self.reply = reply
         self.seq = seq
@@ -355,9 +356,9 @@ class BadRequest(Exception):
 class TwinServer:
     """The routes, the engine loop, the metrics and the truth records of one serving process."""
 
-    def __init__(self, options: ServeOptions, config: model.EngineConfig):
+    def __init__(self, options: ServeOptions, config: EngineConfig):
         self.options = options
-        self.core = model.EngineCore(config)
+        self.core = EngineCore(config)
         self.engine = EngineLoop(self.core, self._after_step, self.kill_engine)
         self.ready = False
         self.records: list[dict] = []
@@ -420,7 +421,7 @@ class TwinServer:
         return self.ready and not self.engine.dead and "health-never" not in self.options.faults
 
     # Engine hooks -----------------------------------------------------------------------------
-    def _after_step(self, step: model.Step) -> None:
+    def _after_step(self, step: Step) -> None:
         if step.jit_s:
             log("INFO", "backends.py:215", f"Compiling a graph for dynamic shape (batch {step.batch}, K {step.k}) "
                                            f"takes {step.jit_s:.2f} s", "EngineCore_DP0")
@@ -440,7 +441,7 @@ class TwinServer:
             self.die_head("mid-request")
 
     def die_head(self, when: str) -> None:
-        """Fault head-dies: the head process is gone at once; its worker is left orphaned (T14)."""
+        """Fault head-dies: the head process is gone at once; its worker is left orphaned (fact T14)."""
         log("ERROR", "multiproc_executor.py:149", f"Worker proc VllmWorker-0 died unexpectedly ({when}), "
                                                   "shutting down executor. (fault head-dies)", "EngineCore_DP0")
         sys.stdout.flush()
@@ -505,7 +506,7 @@ class TwinServer:
             return JSONResponse({"cleared": cleared})
         return JSONResponse({"twin": True, "clock": "time.time", "requests": self.records})
 
-    def _plan(self, body: Any) -> tuple[model.Reply, model.Sequence]:
+    def _plan(self, body: Any) -> tuple[Reply, Sequence]:
         """Validate a chat request as vLLM does and plan its reply."""
         if not isinstance(body, dict):
             raise BadRequest("Request body must be a JSON object")
@@ -527,15 +528,15 @@ class TwinServer:
         kwargs = body.get("chat_template_kwargs")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise BadRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
-        thinking, effort = model.thinking_enabled(kwargs, self.options.default_chat_template_kwargs,
+        thinking, effort = thinking_enabled(kwargs, self.options.default_chat_template_kwargs,
                                                   body.get("reasoning_effort"))
         temperature = body.get("temperature", 1.0)
         salt = "" if temperature == 0 else f"{body.get('seed', uuid.uuid4().hex)}"
         response_format = body.get("response_format")
         json_format = isinstance(response_format, dict) and str(response_format.get("type", "")).startswith("json")
-        reply = model.plan_reply(messages, max_tokens=max_tokens, thinking=thinking, reasoning_effort=effort,
+        reply = plan_reply(messages, max_tokens=max_tokens, thinking=thinking, reasoning_effort=effort,
                                  tools=tools, tool_choice=tool_choice, salt=salt, json_format=json_format)
-        seq = model.sequence_for("", messages, reply, self.core.config, tools, thinking)
+        seq = sequence_for("", messages, reply, self.core.config, tools, thinking)
         limit = self.core.config.max_model_len
         if seq.prompt_tokens + (max_tokens or 0) > limit:
             raise BadRequest(

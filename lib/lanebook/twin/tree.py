@@ -17,11 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from ..params import Lane
-from ..render import speculative_config_line
+from ..compose import COMPOSE_NAME
+from ..effective import ENV_NAME, REFERENCE, CheckoutFiles
+from ..errors import LanebookError
+from ..params import LaneParams, lane_with
+from ..render import plan_render
 from .nodes import TwinAddresses
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "reference"  # the reference checkout files
+TEMPLATES = REFERENCE  # the product's reference checkout files: the recipe's compose file and example
+EXAMPLE_NAME = "env.dspark.example"
 SCRIPTS = Path(__file__).parent / "scripts"
 LAUNCHER_SCRIPTS = ("start-deepseek-v4-flash-dspark.sh", "status-deepseek-v4-flash-dspark.sh", "stop-deepseek-v4-flash-dspark.sh")
 CHECKOUT_SCRIPTS = ("lane-env.sh", "run-post-readiness-warmup.sh")  # under the checkout's scripts/
@@ -131,7 +135,7 @@ def write_hub_model(hub: Path, model: HubModel, *, missing: Iterable[int] = (), 
     return snapshot
 
 
-def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
+def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     """The lane's env-file values with the twin's node addresses in place of the real lane's."""
     real_to_twin = {}
     for node in lane.nodes:
@@ -144,22 +148,25 @@ def twin_env(lane: Lane, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
-def write_checkout(home: Path, lane: Lane, addresses: TwinAddresses) -> Path:
-    """A lane checkout as the recipe leaves it: compose + .env.dspark rendered for the lane, launcher scripts."""
+def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Path:
+    """A lane checkout as an operator leaves it: the recipe's compose file, example and launcher scripts; the
+    example copied to .env.dspark, then the lane rendered into it (twin addresses in place of the real ones)
+    exactly as `lanebook env render` would, so the twin boots with what a real node would get."""
     checkout = home / lane.checkout.removeprefix("~/")
     (checkout / "scripts").mkdir(parents=True, exist_ok=True)
-    compose = (TEMPLATES / "docker-compose.dspark.yml").read_text()
-    fixed_k = next(line.strip() for line in compose.splitlines() if line.strip().startswith("SPECULATIVE_CONFIG="))
-    (checkout / "docker-compose.dspark.yml").write_text(compose.replace(fixed_k, speculative_config_line(lane)))
-    shutil.copy(TEMPLATES / "env.dspark.example", checkout / "env.dspark.example")
-    lines = [f"# .env.dspark for lane {lane.name} on the lanebook twin (rendered at `twin up`; twin addresses)"]
-    lines += [f"{key}={value}" for key, value in twin_env(lane, addresses).items()]
-    lines += [f"GPU_MEMORY_UTILIZATION_TEXT={lane.env['GPU_MEMORY_UTILIZATION']}"] if "GPU_MEMORY_UTILIZATION" in lane.env else []  # the launcher reads the profile key
-    (checkout / ".env.dspark").write_text("\n".join(lines) + "\n")
+    for name in (COMPOSE_NAME, EXAMPLE_NAME):
+        shutil.copy(TEMPLATES / name, checkout / name)
+    shutil.copy(TEMPLATES / EXAMPLE_NAME, checkout / ENV_NAME)
     for name in LAUNCHER_SCRIPTS:
         shutil.copy(SCRIPTS / name, checkout / name)
         (checkout / name).chmod(0o755)
     for name in CHECKOUT_SCRIPTS:
         shutil.copy(SCRIPTS / name, checkout / "scripts" / name)
         (checkout / "scripts" / name).chmod(0o755)
+    plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
+    if plan.unresolved:
+        raise LanebookError(f"twin checkout of lane {lane.name} cannot run its lane: "
+                            + "; ".join(m.message() for m in plan.unresolved))
+    (checkout / COMPOSE_NAME).write_text(plan.compose)
+    (checkout / ENV_NAME).write_text(plan.env)
     return checkout

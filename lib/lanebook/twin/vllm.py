@@ -25,16 +25,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import model
 from ..errors import LanebookError
+from .engine import EngineConfig
+from .kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
 from .server import HEAD_DIES_AFTER_S, ServeOptions, TwinServer, VLLM_VERSION, configure_uvicorn_logging, log
+from .timing import check_k_schedule
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # torch's TCPStore default wait (scaled by time_scale, floor below)
 RENDEZVOUS_TIMEOUT_FLOOR_S = 5.0
 HELLO = "lanebook-twin-worker"
 SHM_WARNING = ("No available shared memory broadcast block found in 60 seconds. This typically happens when some "
                "processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).")
-WEIGHT_SHARDS = 48  # 000: model-*-of-*.safetensors count
+WEIGHT_SHARDS = 48  # the recipe (seed 000) counts 48 model-*-of-*.safetensors shards after the download
 VALUE_FLAGS = (
     "--revision --tokenizer --tokenizer-revision --tokenizer-mode --uds --root-path --uvicorn-log-level "
     "--allowed-origins --allowed-methods --allowed-headers --ssl-keyfile --ssl-certfile --ssl-ca-certs "
@@ -171,7 +173,7 @@ def twin_knobs(env: dict) -> TwinKnobs:
 
     faults = frozenset(f.strip() for f in env.get("LANEBOOK_TWIN_FAULTS", "").split(",") if f.strip())
     scale = number("LANEBOOK_TWIN_TIME_SCALE", 1.0)
-    sticky = number("LANEBOOK_TWIN_STICKY_GIB", model.STICKY_UMA_DEFAULT_GIB if "sticky-uma" in faults else 0.0,
+    sticky = number("LANEBOOK_TWIN_STICKY_GIB", STICKY_UMA_DEFAULT_GIB if "sticky-uma" in faults else 0.0,
                     allow_zero=True)
     timeout = number("LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S",
                      max(RENDEZVOUS_TIMEOUT_FLOOR_S, RENDEZVOUS_TIMEOUT_S * scale))
@@ -182,10 +184,11 @@ def twin_knobs(env: dict) -> TwinKnobs:
 
 
 def breakable_graphs(env: dict) -> tuple[bool, Optional[str]]:
-    """Whether the Anemll image runs breakable CUDA graphs, and the line it logs about it (T03).
+    """Whether the Anemll image runs breakable CUDA graphs (the slow decode path), and the line it logs (fact T03).
 
     The image auto-enables them when VLLM_USE_BREAKABLE_CUDAGRAPH is absent (or empty) in the
-    container env; only "0" opts out (000 pitfall 1: the compose environment line is required).
+    container env; only "0" opts out. The recipe (seed 000, pitfall 1) says to set it in the env file and
+    pass it in the compose environment: map, since compose does not hand arbitrary env-file keys to the container.
     """
     value = env.get("VLLM_USE_BREAKABLE_CUDAGRAPH", "").strip()
     if value == "0":
@@ -196,13 +199,13 @@ def breakable_graphs(env: dict) -> tuple[bool, Optional[str]]:
     return True, f"Breakable CUDA graphs enabled (VLLM_USE_BREAKABLE_CUDAGRAPH={value})."
 
 
-def engine_config(args: argparse.Namespace, knobs: TwinKnobs, env: dict, kv_tokens: int) -> model.EngineConfig:
+def engine_config(args: argparse.Namespace, knobs: TwinKnobs, env: dict, kv_tokens: int) -> EngineConfig:
     """The behaviour settings from flags and env; a bad speculative config fails the boot as vLLM does."""
     spec = args.speculative_config or {}
     k = int(spec.get("num_speculative_tokens", 0) or 0) if spec else 0
     schedule = spec.get("num_speculative_tokens_per_batch_size")
     try:
-        k_schedule = model.check_k_schedule(schedule, k) if schedule is not None else None
+        k_schedule = check_k_schedule(schedule, k) if schedule is not None else None
     except ValueError as exc:
         log("ERROR", "core.py:708", "EngineCore failed to start.", "EngineCore_DP0")
         print(f"ValueError: {exc}", flush=True)
@@ -212,8 +215,8 @@ def engine_config(args: argparse.Namespace, knobs: TwinKnobs, env: dict, kv_toke
         print("NotImplementedError: Concurrent Partial Prefill is not supported. We recommend to remove "
               "Concurrent Partial Prefill from your config.", flush=True)
         raise BootFailure(1)
-    return model.EngineConfig(
-        max_model_len=args.max_model_len or model.MODEL_LEN_1M,
+    return EngineConfig(
+        max_model_len=args.max_model_len or MODEL_LEN_1M,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
@@ -292,8 +295,12 @@ class Rendezvous:
             writer.close()
 
 
-async def cold_bind(args: argparse.Namespace, config: model.EngineConfig) -> float:
-    """Weight load, compile and autotune, scaled by time_scale (T09: the SHM lines are not fatal)."""
+async def cold_bind(args: argparse.Namespace, config: EngineConfig) -> float:
+    """Weight load, compile and autotune, scaled by time_scale.
+
+    A real cold bind often takes 8-15 minutes, and its "No available shared memory broadcast block found in
+    60 seconds" lines during autotune are not fatal (fact T09): the boot goes on after them.
+    """
     total = config.cold_bind_s
     started = time.monotonic()
     model_name = args.model_tag or args.model
@@ -315,7 +322,7 @@ async def cold_bind(args: argparse.Namespace, config: model.EngineConfig) -> flo
     return started
 
 
-async def boot(args: argparse.Namespace, knobs: TwinKnobs, server: TwinServer, budget: model.KvBudget,
+async def boot(args: argparse.Namespace, knobs: TwinKnobs, server: TwinServer, budget: KvBudget,
                rendezvous: Optional[Rendezvous]) -> None:
     """Everything between `vllm serve` and "Application startup complete."; raises BootFailure."""
     config = server.core.config
@@ -330,7 +337,7 @@ async def boot(args: argparse.Namespace, knobs: TwinKnobs, server: TwinServer, b
                   f"waiting for clients. {len(rendezvous.writers) + 1}/{args.nnodes} clients joined.", flush=True)
             raise BootFailure(1) from None
     started = await cold_bind(args, config)
-    memory_error = model.startup_memory_error(args.gpu_memory_utilization, knobs.sticky_gib)
+    memory_error = startup_memory_error(args.gpu_memory_utilization, knobs.sticky_gib)
     if memory_error or not budget.fits:
         log("ERROR", "core.py:708", "EngineCore failed to start.", "EngineCore_DP0")
         print(f"ValueError: {memory_error or budget.error_message()}", flush=True)
@@ -356,7 +363,7 @@ async def run_head(args: argparse.Namespace, knobs: TwinKnobs, env: dict) -> int
     import uvicorn
 
     options = serve_options(args, knobs, env)
-    budget = model.kv_budget(args.gpu_memory_utilization, args.max_model_len or model.MODEL_LEN_1M,
+    budget = kv_budget(args.gpu_memory_utilization, args.max_model_len or MODEL_LEN_1M,
                              args.block_size, knobs.sticky_gib)
     config = engine_config(args, knobs, env, max(budget.kv_tokens, 1))
     server = TwinServer(options, config)
@@ -402,7 +409,11 @@ async def run_head(args: argparse.Namespace, knobs: TwinKnobs, env: dict) -> int
 
 # --- Headless worker -----------------------------------------------------------------------------
 async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
-    """Join the head's TP group and stay up; a vanished head leaves this process orphaned (T14)."""
+    """Join the head's TP group and stay up; a vanished head leaves this process orphaned (fact T14).
+
+    On the real pair a head that dies mid tensor-parallel run leaves the worker holding its memory until
+    someone stops it; so does this one.
+    """
     process = f"Worker_TP{args.node_rank}"
     log("INFO", "api_server.py:1850", f"Launching headless worker: node rank {args.node_rank}/{args.nnodes}, "
                                       f"head {args.master_addr}:{args.master_port}", process)

@@ -1,8 +1,10 @@
-"""`lanebook run`: execute a runbook headless with papermill and leave an audit record.
+"""`lanebook run`: execute a runbook notebook headless with papermill and leave an audit record.
 
 Each run writes outputs/LANE/UTCSTAMP-RUNBOOK-ID.ipynb (never overwriting) and appends one line to
-outputs/runs.jsonl (SPEC section 8). The verdict is read back from the executed notebook: the
-runbook's last cell emits it; a StepFailed is "fail"; any other exception is "error".
+outputs/runs.jsonl. The verdict is read back from the executed notebook: the runbook's last cell
+emits it; a StepFailed is "fail"; any other exception, or a notebook that never emits one, is "error".
+A dry run observed nothing on the lane, so its record says "dry-run" (or "fail" when a check made on
+this machine failed), never "pass".
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from .runbook import VERDICT_MIME
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
 CHANGING = {"weights", "env", "launch", "warmup", "rollback", "stop"}
-# Parameters every runbook takes from the runner, not from -p.
+# Parameters every runbook takes from `lanebook run` itself, not from -p.
 RESERVED = {"lane", "dry_run"}
 
 
@@ -50,7 +52,7 @@ def runbook_path(runbook: str) -> Path:
         raise LanebookError(f"unknown runbook '{runbook}' (one of: {' '.join(RUNBOOKS)})")
     path = RUNBOOKS_DIR / f"{runbook}.ipynb"
     if not path.exists():
-        raise LanebookError(f"runbook '{runbook}' is not written yet ({path.relative_to(REPO)} missing)")
+        raise LanebookError(f"runbook '{runbook}' is not written yet ({RUNBOOKS_DIR.name}/{path.name} missing)")
     return path
 
 
@@ -96,6 +98,13 @@ def read_verdict(path: Path) -> Optional[dict]:
     return None
 
 
+def record_verdict(emitted: Optional[str], dry_run: bool) -> str:
+    """The record's verdict from the one the notebook emitted: none is an error, and a dry run is never a pass."""
+    if emitted is None:
+        return "error"
+    return "dry-run" if dry_run and emitted == "pass" else emitted
+
+
 def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False) -> dict:
     notebook = runbook_path(runbook)
     lane_params = load_lane(lane)
@@ -111,7 +120,7 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     run_id, output = _new_output(lane_params.name, runbook)
     lane_arg = str(lane_path(lane).resolve())
     started = _now()
-    verdict, failed_step, figures = "error", None, {}
+    emitted, failed_step, figures = None, None, {}
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -121,15 +130,18 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
                                    extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
-            verdict, failed_step = "fail", str(exc.evalue).split(":", 1)[0]
+            emitted, failed_step = "fail", str(exc.evalue).split(":", 1)[0]
         else:
             failed_step = f"cell {exc.exec_count}: {exc.ename}"
     except Exception as exc:  # noqa: BLE001 - a dead or missing kernel still leaves a record
         failed_step = f"papermill: {type(exc).__name__}: {exc}"[:300]
     result = read_verdict(output)
     if result is not None:
-        verdict, figures = result["verdict"], result["figures"]
-        failed_step = failed_step or next((c["step"] for c in result["checks"] if not c["ok"]), None)
+        emitted, figures = result["verdict"], result["figures"]
+        failed_step = failed_step or next((c["step"] for c in result["checks"] if c["outcome"] == "fail"), None)
+    elif emitted is None and failed_step is None:
+        failed_step = "no verdict: the notebook ended without rb.finish()"
+    verdict = record_verdict(emitted, dry_run)
     record = {
         "run_id": run_id,
         "runbook": runbook,

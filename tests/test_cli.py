@@ -1,0 +1,95 @@
+"""The command line (lanebook.cli): exit codes (0 pass or a clean dry run, 1 a failed verdict, 2 bad usage in
+one line), what `run` prints, and `audit` showing dry runs apart from passes."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook.audit import append_run, sha256_file
+from lanebook.cli import run_exit_code
+
+LANEBOOK = Path(sys.executable).parent / "lanebook"
+
+
+def lanebook(*args, outputs=None, timeout=300):
+    env = {**os.environ, **({"LANEBOOK_OUTPUTS": str(outputs)} if outputs else {})}
+    return subprocess.run([str(LANEBOOK), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path / "outputs"))
+    return tmp_path / "outputs"
+
+
+def test_run_exit_codes():
+    assert run_exit_code("pass", dry_run=False) == 0
+    assert run_exit_code("dry-run", dry_run=True) == 0
+    for verdict in ("fail", "error"):
+        assert run_exit_code(verdict, dry_run=False) == run_exit_code(verdict, dry_run=True) == 1
+    assert run_exit_code("dry-run", dry_run=False) == 1  # a run asked to act that only recorded is no pass
+    assert run_exit_code("pass", dry_run=True) == 1
+
+
+def test_a_clean_dry_run_exits_0_and_prints_what_it_would_send(outputs):
+    run = lanebook("run", "launch", "--lane", "anemll-0731", "--dry-run", outputs=outputs)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert Path(lines[0]).is_file() and Path(lines[0]).parent == outputs / "anemll-0731"
+    assert lines[1] == "commands the run would send (none were sent):"
+    assert any("./start-deepseek-v4-flash-dspark.sh" in line for line in lines)
+    assert lines[-1] == "verdict: dry-run"
+    (record,) = [json.loads(line) for line in (outputs / "runs.jsonl").read_text().splitlines()]
+    assert record["verdict"] == "dry-run" and record["dry_run"] is True
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "launch", "--lane", "nosuch"], "unknown lane 'nosuch'"),
+    (["run", "launch", "--lane", "twin", "-p", "x"], "bad parameter 'x': use -p KEY=VALUE"),
+    (["lint"], "give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE"),
+    (["lint", "--lane", "twin", "--env", "a"], "give both --env FILE and --compose FILE"),
+    (["speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "0"], "--concurrency must be positive integers"),
+])
+def test_bad_usage_is_one_line_and_exit_2(outputs, args, message):
+    out = lanebook(*args, outputs=outputs)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert out.stderr.startswith("lanebook: ") and len(out.stderr.strip().splitlines()) == 1
+    assert not (outputs / "runs.jsonl").exists()
+
+
+def _recorded(outputs, run_id, verdict):
+    path = outputs / "twin" / f"20261201T000000Z-launch-{run_id}.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+    append_run({"run_id": run_id, "runbook": "launch", "lane": "twin", "twin": True, "dry_run": verdict == "dry-run",
+                "started_at": "2026-12-01T00:00:00+00:00", "finished_at": "2026-12-01T00:00:01+00:00", "verdict": verdict,
+                "failed_step": None, "output": str(path.relative_to(outputs)), "sha256": sha256_file(path), "params": {},
+                "git_commit": None, "figures": {}})
+    return path
+
+
+def test_audit_lists_dry_runs_apart_from_passes(outputs):
+    _recorded(outputs, "dddd0001", "pass")
+    gone = _recorded(outputs, "dddd0002", "dry-run")
+    shown = lanebook("audit", outputs=outputs)
+    assert shown.returncode == 0 and "◻️ dry-run" in shown.stdout and "✅ pass" in shown.stdout
+    assert "2 runs: 1 pass, 1 dry-run (observed nothing, not counted as passes)" in shown.stdout
+    listed = json.loads(lanebook("audit", "--json", "--lane", "twin", outputs=outputs).stdout)
+    assert [r["verdict"] for r in listed] == ["pass", "dry-run"]
+    assert lanebook("audit", "verify", outputs=outputs).returncode == 0
+    gone.unlink()
+    verify = lanebook("audit", "verify", outputs=outputs)
+    assert verify.returncode == 1 and "missing twin/" in verify.stdout
+
+
+def test_twin_status_json_has_the_promised_keys(tmp_path):
+    env_dir = {"LANEBOOK_TWIN_DIR": str(tmp_path / "no-twin")}
+    out = subprocess.run([str(LANEBOOK), "twin", "status", "--json"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **env_dir})
+    status = json.loads(out.stdout)
+    assert out.returncode == 0 and status["running"] is False
+    assert {"running", "ssh_config", "nodes", "api", "faults"} <= set(status)
+    assert [n["alias"] for n in status["nodes"]] == ["head", "worker"]

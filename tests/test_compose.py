@@ -1,0 +1,104 @@
+"""lanebook.compose: the recipe's compose file read with line numbers, and the line-edit patcher."""
+from __future__ import annotations
+
+import re
+
+import pytest
+from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
+from ruamel.yaml import YAML
+
+from lanebook.compose import ComposeFile, _closest_key, load_compose
+from lanebook.effective import REFERENCE
+from lanebook.errors import LanebookError
+
+BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
+NEW_SPEC = 'SPECULATIVE_CONFIG="{\\"method\\":\\"dspark\\"}";'
+
+
+def test_fixture_lines_are_the_file_lines():
+    text = fixture_text(COMPOSE)
+    compose = ComposeFile(text, COMPOSE)
+    assert compose.service_name == "vllm-dspark" and compose.service_line == line_of(text, "  vllm-dspark:")
+    assert compose.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].line == line_of(text, "VLLM_USE_BREAKABLE_CUDAGRAPH: ")
+    assert compose.environment["TP_SOCKET_IFNAME"].raw == "${TP_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME}}"
+    assert compose.environment_line == line_of(text, "    environment:")
+    assert compose.flag("--gpu-memory-utilization") == ("${GPU_MEMORY_UTILIZATION:-0.80}", line_of(text, "--gpu-memory-utilization"))
+    assert compose.flag("--no-such-flag") is None
+    assert compose.served_model() == ("${DSPARK_MODEL:-deepseek-ai/DeepSeek-V4-Flash-0731}",
+                                      line_of(text, "exec /usr/local/bin/vllm serve"))
+    assert compose.service_value("image") == ("${DSPARK_VLLM_IMAGE:-ghcr.io/anemll/dspark-vllm-gx10:0.1.1}",
+                                              line_of(text, "    image:"))
+    assert compose.service_value("environment") is None  # a map, not a scalar
+    [(spec, _match)] = compose.speculative_assignments()
+    assert spec == line_of(text, "SPECULATIVE_CONFIG=\"")
+    assert compose.volumes()[0] == ("${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface", 24)
+
+
+def test_reference_has_the_same_shape():
+    compose = load_compose(REFERENCE / COMPOSE)
+    assert compose.service_name == "vllm-dspark"
+    assert {"VLLM_USE_BREAKABLE_CUDAGRAPH", "DSPARK_REVISION", "TP_SOCKET_IFNAME"} <= set(compose.environment)
+    assert compose.flag("--gpu-memory-utilization")[0] == "${GPU_MEMORY_UTILIZATION:-0.80}"
+    assert len(compose.speculative_assignments()) == 1
+
+
+def test_patch_inserts_a_missing_key_next_to_its_kin_and_changes_nothing_else():
+    original = fixture_text(COMPOSE)
+    older = replace_once(original, BREAKABLE_LINE, "")
+    compose = ComposeFile(older, COMPOSE)
+    [(spec_line, match)] = compose.speculative_assignments()
+    patched = compose.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"}, NEW_SPEC)
+    assert patched == original.replace(match.group(0), NEW_SPEC)
+
+
+def test_patch_keeps_a_replaced_lines_comment_and_is_idempotent():
+    forced = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, '      VLLM_USE_BREAKABLE_CUDAGRAPH: "1"  # forced\n')
+    once = ComposeFile(forced, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC)
+    assert '      VLLM_USE_BREAKABLE_CUDAGRAPH: "0"  # forced\n' in once
+    assert ComposeFile(once, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC) == once
+
+
+def test_patch_of_a_list_environment_keeps_the_list_form():
+    text = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, "")
+    start, end = text.index("    environment:\n"), text.index("    command:\n")
+    listed = text[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", text[start:end], flags=re.M) + text[end:]
+    patched = ComposeFile(listed, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC)
+    env = YAML(typ="safe").load(patched)["services"]["vllm-dspark"]["environment"]
+    position = env.index("VLLM_USE_BREAKABLE_CUDAGRAPH=0")
+    assert env[position - 1].startswith("VLLM_USE_FLASHINFER_SAMPLER=")
+
+
+def test_patch_refuses_what_a_line_edit_cannot_express():
+    text = fixture_text(COMPOSE)
+    two = text.replace('        case "$${DEFAULT_THINKING:-low}" in\n',
+                       '        SPECULATIVE_CONFIG="{}";\n        case "$${DEFAULT_THINKING:-low}" in\n', 1)
+    with pytest.raises(LanebookError, match="expected one SPECULATIVE_CONFIG"):
+        ComposeFile(two, COMPOSE).patched({}, NEW_SPEC)
+    start, end = text.index("    environment:\n"), text.index("    command:\n")
+    flow = text[:start] + '    environment: {HF_HOME: /cache/huggingface, VLLM_USE_FLASHINFER_SAMPLER: "1"}\n\n' + text[end:]
+    with pytest.raises(LanebookError, match="nothing written"):
+        ComposeFile(flow, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC)
+
+
+def test_closest_key_shares_the_most_leading_words():
+    keys = ["HF_HOME", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_HOST_IP", "NODE_RANK"]
+    assert _closest_key("VLLM_USE_BREAKABLE_CUDAGRAPH", keys) == "VLLM_USE_FLASHINFER_SAMPLER"
+    assert _closest_key("VLLM_OTHER", keys) == "VLLM_USE_FLASHINFER_SAMPLER"  # the first of equals
+    assert _closest_key("ZZZ", keys) == "NODE_RANK"  # no kin: after the last key
+
+
+@pytest.mark.parametrize("text,message", [
+    ("services: [unclosed\n", "not valid YAML"),
+    ("version: '3'\n", "no services: map"),
+    ("services:\n  a:\n    command: echo\n", "expected one service whose command runs `vllm serve`, found no service"),
+])
+def test_bad_files_are_one_clear_error(text, message):
+    with pytest.raises(LanebookError, match=message):
+        ComposeFile(text, COMPOSE)
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(LanebookError, match="compose file not found"):
+        load_compose(tmp_path / COMPOSE)
+    with pytest.raises(LanebookError, match="compose file is a directory"):
+        load_compose(tmp_path)

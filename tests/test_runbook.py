@@ -1,0 +1,101 @@
+"""The step API a runbook notebook calls (lanebook.runbook): checks, steps, skips, and the verdict it emits.
+
+A dry run observes nothing on the lane: what the lane would show is "not observed", and the verdict is
+"dry-run", never "pass"; checks made on this machine (local=True) still fail it.
+"""
+import pytest
+
+from lanebook import plugins, runbook
+from lanebook.params import lane_with, load_lane
+from lanebook.runbook import VERDICT_MIME, Check, Runbook, StepFailed, verdict_of
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    fresh = plugins.Registry()
+    monkeypatch.setattr(plugins, "_loaded", fresh)
+    return fresh
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    """What the runbook displays in the notebook: markdown text and raw outputs, in order."""
+    seen = []
+    monkeypatch.setattr(runbook, "_display", lambda obj=None, markdown=None, raw=None: seen.append(markdown or raw or obj))
+    return seen
+
+
+def dry(lane="anemll-0731"):
+    return Runbook("launch", lane, dry_run=True)
+
+
+def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
+    rb = dry()
+    with rb.step("1 clean memory"):
+        rb.expect(True, "SHM cleaned on every node", "head, worker")
+        rb.expect(False, "checkout present on every node")  # not observed: does not fail a dry run
+    rb.lane.head.run("free -m")
+    verdict = rb.finish()
+    assert verdict["verdict"] == "dry-run" and verdict["dry_run"] is True
+    assert verdict["checks"] == [
+        {"step": "1 clean memory", "what": "SHM cleaned on every node", "outcome": "not observed", "detail": "not observed (dry run)"},
+        {"step": "1 clean memory", "what": "checkout present on every node", "outcome": "not observed", "detail": "not observed (dry run)"},
+    ]
+    assert verdict["commands"] == ["head: free -m"]
+    assert "**DRY RUN**" in shown[0] and "the verdict is `dry-run`, never pass" in shown[0]
+    assert shown[1] == "◻️ **SHM cleaned on every node** — not observed (dry run)"
+
+
+def test_a_local_check_fails_a_dry_run():
+    rb = dry()
+    rb.expect(True, "lane lints clean", local=True)
+    with pytest.raises(StepFailed, match=r"^prerequisites: parameters valid \(min_free_gib must be positive\)$"):
+        rb.expect(False, "parameters valid", "min_free_gib must be positive", local=True)
+    assert [c.outcome for c in rb.checks] == ["pass", "fail"]
+    assert rb.finish()["verdict"] == "fail"
+
+
+def test_skips_are_recorded_and_do_not_fail():
+    rb = dry()
+    with rb.step("3 start"):
+        rb.skip("launcher reports the lane up", "already up")
+    assert rb.checks == [Check("3 start", "launcher reports the lane up", "skipped", "skipped: already up")]
+    assert rb.finish()["verdict"] == "dry-run"
+
+
+def test_the_verdict_rule():
+    observed = [Check("s", "a", "pass"), Check("s", "b", "skipped")]
+    assert verdict_of(observed, dry_run=False) == "pass"
+    assert verdict_of(observed, dry_run=True) == "dry-run"
+    assert verdict_of([], dry_run=True) == "dry-run"
+    assert verdict_of([*observed, Check("s", "c", "fail")], dry_run=True) == "fail"
+    assert verdict_of([*observed, Check("s", "c", "fail")], dry_run=False) == "fail"
+    assert verdict_of([Check("s", "a", "not observed")], dry_run=True) == "dry-run"
+
+
+def test_a_real_run_checks_what_it_is_given(registry, tmp_path):
+    """Not a dry run: the plugins ready the lane first, and expect() passes or fails on the value."""
+    prepared = []
+    registry.before_run(prepared.append)
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    registry.ssh_config("lab", lambda: config)
+    lane_file = tmp_path / "lab.yaml"
+    lane_file.write_text(lane_with(load_lane("twin"), ssh_config="lab").model_dump_json())  # JSON is YAML
+    rb = Runbook("launch", str(lane_file))
+    assert [p.name for p in prepared] == ["twin"]
+    assert rb.lane.head.ssh_config == config
+    rb.expect(True, "live command carries the lane's schedule")
+    with pytest.raises(StepFailed, match="^prerequisites: free memory$"):
+        rb.expect(False, "free memory")
+    verdict = rb.finish()
+    assert verdict["verdict"] == "fail" and verdict["commands"] == []  # only a dry run lists its commands
+
+
+def test_finish_emits_the_verdict_for_the_runner(shown):
+    rb = dry()
+    rb.record(kv_cache_tokens=2_493_464)
+    verdict = rb.finish()
+    assert verdict["figures"] == {"kv_cache_tokens": 2_493_464} and verdict["lane"] == "anemll-0731" and not verdict["twin"]
+    assert shown[-1][VERDICT_MIME] == verdict  # the output lanebook.execute reads back
+    assert shown[-1]["text/plain"] == '{"verdict": "dry-run", "figures": {"kv_cache_tokens": 2493464}}'
