@@ -50,17 +50,18 @@ ssh "$WORKER_HOST" "docker image inspect $(printf '%q' "$DSPARK_VLLM_IMAGE") >/d
 }
 
 # A pinned revision that is not in the local HF cache would be downloaded by the first start (~155 GB).
-if [ -n "${DSPARK_REVISION:-}" ] && [ -n "${DSPARK_MODEL:-}" ]; then
-  model_dir="${HF_CACHE:-$HOME/.cache/huggingface}/hub/models--${DSPARK_MODEL//\//--}"
+model="${DSPARK_MODEL:-deepseek-ai/DeepSeek-V4-Flash-0731}"  # what the compose file serves when it is unset
+if [ -n "${DSPARK_REVISION:-}" ]; then
+  model_dir="${HF_CACHE:-$HOME/.cache/huggingface}/hub/models--${model//\//--}"
   if [ ! -d "$model_dir/snapshots/$DSPARK_REVISION" ] && [ ! -f "$model_dir/refs/$DSPARK_REVISION" ]; then
-    echo "WARN: DSPARK_REVISION=$DSPARK_REVISION of $DSPARK_MODEL is not in the local HF cache ($model_dir): the first start downloads the checkpoint (~155 GB)." >&2
+    echo "WARN: DSPARK_REVISION=$DSPARK_REVISION of $model is not in the local HF cache ($model_dir): the first start downloads the checkpoint (~155 GB)." >&2
   fi
 fi
 
 echo "Resolved DSpark profile:"
 echo "  project: $PROJECT_NAME"
 echo "  image: $DSPARK_VLLM_IMAGE"
-echo "  model: ${DSPARK_MODEL:-} (revision: ${DSPARK_REVISION:-unpinned})"
+echo "  model: $model (revision: ${DSPARK_REVISION:-unpinned})"
 echo "  served model: ${SERVED_MODEL_NAME:-}"
 echo "  gpu memory utilization: $GPU_MEMORY_UTILIZATION (ENABLE_VL_SIDECAR=${ENABLE_VL_SIDECAR:-0}: from GPU_MEMORY_UTILIZATION_$([ "${ENABLE_VL_SIDECAR:-0}" = 1 ] && echo VISION || echo TEXT))"
 echo "  API probe: $API_URL"
