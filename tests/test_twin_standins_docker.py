@@ -20,7 +20,10 @@ NAME = f"{PROJECT}-vllm-dspark-1"
 COMPOSE = f"docker compose -p {PROJECT} --env-file .env.dspark -f docker-compose.dspark.yml"
 
 
-def compose(args: str, env: str = "") -> str:
+LAUNCHER_ENV = "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.85"  # what the launcher exports for the head's rank
+
+
+def compose(args: str, env: str = LAUNCHER_ENV) -> str:
     """`docker compose ARGS` in the twin lane's checkout, with `env` (K=V ...) for it."""
     return f"cd ds4-f-mia-anemll-0731 && {env} {COMPOSE} {args}"
 
@@ -41,7 +44,7 @@ def run(node, command):
 
 
 def test_a_compose_project_runs_and_answers_in_docker_formats(node):
-    up = run(node, compose("up -d", "NODE_RANK=0"))
+    up = run(node, compose("up -d"))
     assert f"Container {NAME}  Created" in up.stderr and f"Container {NAME}  Started" in up.stderr
     run(node, "sleep 20")  # 0.2 s on the twin's clock: the engine prints its first line
     ps = run(node, compose("ps --format json")).stdout
@@ -62,12 +65,12 @@ def test_a_compose_project_runs_and_answers_in_docker_formats(node):
 
 
 def test_compose_up_keeps_an_unchanged_container_and_recreates_a_changed_one(node):
-    run(node, compose("up -d", "NODE_RANK=0"))
+    run(node, compose("up -d"))
     pid = json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"]
-    again = run(node, compose("up -d", "NODE_RANK=0"))  # the same configuration, read from another env-file copy
+    again = run(node, compose("up -d"))  # the same configuration
     assert f"Container {NAME}  Running" in again.stderr
     assert json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"] == pid
-    changed = run(node, compose("up -d", "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.8"))
+    changed = run(node, compose("up -d", "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.80"))
     assert f"Container {NAME}  Recreate" in changed.stderr
     assert json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"] != pid
 
