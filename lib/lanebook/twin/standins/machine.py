@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..kv import STICKY_UMA_DEFAULT_GIB
 from .base import read_json, write_json
 
 GIB = 1024 ** 3
@@ -32,7 +33,7 @@ TOTAL_BYTES = 128 * 10 ** 9  # DGX Spark: 128 GB unified memory shared by CPU an
 OS_USED_GIB = 4.5
 PAGE_CACHE_GIB = 6.0  # page cache on a node that has been up a while
 PAGE_CACHE_FLOOR_GIB = 0.3  # what stays cached right after a drop (files in use)
-STICKY_GIB = 12.0  # seed 000 pitfall 4: "free mem can stick ~10-16 Gi with no containers"
+STICKY_GIB = STICKY_UMA_DEFAULT_GIB  # seed 000 pitfall 4: "free mem can stick ~10-16 Gi with no containers"
 LEGACY_UNIT_GIB = 40.0  # what a running legacy serving stack holds (twin assumption)
 WANTS = "multi-user.target.wants"
 HOLDS_KEY = "X-Lanebook-Twin-Holds-GiB"  # systemd ignores X- keys: the twin's note of what a unit holds
