@@ -1,21 +1,25 @@
 """How exact and how cheap is `lanebook speed`? Measured against a server whose own record is the truth.
 
 The server (benchmarks/sse_server.py, loopback) streams on a known schedule and logs, per request,
-when it wrote the first and last content chunk. Each measurement runs the real `lanebook speed`
-command in a subprocess and compares its figures with that log:
+when it wrote the first and last content chunk. Each measurement runs a client in a subprocess and
+compares its figures with that log:
 
 - error of mean stream decode (and of wall aggregate) at seed 003's C1/C4/C6 rates and at 64 streams x 400 tok/s;
+- at every configuration, a plain httpx probe beside lanebook (httpx's default async client, one
+  perf_counter reading per SSE line as aiter_lines hands it over, the same figure definitions), so
+  the two errors and CPU costs come from the same run; 64 x 400 is then printed as one table;
 - a ramp of 64 streams at rising rates: the highest aggregate it measures within 1%;
-- the client's CPU seconds (user + sys of the whole process, start-up included) per 1,000 tokens;
+- each client's CPU seconds (user + sys of the whole process, start-up included) per 1,000 tokens;
 - NVIDIA aiperf side by side on the same server and schedule (its own venv under .bench/, a tiny
   local tokenizer in HF-cache layout, HF_HUB_OFFLINE=1): its per-user output rate, which NOTES says
   equals SPEC section 6's stream decode rate, against the same truth, and its CPU per 1,000 tokens.
 
     .venv/bin/python benchmarks/speed_accuracy.py            # everything (~5 min; first run installs aiperf)
-    .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf
+    .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf [--no-ramp]
 
-Goals: error <= 0.5%, >= 50,000 tok/s measured within 1%, aiperf at most as accurate and more costly.
-Figures printed are measured on this machine in this run; nothing is carried over.
+Goals: error <= 0.5% at every configuration and within +/-0.25% at 64 x 400, below the plain probe's;
+>= 50,000 tok/s measured within 1%; aiperf at most as accurate and more costly. Figures printed are
+measured on this machine in this run; nothing is carried over.
 """
 from __future__ import annotations
 

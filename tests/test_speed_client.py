@@ -210,3 +210,12 @@ def test_without_kernel_stamps_the_run_says_so(server, monkeypatch):
     assert wave_figures(wave).stamp_source == STAMP_LOOP and wave_figures(wave).errors == 0
     assert any(n.startswith("chunk arrivals are stamped when this process reads them, not by the kernel "
                             "(kernel receive timestamps unavailable: SO_TIMESTAMPNS: [Errno") for n in notes)
+
+
+def test_an_https_api_is_noted_as_read_stamped():
+    notes = []
+    plan = Plan("https://127.0.0.1:9/v1", "m", load_workload("count"), [1], 1, 9, {})  # nothing listens
+    [wave] = run(measure(plan, on_note=notes.append))
+    assert wave.requests[0].error.startswith("ConnectError") and wave.requests[0].stamp_source is None
+    assert ("chunk arrivals are stamped when this process reads them, not by the kernel (https:// goes through "
+            "httpx's own transport, which cannot pass them on): a busy client reads them late") in notes

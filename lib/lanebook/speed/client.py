@@ -316,9 +316,11 @@ async def measure(
 ) -> list[WaveRecord]:
     """Every wave of the plan, trials interleaved over concurrency so drift spreads across cells."""
     transport = LeanTransport()
-    if transport.stamp_note:
-        on_note(f"chunk arrivals are stamped when this process reads them, not by the kernel "
-                f"({transport.stamp_note}): a busy client reads them late")
+    why = transport.stamp_note or (None if plan.api.startswith("http://") else
+                                   "https:// goes through httpx's own transport, which cannot pass them on")
+    if why:
+        on_note(f"chunk arrivals are stamped when this process reads them, not by the kernel ({why}): "
+                "a busy client reads them late")
     async with new_client(transport) as client:
         metrics, why = await probe_metrics(client, plan.api)
         if why:

@@ -402,7 +402,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     if not data:
                         raise httpx.RemoteProtocolError("server disconnected without sending a response")
                     buf += data
-                    if len(buf) > HEAD_LIMIT and buf.find(b"\r\n\r\n", 0, HEAD_LIMIT) < 0:
+                    if len(buf) > HEAD_LIMIT:
                         raise httpx.RemoteProtocolError(f"response head longer than {HEAD_LIMIT} bytes")
         except TimeoutError:
             conn.close()
