@@ -1,6 +1,6 @@
 """`lanebook speed` and its library entry point run_speed (used by the speed, warmup and diagnose runbooks).
 
-Progress on the terminal while waves run, a human table after, and SPEC section 6's JSON. Figures
+Progress on the terminal while waves run, a human table after, and the speed JSON document (runs, bands). Figures
 measured on the twin are labelled twin on the terminal and in the JSON ("twin": true).
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ class SpeedResult:
         return stamp_source(r for wave in self.waves for r in wave.requests)
 
     def document(self) -> dict:
-        """SPEC section 6's JSON, plus "twin" so twin figures are never taken for a real lane's, and
+        """The speed JSON document (api, model, workload, max_tokens, runs, bands), plus "twin" so twin figures are never taken for a real lane's, and
         "stamp_source": what timed the chunks ("kernel" receive stamps, or "loop": the client's reads)."""
         runs = [f.run_json() for f in self.figures]
         return {

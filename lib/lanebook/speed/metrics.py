@@ -1,4 +1,4 @@
-"""SPEC section 6's figures as pure functions of the client's records.
+"""The speed figures (the project's published definitions) as pure functions of the client's records.
 
 - t_first/t_last: arrivals of the first/last chunk carrying content, reasoning or tool calls
   (the role-only chunk does not open the window).
@@ -93,7 +93,7 @@ def wall_seconds(records: list[RequestRecord]) -> float:
 
 @dataclass(frozen=True)
 class WaveFigures:
-    """One wave's figures; run_json() is SPEC section 6's run object, key for key."""
+    """One wave's figures; run_json() is one entry of the speed document's "runs" list, key for key."""
 
     concurrency: int
     trial: int

@@ -10,7 +10,8 @@ from typing import NamedTuple, Optional
 
 from ..metrics import SpecDecode
 
-# Chunk kinds. Only CONTENT_KINDS open and close a stream's decode window (SPEC section 6).
+# Chunk kinds. Only CONTENT_KINDS open and close a stream's decode window: the role-only
+# first chunk carries no token, so counting it would stretch the window (vllm bench serve does).
 ROLE, CONTENT, REASONING, TOOL_CALLS, USAGE, OTHER = "role", "content", "reasoning", "tool_calls", "usage", "other"
 CONTENT_KINDS = frozenset({CONTENT, REASONING, TOOL_CALLS})
 
