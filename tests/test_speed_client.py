@@ -1,9 +1,12 @@
-"""The streaming client and `lanebook speed` against a real loopback SSE server (benchmarks/sse_server.py)."""
+"""The streaming client against a real loopback SSE server (benchmarks/sse_server.py), and how SSE events
+get their arrival stamps."""
 import asyncio
 import importlib.util
 import json
-import subprocess
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -11,10 +14,11 @@ import pytest
 
 from lanebook.errors import LanebookError
 from lanebook.metrics import QueueNotIdle, metrics_url, wait_idle
-from lanebook.speed.client import Plan, chat_url, measure, new_client, run, stream_chat
+from lanebook.speed import transport
+from lanebook.speed.client import DataLines, Plan, chat_url, measure, new_client, run, stream_chat
 from lanebook.speed.command import run_speed
 from lanebook.speed.metrics import request_figures, wave_figures
-from lanebook.speed.records import CONTENT, REASONING, TOOL_CALLS, WaveRecord
+from lanebook.speed.records import CONTENT, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, WaveRecord
 from lanebook.speed.workloads import load_workload, request_body, workload_names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,32 +146,6 @@ def test_every_workload_loads_and_tools_carry_tool_definitions():
         load_workload("chat")
 
 
-def test_run_speed_document_and_incomplete_bands(server):
-    result = run_speed(f"{server}/v1", "m", "prose", [2], trials=2, max_tokens=21)
-    doc = result.document()
-    assert list(doc) == ["api", "model", "workload", "max_tokens", "twin", "runs", "bands"]
-    assert [r["trial"] for r in doc["runs"]] == [1, 2]
-    band = doc["bands"][0]
-    assert band["trials"] == 2 and band["complete"] is False
-    assert doc["runs"][0]["decode_tokens"] == 40
-
-
-def test_cli_speed_writes_json_and_exits_by_errors(server, tmp_path):
-    out = tmp_path / "speed.json"
-    lanebook = str(Path(sys.executable).with_name("lanebook"))
-    done = subprocess.run([lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--concurrency", "1,2",
-                           "--max-tokens", "17", "--json", str(out)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    doc = json.loads(out.read_text())
-    assert [r["concurrency"] for r in doc["runs"]] == [1, 2] and doc["twin"] is False
-    bad = subprocess.run([lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--workload", "nope"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "unknown workload" in bad.stderr and "Traceback" not in bad.stderr
-    failing = subprocess.run([lanebook, "speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1"],
-                             capture_output=True, text=True, timeout=60)
-    assert failing.returncode == 1 and "1 request(s) failed" in failing.stdout
-
-
 def test_runs_inside_a_running_loop_as_in_a_notebook(server):
     """A Jupyter kernel's cells run while its event loop runs; the runbooks call run_speed from there."""
     async def cell():
@@ -175,3 +153,69 @@ def test_runs_inside_a_running_loop_as_in_a_notebook(server):
 
     result = asyncio.run(cell())
     assert result.errors == 0 and result.figures[0].decode_tokens == 8
+
+
+def test_an_event_comes_out_of_the_read_that_completed_its_data_line():
+    lines = DataLines()
+    assert lines.feed(b'data: {"a"') == []
+    assert lines.feed(b":1}") == []
+    assert lines.feed(b'\n\ndata: 2\r\n\n: a comment\n\ndata: [DO') == [b'{"a":1}', b"2"]
+    assert lines.feed(b"NE]\n\n") == [b"[DONE]"]
+
+
+def content(text: str) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": text}}]}).encode() + b"\n\n"
+
+
+def test_events_are_stamped_by_the_read_that_completed_them():
+    """Event A's bytes come in two writes 50 ms apart, the second also carrying all of event B and the
+    stream's end: A and B carry the second read's stamp, the stream's end (t_done) too."""
+    first_a, rest_a = content("a")[:20], content("a")[20:]
+    role = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant"}}]}).encode() + b"\n\n"
+    usage = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+    written = {}
+
+    def frame(payload):
+        return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn, listener:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + frame(role) + frame(first_a))
+            written["first"] = time.perf_counter()
+            time.sleep(0.05)
+            written["second"] = time.perf_counter()
+            conn.sendall(frame(rest_a + content("b")) + frame(usage + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    record = one(f"http://127.0.0.1:{listener.getsockname()[1]}", "plain")
+    assert record.error is None and record.stamp_source == STAMP_KERNEL
+    (role_t, r), (a_t, a), (b_t, b), (usage_t, u) = record.chunks
+    assert (r, a, b, u) == (ROLE, CONTENT, CONTENT, USAGE)
+    assert role_t <= written["first"] < written["second"] <= a_t
+    assert a_t == b_t == usage_t == record.t_done
+
+
+def test_without_kernel_stamps_the_run_says_so(server, monkeypatch):
+    monkeypatch.setattr(transport, "SO_TIMESTAMPNS_NEW", 0x7FFE)  # an option this kernel refuses
+    notes = []
+    plan = Plan(f"{server}/v1", "m", load_workload("count"), [2], 1, 9, {"chat_template_kwargs": {"thinking": False}})
+    [wave] = run(measure(plan, on_note=notes.append))
+    assert [r.stamp_source for r in wave.requests] == [STAMP_LOOP, STAMP_LOOP]
+    assert wave_figures(wave).stamp_source == STAMP_LOOP and wave_figures(wave).errors == 0
+    assert any(n.startswith("chunk arrivals are stamped when this process reads them, not by the kernel "
+                            "(kernel receive timestamps unavailable: SO_TIMESTAMPNS: [Errno") for n in notes)
+
+
+def test_an_https_api_is_noted_as_read_stamped():
+    notes = []
+    plan = Plan("https://127.0.0.1:9/v1", "m", load_workload("count"), [1], 1, 9, {})  # nothing listens
+    [wave] = run(measure(plan, on_note=notes.append))
+    assert wave.requests[0].error.startswith("ConnectError") and wave.requests[0].stamp_source is None
+    assert ("chunk arrivals are stamped when this process reads them, not by the kernel (https:// goes through "
+            "httpx's own transport, which cannot pass them on): a busy client reads them late") in notes

@@ -2,8 +2,9 @@
 import pytest
 
 from lanebook.metrics import SpecDecode
-from lanebook.speed.metrics import estimate_tokens, request_figures, unmeasurable_reason, wave_figures
-from lanebook.speed.records import CONTENT, OTHER, REASONING, ROLE, TOOL_CALLS, USAGE, ChunkArrival, RequestRecord, WaveRecord
+from lanebook.speed.metrics import estimate_tokens, request_figures, stamp_source, unmeasurable_reason, wave_figures
+from lanebook.speed.records import (CONTENT, OTHER, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
+                                    RequestRecord, WaveRecord)
 
 RUN_KEYS = ["concurrency", "trial", "requests", "ok", "errors", "decode_tokens", "wall_s", "mean_stream_decode_tok_s",
             "wall_aggregate_tok_s", "ttft_s_median", "acceptance_rate", "mean_acceptance_length", "tokens_estimated"]
@@ -101,3 +102,28 @@ def test_run_json_has_exactly_the_spec_keys_and_acceptance():
     assert run["acceptance_rate"] == 0.46 and run["mean_acceptance_length"] == 3.3
     assert figures.acceptance_per_position == [0.9, 0.7, 0.4, 0.2, 0.1]
     assert run["trial"] == 3 and run["tokens_estimated"] is False
+
+
+def test_a_wave_names_its_one_stamp_source_and_refuses_a_mix():
+    kernel = [stream(i, 0.0, 0.2, 80.0) for i in range(2)]
+    for record in kernel:
+        record.stamp_source = STAMP_KERNEL
+    unread = RequestRecord(2, 0.0, 0.1, error="ConnectError: refused")  # read no stream: no source
+    assert wave_figures(WaveRecord(3, 1, [*kernel, unread])).stamp_source == STAMP_KERNEL
+    assert stamp_source([unread]) is None
+    late = stream(3, 0.0, 0.2, 80.0)
+    late.stamp_source = STAMP_LOOP
+    with pytest.raises(ValueError, match="chunk times stamped by different sources in one run: kernel, loop"):
+        wave_figures(WaveRecord(3, 1, [*kernel, late]))
+
+
+def test_a_late_first_chunk_reads_high_by_exactly_its_lateness():
+    """Why stamps must be arrivals: 255 decode tokens over a 5.1 s window are 50 tok/s; a first chunk
+    stamped 51 ms late (loop lag) leaves 5.049 s, and the rate reads 255 / 5.049 = +1.01 %."""
+    on_time = stream(0, 0.0, 0.2, 50.0)
+    late = stream(0, 0.0, 0.2, 50.0)
+    first = next(i for i, c in enumerate(late.chunks) if c.kind == CONTENT)
+    late.chunks[first] = ChunkArrival(0.2 + 0.051, CONTENT)
+    assert request_figures(on_time).stream_decode_tok_s == pytest.approx(50.0)
+    assert request_figures(late).stream_decode_tok_s == pytest.approx(255 / 5.049)
+    assert request_figures(late).ttft_s == pytest.approx(0.251)

@@ -1,10 +1,19 @@
-"""The lean httpx transport against a real asyncio server that writes exact bytes (framing edge cases)."""
+"""The lean httpx transport: framing edge cases against a real server writing exact bytes, the kernel's
+arrival stamps (parsing as pure functions, and on loopback while the event loop is blocked), the fallback."""
 import asyncio
+import socket
+import struct
+import threading
+import time
 
 import httpx
 import pytest
 
+from lanebook.speed import transport
 from lanebook.speed.client import new_client, run
+from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
+from lanebook.speed.transport import (CLOCK_READ_GAP_NS, SO_TIMESTAMPNS_NEW, ChunkedDecoder, perf_seconds,
+                                      realtime_minus_perf_ns, receive_stamp_ns)
 
 CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
            b"7\r\ndata: a\r\n5;ext=1\r\n\n\nxyz\r\n10\r\n0123456789abcdef\r\n0\r\nx-trailer: 1\r\n\r\n")
@@ -117,3 +126,116 @@ def test_truncated_chunked_body_is_a_protocol_error():
                         pass
 
     run(go())
+
+
+# Arrival stamps -------------------------------------------------------------------------------------------
+
+def test_ancillary_data_gives_the_kernel_receive_time_in_nanoseconds():
+    stamp = struct.pack("=qq", 1_796_109_003, 107_325_463)  # struct __kernel_timespec {seconds, nanoseconds}
+    other = (socket.IPPROTO_IP, 8, b"\x00" * 16)  # someone else's control message comes first
+    assert receive_stamp_ns([other, (socket.SOL_SOCKET, SO_TIMESTAMPNS_NEW, stamp)]) == 1_796_109_003_107_325_463
+    assert receive_stamp_ns([]) is None  # a read the kernel did not stamp
+    assert receive_stamp_ns([(socket.SOL_SOCKET, 35, stamp)]) is None  # the old option's message is not ours
+    assert receive_stamp_ns([(socket.SOL_SOCKET, SO_TIMESTAMPNS_NEW, stamp[:8])]) is None  # truncated
+
+
+def test_wall_clock_stamps_move_onto_perf_counter_with_nanoseconds_kept():
+    offset = 1_796_109_000_000_000_000  # CLOCK_REALTIME - perf_counter, in ns
+    assert perf_seconds(1_796_109_003_000_000_001, offset) == 3.000000001
+    assert perf_seconds(1_796_109_003_107_325_463, offset) == 3.107325463
+    # as floats first, the two stamps 1 ns apart would be the same number
+    assert float(1_796_109_003_000_000_001) == float(1_796_109_003_000_000_000)
+
+
+def test_clock_offset_is_read_again_when_a_preemption_splits_the_readings():
+    perf = iter([1_000, 1_000 + CLOCK_READ_GAP_NS + 1, 90_000, 90_400]).__next__
+    wall = iter([5_000_000_000, 5_000_089_100]).__next__
+    # first try: the perf readings are too far apart; second: wall 5_000_089_100 against perf midpoint 90_200
+    assert realtime_minus_perf_ns(perf, wall) == 5_000_089_100 - 90_200
+
+
+def test_chunked_frames_are_released_in_the_read_that_brought_them():
+    decoder = ChunkedDecoder()
+    reads = [b"5\r\nhel", b"lo", b"\r", b"\n3;x=1\r", b"\nabc\r\n", b"2\r\nde\r\n0\r\n", b"x-t: 1\r\n", b"\r\n"]
+    assert [decoder.feed(r) for r in reads] == [b"hel", b"lo", b"", b"", b"abc", b"de", b"", b""]
+    assert decoder.done
+    whole = ChunkedDecoder()
+    assert whole.feed(b"4\r\nwxyz\r\n1\r\n!\r\n0\r\n\r\n") == b"wxyz!" and whole.done
+    with pytest.raises(httpx.RemoteProtocolError, match="bad chunk size line"):
+        ChunkedDecoder().feed(b"zz\r\n")
+
+
+class ThreadServer:
+    """A blocking server in a thread, so it writes while the client's event loop is blocked."""
+
+    def __init__(self, script):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, args=(script,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, script):
+        conn, _ = self.listener.accept()
+        with conn, self.listener:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            script(conn)
+
+
+def frame(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def blocked_loop_read():
+    """The server sends a second frame while the client's event loop is blocked (a synchronous wait,
+    then a sleep); returns the server's perf_counter just before that write, the stamp of the read that
+    brought the frame, when the loop was unblocked, and the transport's stamp source."""
+    go, sent, finish = threading.Event(), threading.Event(), threading.Event()
+    written = {}
+
+    def script(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + frame(b"data: 1\n\n"))
+        go.wait(10)
+        written["t"] = time.perf_counter()
+        time.sleep(0.002)
+        conn.sendall(frame(b"data: 2\n\n"))
+        sent.set()
+        finish.wait(10)
+        conn.sendall(b"0\r\n\r\n")
+
+    server = ThreadServer(script)
+
+    async def go_read():
+        async with new_client() as client:
+            async with client.stream("GET", server.url + "/x") as response:
+                body = response.extensions["stamped_body"]
+                reads = body.stamped()
+                assert (await anext(reads))[0] == b"data: 1\n\n"
+                go.set()
+                sent.wait(10)  # blocks the event loop until the frame is on its way...
+                time.sleep(0.2)  # ...and well after it arrived
+                unblocked = time.perf_counter()
+                payload, t = await anext(reads)
+                finish.set()
+                assert payload == b"data: 2\n\n" and [p async for p, _ in reads] == [b""]
+                return written["t"], t, unblocked, body.source
+
+    return run(go_read())
+
+
+def test_kernel_stamp_is_the_arrival_not_when_the_blocked_loop_read_it():
+    written, stamp, unblocked, source = blocked_loop_read()
+    assert source == STAMP_KERNEL
+    assert written <= stamp < unblocked
+
+
+def test_without_the_socket_option_reads_are_stamped_by_this_process_and_say_so(monkeypatch):
+    monkeypatch.setattr(transport, "SO_TIMESTAMPNS_NEW", 0x7FFE)  # an option this kernel refuses
+    held, why = transport.stamped_socket()
+    assert held is None and why.startswith("kernel receive timestamps unavailable: SO_TIMESTAMPNS: [Errno")
+    lean = transport.LeanTransport()
+    assert lean.stamp_source == STAMP_LOOP and lean.stamp_note == why
+    written, stamp, unblocked, source = blocked_loop_read()
+    assert source == STAMP_LOOP
+    assert unblocked <= stamp  # what kernel stamps avoid: the read is timed when the loop got to it

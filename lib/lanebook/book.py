@@ -190,7 +190,8 @@ def build_book(out: Optional[Path] = None) -> Path:
 
 
 def _refuse_secrets(stage: Path) -> None:
-    """Nothing is published when a page source holds what redaction would hide (SPEC section 8)."""
+    """Nothing is published when a page source holds what redaction would hide: an HF token, API key,
+    bearer token, private key or password must never reach a published page."""
     leaked = [p.relative_to(stage) for p in sorted(stage.rglob("*")) if p.suffix in (".md", ".ipynb", ".yml")
               and redact(p.read_text(errors="ignore")) != p.read_text(errors="ignore")]
     if leaked:

@@ -156,9 +156,9 @@ def speed(
     max_tokens: int = typer.Option(256, "--max-tokens"),
     workload: str = typer.Option("count", "--workload"),
     trials: int = typer.Option(1, "--trials"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write SPEC section 6 JSON here"),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="write the speed document (runs, bands) as JSON here"),
 ):
-    """Streaming speed waves (SPEC section 6): per-stream decode, wall aggregate, TTFT, acceptance."""
+    """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance."""
     from .speed.command import speed_command
 
     try:

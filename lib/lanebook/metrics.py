@@ -139,7 +139,8 @@ async def wait_idle(
 
 @dataclass(frozen=True)
 class SpecDecode:
-    """Speculative-decoding figures of one wave, from /metrics counter deltas (SPEC section 6)."""
+    """Speculative-decoding figures of one wave, from /metrics counter deltas over the wave:
+    acceptance = Δaccepted / Δdraft tokens, mean acceptance length = 1 + Δaccepted / Δdrafts."""
 
     drafts: float
     draft_tokens: float

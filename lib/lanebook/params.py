@@ -142,7 +142,7 @@ class LaneParams(Strict):
     )
     legacy_units: list[StrictStr] = Field(
         default_factory=lambda: ["aiden-vllm.service"],
-        description="systemd units of older serving stacks to mask before compose (seed 000 pitfall 13)",
+        description="systemd units of older serving stacks to mask before compose: a legacy unit can restart and take the pair's memory (pitfall 13)",
     )
     rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
 

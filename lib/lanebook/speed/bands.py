@@ -3,7 +3,7 @@
 A band is the median and min-max of a figure over the trials of one (workload, C) cell; fewer than
 MIN_TRIALS trials make it incomplete, and every table and verdict says so. Verdicts compare medians
 with a stated relative tolerance. Inputs are speed documents: the JSON `lanebook speed --json` writes
-(SPEC section 6), so an earlier run, a lane's stored bands and a fresh run are compared alike.
+(runs and bands), so an earlier run, a lane's stored bands and a fresh run are compared alike.
 """
 from __future__ import annotations
 

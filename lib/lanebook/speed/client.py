@@ -1,9 +1,15 @@
 """The streaming client: async httpx, waves of C requests sent at once, plain records out.
 
-Kept cheap on purpose, so the client's own CPU does not bend the timings it takes: request bodies are
-encoded before a wave starts, httpx runs on a lean transport (transport.py), each socket read is
-timestamped once (every SSE event in that read arrived together), events are decoded with the C json
-parser, the garbage collector waits between waves, and the event loop is uvloop's when installed.
+Chunk times are arrival times: the lean transport (transport.py) stamps each socket read with the
+kernel's receive time of its bytes, so a busy event loop, or 64 first chunks landing at once, does
+not make a chunk look later than it came. An SSE event takes the stamp of the read that completed its
+`data:` line (DataLines). Where the kernel cannot stamp, the transport's perf_counter reading at each
+read stands in, and the record says which (stamp_source).
+
+Kept cheap as well, so the client's CPU stays low at many streams: request bodies are encoded before a
+wave starts, the body is read from the transport's stamped reads (no httpx generator layers per
+block), events go straight to the C json scanner, the garbage collector waits between waves, and
+the event loop is uvloop's when installed.
 """
 from __future__ import annotations
 
@@ -15,16 +21,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Coroutine, Iterator, Mapping, Optional, TypeVar
+from typing import Any, AsyncIterator, Callable, Coroutine, Iterator, Mapping, Optional, TypeVar
 
 import httpx
 
 from ..metrics import MetricsUnavailable, metrics_url, queue_depth, scrape, server_root, spec_decode_delta, wait_idle
-from .records import CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, TOOL_CALLS, USAGE, ChunkArrival, RequestRecord, WaveRecord
+from .records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
+                      RequestRecord, WaveRecord)
 from .transport import LeanTransport
 from .workloads import Workload, request_body
 
-JSON_HEADERS = {"content-type": "application/json", "accept": "text/event-stream"}
+# accept-encoding identity: the events are parsed from the bytes as they arrive, so nothing may compress them
+JSON_HEADERS = {"content-type": "application/json", "accept": "text/event-stream", "accept-encoding": "identity"}
+# One event's JSON object: raw_decode skips json.loads' Python layers (encoding detection, a second
+# whitespace scan), a third of the cost per event.
+decode_event = json.JSONDecoder().raw_decode
 T = TypeVar("T")
 
 
@@ -45,11 +56,27 @@ def request_timeout_s(max_tokens: int) -> float:
     return 120.0 + max_tokens / 5.0
 
 
-def new_client() -> httpx.AsyncClient:
+def new_client(transport: Optional[LeanTransport] = None) -> httpx.AsyncClient:
     """One pooled client per run on the lean transport; no proxies from the environment (the lane is
     reached directly)."""
-    return httpx.AsyncClient(transport=LeanTransport(), timeout=httpx.Timeout(120.0, connect=10.0),
+    return httpx.AsyncClient(transport=transport or LeanTransport(), timeout=httpx.Timeout(120.0, connect=10.0),
                              trust_env=False)
+
+
+class DataLines:
+    """The `data:` payloads of an SSE byte stream fed one socket read at a time: each feed returns the
+    payloads whose line that read completed. A payload split over reads comes out of the last of them;
+    several completed by one read come out together (and so share its arrival stamp)."""
+
+    def __init__(self) -> None:
+        self.pending = b""  # the start of a line whose newline has not arrived yet
+
+    def feed(self, data: bytes) -> list[bytes]:
+        if b"\n" not in data:
+            self.pending += data
+            return []
+        *lines, self.pending = (self.pending + data).split(b"\n")
+        return [line[5:].strip() for line in lines if line.startswith(b"data:")]
 
 
 def _observe(event: Mapping[str, Any], record: RequestRecord) -> str:
@@ -85,35 +112,49 @@ def _observe(event: Mapping[str, Any], record: RequestRecord) -> str:
     return ROLE if delta.get("role") else OTHER
 
 
-async def _read_stream(response: httpx.Response, record: RequestRecord, tally: Optional[Tally]) -> None:
+async def _clock_stamped(response: httpx.Response) -> AsyncIterator[tuple[bytes, float]]:
+    """Blocks of a body from httpx's own transport (https://), stamped when this process gets them."""
     clock = time.perf_counter
-    chunks = record.chunks
-    pending = b""
-    done = False
     async for data in response.aiter_bytes():
-        t = clock()
-        pending += data
-        if b"\n" not in data:
+        yield data, clock()
+
+
+async def _read_stream(response: httpx.Response, record: RequestRecord, tally: Optional[Tally]) -> Optional[float]:
+    """Fold the stream's events into the record; returns the arrival of its last bytes (None after an error)."""
+    if response.headers.get("content-encoding", "identity") != "identity":
+        record.error = f"compressed event stream (content-encoding: {response.headers['content-encoding']})"
+        return None
+    body = response.extensions.get("stamped_body")
+    if body is not None:
+        blocks, record.stamp_source = body.stamped(), body.source
+    else:
+        blocks, record.stamp_source = _clock_stamped(response), STAMP_LOOP
+    chunks = record.chunks
+    lines = DataLines()
+    done = False
+    end = None
+    async for data, end in blocks:
+        if end is None:
+            record.error = "a read carried no kernel receive timestamp"
+            return None
+        if not data:
             continue
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
+        for payload in lines.feed(data):
             if payload == b"[DONE]":
                 done = True
                 continue
             try:
-                event = json.loads(payload)
-            except ValueError:
+                event = decode_event(payload.decode())[0]
+            except ValueError:  # bad JSON or bad UTF-8
                 record.error = f"undecodable event: {payload[:80]!r}"
-                return
+                return None
             kind = _observe(event, record)
-            chunks.append(ChunkArrival(t, kind))
+            chunks.append(ChunkArrival(end, kind))
             if tally is not None and kind in CONTENT_KINDS:
                 tally.content_chunks += 1
     if not done and record.error is None:
         record.error = "stream ended before [DONE]"
+    return end
 
 
 async def stream_chat(
@@ -126,11 +167,14 @@ async def stream_chat(
 ) -> RequestRecord:
     """POST one streamed chat request; every failure ends up in record.error, never raised.
 
-    t_sent is when the request's headers start onto the socket (httpcore's trace), not when the
+    t_sent is when the request's headers start onto the socket (the transport's trace hook), not when the
     coroutine began: with C requests launched together, each waits for the others' set-up first.
+    t_done is the arrival of the response's last bytes, on the chunks' clock; when the request
+    failed, the moment the client gave up.
     """
     clock = time.perf_counter
     record = RequestRecord(index=index, t_sent=clock())
+    end = None
 
     async def trace(event: str, info: Mapping[str, Any]) -> None:
         if event.endswith("send_request_headers.started"):
@@ -144,12 +188,12 @@ async def stream_chat(
                     detail = (await response.aread())[:200].decode(errors="replace").strip()
                     record.error = f"HTTP {response.status_code}: {detail}"
                 else:
-                    await _read_stream(response, record, tally)
+                    end = await _read_stream(response, record, tally)
     except TimeoutError:
         record.error = f"timeout after {timeout_s:g} s"
     except httpx.HTTPError as exc:
         record.error = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    record.t_done = clock()
+    record.t_done = end if end is not None and record.error is None else clock()
     if tally is not None:
         tally.finished += 1
     return record
@@ -271,7 +315,13 @@ async def measure(
     on_note: Callable[[str], None] = lambda note: None,
 ) -> list[WaveRecord]:
     """Every wave of the plan, trials interleaved over concurrency so drift spreads across cells."""
-    async with new_client() as client:
+    transport = LeanTransport()
+    why = transport.stamp_note or (None if plan.api.startswith("http://") else
+                                   "https:// goes through httpx's own transport, which cannot pass them on")
+    if why:
+        on_note(f"chunk arrivals are stamped when this process reads them, not by the kernel ({why}): "
+                "a busy client reads them late")
+    async with new_client(transport) as client:
         metrics, why = await probe_metrics(client, plan.api)
         if why:
             on_note(f"idle-queue check and acceptance figures skipped: {why}")

@@ -1,6 +1,6 @@
 """`lanebook speed` and its library entry point run_speed (used by the speed, warmup and diagnose runbooks).
 
-Progress on the terminal while waves run, a human table after, and SPEC section 6's JSON. Figures
+Progress on the terminal while waves run, a human table after, and the speed JSON document (runs, bands). Figures
 measured on the twin are labelled twin on the terminal and in the JSON ("twin": true).
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from ..metrics import QueueNotIdle
 from ..params import LaneParams, lane_names, load_lane
 from .bands import MIN_TRIALS, bands_from_runs
 from .client import Plan, Tally, measure, run, serves_twin
-from .metrics import WaveFigures, wave_figures
-from .records import WaveRecord
+from .metrics import WaveFigures, stamp_source, wave_figures
+from .records import STAMP_KERNEL, WaveRecord
 from .workloads import check_thinking_booleans, load_workload
 
 DEFAULT_REQUEST: dict[str, Any] = LaneParams.model_fields["request"].default_factory()
@@ -43,8 +43,13 @@ class SpeedResult:
     def errors(self) -> int:
         return sum(f.errors for f in self.figures)
 
+    @property
+    def stamp_source(self) -> Optional[str]:
+        return stamp_source(r for wave in self.waves for r in wave.requests)
+
     def document(self) -> dict:
-        """SPEC section 6's JSON, plus "twin" so twin figures are never taken for a real lane's."""
+        """The speed JSON document (api, model, workload, max_tokens, runs, bands), plus "twin" so twin figures are never taken for a real lane's, and
+        "stamp_source": what timed the chunks ("kernel" receive stamps, or "loop": the client's reads)."""
         runs = [f.run_json() for f in self.figures]
         return {
             "api": self.api,
@@ -52,6 +57,7 @@ class SpeedResult:
             "workload": self.workload,
             "max_tokens": self.max_tokens,
             "twin": self.twin,
+            "stamp_source": self.stamp_source,
             "runs": runs,
             "bands": bands_from_runs(runs, self.workload),
         }
@@ -144,6 +150,7 @@ def print_result(result: SpeedResult, console: Console) -> None:
                      _fmt(f.mean_stream_decode_tok_s), _fmt(f.wall_aggregate_tok_s), _fmt(f.ttft_s_median, 3),
                      _fmt(f.acceptance_rate, 3), _fmt(f.mean_acceptance_length, 2))
     console.print(runs)
+    console.print(_stamp_line(result.stamp_source), soft_wrap=True)
     bands = Table(title=f"bands: median (min–max) over trials{label}",
                   caption=f"* incomplete band: fewer than {MIN_TRIALS} trials, not a band to publish")
     for column in ("C", "trials", "stream tok/s", "aggregate tok/s", "TTFT s"):
@@ -158,6 +165,14 @@ def print_result(result: SpeedResult, console: Console) -> None:
         console.print(f"note: {note}")
     if result.errors:
         console.print(f"[red]{result.errors} request(s) failed or were unmeasurable; see the runs above[/]")
+
+
+def _stamp_line(source: Optional[str]) -> str:
+    if source is None:
+        return "no stream was read"
+    if source == STAMP_KERNEL:
+        return "chunk times: the kernel's receive stamps"
+    return "chunk times: when this client read them (no kernel stamps; late when the client is busy)"
 
 
 def _band_cell(stats: Optional[dict], digits: int) -> str:

@@ -1,4 +1,4 @@
-"""SPEC section 6's figures as pure functions of the client's records.
+"""The speed figures (the project's published definitions) as pure functions of the client's records.
 
 - t_first/t_last: arrivals of the first/last chunk carrying content, reasoning or tool calls
   (the role-only chunk does not open the window).
@@ -7,12 +7,14 @@
 - decode_tokens = completion_tokens - 1; stream rate = decode_tokens / (t_last - t_first).
 - wall_s: first request sent to last response finished; aggregate = sum of decode_tokens / wall_s.
 - ttft_s = t_first - t_sent.
+- Every time of a wave is on one clock, and every chunk time comes from one stamp source (kernel
+  receive stamps or the client's reads): windows measured two ways would not be comparable.
 """
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
 from .records import CONTENT_KINDS, RequestRecord, WaveRecord
 
@@ -70,6 +72,18 @@ def request_figures(record: RequestRecord) -> RequestFigures:
     )
 
 
+def stamp_source(records: Iterable[RequestRecord]) -> Optional[str]:
+    """The one source that stamped these records' chunks (None when no record read a stream).
+
+    Raises ValueError when they differ: kernel stamps are arrivals, read stamps come late under load,
+    so figures over a mix of the two would be neither.
+    """
+    sources = {r.stamp_source for r in records if r.stamp_source is not None}
+    if len(sources) > 1:
+        raise ValueError(f"chunk times stamped by different sources in one run: {', '.join(sorted(sources))}")
+    return sources.pop() if sources else None
+
+
 def wall_seconds(records: list[RequestRecord]) -> float:
     """From the first request sent to the last response finished (failed requests included)."""
     start = min(r.t_sent for r in records)
@@ -79,7 +93,7 @@ def wall_seconds(records: list[RequestRecord]) -> float:
 
 @dataclass(frozen=True)
 class WaveFigures:
-    """One wave's figures; run_json() is SPEC section 6's run object, key for key."""
+    """One wave's figures; run_json() is one entry of the speed document's "runs" list, key for key."""
 
     concurrency: int
     trial: int
@@ -97,6 +111,7 @@ class WaveFigures:
     acceptance_per_position: list[float]
     tokens_estimated: bool
     idle_wait_s: Optional[float]
+    stamp_source: Optional[str]  # records.STAMP_KERNEL or STAMP_LOOP
 
     def run_json(self) -> dict:
         return {
@@ -150,4 +165,5 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
         acceptance_per_position=spec.acceptance_per_position if spec else [],
         tokens_estimated=any(f.tokens_estimated for f in measured),
         idle_wait_s=wave.idle_wait_s,
+        stamp_source=stamp_source(wave.requests),
     )
