@@ -20,7 +20,7 @@
 # start the lane from the head with the recipe's launcher (worker first, then head), and prove the
 # server is the one the lane describes: no auto-enabled breakable CUDA graphs, a KV cache in band,
 # `/v1/models` reporting the served name and 1M context, and the live command carrying the lane's
-# speculative schedule.
+# values (memory, context, slots, batch, K and schedule).
 #
 # **Time:** 8–15 minutes on a real lane (cold bind); about a minute on the twin with `--fast`.
 # **Risk:** medium — it takes the pair. Nothing else can serve on these two Sparks while it runs.
@@ -39,7 +39,8 @@ min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM
 
 # %%
 from lanebook import launcher, logs, memory, readiness, transfers, weights
-from lanebook.lint import lint_lane
+from lanebook.effective import live_mismatches
+from lanebook.lint import lint_lane_checkout
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
@@ -59,8 +60,9 @@ troubleshooting_table("launch")
 
 # %%
 with rb.step("prerequisites"):
-    report = lint_lane(p)
-    rb.expect(report.ok, "lane lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error"),
+    report = lint_lane_checkout(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
+    rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
+                                                                   if f.severity == "error") or report.linted_summary(),
               local=True)
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     pair = launcher.pair_occupancy(rb.lane)
@@ -138,8 +140,10 @@ with rb.step("4 startup log"):
 
 # %% [markdown]
 # ## Step 5 — `/v1/models` and the live command
-# Expected: id is the lane's served name, `max_model_len` the lane's; the live command carries
-# `num_speculative_tokens_per_batch_size` exactly when the lane has a schedule.
+# Expected: id is the lane's served name, `max_model_len` the lane's; the live `vllm serve` command carries
+# every value the lane sets (served name, max model length, sequences, batched tokens, memory
+# utilization, K and the batch-size schedule exactly when the lane has one). A launcher or compose
+# line that overrides the lane shows up here, named with both values.
 
 # %%
 with rb.step("5 models and live command"):
@@ -147,9 +151,8 @@ with rb.step("5 models and live command"):
     model = next((m for m in models if m.get("id") == p.served_model_name), models[0] if models else {})
     rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))
     rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
-    has_schedule = logs.schedule_in_live_command(rb.lane.head, launcher.container_name(rb.lane))
-    rb.expect(has_schedule == (p.speculative.schedule is not None), "live command matches the lane's speculative schedule",
-              f"schedule in live command: {has_schedule}")
+    mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
+    rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
 
 # %% [markdown]
 # ## Verdict

@@ -37,3 +37,31 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
             for node in lane.nodes:
                 node.run(f"rm -f /dev/shm/{name}")
             launcher.stop_lane(lane)
+
+
+@pytest.mark.twin
+def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
+    """The head's launcher exports a value of its own (the rejected batch-8216 canary) that no file lanebook reads
+    shows: the server boots, and launch fails at step 5 naming the flag, the lane's value and the live value."""
+    lane_params = load_lane("twin")
+    script = f"{lane_params.checkout.removeprefix('~/')}/{lane_params.launcher.start.removeprefix('./')}"
+    with nodes.Lane(lane_params) as lane:
+        launcher.stop_lane(lane)
+        original = lane.head.run(f"cat {script}").stdout
+        lane.head.run(f"sed -i 's/^apply_memory_profile$/apply_memory_profile; export MAX_NUM_BATCHED_TOKENS=8216/' {script}")
+        assert "MAX_NUM_BATCHED_TOKENS=8216" in lane.head.run(f"cat {script}").stdout
+        try:
+            run = subprocess.run([str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
+                                 capture_output=True, text=True, timeout=600,
+                                 env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+            assert run.returncode == 1, run.stdout + run.stderr
+            record = json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1])
+            assert record["verdict"] == "fail" and record["failed_step"] == "5 models and live command", record
+            executed = (tmp_path / "outputs" / record["output"]).read_text()
+            assert "--max-num-batched-tokens: lane 8192, live 8216" in executed
+        finally:
+            restore = tmp_path / "start.sh"
+            restore.write_text(original)
+            lane.head.put(restore, script)
+            lane.head.run(f"chmod +x {script}")
+            launcher.stop_lane(lane)

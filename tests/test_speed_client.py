@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from lanebook.errors import LanebookError
-from lanebook.metrics import QueueNotIdle, metrics_url, wait_idle
+from lanebook.prometheus import QueueNotIdle, metrics_url, wait_idle
 from lanebook.speed import transport
 from lanebook.speed.client import DataLines, Plan, chat_url, measure, new_client, run, stream_chat
 from lanebook.speed.command import run_speed

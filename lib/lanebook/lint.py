@@ -88,6 +88,11 @@ class LintReport:
             doc["note"] = self.note
         return doc
 
+    def linted_summary(self) -> str:
+        """Which files were linted, and from where (a runbook shows it beside its verdict)."""
+        files = ", ".join(f"{item.file} ({item.source})" for item in self.linted)
+        return f"linted {files}" + (f"; {self.note}" if self.note else "")
+
 
 @dataclass
 class LintInput:

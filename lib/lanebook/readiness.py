@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 from .errors import LanebookError
 from .http import WaitProgress, wait_for
-from .metrics import server_root
+from .prometheus import server_root
 from .nodes import Executor, Lane
 
 

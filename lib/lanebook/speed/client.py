@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterator, Mapping, O
 
 import httpx
 
-from ..metrics import MetricsUnavailable, metrics_url, queue_depth, scrape, server_root, spec_decode_delta, wait_idle
+from ..prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, server_root, spec_decode_delta, wait_idle
 from .records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
                       RequestRecord, WaveRecord)
 from .transport import LeanTransport

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ..errors import LaneError, LanebookError
 from ..files import backup, write_atomic
-from ..metrics import QueueNotIdle
+from ..prometheus import QueueNotIdle
 from ..params import LaneParams, lane_names, load_lane
 from .bands import MIN_TRIALS, bands_from_runs
 from .client import Plan, Tally, measure, run, serves_twin
