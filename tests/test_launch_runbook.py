@@ -16,6 +16,15 @@ def shm(node):
     return node.run("ls -A /dev/shm").stdout.split()
 
 
+def run_launch(tmp_path, expect_exit: int) -> dict:
+    """`lanebook run launch --lane twin` with its own outputs dir; its exit code checked, its record returned."""
+    run = subprocess.run([str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+    assert run.returncode == expect_exit, run.stdout + run.stderr
+    return json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1])
+
+
 @pytest.mark.twin
 def test_launch_removes_a_planted_segment(twin, tmp_path):
     """`lanebook run launch --lane twin` on a stopped lane: step 1 cleans what was planted in both nodes' /dev/shm."""
@@ -25,11 +34,7 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
         for node in lane.nodes:
             node.run(f"touch /dev/shm/{name}")
         try:
-            run = subprocess.run([str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
-                                 capture_output=True, text=True, timeout=600,
-                                 env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
-            assert run.returncode == 0, run.stdout + run.stderr
-            record = json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1])
+            record = run_launch(tmp_path, expect_exit=0)
             assert record["verdict"] == "pass" and set(record["figures"]["free_gib_after_cleanup"]) == {"head", "worker"}
             for node in lane.nodes:
                 assert name not in shm(node)
@@ -51,11 +56,7 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
         lane.head.run(f"sed -i 's/^apply_memory_profile$/apply_memory_profile; export MAX_NUM_BATCHED_TOKENS=8216/' {script}")
         assert "MAX_NUM_BATCHED_TOKENS=8216" in lane.head.run(f"cat {script}").stdout
         try:
-            run = subprocess.run([str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
-                                 capture_output=True, text=True, timeout=600,
-                                 env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
-            assert run.returncode == 1, run.stdout + run.stderr
-            record = json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1])
+            record = run_launch(tmp_path, expect_exit=1)
             assert record["verdict"] == "fail" and record["failed_step"] == "5 models and live command", record
             executed = (tmp_path / "outputs" / record["output"]).read_text()
             assert "--max-num-batched-tokens: lane 8192, live 8216" in executed

@@ -1,13 +1,10 @@
 """The streaming client against a real loopback SSE server (benchmarks/sse_server.py), and how SSE events
 get their arrival stamps."""
 import asyncio
-import importlib.util
 import json
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -21,19 +18,7 @@ from lanebook.speed.metrics import request_figures, wave_figures
 from lanebook.speed.records import CONTENT, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, WaveRecord
 from lanebook.speed.workloads import load_workload, request_body, workload_names
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sse_server", REPO / "benchmarks" / "sse_server.py")
-sse_server = sys.modules.setdefault("sse_server", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(sse_server)
-
-
-@pytest.fixture(scope="module")
-def server():
-    """A known-schedule server: 200 tok/s per stream, 4 tokens per chunk, 10 ms to the first token."""
-    proc, url = sse_server.spawn("--pace-tok-s", "200", "--tokens-per-chunk", "4", "--ttft-ms", "10")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+from sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 
 
 def truth(url):

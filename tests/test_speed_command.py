@@ -1,31 +1,17 @@
 """`lanebook speed` and run_speed against a real loopback SSE server (benchmarks/sse_server.py): the JSON
 document, the human tables, exit codes."""
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from rich.console import Console
 
 from lanebook.speed import transport
 from lanebook.speed.command import print_result, run_speed
 from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("sse_server", REPO / "benchmarks" / "sse_server.py")
-sse_server = sys.modules.setdefault("sse_server", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(sse_server)
-
-
-@pytest.fixture(scope="module")
-def server():
-    """A known-schedule server: 200 tok/s per stream, 4 tokens per chunk, 10 ms to the first token."""
-    proc, url = sse_server.spawn("--pace-tok-s", "200", "--tokens-per-chunk", "4", "--ttft-ms", "10")
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+from sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 
 
 def printed(result) -> str:
