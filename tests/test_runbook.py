@@ -25,6 +25,16 @@ def shown(monkeypatch):
     return seen
 
 
+def _lab_lane(registry, tmp_path) -> str:
+    """A lane reached through a plugin's ssh config (nothing is run on it by these tests)."""
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    registry.ssh_config("lab", lambda: config)
+    lane_file = tmp_path / "lab.yaml"
+    lane_file.write_text(lane_with(load_lane("twin"), ssh_config="lab").model_dump_json())  # JSON is YAML
+    return str(lane_file)
+
+
 def dry(lane="anemll-0731"):
     return Runbook("launch", lane, dry_run=True)
 
@@ -77,14 +87,9 @@ def test_a_real_run_checks_what_it_is_given(registry, tmp_path):
     """Not a dry run: the plugins ready the lane first, and expect() passes or fails on the value."""
     prepared = []
     registry.before_run(prepared.append)
-    config = tmp_path / "ssh_config"
-    config.write_text("")
-    registry.ssh_config("lab", lambda: config)
-    lane_file = tmp_path / "lab.yaml"
-    lane_file.write_text(lane_with(load_lane("twin"), ssh_config="lab").model_dump_json())  # JSON is YAML
-    rb = Runbook("launch", str(lane_file))
+    rb = Runbook("launch", _lab_lane(registry, tmp_path))
     assert [p.name for p in prepared] == ["twin"]
-    assert rb.lane.head.ssh_config == config
+    assert rb.lane.head.ssh_config == tmp_path / "ssh_config"
     rb.expect(True, "live command carries the lane's schedule")
     with pytest.raises(StepFailed, match="^prerequisites: free memory$"):
         rb.expect(False, "free memory")
@@ -99,3 +104,22 @@ def test_finish_emits_the_verdict_for_the_runner(shown):
     assert verdict["figures"] == {"kv_cache_tokens": 2_493_464} and verdict["lane"] == "anemll-0731" and not verdict["twin"]
     assert shown[-1][VERDICT_MIME] == verdict  # the output lanebook.execute reads back
     assert shown[-1]["text/plain"] == '{"verdict": "dry-run", "figures": {"kv_cache_tokens": 2493464}}'
+
+
+def test_a_destructive_step_needs_confirmation_and_records_who_gave_it(registry, tmp_path):
+    unconfirmed = Runbook("stop", _lab_lane(registry, tmp_path))
+    with unconfirmed.step("1 stop"):
+        with pytest.raises(StepFailed, match=r"^1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)$"):
+            unconfirmed.confirm("stop the lane on every node")
+    assert unconfirmed.checks[-1].outcome == "fail" and "--yes" in unconfirmed.checks[-1].detail
+    confirmed = Runbook("stop", _lab_lane(registry, tmp_path), confirm=True)
+    with confirmed.step("1 stop"):
+        confirmed.confirm("stop the lane on every node")
+    (given,) = confirmed.finish()["confirmations"]
+    assert given["step"] == "1 stop" and given["what"] == "stop the lane on every node" and "@" in given["by"]
+
+
+def test_a_dry_run_asks_nothing():
+    rb = dry()
+    rb.confirm("drop the page cache on every node")  # nothing is sent, so nothing needs confirming
+    assert rb.checks == [] and rb.finish()["confirmations"] == []

@@ -157,6 +157,7 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
         "params": redact_data(params),
         "git_commit": _git_commit(),
         "figures": figures,
+        "confirmations": (result or {}).get("confirmations", []),  # who let destructive steps go ahead
     }
     append_run(record)
     commands = result["commands"] if result else []  # a dry run's recorded command lines, for the terminal

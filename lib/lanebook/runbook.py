@@ -12,7 +12,9 @@ are checked for real and still fail it.
 """
 from __future__ import annotations
 
+import getpass
 import json
+import socket
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
@@ -62,10 +64,12 @@ def _display(obj: Any = None, markdown: Optional[str] = None, raw: Optional[dict
 
 
 class Runbook:
-    def __init__(self, name: str, lane: str, *, dry_run: bool = False):
+    def __init__(self, name: str, lane: str, *, dry_run: bool = False, confirm: bool = False):
         self.name = name
         self.params = load_lane(lane)
         self.dry_run = dry_run
+        self.confirmed = confirm  # the notebook's `confirm` parameter: destructive steps may go ahead
+        self.confirmations: list[dict] = []
         self.figures: dict[str, Any] = {}
         self.checks: list[Check] = []
         self.current_step = "prerequisites"
@@ -109,6 +113,23 @@ class Runbook:
         self.checks.append(check)
         _display(markdown=f"{MARKS[check.outcome]} **{check.what}**" + (f" — {check.detail}" if check.detail else ""))
 
+    def confirm(self, what: str) -> None:
+        """Let a destructive step (stop, cache drop, rsync, restore, rollback) go ahead, or stop the run.
+
+        Headless, confirmation is the notebook's `confirm` parameter: `lanebook run ... --yes` or
+        `-p confirm=True` (the runner confirms twin lanes itself). Without it the step fails, naming the flag.
+        A dry run sends nothing, so it asks nothing. Who confirmed (user@host running lanebook) is recorded.
+        """
+        if self.dry_run:
+            return
+        if not self.confirmed:
+            self._add(Check(self.current_step, f"confirmed: {what}", FAIL,
+                            "not confirmed: rerun with --yes (or -p confirm=True) to let this step change the lane"))
+            raise StepFailed(f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)")
+        by = f"{getpass.getuser()}@{socket.gethostname()}"
+        self.confirmations.append({"step": self.current_step, "what": what, "by": by})
+        _display(markdown=f"**confirmed** by `{by}`: {what}")
+
     def record(self, **figures: Any) -> None:
         """Figures that go into the run record (twin figures are labelled by the record's twin flag)."""
         self.figures.update(figures)
@@ -129,6 +150,7 @@ class Runbook:
             "verdict": verdict_of(self.checks, self.dry_run),
             "checks": [asdict(c) for c in self.checks],
             "figures": self.figures,
+            "confirmations": self.confirmations,
             "commands": self.commands() if self.dry_run else [],
         }
         _display(raw={VERDICT_MIME: verdict, "text/plain": json.dumps({"verdict": verdict["verdict"], "figures": self.figures})})
