@@ -94,3 +94,60 @@ def test_rsync_to_workers_interrupted_then_resumed(lane):
     finally:
         for node in (head, worker):
             node.run("rm -rf ~/lbt-sync")
+
+
+# --- resuming a cut rsync (no twin: an executor that answers as the head and the worker would) ------------
+
+class CutOnce(nodes.Executor):
+    """Answers rsync as a head whose first push loses its connection (exit `first_exit`), then completes;
+    the worker's receiver of the cut push is still listed by pgrep once, then gone."""
+
+    def __init__(self, first_exit: int):
+        super().__init__(dry_run=True)  # no ssh config is resolved; nothing is sent
+        self.first_exit, self.rsyncs, self.pgreps = first_exit, 0, 0
+
+    def run(self, node, command, **kwargs):
+        if command.startswith("rsync"):
+            self.rsyncs += 1
+            if self.rsyncs == 1:
+                raise nodes.CommandFailed(self._record(nodes.CommandResult(node.alias, command, self.first_exit)))
+            return self._record(nodes.CommandResult(node.alias, command, 0, stdout=STATS))
+        self.pgreps += 1
+        receiver = "4242 rsync --server -logDtprHe.iLsfxCIvu --partial . ds4-f-mia-anemll-0731/\n"
+        return self._record(nodes.CommandResult(node.alias, command, 0, stdout=receiver if self.pgreps == 1 else ""))
+
+
+def test_a_cut_connection_is_resumed_after_the_receiver_exits():
+    executor = CutOnce(first_exit=255)
+    lane = nodes.Lane(load_lane("anemll-0731"), executor=executor)
+    stats = transfers.rsync_to_workers(lane, "~/ds4-f-mia-anemll-0731", attempts=3)
+    assert (stats["worker"].attempts, stats["worker"].files_transferred) == (2, 2)
+    assert [(r.node, r.command.split()[0]) for r in executor.history] == [
+        ("head", "rsync"), ("worker", "pgrep"), ("worker", "pgrep"), ("head", "rsync")]
+
+
+def test_a_cut_is_not_retried_without_attempts_nor_an_error_a_rerun_meets_again():
+    with pytest.raises(nodes.CommandFailed, match="exit 255"):
+        transfers.rsync_to_workers(nodes.Lane(load_lane("anemll-0731"), executor=CutOnce(255)), "~/x")
+    executor = CutOnce(first_exit=23)  # partial transfer due to file errors
+    with pytest.raises(nodes.CommandFailed, match="exit 23"):
+        transfers.rsync_to_workers(nodes.Lane(load_lane("anemll-0731"), executor=executor), "~/x", attempts=3)
+    assert executor.rsyncs == 1
+
+
+def test_receivers_of_a_path():
+    lines = ("11 rsync --server -logDtprHe.iLsfxCIvu --partial . .cache/hub/models--a--b/\n"
+             "12 rsync --server --sender -logDtpre.iLsfxCIvu . .cache/hub/models--a--b/\n"
+             "13 rsync --server -logDtprHe.iLsfxCIvu --partial . ds4-f-mia-anemll-0731/\n"
+             "14 bash -c pgrep -af 'rsync --server' || true\n")
+    assert transfers.receivers_of(lines, "~/.cache/hub/models--a--b") == [lines.splitlines()[0]]
+    assert transfers.receivers_of(lines, "~/.cache/hub/models--a") == []
+
+
+def test_rsync_to_chosen_workers_only():
+    params = load_lane("anemll-0731")
+    extra = NodeParams(alias="worker2", role="worker", host="10.0.0.3", user="milo", fabric_ip="10.0.0.3")
+    lane = nodes.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True)
+    stats = transfers.rsync_to_workers(lane, "~/d", workers=[lane.node("worker2")])
+    assert list(stats) == ["worker2"] and lane.executor.commands() == [
+        "head: rsync -aH --partial --info=stats2 ~/d/ milo@10.0.0.3:d/"]

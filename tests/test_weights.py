@@ -35,8 +35,11 @@ def test_download_goes_where_verify_looks():
 # --- against the twin over SSH -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def damaged_lane(tmp_path_factory):
-    """A private twin whose worker tree lacks shard 7 and holds shards 3 and 17 as `*.incomplete` blobs."""
+def damaged_lane(twin, tmp_path_factory):
+    """A private twin whose worker tree lacks shard 7 and holds shards 3 and 17 as `*.incomplete` blobs.
+
+    It asks for the session twin first: while the private twin's variables are set, the session fixture would
+    take the private twin for the session's, and later modules would find no twin once this one is down."""
     with private_twin(tmp_path_factory.mktemp("twin-weights"), ["incomplete-shards", "missing-shard"]):
         with nodes.Lane(load_lane("twin")) as lane:
             yield lane
@@ -165,3 +168,35 @@ def test_check_weights_reports_every_node(twin):
     with nodes.Lane(base) as lane:
         whole = weights.check_weights(lane)
     assert whole.ok and whole.summary() == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
+
+
+# --- what the weights runbook decides from the reports ------------------------------------------------
+
+def report(node, revision="r1", problems=(), dry_run=False):
+    return weights.WeightsReport(node, "~/hub", revision=revision, shard_count=48, expected_shards=48,
+                                 problems=list(problems), dry_run=dry_run)
+
+
+def test_workers_to_sync_are_those_not_whole_or_at_another_revision():
+    head = report("head")
+    workers = {"worker": report("worker"), "worker2": report("worker2", problems=["45 shards in the snapshot, expected 48",
+                                                                                   "2 *.incomplete files"]),
+               "worker3": report("worker3", revision="r0")}
+    assert weights.workers_to_sync(head, workers) == {
+        "worker2": "45 shards in the snapshot, expected 48; 2 *.incomplete files",
+        "worker3": "revision r0, the head has r1"}
+    assert weights.workers_to_sync(head, {"worker": report("worker")}) == {}  # whole at the head's revision: rsync once
+    unseen = report("head", revision=None, dry_run=True)
+    assert weights.workers_to_sync(unseen, {"worker": report("worker", dry_run=True)}) == {"worker": "not observed (dry run)"}
+
+
+def test_only_incomplete_files_count_as_deleted_cleanly():
+    assert weights.not_incomplete({"worker": ["hub/blobs/ab.incomplete"], "worker2": []}) == []
+    assert weights.not_incomplete({"worker": ["hub/blobs/ab.incomplete", "hub/blobs/cd"]}) == ["worker: hub/blobs/cd"]
+
+
+def test_incomplete_files_are_deleted_on_the_chosen_workers_never_the_head():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    assert weights.clean_incomplete_on_workers(lane, [lane.head, lane.node("worker")]) == {"worker": []}
+    assert [c.split(":")[0] for c in lane.executor.commands()] == ["worker"]
+    assert weights.clean_incomplete_on_workers(lane, []) == {}

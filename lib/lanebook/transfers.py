@@ -7,12 +7,13 @@ trip per node. checkout_ok is the launch prerequisite: the checkout's files on e
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from .checks import NodeCheck, NodeResult
 from .compose import COMPOSE_NAME as COMPOSE_FILE
-from .nodes import Lane, Node, q, qpath
+from .nodes import CommandFailed, Lane, Node, q, qpath
 from .render import ENV_NAME as ENV_FILE
 
 
@@ -69,6 +70,13 @@ class RsyncStats:
     matched_data: Optional[int] = None
     duration_s: float = 0.0
     dry_run: bool = False
+    attempts: int = 1  # rsync runs it took: more than one when a cut connection was resumed
+
+
+# rsync exit codes of a connection lost mid-transfer (socket I/O 10, stream 12, timeouts 30/35, ssh 255):
+# a rerun resumes from the partial file. Others (23 partial transfer from file errors, 11 file I/O,
+# 1 syntax, 20 signal) say something a rerun would meet again, and are not retried.
+RESUMABLE_EXITS = frozenset({10, 12, 30, 35, 255})
 
 
 _STATS = {
@@ -103,18 +111,47 @@ def rsync_command(lane: Lane, worker: Node, path: str, bwlimit_kib: Optional[int
 
 
 def rsync_to_workers(lane: Lane, path: str, *, timeout_s: float = 4 * 3600, bwlimit_kib: Optional[int] = None,
-                     on_line: Optional[Callable[[str], None]] = None) -> dict[str, RsyncStats]:
-    """Copy a directory from the head to every worker over the fabric (seed 000: rsync once, never twice over WAN).
+                     on_line: Optional[Callable[[str], None]] = None, workers: Optional[Iterable[Node]] = None,
+                     attempts: int = 1) -> dict[str, RsyncStats]:
+    """Copy a directory from the head to every worker (or to `workers`) over the fabric (seed 000: rsync once,
+    never twice over WAN).
 
     Runs on the head with a terminal, so hitting `timeout_s` stops rsync; rerunning resumes from the
-    partial file (--partial). `bwlimit_kib` throttles (KiB/s) when the fabric is shared.
+    partial file (--partial). With `attempts` > 1 a connection lost mid-transfer (RESUMABLE_EXITS) is resumed
+    at once, after the worker's receiver has exited (it saves the partial file as it goes). `bwlimit_kib`
+    throttles (KiB/s) when the fabric is shared.
     """
     stats = {}
-    for worker in lane.workers:
-        result = lane.head.run(rsync_command(lane, worker, path, bwlimit_kib), pty=True, timeout=timeout_s,
-                               on_line=on_line)
+    for worker in (lane.workers if workers is None else list(workers)):
+        command = rsync_command(lane, worker, path, bwlimit_kib)
+        for attempt in range(1, max(1, attempts) + 1):
+            try:
+                result = lane.head.run(command, pty=True, timeout=timeout_s, on_line=on_line)
+                break
+            except CommandFailed as exc:
+                if attempt >= attempts or exc.result.exit_code not in RESUMABLE_EXITS:
+                    raise
+                wait_receiver_gone(worker, path)
         stats[worker.alias] = parse_rsync_stats(result.stdout, result.duration_s, result.dry_run)
+        stats[worker.alias].attempts = attempt
     return stats
+
+
+def receivers_of(pgrep_lines: str, path: str) -> list[str]:
+    """The `pgrep -af 'rsync --server'` lines of receivers writing into `path` (a sender has --sender)."""
+    target = f" {_remote_path(path.rstrip('/'))}/"
+    return [line for line in pgrep_lines.splitlines() if " --sender" not in line and line.rstrip().endswith(target)]
+
+
+def wait_receiver_gone(worker: Node, path: str, within_s: float = 30.0) -> bool:
+    """Wait (bounded) until no rsync receiver on the worker writes into `path`: after a cut connection it may
+    still be saving the partial file, which a resumed run must find whole. False when one is still there."""
+    deadline = time.monotonic() + within_s
+    while receivers_of(worker.run("pgrep -af 'rsync --server' || true", timeout=60).stdout, path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
 
 
 def sync_checkout(lane: Lane, **kwargs) -> dict[str, RsyncStats]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from .checks import NOT_OBSERVED, NodeCheck, NodeResult
 from .nodes import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
@@ -111,7 +111,34 @@ def sync_to_workers(lane: Lane, **kwargs) -> dict[str, RsyncStats]:
     return rsync_to_workers(lane, lane.params.weights.hub_dir, **kwargs)
 
 
-def clean_incomplete_on_workers(lane: Lane) -> dict[str, list[str]]:
-    """Seed 000: `find $MODEL_DIR -name '*.incomplete' -delete` on the workers only; returns what was deleted."""
+def clean_incomplete_on_workers(lane: Lane, workers: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
+    """Seed 000: `find $MODEL_DIR -name '*.incomplete' -delete` on the workers only (all, or `workers`);
+    returns what was deleted. Never the head: its tree is the source the workers are copied from."""
     command = f"find {qpath(lane.params.weights.hub_dir)} -name '*.incomplete' -type f -print -delete"
-    return {w.alias: w.run(command, timeout=300).stdout.splitlines() for w in lane.workers}
+    chosen = lane.workers if workers is None else [w for w in workers if w.role == "worker"]
+    return {w.alias: w.run(command, timeout=300).stdout.splitlines() for w in chosen}
+
+
+def not_incomplete(deleted: dict[str, list[str]]) -> list[str]:
+    """Deleted paths that are not `*.incomplete` files (`node: path`): must be none, weights are never deleted."""
+    return [f"{alias}: {path}" for alias, paths in deleted.items() for path in paths if not path.endswith(".incomplete")]
+
+
+def verify_every_node(lane: Lane, *, sha256: bool = False) -> dict[str, WeightsReport]:
+    """verify_weights on each node of the lane, by alias (head first, as the lane lists them)."""
+    return {node.alias: verify_weights(node, lane.params.weights, sha256=sha256) for node in lane.nodes}
+
+
+def workers_to_sync(head: WeightsReport, workers: dict[str, WeightsReport]) -> dict[str, str]:
+    """The workers the head's tree must be copied to, each with why: its tree is not whole, or it holds another
+    revision than the head's (refs/main differs, e.g. after the head downloaded a newer one). A worker whose tree
+    verifies at the head's revision gets nothing: rsync once. Nothing observed (dry run) means every worker."""
+    reasons = {}
+    for alias, report in workers.items():
+        if report.dry_run or head.dry_run:
+            reasons[alias] = NOT_OBSERVED
+        elif not report.ok:
+            reasons[alias] = "; ".join(report.problems)
+        elif report.revision != head.revision:
+            reasons[alias] = f"revision {report.revision}, the head has {head.revision}"
+    return reasons

@@ -1,0 +1,163 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Weights: download once, rsync once
+#
+# **What you'll do:** verify the lane's hub model dir on every node; download it on the head only,
+# and only when the head's tree is incomplete; copy the head's tree once to each worker whose tree is
+# not whole over the fabric address (rsync, resumable, never `--delete`); delete the `*.incomplete`
+# leftovers on those workers only; verify every node again. What moves is the full hub model dir
+# (blobs + snapshots + refs), the directory the compose file mounts, never a snapshot alone: a
+# snapshot holds symlinks into `blobs/`.
+#
+# **Time:** a verify is one round trip per node (seconds). A download of the ~160 GB takes hours on
+# the head's WAN; the rsync over the fabric tens of minutes. On the twin, seconds.
+# **Risk:** low to medium — nothing here deletes a weight file: the only deletion is `*.incomplete`
+# on the workers, rsync never runs with `--delete`, and the head is never written except by `hf download`.
+# The download, the rsync and the deletion ask for confirmation (`--yes`; the runner confirms twin lanes).
+# **Rollback:** none needed: a cut download or rsync is resumed by running this runbook again
+# (`hf download` resumes its `*.incomplete` blobs, rsync `--partial` its partial file); files are only ever added.
+#
+# **Prerequisites** (checked below): the lane's weights path is a full hub model dir; every node
+# answers the verify probe (it reports what its tree holds, whole or not).
+
+# %% tags=["parameters"]
+lane = "twin"          # lane name under params/ or a lane YAML path
+dry_run = False        # record the commands instead of sending them (opens no connection)
+confirm = False        # let the download, rsync and deletion go ahead (`lanebook run --yes`)
+sha256 = False         # also hash every shard blob against its name in both verifies (reads every byte)
+rsync_attempts = 3     # rsync runs per worker when the connection drops mid-transfer (each resumes the last)
+
+# %%
+from lanebook import weights
+from lanebook.pitfalls import troubleshooting_table
+from lanebook.runbook import Runbook
+
+rb = Runbook("weights", lane, dry_run=dry_run, confirm=confirm)
+p = rb.params
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
+# entries lint and the book use). Read it before you start.
+
+# %%
+troubleshooting_table("weights")
+
+# %% [markdown]
+# ## Prerequisites
+# The lane file names the full hub model dir (`…/hub/models--ORG--NAME`, holding blobs, snapshots and
+# refs), and every node answers the probe (`python3 - HUB_DIR SHARDS < weights_probe.py`, one round trip).
+
+# %%
+with rb.step("prerequisites"):
+    rb.expect(p.weights.hub_dir.rstrip("/").rsplit("/", 1)[-1].startswith("models--"),
+              "what moves is the full hub model dir (blobs + snapshots + refs), not a snapshot (P06)",
+              p.weights.hub_dir, local=True)
+    rb.expect(rsync_attempts >= 1, "rsync_attempts is at least 1", rsync_attempts, local=True)
+
+# %% [markdown]
+# ## Step 1 — Verify on every node
+# Expected: each node reports its tree: shard count against the lane's, no `*.incomplete`, each shard's
+# size against its header and the index's total, the snapshot's links into `blobs/`.
+# A tree that is not whole is repaired by the steps below.
+
+# %%
+with rb.step("1 verify"):
+    before = weights.verify_every_node(rb.lane, sha256=sha256)
+    rb.record(shards_before={a: r.shard_count for a, r in before.items()})
+    for alias, report in before.items():
+        rb.expect(not report.dry_run, f"{alias} reports its tree", report.summary())
+    head = before[rb.lane.head.alias]
+
+# %% [markdown]
+# ## Step 2 — Download on the head only, when its tree is incomplete
+# `HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download REPO --max-workers 4` on the head
+# (never on both nodes: that pulls ~160 GB over both WANs, P05). Expected: the head's tree verifies after it.
+# A cut download leaves `*.incomplete` blobs that the next run's `hf download` resumes.
+
+# %%
+with rb.step("2 download on head"):
+    rb.record(downloaded=not head.ok)
+    if head.ok:
+        rb.skip("the head's tree is whole", f"nothing to download: {head.summary()}")
+    else:
+        rb.confirm(f"download {p.weights.repo} on {rb.lane.head.alias} ({head.detail()})")
+        weights.download_on_head(rb.lane)
+        head = weights.verify_weights(rb.lane.head, p.weights, sha256=sha256)
+        rb.expect(head.ok, "the head's tree is whole after the download (rerun this runbook to resume a cut one)",
+                  head.summary())
+
+# %% [markdown]
+# ## Step 3 — rsync once to each worker that needs it, over the fabric
+# `rsync -aH --partial --info=stats2 HUB_DIR/ [user@]FABRIC_IP:HUB_DIR/` from the head, for each worker whose
+# tree is not whole or holds another revision; a worker whose tree verifies at the head's revision is
+# skipped (nothing to send). Never `--delete`. A connection lost mid-transfer is resumed from the partial
+# file (up to `rsync_attempts` runs). Expected: rsync finishes and prints its transfer statistics.
+
+# %%
+with rb.step("3 rsync to workers"):
+    to_sync = weights.workers_to_sync(head, {w.alias: before[w.alias] for w in rb.lane.workers})
+    rb.record(synced=to_sync)
+    if not to_sync:
+        rb.skip("every worker's tree verifies at the head's revision", "nothing to send: rsync once")
+    else:
+        rb.confirm(f"rsync {p.weights.hub_dir} from the head to {', '.join(to_sync)} (adds and updates files; never deletes)")
+        stats = weights.sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=rsync_attempts)
+        rb.record(rsync={a: vars(s) for a, s in stats.items()})
+        for alias, s in stats.items():
+            rb.expect(s.files_transferred is not None, f"rsync to {alias} finished with its statistics",
+                      f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)")
+
+# %% [markdown]
+# ## Step 4 — Delete `*.incomplete` on the copied workers only
+# `find HUB_DIR -name '*.incomplete' -type f -print -delete` on each worker rsync copied to: leftovers of a
+# download cut on that worker, which rsync does not remove (no `--delete`). Never on the head, never any
+# other file. Expected: every deleted path is a `*.incomplete` file.
+
+# %%
+with rb.step("4 delete *.incomplete on workers"):
+    if not to_sync:
+        rb.skip("no *.incomplete on any worker", "every worker's tree verified: it holds none")
+    else:
+        rb.confirm(f"delete *.incomplete files under {p.weights.hub_dir} on {', '.join(to_sync)}")
+        deleted = weights.clean_incomplete_on_workers(rb.lane, [rb.lane.node(a) for a in to_sync])
+        rb.record(deleted_incomplete={a: len(paths) for a, paths in deleted.items()})
+        rb.expect(not weights.not_incomplete(deleted), "only *.incomplete files were deleted",
+                  "; ".join(weights.not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted")
+
+# %% [markdown]
+# ## Step 5 — Verify again on every node
+# Expected: every node's tree whole — the lane's shard count, no `*.incomplete`, no broken link, every
+# shard's size matching its header (and its sha256 its blob name with `-p sha256=True`), one revision
+# on all nodes. If a worker still fails, run this runbook again (rsync resumes); if the head fails,
+# its download did not finish.
+
+# %%
+with rb.step("5 verify again"):
+    after = weights.verify_every_node(rb.lane, sha256=sha256)
+    rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.lane.head.alias].revision)
+    for alias, report in after.items():
+        rb.expect(report.ok, f"weights complete on {alias}", report.summary())
+    revisions = {r.revision for r in after.values()}
+    rb.expect(len(revisions) == 1, "every node holds the same revision", ", ".join(map(str, sorted(revisions, key=str))))
+
+# %% [markdown]
+# ## Verdict
+
+# %%
+rb.show_commands()
+verdict = rb.finish()
