@@ -70,7 +70,8 @@ with rb.step("1 status script"):
     script = launcher.lane_status(rb.lane)
     print(script.output)
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
-    rb.expect(script.exit_code in (0, 1), "the status script ran (exit 0 serving, 1 not)", script.summary())
+    rb.expect(script.exit_code in (0, 1), "the status script ran (exit 0 serving, 1 not)",
+              f"exit {script.exit_code}" + (f": {script.reason}" if script.exit_code not in (0, 1) else ""))
 
 # %% [markdown]
 # ## Step 2 — The lane's containers on each node
@@ -87,9 +88,9 @@ with rb.step("2 containers"):
               f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
               if containers.orphaned else containers.summary())
     rb.expect(state != launcher.HEAD_ALONE, "the head does not run without its workers",
-              f"{containers.summary()}; run `stop`, then `launch`")
+              f"{containers.summary()}; run `stop`, then `launch`" if state == launcher.HEAD_ALONE else "")
     if state == launcher.LANE_DOWN:
-        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", script.summary())
+        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
 
 # %% [markdown]
 # ## Step 3 — `/health` and `/v1/models` from this machine
@@ -103,10 +104,11 @@ with rb.step("3 api"):
     else:
         api = launcher.ask_api(rb.lane)
         rb.record(models=api.model_ids)
-        rb.expect(api.healthy, "/health answers 200", f"{api.detail}; if a launch is in progress (cold bind 8–15 min) wait "
-                                                      "and run status again, otherwise read the log below or run `diagnose`")
+        rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
+                  f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
+                  "otherwise read the status script's log lines above, or run `stop` and `launch`")
         rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
-        rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", script.summary())
+        rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
 
 # %% [markdown]
 # ## Step 4 — The startup log lines

@@ -70,7 +70,8 @@ with rb.step("1 stop script"):
     stopped = launcher.stop_lane(rb.lane)
     rb.record(stop_script=stopped.launcher.outcome)
     rb.expect(stopped.launcher.ok, "the stop script exits 0", stopped.launcher.summary())
-    rb.expect(not stopped.left_running.get(rb.lane.head.alias), "no container of the lane on the head", stopped.summary())
+    on_head = stopped.left_running.get(rb.lane.head.alias)
+    rb.expect(not on_head, "no container of the lane on the head", ", ".join(on_head or []) or "none")
 
 # %% [markdown]
 # ## Step 2 — Orphaned workers
