@@ -58,6 +58,45 @@ def test_there_is_no_already_up_outcome():
     assert launcher.launcher_outcome(3, "DSpark head container already exists")[0] == "failed"
 
 
+# --- the lane's state -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("running, state, orphaned", [
+    ({"head": [CONTAINER], "worker": [CONTAINER]}, "up", {}),
+    ({"head": [], "worker": []}, "down", {}),
+    ({"head": [], "worker": [CONTAINER]}, "orphaned worker", {"worker": [CONTAINER]}),
+    ({"head": [CONTAINER], "worker": []}, "head without its workers", {}),
+    ({"head": [], "w1": [CONTAINER], "w2": []}, "orphaned worker", {"w1": [CONTAINER]}),
+    ({"head": [CONTAINER], "w1": [CONTAINER], "w2": []}, "head without its workers", {}),
+    ({"head": [CONTAINER]}, "up", {}),  # a one-node lane
+])
+def test_lane_state_from_the_running_containers(running, state, orphaned):
+    assert launcher.lane_state(running, "head") == state
+    assert launcher.orphaned_workers(running, "head") == orphaned
+    seen = launcher.LaneContainers(running, "head")
+    assert (seen.state, seen.orphaned, seen.left) == (state, orphaned, {a: n for a, n in running.items() if n})
+
+
+def test_a_dry_run_observes_no_state_and_records_the_api_questions():
+    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    containers, answer = launcher.lane_containers(lane), launcher.ask_api(lane)
+    assert (containers.state, containers.orphaned, containers.summary()) == ("not observed (dry run)", {}, "not observed (dry run)")
+    assert (answer.healthy, answer.models, answer.model_ids) == (None, None, [])
+    assert lane.executor.commands() == [
+        "head: docker ps --format '{{.Names}}'", "worker: docker ps --format '{{.Names}}'",
+        "local: wait for /health: GET http://192.168.1.11:8888/health every 1 s, bound 5 s",
+        "local: wait for /v1/models listing a model: GET http://192.168.1.11:8888/v1/models every 1 s, bound 5 s"]
+
+
+def test_an_api_that_does_not_answer_is_reported_not_raised():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connections are refused
+        lane = nodes.Lane(lane_with(load_lane("twin"), api=f"http://127.0.0.1:{port}/v1", ssh_config=None))
+        answer = launcher.ask_api(lane, timeout_s=1)
+    assert answer.healthy is False and answer.models is None
+    assert answer.detail.startswith(f"/health: http://127.0.0.1:{port}/health not ready within 1 s")
+
+
 # --- dry run ---------------------------------------------------------------------------------------
 
 def test_dry_run_gives_the_seed_lines_and_claims_nothing():
@@ -157,7 +196,11 @@ def test_launch_cycle(lane):
     occupancy = launcher.pair_occupancy(lane)
     assert occupancy.this_lane_up and not occupancy.other_lane_up
 
+    assert launcher.lane_containers(lane).state == "up"
+    answer = launcher.ask_api(lane)
+    assert answer.healthy and answer.model_ids == ["deepseek-v4-flash-0731"]
     head.run(f"docker kill {CONTAINER}")  # the head dies mid-TP (pitfall 16): the worker is orphaned
+    assert launcher.lane_containers(lane).orphaned == {"worker": [CONTAINER]}
     dead = launcher.lane_status(lane)
     assert (dead.exit_code, dead.outcome) == (1, "failed")
     assert launcher.stop_orphaned_workers(lane) == {"worker": [CONTAINER]}

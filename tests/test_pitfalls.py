@@ -54,7 +54,7 @@ def test_runbook_tables_come_from_the_registry():
     table = markdown_table(launch)
     assert table.count("\n") == len(launch) + 2 and "| P11 | Cold start takes 8–15 minutes |" in table
     assert troubleshooting_table("launch").data == table
-    assert "No registered pitfall" in troubleshooting_table("status").data
+    assert "No registered pitfall" in troubleshooting_table("no-such-runbook").data
 
 
 def test_seed_schedule_is_valid():

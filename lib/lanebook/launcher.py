@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
+from .checks import NOT_OBSERVED
 from .compose import COMPOSE_NAME as COMPOSE_FILE
+from .errors import LanebookError
 from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
+from .readiness import wait_health, wait_models
 from .render import ENV_NAME as ENV_FILE
 
 LAUNCH_MARGIN_S = 120.0  # beyond the launcher's own WAIT_ATTEMPTS x WAIT_SECONDS
@@ -169,6 +172,99 @@ def pair_occupancy(lane: Lane) -> PairOccupancy:
     names = _running_names(lane)
     mine = {a: _ours(lane, ns) for a, ns in names.items()}
     return PairOccupancy(mine=mine, others={a: [n for n in ns if "vllm" in n and n not in mine[a]] for a, ns in names.items()})
+
+
+# --- the lane's state, as its containers and its API show it -------------------------------------
+
+LANE_UP, LANE_DOWN = "up", "down"
+ORPHANED_WORKER = "orphaned worker"  # pitfall 16: the head's rank is gone, a worker's still holds its GPU
+HEAD_ALONE = "head without its workers"
+
+
+def lane_state(running: Mapping[str, list[str]], head: str) -> str:
+    """What the lane's running containers (per node, `head` the head's alias) say about it.
+
+    up: every node runs one; down: none does; orphaned worker: the head runs none while a worker still
+    does; head without its workers: the head runs one and some worker none. The last two are not a
+    lane: a TP group needs every rank.
+    """
+    head_up = bool(running.get(head))
+    workers_up = [bool(names) for alias, names in running.items() if alias != head]
+    if head_up and all(workers_up):
+        return LANE_UP
+    if not head_up and not any(workers_up):
+        return LANE_DOWN
+    return HEAD_ALONE if head_up else ORPHANED_WORKER
+
+
+def orphaned_workers(running: Mapping[str, list[str]], head: str) -> dict[str, list[str]]:
+    """The workers still running the lane's containers while the head runs none (pitfall 16), with those names."""
+    if running.get(head):
+        return {}
+    return {alias: list(names) for alias, names in running.items() if alias != head and names}
+
+
+@dataclass
+class LaneContainers:
+    """This lane's running containers per node, as `docker ps` showed them (nothing in a dry run)."""
+
+    running: dict[str, list[str]]
+    head: str
+    dry_run: bool = False
+
+    @property
+    def state(self) -> str:
+        return NOT_OBSERVED if self.dry_run else lane_state(self.running, self.head)
+
+    @property
+    def orphaned(self) -> dict[str, list[str]]:
+        return {} if self.dry_run else orphaned_workers(self.running, self.head)
+
+    @property
+    def left(self) -> dict[str, list[str]]:
+        """The nodes still running one of the lane's containers."""
+        return {alias: names for alias, names in self.running.items() if names}
+
+    def summary(self) -> str:
+        if self.dry_run:
+            return NOT_OBSERVED
+        return "; ".join(f"{alias}: {', '.join(names) or 'none'}" for alias, names in self.running.items())
+
+
+def lane_containers(lane: Lane) -> LaneContainers:
+    return LaneContainers(running_containers(lane), lane.head.alias, lane.executor.dry_run)
+
+
+@dataclass
+class ApiAnswer:
+    """What the lane's API said to the operator's machine: /health, then /v1/models (None: not asked, or a dry run)."""
+
+    healthy: Optional[bool]
+    models: Optional[list[dict]]
+    detail: str
+
+    @property
+    def model_ids(self) -> list[str]:
+        return [str(m.get("id")) for m in self.models or []]
+
+
+def ask_api(lane: Lane, timeout_s: float = 5.0) -> ApiAnswer:
+    """One short look at /health, then /v1/models (any model, so what else serves is seen), from this machine.
+
+    Short: status reports what it finds and does not wait for a booting server. A dry run only records both.
+    """
+    api, executor = lane.params.api, lane.executor
+    try:
+        wait_health(api, timeout_s, 1.0, executor=executor)
+    except LanebookError as exc:
+        return ApiAnswer(False, None, str(exc))
+    try:
+        models = wait_models(api, None, timeout_s, 1.0, executor=executor)
+    except LanebookError as exc:
+        return ApiAnswer(True, None, str(exc))
+    if executor.dry_run:
+        return ApiAnswer(None, None, NOT_OBSERVED)
+    return ApiAnswer(True, models, "/health 200; /v1/models lists " + ", ".join(str(m.get("id")) for m in models or []))
 
 
 # --- stop ------------------------------------------------------------------------------------------

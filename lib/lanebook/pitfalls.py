@@ -245,7 +245,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow "
             "decode path. The env file alone is not enough: Compose passes only the keys named in the service's "
             "environment: map, so the compose file needs the injection line as well.",
-            "error", "lint, env, gates",
+            "error", "lint, env, gates, status",
             "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
             "\"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}\" under environment: (`lanebook env render` writes both); the log "
             "must not say \"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1\".", check_breakable),
@@ -290,7 +290,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "lint, gates", "thinking: false (a boolean) in request and Hermes extra_body.", check_thinking),
     Pitfall("P11", "Cold start takes 8–15 minutes",
             "A cold bind often takes 8–15 minutes; SHM \"60 seconds\" lines during TileLang/autotune are usually not fatal.",
-            "warning", "launch",
+            "warning", "launch, status",
             "Wait for \"Application startup complete\" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do "
             "not abort on the first SHM timeout."),
     Pitfall("P12", "First-use inference JIT",
@@ -312,7 +312,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "speed, diagnose", "Step long probes up gradually and watch the console."),
     Pitfall("P16", "Head dies mid-TP",
             "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
-            "error", "diagnose, stop",
+            "error", "diagnose, status, stop",
             "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head."),
     Pitfall("P17", "Marketing the synthetic ceiling",
             "The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band.",

@@ -1,0 +1,141 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Status of the lane
+#
+# **What you'll do:** run the checkout's status script from the head, list which of the lane's
+# containers run on each node, ask `/health` and `/v1/models` from this machine, and read the startup
+# log lines operators grep. Nothing is changed: status needs no confirmation.
+#
+# **What it passes and fails on:** a lane is either **up** (every node runs the lane's container, the
+# API answers with the lane's model, the status script exits 0 and the startup log is clean) or
+# **cleanly down** (no node runs a container of the lane). Both are valid observations and pass; the
+# verdict's figure `state` records which. It fails on an inconsistent lane: an **orphaned worker**
+# (the head's container is gone while a worker still runs the lane's, holding its GPU: P16, repaired
+# by the `stop` runbook), a head running **without its workers**, or containers up whose API does not
+# answer (a cold bind takes 8–15 minutes: if a launch is in progress, wait and run status again).
+#
+# **Time:** under a minute. **Risk:** none — read-only.
+# **Rollback:** nothing to roll back.
+#
+# **Prerequisites** (checked below): the checkout, which holds the status script, is on every node.
+
+# %% tags=["parameters"]
+lane = "twin"          # lane name under params/ or a lane YAML path
+dry_run = False        # record the commands instead of sending them (opens no connection)
+
+# %%
+from lanebook import launcher, logs, transfers
+from lanebook.pitfalls import troubleshooting_table
+from lanebook.runbook import Runbook
+
+rb = Runbook("status", lane, dry_run=dry_run)
+p = rb.params
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, generated from the pitfall registry.
+
+# %%
+troubleshooting_table("status")
+
+# %% [markdown]
+# ## Prerequisites
+
+# %%
+with rb.step("prerequisites"):
+    rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+
+# %% [markdown]
+# ## Step 1 — The status script, from the head
+# `cd CHECKOUT && ./status-deepseek-v4-flash-dspark.sh`: both ranks' containers, the startup lines and
+# `/v1/models`. Expected: it runs (exit 0 when the head's rank runs and `/v1/models` answers, 1 when not);
+# its output is shown below. Whether 0 or 1 is right depends on the state step 2 observes.
+
+# %%
+with rb.step("1 status script"):
+    script = launcher.lane_status(rb.lane)
+    print(script.output)
+    rb.record(status_script_exit=None if script.dry_run else script.exit_code)
+    rb.expect(script.exit_code in (0, 1), "the status script ran (exit 0 serving, 1 not)",
+              f"exit {script.exit_code}" + (f": {script.reason}" if script.exit_code not in (0, 1) else ""))
+
+# %% [markdown]
+# ## Step 2 — The lane's containers on each node
+# `docker ps` on every node, keeping the lane's Compose project. Expected: up (every node) or down
+# (none). An orphaned worker — the head's container gone, a worker's still running and holding its GPU
+# (P16) — fails here: run the `stop` runbook at once, it stops the worker and cleans memory on both nodes.
+
+# %%
+with rb.step("2 containers"):
+    containers = launcher.lane_containers(rb.lane)
+    state = containers.state
+    rb.record(state=state, containers=containers.running)
+    rb.expect(not containers.orphaned, "no orphaned worker (P16: the head's container is gone while a worker's runs)",
+              f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
+              if containers.orphaned else containers.summary())
+    rb.expect(state != launcher.HEAD_ALONE, "the head does not run without its workers",
+              f"{containers.summary()}; run `stop`, then `launch`" if state == launcher.HEAD_ALONE else "")
+    if state == launcher.LANE_DOWN:
+        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
+
+# %% [markdown]
+# ## Step 3 — `/health` and `/v1/models` from this machine
+# Expected when up: `/health` 200 and `/v1/models` listing the lane's served name with its context.
+# When down there is nothing to ask.
+
+# %%
+with rb.step("3 api"):
+    if state == launcher.LANE_DOWN:
+        rb.skip("the API answers with the lane's model", "the lane is cleanly down")
+    else:
+        api = launcher.ask_api(rb.lane)
+        rb.record(models=api.model_ids)
+        rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
+                  f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
+                  "otherwise read the status script's log lines above, or run `stop` and `launch`")
+        rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
+        rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
+
+# %% [markdown]
+# ## Step 4 — The startup log lines
+# `docker logs CONTAINER 2>&1 | grep -E …` on the head. Expected when up: no
+# `Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1` (P01), `Application startup complete`, and
+# `GPU KV cache size` in the lane's band.
+
+# %%
+with rb.step("4 startup log"):
+    if state == launcher.LANE_DOWN:
+        rb.skip("the startup log is clean", "the lane is cleanly down: no container to read")
+    else:
+        log = logs.scan_log(rb.lane.head, launcher.container_name(rb.lane),
+                            p.gates.log_forbidden + p.gates.log_required + ["GPU KV cache size"])
+        for line in p.gates.log_forbidden:
+            rb.expect(not log[line], f"log has no '{line}'", "; ".join(log[line][:1]))
+        for line in p.gates.log_required:
+            rb.expect(bool(log[line]), f"log has '{line}'")
+        kv = logs.kv_cache_tokens(log["GPU KV cache size"])
+        low, high = p.gates.kv_cache_tokens
+        rb.record(kv_cache_tokens=kv)
+        rb.expect(kv is not None and low <= kv <= high, f"GPU KV cache size in {low:,}–{high:,} tokens", kv)
+
+# %% [markdown]
+# ## Verdict
+# `state` in the figures says what was observed: `up` or `down` (a dry run observes nothing).
+
+# %%
+rb.show_commands()
+verdict = rb.finish()

@@ -1,0 +1,120 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Stop the lane
+#
+# **What you'll do:** run the checkout's stop script from the head (the head's rank, then the
+# worker's), stop any worker still running the lane's container (an orphaned worker whose head died
+# mid-TP, P16), clean shared memory and page cache on both nodes, then look: no container of the lane
+# left on any node, and enough memory free again for the next launch (sticky UMA, P04).
+#
+# **Time:** about a minute. **Risk:** high — the lane stops serving. Hermes falls back to its
+# other providers until a lane is launched again. Headless, it needs `--yes` (or `-p confirm=True`).
+# **Rollback:** run the `launch` runbook for this lane (or for its rollback lane).
+#
+# **Prerequisites** (checked below): the checkout, which holds the stop script, is on every node.
+
+# %% tags=["parameters"]
+lane = "twin"          # lane name under params/ or a lane YAML path
+dry_run = False        # record the commands instead of sending them (opens no connection)
+confirm = False        # let the stop go ahead headless (`lanebook run stop --yes` sets it)
+
+# %%
+from lanebook import launcher, memory, transfers
+from lanebook.pitfalls import troubleshooting_table
+from lanebook.runbook import Runbook
+
+rb = Runbook("stop", lane, dry_run=dry_run, confirm=confirm)
+p = rb.params
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, generated from the pitfall registry.
+
+# %%
+troubleshooting_table("stop")
+
+# %% [markdown]
+# ## Prerequisites
+# The containers found before stopping are recorded (`state_before`): `orphaned worker` there means the
+# head had died mid-TP (P16), and this run is its repair.
+
+# %%
+with rb.step("prerequisites"):
+    rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    before = launcher.lane_containers(rb.lane)
+    rb.record(state_before=before.state, containers_before=before.running)
+
+# %% [markdown]
+# ## Step 1 — The stop script, from the head
+# `cd CHECKOUT && ./stop-deepseek-v4-flash-dspark.sh` (after confirmation).
+# Expected: exit 0, and the head runs no container of the lane. An unreachable worker makes the script
+# exit 1: its rank is not stopped; make it reachable and run `stop` again.
+
+# %%
+with rb.step("1 stop script"):
+    rb.confirm(f"stop lane {p.name} on every node and clean their memory")
+    stopped = launcher.stop_lane(rb.lane)
+    rb.record(stop_script=stopped.launcher.outcome)
+    rb.expect(stopped.launcher.ok, "the stop script exits 0", stopped.launcher.summary())
+    on_head = stopped.left_running.get(rb.lane.head.alias)
+    rb.expect(not on_head, "no container of the lane on the head", ", ".join(on_head or []) or "none")
+
+# %% [markdown]
+# ## Step 2 — Orphaned workers
+# A worker still running the lane's container once the head's is gone is orphaned, holding its GPU
+# (P16): `docker compose -p PROJECT … down` there. Expected: no container of the lane on any node.
+
+# %%
+with rb.step("2 orphaned workers"):
+    orphans = launcher.stop_orphaned_workers(rb.lane)
+    rb.record(orphaned_workers_stopped=orphans)
+    left = launcher.lane_containers(rb.lane)
+    rb.expect(not left.left, "no container of the lane left on any node",
+              (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary())
+
+# %% [markdown]
+# ## Step 3 — Clean SHM and page cache on both nodes
+# `sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'` on each node, then look
+# again. Expected: none of the segments /dev/shm held is left; free memory read back.
+
+# %%
+with rb.step("3 clean memory"):
+    cleaned = memory.clean_memory(rb.lane)
+    rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
+    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+
+# %% [markdown]
+# ## Step 4 — Free memory is back
+# Expected: on every node, free memory covers the lane's GPU_MEMORY_UTILIZATION again. If it stays held
+# with no container running (sticky UMA, P04), drop the page cache on both nodes again
+# (`sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches'`) or reboot the node before the next launch.
+# Never `docker system prune -af`: it deletes the Anemll image.
+
+# %%
+with rb.step("4 free memory"):
+    free = memory.check_sticky_uma(rb.lane)
+    rb.record(free_gib=free.figure("free_gib"))
+    rb.expect(free, "enough free memory on every node for the next launch",
+              free.summary() if free else f"{free.summary()}: memory still held (P04): drop caches on both nodes again "
+                                          "or reboot; never `docker system prune -af`")
+
+# %% [markdown]
+# ## Verdict
+
+# %%
+rb.show_commands()
+verdict = rb.finish()

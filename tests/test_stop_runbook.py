@@ -1,0 +1,74 @@
+"""The stop runbook end to end on the session twin: after `lanebook run launch`, status reports the lane up; a
+stop nobody confirmed changes nothing and names --yes; a confirmed stop leaves no container of the lane on any
+node, cleans memory and reads free memory back; status then reports the lane cleanly down. A dry run on the real
+lane prints the seed's stop line and opens no connection."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook import launcher, nodes
+from lanebook.params import load_lane
+from lanebook.paths import RUNBOOKS_DIR
+
+LANEBOOK = str(Path(sys.executable).parent / "lanebook")
+STOP_LINE = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
+
+
+def run(tmp_path, runbook: str, lane: str, *args: str, expect_exit: int) -> tuple[dict, subprocess.CompletedProcess]:
+    """`lanebook run RUNBOOK --lane LANE ARGS` with its own outputs dir; its exit code checked, its record returned."""
+    done = subprocess.run([LANEBOOK, "run", runbook, "--lane", lane, *args], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+    assert done.returncode == expect_exit, done.stdout + done.stderr
+    return json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1]), done
+
+
+def test_a_dry_run_on_the_real_lane_prints_the_stop_line_and_opens_no_connection(tmp_path):
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
+        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
+    # no network at all but a loopback for the notebook kernel's own sockets
+    done = subprocess.run(["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} run stop --lane anemll-0731 --dry-run"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
+    assert record["verdict"] == "dry-run" and record["failed_step"] is None
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert STOP_LINE in lines and "verdict: dry-run" in lines
+    cleanup = lines.index("worker: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'")
+    assert lines.index(STOP_LINE) < cleanup < lines.index("worker: free -m", cleanup + 2)  # stop, clean, then read back
+
+
+@pytest.mark.twin
+def test_launch_status_stop_status(twin, tmp_path):
+    with nodes.Lane(load_lane("twin")) as lane:
+        try:
+            run(tmp_path, "launch", "twin", expect_exit=0)
+            up, _ = run(tmp_path, "status", "twin", expect_exit=0)
+            assert (up["verdict"], up["figures"]["state"]) == ("pass", "up")
+            assert up["figures"]["status_script_exit"] == 0 and up["figures"]["models"] == ["deepseek-v4-flash-0731"]
+
+            # papermill with no parameters: the twin lane, unconfirmed; the run stops before the lane changes
+            unconfirmed = tmp_path / "unconfirmed.ipynb"
+            refused = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "stop.ipynb"),
+                                      str(unconfirmed)], capture_output=True, text=True, timeout=300)
+            assert refused.returncode != 0
+            assert "1 stop script: stop lane twin on every node and clean their memory needs confirmation (--yes or -p confirm=True)" \
+                in refused.stdout + refused.stderr
+            assert "rerun with --yes" in unconfirmed.read_text()
+            assert launcher.lane_containers(lane).state == "up"
+
+            stopped, _ = run(tmp_path, "stop", "twin", expect_exit=0)  # the runner confirms a twin lane itself
+            assert stopped["verdict"] == "pass" and stopped["figures"]["state_before"] == "up", stopped
+            assert stopped["figures"]["stop_script"] == "ok" and stopped["figures"]["orphaned_workers_stopped"] == {}
+            assert set(stopped["figures"]["free_gib"]) == {"head", "worker"}
+            assert [c["step"] for c in stopped["confirmations"]] == ["1 stop script"]
+            assert launcher.running_containers(lane) == {"head": [], "worker": []}
+
+            down, _ = run(tmp_path, "status", "twin", expect_exit=0)
+            assert (down["verdict"], down["figures"]["state"], down["figures"]["status_script_exit"]) == ("pass", "down", 1)
+        finally:
+            launcher.stop_lane(lane)
