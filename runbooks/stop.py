@@ -30,7 +30,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = False        # let the stop go ahead headless (`lanebook run stop --yes` sets it)
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`); None = on the twin only
 
 # %%
 from lanebook import launcher, memory, transfers

@@ -25,13 +25,13 @@ def shown(monkeypatch):
     return seen
 
 
-def _lab_lane(registry, tmp_path) -> str:
+def _lab_lane(registry, tmp_path, twin: bool = True) -> str:
     """A lane reached through a plugin's ssh config (nothing is run on it by these tests)."""
     config = tmp_path / "ssh_config"
     config.write_text("")
     registry.ssh_config("lab", lambda: config)
     lane_file = tmp_path / "lab.yaml"
-    lane_file.write_text(lane_with(load_lane("twin"), ssh_config="lab").model_dump_json())  # JSON is YAML
+    lane_file.write_text(lane_with(load_lane("twin"), ssh_config="lab", twin=twin).model_dump_json())  # JSON is YAML
     return str(lane_file)
 
 
@@ -107,7 +107,7 @@ def test_finish_emits_the_verdict_for_the_runner(shown):
 
 
 def test_a_destructive_step_needs_confirmation_and_records_who_gave_it(registry, tmp_path):
-    unconfirmed = Runbook("stop", _lab_lane(registry, tmp_path))
+    unconfirmed = Runbook("stop", _lab_lane(registry, tmp_path), confirm=False)
     with unconfirmed.step("1 stop"):
         with pytest.raises(StepFailed, match=r"^1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)$"):
             unconfirmed.confirm("stop the lane on every node")
@@ -123,3 +123,11 @@ def test_a_dry_run_asks_nothing():
     rb = dry()
     rb.confirm("drop the page cache on every node")  # nothing is sent, so nothing needs confirming
     assert rb.checks == [] and rb.finish()["confirmations"] == []
+
+
+def test_left_unset_confirmation_is_given_on_twin_lanes_only(registry, tmp_path):
+    """`confirm = None` (a notebook's default): a twin lane changes nothing real, a real lane must be confirmed."""
+    assert Runbook("stop", _lab_lane(registry, tmp_path)).confirmed is True
+    real = Runbook("stop", _lab_lane(registry, tmp_path, twin=False))
+    with pytest.raises(StepFailed, match="needs confirmation"):
+        real.confirm("stop the lane on every node")

@@ -51,10 +51,10 @@ def test_launch_status_stop_status(twin, tmp_path):
             assert (up["verdict"], up["figures"]["state"]) == ("pass", "up")
             assert up["figures"]["status_script_exit"] == 0 and up["figures"]["models"] == ["deepseek-v4-flash-0731"]
 
-            # papermill with no parameters: the twin lane, unconfirmed; the run stops before the lane changes
+            # papermill with confirmation refused: the run stops before the lane changes
             unconfirmed = tmp_path / "unconfirmed.ipynb"
             refused = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "stop.ipynb"),
-                                      str(unconfirmed)], capture_output=True, text=True, timeout=300)
+                                      str(unconfirmed), "-p", "confirm", "False"], capture_output=True, text=True, timeout=300)
             assert refused.returncode != 0
             assert "1 stop script: stop lane twin on every node and clean their memory needs confirmation (--yes or -p confirm=True)" \
                 in refused.stdout + refused.stderr
@@ -70,5 +70,10 @@ def test_launch_status_stop_status(twin, tmp_path):
 
             down, _ = run(tmp_path, "status", "twin", expect_exit=0)
             assert (down["verdict"], down["figures"]["state"], down["figures"]["status_script_exit"]) == ("pass", "down", 1)
+
+            # papermill with no parameters: the twin lane, confirmed because it is the twin; a down lane stops cleanly
+            again = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "stop.ipynb"),
+                                    str(tmp_path / "again.ipynb")], capture_output=True, text=True, timeout=300)
+            assert again.returncode == 0, again.stderr[-2000:]
         finally:
             launcher.stop_lane(lane)

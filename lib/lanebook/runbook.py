@@ -64,11 +64,13 @@ def _display(obj: Any = None, markdown: Optional[str] = None, raw: Optional[dict
 
 
 class Runbook:
-    def __init__(self, name: str, lane: str, *, dry_run: bool = False, confirm: bool = False):
+    def __init__(self, name: str, lane: str, *, dry_run: bool = False, confirm: Optional[bool] = None):
         self.name = name
         self.params = load_lane(lane)
         self.dry_run = dry_run
-        self.confirmed = confirm  # the notebook's `confirm` parameter: destructive steps may go ahead
+        # The notebook's `confirm` parameter: may destructive steps go ahead? None lets the lane decide: a twin
+        # lane changes nothing real, so it is confirmed (as `lanebook run` does); a real lane is not.
+        self.confirmed = self.params.twin if confirm is None else confirm
         self.confirmations: list[dict] = []
         self.figures: dict[str, Any] = {}
         self.checks: list[Check] = []
@@ -117,7 +119,7 @@ class Runbook:
         """Let a destructive step (stop, cache drop, rsync, restore, rollback) go ahead, or stop the run.
 
         Headless, confirmation is the notebook's `confirm` parameter: `lanebook run ... --yes` or
-        `-p confirm=True` (the runner confirms twin lanes itself). Without it the step fails, naming the flag.
+        `-p confirm=True`; left at None it is given on twin lanes only. Without it the step fails, naming the flag.
         A dry run sends nothing, so it asks nothing. Who confirmed (user@host running lanebook) is recorded.
         """
         if self.dry_run:
