@@ -121,16 +121,10 @@ with rb.step("4 startup log"):
     if state == launcher.LANE_DOWN:
         rb.skip("the startup log is clean", "the lane is cleanly down: no container to read")
     else:
-        log = logs.scan_log(rb.lane.head, launcher.container_name(rb.lane),
-                            p.gates.log_forbidden + p.gates.log_required + ["GPU KV cache size"])
-        for line in p.gates.log_forbidden:
-            rb.expect(not log[line], f"log has no '{line}'", "; ".join(log[line][:1]))
-        for line in p.gates.log_required:
-            rb.expect(bool(log[line]), f"log has '{line}'")
-        kv = logs.kv_cache_tokens(log["GPU KV cache size"])
-        low, high = p.gates.kv_cache_tokens
+        expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
         rb.record(kv_cache_tokens=kv)
-        rb.expect(kv is not None and low <= kv <= high, f"GPU KV cache size in {low:,}–{high:,} tokens", kv)
+        for e in expectations:
+            rb.expect(e.ok, e.what, e.detail)
 
 # %% [markdown]
 # ## Verdict

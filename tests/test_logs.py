@@ -72,3 +72,22 @@ def test_log_gate_and_live_command_on_the_twin(twin):
             logs.scan_log(head, "no-such-container")
         with pytest.raises(nodes.CommandFailed, match="No such container"):
             logs.live_command(head, "no-such-container")
+
+
+def test_startup_log_expectations_judge_the_scanned_lines():
+    gates = load_lane("anemll-0731").gates
+    clean = {"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": [],
+             "Application startup complete": ["INFO:     Application startup complete."],
+             "GPU KV cache size": ["GPU KV cache size: 1,000 tokens", "GPU KV cache size: 2,493,464 tokens"]}
+    expectations, kv = logs.startup_log_expectations(clean, gates)
+    assert kv == 2_493_464
+    assert expectations == [
+        logs.Expectation(True, "log has no 'Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1'", ""),
+        logs.Expectation(True, "log has 'Application startup complete'", ""),
+        logs.Expectation(True, "GPU KV cache size in 2,200,000–2,500,000 tokens", "2,493,464"),
+    ]
+    slow = {**clean, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": ["WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
+            "GPU KV cache size": []}
+    expectations, kv = logs.startup_log_expectations(slow, gates)
+    assert kv is None and [e.ok for e in expectations] == [False, True, False]
+    assert expectations[0].detail == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"

@@ -8,15 +8,20 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from .nodes import Node, NodeError, q
+
+if TYPE_CHECKING:
+    from .params import GateParams
 
 # Seed 000 gate: docker logs <container> 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size'
 GATE_LOG_PATTERNS = ("BREAKABLE", "Breakable CUDA", "KV cache size")
 KV_CACHE_RE = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 NO_SUCH_CONTAINER = "No such container"
+KV_CACHE_LINE = "GPU KV cache size"
 
 
 def lines_by_pattern(lines: Iterable[str], patterns: Iterable[str]) -> dict[str, list[str]]:
@@ -91,3 +96,31 @@ def speculative_config(command: str) -> Optional[dict]:
 def schedule_in_live_command(node: Node, container: str) -> bool:
     """Is the batch-size verify schedule in the running server's command (seed 000: confirm after a rollback)?"""
     return SCHEDULE_KEY in live_command(node, container)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One expected result of a log gate: what was expected, whether it held, and what was seen."""
+
+    ok: bool
+    what: str
+    detail: str = ""
+
+
+def startup_log_expectations(found: dict[str, list[str]], gates: "GateParams") -> tuple[list[Expectation], Optional[int]]:
+    """The startup-log gate over scanned lines: no forbidden line (auto-enabled breakable graphs), every
+    required line (startup complete), and the latest "GPU KV cache size" in the lane's band; and that size."""
+    expectations = [Expectation(not found[line], f"log has no '{line}'", "; ".join(found[line][:1]))
+                    for line in gates.log_forbidden]
+    expectations += [Expectation(bool(found[line]), f"log has '{line}'") for line in gates.log_required]
+    kv = kv_cache_tokens(found[KV_CACHE_LINE])
+    low, high = gates.kv_cache_tokens
+    expectations.append(Expectation(kv is not None and low <= kv <= high, f"GPU KV cache size in {low:,}–{high:,} tokens",
+                                    "" if kv is None else f"{kv:,}"))
+    return expectations, kv
+
+
+def check_startup_log(node: Node, container: str, gates: "GateParams") -> tuple[list[Expectation], Optional[int]]:
+    """Scan the container's log on the node for the gate's lines and judge them (startup_log_expectations)."""
+    found = scan_log(node, container, [*gates.log_forbidden, *gates.log_required, KV_CACHE_LINE])
+    return startup_log_expectations(found, gates)
