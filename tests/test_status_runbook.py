@@ -2,9 +2,6 @@
 orphaned worker (the head died mid-TP, pitfall 16), naming the stop runbook, which then repairs it. A dry run on
 the real lane prints the seed's status line and opens no connection. (The up and down passes are in
 test_stop_runbook.py, around a stop.)"""
-import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,26 +12,15 @@ import pytest
 from lanebook import launcher, nodes
 from lanebook.params import load_lane
 from lanebook.paths import PARAMS_DIR, RUNBOOKS_DIR
+from lanebook_runs import dry_run_offline, run
 from twin_helpers import private_twin
 
-LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 STATUS_LINE = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./status-deepseek-v4-flash-dspark.sh"
 
 
-def run(tmp_path, runbook: str, lane: str, *args: str, expect_exit: int) -> tuple[dict, subprocess.CompletedProcess]:
-    done = subprocess.run([LANEBOOK, "run", runbook, "--lane", lane, *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
-    assert done.returncode == expect_exit, done.stdout + done.stderr
-    return json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1]), done
-
 
 def test_a_dry_run_on_the_real_lane_prints_the_status_line_and_opens_no_connection(tmp_path):
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
-        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
-    done = subprocess.run(["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} run status --lane anemll-0731 --dry-run"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)})
-    assert done.returncode == 0, done.stdout + done.stderr
-    record = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
+    record, done = dry_run_offline(tmp_path, "status")
     assert record["verdict"] == "dry-run" and record["figures"]["state"] == "not observed (dry run)"
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert STATUS_LINE in lines and "verdict: dry-run" in lines

@@ -2,9 +2,6 @@
 stop nobody confirmed changes nothing and names --yes; a confirmed stop leaves no container of the lane on any
 node, cleans memory and reads free memory back; status then reports the lane cleanly down. A dry run on the real
 lane prints the seed's stop line and opens no connection."""
-import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,27 +11,14 @@ import pytest
 from lanebook import launcher, nodes
 from lanebook.params import load_lane
 from lanebook.paths import RUNBOOKS_DIR
+from lanebook_runs import dry_run_offline, run
 
-LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 STOP_LINE = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
 
 
-def run(tmp_path, runbook: str, lane: str, *args: str, expect_exit: int) -> tuple[dict, subprocess.CompletedProcess]:
-    """`lanebook run RUNBOOK --lane LANE ARGS` with its own outputs dir; its exit code checked, its record returned."""
-    done = subprocess.run([LANEBOOK, "run", runbook, "--lane", lane, *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
-    assert done.returncode == expect_exit, done.stdout + done.stderr
-    return json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1]), done
-
 
 def test_a_dry_run_on_the_real_lane_prints_the_stop_line_and_opens_no_connection(tmp_path):
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
-        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
-    # no network at all but a loopback for the notebook kernel's own sockets
-    done = subprocess.run(["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} run stop --lane anemll-0731 --dry-run"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)})
-    assert done.returncode == 0, done.stdout + done.stderr
-    record = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])
+    record, done = dry_run_offline(tmp_path, "stop")
     assert record["verdict"] == "dry-run" and record["failed_step"] is None
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert STOP_LINE in lines and "verdict: dry-run" in lines
