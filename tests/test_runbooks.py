@@ -4,7 +4,6 @@ Each test writes its records into a temporary outputs dir (LANEBOOK_OUTPUTS), ne
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import nbformat
 import pytest
 
 from lanebook.paths import REPO
+from lanebook_runs import dry_run_offline
 
 BIN = Path(sys.executable).parent
 
@@ -104,13 +104,7 @@ def test_papermill_without_parameters_brings_the_twin_up(stopped_lane, outputs, 
 
 
 def test_dry_run_on_a_real_lane_opens_no_connection(outputs):
-    if shutil.which("unshare") is None or shutil.which("ip") is None or os.geteuid() != 0:
-        pytest.skip("needs root, unshare and ip to run in a network namespace of its own")
-    # A namespace with loopback only (the notebook kernel talks to papermill over loopback): no route
-    # to any lane address exists, so any connection attempt would fail the run.
-    command = f"ip link set lo up && {BIN / 'lanebook'} run launch --lane anemll-0731 --dry-run"
-    run = subprocess.run(["unshare", "-n", "sh", "-c", command], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
+    _, run = dry_run_offline(outputs, "launch")  # loopback only: a connection to a lane address would fail it
     (record,) = records(outputs)
     assert record["dry_run"] is True and record["twin"] is False and record["verdict"] == "dry-run"  # observed nothing
     notebook = Path(run.stdout.strip().splitlines()[0]).read_text()

@@ -4,7 +4,6 @@ only when the head's tree is incomplete, refuses destructive steps it was not le
 dry run prints the seed's commands without opening a connection."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from lanebook import nodes, weights
 from lanebook.params import lane_with, load_lane
 from lanebook.paths import REPO
 from lanebook.runbook import VERDICT_MIME
+from lanebook_runs import dry_run_offline
 from twin_helpers import private_twin
 
 BIN = Path(sys.executable).parent
@@ -138,13 +138,7 @@ def test_an_rsync_cut_mid_tree_is_resumed(outputs, tmp_path):
 
 
 def test_dry_run_on_a_real_lane_prints_the_seed_commands_and_opens_no_connection(outputs):
-    if shutil.which("unshare") is None or shutil.which("ip") is None or os.geteuid() != 0:
-        pytest.skip("needs root, unshare and ip to run in a network namespace of its own")
-    # Loopback only (the kernel talks to papermill over it): any connection to a lane address would fail the run.
-    command = f"ip link set lo up && {BIN / 'lanebook'} run weights --lane anemll-0731 --dry-run"
-    run = subprocess.run(["unshare", "-n", "sh", "-c", command], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    record = last_record()
+    record, run = dry_run_offline(outputs, "weights")  # loopback only: a connection to a lane address would fail it
     assert record["dry_run"] is True and record["verdict"] == "dry-run" and record["confirmations"] == []
     hub = "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
     expected = ["head: HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 "
