@@ -57,6 +57,14 @@ def test_a_local_check_fails_a_dry_run(runbooks):
     assert (record["verdict"], record["failed_step"]) == ("fail", "prerequisites")
 
 
+def test_a_failed_run_keeps_its_figures_and_says_what_to_do_next(runbooks):
+    runbooks("status", HEADER, 'rb.record(free_gib=99.0)\nwith rb.step("2 memory", fix="run `stop`, then `launch`"):\n'
+             '    rb.expect(threshold == 2, "enough free memory", local=True)', "rb.finish()")
+    record = execute.run_runbook("status", "anemll-0731", {"threshold": 3}, dry_run=True)
+    assert (record["verdict"], record["failed_step"], record["fix"]) == ("fail", "2 memory", "run `stop`, then `launch`")
+    assert record["figures"] == {"free_gib": 99.0} and read_runs()[0]["figures"] == {"free_gib": 99.0}
+
+
 def test_an_exception_is_an_error_naming_its_cell(runbooks):
     runbooks("status", HEADER, 'raise ValueError("the library broke")', "rb.finish()")
     record = execute.run_runbook("status", "anemll-0731", {}, dry_run=True)

@@ -131,3 +131,34 @@ def test_left_unset_confirmation_is_given_on_twin_lanes_only(registry, tmp_path)
     real = Runbook("stop", _lab_lane(registry, tmp_path, twin=False))
     with pytest.raises(StepFailed, match="needs confirmation"):
         real.confirm("stop the lane on every node")
+
+
+def test_a_failed_step_says_what_to_do_next_and_emits_the_figures_measured_so_far(shown):
+    rb = Runbook("launch", "twin", dry_run=True)
+    rb.record(free_gib=101.5)
+    with pytest.raises(StepFailed, match=r"^prerequisites: parameters valid$"):
+        with rb.step("prerequisites", fix="fix the lane file, then run `launch` again"):
+            rb.expect(False, "parameters valid", local=True)
+    assert shown[-2] == "**What to do next:** fix the lane file, then run `launch` again"
+    emitted = shown[-1][VERDICT_MIME]
+    assert (emitted["verdict"], emitted["figures"]) == ("fail", {"free_gib": 101.5})
+    assert emitted["failure"] == {"step": "prerequisites", "fix": "fix the lane file, then run `launch` again"}
+
+
+def test_a_lanebook_error_inside_a_step_fails_that_step_with_its_message(shown):
+    from lanebook.errors import LanebookError
+
+    rb = Runbook("launch", "twin", dry_run=True)
+    with pytest.raises(StepFailed, match=r"^3 start: step completed \(head: connection refused\)$"):
+        with rb.step("3 start", fix="run `status`"):
+            raise LanebookError("head: connection refused")
+    assert rb.checks[-1] == Check("3 start", "step completed", "fail", "head: connection refused")
+
+
+def test_any_other_exception_is_an_error_that_still_emits_the_figures(shown):
+    rb = Runbook("launch", "twin", dry_run=True)
+    rb.record(kv_cache_tokens=2_300_000)
+    with pytest.raises(ZeroDivisionError):
+        with rb.step("4 startup log"):
+            1 / 0
+    assert (shown[-1][VERDICT_MIME]["verdict"], shown[-1][VERDICT_MIME]["figures"]) == ("error", {"kv_cache_tokens": 2_300_000})

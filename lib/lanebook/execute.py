@@ -2,7 +2,9 @@
 
 Each run writes outputs/LANE/UTCSTAMP-RUNBOOK-ID.ipynb (never overwriting) and appends one line to
 outputs/runs.jsonl. The verdict is read back from the executed notebook: the runbook's last cell
-emits it; a StepFailed is "fail"; any other exception, or a notebook that never emits one, is "error".
+emits it, or the failing cell when a step failed (so the figures measured before it are kept, with the
+step's "what to do next" as the record's `fix`); a StepFailed is "fail"; any other exception, or a
+notebook that never emits a verdict, is "error".
 A dry run observed nothing on the lane, so its record says "dry-run" (or "fail" when a check made on
 this machine failed), never "pass".
 """
@@ -152,6 +154,7 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
         "finished_at": _now(),
         "verdict": verdict,
         "failed_step": failed_step,
+        "fix": ((result or {}).get("failure") or {}).get("fix"),  # what to do next, named by the failed step
         "output": str(output.relative_to(outputs_dir())),
         "sha256": sha256_file(output),
         "params": redact_data(params),

@@ -2,9 +2,12 @@
 
 A notebook stays thin: each step is a few lines calling the library, then `rb.expect(...)`. A failed
 expectation raises StepFailed, which papermill records as the failing cell; lanebook.execute turns it
-into verdict "fail" (any other exception is "error"). The last cell calls `rb.finish()`, which emits the
-verdict and figures as a machine-readable output that lanebook.execute reads back from the executed
-notebook.
+into verdict "fail". A LanebookError raised inside a step (a refused connection, a bad input the library
+names) is that step's failure too; any other exception is a bug and the verdict "error". The last cell
+calls `rb.finish()`, which emits the verdict and figures as a machine-readable output that
+lanebook.execute reads back from the executed notebook; a run that stops early emits them in the failing
+cell, so its record keeps the figures measured before the failure. A step names what to do when it
+fails (`fix=`, usually the runbook that repairs it), shown under the failure and kept in the record.
 
 A dry run sends nothing to the lane, so what the lane would have shown is "not observed" and the
 verdict is "dry-run", never "pass"; results computed on this machine (lint, the lane file, parameters)
@@ -20,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
 from .checks import NOT_OBSERVED
+from .errors import LanebookError
 from .nodes import Lane
 from .params import load_lane
 from .plugins import prepare_lane
@@ -75,6 +79,8 @@ class Runbook:
         self.figures: dict[str, Any] = {}
         self.checks: list[Check] = []
         self.current_step = "prerequisites"
+        self.current_fix: Optional[str] = None
+        self.failure: Optional[dict] = None  # the failed step and what to do next, once a step failed
         if not dry_run:
             prepare_lane(self.params)  # e.g. the twin starts itself for a twin lane
         self.lane = Lane(self.params, dry_run=dry_run)
@@ -87,10 +93,22 @@ class Runbook:
         _display(markdown=f"### {name} on lane `{self.params.name}`\n\n{self.params.description}\n\n" + "\n\n".join(banner))
 
     @contextmanager
-    def step(self, title: str):
-        """Mark the step the following checks belong to (the failed_step of the record)."""
-        self.current_step = title
-        yield self
+    def step(self, title: str, fix: Optional[str] = None):
+        """Mark the step the following checks belong to (the failed_step of the record).
+
+        fix: what the operator does when this step fails, naming the runbook that repairs it
+        ("run `weights`, then launch again"). A LanebookError inside the step fails the step with its message.
+        """
+        self.current_step, self.current_fix = title, fix
+        try:
+            yield self
+        except StepFailed:
+            raise
+        except LanebookError as exc:
+            self._fail(Check(title, "step completed", FAIL, str(exc)))
+        except Exception:
+            self._emit("error")  # a bug: the record still keeps what was measured before it
+            raise
 
     def expect(self, ok: bool, what: str, detail: Any = "", *, local: bool = False) -> None:
         """Check one expected result; on failure stop the run with the step named.
@@ -103,9 +121,19 @@ class Runbook:
             outcome, detail = NOT_OBSERVED_OUTCOME, NOT_OBSERVED
         else:
             outcome = PASS if ok else FAIL
-        self._add(Check(self.current_step, what, outcome, detail))
+        check = Check(self.current_step, what, outcome, detail)
         if outcome == FAIL:
-            raise StepFailed(f"{self.current_step}: {what}" + (f" ({detail})" if detail else ""))
+            self._fail(check)
+        self._add(check)
+
+    def _fail(self, check: Check, message: Optional[str] = None) -> None:
+        """Record a failed expected result, say what to do next, emit the verdict so far, and stop the run."""
+        self._add(check)
+        self.failure = {"step": check.step, "fix": self.current_fix}
+        if self.current_fix:
+            _display(markdown=f"**What to do next:** {self.current_fix}")
+        self._emit(FAIL)
+        raise StepFailed(message or f"{check.step}: {check.what}" + (f" ({check.detail})" if check.detail else ""))
 
     def skip(self, what: str, why: str) -> None:
         """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
@@ -125,9 +153,9 @@ class Runbook:
         if self.dry_run:
             return
         if not self.confirmed:
-            self._add(Check(self.current_step, f"confirmed: {what}", FAIL,
-                            "not confirmed: rerun with --yes (or -p confirm=True) to let this step change the lane"))
-            raise StepFailed(f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)")
+            self._fail(Check(self.current_step, f"confirmed: {what}", FAIL,
+                             "not confirmed: rerun with --yes (or -p confirm=True) to let this step change the lane"),
+                       f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)")
         by = f"{getpass.getuser()}@{socket.gethostname()}"
         self.confirmations.append({"step": self.current_step, "what": what, "by": by})
         _display(markdown=f"**confirmed** by `{by}`: {what}")
@@ -143,18 +171,24 @@ class Runbook:
         lines = self.commands()
         _display(markdown="```text\n" + ("\n".join(lines) if lines else "(no commands)") + "\n```")
 
-    def finish(self) -> dict:
-        verdict = {
+    def _emit(self, verdict: str) -> dict:
+        """Display the verdict, checks and figures as the machine-readable output lanebook.execute reads."""
+        emitted = {
             "runbook": self.name,
             "lane": self.params.name,
             "twin": self.params.twin,
             "dry_run": self.dry_run,
-            "verdict": verdict_of(self.checks, self.dry_run),
+            "verdict": verdict,
+            "failure": self.failure,
             "checks": [asdict(c) for c in self.checks],
             "figures": self.figures,
             "confirmations": self.confirmations,
             "commands": self.commands() if self.dry_run else [],
         }
-        _display(raw={VERDICT_MIME: verdict, "text/plain": json.dumps({"verdict": verdict["verdict"], "figures": self.figures})})
+        _display(raw={VERDICT_MIME: emitted, "text/plain": json.dumps({"verdict": verdict, "figures": self.figures})})
+        return emitted
+
+    def finish(self) -> dict:
+        verdict = self._emit(verdict_of(self.checks, self.dry_run))
         self.lane.close()
         return verdict
