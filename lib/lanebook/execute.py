@@ -30,7 +30,7 @@ from .runbook import VERDICT_MIME
 
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
-CHANGING = {"weights", "env", "launch", "warmup", "rollback", "stop"}
+CHANGING = {"weights", "env", "launch", "warmup", "diagnose", "rollback", "stop"}  # diagnose: its canary relaunches
 # Parameters every runbook takes from `lanebook run` itself, not from -p.
 RESERVED = {"lane", "dry_run"}
 
