@@ -147,7 +147,7 @@ rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.
 FIXES = {
     "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
     "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
-                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07) and relaunch",
+                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
     "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON boolean "
                      "(P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
     "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then `launch`; "

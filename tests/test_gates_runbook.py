@@ -11,7 +11,7 @@ import pytest
 
 from lanebook import hermes, launcher, nodes
 from lanebook.execute import read_verdict
-from lanebook.params import load_lane
+from lanebook.params import lane_with, load_lane
 from lanebook.paths import RUNBOOKS_DIR
 from lanebook_runs import dry_run_offline, run
 
@@ -106,3 +106,19 @@ def test_thinking_as_the_string_false_in_the_hermes_config_fails_through_the_rea
     executed = (tmp_path / "outputs" / record["output"]).read_text()
     assert "What to do next:" in executed and "thinking: false as a boolean" in executed
     assert json.loads(json.dumps(record["params"])) == {"hermes_config": str(config)}
+
+
+@needs_hermes
+@pytest.mark.twin
+def test_a_lane_whose_hermes_runs_on_another_host_runs_the_route_smoke_there_over_ssh(launched):
+    """hermes.host names the twin's head: config put by SFTP, the CLI run there, state.db fetched back."""
+    base = launched.params
+    params = lane_with(base, hermes={**base.hermes.model_dump(), "host": "head", "bin": str(hermes.OWN_INSTALL)})
+    with nodes.Lane(params) as lane:
+        provider, _ = hermes.block_gate("5 hermes provider block", lane, None)
+        route, found = hermes.route_gate("6 hermes route", lane, provider)
+        sent = lane.executor.commands()
+    assert (route.where, route.exit_code, route.stdout.strip()) == ("head over SSH", 0, "ROUTE_OK")
+    assert [c.outcome for c in found] == ["pass"] * 4
+    assert any(c.startswith("head: sftp put ") for c in sent) and any(c.startswith("head: sftp get ") for c in sent)
+    assert any(c.startswith("head: HERMES_HOME=/tmp/lanebook-hermes-") and " --provider spark-ds4 " in c for c in sent)

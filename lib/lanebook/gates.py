@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 from .errors import LanebookError
 from .http import JsonAnswer, request_json
 from .launcher import container_name
-from .logs import Expectation, check_startup_log
+from .logs import KV_CACHE_LINE, Expectation, check_startup_log
 from .nodes import Executor, Lane, q
 from .params import LaneParams
 
@@ -259,7 +259,8 @@ def log_gate(step: str, lane: Lane) -> list[GateCheck]:
     expectations, _kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
     checks = observed(step, expectations)
     forbidden = {f"log has no '{line}'" for line in lane.params.gates.log_forbidden}
-    return [GateCheck(c.step, c.what, c.ok, c.detail, "P01" if c.what in forbidden else None) for c in checks]
+    return [GateCheck(c.step, c.what, c.ok, c.detail,
+                      "P01" if c.what in forbidden else "P07" if c.what.startswith(KV_CACHE_LINE) else None) for c in checks]
 
 
 def exact_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
