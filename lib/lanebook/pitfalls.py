@@ -273,7 +273,7 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("P07", "Memory 0.80 at 1M context",
             "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available "
             "vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly.",
-            "error", "lint, launch",
+            "error", "lint, launch, gates",
             "GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, "
             "GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads).", check_memory),
     Pitfall("P08", "Gloo / host IP on loopback",
