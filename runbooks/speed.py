@@ -34,7 +34,8 @@
 # first content chunk (the role-only chunk does not count); acceptance from `/metrics` deltas.
 #
 # **Time:** the seed's 256-token probe takes about 15 s per trial (C1 + C4 + C6); the lane's
-# workloads × 3 trials take a few minutes on a real lane, about two on the twin.
+# workloads × 3 trials take a few minutes on a real lane. On the twin (probe and code): under two
+# minutes with the lane up, about two and a half from a stopped twin (its launch included).
 # **Risk:** none to the lane's state: it sends chat requests only. It keeps the pair busy while it runs,
 # and other clients' requests would spoil its waves (it waits for idle queues before each).
 # **Rollback:** nothing to roll back. A regression on the same setup is what `diagnose` and
@@ -67,7 +68,7 @@ from lanebook.params import lane_path
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 from lanebook.speed import lanespeed
-from lanebook.speed.baseline import judge, load_baseline, stored_baseline, write_baseline
+from lanebook.speed.baseline import counterpart, judge, load_baseline, stored_baseline, write_baseline
 from lanebook.speed.plots import plot_workload
 from lanebook.speed.provenance import compare_setups, read_provenance
 
@@ -135,8 +136,7 @@ with rb.step("1 provenance", fix="run `status`: the lane's container must run on
 
 # %%
 documents, bands, failed_waves = [], {}, {}
-baseline_label = ("baseline median (same setup: judged)" if setup and setup.same else
-                  "baseline median (shown, not judged: see step 3)")
+baseline_label = f"baseline median ({setup.headline}: {'judged' if setup.same else 'not judged'})" if setup else ""
 for workload in plan.workloads:
     with rb.step(f"2 waves {workload}", fix="read the failed waves' reasons above and run `status`; an engine "
                                            "that died or an orphaned worker: run `stop`, then `launch`, then speed again"):
@@ -152,8 +152,7 @@ for workload in plan.workloads:
         bands[workload], failed_waves[workload] = document["bands"], failures
         rb.record(bands=bands, wave_failures=failed_waves)
         display(Markdown(lanespeed.bands_table(document)))
-        stored = base.document(workload) if base else None
-        display(Image(plot_workload(document, stored, baseline_label,
+        display(Image(plot_workload(document, counterpart(base, document), baseline_label,
                                     f"{p.name} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials{twin_label}")))
         rb.expect(not failures, f"every request of {workload} measured", "; ".join(failures) or
                   f"{len(result.waves)} waves, {plan.requests_per_workload} requests")

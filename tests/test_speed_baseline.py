@@ -8,7 +8,7 @@ import pytest
 from lanebook.errors import LanebookError
 from lanebook.params import lane_path
 from lanebook.speed.bands import bands_from_runs
-from lanebook.speed.baseline import (BASELINE_TOLERANCE, DEFAULT_WORKLOADS, Baseline, baseline_json, judge,
+from lanebook.speed.baseline import (BASELINE_TOLERANCE, DEFAULT_WORKLOADS, Baseline, baseline_json, counterpart, judge,
                                      lane_workloads, load_baseline, stored_baseline, write_baseline)
 from lanebook.speed.provenance import Provenance, file_sha256
 
@@ -104,6 +104,13 @@ def test_other_max_tokens_or_no_common_workload_is_not_comparable():
     assert short.reason == "not comparable: probe: max_tokens 32 here, 256 in the baseline"
     other = judge([doc("json")], SETUP, stored(doc("probe")))
     assert other.reason == "not comparable: no workload in common (measured json; the baseline has probe)"
+
+
+def test_the_counterpart_is_the_same_workload_at_the_same_max_tokens():
+    base = stored(doc("probe"))
+    assert counterpart(base, doc("probe")) is base.documents[0]
+    assert counterpart(base, doc("probe", max_tokens=32)) is None
+    assert counterpart(base, doc("code")) is None and counterpart(None, doc("probe")) is None
 
 
 def test_a_workload_missing_from_the_baseline_leaves_the_judgement_incomplete():

@@ -53,13 +53,13 @@ def test_revision_and_version_parsing():
 
 def test_same_setup_only_when_every_fact_is_known_and_equal():
     match = compare_setups(setup(), setup())
-    assert match.status == "same" and match.same
+    assert (match.status, match.same, match.headline) == ("same", True, "same setup")
     assert match.summary().startswith("same setup: twin, lane_file_sha256, image")
 
 
 def test_one_known_difference_makes_a_different_setup():
     match = compare_setups(setup(server_version="0.26.0"), setup())
-    assert match.status == "different"
+    assert (match.status, match.headline) == ("different", "different setup")
     assert match.differences == (("server_version", "0.26.0", "0.25.2+lanebook.twin"),)
     assert "server_version '0.26.0' here, '0.25.2+lanebook.twin' in the baseline" in match.summary()
     assert compare_setups(setup(twin=False), setup()).differences == (("twin", False, True),)
@@ -67,7 +67,7 @@ def test_one_known_difference_makes_a_different_setup():
 
 def test_a_fact_not_recorded_leaves_the_setup_not_established():
     match = compare_setups(setup(), setup(model_revision=None))
-    assert (match.status, match.unknown) == ("unknown", ("model_revision",))
+    assert (match.status, match.unknown, match.headline) == ("unknown", ("model_revision",), "setup not established")
     assert match.summary() == "setup not established: not recorded on both sides: model_revision"
 
 

@@ -131,3 +131,10 @@ def test_papermill_dry_run_on_the_preview_lane(tmp_path):
                        for o in cell.get("outputs", []))
     assert '"model": "deepseek-v4-flash-dspark"' in markdown and '"thinking": false' in markdown  # the body it would send
     assert "**DRY RUN**" in markdown and "not observed (dry run)" in markdown
+
+
+def test_fewer_than_three_trials_fail_the_run_even_dry(tmp_path):
+    record, done = run(tmp_path, "speed", "anemll-0731", "--dry-run", "-p", "trials=2", expect_exit=1)
+    assert (record["verdict"], record["failed_step"]) == ("fail", "prerequisites"), record
+    executed = (tmp_path / "outputs" / record["output"]).read_text()
+    assert "trials must be at least 3 (got 2)" in executed

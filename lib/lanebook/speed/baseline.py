@@ -144,12 +144,18 @@ class Judgement:
                 "baseline_source": self.baseline_source}
 
 
+def counterpart(baseline: Optional[Baseline], document: dict) -> Optional[dict]:
+    """The baseline's document a run's document is set against: same workload, same max_tokens."""
+    stored = baseline.document(document["workload"]) if baseline else None
+    return stored if stored is not None and stored.get("max_tokens") == document.get("max_tokens") else None
+
+
 def _comparable(documents: list[dict], baseline: Baseline) -> list[str]:
     """Why the run cannot be set against the baseline cell by cell (empty when it can)."""
     problems = []
     for doc in documents:
         stored = baseline.document(doc["workload"])
-        if stored is not None and stored.get("max_tokens") != doc.get("max_tokens"):
+        if stored is not None and counterpart(baseline, doc) is None:
             problems.append(f"{doc['workload']}: max_tokens {doc.get('max_tokens')} here, {stored.get('max_tokens')} in the baseline")
     if not any(baseline.document(doc["workload"]) for doc in documents):
         problems.append(f"no workload in common (measured {', '.join(d['workload'] for d in documents)}; "

@@ -128,14 +128,17 @@ class SetupMatch:
     def same(self) -> bool:
         return self.status == "same"
 
+    @property
+    def headline(self) -> str:
+        return {"same": "same setup", "different": "different setup", "unknown": "setup not established"}[self.status]
+
     def summary(self) -> str:
         if self.same:
             return "same setup: " + ", ".join((*SETUP_FIELDS, "image identity"))
         parts = [f"{name} {mine!r} here, {theirs!r} in the baseline" for name, mine, theirs in self.differences]
         if self.unknown:
             parts.append("not recorded on both sides: " + ", ".join(self.unknown))
-        head = "different setup" if self.differences else "setup not established"
-        return f"{head}: " + "; ".join(parts)
+        return f"{self.headline}: " + "; ".join(parts)
 
     def to_json(self) -> dict:
         return {"status": self.status, "differences": [list(d) for d in self.differences], "unknown": list(self.unknown)}
