@@ -94,7 +94,7 @@ def test_a_setup_the_baseline_did_not_record_is_not_judged():
     real = replace(SETUP, lane="anemll-1m6", twin=False)
     judgement = judge([doc("probe")], real, seed)
     assert judgement.verdict == "not judged"
-    assert judgement.reason.startswith("setup not established: not recorded on both sides: lane_file_sha256, model, "
+    assert judgement.reason.startswith("setup not established: unknown on at least one side: lane_file_sha256, model, "
                                        "model_revision, server_version, image identity")
 
 

@@ -68,7 +68,7 @@ def test_one_known_difference_makes_a_different_setup():
 def test_a_fact_not_recorded_leaves_the_setup_not_established():
     match = compare_setups(setup(), setup(model_revision=None))
     assert (match.status, match.unknown, match.headline) == ("unknown", ("model_revision",), "setup not established")
-    assert match.summary() == "setup not established: not recorded on both sides: model_revision"
+    assert match.summary() == "setup not established: unknown on at least one side: model_revision"
 
 
 def test_image_identity_is_the_digest_else_the_image_id():

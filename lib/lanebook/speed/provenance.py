@@ -137,7 +137,7 @@ class SetupMatch:
             return "same setup: " + ", ".join((*SETUP_FIELDS, "image identity"))
         parts = [f"{name} {mine!r} here, {theirs!r} in the baseline" for name, mine, theirs in self.differences]
         if self.unknown:
-            parts.append("not recorded on both sides: " + ", ".join(self.unknown))
+            parts.append("unknown on at least one side: " + ", ".join(self.unknown))
         return f"{self.headline}: " + "; ".join(parts)
 
     def to_json(self) -> dict:
