@@ -245,7 +245,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow "
             "decode path. The env file alone is not enough: Compose passes only the keys named in the service's "
             "environment: map, so the compose file needs the injection line as well.",
-            "error", "lint, env, gates, status",
+            "error", "lint, env, gates, status, speed",
             "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
             "\"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}\" under environment: (`lanebook env render` writes both); the log "
             "must not say \"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1\".", check_breakable),
@@ -296,7 +296,7 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("P12", "First-use inference JIT",
             "Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT "
             "compilation during inference, turning the first production burst into a latency event.",
-            "warning", "warmup",
+            "warning", "warmup, speed",
             "Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as "
             "pending until observed."),
     Pitfall("P13", "Legacy serving units",
