@@ -77,7 +77,8 @@ def _now() -> str:
 
 
 def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
-    run_id = uuid.uuid4().hex[:8]
+    # Hex with a letter first: `-p restore=RUN_ID` is read as YAML, where 12345678 or 1234e567 would be numbers.
+    run_id = "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
