@@ -80,12 +80,11 @@ with rb.step("prerequisites", fix="name a shipped rollback lane on the same pair
     try:
         target = rollback.rollback_target(p)
     except LanebookError as exc:
-        target = None
         rb.expect(False, "the lane names a rollback lane that loads", exc, local=True)
     ROLLBACK_LANE = target.name
     rb.record(rollback_lane=ROLLBACK_LANE)
-    rb.expect(not rollback.pair_differences(p, target), f"{ROLLBACK_LANE} runs on the same pair as {p.name}",
-              "; ".join(rollback.pair_differences(p, target)), local=True)
+    moved = rollback.pair_differences(p, target)
+    rb.expect(not moved, f"{ROLLBACK_LANE} runs on the same pair as {p.name}", "; ".join(moved), local=True)
     target_lane = Lane(target, executor=rb.lane.executor)
     report = lint_lane_checkout(target, dry_run=rb.dry_run)
     rb.expect(report.ok, f"what {ROLLBACK_LANE} runs lints clean",
