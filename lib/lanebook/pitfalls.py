@@ -260,7 +260,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             _batch_check(8216, "it regressed count, code and structured JSON in the matched canary and was rejected")),
     Pitfall("P04", "Sticky UMA memory after stop",
             "After a stop, free memory can stay ~10–16 GiB short with no container running.",
-            "error", "stop, launch",
+            "error", "stop, launch, rollback",
             "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
             "it deletes the Anemll image."),
     Pitfall("P05", "Dual-WAN download",
@@ -290,7 +290,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "lint, gates", "thinking: false (a boolean) in request and Hermes extra_body.", check_thinking),
     Pitfall("P11", "Cold start takes 8–15 minutes",
             "A cold bind often takes 8–15 minutes; SHM \"60 seconds\" lines during TileLang/autotune are usually not fatal.",
-            "warning", "launch, status",
+            "warning", "launch, status, rollback",
             "Wait for \"Application startup complete\" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do "
             "not abort on the first SHM timeout."),
     Pitfall("P12", "First-use inference JIT",
@@ -301,7 +301,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "pending until observed."),
     Pitfall("P13", "Legacy serving units",
             "Older serving units (Aiden/legacy) left active fight the compose project for the GPUs.",
-            "error", "launch", "Mask the lane's legacy units on both nodes before compose up."),
+            "error", "launch, rollback", "Mask the lane's legacy units on both nodes before compose up."),
     Pitfall("P14", "K above the drafter block size",
             "The Flash drafter's dspark_block_size is 5: K=7 is not free speed.",
             "error", "lint, env, speed",
@@ -312,7 +312,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "speed, diagnose", "Step long probes up gradually and watch the console."),
     Pitfall("P16", "Head dies mid-TP",
             "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
-            "error", "diagnose, status, stop",
+            "error", "diagnose, status, stop, rollback",
             "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head."),
     Pitfall("P17", "Marketing the synthetic ceiling",
             "The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band.",
@@ -335,7 +335,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from "
             "ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command "
             "hard-codes; the image's command script builds the speculative config itself.",
-            "error", "lint, env, launch",
+            "error", "lint, env, launch, rollback",
             "`lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, "
             "not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must "
             "carry the lane's flags.", check_lane_values),
