@@ -6,7 +6,6 @@ their own in place of the six runbooks: each emits the verdict a file tells it t
 "fix" it and resume; the shipped runbooks run in their own tests and in `make demo`.
 """
 import json
-import shutil
 
 import nbformat
 import pytest
@@ -68,6 +67,14 @@ def test_the_lane_digest_separates_the_weights_from_the_rest_of_the_file():
     assert lane_digest(lane, b"b")["weights"] == base["weights"] and lane_digest(lane, b"b")["file"] != base["file"]
 
 
+def lane_without_rollback(tmp_path):
+    """The twin lane file without its rollback lane: these promotions run stand-in notebooks and touch no node."""
+    lane = tmp_path / "lane.yaml"
+    lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
+    assert "rollback: null" in lane.read_text()
+    return lane
+
+
 @pytest.fixture
 def stages(tmp_path, monkeypatch):
     """Six small notebooks standing in for the main job; set(name=verdict) decides what each emits next."""
@@ -97,8 +104,7 @@ def stages(tmp_path, monkeypatch):
 
 
 def test_a_promotion_stops_at_the_first_runbook_not_passed_and_resumes_there(stages, tmp_path):
-    lane = tmp_path / "lane.yaml"
-    shutil.copy(lane_path("twin"), lane)
+    lane = lane_without_rollback(tmp_path)
     stages(gates="fail")
     first = promote.promote(str(lane))
     assert [r["runbook"] for r in first.records] == ["weights", "env", "launch", "warmup", "gates"] and not first.ok
@@ -116,8 +122,7 @@ def test_a_promotion_stops_at_the_first_runbook_not_passed_and_resumes_there(sta
 
 
 def test_a_resume_after_the_lane_file_was_fixed_renders_it_again(stages, tmp_path):
-    lane = tmp_path / "lane.yaml"
-    shutil.copy(lane_path("twin"), lane)
+    lane = lane_without_rollback(tmp_path)
     stages(launch="fail")
     promote.promote(str(lane))
     lane.write_text(lane.read_text().replace("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.86"))
@@ -137,3 +142,15 @@ def test_a_missing_runbook_is_named_before_anything_runs(stages, monkeypatch, tm
     (paths.RUNBOOKS_DIR / "warmup.ipynb").unlink()
     with pytest.raises(LanebookError, match=r"^the main job is incomplete: runbook\(s\) warmup not written yet$"):
         promote.promote("twin")
+
+
+def test_a_new_promotion_keeps_the_rollback_lanes_fingerprint_where_rollback_finds_it():
+    """Taken on the twin's nodes before anything changes: the rollback lane's checkout and weights on every node."""
+    from lanebook.rollback import FINGERPRINT_FIGURE, recorded_fingerprint
+
+    kept = promote.rollback_reference(load_lane("twin"))[FINGERPRINT_FIGURE]
+    assert kept["lane"] == "twin-1m6" and kept["observed"] and set(kept["nodes"]) == {"head", "worker"}
+    assert all(tree["exists"] for node in kept["nodes"].values() for tree in node.values())
+    first_record = {"run_id": "a1", "runbook": "weights", "lane": "twin", "figures": {}, FINGERPRINT_FIGURE: kept}
+    assert recorded_fingerprint([first_record], "twin-1m6") == (first_record, kept)
+    assert promote.rollback_reference(load_lane("patch3-c12")) == {}  # the end of the chain has none

@@ -7,6 +7,10 @@ that passed are not repeated, unless the lane file changed since they ran — th
 (the checkout must be rendered from the new lane), or at `weights` when the lane's weights changed.
 
 Which runbook a resume starts at is a pure function of the recorded runs (`plan_resume`), tested with records.
+
+A new promotion of a lane with a rollback lane first fingerprints that lane's checkout and weights on every
+node and keeps the fingerprint in its first record: the `rollback` runbook compares against it, so a
+promotion that touched the rollback lane ("keep the rollback lane boring") is caught before it is needed.
 """
 from __future__ import annotations
 
@@ -126,9 +130,11 @@ def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool
     on_plan(plan)
     promotion = Promotion(plan)
     previous = plan.previous_run_id
+    first = {} if resume or dry_run else rollback_reference(params)
     for name in plan.runbooks:
         on_start(name)
-        link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest}
+        link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
+        first = {}
         record = run_runbook(name, lane, {}, dry_run=dry_run, yes=yes, link=link)
         promotion.records.append(record)
         on_record(record)
@@ -136,6 +142,20 @@ def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool
         if record["verdict"] != promotion.passed_verdict:
             break  # each stage stands on the one before it
     return promotion
+
+
+def rollback_reference(params: LaneParams) -> dict:
+    """The rollback lane's fingerprint as the promotion's first record keeps it (nothing when the lane has none)."""
+    if not params.rollback:
+        return {}
+    from .nodes import Lane
+    from .plugins import prepare_lane
+    from .rollback import FINGERPRINT_FIGURE, fingerprint, rollback_target
+
+    target = rollback_target(params)
+    prepare_lane(target)  # the twin starts itself for a twin lane
+    with Lane(target) as lane:
+        return {FINGERPRINT_FIGURE: fingerprint(lane)}
 
 
 def print_promotion(lane: str, run: Callable[..., Promotion]) -> int:

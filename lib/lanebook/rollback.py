@@ -103,13 +103,15 @@ def short(fp: dict) -> dict[str, dict[str, Optional[str]]]:
 
 
 def recorded_fingerprint(runs: Iterable[dict], lane_name: str) -> Optional[tuple[dict, dict]]:
-    """(record, fingerprint) of the most recent run record holding an observed `rollback_fingerprint` of the lane.
+    """(record, fingerprint) of the most recent run record holding an observed `rollback_fingerprint` of the lane,
+    among its figures or, as `lanebook promote` keeps it in a promotion's first record, beside them.
 
     `runs` in the order the audit trail holds them (oldest first). A dry run's fingerprint observed nothing and
     is passed over.
     """
     for record in reversed(list(runs)):
-        found = (record.get("figures") or {}).get(FINGERPRINT_FIGURE)
+        # a rollback run's figures, or a promotion's first record (taken before it changed anything)
+        found = record.get(FINGERPRINT_FIGURE) or (record.get("figures") or {}).get(FINGERPRINT_FIGURE)
         if isinstance(found, dict) and found.get("lane") == lane_name and found.get("observed") and found.get("nodes"):
             return record, found
     return None
