@@ -162,3 +162,55 @@ def test_any_other_exception_is_an_error_that_still_emits_the_figures(shown):
         with rb.step("4 startup log"):
             1 / 0
     assert (shown[-1][VERDICT_MIME]["verdict"], shown[-1][VERDICT_MIME]["figures"]) == ("error", {"kv_cache_tokens": 2_300_000})
+
+
+def test_an_explicit_confirm_parameter_decides_and_is_recorded_as_such(registry, tmp_path):
+    rb = Runbook("stop", _lab_lane(registry, tmp_path, twin=False), confirm=True)
+    with rb.step("1 stop"):
+        rb.confirm("stop the lane on every node")
+    twin = Runbook("stop", _lab_lane(registry, tmp_path))  # unset on a twin lane, no frontend here
+    with twin.step("1 stop"):
+        twin.confirm("stop the lane on every node")
+    assert [c["how"] for c in rb.confirmations + twin.confirmations] == ["parameter", "twin lane, confirm unset"]
+
+
+def test_the_buttons_decide_when_confirm_is_unset(registry, tmp_path, monkeypatch):
+    """A frontend that renders the buttons: the click decides, on a real lane and on the twin alike."""
+    from lanebook import frontend
+
+    clicks = iter([True, False])
+    monkeypatch.setattr(frontend, "ask", lambda what: next(clicks))
+    rb = Runbook("stop", _lab_lane(registry, tmp_path, twin=False))
+    with rb.step("1 stop"):
+        rb.confirm("stop the lane on every node")
+    assert rb.confirmations[-1]["how"] == "button"
+    with rb.step("2 drop caches"):
+        with pytest.raises(StepFailed, match=r"^2 drop caches: drop the page cache needs confirmation \(--yes or -p confirm=True\)$"):
+            rb.confirm("drop the page cache")
+    assert rb.checks[-1].detail.startswith("cancelled at the button; rerun with --yes")
+    monkeypatch.setattr(frontend, "ask", lambda what: pytest.fail("an explicit parameter must not ask"))
+    Runbook("stop", _lab_lane(registry, tmp_path, twin=False), confirm=False)  # (asks nothing when constructed)
+    refused = Runbook("stop", _lab_lane(registry, tmp_path), confirm=False)
+    with pytest.raises(StepFailed, match="needs confirmation"):
+        refused.confirm("stop the lane on every node")
+
+
+def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
+    """papermill (no frontend renders the buttons), confirm unset on a real lane: the step fails with the flag
+    message instead of hanging (papermill's execution timeout would fail a hang)."""
+    import nbformat
+    import papermill
+
+    from lanebook.params import load_lane
+
+    lane = tmp_path / "real.yaml"
+    lane.write_text(lane_with(load_lane("twin"), ssh_config=None, twin=False).model_dump_json())
+    code = (f"from lanebook.runbook import Runbook\nrb = Runbook('stop', {str(lane)!r})\n"
+            "with rb.step('1 stop'):\n    rb.confirm('stop the lane on every node')")
+    source, executed = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)],
+                                            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                                     "language": "python"}}), source)
+    with pytest.raises(papermill.PapermillExecutionError, match=r"1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)"):
+        papermill.execute_notebook(str(source), str(executed), kernel_name="python3", execution_timeout=60,
+                                   progress_bar=False, cwd=str(tmp_path))

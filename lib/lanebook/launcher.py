@@ -22,6 +22,7 @@ before it starts one.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional
 
@@ -29,6 +30,7 @@ from .checks import NOT_OBSERVED
 from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .errors import LanebookError
 from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
+from .progress import Progress
 from .readiness import wait_health, wait_models
 from .render import ENV_NAME as ENV_FILE
 
@@ -116,12 +118,28 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
     """Seed 000 "Launch": the launcher from the head, bounded by its own wait (WAIT_ATTEMPTS x WAIT_SECONDS) plus a margin.
 
     Run with a terminal, so stopping at the bound hangs the launcher up (it exits 129) instead of
-    leaving it running on the head.
+    leaving it running on the head. Its output is followed as it streams: elapsed time against the bound
+    and the launcher's last line (it prints one per WAIT_SECONDS wait) are shown, then passed to `on_line`.
     """
     launcher = lane.params.launcher
-    result = lane.head.run(launcher_command(lane, launcher.start, dict(launcher.env)), check=False, pty=True,
-                           timeout=launcher.wait_budget_s + LAUNCH_MARGIN_S, on_line=on_line)
-    return launcher_result(result)
+    bound = launcher.wait_budget_s + LAUNCH_MARGIN_S
+    shown, started = Progress("launcher", bound), time.monotonic()
+
+    def follow(line: str) -> None:
+        if line.strip():
+            shown.update(time.monotonic() - started, line.strip()[:160])
+        if on_line:
+            on_line(line)
+
+    try:
+        result = lane.head.run(launcher_command(lane, launcher.start, dict(launcher.env)), check=False, pty=True,
+                               timeout=bound, on_line=follow)
+    except LanebookError as exc:
+        shown.finish(time.monotonic() - started, str(exc), ok=False)
+        raise
+    outcome = launcher_result(result)
+    shown.finish(time.monotonic() - started, outcome.summary(), ok=outcome.ok)
+    return outcome
 
 
 def lane_status(lane: Lane) -> LauncherResult:

@@ -1,6 +1,7 @@
 """Waiting, from the operator's machine, until a lane's server answers: /health, then /v1/models.
 
-Each wait is bounded, shows its progress and goes into the executor's history, so a dry run lists
+Each wait is bounded, shows its progress as it happens (a bar in JupyterLab, a few lines headless; a
+caller's own `progress` callback instead) and goes into the executor's history, so a dry run lists
 the waits it would make (and makes none).
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Callable, Optional
 
 from .errors import LanebookError
 from .http import WaitProgress, wait_for
+from .progress import Progress
 from .prometheus import server_root
 from .nodes import Executor, Lane
 
@@ -22,12 +24,18 @@ def _wait(url: str, ready, *, what: str, timeout_s: float, interval_s: float,
         executor.record_local(description)
         return None
     started = time.monotonic()
+    shown = None if progress else Progress(f"waiting for {what}", timeout_s)  # shown from the first miss on
+    follow = progress or (lambda p: shown.update(p.elapsed_s, f"attempt {p.attempt}, last: {p.last}"))
     try:
-        response = wait_for(url, ready, what=what, timeout_s=timeout_s, interval_s=interval_s, progress=progress)
+        response = wait_for(url, ready, what=what, timeout_s=timeout_s, interval_s=interval_s, progress=follow)
     except LanebookError as exc:
+        if shown:
+            shown.finish(time.monotonic() - started, f"not ready within the bound: {exc}", ok=False)
         if executor is not None:
             executor.record_local(description, exit_code=1, duration_s=time.monotonic() - started, detail=str(exc))
         raise
+    if shown:
+        shown.finish(time.monotonic() - started, "ready")
     if executor is not None:
         executor.record_local(description, duration_s=time.monotonic() - started)
     return response

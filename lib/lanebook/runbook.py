@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
+from . import frontend
 from .checks import NOT_OBSERVED
 from .errors import LanebookError
 from .nodes import Lane
@@ -73,7 +74,9 @@ class Runbook:
         self.params = load_lane(lane)
         self.dry_run = dry_run
         # The notebook's `confirm` parameter: may destructive steps go ahead? None lets the lane decide: a twin
-        # lane changes nothing real, so it is confirmed (as `lanebook run` does); a real lane is not.
+        # lane changes nothing real, so it is confirmed (as `lanebook run` does); a real lane is not. Left
+        # unset in a JupyterLab that renders widgets, each destructive step asks with a button instead.
+        self.confirm_parameter = confirm
         self.confirmed = self.params.twin if confirm is None else confirm
         self.confirmations: list[dict] = []
         self.figures: dict[str, Any] = {}
@@ -146,19 +149,28 @@ class Runbook:
     def confirm(self, what: str) -> None:
         """Let a destructive step (stop, cache drop, rsync, restore, rollback) go ahead, or stop the run.
 
-        Headless, confirmation is the notebook's `confirm` parameter: `lanebook run ... --yes` or
-        `-p confirm=True`; left at None it is given on twin lanes only. Without it the step fails, naming the flag.
-        A dry run sends nothing, so it asks nothing. Who confirmed (user@host running lanebook) is recorded.
+        An explicit `confirm` parameter always decides: `lanebook run ... --yes` or `-p confirm=True` (False
+        refuses). Left unset (None), a JupyterLab that renders widgets shows "Confirm: WHAT" / "Cancel" and
+        the cell waits for the click, on the twin too: the walkthrough shows the step exactly where a real
+        lane asks. Headless (papermill, nbclient: nothing renders the buttons, seen within a short bound) it
+        never waits: unset is confirmed on twin lanes only. Cancel, or no confirmation, fails the step naming
+        the flag. A dry run sends nothing, so it asks nothing. Who confirmed (user@host) and how is recorded.
         """
         if self.dry_run:
             return
-        if not self.confirmed:
+        clicked = frontend.ask(what) if self.confirm_parameter is None else None
+        if clicked is not None:
+            confirmed, how = clicked, "button"
+        else:
+            confirmed, how = self.confirmed, "parameter" if self.confirm_parameter is not None else "twin lane, confirm unset"
+        if not confirmed:
             self._fail(Check(self.current_step, f"confirmed: {what}", FAIL,
-                             "not confirmed: rerun with --yes (or -p confirm=True) to let this step change the lane"),
+                             ("cancelled at the button; " if clicked is False else "not confirmed: ")
+                             + "rerun with --yes (or -p confirm=True) to let this step change the lane"),
                        f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)")
         by = f"{getpass.getuser()}@{socket.gethostname()}"
-        self.confirmations.append({"step": self.current_step, "what": what, "by": by})
-        _display(markdown=f"**confirmed** by `{by}`: {what}")
+        self.confirmations.append({"step": self.current_step, "what": what, "by": by, "how": how})
+        _display(markdown=f"**confirmed** by `{by}` ({how}): {what}")
 
     def record(self, **figures: Any) -> None:
         """Figures that go into the run record (twin figures are labelled by the record's twin flag)."""

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Optional
 from .checks import NodeCheck, NodeResult
 from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .nodes import CommandFailed, Lane, Node, q, qpath
+from .progress import Progress
 from .render import ENV_NAME as ENV_FILE
 
 
@@ -119,21 +120,30 @@ def rsync_to_workers(lane: Lane, path: str, *, timeout_s: float = 4 * 3600, bwli
     Runs on the head with a terminal, so hitting `timeout_s` stops rsync; rerunning resumes from the
     partial file (--partial). With `attempts` > 1 a connection lost mid-transfer (RESUMABLE_EXITS) is resumed
     at once, after the worker's receiver has exited (it saves the partial file as it goes). `bwlimit_kib`
-    throttles (KiB/s) when the fabric is shared.
+    throttles (KiB/s) when the fabric is shared. Progress is shown per worker and attempt (lanebook.progress).
     """
     stats = {}
-    for worker in (lane.workers if workers is None else list(workers)):
+    targets = lane.workers if workers is None else list(workers)
+    shown = None if lane.executor.dry_run else Progress(f"rsync {path} to workers", len(targets), "worker(s)")
+    for done, worker in enumerate(targets):
         command = rsync_command(lane, worker, path, bwlimit_kib)
         for attempt in range(1, max(1, attempts) + 1):
+            if shown:
+                shown.update(done, f"{worker.alias}: attempt {attempt}/{max(1, attempts)}")
             try:
                 result = lane.head.run(command, pty=True, timeout=timeout_s, on_line=on_line)
                 break
             except CommandFailed as exc:
                 if attempt >= attempts or exc.result.exit_code not in RESUMABLE_EXITS:
+                    if shown:
+                        shown.finish(done, f"{worker.alias}: exit {exc.result.exit_code}", ok=False)
                     raise
                 wait_receiver_gone(worker, path)
         stats[worker.alias] = parse_rsync_stats(result.stdout, result.duration_s, result.dry_run)
         stats[worker.alias].attempts = attempt
+    if shown:
+        shown.finish(len(targets), ", ".join(f"{alias}: {s.attempts} attempt(s), {s.duration_s:.0f} s"
+                                             for alias, s in stats.items()))
     return stats
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
@@ -94,10 +94,14 @@ def run_speed(
     twin: bool = False,
     console: Optional[Console] = None,
     stop_on_errors: bool = False,
+    on_wave: Optional[Callable[[int, int, str], None]] = None,
 ) -> SpeedResult:
     """Measure trials x concurrency waves of one workload; the library call behind `lanebook speed`.
 
-    stop_on_errors: stop after the first wave with a failed request (the speed runbook fails there anyway)."""
+    stop_on_errors: stop after the first wave with a failed request (the speed runbook fails there anyway).
+    on_wave: called as each wave ends with (waves done, waves planned, the wave's line), e.g.
+    `lanebook.progress.counter("speed waves", "waves")` for a runbook's live wave counter.
+    """
     if max_tokens < 2:
         raise LanebookError(f"--max-tokens must be at least 2 to have a decode window (got {max_tokens})")
     if trials < 1:
@@ -120,6 +124,8 @@ def run_speed(
             fig = wave_figures(wave)
             figures.append(fig)
             console.print(_wave_line(fig))
+            if on_wave:
+                on_wave(len(figures), trials * len(concurrency), _plain_wave_line(fig))
 
         def note(text: str) -> None:
             notes.append(text)
@@ -131,6 +137,11 @@ def run_speed(
 
 def _fmt(value: Optional[float], digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _plain_wave_line(fig: WaveFigures) -> str:
+    """The wave's line without rich markup."""
+    return Text.from_markup(_wave_line(fig)).plain
 
 
 def _wave_line(fig: WaveFigures) -> str:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from ..errors import LanebookError
 from ..nodes import Executor
+from ..progress import counter
 from ..params import LaneParams
 from ..prometheus import metrics_url
 from .bands import MIN_TRIALS
@@ -121,7 +122,8 @@ def measure_workload(plan: LanePlan, workload: str, executor: Executor, twin: bo
         return None
     started = time.monotonic()
     result = run_speed(plan.api, plan.model, workload, list(plan.levels), plan.trials, plan.max_tokens,
-                       lane_request=plan.request, twin=twin, console=console or notebook_console(), stop_on_errors=True)
+                       lane_request=plan.request, twin=twin, console=console or notebook_console(), stop_on_errors=True,
+                       on_wave=counter(f"{workload} waves", "waves"))  # a live wave counter in JupyterLab
     failures = wave_failures(result)
     executor.record_local(plan.wave_line(workload), exit_code=1 if failures else 0,
                           duration_s=time.monotonic() - started, detail="; ".join(failures))
