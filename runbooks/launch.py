@@ -20,7 +20,8 @@
 # start the lane from the head with the recipe's launcher (worker first, then head), and prove the
 # server is the one the lane describes: no auto-enabled breakable CUDA graphs, a KV cache in band,
 # `/v1/models` reporting the served name and 1M context, and the live command carrying the lane's
-# values (memory, context, slots, batch, K and schedule).
+# values (memory, context, slots, batch, K and schedule); then the bounded post-readiness warmup (as the
+# `warmup` runbook runs it), unless the lane sets `POST_READINESS_WARMUP_ENABLED: 0`.
 #
 # **Time:** 8–15 minutes on a real lane (cold bind); about a minute on the twin with `--fast`.
 # **Risk:** medium — it takes the pair. Nothing else can serve on these two Sparks while it runs.
@@ -38,7 +39,9 @@ dry_run = False        # record the commands instead of sending them (opens no c
 min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM asks of the lane
 
 # %%
-from lanebook import launcher, logs, memory, readiness, transfers, weights
+from IPython.display import Markdown, display
+
+from lanebook import launcher, logs, memory, readiness, transfers, warmup, weights
 from lanebook.effective import live_mismatches
 from lanebook.lint import lint_lane_checkout
 from lanebook.pitfalls import troubleshooting_table
@@ -148,6 +151,28 @@ with rb.step("5 models and live command", fix='the server does not run what the 
     rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
     mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
     rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
+
+# %% [markdown]
+# ## Step 6 — The post-readiness warmup
+# Readiness does not compile every production shape (P12): the bounded prefill, the C4 and C6 waves, each
+# once and once more warm, sent from this machine once the queues read idle (the `warmup` runbook's
+# step 1), then `/health` and every node's log for CUDA, NCCL, engine-death and preemption lines.
+# Fail-open, as the recipe's launcher is: a warmup that cannot run or finish is a ⚠️ warning and the
+# launch still passes; a dead engine or a fatal line in a log fails it. `POST_READINESS_WARMUP_ENABLED: 0`
+# in the lane skips it (the recipe's immediate bypass).
+
+# %%
+with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: run `warmup` later; a dead "
+                                            "engine or a fatal log line: run `stop`, then `launch` again"):
+    enabled, why = warmup.warmup_enabled(p.env)
+    if not enabled:
+        rb.skip("the bounded post-readiness warmup ran", why)
+    else:
+        warmed = warmup.run_warmup(p, rb.lane.executor)
+        rb.record(**warmed.figures())
+        if not rb.dry_run:
+            display(Markdown(warmed.table(p.twin)))
+        warmup.expect_checks(rb, warmed.checks() + warmup.lane_checks(rb.lane))
 
 # %% [markdown]
 # ## Verdict

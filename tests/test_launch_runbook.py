@@ -1,5 +1,6 @@
-"""The launch runbook's memory steps end to end: `lanebook run launch --lane twin` on the session twin cleans what
-was planted in both nodes' /dev/shm (step 1) and passes only on what it observed."""
+"""The launch runbook end to end: `lanebook run launch --lane twin` on the session twin cleans what was planted in
+both nodes' /dev/shm (step 1), passes only on what it observed, and ends with the bounded post-readiness warmup
+(step 6), which a lane with POST_READINESS_WARMUP_ENABLED: 0 skips, saying why."""
 import json
 import os
 import subprocess
@@ -10,6 +11,8 @@ import pytest
 
 from lanebook import launcher, nodes
 from lanebook.params import load_lane
+from lanebook.paths import REPO
+from lanebook_runs import dry_run_offline
 
 
 def shm(node):
@@ -36,6 +39,15 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
         try:
             record = run_launch(tmp_path, expect_exit=0)
             assert record["verdict"] == "pass" and set(record["figures"]["free_gib_after_cleanup"]) == {"head", "worker"}
+            # step 6: the warmup ran every shape twice, the queues drained, no warning, both ranks' logs clean
+            figures = record["figures"]
+            assert set(figures["warmup_shapes"]) == {"bounded prefill", "C4 (K4)", "C6 (K3)"}
+            assert all(s["error"] is None and s["warmed_wall_s"] > 0 for s in figures["warmup_shapes"].values())
+            assert figures["warmup_warnings"] == [] and figures["warmup_preemptions"] == 0
+            executed = (tmp_path / "outputs" / record["output"]).read_text()
+            for what in ("queues idle after the warmup (they drained)", "no fatal runtime error in head's log",
+                         "no fatal runtime error in worker's log"):
+                assert f"✅ **{what}" in executed, what
             for node in lane.nodes:
                 assert name not in shm(node)
         finally:
@@ -67,3 +79,18 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
             lane.head.put(restore, script)
             lane.head.run(f"chmod +x {script}")
             launcher.stop_lane(lane)
+
+
+def test_a_lane_that_bypasses_the_warmup_skips_step_6_saying_why(tmp_path):
+    """POST_READINESS_WARMUP_ENABLED: 0, the recipe's immediate bypass: a dry run of launch records step 6 as skipped
+    and would send no warmup request."""
+    text = (REPO / "params" / "anemll-0731.yaml").read_text()
+    assert "POST_READINESS_WARMUP_ENABLED: 1" in text
+    lane_file = tmp_path / "lane-no-warmup.yaml"
+    lane_file.write_text(text.replace("POST_READINESS_WARMUP_ENABLED: 1", "POST_READINESS_WARMUP_ENABLED: 0"))
+    record, done = dry_run_offline(tmp_path / "outputs", "launch", str(lane_file))
+    assert record["verdict"] == "dry-run"
+    executed = (tmp_path / "outputs" / record["output"]).read_text()
+    assert ("the bounded post-readiness warmup ran** — skipped: the lane sets POST_READINESS_WARMUP_ENABLED: 0 "
+            "(the recipe's immediate bypass)") in executed
+    assert "chat/completions" not in done.stdout

@@ -1,5 +1,7 @@
 """Reading a lane's logs and live process (lanebook.logs): pure parsing with exact values, and on the twin the
 seed's log gate and `docker top` of a running container, a missing container being an error."""
+import subprocess
+
 import pytest
 
 from lanebook import logs, nodes
@@ -91,3 +93,48 @@ def test_startup_log_expectations_judge_the_scanned_lines():
     expectations, kv = logs.startup_log_expectations(slow, gates)
     assert kv is None and [e.ok for e in expectations] == [False, True, False]
     assert expectations[0].detail == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
+
+
+FATAL = {
+    "CUDA error": ["(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
+                   "CUDA error: an illegal memory access was encountered",
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+    "NCCL error": ["torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+                   "unhandled system error"],
+    "engine death": ["(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
+                     "CUDA error: an illegal memory access was encountered",
+                     "(APIServer pid=1) ERROR 12-01 09:59:21 [async_llm.py:480] AsyncLLM output_handler failed. EngineDeadError: "
+                     "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                     "(APIServer pid=1) ERROR 12-01 09:59:22 [core_client.py:564] Engine core proc EngineCore_DP0 died "
+                     "unexpectedly, shutting down client.",
+                     "(EngineCore_DP0 pid=212) ERROR 12-01 09:59:22 [multiproc_executor.py:149] Worker proc VllmWorker-0 died "
+                     "unexpectedly, shutting down executor."],
+    "preemption": ["WARNING 05-09 00:49:33 scheduler.py:1057 Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode "
+                   "because there is not enough KV cache space."],
+    "Python crash": ["Fatal Python error: Segmentation fault"],
+}
+NOT_FATAL = [
+    "(EngineCore_DP0 pid=212) INFO 12-01 09:50:01 [shm_broadcast.py:501] No available shared memory broadcast block found "
+    "in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work.",
+    "(APIServer pid=1) ERROR 12-01 09:59:21 [serving_chat.py:1168] Error in chat completion stream generator.",
+    "(APIServer pid=1) INFO 12-01 09:40:00 [utils.py:233] non-default args: {'NCCL_SOCKET_IFNAME': 'bond0'}",
+    "(EngineCore_DP0 pid=212) INFO 12-01 09:45:00 [cuda_graph.py:77] Breakable CUDA graphs: decode runs the breakable (slow) path.",
+    "(EngineCore_DP0 pid=212) INFO 12-01 09:59:22 [backends.py:215] Compiling a graph for dynamic shape (batch 4, K 4) takes 0.30 s",
+]
+
+
+def test_fatal_lines_sort_exact_lines_by_kind_and_leave_non_fatal_ones():
+    lines = list(dict.fromkeys(line for group in FATAL.values() for line in group)) + NOT_FATAL
+    found = logs.lines_by_pattern(lines, logs.FATAL_LOG_PATTERNS.values())
+    assert logs.fatal_lines(found) == FATAL
+    assert logs.fatal_lines(logs.lines_by_pattern(NOT_FATAL, logs.FATAL_LOG_PATTERNS.values())) == {}
+
+
+def test_fatal_patterns_read_the_same_in_grep_on_a_node(tmp_path):
+    """scan_log hands the patterns to `grep -E` on the node: it must keep the lines Python's re keeps."""
+    log = tmp_path / "container.log"
+    lines = list(dict.fromkeys(line for group in FATAL.values() for line in group)) + NOT_FATAL
+    log.write_text("\n".join(lines) + "\n")
+    grep = subprocess.run(["grep", "-E", "|".join(logs.FATAL_LOG_PATTERNS.values()), str(log)],
+                          capture_output=True, text=True, check=True)
+    assert grep.stdout.splitlines() == lines[:len(lines) - len(NOT_FATAL)]

@@ -50,7 +50,7 @@ def test_static_pitfalls_have_checks_and_the_rest_name_runbooks():
 def test_runbook_tables_come_from_the_registry():
     launch = for_runbook("launch")
     assert {"P07", "P08", "P11", "P13", "S04", "S06"} <= {p.id for p in launch}
-    assert [p.id for p in for_runbook("warmup")] == ["P12"]
+    assert [p.id for p in for_runbook("warmup")] == ["P12", "P15"]
     table = markdown_table(launch)
     assert table.count("\n") == len(launch) + 2 and "| P11 | Cold start takes 8–15 minutes |" in table
     assert troubleshooting_table("launch").data == table

@@ -73,6 +73,16 @@ def test_skips_are_recorded_and_do_not_fail():
     assert rb.finish()["verdict"] == "dry-run"
 
 
+def test_warnings_are_recorded_and_do_not_fail(registry, tmp_path):
+    """A fail-open step (the warmup) records its problems as warnings: the verdict stays pass."""
+    rb = Runbook("warmup", _lab_lane(registry, tmp_path))
+    with rb.step("1 warmup"):
+        rb.warn("queues idle before the warmup", "the warmup was not sent: queue not idle")
+    assert rb.checks == [Check("1 warmup", "queues idle before the warmup", "warning",
+                               "the warmup was not sent: queue not idle")]
+    assert rb.finish()["verdict"] == "pass"
+
+
 def test_the_verdict_rule():
     observed = [Check("s", "a", "pass"), Check("s", "b", "skipped")]
     assert verdict_of(observed, dry_run=False) == "pass"
@@ -81,6 +91,7 @@ def test_the_verdict_rule():
     assert verdict_of([*observed, Check("s", "c", "fail")], dry_run=True) == "fail"
     assert verdict_of([*observed, Check("s", "c", "fail")], dry_run=False) == "fail"
     assert verdict_of([Check("s", "a", "not observed")], dry_run=True) == "dry-run"
+    assert verdict_of([*observed, Check("s", "w", "warning")], dry_run=False) == "pass"
 
 
 def test_a_real_run_checks_what_it_is_given(registry, tmp_path):

@@ -1,8 +1,8 @@
-"""A lane's logs and live process, read as the seed reads them: the log gate, the KV-cache line, the live
-`vllm serve` command and its speculative config.
+"""A lane's logs and live process, read as the seed reads them: the log gate, the KV-cache line, fatal runtime
+errors, the live `vllm serve` command and its speculative config.
 
-The parsing is pure functions over text (lines_by_pattern, kv_cache_tokens, serving_command,
-speculative_config); scan_log and live_command fetch that text from a node.
+The parsing is pure functions over text (lines_by_pattern, fatal_lines, kv_cache_tokens, serving_command,
+speculative_config); scan_log, scan_fatal and live_command fetch that text from a node.
 """
 from __future__ import annotations
 
@@ -22,6 +22,19 @@ KV_CACHE_RE = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 NO_SUCH_CONTAINER = "No such container"
 KV_CACHE_LINE = "GPU KV cache size"
+# Fatal runtime conditions, by kind, as vLLM and PyTorch log them. The recipe's post-readiness warmup and its
+# canaries call a lane clean when its queues drained and no CUDA, NCCL, engine-death or preemption condition
+# appeared on either tensor-parallel rank. Extended regular expressions: grep -E reads them on the node,
+# Python's re here. Not fatal, so not here: the SHM "No available shared memory broadcast block found in 60
+# seconds" lines of a cold bind's autotune, and a single request's "Error in chat completion stream generator".
+FATAL_LOG_PATTERNS = {
+    "CUDA error": r"CUDA error|CUDA out of memory",
+    "NCCL error": r"NCCL error",
+    "engine death": r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc [^ ]+ died unexpectedly"
+                    r"|Worker proc [^ ]+ died unexpectedly",
+    "preemption": r"is preempted by PreemptionMode",  # KV cache too small for the running batch: recomputed
+    "Python crash": r"Fatal Python error",
+}
 
 
 def lines_by_pattern(lines: Iterable[str], patterns: Iterable[str]) -> dict[str, list[str]]:
@@ -45,6 +58,16 @@ def scan_log(node: Node, container: str, patterns: Iterable[str] = GATE_LOG_PATT
     if any(NO_SUCH_CONTAINER in line and container in line for line in lines):
         raise NodeError(f"{node.alias}: no container named {container}")
     return lines_by_pattern(lines, patterns)
+
+
+def fatal_lines(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Scanned lines (by pattern, as scan_log gives them) regrouped by fatal kind; kinds with no line left out."""
+    return {kind: found[pattern] for kind, pattern in FATAL_LOG_PATTERNS.items() if found.get(pattern)}
+
+
+def scan_fatal(node: Node, container: str) -> dict[str, list[str]]:
+    """The container's whole log on the node, scanned for FATAL_LOG_PATTERNS: {kind: lines}, empty when clean."""
+    return fatal_lines(scan_log(node, container, FATAL_LOG_PATTERNS.values()))
 
 
 def kv_cache_tokens(lines: Iterable[str]) -> Optional[int]:

@@ -296,7 +296,7 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("P12", "First-use inference JIT",
             "Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT "
             "compilation during inference, turning the first production burst into a latency event.",
-            "warning", "warmup, speed",
+            "warning", "launch, warmup, speed",
             "Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as "
             "pending until observed."),
     Pitfall("P13", "Legacy serving units",
@@ -309,7 +309,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             check_draft_k),
     Pitfall("P15", "Unwatched long cold needles",
             "Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box.",
-            "error", "speed, diagnose", "Step long probes up gradually and watch the console."),
+            "error", "speed, diagnose, warmup", "Step long probes up gradually and watch the console."),
     Pitfall("P16", "Head dies mid-TP",
             "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
             "error", "diagnose, status, stop, rollback",

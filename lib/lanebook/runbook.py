@@ -31,8 +31,8 @@ from .plugins import prepare_lane
 
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
 # What one expected result came to; only "fail" fails a run.
-PASS, FAIL, NOT_OBSERVED_OUTCOME, SKIPPED = "pass", "fail", "not observed", "skipped"
-MARKS = {PASS: "✅", FAIL: "❌", NOT_OBSERVED_OUTCOME: "◻️", SKIPPED: "⏭️"}
+PASS, FAIL, NOT_OBSERVED_OUTCOME, SKIPPED, WARNING = "pass", "fail", "not observed", "skipped", "warning"
+MARKS = {PASS: "✅", FAIL: "❌", NOT_OBSERVED_OUTCOME: "◻️", SKIPPED: "⏭️", WARNING: "⚠️"}
 
 
 class StepFailed(Exception):
@@ -43,7 +43,7 @@ class StepFailed(Exception):
 class Check:
     step: str
     what: str
-    outcome: str  # pass | fail | not observed | skipped
+    outcome: str  # pass | fail | not observed | skipped | warning
     detail: str = ""
 
 
@@ -141,6 +141,11 @@ class Runbook:
     def skip(self, what: str, why: str) -> None:
         """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
         self._add(Check(self.current_step, what, SKIPPED, f"skipped: {why}"))
+
+    def warn(self, what: str, detail: Any = "") -> None:
+        """A problem the step tolerates by design (fail-open, e.g. a warmup that could not finish on a serving
+        lane): shown and recorded as a warning; it does not fail the verdict."""
+        self._add(Check(self.current_step, what, WARNING, "" if detail is None else str(detail)))
 
     def _add(self, check: Check) -> None:
         self.checks.append(check)
