@@ -121,7 +121,7 @@ with rb.step("3 start", fix="read the launcher's outcome above: refused configur
         rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
     else:
         started = launcher.start_lane(rb.lane)
-        rb.record(launcher_outcome=started.outcome)
+        rb.record(launcher_outcome=started.outcome, seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
         rb.expect(started.ok, "launcher reports the lane up", started.summary())
 
 # %% [markdown]

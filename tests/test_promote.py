@@ -17,7 +17,7 @@ from lanebook.params import lane_path, load_lane
 from lanebook.promote import MAIN_JOB, lane_digest, plan_resume
 from lanebook.runbook import VERDICT_MIME
 
-DIGEST = {"file": "f1", "weights": "w1"}
+DIGEST = {"file": "f1", "weights": "w1", "gates": "g1", "rest": "r1"}
 
 
 def record(runbook, verdict, run_id, promotion_id="p1", lane="twin", digest=DIGEST, dry_run=False):
@@ -42,13 +42,15 @@ def test_a_resume_takes_the_latest_promotion_and_the_latest_run_of_each_runbook(
     assert (plan.runbooks, plan.previous_run_id) == (("warmup", "gates", "speed"), "p1-warmup")
 
 
-def test_a_changed_lane_file_starts_again_at_env_or_at_weights_when_the_weights_changed():
-    runs = failed_at("gates")
-    plan = plan_resume(runs, "twin", {"file": "f2", "weights": "w1"})
+def test_a_lane_edit_starts_again_at_the_first_runbook_the_edited_part_feeds():
+    runs = failed_at("speed")
+    plan = plan_resume(runs, "twin", {**DIGEST, "file": "f2", "rest": "r2"})
     assert plan.runbooks == ("env", "launch", "warmup", "gates", "speed")
-    assert plan.reason == "resuming promotion p1 at env: the lane file changed since its checkout was rendered"
-    assert plan_resume(runs, "twin", {"file": "f2", "weights": "w2"}).runbooks == MAIN_JOB
-    assert plan_resume(failed_at("weights"), "twin", {"file": "f2", "weights": "w2"}).runbooks == MAIN_JOB
+    assert plan.reason == "resuming promotion p1 at env: the lane's env and launch settings changed since it ran"
+    assert plan_resume(runs, "twin", {**DIGEST, "file": "f2", "gates": "g2"}).runbooks == ("gates", "speed")
+    assert plan_resume(runs, "twin", {**DIGEST, "file": "f2", "weights": "w2", "gates": "g2"}).runbooks == MAIN_JOB
+    assert plan_resume(runs, "twin", {**DIGEST, "file": "f2"}).runbooks == ("speed",)  # a comment edited: nothing is stale
+    assert plan_resume(failed_at("gates"), "twin", {**DIGEST, "gates": "g2"}).runbooks == ("gates", "speed")
 
 
 def test_nothing_to_resume_is_one_clear_error():
@@ -61,10 +63,15 @@ def test_nothing_to_resume_is_one_clear_error():
         plan_resume(passed, "twin", DIGEST)
 
 
-def test_the_lane_digest_separates_the_weights_from_the_rest_of_the_file():
+def test_the_lane_digest_keeps_the_parts_runbooks_stand_on_apart():
+    from lanebook.params import lane_with
+
     lane = load_lane("twin")
     base = lane_digest(lane, b"a")
-    assert lane_digest(lane, b"b")["weights"] == base["weights"] and lane_digest(lane, b"b")["file"] != base["file"]
+    assert lane_digest(lane, b"b") == {**base, "file": lane_digest(lane, b"b")["file"]} != base
+    hermes = lane_with(lane, hermes={**lane.hermes.model_dump(), "context_length": 100_000})
+    assert promote.changed_parts(base, lane_digest(hermes, b"a")) == ["gates"]
+    assert promote.changed_parts(base, lane_digest(lane_with(lane, env={"MAX_NUM_SEQS": 4}), b"a")) == ["rest"]
 
 
 def lane_without_rollback(tmp_path):
@@ -129,7 +136,7 @@ def test_a_resume_after_the_lane_file_was_fixed_renders_it_again(stages, tmp_pat
     stages(launch="pass")
     resumed = promote.promote(str(lane), resume=True)
     assert [r["runbook"] for r in resumed.records] == ["env", "launch", "warmup", "gates", "speed"]
-    assert resumed.plan.reason.endswith("at env: the lane file changed since its checkout was rendered")
+    assert resumed.plan.reason.endswith("at env: the lane's env and launch settings changed since it ran")
 
 
 def test_a_real_lane_needs_yes_or_dry_run_before_anything_runs(stages):

@@ -89,3 +89,35 @@ def test_a_server_whose_health_never_turns(tmp_path):
             assert len(seen) >= 4 and seen[-1].last == "HTTP 503" and "waiting for /health" in seen[-1].line()
             assert readiness.wait_models(lane.params.api, lane.params.served_model_name, timeout_s=10, interval_s=0.25)
             assert launcher.stop_lane(lane).ok
+
+
+def test_the_readiness_watch_sees_a_booting_server_list_its_model_at_or_after_it_became_ready(tmp_path):
+    """While something else waits (the launcher), the watch polls /v1/models and keeps when it first listed the model;
+    the twin server's own ready_at (twin-only truth) is the moment it could have."""
+    import httpx
+
+    from twin_serve import NAME, SERVE_ARGS
+    from lanebook.twin.vllm import start_local
+
+    srv = start_local(SERVE_ARGS, tmp_path / "vllm.log", host="127.0.0.74", wait_s=None,
+                      env={"VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "LANEBOOK_TWIN_TIME_SCALE": "0.02"})
+    seen = []
+    try:
+        with readiness.ReadinessWatch(f"{srv.url}/v1", NAME, on_seen=seen.append) as watch, \
+                readiness.ReadinessWatch(f"{srv.url}/v1", "another-model") as other:
+            srv.wait_healthy(60)
+            assert until(lambda: watch.seen_at is not None)
+        ready_at = httpx.get(f"{srv.url}/twin/requests", timeout=10).json()["ready_at"]
+    finally:
+        srv.stop()
+    assert seen == [watch.seen_at] and watch.seen_at >= ready_at
+    assert other.seen_at is None  # a server that never lists the model is never "seen ready"
+
+
+def until(condition, timeout_s=30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional
 
 from .checks import NOT_OBSERVED
@@ -31,7 +32,7 @@ from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .errors import LanebookError
 from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
 from .progress import Progress
-from .readiness import wait_health, wait_models
+from .readiness import ReadinessWatch, wait_health, wait_models
 from .render import ENV_NAME as ENV_FILE
 
 LAUNCH_MARGIN_S = 120.0  # beyond the launcher's own WAIT_ATTEMPTS x WAIT_SECONDS
@@ -96,6 +97,15 @@ class LauncherResult:
     output: str
     duration_s: float
     dry_run: bool = False
+    ready_seen_at: Optional[float] = None  # start: when lanebook saw the server list its model (time.time())
+    finished_at: Optional[float] = None  # start: when the launcher exited (time.time())
+
+    @property
+    def seen_ready_before_exit_s(self) -> Optional[float]:
+        """How long before the launcher's exit lanebook saw the server ready (its poll's wait, and its chat smoke)."""
+        if self.ready_seen_at is None or self.finished_at is None:
+            return None
+        return round(self.finished_at - self.ready_seen_at, 2)
 
     @property
     def ok(self) -> bool:
@@ -120,6 +130,8 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
     Run with a terminal, so stopping at the bound hangs the launcher up (it exits 129) instead of
     leaving it running on the head. Its output is followed as it streams: elapsed time against the bound
     and the launcher's last line (it prints one per WAIT_SECONDS wait) are shown, then passed to `on_line`.
+    Readiness is followed as it happens too: lanebook polls /v1/models itself, shows the moment the server
+    lists the lane's model and records it (`ready_seen_at`); the launcher's own poll confirms it later.
     """
     launcher = lane.params.launcher
     bound = launcher.wait_budget_s + LAUNCH_MARGIN_S
@@ -131,13 +143,19 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
         if on_line:
             on_line(line)
 
+    def seen(_: float) -> None:
+        shown.update(time.monotonic() - started, f"server ready: /v1/models lists {lane.params.served_model_name} "
+                                                 "(the launcher confirms at its next poll)")
+
+    watch = None if lane.executor.dry_run else ReadinessWatch(lane.params.api, lane.params.served_model_name, on_seen=seen)
     try:
-        result = lane.head.run(launcher_command(lane, launcher.start, dict(launcher.env)), check=False, pty=True,
-                               timeout=bound, on_line=follow)
+        with watch or nullcontext():
+            result = lane.head.run(launcher_command(lane, launcher.start, dict(launcher.env)), check=False, pty=True,
+                                   timeout=bound, on_line=follow)
     except LanebookError as exc:
         shown.finish(time.monotonic() - started, str(exc), ok=False)
         raise
-    outcome = launcher_result(result)
+    outcome = replace(launcher_result(result), ready_seen_at=watch and watch.seen_at, finished_at=time.time())
     shown.finish(time.monotonic() - started, outcome.summary(), ok=outcome.ok)
     return outcome
 

@@ -4,7 +4,8 @@ The runs of one promotion share a `promotion_id`, and each record names the run 
 (`previous_run_id`), so the trail reads as one chain even across resumes. A promotion stops at the first
 runbook that does not pass. `--resume` continues the lane's latest promotion at that runbook: the runbooks
 that passed are not repeated, unless the lane file changed since they ran — then it starts again at `env`
-(the checkout must be rendered from the new lane), or at `weights` when the lane's weights changed.
+(the checkout must be rendered from the new lane), at `weights` when the lane's weights changed, or at `gates` when
+only its gates or Hermes blocks did (a comment edited repeats nothing).
 
 Which runbook a resume starts at is a pure function of the recorded runs (`plan_resume`), tested with records.
 
@@ -32,10 +33,30 @@ def missing_runbooks(job: tuple[str, ...] = MAIN_JOB) -> list[str]:
     return [name for name in job if not (paths.RUNBOOKS_DIR / f"{name}.ipynb").exists()]
 
 
+# What part of a lane each runbook of the main job stands on: a resume after a lane edit starts again at the
+# first runbook the edited part feeds. The weights block feeds weights; the gates and Hermes blocks feed only
+# gates; everything else (env, schedule, checkout, launcher, request, ...) feeds the render, so env.
+LANE_PARTS = {"weights": ("weights",), "gates": ("gates", "hermes")}
+PART_RESTARTS_AT = {"weights": "weights", "rest": "env", "gates": "gates"}
+PART_NAMES = {"weights": "weights", "rest": "env and launch settings", "gates": "gates and Hermes settings"}
+
+
 def lane_digest(lane: LaneParams, lane_file_bytes: bytes) -> dict[str, str]:
-    """What a resume compares: the lane file's bytes and, apart, the weights the lane names."""
-    weights = json.dumps(lane.weights.model_dump(mode="json"), sort_keys=True).encode()
-    return {"file": hashlib.sha256(lane_file_bytes).hexdigest(), "weights": hashlib.sha256(weights).hexdigest()}
+    """What a resume compares: the lane file's bytes and, apart, the parts of the lane that different runbooks use."""
+    data = lane.model_dump(mode="json")
+
+    def digest(value) -> str:
+        return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+    named = {key for keys in LANE_PARTS.values() for key in keys}
+    parts = {part: digest({key: data[key] for key in keys}) for part, keys in LANE_PARTS.items()}
+    parts["rest"] = digest({key: value for key, value in data.items() if key not in named})
+    return {"file": hashlib.sha256(lane_file_bytes).hexdigest(), **parts}
+
+
+def changed_parts(recorded: Optional[dict], digest: dict[str, str]) -> list[str]:
+    """The lane's parts edited since `recorded` (a record's lane_digest); a comment-only edit changes none."""
+    return [part for part in PART_RESTARTS_AT if (recorded or {}).get(part) != digest[part]]
 
 
 @dataclass(frozen=True)
@@ -67,14 +88,13 @@ def plan_resume(runs: list[dict], lane: str, digest: dict[str, str], *, dry_run:
         raise LanebookError(f"--resume: promotion {promotion_id} of lane {lane} already passed every runbook; "
                             f"start a new one without --resume")
     reason = f"resuming promotion {promotion_id} at {MAIN_JOB[start]}"
-    stale = [r for r in chain if r["runbook"] in MAIN_JOB[:start] and r.get("lane_digest") != digest]
-    if stale:
-        changed_weights = any((r.get("lane_digest") or {}).get("weights") != digest["weights"] for r in stale)
-        restart = MAIN_JOB.index("weights" if changed_weights else "env")
-        if restart < start:
-            start = restart
-            reason = (f"resuming promotion {promotion_id} at {MAIN_JOB[start]}: the lane file changed since "
-                      + ("its weights were checked" if changed_weights else "its checkout was rendered"))
+    # A runbook that passed before a lane edit is repeated when the edit feeds it, with every runbook after it.
+    edited = {part for r in chain if r["runbook"] in MAIN_JOB[:start] for part in changed_parts(r.get("lane_digest"), digest)}
+    restart = min((MAIN_JOB.index(PART_RESTARTS_AT[part]) for part in edited), default=start)
+    if restart < start:
+        start = restart
+        what = ", ".join(PART_NAMES[part] for part in PART_RESTARTS_AT if part in edited)
+        reason = f"resuming promotion {promotion_id} at {MAIN_JOB[start]}: the lane's {what} changed since it ran"
     return Plan(promotion_id, MAIN_JOB[start:], chain[-1]["run_id"], reason)
 
 

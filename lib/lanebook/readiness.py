@@ -6,8 +6,11 @@ the waits it would make (and makes none).
 """
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, Optional
+
+import httpx
 
 from .errors import LanebookError
 from .http import WaitProgress, wait_for
@@ -75,3 +78,44 @@ def wait_lane_ready(lane: Lane, timeout_s: Optional[float] = None, interval_s: f
     api, executor = lane.params.api, lane.executor
     wait_health(api, bound, interval_s, progress, executor)
     return wait_models(api, lane.params.served_model_name, bound, interval_s, progress, executor)
+
+
+class ReadinessWatch:
+    """Watch, from this machine, for the moment a starting server lists its model, while something else waits.
+
+    The recipe's launcher polls every WAIT_SECONDS (15 s) and exits at the poll after the server is ready;
+    lanebook follows readiness as it happens, polling /v1/models every `interval_s` in a background thread, so
+    the run shows (and records, as `seen_at`, time.time()) when the server became ready. Used as a context
+    manager around the launcher; it never fails the launch and stops with it.
+    """
+
+    def __init__(self, api: str, model: str, interval_s: float = 0.25, on_seen: Optional[Callable[[float], None]] = None):
+        self.url, self.model, self.interval_s, self.on_seen = f"{api.rstrip('/')}/models", model, interval_s, on_seen
+        self.seen_at: Optional[float] = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="readiness-watch", daemon=True)
+
+    def _lists_model(self, client: httpx.Client) -> bool:
+        try:
+            response = client.get(self.url, timeout=2.0)
+            return response.status_code == 200 and any(m.get("id") == self.model for m in response.json().get("data", []))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+
+    def _watch(self) -> None:
+        with httpx.Client(trust_env=False) as client:
+            while not self._stop.is_set():
+                if self._lists_model(client):
+                    self.seen_at = time.time()
+                    if self.on_seen:
+                        self.on_seen(self.seen_at)
+                    return
+                self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "ReadinessWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

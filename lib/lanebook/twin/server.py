@@ -361,6 +361,7 @@ class TwinServer:
         self.core = EngineCore(config)
         self.engine = EngineLoop(self.core, self._after_step, self.kill_engine)
         self.ready = False
+        self.ready_at: Optional[float] = None  # twin-only truth: when it became ready, for readiness benchmarks
         self.records: list[dict] = []
         self.finished: dict[str, int] = {}
         self.paced_running = 0
@@ -400,7 +401,7 @@ class TwinServer:
         self.engine.start()
 
     def mark_ready(self) -> None:
-        self.ready = True
+        self.ready, self.ready_at = True, time.time()
         for callback in self.on_ready:
             callback()
 
@@ -500,11 +501,11 @@ class TwinServer:
         return JSONResponse({"object": "list", "data": data})
 
     async def twin_requests(self, request: Request) -> Response:
-        """Twin-only truth: per request, the server's own emission times (time.time() seconds)."""
+        """Twin-only truth: per request, the server's own emission times, and when it became ready (time.time() seconds)."""
         if request.method == "DELETE":
             cleared, self.records = len(self.records), []
             return JSONResponse({"cleared": cleared})
-        return JSONResponse({"twin": True, "clock": "time.time", "requests": self.records})
+        return JSONResponse({"twin": True, "clock": "time.time", "ready_at": self.ready_at, "requests": self.records})
 
     def _plan(self, body: Any) -> tuple[Reply, Sequence]:
         """Validate a chat request as vLLM does and plan its reply."""
