@@ -47,6 +47,7 @@ bench: setup
 	$(BIN)/lanebook twin up --fast
 	$(BIN)/python benchmarks/weights_verify.py
 	$(BIN)/python benchmarks/speed_accuracy.py
+	$(BIN)/python benchmarks/runbook_costs.py
 
 clean:
 	-$(BIN)/lanebook twin down
