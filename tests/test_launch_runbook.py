@@ -94,3 +94,50 @@ def test_a_lane_that_bypasses_the_warmup_skips_step_6_saying_why(tmp_path):
     assert ("the bounded post-readiness warmup ran** — skipped: the lane sets POST_READINESS_WARMUP_ENABLED: 0 "
             "(the recipe's immediate bypass)") in executed
     assert "chat/completions" not in done.stdout
+
+
+@pytest.mark.twin
+def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_it(twin, tmp_path):
+    """T03 / P01: the head's compose file loses its `VLLM_USE_BREAKABLE_CUDAGRAPH` environment line (the env file
+    alone does not reach the container). launch stops at its prerequisites naming P01 before anything is stopped or
+    started; the env runbook puts the injection back (with a backup) and what the head runs lints clean again."""
+    from lanebook.lint import lint_lane_checkout
+    from lanebook_runs import run
+
+    lane_params = load_lane("twin")
+    compose = f"{lane_params.checkout.removeprefix('~/')}/docker-compose.dspark.yml"
+    with nodes.Lane(lane_params) as lane:
+        lane.head.run(f"sed -i '/VLLM_USE_BREAKABLE_CUDAGRAPH:/d' {compose}")
+        assert "VLLM_USE_BREAKABLE_CUDAGRAPH" not in lane.head.run(f"cat {compose}").stdout
+        failed, _ = run(tmp_path, "launch", "twin", expect_exit=1)
+        assert (failed["verdict"], failed["failed_step"]) == ("fail", "prerequisites"), failed
+        executed = (tmp_path / "outputs" / failed["output"]).read_text()
+        assert "P01" in executed and "run `env`" in failed["fix"]
+
+        repaired, _ = run(tmp_path, "env", "twin", expect_exit=0)
+        assert repaired["verdict"] == "pass" and repaired["figures"]["backups"], repaired
+        assert "VLLM_USE_BREAKABLE_CUDAGRAPH" in lane.head.run(f"cat {compose}").stdout
+        assert lint_lane_checkout(lane_params).ok
+
+
+@pytest.mark.twin
+def test_health_that_never_comes_fails_launch_at_the_start_step(tmp_path):
+    """Fault health-never: the server boots but /health never turns 200. The launcher gives up at its own bound
+    (here 3 x 1 s), prints the ranks' last log lines, and launch fails at "3 start" with that outcome."""
+    from lanebook.params import lane_with
+    from lanebook_runs import run
+    from twin_helpers import private_twin
+
+    with private_twin(tmp_path / "twin", ["health-never"]) as status:
+        base = load_lane("twin")
+        launch = base.launcher.model_dump(mode="json")
+        launch["env"] = {**launch["env"], "WAIT_ATTEMPTS": 3, "WAIT_SECONDS": 1}
+        lane_file = tmp_path / "private-twin.yaml"
+        lane_file.write_text(json.dumps(lane_with(base, api=status["api"], launcher=launch).model_dump(mode="json")))
+        try:
+            failed, _ = run(tmp_path, "launch", str(lane_file), expect_exit=1)
+            assert (failed["verdict"], failed["failed_step"]) == ("fail", "3 start"), failed
+            assert failed["figures"]["launcher_outcome"] == "health timeout" and "P11" in failed["fix"]
+        finally:
+            with nodes.Lane(load_lane(lane_file)) as lane:
+                launcher.stop_lane(lane)
