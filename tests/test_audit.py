@@ -7,6 +7,7 @@ import pytest
 from rich.console import Console
 
 from lanebook import audit
+from lanebook.errors import LanebookError
 
 
 @pytest.fixture
@@ -43,6 +44,14 @@ def test_runs_are_appended_one_line_each_and_read_back(outputs):
     assert audit.read_runs() == [first, second]
     assert audit.read_runs(lane="anemll-0731") == [second]
     assert audit.resolve_output(second) == outputs / "anemll-0731" / "20261201T000000Z-launch-aaaa0002.ipynb"
+
+
+def test_a_run_is_found_by_its_id(outputs):
+    first, _ = record(outputs, "cccc0001", "pass")
+    record(outputs, "cccc0002", "fail")
+    assert audit.find_run("cccc0001") == first
+    with pytest.raises(LanebookError, match=r"^no run 'cccc9999' in .*runs\.jsonl$"):
+        audit.find_run("cccc9999")
 
 
 def test_no_runs_yet(outputs, printed):

@@ -13,6 +13,7 @@ from typing import Optional
 from rich.console import Console
 from rich.table import Table
 
+from .errors import LanebookError
 from .paths import outputs_dir
 
 console = Console()
@@ -63,6 +64,15 @@ def read_runs(lane: Optional[str] = None) -> list[dict]:
         return []
     runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return [r for r in runs if lane is None or r["lane"] == lane]
+
+
+def find_run(run_id: str) -> dict:
+    """The record of one run by its run id; a LanebookError when the index holds none (or, impossibly, several)."""
+    found = [r for r in read_runs() if r.get("run_id") == run_id]
+    if len(found) != 1:
+        raise LanebookError(f"no run {run_id!r} in {index_path()}" if not found
+                            else f"{len(found)} runs with id {run_id!r} in {index_path()}")
+    return found[0]
 
 
 def resolve_output(record: dict) -> Path:

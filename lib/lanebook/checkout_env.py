@@ -1,0 +1,413 @@
+"""The lane's env on its nodes: render it into the head's checkout over SSH, put a render's backups back, and check
+that every node's checkout holds the same bytes.
+
+Planning reads the head's checkout files as bytes (one command), plans with lanebook.render (the plan
+`lanebook env render` writes to a local checkout) and lints the checkout as the render would leave it, all
+before anything is written; the env runbook refuses to write when that lint has errors. Writing one file is
+one command on the head: it refuses when the file is no longer the bytes that were read, copies it to
+NAME.bak-UTCSTAMP beside it (never over an earlier backup), writes the new text to a temporary file in the
+same directory and renames it over the file (a reader sees the old file or the new one), then prints the
+sha256 of the backup and of the new file. What a change records (`Backup`) is what the node reported.
+
+A restore puts each backup back byte for byte (copied on the node, never through this machine) only while
+the file still holds exactly what the render wrote, so an edit made since is never overwritten. The file a
+restore replaces is backed up first, so a restore is undone by restoring its own backups. A file the render
+created (no env file yet) is moved aside, not deleted.
+
+A dry run opens no connection: the read is recorded, the plan is the lane rendered into lanebook's reference
+checkout (as `lanebook lint --dry-run` does), and the writes that plan implies are recorded, not sent.
+"""
+from __future__ import annotations
+
+import base64
+import difflib
+import hashlib
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from .checks import NodeCheck, NodeResult
+from .compose import COMPOSE_NAME
+from .effective import (CHECKOUT_NAMES, ENV_NAME, EXAMPLE_NAMES, REFERENCE, START_NAME, CheckoutFiles, TextFile,
+                        sourced_names)
+from .errors import LanebookError
+from .lint import LintReport, lint_checkout, lint_lane
+from .nodes import CommandFailed, Lane, Node, q, qpath
+from .params import LaneParams, lane_path
+from .redact import redact
+from .render import RenderPlan, plan_render
+
+RUNBOOK = "env"
+# What a dry run's write command requires the file to hold: a dry run reads nothing, so the command shows where
+# the sha256 read would go (and, sent as it is, would refuse and change nothing).
+DRY_RUN_EXPECT = "SHA256-AS-READ"
+REFUSED_EXIT = 3  # a write or restore command found the file not as expected, and changed nothing
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Backup:
+    """One file an env run changed on the head, and how to undo it.
+
+    backup: where its earlier bytes are kept beside it (None: there was no file before the run);
+    sha256_new: what the run left there (None: the run left no file), which a restore requires to find."""
+
+    path: str  # on the head, ~ = the node's home
+    backup: Optional[str]
+    sha256_backup: Optional[str]
+    sha256_new: Optional[str]
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "backup": self.backup, "sha256_backup": self.sha256_backup,
+                "sha256_new": self.sha256_new}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Backup":
+        keys = ("path", "backup", "sha256_backup", "sha256_new")
+        if not isinstance(data, Mapping) or set(data) != set(keys) or not isinstance(data["path"], str):
+            raise LanebookError(f"not a backup entry of an env run: {data!r}")
+        if (data["backup"] is None) != (data["sha256_backup"] is None):
+            raise LanebookError(f"backup entry of {data['path']}: a backup path needs its sha256 and none without one")
+        return cls(*(data[k] for k in keys))
+
+
+@dataclass
+class EnvChange:
+    """What a render (or a restore) did on the head: its diff (secrets redacted), the files changed, their backups."""
+
+    diff: str
+    changed: list[str] = field(default_factory=list)  # paths on the head
+    backups: list[Backup] = field(default_factory=list)
+    dry_run: bool = False  # recorded, not sent: nothing was changed or observed
+
+
+@dataclass
+class EnvPlan:
+    """What a render would write into the head's checkout, computed without writing, and the lint of the result."""
+
+    params: LaneParams
+    checkout: str
+    read: dict[str, bytes]  # checkout-relative name → the bytes read from the head (none in a dry run)
+    render: RenderPlan
+    writes: dict[str, str]  # checkout-relative name → new text, for each file the render changes
+    diff: str
+    lint: LintReport
+    source: str  # where the files planned on came from
+
+    @property
+    def changed(self) -> list[str]:
+        return [_join(self.checkout, name) for name in self.writes]
+
+
+def _join(checkout: str, name: str) -> str:
+    return f"{checkout.rstrip('/')}/{name}"
+
+
+def _split(path: str) -> tuple[str, str]:
+    directory, _, name = path.rpartition("/")
+    return directory, name
+
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _diff(old: Optional[str], new: Optional[str], fromfile: str, tofile: str) -> str:
+    return redact("".join(difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+                                               fromfile=fromfile if old is not None else "/dev/null",
+                                               tofile=tofile if new is not None else "/dev/null")))
+
+
+# --- reading files on a node ------------------------------------------------------------------------
+
+def read_node_files(node: Node, paths: Iterable[str]) -> list[Optional[bytes]]:
+    """The bytes of each path on the node, in order (None where no regular file is), in one command."""
+    paths = list(paths)
+    if not paths:
+        return []
+    listed = " ".join(qpath(p) for p in paths)
+    result = node.run(f'for f in {listed}; do if test -f "$f"; then printf +; base64 -w0 < "$f"; echo; '
+                      f'else echo -; fi; done', timeout=60)
+    lines = result.stdout.splitlines()
+    if result.dry_run:
+        return [None] * len(paths)
+    if len(lines) != len(paths):
+        raise LanebookError(f"{node.alias}: reading {len(paths)} files gave {len(lines)} lines")
+    return [base64.b64decode(line[1:]) if line.startswith("+") else None for line in lines]
+
+
+def _text(name: str, data: bytes, where: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LanebookError(f"{where}{name} is not UTF-8 text: lanebook does not edit it") from None
+
+
+def read_checkout(node: Node, checkout: str) -> dict[str, bytes]:
+    """The checkout files that decide what it serves (lanebook.effective.CHECKOUT_NAMES and the files its start
+    script sources), by checkout-relative name, as bytes."""
+    names = list(CHECKOUT_NAMES)
+    found = {n: d for n, d in zip(names, read_node_files(node, [_join(checkout, n) for n in names])) if d is not None}
+    start = found.get(START_NAME)
+    more = sourced_names(start.decode("utf-8", errors="replace")) if start else []
+    found.update({n: d for n, d in zip(more, read_node_files(node, [_join(checkout, n) for n in more])) if d is not None})
+    return found
+
+
+# --- planning -----------------------------------------------------------------------------------------
+
+def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | Path | None = None) -> EnvPlan:
+    """Read the head's checkout, plan the render of PARAMS (default the lane's) and lint the checkout as rendered.
+
+    SOURCE: the lane's file, named in findings on the lane's own values (default params/NAME.yaml)."""
+    params = params or lane.params
+    source = lane_path(source) if source is not None else None
+    checkout = params.checkout
+    read = read_checkout(lane.head, checkout)
+    if lane.executor.dry_run:
+        files = CheckoutFiles.read(REFERENCE)
+        where = "lanebook's reference checkout (dry run: the head's checkout is not read)"
+    else:
+        prefix = f"{lane.head.alias}:{checkout.rstrip('/')}/"
+        if COMPOSE_NAME not in read:
+            raise LanebookError(f"{prefix}{COMPOSE_NAME} not found: is {checkout} the lane's checkout on the head?")
+        texts = {n: (_text(n, d, prefix) if n in (COMPOSE_NAME, ENV_NAME) else d.decode("utf-8", errors="replace"))
+                 for n, d in read.items()}
+        files = CheckoutFiles.from_texts(texts, prefix)
+        where = "the head's checkout, read over ssh"
+    plan = plan_render(params, files)
+    writes: dict[str, str] = {}
+    diff = ""
+    if plan.compose != files.compose.text:
+        writes[COMPOSE_NAME] = plan.compose
+        diff += _diff(files.compose.text, plan.compose, f"a/{COMPOSE_NAME}", f"b/{COMPOSE_NAME}")
+    old_env = files.env.text if files.env else None
+    if plan.env != old_env:
+        writes[ENV_NAME] = plan.env
+        shown, fromfile = (files.example.text, f"a/{files.example.name.rsplit('/', 1)[-1]}") if plan.started_from \
+            else (old_env, f"a/{ENV_NAME}")
+        diff += _diff(shown, plan.env, fromfile, f"b/{ENV_NAME}")
+    if lane.executor.dry_run:
+        report = lint_lane(params, source)
+        report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
+    else:
+        rendered = files.replace(compose=TextFile(files.compose.name, plan.compose),
+                                 env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env))
+        report = lint_checkout(params, rendered, source, "head's checkout as rendered")
+    return EnvPlan(params, checkout, read, plan, writes, diff, report, where)
+
+
+# --- replacing a file on the head -------------------------------------------------------------------
+
+def _replace_command(checkout: str, name: str, stamp: str, expect: Optional[str], *, from_stdin: bool = False,
+                     from_path: Optional[str] = None) -> str:
+    """One command that replaces NAME in CHECKOUT, or refuses (exit REFUSED_EXIT) changing nothing.
+
+    expect: the sha256 NAME must hold now (None: no file may be there). The file there is backed up first (copied,
+    or moved aside when nothing replaces it); the new bytes come from stdin or from a file on the node, through
+    a temporary file renamed over NAME. Prints `SHA256  PATH` of the backup and of the new file."""
+    n = q(name)
+    parts = ["set -e", f"cd {qpath(checkout)}"]
+    if expect is None:
+        parts.append(f'test ! -e {n} || {{ echo {q(f"{name}: a file is there now, where lanebook read none")} >&2; '
+                     f'exit {REFUSED_EXIT}; }}')
+    else:
+        parts.append(f'test "$(sha256sum < {n} 2>/dev/null | cut -c1-64)" = {q(expect)} || {{ '
+                     f'echo {q(f"{name}: not the bytes lanebook expected (changed since)")} >&2; exit {REFUSED_EXIT}; }}')
+        base = q(f"{name}.bak-{stamp}")
+        keep = "cp -p" if (from_stdin or from_path) else "mv"
+        parts.append(f'b={base}; i=1; while test -e "$b"; do i=$((i + 1)); b={base}-$i; done; {keep} {n} "$b"')
+    if from_stdin or from_path:
+        parts.append(f"t=$(mktemp {q(f'.lanebook-{name}-XXXXXX')})")
+        parts.append("trap 'rm -f \"$t\"' EXIT")
+        if from_path:
+            parts.append(f'cp -p {qpath(from_path)} "$t"')
+        else:
+            parts.append('cat > "$t"')
+            if expect is not None:
+                parts.append(f'chmod --reference={n} "$t"')
+        parts.append(f'sync "$t"; mv -f "$t" {n}')
+    parts.append(f'if test -n "${{b:-}}"; then sha256sum -- "$b"; fi; if test -e {n}; then sha256sum -- {n}; fi')
+    return "; ".join(parts)
+
+
+def _hashes(stdout: str) -> dict[str, str]:
+    """`sha256sum` lines → {name: sha256}."""
+    found = {}
+    for line in stdout.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) == 64 and name:
+            found[name] = digest
+    return found
+
+
+def _run_replace(node: Node, command: str, path: str, stdin: Optional[Path] = None) -> dict[str, str]:
+    try:
+        result = node.run(command, timeout=60, stdin=stdin)
+    except CommandFailed as exc:
+        if exc.result.exit_code == REFUSED_EXIT:
+            raise LanebookError(f"{node.alias}:{path}: {exc.result.stderr.strip().split(': ', 1)[-1]}; nothing was changed") \
+                from None
+        raise
+    return _hashes(result.stdout)
+
+
+def _backup_of(checkout: str, name: str, hashes: dict[str, str], new_sha: Optional[str]) -> Backup:
+    """The Backup a replace reported, checked against the bytes expected there."""
+    path = _join(checkout, name)
+    kept = [n for n in hashes if n != name]
+    if hashes.get(name) != new_sha:
+        raise LanebookError(f"{path}: the node holds sha256 {hashes.get(name)} after the write, not the {new_sha} "
+                            f"written" + (f"; the earlier file is kept as {_join(checkout, kept[0])}" if kept else ""))
+    return Backup(path, _join(checkout, kept[0]) if kept else None, hashes[kept[0]] if kept else None, new_sha)
+
+
+def apply_plan(lane: Lane, plan: EnvPlan) -> EnvChange:
+    """Write a plan's files into the head's checkout, each backed up first and replaced atomically (see module)."""
+    change = EnvChange(plan.diff, plan.changed, dry_run=lane.executor.dry_run)
+    stamp = _stamp()
+    with tempfile.TemporaryDirectory(prefix="lanebook-env-") as tmp:
+        for name, text in plan.writes.items():
+            content = Path(tmp) / name  # the command is recorded as `... < NAME`
+            content.write_text(text)
+            content.chmod(0o600)
+            before = plan.read.get(name)
+            expect = sha256(before) if before is not None else (DRY_RUN_EXPECT if change.dry_run else None)
+            command = _replace_command(plan.checkout, name, stamp, expect, from_stdin=True)
+            hashes = _run_replace(lane.head, command, _join(plan.checkout, name), stdin=content)
+            if change.dry_run:
+                continue
+            backup = _backup_of(plan.checkout, name, hashes, sha256(text.encode()))
+            if before is not None and backup.sha256_backup != sha256(before):
+                raise LanebookError(f"{backup.backup}: the backup's sha256 is not that of the file read; keep it and "
+                                    f"compare it with {backup.path} by hand")
+            change.backups.append(backup)
+    return change
+
+
+def render_on_head(lane: Lane, params: Optional[LaneParams] = None) -> EnvChange:
+    """Render PARAMS (default the lane's) into the head's checkout: each changed file backed up beside it, then
+    written atomically; nothing changes (and no backup is made) when the checkout already runs PARAMS.
+
+    It does not lint: the env runbook plans (plan_on_head), refuses on lint errors, then applies (apply_plan)."""
+    return apply_plan(lane, plan_on_head(lane, params))
+
+
+# --- restoring ------------------------------------------------------------------------------------------
+
+@dataclass
+class RestorePlan:
+    backups: list[Backup]
+    diff: str  # what the restore changes (secrets redacted); '' in a dry run
+
+
+def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str] = None) -> RestorePlan:
+    """Refuse (LanebookError naming the file) unless each file is inside the lane's checkout, still holds what the
+    env run wrote, and its backup still holds what was backed up. Reads both in one command."""
+    backups = list(backups)
+    checkout = (checkout or lane.params.checkout).rstrip("/")
+    for b in backups:
+        for path in (b.path, b.backup):
+            if path is not None and (_split(path)[0] != checkout or "/" in _split(path)[1]):
+                raise LanebookError(f"{path} is not a file of lane {lane.params.name}'s checkout {checkout}: restore refuses")
+    paths = [p for b in backups for p in (b.path, b.backup) if p is not None]
+    data = dict(zip(paths, read_node_files(lane.head, paths)))
+    if lane.executor.dry_run:
+        return RestorePlan(backups, "")
+    diff = ""
+    for b in backups:
+        now = data[b.path]
+        if (sha256(now) if now is not None else None) != b.sha256_new:
+            found = "no file" if now is None else f"sha256 {sha256(now)}"
+            wrote = "no file" if b.sha256_new is None else f"sha256 {b.sha256_new}"
+            raise LanebookError(f"{lane.head.alias}:{b.path} was edited since the env run changed it (it holds {found}; "
+                                f"the run left {wrote}): restore refuses; nothing was restored")
+        kept = data[b.backup] if b.backup else None
+        if b.backup and (kept is None or sha256(kept) != b.sha256_backup):
+            raise LanebookError(f"{lane.head.alias}:{b.backup}: the backup is missing or changed (sha256 "
+                                f"{sha256(kept) if kept is not None else 'none'}, recorded {b.sha256_backup}): restore refuses")
+        old = now.decode("utf-8", errors="replace") if now is not None else None
+        back = kept.decode("utf-8", errors="replace") if kept is not None else None
+        diff += _diff(old, back, f"a/{_split(b.path)[1]}", f"b/{_split(b.path)[1]}")
+    return RestorePlan(backups, diff)
+
+
+def restore_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str] = None) -> EnvChange:
+    """Put an env run's backups back on the head byte for byte (see check_backups for when it refuses).
+
+    The restore's own backups (of the files it replaced) are returned, so restoring those undoes the restore."""
+    plan = check_backups(lane, backups, checkout)
+    change = EnvChange(plan.diff, [b.path for b in plan.backups], dry_run=lane.executor.dry_run)
+    stamp = _stamp()
+    for b in plan.backups:
+        directory, name = _split(b.path)
+        # The backup copied back over what the run left (backed up first); a file the run created moved aside.
+        command = _replace_command(directory, name, stamp, b.sha256_new, from_path=b.backup)
+        hashes = _run_replace(lane.head, command, b.path)
+        if not change.dry_run:
+            change.backups.append(_backup_of(directory, name, hashes, b.sha256_backup))
+    return change
+
+
+def backups_of_run(record: Mapping[str, Any], lane_name: str) -> list[Backup]:
+    """The backups an env run recorded (figures.backups), refusing a run of another runbook or lane, a dry run, or
+    a run that changed nothing."""
+    run_id = record.get("run_id")
+    if record.get("runbook") != RUNBOOK:
+        raise LanebookError(f"run {run_id} is a {record.get('runbook')} run, not an env run: only env runs record backups")
+    if record.get("lane") != lane_name:
+        raise LanebookError(f"run {run_id} was on lane {record.get('lane')}, not {lane_name}: restore it on its own lane")
+    if record.get("dry_run"):
+        raise LanebookError(f"run {run_id} was a dry run: it changed nothing, so there is nothing to restore")
+    entries = (record.get("figures") or {}).get("backups")
+    if not entries:
+        raise LanebookError(f"run {run_id} changed no file (it recorded no backups): nothing to restore")
+    return [Backup.from_json(e) for e in entries]
+
+
+# --- the same bytes on every node ---------------------------------------------------------------------------
+
+def compared_names(params: LaneParams) -> list[str]:
+    """The checkout files compared on every node besides those under scripts/: the compose file, the env file, the
+    example, the launcher scripts."""
+    launcher = params.launcher
+    return [COMPOSE_NAME, ENV_NAME, *EXAMPLE_NAMES,
+            *(s.removeprefix("./") for s in (launcher.start, launcher.status, launcher.stop))]
+
+
+def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False) -> dict[str, str]:
+    """sha256 of each of NAMES that is a file in the node's checkout (and, with SCRIPTS, of every file under scripts/);
+    none when the node has no such checkout."""
+    listed = " ".join(q(n) for n in names)
+    command = f'cd {qpath(checkout)} 2>/dev/null || exit 0; for f in {listed}; do if test -f "$f"; then sha256sum -- "$f"; fi; done'
+    if scripts:
+        command += "; if test -d scripts; then find scripts -type f -exec sha256sum -- {} +; fi"
+    return _hashes(node.run(command, timeout=60).stdout)
+
+
+def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
+    """Every worker's checkout holds the head's bytes: each of compared_names and every file under scripts/ the head
+    has, hashed on each node (figures: sha256 by file). A file only a worker has does not count: nothing runs it."""
+    checkout = checkout or lane.params.checkout
+    head = _digests(lane.head, checkout, compared_names(lane.params), scripts=True)
+    if lane.executor.dry_run:  # the head's answer is unknown: each worker is asked what the head was
+        for worker in lane.workers:
+            _digests(worker, checkout, compared_names(lane.params), scripts=True)
+        return NodeCheck.not_observed()
+    names = sorted(head)
+    results = {lane.head.alias: NodeResult(bool(head), f"{len(head)} files hashed" if head else "no checkout file found",
+                                           {"sha256": head})}
+    for worker in lane.workers:
+        theirs = _digests(worker, checkout, names)
+        missing = [n for n in names if n not in theirs]
+        differ = [n for n in names if n in theirs and theirs[n] != head[n]]
+        detail = "; ".join(part for part in (f"differs: {', '.join(differ)}" if differ else "",
+                                             f"missing: {', '.join(missing)}" if missing else "") if part)
+        results[worker.alias] = NodeResult(bool(names) and not (missing or differ),
+                                           detail or f"the head's {len(names)} files, same bytes", {"sha256": theirs})
+    return NodeCheck(results)

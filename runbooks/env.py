@@ -1,0 +1,198 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Env: render the lane into its checkout, copy it to every node
+#
+# **What you'll do:** read the head's checkout, plan the lane's `.env.dspark` and the two compose lines
+# (the `environment:` injection of VLLM_USE_BREAKABLE_CUDAGRAPH and the SPECULATIVE_CONFIG line, rewritten
+# from the lane), show the diff, lint the checkout as it would be rendered and stop on any lint error before
+# a file is touched; then write the changed files on the head (each backed up beside it first, replaced
+# atomically), copy the checkout to each worker over the fabric (`rsync -a`, never `--delete`), and check
+# that every node holds the same bytes.
+#
+# **Restore mode** (`-p restore=RUN_ID`): instead of rendering, put back byte for byte the files an earlier
+# env run of this lane changed, from the backups its record lists, then copy and compare as above. It refuses
+# a file edited since that run wrote it. This is the recipe's one-line rollback: restoring the compose file an
+# env run changed to the 5/4/3 schedule gives back fixed K=5; `launch` then restarts the lane and checks that
+# the live command no longer carries `num_speculative_tokens_per_batch_size`.
+#
+# **Time:** seconds. **Risk:** medium — the files the next launch reads change on every node; a running
+# server is not touched (launch restarts it with them). Writing, copying and restoring ask for confirmation
+# (`--yes`; the runner confirms twin lanes).
+# **Rollback:** `lanebook run env --lane LANE -p restore=RUN_ID` with this run's id (`lanebook audit`); a
+# restore records its own backups, so it is undone the same way.
+#
+# **Prerequisites** (checked below): the head holds the lane's checkout (`checkout:` in the lane file).
+
+# %% tags=["parameters"]
+lane = "twin"          # lane name under params/ or a lane YAML path
+dry_run = False        # record the commands instead of sending them (opens no connection)
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None = on the twin only
+restore = None         # run id of an earlier env run of this lane: put back the files it changed instead of rendering
+
+# %%
+from IPython.display import Markdown, display
+
+from lanebook import audit, checkout_env, transfers
+from lanebook.pitfalls import troubleshooting_table
+from lanebook.runbook import Runbook
+
+rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
+p = rb.params
+
+
+def show_diff(diff, where):
+    display(Markdown(f"Changes ({where}):\n\n```diff\n{diff}```" if diff else f"No change ({where})."))
+
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
+# entries lint and the book use). Read it before you start.
+
+# %%
+troubleshooting_table("env")
+
+# %% [markdown]
+# ## Prerequisites
+# `restore`, when given, is a run id as `lanebook audit` lists it (text; quote one that reads as a number).
+
+# %%
+with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_ID'\"`"):
+    rb.expect(restore is None or isinstance(restore, str), "restore is a run id (text) or not given",
+              f"{restore!r} was read as a {type(restore).__name__}: quote it" if restore is not None and
+              not isinstance(restore, str) else restore or "render mode", local=True)
+    rb.record(mode="render" if restore is None else "restore", restored_run=restore)
+
+# %% [markdown]
+# ## Step 1 — Plan
+# **Render:** read the head's checkout files (one command) and plan what the lane needs: each lane value
+# whose effective value differs is written to the env key that decides it (the launcher's profile key for
+# GPU_MEMORY_UTILIZATION), and the compose file gets the two lines. Expected: the head's checkout is read; the
+# diff below is every change (nothing to change is a valid outcome).
+# **Restore:** find the run in `outputs/runs.jsonl` (an env run of this lane that recorded backups) and read
+# each file and its backup on the head. Expected: each file still holds what that run wrote, and each
+# backup what it replaced; the diff below is what the restore puts back.
+
+# %%
+with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout on the head (holding "
+                           "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
+                           "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand"):
+    if restore is None:
+        plan = checkout_env.plan_on_head(rb.lane, source=lane)
+        rb.record(changed=plan.changed)
+        show_diff(plan.diff, plan.source)
+        rb.expect(bool(plan.read), "the head's checkout read", f"{len(plan.read)} files; "
+                  f"{'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}")
+    else:
+        backups = checkout_env.backups_of_run(audit.find_run(restore), p.name)
+        restoring = checkout_env.check_backups(rb.lane, backups)
+        rb.record(changed=[b.path for b in backups])
+        show_diff(restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
+        rb.expect(True, f"every file holds what run {restore} wrote, every backup what it replaced",
+                  ", ".join(b.path for b in backups))
+
+# %% [markdown]
+# ## Step 2 — Lint what the checkout will run
+# The checkout as rendered, read as the launcher, Compose and the image read it, against the lane and the
+# pitfall registry (`lanebook lint`). Expected: no error. On an error the run stops here and **no file on any
+# node has been changed**: fix the lane file (the finding names the pitfall and the line), then run `env` again.
+# A dry run lints the lane file against lanebook's reference checkout. A restore puts back bytes the lane ran
+# before and is not linted here (`launch` lints what it runs).
+
+# %%
+with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the table above), then run "
+                           "`env` again; nothing on the nodes was changed"):
+    if restore is None:
+        errors = [f"{f.id} {f.file}:{f.line} {f.message}" for f in plan.lint.findings if f.severity == "error"]
+        rb.record(lint_errors=errors)
+        rb.expect(plan.lint.ok, "the checkout as rendered lints clean", "; ".join(errors) or plan.lint.linted_summary(),
+                  local=True)
+    else:
+        rb.skip("the checkout as rendered lints clean", f"a restore puts back what run {restore} replaced")
+
+# %% [markdown]
+# ## Step 3 — Write on the head
+# For each changed file, one command on the head: refuse if the file is no longer the bytes read in step 1,
+# copy it to `NAME.bak-UTCSTAMP` beside it, write the new text to a temporary file and rename it over the
+# file, print the sha256 of both. The backups go into this run's record (`backups`), which a restore reads.
+# Expected (render): planning again finds nothing to change. Expected (restore): each file holds its backup's
+# bytes again (the files the restore replaced are backed up and recorded too).
+
+# %%
+with rb.step("3 write on the head", fix="the earlier files are kept beside them (the backups above): "
+                                        "`-p restore=RUN_ID` with this run's id puts them back"):
+    if restore is None and not plan.writes:
+        rb.record(backups=[])
+        rb.skip("files written on the head", "the head's checkout already runs the lane: nothing written, no backup made")
+    elif restore is None:
+        rb.confirm(f"write {', '.join(plan.changed)} on {rb.lane.head.alias} (each backed up beside it first)")
+        change = checkout_env.apply_plan(rb.lane, plan)
+        rb.record(backups=[b.to_json() for b in change.backups])
+        again = checkout_env.plan_on_head(rb.lane, source=lane)
+        rb.expect(not again.writes, "the head's checkout runs the lane now: planning again changes nothing",
+                  ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups))
+    else:
+        rb.confirm(f"restore {', '.join(b.path for b in backups)} on {rb.lane.head.alias} from run {restore}'s backups "
+                   f"(each file there now backed up first)")
+        change = checkout_env.restore_backups(rb.lane, backups)
+        rb.record(backups=[b.to_json() for b in change.backups])
+        checkout_env.check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
+        rb.expect(not change.dry_run, f"every file holds the bytes run {restore} replaced",
+                  ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups))
+
+# %% [markdown]
+# ## Step 4 — Copy the checkout to each worker
+# `rsync -aH --partial --info=stats2 CHECKOUT/ [user@]FABRIC_IP:CHECKOUT/` from the head, over the fabric
+# (never `--delete`), unless every worker already holds the head's bytes. Expected: rsync finishes and prints
+# its statistics.
+
+# %%
+with rb.step("4 copy to workers", fix="make the worker reachable from the head over the fabric, then run `env` "
+                                      "again (the head's files are already rendered: it copies and compares)"):
+    before = checkout_env.same_checkout(rb.lane)
+    if before:
+        rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
+    else:
+        rb.confirm(f"rsync {p.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
+                   "(adds and updates files; never deletes)")
+        stats = transfers.sync_checkout(rb.lane)
+        rb.record(rsync={a: vars(s) for a, s in stats.items()})
+        for alias, s in stats.items():
+            rb.expect(s.files_transferred is not None, f"rsync to {alias} finished with its statistics",
+                      f"{s.files_transferred} files, {s.transferred_file_size} bytes sent")
+
+# %% [markdown]
+# ## Step 5 — The same bytes on every node
+# On each node, `sha256sum` of the compose file, the env file, the example, the launcher scripts and every
+# file under `scripts/` the head has. Expected: every worker's hashes equal the head's; the files a launch
+# needs are present and the launcher scripts executable.
+
+# %%
+with rb.step("5 same bytes", fix="run `env` again to copy the head's checkout (a worker's own edit is replaced by "
+                                 "the head's file)"):
+    same = checkout_env.same_checkout(rb.lane)
+    rb.record(checkout_sha256=same.figure("sha256"))
+    rb.expect(same, "every node holds the head's bytes", same.summary())
+    present = transfers.checkout_ok(rb.lane)
+    rb.expect(present, "the checkout's files on every node, launcher scripts executable", present.summary())
+
+# %% [markdown]
+# ## Verdict
+
+# %%
+rb.show_commands()
+verdict = rb.finish()
