@@ -70,6 +70,12 @@ rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
 
+
+def show_diff(relaunch):
+    """What a relaunch rendered into the head's checkout (in a dry run: into lanebook's reference checkout)."""
+    if relaunch.change is not None:
+        display(Markdown(f"```diff\n{relaunch.change.diff or '(no change: the checkout already runs these values)'}\n```"))
+
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, generated from the pitfall registry.
@@ -178,6 +184,7 @@ with rb.step("4 canary variant",
         trial = canary_run.try_variant(rb.lane, variant, lambda: probes.measure_workloads(
             rb.lane, canary_workloads, canary_concurrency, canary_trials, canary_max_tokens))
         rb.record(canary_variant_run=trial.figures())
+        show_diff(trial.relaunch)
         if trial.documents:
             rb.record(canary_variant=probes.document_figures(trial.documents))
             display(bands_frame(trial.documents))
@@ -212,6 +219,7 @@ with rb.step("6 restore the kept value",
             rb.confirm(f"render {canary_key}={kept_value} back into lane {p.name}'s checkout and relaunch it")
             restored = canary_run.relaunch_with(rb.lane, p)
             rb.record(canary_restore=restored.figures())
+            show_diff(restored)
             rb.expect(restored.ok, f"the lane is up again with {canary_key}={kept_value} and the live command carries it",
                       restored.summary())
         else:
