@@ -73,7 +73,7 @@ def twin_run(twin, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("diagnose")
     with nodes.Lane(load_lane("twin")) as lane:
         try:
-            run(tmp, "launch", "twin", expect_exit=0)
+            assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
             record, _ = run(tmp, "diagnose", "twin", *SMALL, expect_exit=0)
             command = logs.live_command(lane.head, launcher.container_name(lane))
             env_file = lane.head.run("cat ~/ds4-f-mia-anemll-0731/.env.dspark").stdout
@@ -128,7 +128,8 @@ def test_fault_prefix_evict_fails_the_a_b_a_step(tmp_path):
         lane_file = tmp_path / "private-twin.yaml"  # the twin lane, with the private twin's API port
         lane_file.write_text((PARAMS_DIR / "twin.yaml").read_text().replace("api: http://127.0.0.2:8888/v1",
                                                                             f"api: {status['api']}"))
-        run(tmp_path, "launch", str(lane_file), expect_exit=0)
+        with nodes.Lane(load_lane(lane_file)) as lane:
+            assert launcher.start_lane(lane).ok
         failed, _ = run(tmp_path, "diagnose", str(lane_file), "-p", "canary=False", "-p", "prefix_lines=120",
                         expect_exit=1)
         assert (failed["verdict"], failed["failed_step"]) == ("fail", "1 prefix cache A→B→A"), failed
