@@ -3,10 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+HERMES_VENV := .tools/hermes
+HERMES_STAMP := $(HERMES_VENV)/.installed
 
 .PHONY: setup os-packages demo test bench clean
 
-setup: os-packages $(STAMP)
+setup: os-packages $(STAMP) $(HERMES_STAMP)
 
 # As root, install what the twin's nodes need when it is missing (sshd, rsync).
 os-packages:
@@ -26,6 +28,12 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
+
+# Hermes Agent (the operator's client the gates runbook drives) in its own venv, pinned in tools/hermes-requirements.txt.
+$(HERMES_STAMP): tools/hermes-requirements.txt
+	$(PYTHON) -m venv $(HERMES_VENV)
+	$(HERMES_VENV)/bin/pip install -q -r tools/hermes-requirements.txt
+	touch $(HERMES_STAMP)
 
 demo: setup
 	$(BIN)/lanebook demo

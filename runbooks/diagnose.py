@@ -37,7 +37,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands and requests instead of sending them (opens no connection)
-confirm = None         # the canary relaunches go ahead: True (`lanebook run --yes`); None: on the twin only
+confirm = None         # the canary relaunches go ahead: True (`lanebook run --yes`), None: on the twin only
 prefix_lines = 200     # lines of notes in prompts A and B (about 14 tokens a line)
 boundary = [4, 5]      # the batch sizes either side of the K boundary (the schedule's 2-4 → K4, 5-6 → K3)
 boundary_workload = "code"

@@ -59,7 +59,7 @@ troubleshooting_table("launch")
 # ## Prerequisites
 
 # %%
-with rb.step("prerequisites"):
+with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane'):
     report = lint_lane_checkout(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
     rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
                                                                    if f.severity == "error") or report.linted_summary(),
@@ -79,7 +79,7 @@ with rb.step("prerequisites"):
 # Expected: each node's /dev/shm holds none of the segments it held before; free memory read back.
 
 # %%
-with rb.step("1 clean memory"):
+with rb.step("1 clean memory", fix='a segment that stays is held by a live process: run `status`, then `stop`, then `launch` again'):
     if already_up:
         rb.skip("SHM and page cache cleaned on every node", "the lane is already up; memory is never cleaned under a server")
     else:
@@ -94,7 +94,7 @@ with rb.step("1 clean memory"):
 # node (sticky UMA, P04).
 
 # %%
-with rb.step("2 legacy units and memory"):
+with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again'):
     units = memory.mask_legacy_units(rb.lane)
     rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
     if already_up:
@@ -113,7 +113,7 @@ with rb.step("2 legacy units and memory"):
 # of both ranks), interrupted. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
 
 # %%
-with rb.step("3 start"):
+with rb.step("3 start", fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again"):
     if already_up:
         rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
     else:
@@ -127,7 +127,7 @@ with rb.step("3 start"):
 # `Application startup complete`.
 
 # %%
-with rb.step("4 startup log"):
+with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again'):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
     for e in expectations:
@@ -141,7 +141,7 @@ with rb.step("4 startup log"):
 # line that overrides the lane shows up here, named with both values.
 
 # %%
-with rb.step("5 models and live command"):
+with rb.step("5 models and live command", fix='the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again'):
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
     model = next((m for m in models if m.get("id") == p.served_model_name), models[0] if models else {})
     rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))

@@ -56,7 +56,7 @@ troubleshooting_table("status")
 # ## Prerequisites
 
 # %%
-with rb.step("prerequisites"):
+with rb.step("prerequisites", fix='copy the checkout to every node: run `env`'):
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
 
 # %% [markdown]
@@ -66,7 +66,7 @@ with rb.step("prerequisites"):
 # its output is shown below. Whether 0 or 1 is right depends on the state step 2 observes.
 
 # %%
-with rb.step("1 status script"):
+with rb.step("1 status script", fix='the status script itself failed: check the checkout on the head (`env` copies it again)'):
     script = launcher.lane_status(rb.lane)
     print(script.output)
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
@@ -80,7 +80,7 @@ with rb.step("1 status script"):
 # (P16) — fails here: run the `stop` runbook at once, it stops the worker and cleans memory on both nodes.
 
 # %%
-with rb.step("2 containers"):
+with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cleans memory on every node), then `launch`'):
     containers = launcher.lane_containers(rb.lane)
     state = containers.state
     rb.record(state=state, containers=containers.running)
@@ -98,7 +98,7 @@ with rb.step("2 containers"):
 # When down there is nothing to ask.
 
 # %%
-with rb.step("3 api"):
+with rb.step("3 api", fix='if a launch is in progress wait and run `status` again; otherwise run `stop`, then `launch`'):
     if state == launcher.LANE_DOWN:
         rb.skip("the API answers with the lane's model", "the lane is cleanly down")
     else:
@@ -117,7 +117,7 @@ with rb.step("3 api"):
 # `GPU KV cache size` in the lane's band.
 
 # %%
-with rb.step("4 startup log"):
+with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `stop` and `launch`'):
     if state == launcher.LANE_DOWN:
         rb.skip("the startup log is clean", "the lane is cleanly down: no container to read")
     else:

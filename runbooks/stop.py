@@ -30,7 +30,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`); None = on the twin only
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None = on the twin only
 
 # %%
 from lanebook import launcher, memory, transfers
@@ -53,7 +53,7 @@ troubleshooting_table("stop")
 # head had died mid-TP (P16), and this run is its repair.
 
 # %%
-with rb.step("prerequisites"):
+with rb.step("prerequisites", fix='copy the checkout to every node (`env`), then run `stop` again'):
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     before = launcher.lane_containers(rb.lane)
     rb.record(state_before=before.state, containers_before=before.running)
@@ -65,7 +65,7 @@ with rb.step("prerequisites"):
 # exit 1: its rank is not stopped; make it reachable and run `stop` again.
 
 # %%
-with rb.step("1 stop script"):
+with rb.step("1 stop script", fix='make the unreachable node reachable (SSH, fabric), then run `stop` again'):
     rb.confirm(f"stop lane {p.name} on every node and clean their memory")
     stopped = launcher.stop_lane(rb.lane)
     rb.record(stop_script=stopped.launcher.outcome)
@@ -79,7 +79,7 @@ with rb.step("1 stop script"):
 # (P16): `docker compose -p PROJECT … down` there. Expected: no container of the lane on any node.
 
 # %%
-with rb.step("2 orphaned workers"):
+with rb.step("2 orphaned workers", fix='run `stop` again; if the container stays, `docker compose -p PROJECT down` on that worker by hand'):
     orphans = launcher.stop_orphaned_workers(rb.lane)
     rb.record(orphaned_workers_stopped=orphans)
     left = launcher.lane_containers(rb.lane)
@@ -92,7 +92,7 @@ with rb.step("2 orphaned workers"):
 # again. Expected: none of the segments /dev/shm held is left; free memory read back.
 
 # %%
-with rb.step("3 clean memory"):
+with rb.step("3 clean memory", fix='run `status`: a process still holds the segments; stop it, then run `stop` again'):
     cleaned = memory.clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
     rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
@@ -105,7 +105,7 @@ with rb.step("3 clean memory"):
 # Never `docker system prune -af`: it deletes the Anemll image.
 
 # %%
-with rb.step("4 free memory"):
+with rb.step("4 free memory", fix='drop caches on both nodes again or reboot them (sticky UMA, P04), then `launch`'):
     free = memory.check_sticky_uma(rb.lane)
     rb.record(free_gib=free.figure("free_gib"))
     rb.expect(free, "enough free memory on every node for the next launch",

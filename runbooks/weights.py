@@ -37,7 +37,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`); None = on the twin only
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None = on the twin only
 sha256 = False         # also hash every shard blob against its name in both verifies (reads every byte)
 rsync_attempts = 3     # rsync runs per worker when the connection drops mid-transfer (each resumes the last)
 
@@ -63,7 +63,7 @@ troubleshooting_table("weights")
 # refs), and every node answers the probe (`python3 - HUB_DIR SHARDS < weights_probe.py`, one round trip).
 
 # %%
-with rb.step("prerequisites"):
+with rb.step("prerequisites", fix="fix the lane file's `weights:` (the full hub model dir, models--ORG--NAME) and run `weights` again"):
     rb.expect(p.weights.hub_dir.rstrip("/").rsplit("/", 1)[-1].startswith("models--"),
               "what moves is the full hub model dir (blobs + snapshots + refs), not a snapshot (P06)",
               p.weights.hub_dir, local=True)
@@ -76,7 +76,7 @@ with rb.step("prerequisites"):
 # A tree that is not whole is repaired by the steps below.
 
 # %%
-with rb.step("1 verify"):
+with rb.step("1 verify", fix='a node that does not answer: check SSH to it (`ssh -F CONFIG NODE`), then run `weights` again'):
     before = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_before={a: r.shard_count for a, r in before.items()})
     for alias, report in before.items():
@@ -90,7 +90,7 @@ with rb.step("1 verify"):
 # A cut download leaves `*.incomplete` blobs that the next run's `hf download` resumes.
 
 # %%
-with rb.step("2 download on head"):
+with rb.step("2 download on head", fix="run `weights` again: `hf download` resumes the `*.incomplete` blobs; check the head's network and HF token if it keeps failing"):
     rb.record(downloaded=not head.ok)
     if head.ok:
         rb.skip("the head's tree is whole", f"nothing to download: {head.summary()}")
@@ -109,7 +109,7 @@ with rb.step("2 download on head"):
 # file (up to `rsync_attempts` runs). Expected: rsync finishes and prints its transfer statistics.
 
 # %%
-with rb.step("3 rsync to workers"):
+with rb.step("3 rsync to workers", fix='run `weights` again: rsync resumes from the partial files; check the fabric link to the worker'):
     to_sync = weights.workers_to_sync(head, {w.alias: before[w.alias] for w in rb.lane.workers})
     rb.record(synced=to_sync)
     if not to_sync:
@@ -129,7 +129,7 @@ with rb.step("3 rsync to workers"):
 # other file. Expected: every deleted path is a `*.incomplete` file.
 
 # %%
-with rb.step("4 delete *.incomplete on workers"):
+with rb.step("4 delete *.incomplete on workers", fix="stop: a file that is not *.incomplete was named for deletion; check the worker's hub dir by hand before anything else"):
     if not to_sync:
         rb.skip("no *.incomplete on any worker", "every worker's tree verified: it holds none")
     else:
@@ -147,7 +147,7 @@ with rb.step("4 delete *.incomplete on workers"):
 # its download did not finish.
 
 # %%
-with rb.step("5 verify again"):
+with rb.step("5 verify again", fix='run `weights` again (rsync resumes a cut copy); a head that still fails did not finish its download'):
     after = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.lane.head.alias].revision)
     for alias, report in after.items():

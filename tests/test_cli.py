@@ -93,3 +93,9 @@ def test_twin_status_json_has_the_promised_keys(tmp_path):
     assert out.returncode == 0 and status["running"] is False
     assert {"running", "ssh_config", "nodes", "api", "faults"} <= set(status)
     assert [n["alias"] for n in status["nodes"]] == ["head", "worker"]
+
+
+def test_promote_on_a_real_lane_without_yes_or_dry_run_is_one_line_and_exit_2(outputs):
+    done = lanebook("promote", "--lane", "anemll-0731", outputs=outputs)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("lanebook: ") and not (outputs / "runs.jsonl").exists()

@@ -1,6 +1,6 @@
 """`make demo` (lanebook.demo): it passes only when every runbook of the main job exists and passed; a missing
 runbook is named and fails the demo instead of being skipped under a pass."""
-from lanebook import demo
+from lanebook import demo, paths
 
 
 def test_every_runbook_passed():
@@ -28,7 +28,7 @@ def test_a_dry_run_or_error_is_not_a_pass():
 
 
 def test_missing_runbooks_are_found_on_disk(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo, "RUNBOOKS_DIR", tmp_path)
+    monkeypatch.setattr(paths, "RUNBOOKS_DIR", tmp_path)
     for name in ("weights", "launch"):
         (tmp_path / f"{name}.ipynb").write_text("{}")
     assert demo.missing_runbooks() == ["env", "warmup", "gates", "speed"]

@@ -125,3 +125,11 @@ def test_refusals_leave_no_record(runbooks):
     with pytest.raises(LanebookError, match="unknown runbook 'nosuch'"):
         execute.run_runbook("nosuch", "twin", {})
     assert read_runs() == []
+
+
+def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch):
+    """`-p restore=RUN_ID` is read as YAML: an id must never read as a number (12345678, 1234e567)."""
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))
+    for _ in range(300):
+        run_id, _ = execute._new_output("twin", "env")
+        assert execute.parse_params([f"restore={run_id}"]) == {"restore": run_id}

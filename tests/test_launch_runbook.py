@@ -58,6 +58,7 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
         try:
             record = run_launch(tmp_path, expect_exit=1)
             assert record["verdict"] == "fail" and record["failed_step"] == "5 models and live command", record
+            assert "run `env`" in record["fix"] and record["figures"]["kv_cache_tokens"], record  # what to do, and what was measured
             executed = (tmp_path / "outputs" / record["output"]).read_text()
             assert "--max-num-batched-tokens: lane 8192, live 8216" in executed
         finally:

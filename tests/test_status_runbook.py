@@ -62,7 +62,8 @@ def test_an_orphaned_worker_fails_status_and_stop_repairs_it(tmp_path):
 
             failed, _ = run(tmp_path, "status", str(lane_file), expect_exit=1)
             assert (failed["verdict"], failed["failed_step"]) == ("fail", "2 containers")
-            text = (tmp_path / "outputs" / failed["output"]).read_text()  # a failed run emits no figures: its notebook shows
+            assert failed["figures"]["state"] == "orphaned worker" and failed["fix"].startswith("run `stop`")  # kept on failure
+            text = (tmp_path / "outputs" / failed["output"]).read_text()
             assert "no orphaned worker (P16" in text and "orphaned: {'worker': ['ds4-f-mia-anemll-0731-vllm-dspark-1']}" in text and "run the `stop` runbook now" in text
             assert "| P16 | Head dies mid-TP |" in text
 

@@ -88,6 +88,19 @@ def run(
     raise typer.Exit(run_exit_code(record["verdict"], dry_run))
 
 
+@app.command("promote")
+def promote(
+    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    resume: bool = typer.Option(False, "--resume", help="continue the lane's latest promotion at the runbook that did not pass"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="every runbook records its commands instead of running them; opens no connection"),
+    yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
+):
+    """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
+    from .promote import print_promotion, promote as run_promotion
+
+    raise typer.Exit(print_promotion(lane, lambda **hooks: run_promotion(lane, resume=resume, dry_run=dry_run, yes=yes, **hooks)))
+
+
 @app.command("lint")
 def lint(
     lane: Optional[str] = typer.Option(None, "--lane", help="lint what the lane runs: its checkout (from the head over "

@@ -1,21 +1,16 @@
-"""`make demo`: the main job on the twin lane, then the book, then where to look.
+"""`make demo`: `lanebook promote --lane twin` (the main job on the twin lane), then the book, then where to look.
 
 The demo passes only when every runbook of the main job exists and passed: a runbook not written yet is
-named as missing and fails the demo, while the ones that exist still run and the book is still built.
+named as missing and fails the demo (no promotion is run), and the book is still built.
 """
 from __future__ import annotations
 
 from rich.console import Console
 
-from .paths import RUNBOOKS_DIR, outputs_dir
-
-MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
+from .paths import outputs_dir
+from .promote import MAIN_JOB, missing_runbooks
 
 console = Console()
-
-
-def missing_runbooks(job: tuple[str, ...] = MAIN_JOB) -> list[str]:
-    return [name for name in job if not (RUNBOOKS_DIR / f"{name}.ipynb").exists()]
 
 
 def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, ...] = MAIN_JOB) -> tuple[bool, str]:
@@ -44,29 +39,24 @@ def _stop_lane_left_up() -> None:
 
 def run_demo() -> int:
     from .book import build_book
-    from .execute import run_runbook
+    from .promote import print_promotion, promote
     from .twin import control
 
     missing = missing_runbooks()
-    if missing:
-        console.print(f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
-                      "the others run, and the demo fails[/]")
     console.rule("twin")
     control.print_status(control.up(faults=[], fast=True))
     _stop_lane_left_up()
     verdicts: dict[str, str] = {}
-    for name in MAIN_JOB:
-        if name in missing:
-            console.print(f"[red]{name}: missing — not run[/]")
-            continue
-        console.rule(f"runbook {name} (twin lane)")
-        record = run_runbook(name, "twin", {})
-        verdicts[name] = record["verdict"]
-        color = "green" if record["verdict"] == "pass" else "red"
-        console.print(f"[{color}]{name}: {record['verdict']}[/]" + (f" — failed step: {record['failed_step']}" if record["failed_step"] else ""))
-        console.print(f"  executed notebook: {record['output']}")
-        if record["verdict"] != "pass":
-            break  # later stages depend on this one
+    if missing:
+        console.print(f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
+                      "no promotion is run, and the demo fails[/]")
+    else:
+        def promotion(**hooks):
+            done = promote("twin", **hooks)
+            verdicts.update({r["runbook"]: r["verdict"] for r in done.records})
+            return done
+
+        print_promotion("twin", promotion)
     console.rule("book")
     site = build_book()
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})")

@@ -30,7 +30,7 @@ from .runbook import VERDICT_MIME
 
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
-CHANGING = {"weights", "env", "launch", "warmup", "rollback", "stop"}
+CHANGING = {"weights", "env", "launch", "warmup", "diagnose", "rollback", "stop"}  # diagnose: its canary relaunches
 # Parameters every runbook takes from `lanebook run` itself, not from -p.
 RESERVED = {"lane", "dry_run"}
 
@@ -77,7 +77,8 @@ def _now() -> str:
 
 
 def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
-    run_id = uuid.uuid4().hex[:8]
+    # Hex with a letter first: `-p restore=RUN_ID` is read as YAML, where 12345678 or 1234e567 would be numbers.
+    run_id = "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +108,9 @@ def record_verdict(emitted: Optional[str], dry_run: bool) -> str:
     return "dry-run" if dry_run and emitted == "pass" else emitted
 
 
-def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False) -> dict:
+def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False,
+                link: Optional[dict] = None) -> dict:
+    """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...)."""
     notebook = runbook_path(runbook)
     lane_params = load_lane(lane)
     accepted = notebook_parameters(notebook) - RESERVED
@@ -140,7 +143,8 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     result = read_verdict(output)
     if result is not None:
         emitted, figures = result["verdict"], result["figures"]
-        failed_step = failed_step or next((c["step"] for c in result["checks"] if c["outcome"] == "fail"), None)
+        failed_step = failed_step or (result.get("failure") or {}).get("step") \
+            or next((c["step"] for c in result["checks"] if c["outcome"] == "fail"), None)
     elif emitted is None and failed_step is None:
         failed_step = "no verdict: the notebook ended without rb.finish()"
     verdict = record_verdict(emitted, dry_run)
@@ -161,6 +165,7 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
         "git_commit": _git_commit(),
         "figures": figures,
         "confirmations": (result or {}).get("confirmations", []),  # who let destructive steps go ahead
+        **(link or {}),
     }
     append_run(record)
     commands = result["commands"] if result else []  # a dry run's recorded command lines, for the terminal

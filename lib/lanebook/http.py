@@ -1,4 +1,5 @@
-"""Bounded HTTP waits from the operator's machine: poll until an endpoint answers as wanted, show progress, give up at the bound."""
+"""HTTP from the operator's machine: bounded waits (poll until an endpoint answers as wanted, show progress, give up at
+the bound) and single JSON requests (the gates' smokes)."""
 from __future__ import annotations
 
 import time
@@ -60,3 +61,29 @@ def wait_for(url: str, ready: Callable[[httpx.Response], bool], *, what: str, ti
             if elapsed >= timeout_s:
                 raise WaitTimeout(f"{what}: {url} not ready within {timeout_s:g} s ({attempt} attempts, last: {last})")
             time.sleep(min(interval_s, timeout_s - elapsed))
+
+
+@dataclass(frozen=True)
+class JsonAnswer:
+    """One request's answer: its HTTP status, its JSON body (None when the body is not JSON) and text, and its time."""
+
+    status: int
+    body: Optional[object]
+    text: str
+    duration_s: float
+
+
+def request_json(method: str, url: str, body: Optional[dict] = None, *, timeout_s: float) -> JsonAnswer:
+    """One request with an optional JSON body, directly (never through a proxy); a transport failure is one
+    LanebookError line naming the request."""
+    started = time.monotonic()
+    try:
+        with httpx.Client(trust_env=False) as client:
+            response = client.request(method, url, json=body, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise LanebookError(f"{method} {url} failed: {type(exc).__name__}: {exc}") from None
+    try:
+        parsed = response.json()
+    except ValueError:
+        parsed = None
+    return JsonAnswer(response.status_code, parsed, response.text, time.monotonic() - started)

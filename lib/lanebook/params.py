@@ -115,6 +115,11 @@ class HermesParams(Strict):
     api_key: StrictStr = "no-key-required"
     context_length: StrictInt = 200000
     extra_body: dict[StrictStr, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"thinking": False}})
+    host: Optional[StrictStr] = Field(
+        None, description="where the operator's Hermes runs: null = this machine; a node alias of the lane or an ssh "
+                          "destination [user@]host[:port] = that host, over SSH")
+    bin: Optional[StrictStr] = Field(
+        None, description="the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH")
 
 
 class LaneParams(Strict):

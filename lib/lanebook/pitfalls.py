@@ -245,7 +245,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow "
             "decode path. The env file alone is not enough: Compose passes only the keys named in the service's "
             "environment: map, so the compose file needs the injection line as well.",
-            "error", "lint, env, gates, status",
+            "error", "lint, env, gates, status, speed",
             "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
             "\"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}\" under environment: (`lanebook env render` writes both); the log "
             "must not say \"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1\".", check_breakable),
@@ -260,7 +260,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             _batch_check(8216, "it regressed count, code and structured JSON in the matched canary and was rejected")),
     Pitfall("P04", "Sticky UMA memory after stop",
             "After a stop, free memory can stay ~10–16 GiB short with no container running.",
-            "error", "stop, launch, diagnose",
+            "error", "stop, launch, rollback, diagnose",
             "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
             "it deletes the Anemll image."),
     Pitfall("P05", "Dual-WAN download",
@@ -273,7 +273,7 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("P07", "Memory 0.80 at 1M context",
             "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available "
             "vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly.",
-            "error", "lint, env, launch",
+            "error", "lint, env, launch, gates",
             "GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, "
             "GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads).", check_memory),
     Pitfall("P08", "Gloo / host IP on loopback",
@@ -290,18 +290,18 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "lint, gates", "thinking: false (a boolean) in request and Hermes extra_body.", check_thinking),
     Pitfall("P11", "Cold start takes 8–15 minutes",
             "A cold bind often takes 8–15 minutes; SHM \"60 seconds\" lines during TileLang/autotune are usually not fatal.",
-            "warning", "launch, status",
+            "warning", "launch, status, rollback",
             "Wait for \"Application startup complete\" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do "
             "not abort on the first SHM timeout."),
     Pitfall("P12", "First-use inference JIT",
             "Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT "
             "compilation during inference, turning the first production burst into a latency event.",
-            "warning", "warmup",
+            "warning", "warmup, speed",
             "Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as "
             "pending until observed."),
     Pitfall("P13", "Legacy serving units",
             "Older serving units (Aiden/legacy) left active fight the compose project for the GPUs.",
-            "error", "launch", "Mask the lane's legacy units on both nodes before compose up."),
+            "error", "launch, rollback", "Mask the lane's legacy units on both nodes before compose up."),
     Pitfall("P14", "K above the drafter block size",
             "The Flash drafter's dspark_block_size is 5: K=7 is not free speed.",
             "error", "lint, env, speed",
@@ -312,7 +312,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "speed, diagnose", "Step long probes up gradually and watch the console."),
     Pitfall("P16", "Head dies mid-TP",
             "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
-            "error", "diagnose, status, stop",
+            "error", "diagnose, status, stop, rollback",
             "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head."),
     Pitfall("P17", "Marketing the synthetic ceiling",
             "The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band.",
@@ -335,7 +335,7 @@ PITFALLS: tuple[Pitfall, ...] = (
             "its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from "
             "ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command "
             "hard-codes; the image's command script builds the speculative config itself.",
-            "error", "lint, env, launch",
+            "error", "lint, env, launch, rollback",
             "`lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, "
             "not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must "
             "carry the lane's flags.", check_lane_values),

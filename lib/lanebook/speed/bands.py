@@ -49,24 +49,53 @@ def bands_from_runs(runs: list[dict], workload: str) -> list[dict]:
     return bands
 
 
-def load_speed_document(path: str | Path) -> dict:
-    """A speed JSON (ours or an earlier run's); bands are recomputed from runs when missing."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise LanebookError(f"cannot read speed results {path}: {exc}") from None
+def speed_document(doc: object, where: str) -> dict:
+    """A speed JSON document checked (workload and runs), bands recomputed from runs when missing."""
     if not isinstance(doc, dict) or "runs" not in doc or "workload" not in doc:
-        raise LanebookError(f"{path} is not a `lanebook speed --json` document (needs workload and runs)")
+        raise LanebookError(f"{where} is not a `lanebook speed --json` document (needs workload and runs)")
     if not doc.get("bands"):
         doc["bands"] = bands_from_runs(doc["runs"], doc["workload"])
     return doc
 
 
-def lane_baseline(lane: str) -> Optional[dict]:
-    """The lane's stored bands (speed/baselines/LANE.json), or None when the lane has none yet."""
+def _read_json(path: Path, what: str) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise LanebookError(f"cannot read {what} {path}: {exc}") from None
+
+
+def load_speed_document(path: str | Path) -> dict:
+    """A speed JSON (ours or an earlier run's); bands are recomputed from runs when missing."""
+    path = Path(path)
+    return speed_document(_read_json(path, "speed results"), str(path))
+
+
+def read_baseline_file(path: str | Path) -> dict:
+    """A baseline file: {"lane", "source", "provenance", "documents": [speed documents, one per workload]}."""
+    path = Path(path)
+    data = _read_json(path, "baseline")
+    if not isinstance(data, dict) or not isinstance(data.get("documents"), list) or not data["documents"]:
+        raise LanebookError(f"{path} is not a speed baseline (needs documents: one speed document per workload)")
+    data["documents"] = [speed_document(doc, f"{path} documents[{i}]") for i, doc in enumerate(data["documents"])]
+    workloads = [doc["workload"] for doc in data["documents"]]
+    if len(set(workloads)) != len(workloads):
+        raise LanebookError(f"{path}: a workload appears twice in documents ({', '.join(workloads)})")
+    return data
+
+
+def lane_baseline(lane: str, workload: Optional[str] = None) -> Optional[dict]:
+    """One workload's stored bands from the lane's baseline (speed/baselines/LANE.json): the workload named,
+    or the only one stored; None when the lane has no baseline or none for that workload."""
     path = BASELINES_DIR / f"{lane}.json"
-    return load_speed_document(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    documents = read_baseline_file(path)["documents"]
+    if workload is None:
+        if len(documents) != 1:
+            raise LanebookError(f"{path} holds {len(documents)} workloads: name one")
+        return documents[0]
+    return next((doc for doc in documents if doc["workload"] == workload), None)
 
 
 def _cells(documents: Iterable[dict]) -> tuple[dict[Cell, dict], set[int]]:

@@ -313,8 +313,12 @@ async def measure(
     on_wave_start: Callable[[int, int, Tally], None] = lambda trial, c, tally: None,
     on_wave_end: Callable[[WaveRecord], None] = lambda wave: None,
     on_note: Callable[[str], None] = lambda note: None,
+    stop_on_errors: bool = False,
 ) -> list[WaveRecord]:
-    """Every wave of the plan, trials interleaved over concurrency so drift spreads across cells."""
+    """Every wave of the plan, trials interleaved over concurrency so drift spreads across cells.
+
+    stop_on_errors: end after the first wave in which a request failed (a dying server would make every
+    later wave fail too, each only after its idle wait and timeouts)."""
     transport = LeanTransport()
     why = transport.stamp_note or (None if plan.api.startswith("http://") else
                                    "https:// goes through httpx's own transport, which cannot pass them on")
@@ -337,6 +341,11 @@ async def measure(
                                           tally=tally, models_url=f"{plan.api.rstrip('/')}/models")
                 on_wave_end(wave)
                 waves.append(wave)
+                failed = [r.error for r in wave.requests if r.error]
+                if stop_on_errors and failed:
+                    on_note(f"stopped after trial {trial} C{concurrency}: {len(failed)} of {concurrency} request(s) failed "
+                            f"({failed[0]})")
+                    return waves
         return waves
 
 

@@ -93,8 +93,11 @@ def run_speed(
     lane_request: Optional[Mapping[str, Any]] = None,
     twin: bool = False,
     console: Optional[Console] = None,
+    stop_on_errors: bool = False,
 ) -> SpeedResult:
-    """Measure trials x concurrency waves of one workload; the library call behind `lanebook speed`."""
+    """Measure trials x concurrency waves of one workload; the library call behind `lanebook speed`.
+
+    stop_on_errors: stop after the first wave with a failed request (the speed runbook fails there anyway)."""
     if max_tokens < 2:
         raise LanebookError(f"--max-tokens must be at least 2 to have a decode window (got {max_tokens})")
     if trials < 1:
@@ -122,7 +125,7 @@ def run_speed(
             notes.append(text)
             console.print(f"[yellow]note:[/] {text}")
 
-        waves = run(measure(plan, start, end, note))
+        waves = run(measure(plan, start, end, note, stop_on_errors=stop_on_errors))
     return SpeedResult(api, model, workload, max_tokens, twin, waves, figures, notes)
 
 

@@ -1,7 +1,7 @@
 """`lanebook twin up | down | status`: start the twin's two nodes, stop them leaving no process, report them.
 
-`up` lays out fresh node roots (homes, the three lane checkouts, HF caches, /dev/shm, memory and
-units), starts one sshd per node and waits until both accept ssh; it does not launch the lane (the
+`up` lays out fresh node roots (homes, every shipped lane's checkout and weights, HF caches, /dev/shm,
+memory and units), starts one sshd per node and waits until both accept ssh; it does not launch the lane (the
 launch runbook does, through the launcher). Faults shape the node roots and stand-ins here and reach
 the engine through LANEBOOK_TWIN_FAULTS. `status` calls the twin running only when the head's sshd
 answers on its address: a twin started in another network namespace has live processes but is not
@@ -95,9 +95,10 @@ def _port_taken(ip: str, port: int) -> bool:
 
 
 def _lanes() -> list[LaneParams]:
-    """Every shipped lane, the twin lane last: it shares anemll-0731's checkout and must win there."""
+    """Every shipped lane, the twin lanes last: each shares a real lane's checkout (twin: anemll-0731's, twin-1m6:
+    anemll-1m6's, the twin lane's rollback target) and must win there, so that checkout boots the twin lane."""
     lanes = [load_lane(name) for name in lane_names()]
-    return sorted(lanes, key=lambda lane: lane.name == TWIN_LANE)
+    return sorted(lanes, key=lambda lane: lane.twin)
 
 
 def _build_node(lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: list[str], time_scale: float) -> None:

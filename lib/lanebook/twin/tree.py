@@ -3,7 +3,8 @@
 Shards are small (a few hundred KiB) but shaped like the real thing: valid safetensors files stored
 as blobs/<sha256>, linked from snapshots/<rev>/ by relative symlinks, with refs/main and an index
 json, so `find`, rsync -aH, symlink-breaking snapshot-only copies and `*.incomplete` leftovers behave
-as they do on a DGX Spark. Content and mtimes are deterministic, so head and worker copies compare equal.
+as they do on a DGX Spark. Content and mtimes are deterministic, so head and worker copies compare equal, and
+a checkout or model tree laid out again by a fresh `twin up` is the same tree (its fingerprint unchanged).
 """
 from __future__ import annotations
 
@@ -169,4 +170,6 @@ def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Pa
                             + "; ".join(m.message() for m in plan.unresolved))
     (checkout / COMPOSE_NAME).write_text(plan.compose)
     (checkout / ENV_NAME).write_text(plan.env)
+    for path in [*checkout.rglob("*"), checkout]:
+        os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
     return checkout

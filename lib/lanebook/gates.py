@@ -1,0 +1,307 @@
+"""The gates before a lane is called live (the recipe's "Gates before calling it live"), as checks that all run
+before the verdict: `/v1/models` (id and max_model_len), the startup log, the exact smoke, the tool-call smoke.
+The Hermes gates are in lanebook.hermes; they return the same GateCheck.
+
+Requests and judgements are pure functions (exact_smoke_body, tool_smoke_body, judge_models, judge_exact_smoke,
+judge_tool_smoke, verdict_table) over the lane and the answers' JSON; `ask` sends one request from this
+machine and records it in the executor's history as the curl line an operator would type, so a dry run lists
+the requests and sends none.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from .errors import LanebookError
+from .http import JsonAnswer, request_json
+from .launcher import container_name
+from .logs import KV_CACHE_LINE, Expectation, check_startup_log
+from .nodes import Executor, Lane, q
+from .params import LaneParams
+
+EXACT_SMOKE_MAX_TOKENS = 32  # the recipe's exact-smoke request
+TOOL_SMOKE_MAX_TOKENS = 256
+THINKING_KEYS = ("thinking", "enable_thinking")
+REQUEST_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """One expected result of a gate. ok is None when it was not observed (a dry run asks the lane nothing);
+    local results (the lane file, a config read on this machine) are checked in a dry run too."""
+
+    step: str
+    what: str
+    ok: Optional[bool]
+    detail: str = ""
+    pitfall: Optional[str] = None
+    local: bool = False
+
+    @property
+    def outcome(self) -> str:
+        return "not observed" if self.ok is None else ("pass" if self.ok else "fail")
+
+    @property
+    def title(self) -> str:
+        """What was expected, naming the pitfall it guards against."""
+        return f"{self.what} ({self.pitfall})" if self.pitfall else self.what
+
+
+def observed(step: str, expectations: Iterable[Expectation], pitfall: Optional[str] = None) -> list[GateCheck]:
+    return [GateCheck(step, e.what, e.ok, e.detail, pitfall) for e in expectations]
+
+
+def not_observed(step: str, whats: Iterable[str]) -> list[GateCheck]:
+    return [GateCheck(step, what, None, "not observed (dry run)") for what in whats]
+
+
+def run_gate(step: str, gate: Callable[[], list[GateCheck]]) -> list[GateCheck]:
+    """A gate's checks; a LanebookError (a refused connection, a missing container) is that gate's one failed
+    check, so the other gates still run and the verdict table shows every gate."""
+    try:
+        return gate()
+    except LanebookError as exc:
+        return [GateCheck(step, "the gate ran", False, str(exc))]
+
+
+# --- requests --------------------------------------------------------------------------------------
+
+def curl_line(url: str, body: Optional[Mapping[str, Any]] = None) -> str:
+    """The curl command an operator would type for the same request (the recipe's gate lines)."""
+    if body is None:
+        return f"curl -s {q(url)}"
+    data = json.dumps(body, separators=(",", ":"))
+    return f"curl -s {q(url)} -H 'Content-Type: application/json' -d {q(data)}"
+
+
+def ask(executor: Executor, url: str, body: Optional[dict] = None, timeout_s: float = REQUEST_TIMEOUT_S) -> Optional[JsonAnswer]:
+    """GET (no body) or POST one JSON request from this machine, recorded as its curl line; None in a dry run."""
+    line = curl_line(url, body)
+    if executor.dry_run:
+        executor.record_local(line)
+        return None
+    started = time.monotonic()
+    try:
+        answer = request_json("GET" if body is None else "POST", url, body, timeout_s=timeout_s)
+    except LanebookError as exc:
+        executor.record_local(line, exit_code=1, duration_s=time.monotonic() - started, detail=str(exc))
+        raise
+    executor.record_local(line, exit_code=0 if answer.status == 200 else 1, duration_s=answer.duration_s,
+                          detail=f"HTTP {answer.status}")
+    return answer
+
+
+def chat_url(params: LaneParams) -> str:
+    return f"{params.api.rstrip('/')}/chat/completions"
+
+
+def models_url(params: LaneParams) -> str:
+    return f"{params.api.rstrip('/')}/models"
+
+
+def exact_smoke_body(params: LaneParams) -> dict:
+    """The recipe's exact smoke: `Reply exactly TOKEN.`, temperature 0, 32 tokens, the lane's request kwargs."""
+    return {"model": params.served_model_name,
+            "messages": [{"role": "user", "content": params.gates.exact_smoke_prompt}],
+            "temperature": 0, "max_tokens": EXACT_SMOKE_MAX_TOKENS, **params.request}
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return "string"
+
+
+def tool_schema(params: LaneParams) -> dict:
+    """The tool the smoke offers, its parameters shaped after the arguments the lane expects back."""
+    smoke = params.gates.tool_smoke
+    return {"type": "function", "function": {
+        "name": smoke.function,
+        "description": f"Call {smoke.function} with: {', '.join(smoke.arguments)}.",
+        "parameters": {"type": "object",
+                       "properties": {k: {"type": _json_type(v)} for k, v in smoke.arguments.items()},
+                       "required": list(smoke.arguments)}}}
+
+
+def tool_smoke_body(params: LaneParams) -> dict:
+    """The tool-call smoke: one tool offered with tool_choice auto, as an agent client sends it."""
+    return {"model": params.served_model_name,
+            "messages": [{"role": "user", "content": params.gates.tool_smoke.prompt}],
+            "tools": [tool_schema(params)], "tool_choice": "auto",
+            "temperature": 0, "max_tokens": TOOL_SMOKE_MAX_TOKENS, **params.request}
+
+
+# --- judgements (pure) -----------------------------------------------------------------------------
+
+def thinking_problems(kwargs: Any, where: str) -> list[str]:
+    """Each thinking switch in chat_template_kwargs that is not a JSON boolean (the template tests truthiness,
+    so the string "false" turns thinking on)."""
+    if not isinstance(kwargs, Mapping):
+        return [f"{where} is {kwargs!r}, not a mapping"] if kwargs is not None else []
+    return [f"{where}.{key} is {type(kwargs[key]).__name__} {kwargs[key]!r}: any non-empty string turns thinking ON; "
+            "use a JSON boolean" for key in THINKING_KEYS if key in kwargs and not isinstance(kwargs[key], bool)]
+
+
+def thinking_intended(kwargs: Any) -> bool:
+    """Whether the lane means thinking on: only a boolean true says so."""
+    return isinstance(kwargs, Mapping) and any(kwargs.get(key) is True for key in THINKING_KEYS)
+
+
+def _error_text(answer: JsonAnswer) -> str:
+    body = answer.body
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        message = error.get("message") if isinstance(error, Mapping) else body.get("detail") or body.get("message")
+        if message:
+            return f"HTTP {answer.status}: {message}"
+    return f"HTTP {answer.status}: {answer.text[:200]}"
+
+
+def _message(answer: JsonAnswer) -> tuple[Optional[Mapping[str, Any]], Optional[str]]:
+    """choices[0] of a chat answer and its finish_reason, or (None, why not)."""
+    if answer.status != 200:
+        return None, _error_text(answer)
+    body = answer.body
+    choices = body.get("choices") if isinstance(body, Mapping) else None
+    if not choices or not isinstance(choices[0], Mapping) or not isinstance(choices[0].get("message"), Mapping):
+        return None, f"no choices[0].message in the answer: {answer.text[:200]}"
+    return choices[0], None
+
+
+def reasoning_text(message: Mapping[str, Any]) -> str:
+    """The reasoning a chat message carries (vLLM: `reasoning`, older `reasoning_content`)."""
+    return str(message.get("reasoning") or message.get("reasoning_content") or "")
+
+
+def judge_models(step: str, answer: JsonAnswer, params: LaneParams) -> list[GateCheck]:
+    """/v1/models lists the lane's served name with the lane's max_model_len."""
+    data = answer.body.get("data") if answer.status == 200 and isinstance(answer.body, Mapping) else None
+    if not isinstance(data, list):
+        return [GateCheck(step, f"/v1/models lists {params.served_model_name}", False, _error_text(answer))]
+    ids = [m.get("id") for m in data if isinstance(m, Mapping)]
+    model = next((m for m in data if isinstance(m, Mapping) and m.get("id") == params.served_model_name), None)
+    length = model.get("max_model_len") if model else None
+    return [GateCheck(step, f"/v1/models id is {params.served_model_name}", model is not None, f"ids {ids}"),
+            GateCheck(step, f"max_model_len is {params.max_model_len:,}", length == params.max_model_len,
+                      f"{length:,}" if isinstance(length, int) else repr(length))]
+
+
+def judge_request_kwargs(step: str, params: LaneParams) -> GateCheck:
+    """The lane's own request kwargs give thinking as a JSON boolean (checked on this machine)."""
+    problems = thinking_problems(params.request.get("chat_template_kwargs"), "request.chat_template_kwargs")
+    return GateCheck(step, "the lane's request gives thinking as a JSON boolean", not problems,
+                     "; ".join(problems) or json.dumps(params.request.get("chat_template_kwargs")), "P10", local=True)
+
+
+def judge_exact_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[GateCheck]:
+    """The reply is the lane's token exactly (no trimming), and thinking is as the request asks."""
+    expected = params.gates.exact_smoke
+    choice, why = _message(answer)
+    if choice is None:
+        return [GateCheck(step, f"the reply is exactly {expected}", False, why)]
+    message = choice["message"]
+    content = message.get("content")
+    checks = [GateCheck(step, f"the reply is exactly {expected}", content == expected,
+                        f"{content!r} (finish_reason {choice.get('finish_reason')})")]
+    intended = thinking_intended(params.request.get("chat_template_kwargs"))
+    reasoning = reasoning_text(message)
+    checks.append(GateCheck(step, f"thinking {'on' if intended else 'off'} as the request asks", bool(reasoning) == intended,
+                            f"reasoning of {len(reasoning)} characters in the reply" + (" — thinking was ON" if reasoning and not intended else ""),
+                            "P10"))
+    return checks
+
+
+def judge_tool_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[GateCheck]:
+    """The answer carries a structured tool_calls[] calling the lane's tool with its arguments (parsed JSON)."""
+    smoke = params.gates.tool_smoke
+    wanted = f"{smoke.function}({json.dumps(smoke.arguments, ensure_ascii=False)})"
+    choice, why = _message(answer)
+    if choice is None:
+        return [GateCheck(step, "a structured tool_calls[] comes back", False, why)]
+    message = choice["message"]
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not calls:
+        return [GateCheck(step, "a structured tool_calls[] comes back", False,
+                          f"no tool_calls; content {message.get('content')!r} (finish_reason {choice.get('finish_reason')})")]
+    call = calls[0] if isinstance(calls[0], Mapping) else {}
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    raw = function.get("arguments")
+    try:
+        arguments = json.loads(raw) if isinstance(raw, str) else None
+    except json.JSONDecodeError:
+        arguments = None
+    seen = f"{function.get('name')}({raw})"
+    return [GateCheck(step, "a structured tool_calls[] comes back", call.get("type") == "function" and bool(function),
+                      f"{len(calls)} call(s), finish_reason {choice.get('finish_reason')}"),
+            GateCheck(step, f"the call is {wanted}", function.get("name") == smoke.function and arguments == smoke.arguments,
+                      seen if arguments is not None else f"{seen}: arguments are not a JSON object string")]
+
+
+# --- the gates: ask, then judge ------------------------------------------------------------------------
+
+def models_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
+    """`curl -s API/models`: the lane's served name and max_model_len."""
+    answer = ask(executor, models_url(params))
+    if answer is None:
+        return not_observed(step, [f"/v1/models id is {params.served_model_name}", f"max_model_len is {params.max_model_len:,}"])
+    return judge_models(step, answer, params)
+
+
+def log_gate(step: str, lane: Lane) -> list[GateCheck]:
+    """`docker logs CONTAINER 2>&1 | grep -E ...` on the head: no auto-enabled breakable graphs (P01), startup
+    complete, the KV cache in the lane's band."""
+    expectations, _kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
+    checks = observed(step, expectations)
+    forbidden = {f"log has no '{line}'" for line in lane.params.gates.log_forbidden}
+    return [GateCheck(c.step, c.what, c.ok, c.detail,
+                      "P01" if c.what in forbidden else "P07" if c.what.startswith(KV_CACHE_LINE) else None) for c in checks]
+
+
+def exact_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
+    """The exact smoke: the lane's request kwargs (checked here), then the reply compared exactly."""
+    checks = [judge_request_kwargs(step, params)]
+    answer = ask(executor, chat_url(params), exact_smoke_body(params))
+    if answer is None:
+        return checks + not_observed(step, [f"the reply is exactly {params.gates.exact_smoke}"])
+    return checks + judge_exact_smoke(step, answer, params)
+
+
+def tool_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
+    """The tool-call smoke: a structured tool_calls[] with the lane's call."""
+    answer = ask(executor, chat_url(params), tool_smoke_body(params))
+    if answer is None:
+        return not_observed(step, ["a structured tool_calls[] comes back"])
+    return judge_tool_smoke(step, answer, params)
+
+
+# --- the verdict table -----------------------------------------------------------------------------
+
+MARKS = {"pass": "✅ pass", "fail": "❌ fail", "not observed": "◻️ not observed"}
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def verdict_table(checks: Iterable[GateCheck], dry_run: bool = False) -> str:
+    """Every gate's checks as a Markdown table: step, what was expected, the outcome, what was seen, the pitfall."""
+    rows = ["| step | expected | result | seen | pitfall |", "|---|---|---|---|---|"]
+    for c in checks:
+        outcome = "not observed" if dry_run and not c.local else c.outcome
+        rows.append(f"| {_cell(c.step)} | {_cell(c.what)} | {MARKS[outcome]} | {_cell(c.detail)} | {c.pitfall or ''} |")
+    return "\n".join(rows) + "\n"
+
+
+def table_figures(checks: Iterable[GateCheck], dry_run: bool = False) -> list[dict]:
+    """The table as the run record keeps it (one dict a check)."""
+    return [{**asdict(c), "outcome": "not observed" if dry_run and not c.local else c.outcome} for c in checks]
+
+
+def failed_checks(checks: Iterable[GateCheck]) -> list[GateCheck]:
+    return [c for c in checks if c.ok is False]

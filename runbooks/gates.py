@@ -1,0 +1,166 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Gates before calling the lane live
+#
+# **What you'll do:** ask the running lane what a client will meet, then route the operator's own client
+# through it: `/v1/models` (the served name and 1M context), the startup log (no auto-enabled breakable
+# graphs, a KV cache in band), the exact smoke (`Reply exactly TOKEN.` at temperature 0, thinking as a JSON
+# boolean, the reply compared exactly), the tool-call smoke (a structured `tool_calls[]`), the Hermes
+# provider block (api_key, thinking, context, default model), and the ROUTE_OK smoke through the real
+# Hermes Agent CLI with that block in an isolated `HERMES_HOME`.
+#
+# Every gate runs before the verdict, so the table at the end shows them all; the run fails if any failed.
+#
+# **Time:** under a minute. **Risk:** none — it sends a few short requests and changes nothing on the lane.
+# **Rollback:** nothing to roll back. A lane that fails its gates is not live: fix what the table names, or
+# run `rollback` to the lane's rollback lane.
+#
+# **Prerequisites:** the lane is up (`launch`); Hermes Agent is installed where the lane's `hermes.host`
+# says (here: `make setup` puts the pinned version in `.tools/hermes`). To check the operator's own Hermes
+# config instead of the block rendered from the lane, pass `hermes_config=PATH` (a config.yaml on the Hermes host).
+
+# %% tags=["parameters"]
+lane = "twin"          # lane name under params/ or a lane YAML path
+dry_run = False        # record the requests and commands instead of sending them (opens no connection)
+hermes_config = None   # path of a Hermes config.yaml to check, on the Hermes host; None for the block rendered from the lane
+
+# %%
+from IPython.display import Markdown, display
+
+from lanebook import gates, hermes
+from lanebook.pitfalls import troubleshooting_table
+from lanebook.runbook import Runbook
+
+rb = Runbook("gates", lane, dry_run=dry_run)
+p = rb.params
+checks = []  # every gate's checks, judged together at the end
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, generated from the pitfall registry.
+
+# %%
+troubleshooting_table("gates")
+
+# %% [markdown]
+# ## Gate 1 — `/v1/models`
+# `curl -s API/models`. Expected: the lane's served name as `id`, and the lane's `max_model_len` (1,048,576).
+
+# %%
+with rb.step("1 models"):
+    found = gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.lane.executor, p))
+    checks += found
+    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+
+# %% [markdown]
+# ## Gate 2 — The startup log
+# `docker logs CONTAINER 2>&1 | grep -E …` on the head. Expected: no
+# `Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1` (P01), `Application startup complete`, and
+# `GPU KV cache size` in the lane's band.
+
+# %%
+with rb.step("2 startup log"):
+    found = gates.run_gate("2 startup log", lambda: gates.log_gate("2 startup log", rb.lane))
+    checks += found
+    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+
+# %% [markdown]
+# ## Gate 3 — The exact smoke
+# `Reply exactly TOKEN.` with temperature 0, 32 tokens and the lane's `request:` (its `chat_template_kwargs`,
+# thinking as a JSON boolean). Expected: the reply is the token exactly, and carries no reasoning when
+# thinking is off (a string `"false"` turns thinking on: P10).
+
+# %%
+print(gates.curl_line(gates.chat_url(p), gates.exact_smoke_body(p)))
+with rb.step("3 exact smoke"):
+    found = gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate("3 exact smoke", rb.lane.executor, p))
+    checks += found
+    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+
+# %% [markdown]
+# ## Gate 4 — The tool-call smoke
+# One tool offered with `tool_choice: auto`. Expected: a structured `tool_calls[]` (not text that looks like a
+# call) naming the lane's tool with its arguments as a JSON object: `get_weather({"city": "Pensacola, FL"})`.
+
+# %%
+with rb.step("4 tool smoke"):
+    found = gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate("4 tool smoke", rb.lane.executor, p))
+    checks += found
+    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+
+# %% [markdown]
+# ## Gate 5 — The Hermes provider block
+# `providers.spark-ds4` as Hermes will use it: rendered from the lane, or read from `hermes_config`.
+# Expected: `api` the lane's API, `api_key: no-key-required` (not `none`: P09), `thinking` a JSON boolean
+# (P10), `context_length` the lane's advertised context within the server's, `default_model` the served name.
+
+# %%
+with rb.step("5 hermes provider block"):
+    provider, found = hermes.block_gate("5 hermes provider block", rb.lane, hermes_config)
+    if provider is not None and provider.block is not None:
+        print(f"# providers.{p.hermes.provider}, {provider.source}")
+        print(hermes.config_text(p.hermes.provider, hermes.shown_block(provider.block)))
+    checks += found
+    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+
+# %% [markdown]
+# ## Gate 6 — Hermes ROUTE_OK, through the real CLI
+# `hermes --provider spark-ds4 -m MODEL -t safe -z 'Reply exactly ROUTE_OK.'` with that block as the whole
+# config of a fresh `HERMES_HOME`, on the Hermes host. Expected: exit 0 and `ROUTE_OK` printed exactly. Hermes
+# hides reasoning in what it prints, so its `state.db` is read after the run: reasoning recorded while the
+# block means thinking off is P10 (a string `"false"` is truthy).
+
+# %%
+with rb.step("6 hermes route"):
+    route, found = hermes.route_gate("6 hermes route", rb.lane, provider)
+    if route is not None:
+        print(f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s")
+        print(route.stdout.strip() or "(nothing printed)")
+        if route.state is not None:
+            print(route.state.summary())
+            rb.record(hermes_reasoning_chars=route.state.reasoning_chars, hermes_reasoning_tokens=route.state.reasoning_tokens)
+    checks += found
+    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+
+# %% [markdown]
+# ## Verdict
+# Every gate's checks in one table; the run fails at the first failed gate below it, naming its step.
+
+# %%
+display(Markdown(gates.verdict_table(checks, rb.dry_run)))
+failed = gates.failed_checks(checks)
+rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.step for c in failed}))
+FIXES = {
+    "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
+    "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
+                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
+    "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON boolean "
+                     "(P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
+    "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then `launch`; "
+                    "otherwise `rollback`",
+    "5 hermes provider block": "edit the Hermes config's provider block as the table says (api_key no-key-required, "
+                               "thinking: false as a boolean, context, default model), then run `gates` again",
+    "6 hermes route": "reasoning in state.db means thinking is on (P10): thinking: false as a boolean in the provider "
+                      "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
+}
+for check in checks:
+    with rb.step(check.step, fix=FIXES[check.step]):
+        rb.expect(check.ok, check.title, check.detail, local=check.local)
+
+# %%
+rb.show_commands()
+verdict = rb.finish()

@@ -1,0 +1,156 @@
+"""`lanebook promote` (lanebook.promote): the main job as one chain of recorded runs, stopping at the first runbook
+that does not pass, and `--resume` continuing at that runbook without repeating the ones that passed.
+
+Where a resume starts is a pure function of the records (plan_resume). The end-to-end tests run small notebooks of
+their own in place of the six runbooks: each emits the verdict a file tells it to, so a test can fail a stage,
+"fix" it and resume; the shipped runbooks run in their own tests and in `make demo`.
+"""
+import json
+
+import nbformat
+import pytest
+
+from lanebook import execute, paths, promote
+from lanebook.audit import read_runs
+from lanebook.errors import LanebookError
+from lanebook.params import lane_path, load_lane
+from lanebook.promote import MAIN_JOB, lane_digest, plan_resume
+from lanebook.runbook import VERDICT_MIME
+
+DIGEST = {"file": "f1", "weights": "w1"}
+
+
+def record(runbook, verdict, run_id, promotion_id="p1", lane="twin", digest=DIGEST, dry_run=False):
+    return {"run_id": run_id, "runbook": runbook, "lane": lane, "verdict": verdict, "dry_run": dry_run,
+            "promotion_id": promotion_id, "lane_digest": digest}
+
+
+def failed_at(stage, promotion_id="p1", **kw):
+    names = MAIN_JOB[:MAIN_JOB.index(stage) + 1]
+    return [record(n, "fail" if n == stage else "pass", f"{promotion_id}-{n}", promotion_id, **kw) for n in names]
+
+
+def test_a_resume_starts_at_the_runbook_that_failed_and_links_to_the_last_run():
+    plan = plan_resume(failed_at("gates"), "twin", DIGEST)
+    assert (plan.promotion_id, plan.runbooks, plan.previous_run_id) == ("p1", ("gates", "speed"), "p1-gates")
+    assert plan.reason == "resuming promotion p1 at gates"
+
+
+def test_a_resume_takes_the_latest_promotion_and_the_latest_run_of_each_runbook():
+    runs = failed_at("weights", "p0") + failed_at("launch") + [record("launch", "pass", "p1-launch-2"), record("warmup", "error", "p1-warmup")]
+    plan = plan_resume(runs, "twin", DIGEST)
+    assert (plan.runbooks, plan.previous_run_id) == (("warmup", "gates", "speed"), "p1-warmup")
+
+
+def test_a_changed_lane_file_starts_again_at_env_or_at_weights_when_the_weights_changed():
+    runs = failed_at("gates")
+    plan = plan_resume(runs, "twin", {"file": "f2", "weights": "w1"})
+    assert plan.runbooks == ("env", "launch", "warmup", "gates", "speed")
+    assert plan.reason == "resuming promotion p1 at env: the lane file changed since its checkout was rendered"
+    assert plan_resume(runs, "twin", {"file": "f2", "weights": "w2"}).runbooks == MAIN_JOB
+    assert plan_resume(failed_at("weights"), "twin", {"file": "f2", "weights": "w2"}).runbooks == MAIN_JOB
+
+
+def test_nothing_to_resume_is_one_clear_error():
+    with pytest.raises(LanebookError, match=r"^--resume: no earlier promotion of lane twin is recorded; run `lanebook promote --lane twin` first$"):
+        plan_resume(failed_at("gates", lane="anemll-0731"), "twin", DIGEST)
+    with pytest.raises(LanebookError, match="no earlier dry-run promotion"):
+        plan_resume(failed_at("gates"), "twin", DIGEST, dry_run=True)  # a dry promotion never resumes a real one
+    passed = [record(n, "pass", n) for n in MAIN_JOB]
+    with pytest.raises(LanebookError, match="already passed every runbook; start a new one without --resume"):
+        plan_resume(passed, "twin", DIGEST)
+
+
+def test_the_lane_digest_separates_the_weights_from_the_rest_of_the_file():
+    lane = load_lane("twin")
+    base = lane_digest(lane, b"a")
+    assert lane_digest(lane, b"b")["weights"] == base["weights"] and lane_digest(lane, b"b")["file"] != base["file"]
+
+
+def lane_without_rollback(tmp_path):
+    """The twin lane file without its rollback lane: these promotions run stand-in notebooks and touch no node."""
+    lane = tmp_path / "lane.yaml"
+    lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
+    assert "rollback: null" in lane.read_text()
+    return lane
+
+
+@pytest.fixture
+def stages(tmp_path, monkeypatch):
+    """Six small notebooks standing in for the main job; set(name=verdict) decides what each emits next."""
+    folder = tmp_path / "runbooks"
+    folder.mkdir()
+    verdicts = tmp_path / "verdicts.json"
+    verdicts.write_text(json.dumps({name: "pass" for name in MAIN_JOB}))
+    for name in MAIN_JOB:
+        params = nbformat.v4.new_code_cell('lane = "twin"\ndry_run = False')
+        params.metadata["tags"] = ["parameters"]
+        emit = nbformat.v4.new_code_cell(
+            "import json\nfrom IPython.display import display\n"
+            f"verdict = json.load(open({str(verdicts)!r}))[{name!r}]\n"
+            f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': {{'stage': {name!r}}}, 'commands': [],"
+            f" 'failure': {{'step': '2 check', 'fix': 'run `{name}` again'}} if verdict == 'fail' else None}}}}, raw=True)")
+        nb = nbformat.v4.new_notebook(cells=[params, emit])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
+    monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path / "outputs"))
+
+    def set_verdicts(**changes):
+        verdicts.write_text(json.dumps({**json.loads(verdicts.read_text()), **changes}))
+
+    return set_verdicts
+
+
+def test_a_promotion_stops_at_the_first_runbook_not_passed_and_resumes_there(stages, tmp_path):
+    lane = lane_without_rollback(tmp_path)
+    stages(gates="fail")
+    first = promote.promote(str(lane))
+    assert [r["runbook"] for r in first.records] == ["weights", "env", "launch", "warmup", "gates"] and not first.ok
+    assert first.summary(str(lane)) == (f"promotion {first.plan.promotion_id} stopped at gates: fail at step '2 check' — "
+                                        f"run `gates` again; when it is fixed: lanebook promote --lane {lane} --resume")
+    stages(gates="pass")
+    resumed = promote.promote(str(lane), resume=True)
+    assert resumed.ok and [r["runbook"] for r in resumed.records] == ["gates", "speed"]
+    chain = read_runs()
+    assert len({r["promotion_id"] for r in chain}) == 1 and len(chain) == 7
+    assert [r["previous_run_id"] for r in chain] == [None] + [r["run_id"] for r in chain[:-1]]  # one chain across the resume
+    assert chain[-1]["figures"] == {"stage": "speed"}
+    with pytest.raises(LanebookError, match="already passed every runbook"):
+        promote.promote(str(lane), resume=True)
+
+
+def test_a_resume_after_the_lane_file_was_fixed_renders_it_again(stages, tmp_path):
+    lane = lane_without_rollback(tmp_path)
+    stages(launch="fail")
+    promote.promote(str(lane))
+    lane.write_text(lane.read_text().replace("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.86"))
+    stages(launch="pass")
+    resumed = promote.promote(str(lane), resume=True)
+    assert [r["runbook"] for r in resumed.records] == ["env", "launch", "warmup", "gates", "speed"]
+    assert resumed.plan.reason.endswith("at env: the lane file changed since its checkout was rendered")
+
+
+def test_a_real_lane_needs_yes_or_dry_run_before_anything_runs(stages):
+    with pytest.raises(LanebookError, match=r"^promote changes the real lane anemll-0731: add --yes"):
+        promote.promote("anemll-0731")
+    assert read_runs() == []
+
+
+def test_a_missing_runbook_is_named_before_anything_runs(stages, monkeypatch, tmp_path):
+    (paths.RUNBOOKS_DIR / "warmup.ipynb").unlink()
+    with pytest.raises(LanebookError, match=r"^the main job is incomplete: runbook\(s\) warmup not written yet$"):
+        promote.promote("twin")
+
+
+def test_a_new_promotion_keeps_the_rollback_lanes_fingerprint_where_rollback_finds_it():
+    """Taken on the twin's nodes before anything changes: the rollback lane's checkout and weights on every node."""
+    from lanebook.rollback import FINGERPRINT_FIGURE, recorded_fingerprint
+
+    kept = promote.rollback_reference(load_lane("twin"))[FINGERPRINT_FIGURE]
+    assert kept["lane"] == "twin-1m6" and kept["observed"] and set(kept["nodes"]) == {"head", "worker"}
+    assert all(tree["exists"] for node in kept["nodes"].values() for tree in node.values())
+    first_record = {"run_id": "a1", "runbook": "weights", "lane": "twin", "figures": {}, FINGERPRINT_FIGURE: kept}
+    assert recorded_fingerprint([first_record], "twin-1m6") == (first_record, kept)
+    assert promote.rollback_reference(load_lane("patch3-c12")) == {}  # the end of the chain has none
