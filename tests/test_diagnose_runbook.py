@@ -71,6 +71,7 @@ def test_papermill_dry_run_on_the_preview_lane_skips_the_k_boundary(tmp_path):
 def twin_run(twin, tmp_path_factory):
     """One run on the launched session twin, shared by the assertions below; the lane is stopped after."""
     tmp = tmp_path_factory.mktemp("diagnose")
+    record = {"figures": {}}
     with nodes.Lane(load_lane("twin")) as lane:
         try:
             assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
@@ -80,6 +81,11 @@ def twin_run(twin, tmp_path_factory):
             yield record, command, env_file, tmp
         finally:
             launcher.stop_lane(lane)
+            # the backups this run's renders made (kept by lanebook, copied to the worker): tidy the session twin
+            made = [b["backup"] for key in ("canary_variant_run", "canary_restore") for b in
+                    ((record["figures"].get(key) or {}).get("relaunch", record["figures"].get(key)) or {}).get("backups", [])]
+            if made:
+                lane.each("rm -f " + " ".join(made))
 
 
 @pytest.mark.twin
