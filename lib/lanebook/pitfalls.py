@@ -256,11 +256,11 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall("P03", "Batch 8216",
             "8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised "
             "cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected.",
-            "error", "lint, env, speed", "Keep MAX_NUM_BATCHED_TOKENS=8192.",
+            "error", "lint, env, speed, diagnose", "Keep MAX_NUM_BATCHED_TOKENS=8192.",
             _batch_check(8216, "it regressed count, code and structured JSON in the matched canary and was rejected")),
     Pitfall("P04", "Sticky UMA memory after stop",
             "After a stop, free memory can stay ~10–16 GiB short with no container running.",
-            "error", "stop, launch, rollback",
+            "error", "stop, launch, rollback, diagnose",
             "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
             "it deletes the Anemll image."),
     Pitfall("P05", "Dual-WAN download",

@@ -1,0 +1,129 @@
+"""The diagnose follow-ups' requests, sent with the speed harness, and what the lane showed around them.
+
+Every request goes through lanebook.speed's streaming client (first-content times, kernel receive stamps)
+and every counter comes from /metrics scraped with the queue idle, so a delta belongs to the requests
+sent; lanebook.diagnose judges the figures. Each send is recorded in the lane's executor history first,
+so a dry run lists the requests it would send and sends none.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Optional, Sequence
+
+import httpx
+
+from .diagnose import (FATAL_LOG_PATTERNS, PREEMPTIONS, BoundaryCase, PrefixStep, prefix_step)
+from .launcher import lane_containers
+from .logs import scan_log
+from .nodes import Executor, Lane
+from .prometheus import QueueNotIdle, metrics_url, scrape, server_root, wait_idle
+from .speed.client import chat_url, new_client, request_timeout_s, run, run_wave, stream_chat
+from .speed.command import run_speed
+from .speed.metrics import wave_figures
+
+IDLE_TIMEOUT_S = 120.0
+
+
+def describe(url: str, body: dict, label: str) -> str:
+    """One request as the command list shows it: what it is for, where it goes and its shape (not its prompt)."""
+    prompt = body["messages"][-1]["content"]
+    tag = prompt.split("]", 1)[0] + "]" if prompt.startswith("[") else ""
+    return (f"{label}: POST {url} stream, max_tokens {body['max_tokens']}, prompt {tag} ({len(prompt):,} chars), "
+            f"extra {json.dumps({k: v for k, v in body.items() if k not in ('model', 'messages', 'max_tokens', 'stream', 'stream_options', 'temperature')}, sort_keys=True)}")
+
+
+def prefix_protocol(api: str, steps: Sequence[tuple[str, dict]], executor: Executor,
+                    idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[list[PrefixStep]]:
+    """Each step's request alone on an idle lane, /metrics scraped before and after it; None in a dry run."""
+    url, metrics = chat_url(api), metrics_url(api)
+    for name, body in steps:
+        executor.record_local(describe(url, body, f"prefix cache {name}") + f"; GET {metrics} before and after")
+    if executor.dry_run:
+        return None
+
+    async def protocol() -> list[PrefixStep]:
+        found = []
+        async with new_client() as client:
+            for name, body in steps:
+                before, _ = await wait_idle(client, metrics, idle_timeout_s)
+                record = await stream_chat(client, url, json.dumps(body).encode(), 0, request_timeout_s(body["max_tokens"]))
+                after, _ = await wait_idle(client, metrics, idle_timeout_s)
+                found.append(prefix_step(name, record, before, after))
+        return found
+
+    return run(protocol())
+
+
+def boundary_run(api: str, cases: Sequence[tuple[str, list[dict]]], executor: Executor,
+                 drain_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[list[BoundaryCase]]:
+    """Each case's requests sent at once on an idle lane; then the drain (bounded) and the preemption delta.
+
+    A queue still busy after the bound is recorded as not drained; the next case waits for idle as every
+    wave does, and fails the run if it never comes."""
+    url, metrics = chat_url(api), metrics_url(api)
+    for name, bodies in cases:
+        for i, body in enumerate(bodies):
+            executor.record_local(describe(url, body, f"K boundary {name} #{i + 1}/{len(bodies)} (sent at once)"))
+        executor.record_local(f"K boundary {name}: GET {metrics} until running = waiting = 0, bound {drain_timeout_s:g} s")
+    if executor.dry_run:
+        return None
+
+    async def stability() -> list[BoundaryCase]:
+        found = []
+        async with new_client() as client:
+            for trial, (name, bodies) in enumerate(cases, start=1):
+                encoded = [json.dumps(b).encode() for b in bodies]
+                timeout = request_timeout_s(max(b["max_tokens"] for b in bodies))
+                before, _ = await wait_idle(client, metrics, drain_timeout_s)
+                wave = await run_wave(client, url, encoded, trial, timeout, metrics, idle_timeout_s=drain_timeout_s,
+                                      models_url=f"{api.rstrip('/')}/models")
+                started = time.monotonic()
+                try:
+                    after, drain = await wait_idle(client, metrics, drain_timeout_s)
+                    drained = True
+                except QueueNotIdle:
+                    after, drain, drained = await scrape(client, metrics), time.monotonic() - started, False
+                preemptions = after.minus(before).total(PREEMPTIONS) or 0.0
+                found.append(BoundaryCase(name, wave_figures(wave), drained, drain, preemptions))
+        return found
+
+    return run(stability())
+
+
+def healthy(api: str, executor: Executor) -> Optional[bool]:
+    """One GET /health: 200 once the engine is up, 503 after engine death. None in a dry run."""
+    url = f"{server_root(api)}/health"
+    executor.record_local(f"GET {url}")
+    if executor.dry_run:
+        return None
+    try:
+        return httpx.get(url, timeout=10.0, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def fatal_log_lines(lane: Lane) -> dict[str, dict[str, list[str]]]:
+    """Every rank's log scanned for fatal lines (CUDA, NCCL, engine death, OOM): {node: {pattern: lines}}."""
+    running = lane_containers(lane).running
+    return {alias: {p: lines for name in names for p, lines in scan_log(lane.node(alias), name, FATAL_LOG_PATTERNS).items()}
+            for alias, names in running.items()}
+
+
+def measure_workloads(lane: Lane, workloads: Sequence[str], concurrency: Sequence[int], trials: int,
+                      max_tokens: int) -> Optional[list[dict]]:
+    """One speed document per workload on the lane's API (run_speed, as `lanebook speed` measures); None in a dry run."""
+    params = lane.params
+    for workload in workloads:
+        lane.executor.record_local(f"speed {workload}: {trials} trial(s) × C{','.join(map(str, concurrency))}, "
+                                   f"max_tokens {max_tokens}, streamed to {chat_url(params.api)}")
+    if lane.executor.dry_run:
+        return None
+    return [run_speed(params.api, params.served_model_name, workload, list(concurrency), trials, max_tokens,
+                      lane_request=params.request, twin=params.twin).document()
+            for workload in workloads]
+
+
+def document_figures(documents: Sequence[dict]) -> dict[str, Any]:
+    """The bands of speed documents by workload, as a run record keeps them."""
+    return {doc["workload"]: doc["bands"] for doc in documents}

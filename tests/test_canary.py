@@ -1,0 +1,84 @@
+"""The canary's relaunch (lanebook.canary): the recipe's sequence as a dry run records it, what makes a relaunch ok,
+and a variant that fails anywhere replaced by the lane's own values at once (relaunches recorded, not run: the
+real relaunches run on the twin in test_diagnose_runbook)."""
+from types import SimpleNamespace
+
+import pytest
+
+from lanebook import canary, launcher, nodes
+from lanebook.effective import LiveMismatch
+from lanebook.errors import LanebookError
+from lanebook.nodes import Executor
+from lanebook.params import lane_with, load_lane
+
+
+def test_a_dry_run_records_render_copy_stop_clean_start_and_observes_nothing():
+    lane_params = load_lane("anemll-0731")
+    variant = lane_with(lane_params, env={"MAX_NUM_BATCHED_TOKENS": 8216})
+    with nodes.Lane(lane_params, dry_run=True) as lane:
+        relaunch = canary.relaunch_with(lane, variant)
+        commands = lane.executor.commands()
+    assert (relaunch.ok, relaunch.live, relaunch.error) == (False, None, None)
+    assert "+MAX_NUM_BATCHED_TOKENS=8216" in relaunch.change.diff and relaunch.change.dry_run
+    kinds = []
+    for line in commands:
+        for kind, start in (("read", "head: for f in "), ("write", "head: set -e; cd ~/ds4-f-mia-anemll-0731;"),
+                            ("rsync", "head: rsync -aH --partial"), ("stop", "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop"),
+                            ("clean", "head: sudo -n sh -c 'rm -rf /dev/shm/*"), ("clean", "worker: sudo -n sh -c 'rm -rf /dev/shm/*"),
+                            ("start", "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120"),
+                            ("live", "head: docker top ")):
+            if line.startswith(start) and (not kinds or kinds[-1] != kind):
+                kinds.append(kind)
+    assert kinds == ["read", "write", "rsync", "stop", "clean", "start", "live"]
+    assert relaunch.figures()["launcher"] == "not run" and relaunch.figures()["live_mismatches"] is None
+
+
+def fake_relaunches(monkeypatch, ok_for):
+    """relaunch_with replaced by a recorder whose relaunch is ok for the lanes named in ok_for."""
+    calls = []
+
+    def relaunch_with(lane, params):
+        calls.append(params.env["MAX_NUM_BATCHED_TOKENS"])
+        ok = params.env["MAX_NUM_BATCHED_TOKENS"] in ok_for
+        return canary.Relaunch(params, started=launcher.LauncherResult(0 if ok else 1, "ok" if ok else "health timeout",
+                                                                       "", "", 1.0), live=[] if ok else None)
+
+    monkeypatch.setattr(canary, "relaunch_with", relaunch_with)
+    return calls
+
+
+@pytest.mark.parametrize("ok_for, measure_fails, relaunched, measured", [
+    ({8192, 8216}, False, [8216], True),  # healthy variant: measured, nothing restored (the runbook decides)
+    ({8192, 8216}, True, [8216, 8192], False),  # measuring failed: the lane's values relaunched at once
+    ({8192}, False, [8216, 8192], False),  # the variant did not come up: not measured, the lane's values relaunched
+])
+def test_try_variant_restores_the_lanes_values_whenever_the_variant_fails(monkeypatch, ok_for, measure_fails,
+                                                                          relaunched, measured):
+    calls = fake_relaunches(monkeypatch, ok_for)
+    lane_params = load_lane("twin")
+    measures = []
+
+    def measure():
+        measures.append(1)
+        if measure_fails:
+            raise LanebookError("queue not idle after 120 s")
+        return [{"workload": "count", "runs": []}]
+
+    lane = SimpleNamespace(params=lane_params, executor=Executor())  # nothing reaches a node: relaunches are recorded
+    trial = canary.try_variant(lane, lane_with(lane_params, env={"MAX_NUM_BATCHED_TOKENS": 8216}), measure)
+    assert calls == relaunched
+    assert trial.failed is (relaunched != [8216]) and (trial.restored is not None) is trial.failed
+    assert (trial.documents is not None) is measured and bool(measures) is (8216 in ok_for)
+    assert trial.error == ("queue not idle after 120 s" if measure_fails else None)
+    assert trial.figures()["restored_after_failure"] == (trial.restored.figures() if trial.restored else None)
+
+
+def test_a_relaunch_is_ok_only_up_and_carrying_its_values():
+    params = load_lane("twin")
+    up = launcher.LauncherResult(0, "ok", "", "", 1.0)
+    assert canary.Relaunch(params, started=up, live=[]).ok
+    assert not canary.Relaunch(params, started=up, live=None).ok  # the live command not read
+    mismatch = canary.Relaunch(params, started=up, live=[LiveMismatch("--max-num-batched-tokens", "8216", "8192")])
+    assert not mismatch.ok
+    assert mismatch.summary() == "launcher ok (exit 0, 1 s); live command: --max-num-batched-tokens: lane 8216, live 8192"
+    assert canary.Relaunch(params, error="head: no container named x").summary() == "relaunch stopped: head: no container named x"

@@ -1,0 +1,146 @@
+"""The diagnose runbook end to end. A dry run on the real lane lists the follow-ups' requests and the canary's
+commands and opens no connection; a dry run on the preview lane (fixed K=5) skips the K boundary. On the
+session twin, after `launch`: no A→B→A eviction, a stable C4↔C5 boundary, and the batch-8216 canary measured,
+rejected and restored (the head's env file and the live command carry 8192 again). With twin fault
+prefix-evict the A→B→A step fails naming the eviction."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lanebook import launcher, logs, nodes
+from lanebook.effective import live_mismatches
+from lanebook.params import load_lane
+from lanebook.paths import PARAMS_DIR, RUNBOOKS_DIR
+from lanebook_runs import dry_run_offline, run
+from twin_helpers import private_twin
+
+API = "http://192.168.1.11:8888/v1/chat/completions"
+START = ("head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
+         "./start-deepseek-v4-flash-dspark.sh")
+STOP = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
+RSYNC = "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/"
+# Small, so a twin run takes about a minute and a half: C1 only, short streams, shorter prompts.
+SMALL = ["-p", "canary_concurrency=[1]", "-p", "canary_max_tokens=64", "-p", "boundary_max_tokens=64",
+         "-p", "boundary_short_tokens=16", "-p", "prefix_lines=120"]
+
+
+def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_connection(tmp_path):
+    record, done = dry_run_offline(tmp_path, "diagnose")
+    assert record["verdict"] == "dry-run" and record["failed_step"] is None
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    prefix = [line for line in lines if line.startswith("local: prefix cache ")]
+    assert [line.split(":")[1].strip() for line in prefix] == ["prefix cache A cold", "prefix cache A repeat",
+                                                              "prefix cache B cold", "prefix cache A again"]
+    assert all(f"POST {API} stream, max_tokens 16" in line and line.endswith("GET http://192.168.1.11:8888/metrics before and after")
+               for line in prefix)
+    boundary = [line for line in lines if line.startswith("local: K boundary ") and "POST" in line]
+    assert len(boundary) == 4 + 5 + 5 and sum("max_tokens 64," in line for line in boundary) == 1  # the shorter branch
+    speed = [line for line in lines if line.startswith("local: speed ")]
+    assert speed == [f"local: speed {w}: 3 trial(s) × C1,4, max_tokens 256, streamed to {API}"
+                     for w in ("count", "code", "json")] * 2  # baseline, then the variant
+    # the variant: render on the head, copy to the worker, stop, clean, start, measure; then the restore the same way
+    renders = [i for i, line in enumerate(lines) if line.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731;")
+               and "mv -f \"$t\" .env.dspark" in line]
+    rsyncs, stops, starts = ([i for i, line in enumerate(lines) if line == want] for want in (RSYNC, STOP, START))
+    cleans = [i for i, line in enumerate(lines) if line == "worker: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"]
+    assert len(renders) == len(rsyncs) == len(stops) == len(cleans) == len(starts) == 2
+    variant_speed = [i for i, line in enumerate(lines) if line.startswith("local: speed ")][3]
+    assert renders[0] < rsyncs[0] < stops[0] < cleans[0] < starts[0] < variant_speed < renders[1] < rsyncs[1] < stops[1] \
+        < cleans[1] < starts[1]
+    assert lines[-2].startswith("head: for f in ~/ds4-f-mia-anemll-0731/.env.dspark;")  # the env file read back
+    assert "verdict: dry-run" in lines
+    text = (tmp_path / record["output"]).read_text()
+    assert "MAX_NUM_BATCHED_TOKENS=8216" in text  # the variant's diff against the reference checkout
+    assert "| P03 | Batch 8216 |" in text
+
+
+def test_papermill_dry_run_on_the_preview_lane_skips_the_k_boundary(tmp_path):
+    out = tmp_path / "out.ipynb"
+    done = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "diagnose.ipynb"), str(out),
+                           "-p", "lane", "anemll-1m6", "-p", "dry_run", "True"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    assert "the lane verifies K=5 at both batch sizes: no boundary to cross" in text
+    assert '\\"verdict\\": \\"dry-run\\"' in text or '"verdict": "dry-run"' in text
+
+
+@pytest.fixture(scope="module")
+def twin_run(twin, tmp_path_factory):
+    """One run on the launched session twin, shared by the assertions below; the lane is stopped after."""
+    tmp = tmp_path_factory.mktemp("diagnose")
+    record = {"figures": {}}
+    with nodes.Lane(load_lane("twin")) as lane:
+        try:
+            assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
+            record, _ = run(tmp, "diagnose", "twin", *SMALL, expect_exit=0)
+            command = logs.live_command(lane.head, launcher.container_name(lane))
+            env_file = lane.head.run("cat ~/ds4-f-mia-anemll-0731/.env.dspark").stdout
+            yield record, command, env_file, tmp
+        finally:
+            launcher.stop_lane(lane)
+            # the backups this run's renders made (kept by lanebook, copied to the worker): tidy the session twin
+            made = [b["backup"] for key in ("canary_variant_run", "canary_restore") for b in
+                    ((record["figures"].get(key) or {}).get("relaunch", record["figures"].get(key)) or {}).get("backups", [])]
+            if made:
+                lane.each("rm -f " + " ".join(made))
+
+
+@pytest.mark.twin
+def test_twin_prefix_cache_hits_a_again(twin_run):
+    record, *_ = twin_run
+    assert record["verdict"] == "pass" and record["twin"] is True, record
+    cache = record["figures"]["prefix_cache"]
+    assert record["figures"]["prefix_cache_evicted"] is False
+    assert cache["A cold"]["hit_tokens"] == cache["B cold"]["hit_tokens"] == 0
+    assert cache["A again"]["hit_tokens"] == cache["A repeat"]["hit_tokens"] > 0
+    assert cache["A again"]["ttft_s"] < cache["A cold"]["ttft_s"]
+
+
+@pytest.mark.twin
+def test_twin_k_boundary_is_stable(twin_run):
+    record, *_ = twin_run
+    cases = record["figures"]["k_boundary"]
+    assert list(cases) == ["C4 K=4", "C5 K=3", "C5→C4 mixed (one 16-token branch)"]
+    for case in cases.values():
+        assert case["errors"] == 0 and case["ok"] == case["requests"] and case["drained"] and case["preemptions"] == 0
+    assert cases["C5→C4 mixed (one 16-token branch)"]["decode_tokens"] == 15 + 4 * 63
+
+
+@pytest.mark.twin
+def test_twin_canary_rejects_8216_and_restores_8192(twin_run):
+    record, command, env_file, tmp = twin_run
+    canary = record["figures"]["canary"]
+    assert (canary["decision"], canary["kept"], canary["baseline"], canary["variant"]) == ("reject", 8192, 8192, 8216)
+    assert {c["workload"] for c in canary["cells"]} == {"count", "code", "json"}
+    variant = record["figures"]["canary_variant_run"]
+    assert variant["relaunch"]["launcher"] == "ok" and variant["relaunch"]["live_mismatches"] == []
+    assert variant["restored_after_failure"] is None
+    assert record["figures"]["canary_restore"]["live_mismatches"] == []
+    assert record["figures"]["canary_kept"] == {"MAX_NUM_BATCHED_TOKENS": 8192, "head_env_file": "8192"}
+    assert [c["step"] for c in record["confirmations"]] == ["4 canary variant", "6 restore the kept value"]
+    # looked at again after the run: the head's env file and the live command carry 8192
+    assert "MAX_NUM_BATCHED_TOKENS=8192" in env_file.splitlines()
+    assert "--max-num-batched-tokens 8192" in command and live_mismatches(load_lane("twin"), command) == []
+    text = (tmp / "outputs" / record["output"]).read_text()
+    assert "Decision: **reject** MAX_NUM_BATCHED_TOKENS=8216" in text
+
+
+@pytest.mark.twin
+def test_fault_prefix_evict_fails_the_a_b_a_step(tmp_path):
+    with private_twin(tmp_path / "twin", ["prefix-evict"]) as status:
+        lane_file = tmp_path / "private-twin.yaml"  # the twin lane, with the private twin's API port
+        lane_file.write_text((PARAMS_DIR / "twin.yaml").read_text().replace("api: http://127.0.0.2:8888/v1",
+                                                                            f"api: {status['api']}"))
+        with nodes.Lane(load_lane(lane_file)) as lane:
+            assert launcher.start_lane(lane).ok
+        failed, _ = run(tmp_path, "diagnose", str(lane_file), "-p", "canary=False", "-p", "prefix_lines=120",
+                        expect_exit=1)
+        assert (failed["verdict"], failed["failed_step"]) == ("fail", "1 prefix cache A→B→A"), failed
+        assert "--enable-prefix-caching" in failed["fix"]
+        assert failed["figures"]["prefix_cache_evicted"] is True
+        assert failed["figures"]["prefix_cache"]["A again"]["hit_tokens"] == 0 < failed["figures"]["prefix_cache"]["A repeat"]["hit_tokens"]
+        text = (tmp_path / "outputs" / failed["output"]).read_text()
+        assert "A→B→A eviction reproduced: after unrelated B, A hit 0 cached tokens" in text
