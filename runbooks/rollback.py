@@ -39,7 +39,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # the lane to roll back from: a lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`); None = on the twin only
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
 from pathlib import Path

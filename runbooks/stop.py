@@ -30,7 +30,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None = on the twin only
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
 from lanebook import launcher, memory, transfers

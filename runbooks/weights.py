@@ -37,7 +37,7 @@
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None = on the twin only
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 sha256 = False         # also hash every shard blob against its name in both verifies (reads every byte)
 rsync_attempts = 3     # rsync runs per worker when the connection drops mid-transfer (each resumes the last)
 

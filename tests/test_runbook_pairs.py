@@ -41,3 +41,19 @@ def test_runbook_files_are_tracked(path):
     tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "--error-unmatch", str(path.relative_to(REPO))],
                              capture_output=True, text=True)
     assert tracked.returncode == 0, f"{path.name} is not added to git"
+
+
+def test_papermill_reads_every_parameter_each_runbook_declares():
+    """papermill parses the parameters cell line by line: a comment it cannot read (an `=` or `;` in it) silently
+    drops that parameter, so `-p NAME=...` would be refused and `--yes` would never reach `confirm`."""
+    import ast
+
+    import nbformat
+    import papermill
+
+    from lanebook.paths import RUNBOOKS_DIR
+
+    for path in sorted(RUNBOOKS_DIR.glob("*.ipynb")):
+        cell = next(c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))
+        declared = {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign) for t in node.targets}
+        assert set(papermill.inspect_notebook(str(path))) == declared, path.name
