@@ -141,3 +141,26 @@ def test_health_that_never_comes_fails_launch_at_the_start_step(tmp_path):
         finally:
             with nodes.Lane(load_lane(lane_file)) as lane:
                 launcher.stop_lane(lane)
+
+
+@pytest.mark.twin
+def test_a_missing_shard_fails_launch_before_anything_starts_and_weights_repairs_it(tmp_path):
+    """Fault missing-shard: the worker lacks a shard. launch stops at its prerequisites naming the worker's tree and
+    the `weights` runbook; weights (confirmed: a twin lane) copies the missing shard, and the prerequisite holds."""
+    from lanebook import weights
+    from lanebook.params import lane_with
+    from lanebook_runs import run
+    from twin_helpers import private_twin
+
+    with private_twin(tmp_path / "twin", ["missing-shard"]) as status:
+        lane_file = tmp_path / "private-twin.yaml"
+        lane_file.write_text(json.dumps(lane_with(load_lane("twin"), api=status["api"]).model_dump(mode="json")))
+        failed, _ = run(tmp_path, "launch", str(lane_file), expect_exit=1)
+        assert (failed["verdict"], failed["failed_step"]) == ("fail", "prerequisites"), failed
+        assert "incomplete weights → `weights`" in failed["fix"]
+        assert "weights complete on worker" in (tmp_path / "outputs" / failed["output"]).read_text()
+        with nodes.Lane(load_lane(lane_file)) as lane:
+            assert not any(launcher.running_containers(lane).values())  # nothing was started
+            repaired, _ = run(tmp_path, "weights", str(lane_file), expect_exit=0)
+            assert list(repaired["figures"]["synced"]) == ["worker"], repaired
+            assert weights.verify_weights(lane.node("worker"), lane.params.weights).ok
