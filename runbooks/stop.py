@@ -92,7 +92,7 @@ with rb.step("2 orphaned workers", fix='run `stop` again; if the container stays
 # again. Expected: none of the segments /dev/shm held is left; free memory read back.
 
 # %%
-with rb.step("3 clean memory", fix='run `status`: a process still holds the segments; stop it, then run `stop` again'):
+with rb.step("3 clean memory", fix='another lane still serves on the pair (the rollback lane, say): run `stop` with that lane; otherwise run `status`, stop what holds the segments, then run `stop` again'):
     cleaned = memory.clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
     rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())

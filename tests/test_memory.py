@@ -127,7 +127,7 @@ def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane
     baseline = memory.check_sticky_uma(lane).nodes["head"].figures["free_gib"]
     lane.head.run(f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
     try:
-        with pytest.raises(nodes.NodeError, match="not cleaning memory while the lane runs .head: memory-test-vllm-dspark-1"):
+        with pytest.raises(nodes.NodeError, match="not cleaning memory while a vLLM server runs on the pair .head: memory-test-vllm-dspark-1"):
             memory.clean_memory(lane)
     finally:
         lane.head.run(f"cd {CHECKOUT} && {COMPOSE} down")

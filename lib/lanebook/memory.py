@@ -118,7 +118,8 @@ def clean_memory(lane: Lane) -> NodeCheck:
     busy = {alias: names for alias, names in vllm_containers(lane).items() if names}
     if busy:
         where = "; ".join(f"{alias}: {', '.join(names)}" for alias, names in busy.items())
-        raise NodeError(f"not cleaning memory while the lane runs ({where}): stop it first")
+        raise NodeError(f"not cleaning memory while a vLLM server runs on the pair ({where}): "
+                        "stop that lane first (run `stop` with its --lane)")
     return _on_every_node(lane, _cleaned_node)
 
 
