@@ -31,8 +31,9 @@
 # **Rollback:** part 3 restores the kept value itself, also when the variant fails; if a restore fails,
 # run `env` then `launch` for this lane.
 #
-# **Prerequisites** (checked below): the lane is up (run `launch` first), its API lists the served model,
-# and the live command carries the lane's values, so the canary starts from the lane's own value.
+# **Prerequisites** (checked below): the lane is up (run `launch` first; a twin lane found cleanly down is
+# launched by the `launch` runbook, its own record), its API lists the served model, and the live command
+# carries the lane's values, so the canary starts from the lane's own value.
 
 # %% tags=["parameters"]
 lane = "twin"          # lane name under params/ or a lane YAML path
@@ -60,6 +61,7 @@ from IPython.display import Markdown, display
 from lanebook import canary as canary_run
 from lanebook import diagnose, launcher, logs, probes, readiness
 from lanebook.effective import live_mismatches
+from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_with
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.speed.bands import bands_frame
@@ -90,6 +92,11 @@ troubleshooting_table("diagnose")
 
 # %%
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
+    launched = launch_twin_lane_if_down(rb.lane, lane)
+    if launched:
+        rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
+        rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
+                  f"{launched['output']}: verdict {launched['verdict']}")
     containers = launcher.lane_containers(rb.lane)
     rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []

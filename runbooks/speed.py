@@ -63,7 +63,7 @@ from datetime import datetime, timezone
 from IPython.display import Image, Markdown, display
 
 from lanebook import launcher
-from lanebook.execute import run_runbook
+from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_path
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
@@ -97,13 +97,12 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
     rb.record(plan={"workloads": list(plan.workloads), "levels": list(plan.levels), "trials": plan.trials,
                     "max_tokens": plan.max_tokens, "tolerance": tolerance,
                     "baseline": str(base.path) if base else None})
-    api = launcher.ask_api(rb.lane)
-    if not rb.dry_run and not api.healthy and p.twin and launcher.lane_containers(rb.lane).state == launcher.LANE_DOWN:
-        launched = run_runbook("launch", lane, {})  # its own record; the twin changes nothing real
+    launched = launch_twin_lane_if_down(rb.lane, lane)
+    if launched:
         rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
         rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
                   f"{launched['output']}: verdict {launched['verdict']}")
-        api = launcher.ask_api(rb.lane)
+    api = launcher.ask_api(rb.lane)
     rb.expect(api.healthy, "/health answers 200", api.detail)
     rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
 

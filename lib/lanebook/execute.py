@@ -170,3 +170,14 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     append_run(record)
     commands = result["commands"] if result else []  # a dry run's recorded command lines, for the terminal
     return {**record, "output": str(output), "commands": commands}
+
+
+def launch_twin_lane_if_down(lane, lane_arg: str) -> Optional[dict]:
+    """Runbooks that need the lane up (speed, diagnose) launch a twin lane they find cleanly down, through the
+    `launch` runbook (its own record), so they run from bare papermill; the twin changes nothing real. A real
+    lane is never launched this way, and a dry run launches nothing. Returns the launch's record when it ran."""
+    from .launcher import LANE_DOWN, ask_api, lane_containers
+
+    if lane.executor.dry_run or not lane.params.twin or ask_api(lane).healthy or lane_containers(lane).state != LANE_DOWN:
+        return None
+    return run_runbook("launch", lane_arg, {})
