@@ -96,11 +96,6 @@ def test_prefix_verdict_needs_the_four_steps_in_order():
 SCHEDULE = [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
 
 
-def test_k_for_batch_reads_inclusive_ranges_and_falls_back_to_fixed_k():
-    assert [diagnose.k_for_batch(SCHEDULE, 5, b) for b in range(1, 8)] == [5, 4, 4, 4, 3, 3, 5]
-    assert diagnose.k_for_batch(None, 5, 4) == 5
-
-
 def test_boundary_plan_crosses_c4_c5_with_one_shorter_branch():
     plan = diagnose.boundary_plan(SCHEDULE, 5, 4, 5, max_tokens=256, short_tokens=64)
     assert (plan.k_lower, plan.k_upper, plan.crosses) == (4, 3, True)

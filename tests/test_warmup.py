@@ -31,12 +31,6 @@ def test_warmup_enabled_reads_the_key_as_the_launcher_does(env, expected):
     assert warmup.warmup_enabled(env) == expected
 
 
-def test_verify_k_follows_the_schedule_else_the_fixed_k():
-    schedule = [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
-    assert [warmup.verify_k(schedule, 5, b) for b in range(1, 7)] == [5, 4, 4, 4, 3, 3]
-    assert warmup.verify_k(None, 5, 4) == 5
-
-
 def test_each_lane_gets_the_recipes_shapes_labelled_with_its_verify_k():
     labels = lambda name: [p.label for p in warmup.plan_shapes(load_lane(name))]  # noqa: E731
     assert labels("anemll-0731") == ["bounded prefill", "C4 (K4)", "C6 (K3)"]

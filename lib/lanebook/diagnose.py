@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from .params import k_for_batch
 from .prometheus import Snapshot
 from .speed.bands import DEFAULT_TOLERANCE, Comparison, ab_canary
 from .speed.metrics import WaveFigures, content_times
@@ -147,14 +148,6 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 # Lines of a rank's log that mean the engine is not healthy, whatever the HTTP side showed.
 FATAL_LOG_PATTERNS = ("CUDA error", "NCCL error", "EngineDeadError", "EngineCore encountered a fatal error",
                       "died unexpectedly", "out of memory")
-
-
-def k_for_batch(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, batch: int) -> int:
-    """Verify positions for a batch size under num_speculative_tokens_per_batch_size (inclusive ranges), else K."""
-    for start, end, k in schedule or ():
-        if start <= batch <= end:
-            return k
-    return fixed_k
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 from ruamel.yaml import YAML
@@ -262,6 +262,15 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
         first = next(iter(by_key.values()))
         more = f" (and {len(by_key) - 1} more)" if len(by_key) > 1 else ""
         raise LaneError(f"{path}: {_describe(first[0], union=len(first) > 1)}{more}") from None
+
+
+def k_for_batch(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, batch: int) -> int:
+    """Draft positions the target verifies at a batch size: the schedule's inclusive [start, end, K] range that
+    holds it (vLLM's num_speculative_tokens_per_batch_size), else the fixed K."""
+    for start, end, k in schedule or ():
+        if start <= batch <= end:
+            return k
+    return fixed_k
 
 
 def lane_with(lane: LaneParams, **changes: Any) -> LaneParams:

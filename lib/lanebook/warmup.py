@@ -30,6 +30,7 @@ from .errors import LanebookError
 from .launcher import container_name
 from .logs import FATAL_LOG_PATTERNS, scan_fatal
 from .nodes import Executor, Lane
+from .params import k_for_batch
 from .prometheus import MetricsUnavailable, QueueNotIdle, metrics_url, wait_idle
 from .readiness import wait_health
 from .speed.client import Plan, chat_url, new_client, request_timeout_s, run, run_wave
@@ -80,15 +81,6 @@ def warmup_enabled(env: Mapping[str, Any]) -> tuple[bool, str]:
     return True, f"the lane sets {ENABLED_KEY}: {text}"
 
 
-def verify_k(schedule: Optional[Sequence[Sequence[int]]], num_speculative_tokens: int, batch: int) -> int:
-    """Draft positions the target verifies at a batch size: the schedule's inclusive [start, end, K] range that
-    holds it (vLLM's num_speculative_tokens_per_batch_size), else the fixed K."""
-    for start, end, k in schedule or ():
-        if start <= batch <= end:
-            return k
-    return num_speculative_tokens
-
-
 @dataclass(frozen=True)
 class PlannedShape:
     label: str  # "C4 (K4)": the shape as the lane serves it
@@ -104,7 +96,7 @@ def plan_shapes(params: "LaneParams") -> list[PlannedShape]:
             continue
         label = shape.name
         if shape.concurrency > 1:
-            label += f" (K{verify_k(params.speculative.schedule, params.num_speculative_tokens, shape.concurrency)})"
+            label += f" (K{k_for_batch(params.speculative.schedule, params.num_speculative_tokens, shape.concurrency)})"
         planned.append(PlannedShape(label, shape))
     return planned
 

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence as Seq
 
+from ..params import k_for_batch
 from .kv import KV_TOKENS_AT_085, MODEL_LEN_1M
 from .prefix_cache import PrefixCache, block_hashes
 from .replies import Reply, render_prompt
@@ -39,10 +40,7 @@ class EngineConfig:
 
     def k_for_batch(self, batch: int) -> int:
         """Verify positions for a batch size: the schedule's inclusive range, else the fixed K."""
-        for start, end, k in self.k_schedule or ():
-            if start <= batch <= end:
-                return k
-        return self.num_speculative_tokens
+        return k_for_batch(self.k_schedule, self.num_speculative_tokens, batch)
 
     def decode_s(self, batch: int, k: int) -> float:
         """One decode step's seconds with this lane's graph path (breakable is slow) and batch budget."""
