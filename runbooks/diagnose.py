@@ -92,11 +92,7 @@ troubleshooting_table("diagnose")
 
 # %%
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
-    launched = launch_twin_lane_if_down(rb.lane, lane)
-    if launched:
-        rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
-        rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
-                  f"{launched['output']}: verdict {launched['verdict']}")
+    launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
     containers = launcher.lane_containers(rb.lane)
     rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []

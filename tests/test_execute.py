@@ -136,10 +136,9 @@ def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch)
 
 
 def test_only_a_twin_lane_is_launched_on_demand_and_never_in_a_dry_run():
-    from lanebook.nodes import Lane
-    from lanebook.params import load_lane
+    from lanebook.runbook import Runbook
 
     for name in ("anemll-0731", "twin"):
-        with Lane(load_lane(name), dry_run=True) as lane:
-            assert execute.launch_twin_lane_if_down(lane, name) is None
-            assert lane.executor.commands() == []  # nothing asked, nothing recorded
+        rb = Runbook("speed", name, dry_run=True)
+        execute.launch_twin_lane_if_down(rb, name)
+        assert rb.commands() == [] and rb.checks == [] and rb.figures == {}  # nothing asked, run or recorded

@@ -172,12 +172,17 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     return {**record, "output": str(output), "commands": commands}
 
 
-def launch_twin_lane_if_down(lane, lane_arg: str) -> Optional[dict]:
+def launch_twin_lane_if_down(rb, lane_arg: str) -> None:
     """Runbooks that need the lane up (speed, diagnose) launch a twin lane they find cleanly down, through the
-    `launch` runbook (its own record), so they run from bare papermill; the twin changes nothing real. A real
-    lane is never launched this way, and a dry run launches nothing. Returns the launch's record when it ran."""
+    `launch` runbook (its own record, linked in rb's figures as `launched`, and expected to pass), so they run
+    from bare papermill; the twin changes nothing real. A real lane is never launched this way, and a dry run
+    launches nothing."""
     from .launcher import LANE_DOWN, ask_api, lane_containers
 
+    lane = rb.lane
     if lane.executor.dry_run or not lane.params.twin or ask_api(lane).healthy or lane_containers(lane).state != LANE_DOWN:
-        return None
-    return run_runbook("launch", lane_arg, {})
+        return
+    launched = run_runbook("launch", lane_arg, {})
+    rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
+    rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
+              f"{launched['output']}: verdict {launched['verdict']}")
