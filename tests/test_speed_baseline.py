@@ -10,7 +10,8 @@ from lanebook.params import lane_path
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.baseline import (BASELINE_TOLERANCE, DEFAULT_WORKLOADS, Baseline, baseline_json, counterpart, judge,
                                      lane_workloads, load_baseline, stored_baseline, write_baseline)
-from lanebook.speed.provenance import Provenance, file_sha256
+from lanebook.audit import sha256_file
+from lanebook.speed.provenance import Provenance
 
 SETUP = Provenance(lane="twin", twin=True, lane_file_sha256="ab" * 32, image="ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
                    image_digest="sha256:" + "a" * 64, image_id="sha256:" + "1" * 64,
@@ -161,7 +162,7 @@ def test_the_twin_baseline_was_measured_on_the_twin_lane_file():
     """The stored twin baseline is judged only while params/twin.yaml is the file it was measured with: after
     an edit the runbook says "different setup" until the baseline is measured again (save_baseline)."""
     twin = stored_baseline("twin")
-    if twin.provenance.lane_file_sha256 != file_sha256(lane_path("twin")):
+    if twin.provenance.lane_file_sha256 != sha256_file(lane_path("twin")):
         pytest.skip("params/twin.yaml changed since the twin baseline was measured: re-measure it "
                     "(lanebook run speed --lane twin -p save_baseline=lib/lanebook/speed/baselines/twin.json)")
     assert twin.provenance.image_digest and twin.provenance.model_revision and twin.provenance.server_version

@@ -5,7 +5,8 @@ from dataclasses import replace
 
 from lanebook.nodes import Lane
 from lanebook.params import lane_path, load_lane
-from lanebook.speed.provenance import (Provenance, compare_setups, digest_for, file_sha256, parse_image_inspect,
+from lanebook.audit import sha256_file
+from lanebook.speed.provenance import (Provenance, compare_setups, digest_for, parse_image_inspect,
                                        parse_revision, parse_version, read_provenance, repository_of, split_image_ref)
 
 DIGEST = "sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8"
@@ -94,7 +95,7 @@ def test_a_dry_run_records_what_it_would_ask_and_knows_only_the_lane_file():
     with Lane(params, dry_run=True) as lane:
         prov = read_provenance(lane, lane_path("anemll-0731"), "ds4-f-mia-anemll-0731-vllm-dspark-1")
         commands = lane.executor.commands()
-    assert prov.lane_file_sha256 == file_sha256(lane_path("anemll-0731"))
+    assert prov.lane_file_sha256 == sha256_file(lane_path("anemll-0731"))
     assert (prov.image, prov.image_digest, prov.model_revision, prov.server_version) == (None, None, None, None)
     assert commands == [
         "head: docker inspect --format '{{.Config.Image}}' ds4-f-mia-anemll-0731-vllm-dspark-1",

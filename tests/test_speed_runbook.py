@@ -16,7 +16,7 @@ from lanebook.params import lane_path, load_lane
 from lanebook.paths import RUNBOOKS_DIR
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.baseline import baseline_path, load_baseline
-from lanebook.speed.provenance import file_sha256
+from lanebook.audit import sha256_file
 from lanebook.twin import control
 from lanebook.twin.standins.docker import IMAGES
 from lanebook_runs import dry_run_offline, run
@@ -62,7 +62,7 @@ def test_a_short_run_records_bands_and_the_provenance_it_read(short_run):
     assert prov["image_id"].startswith("sha256:")
     assert (prov["model"], prov["model_revision"]) == (lane.weights.repo, refs_main)
     assert prov["server_version"] == version and "twin" in version
-    assert prov["lane_file_sha256"] == file_sha256(lane_path("twin")) and prov["twin"] is True
+    assert prov["lane_file_sha256"] == sha256_file(lane_path("twin")) and prov["twin"] is True
 
     # the stored twin baseline is at 256 tokens: shown, not judged
     assert figures["baseline"]["verdict"] == "not judged"
@@ -119,7 +119,7 @@ def test_a_dry_run_on_the_real_lane_shows_what_it_would_send_and_opens_no_connec
                 "http://192.168.1.11:8888/metrics until no request runs or waits") in lines
     assert "head: cat ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/refs/main" in lines
     assert "local: GET http://192.168.1.11:8888/version" in lines
-    assert record["figures"]["provenance"]["lane_file_sha256"] == file_sha256(lane_path("anemll-0731"))
+    assert record["figures"]["provenance"]["lane_file_sha256"] == sha256_file(lane_path("anemll-0731"))
 
 
 def test_papermill_dry_run_on_the_preview_lane(tmp_path):

@@ -11,7 +11,6 @@ rule are pure functions.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any, Mapping, Optional
 
 import httpx
 
+from ..audit import sha256_file
 from ..nodes import Lane, q, qpath
 from ..prometheus import server_root
 
@@ -101,10 +101,6 @@ def parse_version(status_code: int, body: str) -> Optional[str]:
     except (ValueError, AttributeError):
         return None
     return str(version) if version else None
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 # --- the comparison rule --------------------------------------------------------------------------
@@ -254,7 +250,7 @@ def read_provenance(lane: Lane, lane_file: str | Path, container: str) -> Proven
     revision, revision_notes = read_revision(lane)
     version, version_notes = read_server_version(lane)
     return Provenance(
-        lane=params.name, twin=params.twin, lane_file_sha256=file_sha256(lane_file),
+        lane=params.name, twin=params.twin, lane_file_sha256=sha256_file(Path(lane_file)),
         image=image, image_digest=digest, image_id=image_id,
         model=params.weights.repo, model_revision=revision, server_version=version,
         notes=tuple(notes + revision_notes + version_notes),
