@@ -4,7 +4,8 @@ import json
 import pytest
 
 from lanebook.errors import LanebookError
-from lanebook.speed.bands import (ab_canary, bands_frame, bands_from_runs, compare_to_baseline, lane_baseline,
+from lanebook.speed.baseline import stored_baseline
+from lanebook.speed.bands import (ab_canary, bands_frame, bands_from_runs, compare_to_baseline,
                                   load_speed_document, plot_bands, plot_history)
 
 
@@ -42,11 +43,11 @@ def test_fewer_than_three_trials_is_incomplete():
 
 
 def test_seed_baseline_is_exact_and_marked_incomplete():
-    base = lane_baseline("anemll-1m6")
+    base = stored_baseline("anemll-1m6").documents[0]  # the seed table: one workload
     for r in base["runs"]:  # the stored aggregates are the seed's token counts over its walls
         assert round(r["decode_tokens"] / r["wall_s"], 1) == r["wall_aggregate_tok_s"]
     assert [b["complete"] for b in base["bands"]] == [False, False, False]
-    assert lane_baseline("no-such-lane") is None
+    assert stored_baseline("no-such-lane") is None
 
 
 def test_baseline_verdicts_with_stated_tolerance():

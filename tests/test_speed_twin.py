@@ -10,7 +10,8 @@ import json
 import pytest
 
 from lanebook.params import load_lane
-from lanebook.speed.bands import compare_to_baseline, lane_baseline
+from lanebook.speed.bands import compare_to_baseline
+from lanebook.speed.baseline import stored_baseline
 from lanebook.speed.command import run_speed
 from lanebook.twin import vllm as twin_vllm
 
@@ -67,7 +68,7 @@ def by_level(doc, figure):
 
 
 def test_t04_fixed_k5_matches_seed_003_within_3_percent(fixed_probe):
-    comparison = compare_to_baseline([fixed_probe], [lane_baseline("anemll-1m6")], tolerance=0.03)
+    comparison = compare_to_baseline([fixed_probe], [stored_baseline("anemll-1m6").documents[0]], tolerance=0.03)
     assert [(c.concurrency, c.figure, c.verdict) for c in comparison.cells if c.verdict != "within"] == []
     assert by_level(fixed_probe, "decode_tokens") == {1: 255, 4: 1020, 6: 1530}
     assert all(0 < r["acceptance_rate"] < 1 for r in fixed_probe["runs"])  # from the twin's /metrics deltas

@@ -84,20 +84,6 @@ def read_baseline_file(path: str | Path) -> dict:
     return data
 
 
-def lane_baseline(lane: str, workload: Optional[str] = None) -> Optional[dict]:
-    """One workload's stored bands from the lane's baseline (speed/baselines/LANE.json): the workload named,
-    or the only one stored; None when the lane has no baseline or none for that workload."""
-    path = BASELINES_DIR / f"{lane}.json"
-    if not path.is_file():
-        return None
-    documents = read_baseline_file(path)["documents"]
-    if workload is None:
-        if len(documents) != 1:
-            raise LanebookError(f"{path} holds {len(documents)} workloads: name one")
-        return documents[0]
-    return next((doc for doc in documents if doc["workload"] == workload), None)
-
-
 def _cells(documents: Iterable[dict]) -> tuple[dict[Cell, dict], set[int]]:
     cells: dict[Cell, dict] = {}
     max_tokens = set()
