@@ -96,9 +96,9 @@ def promote(
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
-    from .promote import print_promotion, promote as run_promotion
+    from .promote import promote_shown
 
-    raise typer.Exit(print_promotion(lane, lambda **hooks: run_promotion(lane, resume=resume, dry_run=dry_run, yes=yes, **hooks)))
+    raise typer.Exit(0 if promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes).ok else 1)
 
 
 @app.command("lint")

@@ -39,7 +39,7 @@ def _stop_lane_left_up() -> None:
 
 def run_demo() -> int:
     from .book import build_book
-    from .promote import print_promotion, promote
+    from .promote import promote_shown
     from .twin import control
 
     missing = missing_runbooks()
@@ -51,12 +51,7 @@ def run_demo() -> int:
         console.print(f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
                       "no promotion is run, and the demo fails[/]")
     else:
-        def promotion(**hooks):
-            done = promote("twin", **hooks)
-            verdicts.update({r["runbook"]: r["verdict"] for r in done.records})
-            return done
-
-        print_promotion("twin", promotion)
+        verdicts = {r["runbook"]: r["verdict"] for r in promote_shown("twin").records}
     console.rule("book")
     site = build_book()
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})")

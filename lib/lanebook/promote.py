@@ -178,8 +178,8 @@ def rollback_reference(params: LaneParams) -> dict:
         return {FINGERPRINT_FIGURE: fingerprint(lane)}
 
 
-def print_promotion(lane: str, run: Callable[..., Promotion]) -> int:
-    """Run a promotion showing each runbook as it starts and ends; the exit code: 0 passed (or a clean dry run), else 1."""
+def promote_shown(lane: str, **options) -> Promotion:
+    """`promote` on the terminal: the plan, each runbook as it starts and ends, and the summary line."""
     from rich.console import Console
 
     from .audit import VERDICT_STYLES, verdict_label
@@ -200,6 +200,6 @@ def print_promotion(lane: str, run: Callable[..., Promotion]) -> int:
             console.print(f"  what to do next: {record['fix']}")
         console.print(f"  executed notebook: {record['output']}")
 
-    promotion = run(on_plan=planned, on_start=started, on_record=ended)
+    promotion = promote(lane, on_plan=planned, on_start=started, on_record=ended, **options)
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]")
-    return 0 if promotion.ok else 1
+    return promotion
