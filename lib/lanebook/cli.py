@@ -2,8 +2,8 @@
 digital twin itself, which the CLI may import as a composition root (the library reaches the twin only
 through lanebook.plugins).
 
-Exit codes: 0 pass (or a clean dry run), 1 a verdict or finding failed, 2 bad usage or bad parameters (one line, no
-traceback).
+Exit codes: 0 pass (or a clean dry run), 1 a verdict or finding failed, or the lane pair is locked by another run, 2 bad
+usage or bad parameters (one line, no traceback).
 """
 from __future__ import annotations
 
@@ -75,11 +75,12 @@ def run(
     param: List[str] = typer.Option([], "-p", "--param", help="KEY=VALUE runbook parameter (repeatable)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="record the commands instead of running them; opens no connection"),
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
+    break_lock: bool = typer.Option(False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
     from .execute import parse_params, run_runbook
 
-    record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes)
+    record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes, break_lock=break_lock)
     typer.echo(record["output"])
     if dry_run:
         typer.echo("commands the run would send (none were sent):")
@@ -94,11 +95,12 @@ def promote(
     resume: bool = typer.Option(False, "--resume", help="continue the lane's latest promotion at the runbook that did not pass"),
     dry_run: bool = typer.Option(False, "--dry-run", help="every runbook records its commands instead of running them; opens no connection"),
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
+    break_lock: bool = typer.Option(False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
     from .promote import promote_shown
 
-    raise typer.Exit(0 if promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes).ok else 1)
+    raise typer.Exit(0 if promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes, break_lock=break_lock).ok else 1)
 
 
 @app.command("lint")
@@ -227,8 +229,13 @@ def demo():
 
 
 def main() -> None:
+    from .lock import LockRefused
+
     try:
         app()
+    except LockRefused as exc:  # another run holds the lane pair: a refusal, not bad usage
+        typer.echo(f"lanebook: {exc}", err=True)
+        sys.exit(1)
     except LanebookError as exc:
         typer.echo(f"lanebook: {exc}", err=True)
         sys.exit(2)

@@ -109,8 +109,10 @@ def record_verdict(emitted: Optional[str], dry_run: bool) -> str:
 
 
 def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False,
-                link: Optional[dict] = None) -> dict:
-    """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...)."""
+                link: Optional[dict] = None, break_lock: bool = False) -> dict:
+    """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...).
+    A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.lock); refused, it leaves
+    nothing behind."""
     notebook = runbook_path(runbook)
     lane_params = load_lane(lane)
     accepted = notebook_parameters(notebook) - RESERVED
@@ -129,10 +131,16 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    from .lock import LockRefused, hold_lane_pair
+
     try:
-        papermill.execute_notebook(str(notebook), str(output), parameters={"lane": lane_arg, "dry_run": dry_run, **params},
-                                   kernel_name="python3", progress_bar=False, cwd=str(REPO),
-                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
+        with hold_lane_pair(lane_params, runbook, run_id, needed=runbook in CHANGING and not dry_run, break_lock=break_lock):
+            papermill.execute_notebook(str(notebook), str(output), parameters={"lane": lane_arg, "dry_run": dry_run, **params},
+                                       kernel_name="python3", progress_bar=False, cwd=str(REPO),
+                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
+    except LockRefused:
+        output.unlink()  # nothing ran: no record, and the claimed name is given back
+        raise
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
             emitted, failed_step = "fail", str(exc.evalue).split(":", 1)[0]

@@ -131,13 +131,15 @@ class Promotion:
         return line + f"; when it is fixed: lanebook promote --lane {lane} --resume"
 
 
-def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool = False,
+def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool = False, break_lock: bool = False,
             on_plan: Callable[[Plan], None] = lambda plan: None,
             on_start: Callable[[str], None] = lambda name: None,
             on_record: Callable[[dict], None] = lambda record: None) -> Promotion:
-    """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed."""
+    """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
+    One lane pair lock is held across the runbooks (not in a dry run); they run inside it."""
     from .audit import read_runs
     from .execute import run_runbook
+    from .lock import hold_lane_pair
 
     params = load_lane(lane)
     missing = missing_runbooks()
@@ -150,17 +152,18 @@ def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool
     on_plan(plan)
     promotion = Promotion(plan)
     previous = plan.previous_run_id
-    first = {} if resume or dry_run else rollback_reference(params)
-    for name in plan.runbooks:
-        on_start(name)
-        link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
-        first = {}
-        record = run_runbook(name, lane, {}, dry_run=dry_run, yes=yes, link=link)
-        promotion.records.append(record)
-        on_record(record)
-        previous = record["run_id"]
-        if record["verdict"] != promotion.passed_verdict:
-            break  # each stage stands on the one before it
+    with hold_lane_pair(params, "promote", plan.promotion_id, needed=not dry_run, break_lock=break_lock):
+        first = {} if resume or dry_run else rollback_reference(params)
+        for name in plan.runbooks:
+            on_start(name)
+            link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
+            first = {}
+            record = run_runbook(name, lane, {}, dry_run=dry_run, yes=yes, link=link)
+            promotion.records.append(record)
+            on_record(record)
+            previous = record["run_id"]
+            if record["verdict"] != promotion.passed_verdict:
+                break  # each stage stands on the one before it
     return promotion
 
 

@@ -1,0 +1,185 @@
+"""The lane pair lock (lanebook.lock): its record and staleness decision exactly; its shell commands run by
+bash and sh in a home of the test's own (two takers, one winner, nothing half-written); and on the twin, through
+`lanebook run` as an operator types it: two concurrent launches (one proceeds, the other exits 1 naming the
+holder), a run killed with SIGKILL leaving a stale lock that is refused until --break-lock, read-only runs and
+dry runs that need no lock, and a promotion that holds one lock across its runbooks."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from lanebook import lock
+from lanebook.lock import Found, Holder, LockRefused, parse_found, stale_reason
+from lanebook.nodes import CommandResult
+
+HOLDER = Holder(token="a" * 32, user="alice", host="laptop", pid=4242, runbook="launch", run_id="b1c2d3e4",
+                lane="twin", since="2025-01-02T03:04:05Z")
+HOLDER_JSON = ('{"host":"laptop","lane":"twin","lease_s":300,"pid":4242,"run_id":"b1c2d3e4","runbook":"launch",'
+               '"since":"2025-01-02T03:04:05Z","token":"' + "a" * 32 + '","user":"alice"}')
+
+
+def found(age: int, holder=HOLDER) -> Found:
+    return Found(holder, holder.to_json() if holder else "garbage", 1_700_000_000, age)
+
+
+# --- the record and the decision (pure) ---
+
+def test_the_holder_record_is_one_json_line_that_reads_back():
+    assert HOLDER.to_json() == HOLDER_JSON
+    assert Holder.from_json(HOLDER_JSON) == HOLDER
+    assert HOLDER.describe() == ("alice@laptop (pid 4242) running launch on lane twin, run id b1c2d3e4, "
+                                 "since 2025-01-02T03:04:05Z")
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"user": "alice"}', HOLDER_JSON.replace("a" * 32, ""),
+                                  HOLDER_JSON.replace("a" * 32, "x' ; rm -rf ~"), HOLDER_JSON.replace("4242", '"many"')])
+def test_a_record_that_is_not_a_holder_reads_as_none(text):
+    assert Holder.from_json(text) is None
+
+
+def test_the_listing_gives_the_heartbeat_age_by_the_heads_clock():
+    assert parse_found(f"1700000100\n1700000000\n{HOLDER_JSON}\n") == Found(HOLDER, HOLDER_JSON, 1_700_000_000, 100)
+    assert parse_found("1700000100\n1700000000\n").holder is None  # an empty record: only its heartbeat counts
+    assert parse_found("1700000100\n") is None  # stat found no lock: released meanwhile
+    assert parse_found("") is None
+
+
+def test_a_holder_on_this_machine_whose_process_is_gone_is_stale_at_once():
+    assert stale_reason(found(0), "laptop", lambda pid: pid != 4242) == "its process 4242 on laptop is gone"
+    assert stale_reason(found(0), "laptop", lambda pid: True) is None
+
+
+def test_a_holder_on_another_machine_is_judged_by_its_heartbeat_alone():
+    assert stale_reason(found(300), "desk", lambda pid: False) is None  # pid 4242 here says nothing of the laptop
+    assert stale_reason(found(301), "desk", lambda pid: True) == "its heartbeat is 301 s old, past its 300 s lease"
+
+
+def test_an_unreadable_record_goes_by_the_default_lease():
+    assert stale_reason(found(lock.LEASE_S, None), "laptop", lambda pid: False) is None
+    assert stale_reason(found(lock.LEASE_S + 1, None), "laptop", lambda pid: False) == \
+        f"its heartbeat is {lock.LEASE_S + 1} s old, past its {lock.LEASE_S} s lease"
+
+
+def test_a_dead_process_is_told_from_a_live_one():
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert lock.process_alive(os.getpid()) and not lock.process_alive(int(done.stdout))
+
+
+# --- the commands, run by a real shell in a home of the test's own ---
+
+class ShellHead:
+    """Stands in for the head Node: runs each command with `shell` in HOME=home, as the node's login would."""
+
+    alias, address = "head", "tester@localhost:22"
+
+    def __init__(self, home: Path, shell: str = "bash"):
+        self.home, self.shell = home, shell
+
+    def run(self, command: str, *, check: bool = True, timeout: float = 30) -> CommandResult:
+        done = subprocess.run([self.shell, "-c", command], env={**os.environ, "HOME": str(self.home)}, cwd=self.home,
+                              capture_output=True, text=True, timeout=timeout)
+        assert not check or done.returncode == 0, done.stderr
+        return CommandResult(self.alias, command, done.returncode, done.stdout, done.stderr)
+
+    def lock_file(self) -> Path:
+        return self.home / ".lanebook" / "lane-pair.lock"
+
+
+def holder(name: str, pid: int = 4242, host: str = "laptop") -> Holder:
+    return Holder(token=name * 32, user="alice", host=host, pid=pid, runbook="launch", run_id=name * 8, lane="twin",
+                  since="2025-01-02T03:04:05Z")
+
+
+@pytest.mark.parametrize("shell", ["bash", "sh"])
+def test_the_commands_take_list_refresh_and_release_only_their_own_lock(tmp_path, shell):
+    head = ShellHead(tmp_path, shell)
+    assert head.run(lock.take_command(holder("a"))).stdout == f"{lock.TAKEN}\n"
+    assert json.loads(head.lock_file().read_text()) == json.loads(holder("a").to_json())
+    assert oct(head.lock_file().stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in head.lock_file().parent.iterdir()] == ["lane-pair.lock"]  # no temp file left
+    listing = parse_found(head.run(lock.take_command(holder("b"))).stdout)
+    assert listing.holder == holder("a") and 0 <= listing.heartbeat_age_s <= 2
+    os.utime(head.lock_file(), (1_000_000, 1_000_000))
+    assert not head.run(lock.heartbeat_command("b" * 32), check=False).ok and head.lock_file().stat().st_mtime == 1_000_000
+    assert head.run(lock.heartbeat_command("a" * 32), check=False).ok and head.lock_file().stat().st_mtime > 1_000_000
+    assert not head.run(lock.release_command("b" * 32), check=False).ok and head.lock_file().exists()
+    assert head.run(lock.release_command("a" * 32), check=False).ok and not head.lock_file().exists()
+
+
+def test_of_many_takers_racing_exactly_one_wins_and_the_rest_read_its_whole_record(tmp_path):
+    head = ShellHead(tmp_path)
+    names = "abcdefgh"
+    with ThreadPoolExecutor(len(names)) as pool:
+        outs = list(pool.map(lambda name: head.run(lock.take_command(holder(name))).stdout, names))
+    winners = [name for name, out in zip(names, outs) if out == f"{lock.TAKEN}\n"]
+    assert len(winners) == 1
+    assert all(parse_found(out).holder == holder(winners[0]) for out in outs if out != f"{lock.TAKEN}\n")
+
+
+def test_a_live_lock_is_refused_naming_its_holder_and_never_broken(tmp_path):
+    head = ShellHead(tmp_path)
+    live = holder("a", pid=os.getpid(), host=socket.gethostname())
+    assert lock.take(head, live)
+    for break_lock in (False, True):
+        with pytest.raises(LockRefused) as refused:
+            lock.take(head, holder("b"), break_lock=break_lock)
+        said = " (--break-lock breaks only a stale lock)" if break_lock else ""
+        assert re.fullmatch(re.escape(f"the lane pair of head head (tester@localhost:22) is locked by {live.describe()}; ")
+                            + rf"last heartbeat [0-2] s ago{re.escape(said)}: wait for that run to end", str(refused.value))
+    assert Holder.from_json(head.lock_file().read_text()) == live
+
+
+def test_a_run_nested_in_the_holder_goes_ahead_without_taking_the_lock(tmp_path):
+    head = ShellHead(tmp_path)
+    live = holder("a", pid=os.getpid(), host=socket.gethostname())
+    assert lock.take(head, live)
+    assert lock.take(head, holder("b"), inherited=live.token) is False
+    with pytest.raises(LockRefused, match="is locked by"):
+        lock.take(head, holder("c"), inherited="d" * 32)  # a token that does not hold it is no one's
+
+
+def test_a_stale_lock_is_refused_as_stale_and_broken_only_when_asked_keeping_its_record(tmp_path, capsys):
+    head = ShellHead(tmp_path)
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+    dead = holder("a", pid=gone, host=socket.gethostname())
+    assert lock.take(head, dead)
+    with pytest.raises(LockRefused) as refused:
+        lock.take(head, holder("b"))
+    assert f"has a stale lock: {dead.describe()}; last heartbeat " in str(refused.value)
+    assert str(refused.value).endswith(f"; its process {gone} on {socket.gethostname()} is gone. If that run is dead, "
+                                       "add --break-lock to break it (its record is kept on the head)")
+    assert Holder.from_json(head.lock_file().read_text()) == dead  # not broken silently
+    assert lock.take(head, holder("b"), break_lock=True)
+    assert Holder.from_json(head.lock_file().read_text()) == holder("b")
+    (kept,) = head.lock_file().parent.glob("lane-pair.lock.broken-*")
+    assert Holder.from_json(kept.read_text()) == dead and kept.name.endswith("-" + "b" * 8)
+    assert f"broke the stale lock of the lane pair of head head (tester@localhost:22): {dead.describe()}" in capsys.readouterr().err
+
+
+def test_an_unreadable_lock_is_broken_by_its_mtime_when_stale(tmp_path):
+    head = ShellHead(tmp_path)
+    head.lock_file().parent.mkdir()
+    head.lock_file().write_text("")
+    os.utime(head.lock_file(), (time.time() - lock.LEASE_S - 60,) * 2)
+    with pytest.raises(LockRefused, match=r"has a stale lock: an unreadable record ''; last heartbeat 3\d\d s ago; its heartbeat"):
+        lock.take(head, holder("b"))
+    assert lock.take(head, holder("b"), break_lock=True)
+    assert Holder.from_json(head.lock_file().read_text()) == holder("b")
+
+
+def test_a_run_that_needs_no_lock_gets_nothing_and_opens_nothing():
+    from lanebook.params import load_lane
+
+    with lock.hold_lane_pair(load_lane("anemll-0731"), "launch", "r1", needed=False) as held:
+        assert held is None
