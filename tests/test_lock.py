@@ -5,6 +5,7 @@ holder), a run killed with SIGKILL leaving a stale lock that is refused until --
 dry runs that need no lock, and a promotion that holds one lock across its runbooks."""
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -22,11 +23,12 @@ import pytest
 from lanebook import lock
 from lanebook.lock import Found, Holder, LockRefused, parse_found, stale_reason
 from lanebook.nodes import CommandResult
+from lanebook.redact import redact
 
-HOLDER = Holder(token="a" * 32, user="alice", host="laptop", pid=4242, runbook="launch", run_id="b1c2d3e4",
+HOLDER = Holder(claim="a" * 32, user="alice", host="laptop", pid=4242, runbook="launch", run_id="b1c2d3e4",
                 lane="twin", since="2025-01-02T03:04:05Z")
-HOLDER_JSON = ('{"host":"laptop","lane":"twin","lease_s":300,"pid":4242,"run_id":"b1c2d3e4","runbook":"launch",'
-               '"since":"2025-01-02T03:04:05Z","token":"' + "a" * 32 + '","user":"alice"}')
+HOLDER_JSON = ('{"claim":"' + "a" * 32 + '","host":"laptop","lane":"twin","lease_s":300,"pid":4242,"run_id":"b1c2d3e4",'
+               '"runbook":"launch","since":"2025-01-02T03:04:05Z","user":"alice"}')
 
 
 def found(age: int, holder=HOLDER) -> Found:
@@ -38,6 +40,7 @@ def found(age: int, holder=HOLDER) -> Found:
 def test_the_holder_record_is_one_json_line_that_reads_back():
     assert HOLDER.to_json() == HOLDER_JSON
     assert Holder.from_json(HOLDER_JSON) == HOLDER
+    assert redact(HOLDER_JSON) == HOLDER_JSON  # the node library redacts what it reads back: nothing here looks secret
     assert HOLDER.describe() == ("alice@laptop (pid 4242) running launch on lane twin, run id b1c2d3e4, "
                                  "since 2025-01-02T03:04:05Z")
 
@@ -97,7 +100,7 @@ class ShellHead:
 
 
 def holder(name: str, pid: int = 4242, host: str = "laptop") -> Holder:
-    return Holder(token=name * 32, user="alice", host=host, pid=pid, runbook="launch", run_id=name * 8, lane="twin",
+    return Holder(claim=name * 32, user="alice", host=host, pid=pid, runbook="launch", run_id=name * 8, lane="twin",
                   since="2025-01-02T03:04:05Z")
 
 
@@ -130,12 +133,12 @@ def test_of_many_takers_racing_exactly_one_wins_and_the_rest_read_its_whole_reco
 def test_a_live_lock_is_refused_naming_its_holder_and_never_broken(tmp_path):
     head = ShellHead(tmp_path)
     live = holder("a", pid=os.getpid(), host=socket.gethostname())
-    assert lock.take(head, live)
+    assert lock.take(head, live) == live
     for break_lock in (False, True):
         with pytest.raises(LockRefused) as refused:
             lock.take(head, holder("b"), break_lock=break_lock)
         said = " (--break-lock breaks only a stale lock)" if break_lock else ""
-        assert re.fullmatch(re.escape(f"the lane pair of head head (tester@localhost:22) is locked by {live.describe()}; ")
+        assert re.fullmatch(re.escape(f"the lane pair whose head is tester@localhost:22 is locked by {live.describe()}; ")
                             + rf"last heartbeat [0-2] s ago{re.escape(said)}: wait for that run to end", str(refused.value))
     assert Holder.from_json(head.lock_file().read_text()) == live
 
@@ -143,28 +146,28 @@ def test_a_live_lock_is_refused_naming_its_holder_and_never_broken(tmp_path):
 def test_a_run_nested_in_the_holder_goes_ahead_without_taking_the_lock(tmp_path):
     head = ShellHead(tmp_path)
     live = holder("a", pid=os.getpid(), host=socket.gethostname())
-    assert lock.take(head, live)
-    assert lock.take(head, holder("b"), inherited=live.token) is False
+    assert lock.take(head, live) == live
+    assert lock.take(head, holder("b"), inherited=live.claim) == live
     with pytest.raises(LockRefused, match="is locked by"):
-        lock.take(head, holder("c"), inherited="d" * 32)  # a token that does not hold it is no one's
+        lock.take(head, holder("c"), inherited="d" * 32)  # a claim that does not hold it is no one's
 
 
 def test_a_stale_lock_is_refused_as_stale_and_broken_only_when_asked_keeping_its_record(tmp_path, capsys):
     head = ShellHead(tmp_path)
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
     dead = holder("a", pid=gone, host=socket.gethostname())
-    assert lock.take(head, dead)
+    assert lock.take(head, dead) == dead
     with pytest.raises(LockRefused) as refused:
         lock.take(head, holder("b"))
     assert f"has a stale lock: {dead.describe()}; last heartbeat " in str(refused.value)
     assert str(refused.value).endswith(f"; its process {gone} on {socket.gethostname()} is gone. If that run is dead, "
                                        "add --break-lock to break it (its record is kept on the head)")
     assert Holder.from_json(head.lock_file().read_text()) == dead  # not broken silently
-    assert lock.take(head, holder("b"), break_lock=True)
+    assert lock.take(head, holder("b"), break_lock=True) == holder("b")
     assert Holder.from_json(head.lock_file().read_text()) == holder("b")
     (kept,) = head.lock_file().parent.glob("lane-pair.lock.broken-*")
     assert Holder.from_json(kept.read_text()) == dead and kept.name.endswith("-" + "b" * 8)
-    assert f"broke the stale lock of the lane pair of head head (tester@localhost:22): {dead.describe()}" in capsys.readouterr().err
+    assert f"broke the stale lock of the lane pair whose head is tester@localhost:22: {dead.describe()}" in capsys.readouterr().err
 
 
 def test_an_unreadable_lock_is_broken_by_its_mtime_when_stale(tmp_path):
@@ -174,7 +177,7 @@ def test_an_unreadable_lock_is_broken_by_its_mtime_when_stale(tmp_path):
     os.utime(head.lock_file(), (time.time() - lock.LEASE_S - 60,) * 2)
     with pytest.raises(LockRefused, match=r"has a stale lock: an unreadable record ''; last heartbeat 3\d\d s ago; its heartbeat"):
         lock.take(head, holder("b"))
-    assert lock.take(head, holder("b"), break_lock=True)
+    assert lock.take(head, holder("b"), break_lock=True) == holder("b")
     assert Holder.from_json(head.lock_file().read_text()) == holder("b")
 
 
@@ -183,3 +186,159 @@ def test_a_run_that_needs_no_lock_gets_nothing_and_opens_nothing():
 
     with lock.hold_lane_pair(load_lane("anemll-0731"), "launch", "r1", needed=False) as held:
         assert held is None
+
+
+def test_exactly_the_runbooks_that_change_the_lane_take_the_lock():
+    from lanebook.execute import CHANGING, RUNBOOKS
+
+    assert sorted(CHANGING) == ["diagnose", "env", "launch", "rollback", "stop", "warmup", "weights"]
+    assert sorted(set(RUNBOOKS) - CHANGING) == ["gates", "speed", "status"]  # they send requests, change nothing
+
+
+# --- on the twin, through `lanebook run` ---
+
+LANEBOOK = str(Path(sys.executable).parent / "lanebook")
+
+
+def lanebook_run(outputs: Path, *args: str) -> subprocess.Popen:
+    env = {key: value for key, value in os.environ.items() if key != lock.LOCK_CLAIM_ENV}
+    return subprocess.Popen([LANEBOOK, "run", *args], env={**env, "LANEBOOK_OUTPUTS": str(outputs)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, out, err
+
+
+def records(outputs: Path) -> list[dict]:
+    index = outputs / "runs.jsonl"
+    return [json.loads(line) for line in index.read_text().splitlines()] if index.exists() else []
+
+
+def head_lock(lane) -> str:
+    """The lock file on the twin head as its login reads it; "" when there is none."""
+    return lane.head.run(f"cat {lock.LOCK_FILE} 2>/dev/null; true").stdout
+
+
+@pytest.fixture(scope="module")
+def twin_lane(twin):
+    from lanebook.nodes import Lane
+    from lanebook.params import load_lane
+
+    with Lane(load_lane("twin")) as lane:
+        assert head_lock(lane) == "", "a lane pair lock left on the twin head before this module"
+        yield lane
+
+
+@pytest.fixture(scope="module")
+def contested(twin_lane, tmp_path_factory):
+    """Two `lanebook run launch --lane twin` started together."""
+    outputs = tmp_path_factory.mktemp("contested")
+    procs = [lanebook_run(outputs, "launch", "--lane", "twin") for _ in range(2)]
+    return outputs, [finished(proc) for proc in procs], head_lock(twin_lane)
+
+
+@pytest.mark.twin
+def test_of_two_concurrent_launches_one_proceeds_and_the_other_is_refused_naming_the_holder(contested):
+    outputs, ends, left = contested
+    assert sorted(code for code, _, _ in ends) == [0, 1], ends
+    (winner,) = records(outputs)  # the refused run leaves no record and no notebook
+    assert winner["runbook"] == "launch" and winner["verdict"] == "pass"
+    assert [p.name for p in (outputs / "twin").iterdir()] == [Path(winner["output"]).name]
+    _, _, refusal = next(end for end in ends if end[0] == 1)
+    assert refusal.startswith("lanebook: the lane pair whose head is ")
+    assert f"is locked by {getpass.getuser()}@{socket.gethostname()} (pid " in refusal and f"running launch on lane twin, run id {winner['run_id']}, since 20" in refusal
+    assert refusal.rstrip().endswith(": wait for that run to end") and "Traceback" not in refusal
+    assert left == ""  # released at the end of the winner's run
+
+
+@pytest.fixture(scope="module")
+def killed(contested, twin_lane, tmp_path_factory):
+    """`lanebook run stop --lane twin` killed with SIGKILL as soon as it holds the lock: the lock it leaves."""
+    outputs = tmp_path_factory.mktemp("killed")
+    proc = lanebook_run(outputs, "stop", "--lane", "twin")
+    deadline = time.monotonic() + 120
+    while not (held := head_lock(twin_lane)) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return outputs, proc.pid, held
+
+
+@pytest.mark.twin
+def test_status_and_a_dry_run_need_no_lock(killed, twin_lane, tmp_path):
+    """Run while the killed run's stale lock is still there (this test runs before the one that breaks it)."""
+    from lanebook_runs import dry_run_offline
+
+    _, _, held = killed
+    code, out, err = finished(lanebook_run(tmp_path, "status", "--lane", "twin"))
+    assert code == 0 and (records(tmp_path)[-1]["verdict"], records(tmp_path)[-1]["figures"]["state"]) == ("pass", "up"), \
+        out + err
+    record, _ = dry_run_offline(tmp_path / "dry", "launch", "twin")  # no network at all: no connection, no lock
+    assert record["verdict"] == "dry-run"
+    assert head_lock(twin_lane) == held
+
+
+@pytest.mark.twin
+def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, twin_lane, tmp_path):
+    outputs, pid, held = killed
+    dead = Holder.from_json(held)
+    assert (dead.pid, dead.runbook, dead.lane) == (pid, "stop", "twin")
+
+    code, _, refusal = finished(lanebook_run(outputs, "stop", "--lane", "twin"))
+    assert code == 1 and f"has a stale lock: {dead.describe()}; last heartbeat " in refusal, refusal
+    assert refusal.rstrip().endswith(f"; its process {pid} on {dead.host} is gone. If that run is dead, add --break-lock "
+                                     "to break it (its record is kept on the head)")
+    assert head_lock(twin_lane) == held and records(outputs) == []  # refused, not broken, nothing run
+
+    code, out, said = finished(lanebook_run(outputs, "stop", "--lane", "twin", "--break-lock"))
+    assert code == 0 and "verdict: pass" in out, out + said
+    assert "broke the stale lock of the lane pair whose head is " in said and dead.describe() in said
+    (stopped,) = records(outputs)
+    assert stopped["runbook"] == "stop" and stopped["verdict"] == "pass"
+    assert head_lock(twin_lane) == ""  # the breaker released its own lock at its end
+    kept = twin_lane.head.run(f"cat {lock.LOCK_FILE}.broken-*").stdout
+    assert Holder.from_json(kept) == dead  # the broken record is kept on the head
+
+
+@pytest.mark.twin
+def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path, monkeypatch):
+    """Stand-in stages: `weights` (in its papermill kernel) takes the lock as a nested run would and reports who
+    holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
+    from lanebook import execute, paths, promote
+    from lanebook.params import lane_path
+    from lanebook.runbook import VERDICT_MIME
+
+    lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
+    lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
+    folder = tmp_path / "runbooks"
+    folder.mkdir()
+    nested = ("from lanebook.lock import lane_pair_lock\nfrom lanebook.params import load_lane\n"
+              "with lane_pair_lock(load_lane(lane), 'launch', 'nested') as held:\n    holder = held\n"
+              "verdict, figures = 'pass', {'held_by': [holder.runbook, holder.run_id]}\n")
+    for name, code in [("weights", nested), ("env", "verdict, figures = 'fail', {}\n")] + \
+            [(name, "verdict, figures = 'pass', {}\n") for name in promote.MAIN_JOB[2:]]:
+        params = nbformat.v4.new_code_cell('lane = "twin"\ndry_run = False')
+        params.metadata["tags"] = ["parameters"]
+        emit = nbformat.v4.new_code_cell(code + "from IPython.display import display\n"
+                                         f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': figures, "
+                                         "'commands': []}}, raw=True)")
+        nb = nbformat.v4.new_notebook(cells=[params, emit])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
+    monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path / "outputs"))
+    refusals = []
+
+    def meanwhile(name: str) -> None:
+        if name == "weights":
+            refusals.append(finished(lanebook_run(tmp_path / "other", "stop", "--lane", "twin")))
+
+    promotion = promote.promote(str(lane), on_start=meanwhile)
+    assert [(r["runbook"], r["verdict"]) for r in promotion.records] == [("weights", "pass"), ("env", "fail")]
+    assert promotion.records[0]["figures"] == {"held_by": ["promote", promotion.plan.promotion_id]}
+    ((code, _, refusal),) = refusals
+    assert code == 1 and f"running promote on lane twin, run id {promotion.plan.promotion_id}, since " in refusal, refusal
+    assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ  # released at its end

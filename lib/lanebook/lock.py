@@ -20,9 +20,9 @@ its lease. A stale lock is refused like a live one, named as stale, and broken o
 (`--break-lock`); a broken record is kept beside the lock (lane-pair.lock.broken-STAMP), never deleted.
 A live lock is never broken.
 
-Nested runs: the holder exports its token (LOCK_TOKEN_ENV), so a runbook run inside it (promote's runbooks,
+Nested runs: the holder exports its claim (LOCK_CLAIM_ENV), so a runbook run inside it (promote's runbooks,
 diagnose's relaunch, which run in papermill kernels that inherit the environment) finds the lock held with
-its own token and goes ahead without taking or releasing it.
+its own claim and goes ahead without taking or releasing it.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from .plugins import prepare_lane
 
 LOCK_DIR = "~/.lanebook"
 LOCK_FILE = f"{LOCK_DIR}/lane-pair.lock"
-LOCK_TOKEN_ENV = "LANEBOOK_LANE_PAIR_LOCK"
+LOCK_CLAIM_ENV = "LANEBOOK_LANE_PAIR_LOCK"
 LEASE_S = 300  # a holder that has not touched its lock for this long is taken for dead
 TAKEN = "lanebook-lock-taken"
 ATTEMPTS = 3  # a lock released (or broken) between our attempt and our read is simply tried again
@@ -60,7 +60,7 @@ class LockRefused(LanebookError):
 class Holder:
     """Who holds a lane pair: the operator's user and machine, the process, the runbook and its run."""
 
-    token: str
+    claim: str
     user: str
     host: str
     pid: int
@@ -78,8 +78,8 @@ class Holder:
         """The record in a lock file, or None when it is not one (a truncated or foreign file)."""
         try:
             data = json.loads(text)
-            if not (isinstance(data.get("token"), str) and data["token"].isalnum()):
-                return None  # the token names the lock in shell tests (grep -F): never empty
+            if not (isinstance(data.get("claim"), str) and data["claim"].isalnum()):
+                return None  # the claim names the lock in shell tests (grep -F): never empty
             return cls(**{**data, "pid": int(data["pid"]), "lease_s": int(data.get("lease_s", LEASE_S))})
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -90,7 +90,7 @@ class Holder:
 
 
 def new_holder(lane: str, runbook: str, run_id: str) -> Holder:
-    return Holder(token=uuid.uuid4().hex, user=getpass.getuser(), host=socket.gethostname(), pid=os.getpid(),
+    return Holder(claim=uuid.uuid4().hex, user=getpass.getuser(), host=socket.gethostname(), pid=os.getpid(),
                   runbook=runbook, run_id=run_id, lane=lane,
                   since=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"))
 
@@ -151,42 +151,43 @@ def take_command(holder: Holder) -> str:
 
 
 def break_command(found: Found, stamp: str) -> str:
-    """Move a stale lock aside, kept, if it is still the one judged stale: the same token, or for an unreadable
+    """Move a stale lock aside, kept, if it is still the one judged stale: the same claim, or for an unreadable
     record the same mtime."""
-    same = (f"grep -qF {q(found.holder.token)} {LOCK_FILE}" if found.holder
+    same = (f"grep -qF {q(found.holder.claim)} {LOCK_FILE}" if found.holder
             else f"[ \"$(stat -c %Y {LOCK_FILE})\" = {found.mtime} ]")
     return f"{same} && mv {LOCK_FILE} {LOCK_FILE}.broken-{stamp}"
 
 
-def heartbeat_command(token: str) -> str:
-    return f"grep -qF {q(token)} {LOCK_FILE} && touch {LOCK_FILE}"
+def heartbeat_command(claim: str) -> str:
+    return f"grep -qF {q(claim)} {LOCK_FILE} && touch {LOCK_FILE}"
 
 
-def release_command(token: str) -> str:
+def release_command(claim: str) -> str:
     """Remove the lock only while it is ours (a lock broken and taken by another run is left to it)."""
-    return f"grep -qF {q(token)} {LOCK_FILE} && rm -f {LOCK_FILE}"
+    return f"grep -qF {q(claim)} {LOCK_FILE} && rm -f {LOCK_FILE}"
 
 
 def _say(message: str) -> None:
     print(f"lanebook: {message}", file=sys.stderr, flush=True)
 
 
-def take(head: Node, holder: Holder, *, break_lock: bool = False, inherited: Optional[str] = None) -> bool:
-    """Take the lane pair's lock on the head; True when taken, False when `inherited` (the token of the run
-    this one is nested in) already holds it. Refuses (LockRefused) a lock held by anyone else."""
-    where = f"the lane pair of head {head.alias} ({head.address})"
+def take(head: Node, holder: Holder, *, break_lock: bool = False, inherited: Optional[str] = None) -> Holder:
+    """Take the lane pair's lock on the head for `holder`; returns who holds it now: `holder`, or the run this one
+    is nested in when its claim (`inherited`) holds it. Refuses (LockRefused) a lock held by anyone else."""
     for _ in range(ATTEMPTS):
         try:
             out = head.run(take_command(holder), timeout=30).stdout
         except NodeError as exc:
-            raise LockRefused(f"cannot take the lock of {where}, so nothing was run: {exc}") from None
+            raise LockRefused(f"cannot take the lock of the lane pair whose head is {head.address}, so nothing was run: "
+                              f"{exc}") from None
+        where = f"the lane pair whose head is {head.address}"  # as the connection resolved it
         if out.strip() == TAKEN:
-            return True
+            return holder
         found = parse_found(out)
         if found is None:
             continue  # released between our attempt and our read
-        if found.holder and inherited and found.holder.token == inherited:
-            return False
+        if found.holder and inherited and found.holder.claim == inherited:
+            return found.holder
         reason = stale_reason(found, socket.gethostname(), process_alive)
         if reason is None:
             extra = " (--break-lock breaks only a stale lock)" if break_lock else ""
@@ -194,11 +195,12 @@ def take(head: Node, holder: Holder, *, break_lock: bool = False, inherited: Opt
         if not break_lock:
             raise LockRefused(f"{where} has a stale lock: {found.describe()}; {reason}. If that run is dead, "
                               f"add --break-lock to break it (its record is kept on the head)")
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{holder.token[:8]}"
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{holder.claim[:8]}"
         if head.run(break_command(found, stamp), check=False, timeout=30).ok:
             _say(f"broke the stale lock of {where}: {found.describe()}; {reason}; "
                  f"its record is kept there as {LOCK_FILE}.broken-{stamp}")
-    raise LockRefused(f"could not take the lock of {where} in {ATTEMPTS} attempts: other runs keep taking it")
+    raise LockRefused(f"could not take the lock of the lane pair whose head is {head.address} in {ATTEMPTS} attempts: "
+                      "other runs keep taking and releasing it")
 
 
 class _Heartbeat(threading.Thread):
@@ -211,7 +213,7 @@ class _Heartbeat(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.holder.lease_s / 5):
             try:
-                beat = self.head.run(heartbeat_command(self.holder.token), check=False, timeout=30)
+                beat = self.head.run(heartbeat_command(self.holder.claim), check=False, timeout=30)
             except NodeError as exc:
                 _say(f"could not refresh the lane pair's lock on {self.head.alias}: {exc}")
                 continue
@@ -244,24 +246,26 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 @contextmanager
 def lane_pair_lock(params: LaneParams, runbook: str, run_id: str, *, break_lock: bool = False) -> Iterator[Holder]:
-    """Hold the lane pair's lock for the body; released at the end even on failure (see the module docstring)."""
+    """Hold the lane pair's lock for the body, yielding its holder (this run's, or the enclosing run's for a nested
+    run); released at the end even on failure (see the module docstring)."""
     prepare_lane(params)  # e.g. the twin starts itself for a twin lane
     holder = new_holder(params.name, runbook, run_id)
-    inherited = os.environ.get(LOCK_TOKEN_ENV)
+    inherited = os.environ.get(LOCK_CLAIM_ENV)
     with Lane(params) as lane:
-        if not take(lane.head, holder, break_lock=break_lock, inherited=inherited):
-            yield holder
+        holding = take(lane.head, holder, break_lock=break_lock, inherited=inherited)
+        if holding is not holder:
+            yield holding  # the enclosing run takes and releases it
             return
         heartbeat = _Heartbeat(lane.head, holder)
         heartbeat.start()
-        os.environ[LOCK_TOKEN_ENV] = holder.token
+        os.environ[LOCK_CLAIM_ENV] = holder.claim
         try:
             with _sigterm_unwinds():
                 yield holder
         finally:
-            os.environ.pop(LOCK_TOKEN_ENV, None)
+            os.environ.pop(LOCK_CLAIM_ENV, None)
             if inherited:
-                os.environ[LOCK_TOKEN_ENV] = inherited
+                os.environ[LOCK_CLAIM_ENV] = inherited
             heartbeat.stop()
             _release(lane.head, holder)
 
@@ -269,7 +273,7 @@ def lane_pair_lock(params: LaneParams, runbook: str, run_id: str, *, break_lock:
 def _release(head: Node, holder: Holder) -> None:
     """Never raises: the run's own outcome matters more; a lock left behind is reported stale, not lost."""
     try:
-        if not head.run(release_command(holder.token), check=False, timeout=30).ok:
+        if not head.run(release_command(holder.claim), check=False, timeout=30).ok:
             _say(f"the lane pair's lock on {head.alias} was no longer this run's at its end (it was broken)")
     except NodeError as exc:
         _say(f"could not release the lane pair's lock on {head.alias} ({exc}); the next run will find it stale")
