@@ -188,6 +188,23 @@ def test_a_run_that_needs_no_lock_gets_nothing_and_opens_nothing():
         assert held is None
 
 
+def test_the_heartbeat_touches_the_lock_while_held_and_stops_when_it_is_broken(tmp_path, capsys):
+    head = ShellHead(tmp_path)
+    quick = Holder(**{**json.loads(holder("a").to_json()), "lease_s": 1})  # a beat every 0.2 s
+    lock.take(head, quick)
+    os.utime(head.lock_file(), (1_000_000, 1_000_000))
+    beat = lock._Heartbeat(head, quick)
+    beat.start()
+    deadline = time.monotonic() + 30
+    while head.lock_file().stat().st_mtime == 1_000_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert head.lock_file().stat().st_mtime > 1_000_000
+    head.lock_file().rename(head.lock_file().with_name("broken"))
+    beat.join(timeout=30)
+    assert not beat.is_alive() and not head.lock_file().exists()  # it never recreates a lock it lost
+    assert "is no longer this run's (it was broken)" in capsys.readouterr().err
+
+
 def test_exactly_the_runbooks_that_change_the_lane_take_the_lock():
     from lanebook.execute import CHANGING, RUNBOOKS
 
@@ -342,3 +359,22 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
     ((code, _, refusal),) = refusals
     assert code == 1 and f"running promote on lane twin, run id {promotion.plan.promotion_id}, since " in refusal, refusal
     assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ  # released at its end
+
+
+@pytest.mark.twin
+def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_lane):
+    from lanebook.params import load_lane
+
+    with pytest.raises(RuntimeError, match="the runbook broke"):
+        with lock.lane_pair_lock(load_lane("twin"), "stop", "r1") as held:
+            assert Holder.from_json(head_lock(twin_lane)) == held and os.environ[lock.LOCK_CLAIM_ENV] == held.claim
+            raise RuntimeError("the runbook broke")
+    assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ
+
+    env = {key: value for key, value in os.environ.items() if key != lock.LOCK_CLAIM_ENV}
+    holding = subprocess.Popen([sys.executable, "-c", "import time\nfrom lanebook.lock import lane_pair_lock\n"
+                                "from lanebook.params import load_lane\nwith lane_pair_lock(load_lane('twin'), 'stop', 'r2'):\n"
+                                "    print('held', flush=True)\n    time.sleep(300)"], env=env, stdout=subprocess.PIPE, text=True)
+    assert holding.stdout.readline() == "held\n" and Holder.from_json(head_lock(twin_lane)).pid == holding.pid
+    holding.terminate()  # SIGTERM: a closed terminal, a `kill`
+    assert holding.wait(timeout=60) == 128 + signal.SIGTERM and head_lock(twin_lane) == ""
