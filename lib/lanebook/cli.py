@@ -229,16 +229,11 @@ def demo():
 
 
 def main() -> None:
-    from .lock import LockRefused
-
     try:
         app()
-    except LockRefused as exc:  # another run holds the lane pair: a refusal, not bad usage
-        typer.echo(f"lanebook: {exc}", err=True)
-        sys.exit(1)
     except LanebookError as exc:
         typer.echo(f"lanebook: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(getattr(exc, "exit_code", 2))  # 1 for a refusal that is not bad usage (lanebook.lock.LockRefused)
 
 
 if __name__ == "__main__":

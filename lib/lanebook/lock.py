@@ -53,7 +53,10 @@ ATTEMPTS = 3  # a lock released (or broken) between our attempt and our read is 
 
 
 class LockRefused(LanebookError):
-    """The lane pair's lock is held (live or stale) or cannot be taken: nothing was run (exit 1)."""
+    """The lane pair's lock is held (live or stale) or cannot be taken: nothing was run. Not bad usage, so the
+    command line exits 1, not 2."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -133,13 +136,15 @@ def stale_reason(found: Found, local_host: str, pid_alive: Callable[[int], bool]
 
 
 def process_alive(pid: int) -> bool:
+    if pid <= 0:  # os.kill would signal a process group, not a process
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process: alive
         return True
-    return pid > 0
+    return True
 
 
 def take_command(holder: Holder) -> str:
