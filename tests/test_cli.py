@@ -60,14 +60,14 @@ def test_bad_usage_is_one_line_and_exit_2(outputs, args, message):
     assert not (outputs / "runs.jsonl").exists()
 
 
-def _recorded(outputs, run_id, verdict):
-    path = outputs / "twin" / f"20261201T000000Z-launch-{run_id}.ipynb"
+def _recorded(outputs, run_id, verdict, runbook="launch", **fields):
+    path = outputs / "twin" / f"20261201T000000Z-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{}")
-    append_run({"run_id": run_id, "runbook": "launch", "lane": "twin", "twin": True, "dry_run": verdict == "dry-run",
+    append_run({"run_id": run_id, "runbook": runbook, "lane": "twin", "twin": True, "dry_run": verdict == "dry-run",
                 "started_at": "2026-12-01T00:00:00+00:00", "finished_at": "2026-12-01T00:00:01+00:00", "verdict": verdict,
                 "failed_step": None, "output": str(path.relative_to(outputs)), "sha256": sha256_file(path), "params": {},
-                "git_commit": None, "figures": {}})
+                "git_commit": None, "figures": {}, **fields})
     return path
 
 
@@ -83,6 +83,25 @@ def test_audit_lists_dry_runs_apart_from_passes(outputs):
     gone.unlink()
     verify = lanebook("audit", "verify", outputs=outputs)
     assert verify.returncode == 1 and "missing twin/" in verify.stdout
+
+
+def test_audit_filters_by_runbook_and_lane_and_verify_names_every_changed_or_missing_output(outputs):
+    kept = _recorded(outputs, "hhhh0001", "pass", promotion_id="7c1e0d9a4b2f", duration_s=125.0, figures={"state": "up"})
+    changed = _recorded(outputs, "hhhh0002", "pass", runbook="status", promotion_id="7c1e0d9a4b2f")
+    gone = _recorded(outputs, "hhhh0003", "fail", runbook="status")
+    listed = json.loads(lanebook("audit", "--json", "--runbook", "status", outputs=outputs).stdout)
+    assert [r["run_id"] for r in listed] == ["hhhh0002", "hhhh0003"]
+    shown = lanebook("audit", "--lane", "twin", "--runbook", "launch", outputs=outputs)
+    assert shown.returncode == 0 and "hhhh0001" in shown.stdout and "hhhh0002" not in shown.stdout
+    for part in ("2 min 05 s", "state=up", "7c1e0d9a4b2f"):
+        assert part in shown.stdout, part
+    changed.write_text('{"edited": true}')
+    gone.unlink()
+    verify = lanebook("audit", "verify", outputs=outputs)
+    assert verify.returncode == 1
+    assert verify.stdout.splitlines() == ["changed twin/20261201T000000Z-status-hhhh0002.ipynb",
+                                          "missing twin/20261201T000000Z-status-hhhh0003.ipynb", "1/3 outputs verified"]
+    assert kept.exists()
 
 
 def test_twin_status_json_has_the_promised_keys(tmp_path):

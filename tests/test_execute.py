@@ -5,6 +5,7 @@ The notebooks here are small ones written by the tests into a runbooks dir of th
 runbooks run end to end in test_runbooks.py. Records go to a temporary outputs dir (LANEBOOK_OUTPUTS).
 """
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -142,3 +143,241 @@ def test_only_a_twin_lane_is_launched_on_demand_and_never_in_a_dry_run():
         rb = Runbook("speed", name, dry_run=True)
         execute.launch_twin_lane_if_down(rb, name)
         assert rb.commands() == [] and rb.checks == [] and rb.figures == {}  # nothing asked, run or recorded
+
+
+def test_a_parameter_that_names_or_holds_a_secret_is_refused_naming_the_env_var(runbooks):
+    runbooks("status", HEADER, "rb.finish()")
+    refusals = {("hf_token", "x"): "HF_TOKEN", ("ssh_key", "/home/op/.ssh/id_ed25519"): "SSH_KEY",
+                ("threshold", "hf_" + "a" * 24): "HF_TOKEN", ("threshold", "https://op:hunter2@mirror.example/"): "THRESHOLD"}
+    for (key, value), env_name in refusals.items():
+        with pytest.raises(LanebookError) as refused:
+            execute.run_runbook("status", "anemll-0731", {key: value}, dry_run=True)
+        assert str(refused.value) == (f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
+                                      f"notebook); set {env_name} in the environment instead, where the runbook reads it")
+    assert read_runs() == [] and not (execute.outputs_dir() / "anemll-0731").exists()  # nothing claimed, nothing recorded
+
+
+def _outputs_of(nb, code):
+    """The text outputs of the cell whose source ends with CODE."""
+    return next([o.get("text") for o in c.outputs] for c in nb.cells if c.source.endswith(code))
+
+
+def test_a_killed_kernel_leaves_an_error_record_and_the_notebook_as_far_as_it_got(runbooks):
+    runbooks("status", HEADER, 'print("step 1 done")', "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "rb.finish()")
+    record = execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+    assert record["verdict"] == "error" and record["failed_step"].startswith("the kernel died")
+    (stored,) = read_runs()
+    assert {k: stored[k] for k in ("run_id", "verdict", "failed_step")} == {k: record[k] for k in ("run_id", "verdict", "failed_step")}
+    nb = nbformat.read(execute.outputs_dir() / stored["output"], as_version=4)
+    assert _outputs_of(nb, 'print("step 1 done")') == ["step 1 done\n"]
+    assert nb.cells[-1].source.startswith("**This run did not finish: the notebook's kernel died.**")
+    assert stored["sha256"] == sha256_file(execute.outputs_dir() / stored["output"])
+    assert not list((execute.outputs_dir() / ".pending").iterdir())
+
+
+def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypatch):
+    runbooks("status", HEADER, "rb.finish()")
+
+    def broken(notebook, output, parameters):
+        raise RuntimeError("the runner broke")
+
+    monkeypatch.setattr(execute, "execute_notebook", broken)
+    with pytest.raises(RuntimeError, match="the runner broke"):
+        execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+    (stored,) = read_runs()
+    assert (stored["verdict"], stored["failed_step"]) == ("error", "crash: RuntimeError: the runner broke")
+    assert stored["duration_s"] >= 0 and not list((execute.outputs_dir() / ".pending").iterdir())
+
+    def refused(notebook, output, parameters):
+        raise LanebookError("lane anemll-0731 is busy")
+
+    monkeypatch.setattr(execute, "execute_notebook", refused)
+    with pytest.raises(LanebookError, match="busy"):
+        execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+    assert read_runs()[-1]["failed_step"] == "stopped: lane anemll-0731 is busy"
+
+
+# `lanebook run` as a user runs it (the CLI's main), with this test's runbooks dir.
+CLI_WITH_RUNBOOKS = """
+import sys
+from pathlib import Path
+from lanebook import execute
+execute.RUNBOOKS_DIR = Path(sys.argv.pop(1))
+from lanebook.cli import main
+sys.argv[0] = "lanebook"
+main()
+"""
+SLOW_STEP = ('with rb.step("2 slow"):\n    open(os.environ["KERNEL_PID_FILE"], "w").write(str(os.getpid()))\n'
+             '    time.sleep(600)')
+
+
+def _step_running(output_dir, title):
+    """Whether the run's notebook, as papermill last saved it, shows the cell of step TITLE running."""
+    for path in output_dir.glob("*.ipynb"):
+        try:
+            nb = json.loads(path.read_text())
+        except ValueError:
+            continue
+        return any(title in "".join(c["source"]) and c["metadata"].get("papermill", {}).get("status") == "running"
+                   for c in nb["cells"])
+    return False
+
+
+def _gone(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tmp_path_factory):
+    """Three `lanebook run`s stopped in their slow step, at once: Ctrl-C (SIGINT to the process group, as a terminal
+    sends it), SIGTERM and SIGKILL to the lanebook process. Returns {signal: (process, outputs dir, kernel pid)}."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    base = tmp_path_factory.mktemp("stopped")
+    folder = base / "runbooks"
+    folder.mkdir()
+    nbformat.write(notebook(HEADER, 'import os, time\nprint("step 1 done")', SLOW_STEP, "rb.finish()"), folder / "status.ipynb")
+    runs = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        outputs = base / sig.name
+        env = {**os.environ, "LANEBOOK_OUTPUTS": str(outputs), "KERNEL_PID_FILE": str(base / f"{sig.name}.kernel")}
+        proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_RUNBOOKS, str(folder), "run", "status", "--lane", "anemll-0731",
+                                 "--dry-run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        runs[sig] = (proc, outputs)
+    try:
+        deadline = time.monotonic() + 300
+        for sig, (proc, outputs) in runs.items():
+            while not (_step_running(outputs / "anemll-0731", "2 slow") and (base / f"{sig.name}.kernel").exists()):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+                time.sleep(0.1)
+        os.killpg(runs[signal.SIGINT][0].pid, signal.SIGINT)
+        runs[signal.SIGTERM][0].send_signal(signal.SIGTERM)
+        runs[signal.SIGKILL][0].kill()
+        done = {}
+        for sig, (proc, outputs) in runs.items():
+            out, err = proc.communicate(timeout=120)
+            done[sig] = (proc.returncode, out, err, outputs, int((base / f"{sig.name}.kernel").read_text()))
+        yield done
+    finally:
+        for proc, _ in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for sig in runs:
+            kernel = base / f"{sig.name}.kernel"
+            if kernel.exists() and not _gone(int(kernel.read_text())):
+                os.kill(int(kernel.read_text()), signal.SIGKILL)
+
+
+def _partial_notebook_of(record, outputs):
+    nb = nbformat.read(outputs / record["output"], as_version=4)
+    assert record["sha256"] == sha256_file(outputs / record["output"])
+    assert _outputs_of(nb, 'print("step 1 done")') == ["step 1 done\n"]
+    slow = next(c for c in nb.cells if "2 slow" in c.source)  # stopped inside it: no output, or the kernel's interrupt
+    assert all(o.get("ename") == "KeyboardInterrupt" for o in slow.outputs), slow.outputs
+    never = next(c for c in nb.cells if c.source == "rb.finish()")
+    assert (never.execution_count, never.metadata.papermill.status) == (None, "pending")
+    return nb
+
+
+@pytest.mark.parametrize("name, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_mid_step_is_recorded_as_error_with_its_partial_notebook(stopped_runs, monkeypatch, name, code):
+    import signal
+    import time
+
+    returncode, out, err, outputs, kernel = stopped_runs[signal.Signals[name]]
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
+    (record,) = read_runs()
+    why = "interrupted: SIGINT (Ctrl-C)" if name == "SIGINT" else "interrupted: SIGTERM"
+    assert (returncode, record["verdict"], record["failed_step"]) == (code, "error", why)
+    assert err.splitlines()[-1] == (f"lanebook: {name}: run {record['run_id']} stopped and recorded as error ({why}): "
+                                    f"{outputs / record['output']}")
+    nb = _partial_notebook_of(record, outputs)
+    assert nb.cells[-1].source.startswith(f"**This run did not finish: {why}.**")
+    assert not list((outputs / ".pending").iterdir())
+    deadline = time.monotonic() + 30
+    while not _gone(kernel) and time.monotonic() < deadline:  # papermill shuts its kernel down
+        time.sleep(0.1)
+    assert _gone(kernel)
+
+
+def test_a_sigkilled_run_is_recorded_as_killed_by_the_next_reader(stopped_runs, monkeypatch):
+    import signal
+    import time
+
+    returncode, out, err, outputs, kernel = stopped_runs[signal.SIGKILL]
+    assert returncode == -signal.SIGKILL and (outputs / ".pending").is_dir() and not (outputs / "runs.jsonl").exists()
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
+    (record,) = read_runs()
+    assert record["verdict"] == "error" and record["failed_step"].startswith("killed: its process (pid ")
+    assert record["pid"] != kernel and read_runs() == [record]  # the lanebook process's pid; finalized once
+    nb = _partial_notebook_of(record, outputs)
+    assert nb.cells[-1].source.startswith("**This run did not finish: killed: its process")
+    deadline = time.monotonic() + 30
+    while not _gone(kernel) and time.monotonic() < deadline:  # the kernel sees its parent gone and exits
+        time.sleep(0.1)
+    assert _gone(kernel)
+
+
+# Planted secrets, each where a runbook would print it: in its environment (echoed), in a log on the twin head (read
+# over SSH), in a figure, in a rendered Markdown output and in an exception's message.
+HF = "hf_" + "Pl4ntedHfT0kenAbcdefghijk"
+API_KEY = "sk-" + "pl4nted-ApiKey-0123456789ab"
+BEARER = "Pl4ntedBearer.eyJzdWIiOiJvcCJ9.sig"
+KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQPl4ntedKeyBody"
+PRIVATE_KEY = f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\nQyNTUxOQAAACBPl4ntedSecondLine\n-----END OPENSSH PRIVATE KEY-----"
+URL_PASSWORD = "Pl4nted-url-pw"
+ODD = "Pl4nted odd-shaped!"  # no known shape: caught only because MIRROR_PASSWORD names a secret
+PLANTED = (HF, API_KEY, BEARER, KEY_BODY, "QyNTUxOQAAACBPl4ntedSecondLine", URL_PASSWORD, ODD)
+ECHO = ('import os\nfor name in ("HF_TOKEN", "OPENAI_API_KEY", "LANE_NOTE", "MIRROR_URL", "DEPLOY_SSH_KEY", "MIRROR_PASSWORD"):\n'
+        '    print(f"echo {name}:", os.environ[name])')
+TWIN_LOG = 'log = rb.lane.head.run("cat ~/planted-vllm.log")\nprint("twin head log:", log.stdout)'
+SHOWN = 'from IPython.display import Markdown, display\ndisplay(Markdown("mirror: " + os.environ["MIRROR_URL"]))'
+FAILING = ('with rb.step("3 upload"):\n    rb.record(header=os.environ["LANE_NOTE"], mirror=os.environ["MIRROR_URL"])\n'
+           '    raise RuntimeError("upload failed: " + os.environ["MIRROR_URL"] + " " + os.environ["HF_TOKEN"])')
+
+
+def test_planted_secrets_reach_no_notebook_record_or_book_page(runbooks, twin, monkeypatch, tmp_path):
+    from lanebook import book
+
+    environment = {"HF_TOKEN": HF, "OPENAI_API_KEY": API_KEY, "LANE_NOTE": f"Authorization: Bearer {BEARER}",
+                   "MIRROR_URL": f"https://operator:{URL_PASSWORD}@mirror.example/models", "DEPLOY_SSH_KEY": PRIVATE_KEY,
+                   "MIRROR_PASSWORD": ODD}
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)  # the kernel inherits lanebook's environment
+    head_home = Path(next(n["home"] for n in twin["nodes"] if n["alias"] == "head"))
+    log = head_home / "planted-vllm.log"
+    log.write_text(f"INFO planted startup line HF_TOKEN={HF} key={API_KEY}\n{PRIVATE_KEY}\n"
+                   f"INFO pulling https://operator:{URL_PASSWORD}@mirror.example/ with Bearer {BEARER}\n")
+    try:
+        runbooks("status", HEADER, ECHO, TWIN_LOG, SHOWN, FAILING, "rb.finish()")
+        record = execute.run_runbook("status", "twin", {})
+    finally:
+        log.unlink()
+    assert (record["verdict"], record["failed_step"]) == ("error", "cell 7: RuntimeError")  # a bug, not a failed check
+    notebook_text = Path(record["output"]).read_text()
+    index_text = (execute.outputs_dir() / "runs.jsonl").read_text()
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    book._stage(stage)
+    pages = {p: p.read_text() for p in stage.rglob("*") if p.is_file()}
+    assert any(Path(record["output"]).stem in str(p) for p in pages)  # the run's own audit page is staged
+    for secret in PLANTED:
+        assert secret not in notebook_text and secret not in index_text, secret
+        assert not [p for p, text in pages.items() if secret in text], secret
+    # What was printed is there, redacted: the echo ran, the twin's log was read, the figures were recorded.
+    nb = nbformat.read(record["output"], as_version=4)
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "echo HF_TOKEN: [REDACTED]\n" in printed and "echo MIRROR_PASSWORD: [REDACTED]\n" in printed
+    assert "echo DEPLOY_SSH_KEY: [REDACTED]\n" in printed
+    assert "twin head log: INFO planted startup line HF_TOKEN=[REDACTED] key=[REDACTED]\n[REDACTED]\n" in printed
+    assert record["figures"] == {"header": "Authorization: Bearer [REDACTED]",
+                                 "mirror": "https://operator:[REDACTED]@mirror.example/models"}
+    assert "upload failed: https://operator:[REDACTED]@mirror.example/models [REDACTED]" in notebook_text

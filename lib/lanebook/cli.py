@@ -8,7 +8,9 @@ usage or bad parameters (one line, no traceback).
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -63,6 +65,20 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
         control.print_status(status)
 
 
+@contextmanager
+def interruption_exits():
+    """A run stopped by a signal is already recorded (verdict error): say where, and exit 128 + the signal's number."""
+    from .execute import RunInterrupted
+
+    try:
+        yield
+    except RunInterrupted as stopped:
+        record = stopped.record
+        typer.echo(f"lanebook: {signal.Signals(stopped.signum).name}: run {record['run_id']} stopped and recorded as "
+                   f"{record['verdict']} ({record['failed_step']}): {record['output']}", err=True)
+        raise typer.Exit(128 + stopped.signum) from None
+
+
 def run_exit_code(verdict: str, dry_run: bool) -> int:
     """0 for a pass, or for a clean dry run (which observed nothing, so it is never a pass); 1 for fail or error."""
     return 0 if verdict == ("dry-run" if dry_run else "pass") else 1
@@ -80,7 +96,8 @@ def run(
     """Run a runbook headless with papermill; prints the executed notebook's path."""
     from .execute import parse_params, run_runbook
 
-    record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes, break_lock=break_lock)
+    with interruption_exits():
+        record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes, break_lock=break_lock)
     typer.echo(record["output"])
     if dry_run:
         typer.echo("commands the run would send (none were sent):")
@@ -100,7 +117,9 @@ def promote(
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
     from .promote import promote_shown
 
-    raise typer.Exit(0 if promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes, break_lock=break_lock).ok else 1)
+    with interruption_exits():
+        promotion = promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes, break_lock=break_lock)
+    raise typer.Exit(0 if promotion.ok else 1)
 
 
 @app.command("lint")
@@ -189,19 +208,20 @@ def speed(
 @audit_app.callback()
 def audit(
     ctx: typer.Context,
-    lane: Optional[str] = typer.Option(None, "--lane"),
-    as_json: bool = typer.Option(False, "--json"),
+    lane: Optional[str] = typer.Option(None, "--lane", help="only this lane's runs"),
+    runbook: Optional[str] = typer.Option(None, "--runbook", help="only this runbook's runs"),
+    as_json: bool = typer.Option(False, "--json", help="print the records (a JSON list), not the table"),
 ):
-    """List recorded runs; `audit verify` re-hashes every output."""
+    """List recorded runs (lane, runbook, verdict, duration, key figures, promotion); `audit verify` re-hashes every output."""
     if ctx.invoked_subcommand:
         return
-    from .audit import print_runs, read_runs
+    from .audit import print_runs, read_runs, running_runs
 
-    runs = read_runs(lane=lane)
+    runs = read_runs(lane=lane, runbook=runbook)
     if as_json:
         typer.echo(json.dumps(runs, indent=2))
     else:
-        print_runs(runs)
+        print_runs(runs, [r for r in running_runs() if lane in (None, r["lane"]) and runbook in (None, r["runbook"])])
 
 
 @audit_app.command("verify")

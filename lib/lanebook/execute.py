@@ -7,12 +7,22 @@ step's "what to do next" as the record's `fix`); a StepFailed is "fail"; any oth
 notebook that never emits a verdict, is "error".
 A dry run observed nothing on the lane, so its record says "dry-run" (or "fail" when a check made on
 this machine failed), never "pass".
+
+However a run ends it is recorded (lanebook.audit keeps a pending record from the start, for a run killed
+outright): a dead kernel, Ctrl-C, SIGTERM or SIGHUP, or a crash of lanebook itself is "error", naming why,
+with the notebook as far as papermill saved it (after every cell) and a note on it saying the run stopped.
+Secrets come from the environment, never as parameters: a parameter that names or holds one is refused.
 """
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
+import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -21,11 +31,11 @@ import nbformat
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .audit import append_run, sha256_file
+from .audit import begin_run, discard_run, finish_run, now
 from .errors import LanebookError
 from .params import lane_path, load_lane
 from .paths import REPO, RUNBOOKS_DIR, outputs_dir
-from .redact import redact_data
+from .redact import names_secret, redact, redact_data
 from .runbook import VERDICT_MIME
 
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
@@ -72,10 +82,6 @@ def _git_commit() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
     # Hex with a letter first: `-p restore=RUN_ID` is read as YAML, where 12345678 or 1234e567 would be numbers.
     run_id = "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
@@ -84,6 +90,16 @@ def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(exist_ok=False)  # claim the name: never overwrite an earlier record
     return run_id, path
+
+
+def refuse_secret_parameters(params: dict[str, Any]) -> None:
+    """Secrets come from the environment, never as parameters: papermill writes parameters into the executed
+    notebook, which is published. A key naming a secret, or a value redaction would change, is refused."""
+    for key, value in params.items():
+        if names_secret(key) or redact(str(value)) != str(value):
+            env_name = "HF_TOKEN" if str(value).startswith("hf_") else key.upper()
+            raise LanebookError(f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
+                                f"notebook); set {env_name} in the environment instead, where the runbook reads it")
 
 
 def read_verdict(path: Path) -> Optional[dict]:
@@ -108,13 +124,150 @@ def record_verdict(emitted: Optional[str], dry_run: bool) -> str:
     return "dry-run" if dry_run and emitted == "pass" else emitted
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like SIGINT's KeyboardInterrupt, so a stopped run records itself."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by a signal after its record was written (verdict error); carries the record."""
+
+    def __init__(self, record: dict, signum: int):
+        super().__init__(f"{signal.Signals(signum).name}: run {record['run_id']} recorded as {record['verdict']}")
+        self.record, self.signum = record, signum
+
+
+@contextmanager
+def signals_raised():
+    """SIGTERM and SIGHUP raise Interrupted while a notebook runs (SIGINT already raises KeyboardInterrupt);
+    only the main thread can take signals, so elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextmanager
+def signals_deferred():
+    """Hold SIGINT, SIGTERM and SIGHUP while the record is written, so a second Ctrl-C cannot cut it short."""
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How papermill's execution ended: the verdict it implies (None: read it from the notebook), the step or
+    cell that stopped it, and why the run did not finish when it did not (noted on the notebook)."""
+    emitted: Optional[str] = None
+    failed_step: Optional[str] = None
+    unfinished: Optional[str] = None
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any]) -> Outcome:
+    """Run the notebook with papermill into OUTPUT (saved after every cell); how it ended, never raising for it."""
+    import papermill
+    from nbclient.exceptions import DeadKernelError
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(str(notebook), str(output), parameters=parameters,
+                                   kernel_name="python3", progress_bar=False, cwd=str(REPO),
+                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
+    except PapermillExecutionError as exc:
+        if exc.ename == "StepFailed":
+            return Outcome("fail", str(exc.evalue).split(":", 1)[0])
+        return Outcome(None, f"cell {exc.exec_count}: {exc.ename}")
+    except DeadKernelError as exc:
+        return Outcome(None, f"the kernel died: {exc}", unfinished="the notebook's kernel died")
+    except Exception as exc:  # noqa: BLE001 - a missing kernel, a broken notebook: still a record
+        why = f"papermill: {type(exc).__name__}: {exc}"[:300]
+        return Outcome(None, why, unfinished=why)
+    return Outcome()
+
+
+def run_result(outcome: Outcome, output: Path, dry_run: bool) -> dict:
+    """The record's result fields from how papermill ended and what the notebook emitted."""
+    emitted, failed_step = outcome.emitted, outcome.failed_step
+    result = read_verdict(output)
+    if result is not None:
+        emitted = result["verdict"]
+        failed_step = failed_step or (result.get("failure") or {}).get("step") \
+            or next((c["step"] for c in result["checks"] if c["outcome"] == "fail"), None)
+    elif emitted is None and failed_step is None:
+        failed_step = "no verdict: the notebook ended without rb.finish()"
+    return {
+        "verdict": record_verdict(emitted, dry_run),
+        "failed_step": failed_step,
+        "fix": ((result or {}).get("failure") or {}).get("fix"),  # what to do next, named by the failed step
+        "figures": (result or {}).get("figures", {}),
+        "confirmations": (result or {}).get("confirmations", []),  # who let destructive steps go ahead
+        "commands": (result or {}).get("commands", []),  # a dry run's recorded command lines, for the terminal
+    }
+
+
+def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
+    """The result of a run stopped by a signal, a refusal or a crash of lanebook itself: error, saying which;
+    the figures the notebook emitted before it, if any."""
+    if isinstance(exc, KeyboardInterrupt):
+        name = signal.Signals(exc.signum).name if isinstance(exc, Interrupted) else "SIGINT"
+        why = f"interrupted: {name}" + (" (Ctrl-C)" if name == "SIGINT" else "")
+    elif isinstance(exc, LanebookError):  # a refusal named by the library, not a bug
+        why = f"stopped: {exc}"[:300]
+    else:
+        why = f"crash: {type(exc).__name__}: {exc}"[:300]
+    emitted = read_verdict(output) or {}
+    return {"verdict": "error", "failed_step": why, "fix": None, "figures": emitted.get("figures", {}),
+            "confirmations": emitted.get("confirmations", [])}, why
+
+
+def start_record(runbook: str, lane, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
+    """Claim the run's output name and write its pending record (so even a killed run is recorded)."""
+    run_id, output = _new_output(lane.name, runbook)
+    return begin_run({
+        "run_id": run_id, "runbook": runbook, "lane": lane.name, "twin": lane.twin, "dry_run": dry_run,
+        "started_at": now(), "finished_at": None, "duration_s": None, "verdict": None, "failed_step": None, "fix": None,
+        "output": str(output.relative_to(outputs_dir())), "sha256": None, "params": redact_data(params),
+        "git_commit": _git_commit(), "figures": {}, "confirmations": [], **(link or {}),
+    })
+
+
+def end_record(pending: dict, result: dict, began: float, unfinished: Optional[str] = None) -> dict:
+    """Write the run's one index line (signals held meanwhile); returns the record."""
+    with signals_deferred():
+        return finish_run(pending, {"finished_at": now(), "duration_s": round(time.monotonic() - began, 1), **result},
+                          unfinished)
+
+
 def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False,
                 link: Optional[dict] = None, break_lock: bool = False) -> dict:
     """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...).
     A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.lock); refused, it leaves
-    nothing behind."""
+    nothing behind.
+
+    However the run ends, it leaves its record: a signal (SIGINT, SIGTERM, SIGHUP) or a crash is recorded as
+    error and then raised again (a signal as RunInterrupted, carrying the record)."""
     notebook = runbook_path(runbook)
     lane_params = load_lane(lane)
+    refuse_secret_parameters(params)
     accepted = notebook_parameters(notebook) - RESERVED
     unknown = sorted(set(params) - accepted)
     if unknown:
@@ -124,59 +277,29 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     if "confirm" in accepted:
         params = {"confirm": yes or lane_params.twin, **params}
 
-    run_id, output = _new_output(lane_params.name, runbook)
-    lane_arg = str(lane_path(lane).resolve())
-    started = _now()
-    emitted, failed_step, figures = None, None, {}
-    import papermill
-    from papermill.exceptions import PapermillExecutionError
-
     from .lock import LockRefused, hold_lane_pair
 
+    began = time.monotonic()
+    pending = start_record(runbook, lane_params, params, dry_run, link)
+    output = outputs_dir() / pending["output"]
+    parameters = {"lane": str(lane_path(lane).resolve()), "dry_run": dry_run, **params}
     try:
-        with hold_lane_pair(lane_params, runbook, run_id, needed=runbook in CHANGING and not dry_run, break_lock=break_lock):
-            papermill.execute_notebook(str(notebook), str(output), parameters={"lane": lane_arg, "dry_run": dry_run, **params},
-                                       kernel_name="python3", progress_bar=False, cwd=str(REPO),
-                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
+        # The lock outside: while the notebook runs, SIGTERM raises Interrupted here (recorded), not the lock's exit.
+        with hold_lane_pair(lane_params, runbook, pending["run_id"], needed=runbook in CHANGING and not dry_run,
+                            break_lock=break_lock), signals_raised():
+            outcome = execute_notebook(notebook, output, parameters)
+        result = run_result(outcome, output, dry_run)
     except LockRefused:
-        output.unlink()  # nothing ran: no record, and the claimed name is given back
+        discard_run(pending)  # nothing ran: no record, and the claimed name is given back
         raise
-    except PapermillExecutionError as exc:
-        if exc.ename == "StepFailed":
-            emitted, failed_step = "fail", str(exc.evalue).split(":", 1)[0]
-        else:
-            failed_step = f"cell {exc.exec_count}: {exc.ename}"
-    except Exception as exc:  # noqa: BLE001 - a dead or missing kernel still leaves a record
-        failed_step = f"papermill: {type(exc).__name__}: {exc}"[:300]
-    result = read_verdict(output)
-    if result is not None:
-        emitted, figures = result["verdict"], result["figures"]
-        failed_step = failed_step or (result.get("failure") or {}).get("step") \
-            or next((c["step"] for c in result["checks"] if c["outcome"] == "fail"), None)
-    elif emitted is None and failed_step is None:
-        failed_step = "no verdict: the notebook ended without rb.finish()"
-    verdict = record_verdict(emitted, dry_run)
-    record = {
-        "run_id": run_id,
-        "runbook": runbook,
-        "lane": lane_params.name,
-        "twin": lane_params.twin,
-        "dry_run": dry_run,
-        "started_at": started,
-        "finished_at": _now(),
-        "verdict": verdict,
-        "failed_step": failed_step,
-        "fix": ((result or {}).get("failure") or {}).get("fix"),  # what to do next, named by the failed step
-        "output": str(output.relative_to(outputs_dir())),
-        "sha256": sha256_file(output),
-        "params": redact_data(params),
-        "git_commit": _git_commit(),
-        "figures": figures,
-        "confirmations": (result or {}).get("confirmations", []),  # who let destructive steps go ahead
-        **(link or {}),
-    }
-    append_run(record)
-    commands = result["commands"] if result else []  # a dry run's recorded command lines, for the terminal
+    except BaseException as exc:
+        stopped, why = stopped_result(exc, output)
+        record = end_record(pending, stopped, began, unfinished=why)
+        if isinstance(exc, KeyboardInterrupt):
+            raise RunInterrupted({**record, "output": str(output)}, getattr(exc, "signum", signal.SIGINT)) from exc
+        raise
+    commands = result.pop("commands")
+    record = end_record(pending, result, began, unfinished=outcome.unfinished)
     return {**record, "output": str(output), "commands": commands}
 
 
