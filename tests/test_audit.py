@@ -1,5 +1,6 @@
 """The audit trail (lanebook.audit): outputs/runs.jsonl, verification of every record, and how runs are shown:
-a dry run observed nothing, so it is shown apart from passes and never counted as one."""
+a dry run observed nothing, so it is shown apart from passes and never counted as one. A run's pending record
+makes even a killed run land (once); concurrent appends never interleave or lose a line."""
 import io
 import json
 import os

@@ -1,10 +1,18 @@
 """Headless runs (lanebook.execute): papermill executes a runbook notebook and the run leaves a record whose
 verdict says what was established: pass, fail (a check failed), error, or dry-run (nothing observed).
 
+However a run ends it leaves one record: a dead kernel, Ctrl-C, SIGTERM, SIGKILL (finalized by the next reader),
+a crash. Secrets never become parameters, and planted ones reach no notebook, record or book page.
+
 The notebooks here are small ones written by the tests into a runbooks dir of their own; the shipped
 runbooks run end to end in test_runbooks.py. Records go to a temporary outputs dir (LANEBOOK_OUTPUTS).
 """
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -233,13 +241,8 @@ def _gone(pid):
 @pytest.fixture(scope="module")
 def stopped_runs(tmp_path_factory):
     """Three `lanebook run`s stopped in their slow step, at once: Ctrl-C (SIGINT to the process group, as a terminal
-    sends it), SIGTERM and SIGKILL to the lanebook process. Returns {signal: (process, outputs dir, kernel pid)}."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
+    sends it), SIGTERM and SIGKILL to the lanebook process. Returns {signal: (exit code, stdout, stderr, outputs dir,
+    kernel pid)}."""
     base = tmp_path_factory.mktemp("stopped")
     folder = base / "runbooks"
     folder.mkdir()
@@ -289,9 +292,6 @@ def _partial_notebook_of(record, outputs):
 
 @pytest.mark.parametrize("name, code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_a_signal_mid_step_is_recorded_as_error_with_its_partial_notebook(stopped_runs, monkeypatch, name, code):
-    import signal
-    import time
-
     returncode, out, err, outputs, kernel = stopped_runs[signal.Signals[name]]
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
     (record,) = read_runs()
@@ -309,9 +309,6 @@ def test_a_signal_mid_step_is_recorded_as_error_with_its_partial_notebook(stoppe
 
 
 def test_a_sigkilled_run_is_recorded_as_killed_by_the_next_reader(stopped_runs, monkeypatch):
-    import signal
-    import time
-
     returncode, out, err, outputs, kernel = stopped_runs[signal.SIGKILL]
     assert returncode == -signal.SIGKILL and (outputs / ".pending").is_dir() and not (outputs / "runs.jsonl").exists()
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))

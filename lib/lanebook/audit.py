@@ -229,7 +229,7 @@ def _pending_records() -> list[tuple[Path, dict]]:
         try:
             found.append((path, json.loads(path.read_text())))
         except (OSError, json.JSONDecodeError):
-            continue  # written atomically, so only a file being replaced right now: its writer still lives
+            continue  # begin_run writes atomically, so this is no pending record of ours
     return found
 
 
