@@ -167,18 +167,6 @@ def test_live_runs_and_other_hosts_runs_are_left_running(outputs):
     assert sorted(r["run_id"] for r in audit.running_runs()) == ["eeee0004", "eeee0005"]
 
 
-def test_process_alive_tells_a_dead_pid_a_zombie_and_a_reused_pid():
-    me = os.getpid()
-    assert audit.process_alive(me, audit._process_start(me)) and audit.process_alive(me, None)
-    assert not audit.process_alive(me, "1")  # the pid, but a process started at another time: the pid was reused
-    assert not audit.process_alive(dead_pid(), None)
-    zombie = subprocess.Popen(["true"])
-    while Path(f"/proc/{zombie.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-        time.sleep(0.01)
-    assert not audit.process_alive(zombie.pid, None)
-    zombie.wait()
-
-
 def test_a_line_cut_short_stays_apart_and_verify_names_it(outputs, printed):
     record(outputs, "ffff0001", "pass")
     with open(outputs / "runs.jsonl", "a") as index:

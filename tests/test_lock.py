@@ -74,11 +74,6 @@ def test_an_unreadable_record_goes_by_the_default_lease():
         f"its heartbeat is {lock.LEASE_S + 1} s old, past its {lock.LEASE_S} s lease"
 
 
-def test_a_dead_process_is_told_from_a_live_one():
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    assert lock.process_alive(os.getpid()) and not lock.process_alive(int(done.stdout)) and not lock.process_alive(0)
-
-
 # --- the commands, run by a real shell in a home of the test's own ---
 
 class ShellHead:

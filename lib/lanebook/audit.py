@@ -34,6 +34,7 @@ from rich.markup import escape
 from .errors import LanebookError
 from .files import write_atomic
 from .paths import outputs_dir
+from .processes import process_alive, process_start
 from .redact import redact_data, redact_notebook
 
 console = Console()
@@ -132,37 +133,9 @@ def _index_lines() -> list[tuple[int, Optional[dict]]]:
 
 # --- a run's life: pending, then one line ----------------------------------------------------------------
 
-def _process_start(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None where /proc is absent."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def process_alive(pid: int, started: Optional[str]) -> bool:
-    """Whether PID still runs the process that wrote a pending record: a zombie, or a reused pid (another start
-    time), is not it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc here: ask the kernel whether the pid exists
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    fields = stat.rsplit(")", 1)[1].split()
-    return fields[0] not in ("Z", "X") and (started is None or fields[19] == started)
-
-
 def begin_run(record: dict) -> dict:
     """Write the run's pending record (atomically) before its notebook starts; returns it."""
-    pending = {**record, "host": socket.gethostname(), "pid": os.getpid(), "pid_started": _process_start(os.getpid())}
+    pending = {**record, "host": socket.gethostname(), "pid": os.getpid(), "pid_started": process_start(os.getpid())}
     write_atomic(_pending_path(record["run_id"]), json.dumps(pending, indent=1) + "\n")
     return pending
 

@@ -43,6 +43,7 @@ from .errors import LanebookError
 from .nodes import Lane, Node, NodeError, q
 from .params import LaneParams
 from .plugins import prepare_lane
+from .processes import process_alive
 
 LOCK_DIR = "~/.lanebook"
 LOCK_FILE = f"{LOCK_DIR}/lane-pair.lock"
@@ -133,18 +134,6 @@ def stale_reason(found: Found, local_host: str, pid_alive: Callable[[int], bool]
     if found.heartbeat_age_s > lease:
         return f"its heartbeat is {found.heartbeat_age_s} s old, past its {lease} s lease"
     return None
-
-
-def process_alive(pid: int) -> bool:
-    if pid <= 0:  # os.kill would signal a process group, not a process
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
 
 
 def take_command(holder: Holder) -> str:

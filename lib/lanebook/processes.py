@@ -1,0 +1,37 @@
+"""Is a local process still the one that wrote a record? Used by the audit trail (a killed run's pending
+record) and the lane-pair lock (a stale holder on this machine)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+
+def process_start(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None where /proc is absent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_alive(pid: int, started: Optional[str] = None) -> bool:
+    """Whether PID still runs (and, given STARTED, is the process that started then): a zombie, or a reused pid
+    (another start time), is not it. A pid <= 0 never is (os.kill would signal a process group)."""
+    if pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: ask the kernel whether the pid exists
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's process: alive
+            return True
+        return True
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] not in ("Z", "X") and (started is None or fields[19] == started)
