@@ -10,22 +10,24 @@ reachable from here.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..errors import LanebookError
 from ..params import LaneParams, lane_names, load_lane
 from ..paths import twin_dir
 from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
                     start_sshd, wait_for_ssh, write_node, write_state)
-from .standins.machine import init_node
-from .standins.runtime import containers, stop_all_containers
+from .standins.machine import NodeMachine, init_node
+from .standins.runtime import containers, power_off, stop_all_containers
 from .tree import HubModel, hub_root, write_checkout, write_hub_model
 
 FAULTS = {
@@ -167,6 +169,41 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     return status()
 
 
+def free_ports(count: int) -> list[int]:
+    """Unprivileged ports free on both nodes' addresses, for a private twin."""
+    addresses = TwinAddresses()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randint(30000, 60000)
+        if port not in ports and not any(_port_taken(ip, port) for ip in (addresses.head_ip, addresses.worker_ip)):
+            ports.append(port)
+    return ports
+
+
+PRIVATE_TWIN_VARIABLES = ("LANEBOOK_TWIN_DIR", "LANEBOOK_TWIN_SSH_PORT", "LANEBOOK_TWIN_API_PORT", "LANEBOOK_TWIN_MASTER_PORT")
+
+
+@contextmanager
+def private_twin(state_dir: Path, faults: Iterable[str]) -> Iterator[dict]:
+    """A fast twin with `faults`, its own state dir and ports, beside the shared one (which stays untouched):
+    faults are fixed when a twin comes up, and restarting the shared twin would pull it from under its users.
+    This process points lanebook (and the runs it starts) at it until it is taken down, always, after."""
+    env = dict(zip(PRIVATE_TWIN_VARIABLES, [str(state_dir), *map(str, free_ports(3))]))
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield up(faults=faults, fast=True)
+    finally:
+        try:
+            down()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def _process_table() -> dict[int, int]:
     """pid -> parent pid of every live process."""
     table = {}
@@ -248,6 +285,56 @@ def down() -> None:
         raise LanebookError(f"twin down: processes still running: {', '.join(map(str, sorted(remaining)))}")
     if state:
         write_state(lay, {**state, "running": False, "pids": {}})
+
+
+def node_processes(alias: str) -> set[int]:
+    """Processes running on one node: its sshd and every session under it, and what they started (their
+    environment names the node's root), containers included."""
+    lay = layout()
+    roots = {str(lay.node(alias)), str(lay.node(alias).resolve())}
+    markers = {f"LANEBOOK_NODE_ROOT={root}\0".encode() for root in roots}
+    table = _process_table()
+    sshd = read_state(lay).get("pids", {}).get(alias)
+    found = ({int(sshd)} | _descendants(int(sshd), table)) if sshd and _is_twin_sshd(sshd, lay.root) else set()
+    for pid in table.keys() - _ancestors(os.getpid(), table):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if any(marker in environ for marker in markers):
+            found.add(pid)
+    return found
+
+
+def reboot(alias: str) -> dict:
+    """The node reboots: its processes end at once (the lane's containers without their clean-up, its ssh
+    sessions), /dev/shm and the page cache are emptied, enabled units run again, its files stay; its sshd
+    comes back (unless it was not running, fault worker-unreachable). The twin's status after."""
+    if alias not in ALIASES:
+        raise LanebookError(f"unknown twin node {alias} (known: {', '.join(ALIASES)})")
+    lay = layout()
+    state = read_state(lay)
+    if not status()["running"]:
+        raise LanebookError("the twin is not running: start it with `lanebook twin up`")
+    _say(f"rebooting {alias}")
+    had_sshd = alias in state.get("pids", {})
+    power_off(lay.node(alias))
+    targets = node_processes(alias)
+    _kill(targets, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while (targets := {pid for pid in targets if _alive(pid)}) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if targets:
+        raise LanebookError(f"twin reboot {alias}: processes still running: {', '.join(map(str, sorted(targets)))}")
+    if alias in _started:
+        _started.pop(alias).poll()
+    NodeMachine(lay.node(alias)).boot()
+    if had_sshd:
+        _started[alias] = start_sshd(lay, alias)
+        state["pids"][alias] = _started[alias].pid
+        write_state(lay, state)
+        wait_for_ssh(lay, alias)
+    return status()
 
 
 def answers_ssh(ip: str, port: int, timeout_s: float = 2.0) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -166,6 +167,20 @@ class NodeMachine:
             marker.touch()
         else:
             marker.unlink(missing_ok=True)
+
+    def boot(self) -> None:
+        """What a reboot leaves: /dev/shm empty (a tmpfs), the page cache and the sticky residue gone, and the
+        units running that are enabled (and not masked); files on disk stay as they were."""
+        for segment in self.shm.iterdir() if self.shm.is_dir() else ():
+            shutil.rmtree(segment) if segment.is_dir() and not segment.is_symlink() else segment.unlink()
+        self.memory()  # a drop written before the reboot is seen, so the next write is again news
+        state = read_json(self._memory_file, {"drop_seen_ns": 0})
+        write_json(self._memory_file, {**state, "cache_gib": PAGE_CACHE_FLOOR_GIB, "sticky_gib": 0.0})
+        for name in self.active_units():
+            self.set_active(name, False)
+        for name in self.known_units():
+            if self.state(name).enabled == "enabled":
+                self.set_active(name, True)
 
     def known_units(self) -> list[str]:
         names = set(self.active_units())

@@ -215,6 +215,24 @@ def remove_container(container: Container) -> None:
     container.dir.rmdir()
 
 
+def power_off(root: Path) -> list[str]:
+    """The node loses power or reboots: every running container's processes end at once, with no clean-up and
+    no exit code of their own (docker then shows them exited, 137). The names of those that were running.
+
+    The twin's dockerd starts nothing again at boot, as with the restart policy `no`; the recipe's compose file
+    defaults to `unless-stopped`, under which a real dockerd would start these containers again."""
+    stopped = []
+    for container in containers(root):
+        if container.running:
+            signal_group(container.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while container.session_pids() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            write_json(container.dir / "record.json", {**container.record, "finished_at": time.time()})
+            stopped.append(container.name)
+    return stopped
+
+
 def stop_all_containers(root: Path, grace_s: float = 5.0) -> None:
     """`twin down`: stop and remove every container on a node."""
     for container in containers(root):

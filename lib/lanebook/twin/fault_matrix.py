@@ -1,0 +1,186 @@
+"""The fault matrix: every twin fault, the runbook that meets it and what that run must end in.
+
+One row per fault of `lanebook twin up --faults` (control.FAULTS) and one for a node rebooting between two
+runbooks (control.reboot): on a private fast twin with that fault, what happens first (`setup`), the runbook
+that meets the fault with its short parameters, the verdict and failed step its record must carry, the
+message it must show (naming the pitfall where the registry has one), the runbook its fix names (run next,
+it must pass), the state the nodes must be in afterwards, and a bound in seconds for detecting the fault and
+reporting it (the meeting run, start to record, on the fast twin). tests/test_fault_matrix.py runs every row
+(lanebook.twin.fault_runs) and holds it to this data; benchmarks/fault_matrix.py times them against their
+bounds; the book's fault page is this table. The twin's figures are twin figures, never a real lane's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+from ..pitfalls import pitfall
+from .control import FAULTS
+
+NODE_REBOOTS = "worker-reboots"  # not a fault of `twin up`: control.reboot("worker") between two runbooks
+
+# What happens on the twin before the meeting runbook (lanebook.twin.fault_runs carries them out).
+SETUPS = {
+    "none": "nothing: the fault is there from `twin up`",
+    "started": "the lane started by its launcher",
+    "started, head dead": "the lane started by its launcher; the head's engine dies a few seconds after ready",
+    "started and stopped": "the lane started, then stopped by the checkout's stop script alone (no cache drop)",
+    "started, worker rebooted": "the lane started by its launcher, then the worker rebooted (control.reboot)",
+}
+# What the nodes must show after the meeting run and its repair (every row also checks that no file of the
+# weights or the checkout was lost on any node, except *.incomplete blobs).
+STATE_CHECKS = {
+    "nothing started": "no container of the lane on the head",
+    "lane cleanly down": "no container of the lane on any node",
+    "lane up": "every node runs the lane's container and /health answers 200",
+    "left for stop": "the lane's containers still run (their logs readable) and /health does not answer 200",
+    "worker tree whole": "the worker's weights verify shard by shard (sha256), no *.incomplete left",
+    "units masked, lane up": "the legacy units masked and inactive on every node, and the lane up",
+}
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    fault: str
+    runbook: str
+    setup: str
+    verdict: str
+    failed_step: Optional[str]
+    message: str  # a fragment of the failure the run shows (of its report, when it passes)
+    pitfall: Optional[str]  # the registry's id; a failure names it in its message or fix
+    state_after: str  # a key of STATE_CHECKS
+    bound_s: float  # detection and report: the meeting run, start to record, on the fast twin
+    params: tuple[str, ...] = ()  # -p KEY=VALUE, short on purpose
+    launcher_env: Mapping[str, int] = field(default_factory=dict)  # the lane's launcher env, changed
+    repair: Optional[str] = None  # the runbook the fix names, run next: it must pass
+
+    @property
+    def about(self) -> str:
+        return "the worker reboots between two runbooks" if self.fault == NODE_REBOOTS else FAULTS[self.fault]
+
+
+ROWS: tuple[FaultRow, ...] = (
+    FaultRow("worker-unreachable", "launch", "none", "fail", "prerequisites",
+             "worker (", None, "nothing started", 30),
+    FaultRow("missing-shard", "launch", "none", "fail", "prerequisites",
+             "weights complete on worker", None, "worker tree whole", 30, repair="weights"),
+    FaultRow("incomplete-shards", "weights", "none", "pass", None,
+             "*.incomplete", None, "worker tree whole", 45),
+    FaultRow("ssh-drop-mid-rsync", "weights", "none", "pass", None,
+             "attempt", None, "worker tree whole", 60),
+    FaultRow("health-never", "launch", "none", "fail", "3 start",
+             "health timeout", "P11", "left for stop", 60, launcher_env={"WAIT_ATTEMPTS": 3, "WAIT_SECONDS": 1}),
+    FaultRow("head-dies", "status", "started, head dead", "fail", "2 containers",
+             "no orphaned worker (P16", "P16", "lane cleanly down", 30, repair="stop"),
+    FaultRow("engine-dies-mid-bench", "speed", "started", "fail", "2 waves probe",
+             "EngineCore encountered an issue", None, "left for stop", 60,
+             params=("workloads=probe", "concurrency=4")),
+    FaultRow("sticky-uma", "launch", "started and stopped", "pass", None,
+             "free memory read back", "P04", "lane up", 90),
+    FaultRow("legacy-units-active", "launch", "none", "pass", None,
+             "(was active)", "P13", "units masked, lane up", 90),
+    FaultRow("prefix-evict", "diagnose", "started", "fail", "1 prefix cache A→B→A",
+             "A→B→A eviction reproduced", None, "lane up", 60, params=("canary=False", "prefix_lines=120")),
+    FaultRow(NODE_REBOOTS, "status", "started, worker rebooted", "fail", "2 containers",
+             "the head does not run without its workers", None, "lane cleanly down", 30, repair="stop"),
+)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one row's runs showed: the meeting run's record and failure message, its repair's record, the
+    state check of the nodes after, files lost, and how long the meeting run took."""
+
+    record: dict
+    failure: str  # the StepFailed message the run showed ("" when it passed)
+    report: str  # everything the executed notebook showed
+    repair_record: Optional[dict]
+    state_ok: bool
+    state_detail: str
+    lost_files: Sequence[str]
+    detection_s: float
+
+
+def mismatches(row: FaultRow, seen: Observed) -> list[str]:
+    """Where what was observed differs from the row, one line each; [] when the row holds."""
+    found = []
+    record = seen.record
+    if (record.get("verdict"), record.get("failed_step")) != (row.verdict, row.failed_step):
+        found.append(f"record: verdict {record.get('verdict')!r}, failed_step {record.get('failed_step')!r} "
+                     f"(expected {row.verdict!r}, {row.failed_step!r})")
+    if record.get("twin") is not True:
+        found.append("record: not marked twin")
+    shown = seen.failure if row.verdict == "fail" else seen.report
+    if row.message not in shown:
+        found.append(f"message: {row.message!r} not in {'the failure' if row.verdict == 'fail' else 'the report'}: "
+                     f"{seen.failure[:300]!r}")
+    if row.verdict == "fail" and not record.get("fix"):
+        found.append("record: a failure with no fix")
+    if row.pitfall and row.verdict == "fail" and row.pitfall not in seen.failure + (record.get("fix") or ""):
+        found.append(f"pitfall: {row.pitfall} named neither in the failure nor in the fix")
+    if row.repair:
+        repaired = seen.repair_record or {}
+        if repaired.get("runbook") != row.repair or repaired.get("verdict") != "pass":
+            found.append(f"repair: `{row.repair}` verdict {repaired.get('verdict')!r}, failed_step "
+                         f"{repaired.get('failed_step')!r} (expected pass)")
+        if f"`{row.repair}`" not in (record.get("fix") or ""):
+            found.append(f"fix: does not name `{row.repair}`: {record.get('fix')!r}")
+    if not seen.state_ok:
+        found.append(f"state after ({row.state_after}): {seen.state_detail}")
+    if seen.lost_files:
+        found.append(f"files lost: {', '.join(seen.lost_files[:5])}")
+    return found
+
+
+def row_problems(row: FaultRow) -> list[str]:
+    """What is wrong with a row as data (names that do not exist, a pitfall the runbook does not meet)."""
+    found = []
+    if row.fault != NODE_REBOOTS and row.fault not in FAULTS:
+        found.append(f"{row.fault}: not a twin fault")
+    if row.setup not in SETUPS:
+        found.append(f"{row.fault}: unknown setup {row.setup!r}")
+    if row.state_after not in STATE_CHECKS:
+        found.append(f"{row.fault}: unknown state check {row.state_after!r}")
+    if (row.verdict == "pass") != (row.failed_step is None):
+        found.append(f"{row.fault}: a failed step exactly when the verdict is fail")
+    if row.pitfall and row.runbook not in pitfall(row.pitfall).runbooks:
+        found.append(f"{row.fault}: the registry does not say `{row.runbook}` meets {row.pitfall}")
+    return found
+
+
+def over_bound(row: FaultRow, detection_s: float) -> bool:
+    return detection_s > row.bound_s
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
+    """The matrix as the book's page, one table row per fault."""
+    lines = [
+        "# Fault matrix",
+        "",
+        "Every fault the twin can inject (`lanebook twin up --faults NAME`) and a node rebooting between two "
+        "runbooks, each met by the runbook named here on a private fast twin. `make test` runs every row "
+        "(`tests/test_fault_matrix.py`) and holds it to exactly this table: the record's verdict and failed step, "
+        "the message the run shows, the runbook its fix names (run next, it must pass) and the state of the nodes "
+        "afterwards. Every row also checks that no file of the weights or the checkout was lost on any node, "
+        "except `*.incomplete` blobs. The bound is for detecting the fault and reporting it (the meeting run, "
+        "start to record, on the fast twin); `benchmarks/fault_matrix.py` prints each row's time against it. "
+        "These are twin runs: their times are twin figures, never a real lane's.",
+        "",
+        "| fault | what it does | before the run | runbook | verdict | failed step | message | pitfall "
+        "| then | state afterwards | bound (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        runbook = f"`{row.runbook}`" + "".join(f" `-p {p}`" for p in row.params)
+        runbook += "".join(f" ({key}={value})" for key, value in row.launcher_env.items())
+        lines.append(" | ".join([
+            f"| `{row.fault}`", _cell(row.about), _cell(SETUPS[row.setup]), runbook, row.verdict,
+            _cell(row.failed_step or "-"), f"`{_cell(row.message)}`",
+            f"{row.pitfall} {_cell(pitfall(row.pitfall).title)}" if row.pitfall else "-",
+            f"`{row.repair}` passes" if row.repair else "-",
+            _cell(STATE_CHECKS[row.state_after]), f"{row.bound_s:g} |"]))
+    return "\n".join(lines) + "\n"

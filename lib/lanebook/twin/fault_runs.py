@@ -1,0 +1,213 @@
+"""Running one row of the fault matrix (lanebook.twin.fault_matrix) against a private fast twin.
+
+The twin comes up with the row's fault (its own state dir and ports, so a shared twin is never touched);
+the row's setup happens; the meeting runbook runs as an operator types it (`lanebook run RUNBOOK --lane FILE
+-p ...`, timed from start to record), then the runbook its fix names; then the nodes are looked at: the
+row's state check, and every file of the weights and the checkout on each node listed before and after.
+What was observed comes back as a fault_matrix.Observed; the caller (the test, the benchmark) judges it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from .. import launcher, memory, weights
+from ..errors import LanebookError
+from ..nodes import Lane, Node, NodeError, qpath
+from ..params import LaneParams, lane_with, load_lane
+from . import control
+from .fault_matrix import NODE_REBOOTS, FaultRow, Observed
+
+LANEBOOK = str(Path(sys.executable).parent / "lanebook")
+RUN_TIMEOUT_S = 600
+SETTLE_S = 60.0  # bounded waits for a state the twin reaches by itself (a dying head, an idle engine)
+
+
+# --- the executed notebook ----------------------------------------------------------------------
+
+def failure_message(notebook: dict) -> str:
+    """The StepFailed message a failed run showed (the failing step, what was expected, what was seen); "" if none."""
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error" and output.get("ename") == "StepFailed":
+                return output.get("evalue", "")
+    return ""
+
+
+def shown_text(notebook: dict) -> str:
+    """Everything the executed notebook showed: streams, Markdown and plain text outputs, errors."""
+    parts = []
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            text = output.get("text") or "".join(output.get("data", {}).get(kind, "") for kind in ("text/markdown", "text/plain"))
+            parts.append("".join(text) if isinstance(text, list) else text)
+            if output.get("output_type") == "error":
+                parts.append(f"{output.get('ename')}: {output.get('evalue')}")
+    return "\n".join(parts)
+
+
+# --- runs ---------------------------------------------------------------------------------------
+
+def run_runbook(workdir: Path, runbook: str, lane_file: Path, params: tuple[str, ...] = ()) -> tuple[dict, float]:
+    """`lanebook run RUNBOOK --lane FILE -p ...` with its outputs in WORKDIR/outputs: its record and wall seconds."""
+    outputs = workdir / "outputs"
+    args = [LANEBOOK, "run", runbook, "--lane", str(lane_file), *(a for p in params for a in ("-p", p))]
+    started = time.monotonic()
+    done = subprocess.run(args, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)})
+    elapsed = time.monotonic() - started
+    if done.returncode not in (0, 1):
+        raise LanebookError(f"`lanebook run {runbook}` exit {done.returncode}: {(done.stderr or done.stdout)[-800:]}")
+    record = json.loads((outputs / "runs.jsonl").read_text().splitlines()[-1])
+    if (done.returncode == 0) != (record["verdict"] == "pass"):
+        raise LanebookError(f"`lanebook run {runbook}` exit {done.returncode} with verdict {record['verdict']}")
+    return record, elapsed
+
+
+def private_lane_file(row: FaultRow, status: dict, path: Path) -> Path:
+    """The twin lane pointed at the private twin's API, its launcher env changed as the row asks."""
+    base = load_lane("twin")
+    launch = base.launcher.model_dump(mode="json")
+    launch["env"] = {**launch["env"], **row.launcher_env}
+    path.write_text(json.dumps(lane_with(base, api=status["api"], launcher=launch).model_dump(mode="json")))
+    return path
+
+
+# --- the nodes ----------------------------------------------------------------------------------
+
+def kept_files(node: Node, params: LaneParams) -> set[str]:
+    """Every file and link of the lane's weights and checkout on a node."""
+    roots = " ".join(qpath(p) for p in (params.weights.hub_dir, params.checkout))
+    return set(node.run(f"find {roots} -type f -o -type l 2>/dev/null; true").stdout.split("\n")) - {""}
+
+
+def reachable_nodes(lane: Lane) -> list[Node]:
+    """The nodes that answer ssh (a worker with fault worker-unreachable does not)."""
+    found = []
+    for node in lane.nodes:
+        try:
+            node.run("true")
+            found.append(node)
+        except NodeError:
+            pass
+    return found
+
+
+def _until(condition: Callable[[], bool], within_s: float = SETTLE_S) -> bool:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+def _started(lane: Lane) -> None:
+    started = launcher.start_lane(lane)
+    if not started.ok:
+        raise LanebookError(f"setup: the launcher did not bring the lane up: {started.summary()}")
+
+
+def _head_dead(lane: Lane) -> None:
+    launcher.start_lane(lane)  # may see the head die before its chat request: what matters is what follows
+    if not _until(lambda: launcher.lane_containers(lane).state == launcher.ORPHANED_WORKER):
+        raise LanebookError(f"setup: the head did not die: {launcher.lane_containers(lane).summary()}")
+
+
+def _started_and_stopped(lane: Lane) -> None:
+    _started(lane)
+    if not launcher.stop_lane(lane).launcher.ok:
+        raise LanebookError("setup: the stop script failed")
+    if memory.check_sticky_uma(lane):
+        raise LanebookError("setup: no memory stayed held after the stop (fault sticky-uma)")
+
+
+def _worker_rebooted(lane: Lane) -> None:
+    _started(lane)
+    control.reboot("worker")
+
+
+SETUP_ACTIONS: dict[str, Callable[[Lane], None]] = {
+    "none": lambda lane: None,
+    "started": _started,
+    "started, head dead": _head_dead,
+    "started and stopped": _started_and_stopped,
+    "started, worker rebooted": _worker_rebooted,
+}
+
+
+def _on_head_only(lane: Lane) -> tuple[bool, str]:
+    running = launcher.running_containers(lane, [lane.head])
+    return not running[lane.head.alias], f"head: {', '.join(running[lane.head.alias]) or 'none'}"
+
+
+def _cleanly_down(lane: Lane) -> tuple[bool, str]:
+    containers = launcher.lane_containers(lane)
+    return containers.state == launcher.LANE_DOWN, f"{containers.state}: {containers.summary()}"
+
+
+def _up(lane: Lane) -> tuple[bool, str]:
+    containers, api = launcher.lane_containers(lane), launcher.ask_api(lane)
+    return containers.state == launcher.LANE_UP and bool(api.healthy), f"{containers.state}; {api.detail}"
+
+
+def _left_for_stop(lane: Lane) -> tuple[bool, str]:
+    containers, api = launcher.lane_containers(lane), launcher.ask_api(lane, timeout_s=2.0)
+    return containers.state == launcher.LANE_UP and not api.healthy, f"{containers.state}; {api.detail}"
+
+
+def _worker_tree_whole(lane: Lane) -> tuple[bool, str]:
+    report = weights.verify_weights(lane.node("worker"), lane.params.weights, sha256=True)
+    return report.ok and report.sha256_checked == lane.params.weights.shards, report.summary()
+
+
+def _units_masked_lane_up(lane: Lane) -> tuple[bool, str]:
+    units = list(lane.params.legacy_units)
+    states = {node.alias: memory.parse_unit_states(node.run(memory.unit_probe(units)).stdout) for node in lane.nodes}
+    masked = all(states[a].get(u) == ("inactive", "masked") for a in states for u in units)
+    up, detail = _up(lane)
+    return masked and up, f"units {states}; {detail}"
+
+
+STATE_ACTIONS: dict[str, Callable[[Lane], tuple[bool, str]]] = {
+    "nothing started": _on_head_only,
+    "lane cleanly down": _cleanly_down,
+    "lane up": _up,
+    "left for stop": _left_for_stop,
+    "worker tree whole": _worker_tree_whole,
+    "units masked, lane up": _units_masked_lane_up,
+}
+
+
+def lost(before: dict[str, set[str]], after: dict[str, set[str]]) -> list[str]:
+    """Files present before and gone after, per node, except unfinished downloads (*.incomplete)."""
+    return sorted(f"{alias}:{path}" for alias, paths in before.items()
+                  for path in paths - after.get(alias, set()) if not path.endswith(".incomplete"))
+
+
+def run_row(row: FaultRow, workdir: Path) -> Observed:
+    """The row on its own private twin (always taken down after): its runs and what the nodes show after."""
+    import nbformat
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    faults = [] if row.fault == NODE_REBOOTS else [row.fault]
+    with control.private_twin(workdir / "twin", faults) as status:
+        lane_file = private_lane_file(row, status, workdir / "lane.json")
+        params = load_lane(lane_file)
+        with Lane(params) as lane:
+            before = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
+            SETUP_ACTIONS[row.setup](lane)
+        record, detection_s = run_runbook(workdir, row.runbook, lane_file, row.params)
+        notebook = nbformat.read(workdir / "outputs" / record["output"], as_version=4)
+        repair_record: Optional[dict] = run_runbook(workdir, row.repair, lane_file)[0] if row.repair else None
+        with Lane(params) as lane:
+            state_ok, state_detail = STATE_ACTIONS[row.state_after](lane)
+            after = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
+    return Observed(record=record, failure=failure_message(notebook), report=shown_text(notebook),
+                    repair_record=repair_record, state_ok=state_ok, state_detail=state_detail,
+                    lost_files=lost(before, after), detection_s=detection_s)
