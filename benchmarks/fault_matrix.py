@@ -36,6 +36,7 @@ def main() -> int:
             flagged += bool(problems) or slow
             print(f"{row.fault:<22} {row.runbook:<9} {seen.record['verdict']:<8} {seen.detection_s:>22.1f} "
                   f"{row.bound_s:>10g}  {'yes' if not problems else 'NO'}{'  ABOVE BOUND' if slow else ''}", flush=True)
+            print(f"    shows: {(seen.failure or 'passed').splitlines()[0][:200]}")
             for problem in problems:
                 print(f"    {problem}")
     print(f"(twin figures; {len(rows)} rows, {flagged} flagged)")

@@ -62,7 +62,7 @@ troubleshooting_table("launch")
 # ## Prerequisites
 
 # %%
-with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane'):
+with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again'):
     report = lint_lane_checkout(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
     rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
                                                                    if f.severity == "error") or report.linted_summary(),
@@ -111,18 +111,21 @@ with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop 
 # ## Step 3 — Start the lane from the head
 # `PROJECT_NAME=… WAIT_ATTEMPTS=… WAIT_SECONDS=… ./start-deepseek-v4-flash-dspark.sh`.
 # Expected: launcher exit 0, which it gives once `/v1/models` answers and a minimal chat request
-# succeeds. Otherwise its outcome says why: refused configuration (exit 2, or a required key missing),
-# missing env file, worker unreachable, image missing, health timeout (it prints the last 120 log lines
-# of both ranks), interrupted. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
+# succeeds; then `/health` 200, which the launcher never asks (an engine that is not alive answers 503).
+# Otherwise its outcome says why: refused configuration (exit 2, or a required key missing), missing env
+# file, worker unreachable, image missing, health timeout (it prints the last 120 log lines of both
+# ranks), interrupted. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
 
 # %%
-with rb.step("3 start", fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again"):
+with rb.step("3 start", fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again"):
     if already_up:
         rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
     else:
         started = launcher.start_lane(rb.lane)
         rb.record(launcher_outcome=started.outcome, seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
         rb.expect(started.ok, "launcher reports the lane up", started.summary())
+    api = launcher.ask_api(rb.lane)  # the launcher polls /v1/models only; vLLM answers /health 503 while its engine is not alive
+    rb.expect(api.healthy, "/health answers 200", api.detail)
 
 # %% [markdown]
 # ## Step 4 — Check the startup log

@@ -11,8 +11,8 @@ bounds; the book's fault page is this table. The twin's figures are twin figures
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 from ..pitfalls import pitfall
 from .control import FAULTS
@@ -51,7 +51,6 @@ class FaultRow:
     state_after: str  # a key of STATE_CHECKS
     bound_s: float  # detection and report: the meeting run, start to record, on the fast twin
     params: tuple[str, ...] = ()  # -p KEY=VALUE, short on purpose
-    launcher_env: Mapping[str, int] = field(default_factory=dict)  # the lane's launcher env, changed
     repair: Optional[str] = None  # the runbook the fix names, run next: it must pass
 
     @property
@@ -61,7 +60,7 @@ class FaultRow:
 
 ROWS: tuple[FaultRow, ...] = (
     FaultRow("worker-unreachable", "launch", "none", "fail", "prerequisites",
-             "worker (", None, "nothing started", 30),
+             "unreachable", None, "nothing started", 30),
     FaultRow("missing-shard", "launch", "none", "fail", "prerequisites",
              "weights complete on worker", None, "worker tree whole", 30, repair="weights"),
     FaultRow("incomplete-shards", "weights", "none", "pass", None,
@@ -69,7 +68,7 @@ ROWS: tuple[FaultRow, ...] = (
     FaultRow("ssh-drop-mid-rsync", "weights", "none", "pass", None,
              "attempt", None, "worker tree whole", 60),
     FaultRow("health-never", "launch", "none", "fail", "3 start",
-             "health timeout", "P11", "left for stop", 60, launcher_env={"WAIT_ATTEMPTS": 3, "WAIT_SECONDS": 1}),
+             "/health answers 200", None, "left for stop", 60),
     FaultRow("head-dies", "status", "started, head dead", "fail", "2 containers",
              "no orphaned worker (P16", "P16", "lane cleanly down", 30, repair="stop"),
     FaultRow("engine-dies-mid-bench", "speed", "started", "fail", "2 waves probe",
@@ -176,7 +175,6 @@ def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
     ]
     for row in rows:
         runbook = f"`{row.runbook}`" + "".join(f" `-p {p}`" for p in row.params)
-        runbook += "".join(f" ({key}={value})" for key, value in row.launcher_env.items())
         lines.append(" | ".join([
             f"| `{row.fault}`", _cell(row.about), _cell(SETUPS[row.setup]), runbook, row.verdict,
             _cell(row.failed_step or "-"), f"`{_cell(row.message)}`",

@@ -9,12 +9,15 @@ What was observed comes back as a fault_matrix.Observed; the caller (the test, t
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from .. import launcher, memory, weights
 from ..errors import LanebookError
@@ -69,12 +72,9 @@ def run_runbook(workdir: Path, runbook: str, lane_file: Path, params: tuple[str,
     return record, elapsed
 
 
-def private_lane_file(row: FaultRow, status: dict, path: Path) -> Path:
-    """The twin lane pointed at the private twin's API, its launcher env changed as the row asks."""
-    base = load_lane("twin")
-    launch = base.launcher.model_dump(mode="json")
-    launch["env"] = {**launch["env"], **row.launcher_env}
-    path.write_text(json.dumps(lane_with(base, api=status["api"], launcher=launch).model_dump(mode="json")))
+def private_lane_file(status: dict, path: Path) -> Path:
+    """The twin lane pointed at the private twin's API."""
+    path.write_text(json.dumps(lane_with(load_lane("twin"), api=status["api"]).model_dump(mode="json")))
     return path
 
 
@@ -197,7 +197,7 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
     workdir.mkdir(parents=True, exist_ok=True)
     faults = [] if row.fault == NODE_REBOOTS else [row.fault]
     with control.private_twin(workdir / "twin", faults) as status:
-        lane_file = private_lane_file(row, status, workdir / "lane.json")
+        lane_file = private_lane_file(status, workdir / "lane.json")
         params = load_lane(lane_file)
         with Lane(params) as lane:
             before = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
@@ -211,3 +211,21 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
     return Observed(record=record, failure=failure_message(notebook), report=shown_text(notebook),
                     repair_record=repair_record, state_ok=state_ok, state_detail=state_detail,
                     lost_files=lost(before, after), detection_s=detection_s)
+
+
+def _run_logged(row: FaultRow, workdir: Path) -> Observed:
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(workdir / "run.log", "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    return run_row(row, workdir)
+
+
+@contextmanager
+def concurrent_rows(rows: Iterable[FaultRow], workdir: Path, jobs: int) -> Iterator[dict[str, Future]]:
+    """Each row in a worker process of its own, `jobs` at a time (a private twin points its whole process at
+    itself), the longest bounds first; each row's terminal output (progress lines) in WORKDIR/FAULT/run.log.
+    Yields each row's future Observed by fault; leaving waits for every row."""
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield {row.fault: pool.submit(_run_logged, row, workdir / row.fault)
+               for row in sorted(rows, key=lambda r: -r.bound_s)}

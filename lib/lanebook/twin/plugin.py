@@ -3,7 +3,8 @@
 It gives lane files two meanings: `ssh_config: twin` is the running twin's own ssh config (its nodes'
 addresses, keys and known_hosts), and a lane reached that way finds the twin up when a run starts, so
 `papermill runbooks/launch.ipynb OUT.ipynb` with no parameters works from a stopped twin. It adds the
-book's page of the facts the twin reproduces (twin/facts.py), measured when the book is built.
+book's page of the facts the twin reproduces (twin/facts.py), measured when the book is built, and the fault
+matrix's (twin/fault_matrix.py).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from ..nodes import NodeError
 from ..params import LaneParams
 from ..plugins import Registry
-from . import control, facts
+from . import control, facts, fault_matrix
 
 SSH_CONFIG_NAME = "twin"
 
@@ -34,3 +35,4 @@ def register(registry: Registry) -> None:
     registry.ssh_config(SSH_CONFIG_NAME, ssh_config)
     registry.before_run(bring_up)
     registry.book_page("twin", facts.render_page)
+    registry.book_page("faults", fault_matrix.render_page)
