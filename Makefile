@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python benchmarks/weights_verify.py
 	$(BIN)/python benchmarks/speed_accuracy.py
 	$(BIN)/python benchmarks/runbook_costs.py
+	$(BIN)/python benchmarks/fault_matrix.py
 
 clean:
 	-$(BIN)/lanebook twin down

@@ -102,3 +102,26 @@ def test_print_status(tmp_path, capsys):
         control.print_status(status)
     shown = capsys.readouterr().out
     assert "lanebook twin: running (fast)" in shown and "fault sticky-uma: ~12 GiB stays used" in shown
+
+
+def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_files(tmp_path):
+    with private_twin(tmp_path / "twin", []) as first:
+        ssh(first, "worker", f"cd {CHECKOUT} && NODE_RANK=1 {PLACEHOLDER} {COMPOSE} up -d && touch /dev/shm/psm_planted")
+        session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "sleep 300"])
+        head_session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "head", "sleep 300"])
+        files = f"find {CHECKOUT} .cache -type f | sort | xargs sha256sum"
+        kept = ssh(first, "worker", files).stdout
+        try:
+            assert control.node_processes("worker")
+            after = control.reboot("worker")
+            assert session.wait(timeout=10) != 0 and head_session.poll() is None  # the head was not rebooted
+        finally:
+            session.kill()
+            head_session.kill()
+        worker = after["nodes"][1]
+        assert worker["reachable"] and worker["containers"] == []  # sshd back, the container did not survive
+        assert ssh(after, "worker", "ls -A /dev/shm").stdout == "" and ssh(after, "worker", files).stdout == kept
+        assert "Exited (137)" in ssh(after, "worker", "docker ps -a --format '{{.Status}}'").stdout
+        assert after["nodes"][0] == first["nodes"][0]  # the head untouched
+        with pytest.raises(LanebookError, match="unknown twin node gpu3"):
+            control.reboot("gpu3")

@@ -1,6 +1,8 @@
 """The twin's node faults (lanebook.twin.control FAULTS shaping node roots, sshd and the stand-ins), on a private
 twin (own state dir and ports) so the session twin other tests use is never restarted. The engine's faults
-(head-dies, health-never, engine-dies-mid-bench, prefix-evict) are tested with the engine and the server."""
+(head-dies, health-never, engine-dies-mid-bench, prefix-evict) are tested with the engine and the server; every
+fault met by its runbook, ssh-drop-mid-rsync's cut and resume included, is a row of the fault matrix
+(test_fault_matrix.py)."""
 from __future__ import annotations
 
 import os
@@ -63,17 +65,6 @@ def test_incomplete_and_missing_shards_on_the_worker(private):
     count = f"find {MODEL_DIR} -name '*.incomplete' | wc -l; find {MODEL_DIR} -name 'model-*-of-*.safetensors' | wc -l"
     assert ssh(status, "head", count).stdout.split() == ["0", "48"]
     assert ssh(status, "worker", count).stdout.split() == ["2", "45"]  # 2 unfinished, 1 missing
-
-
-def test_ssh_drop_mid_rsync_needs_a_resume(private):
-    status = control.up(faults=["ssh-drop-mid-rsync"], fast=True)
-    assert ssh(status, "worker", f"test -e {MODEL_DIR}", check=False).returncode == 1
-    push = f"rsync -aH --partial --info=stats2 {MODEL_DIR}/ 127.0.0.3:{MODEL_DIR}/"
-    cut = ssh(status, "head", push, check=False)
-    assert cut.returncode != 0
-    assert ssh(status, "head", push).returncode == 0  # resumed
-    digest = f"cd {MODEL_DIR} && find . -type f -o -type l | sort | xargs sha256sum | sha256sum"
-    assert ssh(status, "head", digest).stdout == ssh(status, "worker", digest).stdout
 
 
 def test_legacy_units_and_sticky_memory(private):

@@ -64,3 +64,24 @@ def test_unit_state_is_read_from_the_unit_directory(tmp_path):
     assert machine.state(UNIT).active == "inactive" and machine.held_gib() == 0.0
     assert machine.state("other.service").enabled == "not-found"
     assert machine.known_units() == [UNIT]
+
+
+def test_a_boot_empties_shm_and_the_cache_and_starts_what_is_enabled(tmp_path):
+    machine = init_node(tmp_path, [UNIT], legacy_active=True)
+    (machine.vendor_unit_dir / "other.service").write_text("[Unit]\nDescription=other\n[Install]\nWantedBy=multi-user.target\n")
+    machine.set_active("other.service", True)  # started by hand, not enabled
+    (machine.shm / "psm_1").write_bytes(b"\0")
+    (machine.shm / "nccl-dir").mkdir()
+    machine.hold_sticky()
+    kept = tmp_path / "home" / "weights.safetensors"
+    kept.parent.mkdir()
+    kept.write_bytes(b"w")
+    machine.boot()
+    assert list(machine.shm.iterdir()) == [] and kept.read_bytes() == b"w"
+    assert machine.memory() == {"cache_gib": PAGE_CACHE_FLOOR_GIB, "sticky_gib": 0.0}
+    assert machine.active_units() == [UNIT]  # enabled: it starts again at boot (until it is masked)
+    write_knob(machine, "3")
+    assert machine.memory() == {"cache_gib": PAGE_CACHE_FLOOR_GIB, "sticky_gib": 0.0}  # a drop after boot still reads
+    (machine.unit_dir / UNIT).symlink_to("/dev/null")
+    machine.boot()
+    assert machine.active_units() == []  # masked: it stays down

@@ -8,8 +8,8 @@ import pytest
 
 from lanebook.effective import ContainerSpec
 from lanebook.twin.standins.machine import STICKY_GIB
-from lanebook.twin.standins.runtime import (KILLED, TERMINATED, containers, find_container, remove_container,
-                                            start_container, stop_all_containers)
+from lanebook.twin.standins.runtime import (KILLED, TERMINATED, containers, find_container, power_off,
+                                            remove_container, start_container, stop_all_containers)
 from node_helpers import local_node
 
 ENGINE = f"{sys.executable} -c 'import sys, time; print(\"engine up\", *sys.argv[1:], flush=True); time.sleep(60)'"
@@ -79,3 +79,13 @@ def test_sticky_memory_after_a_stop_with_the_fault(tmp_path, monkeypatch):
     assert node.machine.memory()["sticky_gib"] == STICKY_GIB
     stop_all_containers(node.root)
     assert containers(node.root) == []
+
+
+def test_a_power_off_ends_running_containers_without_their_clean_up(node):
+    running = start_container(node.root, spec("a-vllm-dspark-1"))
+    stopped = start_container(node.root, spec("b-vllm-dspark-1"))
+    stopped.stop()
+    assert power_off(node.root) == ["a-vllm-dspark-1"]
+    assert not running.running and running.session_pids() == [] and running.exit_code == KILLED
+    assert running.record["finished_at"] and all(s.exists() for s in running.shm_segments())  # the boot empties /dev/shm
+    assert stopped.exit_code == TERMINATED
