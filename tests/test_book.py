@@ -41,6 +41,9 @@ def test_book_publishes_lanes_pitfalls_runbooks_and_the_trail(tmp_path, monkeypa
     assert (html / "runbooks" / "launch.html").exists()
     twin = (html / "twin.html").read_text()  # the twin plugin's page: facts with figures measured at build time
     assert all(f"T{n:02d}" in twin for n in range(1, 16)) and "953,088" in twin and "2,493,464" in twin
+    faults = (html / "faults.html").read_text()  # the fault matrix, rendered from the tests' own rows
+    assert "Fault matrix" in faults and all(f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{name}" in faults
+                                            for name in ("worker-unreachable", "head-dies", "worker-reboots"))
     (page,) = (html / "audit").glob("*.html")
     assert "[TWIN]" in page.read_text() and "2,493,464" in page.read_text()
 

@@ -53,8 +53,8 @@ HEAD_DIES = FaultRow("head-dies", "status", "started, head dead", "fail", "2 con
 
 
 def seen(**changes) -> Observed:
-    base = dict(record={"verdict": "fail", "failed_step": "2 containers", "twin": True, "fix": "run `stop`, then `launch`"},
-                failure="2 containers: no orphaned worker (P16: the head's container is gone)", report="",
+    base = dict(record={"verdict": "fail", "failed_step": "2 containers", "twin": True, "fix": "run `stop`, then `launch`",
+                        "sha256": "ab12"}, output_sha256="ab12", failure="2 containers: no orphaned worker (P16: the head's container is gone)", report="",
                 repair_record={"runbook": "stop", "verdict": "pass", "failed_step": None}, state_ok=True,
                 state_detail="down: head: none; worker: none", lost_files=[], detection_s=4.2)
     return Observed(**{**base, **changes})
@@ -66,13 +66,15 @@ def test_an_observation_that_holds_has_no_mismatch():
 
 
 def test_every_mismatch_is_named():
-    wrong = seen(record={"verdict": "pass", "failed_step": None, "twin": False, "fix": None},
+    wrong = seen(record={"verdict": "pass", "failed_step": None, "twin": False, "fix": None, "sha256": "ab12"},
+                 output_sha256="cd34",
                  failure="2 containers: the head does not run without its workers",
                  repair_record={"runbook": "stop", "verdict": "fail", "failed_step": "1 stop script"},
                  state_ok=False, state_detail="up: head: a; worker: b", lost_files=["worker:x.safetensors"])
     assert mismatches(HEAD_DIES, wrong) == [
         "record: verdict 'pass', failed_step None (expected 'fail', '2 containers')",
         "record: not marked twin",
+        "record: the executed notebook does not hash to the record's sha256",
         "message: 'no orphaned worker (P16' not in the failure: '2 containers: the head does not run without its workers'",
         "record: a failure with no fix",
         "pitfall: P16 named neither in the failure nor in the fix",
@@ -85,11 +87,18 @@ def test_every_mismatch_is_named():
 
 def test_a_passing_row_looks_for_its_message_in_the_report():
     row = FaultRow("legacy-units-active", "launch", "none", "pass", None, "(was active)", "P13", "units masked, lane up", 90)
-    passed = seen(record={"verdict": "pass", "failed_step": None, "twin": True, "fix": None}, failure="",
+    passed = seen(record={"verdict": "pass", "failed_step": None, "twin": True, "fix": None, "sha256": "ab12"}, failure="",
                   report="✅ no legacy unit active — head: aiden-vllm.service masked, inactive (was active)",
                   repair_record=None)
     assert mismatches(row, passed) == []
     assert mismatches(row, seen(**{**passed.__dict__, "report": "nothing"})) == ["message: '(was active)' not in the report: ''"]
+
+
+def test_the_twin_plugin_adds_the_page_to_the_book():
+    from lanebook.plugins import load_registry
+    from lanebook.twin import fault_matrix
+
+    assert load_registry().book_pages["faults"] is fault_matrix.render_page
 
 
 def test_the_book_page_is_the_table():

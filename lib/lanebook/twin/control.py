@@ -5,7 +5,9 @@ memory and units), starts one sshd per node and waits until both accept ssh; it 
 launch runbook does, through the launcher). Faults shape the node roots and stand-ins here and reach
 the engine through LANEBOOK_TWIN_FAULTS. `status` calls the twin running only when the head's sshd
 answers on its address: a twin started in another network namespace has live processes but is not
-reachable from here.
+reachable from here. `reboot` does to one node what a reboot does (processes and containers gone, /dev/shm
+and caches emptied, files kept); `private_twin` puts a twin with its own state dir and ports beside the
+shared one, for tests and benchmarks that need a fault.
 """
 from __future__ import annotations
 

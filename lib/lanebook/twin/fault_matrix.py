@@ -64,11 +64,11 @@ ROWS: tuple[FaultRow, ...] = (
     FaultRow("missing-shard", "launch", "none", "fail", "prerequisites",
              "weights complete on worker", None, "worker tree whole", 30, repair="weights"),
     FaultRow("incomplete-shards", "weights", "none", "pass", None,
-             "only *.incomplete files were deleted", None, "worker tree whole", 45),
+             "only *.incomplete files were deleted", None, "worker tree whole", 30),
     FaultRow("ssh-drop-mid-rsync", "weights", "none", "pass", None,
-             "sent in 2 run(s)", None, "worker tree whole", 60),
+             "sent in 2 run(s)", None, "worker tree whole", 30),
     FaultRow("health-never", "launch", "none", "fail", "3 start",
-             "/health answers 200", None, "left for stop", 60),
+             "/health answers 200", None, "left for stop", 90),
     FaultRow("head-dies", "status", "started, head dead", "fail", "2 containers",
              "no orphaned worker (P16", "P16", "lane cleanly down", 30, repair="stop"),
     FaultRow("engine-dies-mid-bench", "speed", "started", "fail", "2 waves probe",
@@ -79,7 +79,7 @@ ROWS: tuple[FaultRow, ...] = (
     FaultRow("legacy-units-active", "launch", "none", "pass", None,
              "(was active)", "P13", "units masked, lane up", 90),
     FaultRow("prefix-evict", "diagnose", "started", "fail", "1 prefix cache A→B→A",
-             "A→B→A eviction reproduced", None, "lane up", 60, params=("canary=False", "prefix_lines=120")),
+             "A→B→A eviction reproduced", None, "lane up", 45, params=("canary=False", "prefix_lines=120")),
     FaultRow(NODE_REBOOTS, "status", "started, worker rebooted", "fail", "2 containers",
              "the head does not run without its workers", None, "lane cleanly down", 30, repair="stop"),
 )
@@ -91,6 +91,7 @@ class Observed:
     state check of the nodes after, files lost, and how long the meeting run took."""
 
     record: dict
+    output_sha256: str  # the executed notebook's, hashed after the run
     failure: str  # the StepFailed message the run showed ("" when it passed)
     report: str  # everything the executed notebook showed
     repair_record: Optional[dict]
@@ -109,6 +110,8 @@ def mismatches(row: FaultRow, seen: Observed) -> list[str]:
                      f"(expected {row.verdict!r}, {row.failed_step!r})")
     if record.get("twin") is not True:
         found.append("record: not marked twin")
+    if record.get("sha256") != seen.output_sha256:
+        found.append("record: the executed notebook does not hash to the record's sha256")
     shown = seen.failure if row.verdict == "fail" else seen.report
     if row.message not in shown:
         found.append(f"message: {row.message!r} not in {'the failure' if row.verdict == 'fail' else 'the report'}: "
@@ -152,7 +155,8 @@ def over_bound(row: FaultRow, detection_s: float) -> bool:
 
 
 def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text for a Markdown table cell: its pipes and asterisks (`*.incomplete`) taken literally."""
+    return str(text).replace("|", "\\|").replace("*", "\\*").replace("\n", " ")
 
 
 def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
@@ -177,7 +181,7 @@ def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
         runbook = f"`{row.runbook}`" + "".join(f" `-p {p}`" for p in row.params)
         lines.append(" | ".join([
             f"| `{row.fault}`", _cell(row.about), _cell(SETUPS[row.setup]), runbook, row.verdict,
-            _cell(row.failed_step or "-"), f"`{_cell(row.message)}`",
+            _cell(row.failed_step or "-"), f"`{row.message}`",
             f"{row.pitfall} {_cell(pitfall(row.pitfall).title)}" if row.pitfall else "-",
             f"`{row.repair}` passes" if row.repair else "-",
             _cell(STATE_CHECKS[row.state_after]), f"{row.bound_s:g} |"]))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
 from .. import launcher, memory, weights
+from ..audit import sha256_file
 from ..errors import LanebookError
 from ..nodes import Lane, Node, NodeError, qpath
 from ..params import LaneParams, lane_with, load_lane
@@ -56,7 +57,7 @@ def shown_text(notebook: dict) -> str:
 
 # --- runs ---------------------------------------------------------------------------------------
 
-def run_runbook(workdir: Path, runbook: str, lane_file: Path, params: tuple[str, ...] = ()) -> tuple[dict, float]:
+def lanebook_run(workdir: Path, runbook: str, lane_file: Path, params: tuple[str, ...] = ()) -> tuple[dict, float]:
     """`lanebook run RUNBOOK --lane FILE -p ...` with its outputs in WORKDIR/outputs: its record and wall seconds."""
     outputs = workdir / "outputs"
     args = [LANEBOOK, "run", runbook, "--lane", str(lane_file), *(a for p in params for a in ("-p", p))]
@@ -202,13 +203,14 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
         with Lane(params) as lane:
             before = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
             SETUP_ACTIONS[row.setup](lane)
-        record, detection_s = run_runbook(workdir, row.runbook, lane_file, row.params)
-        notebook = nbformat.read(workdir / "outputs" / record["output"], as_version=4)
-        repair_record: Optional[dict] = run_runbook(workdir, row.repair, lane_file)[0] if row.repair else None
+        record, detection_s = lanebook_run(workdir, row.runbook, lane_file, row.params)
+        output = workdir / "outputs" / record["output"]
+        notebook, output_sha256 = nbformat.read(output, as_version=4), sha256_file(output)
+        repair_record: Optional[dict] = lanebook_run(workdir, row.repair, lane_file)[0] if row.repair else None
         with Lane(params) as lane:
             state_ok, state_detail = STATE_ACTIONS[row.state_after](lane)
             after = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
-    return Observed(record=record, failure=failure_message(notebook), report=shown_text(notebook),
+    return Observed(record=record, output_sha256=output_sha256, failure=failure_message(notebook), report=shown_text(notebook),
                     repair_record=repair_record, state_ok=state_ok, state_detail=state_detail,
                     lost_files=lost(before, after), detection_s=detection_s)
 
