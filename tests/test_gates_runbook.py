@@ -56,10 +56,11 @@ def test_papermill_dry_run_on_the_preview_lane(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def launched(twin, tmp_path_factory):
-    """The twin lane launched once for this module's runs, stopped after."""
+def launched(twin):
+    """The twin lane launched once for this module's runs (by the launcher: the launch runbook has its own tests),
+    stopped after."""
     with nodes.Lane(load_lane("twin")) as lane:
-        run(tmp_path_factory.mktemp("launch"), "launch", "twin", expect_exit=0)
+        assert launcher.start_lane(lane).ok
         yield lane
         launcher.stop_lane(lane)
 

@@ -80,14 +80,15 @@ def stop_both_lanes():
 
 @pytest.fixture(scope="module")
 def rolled_back(twin, tmp_path_factory):
-    """The twin lane launched; a promotion's fingerprint of twin-1m6 recorded; a rollback refused over a touched
+    """The twin lane launched (by the launcher); a promotion's fingerprint of twin-1m6 recorded; a rollback refused over a touched
     file; then, the file gone again, bare papermill's rollback. Both lanes stopped afterwards."""
     tmp = tmp_path_factory.mktemp("rollback")
     outputs = tmp / "outputs"
     stray = f"{load_lane('twin-1m6').checkout}/stray-{os.getpid()}"
     stop_both_lanes()
     try:
-        run(tmp, "launch", "twin", expect_exit=0)
+        with nodes.Lane(load_lane("twin")) as current:  # the launcher alone: the launch runbook has its own tests
+            assert launcher.start_lane(current).ok
         with nodes.Lane(load_lane("twin-1m6")) as target:
             recorded = {"run_id": "promote0", "runbook": "promote", "lane": "twin", "twin": True, "verdict": "pass",
                         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -1,4 +1,4 @@
-"""The stop runbook end to end on the session twin: after `lanebook run launch`, status reports the lane up; a
+"""The stop runbook end to end on the session twin: after the launcher starts the lane, status reports it up; a
 stop nobody confirmed changes nothing and names --yes; a confirmed stop leaves no container of the lane on any
 node, cleans memory and reads free memory back; status then reports the lane cleanly down. A dry run on the real
 lane prints the seed's stop line and opens no connection."""
@@ -30,7 +30,7 @@ def test_a_dry_run_on_the_real_lane_prints_the_stop_line_and_opens_no_connection
 def test_launch_status_stop_status(twin, tmp_path):
     with nodes.Lane(load_lane("twin")) as lane:
         try:
-            run(tmp_path, "launch", "twin", expect_exit=0)
+            assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
             up, _ = run(tmp_path, "status", "twin", expect_exit=0)
             assert (up["verdict"], up["figures"]["state"]) == ("pass", "up")
             assert up["figures"]["status_script_exit"] == 0 and up["figures"]["models"] == ["deepseek-v4-flash-0731"]
