@@ -35,6 +35,14 @@ def test_t10_first_use_of_a_shape_pays_jit_once():
     assert warmed.stats.jit_events == 0
 
 
+def test_a_compiled_decode_bucket_serves_smaller_batches_at_the_same_k_only():
+    core = engine.EngineCore(engine.EngineConfig(k_schedule=SCHEDULE_543))
+    core.warm_shapes.add(("decode", 4, 4))
+    assert core.is_warm(("decode", 4, 4)) and core.is_warm(("decode", 4, 2))
+    assert not core.is_warm(("decode", 4, 8)) and not core.is_warm(("decode", 3, 2))
+    assert not core.is_warm(("prefill", True)) and core.is_warm(("prefill", False))  # boot covers short prefill
+
+
 def test_a_step_accounts_prefill_then_decode_with_drafts():
     core = engine.EngineCore(engine.EngineConfig())
     seq = make_seq(0, "Count from 1 to 400.", max_tokens=20)

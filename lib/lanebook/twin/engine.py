@@ -140,6 +140,12 @@ class EngineCore:
         decode = {("decode", self.config.k_for_batch(b), batch_bucket(b)) for b in range(1, self.config.max_num_seqs + 1)}
         return decode | {("prefill", False), ("prefill", True)}
 
+    def is_warm(self, shape: tuple) -> bool:
+        """Compiled already: the shape itself, or for decode a larger batch bucket at the same K, which a smaller
+        batch runs in padded (as a CUDA graph captured for a larger batch serves a smaller one)."""
+        return shape in self.warm_shapes or (shape[0] == "decode" and any(
+            warm[0] == "decode" and warm[1] == shape[1] and warm[2] >= shape[2] for warm in self.warm_shapes))
+
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
@@ -195,7 +201,7 @@ class EngineCore:
             shapes.add(("prefill", long_prefill))
             duration += prefill_step_s(len(chunks), sum(c for _, c in chunks))
         # A shape no warmup has run yet compiles kernels now, once: the first-use JIT stall (fact T10).
-        cold = shapes - self.warm_shapes
+        cold = {shape for shape in shapes if not self.is_warm(shape)}
         jit = cfg.jit_delay_s * len(cold)
         self.warm_shapes |= cold
         self.stats.jit_events += len(cold)
