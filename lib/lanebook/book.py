@@ -62,7 +62,11 @@ def _stage_recipe(stage: Path, runs: list[PublishedRun]) -> list[str]:
 def _stage_trail(stage: Path, runs: list[PublishedRun]) -> None:
     (stage / "audit").mkdir()
     for run in runs:
-        nbformat.write(page_notebook(run.path, trail.run_heading(run)), stage / f"{run.doc}.ipynb")
+        nb = page_notebook(run.path, trail.run_heading(run))
+        # Reached from the index, not from the sidebar: a sidebar of every run would be drawn again on every
+        # page, which makes the build grow with the square of the runs.
+        nb.metadata["orphan"] = True
+        nbformat.write(nb, stage / f"{run.doc}.ipynb")
     (stage / "audit.md").write_text(trail.audit_index(runs))
 
 
@@ -105,8 +109,6 @@ def stage_book(stage: Path) -> None:
     if plugin_pages:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
-    if runs:
-        toc += ["        sections:"] + [f"          - file: {run.doc}" for run in runs]
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
 
 
