@@ -30,7 +30,7 @@ def offline(command: list[str], env: dict) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, twin):
     tmp = tmp_path_factory.mktemp("book")
-    status, _ = run(tmp, "status", "twin", expect_exit=1)  # the twin lane is down: status says so (a fail, observed)
+    status, _ = run(tmp, "status", "twin", expect_exit=0)  # a real twin run: its checks observed the twin's nodes
     dry, _ = dry_run_offline(tmp / "outputs", "launch")
     env = {**os.environ, "LANEBOOK_OUTPUTS": str(tmp / "outputs")}
     built = offline([str(LANEBOOK), "book", "--out", str(tmp / "site"), "--strict"], env)
@@ -72,7 +72,8 @@ def test_intro_has_the_topology_picture(site):
 def test_a_rehearsed_runbook_shows_its_twin_run_with_outputs(site):
     page = site["pages"]["recipe/status.html"]
     assert "twin rehearsal" in page and site["status"]["run_id"] in page and "never a real lane" in page
-    assert '<span class="lanebook-badge lanebook-badge-fail">FAIL</span>' in page  # that run's verdict, as recorded
+    assert '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-pass">PASS</span>' not in page  # Markdown rendered
+    assert 'Verdict of this run:</strong> <span class="lanebook-badge lanebook-badge-pass">PASS</span>' in page
     assert "Checks of this run" in page
     # The troubleshooting cell's output: the registry's table for status, rendered as a table.
     troubleshooting = page[page.index('id="troubleshooting"'):page.index('id="prerequisites"')]
@@ -82,7 +83,8 @@ def test_a_rehearsed_runbook_shows_its_twin_run_with_outputs(site):
 
 def test_a_runbook_never_rehearsed_says_so(site):
     page = site["pages"]["recipe/stop.html"]
-    assert "not rehearsed yet" in page and "lanebook run stop --lane twin" in page and "Head dies mid-TP" in page
+    assert "not rehearsed yet" in page and "is recorded, so this page shows the notebook without outputs" in page
+    assert "Head dies mid-TP" in page  # the troubleshooting table, from the registry
 
 
 def test_reference_pages(site):
@@ -102,7 +104,7 @@ def test_reference_pages(site):
 
 def test_the_audit_trail_marks_twin_dry_and_real_runs(site):
     trail = site["pages"]["audit.html"]
-    assert "2 runs: 1 fail, 1 dry-run (observed nothing, not counted as passes)" in trail
+    assert "2 runs: 1 pass, 1 dry-run (observed nothing, not counted as passes)" in trail
     assert '<span class="lanebook-badge lanebook-badge-dry-run">DRY-RUN</span>' in trail
     assert '<span class="lanebook-badge lanebook-badge-twin">TWIN</span>' in trail
     assert '<span class="lanebook-badge lanebook-badge-real">REAL LANE</span>' in trail
