@@ -1,7 +1,7 @@
 """How the book's build time grows with the audit trail: `lanebook book` with 10 and with 100 executed runs.
 
-The runs are real executed notebooks (the records of an outputs dir, by default the checkout's outputs/: run
-`lanebook promote --lane twin` once first), copied under new run ids and times into a temporary outputs dir
+The runs are real executed notebooks (the records of an outputs dir, by default the checkout's outputs/; when it
+has none, one `lanebook promote --lane twin` fills it first), copied under new run ids and times into a temporary outputs dir
 with their own index lines, so every page is built from a real record. Each build is `lanebook book --out DIR`
 in a fresh process, as an operator runs it. Prints both times, the growth ratio (at most linear means at most
 100/10 = 10) and the cost per added run. Goal: 100 runs in under 60 s on this machine.
@@ -38,8 +38,17 @@ def source_runs(outputs: Path) -> list[tuple[dict, Path]]:
         path = outputs / record["output"]
         if path.is_file() and path.stat().st_size:
             runs.append((record, path))
+    return runs
+
+
+def promoted_runs(outputs: Path) -> list[tuple[dict, Path]]:
+    """Real runs to copy when OUTPUTS has none: one promotion of the twin lane (a few minutes), into OUTPUTS."""
+    print(f"no executed run in {outputs}: lanebook promote --lane twin (a few minutes)", flush=True)
+    env = {**os.environ, "LANEBOOK_OUTPUTS": str(outputs)}
+    subprocess.run([str(LANEBOOK), "promote", "--lane", "twin"], env=env, capture_output=True, text=True)
+    runs = source_runs(outputs)
     if not runs:
-        raise SystemExit(f"no executed run in {outputs}: run `lanebook promote --lane twin` first")
+        raise SystemExit(f"the promotion recorded no run in {outputs}")
     return runs
 
 
@@ -84,7 +93,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="source", type=Path, default=REPO / "outputs", help="outputs dir holding real executed runs")
     args = parser.parse_args()
-    runs = source_runs(args.source)
+    runs = source_runs(args.source) or promoted_runs(args.source)
     print(f"copying {len(runs)} executed runs of {args.source} ({', '.join(sorted({r['runbook'] for r, _ in runs}))})")
     times, cpus = {}, {}
     for count in SIZES:
