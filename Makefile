@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python benchmarks/speed_accuracy.py
 	$(BIN)/python benchmarks/runbook_costs.py
 	$(BIN)/python benchmarks/fault_matrix.py
+	$(BIN)/python benchmarks/book_build.py
 
 clean:
 	-$(BIN)/lanebook twin down

@@ -87,7 +87,7 @@ def test_dry_runs_are_shown_apart_from_passes(outputs, printed):
     runs = [record(outputs, f"cccc000{n}", verdict)[0] for n, verdict in enumerate(["pass", "dry-run", "dry-run", "fail", "error"])]
     audit.print_runs(runs)
     text = printed.getvalue()
-    assert text.count("✅ pass") == 1 and text.count("◻️ dry-run") == 2 and "❌ fail" in text and "⚠️ error" in text
+    assert text.count("+ pass") == 1 and text.count("- dry-run") == 2 and "x fail" in text and "! error" in text
     assert text.rstrip().endswith("5 runs: 1 pass, 1 fail, 1 error, 2 dry-run (observed nothing, not counted as passes)")
 
 
@@ -96,7 +96,7 @@ def test_each_verdict_has_its_own_colour_and_mark():
     marks = [mark for _, mark in audit.VERDICT_STYLES.values()]
     assert set(audit.VERDICT_STYLES) == set(audit.VERDICTS) == {"pass", "fail", "error", "dry-run"}
     assert len(set(colours)) == len(colours) and len(set(marks)) == len(marks)
-    assert audit.verdict_label("dry-run") == "◻️ dry-run" and audit.verdict_label("odd") == "? odd"
+    assert audit.verdict_label("dry-run") == "- dry-run" and audit.verdict_label("odd") == "? odd"
 
 
 def test_tally():
@@ -239,12 +239,12 @@ def test_a_run_is_listed_in_two_lines_that_fit_80_columns():
     run = {"run_id": "b1c2d3e4", "runbook": "warmup", "lane": "anemll-0731", "twin": False, "verdict": "dry-run",
            "started_at": "2026-12-01T09:15:02+00:00", "duration_s": 125.0, "promotion_id": "5f3a9c1e2b7d",
            "figures": {"state": "up", "bands": []}, "failed_step": None}
-    assert audit.run_lines(run) == ("2026-12-01 09:15  real  anemll-0731  warmup    2 min 05 s  b1c2d3e4  ◻️ dry-run",
+    assert audit.run_lines(run) == ("2026-12-01 09:15  real  anemll-0731  warmup    2 min 05 s  b1c2d3e4  - dry-run",
                                     "    promotion 5f3a9c1e2b7d · state=up +1")
     assert len(audit.run_lines(run)[0]) <= 80
     failed = {**run, "lane": "twin", "twin": True, "verdict": "fail", "promotion_id": None, "figures": {},
               "failed_step": "2 memory", "duration_s": 4.0}
-    assert audit.run_lines(failed) == ("2026-12-01 09:15  twin  twin         warmup         4.0 s  b1c2d3e4  ❌ fail",
+    assert audit.run_lines(failed) == ("2026-12-01 09:15  twin  twin         warmup         4.0 s  b1c2d3e4  x fail",
                                        "    failed step: 2 memory")
     assert audit.run_lines({**failed, "failed_step": None})[1] == ""
 
@@ -257,6 +257,6 @@ def test_the_listing_shows_running_runs_then_each_run_then_the_tally(outputs, pr
     assert printed.getvalue().splitlines() == [
         f"running status on twin since 2026-12-01T00:00:00+00:00 (pid {os.getpid()} on {socket.gethostname()}): "
         "twin/20261201T000000Z-status-gggg0002.ipynb",
-        "2026-12-01 00:00  twin  twin         launch    1 min 01 s  gggg0001  ✅ pass",
+        "2026-12-01 00:00  twin  twin         launch    1 min 01 s  gggg0001  + pass",
         "    promotion 5f3a9c1e2b7d · state=up · failed step: [x] odd",
         "1 run: 1 pass"]

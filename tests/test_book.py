@@ -1,78 +1,126 @@
-"""The site: built offline by jupyter-book from the lane files, the registry and stored outputs; never publishes a secret."""
+"""The site, built once for the module (strict: Sphinx warnings fail it) from real recorded runs, offline:
+every page of the book exists, the links inside it resolve, nothing is loaded from the internet, and no status
+mark needs an emoji font. The runs: a twin run of `status` (a rehearsal) and a dry run of `launch` on a real lane."""
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
+import pytest
+from lanebook_runs import dry_run_offline, run
 
-from lanebook.audit import append_run, sha256_file
+from lanebook.bookcheck import check_site
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
+# Emoji and pictographs a browser draws only with an emoji font (variation selector 16 included).
+EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE0F]")
+EXTERNAL_LOAD = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//", re.I)
+CSS_EXTERNAL = re.compile(r"@import\s+(?:url\()?\s*['\"]?(?:https?:)?//|url\(\s*['\"]?(?:https?:)?//", re.I)
 
 
-def _record(outputs: Path, text: str) -> None:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# launch"), nbformat.v4.new_code_cell("print(1)")])
-    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
-    path = outputs / "twin" / "20261129T000000Z-launch-0000beef.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, path)
-    append_run({"run_id": "0000beef", "runbook": "launch", "lane": "twin", "twin": True, "dry_run": False,
-                "started_at": "2026-11-29T00:00:00+00:00", "finished_at": "2026-11-29T00:00:01+00:00",
-                "verdict": "pass", "failed_step": None, "output": str(path.relative_to(outputs)),
-                "sha256": sha256_file(path), "params": {}, "git_commit": None, "figures": {}})
+def offline(command: list[str], env: dict) -> subprocess.CompletedProcess:
+    """COMMAND with no network at all (`unshare -n`)."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
+        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
+    return subprocess.run(["unshare", "-n", *command], capture_output=True, text=True, env=env, timeout=600)
 
 
-def _build(tmp_path, monkeypatch, text):
-    outputs = tmp_path / "outputs"
-    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
-    _record(outputs, text)
-    return subprocess.run([str(LANEBOOK), "book", "--out", str(tmp_path / "site")], capture_output=True, text=True)
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, twin):
+    tmp = tmp_path_factory.mktemp("book")
+    status, _ = run(tmp, "status", "twin", expect_exit=0)  # a real twin run: its checks observed the twin's nodes
+    dry, _ = dry_run_offline(tmp / "outputs", "launch")
+    env = {**os.environ, "LANEBOOK_OUTPUTS": str(tmp / "outputs")}
+    built = offline([str(LANEBOOK), "book", "--out", str(tmp / "site"), "--strict"], env)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert built.stdout.strip() == f"site: {tmp / 'site' / '_build' / 'html' / 'index.html'}"
+    html = tmp / "site" / "_build" / "html"
+    return {"html": html, "status": status, "dry": dry, "env": env, "tmp": tmp,
+            "pages": {p.relative_to(html).as_posix(): p.read_text() for p in html.rglob("*.html") if "_static" not in p.parts}}
 
 
-def test_book_publishes_lanes_pitfalls_runbooks_and_the_trail(tmp_path, monkeypatch):
-    built = _build(tmp_path, monkeypatch, "GPU KV cache size: 2,493,464 tokens\n")
-    assert built.returncode == 0, built.stderr
-    html = tmp_path / "site" / "_build" / "html"
-    lanes = (html / "lanes.html").read_text()
-    assert all(name in lanes for name in ("anemll-0731", "anemll-1m6", "patch3-c12", "twin"))
-    assert "[[1,1,5],[2,4,4],[5,6,3]]" in lanes and "anemll-0731 → anemll-1m6 → patch3-c12" in lanes
-    pitfalls = (html / "pitfalls.html").read_text()
-    assert all(f"P{n:02d}" in pitfalls for n in range(1, 18))
-    assert (html / "runbooks" / "launch.html").exists()
-    twin = (html / "twin.html").read_text()  # the twin plugin's page: facts with figures measured at build time
+def test_every_page_exists(site):
+    pages = site["pages"]
+    for name in ("index.html", "pitfalls.html", "lanes.html", "speed.html", "twin.html", "audit.html"):
+        assert name in pages, name
+    assert {f"recipe/{n}.html" for n in ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose",
+                                         "rollback", "status", "stop")} <= set(pages)
+    assert len([p for p in pages if p.startswith("audit/")]) == 2
+
+
+def test_links_resolve_and_nothing_comes_from_the_internet(site):
+    assert check_site(site["html"]) == []
+    for name, text in site["pages"].items():
+        assert not EXTERNAL_LOAD.search(text), name
+    for css in site["html"].rglob("*.css"):
+        assert not CSS_EXTERNAL.search(css.read_text(errors="replace")), css
+
+
+def test_no_mark_needs_an_emoji_font(site):
+    for name, text in site["pages"].items():
+        assert not EMOJI.findall(text), (name, EMOJI.findall(text)[:5])
+
+
+def test_intro_has_the_topology_picture(site):
+    index = site["pages"]["index.html"]
+    assert re.search(r'<img alt="Lane topology: REAL lane anemll-0731; TWIN lane twin[^"]*" src="_images/topology.png"', index)
+    assert (site["html"] / "_images" / "topology.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_rehearsed_runbook_shows_its_twin_run_with_outputs(site):
+    page = site["pages"]["recipe/status.html"]
+    assert "twin rehearsal" in page and site["status"]["run_id"] in page and "never a real lane" in page
+    assert '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-pass">PASS</span>' not in page  # Markdown rendered
+    assert 'Verdict of this run:</strong> <span class="lanebook-badge lanebook-badge-pass">PASS</span>' in page
+    assert "Checks of this run" in page
+    # The troubleshooting cell's output: the registry's table for status, rendered as a table.
+    troubleshooting = page[page.index('id="troubleshooting"'):page.index('id="prerequisites"')]
+    assert "<table" in troubleshooting and "Head dies mid-TP" in troubleshooting
+    assert "application/vnd.lanebook.verdict+json" not in page
+
+
+def test_a_runbook_never_rehearsed_says_so(site):
+    page = site["pages"]["recipe/stop.html"]
+    assert "not rehearsed yet" in page and "is recorded, so this page shows the notebook without outputs" in page
+    assert "Head dies mid-TP" in page  # the troubleshooting table, from the registry
+
+
+def test_reference_pages(site):
+    pages = site["pages"]
+    assert all(f"P{n:02d}" in pages["pitfalls.html"] for n in range(1, 18)) and "pitfall 17" in pages["pitfalls.html"]
+    assert "Step 2 — Orphaned workers" in pages["pitfalls.html"]
+    assert "anemll-0731 → anemll-1m6 → patch3-c12" in pages["lanes.html"] and 'class="lanebook-differs"' in pages["lanes.html"]
+    assert "[[1,1,5],[2,4,4],[5,6,3]]" in pages["lanes.html"]
+    speed = pages["speed.html"]
+    assert 'src="_images/speed-twin.png"' in speed and 'src="_images/speed-anemll-1m6.png"' in speed and "82.8" in speed
+    twin = pages["twin.html"]  # the twin plugin's page: facts with figures measured at build time
     assert all(f"T{n:02d}" in twin for n in range(1, 16)) and "953,088" in twin and "2,493,464" in twin
-    faults = (html / "faults.html").read_text()  # the fault matrix, rendered from the tests' own rows
+    faults = pages["faults.html"]  # the fault matrix (the twin plugin's page), rendered from the tests' own rows
     assert "Fault matrix" in faults and all(f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{name}" in faults
                                             for name in ("worker-unreachable", "head-dies", "worker-reboots"))
-    (page,) = (html / "audit").glob("*.html")
-    assert "[TWIN]" in page.read_text() and "2,493,464" in page.read_text()
 
 
-def test_book_refuses_to_publish_a_secret(tmp_path, monkeypatch):
-    built = _build(tmp_path, monkeypatch, "HF_TOKEN=hf_" + "Q" * 30 + "\n")
-    assert built.returncode == 2 and "refusing to publish" in built.stderr and "Traceback" not in built.stderr
-    assert not (tmp_path / "site" / "_build" / "html").exists()
-
-
-def test_the_audit_page_shows_dry_runs_apart_from_passes(tmp_path, monkeypatch):
-    """A dry run observed nothing: its own mark and colour on the index and its page, never counted as a pass."""
-    import json
-
-    from lanebook.paths import outputs_dir
-
-    built = _build(tmp_path, monkeypatch, "dry\n")
-    assert built.returncode == 0, built.stderr
-    index = outputs_dir() / "runs.jsonl"
-    run = json.loads(index.read_text())
-    dry = {**run, "run_id": "0000d0d0", "dry_run": True, "verdict": "dry-run", "output": run["output"].replace("0000beef", "0000d0d0")}
-    (outputs_dir() / dry["output"]).write_bytes((outputs_dir() / run["output"]).read_bytes())
-    append_run(dry)
-    built = subprocess.run([str(LANEBOOK), "book", "--out", str(tmp_path / "site")], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
-    html = tmp_path / "site" / "_build" / "html"
-    trail = (html / "audit.html").read_text()
-    assert '<span class="lanebook-verdict lanebook-verdict-pass">✅ pass</span>' in trail
-    assert '<span class="lanebook-verdict lanebook-verdict-dry-run">◻️ dry-run</span>' in trail
+def test_the_audit_trail_marks_twin_dry_and_real_runs(site):
+    trail = site["pages"]["audit.html"]
     assert "2 runs: 1 pass, 1 dry-run (observed nothing, not counted as passes)" in trail
-    (page,) = [p for p in (html / "audit").glob("*.html") if "0000d0d0" in p.name]
-    assert "[DRY RUN]" in page.read_text() and "nothing on the lane was observed: not a pass" in page.read_text()
+    assert '<span class="lanebook-badge lanebook-badge-dry-run">DRY-RUN</span>' in trail
+    assert '<span class="lanebook-badge lanebook-badge-twin">TWIN</span>' in trail
+    assert '<span class="lanebook-badge lanebook-badge-real">REAL LANE</span>' in trail
+    (dry,) = [text for name, text in site["pages"].items() if site["dry"]["run_id"] in name]
+    assert "[REAL LANE] [DRY RUN]" in dry and "nothing on the lane was observed: not a pass" in dry
+    (twin,) = [text for name, text in site["pages"].items() if site["status"]["run_id"] in name and name.startswith("audit/")]
+    assert "[TWIN]" in twin and "every figure on this page is a twin figure" in twin
+
+
+def test_book_refuses_to_publish_a_secret(site):
+    """A run whose notebook holds a token: nothing is built (staging stops before jupyter-book runs)."""
+    outputs = site["tmp"] / "leaky"
+    shutil.copytree(site["tmp"] / "outputs", outputs)
+    record = outputs / site["status"]["output"]
+    record.write_text(record.read_text().replace("Head dies mid-TP", "HF_TOKEN=hf_" + "Q" * 30))
+    built = subprocess.run([str(LANEBOOK), "book", "--out", str(site["tmp"] / "leaky-site")], capture_output=True, text=True,
+                           env={**site["env"], "LANEBOOK_OUTPUTS": str(outputs)})
+    assert built.returncode == 2 and "refusing to publish" in built.stderr and "Traceback" not in built.stderr
+    assert not (site["tmp"] / "leaky-site" / "_build" / "html").exists()

@@ -115,10 +115,10 @@ def test_verdict_table_and_figures():
               gates.GateCheck("5 hermes provider block", "thinking is a JSON boolean", False, "a | b", "P10", local=True)]
     assert gates.verdict_table(checks) == (
         "| step | expected | result | seen | pitfall |\n|---|---|---|---|---|\n"
-        "| 3 exact smoke | the reply is exactly X | ✅ pass | 'X' |  |\n"
-        "| 5 hermes provider block | thinking is a JSON boolean | ❌ fail | a \\| b | P10 |\n")
+        "| 3 exact smoke | the reply is exactly X | `PASS` | 'X' |  |\n"
+        "| 5 hermes provider block | thinking is a JSON boolean | `FAIL` | a \\| b | P10 |\n")
     dry = gates.verdict_table(checks, dry_run=True).splitlines()
-    assert "◻️ not observed" in dry[2] and "❌ fail" in dry[3]  # a local result is checked in a dry run too
+    assert "`NOT OBSERVED`" in dry[2] and "`FAIL`" in dry[3]  # a local result is checked in a dry run too
     assert [f["outcome"] for f in gates.table_figures(checks, dry_run=True)] == ["not observed", "fail"]
     assert gates.failed_checks(checks) == checks[1:] and checks[1].title == "thinking is a JSON boolean (P10)"
 

@@ -47,7 +47,7 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
             executed = (tmp_path / "outputs" / record["output"]).read_text()
             for what in ("queues idle after the warmup (they drained)", "no fatal runtime error in head's log",
                          "no fatal runtime error in worker's log"):
-                assert f"✅ **{what}" in executed, what
+                assert f"`PASS` **{what}" in executed, what
             for node in lane.nodes:
                 assert name not in shm(node)
         finally:

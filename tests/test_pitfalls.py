@@ -84,3 +84,9 @@ def test_the_lane_value_check_is_an_error_that_names_the_profile_key():
     assert entry.severity == "error" and "GPU_MEMORY_UTILIZATION_TEXT" in entry.text and "env render" in entry.fix
     assert pitfall("S05").severity == "warning"  # raised to an error by the check when the dead value differs
     assert "GPU_MEMORY_UTILIZATION_TEXT=0.85" in pitfall("P07").fix
+
+
+def test_every_pitfall_names_where_it_comes_from():
+    assert pitfall("P07").origin == "seed 000 (the recipe), pitfall 7"
+    assert all(p.origin == f"seed 000 (the recipe), pitfall {n}" for n, p in enumerate(PITFALLS[:17], start=1))
+    assert all(p.seed and (p.seed.startswith("seed 000") or p.seed.startswith("no seed:")) for p in PITFALLS[17:])

@@ -53,7 +53,7 @@ def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
     ]
     assert verdict["commands"] == ["head: free -m"]
     assert "**DRY RUN**" in shown[0] and "the verdict is `dry-run`, never pass" in shown[0]
-    assert shown[1] == "◻️ **SHM cleaned on every node** — not observed (dry run)"
+    assert shown[1] == "`NOT OBSERVED` **SHM cleaned on every node** — not observed (dry run)"
 
 
 def test_a_local_check_fails_a_dry_run():

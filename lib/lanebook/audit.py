@@ -40,14 +40,15 @@ from .redact import redact_data, redact_notebook
 console = Console()
 
 VERDICTS = ("pass", "fail", "error", "dry-run")
-# How the terminal and the book show each verdict: (rich colour, mark).
-VERDICT_STYLES = {"pass": ("green", "✅"), "fail": ("red", "❌"), "error": ("magenta", "⚠️"), "dry-run": ("cyan", "◻️")}
+# How the terminal and notebook tables show each verdict: (rich colour, mark). ASCII marks, not emoji: they
+# show wherever the text goes (a terminal or a browser without an emoji font); the book draws its own badges.
+VERDICT_STYLES = {"pass": ("green", "+"), "fail": ("red", "x"), "error": ("magenta", "!"), "dry-run": ("cyan", "-")}
 # Fields of a pending record that only serve to tell whether its process still lives.
 _LIVENESS = ("pid_started",)
 
 
 def verdict_label(verdict: str) -> str:
-    """The mark and the verdict, e.g. "◻️ dry-run"; an unknown verdict keeps its name with a question mark."""
+    """The mark and the verdict, e.g. "- dry-run"; an unknown verdict keeps its name with a question mark."""
     return f"{VERDICT_STYLES.get(verdict, ('yellow', '?'))[1]} {verdict}"
 
 

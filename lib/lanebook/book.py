@@ -1,9 +1,12 @@
-"""`lanebook book`: the jupyter-book 1 site — the recipe, the runbooks and the audit trail.
+"""`lanebook book`: the jupyter-book 1 site — the recipe, the runbooks' rehearsals and the audit trail.
 
-Pages are generated from the one source of each fact (lane files, the pitfall registry, the run
-index) into a staging folder, then jupyter-book builds it offline from stored outputs (it never
-executes a notebook). Audit pages are copies of the recorded notebooks with a heading that says
-TWIN or REAL and the verdict; the records themselves are never touched.
+Pages are generated from the one source of each fact (lane files, the pitfall registry, the run index, the
+stored baselines; lanebook.bookpages, a module per page) into a staging folder, then jupyter-book builds it
+offline from stored outputs: it never executes a notebook. Pages made from recorded notebooks are copies;
+the records themselves are never touched. Plugins add pages (registry().book_pages: the twin's facts).
+
+Strict builds (tests, `lanebook book --strict`) fail on any Sphinx warning, on a broken internal link or
+anchor, and on anything the site would load from the internet (lanebook.bookcheck).
 """
 from __future__ import annotations
 
@@ -17,176 +20,129 @@ from typing import Optional
 
 import nbformat
 
-from .audit import VERDICT_STYLES, read_runs, resolve_output, tally, verdict_label
+from .audit import read_runs
+from .bookcheck import check_site
+from .bookpages import intro, lanes, pitfalls, recipe, speed, trail
+from .bookpages.notebook import notebook_title, page_notebook
+from .bookpages.runs import PublishedRun, latest_rehearsals, published_runs
 from .errors import LanebookError
+from .execute import RUNBOOKS, read_verdict
 from .params import lane_names, load_lane
 from .paths import BOOK_DIR, RUNBOOKS_DIR
+from .pitfalls import PITFALLS
 from .plugins import registry
 from .redact import redact
-from .execute import RUNBOOKS
+from .speed.baseline import stored_baseline
 
-def _md_table(header: list[str], rows: list[list[object]]) -> str:
-    def cell(v: object) -> str:
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+# Staged book sources copied as they are: the configuration and the site's own style sheet.
+STATIC_SOURCES = ("_config.yml", "_static/lanebook.css")
 
 
-def _wide(table: str) -> str:
-    """Mark a wide generated table (styled by BOOK_CSS)."""
-    return "```{container} lanebook-wide\n" + table + "```\n"
+def _runbook_sources() -> dict[str, Path]:
+    return {name: RUNBOOKS_DIR / f"{name}.ipynb" for name in RUNBOOKS if (RUNBOOKS_DIR / f"{name}.ipynb").exists()}
 
 
-# Staged as _static/lanebook.css (jupyter-book links every CSS file under _static).
-BOOK_CSS = """\
-/* Wide generated tables (lane matrix, pitfalls, audit index) sit on pages without a contents sidebar:
-   let the article take the width the theme keeps for that sidebar, and use a smaller type. */
-@media (min-width: 1200px) {
-  .bd-content:not(:has(.bd-sidebar-secondary)) .bd-article-container:has(div.lanebook-wide) { max-width: 100%; }
-}
-div.lanebook-wide table { font-size: 0.85rem; }
-div.lanebook-wide table code { font-size: 0.8rem; }
-div.lanebook-wide table :is(th, td) { padding: 0.3rem 0.4rem; }
-/* Verdicts in the audit trail: a dry run observed nothing, so it never looks like a pass. */
-.lanebook-verdict { font-weight: 600; white-space: nowrap; }
-""" + "".join(f".lanebook-verdict-{verdict} {{ color: {colour}; }}\n" for verdict, colour in
-              {"pass": "#1a7f37", "fail": "#cf222e", "error": "#8250df", "dry-run": "#0969da"}.items())
-
-# The verdict output is for tools (lanebook.execute and tests read it); the page heading states the verdict.
-VERDICT_MIME = "application/vnd.lanebook.verdict+json"
+def _stage_recipe(stage: Path, runs: list[PublishedRun]) -> list[str]:
+    """recipe/NAME.ipynb per runbook: its latest twin rehearsal, or the bare notebook when it has none."""
+    (stage / "recipe").mkdir()
+    rehearsals = latest_rehearsals(runs)
+    docs = []
+    for name, source in _runbook_sources().items():
+        title = notebook_title(source)
+        run = rehearsals.get(name)
+        if run is not None:
+            nb = page_notebook(run.path, recipe.rehearsal_heading(title, run, read_verdict(run.path)))
+        else:
+            nb = page_notebook(source, recipe.unrehearsed_heading(title, name))
+        nbformat.write(nb, stage / "recipe" / f"{name}.ipynb")
+        docs.append(f"recipe/{name}")
+    return docs
 
 
-def lanes_page() -> str:
-    lanes = [load_lane(n) for n in lane_names()]
-    keys: list[str] = []
-    for lane in lanes:
-        keys += [k for k in lane.env if k not in keys]
-    rows = [[f"`{k}`"] + [lane.env.get(k, "—") for lane in lanes] for k in keys]
-    rows.append(["speculative schedule"] + [lane.speculative.schedule_json() or "fixed K" for lane in lanes])
-    rows.append(["checkout"] + [f"`{lane.checkout}`" for lane in lanes])
-    rows.append(["launcher PROJECT_NAME"] + [lane.launcher.env["PROJECT_NAME"] for lane in lanes])
-    rows.append(["rollback to"] + [lane.rollback or "—" for lane in lanes])
-    rows.append(["source"] + [lane.source for lane in lanes])
-    chain = " → ".join(_rollback_chain("anemll-0731")) if "anemll-0731" in lane_names() else ""
-    return (
-        "# Lane matrix\n\nEvery value comes from the lane files under `params/` (the same files that render the env\n"
-        "file, patch the compose file, drive the twin and set the gates). A variant is a copy with one line changed.\n\n"
-        + (f"**Rollback chain:** {chain}. Keep the rollback lane boring: do not delete it because a canary passed.\n\n" if chain else "")
-        + _wide(_md_table(["key"] + [f"**{lane.name}**" + (" (**TWIN**)" if lane.twin else "") for lane in lanes], rows))
-        + "\n" + "\n".join(f"- **{lane.name}**: {lane.description}" for lane in lanes) + "\n"
-    )
-
-
-def _rollback_chain(start: str) -> list[str]:
-    chain, name = [], start
-    while name and name not in chain:
-        chain.append(name)
-        name = load_lane(name).rollback
-    return chain
-
-
-def pitfalls_page() -> str:
-    from .pitfalls import PITFALLS
-
-    rows = [[p.id, p.title, p.severity, p.where, p.fix] for p in PITFALLS]
-    return ("# Pitfalls\n\nThe recipe's hard-won lessons, one registry feeding `lanebook lint`, the runbooks'\n"
-            "troubleshooting tables, the twin and this page.\n\n" + _wide(_md_table(["id", "pitfall", "severity", "checked in", "what to do"], rows)))
-
-
-def verdict_html(verdict: str) -> str:
-    """The verdict with its mark, in its own colour (classes styled by BOOK_CSS)."""
-    css = verdict if verdict in VERDICT_STYLES else "unknown"
-    return f'<span class="lanebook-verdict lanebook-verdict-{css}">{verdict_label(verdict)}</span>'
-
-
-def audit_page(entries: list[tuple[dict, str]]) -> str:
-    if not entries:
-        return "# Audit trail\n\nNo runs recorded yet. `lanebook run RUNBOOK --lane LANE` records one.\n"
-    rows = [[r["started_at"], "**TWIN**" if r["twin"] else "real", r["lane"], r["runbook"] + (" (dry run)" if r.get("dry_run") else ""),
-             verdict_html(r["verdict"]), r.get("failed_step") or "", f"[{r['run_id']}]({doc}.ipynb)", r["sha256"][:12]]
-            for r, doc in entries]
-    return ("# Audit trail\n\nEvery headless run leaves its executed notebook; this is the index (`outputs/runs.jsonl`).\n"
-            "Runs marked **TWIN** ran on the digital twin: their figures are twin figures, not a real lane's.\n"
-            "A **dry-run** verdict means the commands were recorded, not sent: nothing on the lane was observed, so it\n"
-            "is never a pass. `lanebook audit verify` re-hashes every record.\n\n"
-            f"**{tally([r for r, _ in entries])}.**\n\n"
-            + _wide(_md_table(["started (UTC)", "where", "lane", "runbook", "verdict", "failed step", "notebook", "sha256"], rows)))
-
-
-def _audit_copy(record: dict, src: Path, dst: Path) -> None:
-    nb = nbformat.read(src, as_version=4)
-    for cell in nb.cells:  # one H1 per page: the record's heading below
-        if cell.cell_type == "markdown":
-            cell.source = re.sub(r"^# ", "## ", cell.source, flags=re.M)
-        elif cell.cell_type == "code":  # the page copy only: the record keeps its verdict output
-            cell.outputs = [o for o in cell.get("outputs", []) if VERDICT_MIME not in o.get("data", {})]
-    where = "TWIN" if record["twin"] else "REAL LANE"
-    dry = " [DRY RUN]" if record.get("dry_run") else ""  # a dry run opened no connection: not a lane's result
-    observed_nothing = " (nothing on the lane was observed: not a pass)" if record["verdict"] == "dry-run" else ""
-    heading = (f"# [{where}]{dry} {record['runbook']} · {record['lane']} · {record['started_at']}\n\n"
-               f"Verdict {verdict_html(record['verdict'])}{observed_nothing}"
-               + (f", failed step: {record['failed_step']}" if record.get("failed_step") else "")
-               + f". Record `{record['output']}` (sha256 `{record['sha256'][:16]}…`).")
-    if record["twin"]:
-        heading += "\n\nThis run was on the digital twin: every figure on this page is a twin figure."
-    nb.cells.insert(0, nbformat.v4.new_markdown_cell(heading))
-    nbformat.write(nb, dst)
-
-
-def _stage(stage: Path) -> None:
-    shutil.copy(BOOK_DIR / "_config.yml", stage / "_config.yml")
-    shutil.copy(BOOK_DIR / "intro.md", stage / "intro.md")
-    (stage / "_static").mkdir()
-    (stage / "_static" / "lanebook.css").write_text(BOOK_CSS)
-    (stage / "lanes.md").write_text(lanes_page())
-    (stage / "pitfalls.md").write_text(pitfalls_page())
-    (stage / "runbooks").mkdir()
-    runbook_docs = []
-    for name in RUNBOOKS:
-        src = RUNBOOKS_DIR / f"{name}.ipynb"
-        if src.exists():
-            shutil.copy(src, stage / "runbooks" / src.name)
-            runbook_docs.append(f"runbooks/{name}")
+def _stage_trail(stage: Path, runs: list[PublishedRun]) -> None:
     (stage / "audit").mkdir()
+    for run in runs:
+        nb = page_notebook(run.path, trail.run_heading(run))
+        # Reached from the index, not from the sidebar: a sidebar of every run would be drawn again on every
+        # page, which makes the build grow with the square of the runs.
+        nb.metadata["orphan"] = True
+        nbformat.write(nb, stage / f"{run.doc}.ipynb")
+    (stage / "audit.md").write_text(trail.audit_index(runs))
+
+
+def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None:
+    measured = speed.speed_runs(runs)
     entries = []
-    for record in read_runs():
-        src = resolve_output(record)
-        if src.exists() and src.stat().st_size:
-            doc = f"audit/{record['lane']}-{src.stem}"
-            _audit_copy(record, src, stage / f"{doc}.ipynb")
-            entries.append((record, doc))
-    (stage / "audit.md").write_text(audit_page(entries))
+    for name in lane_names():
+        lane = load_lane(name)
+        entries.append(speed.LaneSpeed(name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name)))
+    text, pictures = speed.speed_page(entries, twin_page=twin_page)
+    (stage / "speed.md").write_text(text)
+    for file, png in pictures.items():
+        (stage / file).write_bytes(png)
+
+
+def stage_book(stage: Path) -> None:
+    """Every page source of the book into STAGE (an empty folder)."""
+    for name in STATIC_SOURCES:
+        (stage / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(BOOK_DIR / name, stage / name)
+    all_lanes = [load_lane(n) for n in lane_names()]
+    text, picture = intro.intro_page((BOOK_DIR / "intro.md").read_text(), all_lanes)
+    (stage / "index.md").write_text(text)
+    (stage / intro.PICTURE).write_bytes(picture)
+    reference = intro.shown_lanes(all_lanes)[0].name
+    (stage / "lanes.md").write_text(lanes.lanes_page(all_lanes, reference))
+    runs = published_runs(read_runs())
+    recipe_docs = _stage_recipe(stage, runs)
+    sources = {name: [c.source for c in nbformat.read(path, as_version=4).cells] for name, path in _runbook_sources().items()}
+    steps = pitfalls.pitfall_steps(sources, [p.id for p in PITFALLS])
+    (stage / "pitfalls.md").write_text(pitfalls.pitfalls_page(steps, set(_runbook_sources())))
     plugin_pages = registry().book_pages
     for name, render in plugin_pages.items():
         (stage / f"{name}.md").write_text(render())
-    toc = ["format: jb-book", "root: intro", "parts:",
-           "  - caption: Recipe", "    chapters:", "      - file: lanes", "      - file: pitfalls"]
-    if runbook_docs:
-        toc += ["  - caption: Runbooks", "    chapters:"] + [f"      - file: {d}" for d in runbook_docs]
+    _stage_speed(stage, runs, twin_page="twin" in plugin_pages)
+    _stage_trail(stage, runs)
+    toc = ["format: jb-book", "root: index", "parts:",
+           "  - caption: Recipe", "    chapters:"] + [f"      - file: {d}" for d in recipe_docs]
+    toc += ["  - caption: Reference", "    chapters:", "      - file: lanes", "      - file: pitfalls", "      - file: speed"]
     if plugin_pages:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
-    if entries:
-        toc += ["        sections:"] + [f"          - file: {d}" for _, d in entries]
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
 
 
-def build_book(out: Optional[Path] = None) -> Path:
-    """Build the site into OUT/_build/html (default book/_build/html); returns the path of its index.html."""
+def build_book(out: Optional[Path] = None, strict: bool = False) -> Path:
+    """Build the site into OUT/_build/html (default book/_build/html); returns the path of its index.html.
+
+    strict: Sphinx warnings fail the build, and so does a broken internal link or an external load."""
     out = Path(out or BOOK_DIR).resolve()  # jupyter-book writes OUT/_build/html
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    html = out / "_build" / "html"
     with tempfile.TemporaryDirectory(prefix="lanebook-book-") as tmp:
         stage = Path(tmp)
-        _stage(stage)
+        stage_book(stage)
         _refuse_secrets(stage)
-        proc = subprocess.run([str(jupyter_book), "build", str(stage), "--path-output", str(out)],
-                              capture_output=True, text=True)
+        if html.exists():
+            shutil.rmtree(html)  # pages of runs no longer recorded must not linger
+        command = [str(jupyter_book), "build", str(stage), "--path-output", str(out), "--all"]
+        proc = subprocess.run(command + (["-W", "--keep-going"] if strict else []), capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise LanebookError(f"jupyter-book build failed:\n{tail}")
-    return out / "_build" / "html" / "index.html"
+        raise LanebookError("jupyter-book build failed:\n" + build_problems(proc.stdout + proc.stderr))
+    if strict:
+        problems = check_site(html)
+        if problems:
+            raise LanebookError(f"the built site has {len(problems)} problem(s): " + "; ".join(problems[:5]))
+    return html / "index.html"
+
+
+def build_problems(log: str, limit: int = 12) -> str:
+    """What made a build fail, from its log: Sphinx's warnings and errors (their paths shortened to the page),
+    else the log's last lines."""
+    lines = log.strip().splitlines()
+    found = [re.sub(r"^\S*lanebook-book-[^/]+/", "", line) for line in lines
+             if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Error:|Exception:", line)]
+    return "\n".join((found or lines)[-limit:] if not found else found[:limit])
 
 
 def _refuse_secrets(stage: Path) -> None:

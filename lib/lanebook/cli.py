@@ -233,11 +233,12 @@ def audit_verify():
 
 
 @app.command("book")
-def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)")):
+def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)"),
+         strict: bool = typer.Option(False, "--strict", help="fail on any Sphinx warning, broken internal link or external load")):
     """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""
     from .book import build_book
 
-    typer.echo(f"site: {build_book(out)}")
+    typer.echo(f"site: {build_book(out, strict=strict)}")
 
 
 @app.command("demo")

@@ -1,4 +1,5 @@
-"""`make demo`: `lanebook promote --lane twin` (the main job on the twin lane), then the book, then where to look.
+"""`make demo`: `lanebook promote --lane twin` (the main job on the twin lane), then the book, then where to look
+(the book's path is the last line).
 
 The demo passes only when every runbook of the main job exists and passed: a runbook not written yet is
 named as missing and fails the demo (no promotion is run), and the book is still built.
@@ -54,8 +55,8 @@ def run_demo() -> int:
         verdicts = {r["runbook"]: r["verdict"] for r in promote_shown("twin").records}
     console.rule("book")
     site = build_book()
-    console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})")
-    console.print(f"site:    {site}")
+    console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})", soft_wrap=True)
     ok, line = demo_outcome(verdicts, missing)
     console.print(f"[{'green' if ok else 'red'}]{line}[/] — all figures are TWIN figures")
+    console.print(f"book:    {site}  (open it in a browser: {site.as_uri()})", soft_wrap=True)  # last: where to look
     return 0 if ok else 1

@@ -282,7 +282,7 @@ def tool_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[G
 
 # --- the verdict table -----------------------------------------------------------------------------
 
-MARKS = {"pass": "✅ pass", "fail": "❌ fail", "not observed": "◻️ not observed"}
+MARKS = {"pass": "`PASS`", "fail": "`FAIL`", "not observed": "`NOT OBSERVED`"}  # plain words: no emoji font needed
 
 
 def _cell(text: str) -> str:

@@ -48,10 +48,16 @@ class Pitfall:
     where: str  # "lint" and/or the runbooks that meet it, comma-separated
     fix: str
     check: Optional[Callable[["LintInput"], Iterator[Hit]]] = None
+    seed: str = ""  # where the lesson comes from; empty for P-ids: seed 000's pitfall of the same number
 
     @property
     def runbooks(self) -> list[str]:
         return [w for w in self.where.split(", ") if w != "lint"]
+
+    @property
+    def origin(self) -> str:
+        """The write-up (or the piece of the recipe) the lesson was learnt from, as the book shows it."""
+        return self.seed or f"seed 000 (the recipe), pitfall {int(self.id[1:])}"
 
 
 def _number(text: Optional[str]) -> Optional[float]:
@@ -321,14 +327,15 @@ PITFALLS: tuple[Pitfall, ...] = (
             "num_speculative_tokens_per_batch_size ranges must cover batch sizes 1..MAX_NUM_SEQS contiguously, once, "
             "with every K at most num_speculative_tokens and the drafter block size 5.",
             "error", "lint, env", "Use the measured schedule [[1,1,5],[2,4,4],[5,6,3]] for MAX_NUM_SEQS=6.",
-            check_schedule),
+            check_schedule, seed="seed 000 (the recipe), its 5/4/3 verify schedule; vLLM's inclusive [start_bs, end_bs, K] ranges"),
     Pitfall("S02", "Unreadable SPECULATIVE_CONFIG",
             "The compose command must hold one SPECULATIVE_CONFIG assignment that becomes valid JSON inside the container.",
             "error", "lint, env", "Restore the seed's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it).",
-            check_speculative_config),
+            check_speculative_config, seed="seed 000 (the recipe), its one-line SPECULATIVE_CONFIG compose change"),
     Pitfall("S03", "Unreadable env-file line",
             "Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies.",
-            "warning", "lint, env", "Write it as KEY=VALUE (or comment it out with #).", check_env_lines),
+            "warning", "lint, env", "Write it as KEY=VALUE (or comment it out with #).", check_env_lines,
+            seed="no seed: how Docker Compose reads an env file"),
     Pitfall("S04", "Lane value not what runs",
             "The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env "
             "file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from "
@@ -338,15 +345,18 @@ PITFALLS: tuple[Pitfall, ...] = (
             "error", "lint, env, launch, rollback",
             "`lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, "
             "not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must "
-            "carry the lane's flags.", check_lane_values),
+            "carry the lane's flags.", check_lane_values,
+            seed="no seed: the recipe's own launcher, Compose file and image, read at the recipe's published commit"),
     Pitfall("S05", "Dead env line",
             "A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a "
             "checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it.",
-            "warning", "lint, env", "Delete the line, or set the key that wins (the finding names it).", check_dead_lines),
+            "warning", "lint, env", "Delete the line, or set the key that wins (the finding names it).", check_dead_lines,
+            seed="no seed: the recipe's own launcher and env example, read at the recipe's published commit"),
     Pitfall("S06", "Entrypoint refuses the configuration",
             "The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) "
             "and exits before `vllm serve` when one is wrong, so the container never serves.",
-            "error", "lint, launch", "Set the variable to one of the values the message lists.", check_entrypoint),
+            "error", "lint, launch", "Set the variable to one of the values the message lists.", check_entrypoint,
+            seed="no seed: the image's command script, read at the recipe's published commit"),
 )
 
 _BY_ID = {p.id: p for p in PITFALLS}

@@ -32,7 +32,8 @@ from .plugins import prepare_lane
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
 # What one expected result came to; only "fail" fails a run.
 PASS, FAIL, NOT_OBSERVED_OUTCOME, SKIPPED, WARNING = "pass", "fail", "not observed", "skipped", "warning"
-MARKS = {PASS: "✅", FAIL: "❌", NOT_OBSERVED_OUTCOME: "◻️", SKIPPED: "⏭️", WARNING: "⚠️"}
+# Plain words in code spans, not emoji: they render in any browser and terminal, with or without an emoji font.
+MARKS = {PASS: "`PASS`", FAIL: "`FAIL`", NOT_OBSERVED_OUTCOME: "`NOT OBSERVED`", SKIPPED: "`SKIPPED`", WARNING: "`WARNING`"}
 
 
 class StepFailed(Exception):
