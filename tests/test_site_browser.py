@@ -42,25 +42,26 @@ MISSING_GLYPHS_JS = r"""
   };
   const drawsNothing = /[\p{Z}\p{Cf}\p{Mn}\p{Me}\p{Cc}]/u;
   const seen = new Map();
-  const note = (el, text) => {
-    const style = getComputedStyle(el);
+  const note = (el, text, style) => {
     const font = `${style.fontStyle} ${style.fontWeight} 32px ${style.fontFamily}`;
     for (const ch of text) {
       if (ch.codePointAt(0) < 0x80 || drawsNothing.test(ch)) continue;
       const key = font + "|" + ch;
-      if (!seen.has(key)) seen.set(key, {ch, font, where: (el.closest("[class]") || el).className.toString().slice(0, 60),
+      if (!seen.has(key)) seen.set(key, {ch, font, where: ((el.closest("[class]") || el).getAttribute("class") || el.tagName).slice(0, 60),
                                          context: (el.textContent || "").trim().slice(0, 80)});
     }
   };
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const el = node.parentElement;
-    if (el && el.getClientRects().length && getComputedStyle(el).visibility !== "hidden") note(el, node.data);
+    if (el && el.getClientRects().length && getComputedStyle(el).visibility !== "hidden") note(el, node.data, getComputedStyle(el));
   }
   for (const el of document.body.querySelectorAll("*")) {
+    // only HTML elements draw ::before/::after (an icon's <svg> keeps its class, not its pseudo-elements)
+    if (!(el instanceof HTMLElement) || !el.getClientRects().length) continue;
     for (const pseudo of ["::before", "::after"]) {
-      const content = getComputedStyle(el, pseudo).content;
-      if (content && content.startsWith('"')) note(el, JSON.parse(content));
+      const style = getComputedStyle(el, pseudo);
+      if (style.display !== "none" && style.content.startsWith('"')) note(el, JSON.parse(style.content), style);
     }
   }
   const missing = [];
@@ -107,6 +108,8 @@ class Visit:
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
         self.page.goto(url)
+        # jupyter-book's index.html forwards to the root page with a meta refresh: wait for the page it lands on
+        self.page.wait_for_function('document.readyState === "complete" && !document.querySelector(\'meta[http-equiv="refresh" i]\')')
         self.page.wait_for_load_state("load")
 
     def _route(self, route) -> None:

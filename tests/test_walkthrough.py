@@ -114,7 +114,7 @@ def test_launch_on_the_twin_asks_at_its_destructive_step_shows_progress_and_pass
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in ARTIFACTS.glob("*.png"):
+    for old in ARTIFACTS.glob("*"):
         old.unlink()
     runbook_bytes = (lab.root / "launch.ipynb").read_bytes()
     elsewhere: list[str] = []  # every request the page made to anything but this JupyterLab

@@ -147,6 +147,8 @@ def start_lab(root: Path = RUNBOOKS_DIR, port: int = DEFAULT_PORT, state_dir: Pa
 
 def run_lab(port: int = DEFAULT_PORT) -> int:
     """`lanebook lab`: ready the default lane (the twin comes up), start JupyterLab, print its URL, serve until Ctrl-C."""
+    if not port_free(port):  # said before the twin is touched
+        raise LanebookError(f"port {port} on {HOST} is in use: give another with --port N")
     prepare_lane(load_lane(DEFAULT_LANE))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # a `kill` stops JupyterLab as Ctrl-C does
     lab = start_lab(port=port)
