@@ -10,14 +10,20 @@ HERMES_STAMP := $(HERMES_VENV)/.installed
 
 setup: os-packages $(STAMP) $(HERMES_STAMP)
 
-# As root, install what the twin's nodes need when it is missing (sshd, rsync).
+# As root, install the OS packages lanebook needs when one is missing (each named by a file it installs):
+# sshd and rsync for the twin's nodes; chromium and plain text fonts for the browser tests (Playwright drives
+# /usr/bin/chromium, so no browser download). No emoji font on purpose: the site's status marks must not need one.
+OS_PACKAGES := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/bin/chromium:chromium \
+  /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf:fonts-dejavu-core \
+  /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf:fonts-liberation
 os-packages:
-	@if [ ! -x /usr/sbin/sshd ] || ! command -v rsync >/dev/null 2>&1; then \
+	@missing=""; for entry in $(OS_PACKAGES); do [ -e "$${entry%%:*}" ] || missing="$$missing $${entry#*:}"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing openssh-server and rsync"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync >/dev/null; \
+	    echo "installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else \
-	    echo "the twin needs openssh-server and rsync: install them (sudo apt-get install openssh-server rsync)"; exit 1; \
+	    echo "lanebook needs$$missing: install them (sudo apt-get install$$missing)"; exit 1; \
 	  fi; \
 	fi
 

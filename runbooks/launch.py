@@ -37,6 +37,7 @@
 lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
 min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM asks of the lane
+confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
 from IPython.display import Markdown, display
@@ -47,7 +48,7 @@ from lanebook.lint import lint_lane_checkout
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
-rb = Runbook("launch", lane, dry_run=dry_run)
+rb = Runbook("launch", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 
 # %% [markdown]
@@ -79,6 +80,7 @@ with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (i
 # %% [markdown]
 # ## Step 1 — Clean SHM and page cache on every node
 # `sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'` on each node, then look again.
+# It removes every segment there, so it asks first (a button in JupyterLab; `--yes` headless on a real lane).
 # Expected: each node's /dev/shm holds none of the segments it held before; free memory read back.
 
 # %%
@@ -86,6 +88,7 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
     if already_up:
         rb.skip("SHM and page cache cleaned on every node", "the lane is already up; memory is never cleaned under a server")
     else:
+        rb.confirm(f"clean /dev/shm and the page cache on {', '.join(n.alias for n in rb.lane.nodes)} and start lane {p.name} on the pair")
         cleaned = memory.clean_memory(rb.lane)
         rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
         rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
@@ -160,7 +163,7 @@ with rb.step("5 models and live command", fix='the server does not run what the 
 # Readiness does not compile every production shape (P12): the bounded prefill, the C4 and C6 waves, each
 # once and once more warm, sent from this machine once the queues read idle (the `warmup` runbook's
 # step 1), then `/health` and every node's log for CUDA, NCCL, engine-death and preemption lines.
-# Fail-open, as the recipe's launcher is: a warmup that cannot run or finish is a ⚠️ warning and the
+# Fail-open, as the recipe's launcher is: a warmup that cannot run or finish is a `WARNING` and the
 # launch still passes; a dead engine or a fatal line in a log fails it. `POST_READINESS_WARMUP_ENABLED: 0`
 # in the lane skips it (the recipe's immediate bypass).
 

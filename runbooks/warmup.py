@@ -25,7 +25,7 @@
 # is not that event: the table below sets each shape's first use against its first request once warm.
 #
 # **Fail-open, as the recipe's launcher is:** a warmup that cannot run or finish (queues busy, requests
-# failing, queues not draining) is a ⚠️ warning and the lane keeps serving. Only a sick lane fails the run:
+# failing, queues not draining) is a `WARNING` and the lane keeps serving. Only a sick lane fails the run:
 # the server not up, the engine dead after the warmup, a CUDA, NCCL, engine-death or preemption line in a
 # log, or preemptions counted by `/metrics`.
 #

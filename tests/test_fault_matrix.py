@@ -88,7 +88,7 @@ def test_every_mismatch_is_named():
 def test_a_passing_row_looks_for_its_message_in_the_report():
     row = FaultRow("legacy-units-active", "launch", "none", "pass", None, "(was active)", "P13", "units masked, lane up", 90)
     passed = seen(record={"verdict": "pass", "failed_step": None, "twin": True, "fix": None, "sha256": "ab12"}, failure="",
-                  report="✅ no legacy unit active — head: aiden-vllm.service masked, inactive (was active)",
+                  report="`PASS` **no legacy unit active** — head: aiden-vllm.service masked, inactive (was active)",
                   repair_record=None)
     assert mismatches(row, passed) == []
     assert mismatches(row, seen(**{**passed.__dict__, "report": "nothing"})) == ["message: '(was active)' not in the report: ''"]
@@ -119,12 +119,12 @@ def test_the_book_page_is_the_table():
 def test_the_failure_and_the_report_are_read_from_the_executed_notebook():
     notebook = {"cells": [
         {"outputs": [{"output_type": "stream", "name": "stdout", "text": ["launcher ok\n", "ready\n"]}]},
-        {"outputs": [{"output_type": "display_data", "data": {"text/markdown": "✅ **checkout present**"}}]},
+        {"outputs": [{"output_type": "display_data", "data": {"text/markdown": "`PASS` **checkout present**"}}]},
         {"outputs": [{"output_type": "error", "ename": "StepFailed", "evalue": "3 start: /health answers 200 (503)"}]},
         {"source": "no outputs"},
     ]}
     assert failure_message(notebook) == "3 start: /health answers 200 (503)"
-    assert shown_text(notebook) == ("launcher ok\nready\n\n✅ **checkout present**\n\n"
+    assert shown_text(notebook) == ("launcher ok\nready\n\n`PASS` **checkout present**\n\n"
                                     "StepFailed: 3 start: /health answers 200 (503)")
     assert failure_message({"cells": []}) == ""
 

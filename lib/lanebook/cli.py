@@ -241,6 +241,14 @@ def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes t
     typer.echo(f"site: {build_book(out, strict=strict)}")
 
 
+@app.command("lab")
+def lab(port: int = typer.Option(8888, "--port", help="the port on 127.0.0.1 (an error when in use)")):
+    """The walkthrough: bring the twin up and serve JupyterLab on loopback in runbooks/ (lane twin by default)."""
+    from .lab import run_lab
+
+    raise typer.Exit(run_lab(port))
+
+
 @app.command("demo")
 def demo():
     """Start the twin, run the main job on the twin lane, build the book, print where things are."""

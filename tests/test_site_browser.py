@@ -1,0 +1,249 @@
+"""The built site as a reader sees it: opened from file:// in headless Chromium (Debian's /usr/bin/chromium through
+Playwright) with no network. The book is built once (lanebook.book.build_book) from an outputs folder holding a
+twin launch run and a short twin speed run. Every page checked here renders (the theme's article shown, no
+failed request, every image loaded), asks nothing of any address but file:// (every other request is routed to
+an abort and named), and draws no character as a missing glyph; the introduction, the launch recipe page with
+its outputs (the troubleshooting table, the verdict table), the speed page with its plot and the audit trail are
+each checked for what they must show. Screenshots go to test-artifacts/site/.
+
+A missing glyph is found by drawing: each character of the page's text (and of ::before/::after content) is
+drawn on a canvas in the font of the element that holds it, beside a code point no font has (U+0378,
+unassigned); the same pixels mean the browser had no glyph for it. `make setup` installs plain text fonts and
+no emoji font, so a mark that needs an emoji font is drawn as that box here, as in any browser without one.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from lanebook.paths import REPO
+from lanebook_runs import run
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+ARTIFACTS = REPO / "test-artifacts" / "site"
+SHORT_SPEED = ("-p", "max_tokens=32", "-p", "workloads=probe")
+
+# Characters drawn like U+0378 (no font has it), with where each is; skips what draws nothing on purpose
+# (spaces, format characters such as U+FE0F, combining marks).
+MISSING_GLYPHS_JS = r"""
+() => {
+  const canvas = document.createElement("canvas");
+  canvas.width = 64; canvas.height = 64;
+  const ctx = canvas.getContext("2d", {willReadFrequently: true});
+  const draw = (font, text) => {
+    ctx.clearRect(0, 0, 64, 64); ctx.font = font; ctx.textBaseline = "top"; ctx.fillStyle = "#000";
+    ctx.fillText(text, 4, 4);
+    return Array.from(ctx.getImageData(0, 0, 64, 64).data).join(",");
+  };
+  const drawsNothing = /[\p{Z}\p{Cf}\p{Mn}\p{Me}\p{Cc}]/u;
+  const seen = new Map();
+  const note = (el, text, style) => {
+    const font = `${style.fontStyle} ${style.fontWeight} 32px ${style.fontFamily}`;
+    for (const ch of text) {
+      if (ch.codePointAt(0) < 0x80 || drawsNothing.test(ch)) continue;
+      const key = font + "|" + ch;
+      if (!seen.has(key)) seen.set(key, {ch, font, where: ((el.closest("[class]") || el).getAttribute("class") || el.tagName).slice(0, 60),
+                                         context: (el.textContent || "").trim().slice(0, 80)});
+    }
+  };
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (el && el.getClientRects().length && getComputedStyle(el).visibility !== "hidden") note(el, node.data, getComputedStyle(el));
+  }
+  for (const el of document.body.querySelectorAll("*")) {
+    // only HTML elements draw ::before/::after (an icon's <svg> keeps its class, not its pseudo-elements)
+    if (!(el instanceof HTMLElement) || !el.getClientRects().length) continue;
+    for (const pseudo of ["::before", "::after"]) {
+      const style = getComputedStyle(el, pseudo);
+      if (style.display !== "none" && style.content.startsWith('"')) note(el, JSON.parse(style.content), style);
+    }
+  }
+  const missing = [];
+  for (const {ch, font, where, context} of seen.values()) {
+    if (draw(font, ch) === draw(font, "\u0378"))
+      missing.push({char: ch, codepoint: "U+" + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0"),
+                    font, where, context});
+  }
+  return missing;
+}
+"""
+
+IMAGES_JS = """
+async () => Promise.all([...document.images].map(async img => {
+  img.loading = "eager";
+  try { await img.decode(); } catch (e) {}
+  return {src: img.getAttribute("src"), width: img.naturalWidth};
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: `make setup` as root installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+class Visit:
+    """One page opened with every request recorded and any that is not file:// aborted."""
+
+    def __init__(self, browser, url: str):
+        self.requests: list[str] = []
+        self.left: list[str] = []  # requests that would have left the machine (aborted)
+        self.failed: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
+        self.page.goto(url)
+        # jupyter-book's index.html forwards to the root page with a meta refresh: wait for the page it lands on
+        self.page.wait_for_function('document.readyState === "complete" && !document.querySelector(\'meta[http-equiv="refresh" i]\')')
+        self.page.wait_for_load_state("load")
+
+    def _route(self, route) -> None:
+        if route.request.url.startswith(("file://", "data:")):
+            route.continue_()
+        else:
+            self.left.append(route.request.url)
+            route.abort()
+
+    def outside(self) -> list[str]:
+        """Every request to anything but a local file, routed or not."""
+        return sorted(set(self.left) | {u for u in self.requests if not u.startswith(("file://", "data:"))})
+
+    def images(self) -> list[dict]:
+        return self.page.evaluate(IMAGES_JS)
+
+    def missing_glyphs(self) -> list[dict]:
+        return self.page.evaluate(MISSING_GLYPHS_JS)
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(browser, tmp_path):
+    """The checks themselves: a private-use character no font covers is found, text marks the fonts cover are not,
+    and a stylesheet from the internet is named and never fetched."""
+    page = tmp_path / "page.html"
+    page.write_text('<html><head><meta charset="utf-8"><link rel="stylesheet" href="https://example.invalid/x.css">'
+                    '</head><body><p class="mark">\ue000 missing</p><p>\u2713 pass \u2717 fail \u2014 \u00e9</p></body></html>')
+    visit = Visit(browser, page.as_uri())
+    try:
+        missing, outside = visit.missing_glyphs(), visit.outside()
+    finally:
+        visit.close()
+    assert [m["codepoint"] for m in missing] == ["U+E000"], missing
+    assert outside == ["https://example.invalid/x.css"]
+
+
+@pytest.fixture(scope="module")
+def site(twin, tmp_path_factory) -> Path:
+    """The site built from a twin launch run and a short twin speed run (launch is idempotent: an up lane is verified)."""
+    from lanebook.book import build_book
+
+    tmp = tmp_path_factory.mktemp("site")
+    run(tmp, "launch", "twin", expect_exit=0)
+    run(tmp, "speed", "twin", *SHORT_SPEED, expect_exit=0)
+    saved = os.environ.get("LANEBOOK_OUTPUTS")
+    os.environ["LANEBOOK_OUTPUTS"] = str(tmp / "outputs")
+    try:
+        index = build_book(tmp / "book")
+    finally:
+        os.environ.pop("LANEBOOK_OUTPUTS") if saved is None else os.environ.update(LANEBOOK_OUTPUTS=saved)
+    return index.parent
+
+
+def visit_page(browser, site: Path, name: str) -> Visit:
+    """Open a page, check what every page must hold, keep its screenshot; the caller closes it."""
+    path = site / name
+    assert path.is_file(), f"{name} is not in the built site"
+    visit = Visit(browser, path.as_uri())
+    try:
+        visit.shot(name.replace("/", "-").replace(".html", ".png"))
+        page = visit.page
+        assert page.locator("article.bd-article h1").first.is_visible(), f"{name}: the theme's article has no heading shown"
+        assert not visit.outside(), f"{name} asked the network for: {visit.outside()}"
+        assert not visit.failed, f"{name}: requests failed: {visit.failed}"
+        broken = [i["src"] for i in visit.images() if i["width"] == 0]
+        assert not broken, f"{name}: images not loaded: {broken}"
+        missing = visit.missing_glyphs()
+        assert not missing, f"{name}: drawn as a missing glyph: {missing}"
+    except BaseException:
+        visit.close()
+        raise
+    return visit
+
+
+@pytest.mark.twin
+def test_the_introduction_renders_with_its_topology_picture(browser, site):
+    visit = visit_page(browser, site, "index.html")
+    try:
+        pictures = visit.page.locator("article.bd-article img, article.bd-article svg")
+        assert pictures.count() >= 1, "the introduction shows no picture of the lane topology"
+        assert pictures.first.is_visible()
+    finally:
+        visit.close()
+
+
+def table_after(page, heading: re.Pattern):
+    """The first table after the heading matching `heading`, within its section."""
+    return page.locator("section").filter(has=page.get_by_role("heading", name=heading)).locator("table").first
+
+
+@pytest.mark.twin
+def test_the_launch_recipe_page_shows_its_twin_run_with_outputs_and_verdict_table(browser, site):
+    visit = visit_page(browser, site, "recipe/launch.html")
+    try:
+        page = visit.page
+        text = page.locator("article.bd-article").inner_text()
+        assert re.search(r"\btwin\b", text, re.I), "the page does not say it shows a twin rehearsal"
+        troubleshooting = table_after(page, re.compile(r"Troubleshooting"))
+        assert troubleshooting.is_visible(), "the troubleshooting table is not shown (the cell's output is missing)"
+        assert re.search(r"\bP\d\d\b", troubleshooting.inner_text()), troubleshooting.inner_text()[:500]
+        verdicts = page.locator("article.bd-article table").filter(has_text=re.compile(r"\bpass\b", re.I))
+        verdicts = verdicts.filter(has_text=re.compile(r"launcher reports the lane up"))
+        assert verdicts.count() >= 1 and verdicts.first.is_visible(), "no verdict table with the run's checks"
+    finally:
+        visit.close()
+
+
+@pytest.mark.twin
+def test_the_speed_page_shows_its_plot(browser, site):
+    visit = visit_page(browser, site, "speed.html")
+    try:
+        plots = [i for i in visit.images() if i["width"] > 0]
+        assert plots, "the speed page shows no loaded plot image"
+        assert re.search(r"\btwin\b", visit.page.locator("article.bd-article").inner_text(), re.I)
+    finally:
+        visit.close()
+
+
+@pytest.mark.twin
+def test_the_audit_trail_lists_both_runs_linking_to_their_pages(browser, site):
+    visit = visit_page(browser, site, "audit.html")
+    try:
+        page = visit.page
+        table = page.locator("article.bd-article table").first
+        rows = table.inner_text()
+        assert re.search(r"\blaunch\b", rows) and re.search(r"\bspeed\b", rows), rows[:1000]
+        links = [a.get_attribute("href") for a in table.locator("a[href]").all()]
+        targets = {(site / "audit.html").parent.joinpath(h.split("#")[0]).resolve() for h in links if "://" not in h}
+        assert len(targets) >= 2 and all(t.is_file() for t in targets), sorted(map(str, targets))
+    finally:
+        visit.close()
