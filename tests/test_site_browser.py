@@ -203,7 +203,8 @@ def test_the_introduction_renders_with_its_topology_picture(browser, site):
 
 def table_after(page, heading: re.Pattern):
     """The first table after the heading matching `heading`, within its section."""
-    return page.locator("section").filter(has=page.get_by_role("heading", name=heading)).locator("table").first
+    section = page.get_by_role("heading", name=heading).first.locator("xpath=ancestor::section[1]")  # its own, not the page's
+    return section.locator("table").first
 
 
 @pytest.mark.twin
