@@ -1,4 +1,5 @@
 """Lane files: the shipped lanes carry the seeds' values; bad files fail with one line naming the key."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,61 @@ def test_k_for_batch_reads_inclusive_ranges_and_falls_back_to_fixed_k():
     assert [k_for_batch(schedule, 5, b) for b in range(1, 7)] == [5, 4, 4, 4, 3, 3]
     assert [k_for_batch(schedule, 5, b) for b in range(1, 8)] == [5, 4, 4, 4, 3, 3, 5]
     assert k_for_batch(None, 5, 4) == 5
+
+
+# --- values that reach a shell or ssh: strict patterns, refused at load --------------------------------
+
+INJECTIONS = ["x; rm -rf ~", "$(touch /tmp/lbt-pwned)", "`id`", "a\nb", "a'b", 'a"b', "-oProxyCommand=sh", "a b", ""]
+
+
+@pytest.mark.parametrize("old,template,needle", [
+    ("host: 192.168.1.11,", "host: {},", "'nodes.0.host'"),
+    ("fabric_ip: 10.0.0.2,", "fabric_ip: {},", "'nodes.1.fabric_ip'"),
+    ("user: milo, fabric_ip: 10.0.0.1", "user: {}, fabric_ip: 10.0.0.1", "'nodes.0.user'"),
+    ("alias: worker,", "alias: {},", "'nodes.1.alias'"),
+    ("  SERVED_MODEL_NAME: deepseek-v4-flash-0731", "  SERVED_MODEL_NAME: {}", "SERVED_MODEL_NAME"),
+    ("  repo: deepseek-ai/DeepSeek-V4-Flash-0731", "  repo: {}", "'weights.repo'"),
+    ("name: anemll-0731", "name: {}", "'name'"),
+    ("rollback: anemll-1m6", "rollback: {}", "'rollback'"),
+])
+@pytest.mark.parametrize("crafted", INJECTIONS)
+def test_crafted_addresses_logins_and_model_ids_are_refused(tmp_path, old, template, needle, crafted):
+    path = _write(tmp_path, _variant(old, template.format(json.dumps(crafted))))  # a JSON string is a YAML string
+    with pytest.raises(LaneError) as err:
+        load_lane(path)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("field,value", [("host", "spark-1.lan"), ("host", "fe80::1"), ("host", "10.0.0.2"),
+                                         ("user", "milo.k-2"), ("port", 65535)])
+def test_ordinary_addresses_and_logins_load(field, value):
+    from lanebook.params import lane_with
+
+    lane = load_lane("anemll-0731")
+    nodes = [{**lane.nodes[0].model_dump(), field: value}, lane.nodes[1].model_dump()]
+    assert getattr(lane_with(lane, nodes=nodes).head, field) == value
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    ("  NCCL_SOCKET_IFNAME: bond0", "  NCCL_SOCKET_IFNAME: \"bond0\\nLD_PRELOAD=/tmp/x.so\"", "an env value must be one line"),
+    ("  NCCL_SOCKET_IFNAME: bond0", "  'NCCL IFNAME': bond0", "an env key (a shell identifier)"),
+    ("    PROJECT_NAME: ds4-f-mia-anemll-0731", "    'X=1 PROJECT_NAME': p", "an env key"),
+    ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: ds4-f-mia-anemll-0731", "'checkout': Value error, must be an absolute path"),
+    ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: -rf", "must be an absolute path"),
+    ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: \"~/a\\nb\"", "on one line"),
+    ("  MAX_MODEL_LEN: 1048576", "  MAX_MODEL_LEN: '²'", "env.MAX_MODEL_LEN must be an integer"),
+    ("compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]", "compose_environment: ['A;B']", "'compose_environment'"),
+    ("  max_workers: 4", "  max_workers: 4\n  hf_cache: relative/cache", "'weights.hf_cache'"),
+])
+def test_env_keys_values_and_paths_that_would_break_a_line_or_a_command_are_refused(tmp_path, old, new, needle):
+    path = _write(tmp_path, _variant(old, new))
+    with pytest.raises(LaneError) as err:
+        load_lane(path)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_paths_and_env_values_may_hold_shell_characters_they_are_quoted_where_used():
+    from lanebook.params import lane_with
+
+    lane = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
+    assert lane.checkout == "~/odd $(dir); `x`" and lane.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"

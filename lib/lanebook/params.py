@@ -7,11 +7,14 @@ The env file, compose patch, twin, gates and the book's lane matrix are all deri
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, field_validator,
+                      model_validator)
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
@@ -26,7 +29,76 @@ INTEGER_ENV_KEYS = ("MAX_MODEL_LEN", "MAX_NUM_SEQS", "MAX_NUM_BATCHED_TOKENS", "
 
 
 def _is_integer(value: object) -> bool:
-    return isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+    """An int, or text of ASCII digits (str.isdigit also takes '²', which int() refuses)."""
+    return isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value) is not None)
+
+
+# Values that reach a shell or an ssh command line unquoted-able (an address, a login, a model id) must match a
+# strict pattern, so `; rm -rf`, `$(...)`, backticks, quotes, spaces, newlines or a leading `-` (an option) are
+# refused when the lane file is loaded. Paths and env values are quoted where they are used (nodes.q/qpath),
+# but none may hold a line break or NUL: they are written to line-oriented files and read back line by line.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a lane or node alias: also a directory name
+HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub id or served name
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+UNIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*")
+MODEL_ENV_KEYS = ("DSPARK_MODEL", "SERVED_MODEL_NAME")
+_LINE_BREAKS = ("\n", "\r", "\x00")
+
+
+def _matching(pattern: re.Pattern, what: str, value: str) -> str:
+    if not pattern.fullmatch(value):
+        raise ValueError(f"must be {what}, got {value!r}")
+    return value
+
+
+def check_name(value: str) -> str:
+    return _matching(NAME_RE, "a name of letters, digits, '.', '_' and '-' (not starting with one of those)", value)
+
+
+def check_host(value: str) -> str:
+    """A host name or an IPv4/IPv6 address: nothing a shell or ssh would read as more than an address."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        return _matching(HOSTNAME_RE, "a host name or IP address", value)
+
+
+def check_user(value: str) -> str:
+    return _matching(USER_RE, "a login name (letters, digits, '_', '.', '-')", value)
+
+
+def check_model(value: str) -> str:
+    return _matching(MODEL_RE, "a model id like org/name (letters, digits, '.', '_', '-')", value)
+
+
+def check_env(env: dict) -> dict:
+    """Env keys are shell identifiers (they are written unquoted, `K=V`); values hold no line break."""
+    for key, value in env.items():
+        _matching(ENV_KEY_RE, "an env key (a shell identifier)", key)
+        if isinstance(value, str) and any(c in value for c in _LINE_BREAKS):
+            raise ValueError(f"{key}: an env value must be one line, got {value!r}")
+    return env
+
+
+def check_path(value: str) -> str:
+    """A node path: absolute or under ~ (a relative one starting with '-' would be read as an option), one line."""
+    if any(c in value for c in _LINE_BREAKS) or not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        raise ValueError(f"must be an absolute path or one under ~/, on one line, got {value!r}")
+    return value
+
+
+def check_line(value: str) -> str:
+    if any(c in value for c in _LINE_BREAKS):
+        raise ValueError(f"must be one line, got {value!r}")
+    return value
+
+
+def _validated(check, *fields: str):
+    """A pydantic validator applying `check` to each of `fields`; None passes (the optional fields' default)."""
+    return field_validator(*fields)(classmethod(lambda cls, value: value if value is None else check(value)))
 
 
 class Strict(BaseModel):
@@ -42,12 +114,27 @@ class NodeParams(Strict):
     fabric_ip: StrictStr = Field(description="the node's address on the RoCE fabric (TP traffic, rsync)")
     jump: Optional[StrictStr] = Field(None, description="alias of a node to jump through (ProxyJump)")
 
+    _alias = _validated(check_name, "alias")
+    _jump = _validated(check_name, "jump")
+    _hosts = _validated(check_host, "host", "fabric_ip")
+    _user = _validated(check_user, "user")
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 < value < 65536:
+            raise ValueError(f"must be a TCP port 1-65535, got {value}")
+        return value
+
 
 class LauncherParams(Strict):
     start: StrictStr = "./start-deepseek-v4-flash-dspark.sh"
     status: StrictStr = "./status-deepseek-v4-flash-dspark.sh"
     stop: StrictStr = "./stop-deepseek-v4-flash-dspark.sh"
     env: dict[StrictStr, EnvValue] = Field(description="PROJECT_NAME, WAIT_ATTEMPTS, WAIT_SECONDS")
+
+    _env = _validated(check_env, "env")
+    _scripts = _validated(check_line, "start", "status", "stop")
 
     @model_validator(mode="after")
     def _required_env(self):
@@ -84,6 +171,10 @@ class WeightsParams(Strict):
         default_factory=lambda: {"HF_HUB_OFFLINE": 0, "TRANSFORMERS_OFFLINE": 0, "HF_HUB_DISABLE_XET": 1}
     )
     hf_cache: StrictStr = "~/.cache/huggingface"
+
+    _repo = _validated(check_model, "repo")
+    _download_env = _validated(check_env, "download_env")
+    _hf_cache = _validated(check_path, "hf_cache")
 
     @property
     def hub_dir(self) -> str:
@@ -151,6 +242,21 @@ class LaneParams(Strict):
     )
     rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
 
+    _name = _validated(check_name, "name")
+    _rollback = _validated(check_name, "rollback")
+    _checkout = _validated(check_path, "checkout")
+    _env = _validated(check_env, "env")
+
+    @field_validator("compose_environment")
+    @classmethod
+    def _compose_environment(cls, keys: list[str]) -> list[str]:
+        return [_matching(ENV_KEY_RE, "an env key (a shell identifier)", k) for k in keys]
+
+    @field_validator("legacy_units")
+    @classmethod
+    def _legacy_units(cls, units: list[str]) -> list[str]:
+        return [_matching(UNIT_RE, "a systemd unit name", u) for u in units]
+
     @model_validator(mode="after")
     def _consistent(self):
         heads = [n for n in self.nodes if n.role == "head"]
@@ -164,6 +270,11 @@ class LaneParams(Strict):
         for key in INTEGER_ENV_KEYS:
             if key in self.env and not _is_integer(self.env[key]):
                 raise ValueError(f"env.{key} must be an integer, got {self.env[key]!r}")
+        for key in MODEL_ENV_KEYS:
+            try:
+                check_model(str(self.env[key]))
+            except ValueError as exc:
+                raise ValueError(f"env.{key} {exc}") from None
         aliases = {n.alias: n for n in self.nodes}
         for node in self.nodes:
             if node.jump and (node.jump not in aliases or node.jump == node.alias or aliases[node.jump].jump):
