@@ -352,3 +352,21 @@ def test_the_checkouts_own_serve_argv_is_a_live_command_with_no_mismatch(tmp_pat
     render_checkout(lane, directory)
     argv = Effective(CheckoutFiles.read(directory)).spec.argv
     assert live_mismatches(lane, "/usr/bin/python3 /usr/local/bin/vllm " + " ".join(argv)) == []
+
+
+def test_serve_arguments_are_expanded_by_a_bash_that_can_run_nothing(tmp_path):
+    """A compose file handed to lint may come from anyone: its `$(...)`, backticks, case arms, redirections,
+    BASH_ENV or exported functions run nothing on the operator's machine, while ${VAR} still expands."""
+    from lanebook.effective import serve_argv
+
+    ran = tmp_path / "ran"
+    startup = tmp_path / "startup.sh"
+    startup.write_text(f"/usr/bin/touch {ran}.bash_env\n")
+    script = (f'case "${{DRAFT_SAMPLE_METHOD:-p}}" in *) /usr/bin/touch {ran}.case; touch {ran}.case2 ;; esac; '
+              f'exec /usr/local/bin/vllm serve ${{MODEL}} --a $(/usr/bin/touch {ran}.subst) '
+              f'--b `/usr/bin/touch {ran}.tick` --c "$(echo x > {ran}.redirect)" --d $(exec /usr/bin/touch {ran}.exec)')
+    environment = {"MODEL": "org/m", "BASH_ENV": str(startup), "BASH_FUNC_printf%%": f"() {{ /usr/bin/touch {ran}.fn; }}",
+                   "PATH": "/usr/bin:/bin"}
+    argv = serve_argv(script, environment)
+    assert argv[:3] == ["serve", "org/m", "--a"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["startup.sh"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -335,16 +336,30 @@ def _duration_s(value: Any, default: float = 10.0) -> float:
     return float(match.group(1)) * scale
 
 
+# Variables that make bash run code before or besides the program: dropped from the environment it gets.
+SHELL_CODE_VARIABLES = {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "PATH"}
+
+
+def _inert_environment(environment: Mapping[str, str]) -> dict[str, str]:
+    """The compose environment for the local bash that expands the serve arguments, unable to run anything: no
+    startup file or exported function, and a PATH that finds no command (in restricted mode `/bin/x` is refused,
+    as are output redirections and `exec`), so `$(...)` or backticks in a compose file given to lint run nothing."""
+    kept = {k: v for k, v in environment.items() if k not in SHELL_CODE_VARIABLES and not k.startswith("BASH_FUNC_")}
+    return {**kept, "PATH": "/dev/null"}
+
+
 def serve_argv(script: str, environment: Mapping[str, str], source: str = "command") -> list[str]:
-    """Run the image's config statements and print the `vllm serve` argument list, NUL-separated."""
+    """Run the image's config statements and print the `vllm serve` argument list, NUL-separated, in a restricted
+    bash that can run no command (the compose file may come from anyone: see _inert_environment)."""
     serve = SERVE_RE.search(script)
     if not serve:
         raise LanebookError(f"{source}: no `exec /usr/local/bin/vllm serve ...` in the service command")
     statements = [m.group(0) for rx in STATEMENT_RES if (m := rx.search(script[: serve.start()]))]
     args = serve.group("args").strip().rstrip(";")
     program = "\n".join([ARGS_PRELUDE, *statements, f"printf '%s\\0' serve {args}"])
-    result = subprocess.run(["bash", "--noprofile", "--norc", "-c", program], env=dict(environment),
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run([shutil.which("bash") or "/bin/bash", "--noprofile", "--norc", "-r", "-c", program],
+                            env=_inert_environment(environment), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=30)
     if result.returncode != 0:
         message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "entrypoint failed"
         raise ContainerExit(result.returncode, message)
