@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .errors import LanebookError
+from .files import read_text
 
 
 @dataclass(frozen=True)
@@ -72,10 +73,7 @@ def unreadable_lines(text: str) -> list[tuple[int, str]]:
 
 
 def parse_env_file(path: str | Path) -> list[EnvEntry]:
-    try:
-        return parse_env_text(Path(path).read_text())
-    except FileNotFoundError:
-        raise LanebookError(f"env file not found: {path}") from None
+    return parse_env_text(read_text(path, "env file"))
 
 
 def env_map(entries: list[EnvEntry]) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Writing files safely: atomically (temp file in the same dir + rename) and with a backup first."""
+"""Files safely: written atomically (temp file in the same dir + rename) with a backup first, and read with one clear
+line when a file an operator named cannot be read."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
+
+from .errors import LanebookError
 
 
 def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
@@ -42,3 +45,18 @@ def backup(path: Path, stamp: Optional[str] = None) -> Path:
         target = path.with_name(f"{path.name}.bak-{stamp}-{n}")
     shutil.copy2(path, target)
     return target
+
+
+def read_text(path: str | Path, what: str) -> str:
+    """The text of a file lanebook was pointed at (WHAT names it: "env file"), or one LanebookError line saying why
+    it cannot be read: missing, a directory, not UTF-8, not readable."""
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        raise LanebookError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise LanebookError(f"{what} is a directory: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise LanebookError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise LanebookError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None

@@ -35,6 +35,7 @@ from .effective import (REFERENCE, START_NAME, CheckoutFiles, DeadLine, Effectiv
                         TextFile, lane_mismatches, sourced_names)
 from .envfile import interpolate, parse_env_text, unreadable_lines
 from .errors import LaneError, LanebookError
+from .files import read_text
 from .params import LaneParams, lane_path, load_lane
 from .pitfalls import PITFALLS
 from .render import RenderPlan, plan_render
@@ -207,15 +208,6 @@ def _leaves(node: Any, path: str, file: str) -> list[tuple[str, Any, Location]]:
     return found
 
 
-def _read(path: str | Path, what: str) -> str:
-    try:
-        return Path(path).read_text()
-    except FileNotFoundError:
-        raise LanebookError(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise LanebookError(f"{what} is a directory: {path}") from None
-
-
 def _linted(files: CheckoutFiles, source: str) -> list[Linted]:
     return [Linted(f.name, source) for f in (files.env or files.example, files.compose, *files.launcher_files) if f]
 
@@ -223,11 +215,12 @@ def _linted(files: CheckoutFiles, source: str) -> list[Linted]:
 def given_files(env_path: str | Path, compose_path: str | Path) -> CheckoutFiles:
     """An env file and a compose file as a checkout; a start script beside the compose file (and what it sources)
     is read too, since it tells which overrides the launcher makes."""
-    env = TextFile(str(env_path), _read(env_path, "env file"))
-    compose = TextFile(str(compose_path), _read(compose_path, "compose file"))
+    env = TextFile(str(env_path), read_text(env_path, "env file"))
+    compose = TextFile(str(compose_path), read_text(compose_path, "compose file"))
     directory = Path(compose_path).parent
-    start = TextFile(str(directory / START_NAME), (directory / START_NAME).read_text()) if (directory / START_NAME).is_file() else None
-    sourced = tuple(TextFile(str(directory / n), (directory / n).read_text())
+    start = TextFile(str(directory / START_NAME), read_text(directory / START_NAME, "start script")) \
+        if (directory / START_NAME).is_file() else None
+    sourced = tuple(TextFile(str(directory / n), read_text(directory / n, "sourced script"))
                     for n in sourced_names(start.text) if (directory / n).is_file()) if start else ()
     return CheckoutFiles(compose, env, start=start, sourced=sourced)
 
