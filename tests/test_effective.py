@@ -370,3 +370,11 @@ def test_serve_arguments_are_expanded_by_a_bash_that_can_run_nothing(tmp_path):
     argv = serve_argv(script, environment)
     assert argv[:3] == ["serve", "org/m", "--a"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["startup.sh"]
+
+
+def test_a_variable_no_process_environment_can_carry_is_one_clear_error():
+    from lanebook.effective import serve_argv
+
+    for environment in ({"X": "a\0b"}, {"A=B": "1"}):
+        with pytest.raises(LanebookError, match="no process environment can carry"):
+            serve_argv("exec /usr/local/bin/vllm serve m", environment)

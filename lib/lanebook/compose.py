@@ -13,6 +13,7 @@ command string changed only by the replaced assignment), or nothing is written.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from .errors import LanebookError
+from .files import read_text
 
 COMPOSE_NAME = "docker-compose.dspark.yml"
 SERVE_MARK = "vllm serve"
@@ -38,6 +40,45 @@ class EnvItem:
     raw: str  # the value as Compose reads it, before interpolation
     line: int  # 1-based
     col: int  # column of the key (map) or of the dash (list)
+
+
+def _load(yaml: YAML, text: str) -> Any:
+    """Parse a compose text; what YAML reads but a compose file cannot be (a timestamp Python cannot hold, an alias
+    holding itself, `&a [*a]`, which every walk of the tree would follow forever) is a YAMLError too."""
+    try:
+        data = yaml.load(text)
+    except (ValueError, OverflowError) as exc:
+        raise YAMLError(f"unreadable value: {exc}") from None
+    _refuse_cycles(data, set())
+    return data
+
+
+def _refuse_cycles(node: Any, parents: set[int]) -> None:
+    if not isinstance(node, (dict, list)):
+        return
+    if id(node) in parents:
+        raise YAMLError("an alias refers to a node holding it (&a [*a])")
+    parents.add(id(node))
+    for child in (node.values() if isinstance(node, dict) else node):
+        _refuse_cycles(child, parents)
+    parents.discard(id(node))
+
+
+@functools.lru_cache(maxsize=16)
+def _round_trip(text: str) -> Any:
+    """A compose text's round-trip document, parsed once per text (ruamel's pure-Python parse of the recipe's file
+    takes tens of ms, and render and lint read the same text many times). Nothing changes a parsed document."""
+    return _load(YAML(), text)
+
+
+@functools.lru_cache(maxsize=16)
+def _safe(text: str) -> Any:
+    return _load(YAML(typ="safe"), text)
+
+
+def safe_data(text: str) -> Any:
+    """A compose text as plain data (YAML's safe loader), a fresh copy the caller may change; parsed once per text."""
+    return copy.deepcopy(_safe(text))
 
 
 def _parse_error(path: Any, exc: YAMLError) -> LanebookError:
@@ -63,7 +104,7 @@ class ComposeFile:
         self.path = str(path)
         self.lines = text.splitlines()
         try:
-            self.doc = YAML().load(text)
+            self.doc = _round_trip(text)
         except YAMLError as exc:
             raise _parse_error(path, exc) from None
         services = self.doc.get("services") if isinstance(self.doc, CommentedMap) else None
@@ -212,12 +253,11 @@ class ComposeFile:
 
     def _verify(self, new_text: str, environment: dict[str, str], old_assignment: str, new_assignment: str) -> None:
         """Re-parse the patch: it must equal the original with only the intended changes, or nothing is written."""
-        safe = YAML(typ="safe")
         try:
-            after = safe.load(new_text)
+            after = safe_data(new_text)
         except YAMLError as exc:
             raise LanebookError(f"{self.path}: patch would break the file ({_parse_error('', exc)}); nothing written") from None
-        expected = copy.deepcopy(safe.load(self.text))
+        expected = safe_data(self.text)
         service = expected["services"][self.service_name]
         command = service["command"]
         if isinstance(command, list):
@@ -268,9 +308,4 @@ def _closest_key(key: str, keys: list[str]) -> str:
 
 
 def load_compose(path: str | Path) -> ComposeFile:
-    try:
-        return ComposeFile(Path(path).read_text(), path)
-    except FileNotFoundError:
-        raise LanebookError(f"compose file not found: {path}") from None
-    except IsADirectoryError:
-        raise LanebookError(f"compose file is a directory: {path}") from None
+    return ComposeFile(read_text(path, "compose file"), path)

@@ -28,10 +28,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .compose import COMPOSE_NAME, ComposeFile
+from .compose import COMPOSE_NAME, ComposeFile, safe_data
 from .envfile import EnvEntry, interpolate, parse_env_file, parse_env_text, references, resolve_env
 from .errors import LanebookError
 
@@ -282,7 +281,7 @@ class ContainerSpec:
 
 def _compose_data(text: str, name: str) -> dict:
     try:
-        data = YAML(typ="safe").load(text)
+        data = safe_data(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -345,6 +344,9 @@ def _inert_environment(environment: Mapping[str, str]) -> dict[str, str]:
     startup file or exported function, and a PATH that finds no command (in restricted mode `/bin/x` is refused,
     as are output redirections and `exec`), so `$(...)` or backticks in a compose file given to lint run nothing."""
     kept = {k: v for k, v in environment.items() if k not in SHELL_CODE_VARIABLES and not k.startswith("BASH_FUNC_")}
+    for key, value in kept.items():
+        if "\0" in key + value or "=" in key:
+            raise LanebookError(f"environment variable {key!r}: no process environment can carry a NUL byte or a name with '='")
     return {**kept, "PATH": "/dev/null"}
 
 
