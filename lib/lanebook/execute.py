@@ -53,8 +53,8 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise LanebookError(f"bad parameter {pair!r}: use -p KEY=VALUE")
         try:
-            params[key] = YAML(typ="safe").load(value) if value else ""
-        except YAMLError:
+            params[key] = json.loads(json.dumps(YAML(typ="safe").load(value), allow_nan=False)) if value else ""
+        except (YAMLError, ValueError, TypeError):  # a bad tag or date, a cycle, inf: not JSON, so not a parameter
             raise LanebookError(f"bad parameter {pair!r}: the value is not a YAML scalar (quote it)") from None
     return params
 
