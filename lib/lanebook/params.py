@@ -18,7 +18,8 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stri
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .errors import LaneError
+from .errors import LaneError, LanebookError
+from .files import read_text
 from .paths import PARAMS_DIR
 
 EnvValue = Union[StrictInt, StrictFloat, StrictStr]
@@ -357,11 +358,17 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
     """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
     path = lane_path(name_or_path)
     try:
-        data = YAML(typ="safe").load(path.read_text())
+        text = read_text(path, "lane file")
+    except LanebookError as exc:
+        raise LaneError(str(exc)) from None
+    try:
+        data = YAML(typ="safe").load(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise LaneError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    except (ValueError, OverflowError) as exc:  # a value YAML reads but Python cannot hold: 2001-13-01
+        raise LaneError(f"{path}: unreadable value ({exc})") from None
     if not isinstance(data, dict):
         raise LaneError(f"{path}: a lane file must be a YAML mapping")
     try:
