@@ -64,3 +64,67 @@ def test_the_boundary_waves_complete_and_drain(main):  # noqa: F811
     assert probes.healthy(f"{main.url}/v1", Executor()) is True
     assert diagnose.boundary_verdict(measured, [], True).ok
     assert httpx.get(f"{main.url}/metrics").status_code == 200
+
+
+# --- long-context probes: stepped, watched, refused unattended on a production head (pitfall P15) ---------------
+
+def test_long_context_steps_double_from_one_batch_budget_to_the_target():
+    assert probes.long_context_steps(131072) == [8192, 16384, 32768, 65536, 131072]
+    assert probes.long_context_steps(200000) == [8192, 16384, 32768, 65536, 131072, 200000]
+    assert probes.long_context_steps(4000) == [4000]
+    assert probes.long_context_steps(1000, first_tokens=256) == [256, 512, 1000]
+
+
+def test_a_long_probe_is_refused_unless_stepped_and_on_a_real_lane_attended():
+    from lanebook.params import load_lane
+
+    real, twin = load_lane("anemll-0731"), load_lane("twin")
+    stepped = probes.long_context_steps(131072)
+    assert probes.long_probe_refusal(real, [64000], attended=False) is None  # below 128k: no P15 rule
+    assert probes.long_probe_refusal(twin, stepped, attended=False) is None  # the twin is no production head
+    assert probes.long_probe_refusal(real, stepped, attended=True) is None
+    unattended = probes.long_probe_refusal(real, stepped, attended=False)
+    assert unattended.startswith("pitfall P15") and "anemll-0731's production head" in unattended
+    for jumpy in ([131072], [4096, 65536, 131072], [16384, 32768, 65536, 131072], [8192, 16384, 16384, 131072]):
+        assert "must climb to its length in steps" in probes.long_probe_refusal(twin, jumpy, attended=True)
+    assert probes.long_probe_refusal(real, [8192, 2_000_000], attended=True) == (
+        "a 2,000,000-token probe is longer than the lane's MAX_MODEL_LEN 1,048,576")
+
+
+def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
+    import pytest
+
+    from lanebook.errors import LanebookError
+    from lanebook.nodes import Lane
+    from lanebook.params import load_lane
+
+    lane = Lane(load_lane("anemll-0731"), dry_run=True)
+    with pytest.raises(LanebookError, match="pitfall P15"):
+        probes.stepped_long_context(lane, probes.long_context_steps(131072))
+    with pytest.raises(LanebookError, match="must climb"):
+        probes.stepped_long_context(lane, [131072], attended=True)
+    assert lane.executor.history == []
+    assert probes.stepped_long_context(lane, probes.long_context_steps(131072), attended=True) is None
+    assert [c.split(":")[1] for c in lane.executor.commands()] == [
+        " long context 8,192 tokens", " long context 16,384 tokens", " long context 32,768 tokens",
+        " long context 65,536 tokens", " long context 131,072 tokens"]
+    assert all("until running = waiting = 0" in c for c in lane.executor.commands())
+
+
+def _served(srv, name=NAME):
+    from lanebook.nodes import Executor, Lane
+    from lanebook.params import lane_with, load_lane
+
+    return Lane(lane_with(load_lane("twin"), api=f"{srv.url}/v1", env={"SERVED_MODEL_NAME": name}), executor=Executor())
+
+
+def test_a_stepped_probe_climbs_on_an_idle_queue_and_stops_at_the_first_failure(main):  # noqa: F811
+    """On the twin server: each step waits for idle queues and sends one needle of its length (the server counts
+    that many prompt tokens, plus the template's); a step that fails ends the climb, the longer steps are never sent."""
+    steps = probes.stepped_long_context(_served(main), [256, 512, 1024])
+    assert [s.tokens for s in steps] == [256, 512, 1024] and all(s.error is None for s in steps)
+    overhead = {s.prompt_tokens - s.tokens for s in steps}  # the chat template's and the tag's tokens, once each
+    assert len(overhead) == 1 and 0 <= overhead.pop() < 64, steps
+    assert all(s.idle_wait_s >= 0 and s.ttft_s > 0 for s in steps)
+    failed = probes.stepped_long_context(_served(main, "no-such-model"), [256, 512])
+    assert len(failed) == 1 and failed[0].error.startswith("HTTP 404"), failed

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import httpx
 
 from .diagnose import (FATAL_LOG_PATTERNS, PREEMPTIONS, BoundaryCase, PrefixStep, prefix_step)
+from .errors import LanebookError
 from .launcher import lane_containers
 from .logs import scan_log
 from .nodes import Executor, Lane
+from .params import LaneParams
 from .prometheus import QueueNotIdle, metrics_url, scrape, server_root, wait_idle
 from .speed.client import chat_url, new_client, request_timeout_s, run, run_wave, stream_chat
 from .speed.command import run_speed
-from .speed.metrics import wave_figures
+from .speed.metrics import content_times, wave_figures
 
 IDLE_TIMEOUT_S = 120.0
 
@@ -127,3 +130,102 @@ def measure_workloads(lane: Lane, workloads: Sequence[str], concurrency: Sequenc
 def document_figures(documents: Sequence[dict]) -> dict[str, Any]:
     """The bands of speed documents by workload, as a run record keeps them."""
     return {doc["workload"]: doc["bands"] for doc in documents}
+
+
+# --- long-context probes (pitfall P15) -------------------------------------------------------------------------
+# An unwatched synthetic cold needle of 128k tokens or more on the sole production head can hard-hang the box. So a
+# probe that long climbs to its length in steps, each at most twice the one before from one batch budget, with the
+# queues read idle and /health asked before every step and the climb stopped at the first step that fails; and on a
+# real lane it runs only with an operator watching the head's console (a headless run never is). "128k" is read as
+# 128,000 so that nothing near the line slips under it.
+LONG_CONTEXT_TOKENS = 128_000
+FIRST_STEP_TOKENS = 8192  # the lane's batch budget (MAX_NUM_BATCHED_TOKENS 8192): one prefill step's worth
+
+
+def long_context_steps(target_tokens: int, first_tokens: int = FIRST_STEP_TOKENS) -> list[int]:
+    """The lengths a long-context probe sends, growing: FIRST, doubling, and TARGET last (pure)."""
+    if target_tokens < 1 or first_tokens < 1:
+        raise LanebookError(f"a long-context probe needs positive lengths, got target {target_tokens}, first {first_tokens}")
+    steps, length = [], min(first_tokens, target_tokens)
+    while length < target_tokens:
+        steps.append(length)
+        length *= 2
+    return steps + [target_tokens]
+
+
+def long_probe_refusal(params: LaneParams, lengths: Sequence[int], *, attended: bool) -> Optional[str]:
+    """Why these probe lengths must not be sent to the lane (None: they may), naming pitfall P15."""
+    lengths = list(lengths)
+    if not lengths:
+        return "a long-context probe needs at least one length"
+    longest = max(lengths)
+    if longest > params.max_model_len:
+        return f"a {longest:,}-token probe is longer than the lane's MAX_MODEL_LEN {params.max_model_len:,}"
+    if longest < LONG_CONTEXT_TOKENS:
+        return None
+    climbs = lengths[0] <= FIRST_STEP_TOKENS and all(a < b <= 2 * a for a, b in zip(lengths, lengths[1:]))
+    if not climbs:
+        return (f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe must climb to its length in steps, "
+                f"from at most {FIRST_STEP_TOKENS:,} tokens, each at most twice the one before "
+                f"(probes.long_context_steps({longest}) gives them); got {lengths}")
+    if not params.twin and not attended:
+        return (f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe on {params.name}'s production head "
+                "runs only with an operator watching its console (attended); a headless run is not watched")
+    return None
+
+
+@dataclass(frozen=True)
+class LongContextStep:
+    """One step of a stepped long-context probe: its length, what the server counted, and how it ended."""
+
+    tokens: int
+    prompt_tokens: Optional[int]  # as the server counted them (usage), None when it sent none
+    ttft_s: Optional[float]
+    error: Optional[str]  # None: the step streamed content and /health stayed 200
+    idle_wait_s: float  # how long the queues took to read idle before the step
+
+
+def needle_body(model: str, tokens: int, request: dict, tag: str, max_tokens: int = 8) -> dict:
+    """A cold needle of about TOKENS tokens (one filler word per token, as common English words are cut), unique
+    from its first characters (TAG) so no prefix cache shortens it."""
+    filler = " ".join(["ledger"] * max(0, tokens - 16))
+    prompt = f"[{tag}] {filler}\nReply with the single word: done"
+    return {**request, "model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
+            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def stepped_long_context(lane: Lane, lengths: Sequence[int], *, attended: bool = False,
+                         idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[list[LongContextStep]]:
+    """Send the probe lengths one at a time, growing, on a watched queue: before each step the queues must read idle
+    and /health 200, and the climb stops at the first step that fails. Refused (LanebookError) as
+    long_probe_refusal says; None in a dry run, which records the steps and sends nothing."""
+    refusal = long_probe_refusal(lane.params, lengths, attended=attended)
+    if refusal:
+        raise LanebookError(refusal)
+    params, executor = lane.params, lane.executor
+    url, metrics, health = chat_url(params.api), metrics_url(params.api), f"{server_root(params.api)}/health"
+    for tokens in lengths:
+        executor.record_local(f"long context {tokens:,} tokens: GET {metrics} until running = waiting = 0 and GET "
+                              f"{health} = 200, then POST {url} stream, one cold needle, max_tokens 8")
+    if executor.dry_run:
+        return None
+
+    async def climb() -> list[LongContextStep]:
+        found: list[LongContextStep] = []
+        async with new_client() as client:
+            for step, tokens in enumerate(lengths, start=1):
+                _, idle_wait = await wait_idle(client, metrics, idle_timeout_s)
+                if (await client.get(health)).status_code != 200:
+                    found.append(LongContextStep(tokens, None, None, "/health is not 200 before the step", idle_wait))
+                    break
+                body = needle_body(params.served_model_name, tokens, params.request, f"long-{step}-{time.time_ns()}")
+                record = await stream_chat(client, url, json.dumps(body).encode(), step, request_timeout_s(8 + tokens // 100))
+                times = content_times(record)
+                error = record.error or (None if times else "no content in the stream")
+                ttft = times[0] - record.t_sent if times else None
+                found.append(LongContextStep(tokens, record.prompt_tokens, ttft, error, idle_wait))
+                if error:
+                    break
+        return found
+
+    return run(climb())
