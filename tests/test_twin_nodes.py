@@ -118,3 +118,13 @@ def test_hf_cache_is_laid_out_as_the_hub_lays_it(twin):
     index = json.loads((snapshot / "model.safetensors.index.json").read_text())
     assert index["metadata"]["total_size"] == sum(s.stat().st_size for s in shards)
     assert set(index["weight_map"].values()) == {s.name for s in shards}
+
+
+def test_each_node_logs_every_command_line_it_is_given(twin):
+    """var/commands.log: each session's command exactly as sent (NUL-terminated), so a test can prove what a node ran."""
+    from lanebook.twin.nodes import TwinLayout
+
+    marker = f"echo 'logged; $(not run)' {os.getpid()}"
+    assert ssh(twin, "worker", marker).stdout == f"logged; $(not run) {os.getpid()}\n"
+    log = TwinLayout(Path(twin["twin_dir"])).command_log("worker").read_bytes().split(b"\0")
+    assert marker.encode() in log

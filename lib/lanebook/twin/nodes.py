@@ -112,6 +112,10 @@ class TwinLayout:
     def sshd_log(self, alias: str) -> Path:
         return self.var(alias) / "sshd.log"
 
+    def command_log(self, alias: str) -> Path:
+        """Every command line the node's sshd was given (NUL-terminated, as received), for tests to prove what ran."""
+        return self.var(alias) / "commands.log"
+
 
 def _conf_path(path: Path) -> str:
     """A path for an ssh/sshd config line: quoted only when it must be (paramiko reads these files too)."""
@@ -178,10 +182,17 @@ def sshd_config(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> str
         f"PidFile {q(layout.var(alias) / 'sshd.pid')}",
         f"AuthorizedKeysFile {q(layout.authorized_keys)}",
         f"AllowUsers {getpass.getuser()}",
+        "# only the twin's own key: no password, keyboard-interactive or host-based login, no agent or tunnels",
+        "AuthenticationMethods publickey",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
+        "HostbasedAuthentication no",
+        "PermitEmptyPasswords no",
         "PermitRootLogin prohibit-password",
+        "AllowAgentForwarding no",
+        "AllowTcpForwarding no",
+        "PermitTunnel no",
         "UsePAM no",
         "StrictModes no",
         "UseDNS no",
@@ -211,6 +222,8 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
         "# the stand-ins and the engine run the same lanebook code as the controller that wrote this node",
         f"export PYTHONPATH={q(str(LIB_DIR))}",
         'cd "$HOME" || exit 1',
+        "# the node's command log: each session's command line exactly as the client sent it",
+        f'printf \'%s\\0\' "${{SSH_ORIGINAL_COMMAND:-}}" >> {q(str(layout.command_log(alias)))}',
         "# /dev/shm, drop_caches and the unit directory are this node's own (lanebook.twin.session)",
         'case "${SSH_ORIGINAL_COMMAND:-}" in',
         f'  {patterns}) SSH_ORIGINAL_COMMAND=$({q(sys.executable)} -m lanebook.twin.session map "$SSH_ORIGINAL_COMMAND") || exit 1 ;;',
