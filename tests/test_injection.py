@@ -5,6 +5,7 @@ runbooks make, the directory is empty, while the nodes' command logs show they w
 directories exist under their exact names."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
@@ -156,3 +157,61 @@ def test_a_crafted_model_id_is_refused(tmp_path):
     (tmp_path / "lane.yaml").write_text(text)
     with pytest.raises(LaneError, match="env.SERVED_MODEL_NAME must be a model id"):
         load_lane(tmp_path / "lane.yaml")
+
+
+# --- every value in a remote command is quoted (static) -------------------------------------------------------
+
+SAFE_CALLS = {"q", "qpath", "int", "env_prefix", "shell_line", "in_checkout"}  # quote, or build from quoted parts
+# Names interpolated unquoted into a command, each already quoted or a constant where it is built (reviewed).
+PRE_QUOTED = {
+    "listed": "paths or names joined after q/qpath each",
+    "n": "q(name)", "base": "q(name + '.bak-' + stamp)", "keep": "the constant cp -p or mv",
+    "command": "a command built by its caller", "flag": "a test(1) flag constant (-e, -f, -x)",
+    "limit": "--bwlimit=int(...) or ''", "REFUSED_EXIT": "an int constant",
+    "SHM_CLEANUP": "a constant command", "DROP_CACHES": "a constant command",
+}
+
+
+def _command_strings(tree: ast.AST):
+    """f-strings that become remote commands: arguments of .run/.sudo/.each, and those returned or assigned in
+    functions whose name ends in _command or _probe, or that build one (the module's command helpers)."""
+    builders = {n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                and (n.name.endswith(("_command", "_probe")) or n.name in {"in_checkout", "_failed_tests"})}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("run", "sudo", "each"):
+            found += [a for a in node.args if isinstance(a, ast.JoinedStr)]
+    for fn in builders:
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Return, ast.Assign)) and isinstance(node.value, ast.JoinedStr):
+                found.append(node.value)
+    return found
+
+
+def _joins_quoted(expr: ast.AST) -> bool:
+    """`' '.join(q(u) for u in units)`: a join of values each quoted."""
+    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "join"
+            and len(expr.args) == 1 and isinstance(expr.args[0], (ast.GeneratorExp, ast.ListComp))
+            and isinstance(expr.args[0].elt, ast.Call) and isinstance(expr.args[0].elt.func, ast.Name)
+            and expr.args[0].elt.func.id in SAFE_CALLS)
+
+
+def test_every_value_in_a_remote_command_is_quoted():
+    from lanebook.paths import REPO
+
+    unquoted, seen = [], 0
+    for path in sorted((REPO / "lib" / "lanebook").rglob("*.py")):
+        if "twin" in path.relative_to(REPO / "lib" / "lanebook").parts:
+            continue
+        for joined in _command_strings(ast.parse(path.read_text())):
+            seen += 1
+            for value in joined.values:
+                if not isinstance(value, ast.FormattedValue):
+                    continue
+                expr = value.value
+                if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in SAFE_CALLS:
+                    continue
+                if isinstance(expr, ast.Name) and expr.id in PRE_QUOTED or _joins_quoted(expr):
+                    continue
+                unquoted.append(f"{path.relative_to(REPO)}:{joined.lineno}: {{{ast.unparse(expr)}}}")
+    assert unquoted == [] and seen >= 20, seen
