@@ -102,3 +102,26 @@ def test_missing_file_and_directory(tmp_path):
         load_compose(tmp_path / COMPOSE)
     with pytest.raises(LanebookError, match="compose file is a directory"):
         load_compose(tmp_path)
+
+
+def test_what_yaml_reads_but_a_compose_file_cannot_be_is_one_line(tmp_path):
+    from lanebook.effective import container_from_text
+
+    with pytest.raises(LanebookError) as exc:
+        ComposeFile("services:\n  x: 2001-13-01\n", "c.yml")
+    assert str(exc.value) == "c.yml: not valid YAML (unreadable value: month must be in 1..12)"
+    with pytest.raises(LanebookError) as exc:  # plain data (YAML's safe loader) would hold itself
+        container_from_text("services: &a [*a]\n", "c.yml", {}, "p")
+    assert str(exc.value) == "c.yml: not a valid compose file (an alias refers to a node holding it (&a [*a]))"
+    (tmp_path / "bin.yml").write_bytes(b"services: \xff\n")
+    with pytest.raises(LanebookError, match="is not UTF-8 text"):
+        load_compose(tmp_path / "bin.yml")
+
+
+def test_safe_data_is_a_fresh_copy_of_one_parse():
+    from lanebook.compose import safe_data
+
+    text = "services:\n  a: {command: vllm serve m}\n"
+    first = safe_data(text)
+    first["services"]["a"]["command"] = "changed"
+    assert safe_data(text) == {"services": {"a": {"command": "vllm serve m"}}}

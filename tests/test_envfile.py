@@ -66,3 +66,12 @@ def test_references_name_compose_variables_not_escaped_ones():
     assert references("$${MTP_NUM_TOKENS:-5}") == []
     assert references("$$(( ${MAX_NUM_SEQS:-6} * (${MTP_NUM_TOKENS:-5} + 1) ))") == ["MAX_NUM_SEQS", "MTP_NUM_TOKENS"]
     assert references("plain $VAR text") == ["VAR"]
+
+
+def test_an_env_file_that_is_not_text_is_one_line(tmp_path):
+    from lanebook.envfile import parse_env_file
+
+    (tmp_path / ".env.dspark").write_bytes(b"A=\x80\n")
+    with pytest.raises(LanebookError) as exc:
+        parse_env_file(tmp_path / ".env.dspark")
+    assert str(exc.value) == f"env file {tmp_path / '.env.dspark'} is not UTF-8 text (byte 2)"

@@ -159,3 +159,14 @@ def test_paths_and_env_values_may_hold_shell_characters_they_are_quoted_where_us
 
     lane = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
     assert lane.checkout == "~/odd $(dir); `x`" and lane.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"
+
+
+def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(tmp_path):
+    path = _write(tmp_path, "")
+    path.write_bytes(b"name: \x80\n")
+    with pytest.raises(LaneError, match=r"lane\.yaml is not UTF-8 text \(byte 6\)"):
+        load_lane(path)
+    path.write_text(_variant("name: anemll-0731", "name: 2001-13-01"))
+    with pytest.raises(LaneError) as err:
+        load_lane(path)
+    assert str(err.value) == f"{path}: unreadable value (month must be in 1..12)"
