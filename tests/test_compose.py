@@ -125,3 +125,9 @@ def test_safe_data_is_a_fresh_copy_of_one_parse():
     first = safe_data(text)
     first["services"]["a"]["command"] = "changed"
     assert safe_data(text) == {"services": {"a": {"command": "vllm serve m"}}}
+
+
+def test_a_scalar_the_round_trip_loader_trips_on_is_one_line():
+    with pytest.raises(LanebookError) as exc:
+        ComposeFile("services:\n  a: -_\n", "c.yml")
+    assert str(exc.value) == "c.yml: not valid YAML (unreadable value: string index out of range)"

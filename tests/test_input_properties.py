@@ -265,10 +265,19 @@ def _fixture(name: str) -> str:
     return path.read_text()
 
 
+class RecipeFiles(tuple):
+    """(compose text, env example text, scratch dir); shown by name only, so a failing example's report does not
+    print the recipe's files."""
+
+    def __repr__(self) -> str:
+        return "RecipeFiles(the shared fixture's compose file and env example)"
+
+
 @pytest.fixture(scope="module")
 def recipe_files(tmp_path_factory):
     """The recipe's compose file and env example (read where they are), and a scratch dir to write changed copies."""
-    return _fixture("docker-compose.dspark.yml"), _fixture("env.dspark.example"), tmp_path_factory.mktemp("recipe")
+    return RecipeFiles((_fixture("docker-compose.dspark.yml"), _fixture("env.dspark.example"),
+                        tmp_path_factory.mktemp("recipe")))
 
 
 def _line_edit(text: str, index: int, action: str, value: str) -> str:

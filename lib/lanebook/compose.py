@@ -47,7 +47,7 @@ def _load(yaml: YAML, text: str) -> Any:
     holding itself, `&a [*a]`, which every walk of the tree would follow forever) is a YAMLError too."""
     try:
         data = yaml.load(text)
-    except (ValueError, OverflowError) as exc:
+    except (ValueError, OverflowError, IndexError) as exc:  # IndexError: the round-trip loader on `-_` or `0x_`
         raise YAMLError(f"unreadable value: {exc}") from None
     _refuse_cycles(data, set())
     return data
