@@ -32,7 +32,7 @@ from lanebook.weights import download_command
 EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # What crafted input looks like: shell code, line breaks, quotes, an option, a path escape, digits int() refuses.
-PAYLOADS = ["; rm -rf ~", "$(touch /tmp/lbt-pwned)", "`touch /tmp/lbt-pwned`", "\n", "\r\n", "'", '"', "\\",
+PAYLOADS = ["; rm -rf ~", "fe80::1%a;b", "$(touch /tmp/lbt-pwned)", "`touch /tmp/lbt-pwned`", "\n", "\r\n", "'", '"', "\\",
             "-oProxyCommand=sh", "--delete", "../..", "\x00", "²", " ", "~", "*", "&&", "|", "${HOME}", "$$", "#", ":",
             "\ufeff", "{", "[", "!!python/object:os.system", "&a [*a]", "2001-13-01", "1e400", "0x1F", "-1", "65536"]
 crafted = st.one_of(st.text(max_size=12), st.sampled_from(PAYLOADS),

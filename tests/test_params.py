@@ -126,6 +126,15 @@ def test_crafted_addresses_logins_and_model_ids_are_refused(tmp_path, old, templ
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_ipv6_scope_must_be_an_interface_name():
+    from lanebook.params import check_host
+
+    assert check_host("fe80::1%bond0") == "fe80::1%bond0"
+    for crafted in ("fe80::1%a;b", "fe80::1%$(id)", "10.0.0.1%eth0", "fe80::1%"):
+        with pytest.raises(ValueError, match="must be a host name or IP address"):
+            check_host(crafted)
+
+
 @pytest.mark.parametrize("field,value", [("host", "spark-1.lan"), ("host", "fe80::1"), ("host", "10.0.0.2"),
                                          ("user", "milo.k-2"), ("port", 65535)])
 def test_ordinary_addresses_and_logins_load(field, value):

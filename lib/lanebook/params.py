@@ -34,7 +34,7 @@ def _is_integer(value: object) -> bool:
     return isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value) is not None)
 
 
-# Values that reach a shell or an ssh command line unquoted-able (an address, a login, a model id) must match a
+# Values that name something on a command line (an address, a login, a model id, a unit) must match a
 # strict pattern, so `; rm -rf`, `$(...)`, backticks, quotes, spaces, newlines or a leading `-` (an option) are
 # refused when the lane file is loaded. Paths and env values are quoted where they are used (nodes.q/qpath),
 # but none may hold a line break or NUL: they are written to line-oriented files and read back line by line.
@@ -59,12 +59,16 @@ def check_name(value: str) -> str:
 
 
 def check_host(value: str) -> str:
-    """A host name or an IPv4/IPv6 address: nothing a shell or ssh would read as more than an address."""
+    """A host name or an IPv4/IPv6 address: nothing a shell or ssh would read as more than an address. (Python takes
+    any text as an IPv6 scope, `fe80::1%a;b`: a scope must be an interface name.)"""
+    address, _, scope = value.partition("%")
     try:
-        ipaddress.ip_address(value)
-        return value
+        ipaddress.ip_address(address)
     except ValueError:
         return _matching(HOSTNAME_RE, "a host name or IP address", value)
+    if "%" in value and (":" not in address or not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", scope)):
+        raise ValueError(f"must be a host name or IP address, got {value!r}")
+    return value
 
 
 def check_user(value: str) -> str:
