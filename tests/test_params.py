@@ -179,3 +179,18 @@ def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(t
     with pytest.raises(LaneError) as err:
         load_lane(path)
     assert str(err.value) == f"{path}: unreadable value (month must be in 1..12)"
+
+
+@pytest.mark.parametrize("host,ok", [("head", True), ("james@192.168.1.20", True), ("james@192.168.1.20:2200", True),
+                                     ("spark-2.lan", True), ("j;rm@h", False), ("james@h$(id)", False),
+                                     ("james@h:22;id", False), ("-oProxyCommand=sh", False)])
+def test_hermes_host_is_a_node_alias_or_a_valid_ssh_destination(host, ok):
+    from lanebook.params import lane_with
+
+    lane = load_lane("twin")
+    change = {"hermes": {**lane.hermes.model_dump(), "host": host}}
+    if ok:
+        assert lane_with(lane, **change).hermes.host == host
+    else:
+        with pytest.raises(ValueError):
+            lane_with(lane, **change)

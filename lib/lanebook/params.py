@@ -38,7 +38,8 @@ def _is_integer(value: object) -> bool:
 # strict pattern, so `; rm -rf`, `$(...)`, backticks, quotes, spaces, newlines or a leading `-` (an option) are
 # refused when the lane file is loaded. Paths and env values are quoted where they are used (nodes.q/qpath),
 # but none may hold a line break or NUL: they are written to line-oriented files and read back line by line.
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a lane or node alias: also a directory name
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a lane (also a directory name) or a node alias
+ALIAS_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@:-]{0,127}")  # also [user@]host[:port], Hermes's host as a node
 HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub id or served name
@@ -56,6 +57,25 @@ def _matching(pattern: re.Pattern, what: str, value: str) -> str:
 
 def check_name(value: str) -> str:
     return _matching(NAME_RE, "a name of letters, digits, '.', '_' and '-' (not starting with one of those)", value)
+
+
+def check_alias(value: str) -> str:
+    return _matching(ALIAS_RE, "a node alias (letters, digits, '.', '_', '-', or an ssh destination user@host:port)",
+                     value)
+
+
+def check_destination(value: str) -> str:
+    """Hermes's host: a node alias of the lane, or an ssh destination [user@]host[:port] whose parts are each valid."""
+    if NAME_RE.fullmatch(value):
+        return value
+    user, _, rest = value.rpartition("@")
+    host, _, port = rest.partition(":") if rest.count(":") <= 1 else (rest, "", "")
+    check_host(host)
+    if user:
+        check_user(user)
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"must be a node alias or [user@]host[:port], got {value!r}")
+    return value
 
 
 def check_host(value: str) -> str:
@@ -119,8 +139,8 @@ class NodeParams(Strict):
     fabric_ip: StrictStr = Field(description="the node's address on the RoCE fabric (TP traffic, rsync)")
     jump: Optional[StrictStr] = Field(None, description="alias of a node to jump through (ProxyJump)")
 
-    _alias = _validated(check_name, "alias")
-    _jump = _validated(check_name, "jump")
+    _alias = _validated(check_alias, "alias")
+    _jump = _validated(check_alias, "jump")
     _hosts = _validated(check_host, "host", "fabric_ip")
     _user = _validated(check_user, "user")
 
@@ -216,6 +236,8 @@ class HermesParams(Strict):
                           "destination [user@]host[:port] = that host, over SSH")
     bin: Optional[StrictStr] = Field(
         None, description="the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH")
+
+    _host = _validated(check_destination, "host")
 
 
 class LaneParams(Strict):
