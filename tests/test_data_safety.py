@@ -89,6 +89,7 @@ DIRECT_WRITES = {
     "execute.py": "claims a new run output name (exist_ok=False: never an existing file)",
     "audit.py": "appends one line to the run index (never rewrites it)",
     "files.py": "the atomic writer and the backup themselves",
+    "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
 }
 WRITE_CALLS = re.compile(r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"
                          r"shutil\.(move|copy\w*|rmtree)\(|\.unlink\(|\.rename\(")
