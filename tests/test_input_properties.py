@@ -168,11 +168,12 @@ def test_p_overrides_parse_to_json_values_or_fail_with_one_line(given_pairs):
 @contextmanager
 def _guarded(monkeypatch_obj, outputs: Path):
     """Every way out of lanebook's checks into an action raises Reached instead: opening an SSH connection, claiming
-    a run's output (papermill would run next), a speed or HTTP run, the twin, the demo, the book. papermill's
+    a run's output (papermill would run next), a speed or HTTP run, the twin, the demo, the book, the lab. papermill's
     notebook inspection (the same answer for the same file) is remembered, as a long-lived process would."""
     import lanebook.book
     import lanebook.demo
     import lanebook.execute
+    import lanebook.lab
     import lanebook.nodes
     import lanebook.speed.command
     import lanebook.twin.control
@@ -196,7 +197,7 @@ def _guarded(monkeypatch_obj, outputs: Path):
     monkeypatch_obj.setattr(lanebook.nodes.Node, "connection", reached("ssh"))
     monkeypatch_obj.setattr(lanebook.speed.command, "speed_command", reached("speed"))
     for module, name in ((lanebook.twin.control, "up"), (lanebook.twin.control, "down"),
-                         (lanebook.demo, "run_demo"), (lanebook.book, "build_book")):
+                         (lanebook.demo, "run_demo"), (lanebook.book, "build_book"), (lanebook.lab, "run_lab")):
         monkeypatch_obj.setattr(module, name, reached(name))
     yield
 
