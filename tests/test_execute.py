@@ -238,6 +238,12 @@ def _gone(pid):
         return True
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """A run started from a terminal takes Ctrl-C; one started under a non-interactive shell's `&` (as a CI job
+    may be) inherits SIGINT ignored, and Python keeps an inherited ignore. Give the run a terminal's SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def stopped_runs(tmp_path_factory):
     """Three `lanebook run`s stopped in their slow step, at once: Ctrl-C (SIGINT to the process group, as a terminal
@@ -253,7 +259,7 @@ def stopped_runs(tmp_path_factory):
         env = {**os.environ, "LANEBOOK_OUTPUTS": str(outputs), "KERNEL_PID_FILE": str(base / f"{sig.name}.kernel")}
         proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_RUNBOOKS, str(folder), "run", "status", "--lane", "anemll-0731",
                                  "--dry-run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_sigint_as_at_a_terminal)
         runs[sig] = (proc, outputs)
     try:
         deadline = time.monotonic() + 300
