@@ -10,9 +10,38 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
+
+
+def stand_in_notebook(*cells: str, parameters: str = 'lane = "twin"\ndry_run = False') -> nbformat.NotebookNode:
+    """A small runbook standing in for a real one: its parameters cell, then CELLS, on the python3 kernel."""
+    params = nbformat.v4.new_code_cell(parameters)
+    params.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[params] + [nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def verdict_cell(figures: str = "figures", failure: str = "None") -> str:
+    """Code that emits a stand-in's verdict as rb.finish() does: `verdict` (a name the cell's code sets), FIGURES
+    and FAILURE as Python expressions."""
+    from lanebook.runbook import VERDICT_MIME
+
+    return ("from IPython.display import display\n"
+            f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': {figures}, 'commands': [], "
+            f"'failure': {failure}}}}}, raw=True)")
+
+
+def use_runbooks(monkeypatch, folder: Path, outputs: Path) -> None:
+    """`lanebook run` (and the book) read the runbooks in FOLDER and record into OUTPUTS, for this test only."""
+    from lanebook import execute, paths
+
+    monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
+    monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
 
 
 def last_record(outputs: Path) -> dict:

@@ -22,16 +22,13 @@ from lanebook import execute
 from lanebook.audit import read_runs, sha256_file
 from lanebook.errors import LanebookError
 from lanebook.runbook import VERDICT_MIME
+from lanebook_runs import stand_in_notebook
 
 HEADER = 'from lanebook.runbook import Runbook\nrb = Runbook("status", lane, dry_run=dry_run)'
 
 
 def notebook(*cells: str) -> nbformat.NotebookNode:
-    params = nbformat.v4.new_code_cell('lane = "twin"\ndry_run = False\nthreshold = 1')
-    params.metadata["tags"] = ["parameters"]
-    nb = nbformat.v4.new_notebook(cells=[params] + [nbformat.v4.new_code_cell(c) for c in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return nb
+    return stand_in_notebook(*cells, parameters='lane = "twin"\ndry_run = False\nthreshold = 1')
 
 
 @pytest.fixture

@@ -318,9 +318,9 @@ def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, tw
 def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path, monkeypatch):
     """Stand-in stages: `weights` (in its papermill kernel) takes the lock as a nested run would and reports who
     holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
-    from lanebook import execute, paths, promote
+    from lanebook import promote
+    from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
     from lanebook.params import lane_path
-    from lanebook.runbook import VERDICT_MIME
 
     lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
     lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
@@ -331,17 +331,8 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
               "verdict, figures = 'pass', {'held_by': [holder.runbook, holder.run_id]}\n")
     for name, code in [("weights", nested), ("env", "verdict, figures = 'fail', {}\n")] + \
             [(name, "verdict, figures = 'pass', {}\n") for name in promote.MAIN_JOB[2:]]:
-        params = nbformat.v4.new_code_cell('lane = "twin"\ndry_run = False')
-        params.metadata["tags"] = ["parameters"]
-        emit = nbformat.v4.new_code_cell(code + "from IPython.display import display\n"
-                                         f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': figures, "
-                                         "'commands': []}}, raw=True)")
-        nb = nbformat.v4.new_notebook(cells=[params, emit])
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nbformat.write(nb, folder / f"{name}.ipynb")
-    monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
-    monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)
-    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path / "outputs"))
+        nbformat.write(stand_in_notebook(code + verdict_cell()), folder / f"{name}.ipynb")
+    use_runbooks(monkeypatch, folder, tmp_path / "outputs")
     refusals = []
 
     def meanwhile(name: str) -> None:

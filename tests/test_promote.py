@@ -10,12 +10,12 @@ import json
 import nbformat
 import pytest
 
-from lanebook import execute, paths, promote
+from lanebook import paths, promote
 from lanebook.audit import read_runs
 from lanebook.errors import LanebookError
 from lanebook.params import lane_path, load_lane
 from lanebook.promote import MAIN_JOB, lane_digest, plan_resume
-from lanebook.runbook import VERDICT_MIME
+from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
 
 DIGEST = {"file": "f1", "weights": "w1", "gates": "g1", "rest": "r1"}
 
@@ -90,19 +90,10 @@ def stages(tmp_path, monkeypatch):
     verdicts = tmp_path / "verdicts.json"
     verdicts.write_text(json.dumps({name: "pass" for name in MAIN_JOB}))
     for name in MAIN_JOB:
-        params = nbformat.v4.new_code_cell('lane = "twin"\ndry_run = False')
-        params.metadata["tags"] = ["parameters"]
-        emit = nbformat.v4.new_code_cell(
-            "import json\nfrom IPython.display import display\n"
-            f"verdict = json.load(open({str(verdicts)!r}))[{name!r}]\n"
-            f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': {{'stage': {name!r}}}, 'commands': [],"
-            f" 'failure': {{'step': '2 check', 'fix': 'run `{name}` again'}} if verdict == 'fail' else None}}}}, raw=True)")
-        nb = nbformat.v4.new_notebook(cells=[params, emit])
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nbformat.write(nb, folder / f"{name}.ipynb")
-    monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
-    monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)
-    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path / "outputs"))
+        emit = (f"import json\nverdict = json.load(open({str(verdicts)!r}))[{name!r}]\n"
+                + verdict_cell(f"{{'stage': {name!r}}}", f"{{'step': '2 check', 'fix': 'run `{name}` again'}} if verdict == 'fail' else None"))
+        nbformat.write(stand_in_notebook(emit), folder / f"{name}.ipynb")
+    use_runbooks(monkeypatch, folder, tmp_path / "outputs")
 
     def set_verdicts(**changes):
         verdicts.write_text(json.dumps({**json.loads(verdicts.read_text()), **changes}))
