@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -169,8 +171,9 @@ def site(twin, tmp_path_factory) -> Path:
     return index.parent
 
 
-def visit_page(browser, site: Path, name: str) -> Visit:
-    """Open a page, check what every page must hold, keep its screenshot; the caller closes it."""
+@contextmanager
+def visit_page(browser, site: Path, name: str) -> Iterator[Visit]:
+    """Open a page, check what every page must hold, keep its screenshot; closed when the block ends."""
     path = site / name
     assert path.is_file(), f"{name} is not in the built site"
     visit = Visit(browser, path.as_uri())
@@ -184,21 +187,17 @@ def visit_page(browser, site: Path, name: str) -> Visit:
         assert not broken, f"{name}: images not loaded: {broken}"
         missing = visit.missing_glyphs()
         assert not missing, f"{name}: drawn as a missing glyph: {missing}"
-    except BaseException:
+        yield visit
+    finally:
         visit.close()
-        raise
-    return visit
 
 
 @pytest.mark.twin
 def test_the_introduction_renders_with_its_topology_picture(browser, site):
-    visit = visit_page(browser, site, "index.html")
-    try:
+    with visit_page(browser, site, "index.html") as visit:
         pictures = visit.page.locator("article.bd-article img, article.bd-article svg")
         assert pictures.count() >= 1, "the introduction shows no picture of the lane topology"
         assert pictures.first.is_visible()
-    finally:
-        visit.close()
 
 
 def table_after(page, heading: re.Pattern):
@@ -209,8 +208,7 @@ def table_after(page, heading: re.Pattern):
 
 @pytest.mark.twin
 def test_the_launch_recipe_page_shows_its_twin_run_with_outputs_and_verdict_table(browser, site):
-    visit = visit_page(browser, site, "recipe/launch.html")
-    try:
+    with visit_page(browser, site, "recipe/launch.html") as visit:
         page = visit.page
         text = page.locator("article.bd-article").inner_text()
         assert re.search(r"\btwin\b", text, re.I), "the page does not say it shows a twin rehearsal"
@@ -220,25 +218,19 @@ def test_the_launch_recipe_page_shows_its_twin_run_with_outputs_and_verdict_tabl
         verdicts = page.locator("article.bd-article table").filter(has_text=re.compile(r"\bpass\b", re.I))
         verdicts = verdicts.filter(has_text=re.compile(r"launcher reports the lane up"))
         assert verdicts.count() >= 1 and verdicts.first.is_visible(), "no verdict table with the run's checks"
-    finally:
-        visit.close()
 
 
 @pytest.mark.twin
 def test_the_speed_page_shows_its_plot(browser, site):
-    visit = visit_page(browser, site, "speed.html")
-    try:
+    with visit_page(browser, site, "speed.html") as visit:
         plots = [i for i in visit.images() if i["width"] > 0]
         assert plots, "the speed page shows no loaded plot image"
         assert re.search(r"\btwin\b", visit.page.locator("article.bd-article").inner_text(), re.I)
-    finally:
-        visit.close()
 
 
 @pytest.mark.twin
 def test_the_audit_trail_lists_both_runs_linking_to_their_pages(browser, site):
-    visit = visit_page(browser, site, "audit.html")
-    try:
+    with visit_page(browser, site, "audit.html") as visit:
         page = visit.page
         table = page.locator("article.bd-article table").first
         rows = table.inner_text()
@@ -246,5 +238,3 @@ def test_the_audit_trail_lists_both_runs_linking_to_their_pages(browser, site):
         links = [a.get_attribute("href") for a in table.locator("a[href]").all()]
         targets = {(site / "audit.html").parent.joinpath(h.split("#")[0]).resolve() for h in links if "://" not in h}
         assert len(targets) >= 2 and all(t.is_file() for t in targets), sorted(map(str, targets))
-    finally:
-        visit.close()
