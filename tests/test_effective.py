@@ -378,3 +378,8 @@ def test_a_variable_no_process_environment_can_carry_is_one_clear_error():
     for environment in ({"X": "a\0b"}, {"A=B": "1"}):
         with pytest.raises(LanebookError, match="no process environment can carry"):
             serve_argv("exec /usr/local/bin/vllm serve m", environment)
+
+
+def test_a_checkout_under_an_unknown_users_home_is_one_clear_error():
+    with pytest.raises(LanebookError, match="no such user's home"):
+        CheckoutFiles.read("~0")

@@ -131,7 +131,10 @@ class CheckoutFiles:
     @classmethod
     def read(cls, directory: str | Path) -> "CheckoutFiles":
         """A local checkout directory."""
-        directory = Path(directory).expanduser()
+        try:
+            directory = Path(directory).expanduser()
+        except RuntimeError:  # ~NAME of no such user
+            raise LanebookError(f"checkout directory not found: {directory} (no such user's home)") from None
         if not directory.is_dir():
             raise LanebookError(f"checkout directory not found: {directory}")
         texts = {n: (directory / n).read_text() for n in CHECKOUT_NAMES if (directory / n).is_file()}
