@@ -44,6 +44,17 @@ def test_each_node_has_its_own_home_and_path(twin, alias):
     assert all(path.startswith(node(twin, alias)["root"] + "/bin/") for path in out[2:])
 
 
+def test_the_login_shell_reads_the_nodes_own_startup_file_not_the_controllers(twin):
+    """sshd runs ForceCommand through the login shell, and Debian's bash reads ~/.bashrc under sshd: with the
+    controller's home that was its pyenv init, whose rehash lock, once left stale, stalled every session 60 s."""
+    bashrc = Path(node(twin, "head")["root"]) / "home" / ".bashrc"
+    bashrc.write_text("export LANEBOOK_STARTUP_FILE=node\n")
+    try:
+        out = ssh(twin, "head", 'echo "${LANEBOOK_STARTUP_FILE:-none} ${PYENV_ROOT:-no-pyenv}"').stdout.split()
+    finally:
+        bashrc.unlink()
+    assert out == ["node", "no-pyenv"]
+
 def test_sftp_put_and_get_work_relative_to_the_node_home(twin, tmp_path):
     source, back = tmp_path / "up.txt", tmp_path / "back.txt"
     source.write_text(f"sftp {os.getpid()}\n")
