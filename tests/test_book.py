@@ -124,3 +124,18 @@ def test_book_refuses_to_publish_a_secret(site):
                            env={**site["env"], "LANEBOOK_OUTPUTS": str(outputs)})
     assert built.returncode == 2 and "refusing to publish" in built.stderr and "Traceback" not in built.stderr
     assert not (site["tmp"] / "leaky-site" / "_build" / "html").exists()
+
+
+def test_a_build_that_is_not_strict_shows_its_warnings(capsys):
+    from lanebook.book import BuiltSite, build_problems, show_warnings, sphinx_problems
+
+    log = ("Running Sphinx v7.4.7\n"
+           "/tmp/lanebook-book-x1y2/recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n"
+           "build succeeded, 1 warning.\n")
+    assert sphinx_problems(log) == ["recipe/launch.md:12: WARNING: undefined label: 'nowhere'"]
+    assert build_problems("a\nb\nc\n", limit=2) == "b\nc"  # no warning in the log: its last lines
+    show_warnings(BuiltSite(Path("index.html"), sphinx_problems(log)))
+    assert capsys.readouterr().err == ("book: 1 Sphinx warning(s) (`lanebook book --strict` fails on them):\n"
+                                       "  recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n")
+    show_warnings(BuiltSite(Path("index.html"), []))
+    assert capsys.readouterr().err == ""

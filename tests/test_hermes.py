@@ -44,7 +44,7 @@ def test_config_text_keeps_each_value_typed_as_given():
 def test_reading_an_operators_config_names_what_is_missing():
     with pytest.raises(LanebookError, match=r"^c.yaml: no providers.spark-ds4 block \(providers there: openrouter\)$"):
         hermes.block_from_config("providers:\n  openrouter: {api: https://x/v1}\n", "spark-ds4", "c.yaml")
-    with pytest.raises(LanebookError, match=r"^c.yaml: not valid YAML"):
+    with pytest.raises(LanebookError, match=r"^c.yaml line 2: not valid YAML"):
         hermes.block_from_config("providers: [unclosed\n", "spark-ds4", "c.yaml")
 
 

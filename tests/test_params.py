@@ -178,7 +178,7 @@ def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(t
     path.write_text(_variant("name: anemll-0731", "name: 2001-13-01"))
     with pytest.raises(LaneError) as err:
         load_lane(path)
-    assert str(err.value) == f"{path}: unreadable value (month must be in 1..12)"
+    assert str(err.value) == f"{path}: not valid YAML (unreadable value: month must be in 1..12)"
 
 
 @pytest.mark.parametrize("host,ok", [("head", True), ("james@192.168.1.20", True), ("james@192.168.1.20:2200", True),

@@ -165,7 +165,7 @@ def site(twin, tmp_path_factory) -> Path:
     saved = os.environ.get("LANEBOOK_OUTPUTS")
     os.environ["LANEBOOK_OUTPUTS"] = str(tmp / "outputs")
     try:
-        index = build_book(tmp / "book")
+        index = build_book(tmp / "book").index
     finally:
         os.environ.pop("LANEBOOK_OUTPUTS") if saved is None else os.environ.update(LANEBOOK_OUTPUTS=saved)
     return index.parent

@@ -125,3 +125,9 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
         assert after["nodes"][0] == first["nodes"][0]  # the head untouched
         with pytest.raises(LanebookError, match="unknown twin node gpu3"):
             control.reboot("gpu3")
+        cli = [sys.executable, "-m", "lanebook.cli", "twin", "reboot"]  # the private twin's variables are inherited
+        unknown = subprocess.run([*cli, "gpu3"], capture_output=True, text=True, timeout=60)
+        assert unknown.returncode == 2 and unknown.stderr.strip() == "lanebook: unknown twin node gpu3 (known: head, worker)"
+        head = subprocess.run([*cli, "head"], capture_output=True, text=True, timeout=120)
+        assert head.returncode == 0 and "lanebook twin: running (fast)" in head.stdout, head.stderr
+        assert control.status()["nodes"][0]["reachable"] and ssh(control.status(), "head", "echo up").stdout == "up\n"

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -112,10 +113,17 @@ def stage_book(stage: Path) -> None:
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
 
 
-def build_book(out: Optional[Path] = None, strict: bool = False) -> Path:
-    """Build the site into OUT/_build/html (default book/_build/html); returns the path of its index.html.
+@dataclass(frozen=True)
+class BuiltSite:
+    index: Path  # OUT/_build/html/index.html
+    warnings: list[str]  # Sphinx's warnings of a build that was not strict (a strict build fails on any)
 
-    strict: Sphinx warnings fail the build, and so does a broken internal link or an external load."""
+
+def build_book(out: Optional[Path] = None, strict: bool = False) -> BuiltSite:
+    """Build the site into OUT/_build/html (default book/_build/html).
+
+    strict: Sphinx warnings fail the build, and so does a broken internal link or an external load; otherwise
+    the warnings come back with the site, for the caller to show."""
     out = Path(out or BOOK_DIR).resolve()  # jupyter-book writes OUT/_build/html
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     html = out / "_build" / "html"
@@ -133,16 +141,27 @@ def build_book(out: Optional[Path] = None, strict: bool = False) -> Path:
         problems = check_site(html)
         if problems:
             raise LanebookError(f"the built site has {len(problems)} problem(s): " + "; ".join(problems[:5]))
-    return html / "index.html"
+    return BuiltSite(html / "index.html", sphinx_problems(proc.stdout + proc.stderr))
+
+
+def show_warnings(site: BuiltSite, limit: int = 12) -> None:
+    """On stderr: how many warnings a build that was not strict had, and the first of them."""
+    if site.warnings:
+        print(f"book: {len(site.warnings)} Sphinx warning(s) (`lanebook book --strict` fails on them):", file=sys.stderr)
+        for line in site.warnings[:limit]:
+            print(f"  {line}", file=sys.stderr)
+
+
+def sphinx_problems(log: str) -> list[str]:
+    """Sphinx's warnings and errors in a build log, their staged paths shortened to the page."""
+    return [re.sub(r"^\S*lanebook-book-[^/]+/", "", line) for line in log.strip().splitlines()
+            if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Error:|Exception:", line)]
 
 
 def build_problems(log: str, limit: int = 12) -> str:
-    """What made a build fail, from its log: Sphinx's warnings and errors (their paths shortened to the page),
-    else the log's last lines."""
-    lines = log.strip().splitlines()
-    found = [re.sub(r"^\S*lanebook-book-[^/]+/", "", line) for line in lines
-             if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Error:|Exception:", line)]
-    return "\n".join((found or lines)[-limit:] if not found else found[:limit])
+    """What made a build fail: Sphinx's warnings and errors, else the log's last lines."""
+    found = sphinx_problems(log)
+    return "\n".join(found[:limit] if found else log.strip().splitlines()[-limit:])
 
 
 def _refuse_secrets(stage: Path) -> None:

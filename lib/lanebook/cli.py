@@ -65,6 +65,15 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
         control.print_status(status)
 
 
+@twin_app.command("reboot")
+def twin_reboot(node: str = typer.Argument(..., help="head or worker")):
+    """Reboot one twin node, as a power cycle between two runbooks: its processes and the lane's containers end
+    without clean-up, /dev/shm and the page cache empty, its files stay, its sshd comes back."""
+    from .twin import control
+
+    control.print_status(control.reboot(node))
+
+
 @contextmanager
 def interruption_exits():
     """A run stopped by a signal is already recorded (verdict error): say where, and exit 128 + the signal's number."""
@@ -236,9 +245,11 @@ def audit_verify():
 def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)"),
          strict: bool = typer.Option(False, "--strict", help="fail on any Sphinx warning, broken internal link or external load")):
     """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""
-    from .book import build_book
+    from .book import build_book, show_warnings
 
-    typer.echo(f"site: {build_book(out, strict=strict)}")
+    site = build_book(out, strict=strict)
+    show_warnings(site)
+    typer.echo(f"site: {site.index}")
 
 
 @app.command("lab")

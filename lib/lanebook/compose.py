@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from . import yamltext
 from .errors import LanebookError
 from .files import read_text
 
@@ -42,49 +42,21 @@ class EnvItem:
     col: int  # column of the key (map) or of the dash (list)
 
 
-def _load(yaml: YAML, text: str) -> Any:
-    """Parse a compose text; what YAML reads but a compose file cannot be (a timestamp Python cannot hold, an alias
-    holding itself, `&a [*a]`, which every walk of the tree would follow forever) is a YAMLError too."""
-    try:
-        data = yaml.load(text)
-    except (ValueError, OverflowError, IndexError) as exc:  # IndexError: the round-trip loader on `-_` or `0x_`
-        raise YAMLError(f"unreadable value: {exc}") from None
-    _refuse_cycles(data, set())
-    return data
-
-
-def _refuse_cycles(node: Any, parents: set[int]) -> None:
-    if not isinstance(node, (dict, list)):
-        return
-    if id(node) in parents:
-        raise YAMLError("an alias refers to a node holding it (&a [*a])")
-    parents.add(id(node))
-    for child in (node.values() if isinstance(node, dict) else node):
-        _refuse_cycles(child, parents)
-    parents.discard(id(node))
-
-
 @functools.lru_cache(maxsize=16)
 def _round_trip(text: str) -> Any:
     """A compose text's round-trip document, parsed once per text (ruamel's pure-Python parse of the recipe's file
     takes tens of ms, and render and lint read the same text many times). Nothing changes a parsed document."""
-    return _load(YAML(), text)
+    return yamltext.load(text, "rt")
 
 
 @functools.lru_cache(maxsize=16)
 def _safe(text: str) -> Any:
-    return _load(YAML(typ="safe"), text)
+    return yamltext.load(text)
 
 
 def safe_data(text: str) -> Any:
     """A compose text as plain data (YAML's safe loader), a fresh copy the caller may change; parsed once per text."""
     return copy.deepcopy(_safe(text))
-
-
-def _parse_error(path: Any, exc: YAMLError) -> LanebookError:
-    mark = getattr(exc, "problem_mark", None)
-    where = f" line {mark.line + 1}" if mark else ""
-    return LanebookError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})")
 
 
 def _text(value: Any) -> str:
@@ -106,7 +78,7 @@ class ComposeFile:
         try:
             self.doc = _round_trip(text)
         except YAMLError as exc:
-            raise _parse_error(path, exc) from None
+            raise LanebookError(yamltext.problem(path, exc)) from None
         services = self.doc.get("services") if isinstance(self.doc, CommentedMap) else None
         if not isinstance(services, CommentedMap):
             raise LanebookError(f"{path}: no services: map")
@@ -256,7 +228,7 @@ class ComposeFile:
         try:
             after = safe_data(new_text)
         except YAMLError as exc:
-            raise LanebookError(f"{self.path}: patch would break the file ({_parse_error('', exc)}); nothing written") from None
+            raise LanebookError(f"{self.path}: patch would break the file ({yamltext.problem('', exc)}); nothing written") from None
         expected = safe_data(self.text)
         service = expected["services"][self.service_name]
         command = service["command"]

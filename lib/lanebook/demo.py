@@ -39,7 +39,7 @@ def _stop_lane_left_up() -> None:
 
 
 def run_demo() -> int:
-    from .book import build_book
+    from .book import build_book, show_warnings
     from .promote import promote_shown
     from .twin import control
 
@@ -54,7 +54,9 @@ def run_demo() -> int:
     else:
         verdicts = {r["runbook"]: r["verdict"] for r in promote_shown("twin").records}
     console.rule("book")
-    site = build_book()
+    built = build_book()
+    show_warnings(built)
+    site = built.index
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})", soft_wrap=True)
     ok, line = demo_outcome(verdicts, missing)
     console.print(f"[{'green' if ok else 'red'}]{line}[/] — all figures are TWIN figures")

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 import nbformat
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from .audit import begin_run, discard_run, finish_run, now
+from . import yamltext
 from .errors import LanebookError
 from .params import lane_path, load_lane
 from .paths import REPO, RUNBOOKS_DIR, outputs_dir
@@ -53,7 +53,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise LanebookError(f"bad parameter {pair!r}: use -p KEY=VALUE")
         try:
-            params[key] = json.loads(json.dumps(YAML(typ="safe").load(value), allow_nan=False)) if value else ""
+            params[key] = json.loads(json.dumps(yamltext.load(value), allow_nan=False)) if value else ""
         except (YAMLError, ValueError, TypeError):  # a bad tag or date, a cycle, inf: not JSON, so not a parameter
             raise LanebookError(f"bad parameter {pair!r}: the value is not a YAML scalar (quote it)") from None
     return params

@@ -29,6 +29,7 @@ from typing import Any, Mapping, Optional
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from . import yamltext
 from .errors import LanebookError
 from .gates import GateCheck, thinking_intended, thinking_problems
 from .nodes import Executor, Lane, Node, q, qpath
@@ -62,9 +63,9 @@ def config_text(provider: str, block: Mapping[str, Any]) -> str:
 def block_from_config(text: str, provider: str, source: str) -> dict:
     """The operator's providers.<provider> block from a Hermes config.yaml's text."""
     try:
-        doc = YAML(typ="safe").load(text)
+        doc = yamltext.load(text)
     except YAMLError as exc:
-        raise LanebookError(f"{source}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        raise LanebookError(yamltext.problem(source, exc)) from None
     providers = doc.get("providers") if isinstance(doc, Mapping) else None
     block = providers.get(provider) if isinstance(providers, Mapping) else None
     if not isinstance(block, Mapping):

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
@@ -34,6 +33,7 @@ from .compose import ComposeFile
 from .effective import (REFERENCE, START_NAME, CheckoutFiles, DeadLine, Effective, Location, Mismatch, Setting,
                         TextFile, lane_mismatches, sourced_names)
 from .envfile import interpolate, parse_env_text, unreadable_lines
+from . import yamltext
 from .errors import LaneError, LanebookError
 from .files import read_text
 from .params import LaneParams, lane_path, load_lane
@@ -187,11 +187,11 @@ def run_checks(inp: LintInput) -> list[Finding]:
 
 def _load_yaml(path: Path) -> Any:
     try:
-        return YAML().load(path.read_text())
+        return yamltext.load(path.read_text(), "rt")
     except FileNotFoundError:
         raise LanebookError(f"file not found: {path}") from None
     except YAMLError as exc:
-        raise LanebookError(f"{path}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise LanebookError(yamltext.problem(path, exc)) from None
 
 
 def _leaves(node: Any, path: str, file: str) -> list[tuple[str, Any, Location]]:

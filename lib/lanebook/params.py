@@ -15,9 +15,9 @@ from typing import Any, Literal, Optional, Sequence, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, field_validator,
                       model_validator)
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from . import yamltext
 from .errors import LaneError, LanebookError
 from .files import read_text
 from .paths import PARAMS_DIR
@@ -388,13 +388,9 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
     except LanebookError as exc:
         raise LaneError(str(exc)) from None
     try:
-        data = YAML(typ="safe").load(text)
+        data = yamltext.load(text)
     except YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise LaneError(f"{path}{where}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    except (ValueError, OverflowError) as exc:  # a value YAML reads but Python cannot hold: 2001-13-01
-        raise LaneError(f"{path}: unreadable value ({exc})") from None
+        raise LaneError(yamltext.problem(path, exc)) from None
     if not isinstance(data, dict):
         raise LaneError(f"{path}: a lane file must be a YAML mapping")
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import LanebookError
+from ..files import write_atomic
 from ..params import LaneParams, lane_names, load_lane
 from ..paths import twin_dir
 from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
@@ -146,7 +147,7 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     time_scale = FAST_TIME_SCALE if fast else 1.0
     _say(f"keys and known_hosts in {lay.keys}")
     ensure_keys(lay, addresses)
-    lay.ssh_config.write_text(client_config(lay.user_key, lay.known_hosts, addresses))
+    write_atomic(lay.ssh_config, client_config(lay.user_key, lay.known_hosts, addresses))
     for alias in ALIASES:
         _say(f"node root {alias}: home, lane checkouts, HF cache")
         _build_node(lay, alias, addresses, faults, time_scale)
