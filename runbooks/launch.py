@@ -165,14 +165,21 @@ with rb.step("5 models and live command", fix='the server does not run what the 
 # step 1), then `/health` and every node's log for CUDA, NCCL, engine-death and preemption lines.
 # Fail-open, as the recipe's launcher is: a warmup that cannot run or finish is a `WARNING` and the
 # launch still passes; a dead engine or a fatal line in a log fails it. `POST_READINESS_WARMUP_ENABLED: 0`
-# in the lane skips it (the recipe's immediate bypass).
+# in the lane skips it (the recipe's immediate bypass). When the launcher says its own hook warmed the
+# lane (`Post-readiness warmup: ok`), the shapes are not sent twice: only `/health` and the logs are
+# checked (the `warmup` runbook times every shape).
 
 # %%
 with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: run `warmup` later; a dead "
                                             "engine or a fatal log line: run `stop`, then `launch` again"):
     enabled, why = warmup.warmup_enabled(p.env)
+    hook = None if already_up else started.hook_warmed
     if not enabled:
         rb.skip("the bounded post-readiness warmup ran", why)
+    elif hook:
+        rb.record(warmed_by="the launcher's post-readiness hook")
+        rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
+        warmup.expect_checks(rb, warmup.lane_checks(rb.lane))
     else:
         warmed = warmup.run_warmup(p, rb.lane.executor)
         rb.record(**warmed.figures())

@@ -54,6 +54,17 @@ def test_launcher_outcomes(code, output, outcome, reason):
     assert launcher.launcher_outcome(code, output) == (outcome, reason)
 
 
+
+@pytest.mark.parametrize("code, output, said", [
+    (0, "Minimal chat request succeeded.\r\nPost-readiness warmup: ok\r\n", "Post-readiness warmup: ok"),
+    (0, "Post-readiness warmup: SKIPPED (POST_READINESS_WARMUP_ENABLED=0)\n", None),
+    (0, "WARN: post-readiness warmup failed (fail-open: the server is up and serving)\n", None),
+    (0, "Minimal chat request succeeded.\n", None),  # an older checkout: no hook
+    (1, "Post-readiness warmup: ok\nStartup failed.\n", None),  # not an ok launch
+])
+def test_the_launchers_warmup_hook_counts_only_when_it_says_ok(code, output, said):
+    assert launcher.launcher_result(nodes.CommandResult("head", "start", code, output)).hook_warmed == said
+
 def test_there_is_no_already_up_outcome():
     assert launcher.launcher_outcome(3, "DSpark head container already exists")[0] == "failed"
 

@@ -48,6 +48,10 @@ LAUNCHER_MESSAGES = (
     ("health timeout", re.compile(r"Timed out waiting for DSpark API")),
 )
 
+# Seed 000: the production launcher runs the post-readiness warmup hook after /health and its chat smoke, and says
+# how it went. Only "ok" means the lane is warm; "SKIPPED", a failed (fail-open) hook or no hook at all do not.
+HOOK_WARMED = re.compile(r"^\s*Post-readiness warmup: ok\b[^\r\n]*", re.M)
+
 
 def launcher_outcome(exit_code: int, output: str) -> tuple[str, str]:
     """(outcome, the line that says so) for a launcher exit code and its output (see the module docstring)."""
@@ -111,6 +115,12 @@ class LauncherResult:
     def ok(self) -> bool:
         """False in a dry run: the script did not run."""
         return self.outcome == "ok" and not self.dry_run
+
+    @property
+    def hook_warmed(self) -> Optional[str]:
+        """The launcher's line saying its own post-readiness warmup passed, None when it did not say so."""
+        found = HOOK_WARMED.search(self.output) if self.ok else None
+        return found.group(0).strip() if found else None
 
     def summary(self) -> str:
         if self.dry_run:
