@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HERMES_VENV := .tools/hermes
 HERMES_STAMP := $(HERMES_VENV)/.installed
 
-.PHONY: setup os-packages demo test bench clean
+.PHONY: setup os-packages demo test fuzz bench clean
 
 setup: os-packages $(STAMP) $(HERMES_STAMP)
 
@@ -46,6 +46,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The property tests with fresh random draws instead of the suite's fixed ones (not part of `make test`).
+fuzz: setup
+	LANEBOOK_FUZZ=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_input_properties.py
 
 # Benchmarks print figures (not part of `make test`); see benchmarks/README.md.
 bench: setup

@@ -68,6 +68,25 @@ def test_patch_of_a_list_environment_keeps_the_list_form():
     assert env[position - 1].startswith("VLLM_USE_FLASHINFER_SAMPLER=")
 
 
+
+@pytest.mark.parametrize("bare", ["      VLLM_USE_BREAKABLE_CUDAGRAPH:\n", "      VLLM_USE_BREAKABLE_CUDAGRAPH: null\n"])
+def test_a_key_without_a_value_is_not_the_empty_string(bare):
+    """`KEY:` has Compose take KEY from the environment it runs in (or leave it unset): patching it to the empty
+    string writes `KEY: ""`, found by the property test (a patch that left `KEY:` as it was)."""
+    text = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, bare)
+    compose = ComposeFile(text, COMPOSE)
+    assert compose.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].raw is None
+    patched = compose.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC)
+    assert '      VLLM_USE_BREAKABLE_CUDAGRAPH: ""\n' in patched
+    assert YAML(typ="safe").load(patched)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == ""
+    listed = text.replace(bare, "      - VLLM_USE_BREAKABLE_CUDAGRAPH\n")
+    start, end = listed.index("    environment:\n"), listed.index("    command:\n")
+    listed = listed[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", listed[start:end], flags=re.M) + listed[end:]
+    as_list = ComposeFile(listed, COMPOSE)
+    assert as_list.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].raw is None
+    env = YAML(typ="safe").load(as_list.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC))["services"]["vllm-dspark"]["environment"]
+    assert "VLLM_USE_BREAKABLE_CUDAGRAPH=" in env and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in env
+
 def test_patch_refuses_what_a_line_edit_cannot_express():
     text = fixture_text(COMPOSE)
     two = text.replace('        case "$${DEFAULT_THINKING:-low}" in\n',

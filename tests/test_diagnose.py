@@ -184,7 +184,7 @@ def test_canary_rejects_a_variant_that_is_only_slower_within_tolerance():
     slower = [speed_doc(d["workload"], [r["mean_stream_decode_tok_s"] * 0.97 for r in d["runs"]]) for d in BASE]
     decision = diagnose.canary_decision("MAX_NUM_BATCHED_TOKENS", 8192, 8216, BASE, slower)
     assert decision.decision == "reject" and decision.comparison.verdict == "no gain"
-    assert decision.reasons[0].startswith("no cell better beyond ±5%; slower on 6 of 6 cells (code C1 stream 56.0→54.3 (-3.0%)")
+    assert decision.reasons[0].startswith("no cell clearly better beyond ±5%; slower on 6 of 6 cells (code C1 stream 56.0→54.3 (-3.0%)")
 
 
 def test_canary_keeps_a_healthy_better_variant():
@@ -194,6 +194,19 @@ def test_canary_keeps_a_healthy_better_variant():
     assert decision.reasons == ["better beyond ±5% on count C1 stream 94.5→102.0 (+7.9%), count C1 aggregate 85.0→91.8 "
                                 "(+7.9%), worse nowhere"]
 
+
+
+def test_canary_rejects_a_better_median_whose_trials_overlap_the_baseline():
+    """json 60.5→66.8 (+10%) on three short trials, 60.8-70.4 against 60.5-66.2: the bands overlap, so the gain
+    may be noise (a twin canary of 64-token probes measured exactly this), and the lane's value stays."""
+    noisy = [BASE[0], BASE[1], speed_doc("json", (60.8, 66.8, 70.4))]
+    base = [BASE[0], BASE[1], speed_doc("json", (60.5, 60.5, 66.2))]
+    decision = diagnose.canary_decision("MAX_NUM_BATCHED_TOKENS", 8192, 8216, base, noisy)
+    assert (decision.decision, decision.kept_value, decision.comparison.verdict) == ("reject", 8192, "no gain")
+    assert decision.reasons == [
+        "no cell clearly better beyond ±5%; slower on 0 of 6 cells",
+        "a better median inside overlapping trial bands may be noise: json C1 stream 60.5→66.8 (+10.4%), "
+        "json C1 aggregate 54.5→60.1 (+10.4%)"]
 
 def test_canary_rejects_unhealthy_or_incomplete_evidence():
     faster_but_failing = [speed_doc("count", (101.0, 102.0, 103.0), errors=1), BASE[1], BASE[2]]

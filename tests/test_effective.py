@@ -90,6 +90,12 @@ def test_bad_compose_files_are_one_clear_error(tmp_path):
         spec_for(tmp_path / "b", required, env=ENV.replace("MASTER_ADDR=127.0.0.2\n", ""))
     with pytest.raises(LanebookError, match="no `exec /usr/local/bin/vllm serve"):
         spec_for(tmp_path / "c", "services:\n  vllm-dspark:\n    image: x\n    command: [bash, -lc, 'echo hi']\n")
+    text = fixture_text(COMPOSE)
+    start, end = text.index("    environment:\n"), text.index("    command:\n")
+    block = text[:start] + "    environment: |\n      HF_HOME=/cache\n" + text[end:]  # found by the property test
+    with pytest.raises(LanebookError, match=r"/docker-compose.dspark.yml: service 'vllm-dspark' environment: must be a "
+                                            r"map or a list, not str$"):
+        spec_for(tmp_path / "d", block)
 
 
 def test_the_twin_checkout_is_the_example_with_the_lane_rendered(tmp_path):

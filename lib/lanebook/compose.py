@@ -37,7 +37,9 @@ ASSIGNMENT_RE = re.compile(r'SPECULATIVE_CONFIG="((?:[^"\\]|\\.)*)";?')
 class EnvItem:
     """One entry of the service's environment (map `KEY: value` or list `- KEY=value`)."""
     key: str
-    raw: str  # the value as Compose reads it, before interpolation
+    # The value as Compose reads it, before interpolation; None for a key without one (`KEY:` or `- KEY`), which
+    # Compose takes from the environment it runs in, or leaves unset: not the empty string `KEY: ""` sets.
+    raw: Optional[str]
     line: int  # 1-based
     col: int  # column of the key (map) or of the dash (list)
 
@@ -60,7 +62,7 @@ def safe_data(text: str) -> Any:
 
 
 def _text(value: Any) -> str:
-    """A YAML scalar as Compose reads it (an empty value is the empty string)."""
+    """A YAML scalar as text (no value, None, as the empty string)."""
     return "" if value is None else str(value)
 
 
@@ -123,12 +125,12 @@ class ComposeFile:
         if isinstance(env, CommentedMap):
             for key, value in env.items():
                 line, col = env.lc.key(key)
-                items[str(key)] = EnvItem(str(key), _text(value), line + 1, col)
+                items[str(key)] = EnvItem(str(key), None if value is None else _text(value), line + 1, col)
         elif isinstance(env, CommentedSeq):
             for index, entry in enumerate(env):
-                key, _, value = str(entry).partition("=")
+                key, sep, value = str(entry).partition("=")
                 line, col = env.lc.item(index)
-                items[key] = EnvItem(key, value, line + 1, col - 2)
+                items[key] = EnvItem(key, value if sep else None, line + 1, col - 2)
         return items
 
     def command_lines(self) -> list[tuple[int, str]]:
@@ -243,7 +245,8 @@ class ComposeFile:
             keys = [str(e).partition("=")[0] for e in env]
             for key, value in environment.items():
                 if key in keys:
-                    if str(env[keys.index(key)]).partition("=")[2] != value:
+                    _, sep, was = str(env[keys.index(key)]).partition("=")
+                    if not sep or was != value:
                         env[keys.index(key)] = f"{key}={value}"
                 else:
                     position = keys.index(_closest_key(key, keys)) + 1
@@ -254,7 +257,7 @@ class ComposeFile:
             for key, value in environment.items():
                 if key not in keys:
                     keys.insert(keys.index(_closest_key(key, keys)) + 1, key)
-                if key not in env or _text(env[key]) != value:
+                if key not in env or env[key] is None or _text(env[key]) != value:
                     env[key] = value
             service["environment"] = {k: env[k] for k in keys}
         got_env = after["services"][self.service_name]["environment"] if isinstance(after, dict) else None

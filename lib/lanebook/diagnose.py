@@ -295,16 +295,19 @@ def canary_decision(key: str, baseline_value: Any, variant_value: Any, baseline:
              for c in comparison.cells]
     worse = [c for c in comparison.cells if c.verdict == "worse"]
     slower = [c for c in comparison.cells if c.change is not None and c.change < 0]
+    noisy = [c for c in comparison.cells if c.verdict == "better" and c.overlap]
     if comparison.verdict == "promote":
-        better = [c for c in comparison.cells if c.verdict == "better"]
+        better = [c for c in comparison.cells if c.verdict == "better" and not c.overlap]
         reasons.append(f"better beyond ±{tolerance:.0%} on {', '.join(_cell(c) for c in better)}, worse nowhere")
     elif worse:
         reasons.append(f"worse beyond ±{tolerance:.0%} on {', '.join(_cell(c) for c in worse)}")
     elif comparison.verdict == "incomplete":
         reasons.append("bands incomplete (fewer than 3 trials a cell): a value is kept only on complete bands")
     else:
-        reasons.append(f"no cell better beyond ±{tolerance:.0%}; slower on {len(slower)} of {len(comparison.cells)} "
-                       "cells" + (f" ({', '.join(_cell(c) for c in slower)})" if slower else ""))
+        reasons.append(f"no cell clearly better beyond ±{tolerance:.0%}; slower on {len(slower)} of "
+                       f"{len(comparison.cells)} cells" + (f" ({', '.join(_cell(c) for c in slower)})" if slower else ""))
+        if noisy:
+            reasons.append(f"a better median inside overlapping trial bands may be noise: {', '.join(_cell(c) for c in noisy)}")
     return CanaryDecision(key, baseline_value, variant_value, "keep" if comparison.verdict == "promote" else "reject",
                           reasons, comparison, cells)
 

@@ -382,6 +382,9 @@ def container_from_text(compose_text: str, compose_name: str, variables: Mapping
         raise LanebookError(f"{compose_name}: no service '{name}' (have {', '.join(data['services'])})")
     missing: set[str] = set()
     svc = _interpolate_tree(data["services"][name], variables, missing)
+    for key, shapes, what in (("environment", (dict, list), "a map or a list"), ("volumes", (list,), "a list")):
+        if not isinstance(svc.get(key) or [], shapes):  # Compose refuses the file: so does lanebook, in one line
+            raise LanebookError(f"{compose_name}: service '{name}' {key}: must be {what}, not {type(svc[key]).__name__}")
     environment = _environment(svc, variables)
     command = svc.get("command")
     if isinstance(command, list) and len(command) >= 3 and command[0] in ("bash", "sh") and command[1] in ("-c", "-lc"):
@@ -545,7 +548,8 @@ class Effective:
         item = self.compose.environment.get(key)
         if item is None:
             return None
-        return self._supplied(self.spec.environment.get(key), item.raw, item.line)
+        raw = f"${{{key}}}" if item.raw is None else item.raw  # a key without a value is Compose's ${KEY}
+        return self._supplied(self.spec.environment.get(key), raw, item.line)
 
     def flag(self, flag: str) -> Optional[Setting]:
         """The value `vllm serve` gets for a flag (None when the compose command has no such flag)."""

@@ -176,7 +176,9 @@ def ab_canary(a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE
     """The matched A/B canary (diagnose runbook): same workloads, levels and max_tokens on both sides.
 
     Any cell of B worse than A beyond tolerance rejects B (seed 000's batch 8216: healthy, measured,
-    rejected); B is promoted only with complete bands and at least one cell better.
+    rejected); B is promoted only with complete bands and at least one cell clearly better: its median beyond
+    tolerance and its trials' band clear of A's. A better median inside overlapping bands may be noise (a few
+    short trials vary by more than the tolerance), and a change is kept on evidence, not on chance.
     """
     a_cells, a_tokens = _cells(a)
     b_cells, b_tokens = _cells(b)
@@ -195,7 +197,7 @@ def ab_canary(a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE
         verdict = "reject"
     elif not complete:
         verdict = "incomplete"
-    elif any(v.verdict == "better" for v in verdicts):
+    elif any(v.verdict == "better" and v.overlap is False for v in verdicts):
         verdict = "promote"
     else:
         verdict = "no gain"
