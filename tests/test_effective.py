@@ -10,7 +10,7 @@ import pytest
 from recipe_fixtures import COMPOSE, EXAMPLE, checkout, fixture_text, line_of, replace_once
 
 from lanebook.effective import (CheckoutFiles, Effective, LiveMismatch, Location, container_spec, lane_mismatches,
-                                live_mismatches, same_value, speculative_config)
+                                live_mismatches, restart_policy, same_value, speculative_config)
 from lanebook.errors import LanebookError
 from lanebook.nodes import CommandResult
 from lanebook.params import lane_with, load_lane
@@ -82,6 +82,42 @@ def test_entrypoint_refusal_is_the_container_exit(tmp_path):
     assert code == 2 and "DEFAULT_THINKING must be one of" in message and spec.argv == []
 
 
+RESTART_LINE = "    restart: ${DSPARK_RESTART_POLICY:-unless-stopped}\n"
+
+
+def test_the_restart_policy_is_the_compose_lines_after_interpolation(tmp_path):
+    assert RESTART_LINE in fixture_text(COMPOSE)
+    assert spec_for(tmp_path / "a").restart == "unless-stopped"  # the compose default
+    assert spec_for(tmp_path / "b", env=ENV + "DSPARK_RESTART_POLICY=no\n").restart == "no"
+    assert spec_for(tmp_path / "c", environ={**HEAD_ENV, "DSPARK_RESTART_POLICY": "on-failure:3"}).restart == "on-failure:3"
+    assert spec_for(tmp_path / "d", replace_once(fixture_text(COMPOSE), RESTART_LINE, "")).restart == "no"
+    with pytest.raises(LanebookError, match=r"^.*docker-compose.dspark.yml: service 'vllm-dspark': invalid restart "
+                                            r"policy: unknown policy 'sometimes'; use one of 'no', 'always', "
+                                            r"'on-failure', or 'unless-stopped'$"):
+        spec_for(tmp_path / "e", env=ENV + "DSPARK_RESTART_POLICY=sometimes\n")
+
+
+@pytest.mark.parametrize("value, policy", [(None, "no"), ("", "no"), ("no", "no"), ("always", "always"),
+                                           ("unless-stopped", "unless-stopped"), ("on-failure", "on-failure"),
+                                           (" on-failure:5 ", "on-failure:5"), ("on-failure:0", "on-failure:0")])
+def test_restart_policy_values(value, policy):
+    assert restart_policy(value) == policy
+
+
+@pytest.mark.parametrize("value, error", [
+    ("sometimes", "invalid restart policy: unknown policy 'sometimes'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'"),
+    ("always:3", "invalid restart policy: maximum retry count can only be used with 'on-failure'"),
+    ("on-failure:-1", "invalid restart policy: maximum retry count cannot be negative"),
+    ("on-failure:x", "invalid restart policy format: maximum retry count must be an integer"),
+    (":3", "invalid restart policy format: no policy provided before colon"),
+    (False, "invalid restart policy: unknown policy 'False'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'"),
+])
+def test_a_restart_policy_the_daemon_refuses_is_its_error(value, error):
+    with pytest.raises(LanebookError) as refused:
+        restart_policy(value)
+    assert str(refused.value) == error
+
+
 def test_bad_compose_files_are_one_clear_error(tmp_path):
     with pytest.raises(LanebookError, match="not a valid compose file"):
         spec_for(tmp_path / "a", "services: [unclosed\n")
@@ -107,7 +143,7 @@ def test_the_twin_checkout_is_the_example_with_the_lane_rendered(tmp_path):
     assert (spec.arg("--host"), spec.arg("--port"), spec.arg("--master-addr")) == ("127.0.0.2", "8888", "127.0.0.2")
     assert spec.arg("--max-model-len") == "1048576"
     assert speculative_config(spec)["num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
-    assert spec.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0"
+    assert spec.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" and spec.restart == "unless-stopped"
     assert spec.image.endswith("@sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8")  # still pinned
     env = (directory / ".env.dspark").read_text()
     assert env.startswith((directory / EXAMPLE).read_text().rstrip("\n").split("\n\n")[0])  # the example, then edits

@@ -251,7 +251,7 @@ class ContainerExit(LanebookError):
 
 @dataclass
 class ContainerSpec:
-    """One container as Compose would create it: name, image, env, the `vllm serve` argv, mounts."""
+    """One container as Compose would create it: name, image, env, the `vllm serve` argv, mounts, restart policy."""
 
     name: str
     project: str
@@ -261,6 +261,7 @@ class ContainerSpec:
     argv: list[str]  # starts with "serve", as given to /usr/local/bin/vllm
     volumes: list[tuple[str, str]] = field(default_factory=list)  # (host path, container path)
     stop_grace_s: float = 10.0
+    restart: str = "no"  # the restart policy: no, always, on-failure[:N] or unless-stopped
     compose_file: str = ""
     env_file: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -338,6 +339,28 @@ def _duration_s(value: Any, default: float = 10.0) -> float:
     return float(match.group(1)) * scale
 
 
+RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
+
+
+def restart_policy(value: Any) -> str:
+    """The restart policy the container gets from a service's `restart:` value (interpolated), refused as the
+    daemon refuses it: none or an empty value is `no`, a retry count only with on-failure (`on-failure:3`)."""
+    text = "" if value is None else str(value).strip()
+    name, colon, count = text.partition(":")
+    if colon and not name:
+        raise LanebookError("invalid restart policy format: no policy provided before colon")
+    if colon and not re.fullmatch(r"-?\d+", count):
+        raise LanebookError("invalid restart policy format: maximum retry count must be an integer")
+    if name not in ("", *RESTART_POLICIES):
+        raise LanebookError(f"invalid restart policy: unknown policy '{name}'; use one of 'no', 'always', "
+                            "'on-failure', or 'unless-stopped'")
+    if colon and name != "on-failure":
+        raise LanebookError("invalid restart policy: maximum retry count can only be used with 'on-failure'")
+    if colon and int(count) < 0:
+        raise LanebookError("invalid restart policy: maximum retry count cannot be negative")
+    return f"{name}:{int(count)}" if colon else name or "no"
+
+
 # Variables that make bash run code before or besides the program: dropped from the environment it gets.
 SHELL_CODE_VARIABLES = {"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "PATH"}
 
@@ -397,6 +420,10 @@ def container_from_text(compose_text: str, compose_name: str, variables: Mapping
         argv, entrypoint_error = serve_argv(script, environment, source=compose_name), None
     except ContainerExit as exc:
         argv, entrypoint_error = [], (exc.code, str(exc))
+    try:
+        restart = restart_policy(svc.get("restart"))
+    except LanebookError as exc:
+        raise LanebookError(f"{compose_name}: service '{name}': {exc}") from None
     volumes = []
     for item in svc.get("volumes") or []:
         parts = str(item).split(":")
@@ -414,6 +441,7 @@ def container_from_text(compose_text: str, compose_name: str, variables: Mapping
         argv=argv,
         volumes=volumes,
         stop_grace_s=_duration_s(svc.get("stop_grace_period")),
+        restart=restart,
         compose_file=compose_name,
         env_file=env_file,
         warnings=[f'The "{v}" variable is not set. Defaulting to a blank string.' for v in sorted(missing)],
