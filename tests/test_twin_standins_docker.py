@@ -73,6 +73,11 @@ def test_compose_up_keeps_an_unchanged_container_and_recreates_a_changed_one(nod
     changed = run(node, compose("up -d", "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.80"))
     assert f"Container {NAME}  Recreate" in changed.stderr
     assert json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"] != pid
+    policy = "{{json .HostConfig.RestartPolicy}} {{.RestartCount}}"
+    assert run(node, f"docker inspect --format '{policy}' {NAME}").stdout == '{"Name":"unless-stopped","MaximumRetryCount":0} 0\n'
+    another = run(node, compose("up -d", "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.80 DSPARK_RESTART_POLICY=on-failure:2"))
+    assert f"Container {NAME}  Recreate" in another.stderr  # the policy is part of the configuration
+    assert run(node, f"docker inspect --format '{policy}' {NAME}").stdout == '{"Name":"on-failure","MaximumRetryCount":2} 0\n'
 
 
 def test_a_missing_image_is_refused(node):

@@ -1,5 +1,5 @@
 """The twin's container runtime (lanebook.twin.standins.runtime): containers as processes on a node, their logs,
-exit codes and the shared-memory segments they leave in the node's /dev/shm."""
+exit codes, the shared-memory segments they leave in the node's /dev/shm, and what dockerd starts again at boot."""
 import signal
 import sys
 import time
@@ -8,8 +8,9 @@ import pytest
 
 from lanebook.effective import ContainerSpec
 from lanebook.twin.standins.machine import STICKY_GIB
-from lanebook.twin.standins.runtime import (KILLED, TERMINATED, containers, find_container, power_off,
-                                            remove_container, start_container, stop_all_containers)
+from lanebook.twin.standins.runtime import (KILLED, TERMINATED, boot_containers, containers, find_container, power_off,
+                                            remove_container, start_container, starts_at_daemon_start,
+                                            stop_all_containers)
 from node_helpers import local_node
 
 ENGINE = f"{sys.executable} -c 'import sys, time; print(\"engine up\", *sys.argv[1:], flush=True); time.sleep(60)'"
@@ -29,9 +30,9 @@ def node(tmp_path, monkeypatch):
     stop_all_containers(made.root, grace_s=1)
 
 
-def wait_for_log(container, text, within_s=10.0):
+def wait_for_log(container, text, within_s=10.0, times=1):
     deadline = time.monotonic() + within_s
-    while text not in (container.log.read_text() if container.log.exists() else ""):
+    while (container.log.read_text() if container.log.exists() else "").count(text) < times:
         assert time.monotonic() < deadline, f"{text!r} not in the log of {container.name}"
         time.sleep(0.05)
 
@@ -89,3 +90,34 @@ def test_a_power_off_ends_running_containers_without_their_clean_up(node):
     assert not running.running and running.session_pids() == [] and running.exit_code == KILLED
     assert running.record["finished_at"] and all(s.exists() for s in running.shm_segments())  # the boot empties /dev/shm
     assert stopped.exit_code == TERMINATED
+
+
+@pytest.mark.parametrize("policy, running, starts", [
+    ("no", True, False), ("no", False, False), ("on-failure", True, False), ("on-failure:3", True, False),
+    ("always", True, True), ("always", False, True), ("unless-stopped", True, True), ("unless-stopped", False, False)])
+def test_what_dockerd_starts_at_its_start(policy, running, starts):
+    assert starts_at_daemon_start(policy, running) is starts
+
+
+def test_at_boot_dockerd_starts_again_what_the_restart_policy_names(node):
+    names = {"always": "a-1", "no": "n-1", "on-failure": "f-1", "unless-stopped": "u-1"}
+    made = {policy: start_container(node.root, spec(name, restart=policy)) for policy, name in names.items()}
+    held = start_container(node.root, spec("s-1", restart="unless-stopped"))  # stopped with `docker stop`
+    stopped_always = start_container(node.root, spec("t-1", restart="always"))
+    for container in containers(node.root):
+        wait_for_log(container, "engine up")
+    for container in (held, stopped_always):
+        container.stop(grace_s=1)
+    before = {c.name: (c.id, c.pid, c.record["started_at"]) for c in containers(node.root)}
+    assert power_off(node.root) == ["a-1", "f-1", "n-1", "u-1"]
+    assert boot_containers(node.root) == ["a-1", "t-1", "u-1"]
+    for container in (made["always"], made["unless-stopped"], stopped_always):
+        wait_for_log(container, "engine up serve model", times=2)  # the same command again, the log appended
+        identity, pid, started = before[container.name]
+        assert container.running and container.id == identity and container.pid != pid
+        assert container.record["started_at"] > started and container.status().startswith("Up ")
+        assert len(container.shm_segments()) == 2 and all(s.exists() for s in container.shm_segments())
+    assert (made["no"].status().startswith("Exited (137)") and made["on-failure"].status().startswith("Exited (137)")
+            and held.status().startswith("Exited (143)"))
+    assert not any("running_at_power_off" in c.record for c in containers(node.root))
+    assert boot_containers(node.root) == []  # running already, or left stopped: a second boot start changes nothing

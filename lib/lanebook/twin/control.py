@@ -5,9 +5,9 @@ memory and units), starts one sshd per node and waits until both accept ssh; it 
 launch runbook does, through the launcher). Faults shape the node roots and stand-ins here and reach
 the engine through LANEBOOK_TWIN_FAULTS. `status` calls the twin running only when the head's sshd
 answers on its address: a twin started in another network namespace has live processes but is not
-reachable from here. `reboot` does to one node what a reboot does (processes and containers gone, /dev/shm
-and caches emptied, files kept); `private_twin` puts a twin with its own state dir and ports beside the
-shared one, for tests and benchmarks that need a fault.
+reachable from here. `reboot` does to one node what a reboot does (processes gone, /dev/shm and caches
+emptied, files kept, containers started again as their restart policy says); `private_twin` puts a twin
+with its own state dir and ports beside the shared one, for tests and benchmarks that need a fault.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from ..paths import twin_dir
 from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
                     start_sshd, wait_for_ssh, write_node, write_state)
 from .standins.machine import NodeMachine, init_node
-from .standins.runtime import containers, power_off, stop_all_containers
+from .standins.runtime import boot_containers, containers, power_off, stop_all_containers
 from .tree import HubModel, hub_root, write_checkout, write_hub_model
 
 FAULTS = {
@@ -311,8 +311,10 @@ def node_processes(alias: str) -> set[int]:
 
 def reboot(alias: str) -> dict:
     """The node reboots: its processes end at once (the lane's containers without their clean-up, its ssh
-    sessions), /dev/shm and the page cache are emptied, enabled units run again, its files stay; its sshd
-    comes back (unless it was not running, fault worker-unreachable). The twin's status after."""
+    sessions), /dev/shm and the page cache are emptied, enabled units run again, its files stay; dockerd
+    starts again the containers their restart policy names (the recipe's `unless-stopped`: those that were
+    running, each its command again as a new process); its sshd comes back (unless it was not running, fault
+    worker-unreachable). The twin's status after."""
     if alias not in ALIASES:
         raise LanebookError(f"unknown twin node {alias} (known: {', '.join(ALIASES)})")
     lay = layout()
@@ -332,6 +334,7 @@ def reboot(alias: str) -> dict:
     if alias in _started:
         _started.pop(alias).poll()
     NodeMachine(lay.node(alias)).boot()
+    boot_containers(lay.node(alias))
     if had_sshd:
         _started[alias] = start_sshd(lay, alias)
         state["pids"][alias] = _started[alias].pid

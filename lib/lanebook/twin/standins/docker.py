@@ -144,17 +144,20 @@ def docker_top(root: Path, args: list[str]) -> int:
 
 def _inspect(container: Container) -> dict:
     spec, record = container.spec, container.record
+    policy, _, retries = container.restart_policy.partition(":")
     return {
         "Id": container.id,
         "Name": "/" + container.name,
-        "Created": iso(record.get("started_at")),
+        "Created": iso(container.created_at),
+        "RestartCount": 0,  # restarts after an exit, which the twin's dockerd does not make; a start at boot is not one
         "State": {"Status": container.state(), "Running": container.running, "Pid": container.pid if container.running else 0,
                   "ExitCode": container.exit_code or 0, "StartedAt": iso(record.get("started_at")),
                   "FinishedAt": iso(record.get("finished_at"))},
         "Config": {"Image": spec.get("image", ""), "Env": [f"{k}={v}" for k, v in spec.get("environment", {}).items()],
                    "Cmd": ["/usr/local/bin/vllm", *spec.get("argv", [])],
                    "Labels": {"com.docker.compose.project": spec.get("project", ""), "com.docker.compose.service": spec.get("service", "")}},
-        "HostConfig": {"NetworkMode": "host", "IpcMode": "host"},
+        "HostConfig": {"NetworkMode": "host", "IpcMode": "host",
+                       "RestartPolicy": {"Name": policy, "MaximumRetryCount": int(retries or 0)}},
         "Mounts": [{"Type": "bind", "Source": host, "Destination": dest} for host, dest in spec.get("volumes", [])],
     }
 

@@ -1,12 +1,14 @@
 """The twin's container runtime: what dockerd would do on a node, with the engine as the container's process.
 
 A container is a directory under the node's var/containers/NAME: spec.json (what Compose asked
-for), record.json (pid, start and finish times), log (its stdout and stderr: `docker logs`) and
-exitcode. Its process is the twin's vLLM-compatible engine, started detached in its own session
-under a small supervisor named after the container, so `docker top` and `docker stop` find every
-process of it. With the host IPC namespace (the compose file's `ipc: host`) the serving stack's
+for), process.json (the command and environment it runs, fixed when it is created, as docker keeps a
+container's config), record.json (pid, creation, start and finish times), log (its stdout and stderr:
+`docker logs`, appended to by every start) and exitcode. Its process is the twin's vLLM-compatible
+engine, started detached in its own session under a small supervisor named after the container, so
+`docker top` and `docker stop` find every process of it. With the host IPC namespace (the compose file's `ipc: host`) the serving stack's
 shared-memory segments live in the node's /dev/shm: created when the container starts, unlinked
 when it stops cleanly, left behind when it is killed (SIGKILL skips the clean-up, as NCCL's does).
+When the node boots, dockerd starts again the containers their restart policy names (boot_containers).
 """
 from __future__ import annotations
 
@@ -58,8 +60,17 @@ class Container:
         return int(self.record.get("pid", 0))
 
     @property
+    def created_at(self) -> Optional[float]:
+        record = self.record
+        return record.get("created_at", record.get("started_at"))
+
+    @property
     def id(self) -> str:
-        return hashlib.sha256(f"{self.name}:{self.record.get('started_at')}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.name}:{self.created_at}".encode()).hexdigest()
+
+    @property
+    def restart_policy(self) -> str:
+        return self.spec.get("restart", "no")
 
     def session_pids(self) -> list[int]:
         """Every process of the container: those in the session its supervisor leads."""
@@ -109,9 +120,9 @@ class Container:
         return {"ID": self.id[:12], "Names": self.name, "Name": self.name, "Image": spec.get("image", ""),
                 "Command": '"bash -lc \'export P…"', "State": self.state(), "Status": self.status(),
                 "Service": spec.get("service", ""), "Project": spec.get("project", ""), "ExitCode": self.exit_code or 0,
-                "CreatedAt": iso(self.record.get("started_at")), "Ports": "",
+                "CreatedAt": iso(self.created_at), "Ports": "",
                 "Labels": f"com.docker.compose.project={spec.get('project', '')}",
-                "RunningFor": ago(time.time() - self.record.get("started_at", time.time()))}
+                "RunningFor": ago(time.time() - (self.created_at or time.time()))}
 
     def shm_segments(self) -> list[Path]:
         """The shared-memory segments this container's processes created in the node's /dev/shm."""
@@ -170,7 +181,6 @@ def engine_command() -> list[str]:
 
 def start_container(root: Path, spec) -> Container:
     """Create and start a container: the engine with the container env, detached, its output in the log."""
-    machine = NodeMachine(root)
     container = Container(root / "var" / "containers" / spec.name)
     container.dir.mkdir(parents=True, exist_ok=True)
     for stale in ("exitcode", "log"):
@@ -186,7 +196,6 @@ def start_container(root: Path, spec) -> Container:
         "LANEBOOK_NODE_ROOT": str(root),
         "LANEBOOK_TWIN_TIME_SCALE": os.environ.get("LANEBOOK_TWIN_TIME_SCALE", str(state.get("time_scale", 1))),
         "LANEBOOK_TWIN_FAULTS": ",".join(state.get("faults", [])),
-        "LANEBOOK_TWIN_STICKY_GIB": f"{machine.held_gib():g}",
         "LANEBOOK_TWIN_VOLUMES": json.dumps({container_path: host for host, container_path in spec.volumes}),
     }
     if spec.entrypoint_error:  # the image's entrypoint refuses the configuration before exec
@@ -194,18 +203,32 @@ def start_container(root: Path, spec) -> Container:
         command = ["sh", "-c", 'printf "%s\\n" "$0" >&2; exit "$1"', message, str(code)]
     else:
         command = [*engine_command(), *spec.argv]
-    supervisor = ["sh", "-c", '"$@"; code=$?; echo "$code" > exitcode; exit "$code"', f"lanebook-container:{spec.name}", *command]
+    write_json(container.dir / "process.json", {"command": command, "env": env})
+    _run(container, {"created_at": time.time()})
+    return container
+
+
+def _run(container: Container, record: dict) -> None:
+    """Start the container's process (again): its command and environment as created, the memory the node holds
+    now, its output appended to the log; RECORD is what the container keeps from before (its creation time)."""
+    machine = NodeMachine(container.node_root)
+    process = read_json(container.dir / "process.json", {})
+    env = {**process["env"], "LANEBOOK_TWIN_STICKY_GIB": f"{machine.held_gib():g}"}
+    name = container.name
+    (container.dir / "exitcode").unlink(missing_ok=True)
+    supervisor = ["sh", "-c", '"$@"; code=$?; echo "$code" > exitcode; exit "$code"', f"lanebook-container:{name}",
+                  *process["command"]]
     with open(container.log, "ab") as log:
         proc = subprocess.Popen(supervisor, cwd=container.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-    tag = hashlib.sha256(f"{spec.name}:{proc.pid}:{time.time()}".encode()).hexdigest()
+    tag = hashlib.sha256(f"{name}:{proc.pid}:{time.time()}".encode()).hexdigest()
     # vLLM's shm broadcast ring and NCCL's shm transport; a refused entrypoint never got that far.
-    segments = [] if spec.entrypoint_error else [f"psm_{tag[:8]}", f"nccl-{tag[8:14]}"]
+    segments = [] if container.spec.get("entrypoint_error") else [f"psm_{tag[:8]}", f"nccl-{tag[8:14]}"]
     machine.shm.mkdir(parents=True, exist_ok=True)
-    for name in segments:
-        (machine.shm / name).write_bytes(b"\0" * 4096)
-    write_json(container.dir / "record.json", {"pid": proc.pid, "started_at": time.time(), "shm_segments": segments})
-    return container
+    for segment in segments:
+        (machine.shm / segment).write_bytes(b"\0" * 4096)
+    write_json(container.dir / "record.json", {**record, "pid": proc.pid, "started_at": time.time(),
+                                               "shm_segments": segments})
 
 
 def remove_container(container: Container) -> None:
@@ -219,8 +242,8 @@ def power_off(root: Path) -> list[str]:
     """The node loses power or reboots: every running container's processes end at once, with no clean-up and
     no exit code of their own (docker then shows them exited, 137). The names of those that were running.
 
-    The twin's dockerd starts nothing again at boot, as with the restart policy `no`; the recipe's compose file
-    defaults to `unless-stopped`, under which a real dockerd would start these containers again."""
+    dockerd never sees them stop: they are still the containers that were running, which decides what an
+    `unless-stopped` policy does at the next boot (boot_containers)."""
     stopped = []
     for container in containers(root):
         if container.running:
@@ -228,9 +251,36 @@ def power_off(root: Path) -> list[str]:
             deadline = time.monotonic() + 5
             while container.session_pids() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            write_json(container.dir / "record.json", {**container.record, "finished_at": time.time()})
+            write_json(container.dir / "record.json", {**container.record, "finished_at": time.time(),
+                                                       "running_at_power_off": True})
             stopped.append(container.name)
     return stopped
+
+
+def starts_at_daemon_start(policy: str, running_at_power_off: bool) -> bool:
+    """Whether dockerd starts a container when it starts (at boot), by the container's restart policy, as
+    Docker documents it: `always` whatever state it was left in, even stopped with `docker stop`;
+    `unless-stopped` only when it had not been put in a stopped state, that is when it was running as power
+    was lost; `on-failure` and `no` never at daemon start."""
+    name = policy.partition(":")[0]
+    return name == "always" or (name == "unless-stopped" and running_at_power_off)
+
+
+def boot_containers(root: Path) -> list[str]:
+    """dockerd at boot: start again the containers whose restart policy says so (starts_at_daemon_start), each
+    running the command it was created with as a new process, its output appended to its log, with a fresh
+    start time; the others keep their exit. The names of those started."""
+    started = []
+    for container in containers(root):
+        record = container.record
+        was_running = bool(record.pop("running_at_power_off", False))
+        if not container.running and starts_at_daemon_start(container.restart_policy, was_running):
+            kept = {key: record[key] for key in ("finished_at",) if key in record}  # docker keeps the last finish
+            _run(container, {"created_at": container.created_at, **kept})
+            started.append(container.name)
+        else:
+            write_json(container.dir / "record.json", record)
+    return started
 
 
 def stop_all_containers(root: Path, grace_s: float = 5.0) -> None:
