@@ -194,3 +194,30 @@ def test_t14_head_dies_leaves_the_worker_orphaned(tmp_path):
         assert worker.process.poll() is None  # orphaned, still holding its GPU memory
     finally:
         head.stop(), worker.stop()
+
+
+def test_a_worker_started_again_cannot_rejoin_the_group_it_left(tmp_path):
+    """A rebooted worker's container started again by docker: the head's group lost that rank (its engine died),
+    the new rank keeps trying while the head answers, and gives up once the head is gone for the timeout."""
+    port = free_port("127.0.0.77")
+    knobs = {"LANEBOOK_TWIN_TIME_SCALE": "0.002"}
+    head = start_node(tmp_path, 0, "127.0.0.77", port, knobs)
+    first = start_node(tmp_path, 1, "127.0.0.77", port, knobs)
+    again = None
+    try:
+        head.wait_healthy(30)
+        first.process.kill()
+        assert wait_for(lambda: head.health() == 503)  # the NCCL communicator lost the rank
+        spec = node_spec(1, "127.0.0.77", port)
+        again = start_local(spec.argv[1:], tmp_path / "node1-again.log", host="127.0.0.77",
+                            env={**spec.environment, **knobs, "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S": "1"}, wait_s=None)
+        assert wait_for(lambda: "was formed without this rank" in again.log())
+        time.sleep(1.5)  # longer than its timeout: the head still answers, so the rank keeps trying
+        assert again.process.poll() is None and head.health() == 503
+        assert "joined the TP group (3/2" not in head.log() and "Joined the TP group" not in again.log()
+        head.stop()
+        assert again.process.wait(10) == 1 and "failed to connect" in again.log()
+    finally:
+        head.stop(), first.stop()
+        if again:
+            again.stop()

@@ -5,7 +5,7 @@ process env, the compose ``command:`` gives the argv, and stdout/stderr are ``do
 refused as vLLM's argparse refuses them; the boot prints vLLM's lines (cold bind with its non-fatal
 SHM warnings, KV sizing or the KV ValueError); node rank 0 gathers the headless workers over a plain
 TCP rendezvous on --master-addr:--master-port before it serves; a headless worker joins it and stays
-up, orphaned, if the head vanishes. Twin-only knobs come from LANEBOOK_TWIN_* variables.
+up, orphaned, if the head vanishes; a worker that left a formed group cannot join it again. Twin-only knobs come from LANEBOOK_TWIN_* variables.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from .timing import check_k_schedule
 RENDEZVOUS_TIMEOUT_S = 600.0  # torch's TCPStore default wait (scaled by time_scale, floor below)
 RENDEZVOUS_TIMEOUT_FLOOR_S = 5.0
 HELLO = "lanebook-twin-worker"
+FORMED = b"formed"  # the head's answer to a worker when its TP group was formed already
 SHM_WARNING = ("No available shared memory broadcast block found in 60 seconds. This typically happens when some "
                "processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).")
 WEIGHT_SHARDS = 48  # the recipe (seed 000) counts 48 model-*-of-*.safetensors shards after the download
@@ -271,6 +272,10 @@ class Rendezvous:
         if len(hello) != 2 or hello[0] != HELLO:
             writer.close()
             return
+        if self.all_joined.is_set():  # the group was formed: a rank that left (a rebooted worker) cannot rejoin it
+            writer.write(FORMED + b"\n")
+            writer.close()
+            return
         writer.write(b"ok\n")
         await writer.drain()
         self.writers.append(writer)
@@ -412,21 +417,32 @@ async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
     """Join the head's TP group and stay up; a vanished head leaves this process orphaned (fact T14).
 
     On the real pair a head that dies mid tensor-parallel run leaves the worker holding its memory until
-    someone stops it; so does this one.
+    someone stops it; so does this one. A worker started again while its head still runs the group it left
+    (the node rebooted, and docker started the container again) cannot rejoin it: it keeps trying for as long
+    as the head answers, and gives up only once the head has not been listening for the rendezvous timeout.
     """
     process = f"Worker_TP{args.node_rank}"
     log("INFO", "api_server.py:1850", f"Launching headless worker: node rank {args.node_rank}/{args.nnodes}, "
                                       f"head {args.master_addr}:{args.master_port}", process)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + knobs.rendezvous_timeout_s
+    refused = False
     while True:
         try:
             reader, writer = await asyncio.open_connection(args.master_addr, args.master_port)
             writer.write(f"{HELLO} {args.node_rank}\n".encode())
             await writer.drain()
-            if (await asyncio.wait_for(reader.readline(), 10)).strip() == b"ok":
+            answer = (await asyncio.wait_for(reader.readline(), 10)).strip()
+            if answer == b"ok":
                 break
             writer.close()
+            if answer == FORMED:
+                deadline = loop.time() + knobs.rendezvous_timeout_s
+                if not refused:
+                    log("WARNING", "parallel_state.py:1165", f"The TP group at {args.master_addr}:{args.master_port} "
+                                                             "was formed without this rank and cannot take it back; "
+                                                             "retrying until the head is started again", process)
+                refused = True
         except (OSError, asyncio.TimeoutError):
             pass
         if loop.time() > deadline:
