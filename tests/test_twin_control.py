@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -105,8 +106,14 @@ def test_print_status(tmp_path, capsys):
 
 
 def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_files(tmp_path):
+    """The worker reboots: sessions end, /dev/shm empties, files stay; docker starts again the container of the
+    recipe's default policy (unless-stopped), not the one created with DSPARK_RESTART_POLICY=no."""
     with private_twin(tmp_path / "twin", []) as first:
-        ssh(first, "worker", f"cd {CHECKOUT} && NODE_RANK=1 {PLACEHOLDER} {COMPOSE} up -d && touch /dev/shm/psm_planted")
+        default_policy = f"NODE_RANK=1 {PLACEHOLDER} {COMPOSE} up -d"
+        no_policy = f"NODE_RANK=1 DSPARK_RESTART_POLICY=no {PLACEHOLDER} {COMPOSE.replace('control-test', 'control-no')} up -d"
+        ssh(first, "worker", f"cd {CHECKOUT} && {default_policy} && {no_policy} && touch /dev/shm/psm_planted")
+        inspect = "docker inspect --format '{{.Id}} {{.State.Pid}} {{.State.StartedAt}} {{.RestartCount}}' control-test-vllm-dspark-1"
+        before = ssh(first, "worker", inspect).stdout.split()
         session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "sleep 300"])
         head_session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "head", "sleep 300"])
         files = f"find {CHECKOUT} .cache -type f | sort | xargs sha256sum"
@@ -119,10 +126,17 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
             session.kill()
             head_session.kill()
         worker = after["nodes"][1]
-        assert worker["reachable"] and worker["containers"] == []  # sshd back, the container did not survive
-        assert ssh(after, "worker", "ls -A /dev/shm").stdout == "" and ssh(after, "worker", files).stdout == kept
-        assert "Exited (137)" in ssh(after, "worker", "docker ps -a --format '{{.Status}}'").stdout
-        assert after["nodes"][0] == first["nodes"][0]  # the head untouched
+        assert worker["reachable"] and worker["containers"] == ["control-test-vllm-dspark-1"]  # sshd back, docker's start
+        shm = ssh(after, "worker", "ls -A /dev/shm").stdout.split()
+        assert sorted(name[:4] for name in shm) == ["nccl", "psm_"] and "psm_planted" not in shm  # the new process's only
+        assert ssh(after, "worker", files).stdout == kept
+        statuses = ssh(after, "worker", "docker ps -a --format '{{.Names}} {{.Status}}'").stdout.splitlines()
+        assert [line.split(" ", 2)[:2] for line in statuses] == [["control-no-vllm-dspark-1", "Exited"],
+                                                                 ["control-test-vllm-dspark-1", "Up"]]
+        assert statuses[0].startswith("control-no-vllm-dspark-1 Exited (137)")
+        identity, pid, started, restarts = ssh(after, "worker", inspect).stdout.split()
+        assert identity == before[0] and pid != before[1] and restarts == before[3] == "0"
+        assert datetime.fromisoformat(started) > datetime.fromisoformat(before[2])  # a fresh start, the same container
         with pytest.raises(LanebookError, match="unknown twin node gpu3"):
             control.reboot("gpu3")
         cli = [sys.executable, "-m", "lanebook.cli", "twin", "reboot"]  # the private twin's variables are inherited
