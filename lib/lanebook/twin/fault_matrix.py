@@ -25,7 +25,9 @@ SETUPS = {
     "started": "the lane started by its launcher",
     "started, head dead": "the lane started by its launcher; the head's engine dies a few seconds after ready",
     "started and stopped": "the lane started, then stopped by the checkout's stop script alone (no cache drop)",
-    "started, worker rebooted": "the lane started by its launcher, then the worker rebooted (control.reboot)",
+    "started, worker rebooted": "the lane started by its launcher, then the worker rebooted (control.reboot): docker "
+                                "starts its container again (restart: unless-stopped), and its new rank cannot rejoin "
+                                "the TP group the head's engine lost it from",
 }
 # What the nodes must show after the meeting run and its repair (every row also checks that no file of the
 # weights or the checkout was lost on any node, except *.incomplete blobs).
@@ -80,8 +82,8 @@ ROWS: tuple[FaultRow, ...] = (
              "(was active)", "P13", "units masked, lane up", 90),
     FaultRow("prefix-evict", "diagnose", "started", "fail", "1 prefix cache A→B→A",
              "A→B→A eviction reproduced", None, "lane up", 45, params=("canary=False", "prefix_lines=120")),
-    FaultRow(NODE_REBOOTS, "status", "started, worker rebooted", "fail", "2 containers",
-             "the head does not run without its workers", None, "lane cleanly down", 30, repair="stop"),
+    FaultRow(NODE_REBOOTS, "status", "started, worker rebooted", "fail", "3 api",
+             "/health answers 200", None, "lane cleanly down", 30, repair="stop"),
 )
 
 

@@ -129,8 +129,15 @@ def _started_and_stopped(lane: Lane) -> None:
 
 
 def _worker_rebooted(lane: Lane) -> None:
+    """The worker reboots under the recipe's restart policy (unless-stopped): docker starts its container again,
+    so every node runs the lane's container, but the head's engine died with the rank it lost: /health is not 200."""
     _started(lane)
     control.reboot("worker")
+    with Lane(lane.params) as rebooted:  # the worker's connection ended with its reboot
+        if not _until(lambda: launcher.lane_containers(rebooted).state == launcher.LANE_UP
+                      and launcher.ask_api(rebooted, timeout_s=2.0).healthy is False):
+            raise LanebookError(f"setup: after the worker's reboot, not both containers up with the head unhealthy: "
+                                f"{launcher.lane_containers(rebooted).summary()}; {launcher.ask_api(rebooted).detail}")
 
 
 SETUP_ACTIONS: dict[str, Callable[[Lane], None]] = {
