@@ -1,7 +1,8 @@
 """The status runbook: read-only, it passes on a lane that is up or cleanly down and says which. A dry run on the
 real lane prints the seed's status line and opens no connection. (The up and down passes are in
-test_stop_runbook.py, around a stop; an orphaned worker failing it, named P16 and repaired by stop, and a head
-left without its rebooted worker are rows of the fault matrix, test_fault_matrix.py.)"""
+test_stop_runbook.py, around a stop; an orphaned worker failing it, named P16 and repaired by stop, and a lane
+whose worker rebooted (its container started again, the head's engine dead: /health 503) are rows of the fault
+matrix, test_fault_matrix.py.)"""
 import subprocess
 import sys
 from pathlib import Path
