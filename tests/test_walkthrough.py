@@ -140,6 +140,7 @@ def test_launch_on_the_twin_asks_at_its_destructive_step_shows_progress_and_pass
             verdict = page.locator(".jp-Notebook .jp-OutputArea").get_by_text(VERDICT)
             expect(confirm.or_(verdict).first).to_be_visible(timeout=180_000)  # the question, or the end of the run
             assert confirm.is_visible(), f"the run ended without asking: {outputs(page)[-3000:]}"
+            expect(confirm).to_be_in_viewport(timeout=10_000)  # Run All showed the last cell; the question scrolled here
             page.wait_for_timeout(1500)  # the cell waits for the click: nothing after the question has run
             assert CHECK_AFTER_CONFIRM not in outputs(page), "step 1 went on before the click"
             expect(confirm.locator("xpath=..").get_by_role("button", name="Cancel")).to_be_visible()

@@ -19,6 +19,9 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
+# JupyterLab runs a Javascript output with `element` its node, before the node is in the page: wait for it.
+SCROLL_HERE = ("(function scrollHere(tries) { if (element.isConnected) { element.scrollIntoView({block: 'center'}); }"
+               " else if (tries > 0) { setTimeout(function () { scrollHere(tries - 1); }, 100); } })(50);")
 FRONTEND_WAIT_S = 2.0  # how long a view may take to be rendered before a run counts as headless
 COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
@@ -161,6 +164,15 @@ def viewed(widget: Any, shown_for_s: float) -> Optional[bool]:
     return None
 
 
+def bring_into_view() -> None:
+    """Scroll the notebook to this output: after Run All, JupyterLab shows the last cell, and a question asked
+    further up would wait out of sight. A person's frontend runs this (a trusted output of this session); a
+    headless run never gets here."""
+    from IPython.display import Javascript, display
+
+    display(Javascript(SCROLL_HERE))
+
+
 def ask(what: str) -> Optional[bool]:
     """A "Confirm: WHAT" / "Cancel" button pair, waited for while the cell blocks: True or False as clicked.
 
@@ -180,6 +192,7 @@ def ask(what: str) -> Optional[bool]:
     pair = widgets.HBox([yes, no])
     if rendered(pair) is None:
         return None
+    bring_into_view()
     try:
         wait_until(lambda: bool(answers))
     finally:
