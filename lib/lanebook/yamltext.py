@@ -17,8 +17,6 @@ def load(text: str, typ: str = "safe") -> Any:
     """The data in TEXT (typ "safe": plain Python; "rt": the round-trip document with lines and comments)."""
     try:
         data = YAML(typ=typ).load(text)
-    except YAMLError:
-        raise
     except (ValueError, OverflowError, IndexError, TypeError) as exc:
         raise YAMLError(f"unreadable value: {exc}") from None
     _refuse_cycles(data, set())
