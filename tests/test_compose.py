@@ -58,11 +58,15 @@ def test_patch_keeps_a_replaced_lines_comment_and_is_idempotent():
     assert ComposeFile(once, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC) == once
 
 
+
+def listed_environment(text: str) -> str:
+    """The compose text with its environment: map written as a `- KEY=value` list."""
+    start, end = text.index("    environment:\n"), text.index("    command:\n")
+    return text[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", text[start:end], flags=re.M) + text[end:]
+
 def test_patch_of_a_list_environment_keeps_the_list_form():
     text = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, "")
-    start, end = text.index("    environment:\n"), text.index("    command:\n")
-    listed = text[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", text[start:end], flags=re.M) + text[end:]
-    patched = ComposeFile(listed, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC)
+    patched = ComposeFile(listed_environment(text), COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC)
     env = YAML(typ="safe").load(patched)["services"]["vllm-dspark"]["environment"]
     position = env.index("VLLM_USE_BREAKABLE_CUDAGRAPH=0")
     assert env[position - 1].startswith("VLLM_USE_FLASHINFER_SAMPLER=")
@@ -79,10 +83,7 @@ def test_a_key_without_a_value_is_not_the_empty_string(bare):
     patched = compose.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC)
     assert '      VLLM_USE_BREAKABLE_CUDAGRAPH: ""\n' in patched
     assert YAML(typ="safe").load(patched)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == ""
-    listed = text.replace(bare, "      - VLLM_USE_BREAKABLE_CUDAGRAPH\n")
-    start, end = listed.index("    environment:\n"), listed.index("    command:\n")
-    listed = listed[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", listed[start:end], flags=re.M) + listed[end:]
-    as_list = ComposeFile(listed, COMPOSE)
+    as_list = ComposeFile(listed_environment(text.replace(bare, "      - VLLM_USE_BREAKABLE_CUDAGRAPH\n")), COMPOSE)
     assert as_list.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].raw is None
     env = YAML(typ="safe").load(as_list.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC))["services"]["vllm-dspark"]["environment"]
     assert "VLLM_USE_BREAKABLE_CUDAGRAPH=" in env and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in env

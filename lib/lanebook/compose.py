@@ -125,7 +125,7 @@ class ComposeFile:
         if isinstance(env, CommentedMap):
             for key, value in env.items():
                 line, col = env.lc.key(key)
-                items[str(key)] = EnvItem(str(key), None if value is None else _text(value), line + 1, col)
+                items[str(key)] = EnvItem(str(key), None if value is None else str(value), line + 1, col)
         elif isinstance(env, CommentedSeq):
             for index, entry in enumerate(env):
                 key, sep, value = str(entry).partition("=")
@@ -257,7 +257,7 @@ class ComposeFile:
             for key, value in environment.items():
                 if key not in keys:
                     keys.insert(keys.index(_closest_key(key, keys)) + 1, key)
-                if key not in env or env[key] is None or _text(env[key]) != value:
+                if key not in env or env[key] is None or str(env[key]) != value:
                     env[key] = value
             service["environment"] = {k: env[k] for k in keys}
         got_env = after["services"][self.service_name]["environment"] if isinstance(after, dict) else None
