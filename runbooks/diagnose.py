@@ -144,7 +144,7 @@ with rb.step("2 K boundary C4↔C5",
                  for i, (name, lengths) in enumerate(plan.cases())]
         measured = probes.boundary_run(p.api, cases, rb.lane.executor)
         health = probes.healthy(p.api, rb.lane.executor)
-        fatal = diagnose.fatal_lines(probes.fatal_log_lines(rb.lane))
+        fatal = probes.fatal_log_lines(rb.lane)
         stability = None if measured is None else diagnose.boundary_verdict(measured, fatal, bool(health))
         if stability:
             rb.record(k_boundary={c.name: c.figures() for c in measured})

@@ -133,12 +133,10 @@ def test_boundary_case_figures_are_aggregates():
 
 def test_boundary_verdict_names_every_instability():
     stable = [diagnose.BoundaryCase("C4 K=4", wave(4), True, 0.2, 0.0), diagnose.BoundaryCase("C5 K=3", wave(5), True, 0.2, 0.0)]
-    assert diagnose.boundary_verdict(stable, [], healthy=True).ok
+    assert diagnose.boundary_verdict(stable, {}, healthy=True).ok
     bad = [diagnose.BoundaryCase("C4 K=4", wave(4, errors=1), False, 120.0, 2.0)]
-    fatal = diagnose.fatal_lines({"head": {"CUDA error": ["ERROR CUDA error: an illegal memory access"],
-                                           "EngineDeadError": []},
-                                  "worker": {"NCCL error": ["ERROR NCCL error: remote process exited"]}})
-    assert fatal == ["head: ERROR CUDA error: an illegal memory access", "worker: ERROR NCCL error: remote process exited"]
+    fatal = {"head": {"CUDA error": ["ERROR CUDA error: an illegal memory access"], "engine death": []},
+             "worker": {"NCCL error": ["ERROR NCCL error: remote process exited"]}}
     verdict = diagnose.boundary_verdict(bad, fatal, healthy=False)
     assert not verdict.ok and verdict.problems == [
         "C4 K=4: 1 of 4 requests failed (1× stream ended before [DONE])",
@@ -148,10 +146,11 @@ def test_boundary_verdict_names_every_instability():
         "fatal log lines: head: ERROR CUDA error: an illegal memory access; worker: ERROR NCCL error: remote process exited"]
 
 
-def test_fatal_lines_counts_a_line_matched_by_two_patterns_once():
-    line = "ERROR EngineDeadError: EngineCore encountered a fatal error"
-    assert diagnose.fatal_lines({"head": {"EngineDeadError": [line], "EngineCore encountered a fatal error": [line]}}) == \
-        [f"head: {line}"]
+def test_boundary_verdict_names_a_line_of_two_fatal_kinds_once():
+    line = "ERROR EngineCore encountered a fatal error: CUDA error: an illegal memory access"
+    stable = [diagnose.BoundaryCase("C4 K=4", wave(4), True, 0.2, 0.0)]
+    assert diagnose.boundary_verdict(stable, {"head": {"engine death": [line], "CUDA error": [line]}}, True).problems == \
+        [f"fatal log lines: head: {line}"]
 
 
 # --- canary keep/reject ----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_the_boundary_waves_complete_and_drain(main):  # noqa: F811
         [(4, 0, True, 0.0), (5, 0, True, 0.0), (5, 0, True, 0.0)]
     assert [c.wave.decode_tokens for c in measured] == [4 * 23, 5 * 23, 7 + 4 * 23]
     assert probes.healthy(f"{main.url}/v1", Executor()) is True
-    assert diagnose.boundary_verdict(measured, [], True).ok
+    assert diagnose.boundary_verdict(measured, {}, True).ok
     assert httpx.get(f"{main.url}/metrics").status_code == 200
 
 

@@ -24,7 +24,6 @@ import difflib
 import hashlib
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
@@ -33,6 +32,7 @@ from .compose import COMPOSE_NAME
 from .effective import (CHECKOUT_NAMES, ENV_NAME, EXAMPLE_NAMES, REFERENCE, START_NAME, CheckoutFiles, TextFile,
                         sourced_names)
 from .errors import LanebookError
+from .files import utc_stamp
 from .lint import LintReport, lint_checkout, lint_lane
 from .nodes import CommandFailed, Lane, Node, q, qpath
 from .params import LaneParams, lane_path
@@ -111,10 +111,6 @@ def _join(checkout: str, name: str) -> str:
 def _split(path: str) -> tuple[str, str]:
     directory, _, name = path.rpartition("/")
     return directory, name
-
-
-def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 def _diff(old: Optional[str], new: Optional[str], fromfile: str, tofile: str) -> str:
@@ -270,7 +266,7 @@ def _backup_of(checkout: str, name: str, hashes: dict[str, str], new_sha: Option
 def apply_plan(lane: Lane, plan: EnvPlan) -> EnvChange:
     """Write a plan's files into the head's checkout, each backed up first and replaced atomically (see module)."""
     change = EnvChange(plan.diff, plan.changed, dry_run=lane.executor.dry_run)
-    stamp = _stamp()
+    stamp = utc_stamp()
     with tempfile.TemporaryDirectory(prefix="lanebook-env-") as tmp:
         for name, text in plan.writes.items():
             content = Path(tmp) / name  # the command is recorded as `... < NAME`
@@ -343,7 +339,7 @@ def restore_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[st
     The restore's own backups (of the files it replaced) are returned, so restoring those undoes the restore."""
     plan = check_backups(lane, backups, checkout)
     change = EnvChange(plan.diff, [b.path for b in plan.backups], dry_run=lane.executor.dry_run)
-    stamp = _stamp()
+    stamp = utc_stamp()
     for b in plan.backups:
         directory, name = _split(b.path)
         # The backup copied back over what the run left (backed up first); a file the run created moved aside.

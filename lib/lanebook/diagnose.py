@@ -144,12 +144,6 @@ def prefix_verdict(steps: Sequence[PrefixStep]) -> PrefixVerdict:
 
 # --- the K boundary: C4 <-> C5 ---------------------------------------------------------------------
 
-PREEMPTIONS = "vllm:num_preemptions_total"
-# Lines of a rank's log that mean the engine is not healthy, whatever the HTTP side showed.
-FATAL_LOG_PATTERNS = ("CUDA error", "NCCL error", "EngineDeadError", "EngineCore encountered a fatal error",
-                      "died unexpectedly", "out of memory")
-
-
 @dataclass(frozen=True)
 class BoundaryPlan:
     """The three waves of the stability run: at the lower side, at the upper side, and the upper side with one
@@ -206,12 +200,6 @@ class BoundaryCase:
                 "drain_s": None if self.drain_s is None else round(self.drain_s, 3), "preemptions": self.preemptions}
 
 
-def fatal_lines(found: Mapping[str, Mapping[str, list[str]]]) -> list[str]:
-    """`node: line` for every fatal line a rank's log scan found ({node: {pattern: lines}})."""
-    return [f"{node}: {line}" for node, by_pattern in found.items()
-            for line in dict.fromkeys(line for lines in by_pattern.values() for line in lines)]
-
-
 @dataclass(frozen=True)
 class BoundaryVerdict:
     ok: bool
@@ -223,9 +211,12 @@ class BoundaryVerdict:
         return ("; ".join(self.problems) + " — " if self.problems else "") + seen
 
 
-def boundary_verdict(cases: Sequence[BoundaryCase], fatal: Sequence[str], healthy: bool) -> BoundaryVerdict:
+def boundary_verdict(cases: Sequence[BoundaryCase], found: Mapping[str, Mapping[str, list[str]]],
+                     healthy: bool) -> BoundaryVerdict:
     """Stable: every request of every case completed, the queues drained after each, no preemption, /health
-    still 200 and no fatal line in any rank's log."""
+    still 200 and no fatal line in any rank's log (FOUND: {node: {kind: lines}}, as probes.fatal_log_lines gives)."""
+    fatal = [f"{node}: {line}" for node, by_kind in found.items()  # a line of two kinds is named once
+             for line in dict.fromkeys(line for lines in by_kind.values() for line in lines)]
     problems = []
     for case in cases:
         if case.wave.errors:

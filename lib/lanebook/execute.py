@@ -23,7 +23,6 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
@@ -33,6 +32,7 @@ from ruamel.yaml.error import YAMLError
 from .audit import begin_run, discard_run, finish_run, now
 from . import yamltext
 from .errors import LanebookError
+from .files import utc_stamp
 from .params import lane_path, load_lane
 from .paths import REPO, RUNBOOKS_DIR, outputs_dir
 from .redact import names_secret, redact, redact_data
@@ -85,7 +85,7 @@ def _git_commit() -> Optional[str]:
 def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
     # Hex with a letter first: `-p restore=RUN_ID` is read as YAML, where 12345678 or 1234e567 would be numbers.
     run_id = "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(exist_ok=False)  # claim the name: never overwrite an earlier record

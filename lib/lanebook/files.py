@@ -12,6 +12,11 @@ from typing import Optional
 from .errors import LanebookError
 
 
+def utc_stamp() -> str:
+    """Now as UTCSTAMP, e.g. 20261202T045311Z: the one form of the time in backup, record and output names."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
 def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
     """A reader sees the old file or the new one, never half of one.
 
@@ -37,7 +42,7 @@ def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
 def backup(path: Path, stamp: Optional[str] = None) -> Path:
     """Copy PATH to PATH.bak-UTCSTAMP (never overwriting an earlier backup) before it is changed."""
     path = Path(path)
-    stamp = stamp or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = stamp or utc_stamp()
     target = path.with_name(f"{path.name}.bak-{stamp}")
     n = 1
     while target.exists():

@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterator, Optional
 
 from .errors import LanebookError
+from .files import utc_stamp
 from .nodes import Lane, Node, NodeError, q
 from .params import LaneParams
 from .plugins import prepare_lane
@@ -189,7 +190,7 @@ def take(head: Node, holder: Holder, *, break_lock: bool = False, inherited: Opt
         if not break_lock:
             raise LockRefused(f"{where} has a stale lock: {found.describe()}; {reason}. If that run is dead, "
                               f"add --break-lock to break it (its record is kept on the head)")
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{holder.claim[:8]}"
+        stamp = utc_stamp() + f"-{holder.claim[:8]}"
         if head.run(break_command(found, stamp), check=False, timeout=30).ok:
             _say(f"broke the stale lock of {where}: {found.describe()}; {reason}; "
                  f"its record is kept there as {LOCK_FILE}.broken-{stamp}")

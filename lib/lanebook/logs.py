@@ -28,10 +28,9 @@ KV_CACHE_LINE = "GPU KV cache size"
 # Python's re here. Not fatal, so not here: the SHM "No available shared memory broadcast block found in 60
 # seconds" lines of a cold bind's autotune, and a single request's "Error in chat completion stream generator".
 FATAL_LOG_PATTERNS = {
-    "CUDA error": r"CUDA error|CUDA out of memory",
+    "CUDA error": r"CUDA error|out of memory",
     "NCCL error": r"NCCL error",
-    "engine death": r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc [^ ]+ died unexpectedly"
-                    r"|Worker proc [^ ]+ died unexpectedly",
+    "engine death": r"EngineDeadError|EngineCore encountered a fatal error|died unexpectedly",  # engine core or worker proc
     "preemption": r"is preempted by PreemptionMode",  # KV cache too small for the running batch: recomputed
     "Python crash": r"Fatal Python error",
 }
@@ -104,16 +103,16 @@ def live_command(node: Node, container: str) -> str:
 
 
 def speculative_config(command: str) -> Optional[dict]:
-    """The JSON given to --speculative-config in a command line, or None."""
-    at = command.find("--speculative-config")
-    start = command.find("{", at) if at >= 0 else -1
-    if start < 0:
+    """The JSON object given to --speculative-config in a command line, or None (`docker top` shows the argv joined
+    by spaces, unquoted; a shell command line may quote it)."""
+    match = re.search(r"--speculative-config[=\s]+['\"]?(?=\{)", command)
+    if not match:
         return None
     try:
-        config, _end = json.JSONDecoder().raw_decode(command[start:])
+        config, _end = json.JSONDecoder().raw_decode(command[match.end():])
     except json.JSONDecodeError:
         return None
-    return config
+    return config if isinstance(config, dict) else None
 
 
 def schedule_in_live_command(node: Node, container: str) -> bool:

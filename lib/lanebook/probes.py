@@ -14,13 +14,13 @@ from typing import Any, Optional, Sequence
 
 import httpx
 
-from .diagnose import (FATAL_LOG_PATTERNS, PREEMPTIONS, BoundaryCase, PrefixStep, prefix_step)
+from .diagnose import BoundaryCase, PrefixStep, prefix_step
 from .errors import LanebookError
 from .launcher import lane_containers
-from .logs import scan_log
+from .logs import scan_fatal
 from .nodes import Executor, Lane
 from .params import LaneParams
-from .prometheus import QueueNotIdle, metrics_url, scrape, server_root, wait_idle
+from .prometheus import PREEMPTIONS, QueueNotIdle, metrics_url, scrape, server_root, wait_idle
 from .speed.client import chat_url, new_client, request_timeout_s, run, run_wave, stream_chat
 from .speed.command import run_speed
 from .speed.metrics import content_times, wave_figures
@@ -107,9 +107,9 @@ def healthy(api: str, executor: Executor) -> Optional[bool]:
 
 
 def fatal_log_lines(lane: Lane) -> dict[str, dict[str, list[str]]]:
-    """Every rank's log scanned for fatal lines (CUDA, NCCL, engine death, OOM): {node: {pattern: lines}}."""
+    """Every rank's log scanned for logs.FATAL_LOG_PATTERNS: {node: {kind: lines}}."""
     running = lane_containers(lane).running
-    return {alias: {p: lines for name in names for p, lines in scan_log(lane.node(alias), name, FATAL_LOG_PATTERNS).items()}
+    return {alias: {kind: lines for name in names for kind, lines in scan_fatal(lane.node(alias), name).items()}
             for alias, names in running.items()}
 
 

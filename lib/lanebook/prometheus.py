@@ -23,6 +23,7 @@ DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
 
 LabelSet = frozenset  # frozenset of (label, value) pairs
 

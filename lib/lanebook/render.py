@@ -30,7 +30,6 @@ import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
@@ -39,7 +38,7 @@ from .effective import (ENV_NAME, CheckoutFiles, Effective, Mismatch, TextFile, 
                         same_value)
 from .envfile import parse_env_text
 from .errors import LanebookError
-from .files import backup, write_atomic
+from .files import backup, utc_stamp, write_atomic
 from .params import LaneParams
 from .redact import redact
 
@@ -187,7 +186,7 @@ def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
     files = CheckoutFiles.read(checkout_dir)
     checkout = files.directory
     plan = plan_render(lane, files)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = utc_stamp()
     result = RenderResult(diff="", started_from=plan.started_from.name if plan.started_from else None,
                           unresolved=plan.unresolved)
     compose_path, env_path = checkout / COMPOSE_NAME, checkout / ENV_NAME

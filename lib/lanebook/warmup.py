@@ -31,7 +31,7 @@ from .launcher import container_name
 from .logs import FATAL_LOG_PATTERNS, scan_fatal
 from .nodes import Executor, Lane
 from .params import k_for_batch
-from .prometheus import MetricsUnavailable, QueueNotIdle, metrics_url, wait_idle
+from .prometheus import PREEMPTIONS, MetricsUnavailable, QueueNotIdle, metrics_url, wait_idle
 from .readiness import wait_health
 from .speed.client import Plan, chat_url, new_client, request_timeout_s, run, run_wave
 from .speed.metrics import content_times, wall_seconds
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from .runbook import Runbook
 
 ENABLED_KEY = "POST_READINESS_WARMUP_ENABLED"  # the recipe's bypass: 0 skips the warmup; unset or anything else runs it
-PREEMPTIONS = "vllm:num_preemptions_total"
 IDLE_TIMEOUT_S = 120.0  # how long the queues may take to read idle, before the warmup and after it
 HEALTH_AFTER_S = 30.0  # how long /health may take to answer 200 after the warmup (503: the engine died)
 FIRST_USE, WARMED = "first use", "warmed"  # the two passes: every shape once, then every shape again
