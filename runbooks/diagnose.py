@@ -60,7 +60,7 @@ from IPython.display import Markdown, display
 
 from lanebook import canary as canary_run
 from lanebook import diagnose, launcher, logs, probes, readiness
-from lanebook.effective import live_mismatches
+from lanebook.effective.mismatches import live_mismatches
 from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_with
 from lanebook.pitfalls import troubleshooting_table

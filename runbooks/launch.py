@@ -43,7 +43,7 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 from IPython.display import Markdown, display
 
 from lanebook import launcher, logs, memory, readiness, transfers, warmup, weights
-from lanebook.effective import live_mismatches
+from lanebook.effective.mismatches import live_mismatches
 from lanebook.lint import lint_lane_checkout
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook

@@ -47,7 +47,7 @@ from pathlib import Path
 from IPython.display import Markdown, display
 
 from lanebook import audit, launcher, memory, rollback, transfers, weights
-from lanebook.effective import live_mismatches
+from lanebook.effective.mismatches import live_mismatches
 from lanebook.errors import LanebookError
 from lanebook.execute import run_runbook
 from lanebook.lint import lint_lane_checkout

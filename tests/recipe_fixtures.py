@@ -16,6 +16,11 @@ FIXTURES = SHARED / "fixtures" / "miaai-recipe"
 SEED_000 = SHARED / "seeds" / "000_25116b2347ff45eb.txt"
 COMPOSE = "docker-compose.dspark.yml"
 EXAMPLE = "env.dspark.example"
+START = "start-deepseek-v4-flash-dspark.sh"
+# A short lane env file with no launcher profile keys: what lanebook.effective's tests start from.
+ENV = "\n".join(["DSPARK_MODEL=deepseek-ai/DeepSeek-V4-Flash-0731", "SERVED_MODEL_NAME=deepseek-v4-flash-0731",
+                 "MASTER_ADDR=127.0.0.2", "VLLM_HOST=127.0.0.2", "GPU_MEMORY_UTILIZATION=0.85",
+                 "VLLM_USE_BREAKABLE_CUDAGRAPH=0", "POST_READINESS_WARMUP_ENABLED=1", ""])
 
 
 def need(path: Path) -> Path:
@@ -46,6 +51,14 @@ def checkout(tmp_path: Path, compose: str | None = None, env: str | None = None,
         (directory / ".env.dspark").write_text(env)
     if example:
         (directory / EXAMPLE).write_text(fixture_text(EXAMPLE))
+    return directory
+
+
+def example_checkout(tmp_path: Path, extra: str = "", start: str | None = None) -> Path:
+    """The fixture compose with its example copied to .env.dspark (plus EXTRA lines), as an operator starts."""
+    directory = checkout(tmp_path, env=fixture_text(EXAMPLE) + extra, example=True)
+    if start is not None:
+        (directory / START).write_text(start)
     return directory
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from lanebook import canary, launcher, nodes
-from lanebook.effective import LiveMismatch
+from lanebook.effective.mismatches import LiveMismatch
 from lanebook.errors import LanebookError
 from lanebook.nodes import Executor
 from lanebook.params import lane_with, load_lane

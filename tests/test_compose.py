@@ -8,7 +8,7 @@ from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
 from ruamel.yaml import YAML
 
 from lanebook.compose import ComposeFile, _closest_key, load_compose
-from lanebook.effective import REFERENCE
+from lanebook.effective.checkout import REFERENCE
 from lanebook.errors import LanebookError
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
@@ -125,7 +125,7 @@ def test_missing_file_and_directory(tmp_path):
 
 
 def test_what_yaml_reads_but_a_compose_file_cannot_be_is_one_line(tmp_path):
-    from lanebook.effective import container_from_text
+    from lanebook.effective.compose_model import container_from_text
 
     with pytest.raises(LanebookError) as exc:
         ComposeFile("services:\n  x: 2001-13-01\n", "c.yml")

@@ -119,7 +119,7 @@ def test_render_backs_up_each_file_before_it_replaces_it(tmp_path, monkeypatch):
 
     monkeypatch.setattr(render, "write_atomic", checked_write)
     result = render.render_checkout(load_lane("anemll-0731"), directory)
-    assert sorted(written) == sorted(p.name for p in result.changed) and len(result.backups) == len(written) >= 1
+    assert sorted(written) == sorted(Path(p).name for p in result.changed) and len(result.backups) == len(written) >= 1
 
 
 def test_a_node_file_is_backed_up_before_it_is_replaced_through_a_temporary_file():

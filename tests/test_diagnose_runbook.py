@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lanebook import launcher, logs, nodes
-from lanebook.effective import live_mismatches
+from lanebook.effective.mismatches import live_mismatches
 from lanebook.params import load_lane
 from lanebook.paths import RUNBOOKS_DIR
 from lanebook_runs import dry_run_offline, run

@@ -14,7 +14,7 @@ import pytest
 from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_text, line_of, need, replace_once
 
 from lanebook import lint as lint_module
-from lanebook.effective import REFERENCE
+from lanebook.effective.checkout import REFERENCE
 from lanebook.lint import lint_files, lint_lane, lint_lane_checkout
 from lanebook.params import lane_names, load_lane
 from lanebook.render import render_checkout

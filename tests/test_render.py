@@ -11,10 +11,12 @@ import pytest
 from recipe_fixtures import COMPOSE, EXAMPLE, REPO, checkout, fixture_text, line_of, replace_once, seed_speculative_lines
 from ruamel.yaml import YAML
 
-from lanebook.effective import REFERENCE, CheckoutFiles, Effective, lane_mismatches
+from lanebook.effective.checkout import REFERENCE, CheckoutFiles
+from lanebook.effective.config import Effective
+from lanebook.effective.mismatches import lane_mismatches
 from lanebook.errors import LanebookError
 from lanebook.params import lane_with, load_lane
-from lanebook.render import render_checkout
+from lanebook.render import render_checkout, sha256
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 FIXTURE_SPEC = '\\"draft_sample_method\\":\\"$${DRAFT_SAMPLE_METHOD}\\"}";'
@@ -59,12 +61,14 @@ def test_fixture_checkout_gets_the_seed_schedule_line_and_the_keys_its_launcher_
     assert "GPU_MEMORY_UTILIZATION_VISION=0.80" in env  # other keys untouched
     # Never weakened: the image stays pinned by digest, the model stays derived from ABLITERATED.
     assert "\nDSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:" in env and "\nDSPARK_MODEL=" not in env
-    assert set(result.changed) == {directory / COMPOSE, directory / ".env.dspark"}
+    assert set(result.changed) == {str(directory / COMPOSE), str(directory / ".env.dspark")}
     assert "-VLLM_HOST_IP=head-roce-ip" in result.diff and f"+        {scheduled}" in result.diff
     assert "-GPU_MEMORY_UTILIZATION_TEXT=0.835\n+GPU_MEMORY_UTILIZATION_TEXT=0.85\n" in result.diff
     # Backups hold the originals byte for byte.
-    saved = {re.sub(r"\.bak-\d{8}T\d{6}Z$", "", p.name): p.read_text() for p in result.backups}
+    saved = {re.sub(r"\.bak-\d{8}T\d{6}Z$", "", Path(b.backup).name): Path(b.backup).read_text() for b in result.backups}
     assert saved == {COMPOSE: original_compose, ".env.dspark": original_env}
+    for b in result.backups:  # each record names what the backup and the file hold
+        assert (sha256(Path(b.backup).read_bytes()), sha256(Path(b.path).read_bytes())) == (b.sha256_backup, b.sha256_new)
     assert YAML(typ="safe").load(compose)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == \
         "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"
     assert result.unresolved == []
@@ -233,7 +237,9 @@ def test_fresh_env_file_holds_the_lane_lines(tmp_path):
     body = [l for l in env_path.read_text().splitlines() if not l.startswith("#")]
     assert body == lane.env_lines()
     assert stat.S_IMODE(env_path.stat().st_mode) == 0o600
-    assert [p.name.split(".bak-")[0] for p in result.backups] == [COMPOSE]  # a new file has nothing to back up
+    # A new file has nothing to back up: its record says so (a restore moves it aside).
+    assert [(Path(b.path).name, b.backup and Path(b.backup).name.split(".bak-")[0]) for b in result.backups] == \
+        [(COMPOSE, COMPOSE), (".env.dspark", None)]
     assert "--- /dev/null\n+++ b/.env.dspark" in result.diff
 
 

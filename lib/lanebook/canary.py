@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .checkout_env import EnvChange, read_node_files, render_on_head
+from .checkout_env import render_on_head
 from .checks import NodeCheck
-from .effective import ENV_NAME, LiveMismatch, live_mismatches
+from .effective.checkout import ENV_NAME, read_node_files
+from .effective.mismatches import LiveMismatch, live_mismatches
 from .envfile import env_map, parse_env_text
 from .errors import LanebookError
 from .launcher import LauncherResult, StopResult, container_name, start_lane, stop_lane, stop_orphaned_workers
@@ -22,6 +23,7 @@ from .logs import live_command
 from .memory import check_sticky_uma, clean_memory
 from .nodes import Lane
 from .params import LaneParams
+from .render import RenderResult
 from .transfers import RsyncStats, sync_checkout
 
 
@@ -30,7 +32,7 @@ class Relaunch:
     """What relaunching the lane with some values did, step by step (None: the step was not reached)."""
 
     params: LaneParams
-    change: Optional[EnvChange] = None
+    change: Optional[RenderResult] = None
     synced: dict[str, RsyncStats] = field(default_factory=dict)
     stopped: Optional[StopResult] = None
     orphans: dict[str, list[str]] = field(default_factory=dict)

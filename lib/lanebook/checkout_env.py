@@ -19,71 +19,27 @@ checkout (as `lanebook lint --dry-run` does), and the writes that plan implies a
 """
 from __future__ import annotations
 
-import base64
-import difflib
-import hashlib
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from .checks import NodeCheck, NodeResult
 from .compose import COMPOSE_NAME
-from .effective import (CHECKOUT_NAMES, ENV_NAME, EXAMPLE_NAMES, REFERENCE, START_NAME, CheckoutFiles, TextFile,
-                        sourced_names)
+from .effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix, read_checkout,
+                                 read_node_files)
 from .errors import LanebookError
 from .files import utc_stamp
 from .lint import LintReport, lint_checkout, lint_lane
 from .nodes import CommandFailed, Lane, Node, q, qpath
 from .params import LaneParams, lane_path
-from .redact import redact
-from .render import RenderPlan, plan_render
+from .render import Backup, RenderPlan, RenderResult, diff_text, plan_render, sha256
 
 RUNBOOK = "env"
 # What a dry run's write command requires the file to hold: a dry run reads nothing, so the command shows where
 # the sha256 read would go (and, sent as it is, would refuse and change nothing).
 DRY_RUN_EXPECT = "SHA256-AS-READ"
 REFUSED_EXIT = 3  # a write or restore command found the file not as expected, and changed nothing
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@dataclass(frozen=True)
-class Backup:
-    """One file an env run changed on the head, and how to undo it.
-
-    backup: where its earlier bytes are kept beside it (None: there was no file before the run);
-    sha256_new: what the run left there (None: the run left no file), which a restore requires to find."""
-
-    path: str  # on the head, ~ = the node's home
-    backup: Optional[str]
-    sha256_backup: Optional[str]
-    sha256_new: Optional[str]
-
-    def to_json(self) -> dict:
-        return {"path": self.path, "backup": self.backup, "sha256_backup": self.sha256_backup,
-                "sha256_new": self.sha256_new}
-
-    @classmethod
-    def from_json(cls, data: Any) -> "Backup":
-        keys = ("path", "backup", "sha256_backup", "sha256_new")
-        if not isinstance(data, Mapping) or set(data) != set(keys) or not isinstance(data["path"], str):
-            raise LanebookError(f"not a backup entry of an env run: {data!r}")
-        if (data["backup"] is None) != (data["sha256_backup"] is None):
-            raise LanebookError(f"backup entry of {data['path']}: a backup path needs its sha256 and none without one")
-        return cls(*(data[k] for k in keys))
-
-
-@dataclass
-class EnvChange:
-    """What a render (or a restore) did on the head: its diff (secrets redacted), the files changed, their backups."""
-
-    diff: str
-    changed: list[str] = field(default_factory=list)  # paths on the head
-    backups: list[Backup] = field(default_factory=list)
-    dry_run: bool = False  # recorded, not sent: nothing was changed or observed
 
 
 @dataclass
@@ -93,11 +49,17 @@ class EnvPlan:
     params: LaneParams
     checkout: str
     read: dict[str, bytes]  # checkout-relative name → the bytes read from the head (none in a dry run)
-    render: RenderPlan
-    writes: dict[str, str]  # checkout-relative name → new text, for each file the render changes
-    diff: str
+    render: RenderPlan  # its writes and diff are what apply_plan writes and shows
     lint: LintReport
     source: str  # where the files planned on came from
+
+    @property
+    def writes(self) -> dict[str, str]:
+        return self.render.writes
+
+    @property
+    def diff(self) -> str:
+        return self.render.diff
 
     @property
     def changed(self) -> list[str]:
@@ -113,50 +75,6 @@ def _split(path: str) -> tuple[str, str]:
     return directory, name
 
 
-def _diff(old: Optional[str], new: Optional[str], fromfile: str, tofile: str) -> str:
-    return redact("".join(difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
-                                               fromfile=fromfile if old is not None else "/dev/null",
-                                               tofile=tofile if new is not None else "/dev/null")))
-
-
-# --- reading files on a node ------------------------------------------------------------------------
-
-def read_node_files(node: Node, paths: Iterable[str]) -> list[Optional[bytes]]:
-    """The bytes of each path on the node, in order (None where no regular file is), in one command."""
-    paths = list(paths)
-    if not paths:
-        return []
-    listed = " ".join(qpath(p) for p in paths)
-    result = node.run(f'for f in {listed}; do if test -f "$f"; then printf +; base64 -w0 < "$f"; echo; '
-                      f'else echo -; fi; done', timeout=60)
-    lines = result.stdout.splitlines()
-    if result.dry_run:
-        return [None] * len(paths)
-    if len(lines) != len(paths):
-        raise LanebookError(f"{node.alias}: reading {len(paths)} files gave {len(lines)} lines")
-    return [base64.b64decode(line[1:]) if line.startswith("+") else None for line in lines]
-
-
-def _text(name: str, data: bytes, where: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise LanebookError(f"{where}{name} is not UTF-8 text: lanebook does not edit it") from None
-
-
-def read_checkout(node: Node, checkout: str) -> dict[str, bytes]:
-    """The checkout files that decide what it serves (lanebook.effective.CHECKOUT_NAMES and the files its start
-    script sources), by checkout-relative name, as bytes."""
-    names = list(CHECKOUT_NAMES)
-    found = {n: d for n, d in zip(names, read_node_files(node, [_join(checkout, n) for n in names])) if d is not None}
-    start = found.get(START_NAME)
-    more = sourced_names(start.decode("utf-8", errors="replace")) if start else []
-    found.update({n: d for n, d in zip(more, read_node_files(node, [_join(checkout, n) for n in more])) if d is not None})
-    return found
-
-
-# --- planning -----------------------------------------------------------------------------------------
-
 def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | Path | None = None) -> EnvPlan:
     """Read the head's checkout, plan the render of PARAMS (default the lane's) and lint the checkout as rendered.
 
@@ -169,25 +87,12 @@ def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | 
         files = CheckoutFiles.read(REFERENCE)
         where = "lanebook's reference checkout (dry run: the head's checkout is not read)"
     else:
-        prefix = f"{lane.head.alias}:{checkout.rstrip('/')}/"
+        prefix = node_prefix(lane.head, checkout)
         if COMPOSE_NAME not in read:
             raise LanebookError(f"{prefix}{COMPOSE_NAME} not found: is {checkout} the lane's checkout on the head?")
-        texts = {n: (_text(n, d, prefix) if n in (COMPOSE_NAME, ENV_NAME) else d.decode("utf-8", errors="replace"))
-                 for n, d in read.items()}
-        files = CheckoutFiles.from_texts(texts, prefix)
+        files = CheckoutFiles.from_bytes(read, prefix)
         where = "the head's checkout, read over ssh"
     plan = plan_render(params, files)
-    writes: dict[str, str] = {}
-    diff = ""
-    if plan.compose != files.compose.text:
-        writes[COMPOSE_NAME] = plan.compose
-        diff += _diff(files.compose.text, plan.compose, f"a/{COMPOSE_NAME}", f"b/{COMPOSE_NAME}")
-    old_env = files.env.text if files.env else None
-    if plan.env != old_env:
-        writes[ENV_NAME] = plan.env
-        shown, fromfile = (files.example.text, f"a/{files.example.name.rsplit('/', 1)[-1]}") if plan.started_from \
-            else (old_env, f"a/{ENV_NAME}")
-        diff += _diff(shown, plan.env, fromfile, f"b/{ENV_NAME}")
     if lane.executor.dry_run:
         report = lint_lane(params, source)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
@@ -195,7 +100,7 @@ def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | 
         rendered = files.replace(compose=TextFile(files.compose.name, plan.compose),
                                  env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env))
         report = lint_checkout(params, rendered, source, "head's checkout as rendered")
-    return EnvPlan(params, checkout, read, plan, writes, diff, report, where)
+    return EnvPlan(params, checkout, read, plan, report, where)
 
 
 # --- replacing a file on the head -------------------------------------------------------------------
@@ -263,9 +168,11 @@ def _backup_of(checkout: str, name: str, hashes: dict[str, str], new_sha: Option
     return Backup(path, _join(checkout, kept[0]) if kept else None, hashes[kept[0]] if kept else None, new_sha)
 
 
-def apply_plan(lane: Lane, plan: EnvPlan) -> EnvChange:
+def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
     """Write a plan's files into the head's checkout, each backed up first and replaced atomically (see module)."""
-    change = EnvChange(plan.diff, plan.changed, dry_run=lane.executor.dry_run)
+    started_from = plan.render.started_from.name if plan.render.started_from else None
+    change = RenderResult(plan.diff, plan.changed, started_from=started_from, unresolved=plan.render.unresolved,
+                          dry_run=lane.executor.dry_run)
     stamp = utc_stamp()
     with tempfile.TemporaryDirectory(prefix="lanebook-env-") as tmp:
         for name, text in plan.writes.items():
@@ -286,7 +193,7 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> EnvChange:
     return change
 
 
-def render_on_head(lane: Lane, params: Optional[LaneParams] = None) -> EnvChange:
+def render_on_head(lane: Lane, params: Optional[LaneParams] = None) -> RenderResult:
     """Render PARAMS (default the lane's) into the head's checkout: each changed file backed up beside it, then
     written atomically; nothing changes (and no backup is made) when the checkout already runs PARAMS.
 
@@ -329,16 +236,16 @@ def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str]
                                 f"{sha256(kept) if kept is not None else 'none'}, recorded {b.sha256_backup}): restore refuses")
         old = now.decode("utf-8", errors="replace") if now is not None else None
         back = kept.decode("utf-8", errors="replace") if kept is not None else None
-        diff += _diff(old, back, f"a/{_split(b.path)[1]}", f"b/{_split(b.path)[1]}")
+        diff += diff_text(old, back, f"a/{_split(b.path)[1]}", f"b/{_split(b.path)[1]}")
     return RestorePlan(backups, diff)
 
 
-def restore_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str] = None) -> EnvChange:
+def restore_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str] = None) -> RenderResult:
     """Put an env run's backups back on the head byte for byte (see check_backups for when it refuses).
 
     The restore's own backups (of the files it replaced) are returned, so restoring those undoes the restore."""
     plan = check_backups(lane, backups, checkout)
-    change = EnvChange(plan.diff, [b.path for b in plan.backups], dry_run=lane.executor.dry_run)
+    change = RenderResult(plan.diff, [b.path for b in plan.backups], dry_run=lane.executor.dry_run)
     stamp = utc_stamp()
     for b in plan.backups:
         directory, name = _split(b.path)

@@ -151,7 +151,7 @@ def lint(
     from .params import lane_path, load_lane
 
     lane_params = load_lane(lane) if lane else None
-    from .effective import CheckoutFiles
+    from .effective.checkout import CheckoutFiles
     from .lint import given_files, lint_checkout, lint_files, lint_lane_checkout, print_report
 
     if lane_params and env:

@@ -30,8 +30,9 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
 from .compose import ComposeFile
-from .effective import (REFERENCE, START_NAME, CheckoutFiles, DeadLine, Effective, Location, Mismatch, Setting,
-                        TextFile, lane_mismatches, sourced_names)
+from .effective.checkout import REFERENCE, START_NAME, CheckoutFiles, Location, TextFile, sourced_names
+from .effective.config import DeadLine, Effective, Setting
+from .effective.mismatches import Mismatch, lane_mismatches
 from .envfile import interpolate, parse_env_text, unreadable_lines
 from . import yamltext
 from .errors import LaneError, LanebookError

@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
-from .effective import Location
+from .effective.checkout import Location
+from .effective.mismatches import to_number
 
 if TYPE_CHECKING:
     from .lint import LintInput
@@ -58,13 +59,6 @@ class Pitfall:
     def origin(self) -> str:
         """The write-up (or the piece of the recipe) the lesson was learnt from, as the book shows it."""
         return self.seed or f"seed 000 (the recipe), pitfall {int(self.id[1:])}"
-
-
-def _number(text: Optional[str]) -> Optional[float]:
-    try:
-        return float(text)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 def schedule_problems(schedule: Any, max_num_seqs: Optional[int], k: Optional[int], block_size: int) -> list[str]:
@@ -123,7 +117,7 @@ def check_breakable(inp: "LintInput") -> Iterator[Hit]:
 def _batch_check(bad: int, why: str) -> Callable[["LintInput"], Iterator[Hit]]:
     def check(inp: "LintInput") -> Iterator[Hit]:
         batch = inp.flag("--max-num-batched-tokens", "MAX_NUM_BATCHED_TOKENS")
-        if batch is not None and _number(batch.value) == bad:
+        if batch is not None and to_number(batch.value) == bad:
             yield Hit(batch.where, f"MAX_NUM_BATCHED_TOKENS resolves to {bad}: {why}; stay on 8192")
     return check
 
@@ -138,11 +132,11 @@ def check_snapshot_mounts(inp: "LintInput") -> Iterator[Hit]:
 
 def check_memory(inp: "LintInput") -> Iterator[Hit]:
     length = inp.flag("--max-model-len", "MAX_MODEL_LEN")
-    if length is None or (_number(length.value) or 0) < ONE_M:
+    if length is None or (to_number(length.value) or 0) < ONE_M:
         return
     util = inp.flag("--gpu-memory-utilization", "GPU_MEMORY_UTILIZATION")
     figures = "0.80 left ~7.16 GiB KV vs 7.54 GiB needed on the seed's pair; 0.85 boots"
-    value = _number(util.value) if util else None
+    value = to_number(util.value) if util else None
     if value is not None and value < GOOD_MEMORY:
         if util.via:
             how = f" ({util.via})"
@@ -203,7 +197,7 @@ def check_schedule(inp: "LintInput") -> Iterator[Hit]:
     if spec.schedule is None:
         return
     seqs = inp.flag("--max-num-seqs", "MAX_NUM_SEQS")
-    max_seqs = _number(seqs.value) if seqs else None
+    max_seqs = to_number(seqs.value) if seqs else None
     problems = schedule_problems(spec.schedule, int(max_seqs) if max_seqs else None, spec.k, inp.block_size)
     if problems:
         yield Hit(spec.schedule_where, "batch-size schedule: " + "; ".join(problems))

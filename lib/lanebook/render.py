@@ -21,28 +21,33 @@ line of the command, rewritten whole from the lane. That form writes the draft s
 the lane file is the one source, so a stray DRAFT_SAMPLE_METHOD in an env file cannot change what the
 lane runs. A lane without a schedule gets the rollback form (fixed K, no num_speculative_tokens_per_batch_size).
 
-Each changed file is backed up first as NAME.bak-UTCSTAMP and replaced atomically; an unchanged file
-is not touched, so a second run changes nothing and leaves no backup.
+plan_render is the one renderer: it computes the new texts, the files they change and the diff, without writing.
+render_checkout writes a plan into a local checkout; lanebook.checkout_env writes the same plan into the head's
+checkout over SSH. Either way each changed file is backed up first as NAME.bak-UTCSTAMP and replaced atomically
+(a `Backup` records each), and an unchanged file is not touched, so a second run changes nothing and leaves no backup.
 """
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from .compose import COMPOSE_NAME, ComposeFile
-from .effective import (ENV_NAME, CheckoutFiles, Effective, Mismatch, TextFile, env_text, lane_mismatches,
-                        same_value)
+from .effective.checkout import ENV_NAME, CheckoutFiles, TextFile
+from .effective.config import Effective
+from .effective.mismatches import Mismatch, env_text, lane_mismatches, same_value
 from .envfile import parse_env_text
 from .errors import LanebookError
 from .files import backup, utc_stamp, write_atomic
 from .params import LaneParams
 from .redact import redact
 
-__all__ = ["ENV_NAME", "RenderPlan", "RenderResult", "plan_render", "render_checkout", "speculative_config_line"]
+__all__ = ["ENV_NAME", "Backup", "RenderPlan", "RenderResult", "diff_text", "plan_render", "render_checkout", "sha256",
+           "speculative_config_line"]
 
 ADDED_HEADER = "# --- added by `lanebook env render`"
 _WORD_RE = re.compile(r"^[a-z_]+$")
@@ -106,7 +111,7 @@ def apply_env(text: Optional[str], writes: dict[str, str], lane: LaneParams) -> 
 
 def target_key(key: str, eff: Effective) -> str:
     """The env key that decides a lane key: the source the launcher exports it from, else the key itself."""
-    for override in eff.launcher.overrides:
+    for override in eff.launcher_overrides.overrides:
         if override.key == key:
             switch = eff.variable(override.switch)
             return override.choice(switch.value if switch else None).source
@@ -131,6 +136,15 @@ class RenderPlan:
     carries: dict[str, str]  # env key written → the lane key whose value it carries
     unresolved: list[Mismatch]  # lane values that still do not run after the render (render cannot fix them)
     effective: Effective  # the checkout as rendered
+    writes: dict[str, str]  # checkout-relative name → new text, for each file the render changes
+    diff: str  # unified diff of those changes (secrets redacted), '' when nothing changes
+
+
+def diff_text(old: Optional[str], new: Optional[str], fromfile: str, tofile: str) -> str:
+    """A unified diff with secrets redacted (it is printed and recorded); None is no file (/dev/null)."""
+    return redact("".join(difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+                                               fromfile=fromfile if old is not None else "/dev/null",
+                                               tofile=tofile if new is not None else "/dev/null")))
 
 
 def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
@@ -167,42 +181,78 @@ def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
             write(key, eff)
             eff = rendered()
     text = eff.env_file.text if eff.env_file else ""
-    return RenderPlan(compose_text, text, started_from, carries, lane_mismatches(lane, eff), eff)
+    changes: dict[str, str] = {}
+    diff = ""
+    if compose_text != files.compose.text:
+        changes[COMPOSE_NAME] = compose_text
+        diff += diff_text(files.compose.text, compose_text, f"a/{COMPOSE_NAME}", f"b/{COMPOSE_NAME}")
+    old_env = files.env.text if files.env else None
+    if text != old_env:
+        changes[ENV_NAME] = text
+        shown, fromfile = ((started_from.text, f"a/{started_from.name.rsplit('/', 1)[-1]}") if started_from
+                           else (old_env, f"a/{ENV_NAME}"))  # a copied example diffs against the example
+        diff += diff_text(shown, text, fromfile, f"b/{ENV_NAME}")
+    return RenderPlan(compose_text, text, started_from, carries, lane_mismatches(lane, eff), eff, changes, diff)
 
 
 # --- writing ---------------------------------------------------------------------------------------
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Backup:
+    """One file a render (or a restore) changed, and how to undo it.
+
+    backup: where its earlier bytes are kept beside it (None: there was no file before);
+    sha256_new: what the change left there (None: it left no file), which a restore requires to find."""
+
+    path: str  # a local path, or a path on the head (~ = the node's home)
+    backup: Optional[str]
+    sha256_backup: Optional[str]
+    sha256_new: Optional[str]
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "backup": self.backup, "sha256_backup": self.sha256_backup,
+                "sha256_new": self.sha256_new}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Backup":
+        keys = ("path", "backup", "sha256_backup", "sha256_new")
+        if not isinstance(data, Mapping) or set(data) != set(keys) or not isinstance(data["path"], str):
+            raise LanebookError(f"not a backup entry of an env run: {data!r}")
+        if (data["backup"] is None) != (data["sha256_backup"] is None):
+            raise LanebookError(f"backup entry of {data['path']}: a backup path needs its sha256 and none without one")
+        return cls(*(data[k] for k in keys))
+
+
 @dataclass
 class RenderResult:
-    diff: str  # unified diff of every change (secrets redacted), '' when nothing changed
-    changed: list[Path] = field(default_factory=list)
-    backups: list[Path] = field(default_factory=list)
-    started_from: Optional[str] = None  # the example the new env file was copied from
+    """What a render, local or on the head, (or a restore) did: its diff (secrets redacted), the files it wrote, a
+    Backup of each, the example a new env file was started from, and the lane values it cannot make run."""
+
+    diff: str
+    changed: list[str] = field(default_factory=list)  # local paths, or paths on the head
+    backups: list[Backup] = field(default_factory=list)
+    started_from: Optional[str] = None
     unresolved: list[Mismatch] = field(default_factory=list)
+    dry_run: bool = False  # recorded, not sent: nothing was changed or observed
 
 
 def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
-    """Write the lane's .env.dspark and patch the compose file in a checkout; both are computed before either is written."""
+    """Write the lane's .env.dspark and patch the compose file in a local checkout (the plan is computed before
+    anything is written)."""
     files = CheckoutFiles.read(checkout_dir)
-    checkout = files.directory
     plan = plan_render(lane, files)
-    stamp = utc_stamp()
-    result = RenderResult(diff="", started_from=plan.started_from.name if plan.started_from else None,
+    result = RenderResult(plan.diff, started_from=plan.started_from.name if plan.started_from else None,
                           unresolved=plan.unresolved)
-    compose_path, env_path = checkout / COMPOSE_NAME, checkout / ENV_NAME
-    old_env = files.env.text if files.env else None
-    before = files.example.text if plan.started_from else old_env  # a copied example diffs against the example
-    source = f"a/{Path(plan.started_from.name).name}" if plan.started_from else f"a/{ENV_NAME}"
-    for path, old, shown_old, new, fromfile in (
-            (env_path, old_env, before, plan.env, source if before is not None else "/dev/null"),
-            (compose_path, files.compose.text, files.compose.text, plan.compose, f"a/{COMPOSE_NAME}")):
-        if old == new:
-            continue
-        result.diff += redact("".join(difflib.unified_diff(  # printed: no secrets
-            (shown_old or "").splitlines(keepends=True), new.splitlines(keepends=True), fromfile=fromfile,
-            tofile=f"b/{path.name}")))
-        if old is not None:
-            result.backups.append(backup(path, stamp))
-        write_atomic(path, new, mode=None if path.exists() else 0o600)  # a new env file may hold keys
-        result.changed.append(path)
+    stamp = utc_stamp()
+    for name, text in plan.writes.items():
+        path = files.directory / name
+        kept = backup(path, stamp) if path.exists() else None
+        write_atomic(path, text, mode=None if kept else 0o600)  # a new env file may hold keys
+        result.changed.append(str(path))
+        result.backups.append(Backup(str(path), str(kept) if kept else None, sha256(kept.read_bytes()) if kept else None,
+                                     sha256(text.encode())))
     return result

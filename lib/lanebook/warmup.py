@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
-from .effective import env_text
+from .effective.mismatches import env_text
 from .errors import LanebookError
 from .launcher import container_name
 from .logs import FATAL_LOG_PATTERNS, scan_fatal

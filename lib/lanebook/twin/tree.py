@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from ..compose import COMPOSE_NAME
-from ..effective import ENV_NAME, REFERENCE, CheckoutFiles
+from ..effective.checkout import ENV_NAME, REFERENCE, CheckoutFiles
 from ..errors import LanebookError
 from ..params import LaneParams, lane_with
 from ..render import plan_render

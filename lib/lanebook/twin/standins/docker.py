@@ -244,7 +244,7 @@ def same_config(running: dict, wanted: dict) -> bool:
 
 
 def docker_compose(root: Path, args: list[str]) -> int:
-    from ...effective import container_spec
+    from ...effective.compose_model import container_spec
 
     project = take(args, "-p", "--project-name")
     files = take(args, "-f", "--file", many=True)
