@@ -79,3 +79,15 @@ def test_fetch_reads_a_node_checkout_in_one_command(tmp_path):
 def test_a_checkout_under_an_unknown_users_home_is_one_clear_error():
     with pytest.raises(LanebookError, match="no such user's home"):
         CheckoutFiles.read("~0")
+
+
+def test_a_compose_or_env_file_that_is_not_utf8_is_one_clear_error_local_or_on_a_node(tmp_path):
+    directory = checkout(tmp_path, env="A=1\n")
+    (directory / ".env.dspark").write_bytes(b"A=\xff\n")
+    (directory / START).write_bytes(b"#!/bin/bash\n# \xff\n")  # a start script is only read: its bytes are replaced
+    with pytest.raises(LanebookError, match=rf"^{directory}/.env.dspark is not UTF-8 text \(byte 2\)$"):
+        CheckoutFiles.read(directory)
+    with pytest.raises(LanebookError, match=r"^head:~/checkout/.env.dspark is not UTF-8 text \(byte 2\)$"):
+        CheckoutFiles.fetch(LocalNode(tmp_path), "~/checkout")
+    (directory / ".env.dspark").write_text("A=1\n")
+    assert CheckoutFiles.read(directory).start.text == "#!/bin/bash\n# \ufffd\n"

@@ -1,6 +1,7 @@
 """lanebook.files: a change replaces a file atomically after a backup, and a file an operator names is read with one
 clear line when it cannot be."""
 import os
+from datetime import datetime, timezone
 
 import pytest
 
@@ -44,3 +45,13 @@ def test_a_file_that_cannot_be_read_is_one_line(tmp_path):
         with pytest.raises(LanebookError) as exc:
             files.read_text(path, "env file")
         assert str(exc.value) == message
+
+
+def test_utc_stamp_is_now_in_utc_to_the_second(tmp_path):
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    stamp = files.utc_stamp()
+    after = datetime.now(timezone.utc)
+    assert before <= datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc) <= after
+    target = tmp_path / "x"
+    target.write_text("1\n")
+    assert files.backup(target, stamp).name == f"x.bak-{stamp}"

@@ -41,6 +41,13 @@ def test_serving_command_prefers_the_vllm_process_over_its_shell():
 def test_speculative_config_from_a_command_line():
     assert logs.speculative_config("vllm serve x --port 1") is None
     assert logs.speculative_config("vllm serve x --speculative-config {broken") is None
+    # As docker top shows it, with '=', or quoted as a shell command line gives it: the same object.
+    for given in ('--speculative-config {"method":"mtp"}', '--speculative-config={"method":"mtp"}',
+                  """--speculative-config '{"method":"mtp"}'"""):
+        assert logs.speculative_config(f"vllm serve x {given} --port 1") == {"method": "mtp"}
+    assert logs.speculative_config("vllm serve x --speculative-config [1]") is None  # not an object
+    # A JSON object further on belongs to another flag, not to a --speculative-config that has none.
+    assert logs.speculative_config('vllm serve x --speculative-config --default-chat-template-kwargs {"a":1}') is None
 
 
 def test_dry_run_lines():
@@ -98,7 +105,8 @@ def test_startup_log_expectations_judge_the_scanned_lines():
 FATAL = {
     "CUDA error": ["(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
                    "CUDA error: an illegal memory access was encountered",
-                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."],
+                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                   "(Worker_TP1 pid=301) ERROR 12-01 09:59:20 [gpu_worker.py:88] Cuda failure 'out of memory'"],
     "NCCL error": ["torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
                    "unhandled system error"],
     "engine death": ["(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "

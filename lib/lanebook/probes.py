@@ -108,9 +108,13 @@ def healthy(api: str, executor: Executor) -> Optional[bool]:
 
 def fatal_log_lines(lane: Lane) -> dict[str, dict[str, list[str]]]:
     """Every rank's log scanned for logs.FATAL_LOG_PATTERNS: {node: {kind: lines}}."""
-    running = lane_containers(lane).running
-    return {alias: {kind: lines for name in names for kind, lines in scan_fatal(lane.node(alias), name).items()}
-            for alias, names in running.items()}
+    found: dict[str, dict[str, list[str]]] = {}
+    for alias, names in lane_containers(lane).running.items():
+        by_kind = found.setdefault(alias, {})
+        for name in names:  # every container of the node: one's lines never hide another's
+            for kind, lines in scan_fatal(lane.node(alias), name).items():
+                by_kind.setdefault(kind, []).extend(lines)
+    return found
 
 
 def measure_workloads(lane: Lane, workloads: Sequence[str], concurrency: Sequence[int], trials: int,

@@ -93,8 +93,8 @@ class CheckoutFiles:
         for name, raw in data.items():
             try:
                 texts[name] = raw.decode("utf-8", errors="strict" if name in (COMPOSE_NAME, ENV_NAME) else "replace")
-            except UnicodeDecodeError:
-                raise LanebookError(f"{prefix}{name} is not UTF-8 text: lanebook does not edit it") from None
+            except UnicodeDecodeError as exc:
+                raise LanebookError(f"{prefix}{name} is not UTF-8 text (byte {exc.start})") from None
         return cls.from_texts(texts, prefix, directory)
 
     @classmethod
