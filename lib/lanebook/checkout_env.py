@@ -26,8 +26,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .checks import NodeCheck, NodeResult
 from .compose import COMPOSE_NAME
-from .effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix, read_checkout,
-                                 read_node_files)
+from .effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix,
+                                 read_checkout, read_node_files)
 from .errors import LanebookError
 from .files import utc_stamp
 from .lint import LintReport, lint_checkout, lint_lane

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 ENV_NAME = ".env.dspark"
 EXAMPLE_NAMES = (".env.dspark.example", "env.dspark.example")  # the recipe's name, and the one its fixture copy uses
 START_NAME = "start-deepseek-v4-flash-dspark.sh"
-REFERENCE = Path(__file__).parent.parent / "reference"  # lanebook's short copy of the recipe checkout's compose and example
+REFERENCE = Path(__file__).parents[1] / "reference"  # lanebook's short copy of the recipe checkout's compose, example
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,10 @@ class CheckoutFiles:
             raise LanebookError(f"checkout directory not found: {directory} (no such user's home)") from None
         if not directory.is_dir():
             raise LanebookError(f"checkout directory not found: {directory}")
-        found = _checkout_bytes(lambda names: {n: (directory / n).read_bytes() for n in names if (directory / n).is_file()})
-        return cls.from_bytes(found, f"{directory}/", directory)
+        def read(names: list[str]) -> dict[str, bytes]:
+            return {n: (directory / n).read_bytes() for n in names if (directory / n).is_file()}
+
+        return cls.from_bytes(_checkout_bytes(read), f"{directory}/", directory)
 
     @classmethod
     def from_bytes(cls, data: Mapping[str, bytes], prefix: str, directory: Optional[Path] = None) -> "CheckoutFiles":
