@@ -111,9 +111,9 @@ with rb.step("4 tool smoke"):
 # %%
 with rb.step("5 hermes provider block"):
     provider, found = hermes.block_gate("5 hermes provider block", rb.lane, hermes_config)
-    if provider is not None and provider.block is not None:
+    if provider is not None and provider.settings is not None:
         print(f"# providers.{p.hermes.provider}, {provider.source}")
-        print(hermes.config_text(p.hermes.provider, hermes.shown_block(provider.block)))
+        print(hermes.config_text(p.hermes.provider, hermes.shown_block(provider.settings)))
     checks += found
     display(Markdown(gates.verdict_table(found, rb.dry_run)))
 

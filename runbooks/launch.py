@@ -44,7 +44,7 @@ from IPython.display import Markdown, display
 
 from lanebook import launcher, logs, memory, readiness, transfers, warmup, weights
 from lanebook.effective import live_mismatches
-from lanebook.lint import lint_lane_checkout
+from lanebook.lint import lint_what_lane_runs
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
@@ -64,7 +64,7 @@ troubleshooting_table("launch")
 
 # %%
 with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again'):
-    report = lint_lane_checkout(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
+    report = lint_what_lane_runs(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
     rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
                                                                    if f.severity == "error") or report.linted_summary(),
               local=True)

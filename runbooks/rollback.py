@@ -50,7 +50,7 @@ from lanebook import audit, launcher, memory, rollback, transfers, weights
 from lanebook.effective import live_mismatches
 from lanebook.errors import LanebookError
 from lanebook.execute import run_runbook
-from lanebook.lint import lint_lane_checkout
+from lanebook.lint import lint_what_lane_runs
 from lanebook.logs import live_command
 from lanebook.nodes import Lane
 from lanebook.paths import outputs_dir
@@ -86,7 +86,7 @@ with rb.step("prerequisites", fix="name a shipped rollback lane on the same pair
     moved = rollback.pair_differences(p, target)
     rb.expect(not moved, f"{ROLLBACK_LANE} runs on the same pair as {p.name}", "; ".join(moved), local=True)
     target_lane = Lane(target, executor=rb.lane.executor)
-    report = lint_lane_checkout(target, dry_run=rb.dry_run)
+    report = lint_what_lane_runs(target, dry_run=rb.dry_run)
     rb.expect(report.ok, f"what {ROLLBACK_LANE} runs lints clean",
               "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error") or report.linted_summary(),
               local=True)

@@ -67,7 +67,7 @@ with rb.step("prerequisites", fix='copy the checkout to every node: run `env`'):
 
 # %%
 with rb.step("1 status script", fix='the status script itself failed: check the checkout on the head (`env` copies it again)'):
-    script = launcher.lane_status(rb.lane)
+    script = launcher.run_status_script(rb.lane)
     print(script.output)
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
     rb.expect(script.exit_code in (0, 1), "the status script ran (exit 0 serving, 1 not)",

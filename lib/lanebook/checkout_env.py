@@ -33,7 +33,7 @@ from .compose import COMPOSE_NAME
 from .effective import (CHECKOUT_NAMES, ENV_NAME, EXAMPLE_NAMES, REFERENCE, START_NAME, CheckoutFiles, TextFile,
                         sourced_names)
 from .errors import LanebookError
-from .lint import LintReport, lint_checkout, lint_lane
+from .lint import LintReport, lint_checkout_files, lint_lane_on_reference
 from .nodes import CommandFailed, Lane, Node, q, qpath
 from .params import LaneParams, lane_path
 from .redact import redact
@@ -193,12 +193,12 @@ def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | 
             else (old_env, f"a/{ENV_NAME}")
         diff += _diff(shown, plan.env, fromfile, f"b/{ENV_NAME}")
     if lane.executor.dry_run:
-        report = lint_lane(params, source)
+        report = lint_lane_on_reference(params, source)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
     else:
         rendered = files.replace(compose=TextFile(files.compose.name, plan.compose),
                                  env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env))
-        report = lint_checkout(params, rendered, source, "head's checkout as rendered")
+        report = lint_checkout_files(params, rendered, source, "head's checkout as rendered")
     return EnvPlan(params, checkout, read, plan, writes, diff, report, where)
 
 

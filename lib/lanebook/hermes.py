@@ -45,7 +45,7 @@ EXPECTED_API_KEY = "no-key-required"
 
 # --- the provider block (pure) ------------------------------------------------------------------------
 
-def provider_block(params: LaneParams) -> dict:
+def lane_provider_block(params: LaneParams) -> dict:
     """The recipe's providers.<name> block for this lane: its API, key, advertised context, model, extra_body."""
     return {"api": params.api, "api_key": params.hermes.api_key, "context_length": params.hermes.context_length,
             "default_model": params.served_model_name, "extra_body": params.hermes.extra_body}
@@ -258,16 +258,16 @@ class ProviderBlock:
     """The block the Hermes gates use: rendered from the lane, or read from the operator's config (None when a dry
     run did not read it), where it came from, and whether it was read on this machine (a dry run checks it then)."""
 
-    block: Optional[dict]
+    settings: Optional[dict]
     source: str
     local: bool
 
 
-def the_provider_block(lane: Lane, hermes_config: Optional[str]) -> ProviderBlock:
+def provider_block_in_use(lane: Lane, hermes_config: Optional[str]) -> ProviderBlock:
     """The operator's block from `hermes_config` (a config.yaml on the Hermes host), else the lane's rendering."""
     provider = lane.params.hermes.provider
     if not hermes_config:
-        return ProviderBlock(provider_block(lane.params), f"rendered from lane {lane.params.name}", True)
+        return ProviderBlock(lane_provider_block(lane.params), f"rendered from lane {lane.params.name}", True)
     host = hermes_host(lane)
     source = f"{hermes_config} on {host.where}"
     local = isinstance(host, LocalHost)
@@ -394,19 +394,20 @@ def block_gate(step: str, lane: Lane, hermes_config: Optional[str]) -> tuple[Opt
     """Gate 5: the provider block (the operator's or the lane's) and its checks; a block that cannot be read is
     the gate's failed check."""
     try:
-        provider = the_provider_block(lane, hermes_config)
+        provider = provider_block_in_use(lane, hermes_config)
     except LanebookError as exc:
         return None, [GateCheck(step, "the provider block was read", False, str(exc), local=True)]
-    if provider.block is None:
+    if provider.settings is None:
         return provider, [GateCheck(step, f"the provider block ({provider.source})", None, "not observed (dry run)")]
-    return provider, block_checks(step, provider.block, lane.params, local=provider.local)
+    return provider, block_checks(step, provider.settings, lane.params, local=provider.local)
 
 
 def route_gate(step: str, lane: Lane, provider: Optional[ProviderBlock]) -> tuple[Optional[RouteRun], list[GateCheck]]:
     """Gate 6: the route smoke through the CLI with the block gate 5 checked, judged on its output and state.db."""
     if provider is None:
         return None, [GateCheck(step, "hermes routed the smoke", False, "not run: no provider block (gate 5)")]
-    block = provider.block if provider.block is not None else provider_block(lane.params)  # a dry run's stand-in
+    # a dry run's stand-in when the operator's block was not read
+    block = provider.settings if provider.settings is not None else lane_provider_block(lane.params)
     try:
         run = run_route_smoke(lane, block)
     except LanebookError as exc:
