@@ -143,7 +143,7 @@ with rb.step("6 hermes route"):
 # %%
 display(Markdown(gates.verdict_table(checks, rb.dry_run)))
 failed = gates.failed_checks(checks)
-rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.step for c in failed}))
+rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.name for c in failed}))
 FIXES = {
     "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
     "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
@@ -158,8 +158,8 @@ FIXES = {
                       "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
 }
 for check in checks:
-    with rb.step(check.step, fix=FIXES[check.step]):
-        rb.expect(check.ok, check.title, check.detail, local=check.local)
+    with rb.step(check.name, fix=FIXES[check.name]):
+        rb.expect_results([check])
 
 # %%
 rb.show_commands()

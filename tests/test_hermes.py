@@ -50,7 +50,7 @@ def test_reading_an_operators_config_names_what_is_missing():
 
 def test_the_lanes_own_block_passes_every_check():
     checks = hermes.block_checks(STEP, hermes.lane_provider_block(LANE), LANE)
-    assert [(c.what, c.outcome, c.pitfall) for c in checks] == [
+    assert [(c.expected, c.outcome, c.pitfall) for c in checks] == [
         ("api is the lane's API", "pass", None), ("api_key is no-key-required", "pass", "P09"),
         ("thinking is a JSON boolean, as the lane means it", "pass", "P10"),
         ("context_length is 200,000 (within the server's 1,048,576)", "pass", None),
@@ -72,8 +72,8 @@ def test_the_lanes_own_block_passes_every_check():
 ])
 def test_each_wrong_value_fails_its_own_check(change, failing, detail):
     checks = hermes.block_checks(STEP, {**hermes.lane_provider_block(LANE), **change}, LANE)
-    assert [c.what for c in checks if not c.ok] == [failing]
-    assert next(c for c in checks if not c.ok).detail == detail
+    assert [c.expected for c in checks if not c.ok] == [failing]
+    assert next(c for c in checks if not c.ok).seen == detail
 
 
 def test_the_route_command_is_the_recipes():
@@ -135,12 +135,12 @@ def test_route_judgement(tmp_path):
     assert [c.outcome for c in passed] == ["pass"] * 4
     thought = hermes.judge_route("6", route_run(tmp_path / "b.db", replies=[("ROUTE_OK", "let me think")]), LANE, block)
     assert [c.outcome for c in thought] == ["pass", "pass", "pass", "fail"] and thought[3].pitfall == "P10"
-    assert thought[3].detail.endswith('thinking was ON: a string "false" is truthy')
+    assert thought[3].seen.endswith('thinking was ON: a string "false" is truthy')
     wrong = hermes.judge_route("6", route_run(tmp_path / "c.db", stdout="ROUTE_OK.\n", replies=[("ROUTE_OK.", None)]),
                                LANE, block)
     assert [c.outcome for c in wrong] == ["pass", "fail", "fail", "pass"]
     failed = hermes.judge_route("6", route_run(tmp_path / "d.db", stdout="", code=1, replies=None), LANE, block)
-    assert [(c.what, c.outcome) for c in failed] == [("hermes exited 0", "fail"), ("hermes printed exactly ROUTE_OK", "fail"),
+    assert [(c.expected, c.outcome) for c in failed] == [("hermes exited 0", "fail"), ("hermes printed exactly ROUTE_OK", "fail"),
                                                     ("Hermes recorded the session in state.db", "fail")]
 
 

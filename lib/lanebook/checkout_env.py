@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from .checks import NodeCheck, NodeResult
+from .checks import ExpectedResult, NodeResult
 from .compose import COMPOSE_NAME
 from .effective import (CHECKOUT_NAMES, ENV_NAME, EXAMPLE_NAMES, REFERENCE, START_NAME, CheckoutFiles, TextFile,
                         sourced_names)
@@ -390,7 +390,7 @@ def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False)
     return _hashes(node.run(command, timeout=60).stdout)
 
 
-def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
+def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
     """Every worker's checkout holds the head's bytes: each of compared_names and every file under scripts/ the head
     has, hashed on each node (figures: sha256 by file). A file only a worker has does not count: nothing runs it."""
     checkout = checkout or lane.params.checkout
@@ -398,7 +398,7 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
     if lane.executor.dry_run:  # the head's answer is unknown: each worker is asked what the head was
         for worker in lane.workers:
             _digests(worker, checkout, compared_names(lane.params), scripts=True)
-        return NodeCheck.not_observed()
+        return ExpectedResult.on_nodes({}, dry_run=True)
     names = sorted(head)
     results = {lane.head.alias: NodeResult(bool(head), f"{len(head)} files hashed" if head else "no checkout file found",
                                            {"sha256": head})}
@@ -410,4 +410,4 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
                                              f"missing: {', '.join(missing)}" if missing else "") if part)
         results[worker.alias] = NodeResult(bool(names) and not (missing or differ),
                                            detail or f"the head's {len(names)} files, same bytes", {"sha256": theirs})
-    return NodeCheck(results)
+    return ExpectedResult.on_nodes(results)

@@ -27,7 +27,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional
 
-from .checks import NOT_OBSERVED
+from .checks import NOT_OBSERVED_DRY_RUN
 from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .errors import LanebookError
 from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
@@ -260,7 +260,7 @@ class LaneContainers:
 
     @property
     def state(self) -> str:
-        return NOT_OBSERVED if self.dry_run else state_from_containers(self.running, self.head)
+        return NOT_OBSERVED_DRY_RUN if self.dry_run else state_from_containers(self.running, self.head)
 
     @property
     def orphaned(self) -> dict[str, list[str]]:
@@ -273,7 +273,7 @@ class LaneContainers:
 
     def summary(self) -> str:
         if self.dry_run:
-            return NOT_OBSERVED
+            return NOT_OBSERVED_DRY_RUN
         return "; ".join(f"{alias}: {', '.join(names) or 'none'}" for alias, names in self.running.items())
 
 
@@ -309,7 +309,7 @@ def ask_api(lane: Lane, timeout_s: float = 5.0) -> ApiAnswer:
     except LanebookError as exc:
         return ApiAnswer(True, None, str(exc))
     if executor.dry_run:
-        return ApiAnswer(None, None, NOT_OBSERVED)
+        return ApiAnswer(None, None, NOT_OBSERVED_DRY_RUN)
     return ApiAnswer(True, models, "/health 200; /v1/models lists " + ", ".join(str(m.get("id")) for m in models or []))
 
 
