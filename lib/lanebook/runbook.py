@@ -116,7 +116,7 @@ class Runbook:
         run at the first that failed.
 
         A dry run observed none that is not local. One that is fail-open and did not hold is a warning: the step
-        failed, the lane did not. Anything else that did not pass was not observed on a real run: a fail.
+        failed, the lane did not. On a real run anything else that did not pass is a fail (a pass means observed).
         """
         for result in results:
             if self.dry_run and not result.local:
