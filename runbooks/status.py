@@ -123,8 +123,7 @@ with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `st
     else:
         expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
         rb.record(kv_cache_tokens=kv)
-        for e in expectations:
-            rb.expect(e.ok, e.what, e.detail)
+        rb.expect_results(expectations)
 
 # %% [markdown]
 # ## Verdict

@@ -78,9 +78,10 @@ def test_warnings_are_recorded_and_do_not_fail(registry, tmp_path):
     """A fail-open step (the warmup) records its problems as warnings: the verdict stays pass."""
     rb = Runbook("warmup", _lab_lane(registry, tmp_path))
     with rb.step("1 warmup"):
-        rb.warn("queues idle before the warmup", "the warmup was not sent: queue not idle")
+        rb.expect_results([ExpectedResult.judged("", "queues idle before the warmup", False,
+                                                 "the warmup was not sent: queue not idle", fail_open=True)])
     assert rb.checks == [ExpectedResult("1 warmup", "queues idle before the warmup", "warning",
-                                        "the warmup was not sent: queue not idle")]
+                                        "the warmup was not sent: queue not idle", fail_open=True)]
     assert rb.finish()["verdict"] == "pass"
 
 

@@ -143,12 +143,6 @@ class Runbook:
         """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
         self._add(ExpectedResult(self.current_step, what, SKIPPED, f"skipped: {why}", self.current_fix))
 
-    def warn(self, what: str, detail: Any = "") -> None:
-        """A problem the step tolerates by design (fail-open, e.g. a warmup that could not finish on a serving
-        lane): shown and recorded as a warning; it does not fail the verdict."""
-        self._add(ExpectedResult(self.current_step, what, WARNING, "" if detail is None else str(detail),
-                                 self.current_fix))
-
     def _add(self, result: ExpectedResult) -> None:
         self.checks.append(result)
         _display(markdown=f"{MARKS[result.outcome]} **{result.title}**" + (f" — {result.seen}" if result.seen else ""))
