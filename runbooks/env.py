@@ -186,9 +186,9 @@ with rb.step("5 same bytes", fix="run `env` again to copy the head's checkout (a
                                  "the head's file)"):
     same = checkout_env.same_checkout(rb.lane)
     rb.record(checkout_sha256=same.figure("sha256"))
-    rb.expect(same, "every node holds the head's bytes", same.summary())
+    rb.expect(same, "every node holds the head's bytes", same.seen)
     present = transfers.checkout_ok(rb.lane)
-    rb.expect(present, "the checkout's files on every node, launcher scripts executable", present.summary())
+    rb.expect(present, "the checkout's files on every node, launcher scripts executable", present.seen)
 
 # %% [markdown]
 # ## Verdict

@@ -111,9 +111,9 @@ with rb.step("4 tool smoke"):
 # %%
 with rb.step("5 hermes provider block"):
     provider, found = hermes.block_gate("5 hermes provider block", rb.lane, hermes_config)
-    if provider is not None and provider.block is not None:
+    if provider is not None and provider.settings is not None:
         print(f"# providers.{p.hermes.provider}, {provider.source}")
-        print(hermes.config_text(p.hermes.provider, hermes.shown_block(provider.block)))
+        print(hermes.config_text(p.hermes.provider, hermes.shown_block(provider.settings)))
     checks += found
     display(Markdown(gates.verdict_table(found, rb.dry_run)))
 
@@ -143,7 +143,7 @@ with rb.step("6 hermes route"):
 # %%
 display(Markdown(gates.verdict_table(checks, rb.dry_run)))
 failed = gates.failed_checks(checks)
-rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.step for c in failed}))
+rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.name for c in failed}))
 FIXES = {
     "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
     "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
@@ -158,8 +158,8 @@ FIXES = {
                       "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
 }
 for check in checks:
-    with rb.step(check.step, fix=FIXES[check.step]):
-        rb.expect(check.ok, check.title, check.detail, local=check.local)
+    with rb.step(check.name, fix=FIXES[check.name]):
+        rb.expect_results([check])
 
 # %%
 rb.show_commands()

@@ -44,7 +44,7 @@ from IPython.display import Markdown, display
 
 from lanebook import launcher, logs, memory, readiness, transfers, warmup, weights
 from lanebook.effective.mismatches import live_mismatches
-from lanebook.lint import lint_lane_checkout
+from lanebook.lint import lint_what_lane_runs
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
@@ -64,7 +64,7 @@ troubleshooting_table("launch")
 
 # %%
 with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again'):
-    report = lint_lane_checkout(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
+    report = lint_what_lane_runs(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
     rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
                                                                    if f.severity == "error") or report.linted_summary(),
               local=True)
@@ -91,7 +91,7 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
         rb.confirm(f"clean /dev/shm and the page cache on {', '.join(n.alias for n in rb.lane.nodes)} and start lane {p.name} on the pair")
         cleaned = memory.clean_memory(rb.lane)
         rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
 
 # %% [markdown]
 # ## Step 2 — Mask legacy units, check free memory
@@ -102,13 +102,13 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
 # %%
 with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again'):
     units = memory.mask_legacy_units(rb.lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
     if already_up:
         rb.skip("enough free memory on every node", "the lane is already up and holds its memory")
     else:
         free = memory.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
         rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", free.summary())
+        rb.expect(free, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", free.seen)
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head
@@ -139,8 +139,7 @@ with rb.step("3 start", fix="read the launcher's outcome above: refused configur
 with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again'):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
-    for e in expectations:
-        rb.expect(e.ok, e.what, e.detail)
+    rb.expect_results(expectations)
 
 # %% [markdown]
 # ## Step 5 — `/v1/models` and the live command
@@ -179,13 +178,13 @@ with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: 
     elif hook:
         rb.record(warmed_by="the launcher's post-readiness hook")
         rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
-        warmup.expect_checks(rb, warmup.lane_checks(rb.lane))
+        rb.expect_results(warmup.lane_checks(rb.lane))
     else:
         warmed = warmup.run_warmup(p, rb.lane.executor)
         rb.record(**warmed.figures())
         if not rb.dry_run:
             display(Markdown(warmed.table(p.twin)))
-        warmup.expect_checks(rb, warmed.checks() + warmup.lane_checks(rb.lane))
+        rb.expect_results(warmed.checks() + warmup.lane_checks(rb.lane))
 
 # %% [markdown]
 # ## Verdict

@@ -50,7 +50,7 @@ from lanebook import audit, launcher, memory, rollback, transfers, weights
 from lanebook.effective.mismatches import live_mismatches
 from lanebook.errors import LanebookError
 from lanebook.execute import run_runbook
-from lanebook.lint import lint_lane_checkout
+from lanebook.lint import lint_what_lane_runs
 from lanebook.logs import live_command
 from lanebook.nodes import Lane
 from lanebook.paths import outputs_dir
@@ -86,13 +86,13 @@ with rb.step("prerequisites", fix="name a shipped rollback lane on the same pair
     moved = rollback.pair_differences(p, target)
     rb.expect(not moved, f"{ROLLBACK_LANE} runs on the same pair as {p.name}", "; ".join(moved), local=True)
     target_lane = Lane(target, executor=rb.lane.executor)
-    report = lint_lane_checkout(target, dry_run=rb.dry_run)
+    report = lint_what_lane_runs(target, dry_run=rb.dry_run)
     rb.expect(report.ok, f"what {ROLLBACK_LANE} runs lints clean",
               "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error") or report.linted_summary(),
               local=True)
     rb.expect(transfers.checkout_ok(target_lane), f"{ROLLBACK_LANE}'s checkout present on every node", target.checkout)
     complete = weights.check_weights(target_lane)
-    rb.expect(complete, f"{ROLLBACK_LANE}'s weights complete on every node", complete.summary())
+    rb.expect(complete, f"{ROLLBACK_LANE}'s weights complete on every node", complete.seen)
     current, fallback = launcher.lane_containers(rb.lane), launcher.lane_containers(target_lane)
     rb.record(state_before=current.state, rollback_state_before=fallback.state)
     ours = {n for names in [*current.running.values(), *fallback.running.values()] for n in names}
@@ -166,10 +166,10 @@ with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c
     else:
         cleaned = memory.clean_memory(rb.lane)
         rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
         free = memory.check_sticky_uma(target_lane)
         rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, f"enough free memory on every node for {ROLLBACK_LANE}", free.summary())
+        rb.expect(free, f"enough free memory on every node for {ROLLBACK_LANE}", free.seen)
 
 # %% [markdown]
 # ## Step 4 — Relaunch the rollback lane from its own checkout
@@ -183,7 +183,7 @@ with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c
 with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
              "`rollback` again (or `launch` this lane to go forward)"):
     units = memory.mask_legacy_units(target_lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
     if already_rolled_back:
         rb.skip(f"launcher reports {ROLLBACK_LANE} up", "already up: verifying it instead of restarting it")
     else:

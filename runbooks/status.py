@@ -67,7 +67,7 @@ with rb.step("prerequisites", fix='copy the checkout to every node: run `env`'):
 
 # %%
 with rb.step("1 status script", fix='the status script itself failed: check the checkout on the head (`env` copies it again)'):
-    script = launcher.lane_status(rb.lane)
+    script = launcher.run_status_script(rb.lane)
     print(script.output)
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
     rb.expect(script.exit_code in (0, 1), "the status script ran (exit 0 serving, 1 not)",
@@ -123,8 +123,7 @@ with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `st
     else:
         expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
         rb.record(kv_cache_tokens=kv)
-        for e in expectations:
-            rb.expect(e.ok, e.what, e.detail)
+        rb.expect_results(expectations)
 
 # %% [markdown]
 # ## Verdict

@@ -95,7 +95,7 @@ with rb.step("2 orphaned workers", fix='run `stop` again; if the container stays
 with rb.step("3 clean memory", fix='another lane still serves on the pair (the rollback lane, say): run `stop` with that lane; otherwise run `status`, stop what holds the segments, then run `stop` again'):
     cleaned = memory.clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
 
 # %% [markdown]
 # ## Step 4 — Free memory is back
@@ -109,7 +109,7 @@ with rb.step("4 free memory", fix='drop caches on both nodes again or reboot the
     free = memory.check_sticky_uma(rb.lane)
     rb.record(free_gib=free.figure("free_gib"))
     rb.expect(free, "enough free memory on every node for the next launch",
-              free.summary() if free else f"{free.summary()}: memory still held (P04): drop caches on both nodes again "
+              free.seen if free else f"{free.seen}: memory still held (P04): drop caches on both nodes again "
                                           "or reboot; never `docker system prune -af`")
 
 # %% [markdown]

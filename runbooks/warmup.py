@@ -87,7 +87,7 @@ with rb.step("1 warmup", fix="a warning leaves the lane serving: run `warmup` ag
         rb.record(**warmed.figures())
         if not rb.dry_run:
             display(Markdown(warmed.table(p.twin)))
-        warmup.expect_checks(rb, warmed.checks())
+        rb.expect_results(warmed.checks())
 
 # %% [markdown]
 # ## Step 2 — The lane after the warmup
@@ -102,7 +102,7 @@ with rb.step("2 lane after the warmup", fix="the lane is sick: run `stop`, then 
     if not enabled:
         rb.skip("the lane is well after the warmup", why)
     else:
-        warmup.expect_checks(rb, warmup.lane_checks(rb.lane))
+        rb.expect_results(warmup.lane_checks(rb.lane))
 
 # %% [markdown]
 # ## Verdict

@@ -26,6 +26,6 @@ def every_operation(lane: nodes.Lane) -> list[str]:
     container = launcher.container_name(lane)
     logs.scan_log(lane.head, container)
     logs.schedule_in_live_command(lane.head, container)
-    launcher.lane_status(lane)
+    launcher.run_status_script(lane)
     launcher.stop_lane(lane)
     return lane.executor.commands()

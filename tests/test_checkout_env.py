@@ -81,7 +81,7 @@ def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
         "sha256sum -- docker-compose.dspark.yml; fi < docker-compose.dspark.yml")
     assert env.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731; test \"$(sha256sum < .env.dspark ")
     assert env.endswith("< .env.dspark")
-    assert not ce.same_checkout(lane) and ce.same_checkout(lane).summary() == "not observed (dry run)"
+    assert not ce.same_checkout(lane) and ce.same_checkout(lane).seen == "not observed (dry run)"
 
 
 # --- on the twin's nodes ----------------------------------------------------------------------------------------

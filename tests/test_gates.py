@@ -10,6 +10,7 @@ from twin_serve import NAME
 from twin_serve import main  # noqa: F401 - module-scoped server fixture, used by name
 
 from lanebook import gates
+from lanebook.checks import ExpectedResult
 from lanebook.errors import LanebookError
 from lanebook.http import JsonAnswer
 from lanebook.nodes import Executor
@@ -30,7 +31,7 @@ def chat_answer(message: dict, finish="stop") -> JsonAnswer:
 
 
 def outcomes(checks) -> list[tuple[str, str]]:
-    return [(c.what, c.outcome) for c in checks]
+    return [(c.expected, c.outcome) for c in checks]
 
 
 def test_the_exact_smoke_body_is_the_recipes_gate_line():
@@ -57,19 +58,19 @@ def test_models_judgement():
     assert [c.outcome for c in gates.judge_models("1 models", other, LANE)] == ["fail", "fail"]
     short = answer({"data": [{"id": "deepseek-v4-flash-0731", "max_model_len": 358400}]})
     checks = gates.judge_models("1 models", short, LANE)
-    assert [c.outcome for c in checks] == ["pass", "fail"] and checks[1].detail == "358,400"
+    assert [c.outcome for c in checks] == ["pass", "fail"] and checks[1].seen == "358,400"
     starting = answer({"error": {"message": "The engine is still starting."}}, status=503)
     [check] = gates.judge_models("1 models", starting, LANE)
-    assert check.outcome == "fail" and check.detail == "HTTP 503: The engine is still starting."
+    assert check.outcome == "fail" and check.seen == "HTTP 503: The engine is still starting."
 
 
 def test_exact_smoke_judgement_compares_exactly_and_sees_reasoning():
     assert outcomes(gates.judge_exact_smoke("3", chat_answer({"content": "PROMOTE_0731_OK"}), LANE)) == [
         ("the reply is exactly PROMOTE_0731_OK", "pass"), ("thinking off as the request asks", "pass")]
     spaced = gates.judge_exact_smoke("3", chat_answer({"content": " PROMOTE_0731_OK"}), LANE)
-    assert spaced[0].outcome == "fail" and spaced[0].detail == "' PROMOTE_0731_OK' (finish_reason stop)"
+    assert spaced[0].outcome == "fail" and spaced[0].seen == "' PROMOTE_0731_OK' (finish_reason stop)"
     thought = gates.judge_exact_smoke("3", chat_answer({"content": "PROMOTE_0731_OK", "reasoning": "The user asks"}), LANE)
-    assert thought[1].outcome == "fail" and thought[1].pitfall == "P10" and "thinking was ON" in thought[1].detail
+    assert thought[1].outcome == "fail" and thought[1].pitfall == "P10" and "thinking was ON" in thought[1].seen
     older = gates.judge_exact_smoke("3", chat_answer({"content": "PROMOTE_0731_OK", "reasoning_content": "hmm"}), LANE)
     assert older[1].outcome == "fail"
     thinking_lane = lane_with(LANE, request={"chat_template_kwargs": {"thinking": True}})
@@ -80,7 +81,7 @@ def test_the_lanes_request_must_give_thinking_as_a_boolean():
     assert gates.judge_request_kwargs("3", LANE).ok and gates.judge_request_kwargs("3", LANE).local
     string = gates.judge_request_kwargs("3", lane_with(LANE, request={"chat_template_kwargs": {"thinking": "false"}}))
     assert string.ok is False and string.pitfall == "P10"
-    assert string.detail == ("request.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; "
+    assert string.seen == ("request.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; "
                              "use a JSON boolean")
     assert gates.thinking_problems({"enable_thinking": 0}, "x") == [
         "x.enable_thinking is int 0: any non-empty string turns thinking ON; use a JSON boolean"]
@@ -93,26 +94,28 @@ def test_tool_smoke_judgement_wants_a_structured_call():
     assert outcomes(good) == [("a structured tool_calls[] comes back", "pass"),
                               ('the call is get_weather({"city": "Pensacola, FL"})', "pass")]
     as_text = gates.judge_tool_smoke("4", chat_answer({"content": 'get_weather({"city":"Pensacola, FL"})', "tool_calls": []}), LANE)
-    assert [c.outcome for c in as_text] == ["fail"] and "no tool_calls" in as_text[0].detail
+    assert [c.outcome for c in as_text] == ["fail"] and "no tool_calls" in as_text[0].seen
     wrong = dict(call, function={"name": "get_weather", "arguments": '{"city": "Tampa, FL"}'})
     assert [c.outcome for c in gates.judge_tool_smoke("4", chat_answer({"tool_calls": [wrong]}), LANE)] == ["pass", "fail"]
     broken = dict(call, function={"name": "get_weather", "arguments": "{city: Pensacola"})
     checks = gates.judge_tool_smoke("4", chat_answer({"tool_calls": [broken]}), LANE)
-    assert checks[1].outcome == "fail" and checks[1].detail.endswith("arguments are not a JSON object string")
+    assert checks[1].outcome == "fail" and checks[1].seen.endswith("arguments are not a JSON object string")
     refused = answer({"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice'}}, status=400)
-    assert gates.judge_tool_smoke("4", refused, LANE)[0].detail == 'HTTP 400: "auto" tool choice requires --enable-auto-tool-choice'
+    assert gates.judge_tool_smoke("4", refused, LANE)[0].seen == 'HTTP 400: "auto" tool choice requires --enable-auto-tool-choice'
 
 
 def test_a_gate_that_raises_is_one_failed_check_and_the_others_still_run():
     def refused():
         raise LanebookError("GET http://x/v1/models failed: ConnectError: refused")
     assert gates.run_gate("1 models", refused) == [
-        gates.GateCheck("1 models", "the gate ran", False, "GET http://x/v1/models failed: ConnectError: refused")]
+        ExpectedResult.judged("1 models", "the gate ran", False,
+                              "GET http://x/v1/models failed: ConnectError: refused")]
 
 
 def test_verdict_table_and_figures():
-    checks = [gates.GateCheck("3 exact smoke", "the reply is exactly X", True, "'X'"),
-              gates.GateCheck("5 hermes provider block", "thinking is a JSON boolean", False, "a | b", "P10", local=True)]
+    checks = [ExpectedResult.judged("3 exact smoke", "the reply is exactly X", True, "'X'"),
+              ExpectedResult.judged("5 hermes provider block", "thinking is a JSON boolean", False, "a | b", "P10",
+                                    local=True)]
     assert gates.verdict_table(checks) == (
         "| step | expected | result | seen | pitfall |\n|---|---|---|---|---|\n"
         "| 3 exact smoke | the reply is exactly X | `PASS` | 'X' |  |\n"
@@ -120,6 +123,10 @@ def test_verdict_table_and_figures():
     dry = gates.verdict_table(checks, dry_run=True).splitlines()
     assert "`NOT OBSERVED`" in dry[2] and "`FAIL`" in dry[3]  # a local result is checked in a dry run too
     assert [f["outcome"] for f in gates.table_figures(checks, dry_run=True)] == ["not observed", "fail"]
+    # the keys the run records already stored hold
+    assert gates.table_figures(checks)[1] == {"step": "5 hermes provider block", "what": "thinking is a JSON boolean",
+                                              "ok": False, "detail": "a | b", "pitfall": "P10", "local": True,
+                                              "outcome": "fail"}
     assert gates.failed_checks(checks) == checks[1:] and checks[1].title == "thinking is a JSON boolean (P10)"
 
 
@@ -145,7 +152,7 @@ def test_the_http_gates_pass_against_a_twin_server(served):
     found = gates.models_gate("1", executor, served) + gates.exact_smoke_gate("3", executor, served) \
         + gates.tool_smoke_gate("4", executor, served)
     assert [c.outcome for c in found] == ["pass"] * 7, found
-    assert found[6].detail == 'get_weather({"city": "Pensacola, FL"})'
+    assert found[6].seen == 'get_weather({"city": "Pensacola, FL"})'
     assert [r.exit_code for r in executor.history] == [0, 0, 0]
 
 
@@ -155,11 +162,11 @@ def test_a_string_false_turns_thinking_on_and_the_exact_smoke_sees_it(served):
     lane = lane_with(served, request={"chat_template_kwargs": {"thinking": "false"}})
     found = gates.exact_smoke_gate("3 exact smoke", Executor(), lane)
     assert [(c.outcome, c.pitfall) for c in found] == [("fail", "P10"), ("fail", None), ("fail", "P10")]
-    assert found[1].detail == "'' (finish_reason length)"
-    assert "thinking was ON" in found[2].detail
+    assert found[1].seen == "'' (finish_reason length)"
+    assert "thinking was ON" in found[2].seen
 
 
 def test_a_server_that_is_down_fails_the_gate_with_the_request_named():
     lane = lane_with(LANE, api="http://127.0.0.1:9/v1")
     [check] = gates.run_gate("1 models", lambda: gates.models_gate("1 models", Executor(), lane))
-    assert check.ok is False and check.detail.startswith("GET http://127.0.0.1:9/v1/models failed: ConnectError")
+    assert check.ok is False and check.seen.startswith("GET http://127.0.0.1:9/v1/models failed: ConnectError")

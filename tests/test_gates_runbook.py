@@ -89,7 +89,7 @@ def test_every_gate_passes_on_the_twin(launched, tmp_path):
 def test_thinking_as_the_string_false_in_the_hermes_config_fails_through_the_real_cli(launched, tmp_path):
     """P10 / T11: Hermes prints ROUTE_OK either way; its state.db shows the reasoning the string turned on."""
     config = tmp_path / "config.yaml"
-    block = hermes.provider_block(launched.params)
+    block = hermes.lane_provider_block(launched.params)
     config.write_text(hermes.config_text("spark-ds4", {**block, "extra_body": {"chat_template_kwargs": {"thinking": "false"}}}))
     assert "thinking: 'false'" in config.read_text()
     record, _ = run(tmp_path, "gates", "twin", "-p", f"hermes_config={config}", expect_exit=1)

@@ -24,14 +24,14 @@ def with_thinking(block: dict, value) -> dict:
 
 
 def test_the_block_rendered_from_the_lane_is_the_recipes():
-    assert hermes.provider_block(LANE) == {
+    assert hermes.lane_provider_block(LANE) == {
         "api": "http://192.168.1.11:8888/v1", "api_key": "no-key-required", "context_length": 200000,
         "default_model": "deepseek-v4-flash-0731", "extra_body": {"chat_template_kwargs": {"thinking": False}}}
-    assert hermes.provider_block(load_lane("anemll-1m6"))["default_model"] == "deepseek-v4-flash-dspark"
+    assert hermes.lane_provider_block(load_lane("anemll-1m6"))["default_model"] == "deepseek-v4-flash-dspark"
 
 
 def test_config_text_keeps_each_value_typed_as_given():
-    block = hermes.provider_block(LANE)
+    block = hermes.lane_provider_block(LANE)
     text = hermes.config_text("spark-ds4", block)
     assert text.startswith("providers:\n  spark-ds4:\n    api: http://192.168.1.11:8888/v1\n")
     assert "        thinking: false\n" in text
@@ -49,8 +49,8 @@ def test_reading_an_operators_config_names_what_is_missing():
 
 
 def test_the_lanes_own_block_passes_every_check():
-    checks = hermes.block_checks(STEP, hermes.provider_block(LANE), LANE)
-    assert [(c.what, c.outcome, c.pitfall) for c in checks] == [
+    checks = hermes.block_checks(STEP, hermes.lane_provider_block(LANE), LANE)
+    assert [(c.expected, c.outcome, c.pitfall) for c in checks] == [
         ("api is the lane's API", "pass", None), ("api_key is no-key-required", "pass", "P09"),
         ("thinking is a JSON boolean, as the lane means it", "pass", "P10"),
         ("context_length is 200,000 (within the server's 1,048,576)", "pass", None),
@@ -71,9 +71,9 @@ def test_the_lanes_own_block_passes_every_check():
     ({"api": "http://192.168.1.12:8888/v1"}, "api is the lane's API", "http://192.168.1.12:8888/v1"),
 ])
 def test_each_wrong_value_fails_its_own_check(change, failing, detail):
-    checks = hermes.block_checks(STEP, {**hermes.provider_block(LANE), **change}, LANE)
-    assert [c.what for c in checks if not c.ok] == [failing]
-    assert next(c for c in checks if not c.ok).detail == detail
+    checks = hermes.block_checks(STEP, {**hermes.lane_provider_block(LANE), **change}, LANE)
+    assert [c.expected for c in checks if not c.ok] == [failing]
+    assert next(c for c in checks if not c.ok).seen == detail
 
 
 def test_the_route_command_is_the_recipes():
@@ -130,23 +130,23 @@ def route_run(db, stdout="ROUTE_OK\n", code=0, replies=(("ROUTE_OK", None),)):
 
 
 def test_route_judgement(tmp_path):
-    block = hermes.provider_block(LANE)
+    block = hermes.lane_provider_block(LANE)
     passed = hermes.judge_route("6", route_run(tmp_path / "a.db"), LANE, block)
     assert [c.outcome for c in passed] == ["pass"] * 4
     thought = hermes.judge_route("6", route_run(tmp_path / "b.db", replies=[("ROUTE_OK", "let me think")]), LANE, block)
     assert [c.outcome for c in thought] == ["pass", "pass", "pass", "fail"] and thought[3].pitfall == "P10"
-    assert thought[3].detail.endswith('thinking was ON: a string "false" is truthy')
+    assert thought[3].seen.endswith('thinking was ON: a string "false" is truthy')
     wrong = hermes.judge_route("6", route_run(tmp_path / "c.db", stdout="ROUTE_OK.\n", replies=[("ROUTE_OK.", None)]),
                                LANE, block)
     assert [c.outcome for c in wrong] == ["pass", "fail", "fail", "pass"]
     failed = hermes.judge_route("6", route_run(tmp_path / "d.db", stdout="", code=1, replies=None), LANE, block)
-    assert [(c.what, c.outcome) for c in failed] == [("hermes exited 0", "fail"), ("hermes printed exactly ROUTE_OK", "fail"),
+    assert [(c.expected, c.outcome) for c in failed] == [("hermes exited 0", "fail"), ("hermes printed exactly ROUTE_OK", "fail"),
                                                     ("Hermes recorded the session in state.db", "fail")]
 
 
 def test_a_dry_run_records_the_route_smoke_here_and_sends_nothing():
     with Lane(LANE, dry_run=True) as lane:
-        assert hermes.run_route_smoke(lane, hermes.provider_block(LANE)) is None
+        assert hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE)) is None
         lines = lane.executor.commands()
     assert lines[0] == "local: mktemp -d -t lanebook-hermes-XXXXXX"
     assert lines[2].startswith("local: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX ") and lines[2].endswith(
@@ -157,8 +157,8 @@ def test_a_dry_run_on_another_host_goes_over_ssh():
     lane_params = lane_with(LANE, hermes={**LANE.hermes.model_dump(), "host": "james@192.168.1.20"})
     with Lane(lane_params, dry_run=True) as lane:
         provider, checks = hermes.block_gate(STEP, lane, "~/.hermes/config.yaml")
-        assert provider.block is None and [c.outcome for c in checks] == ["not observed"]
-        hermes.run_route_smoke(lane, hermes.provider_block(LANE))
+        assert provider.settings is None and [c.outcome for c in checks] == ["not observed"]
+        hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE))
         lines = lane.executor.commands()
     home = "/tmp/lanebook-hermes-XXXXXX"
     assert lines[0] == "james@192.168.1.20: cat ~/.hermes/config.yaml"
@@ -170,7 +170,7 @@ def test_a_dry_run_on_another_host_goes_over_ssh():
     assert lines[6] == f"james@192.168.1.20: rm -rf {home}"
     head = lane_with(LANE, hermes={**LANE.hermes.model_dump(), "host": "head", "bin": "/opt/hermes/bin/hermes"})
     with Lane(head, dry_run=True) as lane:
-        hermes.run_route_smoke(lane, hermes.provider_block(LANE))
+        hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE))
         assert "head: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX /opt/hermes/bin/hermes --provider" in "\n".join(lane.executor.commands())
 
 
@@ -185,7 +185,7 @@ def served(main):  # noqa: F811 - the module-scoped twin server
 
 @needs_hermes
 def test_the_real_cli_routes_route_ok_and_state_db_shows_a_string_false_turned_thinking_on(served):
-    block = hermes.provider_block(served)
+    block = hermes.lane_provider_block(served)
     with Lane(served) as lane:
         off = hermes.run_route_smoke(lane, block)
         on = hermes.run_route_smoke(lane, with_thinking(block, "false"))

@@ -56,7 +56,7 @@ def crafted(twin, tmp_path_factory):
             seen["rsync"] = transfers.sync_checkout(lane)
             seen["checkout_ok"] = transfers.checkout_ok(lane).ok  # every node: the worker's came by rsync
             seen["fingerprint"] = rollback.fingerprint(lane)
-            seen["status"] = launcher.lane_status(lane)
+            seen["status"] = launcher.run_status_script(lane)
             for call in (lambda: weights.verify_weights(lane.head, params.weights),
                          lambda: weights.clean_incomplete_on_workers(lane),
                          lambda: scan_log(lane.head, launcher.container_name(lane), ["x"])):

@@ -23,7 +23,7 @@ from lanebook.envfile import interpolate, normalized_lines, parse_env_file, pars
 from lanebook.errors import LaneError, LanebookError
 from lanebook.execute import RESERVED, RUNBOOKS, parse_params, run_runbook
 from lanebook.launcher import launcher_command
-from lanebook.lint import lint_files
+from lanebook.lint import lint_env_and_compose
 from lanebook.nodes import Lane
 from lanebook.params import (ENV_KEY_RE, MODEL_RE, NAME_RE, USER_RE, LaneParams, check_host, lane_names, load_lane)
 from lanebook.paths import PARAMS_DIR
@@ -343,7 +343,7 @@ def test_lint_of_changed_recipe_files_reports_or_fails_with_one_line(recipe_file
     env_path.write_text(_line_edit(env_text, *edit) if which == "env" else env_text)
     compose_path.write_text(_line_edit(compose_text, *edit) if which == "compose" else compose_text)
     try:
-        report = lint_files(env_path, compose_path)
+        report = lint_env_and_compose(env_path, compose_path)
     except LanebookError as exc:
         one_line(exc)
         return

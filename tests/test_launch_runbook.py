@@ -102,7 +102,7 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
     """T03 / P01: the head's compose file loses its `VLLM_USE_BREAKABLE_CUDAGRAPH` environment line (the env file
     alone does not reach the container). launch stops at its prerequisites naming P01 before anything is stopped or
     started; the env runbook puts the injection back (with a backup) and what the head runs lints clean again."""
-    from lanebook.lint import lint_lane_checkout
+    from lanebook.lint import lint_what_lane_runs
     from lanebook_runs import run
 
     lane_params = load_lane("twin")
@@ -118,5 +118,5 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
         repaired, _ = run(tmp_path, "env", "twin", expect_exit=0)
         assert repaired["verdict"] == "pass" and repaired["figures"]["backups"], repaired
         assert "VLLM_USE_BREAKABLE_CUDAGRAPH" in lane.head.run(f"cat {compose}").stdout
-        assert lint_lane_checkout(lane_params).ok
+        assert lint_what_lane_runs(lane_params).ok
 

@@ -81,7 +81,7 @@ def test_there_is_no_already_up_outcome():
     ({"head": [CONTAINER]}, "up", {}),  # a one-node lane
 ])
 def test_lane_state_from_the_running_containers(running, state, orphaned):
-    assert launcher.lane_state(running, "head") == state
+    assert launcher.state_from_containers(running, "head") == state
     assert launcher.orphaned_workers(running, "head") == orphaned
     seen = launcher.LaneContainers(running, "head")
     assert (seen.state, seen.orphaned, seen.left) == (state, orphaned, {a: n for a, n in running.items() if n})
@@ -112,7 +112,7 @@ def test_an_api_that_does_not_answer_is_reported_not_raised():
 
 def test_dry_run_gives_the_seed_lines_and_claims_nothing():
     lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
-    started, status, stopped = launcher.start_lane(lane), launcher.lane_status(lane), launcher.stop_lane(lane)
+    started, status, stopped = launcher.start_lane(lane), launcher.run_status_script(lane), launcher.stop_lane(lane)
     assert lane.executor.commands()[:3] == [
         LAUNCH,
         "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./status-deepseek-v4-flash-dspark.sh",
@@ -201,7 +201,7 @@ def test_launch_cycle(lane):
     again = launcher.start_lane(lane)  # no "already up" code: compose up -d leaves the unchanged ranks running
     assert again.outcome == "ok" and f"Container {CONTAINER}  Running" in again.output
     assert (pid_of(head, CONTAINER), pid_of(worker, CONTAINER)) == pids
-    status = launcher.lane_status(lane)
+    status = launcher.run_status_script(lane)
     assert status.ok and "GPU KV cache size" in status.output
     assert launcher.running_containers(lane) == {"head": [CONTAINER], "worker": [CONTAINER]}
     occupancy = launcher.pair_occupancy(lane)
@@ -212,7 +212,7 @@ def test_launch_cycle(lane):
     assert answer.healthy and answer.model_ids == ["deepseek-v4-flash-0731"]
     head.run(f"docker kill {CONTAINER}")  # the head dies mid-TP (pitfall 16): the worker is orphaned
     assert launcher.lane_containers(lane).orphaned == {"worker": [CONTAINER]}
-    dead = launcher.lane_status(lane)
+    dead = launcher.run_status_script(lane)
     assert (dead.exit_code, dead.outcome) == (1, "failed")
     assert launcher.stop_orphaned_workers(lane) == {"worker": [CONTAINER]}
     assert launcher.running_containers(lane) == {"head": [], "worker": []}

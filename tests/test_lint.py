@@ -15,7 +15,7 @@ from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_
 
 from lanebook import lint as lint_module
 from lanebook.effective.checkout import REFERENCE
-from lanebook.lint import lint_files, lint_lane, lint_lane_checkout
+from lanebook.lint import lint_env_and_compose, lint_lane_on_reference, lint_what_lane_runs
 from lanebook.params import lane_names, load_lane
 from lanebook.render import render_checkout
 
@@ -38,7 +38,7 @@ def plant(path: Path, old: str, new: str) -> int:
 
 
 def lint(directory: Path, **kw):
-    return lint_files(directory / ENV, directory / COMPOSE, **kw)
+    return lint_env_and_compose(directory / ENV, directory / COMPOSE, **kw)
 
 
 def only(report, pitfall_id: str) -> list[tuple[str, int]]:
@@ -55,7 +55,7 @@ def test_seed_configuration_lints_clean(good):
 def test_fixture_example_as_is_runs_the_profile_key():
     """The recipe's example sets no GPU_MEMORY_UTILIZATION: its launcher exports 0.835 from the profile key, which at
     1M is a P07 warning on that line (not the compose default 0.80)."""
-    report = lint_files(need(FIXTURES / EXAMPLE), need(FIXTURES / COMPOSE))
+    report = lint_env_and_compose(need(FIXTURES / EXAMPLE), need(FIXTURES / COMPOSE))
     [finding] = report.findings
     assert (finding.id, finding.severity, finding.line) == ("P07", "warning", line_of(fixture_text(EXAMPLE), "GPU_MEMORY_UTILIZATION_TEXT="))
     assert "resolves to 0.835 (the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)" in finding.message
@@ -71,7 +71,7 @@ def recipe(tmp_path) -> Path:
 
 
 def test_seed_configuration_rendered_into_the_recipe_checkout_lints_clean(recipe):
-    report = lint_lane_checkout(load_lane("anemll-0731"), recipe)
+    report = lint_what_lane_runs(load_lane("anemll-0731"), recipe)
     assert report.findings == [] and report.ok
     assert [(Path(i.file).name, i.source) for i in report.linted] == [
         ("anemll-0731.yaml", "lane file"), (".env.dspark", "local checkout"), (COMPOSE, "local checkout")]
@@ -89,7 +89,7 @@ def overridden(recipe: Path) -> Path:
 def test_a_checkout_whose_profile_key_overrides_the_lane_fails_naming_both_values(recipe):
     directory = overridden(recipe)
     env_text = (directory / ENV).read_text()
-    report = lint_lane_checkout(load_lane("anemll-0731"), directory)
+    report = lint_what_lane_runs(load_lane("anemll-0731"), directory)
     assert not report.ok
     by_id = {f.id: f for f in report.findings}
     assert set(by_id) == {"S04", "S05", "P07"}
@@ -118,7 +118,7 @@ def test_the_cli_fails_there_too_with_checkout_or_env_and_compose(recipe):
 
 def test_a_checkout_without_an_env_file_is_linted_as_render_would_leave_it(tmp_path):
     directory = checkout(tmp_path, example=True)
-    report = lint_lane_checkout(load_lane("anemll-0731"), directory)
+    report = lint_what_lane_runs(load_lane("anemll-0731"), directory)
     [finding] = report.findings
     assert (finding.id, finding.severity, finding.line) == ("S04", "error", 0)
     assert f"copies {EXAMPLE} and writes the lane's values" in finding.message
@@ -127,7 +127,7 @@ def test_a_checkout_without_an_env_file_is_linted_as_render_would_leave_it(tmp_p
 
 def test_what_render_cannot_fix_says_so(recipe):
     plant(recipe / COMPOSE, "--max-num-seqs ${MAX_NUM_SEQS:-6}", "--max-num-seqs 4")
-    report = lint_lane_checkout(load_lane("anemll-0731"), recipe)
+    report = lint_what_lane_runs(load_lane("anemll-0731"), recipe)
     messages = {f.id: f.message for f in report.findings}
     assert messages["S04"] == ("MAX_NUM_SEQS: the lane says 6, but the checkout runs 4, decided on this line; "
                                "`lanebook env render` cannot change this: edit the line that wins")
@@ -215,7 +215,7 @@ def test_hermes_config_plants(good, tmp_path):
 
 @pytest.mark.parametrize("name", lane_names())
 def test_shipped_lanes_lint_clean(name):
-    report = lint_lane(load_lane(name))
+    report = lint_lane_on_reference(load_lane(name))
     assert report.findings == [], [(f.id, f.message) for f in report.findings]
 
 
@@ -237,7 +237,7 @@ def lane_copy(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
 ])
 def test_lane_plants_name_the_lane_file_line(tmp_path, old, new, pitfall_id):
     path, line = lane_copy(tmp_path, old, new)
-    report = lint_lane(load_lane(path), path)
+    report = lint_lane_on_reference(load_lane(path), path)
     assert {f.id for f in report.findings} == {pitfall_id}, [(f.id, f.message) for f in report.findings]
     assert {(f.file, f.line) for f in report.findings} == {(str(path), line)}
 
@@ -253,13 +253,13 @@ def test_lane_compose_findings_name_the_reference_line(tmp_path, monkeypatch):
     (fake / COMPOSE).write_text(older)
     (fake / EXAMPLE).write_text((REFERENCE / EXAMPLE).read_text())
     monkeypatch.setattr(lint_module, "REFERENCE", fake)
-    report = lint_lane(load_lane("anemll-0731"))
+    report = lint_lane_on_reference(load_lane("anemll-0731"))
     line = line_of(older, "--gpu-memory-utilization")
     assert [(f.id, f.file, f.line) for f in report.findings] == [("P07", str(fake / COMPOSE), line),
                                                                 ("S04", str(fake / COMPOSE), line)]
     assert report.findings[1].message.startswith("GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.80")
     path, _ = lane_copy(tmp_path, "compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]", "compose_environment: []")
-    report = lint_lane(load_lane(path), path)
+    report = lint_lane_on_reference(load_lane(path), path)
     assert ("P01", str(fake / COMPOSE), line_of(older, "    environment:")) in [(f.id, f.file, f.line) for f in report.findings]
 
 
@@ -275,7 +275,7 @@ def test_a_lane_whose_head_refuses_the_connection_lints_the_lane_file_and_says_s
 
 
 def test_the_twin_lane_lints_the_twin_heads_checkout_over_ssh(twin):
-    report = lint_lane_checkout(load_lane("twin"))
+    report = lint_what_lane_runs(load_lane("twin"))
     assert report.note == "" and report.findings == [], [(f.id, f.message) for f in report.findings]
     assert [(i.file, i.source) for i in report.linted[1:]] == [
         ("head:~/ds4-f-mia-anemll-0731/.env.dspark", "head over ssh"),

@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from lanebook import logs, nodes
+from lanebook.checks import ExpectedResult
 from lanebook.params import load_lane
 
 TOP = """UID                 PID                 PPID                C                   STIME               TTY                 TIME                CMD
@@ -91,15 +92,15 @@ def test_startup_log_expectations_judge_the_scanned_lines():
     expectations, kv = logs.startup_log_expectations(clean, gates)
     assert kv == 2_493_464
     assert expectations == [
-        logs.Expectation(True, "log has no 'Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1'", ""),
-        logs.Expectation(True, "log has 'Application startup complete'", ""),
-        logs.Expectation(True, "GPU KV cache size in 2,200,000–2,500,000 tokens", "2,493,464"),
+        ExpectedResult.judged("", "log has no 'Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1'", True, ""),
+        ExpectedResult.judged("", "log has 'Application startup complete'", True, ""),
+        ExpectedResult.judged("", "GPU KV cache size in 2,200,000–2,500,000 tokens", True, "2,493,464"),
     ]
     slow = {**clean, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": ["WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
             "GPU KV cache size": []}
     expectations, kv = logs.startup_log_expectations(slow, gates)
     assert kv is None and [e.ok for e in expectations] == [False, True, False]
-    assert expectations[0].detail == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
+    assert expectations[0].seen == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
 
 
 FATAL = {

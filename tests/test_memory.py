@@ -37,7 +37,7 @@ def test_unit_states_from_the_probe():
 def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
     lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
     checks = [memory.clean_memory(lane), memory.mask_legacy_units(lane), memory.check_sticky_uma(lane)]
-    assert not any(checks) and {c.summary() for c in checks} == {"not observed (dry run)"}
+    assert not any(checks) and {c.seen for c in checks} == {"not observed (dry run)"}
     lines = lane.executor.commands()
     for alias in ("head", "worker"):
         cleanup = f"{alias}: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
@@ -74,9 +74,9 @@ def test_masking_is_observed_and_frees_the_units_memory(lane):
     assert not held and not held.nodes["head"].ok and held.nodes["worker"].ok  # the running legacy unit holds memory
     assert held.nodes["head"].figures["needed_gib"] == round(0.85 * held.nodes["head"].figures["total_gib"], 1)
     masked = memory.mask_legacy_units(lane)
-    assert masked.ok, masked.summary()
+    assert masked.ok, masked.seen
     assert masked.nodes["head"].figures == {"units": {UNIT: {"active": "inactive", "enabled": "masked"}}, "was_active": [UNIT]}
-    assert masked.summary() == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
+    assert masked.seen == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
     assert memory.mask_legacy_units(lane).nodes["head"].figures["was_active"] == []
     assert lane.head.run(f"readlink /etc/systemd/system/{UNIT}").stdout.strip() == "/dev/null"
     assert memory.check_sticky_uma(lane).ok
@@ -100,7 +100,7 @@ def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
 def test_cleanup_removes_what_dev_shm_held_and_reads_free_memory(lane):
     plant(lane, "nccl-planted")
     cleaned = memory.clean_memory(lane)
-    assert cleaned.ok, cleaned.summary()
+    assert cleaned.ok, cleaned.seen
     for node in lane.nodes:
         result = cleaned.nodes[node.alias]
         assert "nccl-planted" in result.figures["removed"] and result.figures["left"] == []
@@ -117,7 +117,7 @@ def test_a_wrong_cleanup_command_fails(lane, monkeypatch, wrong):
     monkeypatch.setattr(memory, "SHM_CLEANUP", wrong)
     check = memory.clean_memory(lane)
     assert not check.ok
-    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in lane.nodes), check.summary()
+    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in lane.nodes), check.seen
     monkeypatch.undo()
     assert memory.clean_memory(lane).ok
 

@@ -7,7 +7,8 @@ import pytest
 
 from lanebook import plugins, runbook
 from lanebook.params import lane_with, load_lane
-from lanebook.runbook import VERDICT_MIME, Check, Runbook, StepFailed, verdict_of
+from lanebook.checks import ExpectedResult
+from lanebook.runbook import VERDICT_MIME, Runbook, StepFailed, verdict_of
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ def test_skips_are_recorded_and_do_not_fail():
     rb = dry()
     with rb.step("3 start"):
         rb.skip("launcher reports the lane up", "already up")
-    assert rb.checks == [Check("3 start", "launcher reports the lane up", "skipped", "skipped: already up")]
+    assert rb.checks == [ExpectedResult("3 start", "launcher reports the lane up", "skipped", "skipped: already up")]
     assert rb.finish()["verdict"] == "dry-run"
 
 
@@ -77,21 +78,42 @@ def test_warnings_are_recorded_and_do_not_fail(registry, tmp_path):
     """A fail-open step (the warmup) records its problems as warnings: the verdict stays pass."""
     rb = Runbook("warmup", _lab_lane(registry, tmp_path))
     with rb.step("1 warmup"):
-        rb.warn("queues idle before the warmup", "the warmup was not sent: queue not idle")
-    assert rb.checks == [Check("1 warmup", "queues idle before the warmup", "warning",
-                               "the warmup was not sent: queue not idle")]
+        rb.expect_results([ExpectedResult.judged("", "queues idle before the warmup", False,
+                                                 "the warmup was not sent: queue not idle", fail_open=True)])
+    assert rb.checks == [ExpectedResult("1 warmup", "queues idle before the warmup", "warning",
+                                        "the warmup was not sent: queue not idle", fail_open=True)]
     assert rb.finish()["verdict"] == "pass"
 
 
+def test_results_the_library_judged_warn_only_when_observed_and_fail_open(registry, tmp_path):
+    """Results a library call judged (the warmup's, a gate's): a fail-open one that did not hold is a warning, any
+    other failure stops the run; a dry run observed none but the local ones."""
+    judged = ExpectedResult.judged
+    results = [judged("", "a", True, fail_open=True), judged("", "b", False, "queue busy", fail_open=True),
+               judged("", "c", False, "2 preempted")]
+    rb = Runbook("warmup", _lab_lane(registry, tmp_path))
+    with pytest.raises(StepFailed, match=r"^1 warmup: c \(2 preempted\)$"):
+        with rb.step("1 warmup", fix="run `warmup` again"):
+            rb.expect_results(results)
+    assert [(c.name, c.expected, c.outcome, c.seen, c.fix) for c in rb.checks] == [
+        ("1 warmup", "a", "pass", "", "run `warmup` again"),
+        ("1 warmup", "b", "warning", "queue busy", "run `warmup` again"),
+        ("1 warmup", "c", "fail", "2 preempted", "run `warmup` again")]
+    unobserved = dry()
+    unobserved.expect_results([*results, judged("", "lane file", True, local=True)])
+    assert [(c.outcome, c.seen) for c in unobserved.checks] == [("not observed", "not observed (dry run)")] * 3 + [
+        ("pass", "")]
+
+
 def test_the_verdict_rule():
-    observed = [Check("s", "a", "pass"), Check("s", "b", "skipped")]
+    observed = [ExpectedResult("s", "a", "pass"), ExpectedResult("s", "b", "skipped")]
     assert verdict_of(observed, dry_run=False) == "pass"
     assert verdict_of(observed, dry_run=True) == "dry-run"
     assert verdict_of([], dry_run=True) == "dry-run"
-    assert verdict_of([*observed, Check("s", "c", "fail")], dry_run=True) == "fail"
-    assert verdict_of([*observed, Check("s", "c", "fail")], dry_run=False) == "fail"
-    assert verdict_of([Check("s", "a", "not observed")], dry_run=True) == "dry-run"
-    assert verdict_of([*observed, Check("s", "w", "warning")], dry_run=False) == "pass"
+    assert verdict_of([*observed, ExpectedResult("s", "c", "fail")], dry_run=True) == "fail"
+    assert verdict_of([*observed, ExpectedResult("s", "c", "fail")], dry_run=False) == "fail"
+    assert verdict_of([ExpectedResult("s", "a", "not observed")], dry_run=True) == "dry-run"
+    assert verdict_of([*observed, ExpectedResult("s", "w", "warning")], dry_run=False) == "pass"
 
 
 def test_a_real_run_checks_what_it_is_given(registry, tmp_path):
@@ -122,7 +144,7 @@ def test_a_destructive_step_needs_confirmation_and_records_who_gave_it(registry,
     with unconfirmed.step("1 stop"):
         with pytest.raises(StepFailed, match=r"^1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)$"):
             unconfirmed.confirm("stop the lane on every node")
-    assert unconfirmed.checks[-1].outcome == "fail" and "--yes" in unconfirmed.checks[-1].detail
+    assert unconfirmed.checks[-1].outcome == "fail" and "--yes" in unconfirmed.checks[-1].seen
     confirmed = Runbook("stop", _lab_lane(registry, tmp_path), confirm=True)
     with confirmed.step("1 stop"):
         confirmed.confirm("stop the lane on every node")
@@ -163,7 +185,8 @@ def test_a_lanebook_error_inside_a_step_fails_that_step_with_its_message(shown):
     with pytest.raises(StepFailed, match=r"^3 start: step completed \(head: connection refused\)$"):
         with rb.step("3 start", fix="run `status`"):
             raise LanebookError("head: connection refused")
-    assert rb.checks[-1] == Check("3 start", "step completed", "fail", "head: connection refused")
+    assert rb.checks[-1] == ExpectedResult("3 start", "step completed", "fail", "head: connection refused",
+                                           "run `status`")
 
 
 def test_any_other_exception_is_an_error_that_still_emits_the_figures(shown):
@@ -198,7 +221,7 @@ def test_the_buttons_decide_when_confirm_is_unset(registry, tmp_path, monkeypatc
     with rb.step("2 drop caches"):
         with pytest.raises(StepFailed, match=r"^2 drop caches: drop the page cache needs confirmation \(--yes or -p confirm=True\)$"):
             rb.confirm("drop the page cache")
-    assert rb.checks[-1].detail.startswith("cancelled at the button; rerun with --yes")
+    assert rb.checks[-1].seen.startswith("cancelled at the button; rerun with --yes")
     monkeypatch.setattr(frontend, "ask", lambda what: pytest.fail("an explicit parameter must not ask"))
     Runbook("stop", _lab_lane(registry, tmp_path, twin=False), confirm=False)  # (asks nothing when constructed)
     refused = Runbook("stop", _lab_lane(registry, tmp_path), confirm=False)

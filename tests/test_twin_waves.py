@@ -10,8 +10,9 @@ from lanebook.twin.engine import EngineConfig, EngineCore
 
 def test_wave_figures_from_request_times():
     figures = waves.wave_figures([waves.Timing(0.0, 0.5, 2.5, 101), waves.Timing(0.1, 1.0, 3.0, 201)])
-    assert figures == waves.WaveFigures(concurrency=2, decode_tokens=300, wall_s=3.0, mean_stream_decode_tok_s=75.0,
-                                        wall_aggregate_tok_s=100.0, ttft_s_median=pytest.approx(0.7))
+    assert figures == waves.VirtualWaveFigures(concurrency=2, decode_tokens=300, wall_s=3.0,
+                                              mean_stream_decode_tok_s=75.0, wall_aggregate_tok_s=100.0,
+                                              ttft_s_median=pytest.approx(0.7))
 
 
 def test_a_single_token_request_has_no_decode_rate():

@@ -149,7 +149,7 @@ def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
 def test_check_weights_of_a_dry_run_observes_nothing():
     lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
     check = weights.check_weights(lane)
-    assert not check.ok and check.summary() == "not observed (dry run)"
+    assert not check.ok and check.seen == "not observed (dry run)"
     assert [c.split(":")[0] for c in lane.executor.commands()] == ["head", "worker"]  # every node's probe recorded
 
 
@@ -162,12 +162,12 @@ def test_check_weights_reports_every_node(twin):
     elsewhere = lane_with(base, weights={**base.weights.model_dump(), "hf_cache": "~/no-hf-cache-here"})
     with nodes.Lane(elsewhere) as lane:
         check = weights.check_weights(lane)
-    assert not check.ok and list(check.failed) == ["head", "worker"]
+    assert not check.ok and list(check.failed_nodes) == ["head", "worker"]
     assert all(n.figures["shard_count"] == 0 for n in check.nodes.values())
-    assert check.summary().startswith("head: 0/48 shards, ")
+    assert check.seen.startswith("head: 0/48 shards, ")
     with nodes.Lane(base) as lane:
         whole = weights.check_weights(lane)
-    assert whole.ok and whole.summary() == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
+    assert whole.ok and whole.seen == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
 
 
 # --- what the weights runbook decides from the reports ------------------------------------------------

@@ -15,7 +15,7 @@ PROBE_SETS = {
 }
 
 
-def wave(config: engine.EngineConfig, prompts: list[str], c: int, max_tokens: int = 256) -> waves.WaveFigures:
+def wave(config: engine.EngineConfig, prompts: list[str], c: int, max_tokens: int = 256) -> waves.VirtualWaveFigures:
     return waves.simulate_wave(config, prompts[:c], max_tokens)
 
 

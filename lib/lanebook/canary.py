@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .checkout_env import render_on_head
-from .checks import NodeCheck
+from .checks import ExpectedResult
 from .effective.checkout import ENV_NAME, read_node_files
 from .effective.mismatches import LiveMismatch, live_mismatches
 from .envfile import env_map, parse_env_text
@@ -36,8 +36,8 @@ class Relaunch:
     synced: dict[str, RsyncStats] = field(default_factory=dict)
     stopped: Optional[StopResult] = None
     orphans: dict[str, list[str]] = field(default_factory=dict)
-    cleaned: Optional[NodeCheck] = None
-    free: Optional[NodeCheck] = None
+    cleaned: Optional[ExpectedResult] = None
+    free: Optional[ExpectedResult] = None
     started: Optional[LauncherResult] = None
     live: Optional[list[LiveMismatch]] = None  # what the live command does not carry of params
     error: Optional[str] = None  # a LanebookError that stopped the relaunch
@@ -52,7 +52,7 @@ class Relaunch:
             return f"relaunch stopped: {self.error}"
         parts = [f"rendered {', '.join(self.change.changed) or 'nothing (already those values)'}" if self.change else "",
                  f"copied to {', '.join(self.synced)}" if self.synced else "",
-                 f"memory still held, not started: {self.free.summary()}" if self.free is not None and not self.free.ok
+                 f"memory still held, not started: {self.free.seen}" if self.free is not None and not self.free.ok
                  and self.started is None else "",
                  self.started.summary() if self.started else "",
                  ("live command carries the values" if self.live == [] else

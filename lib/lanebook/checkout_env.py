@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from .checks import NodeCheck, NodeResult
+from .checks import ExpectedResult, NodeResult
 from .compose import COMPOSE_NAME
 from .effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix,
                                  read_checkout, read_node_files)
 from .errors import LanebookError
 from .files import utc_stamp
-from .lint import LintReport, lint_checkout, lint_lane
+from .lint import LintReport, lint_checkout_files, lint_lane_on_reference
 from .nodes import CommandFailed, Lane, Node, q, qpath
 from .params import LaneParams, lane_path
 from .render import Backup, RenderPlan, RenderResult, diff_text, plan_render, sha256
@@ -94,12 +94,12 @@ def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | 
         where = "the head's checkout, read over ssh"
     plan = plan_render(params, files)
     if lane.executor.dry_run:
-        report = lint_lane(params, source)
+        report = lint_lane_on_reference(params, source)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
     else:
         rendered = files.replace(compose=TextFile(files.compose.name, plan.compose),
                                  env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env))
-        report = lint_checkout(params, rendered, source, "head's checkout as rendered")
+        report = lint_checkout_files(params, rendered, source, "head's checkout as rendered")
     return EnvPlan(params, checkout, read, plan, report, where)
 
 
@@ -293,7 +293,7 @@ def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False)
     return _hashes(node.run(command, timeout=60).stdout)
 
 
-def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
+def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
     """Every worker's checkout holds the head's bytes: each of compared_names and every file under scripts/ the head
     has, hashed on each node (figures: sha256 by file). A file only a worker has does not count: nothing runs it."""
     checkout = checkout or lane.params.checkout
@@ -301,7 +301,7 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
     if lane.executor.dry_run:  # the head's answer is unknown: each worker is asked what the head was
         for worker in lane.workers:
             _digests(worker, checkout, compared_names(lane.params), scripts=True)
-        return NodeCheck.not_observed()
+        return ExpectedResult.on_nodes({}, dry_run=True)
     names = sorted(head)
     results = {lane.head.alias: NodeResult(bool(head), f"{len(head)} files hashed" if head else "no checkout file found",
                                            {"sha256": head})}
@@ -313,4 +313,4 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> NodeCheck:
                                              f"missing: {', '.join(missing)}" if missing else "") if part)
         results[worker.alias] = NodeResult(bool(names) and not (missing or differ),
                                            detail or f"the head's {len(names)} files, same bytes", {"sha256": theirs})
-    return NodeCheck(results)
+    return ExpectedResult.on_nodes(results)

@@ -1,14 +1,21 @@
-"""The result of a check made on every node of a lane: whether it held, one line to show, and each node's part.
+"""Expected results: the one type a runbook step, a check made on every node, a gate and the warmup each give
+back, and the one spelling of each outcome.
 
-A check holds only where it was observed: a dry run sends nothing, so its check is never ok and says
-"not observed (dry run)"; a check that saw no node at all is not ok either.
+A result holds only where it was observed: a dry run sends nothing, so what the lane would have shown is
+NOT_OBSERVED (seen: NOT_OBSERVED_DRY_RUN), never a pass; a check that saw no node at all fails.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
-NOT_OBSERVED = "not observed (dry run)"
+# What one expected result came to; only FAIL fails a run.
+PASS, FAIL, NOT_OBSERVED, SKIPPED, WARNING = "pass", "fail", "not observed", "skipped", "warning"
+OUTCOMES = (PASS, FAIL, NOT_OBSERVED, SKIPPED, WARNING)
+# Plain words in code spans, not emoji: they render in any browser and terminal, with or without an emoji font.
+MARKS = {outcome: f"`{outcome.upper()}`" for outcome in OUTCOMES}
+# What a dry run shows where the lane's answer would be.
+NOT_OBSERVED_DRY_RUN = f"{NOT_OBSERVED} (dry run)"
 
 
 @dataclass(frozen=True)
@@ -21,37 +28,67 @@ class NodeResult:
 
 
 @dataclass(frozen=True)
-class NodeCheck:
-    """What one check found on each node, by alias, in the lane's node order."""
+class ExpectedResult:
+    """One expected result: the step or gate it belongs to (name, given by the runbook when the library cannot
+    know it), what was expected, its outcome, what was seen, and what to do when it fails.
 
+    pitfall: the pitfall it guards against (a gate's); local: judged on this machine (lint, the lane file), so a
+    dry run checks it for real; fail_open: when it does not hold, the step failed but the lane did not, so the
+    runbook records a warning (the warmup's); nodes: each node's part, for a check made on every node.
+    """
+
+    name: str
+    expected: str
+    outcome: str
+    seen: str = ""
+    fix: Optional[str] = None
+    pitfall: Optional[str] = None
+    local: bool = False
+    fail_open: bool = False
     nodes: Mapping[str, NodeResult] = field(default_factory=dict)
-    dry_run: bool = False
 
     @classmethod
-    def not_observed(cls) -> "NodeCheck":
-        """The check of a dry run: nothing was looked at."""
-        return cls({}, dry_run=True)
+    def judged(cls, name: str, expected: str, ok: Optional[bool], seen: str = "", pitfall: Optional[str] = None,
+               *, local: bool = False, fail_open: bool = False) -> "ExpectedResult":
+        """Pass or fail as ok says; None: not observed (a dry run asked the lane nothing)."""
+        outcome = NOT_OBSERVED if ok is None else PASS if ok else FAIL
+        return cls(name, expected, outcome, seen, pitfall=pitfall, local=local, fail_open=fail_open)
+
+    @classmethod
+    def on_nodes(cls, nodes: Mapping[str, NodeResult], dry_run: bool = False) -> "ExpectedResult":
+        """What one check found on each node, by alias, in the lane's node order: it holds where every node's part
+        does; seen is every node's detail, or why nothing holds. A dry run observed no node, so it keeps none.
+        The runbook names what was expected."""
+        if dry_run:
+            outcome, seen, nodes = NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, {}
+        elif not nodes:
+            outcome, seen = FAIL, "no node observed"
+        else:
+            outcome = PASS if all(n.ok for n in nodes.values()) else FAIL
+            seen = "; ".join(f"{alias}: {n.detail}" for alias, n in nodes.items())
+        return cls("", "", outcome, seen, nodes=dict(nodes))
 
     @property
     def ok(self) -> bool:
-        return not self.dry_run and bool(self.nodes) and all(n.ok for n in self.nodes.values())
+        return self.outcome == PASS
 
     def __bool__(self) -> bool:
-        """The check held, so `rb.expect(check, ...)` reads as it should."""
+        """The result held, so `rb.expect(check, ...)` reads as it should."""
         return self.ok
 
     @property
-    def failed(self) -> dict[str, NodeResult]:
+    def title(self) -> str:
+        """What was expected, naming the pitfall it guards against."""
+        return f"{self.expected} ({self.pitfall})" if self.pitfall else self.expected
+
+    @property
+    def failed_nodes(self) -> dict[str, NodeResult]:
         return {alias: n for alias, n in self.nodes.items() if not n.ok}
 
     def figure(self, name: str) -> dict[str, Any]:
         """One figure from every node that has it, by alias (e.g. free_gib)."""
         return {alias: n.figures[name] for alias, n in self.nodes.items() if name in n.figures}
 
-    def summary(self) -> str:
-        """One line: every node's detail, or why nothing holds."""
-        if self.dry_run:
-            return NOT_OBSERVED
-        if not self.nodes:
-            return "no node observed"
-        return "; ".join(f"{alias}: {n.detail}" for alias, n in self.nodes.items())
+    def record(self) -> dict:
+        """The result as a run record keeps it (the keys every stored record and the book use)."""
+        return {"step": self.name, "what": self.title, "outcome": self.outcome, "detail": self.seen}

@@ -152,19 +152,19 @@ def lint(
 
     lane_params = load_lane(lane) if lane else None
     from .effective.checkout import CheckoutFiles
-    from .lint import given_files, lint_checkout, lint_files, lint_lane_checkout, print_report
+    from .lint import given_files, lint_checkout_files, lint_env_and_compose, lint_what_lane_runs, print_report
 
     if lane_params and env:
-        report = lint_checkout(lane_params, given_files(env, compose), lane_path(lane), "given file")
+        report = lint_checkout_files(lane_params, given_files(env, compose), lane_path(lane), "given file")
     elif lane_params:
-        report = lint_lane_checkout(lane_params, checkout, dry_run=dry_run, source=lane_path(lane))
+        report = lint_what_lane_runs(lane_params, checkout, dry_run=dry_run, source=lane_path(lane))
     elif checkout:
         files = CheckoutFiles.read(checkout)
         if files.env is None:
             raise LanebookError(f"no .env.dspark in {checkout}: give --lane LANE to lint what a render would write")
-        report = lint_files(files.env.name, files.compose.name)
+        report = lint_env_and_compose(files.env.name, files.compose.name)
     else:
-        report = lint_files(env, compose)
+        report = lint_env_and_compose(env, compose)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

@@ -31,6 +31,7 @@ from ruamel.yaml.error import YAMLError
 
 from .audit import begin_run, discard_run, finish_run, now
 from . import yamltext
+from .checks import FAIL
 from .errors import LanebookError
 from .files import utc_stamp
 from .params import lane_path, load_lane
@@ -211,7 +212,7 @@ def run_result(outcome: Outcome, output: Path, dry_run: bool) -> dict:
     if result is not None:
         emitted = result["verdict"]
         failed_step = failed_step or (result.get("failure") or {}).get("step") \
-            or next((c["step"] for c in result["checks"] if c["outcome"] == "fail"), None)
+            or next((c["step"] for c in result["checks"] if c["outcome"] == FAIL), None)
     elif emitted is None and failed_step is None:
         failed_step = "no verdict: the notebook ended without rb.finish()"
     return {

@@ -1,6 +1,6 @@
 """The gates before a lane is called live (the recipe's "Gates before calling it live"), as checks that all run
 before the verdict: `/v1/models` (id and max_model_len), the startup log, the exact smoke, the tool-call smoke.
-The Hermes gates are in lanebook.hermes; they return the same GateCheck.
+The Hermes gates are in lanebook.hermes; every gate gives back the same ExpectedResult.
 
 Requests and judgements are pure functions (exact_smoke_body, tool_smoke_body, judge_models, judge_exact_smoke,
 judge_tool_smoke, verdict_table) over the lane and the answers' JSON; `ask` sends one request from this
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from .checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, ExpectedResult
 from .errors import LanebookError
 from .http import JsonAnswer, request_json
 from .launcher import container_name
-from .logs import KV_CACHE_LINE, Expectation, check_startup_log
+from .logs import KV_CACHE_LINE, check_startup_log
 from .nodes import Executor, Lane, q
 from .params import LaneParams
 
@@ -27,43 +28,18 @@ THINKING_KEYS = ("thinking", "enable_thinking")
 REQUEST_TIMEOUT_S = 120.0
 
 
-@dataclass(frozen=True)
-class GateCheck:
-    """One expected result of a gate. ok is None when it was not observed (a dry run asks the lane nothing);
-    local results (the lane file, a config read on this machine) are checked in a dry run too."""
-
-    step: str
-    what: str
-    ok: Optional[bool]
-    detail: str = ""
-    pitfall: Optional[str] = None
-    local: bool = False
-
-    @property
-    def outcome(self) -> str:
-        return "not observed" if self.ok is None else ("pass" if self.ok else "fail")
-
-    @property
-    def title(self) -> str:
-        """What was expected, naming the pitfall it guards against."""
-        return f"{self.what} ({self.pitfall})" if self.pitfall else self.what
+def not_observed(step: str, whats: Iterable[str]) -> list[ExpectedResult]:
+    """The results a dry run leaves unobserved (it asks the lane nothing)."""
+    return [ExpectedResult.judged(step, what, None, NOT_OBSERVED_DRY_RUN) for what in whats]
 
 
-def observed(step: str, expectations: Iterable[Expectation], pitfall: Optional[str] = None) -> list[GateCheck]:
-    return [GateCheck(step, e.what, e.ok, e.detail, pitfall) for e in expectations]
-
-
-def not_observed(step: str, whats: Iterable[str]) -> list[GateCheck]:
-    return [GateCheck(step, what, None, "not observed (dry run)") for what in whats]
-
-
-def run_gate(step: str, gate: Callable[[], list[GateCheck]]) -> list[GateCheck]:
+def run_gate(step: str, gate: Callable[[], list[ExpectedResult]]) -> list[ExpectedResult]:
     """A gate's checks; a LanebookError (a refused connection, a missing container) is that gate's one failed
     check, so the other gates still run and the verdict table shows every gate."""
     try:
         return gate()
     except LanebookError as exc:
-        return [GateCheck(step, "the gate ran", False, str(exc))]
+        return [ExpectedResult.judged(step, "the gate ran", False, str(exc))]
 
 
 # --- requests --------------------------------------------------------------------------------------
@@ -179,55 +155,59 @@ def reasoning_text(message: Mapping[str, Any]) -> str:
     return str(message.get("reasoning") or message.get("reasoning_content") or "")
 
 
-def judge_models(step: str, answer: JsonAnswer, params: LaneParams) -> list[GateCheck]:
+def judge_models(step: str, answer: JsonAnswer, params: LaneParams) -> list[ExpectedResult]:
     """/v1/models lists the lane's served name with the lane's max_model_len."""
     data = answer.body.get("data") if answer.status == 200 and isinstance(answer.body, Mapping) else None
     if not isinstance(data, list):
-        return [GateCheck(step, f"/v1/models lists {params.served_model_name}", False, _error_text(answer))]
+        return [ExpectedResult.judged(step, f"/v1/models lists {params.served_model_name}", False, _error_text(answer))]
     ids = [m.get("id") for m in data if isinstance(m, Mapping)]
     model = next((m for m in data if isinstance(m, Mapping) and m.get("id") == params.served_model_name), None)
     length = model.get("max_model_len") if model else None
-    return [GateCheck(step, f"/v1/models id is {params.served_model_name}", model is not None, f"ids {ids}"),
-            GateCheck(step, f"max_model_len is {params.max_model_len:,}", length == params.max_model_len,
-                      f"{length:,}" if isinstance(length, int) else repr(length))]
+    return [ExpectedResult.judged(step, f"/v1/models id is {params.served_model_name}", model is not None,
+                                  f"ids {ids}"),
+            ExpectedResult.judged(step, f"max_model_len is {params.max_model_len:,}", length == params.max_model_len,
+                                  f"{length:,}" if isinstance(length, int) else repr(length))]
 
 
-def judge_request_kwargs(step: str, params: LaneParams) -> GateCheck:
+def judge_request_kwargs(step: str, params: LaneParams) -> ExpectedResult:
     """The lane's own request kwargs give thinking as a JSON boolean (checked on this machine)."""
     problems = thinking_problems(params.request.get("chat_template_kwargs"), "request.chat_template_kwargs")
-    return GateCheck(step, "the lane's request gives thinking as a JSON boolean", not problems,
-                     "; ".join(problems) or json.dumps(params.request.get("chat_template_kwargs")), "P10", local=True)
+    return ExpectedResult.judged(step, "the lane's request gives thinking as a JSON boolean", not problems,
+                                 "; ".join(problems) or json.dumps(params.request.get("chat_template_kwargs")), "P10",
+                                 local=True)
 
 
-def judge_exact_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[GateCheck]:
+def judge_exact_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[ExpectedResult]:
     """The reply is the lane's token exactly (no trimming), and thinking is as the request asks."""
     expected = params.gates.exact_smoke
     choice, why = _message(answer)
     if choice is None:
-        return [GateCheck(step, f"the reply is exactly {expected}", False, why)]
+        return [ExpectedResult.judged(step, f"the reply is exactly {expected}", False, why)]
     message = choice["message"]
     content = message.get("content")
-    checks = [GateCheck(step, f"the reply is exactly {expected}", content == expected,
-                        f"{content!r} (finish_reason {choice.get('finish_reason')})")]
+    checks = [ExpectedResult.judged(step, f"the reply is exactly {expected}", content == expected,
+                                    f"{content!r} (finish_reason {choice.get('finish_reason')})")]
     intended = thinking_intended(params.request.get("chat_template_kwargs"))
     reasoning = reasoning_text(message)
-    checks.append(GateCheck(step, f"thinking {'on' if intended else 'off'} as the request asks", bool(reasoning) == intended,
-                            f"reasoning of {len(reasoning)} characters in the reply" + (" — thinking was ON" if reasoning and not intended else ""),
-                            "P10"))
+    checks.append(ExpectedResult.judged(
+        step, f"thinking {'on' if intended else 'off'} as the request asks", bool(reasoning) == intended,
+        f"reasoning of {len(reasoning)} characters in the reply"
+        + (" — thinking was ON" if reasoning and not intended else ""),
+        "P10"))
     return checks
 
 
-def judge_tool_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[GateCheck]:
+def judge_tool_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[ExpectedResult]:
     """The answer carries a structured tool_calls[] calling the lane's tool with its arguments (parsed JSON)."""
     smoke = params.gates.tool_smoke
     wanted = f"{smoke.function}({json.dumps(smoke.arguments, ensure_ascii=False)})"
     choice, why = _message(answer)
     if choice is None:
-        return [GateCheck(step, "a structured tool_calls[] comes back", False, why)]
+        return [ExpectedResult.judged(step, "a structured tool_calls[] comes back", False, why)]
     message = choice["message"]
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not calls:
-        return [GateCheck(step, "a structured tool_calls[] comes back", False,
+        return [ExpectedResult.judged(step, "a structured tool_calls[] comes back", False,
                           f"no tool_calls; content {message.get('content')!r} (finish_reason {choice.get('finish_reason')})")]
     call = calls[0] if isinstance(calls[0], Mapping) else {}
     function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
@@ -237,15 +217,17 @@ def judge_tool_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[
     except json.JSONDecodeError:
         arguments = None
     seen = f"{function.get('name')}({raw})"
-    return [GateCheck(step, "a structured tool_calls[] comes back", call.get("type") == "function" and bool(function),
-                      f"{len(calls)} call(s), finish_reason {choice.get('finish_reason')}"),
-            GateCheck(step, f"the call is {wanted}", function.get("name") == smoke.function and arguments == smoke.arguments,
-                      seen if arguments is not None else f"{seen}: arguments are not a JSON object string")]
+    return [ExpectedResult.judged(step, "a structured tool_calls[] comes back",
+                                  call.get("type") == "function" and bool(function),
+                                  f"{len(calls)} call(s), finish_reason {choice.get('finish_reason')}"),
+            ExpectedResult.judged(step, f"the call is {wanted}",
+                                  function.get("name") == smoke.function and arguments == smoke.arguments,
+                                  seen if arguments is not None else f"{seen}: arguments are not a JSON object string")]
 
 
 # --- the gates: ask, then judge ------------------------------------------------------------------------
 
-def models_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
+def models_gate(step: str, executor: Executor, params: LaneParams) -> list[ExpectedResult]:
     """`curl -s API/models`: the lane's served name and max_model_len."""
     answer = ask(executor, models_url(params))
     if answer is None:
@@ -253,17 +235,16 @@ def models_gate(step: str, executor: Executor, params: LaneParams) -> list[GateC
     return judge_models(step, answer, params)
 
 
-def log_gate(step: str, lane: Lane) -> list[GateCheck]:
+def log_gate(step: str, lane: Lane) -> list[ExpectedResult]:
     """`docker logs CONTAINER 2>&1 | grep -E ...` on the head: no auto-enabled breakable graphs (P01), startup
     complete, the KV cache in the lane's band."""
     expectations, _kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
-    checks = observed(step, expectations)
     forbidden = {f"log has no '{line}'" for line in lane.params.gates.log_forbidden}
-    return [GateCheck(c.step, c.what, c.ok, c.detail,
-                      "P01" if c.what in forbidden else "P07" if c.what.startswith(KV_CACHE_LINE) else None) for c in checks]
+    return [replace(e, name=step, pitfall="P01" if e.expected in forbidden else
+                    "P07" if e.expected.startswith(KV_CACHE_LINE) else None) for e in expectations]
 
 
-def exact_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
+def exact_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[ExpectedResult]:
     """The exact smoke: the lane's request kwargs (checked here), then the reply compared exactly."""
     checks = [judge_request_kwargs(step, params)]
     answer = ask(executor, chat_url(params), exact_smoke_body(params))
@@ -272,7 +253,7 @@ def exact_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[
     return checks + judge_exact_smoke(step, answer, params)
 
 
-def tool_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[GateCheck]:
+def tool_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[ExpectedResult]:
     """The tool-call smoke: a structured tool_calls[] with the lane's call."""
     answer = ask(executor, chat_url(params), tool_smoke_body(params))
     if answer is None:
@@ -282,26 +263,28 @@ def tool_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[G
 
 # --- the verdict table -----------------------------------------------------------------------------
 
-MARKS = {"pass": "`PASS`", "fail": "`FAIL`", "not observed": "`NOT OBSERVED`"}  # plain words: no emoji font needed
-
-
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def verdict_table(checks: Iterable[GateCheck], dry_run: bool = False) -> str:
+def _outcome(check: ExpectedResult, dry_run: bool) -> str:
+    return NOT_OBSERVED if dry_run and not check.local else check.outcome
+
+
+def verdict_table(checks: Iterable[ExpectedResult], dry_run: bool = False) -> str:
     """Every gate's checks as a Markdown table: step, what was expected, the outcome, what was seen, the pitfall."""
     rows = ["| step | expected | result | seen | pitfall |", "|---|---|---|---|---|"]
     for c in checks:
-        outcome = "not observed" if dry_run and not c.local else c.outcome
-        rows.append(f"| {_cell(c.step)} | {_cell(c.what)} | {MARKS[outcome]} | {_cell(c.detail)} | {c.pitfall or ''} |")
+        rows.append(f"| {_cell(c.name)} | {_cell(c.expected)} | {MARKS[_outcome(c, dry_run)]} | {_cell(c.seen)} "
+                    f"| {c.pitfall or ''} |")
     return "\n".join(rows) + "\n"
 
 
-def table_figures(checks: Iterable[GateCheck], dry_run: bool = False) -> list[dict]:
-    """The table as the run record keeps it (one dict a check)."""
-    return [{**asdict(c), "outcome": "not observed" if dry_run and not c.local else c.outcome} for c in checks]
+def table_figures(checks: Iterable[ExpectedResult], dry_run: bool = False) -> list[dict]:
+    """The table as the run record keeps it, one dict a check (the keys of records already stored)."""
+    return [{"step": c.name, "what": c.expected, "ok": None if c.outcome == NOT_OBSERVED else c.ok, "detail": c.seen,
+             "pitfall": c.pitfall, "local": c.local, "outcome": _outcome(c, dry_run)} for c in checks]
 
 
-def failed_checks(checks: Iterable[GateCheck]) -> list[GateCheck]:
-    return [c for c in checks if c.ok is False]
+def failed_checks(checks: Iterable[ExpectedResult]) -> list[ExpectedResult]:
+    return [c for c in checks if c.outcome == FAIL]

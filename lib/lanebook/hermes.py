@@ -30,8 +30,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from . import yamltext
+from .checks import ExpectedResult
 from .errors import LanebookError
-from .gates import GateCheck, thinking_intended, thinking_problems
+from .gates import not_observed, thinking_intended, thinking_problems
 from .nodes import Executor, Lane, Node, q, qpath
 from .params import LaneParams, NodeParams
 from .paths import REPO
@@ -45,7 +46,7 @@ EXPECTED_API_KEY = "no-key-required"
 
 # --- the provider block (pure) ------------------------------------------------------------------------
 
-def provider_block(params: LaneParams) -> dict:
+def lane_provider_block(params: LaneParams) -> dict:
     """The recipe's providers.<name> block for this lane: its API, key, advertised context, model, extra_body."""
     return {"api": params.api, "api_key": params.hermes.api_key, "context_length": params.hermes.context_length,
             "default_model": params.served_model_name, "extra_body": params.hermes.extra_body}
@@ -79,7 +80,8 @@ def shown_block(block: Mapping[str, Any]) -> dict:
     return redact_data(dict(block))
 
 
-def block_checks(step: str, block: Mapping[str, Any], params: LaneParams, *, local: bool = True) -> list[GateCheck]:
+def block_checks(step: str, block: Mapping[str, Any], params: LaneParams, *,
+                 local: bool = True) -> list[ExpectedResult]:
     """The provider block against the lane: its API, api_key no-key-required (not "none"), thinking a JSON
     boolean as the lane means it, the advertised context, the default model."""
     want_kwargs = params.hermes.extra_body.get("chat_template_kwargs")
@@ -91,17 +93,20 @@ def block_checks(step: str, block: Mapping[str, Any], params: LaneParams, *, loc
     key_shown = api_key if api_key in (EXPECTED_API_KEY, "none", "", None) else "[REDACTED]"
     context = block.get("context_length")
     api = str(block.get("api") or block.get("base_url") or block.get("url") or "")
+    judged = ExpectedResult.judged
     return [
-        GateCheck(step, "api is the lane's API", api.rstrip("/") == params.api.rstrip("/"), api, local=local),
-        GateCheck(step, f"api_key is {params.hermes.api_key}", api_key == params.hermes.api_key,
-                  repr(key_shown) + (': "none" is not the keyless value' if api_key == "none" else ""), "P09", local),
-        GateCheck(step, "thinking is a JSON boolean, as the lane means it", not problems and same_thinking,
-                  "; ".join(problems) or f"chat_template_kwargs {kwargs!r}", "P10", local),
-        GateCheck(step, f"context_length is {params.hermes.context_length:,} (within the server's {params.max_model_len:,})",
-                  context == params.hermes.context_length and isinstance(context, int) and context <= params.max_model_len,
-                  repr(context), local=local),
-        GateCheck(step, f"default_model is {params.served_model_name}", block.get("default_model") == params.served_model_name,
-                  repr(block.get("default_model")), local=local),
+        judged(step, "api is the lane's API", api.rstrip("/") == params.api.rstrip("/"), api, local=local),
+        judged(step, f"api_key is {params.hermes.api_key}", api_key == params.hermes.api_key,
+               repr(key_shown) + (': "none" is not the keyless value' if api_key == "none" else ""), "P09",
+               local=local),
+        judged(step, "thinking is a JSON boolean, as the lane means it", not problems and same_thinking,
+               "; ".join(problems) or f"chat_template_kwargs {kwargs!r}", "P10", local=local),
+        judged(step, f"context_length is {params.hermes.context_length:,} "
+                     f"(within the server's {params.max_model_len:,})",
+               context == params.hermes.context_length and isinstance(context, int) and context <= params.max_model_len,
+               repr(context), local=local),
+        judged(step, f"default_model is {params.served_model_name}",
+               block.get("default_model") == params.served_model_name, repr(block.get("default_model")), local=local),
     ]
 
 
@@ -258,16 +263,16 @@ class ProviderBlock:
     """The block the Hermes gates use: rendered from the lane, or read from the operator's config (None when a dry
     run did not read it), where it came from, and whether it was read on this machine (a dry run checks it then)."""
 
-    block: Optional[dict]
+    settings: Optional[dict]
     source: str
     local: bool
 
 
-def the_provider_block(lane: Lane, hermes_config: Optional[str]) -> ProviderBlock:
+def provider_block_in_use(lane: Lane, hermes_config: Optional[str]) -> ProviderBlock:
     """The operator's block from `hermes_config` (a config.yaml on the Hermes host), else the lane's rendering."""
     provider = lane.params.hermes.provider
     if not hermes_config:
-        return ProviderBlock(provider_block(lane.params), f"rendered from lane {lane.params.name}", True)
+        return ProviderBlock(lane_provider_block(lane.params), f"rendered from lane {lane.params.name}", True)
     host = hermes_host(lane)
     source = f"{hermes_config} on {host.where}"
     local = isinstance(host, LocalHost)
@@ -365,7 +370,7 @@ def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN
     return RouteRun(redact(shell_line(argv, home)), host.where, code, redact(out), redact(err), duration, state)
 
 
-def judge_route(step: str, run: RouteRun, params: LaneParams, block: Mapping[str, Any]) -> list[GateCheck]:
+def judge_route(step: str, run: RouteRun, params: LaneParams, block: Mapping[str, Any]) -> list[ExpectedResult]:
     """Hermes exited 0 and printed exactly ROUTE_OK; state.db recorded the reply, and reasoning exactly when the
     block means thinking on (reasoning with thinking meant off is pitfall 10: a string "false")."""
     route = params.gates.hermes_route
@@ -373,44 +378,50 @@ def judge_route(step: str, run: RouteRun, params: LaneParams, block: Mapping[str
     tail = (run.stderr.strip().splitlines() or [""])[-1]
     extra = block.get("extra_body")
     intended = thinking_intended(extra.get("chat_template_kwargs") if isinstance(extra, Mapping) else None)
-    checks = [GateCheck(step, "hermes exited 0", run.exit_code == 0, f"exit {run.exit_code} on {run.where}"
-                        + (f": {tail[:200]}" if run.exit_code and tail else "")),
-              GateCheck(step, f"hermes printed exactly {route}", printed == route, repr(printed[-200:]))]
+    judged = ExpectedResult.judged
+    checks = [judged(step, "hermes exited 0", run.exit_code == 0, f"exit {run.exit_code} on {run.where}"
+                     + (f": {tail[:200]}" if run.exit_code and tail else "")),
+              judged(step, f"hermes printed exactly {route}", printed == route, repr(printed[-200:]))]
     if run.state is None:
-        return checks + [GateCheck(step, "Hermes recorded the session in state.db", False, "no state.db in HERMES_HOME")]
+        return checks + [judged(step, "Hermes recorded the session in state.db", False, "no state.db in HERMES_HOME")]
     return checks + [
-        GateCheck(step, f"state.db holds the reply {route}", route in (r.strip() for r in run.state.replies),
-                  f"assistant replies {list(run.state.replies)!r}"[:300]),
-        GateCheck(step, f"thinking {'on' if intended else 'off'} as the provider block means it (reasoning in state.db)",
-                  run.state.thinking_seen == intended,
-                  run.state.summary() + (" — thinking was ON: a string \"false\" is truthy" if run.state.thinking_seen and not intended else ""),
-                  "P10"),
+        judged(step, f"state.db holds the reply {route}", route in (r.strip() for r in run.state.replies),
+               f"assistant replies {list(run.state.replies)!r}"[:300]),
+        judged(step, f"thinking {'on' if intended else 'off'} as the provider block means it (reasoning in state.db)",
+               run.state.thinking_seen == intended,
+               run.state.summary() + (" — thinking was ON: a string \"false\" is truthy"
+                                      if run.state.thinking_seen and not intended else ""),
+               "P10"),
     ]
 
 
 # --- the two gates -----------------------------------------------------------------------------------------
 
-def block_gate(step: str, lane: Lane, hermes_config: Optional[str]) -> tuple[Optional[ProviderBlock], list[GateCheck]]:
+def block_gate(step: str, lane: Lane,
+               hermes_config: Optional[str]) -> tuple[Optional[ProviderBlock], list[ExpectedResult]]:
     """Gate 5: the provider block (the operator's or the lane's) and its checks; a block that cannot be read is
     the gate's failed check."""
     try:
-        provider = the_provider_block(lane, hermes_config)
+        provider = provider_block_in_use(lane, hermes_config)
     except LanebookError as exc:
-        return None, [GateCheck(step, "the provider block was read", False, str(exc), local=True)]
-    if provider.block is None:
-        return provider, [GateCheck(step, f"the provider block ({provider.source})", None, "not observed (dry run)")]
-    return provider, block_checks(step, provider.block, lane.params, local=provider.local)
+        return None, [ExpectedResult.judged(step, "the provider block was read", False, str(exc), local=True)]
+    if provider.settings is None:
+        return provider, not_observed(step, [f"the provider block ({provider.source})"])
+    return provider, block_checks(step, provider.settings, lane.params, local=provider.local)
 
 
-def route_gate(step: str, lane: Lane, provider: Optional[ProviderBlock]) -> tuple[Optional[RouteRun], list[GateCheck]]:
+def route_gate(step: str, lane: Lane,
+               provider: Optional[ProviderBlock]) -> tuple[Optional[RouteRun], list[ExpectedResult]]:
     """Gate 6: the route smoke through the CLI with the block gate 5 checked, judged on its output and state.db."""
     if provider is None:
-        return None, [GateCheck(step, "hermes routed the smoke", False, "not run: no provider block (gate 5)")]
-    block = provider.block if provider.block is not None else provider_block(lane.params)  # a dry run's stand-in
+        return None, [ExpectedResult.judged(step, "hermes routed the smoke", False,
+                                            "not run: no provider block (gate 5)")]
+    # a dry run's stand-in when the operator's block was not read
+    block = provider.settings if provider.settings is not None else lane_provider_block(lane.params)
     try:
         run = run_route_smoke(lane, block)
     except LanebookError as exc:
-        return None, [GateCheck(step, "hermes routed the smoke", False, str(exc))]
+        return None, [ExpectedResult.judged(step, "hermes routed the smoke", False, str(exc))]
     if run is None:
-        return None, [GateCheck(step, f"hermes printed exactly {lane.params.gates.hermes_route}", None, "not observed (dry run)")]
+        return None, not_observed(step, [f"hermes printed exactly {lane.params.gates.hermes_route}"])
     return run, judge_route(step, run, lane.params, block)

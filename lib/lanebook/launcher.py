@@ -27,7 +27,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Optional
 
-from .checks import NOT_OBSERVED
+from .checks import NOT_OBSERVED_DRY_RUN
 from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .errors import LanebookError
 from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
@@ -170,7 +170,7 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
     return outcome
 
 
-def lane_status(lane: Lane) -> LauncherResult:
+def run_status_script(lane: Lane) -> LauncherResult:
     """The checkout's status script, from the head (exit 0: the head's rank runs and /v1/models answers)."""
     return launcher_result(lane.head.run(launcher_command(lane, lane.params.launcher.status), check=False, timeout=60))
 
@@ -227,7 +227,7 @@ ORPHANED_WORKER = "orphaned worker"  # pitfall 16: the head's rank is gone, a wo
 HEAD_ALONE = "head without its workers"
 
 
-def lane_state(running: Mapping[str, list[str]], head: str) -> str:
+def state_from_containers(running: Mapping[str, list[str]], head: str) -> str:
     """What the lane's running containers (per node, `head` the head's alias) say about it.
 
     up: every node runs one; down: none does; orphaned worker: the head runs none while a worker still
@@ -260,7 +260,7 @@ class LaneContainers:
 
     @property
     def state(self) -> str:
-        return NOT_OBSERVED if self.dry_run else lane_state(self.running, self.head)
+        return NOT_OBSERVED_DRY_RUN if self.dry_run else state_from_containers(self.running, self.head)
 
     @property
     def orphaned(self) -> dict[str, list[str]]:
@@ -273,7 +273,7 @@ class LaneContainers:
 
     def summary(self) -> str:
         if self.dry_run:
-            return NOT_OBSERVED
+            return NOT_OBSERVED_DRY_RUN
         return "; ".join(f"{alias}: {', '.join(names) or 'none'}" for alias, names in self.running.items())
 
 
@@ -309,7 +309,7 @@ def ask_api(lane: Lane, timeout_s: float = 5.0) -> ApiAnswer:
     except LanebookError as exc:
         return ApiAnswer(True, None, str(exc))
     if executor.dry_run:
-        return ApiAnswer(None, None, NOT_OBSERVED)
+        return ApiAnswer(None, None, NOT_OBSERVED_DRY_RUN)
     return ApiAnswer(True, models, "/health 200; /v1/models lists " + ", ".join(str(m.get("id")) for m in models or []))
 
 

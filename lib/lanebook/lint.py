@@ -6,18 +6,18 @@ finding names the line that wins for it: the env line that supplies a value, the
 launcher exports it from, or the compose line whose default or literal applies.
 
 The ways in:
-- `lint_files(env, compose)`: two files as they are (a start script beside the compose file tells the
+- `lint_env_and_compose(env, compose)`: two files as they are (a start script beside the compose file tells the
   launcher's shape);
-- `lint_checkout(lane, files)`: a checkout's own files as they are, against LANE: each lane value the
+- `lint_checkout_files(lane, files)`: a checkout's own files as they are, against LANE: each lane value the
   checkout does not run is an error (S04) naming both values and the line that wins, saying what
   `lanebook env render` would write, or that render cannot fix it. A checkout with no .env.dspark yet is
   linted as render would leave it (its example copied, then the lane written);
-- `lint_lane(lane)`: never connects: the lane file against lanebook's reference checkout (the recipe's
+- `lint_lane_on_reference(lane)`: never connects: the lane file against lanebook's reference checkout (the recipe's
   current shape) with the render applied; findings on the lane's values name the lane file's lines. The
   launch runbook calls it in its prerequisites, dry runs included;
-- `lint_lane_checkout(lane)`: what the lane will run: its checkout from a local copy or read from the head
+- `lint_what_lane_runs(lane)`: what the lane will run: its checkout from a local copy or read from the head
   over SSH; when that cannot be read (unreachable, or a dry run, which opens no connection) it falls back
-  to `lint_lane` and says so. Every report lists the files it linted.
+  to `lint_lane_on_reference` and says so. Every report lists the files it linted.
 """
 from __future__ import annotations
 
@@ -226,7 +226,8 @@ def given_files(env_path: str | Path, compose_path: str | Path) -> CheckoutFiles
     return CheckoutFiles(compose, env, start=start, sourced=sourced)
 
 
-def lint_files(env_path: str | Path, compose_path: str | Path, hermes_config: str | Path | None = None) -> LintReport:
+def lint_env_and_compose(env_path: str | Path, compose_path: str | Path,
+                         hermes_config: str | Path | None = None) -> LintReport:
     """Lint an env file and a compose file as they are (and a Hermes config.yaml, for P09/P10, when given)."""
     files = given_files(env_path, compose_path)
     clients = _leaves(_load_yaml(Path(hermes_config)), "", str(hermes_config)) if hermes_config else []
@@ -281,7 +282,7 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
     return fixed
 
 
-def lint_checkout(lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None,
+def lint_checkout_files(lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None,
                   origin: str = "local checkout") -> LintReport:
     """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml)."""
     file, doc = _lane_source(lane, source)
@@ -315,7 +316,7 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
     return back
 
 
-def lint_lane(lane: LaneParams, source: str | Path | None = None) -> LintReport:
+def lint_lane_on_reference(lane: LaneParams, source: str | Path | None = None) -> LintReport:
     """Lint a lane without connecting anywhere: its values rendered into lanebook's reference checkout.
 
     Findings on a value the lane sets name its line in the lane file (SOURCE, default params/NAME.yaml); the
@@ -354,14 +355,15 @@ def lint_lane(lane: LaneParams, source: str | Path | None = None) -> LintReport:
     return LintReport(run_checks(inp), linted)
 
 
-def lint_lane_checkout(lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False,
+def lint_what_lane_runs(lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False,
                        source: str | Path | None = None) -> LintReport:
     """Lint what LANE will run: its checkout (CHECKOUT, a local copy, else read from the head over SSH).
 
     A dry run opens no connection, and a head that cannot be reached (or has no checkout) leaves nothing to
-    read: then the lane file is linted against the reference checkout (lint_lane) and the report says why."""
+    read: then the lane file is linted against the reference checkout (lint_lane_on_reference) and the report
+    says why."""
     if checkout is not None:
-        return lint_checkout(lane, CheckoutFiles.read(checkout), source, "local checkout")
+        return lint_checkout_files(lane, CheckoutFiles.read(checkout), source, "local checkout")
     if dry_run:
         reason = "dry run: no connection opened"
     else:
@@ -370,10 +372,10 @@ def lint_lane_checkout(lane: LaneParams, checkout: str | Path | None = None, *, 
         try:
             with Connected(lane) as connected:
                 files = CheckoutFiles.fetch(connected.head, lane.checkout)
-            return lint_checkout(lane, files, source, "head over ssh")
+            return lint_checkout_files(lane, files, source, "head over ssh")
         except LanebookError as exc:  # unreachable, no checkout there, or the twin is down
             reason = f"the head's checkout could not be read: {exc}"
-    report = lint_lane(lane, source)
+    report = lint_lane_on_reference(lane, source)
     report.note = f"{reason}; linted the lane file against lanebook's reference checkout instead"
     return report
 

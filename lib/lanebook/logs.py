@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from .checks import ExpectedResult
 from .nodes import Node, NodeError, q
 
 if TYPE_CHECKING:
@@ -120,29 +120,23 @@ def schedule_in_live_command(node: Node, container: str) -> bool:
     return SCHEDULE_KEY in live_command(node, container)
 
 
-@dataclass(frozen=True)
-class Expectation:
-    """One expected result of a log gate: what was expected, whether it held, and what was seen."""
-
-    ok: bool
-    what: str
-    detail: str = ""
-
-
-def startup_log_expectations(found: dict[str, list[str]], gates: "GateParams") -> tuple[list[Expectation], Optional[int]]:
+def startup_log_expectations(found: dict[str, list[str]],
+                             gates: "GateParams") -> tuple[list[ExpectedResult], Optional[int]]:
     """The startup-log gate over scanned lines: no forbidden line (auto-enabled breakable graphs), every
-    required line (startup complete), and the latest "GPU KV cache size" in the lane's band; and that size."""
-    expectations = [Expectation(not found[line], f"log has no '{line}'", "; ".join(found[line][:1]))
+    required line (startup complete), and the latest "GPU KV cache size" in the lane's band; and that size.
+    The results are named by the step that records them."""
+    judged = ExpectedResult.judged
+    expectations = [judged("", f"log has no '{line}'", not found[line], "; ".join(found[line][:1]))
                     for line in gates.log_forbidden]
-    expectations += [Expectation(bool(found[line]), f"log has '{line}'") for line in gates.log_required]
+    expectations += [judged("", f"log has '{line}'", bool(found[line])) for line in gates.log_required]
     kv = kv_cache_tokens(found[KV_CACHE_LINE])
     low, high = gates.kv_cache_tokens
-    expectations.append(Expectation(kv is not None and low <= kv <= high, f"GPU KV cache size in {low:,}–{high:,} tokens",
-                                    "" if kv is None else f"{kv:,}"))
+    expectations.append(judged("", f"GPU KV cache size in {low:,}–{high:,} tokens",
+                               kv is not None and low <= kv <= high, "" if kv is None else f"{kv:,}"))
     return expectations, kv
 
 
-def check_startup_log(node: Node, container: str, gates: "GateParams") -> tuple[list[Expectation], Optional[int]]:
+def check_startup_log(node: Node, container: str, gates: "GateParams") -> tuple[list[ExpectedResult], Optional[int]]:
     """Scan the container's log on the node for the gate's lines and judge them (startup_log_expectations)."""
     found = scan_log(node, container, [*gates.log_forbidden, *gates.log_required, KV_CACHE_LINE])
     return startup_log_expectations(found, gates)

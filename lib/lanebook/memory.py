@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .checks import NOT_OBSERVED, NodeCheck, NodeResult
+from .checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
 from .launcher import vllm_containers
 from .nodes import Lane, Node, NodeError, q
 
@@ -25,7 +25,7 @@ SHM_LISTING = "ls -A /dev/shm"
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
 
 
-def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult]) -> NodeCheck:
+def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult]) -> ExpectedResult:
     """`observe` on every node; a node that cannot be reached fails its part without stopping the others."""
     found = {}
     for node in lane.nodes:
@@ -33,7 +33,7 @@ def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult]) -> NodeChe
             found[node.alias] = observe(node)
         except NodeError as exc:
             found[node.alias] = NodeResult(False, str(exc))
-    return NodeCheck.not_observed() if lane.executor.dry_run else NodeCheck(found)
+    return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
 
 
 def cleanup_command() -> str:
@@ -90,7 +90,7 @@ def _cleaned_node(node: Node) -> NodeResult:
     after, listing_error = _shm_listing(node)
     figures = memory_figures(node)
     if figures is None:  # a dry run: the commands are recorded, nothing is seen
-        return NodeResult(False, NOT_OBSERVED)
+        return NodeResult(False, NOT_OBSERVED_DRY_RUN)
     left = [name for name in (after or []) if name in (before or [])]
     problems = []
     if not cleanup.ok:
@@ -107,7 +107,7 @@ def _cleaned_node(node: Node) -> NodeResult:
                        "cleanup_exit": cleanup.exit_code})
 
 
-def clean_memory(lane: Lane) -> NodeCheck:
+def clean_memory(lane: Lane) -> ExpectedResult:
     """Clean /dev/shm and drop the page cache on every node, then look: is every segment gone, how much is free?
 
     Refuses while any vLLM container runs on a node (this lane's or another's): pulling SHM from
@@ -123,7 +123,7 @@ def clean_memory(lane: Lane) -> NodeCheck:
     return _on_every_node(lane, _cleaned_node)
 
 
-def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> NodeCheck:
+def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> ExpectedResult:
     """Is enough memory free on every node for vLLM to start?
 
     vLLM refuses to start when free memory is below GPU_MEMORY_UTILIZATION x total; on the Spark's
@@ -135,7 +135,7 @@ def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> NodeCh
     def observe(node: Node) -> NodeResult:
         figures = memory_figures(node)
         if figures is None:
-            return NodeResult(False, NOT_OBSERVED)
+            return NodeResult(False, NOT_OBSERVED_DRY_RUN)
         needed = min_free_gib if min_free_gib is not None else round(utilization * figures.total_gib, 1)
         return NodeResult(figures.free_gib >= needed, f"{figures.free_gib:g} GiB free, {needed:g} needed",
                           {"total_gib": figures.total_gib, "free_gib": figures.free_gib,
@@ -180,7 +180,7 @@ def _masked_node(node: Node, units: list[str]) -> NodeResult:
                       {"units": {u: {"active": a, "enabled": e} for u, (a, e) in states.items()}, "was_active": was_active})
 
 
-def mask_legacy_units(lane: Lane) -> NodeCheck:
+def mask_legacy_units(lane: Lane) -> ExpectedResult:
     """`systemctl mask --now` the lane's legacy units on every node (pitfall 13), then read their states back.
 
     A node passes when every unit is inactive and masked. Units a node does not have are masked too
@@ -188,6 +188,6 @@ def mask_legacy_units(lane: Lane) -> NodeCheck:
     """
     units = list(lane.params.legacy_units)
     if not units:
-        return NodeCheck.not_observed() if lane.executor.dry_run else NodeCheck(
-            {node.alias: NodeResult(True, "the lane names no legacy units") for node in lane.nodes})
+        return ExpectedResult.on_nodes({node.alias: NodeResult(True, "the lane names no legacy units")
+                                        for node in lane.nodes}, dry_run=lane.executor.dry_run)
     return _on_every_node(lane, lambda node: _masked_node(node, units))

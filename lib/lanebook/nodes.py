@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .checks import NOT_OBSERVED
+from .checks import NOT_OBSERVED_DRY_RUN
 from .errors import LanebookError
 from .params import LaneParams, NodeParams
 from .plugins import resolve_ssh_config
@@ -103,7 +103,7 @@ class LaneResult(dict):
     def summary(self) -> str:
         """One line: the failures (each names its node), or that every node succeeded."""
         if self.dry_run:
-            return NOT_OBSERVED
+            return NOT_OBSERVED_DRY_RUN
         failed = self.failed
         if not failed:
             return f"ok on {', '.join(self)}"

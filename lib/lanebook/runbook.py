@@ -19,36 +19,24 @@ import getpass
 import json
 import socket
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from typing import Any, Iterable, Optional
 
 from . import frontend
-from .checks import NOT_OBSERVED
+from .checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, PASS, SKIPPED, WARNING, ExpectedResult
 from .errors import LanebookError
 from .nodes import Lane
 from .params import load_lane
 from .plugins import prepare_lane
 
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
-# What one expected result came to; only "fail" fails a run.
-PASS, FAIL, NOT_OBSERVED_OUTCOME, SKIPPED, WARNING = "pass", "fail", "not observed", "skipped", "warning"
-# Plain words in code spans, not emoji: they render in any browser and terminal, with or without an emoji font.
-MARKS = {PASS: "`PASS`", FAIL: "`FAIL`", NOT_OBSERVED_OUTCOME: "`NOT OBSERVED`", SKIPPED: "`SKIPPED`", WARNING: "`WARNING`"}
 
 
 class StepFailed(Exception):
     """A step's expected result did not hold. The message starts with the step's name."""
 
 
-@dataclass(frozen=True)
-class Check:
-    step: str
-    what: str
-    outcome: str  # pass | fail | not observed | skipped | warning
-    detail: str = ""
-
-
-def verdict_of(checks: Iterable[Check], dry_run: bool) -> str:
+def verdict_of(checks: Iterable[ExpectedResult], dry_run: bool) -> str:
     """fail if any expected result failed; otherwise dry-run for a dry run (it observed nothing), else pass."""
     if any(c.outcome == FAIL for c in checks):
         return "fail"
@@ -81,7 +69,7 @@ class Runbook:
         self.confirmed = self.params.twin if confirm is None else confirm
         self.confirmations: list[dict] = []
         self.figures: dict[str, Any] = {}
-        self.checks: list[Check] = []
+        self.checks: list[ExpectedResult] = []
         self.current_step = "prerequisites"
         self.current_fix: Optional[str] = None
         self.failure: Optional[dict] = None  # the failed step and what to do next, once a step failed
@@ -109,7 +97,7 @@ class Runbook:
         except StepFailed:
             raise
         except LanebookError as exc:
-            self._fail(Check(title, "step completed", FAIL, str(exc)))
+            self._fail(ExpectedResult(title, "step completed", FAIL, str(exc), fix))
         except Exception:
             self._emit("error")  # a bug: the record still keeps what was measured before it
             raise
@@ -120,37 +108,44 @@ class Runbook:
         local: the result was computed on this machine (lint, a lane file, parameters), so a dry run
         checks it for real; any other result comes from the lane, which a dry run does not observe.
         """
-        detail = "" if detail is None else str(detail)
-        if self.dry_run and not local:
-            outcome, detail = NOT_OBSERVED_OUTCOME, NOT_OBSERVED
-        else:
-            outcome = PASS if ok else FAIL
-        check = Check(self.current_step, what, outcome, detail)
-        if outcome == FAIL:
-            self._fail(check)
-        self._add(check)
+        self.expect_results([ExpectedResult(self.current_step, what, PASS if ok else FAIL,
+                                            "" if detail is None else str(detail), local=local)])
 
-    def _fail(self, check: Check, message: Optional[str] = None) -> None:
+    def expect_results(self, results: Iterable[ExpectedResult]) -> None:
+        """Record expected results the library judged (gates, the warmup's, a log's) in the current step; stop the
+        run at the first that failed.
+
+        A dry run observed none that is not local. One that is fail-open and did not hold is a warning: the step
+        failed, the lane did not. On a real run anything else that did not pass is a fail (a pass means observed).
+        """
+        for result in results:
+            if self.dry_run and not result.local:
+                outcome, seen = NOT_OBSERVED, NOT_OBSERVED_DRY_RUN
+            elif result.ok:
+                outcome, seen = PASS, result.seen
+            else:
+                outcome, seen = WARNING if result.fail_open and result.outcome == FAIL else FAIL, result.seen
+            recorded = replace(result, name=self.current_step, outcome=outcome, seen=seen, fix=self.current_fix)
+            if outcome == FAIL:
+                self._fail(recorded)
+            self._add(recorded)
+
+    def _fail(self, result: ExpectedResult, message: Optional[str] = None) -> None:
         """Record a failed expected result, say what to do next, emit the verdict so far, and stop the run."""
-        self._add(check)
-        self.failure = {"step": check.step, "fix": self.current_fix}
-        if self.current_fix:
-            _display(markdown=f"**What to do next:** {self.current_fix}")
+        self._add(result)
+        self.failure = {"step": result.name, "fix": result.fix}
+        if result.fix:
+            _display(markdown=f"**What to do next:** {result.fix}")
         self._emit(FAIL)
-        raise StepFailed(message or f"{check.step}: {check.what}" + (f" ({check.detail})" if check.detail else ""))
+        raise StepFailed(message or f"{result.name}: {result.title}" + (f" ({result.seen})" if result.seen else ""))
 
     def skip(self, what: str, why: str) -> None:
         """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
-        self._add(Check(self.current_step, what, SKIPPED, f"skipped: {why}"))
+        self._add(ExpectedResult(self.current_step, what, SKIPPED, f"skipped: {why}", self.current_fix))
 
-    def warn(self, what: str, detail: Any = "") -> None:
-        """A problem the step tolerates by design (fail-open, e.g. a warmup that could not finish on a serving
-        lane): shown and recorded as a warning; it does not fail the verdict."""
-        self._add(Check(self.current_step, what, WARNING, "" if detail is None else str(detail)))
-
-    def _add(self, check: Check) -> None:
-        self.checks.append(check)
-        _display(markdown=f"{MARKS[check.outcome]} **{check.what}**" + (f" — {check.detail}" if check.detail else ""))
+    def _add(self, result: ExpectedResult) -> None:
+        self.checks.append(result)
+        _display(markdown=f"{MARKS[result.outcome]} **{result.title}**" + (f" — {result.seen}" if result.seen else ""))
 
     def confirm(self, what: str) -> None:
         """Let a destructive step (stop, cache drop, rsync, restore, rollback) go ahead, or stop the run.
@@ -170,9 +165,10 @@ class Runbook:
         else:
             confirmed, how = self.confirmed, "parameter" if self.confirm_parameter is not None else "twin lane, confirm unset"
         if not confirmed:
-            self._fail(Check(self.current_step, f"confirmed: {what}", FAIL,
-                             ("cancelled at the button; " if clicked is False else "not confirmed: ")
-                             + "rerun with --yes (or -p confirm=True) to let this step change the lane"),
+            self._fail(ExpectedResult(self.current_step, f"confirmed: {what}", FAIL,
+                                      ("cancelled at the button; " if clicked is False else "not confirmed: ")
+                                      + "rerun with --yes (or -p confirm=True) to let this step change the lane",
+                                      self.current_fix),
                        f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)")
         by = f"{getpass.getuser()}@{socket.gethostname()}"
         self.confirmations.append({"step": self.current_step, "what": what, "by": by, "how": how})
@@ -198,7 +194,7 @@ class Runbook:
             "dry_run": self.dry_run,
             "verdict": verdict,
             "failure": self.failure,
-            "checks": [asdict(c) for c in self.checks],
+            "checks": [c.record() for c in self.checks],
             "figures": self.figures,
             "confirmations": self.confirmations,
             "commands": self.commands() if self.dry_run else [],

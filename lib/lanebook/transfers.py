@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from .checks import NodeCheck, NodeResult
+from .checks import ExpectedResult, NodeResult
 from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .nodes import CommandFailed, Lane, Node, q, qpath
 from .progress import Progress
@@ -47,7 +47,7 @@ def checkout_files(lane: Lane) -> list[tuple[str, str]]:
             + [("-x", f"{checkout}/{s.removeprefix('./')}") for s in scripts])
 
 
-def checkout_ok(lane: Lane) -> NodeCheck:
+def checkout_ok(lane: Lane) -> ExpectedResult:
     """The checkout's files on every node; each node's `missing` figure lists what is absent (or not executable)."""
     tests = checkout_files(lane)
     found = {}
@@ -55,7 +55,7 @@ def checkout_ok(lane: Lane) -> NodeCheck:
         missing = _failed_tests(node, tests)
         found[node.alias] = NodeResult(not missing, f"missing {', '.join(missing)}" if missing else "all present",
                                        {"missing": missing})
-    return NodeCheck.not_observed() if lane.executor.dry_run else NodeCheck(found)
+    return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
 
 
 # --- rsync head -> workers over the fabric -------------------------------------------------------

@@ -23,8 +23,9 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from .checks import FAIL, ExpectedResult
 from .effective.mismatches import env_text
 from .errors import LanebookError
 from .launcher import container_name
@@ -40,7 +41,6 @@ from .speed.workloads import load_workload
 
 if TYPE_CHECKING:
     from .params import LaneParams
-    from .runbook import Runbook
 
 ENABLED_KEY = "POST_READINESS_WARMUP_ENABLED"  # the recipe's bypass: 0 skips the warmup; unset or anything else runs it
 IDLE_TIMEOUT_S = 120.0  # how long the queues may take to read idle, before the warmup and after it
@@ -161,16 +161,6 @@ class ShapeRun:
                 "error": self.error}
 
 
-@dataclass(frozen=True)
-class WarmupCheck:
-    """One expected result. fail_open: when it does not hold, the warmup failed but the lane did not (a warning)."""
-
-    ok: bool
-    what: str
-    detail: str = ""
-    fail_open: bool = False
-
-
 @dataclass
 class WarmupResult:
     """What the warmup observed (nothing, in a dry run)."""
@@ -184,32 +174,34 @@ class WarmupResult:
     preemptions: Optional[float] = None  # vllm:num_preemptions_total over the warmup; None: not read
     duration_s: float = 0.0
 
-    def checks(self) -> list[WarmupCheck]:
+    def checks(self) -> list[ExpectedResult]:
         """The warmup's own expected results (queues, every shape, preemptions); lane_checks adds the lane's.
-        A dry run observed none of them: they are listed, to be recorded as not observed."""
+        A dry run observed none of them: they are listed as not observed."""
         observed = not self.dry_run
+
+        def judged(expected: str, ok: bool, seen: str, fail_open: bool = True) -> ExpectedResult:
+            return ExpectedResult.judged("", expected, ok if observed else None, seen, fail_open=fail_open)
+
         idle_before = (f"the warmup was not sent: {self.not_idle_before}" if self.not_idle_before else
                        f"idle after {self.idle_wait_before_s:.1f} s" if observed else "")
-        checks = [WarmupCheck(observed and self.not_idle_before is None,
-                              "queues idle before the warmup (running 0, waiting 0)", idle_before, fail_open=True)]
+        checks = [judged("queues idle before the warmup (running 0, waiting 0)", self.not_idle_before is None,
+                         idle_before)]
         if self.not_idle_before:
             return checks
         for s in self.shapes:
             timed = f"first use {s.first_use.wall_s:.2f} s, warmed {s.warmed.wall_s:.2f} s" if s.first_use and s.warmed else ""
-            checks.append(WarmupCheck(observed and s.error is None,
-                                      f"{s.label}: every request completed, first use and warmed", s.error or timed,
-                                      fail_open=True))
+            checks.append(judged(f"{s.label}: every request completed, first use and warmed", s.error is None,
+                                 s.error or timed))
         idle_after = self.not_idle_after or (f"idle after {self.idle_wait_after_s:.1f} s" if observed else "")
-        checks.append(WarmupCheck(observed and self.not_idle_after is None,
-                                  "queues idle after the warmup (they drained)", idle_after, fail_open=True))
+        checks.append(judged("queues idle after the warmup (they drained)", self.not_idle_after is None, idle_after))
         if self.preemptions is not None or self.dry_run:
-            checks.append(WarmupCheck(self.preemptions == 0, f"no preemption during the warmup ({PREEMPTIONS})",
-                                      f"{self.preemptions:g} preempted: the KV cache cannot hold the lane's batch"
-                                      if self.preemptions else ""))
+            checks.append(judged(f"no preemption during the warmup ({PREEMPTIONS})", self.preemptions == 0,
+                                 f"{self.preemptions:g} preempted: the KV cache cannot hold the lane's batch"
+                                 if self.preemptions else "", fail_open=False))
         return checks
 
     def warnings(self) -> list[str]:
-        return [f"{c.what}: {c.detail}" for c in self.checks() if c.fail_open and not c.ok and not self.dry_run]
+        return [f"{c.expected}: {c.seen}" for c in self.checks() if c.fail_open and c.outcome == FAIL]
 
     def figures(self) -> dict:
         """The run record's figures (the record's twin flag says whose: twin figures are a twin's)."""
@@ -326,31 +318,22 @@ async def _send_wave(client: Any, params: "LaneParams", planned: PlannedShape, s
     return False
 
 
-def lane_checks(lane: Lane) -> list[WarmupCheck]:
+def lane_checks(lane: Lane) -> list[ExpectedResult]:
     """After the warmup, is the lane still well: /health 200 (vLLM answers 503 once its engine died), and no fatal
     runtime error (CUDA, NCCL, engine death, preemption) in the server container's log on any node. None is
     fail-open: each is a real lane problem."""
     checks = []
     try:
         wait_health(lane.params.api, HEALTH_AFTER_S, 2.0, executor=lane.executor)
-        checks.append(WarmupCheck(True, "/health answers 200 after the warmup (the engine is alive)"))
+        checks.append(ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", True))
     except LanebookError as exc:
-        checks.append(WarmupCheck(False, "/health answers 200 after the warmup (the engine is alive)", str(exc)))
+        checks.append(ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", False,
+                                            str(exc)))
     container = container_name(lane)
     kinds = ", ".join(FATAL_LOG_PATTERNS)
     for node in lane.nodes:
         found = scan_fatal(node, container)
-        checks.append(WarmupCheck(not found, f"no fatal runtime error in {node.alias}'s log of {container} ({kinds})",
-                                  "; ".join(f"{kind}: {lines[-1].strip()[:200]} ({len(lines)} lines)"
-                                            for kind, lines in found.items())))
+        seen = "; ".join(f"{kind}: {lines[-1].strip()[:200]} ({len(lines)} lines)" for kind, lines in found.items())
+        checks.append(ExpectedResult.judged("", f"no fatal runtime error in {node.alias}'s log of {container} ({kinds})",
+                                            not found, seen))
     return checks
-
-
-def expect_checks(rb: "Runbook", checks: Sequence[WarmupCheck]) -> None:
-    """Each check into the runbook: a fail-open check that did not hold is a warning, every other one an expected
-    result (a dry run observed none of them)."""
-    for check in checks:
-        if check.fail_open and not check.ok and not rb.dry_run:
-            rb.warn(check.what, check.detail)
-        else:
-            rb.expect(check.ok, check.what, check.detail)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from .checks import NOT_OBSERVED, NodeCheck, NodeResult
+from .checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
 from .nodes import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
 from .transfers import RsyncStats, rsync_to_workers
 from .params import WeightsParams
@@ -47,7 +47,7 @@ class WeightsReport:
 
     def detail(self) -> str:
         if self.dry_run:
-            return NOT_OBSERVED
+            return NOT_OBSERVED_DRY_RUN
         state = "; ".join(self.problems) if self.problems else "complete"
         return f"{self.shard_count}/{self.expected_shards} shards, {state}"
 
@@ -80,7 +80,7 @@ def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, 
     return report
 
 
-def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> NodeCheck:
+def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> ExpectedResult:
     """verify_weights on every node of the lane. A node that cannot be reached fails its part of the check
     (its error is the detail) without stopping the others; a dry run records the probes and observes nothing."""
     found: dict[str, NodeResult] = {}
@@ -89,7 +89,7 @@ def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> Node
             found[node.alias] = verify_weights(node, lane.params.weights, sha256=sha256, workers=workers).node_result()
         except NodeError as exc:
             found[node.alias] = NodeResult(False, str(exc))
-    return NodeCheck.not_observed() if lane.executor.dry_run else NodeCheck(found)
+    return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
 
 
 def download_command(weights: WeightsParams) -> str:
@@ -136,7 +136,7 @@ def workers_to_sync(head: WeightsReport, workers: dict[str, WeightsReport]) -> d
     reasons = {}
     for alias, report in workers.items():
         if report.dry_run or head.dry_run:
-            reasons[alias] = NOT_OBSERVED
+            reasons[alias] = NOT_OBSERVED_DRY_RUN
         elif not report.ok:
             reasons[alias] = "; ".join(report.problems)
         elif report.revision != head.revision:

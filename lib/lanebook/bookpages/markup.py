@@ -10,16 +10,16 @@ import html
 import re
 
 from ..audit import VERDICTS
-from ..runbook import MARKS
+from ..checks import FAIL, MARKS, NOT_OBSERVED, OUTCOMES, PASS, SKIPPED, WARNING
 
 # The outcomes of a runbook's checks and the verdicts of runs, each with its badge class.
-OUTCOME_CLASSES = {"pass": "pass", "fail": "fail", "not observed": "dry-run", "skipped": "skipped", "warning": "warning"}
+OUTCOME_CLASSES = {PASS: "pass", FAIL: "fail", NOT_OBSERVED: "dry-run", SKIPPED: "skipped", WARNING: "warning"}
 VERDICT_CLASSES = {verdict: verdict for verdict in VERDICTS}
 # Marks that records executed before the marks were words still carry (emoji need an emoji font): the
 # book shows them as the words the runbooks print now. A word may follow the emoji ("✅ pass" in a gates table).
-LEGACY_MARKS = {"✅": "pass", "❌": "fail", "◻️": "not observed", "◻": "not observed", "⏭️": "skipped", "⚠️": "warning"}
+LEGACY_MARKS = {"✅": PASS, "❌": FAIL, "◻️": NOT_OBSERVED, "◻": NOT_OBSERVED, "⏭️": SKIPPED, "⚠️": WARNING}
 _LEGACY_RE = re.compile("(" + "|".join(sorted(map(re.escape, LEGACY_MARKS), key=len, reverse=True)) + r")"
-                        r"(?: (?:pass|fail|not observed|skipped|warning)\b)?")
+                        r"(?: (?:" + "|".join(OUTCOMES) + r")\b)?")
 
 
 def cell(value: object) -> str:

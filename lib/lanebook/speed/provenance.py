@@ -19,6 +19,7 @@ from typing import Any, Mapping, Optional
 import httpx
 
 from ..audit import sha256_file
+from ..checks import NOT_OBSERVED_DRY_RUN
 from ..nodes import Lane, q, qpath
 from ..prometheus import server_root
 
@@ -197,7 +198,7 @@ def read_image(lane: Lane, container: str, fallback: str) -> tuple[Optional[str]
     result = lane.head.run(container_image_command(container), check=False, timeout=30)
     if result.dry_run:
         lane.head.run(image_inspect_command(fallback), check=False, timeout=30)
-        return None, None, None, ["image: not observed (dry run)"]
+        return None, None, None, ["image: " + NOT_OBSERVED_DRY_RUN]
     notes = []
     ref = result.stdout.strip() if result.ok else ""
     if not ref:
@@ -221,7 +222,7 @@ def read_revision(lane: Lane) -> tuple[Optional[str], list[str]]:
     ref = f"{lane.params.weights.hub_dir}/refs/main"
     result = lane.head.run(f"cat {qpath(ref)}", check=False, timeout=30)
     if result.dry_run:
-        return None, ["model_revision: not observed (dry run)"]
+        return None, ["model_revision: " + NOT_OBSERVED_DRY_RUN]
     revision = parse_revision(result.stdout) if result.ok else None
     return revision, ([] if revision else [f"model_revision: {ref} on the head holds no revision"])
 
@@ -231,7 +232,7 @@ def read_server_version(lane: Lane, timeout_s: float = 5.0) -> tuple[Optional[st
     url = f"{server_root(lane.params.api)}/version"
     if lane.executor.dry_run:
         lane.executor.record_local(f"GET {url}")
-        return None, ["server_version: not observed (dry run)"]
+        return None, ["server_version: " + NOT_OBSERVED_DRY_RUN]
     try:
         with httpx.Client(trust_env=False, timeout=timeout_s) as client:
             response = client.get(url)

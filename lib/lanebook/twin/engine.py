@@ -18,7 +18,7 @@ from .prefix_cache import PrefixCache, block_hashes
 from .replies import Reply, render_prompt
 from .timing import BREAKABLE_STEP_FACTOR, COLD_BIND_S, JIT_DELAY_S, budget_factor, decode_step_s, prefill_step_s
 from .tokens import pieces, stable_hash
-from .workloads import DRAFTER_BLOCK_SIZE, Workload
+from .workloads import DRAFTER_BLOCK_SIZE, RequestClass
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Sequence:
     seq_id: str
     prompt_tokens: int
     max_new: int
-    workload: Workload
+    workload: RequestClass
     hashes: tuple[int, ...] = ()
     phase: float = 0.0  # start of the request's low-discrepancy acceptance draws (seeded from the request)
     owner: Any = None  # whatever the driver attaches (the server's stream handle)

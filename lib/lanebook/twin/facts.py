@@ -19,7 +19,7 @@ from .kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, kv_budget
 from .replies import plan_reply
 from .timing import (BATCH_BUDGET_BEST, BREAKABLE_STEP_FACTOR, BUDGET_MISALIGNED_FACTOR, BUDGET_PER_DOUBLING_FACTOR,
                      COLD_BIND_S, JIT_DELAY_S, SCHEDULER_BLOCK_TOKENS, decode_step_s)
-from .waves import WaveFigures, run_virtual, simulate_wave
+from .waves import VirtualWaveFigures, run_virtual, simulate_wave
 from .workloads import DRAFTER_BLOCK_SIZE, WORKLOADS
 
 # The recipe's (000) verify schedule, num_speculative_tokens_per_batch_size: K=5 for one running
@@ -85,7 +85,7 @@ class Fact:
 
 
 # --- Measures: the twin's own figures, in-process and deterministic ------------------------------
-def _wave(config: EngineConfig, c: int, prompts: Seq[str] = STATUS_PROBES) -> WaveFigures:
+def _wave(config: EngineConfig, c: int, prompts: Seq[str] = STATUS_PROBES) -> VirtualWaveFigures:
     return simulate_wave(config, prompts[:c], 256)
 
 

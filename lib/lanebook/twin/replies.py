@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence as Seq
 
 from .tokens import pieces, stable_hash
-from .workloads import WORKLOADS, Workload, classify
+from .workloads import WORKLOADS, RequestClass, classify
 
 # Twin assumption: free text ends by itself ("stop") after this many tokens, so a client asking for far
 # more (Hermes sends max_tokens 65536) is not streamed for a quarter of an hour.
@@ -88,7 +88,7 @@ class ToolCall:
 class Reply:
     """What the model will say: reasoning, then content or one tool call, as token pieces."""
 
-    workload: Workload
+    workload: RequestClass
     reasoning: tuple[str, ...]
     content: tuple[str, ...]
     tool_call: Optional[ToolCall]
@@ -214,7 +214,7 @@ def _count_text(prompt: str, limit: int) -> tuple[str, bool]:
     return ", ".join(numbers), False
 
 
-def _free_text(workload: Workload, rng: random.Random, limit: int) -> str:
+def _free_text(workload: RequestClass, rng: random.Random, limit: int) -> str:
     """Plausible text of the workload's class, at least ``limit`` pieces long."""
     out, produced, line = [], 0, 0
     while produced < limit:

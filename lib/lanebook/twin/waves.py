@@ -36,8 +36,9 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class WaveFigures:
-    """The figures of one wave (rates in decode tokens per second, times in seconds)."""
+class VirtualWaveFigures:
+    """The figures of one wave in virtual time (rates in decode tokens per second, times in seconds); lanebook
+    speed's WaveFigures are a real wave's, as its run record keeps them."""
 
     concurrency: int
     decode_tokens: int
@@ -47,12 +48,12 @@ class WaveFigures:
     ttft_s_median: float
 
 
-def wave_figures(timings: Seq[Timing]) -> WaveFigures:
+def wave_figures(timings: Seq[Timing]) -> VirtualWaveFigures:
     """The figures of one wave, as lanebook speed computes them from a real lane's streams."""
     start = min(t.t_sent for t in timings)
     wall = max(t.t_last for t in timings) - start
     decode = sum(t.decode_tokens for t in timings)
-    return WaveFigures(
+    return VirtualWaveFigures(
         concurrency=len(timings),
         decode_tokens=decode,
         wall_s=wall,
@@ -86,7 +87,8 @@ def run_virtual(core: EngineCore, arrivals: Iterable[tuple[float, Sequence]]) ->
     return {sid: Timing(sent[sid], first[sid], last[sid], produced[sid]) for sid in sent}
 
 
-def simulate_wave(config: EngineConfig, prompts: Seq[str], max_tokens: int = 256, warmed: bool = True) -> WaveFigures:
+def simulate_wave(config: EngineConfig, prompts: Seq[str], max_tokens: int = 256,
+                  warmed: bool = True) -> VirtualWaveFigures:
     """C simultaneous streaming requests (one per prompt), temperature 0, thinking off: the wave's figures.
 
     ``warmed`` measures a lane after its bounded warmup (every shape compiled), as the seeds' tables were.

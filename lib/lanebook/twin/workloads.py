@@ -16,8 +16,9 @@ DRAFTER_BLOCK_SIZE = 5
 
 
 @dataclass(frozen=True)
-class Workload:
-    """A request class: P(draft position i and all before it accepted), for positions 1..block size."""
+class RequestClass:
+    """A request class as the engine drafts for it: P(draft position i and all before it accepted), for positions
+    1..block size (lanebook speed's Workload is a prompt set that requests are sent from)."""
 
     name: str
     cumulative_accept: tuple[float, ...]
@@ -34,16 +35,16 @@ class Workload:
 # Twin assumptions shaped so the single-stream (C1) decode rates come out where the seeds put each class:
 # count ~94 tok/s and code/agent/JSON/tool inside 47-70 tok/s (the recipe, 000), probe and prose at the
 # canary's (003) fresh short streaming probe, 82.8 tok/s.
-WORKLOADS: dict[str, Workload] = {
+WORKLOADS: dict[str, RequestClass] = {
     w.name: w
     for w in (
-        Workload("probe", (0.90, 0.75, 0.55, 0.35, 0.20)),
-        Workload("prose", (0.90, 0.75, 0.55, 0.35, 0.20)),
-        Workload("count", (0.96, 0.88, 0.72, 0.48, 0.29)),
-        Workload("json", (0.80, 0.57, 0.35, 0.18, 0.10)),
-        Workload("code", (0.75, 0.50, 0.28, 0.13, 0.06)),
-        Workload("tool", (0.72, 0.45, 0.23, 0.10, 0.04)),
-        Workload("agent", (0.68, 0.40, 0.18, 0.07, 0.03)),
+        RequestClass("probe", (0.90, 0.75, 0.55, 0.35, 0.20)),
+        RequestClass("prose", (0.90, 0.75, 0.55, 0.35, 0.20)),
+        RequestClass("count", (0.96, 0.88, 0.72, 0.48, 0.29)),
+        RequestClass("json", (0.80, 0.57, 0.35, 0.18, 0.10)),
+        RequestClass("code", (0.75, 0.50, 0.28, 0.13, 0.06)),
+        RequestClass("tool", (0.72, 0.45, 0.23, 0.10, 0.04)),
+        RequestClass("agent", (0.68, 0.40, 0.18, 0.07, 0.03)),
     )
 }
 
@@ -57,7 +58,7 @@ _PROSE_RE = re.compile(r"\b(?:explain|story|describe|summari[sz]e|letter|essay|g
 
 
 def classify(prompt: str, has_tools: bool = False, after_tool_result: bool = False,
-             json_format: bool = False) -> Workload:
+             json_format: bool = False) -> RequestClass:
     """The workload class a request falls in, from its prompt text and shape."""
     if after_tool_result:
         name = "agent"
