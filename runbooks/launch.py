@@ -40,9 +40,7 @@ min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM
 confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
-from IPython.display import Markdown, display
-
-from lanebook import launcher, logs, memory, readiness, transfers, warmup, weights
+from lanebook import gates, launcher, logs, memory, readiness, transfers, warmup, weights
 from lanebook.effective import live_mismatches
 from lanebook.lint import lint_lane_checkout
 from lanebook.pitfalls import troubleshooting_table
@@ -65,17 +63,13 @@ troubleshooting_table("launch")
 # %%
 with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again'):
     report = lint_lane_checkout(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
-    rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
-                                                                   if f.severity == "error") or report.linted_summary(),
-              local=True)
+    rb.expect(report.ok, "what the lane runs lints clean", report.errors_summary(), local=True)
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     pair = launcher.pair_occupancy(rb.lane)
     rb.expect(not pair.other_lane_up, "no other lane is serving on the pair (stop it first: both want the whole pair)",
-              {a: n for a, n in pair.others.items() if n} or "")
-    already_up = pair.this_lane_up  # launching is idempotent: an up lane is verified, not restarted
-    for node in rb.lane.nodes:
-        w = weights.verify_weights(node, p.weights)
-        rb.expect(w.ok, f"weights complete on {node.alias}", w.summary())
+              pair.others_found() or "")
+    serving = pair.this_lane_up and "the lane is already up"  # launching is idempotent: verified, not restarted
+    rb.expect_each(weights.complete_results(weights.verify_every_node(rb.lane)), "weights complete on {}")
 
 # %% [markdown]
 # ## Step 1 — Clean SHM and page cache on every node
@@ -85,13 +79,8 @@ with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (i
 
 # %%
 with rb.step("1 clean memory", fix='a segment that stays is held by a live process: run `status`, then `stop`, then `launch` again'):
-    if already_up:
-        rb.skip("SHM and page cache cleaned on every node", "the lane is already up; memory is never cleaned under a server")
-    else:
-        rb.confirm(f"clean /dev/shm and the page cache on {', '.join(n.alias for n in rb.lane.nodes)} and start lane {p.name} on the pair")
-        cleaned = memory.clean_memory(rb.lane)
-        rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+    nodes = ", ".join(n.alias for n in rb.lane.nodes)
+    memory.clean_step(rb, serving, confirm=f"clean /dev/shm and the page cache on {nodes} and start lane {p.name} on the pair")
 
 # %% [markdown]
 # ## Step 2 — Mask legacy units, check free memory
@@ -103,12 +92,8 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
 with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again'):
     units = memory.mask_legacy_units(rb.lane)
     rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
-    if already_up:
-        rb.skip("enough free memory on every node", "the lane is already up and holds its memory")
-    else:
-        free = memory.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
-        rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", free.summary())
+    memory.free_memory_step(rb, rb.lane, serving and "the lane is already up and holds its memory",
+                            "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", min_free_gib)
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head
@@ -121,12 +106,8 @@ with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop 
 
 # %%
 with rb.step("3 start", fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again"):
-    if already_up:
-        rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
-    else:
-        started = launcher.start_lane(rb.lane)
-        rb.record(launcher_outcome=started.outcome, seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
-        rb.expect(started.ok, "launcher reports the lane up", started.summary())
+    started = launcher.start_step(rb, rb.lane, serving and "already up: verifying it instead of restarting it",
+                                  "launcher reports the lane up", timing=True)
     api = launcher.ask_api(rb.lane)  # the launcher polls /v1/models only; vLLM answers /health 503 while its engine is not alive
     rb.expect(api.healthy, "/health answers 200", api.detail)
 
@@ -139,8 +120,7 @@ with rb.step("3 start", fix="read the launcher's outcome above: refused configur
 with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again'):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
-    for e in expectations:
-        rb.expect(e.ok, e.what, e.detail)
+    rb.expect_all(expectations)
 
 # %% [markdown]
 # ## Step 5 — `/v1/models` and the live command
@@ -151,10 +131,8 @@ with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `
 
 # %%
 with rb.step("5 models and live command", fix='the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again'):
-    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
-    model = next((m for m in models if m.get("id") == p.served_model_name), models[0] if models else {})
-    rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))
-    rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
+    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
+    rb.expect_all(gates.judge_model_list(rb.current_step, models or [], p))
     mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
     rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
 
@@ -172,20 +150,7 @@ with rb.step("5 models and live command", fix='the server does not run what the 
 # %%
 with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: run `warmup` later; a dead "
                                             "engine or a fatal log line: run `stop`, then `launch` again"):
-    enabled, why = warmup.warmup_enabled(p.env)
-    hook = None if already_up else started.hook_warmed
-    if not enabled:
-        rb.skip("the bounded post-readiness warmup ran", why)
-    elif hook:
-        rb.record(warmed_by="the launcher's post-readiness hook")
-        rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
-        warmup.expect_checks(rb, warmup.lane_checks(rb.lane))
-    else:
-        warmed = warmup.run_warmup(p, rb.lane.executor)
-        rb.record(**warmed.figures())
-        if not rb.dry_run:
-            display(Markdown(warmed.table(p.twin)))
-        warmup.expect_checks(rb, warmed.checks() + warmup.lane_checks(rb.lane))
+    warmup.post_readiness_step(rb, started and started.hook_warmed)
 
 # %% [markdown]
 # ## Verdict

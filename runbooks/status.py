@@ -38,7 +38,7 @@ lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
 
 # %%
-from lanebook import launcher, logs, transfers
+from lanebook import launcher, transfers
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
@@ -81,16 +81,7 @@ with rb.step("1 status script", fix='the status script itself failed: check the 
 
 # %%
 with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cleans memory on every node), then `launch`'):
-    containers = launcher.lane_containers(rb.lane)
-    state = containers.state
-    rb.record(state=state, containers=containers.running)
-    rb.expect(not containers.orphaned, "no orphaned worker (P16: the head's container is gone while a worker's runs)",
-              f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
-              if containers.orphaned else containers.summary())
-    rb.expect(state != launcher.HEAD_ALONE, "the head does not run without its workers",
-              f"{containers.summary()}; run `stop`, then `launch`" if state == launcher.HEAD_ALONE else "")
-    if state == launcher.LANE_DOWN:
-        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
+    state = launcher.containers_step(rb, script)
 
 # %% [markdown]
 # ## Step 3 — `/health` and `/v1/models` from this machine
@@ -99,16 +90,7 @@ with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cl
 
 # %%
 with rb.step("3 api", fix='if a launch is in progress wait and run `status` again; otherwise run `stop`, then `launch`'):
-    if state == launcher.LANE_DOWN:
-        rb.skip("the API answers with the lane's model", "the lane is cleanly down")
-    else:
-        api = launcher.ask_api(rb.lane)
-        rb.record(models=api.model_ids)
-        rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
-                  f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
-                  "otherwise read the status script's log lines above, or run `stop` and `launch`")
-        rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
-        rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
+    launcher.status_api_step(rb, state, script)
 
 # %% [markdown]
 # ## Step 4 — The startup log lines
@@ -118,13 +100,7 @@ with rb.step("3 api", fix='if a launch is in progress wait and run `status` agai
 
 # %%
 with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `stop` and `launch`'):
-    if state == launcher.LANE_DOWN:
-        rb.skip("the startup log is clean", "the lane is cleanly down: no container to read")
-    else:
-        expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
-        rb.record(kv_cache_tokens=kv)
-        for e in expectations:
-            rb.expect(e.ok, e.what, e.detail)
+    launcher.startup_log_step(rb, rb.lane, down=state == launcher.LANE_DOWN and "the lane is cleanly down: no container to read")
 
 # %% [markdown]
 # ## Verdict

@@ -184,6 +184,12 @@ def judge_models(step: str, answer: JsonAnswer, params: LaneParams) -> list[Gate
     data = answer.body.get("data") if answer.status == 200 and isinstance(answer.body, Mapping) else None
     if not isinstance(data, list):
         return [GateCheck(step, f"/v1/models lists {params.served_model_name}", False, _error_text(answer))]
+    return judge_model_list(step, data, params)
+
+
+def judge_model_list(step: str, data: list, params: LaneParams) -> list[GateCheck]:
+    """The entries /v1/models gave (its data[]; launch waits for them) hold the lane's served name with the lane's
+    max_model_len."""
     ids = [m.get("id") for m in data if isinstance(m, Mapping)]
     model = next((m for m in data if isinstance(m, Mapping) and m.get("id") == params.served_model_name), None)
     length = model.get("max_model_len") if model else None

@@ -20,7 +20,7 @@ import json
 import socket
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from . import frontend
 from .checks import NOT_OBSERVED
@@ -130,6 +130,18 @@ class Runbook:
             self._fail(check)
         self._add(check)
 
+    def expect_each(self, results: Mapping[str, tuple[bool, Any]], what: str, *, local: bool = False) -> None:
+        """One expected result per node or workload ({key: (ok, detail)}), `what` naming it with `{}`: the step
+        cell stays one line while each node's result is its own check."""
+        for key, (ok, detail) in results.items():
+            self.expect(ok, what.format(key), detail, local=local)
+
+    def expect_all(self, checks: Iterable[Any]) -> None:
+        """Each of a library's checks (each with ok, what and detail, e.g. a log gate's expectations) as an
+        expected result, in order."""
+        for check in checks:
+            self.expect(check.ok, check.what, check.detail, local=getattr(check, "local", False))
+
     def _fail(self, check: Check, message: Optional[str] = None) -> None:
         """Record a failed expected result, say what to do next, emit the verdict so far, and stop the run."""
         self._add(check)
@@ -181,6 +193,10 @@ class Runbook:
     def record(self, **figures: Any) -> None:
         """Figures that go into the run record (twin figures are labelled by the record's twin flag)."""
         self.figures.update(figures)
+
+    def show(self, obj: Any = None, *, markdown: Optional[str] = None) -> None:
+        """Show a table or figure in the notebook (printed outside a kernel): what a step displays beside its checks."""
+        _display(obj, markdown=markdown)
 
     def commands(self) -> list[str]:
         return self.lane.executor.commands()
