@@ -44,19 +44,12 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 restore = None         # run id of an earlier env run of this lane: put back the files it changed instead of rendering
 
 # %%
-from IPython.display import Markdown, display
-
-from lanebook import audit, checkout_env, transfers
+from lanebook import checkout_env, transfers
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-
-def show_diff(diff, where):
-    display(Markdown(f"Changes ({where}):\n\n```diff\n{diff}```" if diff else f"No change ({where})."))
-
 
 # %% [markdown]
 # ## Troubleshooting
@@ -91,19 +84,7 @@ with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_I
 with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout on the head (holding "
                            "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
                            "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand"):
-    if restore is None:
-        plan = checkout_env.plan_on_head(rb.lane, source=lane)
-        rb.record(changed=plan.changed)
-        show_diff(plan.diff, plan.source)
-        rb.expect(bool(plan.read), "the head's checkout read", f"{len(plan.read)} files; "
-                  f"{'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}")
-    else:
-        backups = checkout_env.backups_of_run(audit.find_run(restore), p.name)
-        restoring = checkout_env.check_backups(rb.lane, backups)
-        rb.record(changed=[b.path for b in backups])
-        show_diff(restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
-        rb.expect(True, f"every file holds what run {restore} wrote, every backup what it replaced",
-                  ", ".join(b.path for b in backups))
+    plan, backups = checkout_env.plan_step(rb, lane, restore)
 
 # %% [markdown]
 # ## Step 2 — Lint what the checkout will run
@@ -116,13 +97,7 @@ with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout 
 # %%
 with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the table above), then run "
                            "`env` again; nothing on the nodes was changed"):
-    if restore is None:
-        errors = [f"{f.id} {f.file}:{f.line} {f.message}" for f in plan.lint.findings if f.severity == "error"]
-        rb.record(lint_errors=errors)
-        rb.expect(plan.lint.ok, "the checkout as rendered lints clean", "; ".join(errors) or plan.lint.linted_summary(),
-                  local=True)
-    else:
-        rb.skip("the checkout as rendered lints clean", f"a restore puts back what run {restore} replaced")
+    checkout_env.lint_step(rb, plan, restore)
 
 # %% [markdown]
 # ## Step 3 — Write on the head
@@ -135,24 +110,7 @@ with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fi
 # %%
 with rb.step("3 write on the head", fix="the earlier files are kept beside them (the backups above): "
                                         "`-p restore=RUN_ID` with this run's id puts them back"):
-    if restore is None and not plan.writes:
-        rb.record(backups=[])
-        rb.skip("files written on the head", "the head's checkout already runs the lane: nothing written, no backup made")
-    elif restore is None:
-        rb.confirm(f"write {', '.join(plan.changed)} on {rb.lane.head.alias} (each backed up beside it first)")
-        change = checkout_env.apply_plan(rb.lane, plan)
-        rb.record(backups=[b.to_json() for b in change.backups])
-        again = checkout_env.plan_on_head(rb.lane, source=lane)
-        rb.expect(not again.writes, "the head's checkout runs the lane now: planning again changes nothing",
-                  ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups))
-    else:
-        rb.confirm(f"restore {', '.join(b.path for b in backups)} on {rb.lane.head.alias} from run {restore}'s backups "
-                   f"(each file there now backed up first)")
-        change = checkout_env.restore_backups(rb.lane, backups)
-        rb.record(backups=[b.to_json() for b in change.backups])
-        checkout_env.check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
-        rb.expect(not change.dry_run, f"every file holds the bytes run {restore} replaced",
-                  ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups))
+    checkout_env.write_step(rb, plan, backups, lane, restore)
 
 # %% [markdown]
 # ## Step 4 — Copy the checkout to each worker
@@ -163,17 +121,7 @@ with rb.step("3 write on the head", fix="the earlier files are kept beside them 
 # %%
 with rb.step("4 copy to workers", fix="make the worker reachable from the head over the fabric, then run `env` "
                                       "again (the head's files are already rendered: it copies and compares)"):
-    before = checkout_env.same_checkout(rb.lane)
-    if before:
-        rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
-    else:
-        rb.confirm(f"rsync {p.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
-                   "(adds and updates files; never deletes)")
-        stats = transfers.sync_checkout(rb.lane)
-        rb.record(rsync={a: vars(s) for a, s in stats.items()})
-        for alias, s in stats.items():
-            rb.expect(s.files_transferred is not None, f"rsync to {alias} finished with its statistics",
-                      f"{s.files_transferred} files, {s.transferred_file_size} bytes sent")
+    checkout_env.copy_step(rb)
 
 # %% [markdown]
 # ## Step 5 — The same bytes on every node

@@ -57,24 +57,17 @@ tolerance = 0.10       # on the same setup, a median may fall this far below the
 save_baseline = None   # a path: store this run (bands and provenance) there as a baseline file
 
 # %%
-import json
-from datetime import datetime, timezone
-
-from IPython.display import Image, Markdown, display
-
 from lanebook import launcher
 from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_path
 from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 from lanebook.speed import lanespeed
-from lanebook.speed.baseline import counterpart, judge, load_baseline, stored_baseline, write_baseline
-from lanebook.speed.plots import plot_workload
+from lanebook.speed.baseline import load_baseline, stored_baseline
 from lanebook.speed.provenance import compare_setups, read_provenance
 
 rb = Runbook("speed", lane, dry_run=dry_run)
 p = rb.params
-twin_label = " · TWIN figures (not a real lane's)" if p.twin else ""
 
 # %% [markdown]
 # ## Troubleshooting
@@ -94,9 +87,7 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
     plan = lanespeed.plan_speed(p, workloads, concurrency, trials, max_tokens)
     rb.expect(True, "parameters", plan.summary(), local=True)
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
-    rb.record(plan={"workloads": list(plan.workloads), "levels": list(plan.levels), "trials": plan.trials,
-                    "max_tokens": plan.max_tokens, "tolerance": tolerance,
-                    "baseline": str(base.path) if base else None})
+    rb.record(plan=plan.figures(tolerance, str(base.path) if base else None))
     launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
     api = launcher.ask_api(rb.lane)
     rb.expect(api.healthy, "/health answers 200", api.detail)
@@ -113,14 +104,10 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
 with rb.step("1 provenance", fix="run `status`: the lane's container must run on the head"):
     provenance = read_provenance(rb.lane, lane_path(lane), launcher.container_name(rb.lane))
     rb.record(provenance=provenance.to_json())
-    display(Markdown(provenance.markdown()))
+    rb.show(markdown=provenance.markdown())
     rb.expect(provenance.image is not None, "the image the head's container runs", provenance.image)
     setup = compare_setups(provenance, base.provenance) if base else None
-    if base:
-        print(f"baseline {base.path}: {base.source}")
-        print(setup.summary())
-    else:
-        print(f"lane {p.name} has no stored baseline: the bands below are shown, not judged")
+    print(lanespeed.baseline_note(p.name, base, setup))
 
 # %% [markdown]
 # ## Step 2 — The waves, one workload at a time
@@ -130,30 +117,7 @@ with rb.step("1 provenance", fix="run `status`: the lane's container must run on
 # every wave checked for idle queues. Each workload's bands follow as a table and a plot.
 
 # %%
-documents, bands, failed_waves = [], {}, {}
-baseline_label = f"baseline median ({setup.headline}: {'judged' if setup.same else 'not judged'})" if setup else ""
-for workload in plan.workloads:
-    with rb.step(f"2 waves {workload}", fix="read the failed waves' reasons above and run `status`; an engine "
-                                           "that died or an orphaned worker: run `stop`, then `launch`, then speed again"):
-        result = lanespeed.measure_workload(plan, workload, rb.lane.executor, p.twin)
-        if result is None:  # a dry run: the request as it would be sent
-            display(Markdown(f"**{workload}** would send, first request of its first wave:"))
-            display(Markdown("```json\n" + json.dumps(plan.example_body(workload), indent=1) + "\n```"))
-            rb.expect(False, f"every request of {workload} measured")
-            continue
-        document = result.document()
-        documents.append(document)
-        failures = lanespeed.wave_failures(result)
-        bands[workload], failed_waves[workload] = document["bands"], failures
-        rb.record(bands=bands, wave_failures=failed_waves)
-        display(Markdown(lanespeed.bands_table(document)))
-        display(Image(plot_workload(document, counterpart(base, document), baseline_label,
-                                    f"{p.name} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials{twin_label}")))
-        rb.expect(not failures, f"every request of {workload} measured", "; ".join(failures) or
-                  f"{len(result.waves)} waves, {plan.requests_per_workload} requests")
-        unchecked = lanespeed.unchecked_idle(result)
-        rb.expect(not unchecked, "queues idle before every wave", "no /metrics before " + ", ".join(unchecked)
-                  if unchecked else "vllm:num_requests_running and vllm:num_requests_waiting were 0 before each wave")
+documents = lanespeed.waves_steps(rb, plan, base, setup)  # one step a workload: "2 waves WORKLOAD"
 
 # %% [markdown]
 # ## Step 3 — Against the lane's baseline
@@ -165,18 +129,7 @@ for workload in plan.workloads:
 # %%
 with rb.step("3 baseline", fix="a regression on the same setup: run `diagnose` (matched A/B canary), "
                               "or `rollback` to the lane's rollback lane"):
-    if rb.dry_run:
-        rb.expect(False, "speed against the lane's baseline")
-    else:
-        judgement = judge(documents, provenance, base, tolerance)
-        rb.record(baseline=judgement.to_json())
-        if judgement.comparison is not None:
-            display(judgement.comparison.frame())
-        if judgement.judged:
-            rb.expect(not judgement.failed, f"medians within {tolerance:.0%} of the baseline's on the same setup",
-                      judgement.summary())
-        else:
-            rb.skip("speed judged against the baseline", judgement.summary())
+    lanespeed.judge_step(rb, documents, provenance, base, tolerance)
 
 # %% [markdown]
 # ## Step 4 — Store this run as a baseline (only with `save_baseline`)
@@ -186,16 +139,7 @@ with rb.step("3 baseline", fix="a regression on the same setup: run `diagnose` (
 
 # %%
 with rb.step("4 save baseline", fix="a run with failed requests is no baseline: fix the lane, then measure again"):
-    if not save_baseline:
-        rb.skip("stored as a baseline", "no save_baseline path given")
-    elif rb.dry_run:
-        rb.skip("stored as a baseline", "a dry run measures nothing")
-    else:
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        source = (f"speed runbook on lane {p.name}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
-                  + ("; twin figures, not a real lane's" if p.twin else ""))
-        written = write_baseline(save_baseline, documents, provenance, source)
-        rb.expect(load_baseline(written).workloads == list(plan.workloads), "stored as a baseline", str(written))
+    lanespeed.save_step(rb, save_baseline, plan, documents, provenance)
 
 # %% [markdown]
 # ## Verdict

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from .errors import LanebookError
 from .http import JsonAnswer, request_json
@@ -20,6 +20,9 @@ from .launcher import container_name
 from .logs import KV_CACHE_LINE, Expectation, check_startup_log
 from .nodes import Executor, Lane, q
 from .params import LaneParams
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 EXACT_SMOKE_MAX_TOKENS = 32  # the recipe's exact-smoke request
 TOOL_SMOKE_MAX_TOKENS = 256
@@ -311,3 +314,36 @@ def table_figures(checks: Iterable[GateCheck], dry_run: bool = False) -> list[di
 
 def failed_checks(checks: Iterable[GateCheck]) -> list[GateCheck]:
     return [c for c in checks if c.ok is False]
+
+
+# --- the gates runbook: each gate shown as it runs, then every check judged under its step ------------------
+
+FIXES = {
+    "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
+    "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
+                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
+    "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON boolean "
+                     "(P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
+    "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then `launch`; "
+                    "otherwise `rollback`",
+    "5 hermes provider block": "edit the Hermes config's provider block as the table says (api_key no-key-required, "
+                               "thinking: false as a boolean, context, default model), then run `gates` again",
+    "6 hermes route": "reasoning in state.db means thinking is on (P10): thinking: false as a boolean in the provider "
+                      "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
+}
+
+
+def show_gate(rb: "Runbook", found: list[GateCheck]) -> list[GateCheck]:
+    """Show one gate's checks as its table (nothing judged yet: every gate runs); its checks."""
+    rb.show(markdown=verdict_table(found, rb.dry_run))
+    return found
+
+
+def judge_gates(rb: "Runbook", checks: list[GateCheck]) -> None:
+    """Every gate's checks in one table and the record, then each judged under its gate's step with that gate's fix
+    (the first failed one stops the run, after every gate has run)."""
+    rb.show(markdown=verdict_table(checks, rb.dry_run))
+    rb.record(gates=table_figures(checks, rb.dry_run), gates_failed=sorted({c.step for c in failed_checks(checks)}))
+    for check in checks:
+        with rb.step(check.step, fix=FIXES[check.step]):
+            rb.expect(check.ok, check.title, check.detail, local=check.local)
