@@ -365,13 +365,14 @@ def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
 
 # --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
 
-def start_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str, *,
+def start_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str, *, skipped: Optional[str] = None,
                confirm: Optional[str] = None, timing: bool = False) -> Optional[LauncherResult]:
     """Start `lane` with its launcher unless it already serves (`serving` says so: it is verified, not restarted);
-    the launcher's result, None when skipped. `confirm`: what the operator confirms first; `timing`: also record
-    how long before the launcher's exit the server was seen ready."""
+    the launcher's result, None when skipped. `skipped`: what the skip names (`what` when not given); `confirm`:
+    what the operator confirms first; `timing`: also record how long before the launcher's exit the server was
+    seen ready."""
     if serving:
-        rb.skip(what, serving)
+        rb.skip(skipped or what, serving)
         return None
     if confirm:
         rb.confirm(confirm)
