@@ -60,7 +60,6 @@ from lanebook import canary as canary_run
 from lanebook import launcher, logs, probes, readiness
 from lanebook.effective import live_mismatches
 from lanebook.execute import launch_twin_lane_if_down
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
@@ -68,13 +67,6 @@ p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
 plan = canary_run.CanaryPlan(canary, canary_key, canary_value, canary_workloads, canary_concurrency, canary_trials,
                              canary_max_tokens, tolerance)
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("diagnose")
 
 # %% [markdown]
 # ## Prerequisites
@@ -148,6 +140,18 @@ with rb.step("5 canary decision", fix="no decision without both sides measured: 
 with rb.step("6 restore the kept value",
              fix="if the lane is not up with the kept value, run `env` then `launch` for this lane (`status` shows it)"):
     canary_run.restore_step(rb, plan, decision)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

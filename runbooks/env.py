@@ -45,19 +45,10 @@ restore = None         # run id of an earlier env run of this lane: put back the
 
 # %%
 from lanebook import checkout_env, transfers
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use). Read it before you start.
-
-# %%
-troubleshooting_table("env")
 
 # %% [markdown]
 # ## Prerequisites
@@ -95,7 +86,7 @@ with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout 
 # before and is not linted here (`launch` lints what it runs).
 
 # %%
-with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the table above), then run "
+with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
                            "`env` again; nothing on the nodes was changed"):
     checkout_env.lint_step(rb, plan, restore)
 
@@ -137,6 +128,25 @@ with rb.step("5 same bytes", fix="run `env` again to copy the head's checkout (a
     rb.expect(same, "every node holds the head's bytes", same.summary())
     present = transfers.checkout_ok(rb.lane)
     rb.expect(present, "the checkout's files on every node, launcher scripts executable", present.summary())
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P02** Batch 16384 | MAX_NUM_BATCHED_TOKENS=16384 measured a single-stream regression on the count canary. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P07** Memory 0.80 at 1M context | GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly. | GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads). |
+# | **P08** Gloo / host IP on loopback | If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes. | A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0). |
+# | **P14** K above the drafter block size | The Flash drafter's dspark_block_size is 5: K=7 is not free speed. | Keep the draft maximum at K=5 (MTP_NUM_TOKENS=5); shorten verification under load with the 5/4/3 schedule. |
+# | **S01** Invalid batch-size schedule | num_speculative_tokens_per_batch_size ranges must cover batch sizes 1..MAX_NUM_SEQS contiguously, once, with every K at most num_speculative_tokens and the drafter block size 5. | Use the measured schedule [[1,1,5],[2,4,4],[5,6,3]] for MAX_NUM_SEQS=6. |
+# | **S02** Unreadable SPECULATIVE_CONFIG | The compose command must hold one SPECULATIVE_CONFIG assignment that becomes valid JSON inside the container. | Restore the seed's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it). |
+# | **S03** Unreadable env-file line | Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies. | Write it as KEY=VALUE (or comment it out with #). |
+# | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
+# | **S05** Dead env line | A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it. | Delete the line, or set the key that wins (the finding names it). |
 
 # %% [markdown]
 # ## Verdict

@@ -40,19 +40,11 @@ hermes_config = None   # path of a Hermes config.yaml to check, on the Hermes ho
 
 # %%
 from lanebook import gates, hermes
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("gates", lane, dry_run=dry_run)
 p = rb.params
 checks = []  # every gate's checks, judged together at the end
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("gates")
 
 # %% [markdown]
 # ## Gate 1 — `/v1/models`
@@ -119,6 +111,18 @@ with rb.step("6 hermes route"):
     print(hermes.route_text(route), end="")
     rb.record(**hermes.route_figures(route))
     checks += gates.show_gate(rb, found)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P07** Memory 0.80 at 1M context | GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly. | GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads). |
+# | **P09** Hermes api_key "none" | Hermes' provider block needs api_key: no-key-required for a keyless server; "none" is not that value. | api_key: no-key-required in providers.spark-ds4. |
+# | **P10** thinking as a string | chat_template_kwargs.thinking must be a JSON boolean: the template tests truthiness, so the string "false" turns thinking on. | thinking: false (a boolean) in request and Hermes extra_body. |
 
 # %% [markdown]
 # ## Verdict

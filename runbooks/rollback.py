@@ -48,18 +48,10 @@ from lanebook import audit, launcher, memory, rollback
 from lanebook.effective import live_mismatches
 from lanebook.logs import live_command
 from lanebook.nodes import Lane
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("rollback", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("rollback")
 
 # %% [markdown]
 # ## Prerequisites
@@ -173,6 +165,19 @@ changes = rollback.hermes_changes(p, target)
 rb.record(hermes_changes=changes, hermes_default_model={"from": p.served_model_name, "to": target.served_model_name})
 display(Markdown(rollback.hermes_note(p, target, changes)))
 print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in changes))
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
+# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on both nodes before compose up. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
+# | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
 
 # %% [markdown]
 # ## Verdict

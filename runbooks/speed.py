@@ -60,7 +60,6 @@ save_baseline = None   # a path: store this run (bands and provenance) there as 
 from lanebook import launcher
 from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_path
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 from lanebook.speed import lanespeed
 from lanebook.speed.baseline import load_baseline, stored_baseline
@@ -68,14 +67,6 @@ from lanebook.speed.provenance import compare_setups, read_provenance
 
 rb = Runbook("speed", lane, dry_run=dry_run)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use).
-
-# %%
-troubleshooting_table("speed")
 
 # %% [markdown]
 # ## Prerequisites
@@ -140,6 +131,21 @@ with rb.step("3 baseline", fix="a regression on the same setup: run `diagnose` (
 # %%
 with rb.step("4 save baseline", fix="a run with failed requests is no baseline: fix the lane, then measure again"):
     lanespeed.save_step(rb, save_baseline, plan, documents, provenance)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P02** Batch 16384 | MAX_NUM_BATCHED_TOKENS=16384 measured a single-stream regression on the count canary. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P12** First-use inference JIT | Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT compilation during inference, turning the first production burst into a latency event. | Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as pending until observed. |
+# | **P14** K above the drafter block size | The Flash drafter's dspark_block_size is 5: K=7 is not free speed. | Keep the draft maximum at K=5 (MTP_NUM_TOKENS=5); shorten verification under load with the 5/4/3 schedule. |
+# | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
+# | **P17** Marketing the synthetic ceiling | The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band. | Publish code/prose bands (median, min–max), never the single best synthetic run. |
 
 # %% [markdown]
 # ## Verdict

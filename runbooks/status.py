@@ -39,18 +39,10 @@ dry_run = False        # record the commands instead of sending them (opens no c
 
 # %%
 from lanebook import launcher, transfers
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("status", lane, dry_run=dry_run)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("status")
 
 # %% [markdown]
 # ## Prerequisites
@@ -101,6 +93,17 @@ with rb.step("3 api", fix='if a launch is in progress wait and run `status` agai
 # %%
 with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `stop` and `launch`'):
     launcher.startup_log_step(rb, rb.lane, down=state == launcher.LANE_DOWN and "the lane is cleanly down: no container to read")
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

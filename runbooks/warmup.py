@@ -42,18 +42,10 @@ dry_run = False        # record the requests and commands instead of sending the
 
 # %%
 from lanebook import readiness, warmup
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("warmup", lane, dry_run=dry_run)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("warmup")
 
 # %% [markdown]
 # ## Prerequisites
@@ -90,6 +82,16 @@ with rb.step("1 warmup", fix="a warning leaves the lane serving: run `warmup` ag
 with rb.step("2 lane after the warmup", fix="the lane is sick: run `stop`, then `launch` again; if it recurs, "
                                             "run `rollback` to the lane's rollback lane"):
     warmup.lane_step(rb)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P12** First-use inference JIT | Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT compilation during inference, turning the first production burst into a latency event. | Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as pending until observed. |
+# | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
 
 # %% [markdown]
 # ## Verdict

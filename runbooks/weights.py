@@ -43,19 +43,10 @@ rsync_attempts = 3     # rsync runs per worker when the connection drops mid-tra
 
 # %%
 from lanebook import weights
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("weights", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use). Read it before you start.
-
-# %%
-troubleshooting_table("weights")
 
 # %% [markdown]
 # ## Prerequisites
@@ -126,6 +117,16 @@ with rb.step("5 verify again", fix='run `weights` again (rsync resumes a cut cop
     rb.expect_each(weights.complete_results(after), "weights complete on {}")
     revisions = weights.revisions(after)
     rb.expect(len(revisions) == 1, "every node holds the same revision", ", ".join(revisions))
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P05** Dual-WAN download | Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk. | Download once on the head, then rsync the hub model dir to the worker over the fabric. |
+# | **P06** Snapshot-only mounts | A snapshot dir holds symlinks into blobs/; binding only snapshots/REV breaks them inside the container. | Mount the full hub model dir (blobs + snapshots + refs) or the whole HF cache. |
 
 # %% [markdown]
 # ## Verdict
