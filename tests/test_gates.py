@@ -180,7 +180,8 @@ def test_the_runbook_shows_each_gate_then_judges_every_check_under_its_step():
     assert set(gates.FIXES) == {"1 models", "2 startup log", "3 exact smoke", "4 tool smoke", "5 hermes provider block",
                                 "6 hermes route"}
     rb = Runbook("gates", "anemll-0731", dry_run=True)
-    found = [gates.GateCheck("1 models", "lists it", None), gates.GateCheck("3 exact smoke", "lane file", True, local=True)]
+    found = [gates.GateCheck("1 models", "lists it", None),
+             gates.GateCheck("3 exact smoke", "lane file", True, local=True)]
     assert gates.show_gate(rb, found) is found
     gates.judge_gates(rb, found)
     assert [(c.step, c.outcome) for c in rb.checks] == [("1 models", "not observed"), ("3 exact smoke", "pass")]

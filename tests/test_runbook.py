@@ -233,8 +233,8 @@ def test_expect_each_is_one_check_a_key_and_stops_at_the_first_that_fails(shown)
     assert [(c.what, c.outcome, c.detail) for c in rb.checks] == [
         ("weights complete on head", "pass", "48/48"), ("weights complete on worker", "pass", "48/48")]
     with pytest.raises(StepFailed, match="weights complete on worker"):
-        rb.expect_each({"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")}, "weights complete on {}",
-                       local=True)
+        rb.expect_each({"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
+                       "weights complete on {}", local=True)
     assert [c.what for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
 
 

@@ -102,7 +102,8 @@ def test_no_code_cell_is_long():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_troubleshooting_follows_the_last_step_and_is_the_registrys(script):
     cells = jupytext.read(script).cells
-    sections = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith(TROUBLESHOOTING_HEADING)]
+    sections = [i for i, c in enumerate(cells)
+                if c.cell_type == "markdown" and c.source.startswith(TROUBLESHOOTING_HEADING)]
     assert len(sections) == 1, f"{script.name}: one troubleshooting section, found {len(sections)}"
     last_step = max(i for i, c in enumerate(cells) if c.cell_type == "code" and "rb.step(" in c.source)
     assert sections[0] > last_step, f"{script.name}: the troubleshooting section comes before a step"

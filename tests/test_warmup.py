@@ -252,7 +252,8 @@ def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
     warmup.post_readiness_step(rb, hook=None)
     why = warmup.warmup_enabled(off.env)[1]
     assert [(c.what, c.detail) for c in rb.checks] == [
-        ("the bounded post-readiness warmup ran", f"skipped: {why}"), ("the lane is well after the warmup", f"skipped: {why}"),
+        ("the bounded post-readiness warmup ran", f"skipped: {why}"),
+        ("the lane is well after the warmup", f"skipped: {why}"),
         ("the bounded post-readiness warmup ran", f"skipped: {why}")]
     assert rb.commands() == []
 

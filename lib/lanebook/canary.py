@@ -167,7 +167,8 @@ class CanaryPlan:
 def show_change(rb: "Runbook", relaunch: Relaunch) -> None:
     """What a relaunch rendered into the head's checkout (in a dry run: into lanebook's reference checkout)."""
     if relaunch.change is not None:
-        rb.show(markdown=f"```diff\n{relaunch.change.diff or '(no change: the checkout already runs these values)'}\n```")
+        diff = relaunch.change.diff or "(no change: the checkout already runs these values)"
+        rb.show(markdown=f"```diff\n{diff}\n```")
 
 
 def show_documents(rb: "Runbook", name: str, documents: Optional[list[dict]]) -> None:

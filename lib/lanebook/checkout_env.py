@@ -466,7 +466,8 @@ def write_step(rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], so
     head = rb.lane.head.alias
     if plan is not None and not plan.writes:
         rb.record(backups=[])
-        rb.skip("files written on the head", "the head's checkout already runs the lane: nothing written, no backup made")
+        rb.skip("files written on the head",
+                "the head's checkout already runs the lane: nothing written, no backup made")
     elif plan is not None:
         rb.confirm(f"write {', '.join(plan.changed)} on {head} (each backed up beside it first)")
         change = apply_plan(rb.lane, plan)

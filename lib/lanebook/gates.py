@@ -319,13 +319,14 @@ def failed_checks(checks: Iterable[GateCheck]) -> list[GateCheck]:
 # --- the gates runbook: each gate shown as it runs, then every check judged under its step ------------------
 
 FIXES = {
-    "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
+    "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, "
+                "then `launch`",
     "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
                      "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
-    "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON boolean "
-                     "(P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
-    "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then `launch`; "
-                    "otherwise `rollback`",
+    "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON "
+                     "boolean (P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
+    "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then "
+                    "`launch`; otherwise `rollback`",
     "5 hermes provider block": "edit the Hermes config's provider block as the table says (api_key no-key-required, "
                                "thinking: false as a boolean, context, default model), then run `gates` again",
     "6 hermes route": "reasoning in state.db means thinking is on (P10): thinking: false as a boolean in the provider "

@@ -427,7 +427,8 @@ def route_text(route: Optional[RouteRun]) -> str:
     """The route smoke as the operator would see it: the command, what it printed, and what state.db says."""
     if route is None:
         return ""
-    lines = [f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s", route.stdout.strip() or "(nothing printed)"]
+    lines = [f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s",
+             route.stdout.strip() or "(nothing printed)"]
     return "\n".join(lines + ([route.state.summary()] if route.state is not None else [])) + "\n"
 
 
@@ -435,4 +436,5 @@ def route_figures(route: Optional[RouteRun]) -> dict:
     """The reasoning state.db recorded for the route smoke (none when it was not read)."""
     if route is None or route.state is None:
         return {}
-    return {"hermes_reasoning_chars": route.state.reasoning_chars, "hermes_reasoning_tokens": route.state.reasoning_tokens}
+    return {"hermes_reasoning_chars": route.state.reasoning_chars,
+            "hermes_reasoning_tokens": route.state.reasoning_tokens}

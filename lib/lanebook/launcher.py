@@ -411,7 +411,8 @@ def status_api_step(rb: "Runbook", state: str, script: LauncherResult) -> None:
     rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
               f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
               "otherwise read the status script's log lines above, or run `stop` and `launch`")
-    rb.expect(rb.params.served_model_name in api.model_ids, f"/v1/models lists {rb.params.served_model_name}", api.detail)
+    name = rb.params.served_model_name
+    rb.expect(name in api.model_ids, f"/v1/models lists {name}", api.detail)
     rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
 
 

@@ -376,7 +376,8 @@ def _cell(text: str) -> str:
 
 
 def markdown_table(pitfalls: list[Pitfall]) -> str:
-    """Symptom | Cause | Fix, a row a pitfall: what the operator sees (its id and title), why (the lesson), what to do."""
+    """Symptom | Cause | Fix, a row a pitfall: what the operator sees (its id and title), why (the lesson), and
+    what to do."""
     rows = ["| Symptom | Cause | Fix |", "|---|---|---|"]
     rows += [f"| **{p.id}** {_cell(p.title)} | {_cell(p.text)} | {_cell(p.fix)} |" for p in pitfalls]
     return "\n".join(rows) + "\n"

@@ -245,8 +245,8 @@ def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int) -> None:
     verdict = None if steps is None else prefix_verdict(steps)  # None: a dry run sent nothing
     if verdict:
         rb.record(prefix_cache={s.name: s.figures() for s in steps}, prefix_cache_evicted=verdict.evicted)
-    rb.expect(bool(verdict and verdict.ok), "A hits the cache again after unrelated B (no eviction), and sooner than cold",
-              verdict and verdict.summary())
+    rb.expect(bool(verdict and verdict.ok), "A hits the cache again after unrelated B (no eviction), and sooner than "
+              "cold", verdict and verdict.summary())
 
 
 def boundary_step(rb: "Runbook", run_tag: str, sizes: Sequence[int], workload: str, max_tokens: int,

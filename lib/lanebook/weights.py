@@ -88,7 +88,9 @@ def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> Node
     cannot be reached raises its NodeError, which fails the runbook step with its message; a dry run records the
     probes and observes nothing."""
     reports = verify_every_node(lane, sha256=sha256, workers=workers)
-    return NodeCheck.not_observed() if lane.executor.dry_run else NodeCheck({a: r.node_result() for a, r in reports.items()})
+    if lane.executor.dry_run:
+        return NodeCheck.not_observed()
+    return NodeCheck({alias: r.node_result() for alias, r in reports.items()})
 
 
 def download_command(weights: WeightsParams) -> str:
@@ -126,7 +128,8 @@ def not_incomplete(deleted: dict[str, list[str]]) -> list[str]:
 def verify_every_node(lane: Lane, *, sha256: bool = False, workers: int = 4) -> dict[str, WeightsReport]:
     """verify_weights on each node of the lane, by alias (head first, as the lane lists them): the one way every
     runbook verifies weights."""
-    return {node.alias: verify_weights(node, lane.params.weights, sha256=sha256, workers=workers) for node in lane.nodes}
+    return {node.alias: verify_weights(node, lane.params.weights, sha256=sha256, workers=workers)
+            for node in lane.nodes}
 
 
 def tree_results(reports: dict[str, WeightsReport]) -> dict[str, tuple[bool, str]]:
@@ -186,9 +189,10 @@ def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsRepor
                "(adds and updates files; never deletes)")
     stats = sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=attempts)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
-    rb.expect_each({a: (s.files_transferred is not None, f"{s.files_transferred} files, {s.transferred_file_size} "
-                                                         f"bytes sent in {s.attempts} run(s)") for a, s in stats.items()},
-                   "rsync to {} finished with its statistics")
+    sent = {a: (s.files_transferred is not None,
+                f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)")
+            for a, s in stats.items()}
+    rb.expect_each(sent, "rsync to {} finished with its statistics")
     return to_sync
 
 

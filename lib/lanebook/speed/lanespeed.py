@@ -222,8 +222,9 @@ def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], set
             rb.expect(not failures, f"every request of {workload} measured", "; ".join(failures) or
                       f"{len(result.waves)} waves, {plan.requests_per_workload} requests")
             unchecked = unchecked_idle(result)
-            rb.expect(not unchecked, "queues idle before every wave", "no /metrics before " + ", ".join(unchecked)
-                      if unchecked else "vllm:num_requests_running and vllm:num_requests_waiting were 0 before each wave")
+            rb.expect(not unchecked, "queues idle before every wave",
+                      "no /metrics before " + ", ".join(unchecked) if unchecked
+                      else "vllm:num_requests_running and vllm:num_requests_waiting were 0 before each wave")
     return documents
 
 
@@ -250,7 +251,8 @@ def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
             + ("; twin figures, not a real lane's" if twin else ""))
 
 
-def save_step(rb: "Runbook", path: Optional[str], plan: LanePlan, documents: list[dict], provenance: Provenance) -> None:
+def save_step(rb: "Runbook", path: Optional[str], plan: LanePlan, documents: list[dict],
+              provenance: Provenance) -> None:
     """Step 4: store this run as a baseline file, only when a path is given and something was measured."""
     if not path:
         rb.skip("stored as a baseline", "no save_baseline path given")
