@@ -56,34 +56,17 @@ tolerance = 0.05       # relative change of a median beyond which a cell is bett
 # %%
 import secrets
 
-from IPython.display import Markdown, display
-
 from lanebook import canary as canary_run
-from lanebook import diagnose, launcher, logs, probes, readiness
+from lanebook import launcher, logs, probes, readiness
 from lanebook.effective.mismatches import live_mismatches
 from lanebook.execute import launch_twin_lane_if_down
-from lanebook.params import lane_with
-from lanebook.pitfalls import troubleshooting_table
-from lanebook.speed.bands import bands_frame
 from lanebook.runbook import Runbook
-from lanebook.speed.workloads import load_workload
 
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
-
-
-def show_diff(relaunch):
-    """What a relaunch rendered into the head's checkout (in a dry run: into lanebook's reference checkout)."""
-    if relaunch.change is not None:
-        display(Markdown(f"```diff\n{relaunch.change.diff or '(no change: the checkout already runs these values)'}\n```"))
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("diagnose")
+plan = canary_run.CanaryPlan(canary, canary_key, canary_value, canary_workloads, canary_concurrency, canary_trials,
+                             canary_max_tokens, tolerance)
 
 # %% [markdown]
 # ## Prerequisites
@@ -113,13 +96,7 @@ with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the l
 with rb.step("1 prefix cache A→B→A",
              fix="the prefix cache evicts under churn: check `--enable-prefix-caching` and the GPU KV cache size in "
                  "the startup log (`status`); relaunch with `stop` then `launch`, and run `diagnose` again"):
-    prefix_requests = diagnose.prefix_bodies(p.served_model_name, p.request, run_tag, prefix_lines)
-    prefix_steps = probes.prefix_protocol(p.api, prefix_requests, rb.lane.executor)
-    prefix = None if prefix_steps is None else diagnose.prefix_verdict(prefix_steps)  # None: a dry run sent nothing
-    if prefix:
-        rb.record(prefix_cache={s.name: s.figures() for s in prefix_steps}, prefix_cache_evicted=prefix.evicted)
-    rb.expect(bool(prefix and prefix.ok), "A hits the cache again after unrelated B (no eviction), and sooner than cold",
-              prefix and prefix.summary())
+    probes.prefix_cache_step(rb, run_tag, prefix_lines)
 
 # %% [markdown]
 # ## Part 2 — The C4↔C5 K boundary
@@ -133,23 +110,7 @@ with rb.step("1 prefix cache A→B→A",
 with rb.step("2 K boundary C4↔C5",
              fix="read both ranks' logs (`status`); an engine death or an orphaned worker needs `stop`, then `launch`; "
                  "keep the 5/4/3 schedule off (`rollback`) until a clean `diagnose`"):
-    plan = diagnose.boundary_plan(p.speculative.schedule, p.num_speculative_tokens, boundary[0], boundary[1],
-                                  boundary_max_tokens, boundary_short_tokens)
-    if not plan.crosses:
-        rb.skip(f"C{plan.lower}↔C{plan.upper} stays stable across the K boundary",
-                f"the lane verifies K={plan.k_lower} at both batch sizes: no boundary to cross")
-    else:
-        workload = load_workload(boundary_workload)
-        cases = [(name, diagnose.boundary_bodies(p.served_model_name, workload, p.request, run_tag, i, lengths))
-                 for i, (name, lengths) in enumerate(plan.cases())]
-        measured = probes.boundary_run(p.api, cases, rb.lane.executor)
-        health = probes.healthy(p.api, rb.lane.executor)
-        fatal = probes.fatal_log_lines(rb.lane)
-        stability = None if measured is None else diagnose.boundary_verdict(measured, fatal, bool(health))
-        if stability:
-            rb.record(k_boundary={c.name: c.figures() for c in measured})
-        rb.expect(bool(stability and stability.ok), f"C{plan.lower}↔C{plan.upper} stays stable across the K boundary",
-                  stability and stability.summary(measured))
+    probes.boundary_step(rb, run_tag, boundary, boundary_workload, boundary_max_tokens, boundary_short_tokens)
 
 # %% [markdown]
 # ## Part 3 — One-axis canary: `MAX_NUM_BATCHED_TOKENS` 8192 → 8216
@@ -163,78 +124,34 @@ with rb.step("2 K boundary C4↔C5",
 
 # %%
 with rb.step("3 canary baseline", fix="run `status`; a lane that cannot serve the probes cleanly needs `stop`, then `launch`"):
-    if not canary:
-        rb.skip("the lane's own value measured", "canary=False: parts 1-2 only")
-    else:
-        rb.expect(canary_key in p.env, f"the lane sets {canary_key} (the canary's one axis)", p.env.get(canary_key), local=True)
-        variant = lane_with(p, env={canary_key: canary_value})
-        baseline_docs = probes.measure_workloads(rb.lane, canary_workloads, canary_concurrency, canary_trials, canary_max_tokens)
-        if baseline_docs:
-            rb.record(canary_baseline=probes.document_figures(baseline_docs))
-            display(bands_frame(baseline_docs))
-        failed = None if baseline_docs is None else sum(r["errors"] for d in baseline_docs for r in d["runs"])
-        rb.expect(failed == 0, f"every request measured at {canary_key}={p.env.get(canary_key)}",
-                  None if failed is None else f"{failed} failed or unmeasurable")
+    baseline_docs = canary_run.baseline_step(rb, plan)
 
 # %%
 with rb.step("4 canary variant",
              fix="the lane's own value was relaunched if the variant failed: run `status`; if the lane is not up with "
                  "the lane's values, run `env` then `launch`"):
-    if not canary:
-        rb.skip(f"the lane relaunched with {canary_key}={canary_value} and measured", "canary=False")
-    else:
-        rb.confirm(f"relaunch lane {p.name} with {canary_key}={canary_value} (stop, clean memory, start) and measure it")
-        trial = canary_run.try_variant(rb.lane, variant, lambda: probes.measure_workloads(
-            rb.lane, canary_workloads, canary_concurrency, canary_trials, canary_max_tokens))
-        rb.record(canary_variant_run=trial.figures())
-        show_diff(trial.relaunch)
-        if trial.documents:
-            rb.record(canary_variant=probes.document_figures(trial.documents))
-            display(bands_frame(trial.documents))
-        rb.expect(trial.relaunch.ok, f"the lane is up with {canary_key}={canary_value} and the live command carries it",
-                  trial.relaunch.summary())
-        rb.expect(trial.error is None, f"{', '.join(canary_workloads)} measured at {canary_key}={canary_value}",
-                  trial.error or "")
+    trial = canary_run.variant_step(rb, plan)
 
 # %%
 with rb.step("5 canary decision", fix="no decision without both sides measured: run `diagnose` again"):
-    if not canary:
-        rb.skip("an explicit keep or reject from the measured figures", "canary=False")
-    else:
-        decision = None
-        if baseline_docs and trial.documents:
-            decision = diagnose.canary_decision(canary_key, p.env[canary_key], canary_value, baseline_docs,
-                                                trial.documents, tolerance)
-            rb.record(canary=decision.figures())
-            display(Markdown(f"### Decision: **{decision.decision}** {canary_key}={canary_value}\n\n{decision.summary()}"))
-            display(decision.comparison.frame() if decision.comparison else decision.reasons)
-        rb.expect(decision is not None, "an explicit keep or reject from the measured figures", decision and decision.summary())
+    decision = canary_run.decision_step(rb, plan, baseline_docs, trial)
 
 # %%
 with rb.step("6 restore the kept value",
              fix="if the lane is not up with the kept value, run `env` then `launch` for this lane (`status` shows it)"):
-    if not canary:
-        rb.skip("the kept value is what the lane runs", "canary=False")
-    else:
-        kept = variant if decision is not None and decision.decision == "keep" else p  # a dry run shows the reject path
-        kept_value = kept.env[canary_key]
-        if kept is p:
-            rb.confirm(f"render {canary_key}={kept_value} back into lane {p.name}'s checkout and relaunch it")
-            restored = canary_run.relaunch_with(rb.lane, p)
-            rb.record(canary_restore=restored.figures())
-            show_diff(restored)
-            rb.expect(restored.ok, f"the lane is up again with {canary_key}={kept_value} and the live command carries it",
-                      restored.summary())
-        else:
-            rb.skip(f"{canary_key}={kept_value} rendered back", "the variant is kept: it is what the lane runs")
-            mismatches = live_mismatches(kept, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
-            rb.expect(not mismatches, f"the live command carries {canary_key}={kept_value}", "; ".join(map(str, mismatches)))
-        on_head = canary_run.head_env_value(rb.lane, canary_key)
-        rb.record(canary_kept={canary_key: kept_value, "head_env_file": on_head})
-        rb.expect(on_head == str(kept_value), f"the head's env file sets {canary_key}={kept_value}", on_head)
-        rb.expect(p.env[canary_key] == kept_value, f"the lane file holds the kept {canary_key}={kept_value}",
-                  f"the lane file says {p.env[canary_key]}: set env.{canary_key}: {kept_value} in params/{p.name}.yaml "
-                  "so the lane file is the truth again" if p.env[canary_key] != kept_value else "", local=True)
+    canary_run.restore_step(rb, plan, decision)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

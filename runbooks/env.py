@@ -44,27 +44,11 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 restore = None         # run id of an earlier env run of this lane: put back the files it changed instead of rendering
 
 # %%
-from IPython.display import Markdown, display
-
-from lanebook import audit, checkout_env, transfers
-from lanebook.pitfalls import troubleshooting_table
+from lanebook import checkout_env, transfers
 from lanebook.runbook import Runbook
 
 rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-
-def show_diff(diff, where):
-    display(Markdown(f"Changes ({where}):\n\n```diff\n{diff}```" if diff else f"No change ({where})."))
-
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use). Read it before you start.
-
-# %%
-troubleshooting_table("env")
 
 # %% [markdown]
 # ## Prerequisites
@@ -91,19 +75,7 @@ with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_I
 with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout on the head (holding "
                            "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
                            "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand"):
-    if restore is None:
-        plan = checkout_env.plan_on_head(rb.lane, source=lane)
-        rb.record(changed=plan.changed)
-        show_diff(plan.diff, plan.source)
-        rb.expect(bool(plan.read), "the head's checkout read", f"{len(plan.read)} files; "
-                  f"{'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}")
-    else:
-        backups = checkout_env.backups_of_run(audit.find_run(restore), p.name)
-        restoring = checkout_env.check_backups(rb.lane, backups)
-        rb.record(changed=[b.path for b in backups])
-        show_diff(restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
-        rb.expect(True, f"every file holds what run {restore} wrote, every backup what it replaced",
-                  ", ".join(b.path for b in backups))
+    plan, backups = checkout_env.plan_step(rb, lane, restore)
 
 # %% [markdown]
 # ## Step 2 — Lint what the checkout will run
@@ -114,15 +86,9 @@ with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout 
 # before and is not linted here (`launch` lints what it runs).
 
 # %%
-with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the table above), then run "
+with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
                            "`env` again; nothing on the nodes was changed"):
-    if restore is None:
-        errors = [f"{f.id} {f.file}:{f.line} {f.message}" for f in plan.lint.findings if f.severity == "error"]
-        rb.record(lint_errors=errors)
-        rb.expect(plan.lint.ok, "the checkout as rendered lints clean", "; ".join(errors) or plan.lint.linted_summary(),
-                  local=True)
-    else:
-        rb.skip("the checkout as rendered lints clean", f"a restore puts back what run {restore} replaced")
+    checkout_env.lint_step(rb, plan, restore)
 
 # %% [markdown]
 # ## Step 3 — Write on the head
@@ -135,24 +101,7 @@ with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fi
 # %%
 with rb.step("3 write on the head", fix="the earlier files are kept beside them (the backups above): "
                                         "`-p restore=RUN_ID` with this run's id puts them back"):
-    if restore is None and not plan.writes:
-        rb.record(backups=[])
-        rb.skip("files written on the head", "the head's checkout already runs the lane: nothing written, no backup made")
-    elif restore is None:
-        rb.confirm(f"write {', '.join(plan.changed)} on {rb.lane.head.alias} (each backed up beside it first)")
-        change = checkout_env.apply_plan(rb.lane, plan)
-        rb.record(backups=[b.to_json() for b in change.backups])
-        again = checkout_env.plan_on_head(rb.lane, source=lane)
-        rb.expect(not again.writes, "the head's checkout runs the lane now: planning again changes nothing",
-                  ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups))
-    else:
-        rb.confirm(f"restore {', '.join(b.path for b in backups)} on {rb.lane.head.alias} from run {restore}'s backups "
-                   f"(each file there now backed up first)")
-        change = checkout_env.restore_backups(rb.lane, backups)
-        rb.record(backups=[b.to_json() for b in change.backups])
-        checkout_env.check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
-        rb.expect(not change.dry_run, f"every file holds the bytes run {restore} replaced",
-                  ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups))
+    checkout_env.write_step(rb, plan, backups, lane, restore)
 
 # %% [markdown]
 # ## Step 4 — Copy the checkout to each worker
@@ -163,17 +112,7 @@ with rb.step("3 write on the head", fix="the earlier files are kept beside them 
 # %%
 with rb.step("4 copy to workers", fix="make the worker reachable from the head over the fabric, then run `env` "
                                       "again (the head's files are already rendered: it copies and compares)"):
-    before = checkout_env.same_checkout(rb.lane)
-    if before:
-        rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
-    else:
-        rb.confirm(f"rsync {p.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
-                   "(adds and updates files; never deletes)")
-        stats = transfers.sync_checkout(rb.lane)
-        rb.record(rsync={a: vars(s) for a, s in stats.items()})
-        for alias, s in stats.items():
-            rb.expect(s.files_transferred is not None, f"rsync to {alias} finished with its statistics",
-                      f"{s.files_transferred} files, {s.transferred_file_size} bytes sent")
+    checkout_env.copy_step(rb)
 
 # %% [markdown]
 # ## Step 5 — The same bytes on every node
@@ -189,6 +128,25 @@ with rb.step("5 same bytes", fix="run `env` again to copy the head's checkout (a
     rb.expect(same, "every node holds the head's bytes", same.seen)
     present = transfers.checkout_ok(rb.lane)
     rb.expect(present, "the checkout's files on every node, launcher scripts executable", present.seen)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P02** Batch 16384 | MAX_NUM_BATCHED_TOKENS=16384 measured a single-stream regression on the count canary. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P07** Memory 0.80 at 1M context | GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly. | GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads). |
+# | **P08** Gloo / host IP on loopback | If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes. | A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0). |
+# | **P14** K above the drafter block size | The Flash drafter's dspark_block_size is 5: K=7 is not free speed. | Keep the draft maximum at K=5 (MTP_NUM_TOKENS=5); shorten verification under load with the 5/4/3 schedule. |
+# | **S01** Invalid batch-size schedule | num_speculative_tokens_per_batch_size ranges must cover batch sizes 1..MAX_NUM_SEQS contiguously, once, with every K at most num_speculative_tokens and the drafter block size 5. | Use the measured schedule [[1,1,5],[2,4,4],[5,6,3]] for MAX_NUM_SEQS=6. |
+# | **S02** Unreadable SPECULATIVE_CONFIG | The compose command must hold one SPECULATIVE_CONFIG assignment that becomes valid JSON inside the container. | Restore the seed's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it). |
+# | **S03** Unreadable env-file line | Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies. | Write it as KEY=VALUE (or comment it out with #). |
+# | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
+# | **S05** Dead env line | A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it. | Delete the line, or set the key that wins (the finding names it). |
 
 # %% [markdown]
 # ## Verdict

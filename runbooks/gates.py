@@ -39,10 +39,7 @@ dry_run = False        # record the requests and commands instead of sending the
 hermes_config = None   # path of a Hermes config.yaml to check, on the Hermes host; None for the block rendered from the lane
 
 # %%
-from IPython.display import Markdown, display
-
 from lanebook import gates, hermes
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("gates", lane, dry_run=dry_run)
@@ -50,21 +47,12 @@ p = rb.params
 checks = []  # every gate's checks, judged together at the end
 
 # %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("gates")
-
-# %% [markdown]
 # ## Gate 1 — `/v1/models`
 # `curl -s API/models`. Expected: the lane's served name as `id`, and the lane's `max_model_len` (1,048,576).
 
 # %%
 with rb.step("1 models"):
-    found = gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.lane.executor, p))
-    checks += found
-    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+    checks += gates.show_gate(rb, gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.lane.executor, p)))
 
 # %% [markdown]
 # ## Gate 2 — The startup log
@@ -74,9 +62,7 @@ with rb.step("1 models"):
 
 # %%
 with rb.step("2 startup log"):
-    found = gates.run_gate("2 startup log", lambda: gates.log_gate("2 startup log", rb.lane))
-    checks += found
-    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+    checks += gates.show_gate(rb, gates.run_gate("2 startup log", lambda: gates.log_gate("2 startup log", rb.lane)))
 
 # %% [markdown]
 # ## Gate 3 — The exact smoke
@@ -87,9 +73,8 @@ with rb.step("2 startup log"):
 # %%
 print(gates.curl_line(gates.chat_url(p), gates.exact_smoke_body(p)))
 with rb.step("3 exact smoke"):
-    found = gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate("3 exact smoke", rb.lane.executor, p))
-    checks += found
-    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+    checks += gates.show_gate(rb, gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate(
+        "3 exact smoke", rb.lane.executor, p)))
 
 # %% [markdown]
 # ## Gate 4 — The tool-call smoke
@@ -98,9 +83,8 @@ with rb.step("3 exact smoke"):
 
 # %%
 with rb.step("4 tool smoke"):
-    found = gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate("4 tool smoke", rb.lane.executor, p))
-    checks += found
-    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+    checks += gates.show_gate(rb, gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate(
+        "4 tool smoke", rb.lane.executor, p)))
 
 # %% [markdown]
 # ## Gate 5 — The Hermes provider block
@@ -111,11 +95,8 @@ with rb.step("4 tool smoke"):
 # %%
 with rb.step("5 hermes provider block"):
     provider, found = hermes.block_gate("5 hermes provider block", rb.lane, hermes_config)
-    if provider is not None and provider.settings is not None:
-        print(f"# providers.{p.hermes.provider}, {provider.source}")
-        print(hermes.config_text(p.hermes.provider, hermes.shown_block(provider.settings)))
-    checks += found
-    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+    print(hermes.block_text(provider, p.hermes.provider), end="")
+    checks += gates.show_gate(rb, found)
 
 # %% [markdown]
 # ## Gate 6 — Hermes ROUTE_OK, through the real CLI
@@ -127,39 +108,28 @@ with rb.step("5 hermes provider block"):
 # %%
 with rb.step("6 hermes route"):
     route, found = hermes.route_gate("6 hermes route", rb.lane, provider)
-    if route is not None:
-        print(f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s")
-        print(route.stdout.strip() or "(nothing printed)")
-        if route.state is not None:
-            print(route.state.summary())
-            rb.record(hermes_reasoning_chars=route.state.reasoning_chars, hermes_reasoning_tokens=route.state.reasoning_tokens)
-    checks += found
-    display(Markdown(gates.verdict_table(found, rb.dry_run)))
+    print(hermes.route_text(route), end="")
+    rb.record(**hermes.route_figures(route))
+    checks += gates.show_gate(rb, found)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P07** Memory 0.80 at 1M context | GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly. | GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads). |
+# | **P09** Hermes api_key "none" | Hermes' provider block needs api_key: no-key-required for a keyless server; "none" is not that value. | api_key: no-key-required in providers.spark-ds4. |
+# | **P10** thinking as a string | chat_template_kwargs.thinking must be a JSON boolean: the template tests truthiness, so the string "false" turns thinking on. | thinking: false (a boolean) in request and Hermes extra_body. |
 
 # %% [markdown]
 # ## Verdict
 # Every gate's checks in one table; the run fails at the first failed gate below it, naming its step.
 
 # %%
-display(Markdown(gates.verdict_table(checks, rb.dry_run)))
-failed = gates.failed_checks(checks)
-rb.record(gates=gates.table_figures(checks, rb.dry_run), gates_failed=sorted({c.name for c in failed}))
-FIXES = {
-    "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, then `launch`",
-    "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
-                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
-    "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON boolean "
-                     "(P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
-    "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then `launch`; "
-                    "otherwise `rollback`",
-    "5 hermes provider block": "edit the Hermes config's provider block as the table says (api_key no-key-required, "
-                               "thinking: false as a boolean, context, default model), then run `gates` again",
-    "6 hermes route": "reasoning in state.db means thinking is on (P10): thinking: false as a boolean in the provider "
-                      "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
-}
-for check in checks:
-    with rb.step(check.name, fix=FIXES[check.name]):
-        rb.expect_results([check])
+gates.judge_gates(rb, checks)  # every gate under its own step, with what to do when it fails
 
 # %%
 rb.show_commands()

@@ -40,24 +40,13 @@ min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM
 confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
-from IPython.display import Markdown, display
-
-from lanebook import launcher, logs, memory, readiness, transfers, warmup, weights
+from lanebook import gates, launcher, logs, memory, readiness, transfers, warmup, weights
 from lanebook.effective.mismatches import live_mismatches
 from lanebook.lint import lint_what_lane_runs
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("launch", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use). Read it before you start.
-
-# %%
-troubleshooting_table("launch")
 
 # %% [markdown]
 # ## Prerequisites
@@ -65,17 +54,13 @@ troubleshooting_table("launch")
 # %%
 with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again'):
     report = lint_what_lane_runs(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
-    rb.expect(report.ok, "what the lane runs lints clean", "; ".join(f"{f.id} {f.message}" for f in report.findings
-                                                                   if f.severity == "error") or report.linted_summary(),
-              local=True)
+    rb.expect(report.ok, "what the lane runs lints clean", report.errors_summary(), local=True)
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     pair = launcher.pair_occupancy(rb.lane)
     rb.expect(not pair.other_lane_up, "no other lane is serving on the pair (stop it first: both want the whole pair)",
-              {a: n for a, n in pair.others.items() if n} or "")
-    already_up = pair.this_lane_up  # launching is idempotent: an up lane is verified, not restarted
-    for node in rb.lane.nodes:
-        w = weights.verify_weights(node, p.weights)
-        rb.expect(w.ok, f"weights complete on {node.alias}", w.summary())
+              pair.others_found() or "")
+    serving = pair.this_lane_up and "the lane is already up"  # launching is idempotent: verified, not restarted
+    rb.expect_each(weights.complete_results(weights.verify_every_node(rb.lane)), "weights complete on {}")
 
 # %% [markdown]
 # ## Step 1 — Clean SHM and page cache on every node
@@ -85,13 +70,8 @@ with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (i
 
 # %%
 with rb.step("1 clean memory", fix='a segment that stays is held by a live process: run `status`, then `stop`, then `launch` again'):
-    if already_up:
-        rb.skip("SHM and page cache cleaned on every node", "the lane is already up; memory is never cleaned under a server")
-    else:
-        rb.confirm(f"clean /dev/shm and the page cache on {', '.join(n.alias for n in rb.lane.nodes)} and start lane {p.name} on the pair")
-        cleaned = memory.clean_memory(rb.lane)
-        rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
+    nodes = ", ".join(n.alias for n in rb.lane.nodes)
+    memory.clean_step(rb, serving, confirm=f"clean /dev/shm and the page cache on {nodes} and start lane {p.name} on the pair")
 
 # %% [markdown]
 # ## Step 2 — Mask legacy units, check free memory
@@ -102,13 +82,9 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
 # %%
 with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again'):
     units = memory.mask_legacy_units(rb.lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
-    if already_up:
-        rb.skip("enough free memory on every node", "the lane is already up and holds its memory")
-    else:
-        free = memory.check_sticky_uma(rb.lane, min_free_gib=min_free_gib)
-        rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", free.seen)
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
+    memory.free_memory_step(rb, rb.lane, serving and "the lane is already up and holds its memory",
+                            "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", min_free_gib)
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head
@@ -121,12 +97,8 @@ with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop 
 
 # %%
 with rb.step("3 start", fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again"):
-    if already_up:
-        rb.skip("launcher reports the lane up", "already up: verifying it instead of restarting it")
-    else:
-        started = launcher.start_lane(rb.lane)
-        rb.record(launcher_outcome=started.outcome, seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
-        rb.expect(started.ok, "launcher reports the lane up", started.summary())
+    started = launcher.start_step(rb, rb.lane, serving and "already up: verifying it instead of restarting it",
+                                  "launcher reports the lane up", timing=True)
     api = launcher.ask_api(rb.lane)  # the launcher polls /v1/models only; vLLM answers /health 503 while its engine is not alive
     rb.expect(api.healthy, "/health answers 200", api.detail)
 
@@ -139,7 +111,7 @@ with rb.step("3 start", fix="read the launcher's outcome above: refused configur
 with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again'):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
-    rb.expect_results(expectations)
+    rb.expect_all(expectations)
 
 # %% [markdown]
 # ## Step 5 — `/v1/models` and the live command
@@ -150,10 +122,8 @@ with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `
 
 # %%
 with rb.step("5 models and live command", fix='the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again'):
-    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
-    model = next((m for m in models if m.get("id") == p.served_model_name), models[0] if models else {})
-    rb.expect(model.get("id") == p.served_model_name, f"/v1/models id is {p.served_model_name}", model.get("id"))
-    rb.expect(model.get("max_model_len") == p.max_model_len, f"max_model_len is {p.max_model_len:,}", model.get("max_model_len"))
+    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
+    rb.expect_all(gates.judge_model_list(rb.current_step, models or [], p))
     mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
     rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
 
@@ -171,20 +141,23 @@ with rb.step("5 models and live command", fix='the server does not run what the 
 # %%
 with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: run `warmup` later; a dead "
                                             "engine or a fatal log line: run `stop`, then `launch` again"):
-    enabled, why = warmup.warmup_enabled(p.env)
-    hook = None if already_up else started.hook_warmed
-    if not enabled:
-        rb.skip("the bounded post-readiness warmup ran", why)
-    elif hook:
-        rb.record(warmed_by="the launcher's post-readiness hook")
-        rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
-        rb.expect_results(warmup.lane_checks(rb.lane))
-    else:
-        warmed = warmup.run_warmup(p, rb.lane.executor)
-        rb.record(**warmed.figures())
-        if not rb.dry_run:
-            display(Markdown(warmed.table(p.twin)))
-        rb.expect_results(warmed.checks() + warmup.lane_checks(rb.lane))
+    warmup.post_readiness_step(rb, started and started.hook_warmed)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P07** Memory 0.80 at 1M context | GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly. | GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads). |
+# | **P08** Gloo / host IP on loopback | If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes. | A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0). |
+# | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
+# | **P12** First-use inference JIT | Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT compilation during inference, turning the first production burst into a latency event. | Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as pending until observed. |
+# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on both nodes before compose up. |
+# | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
+# | **S06** Entrypoint refuses the configuration | The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) and exits before `vllm serve` when one is wrong, so the container never serves. | Set the variable to one of the values the message lists. |
 
 # %% [markdown]
 # ## Verdict

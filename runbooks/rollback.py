@@ -42,30 +42,16 @@ dry_run = False        # record the commands instead of sending them (opens no c
 confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
-from pathlib import Path
-
 from IPython.display import Markdown, display
 
-from lanebook import audit, launcher, memory, rollback, transfers, weights
+from lanebook import audit, launcher, memory, rollback
 from lanebook.effective.mismatches import live_mismatches
-from lanebook.errors import LanebookError
-from lanebook.execute import run_runbook
-from lanebook.lint import lint_what_lane_runs
 from lanebook.logs import live_command
 from lanebook.nodes import Lane
-from lanebook.paths import outputs_dir
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("rollback", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("rollback")
 
 # %% [markdown]
 # ## Prerequisites
@@ -77,32 +63,14 @@ troubleshooting_table("rollback")
 # %%
 with rb.step("prerequisites", fix="name a shipped rollback lane on the same pair in the lane file; run `weights "
              "--lane ROLLBACK_LANE` for its weights; stop whatever else serves on the pair with its own `stop`"):
-    try:
-        target = rollback.rollback_target(p)
-    except LanebookError as exc:
-        rb.expect(False, "the lane names a rollback lane that loads", exc, local=True)
+    target = rollback.load_target(rb)
     ROLLBACK_LANE = target.name
     rb.record(rollback_lane=ROLLBACK_LANE)
     moved = rollback.pair_differences(p, target)
     rb.expect(not moved, f"{ROLLBACK_LANE} runs on the same pair as {p.name}", "; ".join(moved), local=True)
     target_lane = Lane(target, executor=rb.lane.executor)
-    report = lint_what_lane_runs(target, dry_run=rb.dry_run)
-    rb.expect(report.ok, f"what {ROLLBACK_LANE} runs lints clean",
-              "; ".join(f"{f.id} {f.message}" for f in report.findings if f.severity == "error") or report.linted_summary(),
-              local=True)
-    rb.expect(transfers.checkout_ok(target_lane), f"{ROLLBACK_LANE}'s checkout present on every node", target.checkout)
-    complete = weights.check_weights(target_lane)
-    rb.expect(complete, f"{ROLLBACK_LANE}'s weights complete on every node", complete.seen)
-    current, fallback = launcher.lane_containers(rb.lane), launcher.lane_containers(target_lane)
-    rb.record(state_before=current.state, rollback_state_before=fallback.state)
-    ours = {n for names in [*current.running.values(), *fallback.running.values()] for n in names}
-    others = {a: [n for n in names if n not in ours] for a, names in launcher.vllm_containers(rb.lane).items()}
-    rb.expect(not any(others.values()), "no other lane serves on the pair", {a: n for a, n in others.items() if n} or "")
-    rb.expect(fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP), f"{ROLLBACK_LANE} is cleanly down or up",
-              fallback.summary())
-    already_rolled_back = fallback.state == launcher.LANE_UP
-    rb.expect(not already_rolled_back or current.state == launcher.LANE_DOWN,
-              f"{p.name} and {ROLLBACK_LANE} do not both hold the pair", f"{p.name}: {current.summary()}")
+    rollback.ready_step(rb, target_lane)  # lints clean, its checkout and weights on every node
+    already_rolled_back = rollback.pair_step(rb, target_lane)
 
 # %% [markdown]
 # ## Step 1 — Fingerprint the rollback lane before anything changes
@@ -119,16 +87,7 @@ with rb.step("1 fingerprint before", fix="the rollback lane changed since it was
     before = rollback.fingerprint(target_lane)
     rb.record(rollback_fingerprint_before=before)
     display(Markdown(f"`{ROLLBACK_LANE}` fingerprints (checkout, weights): `{rollback.short(before)}`"))
-    earlier = rollback.recorded_fingerprint(audit.read_runs(), ROLLBACK_LANE)
-    if earlier is None:
-        rb.skip(f"{ROLLBACK_LANE} untouched since its recorded fingerprint",
-                f"no run in the audit trail recorded a fingerprint of {ROLLBACK_LANE} (`promote` records one)")
-    else:
-        record, recorded = earlier
-        rb.record(fingerprint_compared_with=record.get("run_id"))
-        changes = rollback.fingerprint_differences(recorded, before)
-        rb.expect(not changes, f"{ROLLBACK_LANE} untouched since {record.get('runbook')} run {record.get('run_id')} "
-                               f"fingerprinted it ({record.get('started_at')})", "; ".join(changes) or "equal")
+    rollback.recorded_step(rb, ROLLBACK_LANE, before, audit.read_runs())
 
 # %% [markdown]
 # ## Step 2 — Stop this lane on all nodes
@@ -139,18 +98,7 @@ with rb.step("1 fingerprint before", fix="the rollback lane changed since it was
 # %%
 with rb.step("2 stop", fix="run `status` to see what still runs and `stop` to finish stopping this lane, "
              "then `rollback` again"):
-    if already_rolled_back:
-        rb.skip(f"{p.name} stopped on every node", f"{ROLLBACK_LANE} is already up and {p.name} down")
-    else:
-        rb.confirm(f"stop lane {p.name} on every node and relaunch {ROLLBACK_LANE} from {target.checkout}")
-        stopped = launcher.stop_lane(rb.lane)
-        rb.record(stop_script=stopped.launcher.outcome)
-        rb.expect(stopped.launcher.ok, "the stop script exits 0", stopped.launcher.summary())
-        orphans = launcher.stop_orphaned_workers(rb.lane)
-        rb.record(orphaned_workers_stopped=orphans)
-        left = launcher.lane_containers(rb.lane)
-        rb.expect(not left.left, f"no container of {p.name} left on any node",
-                  (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary())
+    rollback.stop_step(rb, target_lane, already_rolled_back)
 
 # %% [markdown]
 # ## Step 3 — Clean SHM and page cache on both nodes
@@ -161,15 +109,7 @@ with rb.step("2 stop", fix="run `status` to see what still runs and `stop` to fi
 # %%
 with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c 'sync; echo 3 > "
              "/proc/sys/vm/drop_caches'`) or reboot, then `rollback` again; never `docker system prune -af`"):
-    if already_rolled_back:
-        rb.skip("SHM and page cache cleaned on every node", f"{ROLLBACK_LANE} is up; memory is never cleaned under a server")
-    else:
-        cleaned = memory.clean_memory(rb.lane)
-        rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-        rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
-        free = memory.check_sticky_uma(target_lane)
-        rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, f"enough free memory on every node for {ROLLBACK_LANE}", free.seen)
+    rollback.clean_step(rb, target_lane, already_rolled_back)
 
 # %% [markdown]
 # ## Step 4 — Relaunch the rollback lane from its own checkout
@@ -183,14 +123,10 @@ with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c
 with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
              "`rollback` again (or `launch` this lane to go forward)"):
     units = memory.mask_legacy_units(target_lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
-    if already_rolled_back:
-        rb.skip(f"launcher reports {ROLLBACK_LANE} up", "already up: verifying it instead of restarting it")
-    else:
-        rb.confirm(f"launch {ROLLBACK_LANE} from {target.checkout}")
-        started = launcher.start_lane(target_lane)
-        rb.record(launcher_outcome=started.outcome)
-        rb.expect(started.ok, "launcher reports the rollback lane up", started.summary())
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
+    launcher.start_step(rb, target_lane, already_rolled_back and "already up: verifying it instead of restarting it",
+                        "launcher reports the rollback lane up", skipped=f"launcher reports {ROLLBACK_LANE} up",
+                        confirm=f"launch {ROLLBACK_LANE} from {target.checkout}")
     up = launcher.lane_containers(target_lane)
     rb.expect(up.state == launcher.LANE_UP, f"{ROLLBACK_LANE} up on every node", up.summary())
     mismatches = live_mismatches(target, live_command(target_lane.head, launcher.container_name(target_lane)))
@@ -204,16 +140,7 @@ with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --la
 # %%
 with rb.step("5 gates", fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
              f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane"):
-    gates = run_runbook("gates", ROLLBACK_LANE, {}, dry_run=rb.dry_run, yes=True)
-    rb.record(gates_verdict=gates["verdict"], gates_run_id=gates["run_id"], gates_output=gates["output"])
-    link = f"../{Path(gates['output']).relative_to(outputs_dir())}"  # from this record's folder, outputs/LANE/
-    display(Markdown(f"| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"
-                     f"| gates | {gates['lane']} | {audit.verdict_label(gates['verdict'])} | {gates['failed_step'] or ''} "
-                     f"| [{gates['run_id']}]({link}) |"))
-    print(f"gates record: {gates['output']}")
-    wanted = "dry-run" if rb.dry_run else "pass"
-    rb.expect(gates["verdict"] == wanted, f"{ROLLBACK_LANE}'s gates verdict is {wanted}",
-              f"{gates['verdict']}" + (f" at {gates['failed_step']}" if gates["failed_step"] else ""), local=True)
+    rollback.gates_step(rb, ROLLBACK_LANE)
 
 # %% [markdown]
 # ## Step 6 — Fingerprint the rollback lane again
@@ -236,9 +163,21 @@ with rb.step("6 fingerprint after", fix="something this rollback ran wrote into 
 # %%
 changes = rollback.hermes_changes(p, target)
 rb.record(hermes_changes=changes, hermes_default_model={"from": p.served_model_name, "to": target.served_model_name})
-display(Markdown(f"In `providers.{target.hermes.provider}`:\n\n```text\n" + "\n".join(changes) + "\n```" if changes else
-                 f"Nothing changes in `providers.{target.hermes.provider}`: `default_model` stays `{target.served_model_name}`."))
+display(Markdown(rollback.hermes_note(p, target, changes)))
 print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in changes))
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
+# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on both nodes before compose up. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
+# | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
 
 # %% [markdown]
 # ## Verdict

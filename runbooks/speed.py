@@ -57,32 +57,16 @@ tolerance = 0.10       # on the same setup, a median may fall this far below the
 save_baseline = None   # a path: store this run (bands and provenance) there as a baseline file
 
 # %%
-import json
-from datetime import datetime, timezone
-
-from IPython.display import Image, Markdown, display
-
 from lanebook import launcher
 from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_path
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 from lanebook.speed import lanespeed
-from lanebook.speed.baseline import counterpart, judge, load_baseline, stored_baseline, write_baseline
-from lanebook.speed.plots import plot_workload
+from lanebook.speed.baseline import load_baseline, stored_baseline
 from lanebook.speed.provenance import compare_setups, read_provenance
 
 rb = Runbook("speed", lane, dry_run=dry_run)
 p = rb.params
-twin_label = " · TWIN figures (not a real lane's)" if p.twin else ""
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use).
-
-# %%
-troubleshooting_table("speed")
 
 # %% [markdown]
 # ## Prerequisites
@@ -94,9 +78,7 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
     plan = lanespeed.plan_speed(p, workloads, concurrency, trials, max_tokens)
     rb.expect(True, "parameters", plan.summary(), local=True)
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
-    rb.record(plan={"workloads": list(plan.workloads), "levels": list(plan.levels), "trials": plan.trials,
-                    "max_tokens": plan.max_tokens, "tolerance": tolerance,
-                    "baseline": str(base.path) if base else None})
+    rb.record(plan=plan.figures(tolerance, str(base.path) if base else None))
     launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
     api = launcher.ask_api(rb.lane)
     rb.expect(api.healthy, "/health answers 200", api.detail)
@@ -113,14 +95,10 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
 with rb.step("1 provenance", fix="run `status`: the lane's container must run on the head"):
     provenance = read_provenance(rb.lane, lane_path(lane), launcher.container_name(rb.lane))
     rb.record(provenance=provenance.to_json())
-    display(Markdown(provenance.markdown()))
+    rb.show(markdown=provenance.markdown())
     rb.expect(provenance.image is not None, "the image the head's container runs", provenance.image)
     setup = compare_setups(provenance, base.provenance) if base else None
-    if base:
-        print(f"baseline {base.path}: {base.source}")
-        print(setup.summary())
-    else:
-        print(f"lane {p.name} has no stored baseline: the bands below are shown, not judged")
+    print(lanespeed.baseline_note(p.name, base, setup))
 
 # %% [markdown]
 # ## Step 2 — The waves, one workload at a time
@@ -130,30 +108,7 @@ with rb.step("1 provenance", fix="run `status`: the lane's container must run on
 # every wave checked for idle queues. Each workload's bands follow as a table and a plot.
 
 # %%
-documents, bands, failed_waves = [], {}, {}
-baseline_label = f"baseline median ({setup.headline}: {'judged' if setup.same else 'not judged'})" if setup else ""
-for workload in plan.workloads:
-    with rb.step(f"2 waves {workload}", fix="read the failed waves' reasons above and run `status`; an engine "
-                                           "that died or an orphaned worker: run `stop`, then `launch`, then speed again"):
-        result = lanespeed.measure_workload(plan, workload, rb.lane.executor, p.twin)
-        if result is None:  # a dry run: the request as it would be sent
-            display(Markdown(f"**{workload}** would send, first request of its first wave:"))
-            display(Markdown("```json\n" + json.dumps(plan.example_body(workload), indent=1) + "\n```"))
-            rb.expect(False, f"every request of {workload} measured")
-            continue
-        document = result.document()
-        documents.append(document)
-        failures = lanespeed.wave_failures(result)
-        bands[workload], failed_waves[workload] = document["bands"], failures
-        rb.record(bands=bands, wave_failures=failed_waves)
-        display(Markdown(lanespeed.bands_table(document)))
-        display(Image(plot_workload(document, counterpart(base, document), baseline_label,
-                                    f"{p.name} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials{twin_label}")))
-        rb.expect(not failures, f"every request of {workload} measured", "; ".join(failures) or
-                  f"{len(result.waves)} waves, {plan.requests_per_workload} requests")
-        unchecked = lanespeed.unchecked_idle(result)
-        rb.expect(not unchecked, "queues idle before every wave", "no /metrics before " + ", ".join(unchecked)
-                  if unchecked else "vllm:num_requests_running and vllm:num_requests_waiting were 0 before each wave")
+documents = lanespeed.waves_steps(rb, plan, base, setup)  # one step a workload: "2 waves WORKLOAD"
 
 # %% [markdown]
 # ## Step 3 — Against the lane's baseline
@@ -165,18 +120,7 @@ for workload in plan.workloads:
 # %%
 with rb.step("3 baseline", fix="a regression on the same setup: run `diagnose` (matched A/B canary), "
                               "or `rollback` to the lane's rollback lane"):
-    if rb.dry_run:
-        rb.expect(False, "speed against the lane's baseline")
-    else:
-        judgement = judge(documents, provenance, base, tolerance)
-        rb.record(baseline=judgement.to_json())
-        if judgement.comparison is not None:
-            display(judgement.comparison.frame())
-        if judgement.judged:
-            rb.expect(not judgement.failed, f"medians within {tolerance:.0%} of the baseline's on the same setup",
-                      judgement.summary())
-        else:
-            rb.skip("speed judged against the baseline", judgement.summary())
+    lanespeed.judge_step(rb, documents, provenance, base, tolerance)
 
 # %% [markdown]
 # ## Step 4 — Store this run as a baseline (only with `save_baseline`)
@@ -186,16 +130,22 @@ with rb.step("3 baseline", fix="a regression on the same setup: run `diagnose` (
 
 # %%
 with rb.step("4 save baseline", fix="a run with failed requests is no baseline: fix the lane, then measure again"):
-    if not save_baseline:
-        rb.skip("stored as a baseline", "no save_baseline path given")
-    elif rb.dry_run:
-        rb.skip("stored as a baseline", "a dry run measures nothing")
-    else:
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        source = (f"speed runbook on lane {p.name}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
-                  + ("; twin figures, not a real lane's" if p.twin else ""))
-        written = write_baseline(save_baseline, documents, provenance, source)
-        rb.expect(load_baseline(written).workloads == list(plan.workloads), "stored as a baseline", str(written))
+    lanespeed.save_step(rb, save_baseline, plan, documents, provenance)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P02** Batch 16384 | MAX_NUM_BATCHED_TOKENS=16384 measured a single-stream regression on the count canary. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
+# | **P12** First-use inference JIT | Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT compilation during inference, turning the first production burst into a latency event. | Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as pending until observed. |
+# | **P14** K above the drafter block size | The Flash drafter's dspark_block_size is 5: K=7 is not free speed. | Keep the draft maximum at K=5 (MTP_NUM_TOKENS=5); shorten verification under load with the 5/4/3 schedule. |
+# | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
+# | **P17** Marketing the synthetic ceiling | The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band. | Publish code/prose bands (median, min–max), never the single best synthetic run. |
 
 # %% [markdown]
 # ## Verdict

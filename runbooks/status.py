@@ -38,19 +38,11 @@ lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
 
 # %%
-from lanebook import launcher, logs, transfers
-from lanebook.pitfalls import troubleshooting_table
+from lanebook import launcher, transfers
 from lanebook.runbook import Runbook
 
 rb = Runbook("status", lane, dry_run=dry_run)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("status")
 
 # %% [markdown]
 # ## Prerequisites
@@ -81,16 +73,7 @@ with rb.step("1 status script", fix='the status script itself failed: check the 
 
 # %%
 with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cleans memory on every node), then `launch`'):
-    containers = launcher.lane_containers(rb.lane)
-    state = containers.state
-    rb.record(state=state, containers=containers.running)
-    rb.expect(not containers.orphaned, "no orphaned worker (P16: the head's container is gone while a worker's runs)",
-              f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
-              if containers.orphaned else containers.summary())
-    rb.expect(state != launcher.HEAD_ALONE, "the head does not run without its workers",
-              f"{containers.summary()}; run `stop`, then `launch`" if state == launcher.HEAD_ALONE else "")
-    if state == launcher.LANE_DOWN:
-        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
+    state = launcher.containers_step(rb, script)
 
 # %% [markdown]
 # ## Step 3 — `/health` and `/v1/models` from this machine
@@ -99,16 +82,7 @@ with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cl
 
 # %%
 with rb.step("3 api", fix='if a launch is in progress wait and run `status` again; otherwise run `stop`, then `launch`'):
-    if state == launcher.LANE_DOWN:
-        rb.skip("the API answers with the lane's model", "the lane is cleanly down")
-    else:
-        api = launcher.ask_api(rb.lane)
-        rb.record(models=api.model_ids)
-        rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
-                  f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
-                  "otherwise read the status script's log lines above, or run `stop` and `launch`")
-        rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
-        rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
+    launcher.status_api_step(rb, state, script)
 
 # %% [markdown]
 # ## Step 4 — The startup log lines
@@ -118,12 +92,18 @@ with rb.step("3 api", fix='if a launch is in progress wait and run `status` agai
 
 # %%
 with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `stop` and `launch`'):
-    if state == launcher.LANE_DOWN:
-        rb.skip("the startup log is clean", "the lane is cleanly down: no container to read")
-    else:
-        expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
-        rb.record(kv_cache_tokens=kv)
-        rb.expect_results(expectations)
+    launcher.startup_log_step(rb, rb.lane, down=state == launcher.LANE_DOWN and "the lane is cleanly down: no container to read")
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

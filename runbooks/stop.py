@@ -34,18 +34,10 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 
 # %%
 from lanebook import launcher, memory, transfers
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("stop", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("stop")
 
 # %% [markdown]
 # ## Prerequisites
@@ -111,6 +103,16 @@ with rb.step("4 free memory", fix='drop caches on both nodes again or reboot the
     rb.expect(free, "enough free memory on every node for the next launch",
               free.seen if free else f"{free.seen}: memory still held (P04): drop caches on both nodes again "
                                           "or reboot; never `docker system prune -af`")
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

@@ -41,22 +41,11 @@ lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the requests and commands instead of sending them (opens no connection)
 
 # %%
-from IPython.display import Markdown, display
-
 from lanebook import readiness, warmup
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("warmup", lane, dry_run=dry_run)
 p = rb.params
-enabled, why = warmup.warmup_enabled(p.env)
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry.
-
-# %%
-troubleshooting_table("warmup")
 
 # %% [markdown]
 # ## Prerequisites
@@ -80,14 +69,7 @@ with rb.step("prerequisites", fix="run `status`; if the lane is down, run `launc
 # %%
 with rb.step("1 warmup", fix="a warning leaves the lane serving: run `warmup` again once the queues are idle; "
                              "if its requests keep failing, run `diagnose`"):
-    if not enabled:
-        rb.skip("the bounded post-readiness warmup ran", why)
-    else:
-        warmed = warmup.run_warmup(p, rb.lane.executor)
-        rb.record(**warmed.figures())
-        if not rb.dry_run:
-            display(Markdown(warmed.table(p.twin)))
-        rb.expect_results(warmed.checks())
+    warmup.warmup_step(rb)
 
 # %% [markdown]
 # ## Step 2 — The lane after the warmup
@@ -99,10 +81,17 @@ with rb.step("1 warmup", fix="a warning leaves the lane serving: run `warmup` ag
 # %%
 with rb.step("2 lane after the warmup", fix="the lane is sick: run `stop`, then `launch` again; if it recurs, "
                                             "run `rollback` to the lane's rollback lane"):
-    if not enabled:
-        rb.skip("the lane is well after the warmup", why)
-    else:
-        rb.expect_results(warmup.lane_checks(rb.lane))
+    warmup.lane_step(rb)
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P12** First-use inference JIT | Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT compilation during inference, turning the first production burst into a latency event. | Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as pending until observed. |
+# | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
 
 # %% [markdown]
 # ## Verdict

@@ -43,19 +43,10 @@ rsync_attempts = 3     # rsync runs per worker when the connection drops mid-tra
 
 # %%
 from lanebook import weights
-from lanebook.pitfalls import troubleshooting_table
 from lanebook.runbook import Runbook
 
 rb = Runbook("weights", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
-
-# %% [markdown]
-# ## Troubleshooting
-# What goes wrong at this stage and what to do, generated from the pitfall registry (the same
-# entries lint and the book use). Read it before you start.
-
-# %%
-troubleshooting_table("weights")
 
 # %% [markdown]
 # ## Prerequisites
@@ -79,9 +70,7 @@ with rb.step("prerequisites", fix="fix the lane file's `weights:` (the full hub 
 with rb.step("1 verify", fix='a node that does not answer: check SSH to it (`ssh -F CONFIG NODE`), then run `weights` again'):
     before = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_before={a: r.shard_count for a, r in before.items()})
-    for alias, report in before.items():
-        rb.expect(not report.dry_run, f"{alias} reports its tree", report.summary())
-    head = before[rb.lane.head.alias]
+    rb.expect_each(weights.tree_results(before), "{} reports its tree")
 
 # %% [markdown]
 # ## Step 2 — Download on the head only, when its tree is incomplete
@@ -91,15 +80,7 @@ with rb.step("1 verify", fix='a node that does not answer: check SSH to it (`ssh
 
 # %%
 with rb.step("2 download on head", fix="run `weights` again: `hf download` resumes the `*.incomplete` blobs; check the head's network and HF token if it keeps failing"):
-    rb.record(downloaded=not head.ok)
-    if head.ok:
-        rb.skip("the head's tree is whole", f"nothing to download: {head.summary()}")
-    else:
-        rb.confirm(f"download {p.weights.repo} on {rb.lane.head.alias} ({head.detail()})")
-        weights.download_on_head(rb.lane)
-        head = weights.verify_weights(rb.lane.head, p.weights, sha256=sha256)
-        rb.expect(head.ok, "the head's tree is whole after the download (rerun this runbook to resume a cut one)",
-                  head.summary())
+    head = weights.ensure_head_whole(rb, before[rb.lane.head.alias], sha256=sha256)
 
 # %% [markdown]
 # ## Step 3 — rsync once to each worker that needs it, over the fabric
@@ -110,17 +91,7 @@ with rb.step("2 download on head", fix="run `weights` again: `hf download` resum
 
 # %%
 with rb.step("3 rsync to workers", fix='run `weights` again: rsync resumes from the partial files; check the fabric link to the worker'):
-    to_sync = weights.workers_to_sync(head, {w.alias: before[w.alias] for w in rb.lane.workers})
-    rb.record(synced=to_sync)
-    if not to_sync:
-        rb.skip("every worker's tree verifies at the head's revision", "nothing to send: rsync once")
-    else:
-        rb.confirm(f"rsync {p.weights.hub_dir} from the head to {', '.join(to_sync)} (adds and updates files; never deletes)")
-        stats = weights.sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=rsync_attempts)
-        rb.record(rsync={a: vars(s) for a, s in stats.items()})
-        for alias, s in stats.items():
-            rb.expect(s.files_transferred is not None, f"rsync to {alias} finished with its statistics",
-                      f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)")
+    to_sync = weights.sync_step(rb, head, before, attempts=rsync_attempts)
 
 # %% [markdown]
 # ## Step 4 — Delete `*.incomplete` on the copied workers only
@@ -130,14 +101,7 @@ with rb.step("3 rsync to workers", fix='run `weights` again: rsync resumes from 
 
 # %%
 with rb.step("4 delete *.incomplete on workers", fix="stop: a file that is not *.incomplete was named for deletion; check the worker's hub dir by hand before anything else"):
-    if not to_sync:
-        rb.skip("no *.incomplete on any worker", "every worker's tree verified: it holds none")
-    else:
-        rb.confirm(f"delete *.incomplete files under {p.weights.hub_dir} on {', '.join(to_sync)}")
-        deleted = weights.clean_incomplete_on_workers(rb.lane, [rb.lane.node(a) for a in to_sync])
-        rb.record(deleted_incomplete={a: len(paths) for a, paths in deleted.items()})
-        rb.expect(not weights.not_incomplete(deleted), "only *.incomplete files were deleted",
-                  "; ".join(weights.not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted")
+    weights.clean_step(rb, to_sync)
 
 # %% [markdown]
 # ## Step 5 — Verify again on every node
@@ -150,10 +114,19 @@ with rb.step("4 delete *.incomplete on workers", fix="stop: a file that is not *
 with rb.step("5 verify again", fix='run `weights` again (rsync resumes a cut copy); a head that still fails did not finish its download'):
     after = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.lane.head.alias].revision)
-    for alias, report in after.items():
-        rb.expect(report.ok, f"weights complete on {alias}", report.summary())
-    revisions = {r.revision for r in after.values()}
-    rb.expect(len(revisions) == 1, "every node holds the same revision", ", ".join(map(str, sorted(revisions, key=str))))
+    rb.expect_each(weights.complete_results(after), "weights complete on {}")
+    revisions = weights.revisions(after)
+    rb.expect(len(revisions) == 1, "every node holds the same revision", ", ".join(revisions))
+
+# %% [markdown]
+# ## Troubleshooting
+# What goes wrong at this stage and what to do, from the pitfall registry
+# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+#
+# | Symptom | Cause | Fix |
+# |---|---|---|
+# | **P05** Dual-WAN download | Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk. | Download once on the head, then rsync the hub model dir to the worker over the fabric. |
+# | **P06** Snapshot-only mounts | A snapshot dir holds symlinks into blobs/; binding only snapshots/REV breaks them inside the container. | Mount the full hub model dir (blobs + snapshots + refs) or the whole HF cache. |
 
 # %% [markdown]
 # ## Verdict

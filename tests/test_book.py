@@ -75,8 +75,8 @@ def test_a_rehearsed_runbook_shows_its_twin_run_with_outputs(site):
     assert '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-pass">PASS</span>' not in page  # Markdown rendered
     assert 'Verdict of this run:</strong> <span class="lanebook-badge lanebook-badge-pass">PASS</span>' in page
     assert "Checks of this run" in page
-    # The troubleshooting cell's output: the registry's table for status, rendered as a table.
-    troubleshooting = page[page.index('id="troubleshooting"'):page.index('id="prerequisites"')]
+    # The troubleshooting section after the last step: the registry's table for status, rendered as a table.
+    troubleshooting = page[page.index('id="troubleshooting"'):page.index('id="verdict"')]
     assert "<table" in troubleshooting and "Head dies mid-TP" in troubleshooting
     assert "application/vnd.lanebook.verdict+json" not in page
 

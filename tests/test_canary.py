@@ -82,3 +82,50 @@ def test_a_relaunch_is_ok_only_up_and_carrying_its_values():
     assert not mismatch.ok
     assert mismatch.summary() == "launcher ok (exit 0, 1 s); live command: --max-num-batched-tokens: lane 8216, live 8192"
     assert canary.Relaunch(params, error="head: no container named x").summary() == "relaunch stopped: head: no container named x"
+
+
+def plan_of(enabled=True, value=8216):
+    return canary.CanaryPlan(enabled, "MAX_NUM_BATCHED_TOKENS", value, ["count"], [1], 3, 64, 0.05)
+
+
+def test_the_kept_lane_and_what_the_lane_file_must_say():
+    lane = load_lane("anemll-0731")
+    plan = plan_of()
+    assert plan.variant(lane).env["MAX_NUM_BATCHED_TOKENS"] == 8216 and lane.env["MAX_NUM_BATCHED_TOKENS"] == 8192
+    keep, reject = SimpleNamespace(decision="keep"), SimpleNamespace(decision="reject")
+    assert canary.kept_lane(lane, plan, keep).env["MAX_NUM_BATCHED_TOKENS"] == 8216
+    assert canary.kept_lane(lane, plan, reject) is lane and canary.kept_lane(lane, plan, None) is lane
+    assert canary.lane_file_note(lane, "MAX_NUM_BATCHED_TOKENS", 8192) == ""
+    assert canary.lane_file_note(lane, "MAX_NUM_BATCHED_TOKENS", 8216) == (
+        "the lane file says 8192: set env.MAX_NUM_BATCHED_TOKENS: 8216 in params/anemll-0731.yaml "
+        "so the lane file is the truth again")
+
+
+def test_a_canary_turned_off_skips_every_part_saying_so():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("diagnose", "anemll-0731", dry_run=True)
+    plan = plan_of(enabled=False)
+    assert canary.baseline_step(rb, plan) is None and canary.variant_step(rb, plan) is None
+    assert canary.decision_step(rb, plan, None, None) is None
+    canary.restore_step(rb, plan, None)
+    assert [(c.what, c.detail) for c in rb.checks] == [
+        ("the lane's own value measured", "skipped: canary=False: parts 1-2 only"),
+        ("the lane relaunched with MAX_NUM_BATCHED_TOKENS=8216 and measured", "skipped: canary=False"),
+        ("an explicit keep or reject from the measured figures", "skipped: canary=False"),
+        ("the kept value is what the lane runs", "skipped: canary=False")]
+    assert rb.commands() == []
+
+
+def test_a_dry_run_canary_records_both_sides_and_decides_nothing():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("diagnose", "anemll-0731", dry_run=True)
+    plan = plan_of()
+    assert canary.baseline_step(rb, plan) is None
+    trial = canary.variant_step(rb, plan)
+    assert trial.documents is None and not trial.relaunch.ok
+    assert canary.decision_step(rb, plan, None, trial) is None  # not observed: a dry run fails nothing
+    canary.restore_step(rb, plan, None)  # the reject path: the lane's own value rendered back
+    assert {c.outcome for c in rb.checks} == {"pass", "not observed"}
+    assert rb.figures["canary_kept"] == {"MAX_NUM_BATCHED_TOKENS": 8192, "head_env_file": None}

@@ -202,3 +202,29 @@ def test_same_checkout_names_what_differs_and_what_is_missing(lane):
     worker.run(f"echo X=1 >> {checkout}/.env.dspark && rm {checkout}/scripts/lane-env.sh && touch {checkout}/scripts/mine.sh")
     found = ce.same_checkout(lane)
     assert not found and found.nodes["worker"].detail == "differs: .env.dspark; missing: scripts/lane-env.sh"
+
+
+def test_env_steps_in_a_dry_run_plan_write_and_copy_without_sending():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("env", "anemll-0731", dry_run=True)
+    plan, backups = ce.plan_step(rb, "anemll-0731", None)
+    assert backups == [] and rb.figures["changed"] == plan.changed
+    ce.lint_step(rb, plan, None)
+    assert rb.figures["lint_errors"] == ce.lint_errors(plan.lint) == [] and rb.checks[-1].outcome == "pass"
+    ce.write_step(rb, plan, backups, "anemll-0731", None)
+    ce.copy_step(rb)
+    assert rb.figures["backups"] == [] and "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in plan.diff
+
+
+def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
+    from lanebook.lint import Finding, LintReport
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("env", "anemll-0731", dry_run=True)
+    ce.lint_step(rb, None, "r1")
+    assert (rb.checks[-1].what, rb.checks[-1].detail) == ("the checkout as rendered lints clean",
+                                                         "skipped: a restore puts back what run r1 replaced")
+    report = LintReport([Finding("P01", "error", "breakable graphs", ".env.dspark", 7),
+                         Finding("P15", "warning", "only a warning", ".env.dspark", 9)])
+    assert ce.lint_errors(report) == ["P01 .env.dspark:7 breakable graphs"]

@@ -52,7 +52,7 @@ def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_con
     assert "verdict: dry-run" in lines
     text = (tmp_path / record["output"]).read_text()
     assert "MAX_NUM_BATCHED_TOKENS=8216" in text  # the variant's diff against the reference checkout
-    assert "| P03 | Batch 8216 |" in text
+    assert "| **P03** Batch 8216 |" in text  # the troubleshooting table, after the last step
 
 
 def test_papermill_dry_run_on_the_preview_lane_skips_the_k_boundary(tmp_path):

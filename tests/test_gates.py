@@ -170,3 +170,31 @@ def test_a_server_that_is_down_fails_the_gate_with_the_request_named():
     lane = lane_with(LANE, api="http://127.0.0.1:9/v1")
     [check] = gates.run_gate("1 models", lambda: gates.models_gate("1 models", Executor(), lane))
     assert check.ok is False and check.seen.startswith("GET http://127.0.0.1:9/v1/models failed: ConnectError")
+
+
+
+def test_model_entries_are_judged_as_the_models_gate_judges_them():
+    entries = [{"id": LANE.served_model_name, "max_model_len": LANE.max_model_len}, {"id": "other"}]
+    judged = outcomes(gates.judge_model_list("5", entries, LANE))
+    assert judged == outcomes(gates.judge_models("5", JsonAnswer(200, {"data": entries}, "", 0.1), LANE))
+    assert [outcome for _, outcome in judged] == ["pass", "pass"]
+    [named, length] = gates.judge_model_list("5", [], LANE)  # nothing listed (a dry run waited for nothing)
+    assert (named.ok, named.seen, length.ok, length.seen) == (False, "ids []", False, "None")
+
+
+def test_the_runbook_shows_each_gate_then_judges_every_check_under_its_step():
+    from lanebook.runbook import Runbook, StepFailed
+
+    assert set(gates.FIXES) == {"1 models", "2 startup log", "3 exact smoke", "4 tool smoke", "5 hermes provider block",
+                                "6 hermes route"}
+    rb = Runbook("gates", "anemll-0731", dry_run=True)
+    found = [ExpectedResult.judged("1 models", "lists it", None),
+             ExpectedResult.judged("3 exact smoke", "lane file", True, local=True)]
+    assert gates.show_gate(rb, found) is found
+    gates.judge_gates(rb, found)
+    assert [(c.name, c.outcome) for c in rb.checks] == [("1 models", "not observed"), ("3 exact smoke", "pass")]
+    assert rb.figures["gates_failed"] == [] and [g["outcome"] for g in rb.figures["gates"]] == ["not observed", "pass"]
+    failing = [ExpectedResult.judged("4 tool smoke", "lane file", False, "bad", local=True)]
+    with pytest.raises(StepFailed, match="4 tool smoke: lane file"):
+        gates.judge_gates(rb, failing)
+    assert rb.failure == {"step": "4 tool smoke", "fix": gates.FIXES["4 tool smoke"]}

@@ -195,3 +195,19 @@ def test_the_real_cli_routes_route_ok_and_state_db_shows_a_string_false_turned_t
     assert (on.exit_code, on.stdout.strip(), on.state.thinking_seen) == (0, "ROUTE_OK", True)
     assert on.state.reasoning_chars > 0
     assert [c.outcome for c in hermes.judge_route("6", on, served, with_thinking(block, "false"))] == ["pass", "pass", "pass", "fail"]
+
+
+def test_what_the_gates_runbook_prints_of_the_block_and_the_route():
+    block = hermes.provider_block(LANE)
+    name = LANE.hermes.provider
+    rendered = hermes.ProviderBlock(block, f"rendered from lane {LANE.name}", True)
+    assert hermes.block_text(rendered, name) == (f"# providers.{name}, rendered from lane {LANE.name}\n"
+                                                 f"{hermes.config_text(name, hermes.shown_block(block))}\n")
+    assert hermes.block_text(None, name) == hermes.block_text(hermes.ProviderBlock(None, "x", False), name) == ""
+    state = hermes.StateReading(1, ("ROUTE_OK",), 12, 1, 3)
+    run = hermes.RouteRun("hermes chat", "this machine", 0, "ROUTE_OK\n", "", 1.25, state)
+    assert hermes.route_text(run) == f"$ hermes chat    # on this machine, 1.2 s\nROUTE_OK\n{state.summary()}\n"
+    assert hermes.route_figures(run) == {"hermes_reasoning_chars": 12, "hermes_reasoning_tokens": 3}
+    silent = hermes.RouteRun("hermes chat", "spark-1", 1, " \n", "", 2.0, None)
+    assert hermes.route_text(silent) == "$ hermes chat    # on spark-1, 2.0 s\n(nothing printed)\n"
+    assert hermes.route_figures(silent) == hermes.route_figures(None) == {} and hermes.route_text(None) == ""

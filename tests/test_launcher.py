@@ -258,3 +258,37 @@ def test_failures_read_from_the_twin_launcher(lane, edit, exit_code, outcome, re
         assert launcher.running_containers(lane) == {"head": [], "worker": []}  # refused before anything started
     finally:
         lane.head.run("rm -rf ~/launcher-test")
+
+
+def test_occupancy_tells_this_lane_a_known_lane_and_another_apart():
+    names = {"head": ["ds4-a-vllm-dspark-1", "ds4-b-vllm-dspark-1", "other-vllm-1", "prometheus"],
+             "worker": ["ds4-a-vllm-dspark-1"]}
+    pair = launcher.occupancy_of(names, "ds4-a-", ["ds4-b-"])
+    assert pair.mine == {"head": ["ds4-a-vllm-dspark-1"], "worker": ["ds4-a-vllm-dspark-1"]}
+    assert pair.others == {"head": ["other-vllm-1"], "worker": []} and pair.others_found() == {"head": ["other-vllm-1"]}
+    alone = launcher.occupancy_of(names, "ds4-a-")  # without the rollback lane named, its container is another lane's
+    assert alone.others_found() == {"head": ["ds4-b-vllm-dspark-1", "other-vllm-1"]} and alone.this_lane_up
+
+
+def test_steps_of_a_serving_or_down_lane_skip_saying_why():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("status", "anemll-0731", dry_run=True)
+    assert launcher.start_step(rb, rb.lane, "already up", "launcher reports the lane up") is None
+    assert launcher.start_step(rb, rb.lane, "already up", "started", skipped="launcher reports B up") is None
+    assert launcher.startup_log_step(rb, rb.lane, down="the lane is cleanly down") is None
+    launcher.status_api_step(rb, launcher.LANE_DOWN, None)
+    assert [(c.what, c.detail) for c in rb.checks] == [
+        ("launcher reports the lane up", "skipped: already up"), ("launcher reports B up", "skipped: already up"),
+        ("the startup log is clean", "skipped: the lane is cleanly down"),
+        ("the API answers with the lane's model", "skipped: the lane is cleanly down")]
+    assert rb.commands() == []
+
+
+def test_a_dry_run_start_step_records_the_launch_and_observes_nothing():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("launch", "anemll-0731", dry_run=True)
+    started = launcher.start_step(rb, rb.lane, False, "launcher reports the lane up", timing=True)
+    assert started.dry_run and rb.figures == {"launcher_outcome": "not run", "seen_ready_before_launcher_exit_s": None}
+    assert rb.commands()[-1] == LAUNCH and rb.checks[-1].outcome == "not observed"

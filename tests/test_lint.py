@@ -327,3 +327,13 @@ def test_cli_bad_usage_is_one_line_exit_2(args, message):
     proc = run_cli(*args)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_errors_summary_names_each_error_or_what_was_linted():
+    linted = [lint_module.Linted("docker-compose.dspark.yml", "head over ssh")]
+    warning = lint_module.Finding("P15", "warning", "a warning is no error", ".env.dspark", 3)
+    errors = [lint_module.Finding("P01", "error", "breakable graphs", ".env.dspark", 1),
+              lint_module.Finding("P07", "error", "0.80 at 1M", ".env.dspark", 2), warning]
+    assert lint_module.LintReport(errors, linted).errors_summary() == "P01 breakable graphs; P07 0.80 at 1M"
+    assert lint_module.LintReport([warning], linted).errors_summary() == \
+        "linted docker-compose.dspark.yml (head over ssh)"

@@ -135,3 +135,21 @@ def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane
     assert not sticky and 10 <= baseline - sticky.nodes["head"].figures["free_gib"] <= 16  # pitfall 4
     assert memory.clean_memory(lane).ok
     assert memory.check_sticky_uma(lane, min_free_gib=baseline - 1).ok
+
+
+def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("launch", "anemll-0731", dry_run=True)
+    memory.clean_step(rb, "the lane is already up")
+    memory.free_memory_step(rb, rb.lane, "it holds its memory", "enough free memory on every node")
+    assert [(c.what, c.detail) for c in rb.checks] == [
+        ("SHM and page cache cleaned on every node",
+         "skipped: the lane is already up; memory is never cleaned under a server"),
+        ("enough free memory on every node", "skipped: it holds its memory")]
+    assert rb.commands() == []
+    memory.clean_step(rb, None, confirm="clean the pair")
+    memory.free_memory_step(rb, rb.lane, None, "enough free memory on every node")
+    assert [c.outcome for c in rb.checks[2:]] == ["not observed", "not observed"]
+    assert {"free_gib_after_cleanup", "free_gib"} <= set(rb.figures)
+    assert any("drop_caches" in c for c in rb.commands())

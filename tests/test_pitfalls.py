@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from recipe_fixtures import SEED_000, need
 
-from lanebook.pitfalls import PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems, troubleshooting_table
+from lanebook.pitfalls import (PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems,
+                               troubleshooting_markdown)
 
 RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}
 STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14", "S01", "S02", "S03", "S04", "S05", "S06"}
@@ -52,9 +54,13 @@ def test_runbook_tables_come_from_the_registry():
     assert {"P07", "P08", "P11", "P13", "S04", "S06"} <= {p.id for p in launch}
     assert [p.id for p in for_runbook("warmup")] == ["P12", "P15"]
     table = markdown_table(launch)
-    assert table.count("\n") == len(launch) + 2 and "| P11 | Cold start takes 8–15 minutes |" in table
-    assert troubleshooting_table("launch").data == table
-    assert "No registered pitfall" in troubleshooting_table("no-such-runbook").data
+    assert table.startswith("| Symptom | Cause | Fix |\n|---|---|---|\n") and table.count("\n") == len(launch) + 2
+    p11 = pitfall("P11")
+    assert f"| **P11** Cold start takes 8–15 minutes | {p11.text} | {p11.fix} |\n" in table
+    assert markdown_table([replace(p11, fix="a | b")]).endswith("| a \\| b |\n")  # a | in a fix stays in its cell
+    section = troubleshooting_markdown("launch")
+    assert section.startswith("## Troubleshooting\n") and section.endswith(table.rstrip("\n"))
+    assert troubleshooting_markdown("no-such-runbook").endswith("No registered pitfall is met in `no-such-runbook`.")
 
 
 def test_seed_schedule_is_valid():

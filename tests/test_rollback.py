@@ -190,3 +190,40 @@ def test_the_twin_lays_out_the_rollback_lane_identically_on_both_nodes(twin):
     assert head["checkout"]["exists"] and fp["nodes"]["head"]["checkout"]["path"].endswith("/ds4-f-mia-anemll-1m6")
     assert head["weights"]["entries"] == 4 + 50 + 1 + 50  # 48 shards + config + index: blobs and links
     assert rollback.fingerprint_differences(fp, again) == []
+
+
+def test_the_rollback_steps_compare_skip_and_show_what_they_found():
+    from lanebook.runbook import Runbook, StepFailed
+
+    rb = Runbook("rollback", "anemll-0731", dry_run=True)
+    assert rollback.load_target(rb).name == "anemll-1m6"
+    target = nodes.Lane(load_lane("anemll-1m6"), executor=rb.lane.executor)
+    fp = {"lane": "anemll-1m6", "observed": True, "nodes": {"head": {}}}
+    rollback.recorded_step(rb, "anemll-1m6", fp, [])
+    rollback.recorded_step(rb, "anemll-1m6", fp, [{"run_id": "a", "runbook": "promote", "started_at": "T",
+                                                   "figures": {rollback.FINGERPRINT_FIGURE: fp}}])
+    rollback.stop_step(rb, target, already=True)
+    rollback.clean_step(rb, target, already=True)
+    assert [(c.what, c.outcome) for c in rb.checks] == [
+        ("anemll-1m6 untouched since its recorded fingerprint", "skipped"),
+        ("anemll-1m6 untouched since promote run a fingerprinted it (T)", "not observed"),
+        ("anemll-0731 stopped on every node", "skipped"), ("SHM and page cache cleaned on every node", "skipped")]
+    assert rb.figures == {"fingerprint_compared_with": "a"} and rb.commands() == []
+    alone = Runbook("rollback", "patch3-c12", dry_run=True)
+    with pytest.raises(StepFailed, match="the lane names a rollback lane that loads"):
+        rollback.load_target(alone)
+
+
+def test_the_gates_row_and_the_hermes_note():
+    gates = {"lane": "twin-1m6", "verdict": "fail", "failed_step": "3 exact smoke", "run_id": "c0ffee00"}
+    row = rollback.gates_row(gates, "../twin-1m6/x.ipynb")
+    assert row.splitlines()[0] == "| runbook | lane | verdict | failed step | record |"
+    assert row.splitlines()[2].startswith("| gates | twin-1m6 | ") and row.endswith(
+        "| 3 exact smoke | [c0ffee00](../twin-1m6/x.ipynb) |")
+    before, after = load_lane("twin"), load_lane("twin-1m6")
+    changes = rollback.hermes_changes(before, after)
+    assert rollback.hermes_note(before, after, changes) == (
+        f"In `providers.{after.hermes.provider}`:\n\n```text\n{changes[0]}\n```")
+    same = load_lane("anemll-1m6")
+    assert rollback.hermes_note(same, same, []) == (f"Nothing changes in `providers.{same.hermes.provider}`: "
+                                                     f"`default_model` stays `{same.served_model_name}`.")

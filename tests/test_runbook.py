@@ -248,3 +248,32 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError, match=r"1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)"):
         papermill.execute_notebook(str(source), str(executed), kernel_name="python3", execution_timeout=60,
                                    progress_bar=False, cwd=str(tmp_path))
+
+
+def test_expect_each_is_one_check_a_key_and_stops_at_the_first_that_fails(shown):
+    rb = dry()
+    rb.expect_each({"head": (True, "48/48"), "worker": (True, "48/48")}, "weights complete on {}", local=True)
+    assert [(c.what, c.outcome, c.detail) for c in rb.checks] == [
+        ("weights complete on head", "pass", "48/48"), ("weights complete on worker", "pass", "48/48")]
+    with pytest.raises(StepFailed, match="weights complete on worker"):
+        rb.expect_each({"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
+                       "weights complete on {}", local=True)
+    assert [c.what for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
+
+
+def test_expect_all_takes_each_checks_ok_what_detail_and_locality(shown):
+    from lanebook.gates import GateCheck
+
+    rb = dry()
+    rb.expect_all([GateCheck("1 models", "from the lane", None, "seen"), GateCheck("1 models", "lane file", True, "ok",
+                                                                               local=True)])
+    assert [(c.what, c.outcome) for c in rb.checks] == [("from the lane", "not observed"), ("lane file", "pass")]
+    with pytest.raises(StepFailed, match="lane file"):
+        rb.expect_all([GateCheck("1 models", "lane file", False, "bad", local=True)])
+
+
+def test_show_displays_markdown_and_objects(shown):
+    rb = dry()
+    rb.show(markdown="| a |")
+    rb.show({"x": 1})
+    assert shown[-2:] == ["| a |", {"x": 1}]

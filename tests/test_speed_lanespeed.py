@@ -90,3 +90,44 @@ def test_bands_table_shows_median_and_min_max():
     table = bands_table({"workload": "probe", "max_tokens": 256, "runs": runs, "bands": bands_from_runs(runs, "probe")})
     assert table.splitlines()[0] == "**probe**, max_tokens 256: median (min–max) over trials"
     assert table.splitlines()[-1] == "| 1 | 3 | 0 | 82.0 (80.5–83.1) | 76.0 (75.0–77.2) | 0.250 (0.250–0.250) | - |"
+
+
+def test_what_the_runbook_says_of_its_baseline_and_its_plots():
+    from lanebook.speed import lanespeed
+    from lanebook.speed.baseline import stored_baseline
+    from lanebook.speed.provenance import SetupMatch
+
+    plan = plan_speed(load_lane("anemll-0731"), "probe", "1,4", 3, 64)
+    assert plan.figures(0.1, None) == {"workloads": ["probe"], "levels": [1, 4], "trials": 3, "max_tokens": 64,
+                                       "tolerance": 0.1, "baseline": None}
+    assert lanespeed.baseline_note("x", None, None) == (
+        "lane x has no stored baseline: the bands below are shown, not judged")
+    base = stored_baseline("twin")
+    same, other = SetupMatch((), ()), SetupMatch((("image", "a", "b"),), ())
+    assert lanespeed.baseline_note("twin", base, same) == f"baseline {base.path}: {base.source}\n{same.summary()}"
+    assert lanespeed.baseline_label(same) == "baseline median (same setup: judged)"
+    assert lanespeed.baseline_label(other) == "baseline median (different setup: not judged)"
+    assert lanespeed.baseline_label(None) == ""
+    assert lanespeed.plot_title(plan, "probe", True) == (
+        "anemll-0731 · probe · max_tokens 64 · 3 trials · TWIN figures (not a real lane's)")
+    assert lanespeed.baseline_source(plan, False, "2026-12-02 05:00 UTC") == (
+        "speed runbook on lane anemll-0731, 2026-12-02 05:00 UTC: 3 trials per level, max_tokens 64")
+    assert lanespeed.baseline_source(plan, True, "T").endswith("max_tokens 64; twin figures, not a real lane's")
+
+
+def test_a_dry_run_of_the_speed_steps_shows_the_request_and_judges_nothing(tmp_path):
+    from lanebook.runbook import Runbook
+    from lanebook.speed import lanespeed
+
+    rb = Runbook("speed", "anemll-0731", dry_run=True)
+    plan = plan_speed(rb.params, "probe,code")
+    assert lanespeed.waves_steps(rb, plan, None, None) == []
+    assert [(c.step, c.outcome) for c in rb.checks] == [("2 waves probe", "not observed"),
+                                                         ("2 waves code", "not observed")]
+    assert rb.commands() == [f"local: {plan.wave_line('probe')}", f"local: {plan.wave_line('code')}"]
+    lanespeed.save_step(rb, None, plan, [], None)
+    lanespeed.save_step(rb, str(tmp_path / "b.json"), plan, [], None)
+    assert [c.detail for c in rb.checks[2:]] == ["skipped: no save_baseline path given",
+                                                 "skipped: a dry run measures nothing"]
+    lanespeed.judge_step(rb, [], None, None, 0.1)
+    assert rb.checks[-1].outcome == "not observed" and not (tmp_path / "b.json").exists()

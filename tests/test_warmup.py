@@ -217,3 +217,34 @@ def test_busy_queues_leave_the_warmup_unsent(cold_twin, monkeypatch):
     assert result.not_idle_before.startswith("queue not idle after 1 s (running=1, waiting=0)")
     assert result.shapes == [] and len(result.warnings()) == 1
     assert len(truth(server)) <= 1  # the warmup sent nothing: at most the other client's stream, once it ended
+
+
+def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
+    from lanebook.runbook import Runbook
+
+    off = lane_with(load_lane("anemll-0731"), env={warmup.ENABLED_KEY: 0})
+    (tmp_path / "off.yaml").write_text(off.model_dump_json())  # JSON is YAML
+    rb = Runbook("warmup", str(tmp_path / "off.yaml"), dry_run=True)
+    warmup.warmup_step(rb)
+    warmup.lane_step(rb)
+    warmup.post_readiness_step(rb, hook=None)
+    why = warmup.warmup_enabled(off.env)[1]
+    assert [(c.what, c.detail) for c in rb.checks] == [
+        ("the bounded post-readiness warmup ran", f"skipped: {why}"),
+        ("the lane is well after the warmup", f"skipped: {why}"),
+        ("the bounded post-readiness warmup ran", f"skipped: {why}")]
+    assert rb.commands() == []
+
+
+def test_a_hook_warmed_lane_is_not_warmed_twice_and_a_dry_run_lists_the_waves():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("launch", "anemll-0731", dry_run=True)
+    warmup.post_readiness_step(rb, hook="Post-readiness warmup: ok")
+    assert rb.figures == {"warmed_by": "the launcher's post-readiness hook"}
+    assert rb.checks[0].what == "lanebook's own warmup waves" and rb.checks[0].outcome == "skipped"
+    assert not any("/chat/completions" in c for c in rb.commands())
+    cold = Runbook("warmup", "anemll-0731", dry_run=True)
+    warmup.warmup_step(cold)
+    assert any("/chat/completions" in c for c in cold.commands()) and cold.checks
+    assert {c.outcome for c in cold.checks} == {"not observed"}

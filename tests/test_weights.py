@@ -200,3 +200,35 @@ def test_incomplete_files_are_deleted_on_the_chosen_workers_never_the_head():
     assert weights.clean_incomplete_on_workers(lane, [lane.head, lane.node("worker")]) == {"worker": []}
     assert [c.split(":")[0] for c in lane.executor.commands()] == ["worker"]
     assert weights.clean_incomplete_on_workers(lane, []) == {}
+
+
+def test_per_node_results_and_revisions_for_the_runbooks_checks():
+    reports = {"head": report("head"), "worker": report("worker", revision="r0", problems=["2 *.incomplete files"])}
+    assert weights.tree_results(reports) == {"head": (True, "head: 48/48 shards, complete"),
+                                             "worker": (True, "worker: 48/48 shards, 2 *.incomplete files")}
+    assert weights.complete_results(reports) == {"head": (True, "head: 48/48 shards, complete"),
+                                                 "worker": (False, "worker: 48/48 shards, 2 *.incomplete files")}
+    assert weights.revisions(reports) == ["r0", "r1"]
+    unseen = {"head": report("head", revision=None, dry_run=True)}
+    assert weights.tree_results(unseen) == {"head": (False, "head: not observed (dry run)")}
+    assert weights.revisions(unseen) == ["None"]
+
+
+def test_steps_skip_what_is_whole_and_a_dry_run_records_the_download_and_the_rsync():
+    from lanebook.runbook import Runbook
+
+    rb = Runbook("weights", "anemll-0731", dry_run=True)
+    whole = report("head")
+    assert weights.ensure_head_whole(rb, whole) is whole
+    assert weights.sync_step(rb, whole, {"worker": report("worker")}, attempts=1) == {}
+    weights.clean_step(rb, {})
+    assert [(c.what, c.outcome) for c in rb.checks] == [
+        ("the head's tree is whole", "skipped"), ("every worker's tree verifies at the head's revision", "skipped"),
+        ("no *.incomplete on any worker", "skipped")]
+    assert rb.figures == {"downloaded": False, "synced": {}} and rb.commands() == []
+    cut = report("head", problems=["2 *.incomplete files"])
+    again = weights.ensure_head_whole(rb, cut)
+    assert again.dry_run and rb.figures["downloaded"] is True
+    assert f"hf download {rb.params.weights.repo}" in rb.commands()[0]
+    assert rb.commands()[1].startswith("head: python3 - ")
+    assert rb.checks[-1].outcome == "not observed"

@@ -10,21 +10,27 @@ lane's own values at once, so a failed canary never leaves the lane on the varia
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .checkout_env import render_on_head
 from .checks import ExpectedResult
 from .effective.checkout import ENV_NAME, read_node_files
 from .effective.mismatches import LiveMismatch, live_mismatches
+from .diagnose import CanaryDecision, canary_decision
 from .envfile import env_map, parse_env_text
 from .errors import LanebookError
 from .launcher import LauncherResult, StopResult, container_name, start_lane, stop_lane, stop_orphaned_workers
 from .logs import live_command
 from .memory import check_sticky_uma, clean_memory
 from .nodes import Lane
-from .params import LaneParams
+from .params import LaneParams, lane_with
+from .probes import document_figures, measure_workloads
 from .render import RenderResult
+from .speed.bands import bands_frame
 from .transfers import RsyncStats, sync_checkout
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 
 @dataclass
@@ -134,3 +140,132 @@ def head_env_value(lane: Lane, key: str) -> Optional[str]:
     if data is None:
         return None
     return env_map(parse_env_text(data.decode("utf-8", errors="replace"))).get(key)
+
+
+# --- the diagnose runbook's canary steps (each takes the runbook: it confirms, records, shows and checks) ------
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    """The canary the diagnose runbook's parameters ask for: one key, the variant's value, what is measured, and
+    the tolerance of the decision; not enabled: parts 1-2 only."""
+
+    enabled: bool
+    key: str
+    value: Any
+    workloads: list[str]
+    concurrency: list[int]
+    trials: int
+    max_tokens: int
+    tolerance: float
+
+    def variant(self, params: LaneParams) -> LaneParams:
+        return lane_with(params, env={self.key: self.value})
+
+    def measure(self, lane: Lane) -> Optional[list[dict]]:
+        """The workloads at every level, trials times (None in a dry run)."""
+        return measure_workloads(lane, self.workloads, self.concurrency, self.trials, self.max_tokens)
+
+
+def show_change(rb: "Runbook", relaunch: Relaunch) -> None:
+    """What a relaunch rendered into the head's checkout (in a dry run: into lanebook's reference checkout)."""
+    if relaunch.change is not None:
+        diff = relaunch.change.diff or "(no change: the checkout already runs these values)"
+        rb.show(markdown=f"```diff\n{diff}\n```")
+
+
+def show_documents(rb: "Runbook", name: str, documents: Optional[list[dict]]) -> None:
+    """Record a measured side's figures under `name` and show its bands (nothing measured: nothing shown)."""
+    if documents:
+        rb.record(**{name: document_figures(documents)})
+        rb.show(bands_frame(documents))
+
+
+def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
+    """Step 3: the lane's own value measured, every request of it; the documents."""
+    if not plan.enabled:
+        rb.skip("the lane's own value measured", "canary=False: parts 1-2 only")
+        return None
+    env = rb.params.env
+    rb.expect(plan.key in env, f"the lane sets {plan.key} (the canary's one axis)", env.get(plan.key), local=True)
+    documents = plan.measure(rb.lane)
+    show_documents(rb, "canary_baseline", documents)
+    failed = None if documents is None else sum(r["errors"] for d in documents for r in d["runs"])
+    rb.expect(failed == 0, f"every request measured at {plan.key}={env.get(plan.key)}",
+              None if failed is None else f"{failed} failed or unmeasurable")
+    return documents
+
+
+def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
+    """Step 4: relaunch with the variant and measure it (a failed variant puts the lane's own value back)."""
+    key, value = plan.key, plan.value
+    if not plan.enabled:
+        rb.skip(f"the lane relaunched with {key}={value} and measured", "canary=False")
+        return None
+    rb.confirm(f"relaunch lane {rb.params.name} with {key}={value} (stop, clean memory, start) and measure it")
+    trial = try_variant(rb.lane, plan.variant(rb.params), lambda: plan.measure(rb.lane))
+    rb.record(canary_variant_run=trial.figures())
+    show_change(rb, trial.relaunch)
+    show_documents(rb, "canary_variant", trial.documents)
+    rb.expect(trial.relaunch.ok, f"the lane is up with {key}={value} and the live command carries it",
+              trial.relaunch.summary())
+    rb.expect(trial.error is None, f"{', '.join(plan.workloads)} measured at {key}={value}", trial.error or "")
+    return trial
+
+
+def decision_step(rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]],
+                  trial: Optional[VariantTrial]) -> Optional[CanaryDecision]:
+    """Step 5: keep or reject the variant from both sides' figures (none without both measured)."""
+    what = "an explicit keep or reject from the measured figures"
+    if not plan.enabled:
+        rb.skip(what, "canary=False")
+        return None
+    decision = None
+    if baseline and trial and trial.documents:
+        decision = canary_decision(plan.key, rb.params.env[plan.key], plan.value, baseline, trial.documents,
+                                   plan.tolerance)
+        rb.record(canary=decision.figures())
+        rb.show(markdown=f"### Decision: **{decision.decision}** {plan.key}={plan.value}\n\n{decision.summary()}")
+        rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
+    rb.expect(decision is not None, what, decision and decision.summary())
+    return decision
+
+
+def kept_lane(params: LaneParams, plan: CanaryPlan, decision: Optional[CanaryDecision]) -> LaneParams:
+    """The lane's values the canary keeps: the variant's when it was kept, else the lane's own (a dry run decides
+    nothing, so it shows the reject path)."""
+    return plan.variant(params) if decision is not None and decision.decision == "keep" else params
+
+
+def lane_file_note(params: LaneParams, key: str, kept_value: Any) -> str:
+    """What to change in the lane file when the kept value is not the one it holds ("" when it holds it)."""
+    if params.env[key] == kept_value:
+        return ""
+    return (f"the lane file says {params.env[key]}: set env.{key}: {kept_value} in params/{params.name}.yaml "
+            "so the lane file is the truth again")
+
+
+def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecision]) -> None:
+    """Step 6: the lane runs the kept value: the lane's own rendered back and relaunched, or the kept variant
+    checked in the live command; the head's env file and the lane file hold it."""
+    key, p = plan.key, rb.params
+    if not plan.enabled:
+        rb.skip("the kept value is what the lane runs", "canary=False")
+        return
+    kept = kept_lane(p, plan, decision)
+    kept_value = kept.env[key]
+    if kept is p:
+        rb.confirm(f"render {key}={kept_value} back into lane {p.name}'s checkout and relaunch it")
+        restored = relaunch_with(rb.lane, p)
+        rb.record(canary_restore=restored.figures())
+        show_change(rb, restored)
+        rb.expect(restored.ok, f"the lane is up again with {key}={kept_value} and the live command carries it",
+                  restored.summary())
+    else:
+        rb.skip(f"{key}={kept_value} rendered back", "the variant is kept: it is what the lane runs")
+        mismatches = live_mismatches(kept, live_command(rb.lane.head, container_name(rb.lane)))
+        rb.expect(not mismatches, f"the live command carries {key}={kept_value}", "; ".join(map(str, mismatches)))
+    on_head = head_env_value(rb.lane, key)
+    rb.record(canary_kept={key: kept_value, "head_env_file": on_head})
+    rb.expect(on_head == str(kept_value), f"the head's env file sets {key}={kept_value}", on_head)
+    rb.expect(p.env[key] == kept_value, f"the lane file holds the kept {key}={kept_value}",
+              lane_file_note(p, key, kept_value), local=True)

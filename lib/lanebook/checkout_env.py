@@ -22,8 +22,9 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
+from .audit import find_run
 from .checks import ExpectedResult, NodeResult
 from .compose import COMPOSE_NAME
 from .effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix,
@@ -34,6 +35,10 @@ from .lint import LintReport, lint_checkout_files, lint_lane_on_reference
 from .nodes import CommandFailed, Lane, Node, q, qpath
 from .params import LaneParams, lane_path
 from .render import Backup, RenderPlan, RenderResult, diff_text, plan_render, sha256
+from .transfers import sync_checkout
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 RUNBOOK = "env"
 # What a dry run's write command requires the file to hold: a dry run reads nothing, so the command shows where
@@ -314,3 +319,85 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
         results[worker.alias] = NodeResult(bool(names) and not (missing or differ),
                                            detail or f"the head's {len(names)} files, same bytes", {"sha256": theirs})
     return ExpectedResult.on_nodes(results)
+
+
+
+# --- the env runbook's steps (each takes the runbook: it confirms, records, shows and checks) ------------------
+
+def show_diff(rb: "Runbook", diff: str, where: str) -> None:
+    rb.show(markdown=f"Changes ({where}):\n\n```diff\n{diff}```" if diff else f"No change ({where}).")
+
+
+def lint_errors(report: LintReport) -> list[str]:
+    """The report's errors as `ID file:line message` (what the env runbook records and shows)."""
+    return [f"{f.id} {f.file}:{f.line} {f.message}" for f in report.findings if f.severity == "error"]
+
+
+def plan_step(rb: "Runbook", source: str, restore: Optional[str]) -> tuple[Optional[EnvPlan], list[Backup]]:
+    """Step 1: render mode plans the lane into the head's checkout (the diff shown); restore mode reads the
+    backups of run `restore` and checks every file still holds what that run wrote. (the plan, the backups)."""
+    if restore is None:
+        plan = plan_on_head(rb.lane, source=source)
+        rb.record(changed=plan.changed)
+        show_diff(rb, plan.diff, plan.source)
+        rb.expect(bool(plan.read), "the head's checkout read", f"{len(plan.read)} files; "
+                  f"{'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}")
+        return plan, []
+    backups = backups_of_run(find_run(restore), rb.params.name)
+    restoring = check_backups(rb.lane, backups)
+    rb.record(changed=[b.path for b in backups])
+    show_diff(rb, restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
+    rb.expect(True, f"every file holds what run {restore} wrote, every backup what it replaced",
+              ", ".join(b.path for b in backups))
+    return None, backups
+
+
+def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) -> None:
+    """Step 2: the checkout as rendered lints clean (a restore puts back earlier bytes: nothing to lint)."""
+    if plan is None:
+        rb.skip("the checkout as rendered lints clean", f"a restore puts back what run {restore} replaced")
+        return
+    errors = lint_errors(plan.lint)
+    rb.record(lint_errors=errors)
+    rb.expect(plan.lint.ok, "the checkout as rendered lints clean", "; ".join(errors) or plan.lint.linted_summary(),
+              local=True)
+
+
+def write_step(rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], source: str,
+               restore: Optional[str]) -> None:
+    """Step 3: write the plan on the head (each file backed up first) and plan again, or restore run `restore`'s
+    backups and check each file holds their bytes; nothing to write is no backup."""
+    head = rb.lane.head.alias
+    if plan is not None and not plan.writes:
+        rb.record(backups=[])
+        rb.skip("files written on the head",
+                "the head's checkout already runs the lane: nothing written, no backup made")
+    elif plan is not None:
+        rb.confirm(f"write {', '.join(plan.changed)} on {head} (each backed up beside it first)")
+        change = apply_plan(rb.lane, plan)
+        rb.record(backups=[b.to_json() for b in change.backups])
+        again = plan_on_head(rb.lane, source=source)
+        rb.expect(not again.writes, "the head's checkout runs the lane now: planning again changes nothing",
+                  ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups))
+    else:
+        rb.confirm(f"restore {', '.join(b.path for b in backups)} on {head} from run {restore}'s backups "
+                   f"(each file there now backed up first)")
+        change = restore_backups(rb.lane, backups)
+        rb.record(backups=[b.to_json() for b in change.backups])
+        check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
+        rb.expect(not change.dry_run, f"every file holds the bytes run {restore} replaced",
+                  ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups))
+
+
+def copy_step(rb: "Runbook") -> None:
+    """Step 4: rsync the head's checkout to the workers that do not hold its bytes (adds and updates, never deletes)."""
+    if same_checkout(rb.lane):
+        rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
+        return
+    rb.confirm(f"rsync {rb.params.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
+               "(adds and updates files; never deletes)")
+    stats = sync_checkout(rb.lane)
+    rb.record(rsync={a: vars(s) for a, s in stats.items()})
+    rb.expect_each({a: (s.files_transferred is not None, f"{s.files_transferred} files, {s.transferred_file_size} "
+                                                         "bytes sent") for a, s in stats.items()},
+                   "rsync to {} finished with its statistics")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from .checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, ExpectedResult
 from .errors import LanebookError
@@ -21,6 +21,9 @@ from .launcher import container_name
 from .logs import KV_CACHE_LINE, check_startup_log
 from .nodes import Executor, Lane, q
 from .params import LaneParams
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 EXACT_SMOKE_MAX_TOKENS = 32  # the recipe's exact-smoke request
 TOOL_SMOKE_MAX_TOKENS = 256
@@ -160,6 +163,12 @@ def judge_models(step: str, answer: JsonAnswer, params: LaneParams) -> list[Expe
     data = answer.body.get("data") if answer.status == 200 and isinstance(answer.body, Mapping) else None
     if not isinstance(data, list):
         return [ExpectedResult.judged(step, f"/v1/models lists {params.served_model_name}", False, _error_text(answer))]
+    return judge_model_list(step, data, params)
+
+
+def judge_model_list(step: str, data: list, params: LaneParams) -> list[ExpectedResult]:
+    """The entries /v1/models gave (its data[]; launch waits for them) hold the lane's served name with the lane's
+    max_model_len."""
     ids = [m.get("id") for m in data if isinstance(m, Mapping)]
     model = next((m for m in data if isinstance(m, Mapping) and m.get("id") == params.served_model_name), None)
     length = model.get("max_model_len") if model else None
@@ -288,3 +297,38 @@ def table_figures(checks: Iterable[ExpectedResult], dry_run: bool = False) -> li
 
 def failed_checks(checks: Iterable[ExpectedResult]) -> list[ExpectedResult]:
     return [c for c in checks if c.outcome == FAIL]
+
+
+
+# --- the gates runbook: each gate shown as it runs, then every check judged under its step ------------------
+
+FIXES = {
+    "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, "
+                "then `launch`",
+    "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
+                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
+    "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON "
+                     "boolean (P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
+    "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then "
+                    "`launch`; otherwise `rollback`",
+    "5 hermes provider block": "edit the Hermes config's provider block as the table says (api_key no-key-required, "
+                               "thinking: false as a boolean, context, default model), then run `gates` again",
+    "6 hermes route": "reasoning in state.db means thinking is on (P10): thinking: false as a boolean in the provider "
+                      "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
+}
+
+
+def show_gate(rb: "Runbook", found: list[ExpectedResult]) -> list[ExpectedResult]:
+    """Show one gate's checks as its table (nothing judged yet: every gate runs); its checks."""
+    rb.show(markdown=verdict_table(found, rb.dry_run))
+    return found
+
+
+def judge_gates(rb: "Runbook", checks: list[ExpectedResult]) -> None:
+    """Every gate's checks in one table and the record, then each judged under its gate's step with that gate's fix
+    (the first failed one stops the run, after every gate has run)."""
+    rb.show(markdown=verdict_table(checks, rb.dry_run))
+    rb.record(gates=table_figures(checks, rb.dry_run), gates_failed=sorted({c.name for c in failed_checks(checks)}))
+    for check in checks:
+        with rb.step(check.name, fix=FIXES[check.name]):
+            rb.expect_results([check])

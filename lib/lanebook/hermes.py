@@ -425,3 +425,27 @@ def route_gate(step: str, lane: Lane,
     if run is None:
         return None, not_observed(step, [f"hermes printed exactly {lane.params.gates.hermes_route}"])
     return run, judge_route(step, run, lane.params, block)
+
+
+def block_text(provider: Optional[ProviderBlock], name: str) -> str:
+    """The provider block the gate checked, as config.yaml text under where it came from ("" when none was read)."""
+    if provider is None or provider.settings is None:
+        return ""
+    return f"# providers.{name}, {provider.source}\n{config_text(name, shown_block(provider.settings))}\n"
+
+
+def route_text(route: Optional[RouteRun]) -> str:
+    """The route smoke as the operator would see it: the command, what it printed, and what state.db says."""
+    if route is None:
+        return ""
+    lines = [f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s",
+             route.stdout.strip() or "(nothing printed)"]
+    return "\n".join(lines + ([route.state.summary()] if route.state is not None else [])) + "\n"
+
+
+def route_figures(route: Optional[RouteRun]) -> dict:
+    """The reasoning state.db recorded for the route smoke (none when it was not read)."""
+    if route is None or route.state is None:
+        return {}
+    return {"hermes_reasoning_chars": route.state.reasoning_chars,
+            "hermes_reasoning_tokens": route.state.reasoning_tokens}

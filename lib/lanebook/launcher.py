@@ -25,15 +25,19 @@ import re
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 
 from .checks import NOT_OBSERVED_DRY_RUN
 from .compose import COMPOSE_NAME as COMPOSE_FILE
 from .errors import LanebookError
+from .logs import check_startup_log
 from .nodes import CommandResult, Lane, Node, env_prefix, q, qpath
 from .progress import Progress
 from .readiness import ReadinessWatch, wait_health, wait_models
 from .render import ENV_NAME as ENV_FILE
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 LAUNCH_MARGIN_S = 120.0  # beyond the launcher's own WAIT_ATTEMPTS x WAIT_SECONDS
 INTERRUPTED_CODES = {129: "HUP", 130: "INT", 143: "TERM"}
@@ -212,12 +216,24 @@ class PairOccupancy:
     def other_lane_up(self) -> bool:
         return any(self.others.values())
 
+    def others_found(self) -> dict[str, list[str]]:
+        """Other lanes' containers on the nodes that run any (a check's detail)."""
+        return {alias: names for alias, names in self.others.items() if names}
 
-def pair_occupancy(lane: Lane) -> PairOccupancy:
-    """One `docker ps` per node: both lanes want the whole pair, so only one may serve at a time (seed 003)."""
-    names = _running_names(lane)
-    mine = {a: _ours(lane, ns) for a, ns in names.items()}
-    return PairOccupancy(mine=mine, others={a: [n for n in ns if "vllm" in n and n not in mine[a]] for a, ns in names.items()})
+
+def occupancy_of(names: Mapping[str, list[str]], mine: str, also: Iterable[str] = ()) -> PairOccupancy:
+    """Who serves, from each node's running names: `mine` is this lane's Compose prefix; vLLM containers of
+    any prefix in `also` (a lane's rollback lane, on the same pair by design) are not another lane's."""
+    ours = {a: [n for n in ns if n.startswith(mine)] for a, ns in names.items()}
+    known = (mine, *also)
+    return PairOccupancy(mine=ours, others={a: [n for n in ns if "vllm" in n and not n.startswith(known)]
+                                            for a, ns in names.items()})
+
+
+def pair_occupancy(lane: Lane, also: Iterable[Lane] = ()) -> PairOccupancy:
+    """One `docker ps` per node: both lanes want the whole pair, so only one may serve at a time (seed 003).
+    The containers of the lanes in `also` are neither this lane's nor another's (rollback: its rollback lane)."""
+    return occupancy_of(_running_names(lane), project_name(lane) + "-", [project_name(o) + "-" for o in also])
 
 
 # --- the lane's state, as its containers and its API show it -------------------------------------
@@ -345,3 +361,68 @@ def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
             lane.node(alias).run(in_checkout(lane, compose), pty=True, timeout=300)
             stopped[alias] = names
     return stopped
+
+
+# --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
+
+def start_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str, *, skipped: Optional[str] = None,
+               confirm: Optional[str] = None, timing: bool = False) -> Optional[LauncherResult]:
+    """Start `lane` with its launcher unless it already serves (`serving` says so: it is verified, not restarted);
+    the launcher's result, None when skipped. `skipped`: what the skip names (`what` when not given); `confirm`:
+    what the operator confirms first; `timing`: also record how long before the launcher's exit the server was
+    seen ready."""
+    if serving:
+        rb.skip(skipped or what, serving)
+        return None
+    if confirm:
+        rb.confirm(confirm)
+    started = start_lane(lane)
+    rb.record(launcher_outcome=started.outcome)
+    if timing:
+        rb.record(seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
+    rb.expect(started.ok, what, started.summary())
+    return started
+
+
+def containers_step(rb: "Runbook", script: LauncherResult) -> str:
+    """The status runbook's containers step: no orphaned worker (P16), no head without its workers, and a lane
+    that is down agrees with the status script; the lane's state."""
+    containers = lane_containers(rb.lane)
+    state = containers.state
+    rb.record(state=state, containers=containers.running)
+    rb.expect(not containers.orphaned, "no orphaned worker (P16: the head's container is gone while a worker's runs)",
+              f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
+              if containers.orphaned else containers.summary())
+    rb.expect(state != HEAD_ALONE, "the head does not run without its workers",
+              f"{containers.summary()}; run `stop`, then `launch`" if state == HEAD_ALONE else "")
+    if state == LANE_DOWN:
+        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
+    return state
+
+
+def status_api_step(rb: "Runbook", state: str, script: LauncherResult) -> None:
+    """The status runbook's API step: /health and /v1/models answer, and the status script agrees the lane is up;
+    nothing to ask of a lane that is cleanly down."""
+    if state == LANE_DOWN:
+        rb.skip("the API answers with the lane's model", "the lane is cleanly down")
+        return
+    api = ask_api(rb.lane)
+    rb.record(models=api.model_ids)
+    rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
+              f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
+              "otherwise read the status script's log lines above, or run `stop` and `launch`")
+    name = rb.params.served_model_name
+    rb.expect(name in api.model_ids, f"/v1/models lists {name}", api.detail)
+    rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
+
+
+def startup_log_step(rb: "Runbook", lane: Lane, down: Optional[str] = None) -> Optional[int]:
+    """The startup log's expected lines (logs.check_startup_log) on the head's container, unless `down` says why
+    there is none to read; the KV cache size it reports, recorded."""
+    if down:
+        rb.skip("the startup log is clean", down)
+        return None
+    expectations, kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
+    rb.record(kv_cache_tokens=kv)
+    rb.expect_results(expectations)
+    return kv

@@ -90,6 +90,10 @@ class LintReport:
             doc["note"] = self.note
         return doc
 
+    def errors_summary(self) -> str:
+        """The errors, one `ID message` each, or which files were linted when there is none (a check's detail)."""
+        return "; ".join(f"{f.id} {f.message}" for f in self.findings if f.severity == "error") or self.linted_summary()
+
     def linted_summary(self) -> str:
         """Which files were linted, and from where (a runbook shows it beside its verdict)."""
         files = ", ".join(f"{item.file} ({item.source})" for item in self.linted)

@@ -12,11 +12,14 @@ the mere return of the command it sent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
 from .launcher import vllm_containers
 from .nodes import Lane, Node, NodeError, q
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 # Seed 000 "Launch / stop": clean SHM + page cache on both nodes before a launch and after a stop.
 SHM_CLEANUP = "rm -rf /dev/shm/*"
@@ -191,3 +194,29 @@ def mask_legacy_units(lane: Lane) -> ExpectedResult:
         return ExpectedResult.on_nodes({node.alias: NodeResult(True, "the lane names no legacy units")
                                         for node in lane.nodes}, dry_run=lane.executor.dry_run)
     return _on_every_node(lane, lambda node: _masked_node(node, units))
+
+
+# --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
+
+def clean_step(rb: "Runbook", serving: Optional[str], *, confirm: Optional[str] = None) -> None:
+    """Clean SHM and the page cache on every node of the runbook's lane, unless a server runs (`serving` says
+    whose): memory is never cleaned under one. `confirm`: what the operator confirms first."""
+    if serving:
+        rb.skip("SHM and page cache cleaned on every node", f"{serving}; memory is never cleaned under a server")
+        return
+    if confirm:
+        rb.confirm(confirm)
+    cleaned = clean_memory(rb.lane)
+    rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
+    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+
+
+def free_memory_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str,
+                     min_free_gib: Optional[float] = None) -> None:
+    """Enough free memory on every node for `lane` (P04), unless a server runs and holds it (`serving` says why)."""
+    if serving:
+        rb.skip(what, serving)
+        return
+    free = check_sticky_uma(lane, min_free_gib=min_free_gib)
+    rb.record(free_gib=free.figure("free_gib"))
+    rb.expect(free, what, free.summary())

@@ -365,15 +365,27 @@ def for_runbook(runbook: str) -> list[Pitfall]:
     return [p for p in PITFALLS if runbook in p.runbooks]
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def markdown_table(pitfalls: list[Pitfall]) -> str:
-    rows = ["| id | pitfall | what to do |", "|---|---|---|"]
-    rows += [f"| {p.id} | {p.title} | {p.fix.replace('|', chr(92) + '|')} |" for p in pitfalls]
+    """Symptom | Cause | Fix, a row a pitfall: what the operator sees (its id and title), why (the lesson), and
+    what to do."""
+    rows = ["| Symptom | Cause | Fix |", "|---|---|---|"]
+    rows += [f"| **{p.id}** {_cell(p.title)} | {_cell(p.text)} | {_cell(p.fix)} |" for p in pitfalls]
     return "\n".join(rows) + "\n"
 
 
-def troubleshooting_table(runbook: str):
-    """The runbook's troubleshooting table as a notebook display object (renders as Markdown in the executed notebook)."""
-    from IPython.display import Markdown
+TROUBLESHOOTING_HEADING = "## Troubleshooting"
 
+
+def troubleshooting_markdown(runbook: str) -> str:
+    """A runbook's troubleshooting section, the Markdown cell after its last step (where NVIDIA's playbooks put it):
+    written from the registry into the notebook (tools/sync_troubleshooting.py), so a run that stops at a failed
+    step still shows it, and tests/test_runbook_shape.py keeps it equal to the registry."""
     pitfalls = for_runbook(runbook)
-    return Markdown(markdown_table(pitfalls) if pitfalls else f"No registered pitfall is met in `{runbook}`.")
+    table = markdown_table(pitfalls) if pitfalls else f"No registered pitfall is met in `{runbook}`.\n"
+    return (f"{TROUBLESHOOTING_HEADING}\nWhat goes wrong at this stage and what to do, from the pitfall registry\n"
+            "(`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).\n\n"
+            + table).rstrip("\n")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import httpx
 
-from .diagnose import BoundaryCase, PrefixStep, prefix_step
+from .diagnose import (BoundaryCase, PrefixStep, boundary_bodies, boundary_plan, boundary_verdict, prefix_bodies,
+                       prefix_step, prefix_verdict)
 from .errors import LanebookError
 from .launcher import lane_containers
 from .logs import scan_fatal
@@ -24,6 +25,10 @@ from .prometheus import PREEMPTIONS, QueueNotIdle, metrics_url, scrape, server_r
 from .speed.client import chat_url, new_client, request_timeout_s, run, run_wave, stream_chat
 from .speed.command import run_speed
 from .speed.metrics import content_times, wave_figures
+from .speed.workloads import load_workload
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 IDLE_TIMEOUT_S = 120.0
 
@@ -233,3 +238,37 @@ def stepped_long_context(lane: Lane, lengths: Sequence[int], *, attended: bool =
         return found
 
     return run(climb())
+
+
+# --- the diagnose runbook's probe steps (each takes the runbook: it records and checks) ---------------------
+
+def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int) -> None:
+    """Step 1: prompts A, unrelated B, then A again: A hits the prefix cache again (no eviction), sooner than cold."""
+    p = rb.params
+    steps = prefix_protocol(p.api, prefix_bodies(p.served_model_name, p.request, run_tag, lines), rb.lane.executor)
+    verdict = None if steps is None else prefix_verdict(steps)  # None: a dry run sent nothing
+    if verdict:
+        rb.record(prefix_cache={s.name: s.figures() for s in steps}, prefix_cache_evicted=verdict.evicted)
+    rb.expect(bool(verdict and verdict.ok), "A hits the cache again after unrelated B (no eviction), and sooner than "
+              "cold", verdict and verdict.summary())
+
+
+def boundary_step(rb: "Runbook", run_tag: str, sizes: Sequence[int], workload: str, max_tokens: int,
+                  short_tokens: int) -> None:
+    """Step 2: waves either side of the K boundary and one that crosses it mid-run stay stable (no error, no fatal
+    log line, /health 200); a lane whose K does not change between the sizes has no boundary to cross."""
+    p = rb.params
+    plan = boundary_plan(p.speculative.schedule, p.num_speculative_tokens, sizes[0], sizes[1], max_tokens, short_tokens)
+    what = f"C{plan.lower}↔C{plan.upper} stays stable across the K boundary"
+    if not plan.crosses:
+        rb.skip(what, f"the lane verifies K={plan.k_lower} at both batch sizes: no boundary to cross")
+        return
+    loaded = load_workload(workload)
+    cases = [(name, boundary_bodies(p.served_model_name, loaded, p.request, run_tag, i, lengths))
+             for i, (name, lengths) in enumerate(plan.cases())]
+    measured = boundary_run(p.api, cases, rb.lane.executor)
+    health = healthy(p.api, rb.lane.executor)
+    stability = None if measured is None else boundary_verdict(measured, fatal_log_lines(rb.lane), bool(health))
+    if stability:
+        rb.record(k_boundary={c.name: c.figures() for c in measured})
+    rb.expect(bool(stability and stability.ok), what, stability and stability.summary(measured))

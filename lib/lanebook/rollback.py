@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
+from . import launcher, memory
+from .audit import verdict_label
 from .errors import LanebookError
+from .execute import run_runbook
+from .lint import lint_what_lane_runs
 from .nodes import Lane, NodeError, qpath
 from .params import LaneParams, load_lane
+from .paths import outputs_dir
+from .transfers import checkout_ok
+from .weights import check_weights
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 PROBE = Path(__file__).with_name("fingerprint_probe.py")
 FINGERPRINT_FIGURE = "rollback_fingerprint"  # the figure a run records a rollback lane's fingerprint under
@@ -131,3 +141,109 @@ def hermes_changes(current: LaneParams, target: LaneParams) -> list[str]:
 
     old, new = block(current), block(target)
     return [f"{key}: {old[key]} → {new[key]}" for key in old if old[key] != new[key]]
+
+
+# --- the rollback runbook's steps (each takes the runbook: it confirms, records, shows and checks) -------------
+
+def load_target(rb: "Runbook") -> LaneParams:
+    """The lane's rollback lane, loaded; one that is not named or does not load fails the step (also in a dry run:
+    the failed expectation stops the run)."""
+    try:
+        return rollback_target(rb.params)
+    except LanebookError as exc:
+        rb.expect(False, "the lane names a rollback lane that loads", exc, local=True)
+
+
+def ready_step(rb: "Runbook", target: Lane) -> None:
+    """The rollback lane can be launched: what it runs lints clean, its checkout and its weights on every node."""
+    name = target.params.name
+    report = lint_what_lane_runs(target.params, dry_run=rb.dry_run)
+    rb.expect(report.ok, f"what {name} runs lints clean", report.errors_summary(), local=True)
+    rb.expect(checkout_ok(target), f"{name}'s checkout present on every node", target.params.checkout)
+    complete = check_weights(target)
+    rb.expect(complete, f"{name}'s weights complete on every node", complete.summary())
+
+
+def pair_step(rb: "Runbook", target: Lane) -> bool:
+    """Who holds the pair: no other lane than these two, the rollback lane cleanly down or up, and never both
+    lanes up. Whether the rollback already happened (the rollback lane up, this one down)."""
+    name = target.params.name
+    current, fallback = launcher.lane_containers(rb.lane), launcher.lane_containers(target)
+    rb.record(state_before=current.state, rollback_state_before=fallback.state)
+    pair = launcher.pair_occupancy(rb.lane, also=[target])
+    rb.expect(not pair.other_lane_up, "no other lane serves on the pair", pair.others_found() or "")
+    rb.expect(fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP), f"{name} is cleanly down or up",
+              fallback.summary())
+    already = fallback.state == launcher.LANE_UP
+    rb.expect(not already or current.state == launcher.LANE_DOWN,
+              f"{rb.params.name} and {name} do not both hold the pair", f"{rb.params.name}: {current.summary()}")
+    return already
+
+
+def recorded_step(rb: "Runbook", name: str, before: dict, runs: Iterable[dict]) -> None:
+    """The rollback lane's fingerprint now against the last one a run recorded (none recorded: nothing to compare)."""
+    earlier = recorded_fingerprint(runs, name)
+    if earlier is None:
+        rb.skip(f"{name} untouched since its recorded fingerprint",
+                f"no run in the audit trail recorded a fingerprint of {name} (`promote` records one)")
+        return
+    record, recorded = earlier
+    rb.record(fingerprint_compared_with=record.get("run_id"))
+    changes = fingerprint_differences(recorded, before)
+    rb.expect(not changes, f"{name} untouched since {record.get('runbook')} run {record.get('run_id')} "
+                           f"fingerprinted it ({record.get('started_at')})", "; ".join(changes) or "equal")
+
+
+def stop_step(rb: "Runbook", target: Lane, already: bool) -> None:
+    """Stop this lane on every node (its orphaned workers too), unless the rollback lane already took the pair."""
+    name = target.params.name
+    if already:
+        rb.skip(f"{rb.params.name} stopped on every node", f"{name} is already up and {rb.params.name} down")
+        return
+    rb.confirm(f"stop lane {rb.params.name} on every node and relaunch {name} from {target.params.checkout}")
+    stopped = launcher.stop_lane(rb.lane)
+    rb.record(stop_script=stopped.launcher.outcome)
+    rb.expect(stopped.launcher.ok, "the stop script exits 0", stopped.launcher.summary())
+    orphans = launcher.stop_orphaned_workers(rb.lane)
+    rb.record(orphaned_workers_stopped=orphans)
+    left = launcher.lane_containers(rb.lane)
+    rb.expect(not left.left, f"no container of {rb.params.name} left on any node",
+              (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary())
+
+
+def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:
+    """Clean memory on every node and check there is enough free for the rollback lane (P04), unless it serves."""
+    name = target.params.name
+    memory.clean_step(rb, already and f"{name} is up")
+    if not already:
+        free = memory.check_sticky_uma(target)
+        rb.record(free_gib=free.figure("free_gib"))
+        rb.expect(free, f"enough free memory on every node for {name}", free.summary())
+
+
+def gates_row(gates: dict, link: str) -> str:
+    """The rollback lane's gates run as one row of a runs table (its verdict, failed step, and its record linked)."""
+    return ("| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"
+            f"| gates | {gates['lane']} | {verdict_label(gates['verdict'])} | {gates['failed_step'] or ''} "
+            f"| [{gates['run_id']}]({link}) |")
+
+
+def gates_step(rb: "Runbook", name: str) -> dict:
+    """Run the gates runbook on the rollback lane (its own record), show it as a row linking that record, and
+    expect its verdict to pass (dry-run in a dry run). The gates run's summary."""
+    gates = run_runbook("gates", name, {}, dry_run=rb.dry_run, yes=True)
+    rb.record(gates_verdict=gates["verdict"], gates_run_id=gates["run_id"], gates_output=gates["output"])
+    rb.show(markdown=gates_row(gates, f"../{Path(gates['output']).relative_to(outputs_dir())}"))  # from outputs/LANE/
+    print(f"gates record: {gates['output']}")
+    wanted = "dry-run" if rb.dry_run else "pass"
+    rb.expect(gates["verdict"] == wanted, f"{name}'s gates verdict is {wanted}",
+              f"{gates['verdict']}" + (f" at {gates['failed_step']}" if gates["failed_step"] else ""), local=True)
+    return gates
+
+
+def hermes_note(current: LaneParams, target: LaneParams, changes: list[str]) -> str:
+    """What the operator changes in the Hermes provider block to follow the rollback, as Markdown."""
+    provider = target.hermes.provider
+    if changes:
+        return f"In `providers.{provider}`:\n\n```text\n" + "\n".join(changes) + "\n```"
+    return f"Nothing changes in `providers.{provider}`: `default_model` stays `{target.served_model_name}`."

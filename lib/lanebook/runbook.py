@@ -20,7 +20,7 @@ import json
 import socket
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from . import frontend
 from .checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, PASS, SKIPPED, WARNING, ExpectedResult
@@ -130,6 +130,12 @@ class Runbook:
                 self._fail(recorded)
             self._add(recorded)
 
+    def expect_each(self, results: Mapping[str, tuple[bool, Any]], what: str, *, local: bool = False) -> None:
+        """One expected result per node or workload ({key: (ok, detail)}), `what` naming it with `{}`: the step
+        cell stays one line while each node's result is its own check."""
+        for key, (ok, detail) in results.items():
+            self.expect(ok, what.format(key), detail, local=local)
+
     def _fail(self, result: ExpectedResult, message: Optional[str] = None) -> None:
         """Record a failed expected result, say what to do next, emit the verdict so far, and stop the run."""
         self._add(result)
@@ -177,6 +183,10 @@ class Runbook:
     def record(self, **figures: Any) -> None:
         """Figures that go into the run record (twin figures are labelled by the record's twin flag)."""
         self.figures.update(figures)
+
+    def show(self, obj: Any = None, *, markdown: Optional[str] = None) -> None:
+        """Show a table or figure in the notebook (printed outside a kernel): what a step displays beside its checks."""
+        _display(obj, markdown=markdown)
 
     def commands(self) -> list[str]:
         return self.lane.executor.commands()

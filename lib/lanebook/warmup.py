@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .checks import FAIL, ExpectedResult
 from .effective.mismatches import env_text
@@ -41,6 +41,7 @@ from .speed.workloads import load_workload
 
 if TYPE_CHECKING:
     from .params import LaneParams
+    from .runbook import Runbook
 
 ENABLED_KEY = "POST_READINESS_WARMUP_ENABLED"  # the recipe's bypass: 0 skips the warmup; unset or anything else runs it
 IDLE_TIMEOUT_S = 120.0  # how long the queues may take to read idle, before the warmup and after it
@@ -337,3 +338,45 @@ def lane_checks(lane: Lane) -> list[ExpectedResult]:
         checks.append(ExpectedResult.judged("", f"no fatal runtime error in {node.alias}'s log of {container} ({kinds})",
                                             not found, seen))
     return checks
+
+
+def post_readiness_step(rb: "Runbook", hook: Optional[str]) -> None:
+    """The bounded warmup after a launch (P12), fail-open: skipped when the lane disables it; when the launcher's
+    own hook warmed the lane (`hook`, its line), only the lane's health and logs are checked, not the shapes twice."""
+    enabled, why = warmup_enabled(rb.params.env)
+    if not enabled:
+        rb.skip("the bounded post-readiness warmup ran", why)
+    elif hook:
+        rb.record(warmed_by="the launcher's post-readiness hook")
+        rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
+        rb.expect_results(lane_checks(rb.lane))
+    else:
+        warm_step(rb, after=lane_checks)
+
+
+def warmup_step(rb: "Runbook") -> None:
+    """The warmup runbook's step 1: the bounded warmup, unless the lane disables it."""
+    enabled, why = warmup_enabled(rb.params.env)
+    if not enabled:
+        rb.skip("the bounded post-readiness warmup ran", why)
+        return
+    warm_step(rb)
+
+
+def lane_step(rb: "Runbook") -> None:
+    """The warmup runbook's step 2: is the lane still well after the warmup (skipped with it)."""
+    enabled, why = warmup_enabled(rb.params.env)
+    if not enabled:
+        rb.skip("the lane is well after the warmup", why)
+        return
+    rb.expect_results(lane_checks(rb.lane))
+
+
+def warm_step(rb: "Runbook", after: Optional[Callable[[Lane], list[ExpectedResult]]] = None) -> None:
+    """Run the bounded warmup, record its figures, show its table (not in a dry run) and check it, with
+    `after(lane)`'s checks of the lane when given."""
+    warmed = run_warmup(rb.params, rb.lane.executor)
+    rb.record(**warmed.figures())
+    if not rb.dry_run:
+        rb.show(markdown=warmed.table(rb.params.twin))
+    rb.expect_results(warmed.checks() + (after(rb.lane) if after else []))

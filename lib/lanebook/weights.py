@@ -7,12 +7,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from .checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
 from .nodes import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
 from .transfers import RsyncStats, rsync_to_workers
 from .params import WeightsParams
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 PROBE = Path(__file__).with_name("weights_probe.py")
 
@@ -81,15 +84,12 @@ def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, 
 
 
 def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> ExpectedResult:
-    """verify_weights on every node of the lane. A node that cannot be reached fails its part of the check
-    (its error is the detail) without stopping the others; a dry run records the probes and observes nothing."""
-    found: dict[str, NodeResult] = {}
-    for node in lane.nodes:
-        try:
-            found[node.alias] = verify_weights(node, lane.params.weights, sha256=sha256, workers=workers).node_result()
-        except NodeError as exc:
-            found[node.alias] = NodeResult(False, str(exc))
-    return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
+    """verify_every_node as one node check (launch and rollback ask only: whole on every node?). A node that
+    cannot be reached raises its NodeError, which fails the runbook step with its message; a dry run records the
+    probes and observes nothing."""
+    reports = verify_every_node(lane, sha256=sha256, workers=workers)
+    return ExpectedResult.on_nodes({alias: r.node_result() for alias, r in reports.items()},
+                                   dry_run=lane.executor.dry_run)
 
 
 def download_command(weights: WeightsParams) -> str:
@@ -124,9 +124,26 @@ def not_incomplete(deleted: dict[str, list[str]]) -> list[str]:
     return [f"{alias}: {path}" for alias, paths in deleted.items() for path in paths if not path.endswith(".incomplete")]
 
 
-def verify_every_node(lane: Lane, *, sha256: bool = False) -> dict[str, WeightsReport]:
-    """verify_weights on each node of the lane, by alias (head first, as the lane lists them)."""
-    return {node.alias: verify_weights(node, lane.params.weights, sha256=sha256) for node in lane.nodes}
+def verify_every_node(lane: Lane, *, sha256: bool = False, workers: int = 4) -> dict[str, WeightsReport]:
+    """verify_weights on each node of the lane, by alias (head first, as the lane lists them): the one way every
+    runbook verifies weights."""
+    return {node.alias: verify_weights(node, lane.params.weights, sha256=sha256, workers=workers)
+            for node in lane.nodes}
+
+
+def tree_results(reports: dict[str, WeightsReport]) -> dict[str, tuple[bool, str]]:
+    """Per node: did the probe report its tree (whole or not), with its summary (rb.expect_each)."""
+    return {alias: (not r.dry_run, r.summary()) for alias, r in reports.items()}
+
+
+def complete_results(reports: dict[str, WeightsReport]) -> dict[str, tuple[bool, str]]:
+    """Per node: is its tree whole, with its summary (rb.expect_each)."""
+    return {alias: (r.ok, r.summary()) for alias, r in reports.items()}
+
+
+def revisions(reports: dict[str, WeightsReport]) -> list[str]:
+    """The distinct revisions the nodes hold, as text in a stable order: one means every node holds the same."""
+    return sorted({str(r.revision) for r in reports.values()})
 
 
 def workers_to_sync(head: WeightsReport, workers: dict[str, WeightsReport]) -> dict[str, str]:
@@ -142,3 +159,49 @@ def workers_to_sync(head: WeightsReport, workers: dict[str, WeightsReport]) -> d
         elif report.revision != head.revision:
             reasons[alias] = f"revision {report.revision}, the head has {head.revision}"
     return reasons
+
+
+# --- the weights runbook's steps (each takes the runbook: it confirms, records and checks) -------------------
+
+def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = False) -> WeightsReport:
+    """Step 2: download on the head only when its tree is not whole (P05), then verify it again; the head's report."""
+    rb.record(downloaded=not head.ok)
+    if head.ok:
+        rb.skip("the head's tree is whole", f"nothing to download: {head.summary()}")
+        return head
+    rb.confirm(f"download {rb.params.weights.repo} on {rb.lane.head.alias} ({head.detail()})")
+    download_on_head(rb.lane)
+    head = verify_weights(rb.lane.head, rb.params.weights, sha256=sha256)
+    rb.expect(head.ok, "the head's tree is whole after the download (rerun this runbook to resume a cut one)",
+              head.summary())
+    return head
+
+
+def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsReport], *, attempts: int) -> dict[str, str]:
+    """Step 3: rsync the head's tree once to the workers that need it (workers_to_sync); those workers, with why."""
+    to_sync = workers_to_sync(head, {w.alias: before[w.alias] for w in rb.lane.workers})
+    rb.record(synced=to_sync)
+    if not to_sync:
+        rb.skip("every worker's tree verifies at the head's revision", "nothing to send: rsync once")
+        return to_sync
+    rb.confirm(f"rsync {rb.params.weights.hub_dir} from the head to {', '.join(to_sync)} "
+               "(adds and updates files; never deletes)")
+    stats = sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=attempts)
+    rb.record(rsync={a: vars(s) for a, s in stats.items()})
+    sent = {a: (s.files_transferred is not None,
+                f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)")
+            for a, s in stats.items()}
+    rb.expect_each(sent, "rsync to {} finished with its statistics")
+    return to_sync
+
+
+def clean_step(rb: "Runbook", to_sync: dict[str, str]) -> None:
+    """Step 4: delete `*.incomplete` on the workers just synced (none were synced: nothing to delete)."""
+    if not to_sync:
+        rb.skip("no *.incomplete on any worker", "every worker's tree verified: it holds none")
+        return
+    rb.confirm(f"delete *.incomplete files under {rb.params.weights.hub_dir} on {', '.join(to_sync)}")
+    deleted = clean_incomplete_on_workers(rb.lane, [rb.lane.node(a) for a in to_sync])
+    rb.record(deleted_incomplete={a: len(paths) for a, paths in deleted.items()})
+    rb.expect(not not_incomplete(deleted), "only *.incomplete files were deleted",
+              "; ".join(not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted")

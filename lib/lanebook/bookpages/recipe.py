@@ -3,13 +3,13 @@
 A rehearsed runbook's page is the executed notebook of its latest twin run that was not a dry run, its stored
 outputs as they were recorded (never executed again), under a heading that says it is a twin rehearsal and
 gives that run's verdict table: every check of every step, as the run emitted it. A runbook never rehearsed
-shows its notebook without outputs, says so, and gives the troubleshooting table its first cell would show.
+shows its notebook without outputs and says so. Either way the notebook carries its troubleshooting table (the
+registry's, a Markdown cell after its last step), so the page shows it without a run.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from ..pitfalls import for_runbook, markdown_table
 from .markup import md_table, outcome_badge, verdict_badge, wide
 from .runs import PublishedRun
 from .trail import link
@@ -39,11 +39,7 @@ def rehearsal_heading(title: str, run: PublishedRun, emitted: Optional[dict]) ->
 
 
 def unrehearsed_heading(title: str, runbook: str) -> str:
-    pitfalls = for_runbook(runbook)
-    table = markdown_table(pitfalls) if pitfalls else f"No registered pitfall is met in `{runbook}`.\n"
     return (f"# {title} — not rehearsed yet\n\n"
             "```{admonition} Not rehearsed yet\n:class: note\n"
             f"No twin run of `{runbook}` is recorded, so this page shows the notebook without outputs. "
-            f"`lanebook run {runbook} --lane twin` records one; the next build of the book shows it here.\n```\n\n"
-            f"## Troubleshooting, from the registry\n\nWhat the notebook's troubleshooting cell shows once it runs:\n\n"
-            f"{table}\n")
+            f"`lanebook run {runbook} --lane twin` records one; the next build of the book shows it here.\n```\n")

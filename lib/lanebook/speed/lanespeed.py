@@ -4,10 +4,12 @@ workload's waves leave in the executor's history, so a dry run lists what it wou
 """
 from __future__ import annotations
 
+import json
 import sys
 import time
+from datetime import datetime, timezone
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from rich.console import Console
 
@@ -17,10 +19,15 @@ from ..progress import counter
 from ..params import LaneParams
 from ..prometheus import metrics_url
 from .bands import MIN_TRIALS
-from .baseline import lane_workloads
+from .baseline import Baseline, counterpart, judge, lane_workloads, load_baseline, write_baseline
 from .client import chat_url
 from .command import SpeedResult, run_speed
+from .plots import plot_workload
+from .provenance import Provenance, SetupMatch
 from .workloads import check_thinking_booleans, load_workload, request_body
+
+if TYPE_CHECKING:
+    from ..runbook import Runbook
 
 LEVELS = (1, 4, 6)  # the seed's C1/C4/C6 table
 MAX_TOKENS = 256  # the seed's probe: 256-token streams
@@ -72,6 +79,11 @@ class LanePlan:
                 f"{self.requests_per_workload} streamed POST {chat_url(self.api)} (unique prompts, temperature 0, "
                 f"max_tokens {self.max_tokens}, usage included); before each wave GET {metrics_url(self.api)} "
                 "until no request runs or waits")
+
+    def figures(self, tolerance: float, baseline: Optional[str]) -> dict:
+        """The plan as the run's record keeps it, with the tolerance and the baseline file it is judged against."""
+        return {"workloads": list(self.workloads), "levels": list(self.levels), "trials": self.trials,
+                "max_tokens": self.max_tokens, "tolerance": tolerance, "baseline": baseline}
 
     def example_body(self, workload: str) -> dict:
         """The first request of the workload's first wave, as it is sent (the tag makes every prompt unique)."""
@@ -160,3 +172,94 @@ def unchecked_idle(result: SpeedResult) -> list[str]:
 def complete_waves(result: SpeedResult, plan: LanePlan) -> bool:
     """Every planned wave ran (a run stopped after failures did not)."""
     return len(result.waves) == plan.trials * len(plan.levels)
+
+
+# --- the speed runbook's steps (each takes the runbook: it records, shows and checks) -------------------------
+
+WAVES_FIX = ("read the failed waves' reasons above and run `status`; an engine that died or an orphaned worker: "
+             "run `stop`, then `launch`, then speed again")
+
+
+def baseline_note(lane: str, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> str:
+    """What the bands below are set against: the baseline and how its setup compares, or that there is none."""
+    if baseline is None or setup is None:
+        return f"lane {lane} has no stored baseline: the bands below are shown, not judged"
+    return f"baseline {baseline.path}: {baseline.source}\n{setup.summary()}"
+
+
+def baseline_label(setup: Optional[SetupMatch]) -> str:
+    """The plot's legend for the baseline's medians: whether they are judged (same setup) or only shown."""
+    return f"baseline median ({setup.headline}: {'judged' if setup.same else 'not judged'})" if setup else ""
+
+
+def plot_title(plan: LanePlan, workload: str, twin: bool) -> str:
+    return (f"{plan.lane} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials"
+            + (" · TWIN figures (not a real lane's)" if twin else ""))
+
+
+def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> list[dict]:
+    """Step 2, one step a workload: its waves, its bands (a table and a plot beside the baseline's), every request
+    measured, every wave checked for idle queues; a dry run shows the first request it would send. The documents."""
+    from IPython.display import Image
+
+    documents, bands, failed_waves = [], {}, {}
+    for workload in plan.workloads:
+        with rb.step(f"2 waves {workload}", fix=WAVES_FIX):
+            result = measure_workload(plan, workload, rb.lane.executor, rb.params.twin)
+            if result is None:  # a dry run: the request as it would be sent
+                rb.show(markdown=f"**{workload}** would send, first request of its first wave:")
+                rb.show(markdown="```json\n" + json.dumps(plan.example_body(workload), indent=1) + "\n```")
+                rb.expect(False, f"every request of {workload} measured")
+                continue
+            document = result.document()
+            documents.append(document)
+            failures = wave_failures(result)
+            bands[workload], failed_waves[workload] = document["bands"], failures
+            rb.record(bands=bands, wave_failures=failed_waves)
+            rb.show(markdown=bands_table(document))
+            rb.show(Image(plot_workload(document, counterpart(baseline, document), baseline_label(setup),
+                                        plot_title(plan, workload, rb.params.twin))))
+            rb.expect(not failures, f"every request of {workload} measured", "; ".join(failures) or
+                      f"{len(result.waves)} waves, {plan.requests_per_workload} requests")
+            unchecked = unchecked_idle(result)
+            rb.expect(not unchecked, "queues idle before every wave",
+                      "no /metrics before " + ", ".join(unchecked) if unchecked
+                      else "vllm:num_requests_running and vllm:num_requests_waiting were 0 before each wave")
+    return documents
+
+
+def judge_step(rb: "Runbook", documents: list[dict], provenance: Provenance, baseline: Optional[Baseline],
+               tolerance: float) -> None:
+    """Step 3: judged against the baseline only on the same setup; otherwise shown beside it, not judged."""
+    if rb.dry_run:
+        rb.expect(False, "speed against the lane's baseline")
+        return
+    judgement = judge(documents, provenance, baseline, tolerance)
+    rb.record(baseline=judgement.to_json())
+    if judgement.comparison is not None:
+        rb.show(judgement.comparison.frame())
+    if judgement.judged:
+        rb.expect(not judgement.failed, f"medians within {tolerance:.0%} of the baseline's on the same setup",
+                  judgement.summary())
+    else:
+        rb.skip("speed judged against the baseline", judgement.summary())
+
+
+def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
+    """Where a stored baseline came from, as its file says (twin figures labelled)."""
+    return (f"speed runbook on lane {plan.lane}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
+            + ("; twin figures, not a real lane's" if twin else ""))
+
+
+def save_step(rb: "Runbook", path: Optional[str], plan: LanePlan, documents: list[dict],
+              provenance: Provenance) -> None:
+    """Step 4: store this run as a baseline file, only when a path is given and something was measured."""
+    if not path:
+        rb.skip("stored as a baseline", "no save_baseline path given")
+        return
+    if rb.dry_run:
+        rb.skip("stored as a baseline", "a dry run measures nothing")
+        return
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    written = write_baseline(path, documents, provenance, baseline_source(plan, rb.params.twin, stamp))
+    rb.expect(load_baseline(written).workloads == list(plan.workloads), "stored as a baseline", str(written))

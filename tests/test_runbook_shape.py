@@ -1,0 +1,111 @@
+"""Runbooks read like the playbook: a step cell is a call or two into the library and `rb.expect(...)`; loops,
+decisions and table building live in the tested library (issue 15, "Thin notebooks").
+
+What is measured, on each runbook's py:percent pair (the notebook holds the same cells: test_runbook_pairs.py):
+
+- code lines: the physical lines of the code cells that hold code (not blank, not only a comment), the papermill
+  parameters cell left out (its shape is papermill's: test_runbook_pairs.py checks papermill reads it);
+- a code line is inside control flow when it lies within an `if`, `for`, `while`, `try` or `match` statement (from
+  its first line to its last, at any depth). `with` is not control flow: `with rb.step(...)` is the step API.
+  Conditional expressions and comprehensions are expressions, not statements, and do not count.
+
+Targets: at most 10% of a runbook's code lines inside control flow, and no code cell over 12 code lines. The
+troubleshooting table follows the steps: the Markdown cell after the last step is the registry's
+(`lanebook.pitfalls.troubleshooting_markdown`; tools/sync_troubleshooting.py writes it).
+"""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import jupytext
+import pytest
+
+from lanebook.paths import RUNBOOKS_DIR
+from lanebook.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
+
+MAX_CONTROL_FLOW = 0.10
+MAX_CELL_LINES = 12
+CONTROL_FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match) + (
+    (ast.TryStar,) if hasattr(ast, "TryStar") else ())
+SCRIPTS = sorted(RUNBOOKS_DIR.glob("*.py"))
+
+
+@dataclass
+class CellShape:
+    lines: int  # code lines
+    in_control_flow: int
+
+
+def cell_shape(source: str) -> CellShape:
+    """Code lines of one cell and how many of them lie inside control flow (the rule in the module docstring)."""
+    code = {n for n, line in enumerate(source.splitlines(), 1) if line.strip() and not line.strip().startswith("#")}
+    inside = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, CONTROL_FLOW):
+            inside.update(range(node.lineno, node.end_lineno + 1))
+    return CellShape(len(code), len(code & inside))
+
+
+def code_cells(script) -> list:
+    return [c for c in jupytext.read(script).cells
+            if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
+
+
+def figures() -> dict[str, tuple[int, int, int]]:
+    """Every runbook: (code lines, lines inside control flow, its longest cell's code lines)."""
+    found = {}
+    for script in SCRIPTS:
+        shapes = [cell_shape(c.source) for c in code_cells(script)]
+        found[script.stem] = (sum(s.lines for s in shapes), sum(s.in_control_flow for s in shapes),
+                              max(s.lines for s in shapes))
+    return found
+
+
+def report() -> str:
+    rows = [f"{'runbook':10} {'lines':>5} {'in control flow':>16} {'longest cell':>12}"]
+    rows += [f"{name:10} {lines:5} {inside:9} ({inside / lines:4.0%}) {longest:12}"
+             for name, (lines, inside, longest) in figures().items()]
+    return "\n".join(rows)
+
+
+def test_the_measure_follows_its_rule():
+    source = ("with rb.step('1 x', fix='run `x`'):\n"
+              "    found = [n for n in nodes if n]  # a comprehension is no control flow\n"
+              "    rb.expect(bool(found), 'what', 'yes' if found else 'no')\n"
+              "\n"
+              "# only a comment\n"
+              "for node in nodes:\n"
+              "    if node:\n"
+              "        print(node)\n"
+              "try:\n"
+              "    pass\n"
+              "except ValueError:\n"
+              "    pass\n")
+    assert cell_shape(source) == CellShape(lines=10, in_control_flow=7)
+
+
+def test_there_are_runbooks_to_measure():
+    assert len(SCRIPTS) >= 10 and all(code_cells(s) for s in SCRIPTS)
+
+
+def test_runbook_code_rarely_sits_inside_control_flow():
+    over = [name for name, (lines, inside, _) in figures().items() if inside > MAX_CONTROL_FLOW * lines]
+    assert not over, f"over {MAX_CONTROL_FLOW:.0%} of code lines inside control flow: {over}\n{report()}"
+
+
+def test_no_code_cell_is_long():
+    over = [name for name, (_, _, longest) in figures().items() if longest > MAX_CELL_LINES]
+    assert not over, f"a code cell over {MAX_CELL_LINES} code lines: {over}\n{report()}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_troubleshooting_follows_the_last_step_and_is_the_registrys(script):
+    cells = jupytext.read(script).cells
+    sections = [i for i, c in enumerate(cells)
+                if c.cell_type == "markdown" and c.source.startswith(TROUBLESHOOTING_HEADING)]
+    assert len(sections) == 1, f"{script.name}: one troubleshooting section, found {len(sections)}"
+    last_step = max(i for i, c in enumerate(cells) if c.cell_type == "code" and "rb.step(" in c.source)
+    assert sections[0] > last_step, f"{script.name}: the troubleshooting section comes before a step"
+    assert cells[sections[0]].source == troubleshooting_markdown(script.stem), (
+        f"{script.name}: the table differs from the registry: run `.venv/bin/python tools/sync_troubleshooting.py`")
