@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,7 +28,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-import nbformat
+# nbformat imports jsonschema, which builds an Earley parser for its "iri" format check at import when
+# rfc3987_syntax is installed (jupyter-events brings it): over a second of every `lanebook run`, for a check
+# nothing here makes (nbformat validates notebooks with no format checker). A process that runs runbooks goes
+# without it: the import fails and jsonschema leaves the "iri" format unchecked, as it does when the package is absent.
+if "jsonschema" not in sys.modules:
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+import nbformat  # noqa: E402 - after the line above
 from ruamel.yaml.error import YAMLError
 
 from .audit import begin_run, discard_run, finish_run, now
