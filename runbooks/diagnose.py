@@ -61,9 +61,9 @@ from IPython.display import Markdown, display
 from lanebook import canary as canary_run
 from lanebook import diagnose, launcher, logs, probes, readiness
 from lanebook.effective import live_mismatches
-from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_with
 from lanebook.pitfalls import troubleshooting_table
+from lanebook.plugins import launch_lane_if_down
 from lanebook.speed.bands import bands_frame
 from lanebook.runbook import Runbook
 from lanebook.speed.workloads import load_workload
@@ -92,7 +92,7 @@ troubleshooting_table("diagnose")
 
 # %%
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
-    launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
+    launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     containers = launcher.lane_containers(rb.lane)
     rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []

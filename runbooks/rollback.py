@@ -204,7 +204,7 @@ with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --la
 # %%
 with rb.step("5 gates", fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
              f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane"):
-    gates = run_runbook("gates", ROLLBACK_LANE, {}, dry_run=rb.dry_run, yes=True)
+    gates = run_runbook("gates", target, {}, dry_run=rb.dry_run, yes=True)
     rb.record(gates_verdict=gates["verdict"], gates_run_id=gates["run_id"], gates_output=gates["output"])
     link = f"../{Path(gates['output']).relative_to(outputs_dir())}"  # from this record's folder, outputs/LANE/
     display(Markdown(f"| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"

@@ -63,9 +63,9 @@ from datetime import datetime, timezone
 from IPython.display import Image, Markdown, display
 
 from lanebook import launcher
-from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_path
 from lanebook.pitfalls import troubleshooting_table
+from lanebook.plugins import launch_lane_if_down
 from lanebook.runbook import Runbook
 from lanebook.speed import lanespeed
 from lanebook.speed.baseline import counterpart, judge, load_baseline, stored_baseline, write_baseline
@@ -97,7 +97,7 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
     rb.record(plan={"workloads": list(plan.workloads), "levels": list(plan.levels), "trials": plan.trials,
                     "max_tokens": plan.max_tokens, "tolerance": tolerance,
                     "baseline": str(base.path) if base else None})
-    launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
+    launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     api = launcher.ask_api(rb.lane)
     rb.expect(api.healthy, "/health answers 200", api.detail)
     rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)

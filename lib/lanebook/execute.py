@@ -41,7 +41,7 @@ from ruamel.yaml.error import YAMLError
 from .audit import begin_run, discard_run, finish_run, now
 from . import yamltext
 from .errors import LanebookError
-from .params import lane_path, load_lane
+from .params import LaneParams
 from .paths import REPO, RUNBOOKS_DIR, outputs_dir
 from .redact import names_secret, redact, redact_data
 from .runbook import VERDICT_MIME
@@ -247,7 +247,7 @@ def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
             "confirmations": emitted.get("confirmations", [])}, why
 
 
-def start_record(runbook: str, lane, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
+def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
     """Claim the run's output name and write its pending record (so even a killed run is recorded)."""
     run_id, output = _new_output(lane.name, runbook)
     return begin_run({
@@ -265,16 +265,18 @@ def end_record(pending: dict, result: dict, began: float, unfinished: Optional[s
                           unfinished)
 
 
-def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False,
-                link: Optional[dict] = None, break_lock: bool = False) -> dict:
+def run_runbook(runbook: str, lane_params: LaneParams, params: dict[str, Any], *, dry_run: bool = False,
+                yes: bool = False, link: Optional[dict] = None, break_lock: bool = False) -> dict:
     """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...).
     A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.lock); refused, it leaves
     nothing behind.
 
     However the run ends, it leaves its record: a signal (SIGINT, SIGTERM, SIGHUP) or a crash is recorded as
-    error and then raised again (a signal as RunInterrupted, carrying the record)."""
+    error and then raised again (a signal as RunInterrupted, carrying the record). The notebook's kernel loads the
+    lane from the file LANE_PARAMS was loaded from."""
     notebook = runbook_path(runbook)
-    lane_params = load_lane(lane)
+    if lane_params.file is None:
+        raise LanebookError(f"lane {lane_params.name} was built in memory: a runbook runs a lane loaded from its file")
     refuse_secret_parameters(params)
     accepted = notebook_parameters(notebook) - RESERVED
     unknown = sorted(set(params) - accepted)
@@ -290,7 +292,7 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     began = time.monotonic()
     pending = start_record(runbook, lane_params, params, dry_run, link)
     output = outputs_dir() / pending["output"]
-    parameters = {"lane": str(lane_path(lane).resolve()), "dry_run": dry_run, **params}
+    parameters = {"lane": str(lane_params.file), "dry_run": dry_run, **params}
     try:
         # The lock outside: while the notebook runs, SIGTERM raises Interrupted here (recorded), not the lock's exit.
         with hold_lane_pair(lane_params, runbook, pending["run_id"], needed=runbook in CHANGING and not dry_run,
@@ -310,18 +312,3 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     record = end_record(pending, result, began, unfinished=outcome.unfinished)
     return {**record, "output": str(output), "commands": commands}
 
-
-def launch_twin_lane_if_down(rb, lane_arg: str) -> None:
-    """Runbooks that need the lane up (speed, diagnose) launch a twin lane they find cleanly down, through the
-    `launch` runbook (its own record, linked in rb's figures as `launched`, and expected to pass), so they run
-    from bare papermill; the twin changes nothing real. A real lane is never launched this way, and a dry run
-    launches nothing."""
-    from .launcher import LANE_DOWN, ask_api, lane_containers
-
-    lane = rb.lane
-    if lane.executor.dry_run or not lane.params.twin or ask_api(lane).healthy or lane_containers(lane).state != LANE_DOWN:
-        return
-    launched = run_runbook("launch", lane_arg, {})
-    rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
-    rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
-              f"{launched['output']}: verdict {launched['verdict']}")
