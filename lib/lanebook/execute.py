@@ -196,9 +196,13 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any]) -
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
+    # The kernel is stopped at once when the notebook is done (or stopped), not asked to wind itself down: its
+    # teardown took longer than some gates, and nothing in it is kept (lanebook registers no atexit work; a
+    # runbook's SSH connections and threads end with its process either way).
     try:
         papermill.execute_notebook(str(notebook), str(output), parameters=parameters,
                                    kernel_name="python3", progress_bar=False, cwd=str(REPO),
+                                   shutdown_kernel="immediate",
                                    extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
