@@ -137,6 +137,15 @@ def test_refusals_leave_no_record(runbooks):
     assert read_runs() == []
 
 
+def test_a_process_that_runs_runbooks_does_not_build_jsonschemas_iri_parser():
+    """rfc3987_syntax builds an Earley parser when imported (over a second of every run) for a format check nbformat
+    never makes; a fresh process importing lanebook.execute, then jsonschema, goes without it."""
+    code = ("import sys, lanebook.execute, jsonschema\n"
+            "print(sys.modules['rfc3987_syntax'], 'iri' in jsonschema.FormatChecker.checkers)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["None", "False"]
+
+
 def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch):
     """`-p restore=RUN_ID` is read as YAML: an id must never read as a number (12345678, 1234e567)."""
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))

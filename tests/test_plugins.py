@@ -30,8 +30,8 @@ def imported(path: Path, package_dir: Path = PACKAGE) -> list[tuple[int, str]]:
 
 
 def product_modules() -> list[Path]:
-    return [path for path in sorted(PACKAGE.rglob("*.py"))
-            if path.relative_to(PACKAGE).parts[0] != "twin" and path.relative_to(PACKAGE).as_posix() not in COMPOSITION_ROOTS]
+    inside = {path: path.relative_to(PACKAGE) for path in sorted(PACKAGE.rglob("*.py"))}
+    return [path for path, rel in inside.items() if rel.parts[0] != "twin" and rel.as_posix() not in COMPOSITION_ROOTS]
 
 
 def test_the_resolver_sees_every_way_of_importing_the_twin(tmp_path):
@@ -42,7 +42,8 @@ def test_the_resolver_sees_every_way_of_importing_the_twin(tmp_path):
                      "from lanebook.twin.plugin import register\nfrom . import client\n")
     hits = [(line, module) for line, module in imported(probe, fake) if module == TWIN or module.startswith(TWIN + ".")]
     assert sorted(hits) == [(2, "lanebook.twin"), (2, "lanebook.twin.control"), (3, "lanebook.twin"),
-                            (4, "lanebook.twin.server"), (5, "lanebook.twin.plugin"), (5, "lanebook.twin.plugin.register")]
+                            (4, "lanebook.twin.server"), (5, "lanebook.twin.plugin"),
+                            (5, "lanebook.twin.plugin.register")]
 
 
 def test_no_product_module_imports_the_twin():
@@ -57,5 +58,6 @@ def test_no_product_module_imports_the_twin():
 def test_the_twin_plugs_its_launcher_and_api_probe_into_the_registry():
     registry = plugins.load_registry()
     assert "twin" in registry.plugins
-    assert [f.__module__ for f in registry.launchers] == [f.__module__ for f in registry.twin_probes] == [f"{TWIN}.plugin"]
+    twin_plugin = [f"{TWIN}.plugin"]
+    assert [f.__module__ for f in registry.launchers] == [f.__module__ for f in registry.twin_probes] == twin_plugin
     assert plugins.serves_twin("http://127.0.0.1:9/v1") is False  # nothing listens on the discard port: no twin there

@@ -34,6 +34,8 @@ from .paths import outputs_dir
 from .processes import process_alive, process_start
 from .redact import redact_data, redact_notebook
 
+console = None  # rich's Console, once _console() made it
+
 VERDICTS = ("pass", "fail", "error", "dry-run")
 # How the terminal and notebook tables show each verdict: (rich colour, mark). ASCII marks, not emoji: they
 # show wherever the text goes (a terminal or a browser without an emoji font); the book draws its own badges.
@@ -320,11 +322,14 @@ def run_lines(record: dict, lane_width: int = 11) -> tuple[str, str]:
 
 
 def _console():
-    """rich's console, made where something is printed: every `lanebook run` records through this module and
+    """The console, made where something is first printed: every `lanebook run` records through this module and
     prints nothing with it, so it does not import rich."""
-    from rich.console import Console
+    global console
+    if console is None:
+        from rich.console import Console
 
-    return Console()
+        console = Console()
+    return console
 
 
 def print_runs(runs: list[dict], running: Optional[list[dict]] = None) -> None:
