@@ -28,12 +28,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-# nbformat imports jsonschema, which builds an Earley parser for its "iri" format check at import when
-# rfc3987_syntax is installed (jupyter-events brings it): over a second of every `lanebook run`, for a check
-# nothing here makes (nbformat validates notebooks with no format checker). A process that runs runbooks goes
-# without it: the import fails and jsonschema leaves the "iri" format unchecked, as it does when the package is absent.
+# nbformat imports jsonschema, which imports the package of every format check it finds installed (jupyter-events
+# installs them): rfc3987_syntax builds an Earley parser for "iri" (over a second of every `lanebook run`),
+# isoduration brings arrow, and so on, for checks nothing here makes (nbformat validates notebooks with no format
+# checker). A process that runs runbooks goes without them: each import fails and jsonschema leaves that format
+# unchecked, as it does when the package is absent. Nothing else installed imports them.
+JSONSCHEMA_FORMAT_PACKAGES = ("fqdn", "rfc3987", "rfc3986_validator", "rfc3987_syntax", "rfc3339_validator",
+                              "webcolors", "jsonpointer", "uri_template", "isoduration")
 if "jsonschema" not in sys.modules:
-    sys.modules.setdefault("rfc3987_syntax", None)
+    for name in JSONSCHEMA_FORMAT_PACKAGES:
+        sys.modules.setdefault(name, None)
 
 import nbformat  # noqa: E402 - after the line above
 from ruamel.yaml.error import YAMLError
