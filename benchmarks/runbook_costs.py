@@ -6,7 +6,9 @@
   against when the recipe's launcher, polling every WAIT_SECONDS, exits. The truth is the twin server's own
   `ready_at` (GET /twin/requests). Goal: lanebook under 1 s.
 - gates: `lanebook run gates --lane twin` (papermill, a kernel, an executed notebook and a record) against the
-  same gate functions called directly from Python; the ratio of the medians.
+  same gate functions called directly from Python; the ratio of the medians. The direct side runs in this
+  process, its modules already imported, so the ratio charges the run with everything it adds: the lanebook
+  process and its imports, the kernel and its imports, the notebook saved after every cell, and the record.
 - resume: a promotion that fails at gates (the lane names a Hermes binary that is not there), is fixed and
   resumed, against a full promotion that passes: how much `promote --resume` saves.
 

@@ -59,7 +59,7 @@ import secrets
 from lanebook import canary as canary_run
 from lanebook import launcher, logs, probes, readiness
 from lanebook.effective.mismatches import live_mismatches
-from lanebook.execute import launch_twin_lane_if_down
+from lanebook.plugins import launch_lane_if_down
 from lanebook.runbook import Runbook
 
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
@@ -75,7 +75,7 @@ plan = canary_run.CanaryPlan(canary, canary_key, canary_value, canary_workloads,
 
 # %%
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
-    launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
+    launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     containers = launcher.lane_containers(rb.lane)
     rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []

@@ -46,6 +46,7 @@ from IPython.display import Markdown, display
 
 from lanebook import audit, launcher, memory, rollback
 from lanebook.effective.mismatches import live_mismatches
+from lanebook.execute import nested_step
 from lanebook.logs import live_command
 from lanebook.nodes import Lane
 from lanebook.runbook import Runbook
@@ -140,7 +141,7 @@ with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --la
 # %%
 with rb.step("5 gates", fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
              f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane"):
-    rollback.gates_step(rb, ROLLBACK_LANE)
+    nested_step(rb, "gates", target)
 
 # %% [markdown]
 # ## Step 6 — Fingerprint the rollback lane again

@@ -58,8 +58,8 @@ save_baseline = None   # a path: store this run (bands and provenance) there as 
 
 # %%
 from lanebook import launcher
-from lanebook.execute import launch_twin_lane_if_down
 from lanebook.params import lane_path
+from lanebook.plugins import launch_lane_if_down
 from lanebook.runbook import Runbook
 from lanebook.speed import lanespeed
 from lanebook.speed.baseline import load_baseline, stored_baseline
@@ -79,7 +79,7 @@ with rb.step("prerequisites", fix="correct the parameter named above; if the lan
     rb.expect(True, "parameters", plan.summary(), local=True)
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
     rb.record(plan=plan.figures(tolerance, str(base.path) if base else None))
-    launch_twin_lane_if_down(rb, lane)  # a twin lane found cleanly down: the launch runbook, its own record
+    launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     api = launcher.ask_api(rb.lane)
     rb.expect(api.healthy, "/health answers 200", api.detail)
     rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)

@@ -109,7 +109,7 @@ def test_a_canary_turned_off_skips_every_part_saying_so():
     assert canary.baseline_step(rb, plan) is None and canary.variant_step(rb, plan) is None
     assert canary.decision_step(rb, plan, None, None) is None
     canary.restore_step(rb, plan, None)
-    assert [(c.what, c.detail) for c in rb.checks] == [
+    assert [(c.expected, c.seen) for c in rb.checks] == [
         ("the lane's own value measured", "skipped: canary=False: parts 1-2 only"),
         ("the lane relaunched with MAX_NUM_BATCHED_TOKENS=8216 and measured", "skipped: canary=False"),
         ("an explicit keep or reject from the measured figures", "skipped: canary=False"),

@@ -223,7 +223,7 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
     ce.lint_step(rb, None, "r1")
-    assert (rb.checks[-1].what, rb.checks[-1].detail) == ("the checkout as rendered lints clean",
+    assert (rb.checks[-1].expected, rb.checks[-1].seen) == ("the checkout as rendered lints clean",
                                                          "skipped: a restore puts back what run r1 replaced")
     report = LintReport([Finding("P01", "error", "breakable graphs", ".env.dspark", 7),
                          Finding("P15", "warning", "only a warning", ".env.dspark", 9)])

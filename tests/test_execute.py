@@ -21,6 +21,7 @@ import pytest
 from lanebook import execute
 from lanebook.audit import read_runs, sha256_file
 from lanebook.errors import LanebookError
+from lanebook.params import lane_with, load_lane
 from lanebook.runbook import VERDICT_MIME
 from lanebook_runs import stand_in_notebook
 
@@ -48,7 +49,7 @@ def runbooks(tmp_path, monkeypatch):
 def test_a_clean_dry_run_is_recorded_as_dry_run_never_pass(runbooks):
     runbooks("status", HEADER, 'rb.expect(threshold == 2, "parameters valid", local=True)',
              'rb.lane.head.run("free -m")\nrb.expect(True, "enough free memory")', "rb.finish()")
-    record = execute.run_runbook("status", "anemll-0731", {"threshold": 2}, dry_run=True)
+    record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 2}, dry_run=True)
     assert (record["verdict"], record["failed_step"], record["dry_run"], record["twin"]) == ("dry-run", None, True, False)
     assert record["commands"] == ["head: free -m"] and record["params"] == {"threshold": 2}
     (stored,) = read_runs()
@@ -59,27 +60,27 @@ def test_a_clean_dry_run_is_recorded_as_dry_run_never_pass(runbooks):
 def test_a_local_check_fails_a_dry_run(runbooks):
     runbooks("status", HEADER, 'with rb.step("prerequisites"):\n    rb.expect(threshold == 2, "parameters valid", local=True)',
              "rb.finish()")
-    record = execute.run_runbook("status", "anemll-0731", {"threshold": 3}, dry_run=True)
+    record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 3}, dry_run=True)
     assert (record["verdict"], record["failed_step"]) == ("fail", "prerequisites")
 
 
 def test_a_failed_run_keeps_its_figures_and_says_what_to_do_next(runbooks):
     runbooks("status", HEADER, 'rb.record(free_gib=99.0)\nwith rb.step("2 memory", fix="run `stop`, then `launch`"):\n'
              '    rb.expect(threshold == 2, "enough free memory", local=True)', "rb.finish()")
-    record = execute.run_runbook("status", "anemll-0731", {"threshold": 3}, dry_run=True)
+    record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 3}, dry_run=True)
     assert (record["verdict"], record["failed_step"], record["fix"]) == ("fail", "2 memory", "run `stop`, then `launch`")
     assert record["figures"] == {"free_gib": 99.0} and read_runs()[0]["figures"] == {"free_gib": 99.0}
 
 
 def test_an_exception_is_an_error_naming_its_cell(runbooks):
     runbooks("status", HEADER, 'raise ValueError("the library broke")', "rb.finish()")
-    record = execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+    record = execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
     assert (record["verdict"], record["failed_step"]) == ("error", "cell 4: ValueError")  # papermill's injected-parameters cell ran second
 
 
 def test_a_notebook_that_emits_no_verdict_is_an_error(runbooks):
     runbooks("status", HEADER, "x = 1")
-    record = execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+    record = execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
     assert (record["verdict"], record["failed_step"]) == ("error", "no verdict: the notebook ended without rb.finish()")
 
 
@@ -88,7 +89,7 @@ def test_a_dry_run_record_never_says_pass_whatever_the_notebook_emits(runbooks):
     emit = (f"from IPython.display import display\ndisplay({{{VERDICT_MIME!r}: {{'verdict': 'pass', 'checks': [], "
             "'figures': {}, 'commands': []}}, raw=True)")
     runbooks("status", emit)
-    assert execute.run_runbook("status", "anemll-0731", {}, dry_run=True)["verdict"] == "dry-run"
+    assert execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)["verdict"] == "dry-run"
 
 
 def test_record_verdict():
@@ -123,14 +124,30 @@ def test_parameters_are_yaml_scalars():
 def test_refusals_leave_no_record(runbooks):
     runbooks("stop", HEADER, "rb.finish()")
     with pytest.raises(LanebookError, match=r"unknown parameter\(s\) for stop: bogus \(accepted: threshold\)"):
-        execute.run_runbook("stop", "twin", {"bogus": 1})
+        execute.run_runbook("stop", load_lane("twin"), {"bogus": 1})
     with pytest.raises(LanebookError, match="changes the real lane anemll-0731: add --yes"):
-        execute.run_runbook("stop", "anemll-0731", {})
+        execute.run_runbook("stop", load_lane("anemll-0731"), {})
     with pytest.raises(LanebookError, match=r"runbook 'gates' is not written yet"):
-        execute.run_runbook("gates", "twin", {})
+        execute.run_runbook("gates", load_lane("twin"), {})
     with pytest.raises(LanebookError, match="unknown runbook 'nosuch'"):
-        execute.run_runbook("nosuch", "twin", {})
+        execute.run_runbook("nosuch", load_lane("twin"), {})
+    in_memory = "^lane twin was built in memory: a runbook runs a lane loaded from its file$"
+    with pytest.raises(LanebookError, match=in_memory):
+        execute.run_runbook("stop", lane_with(load_lane("twin")), {})  # its kernel would have no file to load
     assert read_runs() == []
+
+
+def test_a_process_that_runs_runbooks_does_not_import_jsonschemas_format_checks():
+    """rfc3987_syntax builds an Earley parser when imported (over a second of every run), isoduration brings arrow:
+    format checks nbformat never makes. A fresh process importing lanebook.execute, then jsonschema, goes without."""
+    code = ("import sys, lanebook.execute, jsonschema\n"
+            "print([sys.modules[name] for name in lanebook.execute.JSONSCHEMA_FORMAT_PACKAGES if sys.modules[name]],"
+            " sorted({'iri', 'duration', 'date-time'} & set(jsonschema.FormatChecker.checkers)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[] []"
+    alone = "import jsonschema; print('iri' in jsonschema.FormatChecker.checkers)"
+    unblocked = subprocess.run([sys.executable, "-c", alone], capture_output=True, text=True, check=True)
+    assert unblocked.stdout.strip() == "True"  # installed: what lanebook.execute spares its process
 
 
 def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch):
@@ -142,11 +159,12 @@ def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch)
 
 
 def test_only_a_twin_lane_is_launched_on_demand_and_never_in_a_dry_run():
+    from lanebook.plugins import launch_lane_if_down
     from lanebook.runbook import Runbook
 
     for name in ("anemll-0731", "twin"):
         rb = Runbook("speed", name, dry_run=True)
-        execute.launch_twin_lane_if_down(rb, name)
+        launch_lane_if_down(rb)
         assert rb.commands() == [] and rb.checks == [] and rb.figures == {}  # nothing asked, run or recorded
 
 
@@ -156,7 +174,7 @@ def test_a_parameter_that_names_or_holds_a_secret_is_refused_naming_the_env_var(
                 ("threshold", "hf_" + "a" * 24): "HF_TOKEN", ("threshold", "https://op:hunter2@mirror.example/"): "THRESHOLD"}
     for (key, value), env_name in refusals.items():
         with pytest.raises(LanebookError) as refused:
-            execute.run_runbook("status", "anemll-0731", {key: value}, dry_run=True)
+            execute.run_runbook("status", load_lane("anemll-0731"), {key: value}, dry_run=True)
         assert str(refused.value) == (f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
                                       f"notebook); set {env_name} in the environment instead, where the runbook reads it")
     assert read_runs() == [] and not (execute.outputs_dir() / "anemll-0731").exists()  # nothing claimed, nothing recorded
@@ -169,7 +187,7 @@ def _outputs_of(nb, code):
 
 def test_a_killed_kernel_leaves_an_error_record_and_the_notebook_as_far_as_it_got(runbooks):
     runbooks("status", HEADER, 'print("step 1 done")', "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "rb.finish()")
-    record = execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+    record = execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
     assert record["verdict"] == "error" and record["failed_step"].startswith("the kernel died")
     (stored,) = read_runs()
     assert {k: stored[k] for k in ("run_id", "verdict", "failed_step")} == {k: record[k] for k in ("run_id", "verdict", "failed_step")}
@@ -188,7 +206,7 @@ def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypa
 
     monkeypatch.setattr(execute, "execute_notebook", broken)
     with pytest.raises(RuntimeError, match="the runner broke"):
-        execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+        execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
     (stored,) = read_runs()
     assert (stored["verdict"], stored["failed_step"]) == ("error", "crash: RuntimeError: the runner broke")
     assert stored["duration_s"] >= 0 and not list((execute.outputs_dir() / ".pending").iterdir())
@@ -198,7 +216,7 @@ def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypa
 
     monkeypatch.setattr(execute, "execute_notebook", refused)
     with pytest.raises(LanebookError, match="busy"):
-        execute.run_runbook("status", "anemll-0731", {}, dry_run=True)
+        execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
     assert read_runs()[-1]["failed_step"] == "stopped: lane anemll-0731 is busy"
 
 
@@ -358,7 +376,7 @@ def test_planted_secrets_reach_no_notebook_record_or_book_page(runbooks, twin, m
                    f"INFO pulling https://operator:{URL_PASSWORD}@mirror.example/ with Bearer {BEARER}\n")
     try:
         runbooks("status", HEADER, ECHO, TWIN_LOG, SHOWN, FAILING, "rb.finish()")
-        record = execute.run_runbook("status", "twin", {})
+        record = execute.run_runbook("status", load_lane("twin"), {})
     finally:
         log.unlink()
     assert (record["verdict"], record["failed_step"]) == ("error", "cell 7: RuntimeError")  # a bug, not a failed check
@@ -381,3 +399,12 @@ def test_planted_secrets_reach_no_notebook_record_or_book_page(runbooks, twin, m
     assert record["figures"] == {"header": "Authorization: Bearer [REDACTED]",
                                  "mirror": "https://operator:[REDACTED]@mirror.example/models"}
     assert "upload failed: https://operator:[REDACTED]@mirror.example/models [REDACTED]" in notebook_text
+
+
+def test_a_nested_run_is_one_row_linking_its_record():
+    summary = {"runbook": "gates", "lane": "twin-1m6", "verdict": "fail", "failed_step": "3 exact smoke",
+               "run_id": "c0ffee00"}
+    row = execute.nested_row(summary, "../twin-1m6/x.ipynb")
+    assert row.splitlines()[0] == "| runbook | lane | verdict | failed step | record |"
+    assert row.splitlines()[2].startswith("| gates | twin-1m6 | ") and row.endswith(
+        "| 3 exact smoke | [c0ffee00](../twin-1m6/x.ipynb) |")

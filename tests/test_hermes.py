@@ -198,7 +198,7 @@ def test_the_real_cli_routes_route_ok_and_state_db_shows_a_string_false_turned_t
 
 
 def test_what_the_gates_runbook_prints_of_the_block_and_the_route():
-    block = hermes.provider_block(LANE)
+    block = hermes.lane_provider_block(LANE)
     name = LANE.hermes.provider
     rendered = hermes.ProviderBlock(block, f"rendered from lane {LANE.name}", True)
     assert hermes.block_text(rendered, name) == (f"# providers.{name}, rendered from lane {LANE.name}\n"

@@ -229,7 +229,7 @@ def test_run_runbook_refuses_unknown_parameters_before_anything_runs(guarded, ru
                                                                      yes):
     try:
         params = {**parse_params(given_pairs), f"not_a_parameter_{unknown}": 1}
-        run_runbook(runbook, lane, params, dry_run=dry_run, yes=yes)
+        run_runbook(runbook, load_lane(lane), params, dry_run=dry_run, yes=yes)
     except LanebookError as exc:
         one_line(exc)
         return

@@ -278,7 +278,7 @@ def test_steps_of_a_serving_or_down_lane_skip_saying_why():
     assert launcher.start_step(rb, rb.lane, "already up", "started", skipped="launcher reports B up") is None
     assert launcher.startup_log_step(rb, rb.lane, down="the lane is cleanly down") is None
     launcher.status_api_step(rb, launcher.LANE_DOWN, None)
-    assert [(c.what, c.detail) for c in rb.checks] == [
+    assert [(c.expected, c.seen) for c in rb.checks] == [
         ("launcher reports the lane up", "skipped: already up"), ("launcher reports B up", "skipped: already up"),
         ("the startup log is clean", "skipped: the lane is cleanly down"),
         ("the API answers with the lane's model", "skipped: the lane is cleanly down")]

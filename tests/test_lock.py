@@ -320,7 +320,7 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
     holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
     from lanebook import promote
     from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
-    from lanebook.params import lane_path
+    from lanebook.params import lane_path, load_lane
 
     lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
     lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
@@ -339,7 +339,7 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
         if name == "weights":
             refusals.append(finished(lanebook_run(tmp_path / "other", "stop", "--lane", "twin")))
 
-    promotion = promote.promote(str(lane), on_start=meanwhile)
+    promotion = promote.promote(load_lane(lane), on_start=meanwhile)
     assert [(r["runbook"], r["verdict"]) for r in promotion.records] == [("weights", "pass"), ("env", "fail")]
     assert promotion.records[0]["figures"] == {"held_by": ["promote", promotion.plan.promotion_id]}
     ((code, _, refusal),) = refusals

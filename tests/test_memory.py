@@ -143,7 +143,7 @@ def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():
     rb = Runbook("launch", "anemll-0731", dry_run=True)
     memory.clean_step(rb, "the lane is already up")
     memory.free_memory_step(rb, rb.lane, "it holds its memory", "enough free memory on every node")
-    assert [(c.what, c.detail) for c in rb.checks] == [
+    assert [(c.expected, c.seen) for c in rb.checks] == [
         ("SHM and page cache cleaned on every node",
          "skipped: the lane is already up; memory is never cleaned under a server"),
         ("enough free memory on every node", "skipped: it holds its memory")]

@@ -136,13 +136,13 @@ def test_the_diagnose_probe_steps_in_a_dry_run_and_on_a_lane_without_a_boundary(
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     probes.prefix_cache_step(rb, "t", 2)
     probes.boundary_step(rb, "t", [4, 5], "code", 64, 16)
-    assert [(c.what, c.outcome) for c in rb.checks] == [
+    assert [(c.expected, c.outcome) for c in rb.checks] == [
         ("A hits the cache again after unrelated B (no eviction), and sooner than cold", "not observed"),
         ("C4↔C5 stays stable across the K boundary", "not observed")]
     assert rb.figures == {} and rb.commands()
     fixed = Runbook("diagnose", "anemll-1m6", dry_run=True)  # fixed K=5: nothing changes between C4 and C5
     probes.boundary_step(fixed, "t", [4, 5], "code", 64, 16)
-    assert [(c.what, c.detail) for c in fixed.checks] == [
+    assert [(c.expected, c.seen) for c in fixed.checks] == [
         ("C4↔C5 stays stable across the K boundary",
          "skipped: the lane verifies K=5 at both batch sizes: no boundary to cross")]
     assert fixed.commands() == []

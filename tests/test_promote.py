@@ -5,6 +5,7 @@ Where a resume starts is a pure function of the records (plan_resume). The end-t
 their own in place of the six runbooks: each emits the verdict a file tells it to, so a test can fail a stage,
 "fix" it and resume; the shipped runbooks run in their own tests and in `make demo`.
 """
+import hashlib
 import json
 
 import nbformat
@@ -63,15 +64,18 @@ def test_nothing_to_resume_is_one_clear_error():
         plan_resume(passed, "twin", DIGEST)
 
 
-def test_the_lane_digest_keeps_the_parts_runbooks_stand_on_apart():
+def test_the_lane_digest_keeps_the_parts_runbooks_stand_on_apart(tmp_path):
     from lanebook.params import lane_with
 
     lane = load_lane("twin")
-    base = lane_digest(lane, b"a")
-    assert lane_digest(lane, b"b") == {**base, "file": lane_digest(lane, b"b")["file"]} != base
+    commented = tmp_path / "twin.yaml"
+    commented.write_text(lane_path("twin").read_text() + "# a comment changes the file, no part\n")
+    base = lane_digest(lane)
+    assert base["file"] == hashlib.sha256(lane_path("twin").read_bytes()).hexdigest()  # the bytes it was loaded from
+    assert lane_digest(load_lane(commented)) == {**base, "file": lane_digest(load_lane(commented))["file"]} != base
     hermes = lane_with(lane, hermes={**lane.hermes.model_dump(), "context_length": 100_000})
-    assert promote.changed_parts(base, lane_digest(hermes, b"a")) == ["gates"]
-    assert promote.changed_parts(base, lane_digest(lane_with(lane, env={"MAX_NUM_SEQS": 4}), b"a")) == ["rest"]
+    assert promote.changed_parts(base, lane_digest(hermes)) == ["gates"]
+    assert promote.changed_parts(base, lane_digest(lane_with(lane, env={"MAX_NUM_SEQS": 4}))) == ["rest"]
 
 
 def lane_without_rollback(tmp_path):
@@ -104,42 +108,42 @@ def stages(tmp_path, monkeypatch):
 def test_a_promotion_stops_at_the_first_runbook_not_passed_and_resumes_there(stages, tmp_path):
     lane = lane_without_rollback(tmp_path)
     stages(gates="fail")
-    first = promote.promote(str(lane))
+    first = promote.promote(load_lane(lane))
     assert [r["runbook"] for r in first.records] == ["weights", "env", "launch", "warmup", "gates"] and not first.ok
     assert first.summary(str(lane)) == (f"promotion {first.plan.promotion_id} stopped at gates: fail at step '2 check' — "
                                         f"run `gates` again; when it is fixed: lanebook promote --lane {lane} --resume")
     stages(gates="pass")
-    resumed = promote.promote(str(lane), resume=True)
+    resumed = promote.promote(load_lane(lane), resume=True)
     assert resumed.ok and [r["runbook"] for r in resumed.records] == ["gates", "speed"]
     chain = read_runs()
     assert len({r["promotion_id"] for r in chain}) == 1 and len(chain) == 7
     assert [r["previous_run_id"] for r in chain] == [None] + [r["run_id"] for r in chain[:-1]]  # one chain across the resume
     assert chain[-1]["figures"] == {"stage": "speed"}
     with pytest.raises(LanebookError, match="already passed every runbook"):
-        promote.promote(str(lane), resume=True)
+        promote.promote(load_lane(lane), resume=True)
 
 
 def test_a_resume_after_the_lane_file_was_fixed_renders_it_again(stages, tmp_path):
     lane = lane_without_rollback(tmp_path)
     stages(launch="fail")
-    promote.promote(str(lane))
+    promote.promote(load_lane(lane))
     lane.write_text(lane.read_text().replace("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.86"))
     stages(launch="pass")
-    resumed = promote.promote(str(lane), resume=True)
+    resumed = promote.promote(load_lane(lane), resume=True)
     assert [r["runbook"] for r in resumed.records] == ["env", "launch", "warmup", "gates", "speed"]
     assert resumed.plan.reason.endswith("at env: the lane's env and launch settings changed since it ran")
 
 
 def test_a_real_lane_needs_yes_or_dry_run_before_anything_runs(stages):
     with pytest.raises(LanebookError, match=r"^promote changes the real lane anemll-0731: add --yes"):
-        promote.promote("anemll-0731")
+        promote.promote(load_lane("anemll-0731"))
     assert read_runs() == []
 
 
 def test_a_missing_runbook_is_named_before_anything_runs(stages, monkeypatch, tmp_path):
     (paths.RUNBOOKS_DIR / "warmup.ipynb").unlink()
     with pytest.raises(LanebookError, match=r"^the main job is incomplete: runbook\(s\) warmup not written yet$"):
-        promote.promote("twin")
+        promote.promote(load_lane("twin"))
 
 
 def test_a_new_promotion_keeps_the_rollback_lanes_fingerprint_where_rollback_finds_it():

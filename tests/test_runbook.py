@@ -253,23 +253,23 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
 def test_expect_each_is_one_check_a_key_and_stops_at_the_first_that_fails(shown):
     rb = dry()
     rb.expect_each({"head": (True, "48/48"), "worker": (True, "48/48")}, "weights complete on {}", local=True)
-    assert [(c.what, c.outcome, c.detail) for c in rb.checks] == [
+    assert [(c.expected, c.outcome, c.seen) for c in rb.checks] == [
         ("weights complete on head", "pass", "48/48"), ("weights complete on worker", "pass", "48/48")]
     with pytest.raises(StepFailed, match="weights complete on worker"):
         rb.expect_each({"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
                        "weights complete on {}", local=True)
-    assert [c.what for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
+    assert [c.expected for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
 
 
-def test_expect_all_takes_each_checks_ok_what_detail_and_locality(shown):
-    from lanebook.gates import GateCheck
+def test_expect_results_takes_each_results_outcome_and_locality_in_a_dry_run(shown):
+    from lanebook.checks import ExpectedResult
 
     rb = dry()
-    rb.expect_all([GateCheck("1 models", "from the lane", None, "seen"), GateCheck("1 models", "lane file", True, "ok",
-                                                                               local=True)])
-    assert [(c.what, c.outcome) for c in rb.checks] == [("from the lane", "not observed"), ("lane file", "pass")]
+    rb.expect_results([ExpectedResult.judged("1 models", "from the lane", None, "seen"),
+                       ExpectedResult.judged("1 models", "lane file", True, "ok", local=True)])
+    assert [(c.expected, c.outcome) for c in rb.checks] == [("from the lane", "not observed"), ("lane file", "pass")]
     with pytest.raises(StepFailed, match="lane file"):
-        rb.expect_all([GateCheck("1 models", "lane file", False, "bad", local=True)])
+        rb.expect_results([ExpectedResult.judged("1 models", "lane file", False, "bad", local=True)])
 
 
 def test_show_displays_markdown_and_objects(shown):

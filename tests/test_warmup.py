@@ -229,7 +229,7 @@ def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
     warmup.lane_step(rb)
     warmup.post_readiness_step(rb, hook=None)
     why = warmup.warmup_enabled(off.env)[1]
-    assert [(c.what, c.detail) for c in rb.checks] == [
+    assert [(c.expected, c.seen) for c in rb.checks] == [
         ("the bounded post-readiness warmup ran", f"skipped: {why}"),
         ("the lane is well after the warmup", f"skipped: {why}"),
         ("the bounded post-readiness warmup ran", f"skipped: {why}")]
@@ -242,7 +242,7 @@ def test_a_hook_warmed_lane_is_not_warmed_twice_and_a_dry_run_lists_the_waves():
     rb = Runbook("launch", "anemll-0731", dry_run=True)
     warmup.post_readiness_step(rb, hook="Post-readiness warmup: ok")
     assert rb.figures == {"warmed_by": "the launcher's post-readiness hook"}
-    assert rb.checks[0].what == "lanebook's own warmup waves" and rb.checks[0].outcome == "skipped"
+    assert rb.checks[0].expected == "lanebook's own warmup waves" and rb.checks[0].outcome == "skipped"
     assert not any("/chat/completions" in c for c in rb.commands())
     cold = Runbook("warmup", "anemll-0731", dry_run=True)
     warmup.warmup_step(cold)

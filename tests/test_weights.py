@@ -222,7 +222,7 @@ def test_steps_skip_what_is_whole_and_a_dry_run_records_the_download_and_the_rsy
     assert weights.ensure_head_whole(rb, whole) is whole
     assert weights.sync_step(rb, whole, {"worker": report("worker")}, attempts=1) == {}
     weights.clean_step(rb, {})
-    assert [(c.what, c.outcome) for c in rb.checks] == [
+    assert [(c.expected, c.outcome) for c in rb.checks] == [
         ("the head's tree is whole", "skipped"), ("every worker's tree verifies at the head's revision", "skipped"),
         ("no *.incomplete on any worker", "skipped")]
     assert rb.figures == {"downloaded": False, "synced": {}} and rb.commands() == []

@@ -28,16 +28,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Optional
 
-from rich.console import Console
-from rich.markup import escape
-
 from .errors import LanebookError
 from .files import write_atomic
 from .paths import outputs_dir
 from .processes import process_alive, process_start
 from .redact import redact_data, redact_notebook
 
-console = Console()
+console = None  # rich's Console, once _console() made it
 
 VERDICTS = ("pass", "fail", "error", "dry-run")
 # How the terminal and notebook tables show each verdict: (rich colour, mark). ASCII marks, not emoji: they
@@ -324,8 +321,22 @@ def run_lines(record: dict, lane_width: int = 11) -> tuple[str, str]:
     return first, ("    " + second if second else "")
 
 
+def _console():
+    """The console, made where something is first printed: every `lanebook run` records through this module and
+    prints nothing with it, so it does not import rich."""
+    global console
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    return console
+
+
 def print_runs(runs: list[dict], running: Optional[list[dict]] = None) -> None:
     """The listing: runs still in progress, then one or two lines per run, then the tally."""
+    from rich.markup import escape
+
+    console = _console()
     for r in running or []:
         console.print(escape(f"running {r['runbook']} on {r['lane']} since {r['started_at']} "
                              f"(pid {r['pid']} on {r['host']}): {r['output']}"), style="yellow", soft_wrap=True)
@@ -346,6 +357,7 @@ def print_runs(runs: list[dict], running: Optional[list[dict]] = None) -> None:
 def verify() -> bool:
     """Re-hash every recorded output; name each one missing or changed (and any index line that is not a record)."""
     finalize_abandoned()
+    console = _console()
     lines = _index_lines()
     bad = 0
     for number, r in lines:

@@ -104,9 +104,11 @@ def run(
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
     from .execute import parse_params, run_runbook
+    from .params import load_lane
 
     with interruption_exits():
-        record = run_runbook(runbook, lane, parse_params(param), dry_run=dry_run, yes=yes, break_lock=break_lock)
+        record = run_runbook(runbook, load_lane(lane), parse_params(param), dry_run=dry_run, yes=yes,
+                             break_lock=break_lock)
     typer.echo(record["output"])
     if dry_run:
         typer.echo("commands the run would send (none were sent):")

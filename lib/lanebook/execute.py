@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -26,18 +27,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import nbformat
+# nbformat imports jsonschema, which imports the package of every format check it finds installed (jupyter-events
+# installs them): rfc3987_syntax builds an Earley parser for "iri" (over a second of every `lanebook run`),
+# isoduration brings arrow, and so on, for checks nothing here makes (nbformat validates notebooks with no format
+# checker). A process that runs runbooks goes without them: each import fails and jsonschema leaves that format
+# unchecked, as it does when the package is absent. Nothing else installed imports them.
+JSONSCHEMA_FORMAT_PACKAGES = ("fqdn", "rfc3987", "rfc3986_validator", "rfc3987_syntax", "rfc3339_validator",
+                              "webcolors", "jsonpointer", "uri_template", "isoduration")
+if "jsonschema" not in sys.modules:
+    for name in JSONSCHEMA_FORMAT_PACKAGES:
+        sys.modules.setdefault(name, None)
+
+import nbformat  # noqa: E402 - after the line above
 from ruamel.yaml.error import YAMLError
 
-from .audit import begin_run, discard_run, finish_run, now
+from .audit import begin_run, discard_run, finish_run, now, verdict_label
 from . import yamltext
 from .checks import FAIL
 from .errors import LanebookError
 from .files import utc_stamp
-from .params import lane_path, load_lane
+from .params import LaneParams
 from .paths import REPO, RUNBOOKS_DIR, outputs_dir
 from .redact import names_secret, redact, redact_data
-from .runbook import VERDICT_MIME
+from .runbook import VERDICT_MIME, Runbook
 
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
@@ -189,9 +201,13 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any]) -
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
+    # The kernel is stopped at once when the notebook is done (or stopped), not asked to wind itself down: its
+    # teardown took longer than some gates, and nothing in it is kept (lanebook registers no atexit work; a
+    # runbook's SSH connections and threads end with its process either way).
     try:
         papermill.execute_notebook(str(notebook), str(output), parameters=parameters,
                                    kernel_name="python3", progress_bar=False, cwd=str(REPO),
+                                   shutdown_kernel="immediate",
                                    extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
@@ -240,7 +256,7 @@ def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
             "confirmations": emitted.get("confirmations", [])}, why
 
 
-def start_record(runbook: str, lane, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
+def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
     """Claim the run's output name and write its pending record (so even a killed run is recorded)."""
     run_id, output = _new_output(lane.name, runbook)
     return begin_run({
@@ -258,16 +274,18 @@ def end_record(pending: dict, result: dict, began: float, unfinished: Optional[s
                           unfinished)
 
 
-def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: bool = False, yes: bool = False,
-                link: Optional[dict] = None, break_lock: bool = False) -> dict:
+def run_runbook(runbook: str, lane_params: LaneParams, params: dict[str, Any], *, dry_run: bool = False,
+                yes: bool = False, link: Optional[dict] = None, break_lock: bool = False) -> dict:
     """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...).
     A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.lock); refused, it leaves
     nothing behind.
 
     However the run ends, it leaves its record: a signal (SIGINT, SIGTERM, SIGHUP) or a crash is recorded as
-    error and then raised again (a signal as RunInterrupted, carrying the record)."""
+    error and then raised again (a signal as RunInterrupted, carrying the record). The notebook's kernel loads the
+    lane from the file LANE_PARAMS was loaded from."""
     notebook = runbook_path(runbook)
-    lane_params = load_lane(lane)
+    if lane_params.file is None:
+        raise LanebookError(f"lane {lane_params.name} was built in memory: a runbook runs a lane loaded from its file")
     refuse_secret_parameters(params)
     accepted = notebook_parameters(notebook) - RESERVED
     unknown = sorted(set(params) - accepted)
@@ -283,7 +301,7 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     began = time.monotonic()
     pending = start_record(runbook, lane_params, params, dry_run, link)
     output = outputs_dir() / pending["output"]
-    parameters = {"lane": str(lane_path(lane).resolve()), "dry_run": dry_run, **params}
+    parameters = {"lane": str(lane_params.file), "dry_run": dry_run, **params}
     try:
         # The lock outside: while the notebook runs, SIGTERM raises Interrupted here (recorded), not the lock's exit.
         with hold_lane_pair(lane_params, runbook, pending["run_id"], needed=runbook in CHANGING and not dry_run,
@@ -304,17 +322,23 @@ def run_runbook(runbook: str, lane: str, params: dict[str, Any], *, dry_run: boo
     return {**record, "output": str(output), "commands": commands}
 
 
-def launch_twin_lane_if_down(rb, lane_arg: str) -> None:
-    """Runbooks that need the lane up (speed, diagnose) launch a twin lane they find cleanly down, through the
-    `launch` runbook (its own record, linked in rb's figures as `launched`, and expected to pass), so they run
-    from bare papermill; the twin changes nothing real. A real lane is never launched this way, and a dry run
-    launches nothing."""
-    from .launcher import LANE_DOWN, ask_api, lane_containers
+def nested_row(summary: dict, link: str) -> str:
+    """A nested run as one row of a runs table (its runbook, lane, verdict, failed step, and its record linked)."""
+    return ("| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"
+            f"| {summary['runbook']} | {summary['lane']} | {verdict_label(summary['verdict'])} | "
+            f"{summary['failed_step'] or ''} | [{summary['run_id']}]({link}) |")
 
-    lane = rb.lane
-    if lane.executor.dry_run or not lane.params.twin or ask_api(lane).healthy or lane_containers(lane).state != LANE_DOWN:
-        return
-    launched = run_runbook("launch", lane_arg, {})
-    rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
-    rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
-              f"{launched['output']}: verdict {launched['verdict']}")
+
+def nested_step(rb: Runbook, runbook: str, lane: LaneParams) -> dict:
+    """Run RUNBOOK on LANE as a nested run with its own record (rollback runs the rollback lane's gates), show it as
+    a row linking that record, and expect its verdict to pass (dry-run in a dry run). The nested run's summary."""
+    summary = run_runbook(runbook, lane, {}, dry_run=rb.dry_run, yes=True)
+    rb.record(**{f"{runbook}_verdict": summary["verdict"], f"{runbook}_run_id": summary["run_id"],
+                 f"{runbook}_output": summary["output"]})
+    rb.show(markdown=nested_row(summary, f"../{Path(summary['output']).relative_to(outputs_dir())}"))  # from outputs/LANE/
+    print(f"{runbook} record: {summary['output']}")
+    wanted = "dry-run" if rb.dry_run else "pass"
+    failed_at = f" at {summary['failed_step']}" if summary["failed_step"] else ""
+    rb.expect(summary["verdict"] == wanted, f"{lane.name}'s {runbook} verdict is {wanted}",
+              f"{summary['verdict']}{failed_at}", local=True)
+    return summary

@@ -52,6 +52,18 @@ def backup(path: Path, stamp: Optional[str] = None) -> Path:
     return target
 
 
+def read_bytes(path: str | Path, what: str) -> bytes:
+    """The bytes of a file lanebook was pointed at (WHAT names it), or one LanebookError line saying why not."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise LanebookError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise LanebookError(f"{what} is a directory: {path}") from None
+    except OSError as exc:
+        raise LanebookError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+
+
 def read_text(path: str | Path, what: str) -> str:
     """The text of a file lanebook was pointed at (WHAT names it: "env file"), or one LanebookError line saying why
     it cannot be read: missing, a directory, not UTF-8, not readable."""

@@ -243,7 +243,7 @@ def _lane_source(lane: LaneParams, source: str | Path | None) -> tuple[str, Opti
     """The lane's file and its round-trip document, when the lane is exactly what that file holds."""
     try:
         path = Path(source) if source else lane_path(lane.name)
-        same = load_lane(path) == lane
+        same = load_lane(path).model_dump() == lane.model_dump()  # the values, wherever each was loaded from
     except LaneError:
         return f"lane {lane.name} (not from a lane file)", None
     if not same:

@@ -7,19 +7,20 @@ The env file, compose patch, twin, gates and the book's lane matrix are all deri
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictFloat, StrictInt, StrictStr, ValidationError,
+                      field_validator, model_validator)
 from ruamel.yaml.error import YAMLError
 
 from . import yamltext
 from .errors import LaneError, LanebookError
-from .files import read_text
+from .files import read_bytes
 from .paths import PARAMS_DIR
 
 EnvValue = Union[StrictInt, StrictFloat, StrictStr]
@@ -269,6 +270,11 @@ class LaneParams(Strict):
     )
     rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
 
+    # Where load_lane read the lane: a command loads it once and passes it down, and what needs the file (a
+    # runbook's kernel, a promotion's digest) takes it from here. None for a lane built in memory (lane_with).
+    _file: Optional[Path] = PrivateAttr(None)
+    _file_sha256: Optional[str] = PrivateAttr(None)
+
     _name = _validated(check_name, "name")
     _rollback = _validated(check_name, "rollback")
     _checkout = _validated(check_path, "checkout")
@@ -339,6 +345,16 @@ class LaneParams(Strict):
         """The lane's .env.dspark lines, in the order the lane file gives them."""
         return [f"{k}={v}" for k, v in self.env.items()]
 
+    @property
+    def file(self) -> Optional[Path]:
+        """The lane file it was loaded from (absolute), None for a lane built in memory."""
+        return self._file
+
+    @property
+    def file_sha256(self) -> Optional[str]:
+        """The SHA-256 of the bytes it was loaded from, None for a lane built in memory."""
+        return self._file_sha256
+
 
 def lane_path(name_or_path: str | Path) -> Path:
     """A lane name under params/ or the path of a lane YAML file."""
@@ -384,9 +400,13 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
     """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
     path = lane_path(name_or_path)
     try:
-        text = read_text(path, "lane file")
+        raw = read_bytes(path, "lane file")
     except LanebookError as exc:
         raise LaneError(str(exc)) from None
+    try:
+        text = raw.decode().replace("\r\n", "\n").replace("\r", "\n")  # line ends as text mode reads them
+    except UnicodeDecodeError as exc:
+        raise LaneError(f"lane file {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         data = yamltext.load(text)
     except YAMLError as exc:
@@ -394,7 +414,7 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
     if not isinstance(data, dict):
         raise LaneError(f"{path}: a lane file must be a YAML mapping")
     try:
-        return LaneParams.model_validate(data)
+        lane = LaneParams.model_validate(data)
     except ValidationError as exc:
         by_key: dict[str, list[dict]] = {}
         for err in exc.errors():
@@ -402,6 +422,8 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
         first = next(iter(by_key.values()))
         more = f" (and {len(by_key) - 1} more)" if len(by_key) > 1 else ""
         raise LaneError(f"{path}: {_describe(first[0], union=len(first) > 1)}{more}") from None
+    lane._file, lane._file_sha256 = path.resolve(), hashlib.sha256(raw).hexdigest()
+    return lane
 
 
 def k_for_batch(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, batch: int) -> int:

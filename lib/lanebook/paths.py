@@ -11,8 +11,3 @@ BOOK_DIR = REPO / "book"
 def outputs_dir() -> Path:
     """Executed notebooks and the run index (override with LANEBOOK_OUTPUTS for tests)."""
     return Path(os.environ.get("LANEBOOK_OUTPUTS", REPO / "outputs"))
-
-
-def twin_dir() -> Path:
-    """The twin's state: node roots, keys, sshd configs, logs (override with LANEBOOK_TWIN_DIR)."""
-    return Path(os.environ.get("LANEBOOK_TWIN_DIR", REPO / ".twin"))

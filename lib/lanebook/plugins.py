@@ -1,6 +1,6 @@
 """Where an environment plugs into lanebook: what a named `ssh_config:` resolves to, what brings a lane
-up before a run, and pages it adds to the book. The product names no environment; the digital twin is one
-such plugin.
+up before a run, what launches a lane a runbook needs serving, which APIs are a twin's, and pages it adds to the
+book. The product names no environment; the digital twin is one such plugin.
 
 A plugin is a function `register(registry)` published under the setuptools entry point group
 `lanebook.plugins` (pyproject.toml declares the twin's). Entry points are read from the installed
@@ -13,16 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .errors import LanebookError
 from .params import LaneParams
+
+if TYPE_CHECKING:
+    from .runbook import Runbook
 
 ENTRY_POINT_GROUP = "lanebook.plugins"
 
 SshConfigResolver = Callable[[], Path]
 LanePreparer = Callable[[LaneParams], None]
 PageRenderer = Callable[[], str]
+LaneLauncher = Callable[["Runbook"], None]
+ApiProbe = Callable[[str], bool]
 
 
 @dataclass
@@ -32,6 +37,8 @@ class Registry:
     ssh_configs: dict[str, SshConfigResolver] = field(default_factory=dict)
     preparers: list[LanePreparer] = field(default_factory=list)
     book_pages: dict[str, PageRenderer] = field(default_factory=dict)
+    launchers: list[LaneLauncher] = field(default_factory=list)
+    twin_probes: list[ApiProbe] = field(default_factory=list)
     plugins: list[str] = field(default_factory=list)  # entry point names, for messages
 
     def ssh_config(self, name: str, resolver: SshConfigResolver) -> None:
@@ -41,6 +48,16 @@ class Registry:
     def before_run(self, preparer: LanePreparer) -> None:
         """`preparer(lane)` runs before a runbook acts on a lane (not in a dry run); it decides whether the lane is its own."""
         self.preparers.append(preparer)
+
+    def launch_when_down(self, launcher: LaneLauncher) -> None:
+        """`launcher(rb)` runs where a runbook needs its lane serving (speed, diagnose): it may launch a lane of its own
+        found down, recording that in rb; it decides whether the lane is its own."""
+        self.launchers.append(launcher)
+
+    def twin_api(self, probe: ApiProbe) -> None:
+        """`probe(api)` says whether the OpenAI-compatible API at that URL is a twin's (its figures are labelled
+        twin)."""
+        self.twin_probes.append(probe)
 
     def book_page(self, name: str, render: PageRenderer) -> None:
         """A Markdown page NAME.md in the book (starting with its `# Title`), rendered when the book is built."""
@@ -85,3 +102,14 @@ def prepare_lane(lane: LaneParams) -> None:
     """Let every plugin ready the lane before a run (the twin starts itself when a twin lane finds it down)."""
     for preparer in registry().preparers:
         preparer(lane)
+
+
+def launch_lane_if_down(rb: Runbook) -> None:
+    """Let every plugin launch the runbook's lane when it is its own and found down (the twin's, through `launch`)."""
+    for launcher in registry().launchers:
+        launcher(rb)
+
+
+def serves_twin(api: str) -> bool:
+    """Whether a plugin knows the API at that URL for a twin's, when no lane file says so."""
+    return any(probe(api) for probe in registry().twin_probes)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .errors import LanebookError
-from .params import LaneParams, lane_path, load_lane
+from .params import LaneParams, load_lane
 from . import paths
 
 MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
@@ -41,8 +41,9 @@ PART_RESTARTS_AT = {"weights": "weights", "rest": "env", "gates": "gates"}
 PART_NAMES = {"weights": "weights", "rest": "env and launch settings", "gates": "gates and Hermes settings"}
 
 
-def lane_digest(lane: LaneParams, lane_file_bytes: bytes) -> dict[str, str]:
-    """What a resume compares: the lane file's bytes and, apart, the parts of the lane that different runbooks use."""
+def lane_digest(lane: LaneParams) -> dict[str, Optional[str]]:
+    """What a resume compares: the lane file's bytes (as loaded) and, apart, the parts of the lane that different
+    runbooks use."""
     data = lane.model_dump(mode="json")
 
     def digest(value) -> str:
@@ -51,7 +52,7 @@ def lane_digest(lane: LaneParams, lane_file_bytes: bytes) -> dict[str, str]:
     named = {key for keys in LANE_PARTS.values() for key in keys}
     parts = {part: digest({key: data[key] for key in keys}) for part, keys in LANE_PARTS.items()}
     parts["rest"] = digest({key: value for key, value in data.items() if key not in named})
-    return {"file": hashlib.sha256(lane_file_bytes).hexdigest(), **parts}
+    return {"file": lane.file_sha256, **parts}
 
 
 def changed_parts(recorded: Optional[dict], digest: dict[str, str]) -> list[str]:
@@ -131,23 +132,23 @@ class Promotion:
         return line + f"; when it is fixed: lanebook promote --lane {lane} --resume"
 
 
-def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool = False, break_lock: bool = False,
-            on_plan: Callable[[Plan], None] = lambda plan: None,
+def promote(params: LaneParams, *, resume: bool = False, dry_run: bool = False, yes: bool = False,
+            break_lock: bool = False, on_plan: Callable[[Plan], None] = lambda plan: None,
             on_start: Callable[[str], None] = lambda name: None,
             on_record: Callable[[dict], None] = lambda record: None) -> Promotion:
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
-    One lane pair lock is held across the runbooks (not in a dry run); they run inside it."""
+    One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
+    the command starts, is the lane every runbook runs on."""
     from .audit import read_runs
     from .execute import run_runbook
     from .lock import hold_lane_pair
 
-    params = load_lane(lane)
     missing = missing_runbooks()
     if missing:
         raise LanebookError(f"the main job is incomplete: runbook(s) {', '.join(missing)} not written yet")
     if not params.twin and not dry_run and not yes:
         raise LanebookError(f"promote changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands")
-    digest = lane_digest(params, lane_path(lane).read_bytes())
+    digest = lane_digest(params)
     plan = plan_resume(read_runs(), params.name, digest, dry_run=dry_run) if resume else new_plan()
     on_plan(plan)
     promotion = Promotion(plan)
@@ -158,7 +159,7 @@ def promote(lane: str, *, resume: bool = False, dry_run: bool = False, yes: bool
             on_start(name)
             link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
             first = {}
-            record = run_runbook(name, lane, {}, dry_run=dry_run, yes=yes, link=link)
+            record = run_runbook(name, params, {}, dry_run=dry_run, yes=yes, link=link)
             promotion.records.append(record)
             on_record(record)
             previous = record["run_id"]
@@ -182,7 +183,8 @@ def rollback_reference(params: LaneParams) -> dict:
 
 
 def promote_shown(lane: str, **options) -> Promotion:
-    """`promote` on the terminal: the plan, each runbook as it starts and ends, and the summary line."""
+    """`promote` on the terminal (LANE as the operator named it): the lane loaded once, the plan, each runbook as it
+    starts and ends, and the summary line."""
     from rich.console import Console
 
     from .audit import VERDICT_STYLES, verdict_label
@@ -203,6 +205,6 @@ def promote_shown(lane: str, **options) -> Promotion:
             console.print(f"  what to do next: {record['fix']}")
         console.print(f"  executed notebook: {record['output']}")
 
-    promotion = promote(lane, on_plan=planned, on_start=started, on_record=ended, **options)
+    promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, **options)
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]")
     return promotion

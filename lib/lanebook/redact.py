@@ -67,39 +67,42 @@ def _replace_secret(match: re.Match) -> str:
     return match.group(0)[:start] + REDACTED + match.group(0)[end:]
 
 
-def redact(text: str) -> str:
-    """Replace secrets in free text; keeps the key names so the reader knows what was there."""
-    for value in environment_secrets():
+def redact(text: str, secrets: Optional[list[str]] = None) -> str:
+    """Replace secrets in free text; keeps the key names so the reader knows what was there. SECRETS: the
+    environment's (environment_secrets()), when the caller redacting many strings has read them once."""
+    for value in environment_secrets() if secrets is None else secrets:
         text = text.replace(value, REDACTED)
     for pattern in _PATTERNS:
         text = pattern.sub(_replace_secret, text)
     return text
 
 
-def redact_data(value: Any, key: str = "") -> Any:
-    """Redact a JSON-like structure: values under secret-looking keys, and secrets inside strings."""
+def redact_data(value: Any, key: str = "", secrets: Optional[list[str]] = None) -> Any:
+    """Redact a JSON-like structure: values under secret-looking keys, and secrets inside strings (the environment
+    read once for the whole structure, not once a string)."""
+    secrets = environment_secrets() if secrets is None else secrets
     if isinstance(value, dict):
-        return {k: redact_data(v, str(k)) for k, v in value.items()}
+        return {k: redact_data(v, str(k), secrets) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [redact_data(v, key) for v in value]
+        return [redact_data(v, key, secrets) for v in value]
     if isinstance(value, str):
         if key and SECRET_KEYS.search(key) and value.lower() not in _PUBLIC_VALUES:
             return REDACTED
-        return redact(value)
+        return redact(value, secrets)
     return value
 
 
-def _redact_notebook_value(value: Any, key: str = "") -> Any:
+def _redact_notebook_value(value: Any, secrets: list[str], key: str = "") -> Any:
     """redact_data for a notebook's JSON, where a multi-line string is stored as a list of lines (each but the
     last ending in a newline): such a list is joined before matching, so a private key block split over the
     file's lines is still one block, and split again after."""
     if isinstance(value, dict):
-        return {k: _redact_notebook_value(v, str(k)) for k, v in value.items()}
+        return {k: _redact_notebook_value(v, secrets, str(k)) for k, v in value.items()}
     if isinstance(value, list):
         if len(value) > 1 and all(isinstance(v, str) for v in value) and all(v.endswith("\n") for v in value[:-1]):
-            return redact_data("".join(value), key).splitlines(keepends=True)
-        return [_redact_notebook_value(v, key) for v in value]
-    return redact_data(value, key)
+            return redact_data("".join(value), key, secrets).splitlines(keepends=True)
+        return [_redact_notebook_value(v, secrets, key) for v in value]
+    return redact_data(value, key, secrets)
 
 
 def redact_notebook(text: str) -> str:
@@ -112,7 +115,7 @@ def redact_notebook(text: str) -> str:
         return redact(text)
     if not isinstance(nb, dict):
         return redact(text)
-    scrubbed = _redact_notebook_value(nb)
+    scrubbed = _redact_notebook_value(nb, environment_secrets())
     if scrubbed == nb:
         return text
     return json.dumps(scrubbed, sort_keys=True, indent=1, ensure_ascii=False) + "\n"

@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from . import launcher, memory
-from .audit import verdict_label
 from .errors import LanebookError
-from .execute import run_runbook
 from .lint import lint_what_lane_runs
 from .nodes import Lane, NodeError, qpath
 from .params import LaneParams, load_lane
-from .paths import outputs_dir
 from .transfers import checkout_ok
 from .weights import check_weights
 
@@ -219,26 +216,6 @@ def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:
         free = memory.check_sticky_uma(target)
         rb.record(free_gib=free.figure("free_gib"))
         rb.expect(free, f"enough free memory on every node for {name}", free.summary())
-
-
-def gates_row(gates: dict, link: str) -> str:
-    """The rollback lane's gates run as one row of a runs table (its verdict, failed step, and its record linked)."""
-    return ("| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"
-            f"| gates | {gates['lane']} | {verdict_label(gates['verdict'])} | {gates['failed_step'] or ''} "
-            f"| [{gates['run_id']}]({link}) |")
-
-
-def gates_step(rb: "Runbook", name: str) -> dict:
-    """Run the gates runbook on the rollback lane (its own record), show it as a row linking that record, and
-    expect its verdict to pass (dry-run in a dry run). The gates run's summary."""
-    gates = run_runbook("gates", name, {}, dry_run=rb.dry_run, yes=True)
-    rb.record(gates_verdict=gates["verdict"], gates_run_id=gates["run_id"], gates_output=gates["output"])
-    rb.show(markdown=gates_row(gates, f"../{Path(gates['output']).relative_to(outputs_dir())}"))  # from outputs/LANE/
-    print(f"gates record: {gates['output']}")
-    wanted = "dry-run" if rb.dry_run else "pass"
-    rb.expect(gates["verdict"] == wanted, f"{name}'s gates verdict is {wanted}",
-              f"{gates['verdict']}" + (f" at {gates['failed_step']}" if gates["failed_step"] else ""), local=True)
-    return gates
 
 
 def hermes_note(current: LaneParams, target: LaneParams, changes: list[str]) -> str:

@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterator, Mapping, O
 
 import httpx
 
-from ..prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, server_root, spec_decode_delta, wait_idle
+from ..prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, spec_decode_delta, wait_idle
 from .records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
                       RequestRecord, WaveRecord)
 from .transport import LeanTransport
@@ -297,15 +297,6 @@ async def probe_metrics(client: httpx.AsyncClient, api: str) -> tuple[Optional[s
     except MetricsUnavailable as exc:
         return None, str(exc)
     return url, None
-
-
-async def serves_twin(api: str) -> bool:
-    """The twin answers GET /twin/requests (its truth log); no real vLLM does."""
-    async with httpx.AsyncClient(timeout=5.0, trust_env=False) as client:
-        try:
-            return (await client.get(f"{server_root(api)}/twin/requests")).status_code == 200
-        except httpx.HTTPError:
-            return False
 
 
 async def measure(

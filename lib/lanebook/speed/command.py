@@ -19,8 +19,9 @@ from ..errors import LaneError, LanebookError
 from ..files import backup, write_atomic
 from ..prometheus import QueueNotIdle
 from ..params import LaneParams, lane_names, load_lane
+from ..plugins import serves_twin
 from .bands import MIN_TRIALS, bands_from_runs
-from .client import Plan, Tally, measure, run, serves_twin
+from .client import Plan, Tally, measure, run
 from .metrics import WaveFigures, stamp_source, wave_figures
 from .records import STAMP_KERNEL, WaveRecord
 from .workloads import check_thinking_booleans, load_workload
@@ -210,7 +211,7 @@ def speed_command(api: str, model: str, concurrency: list[int], max_tokens: int,
     console = Console()
     if lane is None:
         console.print(f"note: no lane in params/ serves {api}; using the default request shape {DEFAULT_REQUEST}")
-    twin = bool(lane and lane.twin) or run(serves_twin(api))
+    twin = bool(lane and lane.twin) or serves_twin(api)
     try:
         result = run_speed(api, model, workload, concurrency, trials, max_tokens,
                            lane_request=lane.request if lane else None, twin=twin, console=console)

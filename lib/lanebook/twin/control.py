@@ -26,9 +26,8 @@ from typing import Iterable, Iterator
 from ..errors import LanebookError
 from ..files import write_atomic
 from ..params import LaneParams, lane_names, load_lane
-from ..paths import twin_dir
 from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
-                    start_sshd, wait_for_ssh, write_node, write_state)
+                    start_sshd, twin_dir, wait_for_ssh, write_node, write_state)
 from .standins.machine import NodeMachine, init_node
 from .standins.runtime import boot_containers, containers, power_off, stop_all_containers
 from .tree import HubModel, hub_root, write_checkout, write_hub_model

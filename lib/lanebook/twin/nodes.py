@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import LanebookError
 from ..files import write_atomic
+from ..paths import REPO
 from .session import NODE_PATHS, mapped_root
 
 HEAD, WORKER = "head", "worker"
@@ -61,9 +62,14 @@ class TwinAddresses:
         return f"http://{self.head_ip}:{self.api_port}/v1"
 
 
+def twin_dir() -> Path:
+    """The twin's state: node roots, keys, sshd configs, logs (override with LANEBOOK_TWIN_DIR)."""
+    return Path(os.environ.get("LANEBOOK_TWIN_DIR", REPO / ".twin"))
+
+
 @dataclass(frozen=True)
 class TwinLayout:
-    """The twin's state directory (lanebook.paths.twin_dir()) and where each piece lives in it."""
+    """The twin's state directory (twin_dir()) and where each piece lives in it."""
 
     root: Path
 
