@@ -13,20 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Any, Callable, Optional
 
 from .errors import LanebookError
 from .params import LaneParams
-
-if TYPE_CHECKING:
-    from .runbook import Runbook
 
 ENTRY_POINT_GROUP = "lanebook.plugins"
 
 SshConfigResolver = Callable[[], Path]
 LanePreparer = Callable[[LaneParams], None]
 PageRenderer = Callable[[], str]
-LaneLauncher = Callable[["Runbook"], None]
+# Called with the running runbook (lanebook.steps.runbook.Runbook, a layer above this one: it is not imported).
+LaneLauncher = Callable[[Any], None]
 ApiProbe = Callable[[str], bool]
 
 
@@ -104,7 +102,7 @@ def prepare_lane(lane: LaneParams) -> None:
         preparer(lane)
 
 
-def launch_lane_if_down(rb: Runbook) -> None:
+def launch_lane_if_down(rb: Any) -> None:
     """Let every plugin launch the runbook's lane when it is its own and found down (the twin's, through `launch`)."""
     for launcher in registry().launchers:
         launcher(rb)
