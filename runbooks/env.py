@@ -44,7 +44,7 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 restore = None         # run id of an earlier env run of this lane: put back the files it changed instead of rendering
 
 # %%
-from lanebook import checkout_env, transfers
+from lanebook import audit, checkout_env, transfers
 from lanebook.runbook import Runbook
 
 rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
@@ -75,7 +75,7 @@ with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_I
 with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout on the head (holding "
                            "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
                            "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand"):
-    plan, backups = checkout_env.plan_step(rb, lane, restore)
+    plan, backups = checkout_env.plan_step(rb, lane, audit.find_run(restore) if restore else None)
 
 # %% [markdown]
 # ## Step 2 — Lint what the checkout will run

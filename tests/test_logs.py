@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from lanebook import logs, nodes
+from lanebook.speculative import speculative_config
 from lanebook.checks import ExpectedResult
 from lanebook.params import load_lane
 
@@ -33,22 +34,10 @@ def test_serving_command_prefers_the_vllm_process_over_its_shell():
     command = logs.serving_command(TOP)
     assert command.startswith("/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731")
     assert "\n" not in command
-    assert logs.speculative_config(command)["num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
+    assert speculative_config(command)["num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
     assert logs.serving_command("") == ""
     with pytest.raises(ValueError, match="unexpected `docker top` output"):
         logs.serving_command("Error: no such container\n")
-
-
-def test_speculative_config_from_a_command_line():
-    assert logs.speculative_config("vllm serve x --port 1") is None
-    assert logs.speculative_config("vllm serve x --speculative-config {broken") is None
-    # As docker top shows it, with '=', or quoted as a shell command line gives it: the same object.
-    for given in ('--speculative-config {"method":"mtp"}', '--speculative-config={"method":"mtp"}',
-                  """--speculative-config '{"method":"mtp"}'"""):
-        assert logs.speculative_config(f"vllm serve x {given} --port 1") == {"method": "mtp"}
-    assert logs.speculative_config("vllm serve x --speculative-config [1]") is None  # not an object
-    # A JSON object further on belongs to another flag, not to a --speculative-config that has none.
-    assert logs.speculative_config('vllm serve x --speculative-config --default-chat-template-kwargs {"a":1}') is None
 
 
 def test_dry_run_lines():

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
-from .audit import find_run
 from .checks import ExpectedResult, NodeResult
 from .compose import COMPOSE_NAME
 from .effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix,
@@ -333,17 +332,19 @@ def lint_errors(report: LintReport) -> list[str]:
     return [f"{f.id} {f.file}:{f.line} {f.message}" for f in report.findings if f.severity == "error"]
 
 
-def plan_step(rb: "Runbook", source: str, restore: Optional[str]) -> tuple[Optional[EnvPlan], list[Backup]]:
+def plan_step(rb: "Runbook", source: str, restored: Optional[dict]) -> tuple[Optional[EnvPlan], list[Backup]]:
     """Step 1: render mode plans the lane into the head's checkout (the diff shown); restore mode reads the
-    backups of run `restore` and checks every file still holds what that run wrote. (the plan, the backups)."""
-    if restore is None:
+    backups of the run `restored` (its record, from the run index) and checks every file still holds what that
+    run wrote. (the plan, the backups)."""
+    if restored is None:
         plan = plan_on_head(rb.lane, source=source)
         rb.record(changed=plan.changed)
         show_diff(rb, plan.diff, plan.source)
         rb.expect(bool(plan.read), "the head's checkout read", f"{len(plan.read)} files; "
                   f"{'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}")
         return plan, []
-    backups = backups_of_run(find_run(restore), rb.params.name)
+    restore = restored["run_id"]
+    backups = backups_of_run(restored, rb.params.name)
     restoring = check_backups(rb.lane, backups)
     rb.record(changed=[b.path for b in backups])
     show_diff(rb, restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")

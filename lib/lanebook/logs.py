@@ -1,16 +1,16 @@
 """A lane's logs and live process, read as the seed reads them: the log gate, the KV-cache line, fatal runtime
-errors, the live `vllm serve` command and its speculative config.
+errors, the live `vllm serve` command (its speculative config is read by lanebook.speculative).
 
-The parsing is pure functions over text (lines_by_pattern, fatal_lines, kv_cache_tokens, serving_command,
-speculative_config); scan_log, scan_fatal and live_command fetch that text from a node.
+The parsing is pure functions over text (lines_by_pattern, fatal_lines, kv_cache_tokens, serving_command);
+scan_log, scan_fatal and live_command fetch that text from a node.
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from .checks import ExpectedResult
+from .speculative import SCHEDULE_KEY
 from .nodes import Node, NodeError, q
 
 if TYPE_CHECKING:
@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 # Seed 000 gate: docker logs <container> 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size'
 GATE_LOG_PATTERNS = ("BREAKABLE", "Breakable CUDA", "KV cache size")
 KV_CACHE_RE = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
-SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 NO_SUCH_CONTAINER = "No such container"
 KV_CACHE_LINE = "GPU KV cache size"
 # Fatal runtime conditions, by kind, as vLLM and PyTorch log them. The recipe's post-readiness warmup and its
@@ -100,19 +99,6 @@ def live_command(node: Node, container: str) -> str:
         return serving_command(output)
     except ValueError as exc:
         raise NodeError(f"{node.alias}: {exc}") from None
-
-
-def speculative_config(command: str) -> Optional[dict]:
-    """The JSON object given to --speculative-config in a command line, or None (`docker top` shows the argv joined
-    by spaces, unquoted; a shell command line may quote it)."""
-    match = re.search(r"--speculative-config[=\s]+['\"]?(?=\{)", command)
-    if not match:
-        return None
-    try:
-        config, _end = json.JSONDecoder().raw_decode(command[match.end():])
-    except json.JSONDecodeError:
-        return None
-    return config if isinstance(config, dict) else None
 
 
 def schedule_in_live_command(node: Node, container: str) -> bool:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import LanebookError
-from ..logs import SCHEDULE_KEY, speculative_config
+from ..speculative import SCHEDULE_KEY, speculative_config
 from .config import SERVE_FLAGS, Effective, Setting
 
 if TYPE_CHECKING:
