@@ -82,7 +82,7 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
 # %%
 with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again'):
     units = memory.mask_legacy_units(rb.lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
     memory.free_memory_step(rb, rb.lane, serving and "the lane is already up and holds its memory",
                             "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", min_free_gib)
 

@@ -124,7 +124,7 @@ with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c
 with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
              "`rollback` again (or `launch` this lane to go forward)"):
     units = memory.mask_legacy_units(target_lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.summary())
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
     launcher.start_step(rb, target_lane, already_rolled_back and "already up: verifying it instead of restarting it",
                         "launcher reports the rollback lane up", skipped=f"launcher reports {ROLLBACK_LANE} up",
                         confirm=f"launch {ROLLBACK_LANE} from {target.checkout}")

@@ -208,7 +208,7 @@ def clean_step(rb: "Runbook", serving: Optional[str], *, confirm: Optional[str] 
         rb.confirm(confirm)
     cleaned = clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.summary())
+    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
 
 
 def free_memory_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str,
@@ -219,4 +219,4 @@ def free_memory_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: st
         return
     free = check_sticky_uma(lane, min_free_gib=min_free_gib)
     rb.record(free_gib=free.figure("free_gib"))
-    rb.expect(free, what, free.summary())
+    rb.expect(free, what, free.seen)

@@ -158,7 +158,7 @@ def ready_step(rb: "Runbook", target: Lane) -> None:
     rb.expect(report.ok, f"what {name} runs lints clean", report.errors_summary(), local=True)
     rb.expect(checkout_ok(target), f"{name}'s checkout present on every node", target.params.checkout)
     complete = check_weights(target)
-    rb.expect(complete, f"{name}'s weights complete on every node", complete.summary())
+    rb.expect(complete, f"{name}'s weights complete on every node", complete.seen)
 
 
 def pair_step(rb: "Runbook", target: Lane) -> bool:
@@ -215,7 +215,7 @@ def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:
     if not already:
         free = memory.check_sticky_uma(target)
         rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, f"enough free memory on every node for {name}", free.summary())
+        rb.expect(free, f"enough free memory on every node for {name}", free.seen)
 
 
 def hermes_note(current: LaneParams, target: LaneParams, changes: list[str]) -> str:
