@@ -111,7 +111,7 @@ with rb.step("3 start", fix="read the launcher's outcome above: refused configur
 with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again'):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
-    rb.expect_all(expectations)
+    rb.expect_results(expectations)
 
 # %% [markdown]
 # ## Step 5 — `/v1/models` and the live command
@@ -123,7 +123,7 @@ with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `
 # %%
 with rb.step("5 models and live command", fix='the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again'):
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
-    rb.expect_all(gates.judge_model_list(rb.current_step, models or [], p))
+    rb.expect_results(gates.judge_model_list(rb.current_step, models or [], p))
     mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
     rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
 
