@@ -82,7 +82,7 @@ def _alive(pid) -> bool:
 
 
 def _names_dir(cmdline: str, root_text: str) -> bool:
-    """The command line names the dir or a path under it (not merely a path that starts the same: /tmp/t vs /tmp/t-2)."""
+    """The command line names the dir or a path under it, not merely a path starting alike (/tmp/t vs /tmp/t-2)."""
     return f"{root_text}/" in cmdline or root_text in cmdline.split()
 
 
