@@ -15,10 +15,11 @@ import pytest
 
 SUITE_DIR = "LANEBOOK_SUITE_DIR"  # a parallel run's scratch dir: every worker's twin dir is under it
 SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's controller, which its workers must leave
-# Modules that relaunch lanes or run many real-time waits, slowest first: xdist hands out whole modules (loadfile)
-# in this order, so the long ones start at once and the short ones fill the gaps.
-SLOW_FIRST = ("test_fault_matrix.py", "test_diagnose_runbook.py", "test_rollback_runbook.py", "test_runbooks.py",
-              "test_site_browser.py")
+# Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
+# hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
+SLOW_FIRST = ("test_runbooks.py", "test_rollback_runbook.py", "test_fault_matrix.py", "test_diagnose_runbook.py",
+              "test_input_properties.py", "test_launch_runbook.py", "test_env_runbook.py", "test_gates_runbook.py",
+              "test_site_browser.py", "test_lock.py", "test_twin_scripts.py", "test_book.py")
 _started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)
 
 
