@@ -1,16 +1,109 @@
-"""Fixtures shared by every test module: the session's twin."""
+"""Fixtures shared by every test module: the session's twin; and how the suite runs in parallel (`make test`).
+
+There each pytest-xdist worker runs in a network namespace of its own (tests/netns-python) with a twin of its own
+under the run's suite dir, so the twins' fixed loopback addresses never meet; the modules that relaunch lanes are
+handed out first so the run's tail is short; and the run ends with a check that nothing it started still runs.
+"""
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
+
+SUITE_DIR = "LANEBOOK_SUITE_DIR"  # a parallel run's scratch dir: every worker's twin dir is under it
+SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's controller, which its workers must leave
+# Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
+# hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
+SLOW_FIRST = ("test_runbooks.py", "test_rollback_runbook.py", "test_fault_matrix.py", "test_diagnose_runbook.py",
+              "test_input_properties.py", "test_launch_runbook.py", "test_env_runbook.py", "test_gates_runbook.py",
+              "test_site_browser.py", "test_lock.py", "test_twin_scripts.py", "test_book.py")
+_started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)
+
+
+def _netns() -> str:
+    return os.readlink("/proc/self/ns/net")
+
+
+def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        if os.environ.get(SUITE_NETNS) == _netns():
+            raise pytest.UsageError("parallel workers share one network namespace, so their twins would collide: "
+                                    "start them through tests/netns-python (as `make test` does)")
+        os.environ["LANEBOOK_TWIN_DIR"] = str(Path(os.environ[SUITE_DIR]) / worker / "twin")
+    elif config.getoption("dist", "no") != "no" and config.getoption("tx", None):
+        os.environ[SUITE_DIR] = tempfile.mkdtemp(prefix="lanebook-suite-")
+        os.environ[SUITE_NETNS] = _netns()
+
+
+def pytest_collection_modifyitems(items):
+    """The slow modules first (SLOW_FIRST's order), the others as collected."""
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def left_running(twin_dirs: list[Path], suite: Path | None) -> dict[int, str]:
+    """pid -> command line of each process still running that the suite started: a process of one of its twins
+    (lanebook.twin.control.twin_processes), or, in a parallel run, any whose environment points lanebook at a twin
+    dir under the run's suite dir (the workers' children all do)."""
+    from lanebook.twin import control
+
+    pids = set().union(*(control.twin_processes(root) for root in twin_dirs if root.exists()))
+    if suite:
+        marker = f"LANEBOOK_TWIN_DIR={suite.resolve()}/".encode()
+        pids |= {int(entry.name) for entry in Path("/proc").iterdir()
+                 if entry.name.isdigit() and marker in _environ(int(entry.name))}
+    found = {}
+    for pid in pids:
+        try:
+            found[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:100]
+        except OSError:
+            continue
+    return found
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session):
+    """After the workers have ended (xdist stops them in its own sessionfinish): no process of the suite's twins, nor
+    anything else started for them, may still run. A leftover fails the run, named; a clean run's suite dir goes."""
+    yield
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    suite = Path(os.environ[SUITE_DIR]) if os.environ.get(SUITE_DIR) else None
+    roots = [suite] if suite else _started_twins
+    stray = left_running(roots, suite)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if stray:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        reporter.write_line(f"left running after the suite: {'; '.join(f'{p} {c}' for p, c in sorted(stray.items()))}",
+                            red=True)
+    elif roots:
+        reporter.write_line(f"nothing the suite started is left running (checked {', '.join(map(str, roots))})")
+        if suite:
+            shutil.rmtree(suite, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def twin():
-    """The twin's status dict (SPEC section 9). Brought up with --fast when it is down, and left up:
-    other test sessions may be using it, and a second `up` is instant. Only `lanebook twin down` stops it."""
+    """The twin's status dict (SPEC section 9), brought up with --fast when it is down. A twin this session brought
+    up is stopped at its end, so the suite leaves nothing running; one it found running (an operator's) stays."""
+    from lanebook.paths import twin_dir
     from lanebook.twin import control
 
     status = control.status()
-    if not status["running"]:
-        status = control.up(faults=[], fast=True)
-    yield status
+    if status["running"]:
+        yield status
+        return
+    _started_twins.append(twin_dir())
+    yield control.up(faults=[], fast=True)
+    control.down()

@@ -38,6 +38,16 @@ def test_each_node_runs_in_its_own_home(lane, twin):
 def test_a_failing_command_raises_with_its_exit_and_output(lane):
     with pytest.raises(CommandFailed, match=r"worker: exit 3: .*went wrong"):
         lane.node("worker").run("echo went wrong >&2; exit 3")
+
+
+@twin
+def test_a_command_that_ends_before_reading_its_input_keeps_its_own_exit_and_message(lane, tmp_path):
+    """Input still being sent when the command has already ended is dropped: the command's own exit status and
+    message come back, never an unreachable node (a race the refusing checks of checkout_env lost under load)."""
+    big = tmp_path / "input.txt"
+    big.write_text("x" * (16 << 20))  # far more than the channel's window: still being sent when the command ends
+    result = lane.head.run("echo refused >&2; exit 3", stdin=big, check=False)
+    assert (result.exit_code, result.stderr.strip()) == (3, "refused")
     result = lane.node("worker").run("exit 3", check=False)
     assert (result.exit_code, result.ok) == (3, False)
 

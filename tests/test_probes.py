@@ -6,7 +6,8 @@ import httpx
 from lanebook import diagnose, probes
 from lanebook.nodes import Executor
 from lanebook.speed.workloads import load_workload
-from twin_serve import NAME, OFF, SCHEDULE, main, variant  # noqa: F401 - module-scoped server fixtures
+from lanebook.twin.timing import prefill_step_s
+from twin_serve import NAME, OFF, SCHEDULE, main, truth, variant  # noqa: F401 - module-scoped server fixtures
 
 API = "http://192.168.1.11:8888/v1"
 
@@ -37,12 +38,22 @@ def protocol(srv, tag):
 
 
 def test_a_b_a_hits_a_again_on_the_recipe_server(main):  # noqa: F811
+    httpx.delete(f"{main.url}/twin/requests")
     verdict = protocol(main, "p-main")
     assert verdict.ok and not verdict.evicted, verdict.summary()
     a_cold, a_repeat, b_cold, a_again = verdict.steps
     assert a_cold.queried_tokens == a_repeat.queried_tokens == a_again.queried_tokens > 1024
     assert a_repeat.hit_tokens == a_again.hit_tokens == (a_cold.queried_tokens // 256) * 256  # every full block
-    assert a_again.ttft_s < a_cold.ttft_s
+    # What the hit saves, from the server's own record of each request rather than two client TTFTs compared under
+    # whatever load the machine has: A again prefilled only what the cache did not hold, while A cold's first token
+    # came after the prefill of its whole prompt, which the twin sleeps (so a loaded machine only lengthens it).
+    served = sorted(truth(main), key=lambda r: r["t_sent"])
+    assert [r["cached_tokens"] for r in served] == [0, a_repeat.hit_tokens, 0, a_again.hit_tokens]
+    cold, again = served[0], served[3]
+    cold_prefill_s = prefill_step_s(1, cold["prompt_tokens"])
+    again_prefill_s = prefill_step_s(1, again["prompt_tokens"] - again["cached_tokens"])
+    assert cold["t_first"] - cold["t_sent"] >= cold_prefill_s > again_prefill_s
+    assert a_cold.ttft_s >= cold_prefill_s and a_again.ttft_s > 0
 
 
 def test_a_b_a_misses_a_again_under_fault_prefix_evict(variant):  # noqa: F811
@@ -118,7 +129,7 @@ def _served(srv, name=NAME):
     return Lane(lane_with(load_lane("twin"), api=f"{srv.url}/v1", env={"SERVED_MODEL_NAME": name}), executor=Executor())
 
 
-def test_a_stepped_probe_climbs_on_an_idle_queue_and_stops_at_the_first_failure(main):  # noqa: F811
+def test_a_stepped_probe_climbs_on_an_idle_queue_and_stops_at_the_first_failure(main, twin):  # noqa: F811
     """On the twin server: each step waits for idle queues and sends one needle of its length (the server counts
     that many prompt tokens, plus the template's); a step that fails ends the climb, the longer steps are never sent."""
     steps = probes.stepped_long_context(_served(main), [256, 512, 1024])

@@ -195,6 +195,23 @@ class Executor:
         return [f"{r.node}: {r.command}" for r in self.history]
 
 
+def _remote_runner():
+    """fabric's Remote runner, except that input a command stopped reading is dropped once the command has ended (as
+    invoke drops it for a local process whose pipe closed): a command that refuses before reading its stdin then ends
+    with its own exit status and message, not as an unreachable node, however the race with the input goes."""
+    from fabric.runners import Remote
+
+    class InputMayOutliveCommand(Remote):
+        def _write_proc_stdin(self, data):
+            try:
+                super()._write_proc_stdin(data)
+            except OSError:
+                if not self.process_is_finished:
+                    raise
+
+    return InputMayOutliveCommand
+
+
 class _WholeText:
     """An in_stream that hands Fabric its whole text at once: Fabric reads other streams a byte at a time
     with a 10 ms nap per byte (a 7 kB script would take 70 s)."""
@@ -264,14 +281,15 @@ class Node:
         if self._connection is None:
             from fabric import Config, Connection
 
+            overrides = {"runners": {"remote": _remote_runner()}}
             if self.ssh_config:
-                config = Config(runtime_ssh_path=str(self.ssh_config))
+                config = Config(runtime_ssh_path=str(self.ssh_config), overrides=overrides)
                 config.load_ssh_config()
                 self._connection = Connection(self.alias, config=config, connect_timeout=10)
             else:
                 self._connection = Connection(
                     self.params.host, user=self.params.user, port=self.params.port, connect_timeout=10,
-                    gateway=self.gateway.connection() if self.gateway else None,
+                    gateway=self.gateway.connection() if self.gateway else None, config=Config(overrides=overrides),
                 )
             self._check_host_keys(self._connection)
             self._target = f"{self._connection.user}@{self._connection.host}:{self._connection.port}"

@@ -80,10 +80,16 @@ def _alive(pid) -> bool:
     return bool(stat) and stat[0] not in "ZX"
 
 
+def _names_dir(cmdline: str, root_text: str) -> bool:
+    """The command line names the dir or a path under it, not merely a path starting alike (/tmp/t vs /tmp/t-2)."""
+    return f"{root_text}/" in cmdline or root_text in cmdline.split()
+
+
 def _is_twin_sshd(pid, root: Path) -> bool:
     """A live sshd of this twin (its command line names the twin's config), not a recycled pid."""
     try:
-        return _alive(pid) and str(root.resolve()) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return _alive(pid) and _names_dir(cmdline, str(root.resolve()))
     except OSError:
         return False
 
@@ -248,7 +254,7 @@ def twin_processes(root: Path) -> set[int]:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
-        if root_text in cmdline or cwd == root_text or cwd.startswith(root_text + "/") or marker in environ:
+        if _names_dir(cmdline, root_text) or cwd == root_text or cwd.startswith(root_text + "/") or marker in environ:
             found.add(pid)
     return found
 
