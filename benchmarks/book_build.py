@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from lanebook.audit import sha256_file  # noqa: E402
-from lanebook.paths import REPO  # noqa: E402
+from lanebook.runs.audit import sha256_file  # noqa: E402
+from lanebook.base.paths import REPO  # noqa: E402
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 SIZES = (10, 100)

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import httpx
 
-from lanebook import gates, hermes, launcher
-from lanebook.nodes import Lane
-from lanebook.params import PARAMS_DIR, load_lane
+from lanebook.verify import gates, hermes
+from lanebook.ops import launcher
+from lanebook.nodes.ssh import Lane
+from lanebook.lane.params import PARAMS_DIR, load_lane
 from lanebook.twin import control
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")

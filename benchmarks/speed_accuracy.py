@@ -12,7 +12,7 @@ compares its figures with that log:
 - each client's CPU seconds (user + sys of the whole process, start-up included) per 1,000 tokens;
 - NVIDIA aiperf side by side on the same server and schedule (its own venv under .bench/, a tiny
   local tokenizer in HF-cache layout, HF_HUB_OFFLINE=1): its per-user output rate, which NOTES says
-  equals SPEC section 6's stream decode rate, against the same truth, and its CPU per 1,000 tokens.
+  equals lanebook's stream decode rate (ARCHITECTURE.md, "Speed figures"), against the same truth, and its CPU per 1,000 tokens.
 
     .venv/bin/python benchmarks/speed_accuracy.py            # everything (~5 min; first run installs aiperf)
     .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf [--no-ramp]
@@ -59,7 +59,7 @@ def children_cpu_s() -> float:
 
 @dataclass
 class Truth:
-    """The server's own figures for one wave (SPEC section 6 definitions, server-side times)."""
+    """The server's own figures for one wave (the speed figures' definitions, server-side times)."""
 
     mean_stream_decode_tok_s: float
     wall_aggregate_tok_s: float
@@ -132,7 +132,7 @@ class Measured:
 
 
 def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pace: float, trials: int) -> Measured:
-    """Run one client process that writes {"runs": [...]} (SPEC section 6 run objects) and compare each
+    """Run one client process that writes {"runs": [...]} (the run objects of `lanebook speed --json`) and compare each
     run with the server's truth for the same wave."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "speed.json"

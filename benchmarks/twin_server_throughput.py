@@ -46,7 +46,7 @@ async def one_stream(client: httpx.AsyncClient, url: str, index: int, max_tokens
 
 
 def totals(records: list[dict]) -> tuple[float, float]:
-    """Total tokens/s over the run's wall, and the mean per-stream decode rate (SPEC section 6)."""
+    """Total tokens/s over the run's wall, and the mean per-stream decode rate (ARCHITECTURE.md, "Speed figures")."""
     wall = max(r["t_last"] for r in records) - min(r["t_sent"] for r in records)
     tokens = sum(r["completion_tokens"] for r in records)
     streams = [(r["completion_tokens"] - 1) / (r["t_last"] - r["t_first"]) for r in records]

@@ -14,12 +14,13 @@ import argparse
 import statistics
 import time
 
-from lanebook import nodes, weights
-from lanebook.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import weights
+from lanebook.lane.params import load_lane
 from lanebook.twin import control
 
 
-def timed(executor: nodes.Executor, action) -> tuple[float, int, object]:
+def timed(executor: ssh.Executor, action) -> tuple[float, int, object]:
     """(seconds, round trips, result) of one action; round trips = commands the executor sent."""
     before = len(executor.history)
     started = time.perf_counter()
@@ -33,13 +34,13 @@ def main() -> None:
     args = parser.parse_args()
     if not control.status()["running"]:
         control.up(faults=[], fast=True)
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         head, params = lane.head, lane.params.weights
         head.run("true")  # connect first: every figure below is on an open connection
-        files = head.run(f"find {nodes.qpath(params.hub_dir)} -type f").stdout.split()
+        files = head.run(f"find {ssh.qpath(params.hub_dir)} -type f").stdout.split()
 
         def per_file():
-            return [head.run(f"stat -c %s {nodes.q(f)}").stdout for f in files]
+            return [head.run(f"stat -c %s {ssh.q(f)}").stdout for f in files]
 
         rows = []
         for label, action in (("ssh round trip (true)", lambda: head.run("true")),

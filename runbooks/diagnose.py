@@ -56,11 +56,12 @@ tolerance = 0.05       # relative change of a median beyond which a cell is bett
 # %%
 import secrets
 
-from lanebook import canary as canary_run
-from lanebook import launcher, logs, probes, readiness
-from lanebook.effective.mismatches import live_mismatches
-from lanebook.plugins import launch_lane_if_down
-from lanebook.runbook import Runbook
+from lanebook.verify import canary as canary_run
+from lanebook.ops import launcher, logs, readiness
+from lanebook.verify import probes
+from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.lane.plugins import launch_lane_if_down
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -144,7 +145,7 @@ with rb.step("6 restore the kept value",
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

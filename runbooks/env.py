@@ -44,8 +44,9 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 restore = None         # run id of an earlier env run of this lane: put back the files it changed instead of rendering
 
 # %%
-from lanebook import audit, checkout_env, transfers
-from lanebook.runbook import Runbook
+from lanebook.runs import audit
+from lanebook.ops import checkout_env, transfers
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -132,7 +133,7 @@ with rb.step("5 same bytes", fix="run `env` again to copy the head's checkout (a
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

@@ -39,8 +39,8 @@ dry_run = False        # record the requests and commands instead of sending the
 hermes_config = None   # path of a Hermes config.yaml to check, on the Hermes host; None for the block rendered from the lane
 
 # %%
-from lanebook import gates, hermes
-from lanebook.runbook import Runbook
+from lanebook.verify import gates, hermes
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("gates", lane, dry_run=dry_run)
 p = rb.params
@@ -115,7 +115,7 @@ with rb.step("6 hermes route"):
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

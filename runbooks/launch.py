@@ -40,10 +40,11 @@ min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM
 confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
-from lanebook import gates, launcher, logs, memory, readiness, transfers, warmup, weights
-from lanebook.effective.mismatches import live_mismatches
-from lanebook.lint import lint_what_lane_runs
-from lanebook.runbook import Runbook
+from lanebook.verify import gates
+from lanebook.ops import launcher, logs, memory, readiness, transfers, warmup, weights
+from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.recipe.lint import lint_what_lane_runs
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("launch", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -146,7 +147,7 @@ with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: 
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

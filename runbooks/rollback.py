@@ -44,12 +44,13 @@ confirm = None         # destructive steps go ahead: True (`lanebook run --yes`)
 # %%
 from IPython.display import Markdown, display
 
-from lanebook import audit, launcher, memory, rollback
-from lanebook.effective.mismatches import live_mismatches
-from lanebook.execute import nested_step
-from lanebook.logs import live_command
-from lanebook.nodes import Lane
-from lanebook.runbook import Runbook
+from lanebook.runs import audit
+from lanebook.ops import launcher, memory, rollback
+from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.runs.execute import nested_step
+from lanebook.ops.logs import live_command
+from lanebook.nodes.ssh import Lane
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("rollback", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -170,7 +171,7 @@ print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in 
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

@@ -57,10 +57,10 @@ tolerance = 0.10       # on the same setup, a median may fall this far below the
 save_baseline = None   # a path: store this run (bands and provenance) there as a baseline file
 
 # %%
-from lanebook import launcher
-from lanebook.params import lane_path
-from lanebook.plugins import launch_lane_if_down
-from lanebook.runbook import Runbook
+from lanebook.ops import launcher
+from lanebook.lane.params import lane_path
+from lanebook.lane.plugins import launch_lane_if_down
+from lanebook.steps.runbook import Runbook
 from lanebook.speed import lanespeed
 from lanebook.speed.baseline import load_baseline, stored_baseline
 from lanebook.speed.provenance import compare_setups, read_provenance
@@ -135,7 +135,7 @@ with rb.step("4 save baseline", fix="a run with failed requests is no baseline: 
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

@@ -38,8 +38,8 @@ lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the commands instead of sending them (opens no connection)
 
 # %%
-from lanebook import launcher, transfers
-from lanebook.runbook import Runbook
+from lanebook.ops import launcher, transfers
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("status", lane, dry_run=dry_run)
 p = rb.params
@@ -97,7 +97,7 @@ with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `st
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

@@ -33,8 +33,8 @@ dry_run = False        # record the commands instead of sending them (opens no c
 confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
-from lanebook import launcher, memory, transfers
-from lanebook.runbook import Runbook
+from lanebook.ops import launcher, memory, transfers
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("stop", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -107,7 +107,7 @@ with rb.step("4 free memory", fix='drop caches on both nodes again or reboot the
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

@@ -41,8 +41,8 @@ lane = "twin"          # lane name under params/ or a lane YAML path
 dry_run = False        # record the requests and commands instead of sending them (opens no connection)
 
 # %%
-from lanebook import readiness, warmup
-from lanebook.runbook import Runbook
+from lanebook.ops import readiness, warmup
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("warmup", lane, dry_run=dry_run)
 p = rb.params
@@ -86,7 +86,7 @@ with rb.step("2 lane after the warmup", fix="the lane is sick: run `stop`, then 
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

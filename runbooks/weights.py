@@ -42,8 +42,8 @@ sha256 = False         # also hash every shard blob against its name in both ver
 rsync_attempts = 3     # rsync runs per worker when the connection drops mid-transfer (each resumes the last)
 
 # %%
-from lanebook import weights
-from lanebook.runbook import Runbook
+from lanebook.ops import weights
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("weights", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -121,7 +121,7 @@ with rb.step("5 verify again", fix='run `weights` again (rsync resumes a cut cop
 # %% [markdown]
 # ## Troubleshooting
 # What goes wrong at this stage and what to do, from the pitfall registry
-# (`lanebook.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
+# (`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|

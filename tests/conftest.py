@@ -95,9 +95,9 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture(scope="session")
 def twin():
-    """The twin's status dict (SPEC section 9), brought up with --fast when it is down. A twin this session brought
+    """The twin's status dict (`lanebook twin status --json`), brought up with --fast when it is down. A twin this session brought
     up is stopped at its end, so the suite leaves nothing running; one it found running (an operator's) stays."""
-    from lanebook.paths import twin_dir
+    from lanebook.base.paths import twin_dir
     from lanebook.twin import control
 
     status = control.status()

@@ -28,7 +28,7 @@ def stand_in_notebook(*cells: str, parameters: str = 'lane = "twin"\ndry_run = F
 def verdict_cell(figures: str = "figures", failure: str = "None") -> str:
     """Code that emits a stand-in's verdict as rb.finish() does: `verdict` (a name the cell's code sets), FIGURES
     and FAILURE as Python expressions."""
-    from lanebook.runbook import VERDICT_MIME
+    from lanebook.steps.runbook import VERDICT_MIME
 
     return ("from IPython.display import display\n"
             f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': {figures}, 'commands': [], "
@@ -37,7 +37,8 @@ def verdict_cell(figures: str = "figures", failure: str = "None") -> str:
 
 def use_runbooks(monkeypatch, folder: Path, outputs: Path) -> None:
     """`lanebook run` (and the book) read the runbooks in FOLDER and record into OUTPUTS, for this test only."""
-    from lanebook import execute, paths
+    from lanebook.runs import execute
+    from lanebook.base import paths
 
     monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
     monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)

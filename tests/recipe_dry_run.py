@@ -2,15 +2,16 @@
 lines a real lane would get (used by the dry-run tests, in-process and under `unshare -n`)."""
 from __future__ import annotations
 
-from lanebook import launcher, logs, memory, nodes, readiness, transfers, weights
-from lanebook.params import load_lane
+from lanebook.ops import launcher, logs, memory, readiness, transfers, weights
+from lanebook.nodes import ssh
+from lanebook.lane.params import load_lane
 
 
-def dry_lane(name: str = "anemll-0731") -> nodes.Lane:
-    return nodes.Lane(load_lane(name), dry_run=True)
+def dry_lane(name: str = "anemll-0731") -> ssh.Lane:
+    return ssh.Lane(load_lane(name), dry_run=True)
 
 
-def every_operation(lane: nodes.Lane) -> list[str]:
+def every_operation(lane: ssh.Lane) -> list[str]:
     """Call every operation in recipe order; returns the executor's recorded lines."""
     memory.clean_memory(lane)
     memory.mask_legacy_units(lane)

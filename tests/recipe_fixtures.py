@@ -17,7 +17,7 @@ SEED_000 = SHARED / "seeds" / "000_25116b2347ff45eb.txt"
 COMPOSE = "docker-compose.dspark.yml"
 EXAMPLE = "env.dspark.example"
 START = "start-deepseek-v4-flash-dspark.sh"
-# A short lane env file with no launcher profile keys: what lanebook.effective's tests start from.
+# A short lane env file with no launcher profile keys: what lanebook.recipe.effective's tests start from.
 ENV = "\n".join(["DSPARK_MODEL=deepseek-ai/DeepSeek-V4-Flash-0731", "SERVED_MODEL_NAME=deepseek-v4-flash-0731",
                  "MASTER_ADDR=127.0.0.2", "VLLM_HOST=127.0.0.2", "GPU_MEMORY_UTILIZATION=0.85",
                  "VLLM_USE_BREAKABLE_CUDAGRAPH=0", "POST_READINESS_WARMUP_ENABLED=1", ""])

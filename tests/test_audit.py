@@ -1,4 +1,4 @@
-"""The audit trail (lanebook.audit): outputs/runs.jsonl, verification of every record, and how runs are shown:
+"""The audit trail (lanebook.runs.audit): outputs/runs.jsonl, verification of every record, and how runs are shown:
 a dry run observed nothing, so it is shown apart from passes and never counted as one. A run's pending record
 makes even a killed run land (once); concurrent appends never interleave or lose a line."""
 import io
@@ -15,8 +15,9 @@ import nbformat
 import pytest
 from rich.console import Console
 
-from lanebook import audit
-from lanebook.errors import LanebookError
+from lanebook.base.files import sha256_file
+from lanebook.runs import audit
+from lanebook.base.errors import LanebookError
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def record(outputs, run_id, verdict, lane="twin", text="executed"):
     run = {"run_id": run_id, "runbook": "launch", "lane": lane, "twin": lane == "twin", "dry_run": verdict == "dry-run",
            "started_at": "2026-12-01T00:00:00+00:00", "finished_at": "2026-12-01T00:00:05+00:00", "verdict": verdict,
            "failed_step": "prerequisites" if verdict == "fail" else None, "output": str(path.relative_to(outputs)),
-           "sha256": audit.sha256_file(path), "params": {}, "git_commit": None, "figures": {}}
+           "sha256": sha256_file(path), "params": {}, "git_commit": None, "figures": {}}
     audit.append_run(run)
     return run, path
 
@@ -131,7 +132,7 @@ def test_a_finished_run_is_one_line_and_its_pending_record_goes(outputs):
     assert not (outputs / ".pending" / "eeee0001.json").exists() and audit.running_runs() == []
     assert audit.read_runs() == [record] and "pid_started" not in record
     assert (record["verdict"], record["duration_s"], record["pid"], record["host"]) == ("pass", 4.2, os.getpid(), socket.gethostname())
-    assert record["sha256"] == audit.sha256_file(outputs / record["output"])
+    assert record["sha256"] == sha256_file(outputs / record["output"])
 
 
 def test_a_killed_run_is_finalized_once_by_the_next_reader(outputs, monkeypatch):
@@ -146,14 +147,14 @@ def test_a_killed_run_is_finalized_once_by_the_next_reader(outputs, monkeypatch)
     nb = nbformat.read(outputs / record["output"], as_version=4)
     assert [c.source for c in nb.cells[:2]] == ["print('step 1 done')", "import time; time.sleep(600)"]
     assert nb.cells[-1].source.startswith("**This run did not finish: killed: its process")
-    assert record["sha256"] == audit.sha256_file(outputs / record["output"])
+    assert record["sha256"] == sha256_file(outputs / record["output"])
     assert audit.read_runs() == [record] and len((outputs / "runs.jsonl").read_text().splitlines()) == 1
     assert not list((outputs / ".pending").iterdir()) and audit.verify()
 
 
 def test_a_run_that_died_after_its_line_landed_is_not_recorded_twice(outputs):
     pending = pending_run(outputs, "eeee0003")
-    audit.append_run({**pending, "verdict": "pass", "sha256": audit.sha256_file(outputs / pending["output"])})
+    audit.append_run({**pending, "verdict": "pass", "sha256": sha256_file(outputs / pending["output"])})
     (outputs / ".pending" / "eeee0003.json").write_text(json.dumps({**pending, "pid": dead_pid()}))
     assert [r["verdict"] for r in audit.read_runs()] == ["pass"]
     assert not (outputs / ".pending" / "eeee0003.json").exists()
@@ -192,7 +193,7 @@ def test_sealing_scrubs_the_notebook_and_notes_why_it_stopped(outputs):
 WRITER = """
 import json, os, sys, time
 from pathlib import Path
-from lanebook import audit
+from lanebook.runs import audit
 outputs, run_id, go = Path(os.environ["LANEBOOK_OUTPUTS"]), sys.argv[1], Path(sys.argv[2])
 out = outputs / "twin" / f"20261201T000000Z-status-{run_id}.ipynb"
 out.parent.mkdir(parents=True, exist_ok=True)

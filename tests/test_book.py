@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lanebook_runs import dry_run_offline, run
 
-from lanebook.bookcheck import check_site
+from lanebook.site.bookcheck import check_site
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 # Emoji and pictographs a browser draws only with an emoji font (variation selector 16 included).
@@ -127,7 +127,7 @@ def test_book_refuses_to_publish_a_secret(site):
 
 
 def test_a_build_that_is_not_strict_shows_its_warnings(capsys):
-    from lanebook.book import BuiltSite, build_problems, show_warnings, sphinx_problems
+    from lanebook.site.book import BuiltSite, build_problems, show_warnings, sphinx_problems
 
     log = ("Running Sphinx v7.4.7\n"
            "/tmp/lanebook-book-x1y2/recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n"

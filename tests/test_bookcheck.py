@@ -1,5 +1,5 @@
 """The built site's checks: internal links and anchors resolve, and nothing is loaded from the internet."""
-from lanebook.bookcheck import check_site, css_loads, is_external, page_refs
+from lanebook.site.bookcheck import check_site, css_loads, is_external, page_refs
 
 
 def test_page_refs_sorts_loads_from_links_and_collects_anchors():

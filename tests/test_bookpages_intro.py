@@ -1,9 +1,9 @@
 """The introduction's topology picture: every label from the lane files, drawn offline at build time."""
 import pytest
 
-from lanebook.bookpages.intro import MARKER, Topology, draw, intro_page, shown_lanes, topology
-from lanebook.errors import LanebookError
-from lanebook.params import lane_names, load_lane, lane_with
+from lanebook.site.pages.intro import MARKER, Topology, draw, intro_page, shown_lanes, topology
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_names, load_lane, lane_with
 
 
 def test_topology_of_the_real_lane_and_the_twin():

@@ -1,5 +1,5 @@
 """Status marks on the site are words in coloured boxes (no emoji font needed), also for older records' emoji."""
-from lanebook.bookpages.markup import badge, badge_marks, md_table, outcome_badge, verdict_badge
+from lanebook.site.pages.markup import badge, badge_marks, md_table, outcome_badge, verdict_badge
 
 
 def test_badges_are_words_with_a_class():

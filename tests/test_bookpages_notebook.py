@@ -1,8 +1,8 @@
 """A recorded notebook as a page: the record untouched; in the copy one title, no verdict or widget output, badges."""
 import nbformat
 
-from lanebook.bookpages.notebook import demote_titles, notebook_title, page_notebook
-from lanebook.runbook import VERDICT_MIME
+from lanebook.site.pages.notebook import demote_titles, notebook_title, page_notebook
+from lanebook.steps.runbook import VERDICT_MIME
 
 
 def test_titles_are_demoted_outside_code_fences():

@@ -1,6 +1,6 @@
 """The pitfalls page: the registry's entries, how each is caught, the steps that name it, where it comes from."""
-from lanebook.bookpages.pitfalls import caught_by, pitfall_steps, pitfalls_page
-from lanebook.pitfalls import pitfall
+from lanebook.site.pages.pitfalls import caught_by, pitfall_steps, pitfalls_page
+from lanebook.recipe.pitfalls import pitfall
 
 
 def test_steps_are_the_sections_that_name_a_pitfall():

@@ -1,8 +1,8 @@
 """A runbook's recipe page: its latest twin rehearsal under a heading with that run's checks, or the bare notebook."""
 from pathlib import Path
 
-from lanebook.bookpages.recipe import rehearsal_heading, unrehearsed_heading, verdict_table
-from lanebook.bookpages.runs import PublishedRun
+from lanebook.site.pages.recipe import rehearsal_heading, unrehearsed_heading, verdict_table
+from lanebook.site.pages.runs import PublishedRun
 
 CHECKS = {"checks": [{"step": "1 stop", "what": "stop script exits 0", "outcome": "pass", "detail": "exit 0"},
                      {"step": "2 orphans", "what": "no orphaned worker", "outcome": "fail", "detail": "worker | holds GPU"}]}

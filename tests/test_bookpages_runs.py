@@ -1,8 +1,8 @@
 """Which runs the book publishes and which run each runbook's recipe page shows."""
 import nbformat
 
-from lanebook.audit import sha256_file
-from lanebook.bookpages.runs import latest_rehearsals, published_runs
+from lanebook.base.files import sha256_file
+from lanebook.site.pages.runs import latest_rehearsals, published_runs
 
 
 def _record(outputs, run_id, runbook, started, *, twin=True, dry=False, write=True):

@@ -1,8 +1,8 @@
 """The speed page: latest bands, history per lane (twin and real never on one axis), each run against its baseline."""
 from pathlib import Path
 
-from lanebook.bookpages.runs import PublishedRun
-from lanebook.bookpages.speed import LaneSpeed, bands_rows, reference_medians, series, speed_page, speed_runs
+from lanebook.site.pages.runs import PublishedRun
+from lanebook.site.pages.speed import LaneSpeed, bands_rows, reference_medians, series, speed_page, speed_runs
 from lanebook.speed.baseline import stored_baseline
 
 

@@ -1,8 +1,8 @@
 """The audit trail's index, grouped by promotion, and each run's heading: twin and dry runs marked, never a pass."""
 from pathlib import Path
 
-from lanebook.bookpages.runs import PublishedRun
-from lanebook.bookpages.trail import audit_index, link, promotion_groups, promotion_outcome, run_heading
+from lanebook.site.pages.runs import PublishedRun
+from lanebook.site.pages.trail import audit_index, link, promotion_groups, promotion_outcome, run_heading
 
 
 def run(run_id, runbook, started, verdict="pass", *, promotion=None, twin=True, dry=False, intact=True, failed=None):

@@ -1,21 +1,23 @@
-"""The canary's relaunch (lanebook.canary): the recipe's sequence as a dry run records it, what makes a relaunch ok,
+"""The canary's relaunch (lanebook.verify.canary): the recipe's sequence as a dry run records it, what makes a relaunch ok,
 and a variant that fails anywhere replaced by the lane's own values at once (relaunches recorded, not run: the
 real relaunches run on the twin in test_diagnose_runbook)."""
 from types import SimpleNamespace
 
 import pytest
 
-from lanebook import canary, launcher, nodes
-from lanebook.effective.mismatches import LiveMismatch
-from lanebook.errors import LanebookError
-from lanebook.nodes import Executor
-from lanebook.params import lane_with, load_lane
+from lanebook.verify import canary
+from lanebook.ops import launcher
+from lanebook.nodes import ssh
+from lanebook.recipe.effective.mismatches import LiveMismatch
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import Executor
+from lanebook.lane.params import lane_with, load_lane
 
 
 def test_a_dry_run_records_render_copy_stop_clean_start_and_observes_nothing():
     lane_params = load_lane("anemll-0731")
     variant = lane_with(lane_params, env={"MAX_NUM_BATCHED_TOKENS": 8216})
-    with nodes.Lane(lane_params, dry_run=True) as lane:
+    with ssh.Lane(lane_params, dry_run=True) as lane:
         relaunch = canary.relaunch_with(lane, variant)
         commands = lane.executor.commands()
     assert (relaunch.ok, relaunch.live, relaunch.error) == (False, None, None)
@@ -102,7 +104,7 @@ def test_the_kept_lane_and_what_the_lane_file_must_say():
 
 
 def test_a_canary_turned_off_skips_every_part_saying_so():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     plan = plan_of(enabled=False)
@@ -118,7 +120,7 @@ def test_a_canary_turned_off_skips_every_part_saying_so():
 
 
 def test_a_dry_run_canary_records_both_sides_and_decides_nothing():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     plan = plan_of()

@@ -1,4 +1,4 @@
-"""The lane's env on its nodes (lanebook.checkout_env): records and commands exactly (no twin), then on the twin's real
+"""The lane's env on its nodes (lanebook.ops.checkout_env): records and commands exactly (no twin), then on the twin's real
 sshd nodes: render into the head's checkout with a backup per changed file, a second render that changes nothing,
 a restore that puts the bytes back exactly and refuses an edited file, a created env file moved aside, a file changed
 between read and write left alone, and the same-bytes check naming what differs."""
@@ -7,10 +7,11 @@ import os
 
 import pytest
 
-from lanebook import checkout_env as ce
-from lanebook import nodes, transfers
-from lanebook.errors import LanebookError
-from lanebook.params import lane_with, load_lane
+from lanebook.ops import checkout_env as ce
+from lanebook.nodes import ssh
+from lanebook.ops import transfers
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
@@ -58,7 +59,7 @@ def test_sha256sum_lines_are_read_by_name():
 def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
     """The plan is the lane rendered into the reference checkout; each write requires the bytes a real run would read
     (a placeholder a shell would refuse) and keeps a backup; nothing is observed, so no backup is recorded."""
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     plan = ce.plan_on_head(lane)
     assert plan.read == {} and plan.source.startswith("lanebook's reference checkout (dry run")
     assert plan.lint.ok and "dry run: no connection opened" in plan.lint.note
@@ -94,7 +95,7 @@ def lane(twin):
     """The twin lane on a copy of its checkout on the head only (~/lbt-ce-PID-N), removed from both nodes after."""
     base = load_lane("twin")
     checkout = f"~/lbt-ce-{os.getpid()}-{next(_dirs)}"
-    with nodes.Lane(lane_with(base, checkout=checkout)) as connected:
+    with ssh.Lane(lane_with(base, checkout=checkout)) as connected:
         connected.head.run(f"cp -a {base.checkout} {checkout}")
         try:
             yield connected
@@ -205,7 +206,7 @@ def test_same_checkout_names_what_differs_and_what_is_missing(lane):
 
 
 def test_env_steps_in_a_dry_run_plan_write_and_copy_without_sending():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
     plan, backups = ce.plan_step(rb, "anemll-0731", None)
@@ -218,8 +219,8 @@ def test_env_steps_in_a_dry_run_plan_write_and_copy_without_sending():
 
 
 def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
-    from lanebook.lint import Finding, LintReport
-    from lanebook.runbook import Runbook
+    from lanebook.recipe.lint import Finding, LintReport
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
     ce.lint_step(rb, None, "r1")

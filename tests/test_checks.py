@@ -1,6 +1,6 @@
-"""Expected results (lanebook.checks): one type for every check, one spelling of each outcome; a check over a
+"""Expected results (lanebook.base.checks): one type for every check, one spelling of each outcome; a check over a
 lane's nodes is ok only when every node was observed to hold."""
-from lanebook.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, OUTCOMES, PASS, ExpectedResult, NodeResult
+from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, OUTCOMES, PASS, ExpectedResult, NodeResult
 
 on_nodes = ExpectedResult.on_nodes
 

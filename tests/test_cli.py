@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lanebook.audit import append_run, sha256_file
+from lanebook.base.files import sha256_file
+from lanebook.runs.audit import append_run
 from lanebook.cli import run_exit_code
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"

@@ -1,4 +1,4 @@
-"""lanebook.compose: the recipe's compose file read with line numbers, and the line-edit patcher."""
+"""lanebook.recipe.compose: the recipe's compose file read with line numbers, and the line-edit patcher."""
 from __future__ import annotations
 
 import re
@@ -7,9 +7,9 @@ import pytest
 from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
 from ruamel.yaml import YAML
 
-from lanebook.compose import ComposeFile, _closest_key, load_compose
-from lanebook.effective.checkout import REFERENCE
-from lanebook.errors import LanebookError
+from lanebook.recipe.compose import ComposeFile, _closest_key, load_compose
+from lanebook.recipe.effective.checkout import REFERENCE
+from lanebook.base.errors import LanebookError
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 NEW_SPEC = 'SPECULATIVE_CONFIG="{\\"method\\":\\"dspark\\"}";'
@@ -125,7 +125,7 @@ def test_missing_file_and_directory(tmp_path):
 
 
 def test_what_yaml_reads_but_a_compose_file_cannot_be_is_one_line(tmp_path):
-    from lanebook.effective.compose_model import container_from_text
+    from lanebook.recipe.effective.compose_model import container_from_text
 
     with pytest.raises(LanebookError) as exc:
         ComposeFile("services:\n  x: 2001-13-01\n", "c.yml")
@@ -139,7 +139,7 @@ def test_what_yaml_reads_but_a_compose_file_cannot_be_is_one_line(tmp_path):
 
 
 def test_safe_data_is_a_fresh_copy_of_one_parse():
-    from lanebook.compose import safe_data
+    from lanebook.recipe.compose import safe_data
 
     text = "services:\n  a: {command: vllm serve m}\n"
     first = safe_data(text)

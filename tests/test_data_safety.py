@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from recipe_dry_run import every_operation
 
-from lanebook import checkout_env, files, render, rollback, transfers, weights
-from lanebook.nodes import Lane, qpath
-from lanebook.params import lane_names, lane_with, load_lane
-from lanebook.paths import REPO
+from lanebook.ops import checkout_env, rollback, transfers, weights
+from lanebook.base import files
+from lanebook.recipe import render
+from lanebook.nodes.ssh import Lane, qpath
+from lanebook.lane.params import lane_names, lane_with, load_lane
+from lanebook.base.paths import REPO
 from lanebook.twin.nodes import TwinLayout
 
 LIB = REPO / "lib" / "lanebook"
@@ -81,7 +83,7 @@ def test_the_only_deletion_near_the_weights_is_of_incomplete_files_on_workers(dr
 # --- files: backed up first, written atomically -----------------------------------------------------------------
 
 # Every direct write in the product library, with why it is not an operator's file that needs a backup; any other
-# write must go through lanebook.files (backup, then write_atomic).
+# write must go through lanebook.base.files (backup, then write_atomic).
 DIRECT_WRITES = {
     "book.py": "the book's staging directory, rebuilt from scratch each time",
     "checkout_env.py": "a temporary file holding new bytes to send to the head",

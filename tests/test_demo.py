@@ -1,6 +1,7 @@
 """`make demo` (lanebook.demo): it passes only when every runbook of the main job exists and passed; a missing
 runbook is named and fails the demo instead of being skipped under a pass."""
-from lanebook import demo, paths
+from lanebook import demo
+from lanebook.base import paths
 
 
 def test_every_runbook_passed():

@@ -1,10 +1,10 @@
-"""The diagnose follow-ups' rules (lanebook.diagnose), with exact figures: the A→B→A requests and verdict, the K
+"""The diagnose follow-ups' rules (lanebook.verify.diagnose), with exact figures: the A→B→A requests and verdict, the K
 boundary's plan and stability verdict, and the canary's keep/reject rule, also on the twin engine's own
 figures for batch 8192 against 8216 (virtual time, so exact and fast)."""
 import pytest
 
-from lanebook import diagnose
-from lanebook.prometheus import parse_metrics
+from lanebook.verify import diagnose
+from lanebook.nodes.prometheus import parse_metrics
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.metrics import wave_figures
 from lanebook.speed.records import CONTENT, ROLE, USAGE, ChunkArrival, RequestRecord, WaveRecord

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import launcher, logs, nodes
-from lanebook.effective.mismatches import live_mismatches
-from lanebook.params import load_lane
-from lanebook.paths import RUNBOOKS_DIR
+from lanebook.ops import launcher, logs
+from lanebook.nodes import ssh
+from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.lane.params import load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.twin.timing import prefill_step_s
 from lanebook_runs import dry_run_offline, run
 
@@ -71,7 +72,7 @@ def twin_run(twin, tmp_path_factory):
     """One run on the launched session twin, shared by the assertions below; the lane is stopped after."""
     tmp = tmp_path_factory.mktemp("diagnose")
     record = {"figures": {}}
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         try:
             assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
             record, _ = run(tmp, "diagnose", "twin", *SMALL, expect_exit=0)

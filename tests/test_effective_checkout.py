@@ -1,4 +1,4 @@
-"""lanebook.effective.checkout: a checkout's files read from a local directory or from a node over SSH, with the files
+"""lanebook.recipe.effective.checkout: a checkout's files read from a local directory or from a node over SSH, with the files
 its start script sources."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from recipe_fixtures import COMPOSE, ENV, EXAMPLE, START, checkout
 
-from lanebook.effective.checkout import CheckoutFiles, Location
-from lanebook.effective.config import Effective
-from lanebook.errors import LanebookError
-from lanebook.nodes import CommandResult
+from lanebook.recipe.effective.checkout import CheckoutFiles, Location
+from lanebook.recipe.effective.config import Effective
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import CommandResult
 
 SOURCING_START = '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"\n. "$SCRIPT_DIR/scripts/lane-env.sh"\napply_memory_profile\n'
 LANE_ENV = ('apply_memory_profile() {\n  if [ "${ENABLE_VL_SIDECAR:-0}" = "1" ]; then\n'

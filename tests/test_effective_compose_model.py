@@ -1,4 +1,4 @@
-"""lanebook.effective.compose_model: the container Compose creates from the recipe's real compose file (../shared
+"""lanebook.recipe.effective.compose_model: the container Compose creates from the recipe's real compose file (../shared
 fixtures) and lanebook's reference, and the serve argv the image's script builds, in a bash that can run nothing."""
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from recipe_fixtures import COMPOSE, ENV, EXAMPLE, checkout, fixture_text, replace_once
 
-from lanebook.effective.checkout import CheckoutFiles
-from lanebook.effective.compose_model import container_spec, restart_policy, serve_argv
-from lanebook.effective.config import Effective
-from lanebook.effective.mismatches import lane_mismatches
-from lanebook.errors import LanebookError
-from lanebook.params import lane_with, load_lane
-from lanebook.render import speculative_config_line
+from lanebook.recipe.effective.checkout import CheckoutFiles
+from lanebook.recipe.effective.compose_model import container_spec, restart_policy, serve_argv
+from lanebook.recipe.effective.config import Effective
+from lanebook.recipe.effective.mismatches import lane_mismatches
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.recipe.render import speculative_config_line
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.tree import write_checkout
 

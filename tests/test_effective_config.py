@@ -1,10 +1,10 @@
-"""lanebook.effective.config: the effective configuration, the line that wins for each value and the dead lines."""
+"""lanebook.recipe.effective.config: the effective configuration, the line that wins for each value and the dead lines."""
 from __future__ import annotations
 
 from recipe_fixtures import COMPOSE, EXAMPLE, checkout, fixture_text, line_of, replace_once
 
-from lanebook.effective.checkout import CheckoutFiles
-from lanebook.effective.config import Effective
+from lanebook.recipe.effective.checkout import CheckoutFiles
+from lanebook.recipe.effective.config import Effective
 
 def test_a_compose_default_derives_from_another_variable(tmp_path):
     text = replace_once(fixture_text(EXAMPLE), "TP_SOCKET_IFNAME=enp1s0f1np1\n", "")

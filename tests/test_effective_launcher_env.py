@@ -1,11 +1,11 @@
-"""lanebook.effective.launcher_env: the launcher's profile overrides, read from the start script (or the env file),
+"""lanebook.recipe.effective.launcher_env: the launcher's profile overrides, read from the start script (or the env file),
 and the line that wins for the values they decide."""
 from __future__ import annotations
 
 from recipe_fixtures import ENV, EXAMPLE, START, checkout, example_checkout, fixture_text, line_of, replace_once
 
-from lanebook.effective.checkout import CheckoutFiles, Location
-from lanebook.effective.config import Effective
+from lanebook.recipe.effective.checkout import CheckoutFiles, Location
+from lanebook.recipe.effective.config import Effective
 
 def test_the_profile_key_decides_the_memory_utilization(tmp_path):
     directory = example_checkout(tmp_path)

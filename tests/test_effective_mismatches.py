@@ -1,13 +1,13 @@
-"""lanebook.effective.mismatches: the lane compared with what a checkout runs, and the live command with the lane."""
+"""lanebook.recipe.effective.mismatches: the lane compared with what a checkout runs, and the live command with the lane."""
 from __future__ import annotations
 
 import pytest
 from recipe_fixtures import example_checkout
 
-from lanebook.effective.checkout import CheckoutFiles
-from lanebook.effective.config import Effective
-from lanebook.effective.mismatches import LiveMismatch, lane_mismatches, live_mismatches, same_value
-from lanebook.params import load_lane
+from lanebook.recipe.effective.checkout import CheckoutFiles
+from lanebook.recipe.effective.config import Effective
+from lanebook.recipe.effective.mismatches import LiveMismatch, lane_mismatches, live_mismatches, same_value
+from lanebook.lane.params import load_lane
 
 # --- the lane against what runs ------------------------------------------------------------------------
 
@@ -89,7 +89,7 @@ def test_a_live_command_without_a_server_mismatches_everything_the_lane_sets():
 
 def test_the_checkouts_own_serve_argv_is_a_live_command_with_no_mismatch(tmp_path):
     """What the effective computation says the server gets, shown as docker top shows it, passes the live check."""
-    from lanebook.render import render_checkout
+    from lanebook.recipe.render import render_checkout
 
     directory = example_checkout(tmp_path)
     lane = load_lane("anemll-0731")

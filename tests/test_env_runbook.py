@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import checkout_env, nodes
-from lanebook.execute import read_verdict
-from lanebook.params import lane_with, load_lane
-from lanebook.paths import RUNBOOKS_DIR
+from lanebook.ops import checkout_env
+from lanebook.nodes import ssh
+from lanebook.runs.execute import read_verdict
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook_runs import dry_run_offline, run
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
@@ -34,11 +35,11 @@ def lane_file(tmp_path: Path, name: str, **changes) -> Path:
     return path
 
 
-def hashes(lane: nodes.Lane, node: nodes.Node) -> dict[str, bytes]:
+def hashes(lane: ssh.Lane, node: ssh.Node) -> dict[str, bytes]:
     return dict(zip(FILES, checkout_env.read_node_files(node, [f"{lane.params.checkout}/{n}" for n in FILES])))
 
 
-def backups_on(node: nodes.Node, checkout: str) -> list[str]:
+def backups_on(node: ssh.Node, checkout: str) -> list[str]:
     return [n for n in node.run(f"ls -A {checkout}").stdout.split() if ".bak-" in n]
 
 
@@ -62,7 +63,7 @@ def test_dry_runs_on_the_real_lanes_print_the_commands_and_open_no_connection(tm
 
 @pytest.mark.twin
 def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         before = {n.alias: hashes(lane, n) for n in lane.nodes}
         done = papermill(tmp_path / "out.ipynb")
         assert done.returncode == 0, done.stderr[-2000:]
@@ -77,7 +78,7 @@ def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
 def copied(twin, tmp_path_factory):
     """A copy of the twin's checkout on the head only; removed from both nodes after the module."""
     checkout = f"~/lbt-env-runbook-{os.getpid()}"
-    with nodes.Lane(lane_with(load_lane("twin"), checkout=checkout)) as lane:
+    with ssh.Lane(lane_with(load_lane("twin"), checkout=checkout)) as lane:
         lane.head.run(f"cp -a {load_lane('twin').checkout} {checkout}")
         try:
             yield lane, tmp_path_factory.mktemp("env")

@@ -1,11 +1,11 @@
-"""lanebook.envfile: env files read as Compose and the recipe's launcher read them, and Compose interpolation."""
+"""lanebook.recipe.envfile: env files read as Compose and the recipe's launcher read them, and Compose interpolation."""
 from __future__ import annotations
 
 import pytest
 
-from lanebook.envfile import (EnvEntry, env_map, interpolate, normalized_lines, parse_env_file, parse_env_text,
+from lanebook.recipe.envfile import (EnvEntry, env_map, interpolate, normalized_lines, parse_env_file, parse_env_text,
                               references, resolve_env, unreadable_lines)
-from lanebook.errors import LanebookError
+from lanebook.base.errors import LanebookError
 
 
 def test_assignments_with_their_lines_quotes_and_comments():
@@ -69,7 +69,7 @@ def test_references_name_compose_variables_not_escaped_ones():
 
 
 def test_an_env_file_that_is_not_text_is_one_line(tmp_path):
-    from lanebook.envfile import parse_env_file
+    from lanebook.recipe.envfile import parse_env_file
 
     (tmp_path / ".env.dspark").write_bytes(b"A=\x80\n")
     with pytest.raises(LanebookError) as exc:

@@ -1,5 +1,5 @@
 """A LanebookError is one line: the CLI prints it as it is and exits 2."""
-from lanebook.errors import LaneError, LanebookError
+from lanebook.base.errors import LaneError, LanebookError
 
 
 def test_line_breaks_in_a_message_are_joined_into_one_line():

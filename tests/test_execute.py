@@ -1,4 +1,4 @@
-"""Headless runs (lanebook.execute): papermill executes a runbook notebook and the run leaves a record whose
+"""Headless runs (lanebook.runs.execute): papermill executes a runbook notebook and the run leaves a record whose
 verdict says what was established: pass, fail (a check failed), error, or dry-run (nothing observed).
 
 However a run ends it leaves one record: a dead kernel, Ctrl-C, SIGTERM, SIGKILL (finalized by the next reader),
@@ -18,14 +18,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lanebook import execute
-from lanebook.audit import read_runs, sha256_file
-from lanebook.errors import LanebookError
-from lanebook.params import lane_with, load_lane
-from lanebook.runbook import VERDICT_MIME
+from lanebook.runs import execute
+from lanebook.base.files import sha256_file
+from lanebook.runs.audit import read_runs
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.steps.runbook import VERDICT_MIME
 from lanebook_runs import stand_in_notebook
 
-HEADER = 'from lanebook.runbook import Runbook\nrb = Runbook("status", lane, dry_run=dry_run)'
+HEADER = 'from lanebook.steps.runbook import Runbook\nrb = Runbook("status", lane, dry_run=dry_run)'
 
 
 def notebook(*cells: str) -> nbformat.NotebookNode:
@@ -139,15 +140,15 @@ def test_refusals_leave_no_record(runbooks):
 
 def test_a_process_that_runs_runbooks_does_not_import_jsonschemas_format_checks():
     """rfc3987_syntax builds an Earley parser when imported (over a second of every run), isoduration brings arrow:
-    format checks nbformat never makes. A fresh process importing lanebook.execute, then jsonschema, goes without."""
-    code = ("import sys, lanebook.execute, jsonschema\n"
-            "print([sys.modules[name] for name in lanebook.execute.JSONSCHEMA_FORMAT_PACKAGES if sys.modules[name]],"
+    format checks nbformat never makes. A fresh process importing lanebook.runs.execute, then jsonschema, goes without."""
+    code = ("import sys, lanebook.runs.execute, jsonschema\n"
+            "print([sys.modules[name] for name in lanebook.runs.execute.JSONSCHEMA_FORMAT_PACKAGES if sys.modules[name]],"
             " sorted({'iri', 'duration', 'date-time'} & set(jsonschema.FormatChecker.checkers)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[] []"
     alone = "import jsonschema; print('iri' in jsonschema.FormatChecker.checkers)"
     unblocked = subprocess.run([sys.executable, "-c", alone], capture_output=True, text=True, check=True)
-    assert unblocked.stdout.strip() == "True"  # installed: what lanebook.execute spares its process
+    assert unblocked.stdout.strip() == "True"  # installed: what lanebook.runs.execute spares its process
 
 
 def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch):
@@ -159,8 +160,8 @@ def test_run_ids_stay_text_when_given_back_as_a_parameter(tmp_path, monkeypatch)
 
 
 def test_only_a_twin_lane_is_launched_on_demand_and_never_in_a_dry_run():
-    from lanebook.plugins import launch_lane_if_down
-    from lanebook.runbook import Runbook
+    from lanebook.lane.plugins import launch_lane_if_down
+    from lanebook.steps.runbook import Runbook
 
     for name in ("anemll-0731", "twin"):
         rb = Runbook("speed", name, dry_run=True)
@@ -224,7 +225,7 @@ def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypa
 CLI_WITH_RUNBOOKS = """
 import sys
 from pathlib import Path
-from lanebook import execute
+from lanebook.runs import execute
 execute.RUNBOOKS_DIR = Path(sys.argv.pop(1))
 from lanebook.cli import main
 sys.argv[0] = "lanebook"
@@ -363,7 +364,7 @@ FAILING = ('with rb.step("3 upload"):\n    rb.record(header=os.environ["LANE_NOT
 
 
 def test_planted_secrets_reach_no_notebook_record_or_book_page(runbooks, twin, monkeypatch, tmp_path):
-    from lanebook import book
+    from lanebook.site import book
 
     environment = {"HF_TOKEN": HF, "OPENAI_API_KEY": API_KEY, "LANE_NOTE": f"Authorization: Bearer {BEARER}",
                    "MIRROR_URL": f"https://operator:{URL_PASSWORD}@mirror.example/models", "DEPLOY_SSH_KEY": PRIVATE_KEY,

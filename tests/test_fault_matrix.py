@@ -95,7 +95,7 @@ def test_a_passing_row_looks_for_its_message_in_the_report():
 
 
 def test_the_twin_plugin_adds_the_page_to_the_book():
-    from lanebook.plugins import load_registry
+    from lanebook.lane.plugins import load_registry
     from lanebook.twin import fault_matrix
 
     assert load_registry().book_pages["faults"] is fault_matrix.render_page

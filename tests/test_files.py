@@ -1,12 +1,12 @@
-"""lanebook.files: a change replaces a file atomically after a backup, and a file an operator names is read with one
+"""lanebook.base.files: a change replaces a file atomically after a backup, and a file an operator names is read with one
 clear line when it cannot be."""
 import os
 from datetime import datetime, timezone
 
 import pytest
 
-from lanebook import files
-from lanebook.errors import LanebookError
+from lanebook.base import files
+from lanebook.base.errors import LanebookError
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):

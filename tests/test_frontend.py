@@ -1,10 +1,10 @@
-"""Whether a frontend renders widgets (lanebook.frontend). Outside a kernel nothing does and nothing waits; a
+"""Whether a frontend renders widgets (lanebook.base.frontend). Outside a kernel nothing does and nothing waits; a
 headless kernel (nbclient) shows no widget a view, answers within the bound and then at once. A live JupyterLab
 is checked by tests/browser_confirm_check.py (buttons clicked through Chromium)."""
 import nbformat
 from nbclient import NotebookClient
 
-from lanebook import frontend
+from lanebook.base import frontend
 
 
 def test_outside_a_kernel_nothing_renders_and_nothing_is_asked():
@@ -18,7 +18,7 @@ def test_outside_a_kernel_nothing_renders_and_nothing_is_asked():
 def test_a_headless_kernel_answers_within_the_bound_then_without_waiting():
     """nbclient's timeout turns a hang into a failure: the cell must finish on its own."""
     code = """
-from lanebook import frontend
+from lanebook.base import frontend
 first = frontend.ask('drop the page cache')
 known = frontend.headless_known()  # the second question is answered from this, without a wait
 print(first, known, frontend.ask('drop the page cache'))

@@ -9,12 +9,12 @@ import pytest
 from twin_serve import NAME
 from twin_serve import main  # noqa: F401 - module-scoped server fixture, used by name
 
-from lanebook import gates
-from lanebook.checks import ExpectedResult
-from lanebook.errors import LanebookError
-from lanebook.http import JsonAnswer
-from lanebook.nodes import Executor
-from lanebook.params import lane_with, load_lane
+from lanebook.verify import gates
+from lanebook.base.checks import ExpectedResult
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.http import JsonAnswer
+from lanebook.nodes.ssh import Executor
+from lanebook.lane.params import lane_with, load_lane
 
 LANE = load_lane("anemll-0731")
 # The recipe's exact-smoke request, as its gate line sends it.
@@ -183,7 +183,7 @@ def test_model_entries_are_judged_as_the_models_gate_judges_them():
 
 
 def test_the_runbook_shows_each_gate_then_judges_every_check_under_its_step():
-    from lanebook.runbook import Runbook, StepFailed
+    from lanebook.steps.runbook import Runbook, StepFailed
 
     assert set(gates.FIXES) == {"1 models", "2 startup log", "3 exact smoke", "4 tool smoke", "5 hermes provider block",
                                 "6 hermes route"}

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import hermes, launcher, nodes
-from lanebook.execute import read_verdict
-from lanebook.params import lane_with, load_lane
-from lanebook.paths import RUNBOOKS_DIR
+from lanebook.verify import hermes
+from lanebook.ops import launcher
+from lanebook.nodes import ssh
+from lanebook.runs.execute import read_verdict
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook_runs import dry_run_offline, run
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
@@ -59,7 +61,7 @@ def test_papermill_dry_run_on_the_preview_lane(tmp_path):
 def launched(twin):
     """The twin lane launched once for this module's runs (by the launcher: the launch runbook has its own tests),
     stopped after."""
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         assert launcher.start_lane(lane).ok
         yield lane
         launcher.stop_lane(lane)
@@ -115,7 +117,7 @@ def test_a_lane_whose_hermes_runs_on_another_host_runs_the_route_smoke_there_ove
     """hermes.host names the twin's head: config put by SFTP, the CLI run there, state.db fetched back."""
     base = launched.params
     params = lane_with(base, hermes={**base.hermes.model_dump(), "host": "head", "bin": str(hermes.OWN_INSTALL)})
-    with nodes.Lane(params) as lane:
+    with ssh.Lane(params) as lane:
         provider, _ = hermes.block_gate("5 hermes provider block", lane, None)
         route, found = hermes.route_gate("6 hermes route", lane, provider)
         sent = lane.executor.commands()

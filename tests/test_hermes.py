@@ -10,10 +10,10 @@ import pytest
 from twin_serve import NAME
 from twin_serve import main  # noqa: F401 - module-scoped server fixture, used by name
 
-from lanebook import hermes
-from lanebook.errors import LanebookError
-from lanebook.nodes import Lane
-from lanebook.params import lane_with, load_lane
+from lanebook.verify import hermes
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import Lane
+from lanebook.lane.params import lane_with, load_lane
 
 LANE = load_lane("anemll-0731")
 STEP = "5 hermes provider block"

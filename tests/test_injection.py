@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import checkout_env, launcher, rollback, transfers, weights
-from lanebook.errors import LaneError
-from lanebook.logs import scan_log
-from lanebook.nodes import Lane, NodeError, qpath
-from lanebook.params import PARAMS_DIR, lane_with, load_lane
+from lanebook.ops import checkout_env, launcher, rollback, transfers, weights
+from lanebook.base.errors import LaneError
+from lanebook.ops.logs import scan_log
+from lanebook.nodes.ssh import Lane, NodeError, qpath
+from lanebook.lane.params import PARAMS_DIR, lane_with, load_lane
 from lanebook.twin.nodes import TwinLayout
 from lanebook_runs import run
 
@@ -200,7 +200,7 @@ def _joins_quoted(expr: ast.AST) -> bool:
 
 
 def test_every_value_in_a_remote_command_is_quoted():
-    from lanebook.paths import REPO
+    from lanebook.base.paths import REPO
 
     unquoted, seen = [], 0
     for path in sorted((REPO / "lib" / "lanebook").rglob("*.py")):

@@ -18,17 +18,17 @@ from recipe_fixtures import FIXTURES
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from lanebook.compose import ComposeFile, load_compose, safe_data
-from lanebook.envfile import interpolate, normalized_lines, parse_env_file, parse_env_text, references, resolve_env, unreadable_lines
-from lanebook.errors import LaneError, LanebookError
-from lanebook.execute import RESERVED, RUNBOOKS, parse_params, run_runbook
-from lanebook.launcher import launcher_command
-from lanebook.lint import lint_env_and_compose
-from lanebook.nodes import Lane
-from lanebook.params import (ENV_KEY_RE, MODEL_RE, NAME_RE, USER_RE, LaneParams, check_host, lane_names, load_lane)
-from lanebook.paths import PARAMS_DIR
-from lanebook.transfers import rsync_command
-from lanebook.weights import download_command
+from lanebook.recipe.compose import ComposeFile, load_compose, safe_data
+from lanebook.recipe.envfile import interpolate, normalized_lines, parse_env_file, parse_env_text, references, resolve_env, unreadable_lines
+from lanebook.base.errors import LaneError, LanebookError
+from lanebook.runs.execute import RESERVED, RUNBOOKS, parse_params, run_runbook
+from lanebook.ops.launcher import launcher_command
+from lanebook.recipe.lint import lint_env_and_compose
+from lanebook.nodes.ssh import Lane
+from lanebook.lane.params import (ENV_KEY_RE, MODEL_RE, NAME_RE, USER_RE, LaneParams, check_host, lane_names, load_lane)
+from lanebook.base.paths import PARAMS_DIR
+from lanebook.ops.transfers import rsync_command
+from lanebook.ops.weights import download_command
 
 # Derandomized: the suite draws the same 1,000 examples on every run, so CI's verdict is the code's, never the
 # draw's; `make fuzz` draws fresh ones (each input it finds that fails becomes an @example here, and a fix).
@@ -174,16 +174,16 @@ def _guarded(monkeypatch_obj, outputs: Path):
     """Every way out of lanebook's checks into an action raises Reached instead: opening an SSH connection, claiming
     a run's output (papermill would run next), a speed or HTTP run, the twin, the demo, the book, the lab. papermill's
     notebook inspection (the same answer for the same file) is remembered, as a long-lived process would."""
-    import lanebook.book
+    import lanebook.site.book
     import lanebook.demo
-    import lanebook.execute
-    import lanebook.lab
-    import lanebook.nodes
+    import lanebook.runs.execute
+    import lanebook.runs.lab
+    import lanebook.nodes.ssh
     import lanebook.speed.command
     import lanebook.twin.control
 
     inspected = {}
-    real_inspect = lanebook.execute.notebook_parameters
+    real_inspect = lanebook.runs.execute.notebook_parameters
 
     def remembered(path):
         if path not in inspected:
@@ -196,12 +196,12 @@ def _guarded(monkeypatch_obj, outputs: Path):
         return act
 
     monkeypatch_obj.setenv("LANEBOOK_OUTPUTS", str(outputs))
-    monkeypatch_obj.setattr(lanebook.execute, "notebook_parameters", remembered)
-    monkeypatch_obj.setattr(lanebook.execute, "_new_output", reached("run"))
-    monkeypatch_obj.setattr(lanebook.nodes.Node, "connection", reached("ssh"))
+    monkeypatch_obj.setattr(lanebook.runs.execute, "notebook_parameters", remembered)
+    monkeypatch_obj.setattr(lanebook.runs.execute, "_new_output", reached("run"))
+    monkeypatch_obj.setattr(lanebook.nodes.ssh.Node, "connection", reached("ssh"))
     monkeypatch_obj.setattr(lanebook.speed.command, "speed_command", reached("speed"))
     for module, name in ((lanebook.twin.control, "up"), (lanebook.twin.control, "down"),
-                         (lanebook.demo, "run_demo"), (lanebook.book, "build_book"), (lanebook.lab, "run_lab")):
+                         (lanebook.demo, "run_demo"), (lanebook.site.book, "build_book"), (lanebook.runs.lab, "run_lab")):
         monkeypatch_obj.setattr(module, name, reached(name))
     yield
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import lab
-from lanebook.errors import LanebookError
+from lanebook.runs import lab
+from lanebook.base.errors import LanebookError
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 SCHEMAS = Path(sys.prefix) / "share" / "jupyter" / "lab" / "schemas"

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import launcher, nodes
-from lanebook.params import load_lane
-from lanebook.paths import REPO
+from lanebook.ops import launcher
+from lanebook.nodes import ssh
+from lanebook.lane.params import load_lane
+from lanebook.base.paths import REPO
 from lanebook_runs import dry_run_offline
 
 
@@ -32,7 +33,7 @@ def run_launch(tmp_path, expect_exit: int) -> dict:
 @pytest.mark.twin
 def test_launch_removes_a_planted_segment(twin, tmp_path):
     """`lanebook run launch --lane twin` on a stopped lane: step 1 cleans what was planted in both nodes' /dev/shm."""
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         launcher.stop_lane(lane)
         name = f"psm_planted{os.getpid()}"
         for node in lane.nodes:
@@ -63,7 +64,7 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
     shows: the server boots, and launch fails at step 5 naming the flag, the lane's value and the live value."""
     lane_params = load_lane("twin")
     script = f"{lane_params.checkout.removeprefix('~/')}/{lane_params.launcher.start.removeprefix('./')}"
-    with nodes.Lane(lane_params) as lane:
+    with ssh.Lane(lane_params) as lane:
         launcher.stop_lane(lane)
         original = lane.head.run(f"cat {script}").stdout
         lane.head.run(f"sed -i 's/^apply_memory_profile$/apply_memory_profile; export MAX_NUM_BATCHED_TOKENS=8216/' {script}")
@@ -102,12 +103,12 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
     """T03 / P01: the head's compose file loses its `VLLM_USE_BREAKABLE_CUDAGRAPH` environment line (the env file
     alone does not reach the container). launch stops at its prerequisites naming P01 before anything is stopped or
     started; the env runbook puts the injection back (with a backup) and what the head runs lints clean again."""
-    from lanebook.lint import lint_what_lane_runs
+    from lanebook.recipe.lint import lint_what_lane_runs
     from lanebook_runs import run
 
     lane_params = load_lane("twin")
     compose = f"{lane_params.checkout.removeprefix('~/')}/docker-compose.dspark.yml"
-    with nodes.Lane(lane_params) as lane:
+    with ssh.Lane(lane_params) as lane:
         lane.head.run(f"sed -i '/VLLM_USE_BREAKABLE_CUDAGRAPH:/d' {compose}")
         assert "VLLM_USE_BREAKABLE_CUDAGRAPH" not in lane.head.run(f"cat {compose}").stdout
         failed, _ = run(tmp_path, "launch", "twin", expect_exit=1)

@@ -1,4 +1,4 @@
-"""Starting and stopping a lane through its checkout's scripts (lanebook.launcher): the seed's command lines in
+"""Starting and stopping a lane through its checkout's scripts (lanebook.ops.launcher): the seed's command lines in
 dry-run, the launcher's codes and messages read into outcomes (the recipe launcher's own lines), and on the
 twin the launch cycle and each failure outcome as the twin's launcher produces it."""
 import json
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import launcher, logs, nodes
-from lanebook.params import lane_with, load_lane
+from lanebook.ops import launcher, logs
+from lanebook.nodes import ssh
+from lanebook.lane.params import lane_with, load_lane
 from recipe_dry_run import dry_lane, every_operation
 
 CONTAINER = "ds4-f-mia-anemll-0731-vllm-dspark-1"
@@ -63,7 +64,7 @@ def test_launcher_outcomes(code, output, outcome, reason):
     (1, "Post-readiness warmup: ok\nStartup failed.\n", None),  # not an ok launch
 ])
 def test_the_launchers_warmup_hook_counts_only_when_it_says_ok(code, output, said):
-    assert launcher.launcher_result(nodes.CommandResult("head", "start", code, output)).hook_warmed == said
+    assert launcher.launcher_result(ssh.CommandResult("head", "start", code, output)).hook_warmed == said
 
 def test_there_is_no_already_up_outcome():
     assert launcher.launcher_outcome(3, "DSpark head container already exists")[0] == "failed"
@@ -88,7 +89,7 @@ def test_lane_state_from_the_running_containers(running, state, orphaned):
 
 
 def test_a_dry_run_observes_no_state_and_records_the_api_questions():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     containers, answer = launcher.lane_containers(lane), launcher.ask_api(lane)
     assert (containers.state, containers.orphaned, containers.summary()) == ("not observed (dry run)", {}, "not observed (dry run)")
     assert (answer.healthy, answer.models, answer.model_ids) == (None, None, [])
@@ -102,7 +103,7 @@ def test_an_api_that_does_not_answer_is_reported_not_raised():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: connections are refused
-        lane = nodes.Lane(lane_with(load_lane("twin"), api=f"http://127.0.0.1:{port}/v1", ssh_config=None))
+        lane = ssh.Lane(lane_with(load_lane("twin"), api=f"http://127.0.0.1:{port}/v1", ssh_config=None))
         answer = launcher.ask_api(lane, timeout_s=1)
     assert answer.healthy is False and answer.models is None
     assert answer.detail.startswith(f"/health: http://127.0.0.1:{port}/health not ready within 1 s")
@@ -111,7 +112,7 @@ def test_an_api_that_does_not_answer_is_reported_not_raised():
 # --- dry run ---------------------------------------------------------------------------------------
 
 def test_dry_run_gives_the_seed_lines_and_claims_nothing():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     started, status, stopped = launcher.start_lane(lane), launcher.run_status_script(lane), launcher.stop_lane(lane)
     assert lane.executor.commands()[:3] == [
         LAUNCH,
@@ -160,7 +161,7 @@ def test_dry_run_without_a_network():
 
 
 def test_values_reaching_a_shell_are_quoted():
-    lane = nodes.Lane(lane_with(load_lane("twin"), checkout="~/odd dir; rm -rf x",
+    lane = ssh.Lane(lane_with(load_lane("twin"), checkout="~/odd dir; rm -rf x",
                                 launcher={"env": {"PROJECT_NAME": "p q", "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}}),
                       dry_run=True)
     launcher.start_lane(lane)
@@ -173,7 +174,7 @@ def test_values_reaching_a_shell_are_quoted():
 @pytest.fixture
 def lane(twin):
     """The twin lane, stopped before and after."""
-    with nodes.Lane(load_lane("twin")) as connected:
+    with ssh.Lane(load_lane("twin")) as connected:
         launcher.stop_lane(connected)
         yield connected
         launcher.stop_lane(connected)
@@ -223,7 +224,7 @@ def test_launch_cycle(lane):
 @pytest.mark.twin
 def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
     """One attempt, a second apart, cannot see a cold bind through: the launcher's timeout path with both ranks' logs."""
-    quick = nodes.Lane(lane_with(lane.params, launcher={"env": {"PROJECT_NAME": "ds4-f-mia-anemll-0731",
+    quick = ssh.Lane(lane_with(lane.params, launcher={"env": {"PROJECT_NAME": "ds4-f-mia-anemll-0731",
                                                                  "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}}),
                        executor=lane.executor)
     timed_out = launcher.start_lane(quick)
@@ -236,7 +237,7 @@ def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
 def checkout_copy(lane, name, edit=""):
     """A copy of the twin lane's checkout on the head, `edit` run in it (sed on its .env.dspark, rm...)."""
     lane.head.run(f"rm -rf ~/{name} && cp -a ~/ds4-f-mia-anemll-0731 ~/{name}" + (f" && cd ~/{name} && {edit}" if edit else ""))
-    return nodes.Lane(lane_with(lane.params, checkout=f"~/{name}"), executor=lane.executor)
+    return ssh.Lane(lane_with(lane.params, checkout=f"~/{name}"), executor=lane.executor)
 
 
 @pytest.mark.twin
@@ -271,7 +272,7 @@ def test_occupancy_tells_this_lane_a_known_lane_and_another_apart():
 
 
 def test_steps_of_a_serving_or_down_lane_skip_saying_why():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("status", "anemll-0731", dry_run=True)
     assert launcher.start_step(rb, rb.lane, "already up", "launcher reports the lane up") is None
@@ -286,7 +287,7 @@ def test_steps_of_a_serving_or_down_lane_skip_saying_why():
 
 
 def test_a_dry_run_start_step_records_the_launch_and_observes_nothing():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("launch", "anemll-0731", dry_run=True)
     started = launcher.start_step(rb, rb.lane, False, "launcher reports the lane up", timing=True)

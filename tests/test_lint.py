@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_text, line_of, need, replace_once
 
-from lanebook import lint as lint_module
-from lanebook.effective.checkout import REFERENCE
-from lanebook.lint import lint_env_and_compose, lint_lane_on_reference, lint_what_lane_runs
-from lanebook.params import lane_names, load_lane
-from lanebook.render import render_checkout
+from lanebook.recipe import lint as lint_module
+from lanebook.recipe.effective.checkout import REFERENCE
+from lanebook.recipe.lint import lint_env_and_compose, lint_lane_on_reference, lint_what_lane_runs
+from lanebook.lane.params import lane_names, load_lane
+from lanebook.recipe.render import render_checkout
 
 ENV = ".env.dspark"
 

@@ -1,4 +1,4 @@
-"""The lane pair lock (lanebook.lock): its record and staleness decision exactly; its shell commands run by
+"""The lane pair lock (lanebook.runs.lock): its record and staleness decision exactly; its shell commands run by
 bash and sh in a home of the test's own (two takers, one winner, nothing half-written); and on the twin, through
 `lanebook run` as an operator types it: two concurrent launches (one proceeds, the other exits 1 naming the
 holder), a run killed with SIGKILL leaving a stale lock that is refused until --break-lock, read-only runs and
@@ -20,10 +20,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lanebook import lock
-from lanebook.lock import Found, Holder, LockRefused, parse_found, stale_reason
-from lanebook.nodes import CommandResult
-from lanebook.redact import redact
+from lanebook.runs import lock
+from lanebook.runs.lock import Found, Holder, LockRefused, parse_found, stale_reason
+from lanebook.nodes.ssh import CommandResult
+from lanebook.base.redact import redact
 
 HOLDER = Holder(claim="a" * 32, user="alice", host="laptop", pid=4242, runbook="launch", run_id="b1c2d3e4",
                 lane="twin", since="2025-01-02T03:04:05Z")
@@ -177,7 +177,7 @@ def test_an_unreadable_lock_is_broken_by_its_mtime_when_stale(tmp_path):
 
 
 def test_a_run_that_needs_no_lock_gets_nothing_and_opens_nothing():
-    from lanebook.params import load_lane
+    from lanebook.lane.params import load_lane
 
     with lock.hold_lane_pair(load_lane("anemll-0731"), "launch", "r1", needed=False) as held:
         assert held is None
@@ -201,7 +201,7 @@ def test_the_heartbeat_touches_the_lock_while_held_and_stops_when_it_is_broken(t
 
 
 def test_exactly_the_runbooks_that_change_the_lane_take_the_lock():
-    from lanebook.execute import CHANGING, RUNBOOKS
+    from lanebook.runs.execute import CHANGING, RUNBOOKS
 
     assert sorted(CHANGING) == ["diagnose", "env", "launch", "rollback", "stop", "warmup", "weights"]
     assert sorted(set(RUNBOOKS) - CHANGING) == ["gates", "speed", "status"]  # they send requests, change nothing
@@ -235,8 +235,8 @@ def head_lock(lane) -> str:
 
 @pytest.fixture(scope="module")
 def twin_lane(twin):
-    from lanebook.nodes import Lane
-    from lanebook.params import load_lane
+    from lanebook.nodes.ssh import Lane
+    from lanebook.lane.params import load_lane
 
     with Lane(load_lane("twin")) as lane:
         assert head_lock(lane) == "", "a lane pair lock left on the twin head before this module"
@@ -318,15 +318,15 @@ def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, tw
 def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path, monkeypatch):
     """Stand-in stages: `weights` (in its papermill kernel) takes the lock as a nested run would and reports who
     holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
-    from lanebook import promote
+    from lanebook.runs import promote
     from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
-    from lanebook.params import lane_path, load_lane
+    from lanebook.lane.params import lane_path, load_lane
 
     lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
     lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
     folder = tmp_path / "runbooks"
     folder.mkdir()
-    nested = ("from lanebook.lock import lane_pair_lock\nfrom lanebook.params import load_lane\n"
+    nested = ("from lanebook.runs.lock import lane_pair_lock\nfrom lanebook.lane.params import load_lane\n"
               "with lane_pair_lock(load_lane(lane), 'launch', 'nested') as held:\n    holder = held\n"
               "verdict, figures = 'pass', {'held_by': [holder.runbook, holder.run_id]}\n")
     for name, code in [("weights", nested), ("env", "verdict, figures = 'fail', {}\n")] + \
@@ -349,7 +349,7 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
 
 @pytest.mark.twin
 def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_lane):
-    from lanebook.params import load_lane
+    from lanebook.lane.params import load_lane
 
     with pytest.raises(RuntimeError, match="the runbook broke"):
         with lock.lane_pair_lock(load_lane("twin"), "stop", "r1") as held:
@@ -358,8 +358,8 @@ def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_lane):
     assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ
 
     env = {key: value for key, value in os.environ.items() if key != lock.LOCK_CLAIM_ENV}
-    holding = subprocess.Popen([sys.executable, "-c", "import time\nfrom lanebook.lock import lane_pair_lock\n"
-                                "from lanebook.params import load_lane\nwith lane_pair_lock(load_lane('twin'), 'stop', 'r2'):\n"
+    holding = subprocess.Popen([sys.executable, "-c", "import time\nfrom lanebook.runs.lock import lane_pair_lock\n"
+                                "from lanebook.lane.params import load_lane\nwith lane_pair_lock(load_lane('twin'), 'stop', 'r2'):\n"
                                 "    print('held', flush=True)\n    time.sleep(300)"], env=env, stdout=subprocess.PIPE, text=True)
     assert holding.stdout.readline() == "held\n" and Holder.from_json(head_lock(twin_lane)).pid == holding.pid
     holding.terminate()  # SIGTERM: a closed terminal, a `kill`

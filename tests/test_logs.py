@@ -1,13 +1,14 @@
-"""Reading a lane's logs and live process (lanebook.logs): pure parsing with exact values, and on the twin the
+"""Reading a lane's logs and live process (lanebook.ops.logs): pure parsing with exact values, and on the twin the
 seed's log gate and `docker top` of a running container, a missing container being an error."""
 import subprocess
 
 import pytest
 
-from lanebook import logs, nodes
-from lanebook.speculative import speculative_config
-from lanebook.checks import ExpectedResult
-from lanebook.params import load_lane
+from lanebook.ops import logs
+from lanebook.nodes import ssh
+from lanebook.recipe.speculative import speculative_config
+from lanebook.base.checks import ExpectedResult
+from lanebook.lane.params import load_lane
 
 TOP = """UID                 PID                 PPID                C                   STIME               TTY                 TIME                CMD
 root                4101                4100                0                   07:01               ?                   00:00:00            /bin/bash -c exec /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888
@@ -41,7 +42,7 @@ def test_serving_command_prefers_the_vllm_process_over_its_shell():
 
 
 def test_dry_run_lines():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     logs.scan_log(lane.head, "ds4-f-mia-anemll-0731-vllm-dspark-1")
     logs.scan_log(lane.head, "name with 'quote'", ["a b"])
     assert lane.executor.commands() == [
@@ -56,7 +57,7 @@ COMPOSE = "docker compose -p logs-test --env-file .env.dspark -f docker-compose.
 
 @pytest.mark.twin
 def test_log_gate_and_live_command_on_the_twin(twin):
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         head = lane.head
         head.run(f"cd ds4-f-mia-anemll-0731 && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d && sleep 30")
         try:
@@ -67,9 +68,9 @@ def test_log_gate_and_live_command_on_the_twin(twin):
             assert logs.schedule_in_live_command(head, "logs-test-vllm-dspark-1")
         finally:
             head.run(f"cd ds4-f-mia-anemll-0731 && {COMPOSE} down")
-        with pytest.raises(nodes.NodeError, match="head: no container named no-such-container"):
+        with pytest.raises(ssh.NodeError, match="head: no container named no-such-container"):
             logs.scan_log(head, "no-such-container")
-        with pytest.raises(nodes.CommandFailed, match="No such container"):
+        with pytest.raises(ssh.CommandFailed, match="No such container"):
             logs.live_command(head, "no-such-container")
 
 

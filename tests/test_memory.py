@@ -1,10 +1,11 @@
-"""Memory on the nodes before a launch (lanebook.memory): what each operation sends, and on the twin that its
+"""Memory on the nodes before a launch (lanebook.ops.memory): what each operation sends, and on the twin that its
 result is what was observed afterwards: planted segments gone (or named when a wrong cleanup leaves them),
 free memory read back, legacy units inactive and masked, sticky memory after a stop until caches drop."""
 import pytest
 
-from lanebook import memory, nodes
-from lanebook.params import load_lane, lane_with
+from lanebook.ops import memory
+from lanebook.nodes import ssh
+from lanebook.lane.params import load_lane, lane_with
 from twin_helpers import private_twin
 
 UNIT = "aiden-vllm.service"
@@ -35,7 +36,7 @@ def test_unit_states_from_the_probe():
 
 
 def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     checks = [memory.clean_memory(lane), memory.mask_legacy_units(lane), memory.check_sticky_uma(lane)]
     assert not any(checks) and {c.seen for c in checks} == {"not observed (dry run)"}
     lines = lane.executor.commands()
@@ -54,7 +55,7 @@ def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
 @pytest.fixture(scope="module")
 def lane(tmp_path_factory):
     with private_twin(tmp_path_factory.mktemp("twin-memory"), ["legacy-units-active", "sticky-uma"]) as status:
-        with nodes.Lane(lane_with(load_lane("twin"), api=status["api"])) as connected:
+        with ssh.Lane(lane_with(load_lane("twin"), api=status["api"])) as connected:
             yield connected
 
 
@@ -87,7 +88,7 @@ def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
     lane.head.run("printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/local-vllm.service"
                   " && systemctl start local-vllm.service")
     try:
-        other = nodes.Lane(lane_with(lane.params, legacy_units=["local-vllm.service"]), executor=lane.executor)
+        other = ssh.Lane(lane_with(lane.params, legacy_units=["local-vllm.service"]), executor=lane.executor)
         check = memory.mask_legacy_units(other)
         assert not check.ok and not check.nodes["head"].ok
         assert "Failed to mask unit: File /etc/systemd/system/local-vllm.service already exists." in check.nodes["head"].detail
@@ -127,7 +128,7 @@ def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane
     baseline = memory.check_sticky_uma(lane).nodes["head"].figures["free_gib"]
     lane.head.run(f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
     try:
-        with pytest.raises(nodes.NodeError, match="not cleaning memory while a vLLM server runs on the pair .head: memory-test-vllm-dspark-1"):
+        with pytest.raises(ssh.NodeError, match="not cleaning memory while a vLLM server runs on the pair .head: memory-test-vllm-dspark-1"):
             memory.clean_memory(lane)
     finally:
         lane.head.run(f"cd {CHECKOUT} && {COMPOSE} down")
@@ -138,7 +139,7 @@ def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane
 
 
 def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("launch", "anemll-0731", dry_run=True)
     memory.clean_step(rb, "the lane is already up")

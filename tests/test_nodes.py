@@ -1,15 +1,16 @@
-"""The one place remote commands go through (lanebook.nodes), against the twin's nodes over real SSH:
+"""The one place remote commands go through (lanebook.nodes.ssh), against the twin's nodes over real SSH:
 run/sudo with timeouts, put/get, streaming, redaction, the failures (a node down, a command timing out),
 `each` collecting every node's outcome, and how a lane's ssh config resolves (plugins, dry runs)."""
 import uuid
 
 import pytest
 
-from lanebook import nodes, plugins
-from lanebook.errors import LanebookError
-from lanebook.nodes import CommandFailed, CommandResult, CommandTimeout, LaneResult, NodesFailed, NodeUnreachable
-from lanebook.params import lane_with, load_lane
-from lanebook.redact import REDACTED
+from lanebook.nodes import ssh
+from lanebook.lane import plugins
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import CommandFailed, CommandResult, CommandTimeout, LaneResult, NodesFailed, NodeUnreachable
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.base.redact import REDACTED
 from twin_helpers import private_twin, process_gone
 
 twin = pytest.mark.twin
@@ -18,7 +19,7 @@ FAKE_TOKEN = "hf_" + "a1B2c3D4e5" * 3
 
 @pytest.fixture
 def lane(twin):
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         yield lane
 
 
@@ -114,7 +115,7 @@ def test_stdin_feeds_a_local_file(lane, tmp_path):
 def test_a_node_down_is_one_clear_error(tmp_path):
     """Fault worker-unreachable (the worker's sshd is not running): NodeUnreachable naming the node, recorded,
     and the head unaffected; `each` still has the head's result."""
-    with private_twin(tmp_path / "twin", ["worker-unreachable"]), nodes.Lane(load_lane("twin")) as lane:
+    with private_twin(tmp_path / "twin", ["worker-unreachable"]), ssh.Lane(load_lane("twin")) as lane:
         with pytest.raises(NodeUnreachable, match=r"^worker \(\w+@127\.0\.0\.3:\d+\) unreachable: .*Unable to connect"):
             lane.node("worker").run("hostname")
         with pytest.raises(NodesFailed, match=r"^worker \(\w+@127\.0\.0\.3:\d+\) unreachable: .*\(1 of 2 nodes failed\)$") as caught:
@@ -139,10 +140,10 @@ def test_host_key_checking_is_on(twin, tmp_path):
     strict = tmp_path / "ssh_config"
     strict.write_text(config.replace(known, str(empty)))
     lane_params = lane_with(load_lane("twin"), ssh_config=str(strict))
-    with nodes.Lane(lane_params) as lane, pytest.raises(NodeUnreachable, match="head"):
+    with ssh.Lane(lane_params) as lane, pytest.raises(NodeUnreachable, match="head"):
         lane.head.run("true")
     assert empty.read_text() == ""  # nothing was added behind our back
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         assert lane.head.run("true").ok  # the twin's own known_hosts is accepted
 
 
@@ -162,7 +163,7 @@ def test_each_runs_on_every_node_after_one_fails(lane):
 
 
 def test_lane_result_of_a_dry_run_observed_nothing():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     results = lane.each("free -m")
     assert list(results) == ["head", "worker"] and all(r.dry_run for r in results.values())
     assert not results.ok and results.summary() == "not observed (dry run)"
@@ -191,32 +192,32 @@ def test_a_plugin_resolves_a_named_ssh_config(registry, tmp_path):
     config = tmp_path / "ssh_config"
     config.write_text("Host head\n  HostName 127.0.0.9\n")
     registry.ssh_config("lab", lambda: config)
-    lane = nodes.Lane(lane_with(load_lane("twin"), ssh_config="lab"))
+    lane = ssh.Lane(lane_with(load_lane("twin"), ssh_config="lab"))
     assert lane.head.ssh_config == config and lane.head._connection is None  # resolved, nothing opened
 
 
 def test_a_named_ssh_config_no_plugin_provides_is_one_clear_error(registry):
     registry.ssh_config("lab", lambda: None)
     with pytest.raises(LanebookError, match=r"ssh_config 'twin' is neither a file nor a plugin's name \(plugins' names: lab;"):
-        nodes.Lane(load_lane("twin"))
+        ssh.Lane(load_lane("twin"))
 
 
 def test_an_ssh_config_path_is_a_path(registry, tmp_path):
-    lane = nodes.Lane(lane_with(load_lane("twin"), ssh_config="~/.ssh/lane_config"))
+    lane = ssh.Lane(lane_with(load_lane("twin"), ssh_config="~/.ssh/lane_config"))
     assert str(lane.head.ssh_config).endswith("/.ssh/lane_config") and "~" not in str(lane.head.ssh_config)
-    assert nodes.Lane(lane_with(load_lane("twin"), ssh_config=None)).head.ssh_config is None  # ssh's own defaults
+    assert ssh.Lane(lane_with(load_lane("twin"), ssh_config=None)).head.ssh_config is None  # ssh's own defaults
 
 
 def test_a_dry_run_resolves_no_ssh_config(registry):
     """A dry run opens no connection, so it needs no plugin and no running twin."""
-    lane = nodes.Lane(load_lane("twin"), dry_run=True)
+    lane = ssh.Lane(load_lane("twin"), dry_run=True)
     assert lane.head.ssh_config is None
     with pytest.raises(AssertionError, match="dry-run must never open a connection"):
         lane.head.connection()
 
 
 def test_the_twin_is_the_installed_plugin_for_ssh_config_twin():
-    """The twin registers through the `lanebook.plugins` entry point (pyproject.toml), not by being imported."""
+    """The twin registers through the `lanebook.lane.plugins` entry point (pyproject.toml), not by being imported."""
     loaded = plugins.load_registry()
     assert "twin" in loaded.plugins, "the installed metadata lacks pyproject.toml's entry point: run `make setup`"
     assert "twin" in loaded.ssh_configs and loaded.preparers

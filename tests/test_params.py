@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lanebook.errors import LaneError
-from lanebook.params import lane_names, load_lane
+from lanebook.base.errors import LaneError
+from lanebook.lane.params import lane_names, load_lane
 
 LANEBOOK = [sys.executable, "-m", "lanebook.cli"]
 
@@ -95,7 +95,7 @@ def test_cli_unknown_lane_and_bad_file_exit_2(tmp_path):
 def test_k_for_batch_reads_inclusive_ranges_and_falls_back_to_fixed_k():
     """One rule for the verify K at a batch size: warmup labels its shapes, diagnose plans the K boundary and the
     twin engine drafts with it."""
-    from lanebook.params import k_for_batch
+    from lanebook.lane.params import k_for_batch
 
     schedule = [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
     assert [k_for_batch(schedule, 5, b) for b in range(1, 7)] == [5, 4, 4, 4, 3, 3]
@@ -127,7 +127,7 @@ def test_crafted_addresses_logins_and_model_ids_are_refused(tmp_path, old, templ
 
 
 def test_an_ipv6_scope_must_be_an_interface_name():
-    from lanebook.params import check_host
+    from lanebook.lane.params import check_host
 
     assert check_host("fe80::1%bond0") == "fe80::1%bond0"
     for crafted in ("fe80::1%a;b", "fe80::1%$(id)", "10.0.0.1%eth0", "fe80::1%"):
@@ -138,7 +138,7 @@ def test_an_ipv6_scope_must_be_an_interface_name():
 @pytest.mark.parametrize("field,value", [("host", "spark-1.lan"), ("host", "fe80::1"), ("host", "10.0.0.2"),
                                          ("user", "milo.k-2"), ("port", 65535)])
 def test_ordinary_addresses_and_logins_load(field, value):
-    from lanebook.params import lane_with
+    from lanebook.lane.params import lane_with
 
     lane = load_lane("anemll-0731")
     nodes = [{**lane.nodes[0].model_dump(), field: value}, lane.nodes[1].model_dump()]
@@ -164,7 +164,7 @@ def test_env_keys_values_and_paths_that_would_break_a_line_or_a_command_are_refu
 
 
 def test_paths_and_env_values_may_hold_shell_characters_they_are_quoted_where_used():
-    from lanebook.params import lane_with
+    from lanebook.lane.params import lane_with
 
     lane = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
     assert lane.checkout == "~/odd $(dir); `x`" and lane.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"
@@ -185,7 +185,7 @@ def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(t
                                      ("spark-2.lan", True), ("j;rm@h", False), ("james@h$(id)", False),
                                      ("james@h:22;id", False), ("-oProxyCommand=sh", False)])
 def test_hermes_host_is_a_node_alias_or_a_valid_ssh_destination(host, ok):
-    from lanebook.params import lane_with
+    from lanebook.lane.params import lane_with
 
     lane = load_lane("twin")
     change = {"hermes": {**lane.hermes.model_dump(), "host": host}}

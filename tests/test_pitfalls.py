@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from recipe_fixtures import SEED_000, need
 
-from lanebook.pitfalls import (PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems,
+from lanebook.recipe.pitfalls import (PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems,
                                troubleshooting_markdown)
 
 RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}

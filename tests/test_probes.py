@@ -1,10 +1,10 @@
-"""The diagnose follow-ups' requests (lanebook.probes) against the twin's stand-in server as local subprocesses
+"""The diagnose follow-ups' requests (lanebook.verify.probes) against the twin's stand-in server as local subprocesses
 (twin_serve: the recipe's serve flags; `variant` runs fault prefix-evict): what a dry run records, the A→B→A
 protocol's counters and TTFT, and the K-boundary waves draining with every request measured."""
 import httpx
 
-from lanebook import diagnose, probes
-from lanebook.nodes import Executor
+from lanebook.verify import diagnose, probes
+from lanebook.nodes.ssh import Executor
 from lanebook.speed.workloads import load_workload
 from lanebook.twin.timing import prefill_step_s
 from twin_serve import NAME, OFF, SCHEDULE, main, truth, variant  # noqa: F401 - module-scoped server fixtures
@@ -87,7 +87,7 @@ def test_long_context_steps_double_from_one_batch_budget_to_the_target():
 
 
 def test_a_long_probe_is_refused_unless_stepped_and_on_a_real_lane_attended():
-    from lanebook.params import load_lane
+    from lanebook.lane.params import load_lane
 
     real, twin = load_lane("anemll-0731"), load_lane("twin")
     stepped = probes.long_context_steps(131072)
@@ -105,9 +105,9 @@ def test_a_long_probe_is_refused_unless_stepped_and_on_a_real_lane_attended():
 def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
     import pytest
 
-    from lanebook.errors import LanebookError
-    from lanebook.nodes import Lane
-    from lanebook.params import load_lane
+    from lanebook.base.errors import LanebookError
+    from lanebook.nodes.ssh import Lane
+    from lanebook.lane.params import load_lane
 
     lane = Lane(load_lane("anemll-0731"), dry_run=True)
     with pytest.raises(LanebookError, match="pitfall P15"):
@@ -123,8 +123,8 @@ def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
 
 
 def _served(srv, name=NAME):
-    from lanebook.nodes import Executor, Lane
-    from lanebook.params import lane_with, load_lane
+    from lanebook.nodes.ssh import Executor, Lane
+    from lanebook.lane.params import lane_with, load_lane
 
     return Lane(lane_with(load_lane("twin"), api=f"{srv.url}/v1", env={"SERVED_MODEL_NAME": name}), executor=Executor())
 
@@ -142,7 +142,7 @@ def test_a_stepped_probe_climbs_on_an_idle_queue_and_stops_at_the_first_failure(
 
 
 def test_the_diagnose_probe_steps_in_a_dry_run_and_on_a_lane_without_a_boundary():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     probes.prefix_cache_step(rb, "t", 2)

@@ -1,4 +1,4 @@
-"""lanebook.processes: a live process, a dead one, a zombie and a reused pid are told apart."""
+"""lanebook.base.processes: a live process, a dead one, a zombie and a reused pid are told apart."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from lanebook.processes import process_alive, process_start
+from lanebook.base.processes import process_alive, process_start
 
 
 def _finished_pid() -> int:

@@ -1,7 +1,7 @@
-"""Showing a bounded wait or a count (lanebook.progress): headless, a few exact lines, throttled; a widget in a
+"""Showing a bounded wait or a count (lanebook.base.progress): headless, a few exact lines, throttled; a widget in a
 live frontend is checked in a real JupyterLab by tests/browser_confirm_check.py."""
-from lanebook import progress
-from lanebook.progress import Progress, counter, progress_line
+from lanebook.base import progress
+from lanebook.base.progress import Progress, counter, progress_line
 
 
 class Clock:

@@ -1,9 +1,9 @@
-"""Prometheus /metrics parsing, deltas and spec-decode figures (lanebook.prometheus)."""
+"""Prometheus /metrics parsing, deltas and spec-decode figures (lanebook.nodes.prometheus)."""
 from pathlib import Path
 
 import pytest
 
-from lanebook.prometheus import (ACCEPTED_PER_POSITION, DRAFTS, MetricsUnavailable, metrics_url, parse_metrics,
+from lanebook.nodes.prometheus import (ACCEPTED_PER_POSITION, DRAFTS, MetricsUnavailable, metrics_url, parse_metrics,
                               queue_depth, spec_decode_delta)
 
 FIXTURE = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "miaai-recipe" / "vllm-metrics-sample.txt"

@@ -1,4 +1,4 @@
-"""`lanebook promote` (lanebook.promote): the main job as one chain of recorded runs, stopping at the first runbook
+"""`lanebook promote` (lanebook.runs.promote): the main job as one chain of recorded runs, stopping at the first runbook
 that does not pass, and `--resume` continuing at that runbook without repeating the ones that passed.
 
 Where a resume starts is a pure function of the records (plan_resume). The end-to-end tests run small notebooks of
@@ -11,11 +11,12 @@ import json
 import nbformat
 import pytest
 
-from lanebook import paths, promote
-from lanebook.audit import read_runs
-from lanebook.errors import LanebookError
-from lanebook.params import lane_path, load_lane
-from lanebook.promote import MAIN_JOB, lane_digest, plan_resume
+from lanebook.base import paths
+from lanebook.runs import promote
+from lanebook.runs.audit import read_runs
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_path, load_lane
+from lanebook.runs.promote import MAIN_JOB, lane_digest, plan_resume
 from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
 
 DIGEST = {"file": "f1", "weights": "w1", "gates": "g1", "rest": "r1"}
@@ -65,7 +66,7 @@ def test_nothing_to_resume_is_one_clear_error():
 
 
 def test_the_lane_digest_keeps_the_parts_runbooks_stand_on_apart(tmp_path):
-    from lanebook.params import lane_with
+    from lanebook.lane.params import lane_with
 
     lane = load_lane("twin")
     commented = tmp_path / "twin.yaml"
@@ -148,7 +149,7 @@ def test_a_missing_runbook_is_named_before_anything_runs(stages, monkeypatch, tm
 
 def test_a_new_promotion_keeps_the_rollback_lanes_fingerprint_where_rollback_finds_it():
     """Taken on the twin's nodes before anything changes: the rollback lane's checkout and weights on every node."""
-    from lanebook.rollback import FINGERPRINT_FIGURE, recorded_fingerprint
+    from lanebook.ops.rollback import FINGERPRINT_FIGURE, recorded_fingerprint
 
     kept = promote.rollback_reference(load_lane("twin"))[FINGERPRINT_FIGURE]
     assert kept["lane"] == "twin-1m6" and kept["observed"] and set(kept["nodes"]) == {"head", "worker"}

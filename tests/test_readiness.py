@@ -1,4 +1,4 @@
-"""Waiting for a lane's server from the operator's machine (lanebook.readiness): bounded, with progress, recorded;
+"""Waiting for a lane's server from the operator's machine (lanebook.ops.readiness): bounded, with progress, recorded;
 against a real loopback server that comes up while we wait, a port nothing answers, and a twin whose /health
 never turns healthy."""
 import json
@@ -9,9 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from lanebook import launcher, nodes, readiness
-from lanebook.http import WaitTimeout
-from lanebook.params import lane_with, load_lane
+from lanebook.ops import launcher, readiness
+from lanebook.nodes import ssh
+from lanebook.nodes.http import WaitTimeout
+from lanebook.lane.params import lane_with, load_lane
 from twin_helpers import private_twin
 
 
@@ -45,7 +46,7 @@ def flaky_server():
 
 def test_wait_health_shows_progress_until_ready(flaky_server):
     seen = []
-    executor = nodes.Executor()
+    executor = ssh.Executor()
     assert readiness.wait_health(flaky_server, timeout_s=20, interval_s=0.1, progress=seen.append, executor=executor)
     assert [p.last for p in seen] == ["HTTP 503", "HTTP 503"] and seen[-1].attempt == 2
     assert readiness.wait_models(flaky_server, "m", timeout_s=5, interval_s=0.1)[0]["id"] == "m"
@@ -57,7 +58,7 @@ def test_wait_stops_at_the_bound():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     seen = []
-    executor = nodes.Executor()
+    executor = ssh.Executor()
     started = time.monotonic()
     with pytest.raises(WaitTimeout, match=r"/health: http://127.0.0.1:\d+/health not ready within 1.5 s"):
         readiness.wait_health(f"http://127.0.0.1:{port}/v1", timeout_s=1.5, interval_s=0.2, progress=seen.append,
@@ -68,7 +69,7 @@ def test_wait_stops_at_the_bound():
 
 
 def test_dry_run_records_the_waits_and_sends_nothing():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     assert readiness.wait_lane_ready(lane) is None
     assert lane.executor.commands() == [
         "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s",
@@ -80,7 +81,7 @@ def test_a_server_whose_health_never_turns(tmp_path):
     """Fault health-never: the recipe's launcher probes /v1/models only, so it reports the lane up; our /health
     wait is what catches it, stopping at its bound with one clear error after showing its progress."""
     with private_twin(tmp_path / "twin", ["health-never"]) as status:
-        with nodes.Lane(lane_with(load_lane("twin"), api=status["api"])) as lane:
+        with ssh.Lane(lane_with(load_lane("twin"), api=status["api"])) as lane:
             assert launcher.start_lane(lane).ok
             seen = []
             with pytest.raises(WaitTimeout, match=r"^/health: http://127\.0\.0\.2:\d+/health not ready within 2 s"):

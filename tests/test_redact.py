@@ -1,8 +1,8 @@
-"""Secrets never reach logs, records or pages (lanebook.redact): by shape, by the name they are kept under, and by
+"""Secrets never reach logs, records or pages (lanebook.base.redact): by shape, by the name they are kept under, and by
 the literal values of secret-named environment variables."""
 import nbformat
 
-from lanebook.redact import REDACTED, environment_secrets, names_secret, redact, redact_data, redact_notebook
+from lanebook.base.redact import REDACTED, environment_secrets, names_secret, redact, redact_data, redact_notebook
 
 
 def test_redacts_tokens_and_keeps_the_key_name():

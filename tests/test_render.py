@@ -11,12 +11,12 @@ import pytest
 from recipe_fixtures import COMPOSE, EXAMPLE, REPO, checkout, fixture_text, line_of, replace_once, seed_speculative_lines
 from ruamel.yaml import YAML
 
-from lanebook.effective.checkout import REFERENCE, CheckoutFiles
-from lanebook.effective.config import Effective
-from lanebook.effective.mismatches import lane_mismatches
-from lanebook.errors import LanebookError
-from lanebook.params import lane_with, load_lane
-from lanebook.render import render_checkout, sha256
+from lanebook.recipe.effective.checkout import REFERENCE, CheckoutFiles
+from lanebook.recipe.effective.config import Effective
+from lanebook.recipe.effective.mismatches import lane_mismatches
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.recipe.render import render_checkout, sha256
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 FIXTURE_SPEC = '\\"draft_sample_method\\":\\"$${DRAFT_SAMPLE_METHOD}\\"}";'

@@ -1,4 +1,4 @@
-"""Rollback (lanebook.rollback): the fingerprint probe on local trees with exact manifests, what changes a
+"""Rollback (lanebook.ops.rollback): the fingerprint probe on local trees with exact manifests, what changes a
 fingerprint and what does not, the comparison's lines, the audit-trail lookup, the Hermes change, the dry-run
 probe line, and one fingerprint of the twin's rollback lane over SSH."""
 import hashlib
@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from lanebook import nodes, rollback
-from lanebook.errors import LanebookError
-from lanebook.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import rollback
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.twin.tree import FIXED_MTIME, HubModel, write_hub_model
 
 MTIME = 1785456000
@@ -170,7 +171,7 @@ def test_the_twin_rollback_lane_is_the_1m6_shape_on_the_twin():
 
 
 def test_a_dry_run_fingerprint_sends_one_probe_per_node_and_observes_nothing():
-    lane = nodes.Lane(load_lane("anemll-1m6"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-1m6"), dry_run=True)
     assert rollback.fingerprint(lane) == {
         "lane": "anemll-1m6", "checkout": "~/ds4-f-mia-anemll-1m6",
         "hub_dir": "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash", "observed": False, "nodes": {}}
@@ -181,7 +182,7 @@ def test_a_dry_run_fingerprint_sends_one_probe_per_node_and_observes_nothing():
 @pytest.mark.twin
 def test_the_twin_lays_out_the_rollback_lane_identically_on_both_nodes(twin):
     """One probe per node over SSH: the twin's 1m6 checkout and 48-shard tree, the same on head and worker."""
-    with nodes.Lane(load_lane("twin-1m6")) as lane:
+    with ssh.Lane(load_lane("twin-1m6")) as lane:
         fp = rollback.fingerprint(lane)
         again = rollback.fingerprint(lane)
     head, worker = ({part: {k: v for k, v in tree.items() if k != "path"} for part, tree in fp["nodes"][alias].items()}
@@ -193,11 +194,11 @@ def test_the_twin_lays_out_the_rollback_lane_identically_on_both_nodes(twin):
 
 
 def test_the_rollback_steps_compare_skip_and_show_what_they_found():
-    from lanebook.runbook import Runbook, StepFailed
+    from lanebook.steps.runbook import Runbook, StepFailed
 
     rb = Runbook("rollback", "anemll-0731", dry_run=True)
     assert rollback.load_target(rb).name == "anemll-1m6"
-    target = nodes.Lane(load_lane("anemll-1m6"), executor=rb.lane.executor)
+    target = ssh.Lane(load_lane("anemll-1m6"), executor=rb.lane.executor)
     fp = {"lane": "anemll-1m6", "observed": True, "nodes": {"head": {}}}
     rollback.recorded_step(rb, "anemll-1m6", fp, [])
     rollback.recorded_step(rb, "anemll-1m6", fp, [{"run_id": "a", "runbook": "promote", "started_at": "T",

@@ -15,11 +15,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lanebook import audit, launcher, nodes, rollback
-from lanebook.execute import read_verdict
-from lanebook.logs import live_command
-from lanebook.params import load_lane
-from lanebook.paths import RUNBOOKS_DIR
+from lanebook.runs import audit
+from lanebook.ops import launcher, rollback
+from lanebook.nodes import ssh
+from lanebook.runs.execute import read_verdict
+from lanebook.ops.logs import live_command
+from lanebook.lane.params import load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook_runs import dry_run_offline, run
 
 BIN = Path(sys.executable).parent
@@ -74,7 +76,7 @@ def test_papermill_dry_run_from_anemll_1m6_relaunches_the_c12_checkout(tmp_path)
 
 def stop_both_lanes():
     for name in ("twin-1m6", "twin"):
-        with nodes.Lane(load_lane(name)) as lane:
+        with ssh.Lane(load_lane(name)) as lane:
             launcher.stop_lane(lane)
 
 
@@ -87,9 +89,9 @@ def rolled_back(twin, tmp_path_factory):
     stray = f"{load_lane('twin-1m6').checkout}/stray-{os.getpid()}"
     stop_both_lanes()
     try:
-        with nodes.Lane(load_lane("twin")) as current:  # the launcher alone: the launch runbook has its own tests
+        with ssh.Lane(load_lane("twin")) as current:  # the launcher alone: the launch runbook has its own tests
             assert launcher.start_lane(current).ok
-        with nodes.Lane(load_lane("twin-1m6")) as target:
+        with ssh.Lane(load_lane("twin-1m6")) as target:
             recorded = {"run_id": "promote0", "runbook": "promote", "lane": "twin", "twin": True, "verdict": "pass",
                         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                         "figures": {rollback.FINGERPRINT_FIGURE: rollback.fingerprint(target)}}
@@ -100,13 +102,13 @@ def rolled_back(twin, tmp_path_factory):
                 del os.environ["LANEBOOK_OUTPUTS"]
             target.node("worker").run(f"touch {stray}")
             refused, _ = run(tmp, "rollback", "twin", expect_exit=1)
-            with nodes.Lane(load_lane("twin")) as current:
+            with ssh.Lane(load_lane("twin")) as current:
                 still_up = launcher.lane_containers(current).state
             target.node("worker").run(f"rm {stray}")
         out = tmp / "rollback.ipynb"
         done = subprocess.run([str(BIN / "papermill"), str(RUNBOOKS_DIR / "rollback.ipynb"), str(out)], capture_output=True,
                               text=True, timeout=600, env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)})
-        with nodes.Lane(load_lane("twin-1m6")) as target, nodes.Lane(load_lane("twin")) as current:
+        with ssh.Lane(load_lane("twin-1m6")) as target, ssh.Lane(load_lane("twin")) as current:
             after = {"twin": launcher.lane_containers(current).state, "twin-1m6": launcher.lane_containers(target).state,
                      "command": live_command(target.head, launcher.container_name(target))}
         again, _ = run(tmp, "rollback", "twin", expect_exit=0)  # already rolled back: verified, not relaunched

@@ -1,14 +1,15 @@
-"""The step API a runbook notebook calls (lanebook.runbook): checks, steps, skips, and the verdict it emits.
+"""The step API a runbook notebook calls (lanebook.steps.runbook): checks, steps, skips, and the verdict it emits.
 
 A dry run observes nothing on the lane: what the lane would show is "not observed", and the verdict is
 "dry-run", never "pass"; checks made on this machine (local=True) still fail it.
 """
 import pytest
 
-from lanebook import plugins, runbook
-from lanebook.params import lane_with, load_lane
-from lanebook.checks import ExpectedResult
-from lanebook.runbook import VERDICT_MIME, Runbook, StepFailed, verdict_of
+from lanebook.lane import plugins
+from lanebook.steps import runbook
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.base.checks import ExpectedResult
+from lanebook.steps.runbook import VERDICT_MIME, Runbook, StepFailed, verdict_of
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ def test_finish_emits_the_verdict_for_the_runner(shown):
     rb.record(kv_cache_tokens=2_493_464)
     verdict = rb.finish()
     assert verdict["figures"] == {"kv_cache_tokens": 2_493_464} and verdict["lane"] == "anemll-0731" and not verdict["twin"]
-    assert shown[-1][VERDICT_MIME] == verdict  # the output lanebook.execute reads back
+    assert shown[-1][VERDICT_MIME] == verdict  # the output lanebook.runs.execute reads back
     assert shown[-1]["text/plain"] == '{"verdict": "dry-run", "figures": {"kv_cache_tokens": 2493464}}'
 
 
@@ -179,7 +180,7 @@ def test_a_failed_step_says_what_to_do_next_and_emits_the_figures_measured_so_fa
 
 
 def test_a_lanebook_error_inside_a_step_fails_that_step_with_its_message(shown):
-    from lanebook.errors import LanebookError
+    from lanebook.base.errors import LanebookError
 
     rb = Runbook("launch", "twin", dry_run=True)
     with pytest.raises(StepFailed, match=r"^3 start: step completed \(head: connection refused\)$"):
@@ -210,7 +211,7 @@ def test_an_explicit_confirm_parameter_decides_and_is_recorded_as_such(registry,
 
 def test_the_buttons_decide_when_confirm_is_unset(registry, tmp_path, monkeypatch):
     """A frontend that renders the buttons: the click decides, on a real lane and on the twin alike."""
-    from lanebook import frontend
+    from lanebook.base import frontend
 
     clicks = iter([True, False])
     monkeypatch.setattr(frontend, "ask", lambda what: next(clicks))
@@ -235,11 +236,11 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
     import nbformat
     import papermill
 
-    from lanebook.params import load_lane
+    from lanebook.lane.params import load_lane
 
     lane = tmp_path / "real.yaml"
     lane.write_text(lane_with(load_lane("twin"), ssh_config=None, twin=False).model_dump_json())
-    code = (f"from lanebook.runbook import Runbook\nrb = Runbook('stop', {str(lane)!r})\n"
+    code = (f"from lanebook.steps.runbook import Runbook\nrb = Runbook('stop', {str(lane)!r})\n"
             "with rb.step('1 stop'):\n    rb.confirm('stop the lane on every node')")
     source, executed = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)],
@@ -262,7 +263,7 @@ def test_expect_each_is_one_check_a_key_and_stops_at_the_first_that_fails(shown)
 
 
 def test_expect_results_takes_each_results_outcome_and_locality_in_a_dry_run(shown):
-    from lanebook.checks import ExpectedResult
+    from lanebook.base.checks import ExpectedResult
 
     rb = dry()
     rb.expect_results([ExpectedResult.judged("1 models", "from the lane", None, "seen"),

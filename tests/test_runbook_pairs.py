@@ -6,7 +6,7 @@ import jupytext
 import nbformat
 import pytest
 
-from lanebook.paths import REPO, RUNBOOKS_DIR
+from lanebook.base.paths import REPO, RUNBOOKS_DIR
 
 NOTEBOOKS = sorted(RUNBOOKS_DIR.glob("*.ipynb"))
 
@@ -51,7 +51,7 @@ def test_papermill_reads_every_parameter_each_runbook_declares():
     import nbformat
     import papermill
 
-    from lanebook.paths import RUNBOOKS_DIR
+    from lanebook.base.paths import RUNBOOKS_DIR
 
     for path in sorted(RUNBOOKS_DIR.glob("*.ipynb")):
         cell = next(c for c in nbformat.read(path, as_version=4).cells if "parameters" in c.metadata.get("tags", []))

@@ -11,7 +11,7 @@ What is measured, on each runbook's py:percent pair (the notebook holds the same
 
 Targets: at most 10% of a runbook's code lines inside control flow, and no code cell over 12 code lines. The
 troubleshooting table follows the steps: the Markdown cell after the last step is the registry's
-(`lanebook.pitfalls.troubleshooting_markdown`; tools/sync_troubleshooting.py writes it).
+(`lanebook.recipe.pitfalls.troubleshooting_markdown`; tools/sync_troubleshooting.py writes it).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import jupytext
 import pytest
 
-from lanebook.paths import RUNBOOKS_DIR
-from lanebook.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
+from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.recipe.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
 
 MAX_CONTROL_FLOW = 0.10
 MAX_CELL_LINES = 12

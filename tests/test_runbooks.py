@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lanebook.paths import REPO
+from lanebook.base.paths import REPO
 from lanebook_runs import dry_run_offline
 
 BIN = Path(sys.executable).parent
@@ -31,9 +31,9 @@ def lanebook(*args, env=None, timeout=600):
 
 def stop_twin_lane():
     """Start each launch from a stopped lane (launch verifies an up lane instead of starting it)."""
-    from lanebook import launcher
-    from lanebook.nodes import Lane
-    from lanebook.params import load_lane
+    from lanebook.ops import launcher
+    from lanebook.nodes.ssh import Lane
+    from lanebook.lane.params import load_lane
 
     with Lane(load_lane("twin")) as lane:
         launcher.stop_lane(lane)

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import launcher, nodes
-from lanebook.params import lane_with, load_lane
-from lanebook.paths import REPO
+from lanebook.ops import launcher
+from lanebook.nodes import ssh
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.base.paths import REPO
 from lanebook.twin import control
 from lanebook.twin.nodes import ALIASES, SSHD, client_config, TwinAddresses, TwinLayout
 from lanebook_runs import run
@@ -26,7 +27,7 @@ LIB = REPO / "lib" / "lanebook"
 # --- host keys -------------------------------------------------------------------------------------------------
 
 def test_no_code_adds_unknown_host_keys_or_turns_checking_off():
-    """Fabric's Connection sets paramiko's AutoAddPolicy; lanebook replaces it with RejectPolicy (nodes.py), and no
+    """Fabric's Connection sets paramiko's AutoAddPolicy; lanebook replaces it with RejectPolicy (ssh.py), and no
     module names a policy that adds keys, or an ssh option that stops checking them."""
     lax = re.compile(r"AutoAddPolicy|WarningPolicy|StrictHostKeyChecking[ =](no|accept-new|off)|UserKnownHostsFile[ =]/dev/null",
                      re.I)
@@ -37,7 +38,7 @@ def test_no_code_adds_unknown_host_keys_or_turns_checking_off():
     assert "  StrictHostKeyChecking yes" in config.splitlines() and "  UserKnownHostsFile /k/known_hosts" in config
 
 
-def _policy(node: nodes.Node):
+def _policy(node: ssh.Node):
     return type(node.connection().client._policy).__name__
 
 
@@ -45,7 +46,7 @@ def _policy(node: nodes.Node):
 def test_a_node_refuses_a_host_whose_key_it_does_not_know(twin, tmp_path):
     """Through the twin's ssh config (its own known_hosts) the head connects; with an empty known_hosts, or the
     head presenting the worker's key, or no ssh config at all (ssh's defaults hold no twin key), it refuses."""
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         assert lane.head.run("true").ok and _policy(lane.head) == "RejectPolicy"
     config = Path(twin["ssh_config"])
     keys = config.parent / "keys"
@@ -56,12 +57,12 @@ def test_a_node_refuses_a_host_whose_key_it_does_not_know(twin, tmp_path):
     for known in (wrong, empty):
         bad = tmp_path / f"ssh_config-{known.name}"
         bad.write_text(config.read_text().replace(str(keys / "known_hosts"), str(known)))
-        with nodes.Lane(lane_with(load_lane("twin"), ssh_config=str(bad))) as lane:
-            with pytest.raises(nodes.NodeUnreachable) as refused:
+        with ssh.Lane(lane_with(load_lane("twin"), ssh_config=str(bad))) as lane:
+            with pytest.raises(ssh.NodeUnreachable) as refused:
                 lane.head.run("true")
         assert "known_hosts" in str(refused.value) or "does not match" in str(refused.value), refused.value
-    with nodes.Lane(lane_with(load_lane("twin"), ssh_config=None)) as lane:
-        with pytest.raises(nodes.NodeUnreachable, match="not found in known_hosts"):
+    with ssh.Lane(lane_with(load_lane("twin"), ssh_config=None)) as lane:
+        with pytest.raises(ssh.NodeUnreachable, match="not found in known_hosts"):
             lane.head.run("true")
     assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(ALIASES)  # the twin wrote its own, nothing added
 
@@ -138,7 +139,7 @@ def _listening(pids: set[int]) -> list[str]:
 @pytest.fixture(scope="module")
 def launched(twin):
     """The twin lane up (launched here when it was down, and stopped again after)."""
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         started = not launcher.ask_api(lane).healthy
         if started:
             assert launcher.start_lane(lane).outcome == "ok"

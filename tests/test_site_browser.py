@@ -1,5 +1,5 @@
 """The built site as a reader sees it: opened from file:// in headless Chromium (Debian's /usr/bin/chromium through
-Playwright) with no network. The book is built once (lanebook.book.build_book) from an outputs folder holding a
+Playwright) with no network. The book is built once (lanebook.site.book.build_book) from an outputs folder holding a
 twin launch run and a short twin speed run. Every page checked here renders (the theme's article shown, no
 failed request, every image loaded), asks nothing of any address but file:// (every other request is routed to
 an abort and named), and draws no character as a missing glyph; the introduction, the launch recipe page with
@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pytest
 
-from lanebook.paths import REPO
+from lanebook.base.paths import REPO
 from lanebook_runs import run
 
 CHROMIUM = "/usr/bin/chromium"
@@ -157,7 +157,7 @@ def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(browser, 
 @pytest.fixture(scope="module")
 def site(twin, tmp_path_factory) -> Path:
     """The site built from a twin launch run and a short twin speed run (launch is idempotent: an up lane is verified)."""
-    from lanebook.book import build_book
+    from lanebook.site.book import build_book
 
     tmp = tmp_path_factory.mktemp("site")
     run(tmp, "launch", "twin", expect_exit=0)

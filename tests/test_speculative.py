@@ -1,6 +1,6 @@
-"""The one reader of --speculative-config in a command line (lanebook.speculative)."""
+"""The one reader of --speculative-config in a command line (lanebook.recipe.speculative)."""
 
-from lanebook.speculative import speculative_config
+from lanebook.recipe.speculative import speculative_config
 
 
 def test_speculative_config_from_a_command_line():

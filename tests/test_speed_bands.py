@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from lanebook.errors import LanebookError
+from lanebook.base.errors import LanebookError
 from lanebook.speed.baseline import stored_baseline
 from lanebook.speed.bands import (ab_canary, bands_frame, bands_from_runs, compare_to_baseline,
                                   load_speed_document, plot_bands, plot_history)
@@ -72,7 +72,7 @@ def test_incomplete_bands_never_pass():
 def test_baseline_needs_the_same_max_tokens_and_no_errors():
     import pytest
 
-    from lanebook.errors import LanebookError
+    from lanebook.base.errors import LanebookError
 
     base = three_trials("code")
     with pytest.raises(LanebookError, match="max_tokens"):

@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from lanebook.errors import LanebookError
-from lanebook.params import lane_path
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_path
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.baseline import (BASELINE_TOLERANCE, DEFAULT_WORKLOADS, Baseline, baseline_json, counterpart, judge,
                                      lane_workloads, load_baseline, stored_baseline, write_baseline)
-from lanebook.audit import sha256_file
+from lanebook.base.files import sha256_file
 from lanebook.speed.provenance import Provenance
 
 SETUP = Provenance(lane="twin", twin=True, lane_file_sha256="ab" * 32, image="ghcr.io/anemll/dspark-vllm-gx10:0.1.1",

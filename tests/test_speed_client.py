@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from lanebook.errors import LanebookError
-from lanebook.prometheus import QueueNotIdle, metrics_url, wait_idle
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.prometheus import QueueNotIdle, metrics_url, wait_idle
 from lanebook.speed import transport
 from lanebook.speed.client import DataLines, Plan, chat_url, measure, new_client, run, stream_chat
 from lanebook.speed.command import run_speed

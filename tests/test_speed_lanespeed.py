@@ -2,9 +2,9 @@
 sent, the line a dry run records instead of sending, and the bands table and failure lines the runbook shows."""
 import pytest
 
-from lanebook.errors import LanebookError
-from lanebook.nodes import Executor
-from lanebook.params import load_lane
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import Executor
+from lanebook.lane.params import load_lane
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.command import SpeedResult
 from lanebook.speed.lanespeed import (LEVELS, MAX_TOKENS, as_list, bands_table, measure_workload, plan_speed,
@@ -116,7 +116,7 @@ def test_what_the_runbook_says_of_its_baseline_and_its_plots():
 
 
 def test_a_dry_run_of_the_speed_steps_shows_the_request_and_judges_nothing(tmp_path):
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
     from lanebook.speed import lanespeed
 
     rb = Runbook("speed", "anemll-0731", dry_run=True)

@@ -1,7 +1,7 @@
-"""SPEC section 6's figures from hand-built records: exact arithmetic, no server."""
+"""The speed figures (ARCHITECTURE.md, "Speed figures") from hand-built records: exact arithmetic, no server."""
 import pytest
 
-from lanebook.prometheus import SpecDecode
+from lanebook.nodes.prometheus import SpecDecode
 from lanebook.speed.metrics import estimate_tokens, request_figures, stamp_source, unmeasurable_reason, wave_figures
 from lanebook.speed.records import (CONTENT, OTHER, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
                                     RequestRecord, WaveRecord)

@@ -3,9 +3,9 @@ the rule that says whether two setups are the same, and what a dry run would ask
 import json
 from dataclasses import replace
 
-from lanebook.nodes import Lane
-from lanebook.params import lane_path, load_lane
-from lanebook.audit import sha256_file
+from lanebook.nodes.ssh import Lane
+from lanebook.lane.params import lane_path, load_lane
+from lanebook.base.files import sha256_file
 from lanebook.speed.provenance import (Provenance, compare_setups, digest_for, parse_image_inspect,
                                        parse_revision, parse_version, read_provenance, repository_of, split_image_ref)
 

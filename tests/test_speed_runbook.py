@@ -11,12 +11,12 @@ import httpx
 import nbformat
 import pytest
 
-from lanebook import nodes
-from lanebook.params import lane_path, load_lane
-from lanebook.paths import RUNBOOKS_DIR
+from lanebook.nodes import ssh
+from lanebook.lane.params import lane_path, load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.baseline import baseline_path, load_baseline
-from lanebook.audit import sha256_file
+from lanebook.base.files import sha256_file
 from lanebook.twin.standins.docker import IMAGES
 from lanebook_runs import dry_run_offline, run
 
@@ -54,7 +54,7 @@ def test_a_short_run_records_bands_and_the_provenance_it_read(short_run):
     prov = figures["provenance"]
     lane = load_lane("twin")
     image = str(lane.env["DSPARK_VLLM_IMAGE"])
-    with nodes.Lane(lane) as twin_lane:  # what the head holds, read here independently of the runbook
+    with ssh.Lane(lane) as twin_lane:  # what the head holds, read here independently of the runbook
         refs_main = twin_lane.head.run(f"cat {lane.weights.hub_dir}/refs/main").stdout.strip()
     version = httpx.get("http://127.0.0.2:8888/version", trust_env=False).json()["version"]
     assert (prov["image"], prov["image_digest"]) == (image, IMAGES[image].digest)

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from lanebook.params import load_lane
+from lanebook.lane.params import load_lane
 from lanebook.speed.bands import compare_to_baseline
 from lanebook.speed.baseline import stored_baseline
 from lanebook.speed.command import run_speed

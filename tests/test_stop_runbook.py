@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lanebook import launcher, nodes
-from lanebook.params import load_lane
-from lanebook.paths import RUNBOOKS_DIR
+from lanebook.ops import launcher
+from lanebook.nodes import ssh
+from lanebook.lane.params import load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook_runs import dry_run_offline, run
 
 STOP_LINE = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
@@ -28,7 +29,7 @@ def test_a_dry_run_on_the_real_lane_prints_the_stop_line_and_opens_no_connection
 
 @pytest.mark.twin
 def test_launch_status_stop_status(twin, tmp_path):
-    with nodes.Lane(load_lane("twin")) as lane:
+    with ssh.Lane(load_lane("twin")) as lane:
         try:
             assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
             up, _ = run(tmp_path, "status", "twin", expect_exit=0)

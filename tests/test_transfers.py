@@ -1,9 +1,10 @@
-"""Files on the nodes (lanebook.transfers): rsync head -> workers over the fabric (seed lines, stats parsed exactly,
+"""Files on the nodes (lanebook.ops.transfers): rsync head -> workers over the fabric (seed lines, stats parsed exactly,
 a cut transfer resumed), path tests in one round trip, and the checkout a launch needs."""
 import pytest
 
-from lanebook import nodes, transfers
-from lanebook.params import NodeParams, lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import transfers
+from lanebook.lane.params import NodeParams, lane_with, load_lane
 from twin_helpers import process_gone
 
 STATS = """Number of files: 3 (reg: 2, dir: 1)
@@ -27,7 +28,7 @@ def test_rsync_lines_for_a_lane_of_n_workers():
     params = load_lane("anemll-0731")
     extra = [NodeParams(alias=f"worker{i}", role="worker", host=f"10.0.0.{i + 1}", user="milo",
                         fabric_ip=f"10.0.0.{i + 1}", jump="head") for i in (2, 3)]
-    lane = nodes.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes + extra]), dry_run=True)
+    lane = ssh.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes + extra]), dry_run=True)
     stats = transfers.sync_checkout(lane)
     assert list(stats) == ["worker", "worker2", "worker3"] and all(s.dry_run for s in stats.values())
     assert lane.executor.commands() == [
@@ -38,7 +39,7 @@ def test_rsync_lines_for_a_lane_of_n_workers():
 
 
 def test_checkout_dry_run_observes_nothing():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     check = transfers.checkout_ok(lane)
     assert not check and check.seen == "not observed (dry run)"
     assert lane.executor.commands()[0].startswith(
@@ -47,7 +48,7 @@ def test_checkout_dry_run_observes_nothing():
 
 @pytest.fixture
 def lane(twin):
-    with nodes.Lane(load_lane("twin")) as connected:
+    with ssh.Lane(load_lane("twin")) as connected:
         yield connected
 
 
@@ -58,7 +59,7 @@ def test_paths_and_the_checkout(lane):
     assert not transfers.path_exists(head, "~/no such dir")
     assert transfers.missing_paths(head, ["~/ds4-f-mia-anemll-0731", "~/a b", "/nonexistent/x"]) == ["~/a b", "/nonexistent/x"]
     assert transfers.checkout_ok(lane).ok
-    moved = nodes.Lane(lane_with(lane.params, checkout="~/ds4-not-here"), executor=lane.executor)
+    moved = ssh.Lane(lane_with(lane.params, checkout="~/ds4-not-here"), executor=lane.executor)
     check = transfers.checkout_ok(moved)
     assert not check.ok
     assert check.nodes["worker"].figures["missing"] == [
@@ -67,7 +68,7 @@ def test_paths_and_the_checkout(lane):
 
 
 def _md5(node, path):
-    return node.run(f"md5sum {nodes.qpath(path)}").stdout.split()[0]
+    return node.run(f"md5sum {ssh.qpath(path)}").stdout.split()[0]
 
 
 @pytest.mark.twin
@@ -79,7 +80,7 @@ def test_rsync_to_workers_interrupted_then_resumed(lane):
              " && echo small > ~/lbt-sync/sub/small.txt")
     worker.run("rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync && echo mine > ~/lbt-sync/worker-only.txt")
     try:
-        with pytest.raises(nodes.CommandTimeout):
+        with pytest.raises(ssh.CommandTimeout):
             transfers.rsync_to_workers(lane, "~/lbt-sync", timeout_s=1.5, bwlimit_kib=1000)
         assert process_gone(head, "rsyn[c] .*lbt-sync")  # hung up (both ends), not left running
         partial = int(worker.run("stat -c %s ~/lbt-sync/big.bin").stdout)
@@ -98,7 +99,7 @@ def test_rsync_to_workers_interrupted_then_resumed(lane):
 
 # --- resuming a cut rsync (no twin: an executor that answers as the head and the worker would) ------------
 
-class CutOnce(nodes.Executor):
+class CutOnce(ssh.Executor):
     """Answers rsync as a head whose first push loses its connection (exit `first_exit`), then completes;
     the worker's receiver of the cut push is still listed by pgrep once, then gone."""
 
@@ -110,16 +111,16 @@ class CutOnce(nodes.Executor):
         if command.startswith("rsync"):
             self.rsyncs += 1
             if self.rsyncs == 1:
-                raise nodes.CommandFailed(self._record(nodes.CommandResult(node.alias, command, self.first_exit)))
-            return self._record(nodes.CommandResult(node.alias, command, 0, stdout=STATS))
+                raise ssh.CommandFailed(self._record(ssh.CommandResult(node.alias, command, self.first_exit)))
+            return self._record(ssh.CommandResult(node.alias, command, 0, stdout=STATS))
         self.pgreps += 1
         receiver = "4242 rsync --server -logDtprHe.iLsfxCIvu --partial . ds4-f-mia-anemll-0731/\n"
-        return self._record(nodes.CommandResult(node.alias, command, 0, stdout=receiver if self.pgreps == 1 else ""))
+        return self._record(ssh.CommandResult(node.alias, command, 0, stdout=receiver if self.pgreps == 1 else ""))
 
 
 def test_a_cut_connection_is_resumed_after_the_receiver_exits():
     executor = CutOnce(first_exit=255)
-    lane = nodes.Lane(load_lane("anemll-0731"), executor=executor)
+    lane = ssh.Lane(load_lane("anemll-0731"), executor=executor)
     stats = transfers.rsync_to_workers(lane, "~/ds4-f-mia-anemll-0731", attempts=3)
     assert (stats["worker"].attempts, stats["worker"].files_transferred) == (2, 2)
     assert [(r.node, r.command.split()[0]) for r in executor.history] == [
@@ -127,11 +128,11 @@ def test_a_cut_connection_is_resumed_after_the_receiver_exits():
 
 
 def test_a_cut_is_not_retried_without_attempts_nor_an_error_a_rerun_meets_again():
-    with pytest.raises(nodes.CommandFailed, match="exit 255"):
-        transfers.rsync_to_workers(nodes.Lane(load_lane("anemll-0731"), executor=CutOnce(255)), "~/x")
+    with pytest.raises(ssh.CommandFailed, match="exit 255"):
+        transfers.rsync_to_workers(ssh.Lane(load_lane("anemll-0731"), executor=CutOnce(255)), "~/x")
     executor = CutOnce(first_exit=23)  # partial transfer due to file errors
-    with pytest.raises(nodes.CommandFailed, match="exit 23"):
-        transfers.rsync_to_workers(nodes.Lane(load_lane("anemll-0731"), executor=executor), "~/x", attempts=3)
+    with pytest.raises(ssh.CommandFailed, match="exit 23"):
+        transfers.rsync_to_workers(ssh.Lane(load_lane("anemll-0731"), executor=executor), "~/x", attempts=3)
     assert executor.rsyncs == 1
 
 
@@ -147,7 +148,7 @@ def test_receivers_of_a_path():
 def test_rsync_to_chosen_workers_only():
     params = load_lane("anemll-0731")
     extra = NodeParams(alias="worker2", role="worker", host="10.0.0.3", user="milo", fabric_ip="10.0.0.3")
-    lane = nodes.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True)
+    lane = ssh.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True)
     stats = transfers.rsync_to_workers(lane, "~/d", workers=[lane.node("worker2")])
     assert list(stats) == ["worker2"] and lane.executor.commands() == [
         "head: rsync -aH --partial --info=stats2 ~/d/ milo@10.0.0.3:d/"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lanebook.errors import LanebookError
+from lanebook.base.errors import LanebookError
 from lanebook.twin import control
 from lanebook.twin.nodes import LIB_DIR
 from twin_helpers import _free_ports, private_twin

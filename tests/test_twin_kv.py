@@ -1,7 +1,7 @@
 """The twin's KV sizing against the seeds' memory figures: pure and exact."""
 from __future__ import annotations
 
-from lanebook.params import load_lane
+from lanebook.lane.params import load_lane
 from lanebook.twin import kv
 
 

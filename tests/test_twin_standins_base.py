@@ -3,7 +3,7 @@ import pytest
 
 from lanebook.twin.standins import COMMANDS, main
 from lanebook.twin.standins.base import ago, node_root, table, take
-from lanebook.errors import LanebookError
+from lanebook.base.errors import LanebookError
 
 
 def test_take_pops_options_in_every_spelling():

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from lanebook.params import load_lane
+from lanebook.lane.params import load_lane
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.standins.docker import IMAGES, find_image, render_template, same_config
 from lanebook.twin.standins.runtime import stop_all_containers

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lanebook.effective.compose_model import ContainerSpec
+from lanebook.recipe.effective.compose_model import ContainerSpec
 from lanebook.twin.standins.machine import STICKY_GIB
 from lanebook.twin.standins.runtime import (KILLED, TERMINATED, boot_containers, containers, find_container, power_off,
                                             remove_container, start_container, starts_at_daemon_start,

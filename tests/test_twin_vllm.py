@@ -17,7 +17,7 @@ from recipe_fixtures import COMPOSE, FIXTURES, need
 from twin_serve import MODEL, OFF, SERVE_ARGS, chat, truth
 from twin_serve import main, variant  # noqa: F401 - module-scoped server fixtures, used by name
 
-from lanebook.effective.compose_model import container_spec
+from lanebook.recipe.effective.compose_model import container_spec
 from lanebook.twin import vllm
 from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
 from lanebook.twin.vllm import free_port, start_local

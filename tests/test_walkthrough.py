@@ -1,4 +1,4 @@
-"""The walkthrough as an operator uses it: JupyterLab on loopback (lanebook.lab) with the runbooks, driven in headless
+"""The walkthrough as an operator uses it: JupyterLab on loopback (lanebook.runs.lab) with the runbooks, driven in headless
 Chromium (Debian's /usr/bin/chromium through Playwright). The launch runbook is opened on its default lane, the twin,
 cleanly down; Run All Cells; step 1 (it clears /dev/shm on both nodes) waits at its Confirm/Cancel buttons with
 nothing after it run; a click on Confirm lets it go on, the launcher's wait shows a live progress bar, and the
@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lanebook import lab as lab_module
-from lanebook import launcher
-from lanebook.nodes import Lane
-from lanebook.params import load_lane
-from lanebook.paths import REPO, RUNBOOKS_DIR
+from lanebook.runs import lab as lab_module
+from lanebook.ops import launcher
+from lanebook.nodes.ssh import Lane
+from lanebook.lane.params import load_lane
+from lanebook.base.paths import REPO, RUNBOOKS_DIR
 from lanebook_runs import run
 
 CHROMIUM = "/usr/bin/chromium"
@@ -47,7 +47,7 @@ def twin_lane_state() -> str:
 
 @pytest.fixture(scope="module")
 def lab(twin, tmp_path_factory):
-    """JupyterLab (through lanebook.lab) on a copy of the runbooks folder, with the twin lane cleanly down, so
+    """JupyterLab (through lanebook.runs.lab) on a copy of the runbooks folder, with the twin lane cleanly down, so
     launch does its destructive first step; its own user settings, so none of this machine's apply."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing: `make setup` as root installs Debian's chromium")

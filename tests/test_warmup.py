@@ -1,4 +1,4 @@
-"""The bounded post-readiness warmup (lanebook.warmup): the lane's shapes, the bypass key, wave summaries, checks,
+"""The bounded post-readiness warmup (lanebook.ops.warmup): the lane's shapes, the bypass key, wave summaries, checks,
 figures and warnings as pure functions with exact values; then against a cold twin vLLM of its own (127.0.0.7,
 never the shared twin), where a shape's first use compiles (the twin logs and times a JIT stall) and the first
 request of a warmed shape does not, and where busy queues or no /metrics leave the warmup unsent, as warnings."""
@@ -8,9 +8,9 @@ import threading
 import httpx
 import pytest
 
-from lanebook import warmup
-from lanebook.nodes import Executor
-from lanebook.params import lane_with, load_lane
+from lanebook.ops import warmup
+from lanebook.nodes.ssh import Executor
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.speed.records import CONTENT, ROLE, USAGE, ChunkArrival, RequestRecord, WaveRecord
 from lanebook.twin import vllm as twin_vllm
 
@@ -220,7 +220,7 @@ def test_busy_queues_leave_the_warmup_unsent(cold_twin, monkeypatch):
 
 
 def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     off = lane_with(load_lane("anemll-0731"), env={warmup.ENABLED_KEY: 0})
     (tmp_path / "off.yaml").write_text(off.model_dump_json())  # JSON is YAML
@@ -237,7 +237,7 @@ def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
 
 
 def test_a_hook_warmed_lane_is_not_warmed_twice_and_a_dry_run_lists_the_waves():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("launch", "anemll-0731", dry_run=True)
     warmup.post_readiness_step(rb, hook="Post-readiness warmup: ok")

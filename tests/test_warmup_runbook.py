@@ -11,11 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lanebook import launcher, nodes
-from lanebook.execute import read_verdict
-from lanebook.params import load_lane
-from lanebook.paths import RUNBOOKS_DIR
-from lanebook.prometheus import server_root
+from lanebook.ops import launcher
+from lanebook.nodes import ssh
+from lanebook.runs.execute import read_verdict
+from lanebook.lane.params import load_lane
+from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.nodes.prometheus import server_root
 from lanebook_runs import dry_run_offline
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
@@ -63,7 +64,7 @@ def cold_lane_warmed(twin, tmp_path_factory):
     env_file = f"{params.checkout.removeprefix('~/')}/.env.dspark"
     api_root = server_root(params.api)
     out = tmp_path_factory.mktemp("warmup") / "warmup.ipynb"
-    with nodes.Lane(params) as lane:
+    with ssh.Lane(params) as lane:
         original = lane.head.run(f"cat {env_file}").stdout
         assert "POST_READINESS_WARMUP_ENABLED=1" in original.splitlines()
         launcher.stop_lane(lane)

@@ -1,14 +1,15 @@
-"""Weights (lanebook.weights): the seed's download and rsync lines in dry-run, and verification of the twin's
+"""Weights (lanebook.ops.weights): the seed's download and rsync lines in dry-run, and verification of the twin's
 48-shard hub tree over SSH in one round trip, including the damage a real tree suffers."""
 import pytest
 
-from lanebook import nodes, weights
-from lanebook.params import WeightsParams, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import weights
+from lanebook.lane.params import WeightsParams, load_lane
 from twin_helpers import prints_nothing, private_twin
 
 
 def test_dry_run_download_and_rsync_lines():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     weights.download_on_head(lane)
     weights.sync_to_workers(lane)
     deleted = weights.clean_incomplete_on_workers(lane)
@@ -41,7 +42,7 @@ def damaged_lane(twin, tmp_path_factory):
     It asks for the session twin first: while the private twin's variables are set, the session fixture would
     take the private twin for the session's, and later modules would find no twin once this one is down."""
     with private_twin(tmp_path_factory.mktemp("twin-weights"), ["incomplete-shards", "missing-shard"]):
-        with nodes.Lane(load_lane("twin")) as lane:
+        with ssh.Lane(load_lane("twin")) as lane:
             yield lane
 
 
@@ -73,14 +74,14 @@ def test_worker_tree_repaired_by_one_rsync_and_cleanup(damaged_lane):
     assert "45 shards in the snapshot, expected 48" in found.problems
 
     hub = lane.params.weights.hub_dir
-    files_before = set(worker.run(f"cd {nodes.qpath(hub)} && find . -type f -o -type l").stdout.split())
+    files_before = set(worker.run(f"cd {ssh.qpath(hub)} && find . -type f -o -type l").stdout.split())
     stats = weights.sync_to_workers(lane)["worker"]
     assert stats.files_transferred == 3  # only what the worker lacked
-    head_left = lane.head.run(f"find {nodes.qpath(hub)} -name '*.incomplete'").stdout
+    head_left = lane.head.run(f"find {ssh.qpath(hub)} -name '*.incomplete'").stdout
     deleted = weights.clean_incomplete_on_workers(lane)
     assert sorted(p.rsplit("/", 1)[1] for p in deleted["worker"]) == sorted(p.rsplit("/", 1)[1] for p in found.incomplete)
     assert "head" not in deleted and head_left == ""
-    files_after = set(worker.run(f"cd {nodes.qpath(hub)} && find . -type f -o -type l").stdout.split())
+    files_after = set(worker.run(f"cd {ssh.qpath(hub)} && find . -type f -o -type l").stdout.split())
     assert files_before - files_after == {"./" + p for p in found.incomplete}  # nothing else deleted
 
     repaired = weights.verify_weights(worker, lane.params.weights, sha256=True)
@@ -91,7 +92,7 @@ def test_worker_tree_repaired_by_one_rsync_and_cleanup(damaged_lane):
 def test_download_on_the_head_only(damaged_lane):
     """The twin's hub (hf stand-in) restores a shard removed from the head's tree; the line is the seed's."""
     lane = damaged_lane
-    hub = nodes.qpath(lane.params.weights.hub_dir)
+    hub = ssh.qpath(lane.params.weights.hub_dir)
     lane.head.run(f"rm -f $(readlink -f {hub}/snapshots/*/{shard(9)}) {hub}/snapshots/*/{shard(9)}")
     assert weights.verify_weights(lane.head, lane.params.weights).missing_shards == [shard(9)]
     result = weights.download_on_head(lane)
@@ -106,9 +107,9 @@ def test_verify_finds_the_damage_a_tree_suffers(damaged_lane):
     head = damaged_lane.head
     params = damaged_lane.params.weights
     scratch = WeightsParams(repo=params.repo, shards=params.shards, hf_cache="~/lbt-weights")
-    copy = nodes.qpath(scratch.hub_dir)
+    copy = ssh.qpath(scratch.hub_dir)
     snap = f"{copy}/snapshots/*"
-    head.run(f"rm -rf ~/lbt-weights && mkdir -p ~/lbt-weights/hub && cp -a {nodes.qpath(params.hub_dir)} ~/lbt-weights/hub/")
+    head.run(f"rm -rf ~/lbt-weights && mkdir -p ~/lbt-weights/hub && cp -a {ssh.qpath(params.hub_dir)} ~/lbt-weights/hub/")
     assert weights.verify_weights(head, scratch).ok
     head.run(f"truncate -s -1000 $(readlink -f {snap}/{shard(2)})"  # a short shard
              f" && rm $(readlink -f {snap}/{shard(4)})"  # a blob gone: broken symlink
@@ -128,9 +129,9 @@ def test_verify_finds_the_damage_a_tree_suffers(damaged_lane):
 def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
     """Fault ssh-drop-mid-rsync: the first push to the worker loses its connection part-way; the rerun sends only
     what is missing (the partial shard resumed) and the worker's tree verifies."""
-    with private_twin(tmp_path / "twin", ["ssh-drop-mid-rsync"]), nodes.Lane(load_lane("twin")) as lane:
+    with private_twin(tmp_path / "twin", ["ssh-drop-mid-rsync"]), ssh.Lane(load_lane("twin")) as lane:
         worker = lane.node("worker")
-        with pytest.raises(nodes.CommandFailed, match="head: exit"):
+        with pytest.raises(ssh.CommandFailed, match="head: exit"):
             weights.sync_to_workers(lane, timeout_s=120)
         # The worker's receiver may still be saving the partial shard when the head reports the failure.
         assert prints_nothing(worker, 'for p in $(pgrep -f "rsyn[c] --server"); do readlink /proc/$p/cwd; done | grep -F "$HOME"')
@@ -147,7 +148,7 @@ def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
 
 
 def test_check_weights_of_a_dry_run_observes_nothing():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     check = weights.check_weights(lane)
     assert not check.ok and check.seen == "not observed (dry run)"
     assert [c.split(":")[0] for c in lane.executor.commands()] == ["head", "worker"]  # every node's probe recorded
@@ -156,16 +157,16 @@ def test_check_weights_of_a_dry_run_observes_nothing():
 @pytest.mark.twin
 def test_check_weights_reports_every_node(twin):
     """A lane whose weights are nowhere on the nodes: each node's part fails and says what it found."""
-    from lanebook.params import lane_with
+    from lanebook.lane.params import lane_with
 
     base = load_lane("twin")
     elsewhere = lane_with(base, weights={**base.weights.model_dump(), "hf_cache": "~/no-hf-cache-here"})
-    with nodes.Lane(elsewhere) as lane:
+    with ssh.Lane(elsewhere) as lane:
         check = weights.check_weights(lane)
     assert not check.ok and list(check.failed_nodes) == ["head", "worker"]
     assert all(n.figures["shard_count"] == 0 for n in check.nodes.values())
     assert check.seen.startswith("head: 0/48 shards, ")
-    with nodes.Lane(base) as lane:
+    with ssh.Lane(base) as lane:
         whole = weights.check_weights(lane)
     assert whole.ok and whole.seen == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
 
@@ -196,7 +197,7 @@ def test_only_incomplete_files_count_as_deleted_cleanly():
 
 
 def test_incomplete_files_are_deleted_on_the_chosen_workers_never_the_head():
-    lane = nodes.Lane(load_lane("anemll-0731"), dry_run=True)
+    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     assert weights.clean_incomplete_on_workers(lane, [lane.head, lane.node("worker")]) == {"worker": []}
     assert [c.split(":")[0] for c in lane.executor.commands()] == ["worker"]
     assert weights.clean_incomplete_on_workers(lane, []) == {}
@@ -215,7 +216,7 @@ def test_per_node_results_and_revisions_for_the_runbooks_checks():
 
 
 def test_steps_skip_what_is_whole_and_a_dry_run_records_the_download_and_the_rsync():
-    from lanebook.runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
     rb = Runbook("weights", "anemll-0731", dry_run=True)
     whole = report("head")

@@ -12,10 +12,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lanebook import nodes, weights
-from lanebook.params import lane_with, load_lane
-from lanebook.paths import REPO
-from lanebook.runbook import VERDICT_MIME
+from lanebook.nodes import ssh
+from lanebook.ops import weights
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.base.paths import REPO
+from lanebook.steps.runbook import VERDICT_MIME
 from lanebook_runs import dry_run_offline
 from twin_helpers import private_twin
 
@@ -52,12 +53,12 @@ def private_lane_file(status: dict, path: Path) -> Path:
     return path
 
 
-def incomplete_files(lane: nodes.Lane) -> dict[str, str]:
-    hub = nodes.qpath(lane.params.weights.hub_dir)
+def incomplete_files(lane: ssh.Lane) -> dict[str, str]:
+    hub = ssh.qpath(lane.params.weights.hub_dir)
     return {n.alias: n.run(f"find {hub} -name '*.incomplete'").stdout for n in lane.nodes}
 
 
-def hashed_whole(lane: nodes.Lane) -> dict[str, bool]:
+def hashed_whole(lane: ssh.Lane) -> dict[str, bool]:
     return {n.alias: weights.verify_weights(n, lane.params.weights, sha256=True).ok for n in lane.nodes}
 
 
@@ -87,7 +88,7 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
     twin lanes) then copies the head's tree once, deletes the worker's *.incomplete and verifies every shard."""
     with private_twin(tmp_path / "twin", ["missing-shard", "incomplete-shards"]) as status:
         lane_file = private_lane_file(status, tmp_path / "private-twin.yaml")
-        with nodes.Lane(load_lane(lane_file)) as lane:
+        with ssh.Lane(load_lane(lane_file)) as lane:
             damaged = weights.verify_weights(lane.node("worker"), lane.params.weights)
             assert damaged.shard_count == 45 and len(damaged.incomplete) == 2
 
@@ -110,7 +111,7 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
             assert hashed_whole(lane) == {"head": True, "worker": True}
 
             # The head loses a shard (and so does the worker): the head downloads, the worker gets it by rsync.
-            hub = nodes.qpath(lane.params.weights.hub_dir)
+            hub = ssh.qpath(lane.params.weights.hub_dir)
             shard = "model-00009-of-00048.safetensors"
             for node in lane.nodes:
                 node.run(f"rm -f $(readlink -f {hub}/snapshots/*/{shard}) {hub}/snapshots/*/{shard}")

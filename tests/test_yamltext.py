@@ -1,11 +1,11 @@
-"""lanebook.yamltext: every way ruamel.yaml fails on a text is one YAMLError, worded as one line."""
+"""lanebook.base.yamltext: every way ruamel.yaml fails on a text is one YAMLError, worded as one line."""
 from __future__ import annotations
 
 import pytest
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
-from lanebook import yamltext
+from lanebook.base import yamltext
 
 
 def test_safe_and_round_trip_documents():

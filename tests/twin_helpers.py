@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from lanebook.nodes import q
+from lanebook.nodes.ssh import q
 from lanebook.twin import control
 from lanebook.twin.control import private_twin  # noqa: F401 - the tests' import
 

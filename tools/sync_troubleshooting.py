@@ -8,8 +8,8 @@ shows it. Run after editing lanebook/pitfalls.py (tests/test_runbook_shape.py fa
 import jupytext
 from nbformat.v4 import new_markdown_cell
 
-from lanebook.paths import RUNBOOKS_DIR
-from lanebook.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
+from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.recipe.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
 
 
 def sync(notebook) -> bool:

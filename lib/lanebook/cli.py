@@ -1,6 +1,6 @@
 """The `lanebook` command line. Each command is a thin shell over the library; `lanebook twin` drives the
 digital twin itself, which the CLI may import as a composition root (the library reaches the twin only
-through lanebook.plugins).
+through lanebook.lane.plugins).
 
 Exit codes: 0 pass (or a clean dry run), 1 a verdict or finding failed, or the lane pair is locked by another run, 2 bad
 usage or bad parameters (one line, no traceback).
@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from .errors import LanebookError
+from lanebook.base.errors import LanebookError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Runbooks, node library and digital twin for the DGX Spark DeepSeek-V4-Flash lane.")
@@ -38,7 +38,7 @@ def twin_up(
     fast: bool = typer.Option(False, "--fast", help="shorten cold-bind and JIT waits (never decode rates)"),
 ):
     """Start the twin (idempotent)."""
-    from .twin import control
+    from lanebook.twin import control
 
     status = control.up(faults=_split_csv(faults), fast=fast)
     control.print_status(status)
@@ -47,7 +47,7 @@ def twin_up(
 @twin_app.command("down")
 def twin_down():
     """Stop the twin's nodes and servers; leaves no process behind."""
-    from .twin import control
+    from lanebook.twin import control
 
     control.down()
     typer.echo("twin is down")
@@ -56,7 +56,7 @@ def twin_down():
 @twin_app.command("status")
 def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-readable status")):
     """Whether the twin runs, its nodes, API and active faults."""
-    from .twin import control
+    from lanebook.twin import control
 
     status = control.status()
     if as_json:
@@ -69,7 +69,7 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
 def twin_reboot(node: str = typer.Argument(..., help="head or worker")):
     """Reboot one twin node, as a power cycle between two runbooks: its processes and the lane's containers end
     without clean-up, /dev/shm and the page cache empty, its files stay, its sshd comes back."""
-    from .twin import control
+    from lanebook.twin import control
 
     control.print_status(control.reboot(node))
 
@@ -77,7 +77,7 @@ def twin_reboot(node: str = typer.Argument(..., help="head or worker")):
 @contextmanager
 def interruption_exits():
     """A run stopped by a signal is already recorded (verdict error): say where, and exit 128 + the signal's number."""
-    from .execute import RunInterrupted
+    from lanebook.runs.execute import RunInterrupted
 
     try:
         yield
@@ -103,8 +103,8 @@ def run(
     break_lock: bool = typer.Option(False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
-    from .execute import parse_params, run_runbook
-    from .params import load_lane
+    from lanebook.runs.execute import parse_params, run_runbook
+    from lanebook.lane.params import load_lane
 
     with interruption_exits():
         record = run_runbook(runbook, load_lane(lane), parse_params(param), dry_run=dry_run, yes=yes,
@@ -126,7 +126,7 @@ def promote(
     break_lock: bool = typer.Option(False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
-    from .promote import promote_shown
+    from lanebook.runs.promote import promote_shown
 
     with interruption_exits():
         promotion = promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes, break_lock=break_lock)
@@ -150,11 +150,11 @@ def lint(
         raise LanebookError("give both --env FILE and --compose FILE")
     if not (lane or checkout or env):
         raise LanebookError("give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE")
-    from .params import lane_path, load_lane
+    from lanebook.lane.params import lane_path, load_lane
 
     lane_params = load_lane(lane) if lane else None
-    from .effective.checkout import CheckoutFiles
-    from .lint import given_files, lint_checkout_files, lint_env_and_compose, lint_what_lane_runs, print_report
+    from lanebook.recipe.effective.checkout import CheckoutFiles
+    from lanebook.recipe.lint import given_files, lint_checkout_files, lint_env_and_compose, lint_what_lane_runs, print_report
 
     if lane_params and env:
         report = lint_checkout_files(lane_params, given_files(env, compose), lane_path(lane), "given file")
@@ -180,8 +180,8 @@ def env_render(
     checkout: Path = typer.Option(..., "--checkout", help="a checkout directory holding docker-compose.dspark.yml"),
 ):
     """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff printed)."""
-    from .params import load_lane
-    from .render import render_checkout
+    from lanebook.lane.params import load_lane
+    from lanebook.recipe.render import render_checkout
 
     result = render_checkout(load_lane(lane), checkout)
     if result.started_from:
@@ -204,7 +204,7 @@ def speed(
     json_path: Optional[Path] = typer.Option(None, "--json", help="write the speed document (runs, bands) as JSON here"),
 ):
     """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance."""
-    from .speed.command import speed_command
+    from lanebook.speed.command import speed_command
 
     try:
         levels = [int(c) for c in _split_csv(concurrency)]
@@ -226,7 +226,7 @@ def audit(
     """List recorded runs (lane, runbook, verdict, duration, key figures, promotion); `audit verify` re-hashes every output."""
     if ctx.invoked_subcommand:
         return
-    from .audit import print_runs, read_runs, running_runs
+    from lanebook.runs.audit import print_runs, read_runs, running_runs
 
     runs = read_runs(lane=lane, runbook=runbook)
     if as_json:
@@ -238,7 +238,7 @@ def audit(
 @audit_app.command("verify")
 def audit_verify():
     """Re-hash every recorded output; exit 1 if any differs or is missing."""
-    from .audit import verify
+    from lanebook.runs.audit import verify
 
     raise typer.Exit(0 if verify() else 1)
 
@@ -247,7 +247,7 @@ def audit_verify():
 def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)"),
          strict: bool = typer.Option(False, "--strict", help="fail on any Sphinx warning, broken internal link or external load")):
     """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""
-    from .book import build_book, show_warnings
+    from lanebook.site.book import build_book, show_warnings
 
     site = build_book(out, strict=strict)
     show_warnings(site)
@@ -257,7 +257,7 @@ def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes t
 @app.command("lab")
 def lab(port: int = typer.Option(8888, "--port", help="the port on 127.0.0.1 (an error when in use)")):
     """The walkthrough: bring the twin up and serve JupyterLab on loopback in runbooks/ (lane twin by default)."""
-    from .lab import run_lab
+    from lanebook.runs.lab import run_lab
 
     raise typer.Exit(run_lab(port))
 
@@ -265,7 +265,7 @@ def lab(port: int = typer.Option(8888, "--port", help="the port on 127.0.0.1 (an
 @app.command("demo")
 def demo():
     """Start the twin, run the main job on the twin lane, build the book, print where things are."""
-    from .demo import run_demo
+    from lanebook.demo import run_demo
 
     raise typer.Exit(run_demo())
 
@@ -275,7 +275,7 @@ def main() -> None:
         app()
     except LanebookError as exc:
         typer.echo(f"lanebook: {exc}", err=True)
-        sys.exit(getattr(exc, "exit_code", 2))  # 1 for a refusal that is not bad usage (lanebook.lock.LockRefused)
+        sys.exit(getattr(exc, "exit_code", 2))  # 1 for a refusal that is not bad usage (lanebook.runs.lock.LockRefused)
 
 
 if __name__ == "__main__":

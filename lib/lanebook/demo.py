@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from .paths import outputs_dir
-from .promote import MAIN_JOB, missing_runbooks
+from lanebook.base.paths import outputs_dir
+from lanebook.runs.promote import MAIN_JOB, missing_runbooks
 
 console = Console()
 
@@ -28,9 +28,9 @@ def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, .
 
 def _stop_lane_left_up() -> None:
     """A demo starts from a stopped lane, so it can be run again (the launch runbook refuses a busy pair)."""
-    from . import launcher
-    from .nodes import Lane
-    from .params import load_lane
+    from lanebook.ops import launcher
+    from lanebook.nodes.ssh import Lane
+    from lanebook.lane.params import load_lane
 
     with Lane(load_lane("twin")) as lane:
         if any(launcher.running_containers(lane).values()):
@@ -39,9 +39,9 @@ def _stop_lane_left_up() -> None:
 
 
 def run_demo() -> int:
-    from .book import build_book, show_warnings
-    from .promote import promote_shown
-    from .twin import control
+    from lanebook.site.book import build_book, show_warnings
+    from lanebook.runs.promote import promote_shown
+    from lanebook.twin import control
 
     missing = missing_runbooks()
     console.rule("twin")

@@ -14,7 +14,7 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from ..errors import LanebookError
+from lanebook.base.errors import LanebookError
 
 MIN_TRIALS = 3
 DEFAULT_TOLERANCE = 0.05

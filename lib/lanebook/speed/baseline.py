@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import LanebookError
-from ..files import backup, write_atomic
-from .bands import BASELINES_DIR, MIN_TRIALS, Comparison, compare_to_baseline, read_baseline_file
-from .provenance import Provenance, SetupMatch, compare_setups
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import backup, write_atomic
+from lanebook.speed.bands import BASELINES_DIR, MIN_TRIALS, Comparison, compare_to_baseline, read_baseline_file
+from lanebook.speed.provenance import Provenance, SetupMatch, compare_setups
 
 # Seed 003's short streaming probe, plus the code and prose bands an operator publishes (the count
 # stream is the synthetic ceiling, never the published band alone: pitfall 17).

@@ -25,11 +25,11 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterator, Mapping, O
 
 import httpx
 
-from ..prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, spec_decode_delta, wait_idle
-from .records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
+from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, spec_decode_delta, wait_idle
+from lanebook.speed.records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
                       RequestRecord, WaveRecord)
-from .transport import LeanTransport
-from .workloads import Workload, request_body
+from lanebook.speed.transport import LeanTransport
+from lanebook.speed.workloads import Workload, request_body
 
 # accept-encoding identity: the events are parsed from the bytes as they arrive, so nothing may compress them
 JSON_HEADERS = {"content-type": "application/json", "accept": "text/event-stream", "accept-encoding": "identity"}

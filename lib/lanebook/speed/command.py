@@ -15,16 +15,16 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import LaneError, LanebookError
-from ..files import backup, write_atomic
-from ..prometheus import QueueNotIdle
-from ..params import LaneParams, lane_names, load_lane
-from ..plugins import serves_twin
-from .bands import MIN_TRIALS, bands_from_runs
-from .client import Plan, Tally, measure, run
-from .metrics import WaveFigures, stamp_source, wave_figures
-from .records import STAMP_KERNEL, WaveRecord
-from .workloads import check_thinking_booleans, load_workload
+from lanebook.base.errors import LaneError, LanebookError
+from lanebook.base.files import backup, write_atomic
+from lanebook.nodes.prometheus import QueueNotIdle
+from lanebook.lane.params import LaneParams, lane_names, load_lane
+from lanebook.lane.plugins import serves_twin
+from lanebook.speed.bands import MIN_TRIALS, bands_from_runs
+from lanebook.speed.client import Plan, Tally, measure, run
+from lanebook.speed.metrics import WaveFigures, stamp_source, wave_figures
+from lanebook.speed.records import STAMP_KERNEL, WaveRecord
+from lanebook.speed.workloads import check_thinking_booleans, load_workload
 
 DEFAULT_REQUEST: dict[str, Any] = LaneParams.model_fields["request"].default_factory()
 
@@ -101,7 +101,7 @@ def run_speed(
 
     stop_on_errors: stop after the first wave with a failed request (the speed runbook fails there anyway).
     on_wave: called as each wave ends with (waves done, waves planned, the wave's line), e.g.
-    `lanebook.progress.counter("speed waves", "waves")` for a runbook's live wave counter.
+    `lanebook.base.progress.counter("speed waves", "waves")` for a runbook's live wave counter.
     """
     if max_tokens < 2:
         raise LanebookError(f"--max-tokens must be at least 2 to have a decode window (got {max_tokens})")

@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from rich.console import Console
 
-from ..errors import LanebookError
-from ..nodes import Executor
-from ..progress import counter
-from ..params import LaneParams
-from ..prometheus import metrics_url
-from .bands import MIN_TRIALS
-from .baseline import Baseline, counterpart, judge, lane_workloads, load_baseline, write_baseline
-from .client import chat_url
-from .command import SpeedResult, run_speed
-from .plots import plot_workload
-from .provenance import Provenance, SetupMatch
-from .workloads import check_thinking_booleans, load_workload, request_body
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import Executor
+from lanebook.base.progress import counter
+from lanebook.lane.params import LaneParams
+from lanebook.nodes.prometheus import metrics_url
+from lanebook.speed.bands import MIN_TRIALS
+from lanebook.speed.baseline import Baseline, counterpart, judge, lane_workloads, load_baseline, write_baseline
+from lanebook.speed.client import chat_url
+from lanebook.speed.command import SpeedResult, run_speed
+from lanebook.speed.plots import plot_workload
+from lanebook.speed.provenance import Provenance, SetupMatch
+from lanebook.speed.workloads import check_thinking_booleans, load_workload, request_body
 
 if TYPE_CHECKING:
-    from ..runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
 LEVELS = (1, 4, 6)  # the seed's C1/C4/C6 table
 MAX_TOKENS = 256  # the seed's probe: 256-token streams

@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from .records import CONTENT_KINDS, RequestRecord, WaveRecord
+from lanebook.speed.records import CONTENT_KINDS, RequestRecord, WaveRecord
 
 CHARS_PER_TOKEN = 4  # the usual English rule of thumb; used only when the server sent no usage
 

@@ -18,10 +18,10 @@ from typing import Any, Mapping, Optional
 
 import httpx
 
-from ..audit import sha256_file
-from ..checks import NOT_OBSERVED_DRY_RUN
-from ..nodes import Lane, q, qpath
-from ..prometheus import server_root
+from lanebook.base.files import sha256_file
+from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
+from lanebook.nodes.ssh import Lane, q, qpath
+from lanebook.nodes.prometheus import server_root
 
 DIGEST_PREFIX = "sha256:"
 

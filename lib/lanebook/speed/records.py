@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
-from ..prometheus import SpecDecode
+from lanebook.nodes.prometheus import SpecDecode
 
 # Chunk kinds. Only CONTENT_KINDS open and close a stream's decode window: the role-only
 # first chunk carries no token, so counting it would stretch the window (vllm bench serve does).

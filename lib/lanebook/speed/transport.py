@@ -46,7 +46,7 @@ from typing import AsyncIterator, Callable, Iterable, Optional
 
 import httpx
 
-from .records import STAMP_KERNEL, STAMP_LOOP
+from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
 
 READ_BYTES = 1 << 16
 BUFFERED_LIMIT = 4 * READ_BYTES  # stop reading a connection past this much unconsumed data (see _on_readable)

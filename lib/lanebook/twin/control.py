@@ -23,14 +23,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import LanebookError
-from ..files import write_atomic
-from ..params import LaneParams, lane_names, load_lane
-from .nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import write_atomic
+from lanebook.lane.params import LaneParams, lane_names, load_lane
+from lanebook.twin.nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
                     start_sshd, twin_dir, wait_for_ssh, write_node, write_state)
-from .standins.machine import NodeMachine, init_node
-from .standins.runtime import boot_containers, containers, power_off, stop_all_containers
-from .tree import HubModel, hub_root, write_checkout, write_hub_model
+from lanebook.twin.standins.machine import NodeMachine, init_node
+from lanebook.twin.standins.runtime import boot_containers, containers, power_off, stop_all_containers
+from lanebook.twin.tree import HubModel, hub_root, write_checkout, write_hub_model
 
 FAULTS = {
     "worker-unreachable": "the worker's sshd is not started",
@@ -359,7 +359,7 @@ def answers_ssh(ip: str, port: int, timeout_s: float = 2.0) -> bool:
 
 
 def status() -> dict:
-    """SPEC section 9's status dict, plus fast, time_scale, lane and per-node detail.
+    """The status `lanebook twin status --json` prints (running, ssh_config, nodes, api, faults), plus fast, time_scale, lane and per-node detail.
 
     `running` means reachable: the state says up, the head's sshd process lives and its address answers
     here. Per node, `sshd` is the process alive and `reachable` its port answering.

@@ -12,13 +12,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence as Seq
 
-from ..params import k_for_batch
-from .kv import KV_TOKENS_AT_085, MODEL_LEN_1M
-from .prefix_cache import PrefixCache, block_hashes
-from .replies import Reply, render_prompt
-from .timing import BREAKABLE_STEP_FACTOR, COLD_BIND_S, JIT_DELAY_S, budget_factor, decode_step_s, prefill_step_s
-from .tokens import pieces, stable_hash
-from .workloads import DRAFTER_BLOCK_SIZE, RequestClass
+from lanebook.lane.params import k_for_batch
+from lanebook.twin.kv import KV_TOKENS_AT_085, MODEL_LEN_1M
+from lanebook.twin.prefix_cache import PrefixCache, block_hashes
+from lanebook.twin.replies import Reply, render_prompt
+from lanebook.twin.timing import BREAKABLE_STEP_FACTOR, COLD_BIND_S, JIT_DELAY_S, budget_factor, decode_step_s, prefill_step_s
+from lanebook.twin.tokens import pieces, stable_hash
+from lanebook.twin.workloads import DRAFTER_BLOCK_SIZE, RequestClass
 
 
 @dataclass(frozen=True)

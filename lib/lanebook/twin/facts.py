@@ -14,13 +14,13 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence as Seq
 
-from .engine import EngineConfig, EngineCore, Sequence, sequence_for
-from .kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, kv_budget
-from .replies import plan_reply
-from .timing import (BATCH_BUDGET_BEST, BREAKABLE_STEP_FACTOR, BUDGET_MISALIGNED_FACTOR, BUDGET_PER_DOUBLING_FACTOR,
+from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
+from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, kv_budget
+from lanebook.twin.replies import plan_reply
+from lanebook.twin.timing import (BATCH_BUDGET_BEST, BREAKABLE_STEP_FACTOR, BUDGET_MISALIGNED_FACTOR, BUDGET_PER_DOUBLING_FACTOR,
                      COLD_BIND_S, JIT_DELAY_S, SCHEDULER_BLOCK_TOKENS, decode_step_s)
-from .waves import VirtualWaveFigures, run_virtual, simulate_wave
-from .workloads import DRAFTER_BLOCK_SIZE, WORKLOADS
+from lanebook.twin.waves import VirtualWaveFigures, run_virtual, simulate_wave
+from lanebook.twin.workloads import DRAFTER_BLOCK_SIZE, WORKLOADS
 
 # The recipe's (000) verify schedule, num_speculative_tokens_per_batch_size: K=5 for one running
 # request, K=4 for two to four, K=3 for five or six.

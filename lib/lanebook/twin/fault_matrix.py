@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..pitfalls import pitfall
-from .control import FAULTS
+from lanebook.recipe.pitfalls import pitfall
+from lanebook.twin.control import FAULTS
 
 NODE_REBOOTS = "worker-reboots"  # not a fault of `twin up`: control.reboot("worker") between two runbooks
 

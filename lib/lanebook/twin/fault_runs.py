@@ -19,13 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from .. import launcher, memory, weights
-from ..audit import sha256_file
-from ..errors import LanebookError
-from ..nodes import Lane, Node, NodeError, qpath
-from ..params import LaneParams, lane_with, load_lane
-from . import control
-from .fault_matrix import NODE_REBOOTS, FaultRow, Observed
+from lanebook.ops import launcher, memory, weights
+from lanebook.base.files import sha256_file
+from lanebook.base.errors import LanebookError
+from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
+from lanebook.lane.params import LaneParams, lane_with, load_lane
+from lanebook.twin import control
+from lanebook.twin.fault_matrix import NODE_REBOOTS, FaultRow, Observed
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 RUN_TIMEOUT_S = 600

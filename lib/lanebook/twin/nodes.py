@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LanebookError
-from ..files import write_atomic
-from ..paths import REPO
-from .session import NODE_PATHS, mapped_root
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import write_atomic
+from lanebook.base.paths import REPO
+from lanebook.twin.session import NODE_PATHS, mapped_root
 
 HEAD, WORKER = "head", "worker"
 ALIASES = (HEAD, WORKER)

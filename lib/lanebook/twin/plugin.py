@@ -1,4 +1,4 @@
-"""The twin as a lanebook plugin (entry point `twin` in the group `lanebook.plugins`, pyproject.toml).
+"""The twin as a lanebook plugin (entry point `twin` in the group `lanebook.lane.plugins`, pyproject.toml).
 
 It gives lane files two meanings: `ssh_config: twin` is the running twin's own ssh config (its nodes'
 addresses, keys and known_hosts), and a lane reached that way finds the twin up when a run starts, so
@@ -15,13 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..nodes import NodeError
-from ..params import LaneParams
-from ..plugins import Registry
-from . import control
+from lanebook.nodes.ssh import NodeError
+from lanebook.lane.params import LaneParams
+from lanebook.lane.plugins import Registry
+from lanebook.twin import control
 
 if TYPE_CHECKING:
-    from ..runbook import Runbook
+    from lanebook.steps.runbook import Runbook
 
 SSH_CONFIG_NAME = "twin"
 
@@ -44,8 +44,8 @@ def launch_lane_if_down(rb: Runbook) -> None:
     `launch` runbook (its own record, linked in rb's figures as `launched`, and expected to pass), so they run
     from bare papermill; the twin changes nothing real. A real lane is never launched this way, and a dry run
     launches nothing."""
-    from ..execute import run_runbook
-    from ..launcher import LANE_DOWN, ask_api, lane_containers
+    from lanebook.runs.execute import run_runbook
+    from lanebook.ops.launcher import LANE_DOWN, ask_api, lane_containers
 
     lane = rb.lane
     if lane.executor.dry_run or not lane.params.twin or ask_api(lane).healthy \
@@ -61,7 +61,7 @@ def serves_twin(api: str) -> bool:
     """The twin answers GET /twin/requests (its truth log); no real vLLM does."""
     import httpx
 
-    from ..prometheus import server_root
+    from lanebook.nodes.prometheus import server_root
 
     try:
         return httpx.get(f"{server_root(api)}/twin/requests", timeout=5.0, trust_env=False).status_code == 200
@@ -70,13 +70,13 @@ def serves_twin(api: str) -> bool:
 
 
 def facts_page() -> str:
-    from . import facts
+    from lanebook.twin import facts
 
     return facts.render_page()
 
 
 def faults_page() -> str:
-    from . import fault_matrix
+    from lanebook.twin import fault_matrix
 
     return fault_matrix.render_page()
 

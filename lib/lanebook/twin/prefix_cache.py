@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Sequence as Seq
 
-from .tokens import stable_hash
+from lanebook.twin.tokens import stable_hash
 
 
 def block_hashes(prompt_pieces: Seq[str], block_size: int) -> tuple[int, ...]:

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence as Seq
 
-from .tokens import pieces, stable_hash
-from .workloads import WORKLOADS, RequestClass, classify
+from lanebook.twin.tokens import pieces, stable_hash
+from lanebook.twin.workloads import WORKLOADS, RequestClass, classify
 
 # Twin assumption: free text ends by itself ("stop") after this many tokens, so a client asking for far
 # more (Hermes sends max_tokens 65536) is not streamed for a quarter of an hour.

@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .engine import EngineConfig, EngineCore, Sequence, Step, sequence_for
-from .replies import Reply, plan_reply, thinking_enabled
+from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, Step, sequence_for
+from lanebook.twin.replies import Reply, plan_reply, thinking_enabled
 
 VLLM_VERSION = "0.25.2+lanebook.twin"  # the twin marks itself wherever vLLM prints its version
 ADMISSION_WINDOW_S = 0.02  # twin assumption: an idle engine gathers requests sent "at once" into one step

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from ..compose import COMPOSE_NAME
-from ..effective.checkout import ENV_NAME, REFERENCE, CheckoutFiles
-from ..errors import LanebookError
-from ..params import LaneParams, lane_with
-from ..render import plan_render
-from .nodes import TwinAddresses
+from lanebook.recipe.compose import COMPOSE_NAME
+from lanebook.recipe.effective.checkout import ENV_NAME, REFERENCE, CheckoutFiles
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import LaneParams, lane_with
+from lanebook.recipe.render import plan_render
+from lanebook.twin.nodes import TwinAddresses
 
 TEMPLATES = REFERENCE  # the product's reference checkout files: the recipe's compose file and example
 EXAMPLE_NAME = "env.dspark.example"

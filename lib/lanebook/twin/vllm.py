@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import LanebookError
-from .engine import EngineConfig
-from .kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
-from .server import HEAD_DIES_AFTER_S, ServeOptions, TwinServer, VLLM_VERSION, configure_uvicorn_logging, log
-from .timing import check_k_schedule
+from lanebook.base.errors import LanebookError
+from lanebook.twin.engine import EngineConfig
+from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
+from lanebook.twin.server import HEAD_DIES_AFTER_S, ServeOptions, TwinServer, VLLM_VERSION, configure_uvicorn_logging, log
+from lanebook.twin.timing import check_k_schedule
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # torch's TCPStore default wait (scaled by time_scale, floor below)
 RENDEZVOUS_TIMEOUT_FLOOR_S = 5.0

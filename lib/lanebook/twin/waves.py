@@ -13,8 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence as Seq
 
-from .engine import EngineConfig, EngineCore, Sequence, sequence_for
-from .replies import plan_reply
+from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
+from lanebook.twin.replies import plan_reply
 
 
 @dataclass(frozen=True)

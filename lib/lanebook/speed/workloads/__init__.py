@@ -13,8 +13,8 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from ruamel.yaml import YAML
 
-from ...errors import LanebookError
-from ...pitfalls import THINKING_KEYS
+from lanebook.base.errors import LanebookError
+from lanebook.recipe.pitfalls import THINKING_KEYS
 
 WORKLOADS_DIR = Path(__file__).resolve().parent
 
@@ -83,7 +83,7 @@ def request_body(
     max_tokens: int,
     lane_request: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """One streamed chat request as SPEC section 6 fixes it: temperature 0, max_tokens N, usage included."""
+    """One streamed chat request as ARCHITECTURE.md, "Speed figures", fixes it: temperature 0, max_tokens N, usage included."""
     check_thinking_booleans(lane_request)
     return {
         **lane_request,

@@ -12,8 +12,8 @@ import importlib
 import sys
 from typing import Optional
 
-from ...errors import LanebookError
-from .base import fail
+from lanebook.base.errors import LanebookError
+from lanebook.twin.standins.base import fail
 
 # command -> (module, function): imported on use, so each stand-in starts only what it needs
 COMMANDS = {

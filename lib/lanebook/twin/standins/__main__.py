@@ -1,6 +1,6 @@
 """`python -m lanebook.twin.standins NAME ARGS...`: what a node's bin/NAME shim runs."""
 import sys
 
-from . import main
+from lanebook.twin.standins import main
 
 sys.exit(main())

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from ...errors import LanebookError
-from ...files import write_atomic
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import write_atomic
 
 
 def fail(message: str, code: int = 1) -> int:

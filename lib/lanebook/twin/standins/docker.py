@@ -2,7 +2,7 @@
 
 It accepts the command lines real nodes get (compose up -d/down/stop/rm/ps/logs, ps, logs, top,
 inspect, image ls/inspect, stop/rm/kill) and answers in docker's formats, Go templates included.
-Compose files are read as Compose reads them (lanebook.effective); the images present are the lanes'
+Compose files are read as Compose reads them (lanebook.recipe.effective); the images present are the lanes'
 images, each with its repository digest, so a reference pinned by digest matches only that digest.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from ...errors import LanebookError
-from .base import fail, iso, node_root, table, take
-from .runtime import Container, containers, find_container, remove_container, start_container
+from lanebook.base.errors import LanebookError
+from lanebook.twin.standins.base import fail, iso, node_root, table, take
+from lanebook.twin.standins.runtime import Container, containers, find_container, remove_container, start_container
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def same_config(running: dict, wanted: dict) -> bool:
 
 
 def docker_compose(root: Path, args: list[str]) -> int:
-    from ...effective.compose_model import container_spec
+    from lanebook.recipe.effective.compose_model import container_spec
 
     project = take(args, "-p", "--project-name")
     files = take(args, "-f", "--file", many=True)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
-from .base import fail, take
+from lanebook.twin.standins.base import fail, take
 
 OFFLINE_MISS = ("Cannot find an appropriate cached snapshot folder for the specified revision on the local disk and "
                 "outgoing traffic has been disabled. To enable repo look-ups and downloads online, set "
@@ -21,8 +21,8 @@ OFFLINE_MISS = ("Cannot find an appropriate cached snapshot folder for the speci
 
 def hub_models() -> dict:
     """repo -> HubModel for every shipped lane's weights."""
-    from ...params import lane_names, load_lane
-    from ..tree import HubModel
+    from lanebook.lane.params import lane_names, load_lane
+    from lanebook.twin.tree import HubModel
 
     models = {}
     for name in lane_names():
@@ -47,7 +47,7 @@ def truthy(value: Optional[str]) -> bool:
 
 def hf(args: list[str]) -> int:
     """`hf download REPO [--revision R] [--max-workers N] [--cache-dir D]`."""
-    from ..tree import write_hub_model
+    from lanebook.twin.tree import write_hub_model
 
     if args[:1] != ["download"]:
         return fail("the twin's hf stand-in implements `hf download REPO` only", 2)

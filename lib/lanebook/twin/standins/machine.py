@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..kv import STICKY_UMA_DEFAULT_GIB
-from .base import read_json, write_json
+from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
+from lanebook.twin.standins.base import read_json, write_json
 
 GIB = 1024 ** 3
 TOTAL_BYTES = 128 * 10 ** 9  # DGX Spark: 128 GB unified memory shared by CPU and GPU

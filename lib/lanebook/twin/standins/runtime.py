@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .base import ago, iso, read_json, twin_state, write_json
-from .machine import NodeMachine
+from lanebook.twin.standins.base import ago, iso, read_json, twin_state, write_json
+from lanebook.twin.standins.machine import NodeMachine
 
 KILLED = 137  # 128 + SIGKILL
 TERMINATED = 143  # 128 + SIGTERM

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .base import fail, node_root, table, take, time_scale
-from .machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
-from .runtime import containers
+from lanebook.twin.standins.base import fail, node_root, table, take, time_scale
+from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
+from lanebook.twin.standins.runtime import containers
 
 SUDO_VALUE_OPTIONS = {"-u", "--user", "-g", "--group", "-C", "--close-from", "-p", "--prompt", "-h", "--host",
                       "-D", "--chdir", "-r", "--role", "-t", "--type", "-T", "--command-timeout", "-U", "--other-user"}

@@ -1,0 +1,445 @@
+"""Lane parameters: one YAML file per lane under params/, validated on load.
+
+A lane file is the single source for everything the recipe varies per lane: the .env.dspark
+values (kept under ``env:`` with their env-file names, so a variant is a copy with one line
+changed), the speculative schedule, the nodes, the launcher, the gates and the rollback chain.
+The env file, compose patch, twin, gates and the book's lane matrix are all derived from it.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional, Sequence, Union
+
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictFloat, StrictInt, StrictStr, ValidationError,
+                      field_validator, model_validator)
+from ruamel.yaml.error import YAMLError
+
+from lanebook.base import yamltext
+from lanebook.base.errors import LaneError, LanebookError
+from lanebook.base.files import read_bytes
+from lanebook.base.paths import PARAMS_DIR
+
+EnvValue = Union[StrictInt, StrictFloat, StrictStr]
+
+
+# Env keys the recipe's shell arithmetic and vLLM read as integers.
+INTEGER_ENV_KEYS = ("MAX_MODEL_LEN", "MAX_NUM_SEQS", "MAX_NUM_BATCHED_TOKENS", "MTP_NUM_TOKENS")
+
+
+def _is_integer(value: object) -> bool:
+    """An int, or text of ASCII digits (str.isdigit also takes '²', which int() refuses)."""
+    return isinstance(value, int) or (isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value) is not None)
+
+
+# Values that name something on a command line (an address, a login, a model id, a unit) must match a
+# strict pattern, so `; rm -rf`, `$(...)`, backticks, quotes, spaces, newlines or a leading `-` (an option) are
+# refused when the lane file is loaded. Paths and env values are quoted where they are used (nodes.q/qpath),
+# but none may hold a line break or NUL: they are written to line-oriented files and read back line by line.
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a lane (also a directory name) or a node alias
+ALIAS_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@:-]{0,127}")  # also [user@]host[:port], Hermes's host as a node
+HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub id or served name
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+UNIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*")
+MODEL_ENV_KEYS = ("DSPARK_MODEL", "SERVED_MODEL_NAME")
+_LINE_BREAKS = ("\n", "\r", "\x00")
+
+
+def _matching(pattern: re.Pattern, what: str, value: str) -> str:
+    if not pattern.fullmatch(value):
+        raise ValueError(f"must be {what}, got {value!r}")
+    return value
+
+
+def check_name(value: str) -> str:
+    return _matching(NAME_RE, "a name of letters, digits, '.', '_' and '-' (not starting with one of those)", value)
+
+
+def check_alias(value: str) -> str:
+    return _matching(ALIAS_RE, "a node alias (letters, digits, '.', '_', '-', or an ssh destination user@host:port)",
+                     value)
+
+
+def check_destination(value: str) -> str:
+    """Hermes's host: a node alias of the lane, or an ssh destination [user@]host[:port] whose parts are each valid."""
+    if NAME_RE.fullmatch(value):
+        return value
+    user, _, rest = value.rpartition("@")
+    host, _, port = rest.partition(":") if rest.count(":") <= 1 else (rest, "", "")
+    check_host(host)
+    if user:
+        check_user(user)
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"must be a node alias or [user@]host[:port], got {value!r}")
+    return value
+
+
+def check_host(value: str) -> str:
+    """A host name or an IPv4/IPv6 address: nothing a shell or ssh would read as more than an address. (Python takes
+    any text as an IPv6 scope, `fe80::1%a;b`: a scope must be an interface name.)"""
+    address, _, scope = value.partition("%")
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return _matching(HOSTNAME_RE, "a host name or IP address", value)
+    if "%" in value and (":" not in address or not re.fullmatch(r"[A-Za-z0-9_.-]{1,15}", scope)):
+        raise ValueError(f"must be a host name or IP address, got {value!r}")
+    return value
+
+
+def check_user(value: str) -> str:
+    return _matching(USER_RE, "a login name (letters, digits, '_', '.', '-')", value)
+
+
+def check_model(value: str) -> str:
+    return _matching(MODEL_RE, "a model id like org/name (letters, digits, '.', '_', '-')", value)
+
+
+def check_env(env: dict) -> dict:
+    """Env keys are shell identifiers (they are written unquoted, `K=V`); values hold no line break."""
+    for key, value in env.items():
+        _matching(ENV_KEY_RE, "an env key (a shell identifier)", key)
+        if isinstance(value, str) and any(c in value for c in _LINE_BREAKS):
+            raise ValueError(f"{key}: an env value must be one line, got {value!r}")
+    return env
+
+
+def check_path(value: str) -> str:
+    """A node path: absolute or under ~ (a relative one starting with '-' would be read as an option), one line."""
+    if any(c in value for c in _LINE_BREAKS) or not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        raise ValueError(f"must be an absolute path or one under ~/, on one line, got {value!r}")
+    return value
+
+
+def check_line(value: str) -> str:
+    if any(c in value for c in _LINE_BREAKS):
+        raise ValueError(f"must be one line, got {value!r}")
+    return value
+
+
+def _validated(check, *fields: str):
+    """A pydantic validator applying `check` to each of `fields`; None passes (the optional fields' default)."""
+    return field_validator(*fields)(classmethod(lambda cls, value: value if value is None else check(value)))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NodeParams(Strict):
+    alias: StrictStr = Field(description="head, worker (or worker2, ...): the name runbooks and ssh use")
+    role: Literal["head", "worker"]
+    host: StrictStr = Field(description="address the operator's machine uses to reach the node")
+    port: StrictInt = 22
+    user: Optional[StrictStr] = Field(None, description="login user; null means the current user (twin)")
+    fabric_ip: StrictStr = Field(description="the node's address on the RoCE fabric (TP traffic, rsync)")
+    jump: Optional[StrictStr] = Field(None, description="alias of a node to jump through (ProxyJump)")
+
+    _alias = _validated(check_alias, "alias")
+    _jump = _validated(check_alias, "jump")
+    _hosts = _validated(check_host, "host", "fabric_ip")
+    _user = _validated(check_user, "user")
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 < value < 65536:
+            raise ValueError(f"must be a TCP port 1-65535, got {value}")
+        return value
+
+
+class LauncherParams(Strict):
+    start: StrictStr = "./start-deepseek-v4-flash-dspark.sh"
+    status: StrictStr = "./status-deepseek-v4-flash-dspark.sh"
+    stop: StrictStr = "./stop-deepseek-v4-flash-dspark.sh"
+    env: dict[StrictStr, EnvValue] = Field(description="PROJECT_NAME, WAIT_ATTEMPTS, WAIT_SECONDS")
+
+    _env = _validated(check_env, "env")
+    _scripts = _validated(check_line, "start", "status", "stop")
+
+    @model_validator(mode="after")
+    def _required_env(self):
+        missing = [k for k in ("PROJECT_NAME", "WAIT_ATTEMPTS", "WAIT_SECONDS") if k not in self.env]
+        if missing:
+            raise ValueError(f"launcher.env is missing {', '.join(missing)}")
+        for key in ("WAIT_ATTEMPTS", "WAIT_SECONDS"):
+            if not _is_integer(self.env[key]):
+                raise ValueError(f"launcher.env.{key} must be an integer, got {self.env[key]!r}")
+        return self
+
+    @property
+    def wait_budget_s(self) -> int:
+        return int(self.env["WAIT_ATTEMPTS"]) * int(self.env["WAIT_SECONDS"])
+
+
+class SpeculativeParams(Strict):
+    method: StrictStr = "dspark"
+    draft_sample_method: StrictStr = "probabilistic"
+    drafter_block_size: StrictInt = Field(5, description="dspark_block_size of the checkpoint: K above it is wasted")
+    schedule: Optional[list[tuple[StrictInt, StrictInt, StrictInt]]] = Field(
+        None, description="num_speculative_tokens_per_batch_size [[start_bs, end_bs, K], ...]; null = fixed K"
+    )
+
+    def schedule_json(self) -> Optional[str]:
+        return None if self.schedule is None else json.dumps([list(r) for r in self.schedule], separators=(",", ":"))
+
+
+class WeightsParams(Strict):
+    repo: StrictStr
+    shards: StrictInt = 48
+    max_workers: StrictInt = 4
+    download_env: dict[StrictStr, EnvValue] = Field(
+        default_factory=lambda: {"HF_HUB_OFFLINE": 0, "TRANSFORMERS_OFFLINE": 0, "HF_HUB_DISABLE_XET": 1}
+    )
+    hf_cache: StrictStr = "~/.cache/huggingface"
+
+    _repo = _validated(check_model, "repo")
+    _download_env = _validated(check_env, "download_env")
+    _hf_cache = _validated(check_path, "hf_cache")
+
+    @property
+    def hub_dir(self) -> str:
+        """The full hub model dir (blobs + snapshots + refs): mount and rsync this, never a snapshot alone."""
+        return f"{self.hf_cache}/hub/models--{self.repo.replace('/', '--')}"
+
+
+class ToolSmoke(Strict):
+    function: StrictStr = "get_weather"
+    arguments: dict[StrictStr, Any] = Field(default_factory=lambda: {"city": "Pensacola, FL"})
+    prompt: StrictStr = "What is the weather in Pensacola, FL right now?"
+
+
+class GateParams(Strict):
+    exact_smoke: StrictStr = Field(description="the token the exact smoke must return verbatim")
+    tool_smoke: ToolSmoke = Field(default_factory=ToolSmoke)
+    hermes_route: StrictStr = "ROUTE_OK"
+    kv_cache_tokens: tuple[StrictInt, StrictInt] = Field(description="band for the 'GPU KV cache size' log line")
+    log_forbidden: list[StrictStr] = Field(default_factory=lambda: ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"])
+    log_required: list[StrictStr] = Field(default_factory=lambda: ["Application startup complete"])
+
+    @property
+    def exact_smoke_prompt(self) -> str:
+        return f"Reply exactly {self.exact_smoke}."
+
+
+class HermesParams(Strict):
+    provider: StrictStr = "spark-ds4"
+    api_key: StrictStr = "no-key-required"
+    context_length: StrictInt = 200000
+    extra_body: dict[StrictStr, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"thinking": False}})
+    host: Optional[StrictStr] = Field(
+        None, description="where the operator's Hermes runs: null = this machine; a node alias of the lane or an ssh "
+                          "destination [user@]host[:port] = that host, over SSH")
+    bin: Optional[StrictStr] = Field(
+        None, description="the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH")
+
+    _host = _validated(check_destination, "host")
+
+
+class LaneParams(Strict):
+    name: StrictStr
+    description: StrictStr
+    source: StrictStr = Field(description="which seed the values come from")
+    twin: bool = False
+    checkout: StrictStr = Field(description="the lane's checkout directory on every node (~ = the node's home)")
+    api: StrictStr = Field(description="OpenAI-compatible base URL, ending in /v1")
+    ssh_config: Optional[StrictStr] = Field(None, description="ssh config file for the nodes; 'twin' = the twin's")
+    nodes: list[NodeParams]
+    launcher: LauncherParams
+    env: dict[StrictStr, EnvValue]
+    compose_environment: list[StrictStr] = Field(
+        default_factory=lambda: ["VLLM_USE_BREAKABLE_CUDAGRAPH"],
+        description="env-file keys the compose environment: map must pass into the container",
+    )
+    speculative: SpeculativeParams = Field(default_factory=SpeculativeParams)
+    weights: WeightsParams
+    gates: GateParams
+    hermes: HermesParams = Field(default_factory=HermesParams)
+    request: dict[StrictStr, Any] = Field(
+        default_factory=lambda: {"chat_template_kwargs": {"thinking": False}},
+        description="extra body every request of ours carries (thinking as a JSON boolean)",
+    )
+    legacy_units: list[StrictStr] = Field(
+        default_factory=lambda: ["aiden-vllm.service"],
+        description="systemd units of older serving stacks to mask before compose: a legacy unit can restart and take the pair's memory (pitfall 13)",
+    )
+    rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
+
+    # Where load_lane read the lane: a command loads it once and passes it down, and what needs the file (a
+    # runbook's kernel, a promotion's digest) takes it from here. None for a lane built in memory (lane_with).
+    _file: Optional[Path] = PrivateAttr(None)
+    _file_sha256: Optional[str] = PrivateAttr(None)
+
+    _name = _validated(check_name, "name")
+    _rollback = _validated(check_name, "rollback")
+    _checkout = _validated(check_path, "checkout")
+    _env = _validated(check_env, "env")
+
+    @field_validator("compose_environment")
+    @classmethod
+    def _compose_environment(cls, keys: list[str]) -> list[str]:
+        return [_matching(ENV_KEY_RE, "an env key (a shell identifier)", k) for k in keys]
+
+    @field_validator("legacy_units")
+    @classmethod
+    def _legacy_units(cls, units: list[str]) -> list[str]:
+        return [_matching(UNIT_RE, "a systemd unit name", u) for u in units]
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        heads = [n for n in self.nodes if n.role == "head"]
+        if len(heads) != 1:
+            raise ValueError(f"nodes: exactly one head is required, found {len(heads)}")
+        if not any(n.role == "worker" for n in self.nodes):
+            raise ValueError("nodes: at least one worker is required")
+        for key in ("DSPARK_MODEL", "SERVED_MODEL_NAME", "MAX_MODEL_LEN", "MAX_NUM_SEQS", "MTP_NUM_TOKENS"):
+            if key not in self.env:
+                raise ValueError(f"env: {key} is required")
+        for key in INTEGER_ENV_KEYS:
+            if key in self.env and not _is_integer(self.env[key]):
+                raise ValueError(f"env.{key} must be an integer, got {self.env[key]!r}")
+        for key in MODEL_ENV_KEYS:
+            try:
+                check_model(str(self.env[key]))
+            except ValueError as exc:
+                raise ValueError(f"env.{key} {exc}") from None
+        aliases = {n.alias: n for n in self.nodes}
+        for node in self.nodes:
+            if node.jump and (node.jump not in aliases or node.jump == node.alias or aliases[node.jump].jump):
+                raise ValueError(f"nodes.{node.alias}.jump must name another node that is reached directly, got {node.jump!r}")
+        if self.env["DSPARK_MODEL"] != self.weights.repo:
+            raise ValueError("weights.repo must equal env.DSPARK_MODEL")
+        return self
+
+    # Derived facts (one source each).
+    @property
+    def head(self) -> NodeParams:
+        return next(n for n in self.nodes if n.role == "head")
+
+    @property
+    def workers(self) -> list[NodeParams]:
+        return [n for n in self.nodes if n.role == "worker"]
+
+    @property
+    def served_model_name(self) -> str:
+        return str(self.env["SERVED_MODEL_NAME"])
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.env["MAX_MODEL_LEN"])
+
+    @property
+    def max_num_seqs(self) -> int:
+        return int(self.env["MAX_NUM_SEQS"])
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return int(self.env["MTP_NUM_TOKENS"])
+
+    def env_lines(self) -> list[str]:
+        """The lane's .env.dspark lines, in the order the lane file gives them."""
+        return [f"{k}={v}" for k, v in self.env.items()]
+
+    @property
+    def file(self) -> Optional[Path]:
+        """The lane file it was loaded from (absolute), None for a lane built in memory."""
+        return self._file
+
+    @property
+    def file_sha256(self) -> Optional[str]:
+        """The SHA-256 of the bytes it was loaded from, None for a lane built in memory."""
+        return self._file_sha256
+
+
+def lane_path(name_or_path: str | Path) -> Path:
+    """A lane name under params/ or the path of a lane YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise LaneError(f"lane file not found: {p}")
+        return p
+    candidate = PARAMS_DIR / f"{name_or_path}.yaml"
+    if not candidate.is_file():
+        known = ", ".join(lane_names()) or "none"
+        raise LaneError(f"unknown lane '{name_or_path}' (known: {known})")
+    return candidate
+
+
+def lane_names() -> list[str]:
+    return sorted(p.stem for p in PARAMS_DIR.glob("*.yaml"))
+
+
+_UNION_TAGS = {"int", "float", "str", "bool"}
+
+
+def _key(err: dict) -> str:
+    """The dotted key of an error, without pydantic's union-member tags (env values are int|float|str)."""
+    loc = [str(part) for part in err["loc"]]
+    while loc and loc[-1] in _UNION_TAGS:
+        loc.pop()
+    return ".".join(loc) or "(top level)"
+
+
+def _describe(err: dict, union: bool) -> str:
+    key = _key(err)
+    if err["type"] == "extra_forbidden":
+        return f"unknown key '{key}'"
+    if err["type"] == "missing":
+        return f"missing key '{key}'"
+    if union:
+        return f"'{key}': must be a number or a string, got {type(err['input']).__name__}"
+    return f"'{key}': {err['msg']}"
+
+
+def load_lane(name_or_path: str | Path) -> LaneParams:
+    """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
+    path = lane_path(name_or_path)
+    try:
+        raw = read_bytes(path, "lane file")
+    except LanebookError as exc:
+        raise LaneError(str(exc)) from None
+    try:
+        text = raw.decode().replace("\r\n", "\n").replace("\r", "\n")  # line ends as text mode reads them
+    except UnicodeDecodeError as exc:
+        raise LaneError(f"lane file {path} is not UTF-8 text (byte {exc.start})") from None
+    try:
+        data = yamltext.load(text)
+    except YAMLError as exc:
+        raise LaneError(yamltext.problem(path, exc)) from None
+    if not isinstance(data, dict):
+        raise LaneError(f"{path}: a lane file must be a YAML mapping")
+    try:
+        lane = LaneParams.model_validate(data)
+    except ValidationError as exc:
+        by_key: dict[str, list[dict]] = {}
+        for err in exc.errors():
+            by_key.setdefault(_key(err), []).append(err)
+        first = next(iter(by_key.values()))
+        more = f" (and {len(by_key) - 1} more)" if len(by_key) > 1 else ""
+        raise LaneError(f"{path}: {_describe(first[0], union=len(first) > 1)}{more}") from None
+    lane._file, lane._file_sha256 = path.resolve(), hashlib.sha256(raw).hexdigest()
+    return lane
+
+
+def k_for_batch(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, batch: int) -> int:
+    """Draft positions the target verifies at a batch size: the schedule's inclusive [start, end, K] range that
+    holds it (vLLM's num_speculative_tokens_per_batch_size), else the fixed K."""
+    for start, end, k in schedule or ():
+        if start <= batch <= end:
+            return k
+    return fixed_k
+
+
+def lane_with(lane: LaneParams, **changes: Any) -> LaneParams:
+    """A validated copy of a lane with top-level fields replaced (env merged key by key)."""
+    data = lane.model_dump()
+    env = changes.pop("env", None)
+    if env:
+        data["env"] = {**data["env"], **env}
+    data.update(changes)
+    return LaneParams.model_validate(data)

@@ -1,0 +1,89 @@
+"""HTTP from the operator's machine: bounded waits (poll until an endpoint answers as wanted, show progress, give up at
+the bound) and single JSON requests (the gates' smokes)."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import httpx
+
+from lanebook.base.errors import LanebookError
+
+
+class WaitTimeout(LanebookError):
+    """The endpoint did not become ready within the bound."""
+
+
+@dataclass(frozen=True)
+class WaitProgress:
+    what: str
+    attempt: int
+    elapsed_s: float
+    bound_s: float
+    last: str  # the last answer: "HTTP 503", "ConnectError", ...
+
+    def line(self) -> str:
+        return f"waiting for {self.what}: {self.elapsed_s:.0f}/{self.bound_s:.0f} s, attempt {self.attempt}, last: {self.last}"
+
+
+def print_progress(every_s: float = 15.0) -> Callable[[WaitProgress], None]:
+    """A progress callback that prints a line at most every `every_s` seconds (keeps notebook output short)."""
+    last_printed = [-every_s]
+
+    def show(progress: WaitProgress) -> None:
+        if progress.elapsed_s - last_printed[0] >= every_s:
+            last_printed[0] = progress.elapsed_s
+            print(progress.line(), flush=True)
+
+    return show
+
+
+def wait_for(url: str, ready: Callable[[httpx.Response], bool], *, what: str, timeout_s: float, interval_s: float,
+             progress: Optional[Callable[[WaitProgress], None]] = None) -> httpx.Response:
+    """GET `url` every `interval_s` until `ready(response)`; raise WaitTimeout once `timeout_s` has passed."""
+    started = time.monotonic()
+    attempt, last = 0, "no answer yet"
+    with httpx.Client(trust_env=False) as client:  # the lane directly, never through a proxy
+        while True:
+            attempt += 1
+            remaining = timeout_s - (time.monotonic() - started)
+            try:
+                response = client.get(url, timeout=max(0.5, min(10.0, remaining)))
+                if ready(response):
+                    return response
+                last = f"HTTP {response.status_code}"
+            except httpx.HTTPError as exc:
+                last = type(exc).__name__
+            elapsed = time.monotonic() - started
+            if progress:
+                progress(WaitProgress(what, attempt, elapsed, timeout_s, last))
+            if elapsed >= timeout_s:
+                raise WaitTimeout(f"{what}: {url} not ready within {timeout_s:g} s ({attempt} attempts, last: {last})")
+            time.sleep(min(interval_s, timeout_s - elapsed))
+
+
+@dataclass(frozen=True)
+class JsonAnswer:
+    """One request's answer: its HTTP status, its JSON body (None when the body is not JSON) and text, and its time."""
+
+    status: int
+    body: Optional[object]
+    text: str
+    duration_s: float
+
+
+def request_json(method: str, url: str, body: Optional[dict] = None, *, timeout_s: float) -> JsonAnswer:
+    """One request with an optional JSON body, directly (never through a proxy); a transport failure is one
+    LanebookError line naming the request."""
+    started = time.monotonic()
+    try:
+        with httpx.Client(trust_env=False) as client:
+            response = client.request(method, url, json=body, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        raise LanebookError(f"{method} {url} failed: {type(exc).__name__}: {exc}") from None
+    try:
+        parsed = response.json()
+    except ValueError:
+        parsed = None
+    return JsonAnswer(response.status_code, parsed, response.text, time.monotonic() - started)

@@ -1,0 +1,135 @@
+"""The lane against what runs: against a checkout's effective configuration, and against the live command."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from lanebook.base.errors import LanebookError
+from lanebook.recipe.speculative import SCHEDULE_KEY, speculative_config
+from lanebook.recipe.effective.config import SERVE_FLAGS, Effective, Setting
+
+if TYPE_CHECKING:
+    from lanebook.lane.params import LaneParams
+
+
+def to_number(text: Optional[str]) -> Optional[float]:
+    """TEXT as a number, or None when it is none (values compare as numbers where both are: 0.85 = 0.850)."""
+    try:
+        return float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def same_value(key: str, lane_value: str, running: Optional[str]) -> bool:
+    """Whether what runs is the lane's value: numbers compare as numbers (0.85 = 0.850), and an image pinned
+    by digest is the lane's when the lane names its tag without a digest."""
+    if running is None:
+        return False
+    if key == "DSPARK_VLLM_IMAGE" and "@" not in lane_value:
+        return running.split("@", 1)[0] == lane_value
+    number, other = to_number(lane_value), to_number(running)
+    if number is not None and other is not None:
+        return number == other
+    return running == lane_value
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A lane value that is not what the server runs."""
+
+    key: str  # an env key, or speculative.FIELD
+    lane: str
+    running: Setting
+
+    def message(self) -> str:
+        return f"{self.key}: the lane says {self.lane}, but the checkout runs {self.running.described()}"
+
+
+def env_text(value: Any) -> str:
+    """A lane env value as the env file holds it (and as Compose reads it back)."""
+    text = str(value)
+    if "\n" in text:
+        raise LanebookError(f"env value {text!r} spans lines; an env file cannot hold it")
+    return text
+
+
+def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
+    """Every lane value (env keys, the compose-passed keys, the speculative config) the checkout does not run.
+
+    Nothing is compared when the image's entrypoint refuses the configuration: no server runs at all."""
+    if eff.spec.entrypoint_error:
+        return []
+    found = []
+    for key, value in lane.env.items():
+        want = env_text(value)
+        running = eff.setting(key)
+        if key in lane.compose_environment and key not in eff.compose.environment:
+            running = Setting(None, eff.compose_at(eff.compose.environment_line), False,
+                              f"the environment: map of service {eff.compose.service_name} does not pass {key}")
+        if not same_value(key, want, running.value):
+            found.append(Mismatch(key, want, running))
+    spec = eff.speculative
+    if spec.config is not None:
+        schedule = lane.speculative.schedule
+        wanted = {"method": lane.speculative.method, "draft_sample_method": lane.speculative.draft_sample_method,
+                  SCHEDULE_KEY: None if schedule is None else [list(r) for r in schedule]}
+        for name, want in wanted.items():
+            got = spec.config.get(name)
+            if got != want:
+                show = (lambda v: "none" if v is None else json.dumps(v, separators=(",", ":")) if isinstance(v, list) else str(v))
+                found.append(Mismatch(f"speculative.{name}", show(want), Setting(show(got), spec.where, False)))
+    return found
+
+
+# --- the live command against the lane -------------------------------------------------------------
+
+LIVE_FLAGS = ("--served-model-name", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
+              "--gpu-memory-utilization")
+
+
+@dataclass(frozen=True)
+class LiveMismatch:
+    """A value the lane sets that the running server's command line does not carry."""
+
+    flag: str  # a vllm serve flag, or "--speculative-config FIELD"
+    lane: str
+    live: Optional[str]  # None: absent from the live command
+
+    def __str__(self) -> str:
+        return f"{self.flag}: lane {self.lane}, live {'absent' if self.live is None else self.live}"
+
+
+def _live_flag(tokens: list[str], flag: str) -> Optional[str]:
+    for index, token in enumerate(tokens):
+        if token == flag and index + 1 < len(tokens):
+            return tokens[index + 1]
+        if token.startswith(flag + "="):
+            return token[len(flag) + 1:]
+    return None
+
+
+def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
+    """Each lane value the live `vllm serve` command line (as `docker top` shows it) does not carry.
+
+    Checked: the served name, max model length, sequences, batched tokens and memory utilization the lane
+    sets, and inside --speculative-config num_speculative_tokens and the batch-size schedule (present
+    exactly when the lane has one). A flag missing from the command is a mismatch with live value None."""
+    tokens = command.split()
+    found = []
+    for key, flag in SERVE_FLAGS.items():
+        if flag in LIVE_FLAGS and key in lane.env:
+            want, live = env_text(lane.env[key]), _live_flag(tokens, flag)
+            if not same_value(key, want, live):
+                found.append(LiveMismatch(flag, want, live))
+    config = speculative_config(command)
+    k = None if config is None else config.get("num_speculative_tokens")
+    if not same_value("MTP_NUM_TOKENS", str(lane.num_speculative_tokens), None if k is None else str(k)):
+        found.append(LiveMismatch("--speculative-config num_speculative_tokens", str(lane.num_speculative_tokens),
+                                  None if k is None else str(k)))
+    schedule = lane.speculative.schedule_json()
+    live_schedule = None if config is None or SCHEDULE_KEY not in config else json.dumps(config[SCHEDULE_KEY],
+                                                                                          separators=(",", ":"))
+    if schedule != live_schedule:
+        found.append(LiveMismatch(f"--speculative-config {SCHEDULE_KEY}", schedule or "none", live_schedule))
+    return found

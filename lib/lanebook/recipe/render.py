@@ -1,0 +1,258 @@
+"""`lanebook env render`: make a checkout run its lane — write .env.dspark and patch the compose file.
+
+The env file gets the keys the checkout's launcher actually reads: each lane value whose effective
+value (lanebook.recipe.effective: env file, launcher overrides, Compose, the image's script) differs is
+written, to the key that decides it. On the recipe's current launcher GPU_MEMORY_UTILIZATION is
+exported from the profile key, so the lane's 0.85 is written as GPU_MEMORY_UTILIZATION_TEXT (or
+_VISION with ENABLE_VL_SIDECAR=1), and a lane model as DSPARK_MODEL_OFFICIAL; a line the launcher
+overwrites is never written. What already runs the lane's value is left alone, so nothing is weakened:
+a digest-pinned image stays pinned when the lane names its tag, and values the checkout derives (the
+model from ABLITERATED, TP_SOCKET_IFNAME from NCCL_SOCKET_IFNAME in compose) keep being derived. Keys
+the lane wants passed by compose (compose_environment) are always set in the env file itself.
+
+With no env file yet, render starts from the checkout's example (.env.dspark.example; env.dspark.example
+in the fixture copy), as the recipe tells operators: copy the example, then edit; so every variable
+the launcher requires is set.
+
+The compose patch is the two lines the recipe's current write-up asks for: the environment: injection of
+VLLM_USE_BREAKABLE_CUDAGRAPH (every key of the lane's compose_environment) and the SPECULATIVE_CONFIG
+line of the command, rewritten whole from the lane. That form writes the draft sample method literally
+(`\\"draft_sample_method\\":\\"probabilistic\\"`), not the upstream `$${DRAFT_SAMPLE_METHOD}` indirection:
+the lane file is the one source, so a stray DRAFT_SAMPLE_METHOD in an env file cannot change what the
+lane runs. A lane without a schedule gets the rollback form (fixed K, no num_speculative_tokens_per_batch_size).
+
+plan_render is the one renderer: it computes the new texts, the files they change and the diff, without writing.
+render_checkout writes a plan into a local checkout; lanebook.ops.checkout_env writes the same plan into the head's
+checkout over SSH. Either way each changed file is backed up first as NAME.bak-UTCSTAMP and replaced atomically
+(a `Backup` records each), and an unchanged file is not touched, so a second run changes nothing and leaves no backup.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from lanebook.recipe.compose import COMPOSE_NAME, ComposeFile
+from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, TextFile
+from lanebook.recipe.effective.config import Effective
+from lanebook.recipe.effective.mismatches import Mismatch, env_text, lane_mismatches, same_value
+from lanebook.recipe.envfile import parse_env_text
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import backup, utc_stamp, write_atomic
+from lanebook.lane.params import LaneParams
+from lanebook.base.redact import redact
+
+__all__ = ["ENV_NAME", "Backup", "RenderPlan", "RenderResult", "diff_text", "plan_render", "render_checkout", "sha256",
+           "speculative_config_line"]
+
+ADDED_HEADER = "# --- added by `lanebook env render`"
+_WORD_RE = re.compile(r"^[a-z_]+$")
+
+
+def speculative_config_line(lane: LaneParams) -> str:
+    """The SPECULATIVE_CONFIG assignment exactly as the recipe's write-up gives it ($$ stays doubled for Compose)."""
+    spec = lane.speculative
+    for name, value in (("method", spec.method), ("draft_sample_method", spec.draft_sample_method)):
+        if not _WORD_RE.match(value):
+            raise LanebookError(f"lane {lane.name}: speculative.{name} {value!r} is not a plain lowercase word")
+    fields = [f'\\"method\\":\\"{spec.method}\\"',
+              f'\\"num_speculative_tokens\\":$${{MTP_NUM_TOKENS:-{lane.num_speculative_tokens}}}',
+              f'\\"draft_sample_method\\":\\"{spec.draft_sample_method}\\"']
+    if spec.schedule is not None:
+        fields.append(f'\\"num_speculative_tokens_per_batch_size\\":{spec.schedule_json()}')
+    return 'SPECULATIVE_CONFIG="{' + ",".join(fields) + '}";'
+
+
+def compose_environment(lane: LaneParams) -> dict[str, str]:
+    """The environment: entries the lane injects, defaulting to the lane's own value (the recipe's ${KEY:-0})."""
+    return {key: f"${{{key}:-{env_text(lane.env[key]) if key in lane.env else ''}}}" for key in lane.compose_environment}
+
+
+def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
+    return compose.patched(compose_environment(lane), speculative_config_line(lane))
+
+
+# --- the env file -----------------------------------------------------------------------------------
+
+def _reassign(raw: str, value: str) -> str:
+    """An env line with a new value, keeping `export`, spacing before '=' and an unquoted trailing comment."""
+    prefix, _, rest = raw.partition("=")
+    comment = re.search(r"""\s+#[^"']*$""", rest)
+    return f"{prefix}={shlex.quote(value)}" + (comment.group(0) if comment else "")
+
+
+def apply_env(text: Optional[str], writes: dict[str, str], lane: LaneParams) -> str:
+    """TEXT with each key of WRITES set: every line assigning it changed in place, missing keys appended under
+    a header (a new file when TEXT is None)."""
+    if text is None:
+        lines = [f"# .env.dspark for lane {lane.name}, written by `lanebook env render` from its lane file",
+                 f"# {lane.description}"]
+        return "\n".join(lines + [f"{k}={shlex.quote(v)}" for k, v in writes.items()]) + "\n"
+    lines = text.splitlines()
+    entries = parse_env_text(text)
+    missing = []
+    for key, value in writes.items():
+        found = [e for e in entries if e.key == key]
+        for entry in found:
+            if entry.value != value:
+                lines[entry.line - 1] = _reassign(entry.raw, value)
+        if not found:
+            missing.append(f"{key}={shlex.quote(value)}")
+    if missing:
+        if not any(line.startswith(ADDED_HEADER) for line in lines):
+            lines += ["", f"{ADDED_HEADER}: lane keys this file did not set ---"]
+        lines += missing
+    return "\n".join(lines) + "\n"
+
+
+def target_key(key: str, eff: Effective) -> str:
+    """The env key that decides a lane key: the source the launcher exports it from, else the key itself."""
+    for override in eff.launcher_overrides.overrides:
+        if override.key == key:
+            switch = eff.variable(override.switch)
+            return override.choice(switch.value if switch else None).source
+    return key
+
+
+def _needs(lane: LaneParams, key: str, eff: Effective) -> bool:
+    want = env_text(lane.env[key])
+    if not same_value(key, want, eff.setting(key).value):
+        return True
+    own = eff.variable(key)  # a key compose must pass is also set in the env file itself
+    return key in lane.compose_environment and (own is None or not same_value(key, want, own.value))
+
+
+@dataclass
+class RenderPlan:
+    """What render would write, computed without writing: the new texts and what still does not run the lane."""
+
+    compose: str
+    env: str
+    started_from: Optional[TextFile]  # the example the env file is copied from (None: the file existed, or nothing)
+    carries: dict[str, str]  # env key written → the lane key whose value it carries
+    unresolved: list[Mismatch]  # lane values that still do not run after the render (render cannot fix them)
+    effective: Effective  # the checkout as rendered
+    writes: dict[str, str]  # checkout-relative name → new text, for each file the render changes
+    diff: str  # unified diff of those changes (secrets redacted), '' when nothing changes
+
+
+def diff_text(old: Optional[str], new: Optional[str], fromfile: str, tofile: str) -> str:
+    """A unified diff with secrets redacted (it is printed and recorded); None is no file (/dev/null)."""
+    return redact("".join(difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+                                               fromfile=fromfile if old is not None else "/dev/null",
+                                               tofile=tofile if new is not None else "/dev/null")))
+
+
+def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
+    """The compose patch and the env file that make FILES run LANE (see the module docstring)."""
+    compose_text = patch_compose(lane, ComposeFile(files.compose.text, files.compose.name))
+    env_name = files.env.name if files.env else files.compose.name[:files.compose.name.rfind("/") + 1] + ENV_NAME
+    patched = files.replace(compose=TextFile(files.compose.name, compose_text))
+    started_from = None if files.env else files.example
+    base = files.env.text if files.env else (files.example.text if files.example else None)
+    writes: dict[str, str] = {}
+    carries: dict[str, str] = {}
+
+    def rendered() -> Effective:
+        text = apply_env(base, writes, lane) if (base is not None or writes) else None
+        return Effective(patched.replace(env=None if text is None else TextFile(env_name, text)))
+
+    def write(key: str, eff: Effective) -> None:
+        target = target_key(key, eff)
+        writes[target], carries[target] = env_text(lane.env[key]), key
+
+    eff = rendered()
+    if base is None:  # nothing to start from: every lane key, each to the key that decides it
+        for key in lane.env:
+            write(key, eff)
+        eff = rendered()
+    # First the keys whose deciding line exists (a value derived from them may then come right by itself),
+    # then, one at a time, whatever still differs.
+    lines = {e.key for e in eff.entries}
+    for key in [k for k in lane.env if _needs(lane, k, eff) and target_key(k, eff) in lines]:
+        write(key, eff)
+    eff = rendered()
+    for key in lane.env:
+        if _needs(lane, key, eff):
+            write(key, eff)
+            eff = rendered()
+    text = eff.env_file.text if eff.env_file else ""
+    changes: dict[str, str] = {}
+    diff = ""
+    if compose_text != files.compose.text:
+        changes[COMPOSE_NAME] = compose_text
+        diff += diff_text(files.compose.text, compose_text, f"a/{COMPOSE_NAME}", f"b/{COMPOSE_NAME}")
+    old_env = files.env.text if files.env else None
+    if text != old_env:
+        changes[ENV_NAME] = text
+        shown, fromfile = ((started_from.text, f"a/{started_from.name.rsplit('/', 1)[-1]}") if started_from
+                           else (old_env, f"a/{ENV_NAME}"))  # a copied example diffs against the example
+        diff += diff_text(shown, text, fromfile, f"b/{ENV_NAME}")
+    return RenderPlan(compose_text, text, started_from, carries, lane_mismatches(lane, eff), eff, changes, diff)
+
+
+# --- writing ---------------------------------------------------------------------------------------
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Backup:
+    """One file a render (or a restore) changed, and how to undo it.
+
+    backup: where its earlier bytes are kept beside it (None: there was no file before);
+    sha256_new: what the change left there (None: it left no file), which a restore requires to find."""
+
+    path: str  # a local path, or a path on the head (~ = the node's home)
+    backup: Optional[str]
+    sha256_backup: Optional[str]
+    sha256_new: Optional[str]
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "backup": self.backup, "sha256_backup": self.sha256_backup,
+                "sha256_new": self.sha256_new}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Backup":
+        keys = ("path", "backup", "sha256_backup", "sha256_new")
+        if not isinstance(data, Mapping) or set(data) != set(keys) or not isinstance(data["path"], str):
+            raise LanebookError(f"not a backup entry of an env run: {data!r}")
+        if (data["backup"] is None) != (data["sha256_backup"] is None):
+            raise LanebookError(f"backup entry of {data['path']}: a backup path needs its sha256 and none without one")
+        return cls(*(data[k] for k in keys))
+
+
+@dataclass
+class RenderResult:
+    """What a render, local or on the head, (or a restore) did: its diff (secrets redacted), the files it wrote, a
+    Backup of each, the example a new env file was started from, and the lane values it cannot make run."""
+
+    diff: str
+    changed: list[str] = field(default_factory=list)  # local paths, or paths on the head
+    backups: list[Backup] = field(default_factory=list)
+    started_from: Optional[str] = None
+    unresolved: list[Mismatch] = field(default_factory=list)
+    dry_run: bool = False  # recorded, not sent: nothing was changed or observed
+
+
+def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
+    """Write the lane's .env.dspark and patch the compose file in a local checkout (the plan is computed before
+    anything is written)."""
+    files = CheckoutFiles.read(checkout_dir)
+    plan = plan_render(lane, files)
+    result = RenderResult(plan.diff, started_from=plan.started_from.name if plan.started_from else None,
+                          unresolved=plan.unresolved)
+    stamp = utc_stamp()
+    for name, text in plan.writes.items():
+        path = files.directory / name
+        kept = backup(path, stamp) if path.exists() else None
+        write_atomic(path, text, mode=None if kept else 0o600)  # a new env file may hold keys
+        result.changed.append(str(path))
+        result.backups.append(Backup(str(path), str(kept) if kept else None, sha256(kept.read_bytes()) if kept else None,
+                                     sha256(text.encode())))
+    return result

@@ -1,0 +1,210 @@
+"""`lanebook promote`: the main job (weights → env → launch → warmup → gates → speed), one recorded run each.
+
+The runs of one promotion share a `promotion_id`, and each record names the run before it in the promotion
+(`previous_run_id`), so the trail reads as one chain even across resumes. A promotion stops at the first
+runbook that does not pass. `--resume` continues the lane's latest promotion at that runbook: the runbooks
+that passed are not repeated, unless the lane file changed since they ran — then it starts again at `env`
+(the checkout must be rendered from the new lane), at `weights` when the lane's weights changed, or at `gates` when
+only its gates or Hermes blocks did (a comment edited repeats nothing).
+
+Which runbook a resume starts at is a pure function of the recorded runs (`plan_resume`), tested with records.
+
+A new promotion of a lane with a rollback lane first fingerprints that lane's checkout and weights on every
+node and keeps the fingerprint in its first record: the `rollback` runbook compares against it, so a
+promotion that touched the rollback lane ("keep the rollback lane boring") is caught before it is needed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import LaneParams, load_lane
+from lanebook.base import paths
+
+MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
+
+
+def missing_runbooks(job: tuple[str, ...] = MAIN_JOB) -> list[str]:
+    """Runbooks of the job not written yet (no runbooks/NAME.ipynb)."""
+    return [name for name in job if not (paths.RUNBOOKS_DIR / f"{name}.ipynb").exists()]
+
+
+# What part of a lane each runbook of the main job stands on: a resume after a lane edit starts again at the
+# first runbook the edited part feeds. The weights block feeds weights; the gates and Hermes blocks feed only
+# gates; everything else (env, schedule, checkout, launcher, request, ...) feeds the render, so env.
+LANE_PARTS = {"weights": ("weights",), "gates": ("gates", "hermes")}
+PART_RESTARTS_AT = {"weights": "weights", "rest": "env", "gates": "gates"}
+PART_NAMES = {"weights": "weights", "rest": "env and launch settings", "gates": "gates and Hermes settings"}
+
+
+def lane_digest(lane: LaneParams) -> dict[str, Optional[str]]:
+    """What a resume compares: the lane file's bytes (as loaded) and, apart, the parts of the lane that different
+    runbooks use."""
+    data = lane.model_dump(mode="json")
+
+    def digest(value) -> str:
+        return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+    named = {key for keys in LANE_PARTS.values() for key in keys}
+    parts = {part: digest({key: data[key] for key in keys}) for part, keys in LANE_PARTS.items()}
+    parts["rest"] = digest({key: value for key, value in data.items() if key not in named})
+    return {"file": lane.file_sha256, **parts}
+
+
+def changed_parts(recorded: Optional[dict], digest: dict[str, str]) -> list[str]:
+    """The lane's parts edited since `recorded` (a record's lane_digest); a comment-only edit changes none."""
+    return [part for part in PART_RESTARTS_AT if (recorded or {}).get(part) != digest[part]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a promotion starts: its id, the runbooks to run, the run it continues from, and why."""
+
+    promotion_id: str
+    runbooks: tuple[str, ...]
+    previous_run_id: Optional[str] = None
+    reason: str = ""
+
+
+def new_plan() -> Plan:
+    return Plan(uuid.uuid4().hex[:12], MAIN_JOB, None, "a new promotion")
+
+
+def plan_resume(runs: list[dict], lane: str, digest: dict[str, str], *, dry_run: bool = False) -> Plan:
+    """Continue the lane's latest promotion (of the same kind: dry or not) at its first runbook that did not pass."""
+    ours = [r for r in runs if r.get("promotion_id") and r["lane"] == lane and bool(r.get("dry_run")) == dry_run]
+    if not ours:
+        kind = "dry-run promotion" if dry_run else "promotion"
+        raise LanebookError(f"--resume: no earlier {kind} of lane {lane} is recorded; run `lanebook promote --lane {lane}` first")
+    promotion_id = ours[-1]["promotion_id"]
+    chain = [r for r in ours if r["promotion_id"] == promotion_id]
+    passed = "dry-run" if dry_run else "pass"
+    latest = {r["runbook"]: r for r in chain}  # the last run of each runbook in this promotion
+    start = next((i for i, name in enumerate(MAIN_JOB) if latest.get(name, {}).get("verdict") != passed), None)
+    if start is None:
+        raise LanebookError(f"--resume: promotion {promotion_id} of lane {lane} already passed every runbook; "
+                            f"start a new one without --resume")
+    reason = f"resuming promotion {promotion_id} at {MAIN_JOB[start]}"
+    # A runbook that passed before a lane edit is repeated when the edit feeds it, with every runbook after it.
+    edited = {part for r in chain if r["runbook"] in MAIN_JOB[:start] for part in changed_parts(r.get("lane_digest"), digest)}
+    restart = min((MAIN_JOB.index(PART_RESTARTS_AT[part]) for part in edited), default=start)
+    if restart < start:
+        start = restart
+        what = ", ".join(PART_NAMES[part] for part in PART_RESTARTS_AT if part in edited)
+        reason = f"resuming promotion {promotion_id} at {MAIN_JOB[start]}: the lane's {what} changed since it ran"
+    return Plan(promotion_id, MAIN_JOB[start:], chain[-1]["run_id"], reason)
+
+
+@dataclass
+class Promotion:
+    """What a promotion did: its plan and the records of the runs it made, in order."""
+
+    plan: Plan
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def stopped_at(self) -> Optional[dict]:
+        """The record of the runbook that did not pass, if one did not."""
+        return next((r for r in self.records if r["verdict"] != self.passed_verdict), None)
+
+    @property
+    def passed_verdict(self) -> str:
+        return "dry-run" if self.records and self.records[0]["dry_run"] else "pass"
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.records) and self.stopped_at is None and len(self.records) == len(self.plan.runbooks)
+
+    def summary(self, lane: str) -> str:
+        stop = self.stopped_at
+        if stop is None:
+            done = "dry-run (nothing observed)" if self.passed_verdict == "dry-run" else "passed"
+            return f"promotion {self.plan.promotion_id} {done}: {', '.join(r['runbook'] for r in self.records)}"
+        line = f"promotion {self.plan.promotion_id} stopped at {stop['runbook']}: {stop['verdict']}"
+        if stop.get("failed_step"):
+            line += f" at step '{stop['failed_step']}'"
+        if stop.get("fix"):
+            line += f" — {stop['fix']}"
+        return line + f"; when it is fixed: lanebook promote --lane {lane} --resume"
+
+
+def promote(params: LaneParams, *, resume: bool = False, dry_run: bool = False, yes: bool = False,
+            break_lock: bool = False, on_plan: Callable[[Plan], None] = lambda plan: None,
+            on_start: Callable[[str], None] = lambda name: None,
+            on_record: Callable[[dict], None] = lambda record: None) -> Promotion:
+    """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
+    One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
+    the command starts, is the lane every runbook runs on."""
+    from lanebook.runs.audit import read_runs
+    from lanebook.runs.execute import run_runbook
+    from lanebook.runs.lock import hold_lane_pair
+
+    missing = missing_runbooks()
+    if missing:
+        raise LanebookError(f"the main job is incomplete: runbook(s) {', '.join(missing)} not written yet")
+    if not params.twin and not dry_run and not yes:
+        raise LanebookError(f"promote changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands")
+    digest = lane_digest(params)
+    plan = plan_resume(read_runs(), params.name, digest, dry_run=dry_run) if resume else new_plan()
+    on_plan(plan)
+    promotion = Promotion(plan)
+    previous = plan.previous_run_id
+    with hold_lane_pair(params, "promote", plan.promotion_id, needed=not dry_run, break_lock=break_lock):
+        first = {} if resume or dry_run else rollback_reference(params)
+        for name in plan.runbooks:
+            on_start(name)
+            link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
+            first = {}
+            record = run_runbook(name, params, {}, dry_run=dry_run, yes=yes, link=link)
+            promotion.records.append(record)
+            on_record(record)
+            previous = record["run_id"]
+            if record["verdict"] != promotion.passed_verdict:
+                break  # each stage stands on the one before it
+    return promotion
+
+
+def rollback_reference(params: LaneParams) -> dict:
+    """The rollback lane's fingerprint as the promotion's first record keeps it (nothing when the lane has none)."""
+    if not params.rollback:
+        return {}
+    from lanebook.nodes.ssh import Lane
+    from lanebook.lane.plugins import prepare_lane
+    from lanebook.ops.rollback import FINGERPRINT_FIGURE, fingerprint, rollback_target
+
+    target = rollback_target(params)
+    prepare_lane(target)  # the twin starts itself for a twin lane
+    with Lane(target) as lane:
+        return {FINGERPRINT_FIGURE: fingerprint(lane)}
+
+
+def promote_shown(lane: str, **options) -> Promotion:
+    """`promote` on the terminal (LANE as the operator named it): the lane loaded once, the plan, each runbook as it
+    starts and ends, and the summary line."""
+    from rich.console import Console
+
+    from lanebook.runs.audit import VERDICT_STYLES, verdict_label
+
+    console = Console()
+
+    def planned(plan: Plan) -> None:
+        console.print(f"[bold]promotion {plan.promotion_id}[/]: {plan.reason} — {' → '.join(plan.runbooks)}")
+
+    def started(name: str) -> None:
+        console.rule(f"runbook {name}")
+
+    def ended(record: dict) -> None:
+        color = VERDICT_STYLES.get(record["verdict"], ("yellow", ""))[0]
+        failed = f" — failed step: {record['failed_step']}" if record["failed_step"] else ""
+        console.print(f"[{color}]{record['runbook']}: {verdict_label(record['verdict'])}[/]{failed}")
+        if record.get("fix"):
+            console.print(f"  what to do next: {record['fix']}")
+        console.print(f"  executed notebook: {record['output']}")
+
+    promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, **options)
+    console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]")
+    return promotion

@@ -1,0 +1,173 @@
+"""`lanebook book`: the jupyter-book 1 site — the recipe, the runbooks' rehearsals and the audit trail.
+
+Pages are generated from the one source of each fact (lane files, the pitfall registry, the run index, the
+stored baselines; lanebook.site.pages, a module per page) into a staging folder, then jupyter-book builds it
+offline from stored outputs: it never executes a notebook. Pages made from recorded notebooks are copies;
+the records themselves are never touched. Plugins add pages (registry().book_pages: the twin's facts).
+
+Strict builds (tests, `lanebook book --strict`) fail on any Sphinx warning, on a broken internal link or
+anchor, and on anything the site would load from the internet (lanebook.site.bookcheck).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import nbformat
+
+from lanebook.runs.audit import read_runs
+from lanebook.site.bookcheck import check_site
+from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, trail
+from lanebook.site.pages.notebook import notebook_title, page_notebook
+from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
+from lanebook.base.errors import LanebookError
+from lanebook.runs.execute import RUNBOOKS, read_verdict
+from lanebook.lane.params import lane_names, load_lane
+from lanebook.base.paths import BOOK_DIR, RUNBOOKS_DIR
+from lanebook.recipe.pitfalls import PITFALLS
+from lanebook.lane.plugins import registry
+from lanebook.base.redact import redact
+from lanebook.speed.baseline import stored_baseline
+
+# Staged book sources copied as they are: the configuration and the site's own style sheet.
+STATIC_SOURCES = ("_config.yml", "_static/lanebook.css")
+
+
+def _runbook_sources() -> dict[str, Path]:
+    return {name: RUNBOOKS_DIR / f"{name}.ipynb" for name in RUNBOOKS if (RUNBOOKS_DIR / f"{name}.ipynb").exists()}
+
+
+def _stage_recipe(stage: Path, runs: list[PublishedRun]) -> list[str]:
+    """recipe/NAME.ipynb per runbook: its latest twin rehearsal, or the bare notebook when it has none."""
+    (stage / "recipe").mkdir()
+    rehearsals = latest_rehearsals(runs)
+    docs = []
+    for name, source in _runbook_sources().items():
+        title = notebook_title(source)
+        run = rehearsals.get(name)
+        if run is not None:
+            nb = page_notebook(run.path, recipe.rehearsal_heading(title, run, read_verdict(run.path)))
+        else:
+            nb = page_notebook(source, recipe.unrehearsed_heading(title, name))
+        nbformat.write(nb, stage / "recipe" / f"{name}.ipynb")
+        docs.append(f"recipe/{name}")
+    return docs
+
+
+def _stage_trail(stage: Path, runs: list[PublishedRun]) -> None:
+    (stage / "audit").mkdir()
+    for run in runs:
+        nb = page_notebook(run.path, trail.run_heading(run))
+        # Reached from the index, not from the sidebar: a sidebar of every run would be drawn again on every
+        # page, which makes the build grow with the square of the runs.
+        nb.metadata["orphan"] = True
+        nbformat.write(nb, stage / f"{run.doc}.ipynb")
+    (stage / "audit.md").write_text(trail.audit_index(runs))
+
+
+def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None:
+    measured = speed.speed_runs(runs)
+    entries = []
+    for name in lane_names():
+        lane = load_lane(name)
+        entries.append(speed.LaneSpeed(name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name)))
+    text, pictures = speed.speed_page(entries, twin_page=twin_page)
+    (stage / "speed.md").write_text(text)
+    for file, png in pictures.items():
+        (stage / file).write_bytes(png)
+
+
+def stage_book(stage: Path) -> None:
+    """Every page source of the book into STAGE (an empty folder)."""
+    for name in STATIC_SOURCES:
+        (stage / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(BOOK_DIR / name, stage / name)
+    all_lanes = [load_lane(n) for n in lane_names()]
+    text, picture = intro.intro_page((BOOK_DIR / "intro.md").read_text(), all_lanes)
+    (stage / "index.md").write_text(text)
+    (stage / intro.PICTURE).write_bytes(picture)
+    reference = intro.shown_lanes(all_lanes)[0].name
+    (stage / "lanes.md").write_text(lanes.lanes_page(all_lanes, reference))
+    runs = published_runs(read_runs())
+    recipe_docs = _stage_recipe(stage, runs)
+    sources = {name: [c.source for c in nbformat.read(path, as_version=4).cells] for name, path in _runbook_sources().items()}
+    steps = pitfalls.pitfall_steps(sources, [p.id for p in PITFALLS])
+    (stage / "pitfalls.md").write_text(pitfalls.pitfalls_page(steps, set(_runbook_sources())))
+    plugin_pages = registry().book_pages
+    for name, render in plugin_pages.items():
+        (stage / f"{name}.md").write_text(render())
+    _stage_speed(stage, runs, twin_page="twin" in plugin_pages)
+    _stage_trail(stage, runs)
+    toc = ["format: jb-book", "root: index", "parts:",
+           "  - caption: Recipe", "    chapters:"] + [f"      - file: {d}" for d in recipe_docs]
+    toc += ["  - caption: Reference", "    chapters:", "      - file: lanes", "      - file: pitfalls", "      - file: speed"]
+    if plugin_pages:
+        toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
+    toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
+    (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
+
+
+@dataclass(frozen=True)
+class BuiltSite:
+    index: Path  # OUT/_build/html/index.html
+    warnings: list[str]  # Sphinx's warnings of a build that was not strict (a strict build fails on any)
+
+
+def build_book(out: Optional[Path] = None, strict: bool = False) -> BuiltSite:
+    """Build the site into OUT/_build/html (default book/_build/html).
+
+    strict: Sphinx warnings fail the build, and so does a broken internal link or an external load; otherwise
+    the warnings come back with the site, for the caller to show."""
+    out = Path(out or BOOK_DIR).resolve()  # jupyter-book writes OUT/_build/html
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    html = out / "_build" / "html"
+    with tempfile.TemporaryDirectory(prefix="lanebook-book-") as tmp:
+        stage = Path(tmp)
+        stage_book(stage)
+        _refuse_secrets(stage)
+        if html.exists():
+            shutil.rmtree(html)  # pages of runs no longer recorded must not linger
+        command = [str(jupyter_book), "build", str(stage), "--path-output", str(out), "--all"]
+        proc = subprocess.run(command + (["-W", "--keep-going"] if strict else []), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LanebookError("jupyter-book build failed:\n" + build_problems(proc.stdout + proc.stderr))
+    if strict:
+        problems = check_site(html)
+        if problems:
+            raise LanebookError(f"the built site has {len(problems)} problem(s): " + "; ".join(problems[:5]))
+    return BuiltSite(html / "index.html", sphinx_problems(proc.stdout + proc.stderr))
+
+
+def show_warnings(site: BuiltSite, limit: int = 12) -> None:
+    """On stderr: how many warnings a build that was not strict had, and the first of them."""
+    if site.warnings:
+        print(f"book: {len(site.warnings)} Sphinx warning(s) (`lanebook book --strict` fails on them):", file=sys.stderr)
+        for line in site.warnings[:limit]:
+            print(f"  {line}", file=sys.stderr)
+
+
+def sphinx_problems(log: str) -> list[str]:
+    """Sphinx's warnings and errors in a build log, their staged paths shortened to the page."""
+    return [re.sub(r"^\S*lanebook-book-[^/]+/", "", line) for line in log.strip().splitlines()
+            if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Error:|Exception:", line)]
+
+
+def build_problems(log: str, limit: int = 12) -> str:
+    """What made a build fail: Sphinx's warnings and errors, else the log's last lines."""
+    found = sphinx_problems(log)
+    return "\n".join(found[:limit] if found else log.strip().splitlines()[-limit:])
+
+
+def _refuse_secrets(stage: Path) -> None:
+    """Nothing is published when a page source holds what redaction would hide: an HF token, API key,
+    bearer token, private key or password must never reach a published page."""
+    leaked = [p.relative_to(stage) for p in sorted(stage.rglob("*")) if p.suffix in (".md", ".ipynb", ".yml")
+              and redact(p.read_text(errors="ignore")) != p.read_text(errors="ignore")]
+    if leaked:
+        raise LanebookError(f"refusing to publish: {', '.join(map(str, leaked[:3]))} looks like it holds a secret")

@@ -1,0 +1,451 @@
+"""The Hermes gates: the operator's Hermes Agent provider block, rendered from the lane (or read from the
+operator's own config) and checked, then the recipe's ROUTE_OK smoke through the real `hermes` CLI with that
+block in an isolated HERMES_HOME:
+
+    hermes --provider spark-ds4 -m MODEL -t safe -z 'Reply exactly ROUTE_OK.'
+
+Hermes prints the reply without its reasoning, so its output cannot show that thinking was on (a string
+"false" in extra_body turns it on: the chat template tests truthiness). Hermes keeps every session in
+$HERMES_HOME/state.db (SQLite): the assistant message's `reasoning` / `reasoning_content` and the sessions'
+`reasoning_tokens` are read after the run and show it.
+
+Hermes runs on this machine (lanebook's own install, .tools/hermes, made by `make setup`), or where the
+lane's `hermes.host` says, over SSH (a node of the lane or another ssh destination): the config goes there
+by SFTP, state.db comes back the same way.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from lanebook.base import yamltext
+from lanebook.base.checks import ExpectedResult
+from lanebook.base.errors import LanebookError
+from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
+from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
+from lanebook.lane.params import LaneParams, NodeParams
+from lanebook.base.paths import REPO
+from lanebook.base.redact import redact, redact_data
+
+OWN_INSTALL = REPO / ".tools" / "hermes" / "bin" / "hermes"  # `make setup` installs the pinned Hermes Agent here
+TOOLSETS = "safe"
+RUN_TIMEOUT_S = 300.0
+EXPECTED_API_KEY = "no-key-required"
+
+
+# --- the provider block (pure) ------------------------------------------------------------------------
+
+def lane_provider_block(params: LaneParams) -> dict:
+    """The recipe's providers.<name> block for this lane: its API, key, advertised context, model, extra_body."""
+    return {"api": params.api, "api_key": params.hermes.api_key, "context_length": params.hermes.context_length,
+            "default_model": params.served_model_name, "extra_body": params.hermes.extra_body}
+
+
+def config_text(provider: str, block: Mapping[str, Any]) -> str:
+    """$HERMES_HOME/config.yaml holding the one provider block, values typed as given (a string stays quoted)."""
+    out = io.StringIO()
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    yaml.dump({"providers": {provider: dict(block)}}, out)
+    return out.getvalue()
+
+
+def block_from_config(text: str, provider: str, source: str) -> dict:
+    """The operator's providers.<provider> block from a Hermes config.yaml's text."""
+    try:
+        doc = yamltext.load(text)
+    except YAMLError as exc:
+        raise LanebookError(yamltext.problem(source, exc)) from None
+    providers = doc.get("providers") if isinstance(doc, Mapping) else None
+    block = providers.get(provider) if isinstance(providers, Mapping) else None
+    if not isinstance(block, Mapping):
+        known = ", ".join(providers) if isinstance(providers, Mapping) else "none"
+        raise LanebookError(f"{source}: no providers.{provider} block (providers there: {known})")
+    return dict(block)
+
+
+def shown_block(block: Mapping[str, Any]) -> dict:
+    """The block as a notebook may show it (a real key redacted)."""
+    return redact_data(dict(block))
+
+
+def block_checks(step: str, block: Mapping[str, Any], params: LaneParams, *,
+                 local: bool = True) -> list[ExpectedResult]:
+    """The provider block against the lane: its API, api_key no-key-required (not "none"), thinking a JSON
+    boolean as the lane means it, the advertised context, the default model."""
+    want_kwargs = params.hermes.extra_body.get("chat_template_kwargs")
+    extra = block.get("extra_body")
+    kwargs = extra.get("chat_template_kwargs") if isinstance(extra, Mapping) else None
+    problems = thinking_problems(kwargs, "extra_body.chat_template_kwargs")
+    same_thinking = thinking_intended(kwargs) == thinking_intended(want_kwargs) and (kwargs is not None or want_kwargs is None)
+    api_key = block.get("api_key")
+    key_shown = api_key if api_key in (EXPECTED_API_KEY, "none", "", None) else "[REDACTED]"
+    context = block.get("context_length")
+    api = str(block.get("api") or block.get("base_url") or block.get("url") or "")
+    judged = ExpectedResult.judged
+    return [
+        judged(step, "api is the lane's API", api.rstrip("/") == params.api.rstrip("/"), api, local=local),
+        judged(step, f"api_key is {params.hermes.api_key}", api_key == params.hermes.api_key,
+               repr(key_shown) + (': "none" is not the keyless value' if api_key == "none" else ""), "P09",
+               local=local),
+        judged(step, "thinking is a JSON boolean, as the lane means it", not problems and same_thinking,
+               "; ".join(problems) or f"chat_template_kwargs {kwargs!r}", "P10", local=local),
+        judged(step, f"context_length is {params.hermes.context_length:,} "
+                     f"(within the server's {params.max_model_len:,})",
+               context == params.hermes.context_length and isinstance(context, int) and context <= params.max_model_len,
+               repr(context), local=local),
+        judged(step, f"default_model is {params.served_model_name}",
+               block.get("default_model") == params.served_model_name, repr(block.get("default_model")), local=local),
+    ]
+
+
+# --- where Hermes runs ---------------------------------------------------------------------------------
+
+def route_argv(command: str, provider: str, model: str, prompt: str) -> list[str]:
+    """The recipe's route smoke command line."""
+    return [command, "--provider", provider, "-m", model, "-t", TOOLSETS, "-z", prompt]
+
+
+def shell_line(argv: list[str], home: str) -> str:
+    return f"HERMES_HOME={q(home)} " + " ".join(q(a) for a in argv)
+
+
+def local_command(setting: Optional[str]) -> str:
+    """The hermes command here: the lane's setting, else lanebook's own install, else `hermes` on PATH."""
+    if setting:
+        return setting
+    if OWN_INSTALL.exists():
+        return str(OWN_INSTALL)
+    found = shutil.which("hermes")
+    if found:
+        return found
+    raise LanebookError(f"no hermes command: run `make setup` (it installs Hermes Agent into {OWN_INSTALL.parent.parent}), "
+                        "or set the lane's hermes.bin")
+
+
+def parse_destination(destination: str) -> NodeParams:
+    """An ssh destination [user@]host[:port] as a node to run Hermes on."""
+    user, _, rest = destination.rpartition("@")
+    host, _, port = rest.partition(":")
+    if not host or (port and not port.isdigit()):
+        raise LanebookError(f"hermes.host {destination!r}: use a node alias of the lane or [user@]host[:port]")
+    return NodeParams(alias=destination, role="worker", host=host, port=int(port or 22), user=user or None, fabric_ip=host)
+
+
+class LocalHost:
+    """Hermes on this machine; each step recorded in the executor's history, none made in a dry run."""
+
+    where = "this machine"
+
+    def __init__(self, executor: Executor, command: Optional[str]):
+        self.executor = executor
+        self.command = command or self._own_command(executor.dry_run)
+
+    @staticmethod
+    def _own_command(dry_run: bool) -> str:
+        try:
+            return local_command(None)
+        except LanebookError:
+            if dry_run:  # a dry run only shows the line
+                return "hermes"
+            raise
+
+    def read(self, path: str) -> str:
+        try:
+            return Path(path).expanduser().read_text()
+        except OSError as exc:
+            raise LanebookError(f"cannot read the Hermes config {path}: {exc.strerror}") from None
+
+    def make_home(self) -> str:
+        if self.executor.dry_run:
+            self.executor.record_local("mktemp -d -t lanebook-hermes-XXXXXX")
+            return "/tmp/lanebook-hermes-XXXXXX"
+        home = tempfile.mkdtemp(prefix="lanebook-hermes-")
+        self.executor.record_local(f"mktemp -d -t lanebook-hermes-XXXXXX → {home}")
+        return home
+
+    def write_config(self, home: str, text: str) -> None:
+        self.executor.record_local(f"write {home}/config.yaml")
+        if not self.executor.dry_run:
+            path = Path(home) / "config.yaml"
+            path.write_text(text)
+            path.chmod(0o600)
+
+    def run(self, argv: list[str], home: str, timeout_s: float) -> tuple[int, str, str, float]:
+        line = shell_line(argv, home)
+        if self.executor.dry_run:
+            self.executor.record_local(line)
+            return 0, "", "", 0.0
+        started = time.monotonic()
+        try:
+            done = subprocess.run(argv, env={**os.environ, "HERMES_HOME": home}, stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.executor.record_local(line, exit_code=124, duration_s=time.monotonic() - started)
+            raise LanebookError(f"hermes did not finish within {timeout_s:g} s: {line}") from None
+        except OSError as exc:
+            raise LanebookError(f"cannot run {argv[0]}: {exc.strerror}") from None
+        duration = time.monotonic() - started
+        self.executor.record_local(line, exit_code=done.returncode, duration_s=duration, detail=done.stdout)
+        return done.returncode, done.stdout, done.stderr, duration
+
+    def fetch_state(self, home: str, into: Path) -> Optional[Path]:
+        db = Path(home) / "state.db"
+        return db if db.exists() else None
+
+    def remove_home(self, home: str) -> None:
+        if not self.executor.dry_run:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+class RemoteHost:
+    """Hermes on another host over SSH: config put by SFTP, state.db fetched back by SFTP."""
+
+    def __init__(self, node: Node, command: Optional[str]):
+        self.node = node
+        self.command = command or "hermes"
+        self.where = f"{node.alias} over SSH"
+
+    def read(self, path: str) -> str:
+        return self.node.run(f"cat {qpath(path)}", timeout=30).stdout
+
+    def make_home(self) -> str:
+        return self.node.run("mktemp -d -t lanebook-hermes-XXXXXX", timeout=30,
+                             dry_stdout="/tmp/lanebook-hermes-XXXXXX").stdout.strip()
+
+    def write_config(self, home: str, text: str) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
+            local = Path(scratch) / "config.yaml"
+            local.write_text(text)
+            self.node.put(local, f"{home}/config.yaml")
+        self.node.run(f"chmod 600 {q(home + '/config.yaml')}", timeout=30)
+
+    def run(self, argv: list[str], home: str, timeout_s: float) -> tuple[int, str, str, float]:
+        result = self.node.run(shell_line(argv, home) + " </dev/null", check=False, timeout=timeout_s)
+        return result.exit_code, result.stdout, result.stderr, result.duration_s
+
+    def fetch_state(self, home: str, into: Path) -> Optional[Path]:
+        if self.node.executor.dry_run:
+            self.node.get(f"{home}/state.db", into / "state.db")
+            return None
+        if not self.node.run(f"test -f {q(home + '/state.db')}", check=False, timeout=30).ok:
+            return None
+        self.node.get(f"{home}/state.db", into / "state.db")
+        return into / "state.db"
+
+    def remove_home(self, home: str) -> None:
+        self.node.run(f"rm -rf {q(home)}", check=False, timeout=30)
+
+
+def hermes_host(lane: Lane):
+    """Where the lane's Hermes runs: this machine, a node of the lane, or an ssh destination."""
+    host = lane.params.hermes.host
+    if not host:
+        return LocalHost(lane.executor, lane.params.hermes.bin)
+    if any(n.alias == host for n in lane.nodes):
+        return RemoteHost(lane.node(host), lane.params.hermes.bin)
+    return RemoteHost(Node(parse_destination(host), lane.executor, None), lane.params.hermes.bin)
+
+
+@dataclass(frozen=True)
+class ProviderBlock:
+    """The block the Hermes gates use: rendered from the lane, or read from the operator's config (None when a dry
+    run did not read it), where it came from, and whether it was read on this machine (a dry run checks it then)."""
+
+    settings: Optional[dict]
+    source: str
+    local: bool
+
+
+def provider_block_in_use(lane: Lane, hermes_config: Optional[str]) -> ProviderBlock:
+    """The operator's block from `hermes_config` (a config.yaml on the Hermes host), else the lane's rendering."""
+    provider = lane.params.hermes.provider
+    if not hermes_config:
+        return ProviderBlock(lane_provider_block(lane.params), f"rendered from lane {lane.params.name}", True)
+    host = hermes_host(lane)
+    source = f"{hermes_config} on {host.where}"
+    local = isinstance(host, LocalHost)
+    if lane.executor.dry_run and not local:
+        host.read(hermes_config)  # recorded, not sent
+        return ProviderBlock(None, source, False)
+    return ProviderBlock(block_from_config(host.read(hermes_config), provider, source), source, local)
+
+
+# --- state.db -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StateReading:
+    """What Hermes recorded of the run: the assistant's replies and the reasoning it received."""
+
+    sessions: int
+    replies: tuple[str, ...]
+    reasoning_chars: int
+    reasoning_messages: int
+    reasoning_tokens: int
+
+    @property
+    def thinking_seen(self) -> bool:
+        return self.reasoning_chars > 0 or self.reasoning_tokens > 0
+
+    def summary(self) -> str:
+        if not self.thinking_seen:
+            return f"state.db: {self.sessions} session(s), no reasoning recorded"
+        return (f"state.db: reasoning of {self.reasoning_chars} characters in {self.reasoning_messages} assistant "
+                f"message(s), reasoning_tokens {self.reasoning_tokens}")
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+def read_state(path: Path) -> StateReading:
+    """Read Hermes' state.db: sessions, assistant messages and their reasoning, reasoning_tokens (sessions and
+    session_model_usage, whichever the version keeps)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise LanebookError(f"cannot open Hermes' state.db ({path}): {exc}") from None
+    try:
+        sessions = db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
+        reasoning_cols = [c for c in ("reasoning", "reasoning_content") if c in _columns(db, "messages")]
+        rows = db.execute(f"SELECT content, {', '.join(reasoning_cols) or 'NULL'} FROM messages "
+                          "WHERE role = 'assistant' ORDER BY id").fetchall()
+        tokens = 0
+        for table in ("sessions", "session_model_usage"):
+            if "reasoning_tokens" in _columns(db, table):
+                tokens = max(tokens, db.execute(f"SELECT COALESCE(SUM(reasoning_tokens), 0) FROM {table}").fetchone()[0])
+    except sqlite3.Error as exc:
+        raise LanebookError(f"Hermes' state.db ({path}) is not as Hermes Agent 0.19 writes it: {exc}") from None
+    finally:
+        db.close()
+    reasoning = [max((len(r or "") for r in row[1:]), default=0) for row in rows]
+    return StateReading(sessions, tuple(str(row[0] or "") for row in rows), sum(reasoning),
+                        sum(1 for n in reasoning if n), int(tokens))
+
+
+# --- the route smoke --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RouteRun:
+    """One run of the route smoke: the command line, its exit, what it printed, and state.db read after it."""
+
+    command: str
+    where: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    state: Optional[StateReading]
+
+
+def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN_TIMEOUT_S) -> Optional[RouteRun]:
+    """Write the block into a fresh HERMES_HOME, run the recipe's command there, read state.db, remove the home.
+    None in a dry run (every step recorded, none made)."""
+    params = lane.params
+    host = hermes_host(lane)
+    argv = route_argv(host.command, params.hermes.provider, params.served_model_name,
+                      f"Reply exactly {params.gates.hermes_route}.")
+    home = host.make_home()
+    try:
+        host.write_config(home, config_text(params.hermes.provider, block))
+        code, out, err, duration = host.run(argv, home, timeout_s)
+        with tempfile.TemporaryDirectory() as scratch:
+            db = host.fetch_state(home, Path(scratch))
+            state = read_state(db) if db is not None else None
+    finally:
+        host.remove_home(home)
+    if lane.executor.dry_run:
+        return None
+    return RouteRun(redact(shell_line(argv, home)), host.where, code, redact(out), redact(err), duration, state)
+
+
+def judge_route(step: str, run: RouteRun, params: LaneParams, block: Mapping[str, Any]) -> list[ExpectedResult]:
+    """Hermes exited 0 and printed exactly ROUTE_OK; state.db recorded the reply, and reasoning exactly when the
+    block means thinking on (reasoning with thinking meant off is pitfall 10: a string "false")."""
+    route = params.gates.hermes_route
+    printed = run.stdout.strip()
+    tail = (run.stderr.strip().splitlines() or [""])[-1]
+    extra = block.get("extra_body")
+    intended = thinking_intended(extra.get("chat_template_kwargs") if isinstance(extra, Mapping) else None)
+    judged = ExpectedResult.judged
+    checks = [judged(step, "hermes exited 0", run.exit_code == 0, f"exit {run.exit_code} on {run.where}"
+                     + (f": {tail[:200]}" if run.exit_code and tail else "")),
+              judged(step, f"hermes printed exactly {route}", printed == route, repr(printed[-200:]))]
+    if run.state is None:
+        return checks + [judged(step, "Hermes recorded the session in state.db", False, "no state.db in HERMES_HOME")]
+    return checks + [
+        judged(step, f"state.db holds the reply {route}", route in (r.strip() for r in run.state.replies),
+               f"assistant replies {list(run.state.replies)!r}"[:300]),
+        judged(step, f"thinking {'on' if intended else 'off'} as the provider block means it (reasoning in state.db)",
+               run.state.thinking_seen == intended,
+               run.state.summary() + (" — thinking was ON: a string \"false\" is truthy"
+                                      if run.state.thinking_seen and not intended else ""),
+               "P10"),
+    ]
+
+
+# --- the two gates -----------------------------------------------------------------------------------------
+
+def block_gate(step: str, lane: Lane,
+               hermes_config: Optional[str]) -> tuple[Optional[ProviderBlock], list[ExpectedResult]]:
+    """Gate 5: the provider block (the operator's or the lane's) and its checks; a block that cannot be read is
+    the gate's failed check."""
+    try:
+        provider = provider_block_in_use(lane, hermes_config)
+    except LanebookError as exc:
+        return None, [ExpectedResult.judged(step, "the provider block was read", False, str(exc), local=True)]
+    if provider.settings is None:
+        return provider, not_observed(step, [f"the provider block ({provider.source})"])
+    return provider, block_checks(step, provider.settings, lane.params, local=provider.local)
+
+
+def route_gate(step: str, lane: Lane,
+               provider: Optional[ProviderBlock]) -> tuple[Optional[RouteRun], list[ExpectedResult]]:
+    """Gate 6: the route smoke through the CLI with the block gate 5 checked, judged on its output and state.db."""
+    if provider is None:
+        return None, [ExpectedResult.judged(step, "hermes routed the smoke", False,
+                                            "not run: no provider block (gate 5)")]
+    # a dry run's stand-in when the operator's block was not read
+    block = provider.settings if provider.settings is not None else lane_provider_block(lane.params)
+    try:
+        run = run_route_smoke(lane, block)
+    except LanebookError as exc:
+        return None, [ExpectedResult.judged(step, "hermes routed the smoke", False, str(exc))]
+    if run is None:
+        return None, not_observed(step, [f"hermes printed exactly {lane.params.gates.hermes_route}"])
+    return run, judge_route(step, run, lane.params, block)
+
+
+def block_text(provider: Optional[ProviderBlock], name: str) -> str:
+    """The provider block the gate checked, as config.yaml text under where it came from ("" when none was read)."""
+    if provider is None or provider.settings is None:
+        return ""
+    return f"# providers.{name}, {provider.source}\n{config_text(name, shown_block(provider.settings))}\n"
+
+
+def route_text(route: Optional[RouteRun]) -> str:
+    """The route smoke as the operator would see it: the command, what it printed, and what state.db says."""
+    if route is None:
+        return ""
+    lines = [f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s",
+             route.stdout.strip() or "(nothing printed)"]
+    return "\n".join(lines + ([route.state.summary()] if route.state is not None else [])) + "\n"
+
+
+def route_figures(route: Optional[RouteRun]) -> dict:
+    """The reasoning state.db recorded for the route smoke (none when it was not read)."""
+    if route is None or route.state is None:
+        return {}
+    return {"hermes_reasoning_chars": route.state.reasoning_chars,
+            "hermes_reasoning_tokens": route.state.reasoning_tokens}

@@ -1,0 +1,50 @@
+"""ARCHITECTURE.md is the map a newcomer reads first: it names every layer folder, the documents the code cites
+resolve inside the repository, and its glossary defines the id families the code cites."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from test_layers import LAYERS
+
+REPO = Path(__file__).resolve().parents[1]
+ARCHITECTURE = REPO / "ARCHITECTURE.md"
+SOURCES = [p for folder in ("lib", "tests", "runbooks", "benchmarks", "tools") for p in (REPO / folder).rglob("*.py")]
+SOURCES += list((REPO / "params").rglob("*.yaml")) + [REPO / "README.md", REPO / "Makefile"]
+SOURCES = [p for p in SOURCES if p != Path(__file__).resolve()]
+# Documents outside the repository (the project's brief and field notes live beside it, not in it).
+OUTSIDE = re.compile(r"SPEC (section|§)|SPEC\.md|NOTES\.md|shared/seeds/README")
+
+
+def headings() -> set[str]:
+    return {line.lstrip("#").strip() for line in ARCHITECTURE.read_text().splitlines() if line.startswith("#")}
+
+
+def test_it_names_every_layer_folder_in_its_rooms_table():
+    rooms = re.findall(r"^\| `(\w+)/` \|", ARCHITECTURE.read_text(), re.M)
+    assert rooms == LAYERS
+
+
+def test_no_comment_cites_a_document_outside_the_repository():
+    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in SOURCES
+             for n, line in enumerate(p.read_text().splitlines(), 1) if OUTSIDE.search(line)]
+    assert found == [], "\n".join(found)
+
+
+def test_every_citation_of_a_section_names_a_heading_it_has():
+    cited = {m.group(1) for p in SOURCES for m in re.finditer(r'ARCHITECTURE\.md, "([^"]+)"', p.read_text())}
+    assert cited, "nothing cites ARCHITECTURE.md's sections (the speed figures do)"
+    assert cited <= headings(), cited - headings()
+
+
+def test_the_glossary_defines_every_id_family_the_code_cites():
+    text = ARCHITECTURE.read_text()
+    glossary = text[text.index("## Glossary"):]
+    cited = set()
+    for p in SOURCES:
+        body = p.read_text()
+        cited |= {f"seed {n}" for n in re.findall(r"\bseed (\d{3})\b", body)}
+        cited |= {f"{letter}01-" for letter in re.findall(r"\b([PST])\d{2}\b", body)}
+    missing = sorted(c for c in cited if f"| {c}" not in glossary)
+    assert missing == []
