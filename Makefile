@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HERMES_VENV := .tools/hermes
 HERMES_STAMP := $(HERMES_VENV)/.installed
 
-.PHONY: setup os-packages demo test fuzz bench clean
+.PHONY: setup os-packages demo test lint format fuzz bench clean
 
 setup: os-packages $(STAMP) $(HERMES_STAMP)
 
@@ -48,7 +48,7 @@ demo: setup
 # (tests/netns-python) with its own twin, whole modules at a time in tests/conftest.py's order (slowest first).
 # Without the right to make a namespace (root or CAP_SYS_ADMIN) the twins would collide: one worker, said so.
 SUITE_WORKERS ?= 4
-test: setup
+test: setup lint
 	@if unshare -n ip link set lo up 2>/dev/null; then \
 	  $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \
 	    --tx "$(SUITE_WORKERS)*popen//python=$(CURDIR)/tests/netns-python $(abspath $(BIN))/python"; \
@@ -56,6 +56,17 @@ test: setup
 	  echo "make test: one worker: no network namespace of its own for each (unshare -n needs root or CAP_SYS_ADMIN)"; \
 	  $(BIN)/python -m pytest -q; \
 	fi
+
+# Formatting and lint are habits: `make test` fails on either; `make format` applies them (notebooks follow their
+# py:percent pairs, which ruff formats).
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+	for pair in runbooks/*.py; do $(BIN)/jupytext --quiet --to ipynb --update "$$pair"; done
 
 # The property tests with fresh random draws instead of the suite's fixed ones (not part of `make test`).
 fuzz: setup

@@ -6,6 +6,7 @@ with their own index lines, so every page is built from a real record. Each buil
 in a fresh process, as an operator runs it. Prints both times, the growth ratio (at most linear means at most
 100/10 = 10) and the cost per added run. Goal: 100 runs in under 60 s on this machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
 
-from lanebook.runs.audit import sha256_file  # noqa: E402
 from lanebook.base.paths import REPO  # noqa: E402
+from lanebook.runs.audit import sha256_file  # noqa: E402
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 SIZES = (10, 100)
@@ -67,9 +68,14 @@ def synthetic_trail(runs: list[tuple[dict, Path]], count: int, outputs: Path) ->
             output = Path(record["lane"]) / f"{stamp}-{record['runbook']}-{run_id}.ipynb"
             (outputs / output).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, outputs / output)
-            copy = {**record, "run_id": run_id, "started_at": started.isoformat(timespec="seconds"),
-                    "finished_at": (started + timedelta(minutes=1)).isoformat(timespec="seconds"),
-                    "output": str(output), "sha256": sha256_file(outputs / output)}
+            copy = {
+                **record,
+                "run_id": run_id,
+                "started_at": started.isoformat(timespec="seconds"),
+                "finished_at": (started + timedelta(minutes=1)).isoformat(timespec="seconds"),
+                "output": str(output),
+                "sha256": sha256_file(outputs / output),
+            }
             if record.get("promotion_id"):
                 copy["promotion_id"] = promotion
             index.write(json.dumps(copy) + "\n")
@@ -91,7 +97,9 @@ def timed_build(outputs: Path, site: Path) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from", dest="source", type=Path, default=REPO / "outputs", help="outputs dir holding real executed runs")
+    parser.add_argument(
+        "--from", dest="source", type=Path, default=REPO / "outputs", help="outputs dir holding real executed runs"
+    )
     args = parser.parse_args()
     runs = source_runs(args.source) or promoted_runs(args.source)
     print(f"copying {len(runs)} executed runs of {args.source} ({', '.join(sorted({r['runbook'] for r, _ in runs}))})")
@@ -106,10 +114,14 @@ def main() -> None:
     small, large = SIZES
     ratio = times[large] / times[small]
     per_run = (times[large] - times[small]) / (large - small)
-    print(f"growth {small} -> {large} runs: x{ratio:.2f} (linear would be x{large / small:.0f}); {per_run:.2f} s per added run; "
-          f"CPU x{cpus[large] / cpus[small]:.2f}")
-    print(f"goal: at most linear and {large} runs under 60 s: "
-          f"{'met' if ratio <= large / small and times[large] < 60 else 'NOT met'}")
+    print(
+        f"growth {small} -> {large} runs: x{ratio:.2f} (linear would be x{large / small:.0f}); {per_run:.2f} s per added run; "
+        f"CPU x{cpus[large] / cpus[small]:.2f}"
+    )
+    print(
+        f"goal: at most linear and {large} runs under 60 s: "
+        f"{'met' if ratio <= large / small and times[large] < 60 else 'NOT met'}"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ printed, never asserted; a row above its bound is flagged, and a row that does n
 
 About six minutes for the whole matrix, one row after another, on a lightly loaded 2-core machine. Exit 1 when a row is above its bound or does not hold.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,11 @@ def main() -> int:
             problems = mismatches(row, seen)
             slow = over_bound(row, seen.detection_s)
             flagged += bool(problems) or slow
-            print(f"{row.fault:<22} {row.runbook:<9} {seen.record['verdict']:<8} {seen.detection_s:>22.1f} "
-                  f"{row.bound_s:>10g}  {'yes' if not problems else 'NO'}{'  ABOVE BOUND' if slow else ''}", flush=True)
+            print(
+                f"{row.fault:<22} {row.runbook:<9} {seen.record['verdict']:<8} {seen.detection_s:>22.1f} "
+                f"{row.bound_s:>10g}  {'yes' if not problems else 'NO'}{'  ABOVE BOUND' if slow else ''}",
+                flush=True,
+            )
             print(f"    shows: {(seen.failure or 'passed').splitlines()[0][:200]}")
             for problem in problems:
                 print(f"    {problem}")

@@ -15,6 +15,7 @@
 Each part brings the twin up (--fast) and leaves the twin lane up. About 2 min for readiness, 1 min for gates
 and 10 min for resume on this machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,12 +29,11 @@ import time
 from pathlib import Path
 
 import httpx
-
-from lanebook.verify import gates, hermes
-from lanebook.ops import launcher
-from lanebook.nodes.ssh import Lane
 from lanebook.lane.params import PARAMS_DIR, load_lane
+from lanebook.nodes.ssh import Lane
+from lanebook.ops import launcher
 from lanebook.twin import control
+from lanebook.verify import gates, hermes
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 
@@ -63,18 +63,27 @@ def readiness(trials: int) -> None:
             sys.exit(f"trial {trial}: no readiness to measure ({started.summary()})")
         lanebook_lags.append(started.ready_seen_at - truth)
         launcher_lags.append(started.finished_at - truth)
-        print(f"trial {trial}: server ready → lanebook saw it after {lanebook_lags[-1]:.3f} s; "
-              f"the launcher exited after {launcher_lags[-1]:.1f} s", flush=True)
-    print(f"TWIN readiness detection lag, median of {trials}: lanebook {statistics.median(lanebook_lags):.3f} s "
-          f"(max {max(lanebook_lags):.3f}, goal < 1 s); recipe launcher (WAIT_SECONDS="
-          f"{params.launcher.env.get('WAIT_SECONDS')}) {statistics.median(launcher_lags):.1f} s")
+        print(
+            f"trial {trial}: server ready → lanebook saw it after {lanebook_lags[-1]:.3f} s; "
+            f"the launcher exited after {launcher_lags[-1]:.1f} s",
+            flush=True,
+        )
+    print(
+        f"TWIN readiness detection lag, median of {trials}: lanebook {statistics.median(lanebook_lags):.3f} s "
+        f"(max {max(lanebook_lags):.3f}, goal < 1 s); recipe launcher (WAIT_SECONDS="
+        f"{params.launcher.env.get('WAIT_SECONDS')}) {statistics.median(launcher_lags):.1f} s"
+    )
 
 
 def gates_direct(lane: Lane) -> list:
     """The gates runbook's checks, called from Python with no notebook around them."""
     p = lane.params
-    checks = gates.models_gate("1", lane.executor, p) + gates.log_gate("2", lane) \
-        + gates.exact_smoke_gate("3", lane.executor, p) + gates.tool_smoke_gate("4", lane.executor, p)
+    checks = (
+        gates.models_gate("1", lane.executor, p)
+        + gates.log_gate("2", lane)
+        + gates.exact_smoke_gate("3", lane.executor, p)
+        + gates.tool_smoke_gate("4", lane.executor, p)
+    )
     provider, found = hermes.block_gate("5", lane, None)
     _, routed = hermes.route_gate("6", lane, provider)
     return checks + found + routed
@@ -90,21 +99,31 @@ def gates_overhead(trials: int) -> None:
                 failed = [c for c in gates_direct(lane) if c.ok is False]
             direct.append(time.monotonic() - started)
             started = time.monotonic()
-            done = subprocess.run([LANEBOOK, "run", "gates", "--lane", "twin"], capture_output=True, text=True,
-                                  env={**os.environ, "LANEBOOK_OUTPUTS": outputs})
+            done = subprocess.run(
+                [LANEBOOK, "run", "gates", "--lane", "twin"],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "LANEBOOK_OUTPUTS": outputs},
+            )
             headless.append(time.monotonic() - started)
             if failed or done.returncode != 0:
                 sys.exit(f"trial {trial}: gates did not pass ({failed or done.stdout[-500:]})")
             print(f"trial {trial}: direct {direct[-1]:.2f} s, lanebook run gates {headless[-1]:.2f} s", flush=True)
     d, h = statistics.median(direct), statistics.median(headless)
-    print(f"TWIN gates, median of {trials}: direct {d:.2f} s, `lanebook run gates` {h:.2f} s: "
-          f"overhead ratio {h / d:.2f}x (+{h - d:.2f} s for papermill, the kernel, the notebook and its record)")
+    print(
+        f"TWIN gates, median of {trials}: direct {d:.2f} s, `lanebook run gates` {h:.2f} s: "
+        f"overhead ratio {h / d:.2f}x (+{h - d:.2f} s for papermill, the kernel, the notebook and its record)"
+    )
 
 
 def promote(lane_file: Path, outputs: str, *args: str) -> tuple[float, int, list[str]]:
     started = time.monotonic()
-    done = subprocess.run([LANEBOOK, "promote", "--lane", str(lane_file), *args], capture_output=True, text=True,
-                          env={**os.environ, "LANEBOOK_OUTPUTS": outputs})
+    done = subprocess.run(
+        [LANEBOOK, "promote", "--lane", str(lane_file), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LANEBOOK_OUTPUTS": outputs},
+    )
     runs = [json.loads(line) for line in (Path(outputs) / "runs.jsonl").read_text().splitlines()]
     return time.monotonic() - started, done.returncode, [f"{r['runbook']} {r['verdict']}" for r in runs]
 
@@ -115,7 +134,9 @@ def resume_savings(_: int) -> None:
         good.write_text((PARAMS_DIR / "twin.yaml").read_text())
         broken = Path(work) / "broken" / "twin.yaml"  # the same lane, naming a Hermes binary that is not there
         broken.parent.mkdir()
-        broken.write_text(good.read_text().replace("  provider: spark-ds4\n", "  provider: spark-ds4\n  bin: /nonexistent/hermes\n"))
+        broken.write_text(
+            good.read_text().replace("  provider: spark-ds4\n", "  provider: spark-ds4\n  bin: /nonexistent/hermes\n")
+        )
         twin_lane(up=False)
         full_s, code, runs = promote(good, str(Path(work) / "full"))
         print(f"full promotion: {full_s:.0f} s, exit {code}: {', '.join(runs)}", flush=True)
@@ -126,8 +147,10 @@ def resume_savings(_: int) -> None:
         broken.write_text(good.read_text())  # the fix: the lane names the installed Hermes again
         resume_s, code, runs = promote(broken, outputs, "--resume")
         print(f"promote --resume after the fix: {resume_s:.0f} s, exit {code}: {', '.join(runs)}", flush=True)
-    print(f"TWIN promote --resume after a failure at gates: {resume_s:.0f} s against {full_s:.0f} s for a full "
-          f"promotion: saves {full_s - resume_s:.0f} s ({resume_s / full_s:.2f}x the time)")
+    print(
+        f"TWIN promote --resume after a failure at gates: {resume_s:.0f} s against {full_s:.0f} s for a full "
+        f"promotion: saves {full_s - resume_s:.0f} s ({resume_s / full_s:.2f}x the time)"
+    )
 
 
 PARTS = {"readiness": readiness, "gates": gates_overhead, "resume": resume_savings}

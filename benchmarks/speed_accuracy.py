@@ -21,6 +21,7 @@ Goals: error <= 0.5% at every configuration and within +/-0.25% at 64 x 400, bel
 >= 50,000 tok/s measured within 1%; aiperf at most as accurate and more costly. Figures printed are
 measured on this machine in this run; nothing is carried over.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-
 from sse_server import spawn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def truth_waves(records: list[dict], concurrency: int) -> list[Truth]:
     records = sorted(records, key=lambda r: r["t_start"])
     waves = []
     for i in range(0, len(records), concurrency):
-        wave = records[i:i + concurrency]
+        wave = records[i : i + concurrency]
         rates = [(r["completion_tokens"] - 1) / (r["t_last"] - r["t_first"]) for r in wave]
         wall = max(r["t_end"] for r in wave) - min(r["t_start"] for r in wave)
         decode = sum(r["completion_tokens"] - 1 for r in wave)
@@ -85,7 +85,9 @@ class Server:
         self.http = httpx.Client(trust_env=False, timeout=30)
 
     def configure(self, pace_tok_s: float) -> None:
-        self.http.post(f"{self.url}/bench/config", json={"pace_tok_s": pace_tok_s, "tokens_per_chunk": TOKENS_PER_CHUNK})
+        self.http.post(
+            f"{self.url}/bench/config", json={"pace_tok_s": pace_tok_s, "tokens_per_chunk": TOKENS_PER_CHUNK}
+        )
 
     def clear(self) -> None:
         self.http.delete(f"{self.url}/bench/truth")
@@ -144,19 +146,36 @@ def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pac
         runs = json.loads(out.read_text())["runs"]
     truths = truth_waves(server.truth(), concurrency)
     return Measured(
-        tool, concurrency, pace,
+        tool,
+        concurrency,
+        pace,
         [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in zip(runs, truths)],
         [r["wall_aggregate_tok_s"] / t.wall_aggregate_tok_s - 1 for r, t in zip(runs, truths)],
         statistics.median(r["wall_aggregate_tok_s"] for r in runs),
-        cpu, sum(t.tokens for t in truths), 1,
+        cpu,
+        sum(t.tokens for t in truths),
+        1,
     )
 
 
 def run_lanebook(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
     server.configure(pace)
     server.clear()
-    argv = [str(LANEBOOK), "speed", "--api", f"{server.url}/v1", "--model", "bench-model", "--concurrency", str(concurrency),
-            "--max-tokens", str(max_tokens), "--trials", str(trials), "--json"]
+    argv = [
+        str(LANEBOOK),
+        "speed",
+        "--api",
+        f"{server.url}/v1",
+        "--model",
+        "bench-model",
+        "--concurrency",
+        str(concurrency),
+        "--max-tokens",
+        str(max_tokens),
+        "--trials",
+        str(trials),
+        "--json",
+    ]
     return run_client("lanebook", argv, server, concurrency, pace, trials)
 
 
@@ -170,8 +189,13 @@ def run_httpx(server: Server, concurrency: int, pace: float, max_tokens: int, tr
 
 async def _httpx_probe_wave(client: httpx.AsyncClient, url: str, concurrency: int, max_tokens: int, tag: str) -> dict:
     async def one(i: int) -> tuple[float, float, float, float, int]:
-        body = {"model": "bench-model", "messages": [{"role": "user", "content": f"count {tag}-{i}"}],
-                "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+        body = {
+            "model": "bench-model",
+            "messages": [{"role": "user", "content": f"count {tag}-{i}"}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         t_first = t_last = tokens = None
         t_sent = time.perf_counter()
         async with client.stream("POST", url, json=body) as response:
@@ -191,18 +215,26 @@ async def _httpx_probe_wave(client: httpx.AsyncClient, url: str, concurrency: in
     streams = await asyncio.gather(*(one(i) for i in range(concurrency)))
     decode = [tokens - 1 for _, _, _, _, tokens in streams]
     wall = max(s[3] for s in streams) - min(s[0] for s in streams)
-    return {"mean_stream_decode_tok_s": statistics.fmean(d / (s[2] - s[1]) for d, s in zip(decode, streams)),
-            "wall_aggregate_tok_s": sum(decode) / wall}
+    return {
+        "mean_stream_decode_tok_s": statistics.fmean(d / (s[2] - s[1]) for d, s in zip(decode, streams)),
+        "wall_aggregate_tok_s": sum(decode) / wall,
+    }
 
 
 def httpx_probe(base_url: str, concurrency: int, max_tokens: int, trials: int, out: str) -> None:
     """A plain measurement: httpx's default async client, asyncio's default loop, one perf_counter
     reading per SSE line as aiter_lines hands it over; the same definitions as lanebook's figures."""
+
     async def waves() -> list[dict]:
-        async with httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(300.0),
-                                     limits=httpx.Limits(max_connections=None)) as client:
-            return [await _httpx_probe_wave(client, f"{base_url}/v1/chat/completions", concurrency, max_tokens,
-                                            f"probe-t{trial}") for trial in range(trials)]
+        async with httpx.AsyncClient(
+            trust_env=False, timeout=httpx.Timeout(300.0), limits=httpx.Limits(max_connections=None)
+        ) as client:
+            return [
+                await _httpx_probe_wave(
+                    client, f"{base_url}/v1/chat/completions", concurrency, max_tokens, f"probe-t{trial}"
+                )
+                for trial in range(trials)
+            ]
 
     Path(out).write_text(json.dumps({"runs": asyncio.run(waves())}))
 
@@ -214,7 +246,7 @@ import json
 from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers
 rev = "0" * 40
-repo = Path({str(HF_HOME)!r}) / "hub" / "models--{TOKENIZER.replace('/', '--')}"
+repo = Path({str(HF_HOME)!r}) / "hub" / "models--{TOKENIZER.replace("/", "--")}"
 snap = repo / "snapshots" / rev
 snap.mkdir(parents=True, exist_ok=True)
 words = ["[UNK]", "[PAD]", "tok", "the", "a", "of", "and", "to", "in", "is", "it", "that"]
@@ -237,7 +269,9 @@ def ensure_aiperf() -> str | None:
     if not aiperf.exists():
         print("installing aiperf into .bench/aiperf-venv (once; about 1 GB)...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(AIPERF_VENV)], check=True)
-        pip = subprocess.run([str(AIPERF_VENV / "bin" / "pip"), "install", "-q", "aiperf"], capture_output=True, text=True)
+        pip = subprocess.run(
+            [str(AIPERF_VENV / "bin" / "pip"), "install", "-q", "aiperf"], capture_output=True, text=True
+        )
         if pip.returncode != 0:
             return f"pip install aiperf failed: {pip.stderr.strip().splitlines()[-1:]}"
     build_tokenizer()
@@ -254,14 +288,41 @@ def run_aiperf(server: Server, concurrency: int, pace: float, max_tokens: int, t
         with tempfile.TemporaryDirectory() as tmp:
             before = children_cpu_s()
             done = subprocess.run(
-                [str(AIPERF_VENV / "bin" / "aiperf"), "profile", "--model", "bench-model", "--tokenizer", TOKENIZER,
-                 "--url", server.url, "--endpoint-type", "chat", "--streaming", "--concurrency", str(concurrency),
-                 "--request-count", str(concurrency), "--prompt-input-tokens-mean", "100",
-                 "--prompt-output-tokens-mean", str(max_tokens), "--prompt-output-tokens-stddev", "0",
-                 "--use-server-token-count", "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
-                 "--output-artifact-dir", tmp],
-                capture_output=True, text=True, cwd=tmp,
-                env={**os.environ, "HF_HOME": str(HF_HOME), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+                [
+                    str(AIPERF_VENV / "bin" / "aiperf"),
+                    "profile",
+                    "--model",
+                    "bench-model",
+                    "--tokenizer",
+                    TOKENIZER,
+                    "--url",
+                    server.url,
+                    "--endpoint-type",
+                    "chat",
+                    "--streaming",
+                    "--concurrency",
+                    str(concurrency),
+                    "--request-count",
+                    str(concurrency),
+                    "--prompt-input-tokens-mean",
+                    "100",
+                    "--prompt-output-tokens-mean",
+                    str(max_tokens),
+                    "--prompt-output-tokens-stddev",
+                    "0",
+                    "--use-server-token-count",
+                    "--ui-type",
+                    "none",
+                    "--no-server-metrics",
+                    "--no-gpu-telemetry",
+                    "--output-artifact-dir",
+                    tmp,
+                ],
+                capture_output=True,
+                text=True,
+                cwd=tmp,
+                env={**os.environ, "HF_HOME": str(HF_HOME), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+            )
             cpu += children_cpu_s() - before
             export = Path(tmp) / "profile_export_aiperf.json"
             if done.returncode != 0 or not export.exists():
@@ -273,16 +334,19 @@ def run_aiperf(server: Server, concurrency: int, pace: float, max_tokens: int, t
         measured_aggregates.append(result["output_token_throughput"]["avg"])
     # aiperf's output throughput counts every output token over its benchmark duration: not SPEC's
     # decode aggregate, so no aggregate error is claimed for it.
-    return Measured("aiperf", concurrency, pace, stream_errors, [], statistics.median(measured_aggregates),
-                    cpu, tokens, trials)
+    return Measured(
+        "aiperf", concurrency, pace, stream_errors, [], statistics.median(measured_aggregates), cpu, tokens, trials
+    )
 
 
 def line(m: Measured, start_up: dict[str, float]) -> str:
     aggregate = "" if not m.aggregate_errors else f", aggregate err worst {m.worst_aggregate:+.3%}"
-    return (f"  {m.tool:8s} C{m.concurrency:<3d} x {m.pace:6.1f} tok/s: stream err worst {m.worst_stream:+.3%} "
-            f"(mean {statistics.fmean(m.stream_errors):+.3%}, {len(m.stream_errors)} waves){aggregate}; "
-            f"measured {m.measured_aggregate:,.0f} tok/s; CPU per 1k tok {m.cpu_per_1k_tokens * 1000:,.1f} ms "
-            f"({m.steady_cpu(start_up[m.tool])})")
+    return (
+        f"  {m.tool:8s} C{m.concurrency:<3d} x {m.pace:6.1f} tok/s: stream err worst {m.worst_stream:+.3%} "
+        f"(mean {statistics.fmean(m.stream_errors):+.3%}, {len(m.stream_errors)} waves){aggregate}; "
+        f"measured {m.measured_aggregate:,.0f} tok/s; CPU per 1k tok {m.cpu_per_1k_tokens * 1000:,.1f} ms "
+        f"({m.steady_cpu(start_up[m.tool])})"
+    )
 
 
 def side_by_side(results: list[Measured], start_up: dict[str, float], concurrency: int, pace: float) -> None:
@@ -291,8 +355,10 @@ def side_by_side(results: list[Measured], start_up: dict[str, float], concurrenc
     print(f"\n  {concurrency} x {pace:g} tok/s side by side (mean stream decode vs the server's truth, per wave):")
     print(f"    {'client':9s} {'worst':>9s} {'mean':>9s} {'waves':>5s}  {'CPU/1k tok':>10s}  without start-up")
     for m in rows:
-        print(f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors):+9.3%} {len(m.stream_errors):5d}  "
-              f"{m.cpu_per_1k_tokens * 1000:7,.1f} ms  {m.steady_cpu(start_up[m.tool])}")
+        print(
+            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors):+9.3%} {len(m.stream_errors):5d}  "
+            f"{m.cpu_per_1k_tokens * 1000:7,.1f} ms  {m.steady_cpu(start_up[m.tool])}"
+        )
     ours = next(m for m in rows if m.tool == "lanebook")
     within = abs(ours.worst_stream) <= ACCURACY_GOAL
     print(f"    lanebook within +/-{ACCURACY_GOAL:.2%} on every wave: {'yes' if within else 'NO'}")
@@ -309,16 +375,20 @@ def main() -> int:
     parser.add_argument("--ramp-from", type=float, default=400.0, help="first per-stream rate of the 64-stream ramp")
     parser.add_argument("--ramp-to", type=float, default=12800.0, help="highest per-stream rate tried (rates double)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each ramp stream")
-    parser.add_argument("--httpx-probe", nargs=5, metavar=("URL", "C", "MAX_TOKENS", "TRIALS", "OUT"),
-                        help=argparse.SUPPRESS)  # the probe's own process, started by run_httpx
+    parser.add_argument(
+        "--httpx-probe", nargs=5, metavar=("URL", "C", "MAX_TOKENS", "TRIALS", "OUT"), help=argparse.SUPPRESS
+    )  # the probe's own process, started by run_httpx
     args = parser.parse_args()
     if args.httpx_probe:
         url, concurrency, max_tokens, trials, out = args.httpx_probe
         httpx_probe(url, int(concurrency), int(max_tokens), int(trials), out)
         return 0
 
-    print(f"speed accuracy on {os.cpu_count()} cores: loopback server, {TOKENS_PER_CHUNK} tokens per chunk; "
-          "truth = the server's own first/last content-chunk writes\n", flush=True)
+    print(
+        f"speed accuracy on {os.cpu_count()} cores: loopback server, {TOKENS_PER_CHUNK} tokens per chunk; "
+        "truth = the server's own first/last content-chunk writes\n",
+        flush=True,
+    )
     why_no_aiperf = "skipped (--no-aiperf)" if args.no_aiperf else ensure_aiperf()
     runners = {"lanebook": run_lanebook, "httpx": run_httpx, **({} if why_no_aiperf else {"aiperf": run_aiperf})}
     server = Server()
@@ -361,9 +431,11 @@ def main() -> int:
     print(f"  lanebook worst mean-stream-decode error over C1/C4/C6 and 64x400: {worst:+.3%} (goal <= 0.5%)")
     side_by_side(results, start_up, *HEAVY)
     if best:
-        print(f"\n  lanebook highest aggregate measured within 1%: {best.measured_aggregate:,.0f} tok/s at 64 x {best.pace:g} "
-              f"tok/s; CPU {best.cpu_per_1k_tokens * 1000:.1f} ms per 1,000 tokens "
-              f"({best.steady_cpu(start_up['lanebook'])}) (goal >= 50,000); ramp stopped: {limit}")
+        print(
+            f"\n  lanebook highest aggregate measured within 1%: {best.measured_aggregate:,.0f} tok/s at 64 x {best.pace:g} "
+            f"tok/s; CPU {best.cpu_per_1k_tokens * 1000:.1f} ms per 1,000 tokens "
+            f"({best.steady_cpu(start_up['lanebook'])}) (goal >= 50,000); ramp stopped: {limit}"
+        )
     elif not args.no_ramp:
         print("\n  lanebook: no ramp level was measured within 1%")
     if why_no_aiperf:
@@ -372,9 +444,11 @@ def main() -> int:
     for concurrency in sorted({m.concurrency for m in results}):
         pair = {m.tool: m for m in results if m.concurrency == concurrency}
         a, b = pair["lanebook"], pair["aiperf"]
-        print(f"  C{concurrency:<3d} stream error lanebook {a.worst_stream:+.3%} vs aiperf {b.worst_stream:+.3%}; "
-              f"CPU per 1k tokens lanebook {a.cpu_per_1k_tokens * 1000:,.1f} ms vs aiperf {b.cpu_per_1k_tokens * 1000:,.1f} ms "
-              f"(lanebook {a.steady_cpu(start_up['lanebook'])}; aiperf {b.steady_cpu(start_up['aiperf'])})")
+        print(
+            f"  C{concurrency:<3d} stream error lanebook {a.worst_stream:+.3%} vs aiperf {b.worst_stream:+.3%}; "
+            f"CPU per 1k tokens lanebook {a.cpu_per_1k_tokens * 1000:,.1f} ms vs aiperf {b.cpu_per_1k_tokens * 1000:,.1f} ms "
+            f"(lanebook {a.steady_cpu(start_up['lanebook'])}; aiperf {b.steady_cpu(start_up['aiperf'])})"
+        )
     return 0
 
 

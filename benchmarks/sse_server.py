@@ -18,6 +18,7 @@ Markers in the last user message select behaviours the harness must survive (tes
 prints "READY http://HOST:PORT" once listening. POST /bench/config {"pace_tok_s", "tokens_per_chunk",
 "ttft_s"} changes the schedule between runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,15 @@ class Stream:
     """Pre-encoded SSE chunks of one request, so the per-chunk cost is a bytes join and a write."""
 
     def __init__(self, rid: str, model: str):
-        self.head = (b'data: {"id":"' + rid.encode() + b'","object":"chat.completion.chunk","created":'
-                     + str(int(time.time())).encode() + b',"model":"' + model.encode() + b'","choices":[{"index":0,"delta":')
+        self.head = (
+            b'data: {"id":"'
+            + rid.encode()
+            + b'","object":"chat.completion.chunk","created":'
+            + str(int(time.time())).encode()
+            + b',"model":"'
+            + model.encode()
+            + b'","choices":[{"index":0,"delta":'
+        )
         self.rid, self.model = rid, model
 
     def delta(self, delta_json: bytes, finish: bytes = b"null") -> bytes:
@@ -88,14 +96,18 @@ async def _chat(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body
     t_start = clock()
     if "#http500" in prompt:
         payload = b'{"error":{"message":"injected failure","code":500}}'
-        writer.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                     % (len(payload), payload))
+        writer.write(
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+            % (len(payload), payload)
+        )
         return
     per_chunk = n_tokens if "#onechunk" in prompt else max(1, schedule.tokens_per_chunk)
     field_name = "reasoning" if "#reasoning" in prompt else "content"
     stream = Stream(f"chatcmpl-{len(state.truth)}-{int(t_start * 1e6)}", state.model)
-    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-                 b"transfer-encoding: chunked\r\n\r\n")
+    writer.write(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+        b"transfer-encoding: chunked\r\n\r\n"
+    )
     writer.write(stream.delta(b'{"role":"assistant","content":""}'))
     state.running += 1
     t_first = t_last = None
@@ -132,15 +144,35 @@ async def _chat(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body
                 return
         writer.write(stream.delta(b"{}", b'"tool_calls"' if "#tools" in prompt else b'"length"'))
         if "#nousage" not in prompt:
-            writer.write(_event({"id": stream.rid, "object": "chat.completion.chunk", "model": state.model, "choices": [],
-                                 "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": sent,
-                                           "total_tokens": len(prompt) // 4 + sent}}))
+            writer.write(
+                _event(
+                    {
+                        "id": stream.rid,
+                        "object": "chat.completion.chunk",
+                        "model": state.model,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": len(prompt) // 4,
+                            "completion_tokens": sent,
+                            "total_tokens": len(prompt) // 4 + sent,
+                        },
+                    }
+                )
+            )
         writer.write(_frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
     finally:
         state.running -= 1
-        state.truth.append({"prompt": prompt[:60], "t_start": t_start, "t_first": t_first, "t_last": t_last,
-                            "t_end": clock(), "completion_tokens": sent})
+        state.truth.append(
+            {
+                "prompt": prompt[:60],
+                "t_start": t_start,
+                "t_first": t_first,
+                "t_last": t_last,
+                "t_end": clock(),
+                "completion_tokens": sent,
+            }
+        )
 
 
 def _metrics(state: State) -> bytes:
@@ -161,8 +193,10 @@ def _metrics(state: State) -> bytes:
 
 
 def _respond(writer: asyncio.StreamWriter, status: str, payload: bytes, ctype: str = "application/json") -> None:
-    writer.write(b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
-                 % (status.encode(), ctype.encode(), len(payload), payload))
+    writer.write(
+        b"HTTP/1.1 %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n\r\n%s"
+        % (status.encode(), ctype.encode(), len(payload), payload)
+    )
 
 
 async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, state: State) -> None:
@@ -186,8 +220,13 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, st
                     setattr(state.schedule, key, type(getattr(state.schedule, key))(value))
                 _respond(writer, "200 OK", json.dumps(state.schedule.__dict__).encode())
             elif path == "/v1/models":
-                _respond(writer, "200 OK", json.dumps({"object": "list", "data": [
-                    {"id": state.model, "object": "model", "owned_by": "bench"}]}).encode())
+                _respond(
+                    writer,
+                    "200 OK",
+                    json.dumps(
+                        {"object": "list", "data": [{"id": state.model, "object": "model", "owned_by": "bench"}]}
+                    ).encode(),
+                )
             elif path == "/health":
                 _respond(writer, "200 OK", b"")
             else:
@@ -212,8 +251,9 @@ async def serve(host: str, port: int, schedule: Schedule, model: str) -> None:
 
 def spawn(*args: str, host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
     """Start this server in a subprocess on a free port; returns the process and its base URL."""
-    proc = subprocess.Popen([sys.executable, __file__, "--host", host, "--port", "0", *args],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--host", host, "--port", "0", *args], stdout=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     if not line.startswith("READY "):
         proc.kill()

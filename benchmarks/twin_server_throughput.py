@@ -8,6 +8,7 @@ never asserted. The house target: 64 streams and at least 20,000 tokens/s.
 
     .venv/bin/python benchmarks/twin_server_throughput.py [--streams 64] [--pace-tok-s 400] [--tokens 2400]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,15 +21,19 @@ import time
 from pathlib import Path
 
 import httpx
-
 from lanebook.twin.vllm import start_local
 
 
 async def one_stream(client: httpx.AsyncClient, url: str, index: int, max_tokens: int) -> dict:
     """One streamed request; times are the client's arrival of the first and last content chunks."""
-    body = {"model": "twin-bench", "temperature": 0, "max_tokens": max_tokens, "stream": True,
-            "stream_options": {"include_usage": True},
-            "messages": [{"role": "user", "content": f"[bench {index}] Explain the lane's runbook in detail."}]}
+    body = {
+        "model": "twin-bench",
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": f"[bench {index}] Explain the lane's runbook in detail."}],
+    }
     record = {"t_sent": time.time(), "t_first": None, "t_last": None, "completion_tokens": None}
     async with client.stream("POST", url, json=body) as response:
         response.raise_for_status()
@@ -56,8 +61,9 @@ def totals(records: list[dict]) -> tuple[float, float]:
 async def run(url: str, streams: int, max_tokens: int) -> list[dict]:
     limits = httpx.Limits(max_connections=streams + 2, max_keepalive_connections=streams + 2)
     async with httpx.AsyncClient(timeout=60, limits=limits, trust_env=False) as client:
-        return await asyncio.gather(*(one_stream(client, f"{url}/v1/chat/completions", i, max_tokens)
-                                      for i in range(streams)))
+        return await asyncio.gather(
+            *(one_stream(client, f"{url}/v1/chat/completions", i, max_tokens) for i in range(streams))
+        )
 
 
 def main() -> int:
@@ -67,11 +73,18 @@ def main() -> int:
     parser.add_argument("--tokens-per-chunk", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=2400, help="max_tokens of each stream")
     opts = parser.parse_args()
-    env = {"LANEBOOK_TWIN_PACE_TOK_S": str(opts.pace_tok_s), "LANEBOOK_TWIN_TOKENS_PER_CHUNK": str(opts.tokens_per_chunk),
-           "LANEBOOK_TWIN_TIME_SCALE": "0.001"}
+    env = {
+        "LANEBOOK_TWIN_PACE_TOK_S": str(opts.pace_tok_s),
+        "LANEBOOK_TWIN_TOKENS_PER_CHUNK": str(opts.tokens_per_chunk),
+        "LANEBOOK_TWIN_TIME_SCALE": "0.001",
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        server = start_local(["twin-bench", "--max-num-seqs", "1024", "--disable-uvicorn-access-log"],
-                             Path(tmp) / "vllm.log", host="127.0.0.61", env=env)
+        server = start_local(
+            ["twin-bench", "--max-num-seqs", "1024", "--disable-uvicorn-access-log"],
+            Path(tmp) / "vllm.log",
+            host="127.0.0.61",
+            env=env,
+        )
         try:
             httpx.delete(f"{server.url}/twin/requests")
             records = asyncio.run(run(server.url, opts.streams, opts.tokens))
@@ -90,8 +103,10 @@ def main() -> int:
     print(f"  pace per stream             {opts.pace_tok_s:.0f} tok/s, {opts.tokens_per_chunk} tokens a chunk")
     print(f"  total tok/s (client)        {client_tok_s:,.0f}")
     print(f"  total tok/s (server truth)  {truth_tok_s:,.0f}")
-    print(f"  client error vs truth       {100 * (client_tok_s / truth_tok_s - 1):+.2f}% total, "
-          f"{100 * (client_stream / truth_stream - 1):+.2f}% mean stream rate")
+    print(
+        f"  client error vs truth       {100 * (client_tok_s / truth_tok_s - 1):+.2f}% total, "
+        f"{100 * (client_stream / truth_stream - 1):+.2f}% mean stream rate"
+    )
     print(f"  target >= 20,000 tok/s      {'met' if client_tok_s >= 20_000 else 'NOT met'}")
     return 0
 

@@ -36,38 +36,39 @@
 # carries the lane's values, so the canary starts from the lane's own value.
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the commands and requests instead of sending them (opens no connection)
-confirm = None         # the canary relaunches go ahead: True (`lanebook run --yes`), None: on the twin only
-prefix_lines = 200     # lines of notes in prompts A and B (about 14 tokens a line)
-boundary = [4, 5]      # the batch sizes either side of the K boundary (the schedule's 2-4 → K4, 5-6 → K3)
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the commands and requests instead of sending them (opens no connection)
+confirm = None  # the canary relaunches go ahead: True (`lanebook run --yes`), None: on the twin only
+prefix_lines = 200  # lines of notes in prompts A and B (about 14 tokens a line)
+boundary = [4, 5]  # the batch sizes either side of the K boundary (the schedule's 2-4 → K4, 5-6 → K3)
 boundary_workload = "code"
 boundary_max_tokens = 256
-boundary_short_tokens = 64   # the mixed wave's shorter branch: five streams become four mid-run
-canary = True          # run part 3 (relaunches the lane twice); False: parts 1-2 only
+boundary_short_tokens = 64  # the mixed wave's shorter branch: five streams become four mid-run
+canary = True  # run part 3 (relaunches the lane twice); False: parts 1-2 only
 canary_key = "MAX_NUM_BATCHED_TOKENS"
-canary_value = 8216    # the variant's value of canary_key (the lane's own value is the baseline)
+canary_value = 8216  # the variant's value of canary_key (the lane's own value is the baseline)
 canary_workloads = ["count", "code", "json"]
 canary_concurrency = [1, 4]
-canary_trials = 3      # at least 3: a value is kept only on complete bands
+canary_trials = 3  # at least 3: a value is kept only on complete bands
 canary_max_tokens = 256
-tolerance = 0.05       # relative change of a median beyond which a cell is better or worse
+tolerance = 0.05  # relative change of a median beyond which a cell is better or worse
 
 # %%
 import secrets
 
-from lanebook.verify import canary as canary_run
-from lanebook.ops import launcher, logs, readiness
-from lanebook.verify import probes
-from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.lane.plugins import launch_lane_if_down
+from lanebook.ops import launcher, logs, readiness
+from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.steps.runbook import Runbook
+from lanebook.verify import canary as canary_run
+from lanebook.verify import probes
 
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
-plan = canary_run.CanaryPlan(canary, canary_key, canary_value, canary_workloads, canary_concurrency, canary_trials,
-                             canary_max_tokens, tolerance)
+plan = canary_run.CanaryPlan(
+    canary, canary_key, canary_value, canary_workloads, canary_concurrency, canary_trials, canary_max_tokens, tolerance
+)
 
 # %% [markdown]
 # ## Prerequisites
@@ -80,8 +81,11 @@ with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the l
     containers = launcher.lane_containers(rb.lane)
     rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
-    rb.expect(p.served_model_name in [m.get("id") for m in models], f"/v1/models lists {p.served_model_name}",
-              ", ".join(str(m.get("id")) for m in models))
+    rb.expect(
+        p.served_model_name in [m.get("id") for m in models],
+        f"/v1/models lists {p.served_model_name}",
+        ", ".join(str(m.get("id")) for m in models),
+    )
     mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
     rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
 
@@ -94,9 +98,11 @@ with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the l
 # least what its repeat hit, answering sooner than A cold. Fewer hits on A again is the A→B→A eviction.
 
 # %%
-with rb.step("1 prefix cache A→B→A",
-             fix="the prefix cache evicts under churn: check `--enable-prefix-caching` and the GPU KV cache size in "
-                 "the startup log (`status`); relaunch with `stop` then `launch`, and run `diagnose` again"):
+with rb.step(
+    "1 prefix cache A→B→A",
+    fix="the prefix cache evicts under churn: check `--enable-prefix-caching` and the GPU KV cache size in "
+    "the startup log (`status`); relaunch with `stop` then `launch`, and run `diagnose` again",
+):
     probes.prefix_cache_step(rb, run_tag, prefix_lines)
 
 # %% [markdown]
@@ -108,9 +114,11 @@ with rb.step("1 prefix cache A→B→A",
 # and no CUDA, NCCL, engine-death or out-of-memory line in either rank's log.
 
 # %%
-with rb.step("2 K boundary C4↔C5",
-             fix="read both ranks' logs (`status`); an engine death or an orphaned worker needs `stop`, then `launch`; "
-                 "keep the 5/4/3 schedule off (`rollback`) until a clean `diagnose`"):
+with rb.step(
+    "2 K boundary C4↔C5",
+    fix="read both ranks' logs (`status`); an engine death or an orphaned worker needs `stop`, then `launch`; "
+    "keep the 5/4/3 schedule off (`rollback`) until a clean `diagnose`",
+):
     probes.boundary_step(rb, run_tag, boundary, boundary_workload, boundary_max_tokens, boundary_short_tokens)
 
 # %% [markdown]
@@ -124,13 +132,17 @@ with rb.step("2 K boundary C4↔C5",
 # fails to come up or to carry its value, the lane's own value is relaunched at once.
 
 # %%
-with rb.step("3 canary baseline", fix="run `status`; a lane that cannot serve the probes cleanly needs `stop`, then `launch`"):
+with rb.step(
+    "3 canary baseline", fix="run `status`; a lane that cannot serve the probes cleanly needs `stop`, then `launch`"
+):
     baseline_docs = canary_run.baseline_step(rb, plan)
 
 # %%
-with rb.step("4 canary variant",
-             fix="the lane's own value was relaunched if the variant failed: run `status`; if the lane is not up with "
-                 "the lane's values, run `env` then `launch`"):
+with rb.step(
+    "4 canary variant",
+    fix="the lane's own value was relaunched if the variant failed: run `status`; if the lane is not up with "
+    "the lane's values, run `env` then `launch`",
+):
     trial = canary_run.variant_step(rb, plan)
 
 # %%
@@ -138,8 +150,10 @@ with rb.step("5 canary decision", fix="no decision without both sides measured: 
     decision = canary_run.decision_step(rb, plan, baseline_docs, trial)
 
 # %%
-with rb.step("6 restore the kept value",
-             fix="if the lane is not up with the kept value, run `env` then `launch` for this lane (`status` shows it)"):
+with rb.step(
+    "6 restore the kept value",
+    fix="if the lane is not up with the kept value, run `env` then `launch` for this lane (`status` shows it)",
+):
     canary_run.restore_step(rb, plan, decision)
 
 # %% [markdown]

@@ -38,14 +38,14 @@
 # **Prerequisites** (checked below): the head holds the lane's checkout (`checkout:` in the lane file).
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
-restore = None         # run id of an earlier env run of this lane: put back the files it changed instead of rendering
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the commands instead of sending them (opens no connection)
+confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+restore = None  # run id of an earlier env run of this lane: put back the files it changed instead of rendering
 
 # %%
-from lanebook.runs import audit
 from lanebook.ops import checkout_env, transfers
+from lanebook.runs import audit
 from lanebook.steps.runbook import Runbook
 
 rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
@@ -57,9 +57,14 @@ p = rb.params
 
 # %%
 with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_ID'\"`"):
-    rb.expect(restore is None or isinstance(restore, str), "restore is a run id (text) or not given",
-              f"{restore!r} was read as a {type(restore).__name__}: quote it" if restore is not None and
-              not isinstance(restore, str) else restore or "render mode", local=True)
+    rb.expect(
+        restore is None or isinstance(restore, str),
+        "restore is a run id (text) or not given",
+        f"{restore!r} was read as a {type(restore).__name__}: quote it"
+        if restore is not None and not isinstance(restore, str)
+        else restore or "render mode",
+        local=True,
+    )
     rb.record(mode="render" if restore is None else "restore", restored_run=restore)
 
 # %% [markdown]
@@ -73,9 +78,12 @@ with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_I
 # backup what it replaced; the diff below is what the restore puts back.
 
 # %%
-with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout on the head (holding "
-                           "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
-                           "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand"):
+with rb.step(
+    "1 plan",
+    fix="render: the lane's `checkout:` must be its checkout on the head (holding "
+    "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
+    "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand",
+):
     plan, backups = checkout_env.plan_step(rb, lane, audit.find_run(restore) if restore else None)
 
 # %% [markdown]
@@ -87,8 +95,11 @@ with rb.step("1 plan", fix="render: the lane's `checkout:` must be its checkout 
 # before and is not linted here (`launch` lints what it runs).
 
 # %%
-with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
-                           "`env` again; nothing on the nodes was changed"):
+with rb.step(
+    "2 lint",
+    fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
+    "`env` again; nothing on the nodes was changed",
+):
     checkout_env.lint_step(rb, plan, restore)
 
 # %% [markdown]
@@ -100,8 +111,11 @@ with rb.step("2 lint", fix="fix the lane value the error names (the pitfall's fi
 # bytes again (the files the restore replaced are backed up and recorded too).
 
 # %%
-with rb.step("3 write on the head", fix="the earlier files are kept beside them (the backups above): "
-                                        "`-p restore=RUN_ID` with this run's id puts them back"):
+with rb.step(
+    "3 write on the head",
+    fix="the earlier files are kept beside them (the backups above): "
+    "`-p restore=RUN_ID` with this run's id puts them back",
+):
     checkout_env.write_step(rb, plan, backups, lane, restore)
 
 # %% [markdown]
@@ -111,8 +125,11 @@ with rb.step("3 write on the head", fix="the earlier files are kept beside them 
 # its statistics.
 
 # %%
-with rb.step("4 copy to workers", fix="make the worker reachable from the head over the fabric, then run `env` "
-                                      "again (the head's files are already rendered: it copies and compares)"):
+with rb.step(
+    "4 copy to workers",
+    fix="make the worker reachable from the head over the fabric, then run `env` "
+    "again (the head's files are already rendered: it copies and compares)",
+):
     checkout_env.copy_step(rb)
 
 # %% [markdown]
@@ -122,8 +139,10 @@ with rb.step("4 copy to workers", fix="make the worker reachable from the head o
 # needs are present and the launcher scripts executable.
 
 # %%
-with rb.step("5 same bytes", fix="run `env` again to copy the head's checkout (a worker's own edit is replaced by "
-                                 "the head's file)"):
+with rb.step(
+    "5 same bytes",
+    fix="run `env` again to copy the head's checkout (a worker's own edit is replaced by the head's file)",
+):
     same = checkout_env.same_checkout(rb.lane)
     rb.record(checkout_sha256=same.figure("sha256"))
     rb.expect(same, "every node holds the head's bytes", same.seen)

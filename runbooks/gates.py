@@ -34,13 +34,15 @@
 # config instead of the block rendered from the lane, pass `hermes_config=PATH` (a config.yaml on the Hermes host).
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the requests and commands instead of sending them (opens no connection)
-hermes_config = None   # path of a Hermes config.yaml to check, on the Hermes host; None for the block rendered from the lane
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the requests and commands instead of sending them (opens no connection)
+hermes_config = (
+    None  # path of a Hermes config.yaml to check, on the Hermes host; None for the block rendered from the lane
+)
 
 # %%
-from lanebook.verify import gates, hermes
 from lanebook.steps.runbook import Runbook
+from lanebook.verify import gates, hermes
 
 rb = Runbook("gates", lane, dry_run=dry_run)
 p = rb.params
@@ -52,7 +54,9 @@ checks = []  # every gate's checks, judged together at the end
 
 # %%
 with rb.step("1 models"):
-    checks += gates.show_gate(rb, gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.lane.executor, p)))
+    checks += gates.show_gate(
+        rb, gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.lane.executor, p))
+    )
 
 # %% [markdown]
 # ## Gate 2 — The startup log
@@ -73,8 +77,9 @@ with rb.step("2 startup log"):
 # %%
 print(gates.curl_line(gates.chat_url(p), gates.exact_smoke_body(p)))
 with rb.step("3 exact smoke"):
-    checks += gates.show_gate(rb, gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate(
-        "3 exact smoke", rb.lane.executor, p)))
+    checks += gates.show_gate(
+        rb, gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate("3 exact smoke", rb.lane.executor, p))
+    )
 
 # %% [markdown]
 # ## Gate 4 — The tool-call smoke
@@ -83,8 +88,9 @@ with rb.step("3 exact smoke"):
 
 # %%
 with rb.step("4 tool smoke"):
-    checks += gates.show_gate(rb, gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate(
-        "4 tool smoke", rb.lane.executor, p)))
+    checks += gates.show_gate(
+        rb, gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate("4 tool smoke", rb.lane.executor, p))
+    )
 
 # %% [markdown]
 # ## Gate 5 — The Hermes provider block

@@ -34,17 +34,17 @@
 # masked and checked) and the server is verified as it runs.
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the commands instead of sending them (opens no connection)
-min_free_gib = None    # GiB that must be free after cleanup, None for what vLLM asks of the lane
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the commands instead of sending them (opens no connection)
+min_free_gib = None  # GiB that must be free after cleanup, None for what vLLM asks of the lane
+confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
-from lanebook.verify import gates
 from lanebook.ops import launcher, logs, memory, readiness, transfers, warmup, weights
 from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.lint import lint_what_lane_runs
 from lanebook.steps.runbook import Runbook
+from lanebook.verify import gates
 
 rb = Runbook("launch", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -53,13 +53,19 @@ p = rb.params
 # ## Prerequisites
 
 # %%
-with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again'):
+with rb.step(
+    "prerequisites",
+    fix="fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again",
+):
     report = lint_what_lane_runs(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
     rb.expect(report.ok, "what the lane runs lints clean", report.errors_summary(), local=True)
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     pair = launcher.pair_occupancy(rb.lane)
-    rb.expect(not pair.other_lane_up, "no other lane is serving on the pair (stop it first: both want the whole pair)",
-              pair.others_found() or "")
+    rb.expect(
+        not pair.other_lane_up,
+        "no other lane is serving on the pair (stop it first: both want the whole pair)",
+        pair.others_found() or "",
+    )
     serving = pair.this_lane_up and "the lane is already up"  # launching is idempotent: verified, not restarted
     rb.expect_each(weights.complete_results(weights.verify_every_node(rb.lane)), "weights complete on {}")
 
@@ -70,9 +76,14 @@ with rb.step("prerequisites", fix='fix what failed: lint errors → run `env` (i
 # Expected: each node's /dev/shm holds none of the segments it held before; free memory read back.
 
 # %%
-with rb.step("1 clean memory", fix='a segment that stays is held by a live process: run `status`, then `stop`, then `launch` again'):
+with rb.step(
+    "1 clean memory",
+    fix="a segment that stays is held by a live process: run `status`, then `stop`, then `launch` again",
+):
     nodes = ", ".join(n.alias for n in rb.lane.nodes)
-    memory.clean_step(rb, serving, confirm=f"clean /dev/shm and the page cache on {nodes} and start lane {p.name} on the pair")
+    memory.clean_step(
+        rb, serving, confirm=f"clean /dev/shm and the page cache on {nodes} and start lane {p.name} on the pair"
+    )
 
 # %% [markdown]
 # ## Step 2 — Mask legacy units, check free memory
@@ -81,11 +92,19 @@ with rb.step("1 clean memory", fix='a segment that stays is held by a live proce
 # node (sticky UMA, P04).
 
 # %%
-with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again'):
+with rb.step(
+    "2 legacy units and memory",
+    fix="a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again",
+):
     units = memory.mask_legacy_units(rb.lane)
     rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
-    memory.free_memory_step(rb, rb.lane, serving and "the lane is already up and holds its memory",
-                            "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION", min_free_gib)
+    memory.free_memory_step(
+        rb,
+        rb.lane,
+        serving and "the lane is already up and holds its memory",
+        "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION",
+        min_free_gib,
+    )
 
 # %% [markdown]
 # ## Step 3 — Start the lane from the head
@@ -97,10 +116,20 @@ with rb.step("2 legacy units and memory", fix='a legacy unit still active: stop 
 # ranks), interrupted. SHM "60 seconds" lines during autotune are not fatal (P11): wait.
 
 # %%
-with rb.step("3 start", fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again"):
-    started = launcher.start_step(rb, rb.lane, serving and "already up: verifying it instead of restarting it",
-                                  "launcher reports the lane up", timing=True)
-    api = launcher.ask_api(rb.lane)  # the launcher polls /v1/models only; vLLM answers /health 503 while its engine is not alive
+with rb.step(
+    "3 start",
+    fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again",
+):
+    started = launcher.start_step(
+        rb,
+        rb.lane,
+        serving and "already up: verifying it instead of restarting it",
+        "launcher reports the lane up",
+        timing=True,
+    )
+    api = launcher.ask_api(
+        rb.lane
+    )  # the launcher polls /v1/models only; vLLM answers /health 503 while its engine is not alive
     rb.expect(api.healthy, "/health answers 200", api.detail)
 
 # %% [markdown]
@@ -109,7 +138,10 @@ with rb.step("3 start", fix="read the launcher's outcome above: refused configur
 # `Application startup complete`.
 
 # %%
-with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again'):
+with rb.step(
+    "4 startup log",
+    fix="breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again",
+):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
     rb.expect_results(expectations)
@@ -122,7 +154,10 @@ with rb.step("4 startup log", fix='breakable graphs auto-enabled (P01) → run `
 # line that overrides the lane shows up here, named with both values.
 
 # %%
-with rb.step("5 models and live command", fix='the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again'):
+with rb.step(
+    "5 models and live command",
+    fix="the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again",
+):
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
     rb.expect_results(gates.judge_model_list(rb.current_step, models or [], p))
     mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
@@ -140,8 +175,11 @@ with rb.step("5 models and live command", fix='the server does not run what the 
 # checked (the `warmup` runbook times every shape).
 
 # %%
-with rb.step("6 post-readiness warmup", fix="a warning leaves the lane serving: run `warmup` later; a dead "
-                                            "engine or a fatal log line: run `stop`, then `launch` again"):
+with rb.step(
+    "6 post-readiness warmup",
+    fix="a warning leaves the lane serving: run `warmup` later; a dead "
+    "engine or a fatal log line: run `stop`, then `launch` again",
+):
     warmup.post_readiness_step(rb, started and started.hook_warmed)
 
 # %% [markdown]

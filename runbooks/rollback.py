@@ -37,19 +37,18 @@
 # its checkout and its weights are on every node; nothing but these two lanes serves on the pair.
 
 # %% tags=["parameters"]
-lane = "twin"          # the lane to roll back from: a lane name under params/ or a lane YAML path
-dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+lane = "twin"  # the lane to roll back from: a lane name under params/ or a lane YAML path
+dry_run = False  # record the commands instead of sending them (opens no connection)
+confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
 from IPython.display import Markdown, display
-
-from lanebook.runs import audit
-from lanebook.ops import launcher, memory, rollback
-from lanebook.recipe.effective.mismatches import live_mismatches
-from lanebook.runs.execute import nested_step
-from lanebook.ops.logs import live_command
 from lanebook.nodes.ssh import Lane
+from lanebook.ops import launcher, memory, rollback
+from lanebook.ops.logs import live_command
+from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.runs import audit
+from lanebook.runs.execute import nested_step
 from lanebook.steps.runbook import Runbook
 
 rb = Runbook("rollback", lane, dry_run=dry_run, confirm=confirm)
@@ -63,8 +62,11 @@ p = rb.params
 # and the running rollback lane is verified instead.
 
 # %%
-with rb.step("prerequisites", fix="name a shipped rollback lane on the same pair in the lane file; run `weights "
-             "--lane ROLLBACK_LANE` for its weights; stop whatever else serves on the pair with its own `stop`"):
+with rb.step(
+    "prerequisites",
+    fix="name a shipped rollback lane on the same pair in the lane file; run `weights "
+    "--lane ROLLBACK_LANE` for its weights; stop whatever else serves on the pair with its own `stop`",
+):
     target = rollback.load_target(rb)
     ROLLBACK_LANE = target.name
     rb.record(rollback_lane=ROLLBACK_LANE)
@@ -83,9 +85,12 @@ with rb.step("prerequisites", fix="name a shipped rollback lane on the same pair
 # nothing is stopped.
 
 # %%
-with rb.step("1 fingerprint before", fix="the rollback lane changed since it was fingerprinted: find what changed "
-             "(the newest file is named), restore the known-good checkout or weights, then run `rollback` again; "
-             "nothing was stopped"):
+with rb.step(
+    "1 fingerprint before",
+    fix="the rollback lane changed since it was fingerprinted: find what changed "
+    "(the newest file is named), restore the known-good checkout or weights, then run `rollback` again; "
+    "nothing was stopped",
+):
     before = rollback.fingerprint(target_lane)
     rb.record(rollback_fingerprint_before=before)
     display(Markdown(f"`{ROLLBACK_LANE}` fingerprints (checkout, weights): `{rollback.short(before)}`"))
@@ -98,8 +103,9 @@ with rb.step("1 fingerprint before", fix="the rollback lane changed since it was
 # worker, P16). Expected: no container of this lane on any node.
 
 # %%
-with rb.step("2 stop", fix="run `status` to see what still runs and `stop` to finish stopping this lane, "
-             "then `rollback` again"):
+with rb.step(
+    "2 stop", fix="run `status` to see what still runs and `stop` to finish stopping this lane, then `rollback` again"
+):
     rollback.stop_step(rb, target_lane, already_rolled_back)
 
 # %% [markdown]
@@ -109,8 +115,11 @@ with rb.step("2 stop", fix="run `status` to see what still runs and `stop` to fi
 # memory covers the rollback lane's GPU_MEMORY_UTILIZATION (sticky UMA, P04).
 
 # %%
-with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c 'sync; echo 3 > "
-             "/proc/sys/vm/drop_caches'`) or reboot, then `rollback` again; never `docker system prune -af`"):
+with rb.step(
+    "3 clean memory",
+    fix="drop caches on both nodes again (`sudo sh -c 'sync; echo 3 > "
+    "/proc/sys/vm/drop_caches'`) or reboot, then `rollback` again; never `docker system prune -af`",
+):
     rollback.clean_step(rb, target_lane, already_rolled_back)
 
 # %% [markdown]
@@ -122,17 +131,27 @@ with rb.step("3 clean memory", fix="drop caches on both nodes again (`sudo sh -c
 # A cold bind takes 8–15 minutes on a real pair; SHM "60 seconds" lines are not fatal (P11).
 
 # %%
-with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
-             "`rollback` again (or `launch` this lane to go forward)"):
+with rb.step(
+    "4 relaunch",
+    fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
+    "`rollback` again (or `launch` this lane to go forward)",
+):
     units = memory.mask_legacy_units(target_lane)
     rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
-    launcher.start_step(rb, target_lane, already_rolled_back and "already up: verifying it instead of restarting it",
-                        "launcher reports the rollback lane up", skipped=f"launcher reports {ROLLBACK_LANE} up",
-                        confirm=f"launch {ROLLBACK_LANE} from {target.checkout}")
+    launcher.start_step(
+        rb,
+        target_lane,
+        already_rolled_back and "already up: verifying it instead of restarting it",
+        "launcher reports the rollback lane up",
+        skipped=f"launcher reports {ROLLBACK_LANE} up",
+        confirm=f"launch {ROLLBACK_LANE} from {target.checkout}",
+    )
     up = launcher.lane_containers(target_lane)
     rb.expect(up.state == launcher.LANE_UP, f"{ROLLBACK_LANE} up on every node", up.summary())
     mismatches = live_mismatches(target, live_command(target_lane.head, launcher.container_name(target_lane)))
-    rb.expect(not mismatches, f"the live command carries every value {ROLLBACK_LANE} sets", "; ".join(map(str, mismatches)))
+    rb.expect(
+        not mismatches, f"the live command carries every value {ROLLBACK_LANE} sets", "; ".join(map(str, mismatches))
+    )
 
 # %% [markdown]
 # ## Step 5 — The rollback lane's gates
@@ -140,8 +159,11 @@ with rb.step("4 relaunch", fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --la
 # in the audit trail). Expected: verdict pass (`dry-run` in a dry run).
 
 # %%
-with rb.step("5 gates", fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
-             f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane"):
+with rb.step(
+    "5 gates",
+    fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
+    f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane",
+):
     nested_step(rb, "gates", target)
 
 # %% [markdown]
@@ -150,12 +172,17 @@ with rb.step("5 gates", fix=f"read the gates record linked above; `diagnose --la
 # and weights, and write nothing into them.
 
 # %%
-with rb.step("6 fingerprint after", fix="something this rollback ran wrote into the rollback lane's checkout or "
-             "weights: find it (the newest file is named) and keep it out of the tree; the lane serves meanwhile"):
+with rb.step(
+    "6 fingerprint after",
+    fix="something this rollback ran wrote into the rollback lane's checkout or "
+    "weights: find it (the newest file is named) and keep it out of the tree; the lane serves meanwhile",
+):
     after = rollback.fingerprint(target_lane)
     rb.record(rollback_fingerprint_after=after)
     changes = rollback.fingerprint_differences(before, after)
-    rb.expect(not changes, f"{ROLLBACK_LANE}'s checkout and weights as step 1 found them", "; ".join(changes) or "equal")
+    rb.expect(
+        not changes, f"{ROLLBACK_LANE}'s checkout and weights as step 1 found them", "; ".join(changes) or "equal"
+    )
 
 # %% [markdown]
 # ## Step 7 — Hermes

@@ -46,24 +46,24 @@
 # first by the `launch` runbook (its own record); a real lane found down fails here: run `launch`.
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record what would be sent instead of sending it (opens no connection)
-workloads = None       # None: the lane's (its baseline's; probe, code, prose without one), or e.g. "probe,code"
-concurrency = None     # None: C1, C4, C6 (the seed's levels), or e.g. "1,4"
-trials = 3             # trials per level: at least 3 (a band is the median and min–max of three or more)
-max_tokens = 256       # tokens per stream: the seed's 256 (a smaller value is not comparable to a 256 baseline)
-baseline = None        # None: the lane's stored baseline (lib/lanebook/speed/baselines/LANE.json), or a baseline file
-tolerance = 0.10       # on the same setup, a median may fall this far below the baseline's before it fails
-save_baseline = None   # a path: store this run (bands and provenance) there as a baseline file
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record what would be sent instead of sending it (opens no connection)
+workloads = None  # None: the lane's (its baseline's; probe, code, prose without one), or e.g. "probe,code"
+concurrency = None  # None: C1, C4, C6 (the seed's levels), or e.g. "1,4"
+trials = 3  # trials per level: at least 3 (a band is the median and min–max of three or more)
+max_tokens = 256  # tokens per stream: the seed's 256 (a smaller value is not comparable to a 256 baseline)
+baseline = None  # None: the lane's stored baseline (lib/lanebook/speed/baselines/LANE.json), or a baseline file
+tolerance = 0.10  # on the same setup, a median may fall this far below the baseline's before it fails
+save_baseline = None  # a path: store this run (bands and provenance) there as a baseline file
 
 # %%
-from lanebook.ops import launcher
 from lanebook.lane.params import lane_path
 from lanebook.lane.plugins import launch_lane_if_down
-from lanebook.steps.runbook import Runbook
+from lanebook.ops import launcher
 from lanebook.speed import lanespeed
 from lanebook.speed.baseline import load_baseline, stored_baseline
 from lanebook.speed.provenance import compare_setups, read_provenance
+from lanebook.steps.runbook import Runbook
 
 rb = Runbook("speed", lane, dry_run=dry_run)
 p = rb.params
@@ -73,8 +73,11 @@ p = rb.params
 # The parameters (checked here, also in a dry run), then the lane's API from this machine.
 
 # %%
-with rb.step("prerequisites", fix="correct the parameter named above; if the lane is down, run `launch`; "
-                                 "if `status` finds it inconsistent, run `stop`, then `launch`"):
+with rb.step(
+    "prerequisites",
+    fix="correct the parameter named above; if the lane is down, run `launch`; "
+    "if `status` finds it inconsistent, run `stop`, then `launch`",
+):
     plan = lanespeed.plan_speed(p, workloads, concurrency, trials, max_tokens)
     rb.expect(True, "parameters", plan.summary(), local=True)
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
@@ -118,8 +121,11 @@ documents = lanespeed.waves_steps(rb, plan, base, setup)  # one step a workload:
 # saying which fact differs.
 
 # %%
-with rb.step("3 baseline", fix="a regression on the same setup: run `diagnose` (matched A/B canary), "
-                              "or `rollback` to the lane's rollback lane"):
+with rb.step(
+    "3 baseline",
+    fix="a regression on the same setup: run `diagnose` (matched A/B canary), "
+    "or `rollback` to the lane's rollback lane",
+):
     lanespeed.judge_step(rb, documents, provenance, base, tolerance)
 
 # %% [markdown]

@@ -34,8 +34,8 @@
 # **Prerequisites** (checked below): the checkout, which holds the status script, is on every node.
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the commands instead of sending them (opens no connection)
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the commands instead of sending them (opens no connection)
 
 # %%
 from lanebook.ops import launcher, transfers
@@ -48,7 +48,7 @@ p = rb.params
 # ## Prerequisites
 
 # %%
-with rb.step("prerequisites", fix='copy the checkout to every node: run `env`'):
+with rb.step("prerequisites", fix="copy the checkout to every node: run `env`"):
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
 
 # %% [markdown]
@@ -58,12 +58,17 @@ with rb.step("prerequisites", fix='copy the checkout to every node: run `env`'):
 # its output is shown below. Whether 0 or 1 is right depends on the state step 2 observes.
 
 # %%
-with rb.step("1 status script", fix='the status script itself failed: check the checkout on the head (`env` copies it again)'):
+with rb.step(
+    "1 status script", fix="the status script itself failed: check the checkout on the head (`env` copies it again)"
+):
     script = launcher.run_status_script(rb.lane)
     print(script.output)
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
-    rb.expect(script.exit_code in (0, 1), "the status script ran (exit 0 serving, 1 not)",
-              f"exit {script.exit_code}" + (f": {script.reason}" if script.exit_code not in (0, 1) else ""))
+    rb.expect(
+        script.exit_code in (0, 1),
+        "the status script ran (exit 0 serving, 1 not)",
+        f"exit {script.exit_code}" + (f": {script.reason}" if script.exit_code not in (0, 1) else ""),
+    )
 
 # %% [markdown]
 # ## Step 2 — The lane's containers on each node
@@ -72,7 +77,9 @@ with rb.step("1 status script", fix='the status script itself failed: check the 
 # (P16) — fails here: run the `stop` runbook at once, it stops the worker and cleans memory on both nodes.
 
 # %%
-with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cleans memory on every node), then `launch`'):
+with rb.step(
+    "2 containers", fix="run `stop` (it stops an orphaned worker and cleans memory on every node), then `launch`"
+):
     state = launcher.containers_step(rb, script)
 
 # %% [markdown]
@@ -81,7 +88,9 @@ with rb.step("2 containers", fix='run `stop` (it stops an orphaned worker and cl
 # When down there is nothing to ask.
 
 # %%
-with rb.step("3 api", fix='if a launch is in progress wait and run `status` again; otherwise run `stop`, then `launch`'):
+with rb.step(
+    "3 api", fix="if a launch is in progress wait and run `status` again; otherwise run `stop`, then `launch`"
+):
     launcher.status_api_step(rb, state, script)
 
 # %% [markdown]
@@ -91,8 +100,10 @@ with rb.step("3 api", fix='if a launch is in progress wait and run `status` agai
 # `GPU KV cache size` in the lane's band.
 
 # %%
-with rb.step("4 startup log", fix='run `env` to fix what the log shows, then `stop` and `launch`'):
-    launcher.startup_log_step(rb, rb.lane, down=state == launcher.LANE_DOWN and "the lane is cleanly down: no container to read")
+with rb.step("4 startup log", fix="run `env` to fix what the log shows, then `stop` and `launch`"):
+    launcher.startup_log_step(
+        rb, rb.lane, down=state == launcher.LANE_DOWN and "the lane is cleanly down: no container to read"
+    )
 
 # %% [markdown]
 # ## Troubleshooting

@@ -28,9 +28,9 @@
 # **Prerequisites** (checked below): the checkout, which holds the stop script, is on every node.
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the commands instead of sending them (opens no connection)
+confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 
 # %%
 from lanebook.ops import launcher, memory, transfers
@@ -45,7 +45,7 @@ p = rb.params
 # head had died mid-TP (P16), and this run is its repair.
 
 # %%
-with rb.step("prerequisites", fix='copy the checkout to every node (`env`), then run `stop` again'):
+with rb.step("prerequisites", fix="copy the checkout to every node (`env`), then run `stop` again"):
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     before = launcher.lane_containers(rb.lane)
     rb.record(state_before=before.state, containers_before=before.running)
@@ -57,7 +57,7 @@ with rb.step("prerequisites", fix='copy the checkout to every node (`env`), then
 # exit 1: its rank is not stopped; make it reachable and run `stop` again.
 
 # %%
-with rb.step("1 stop script", fix='make the unreachable node reachable (SSH, fabric), then run `stop` again'):
+with rb.step("1 stop script", fix="make the unreachable node reachable (SSH, fabric), then run `stop` again"):
     rb.confirm(f"stop lane {p.name} on every node and clean their memory")
     stopped = launcher.stop_lane(rb.lane)
     rb.record(stop_script=stopped.launcher.outcome)
@@ -71,12 +71,18 @@ with rb.step("1 stop script", fix='make the unreachable node reachable (SSH, fab
 # (P16): `docker compose -p PROJECT … down` there. Expected: no container of the lane on any node.
 
 # %%
-with rb.step("2 orphaned workers", fix='run `stop` again; if the container stays, `docker compose -p PROJECT down` on that worker by hand'):
+with rb.step(
+    "2 orphaned workers",
+    fix="run `stop` again; if the container stays, `docker compose -p PROJECT down` on that worker by hand",
+):
     orphans = launcher.stop_orphaned_workers(rb.lane)
     rb.record(orphaned_workers_stopped=orphans)
     left = launcher.lane_containers(rb.lane)
-    rb.expect(not left.left, "no container of the lane left on any node",
-              (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary())
+    rb.expect(
+        not left.left,
+        "no container of the lane left on any node",
+        (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary(),
+    )
 
 # %% [markdown]
 # ## Step 3 — Clean SHM and page cache on both nodes
@@ -84,7 +90,10 @@ with rb.step("2 orphaned workers", fix='run `stop` again; if the container stays
 # again. Expected: none of the segments /dev/shm held is left; free memory read back.
 
 # %%
-with rb.step("3 clean memory", fix='another lane still serves on the pair (the rollback lane, say): run `stop` with that lane; otherwise run `status`, stop what holds the segments, then run `stop` again'):
+with rb.step(
+    "3 clean memory",
+    fix="another lane still serves on the pair (the rollback lane, say): run `stop` with that lane; otherwise run `status`, stop what holds the segments, then run `stop` again",
+):
     cleaned = memory.clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
     rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
@@ -97,12 +106,17 @@ with rb.step("3 clean memory", fix='another lane still serves on the pair (the r
 # Never `docker system prune -af`: it deletes the Anemll image.
 
 # %%
-with rb.step("4 free memory", fix='drop caches on both nodes again or reboot them (sticky UMA, P04), then `launch`'):
+with rb.step("4 free memory", fix="drop caches on both nodes again or reboot them (sticky UMA, P04), then `launch`"):
     free = memory.check_sticky_uma(rb.lane)
     rb.record(free_gib=free.figure("free_gib"))
-    rb.expect(free, "enough free memory on every node for the next launch",
-              free.seen if free else f"{free.seen}: memory still held (P04): drop caches on both nodes again "
-                                          "or reboot; never `docker system prune -af`")
+    rb.expect(
+        free,
+        "enough free memory on every node for the next launch",
+        free.seen
+        if free
+        else f"{free.seen}: memory still held (P04): drop caches on both nodes again "
+        "or reboot; never `docker system prune -af`",
+    )
 
 # %% [markdown]
 # ## Troubleshooting

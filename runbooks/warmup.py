@@ -37,8 +37,8 @@
 # **Prerequisites** (checked below): the lane is up — `/health` 200 and `/v1/models` listing its served name.
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the requests and commands instead of sending them (opens no connection)
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the requests and commands instead of sending them (opens no connection)
 
 # %%
 from lanebook.ops import readiness, warmup
@@ -56,8 +56,11 @@ p = rb.params
 with rb.step("prerequisites", fix="run `status`; if the lane is down, run `launch` (it warms the lane too)"):
     models = readiness.wait_lane_ready(rb.lane, timeout_s=60)
     ids = [m.get("id") for m in models or []]
-    rb.expect(p.served_model_name in ids, f"the lane is up: /health 200, /v1/models lists {p.served_model_name}",
-              ", ".join(map(str, ids)))
+    rb.expect(
+        p.served_model_name in ids,
+        f"the lane is up: /health 200, /v1/models lists {p.served_model_name}",
+        ", ".join(map(str, ids)),
+    )
 
 # %% [markdown]
 # ## Step 1 — The bounded warmup
@@ -67,8 +70,11 @@ with rb.step("prerequisites", fix="run `status`; if the lane is down, run `launc
 # no preemption counted. A warning here leaves the lane serving.
 
 # %%
-with rb.step("1 warmup", fix="a warning leaves the lane serving: run `warmup` again once the queues are idle; "
-                             "if its requests keep failing, run `diagnose`"):
+with rb.step(
+    "1 warmup",
+    fix="a warning leaves the lane serving: run `warmup` again once the queues are idle; "
+    "if its requests keep failing, run `diagnose`",
+):
     warmup.warmup_step(rb)
 
 # %% [markdown]
@@ -79,8 +85,10 @@ with rb.step("1 warmup", fix="a warning leaves the lane serving: run `warmup` ag
 # lane, not a failed warmup.
 
 # %%
-with rb.step("2 lane after the warmup", fix="the lane is sick: run `stop`, then `launch` again; if it recurs, "
-                                            "run `rollback` to the lane's rollback lane"):
+with rb.step(
+    "2 lane after the warmup",
+    fix="the lane is sick: run `stop`, then `launch` again; if it recurs, run `rollback` to the lane's rollback lane",
+):
     warmup.lane_step(rb)
 
 # %% [markdown]

@@ -35,11 +35,11 @@
 # answers the verify probe (it reports what its tree holds, whole or not).
 
 # %% tags=["parameters"]
-lane = "twin"          # lane name under params/ or a lane YAML path
-dry_run = False        # record the commands instead of sending them (opens no connection)
-confirm = None         # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
-sha256 = False         # also hash every shard blob against its name in both verifies (reads every byte)
-rsync_attempts = 3     # rsync runs per worker when the connection drops mid-transfer (each resumes the last)
+lane = "twin"  # lane name under params/ or a lane YAML path
+dry_run = False  # record the commands instead of sending them (opens no connection)
+confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+sha256 = False  # also hash every shard blob against its name in both verifies (reads every byte)
+rsync_attempts = 3  # rsync runs per worker when the connection drops mid-transfer (each resumes the last)
 
 # %%
 from lanebook.ops import weights
@@ -54,10 +54,16 @@ p = rb.params
 # refs), and every node answers the probe (`python3 - HUB_DIR SHARDS < weights_probe.py`, one round trip).
 
 # %%
-with rb.step("prerequisites", fix="fix the lane file's `weights:` (the full hub model dir, models--ORG--NAME) and run `weights` again"):
-    rb.expect(p.weights.hub_dir.rstrip("/").rsplit("/", 1)[-1].startswith("models--"),
-              "what moves is the full hub model dir (blobs + snapshots + refs), not a snapshot (P06)",
-              p.weights.hub_dir, local=True)
+with rb.step(
+    "prerequisites",
+    fix="fix the lane file's `weights:` (the full hub model dir, models--ORG--NAME) and run `weights` again",
+):
+    rb.expect(
+        p.weights.hub_dir.rstrip("/").rsplit("/", 1)[-1].startswith("models--"),
+        "what moves is the full hub model dir (blobs + snapshots + refs), not a snapshot (P06)",
+        p.weights.hub_dir,
+        local=True,
+    )
     rb.expect(rsync_attempts >= 1, "rsync_attempts is at least 1", rsync_attempts, local=True)
 
 # %% [markdown]
@@ -67,7 +73,9 @@ with rb.step("prerequisites", fix="fix the lane file's `weights:` (the full hub 
 # A tree that is not whole is repaired by the steps below.
 
 # %%
-with rb.step("1 verify", fix='a node that does not answer: check SSH to it (`ssh -F CONFIG NODE`), then run `weights` again'):
+with rb.step(
+    "1 verify", fix="a node that does not answer: check SSH to it (`ssh -F CONFIG NODE`), then run `weights` again"
+):
     before = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_before={a: r.shard_count for a, r in before.items()})
     rb.expect_each(weights.tree_results(before), "{} reports its tree")
@@ -79,7 +87,10 @@ with rb.step("1 verify", fix='a node that does not answer: check SSH to it (`ssh
 # A cut download leaves `*.incomplete` blobs that the next run's `hf download` resumes.
 
 # %%
-with rb.step("2 download on head", fix="run `weights` again: `hf download` resumes the `*.incomplete` blobs; check the head's network and HF token if it keeps failing"):
+with rb.step(
+    "2 download on head",
+    fix="run `weights` again: `hf download` resumes the `*.incomplete` blobs; check the head's network and HF token if it keeps failing",
+):
     head = weights.ensure_head_whole(rb, before[rb.lane.head.alias], sha256=sha256)
 
 # %% [markdown]
@@ -90,7 +101,10 @@ with rb.step("2 download on head", fix="run `weights` again: `hf download` resum
 # file (up to `rsync_attempts` runs). Expected: rsync finishes and prints its transfer statistics.
 
 # %%
-with rb.step("3 rsync to workers", fix='run `weights` again: rsync resumes from the partial files; check the fabric link to the worker'):
+with rb.step(
+    "3 rsync to workers",
+    fix="run `weights` again: rsync resumes from the partial files; check the fabric link to the worker",
+):
     to_sync = weights.sync_step(rb, head, before, attempts=rsync_attempts)
 
 # %% [markdown]
@@ -100,7 +114,10 @@ with rb.step("3 rsync to workers", fix='run `weights` again: rsync resumes from 
 # other file. Expected: every deleted path is a `*.incomplete` file.
 
 # %%
-with rb.step("4 delete *.incomplete on workers", fix="stop: a file that is not *.incomplete was named for deletion; check the worker's hub dir by hand before anything else"):
+with rb.step(
+    "4 delete *.incomplete on workers",
+    fix="stop: a file that is not *.incomplete was named for deletion; check the worker's hub dir by hand before anything else",
+):
     weights.clean_step(rb, to_sync)
 
 # %% [markdown]
@@ -111,7 +128,10 @@ with rb.step("4 delete *.incomplete on workers", fix="stop: a file that is not *
 # its download did not finish.
 
 # %%
-with rb.step("5 verify again", fix='run `weights` again (rsync resumes a cut copy); a head that still fails did not finish its download'):
+with rb.step(
+    "5 verify again",
+    fix="run `weights` again (rsync resumes a cut copy); a head that still fails did not finish its download",
+):
     after = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.lane.head.alias].revision)
     rb.expect_each(weights.complete_results(after), "weights complete on {}")

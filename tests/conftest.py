@@ -4,6 +4,7 @@ There each pytest-xdist worker runs in a network namespace of its own (tests/net
 under the run's suite dir, so the twins' fixed loopback addresses never meet; the modules that relaunch lanes are
 handed out first so the run's tail is short; and the run ends with a check that nothing it started still runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,9 +18,20 @@ SUITE_DIR = "LANEBOOK_SUITE_DIR"  # a parallel run's scratch dir: every worker's
 SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's controller, which its workers must leave
 # Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
-SLOW_FIRST = ("test_runbooks.py", "test_rollback_runbook.py", "test_fault_matrix.py", "test_diagnose_runbook.py",
-              "test_input_properties.py", "test_launch_runbook.py", "test_env_runbook.py", "test_gates_runbook.py",
-              "test_site_browser.py", "test_lock.py", "test_twin_scripts.py", "test_book.py")
+SLOW_FIRST = (
+    "test_runbooks.py",
+    "test_rollback_runbook.py",
+    "test_fault_matrix.py",
+    "test_diagnose_runbook.py",
+    "test_input_properties.py",
+    "test_launch_runbook.py",
+    "test_env_runbook.py",
+    "test_gates_runbook.py",
+    "test_site_browser.py",
+    "test_lock.py",
+    "test_twin_scripts.py",
+    "test_book.py",
+)
 _started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)
 
 
@@ -31,8 +43,10 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         if os.environ.get(SUITE_NETNS) == _netns():
-            raise pytest.UsageError("parallel workers share one network namespace, so their twins would collide: "
-                                    "start them through tests/netns-python (as `make test` does)")
+            raise pytest.UsageError(
+                "parallel workers share one network namespace, so their twins would collide: "
+                "start them through tests/netns-python (as `make test` does)"
+            )
         os.environ["LANEBOOK_TWIN_DIR"] = str(Path(os.environ[SUITE_DIR]) / worker / "twin")
     elif config.getoption("dist", "no") != "no" and config.getoption("tx", None):
         os.environ[SUITE_DIR] = tempfile.mkdtemp(prefix="lanebook-suite-")
@@ -61,8 +75,11 @@ def left_running(twin_dirs: list[Path], suite: Path | None) -> dict[int, str]:
     pids = set().union(*(control.twin_processes(root) for root in twin_dirs if root.exists()))
     if suite:
         marker = f"LANEBOOK_TWIN_DIR={suite.resolve()}/".encode()
-        pids |= {int(entry.name) for entry in Path("/proc").iterdir()
-                 if entry.name.isdigit() and marker in _environ(int(entry.name))}
+        pids |= {
+            int(entry.name)
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and marker in _environ(int(entry.name))
+        }
     found = {}
     for pid in pids:
         try:
@@ -85,8 +102,9 @@ def pytest_sessionfinish(session):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if stray:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        reporter.write_line(f"left running after the suite: {'; '.join(f'{p} {c}' for p, c in sorted(stray.items()))}",
-                            red=True)
+        reporter.write_line(
+            f"left running after the suite: {'; '.join(f'{p} {c}' for p, c in sorted(stray.items()))}", red=True
+        )
     elif roots:
         reporter.write_line(f"nothing the suite started is left running (checked {', '.join(map(str, roots))})")
         if suite:

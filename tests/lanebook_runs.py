@@ -1,6 +1,7 @@
 """`lanebook run` as a user types it, for runbook tests: each run with its own outputs dir, its exit code checked
 and its audit record returned; and a dry run with no network at all but loopback (the notebook kernel talks to
 papermill over it), the honest proof that a dry run opens no connection."""
+
 from __future__ import annotations
 
 import json
@@ -30,15 +31,17 @@ def verdict_cell(figures: str = "figures", failure: str = "None") -> str:
     and FAILURE as Python expressions."""
     from lanebook.steps.runbook import VERDICT_MIME
 
-    return ("from IPython.display import display\n"
-            f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': {figures}, 'commands': [], "
-            f"'failure': {failure}}}}}, raw=True)")
+    return (
+        "from IPython.display import display\n"
+        f"display({{{VERDICT_MIME!r}: {{'verdict': verdict, 'checks': [], 'figures': {figures}, 'commands': [], "
+        f"'failure': {failure}}}}}, raw=True)"
+    )
 
 
 def use_runbooks(monkeypatch, folder: Path, outputs: Path) -> None:
     """`lanebook run` (and the book) read the runbooks in FOLDER and record into OUTPUTS, for this test only."""
-    from lanebook.runs import execute
     from lanebook.base import paths
+    from lanebook.runs import execute
 
     monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
     monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)
@@ -49,19 +52,33 @@ def last_record(outputs: Path) -> dict:
     return json.loads((outputs / "runs.jsonl").read_text().splitlines()[-1])
 
 
-def run(tmp_path: Path, runbook: str, lane: str, *args: str, expect_exit: int) -> tuple[dict, subprocess.CompletedProcess]:
+def run(
+    tmp_path: Path, runbook: str, lane: str, *args: str, expect_exit: int
+) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE ARGS` with outputs in TMP/outputs; its exit code checked, its record returned."""
-    done = subprocess.run([LANEBOOK, "run", runbook, "--lane", lane, *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+    done = subprocess.run(
+        [LANEBOOK, "run", runbook, "--lane", lane, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")},
+    )
     assert done.returncode == expect_exit, done.stdout + done.stderr
     return last_record(tmp_path / "outputs"), done
 
 
-def dry_run_offline(tmp_path: Path, runbook: str, lane: str = "anemll-0731") -> tuple[dict, subprocess.CompletedProcess]:
+def dry_run_offline(
+    tmp_path: Path, runbook: str, lane: str = "anemll-0731"
+) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE --dry-run` under `unshare -n` with only loopback up; must exit 0."""
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
         pytest.skip("unshare -n is not available here (needs root or user namespaces)")
-    done = subprocess.run(["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} run {runbook} --lane {lane} --dry-run"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)})
+    done = subprocess.run(
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} run {runbook} --lane {lane} --dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return last_record(tmp_path), done

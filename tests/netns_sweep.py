@@ -1,6 +1,7 @@
 """Stop every process left in this network namespace (tests/netns-python runs it once its pytest-xdist worker has
 exited): processes outlive the namespace's creator, and nothing the suite started may stay running. Each one
 stopped is named on stderr, since the suite's own teardown should have stopped it."""
+
 import os
 import signal
 import sys
@@ -29,8 +30,11 @@ def main() -> None:
     stray = left()
     if not stray:
         return
-    print(f"netns-python: stopping what the worker left running: {'; '.join(f'{p} {c}' for p, c in stray.items())}",
-          file=sys.stderr, flush=True)
+    print(
+        f"netns-python: stopping what the worker left running: {'; '.join(f'{p} {c}' for p, c in stray.items())}",
+        file=sys.stderr,
+        flush=True,
+    )
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in stray:
             try:

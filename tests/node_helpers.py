@@ -1,5 +1,6 @@
 """A twin node without sshd, for testing the stand-ins: a node root, its bin/ of stand-in shims, and a
 `run` that does what the node session does (the node's paths mapped, then bash)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,14 @@ class LocalNode:
         return NodeMachine(self.root)
 
     def run(self, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", "-c", map_paths(command, mapped_root(self.root))], env=self.env, cwd=self.root / "home",
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["bash", "-c", map_paths(command, mapped_root(self.root))],
+            env=self.env,
+            cwd=self.root / "home",
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def local_node(tmp_path: Path, legacy_active: bool = False, faults: tuple[str, ...] = ()) -> LocalNode:
@@ -38,12 +45,17 @@ def local_node(tmp_path: Path, legacy_active: bool = False, faults: tuple[str, .
     bin_dir.mkdir()
     for name in (*STANDINS, "sleep"):
         shim = bin_dir / name
-        shim.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m lanebook.twin.standins {name} \"$@\"\n")
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m lanebook.twin.standins {name} "$@"\n')
         shim.chmod(0o755)
     twin_dir = tmp_path / "twin"
     twin_dir.mkdir()
     (twin_dir / "state.json").write_text(json.dumps({"faults": list(faults), "time_scale": 0.01}))
-    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(root / "home"),
-           "LANEBOOK_NODE_ROOT": str(root), "LANEBOOK_TWIN_DIR": str(twin_dir), "LANEBOOK_TWIN_TIME_SCALE": "0.01",
-           "PYTHONPATH": str(LIB_DIR)}
+    env = {
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+        "HOME": str(root / "home"),
+        "LANEBOOK_NODE_ROOT": str(root),
+        "LANEBOOK_TWIN_DIR": str(twin_dir),
+        "LANEBOOK_TWIN_TIME_SCALE": "0.01",
+        "PYTHONPATH": str(LIB_DIR),
+    }
     return LocalNode(root, env)

@@ -1,10 +1,11 @@
 """Every node operation the launch and weights runbooks use, in the recipe's order, on a dry-run lane: the
 lines a real lane would get (used by the dry-run tests, in-process and under `unshare -n`)."""
+
 from __future__ import annotations
 
-from lanebook.ops import launcher, logs, memory, readiness, transfers, weights
-from lanebook.nodes import ssh
 from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher, logs, memory, readiness, transfers, weights
 
 
 def dry_lane(name: str = "anemll-0731") -> ssh.Lane:

@@ -3,6 +3,7 @@
 The fixtures are read where they are (never copied into the repository); a test that needs them skips
 with the reason when the folder is absent.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,18 @@ COMPOSE = "docker-compose.dspark.yml"
 EXAMPLE = "env.dspark.example"
 START = "start-deepseek-v4-flash-dspark.sh"
 # A short lane env file with no launcher profile keys: what lanebook.recipe.effective's tests start from.
-ENV = "\n".join(["DSPARK_MODEL=deepseek-ai/DeepSeek-V4-Flash-0731", "SERVED_MODEL_NAME=deepseek-v4-flash-0731",
-                 "MASTER_ADDR=127.0.0.2", "VLLM_HOST=127.0.0.2", "GPU_MEMORY_UTILIZATION=0.85",
-                 "VLLM_USE_BREAKABLE_CUDAGRAPH=0", "POST_READINESS_WARMUP_ENABLED=1", ""])
+ENV = "\n".join(
+    [
+        "DSPARK_MODEL=deepseek-ai/DeepSeek-V4-Flash-0731",
+        "SERVED_MODEL_NAME=deepseek-v4-flash-0731",
+        "MASTER_ADDR=127.0.0.2",
+        "VLLM_HOST=127.0.0.2",
+        "GPU_MEMORY_UTILIZATION=0.85",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH=0",
+        "POST_READINESS_WARMUP_ENABLED=1",
+        "",
+    ]
+)
 
 
 def need(path: Path) -> Path:
@@ -35,9 +45,13 @@ def fixture_text(name: str) -> str:
 
 def seed_speculative_lines() -> tuple[str, str]:
     """Seed 000's SPECULATIVE_CONFIG lines: (with the 5/4/3 schedule, rollback form)."""
-    lines = [l.strip() for l in need(SEED_000).read_text().splitlines() if l.strip().startswith("SPECULATIVE_CONFIG=")]
-    scheduled = next(l for l in lines if "per_batch_size" in l)
-    rollback = next(l for l in lines if "per_batch_size" not in l)
+    lines = [
+        line.strip()
+        for line in need(SEED_000).read_text().splitlines()
+        if line.strip().startswith("SPECULATIVE_CONFIG=")
+    ]
+    scheduled = next(line for line in lines if "per_batch_size" in line)
+    rollback = next(line for line in lines if "per_batch_size" not in line)
     return scheduled, rollback
 
 

@@ -1,5 +1,6 @@
 """The benchmarks' loopback SSE server (benchmarks/sse_server.py) as a test fixture: it streams on a known
 schedule and records its own first and last token times, so client figures can be checked against its truth."""
+
 import importlib.util
 import sys
 from pathlib import Path

@@ -27,8 +27,12 @@ def test_it_names_every_layer_folder_in_its_rooms_table():
 
 
 def test_no_comment_cites_a_document_outside_the_repository():
-    found = [f"{p.relative_to(REPO)}:{n}: {line.strip()}" for p in SOURCES
-             for n, line in enumerate(p.read_text().splitlines(), 1) if OUTSIDE.search(line)]
+    found = [
+        f"{p.relative_to(REPO)}:{n}: {line.strip()}"
+        for p in SOURCES
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
     assert found == [], "\n".join(found)
 
 
@@ -40,7 +44,7 @@ def test_every_citation_of_a_section_names_a_heading_it_has():
 
 def test_the_glossary_defines_every_id_family_the_code_cites():
     text = ARCHITECTURE.read_text()
-    glossary = text[text.index("## Glossary"):]
+    glossary = text[text.index("## Glossary") :]
     cited = set()
     for p in SOURCES:
         body = p.read_text()

@@ -1,6 +1,7 @@
 """The site, built once for the module (strict: Sphinx warnings fail it) from real recorded runs, offline:
 every page of the book exists, the links inside it resolve, nothing is loaded from the internet, and no status
 mark needs an emoji font. The runs: a twin run of `status` (a rehearsal) and a dry run of `launch` on a real lane."""
+
 import os
 import re
 import shutil
@@ -9,13 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from lanebook_runs import dry_run_offline, run
-
 from lanebook.site.bookcheck import check_site
+from lanebook_runs import dry_run_offline, run
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 # Emoji and pictographs a browser draws only with an emoji font (variation selector 16 included).
-EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\uFE0F]")
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
 EXTERNAL_LOAD = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//", re.I)
 CSS_EXTERNAL = re.compile(r"@import\s+(?:url\()?\s*['\"]?(?:https?:)?//|url\(\s*['\"]?(?:https?:)?//", re.I)
 
@@ -37,16 +37,26 @@ def site(tmp_path_factory, twin):
     assert built.returncode == 0, built.stdout + built.stderr
     assert built.stdout.strip() == f"site: {tmp / 'site' / '_build' / 'html' / 'index.html'}"
     html = tmp / "site" / "_build" / "html"
-    return {"html": html, "status": status, "dry": dry, "env": env, "tmp": tmp,
-            "pages": {p.relative_to(html).as_posix(): p.read_text() for p in html.rglob("*.html") if "_static" not in p.parts}}
+    return {
+        "html": html,
+        "status": status,
+        "dry": dry,
+        "env": env,
+        "tmp": tmp,
+        "pages": {
+            p.relative_to(html).as_posix(): p.read_text() for p in html.rglob("*.html") if "_static" not in p.parts
+        },
+    }
 
 
 def test_every_page_exists(site):
     pages = site["pages"]
     for name in ("index.html", "pitfalls.html", "lanes.html", "speed.html", "twin.html", "audit.html"):
         assert name in pages, name
-    assert {f"recipe/{n}.html" for n in ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose",
-                                         "rollback", "status", "stop")} <= set(pages)
+    assert {
+        f"recipe/{n}.html"
+        for n in ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
+    } <= set(pages)
     assert len([p for p in pages if p.startswith("audit/")]) == 2
 
 
@@ -65,18 +75,22 @@ def test_no_mark_needs_an_emoji_font(site):
 
 def test_intro_has_the_topology_picture(site):
     index = site["pages"]["index.html"]
-    assert re.search(r'<img alt="Lane topology: REAL lane anemll-0731; TWIN lane twin[^"]*" src="_images/topology.png"', index)
+    assert re.search(
+        r'<img alt="Lane topology: REAL lane anemll-0731; TWIN lane twin[^"]*" src="_images/topology.png"', index
+    )
     assert (site["html"] / "_images" / "topology.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_rehearsed_runbook_shows_its_twin_run_with_outputs(site):
     page = site["pages"]["recipe/status.html"]
     assert "twin rehearsal" in page and site["status"]["run_id"] in page and "never a real lane" in page
-    assert '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-pass">PASS</span>' not in page  # Markdown rendered
+    assert (
+        '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-pass">PASS</span>' not in page
+    )  # Markdown rendered
     assert 'Verdict of this run:</strong> <span class="lanebook-badge lanebook-badge-pass">PASS</span>' in page
     assert "Checks of this run" in page
     # The troubleshooting section after the last step: the registry's table for status, rendered as a table.
-    troubleshooting = page[page.index('id="troubleshooting"'):page.index('id="verdict"')]
+    troubleshooting = page[page.index('id="troubleshooting"') : page.index('id="verdict"')]
     assert "<table" in troubleshooting and "Head dies mid-TP" in troubleshooting
     assert "application/vnd.lanebook.verdict+json" not in page
 
@@ -91,15 +105,20 @@ def test_reference_pages(site):
     pages = site["pages"]
     assert all(f"P{n:02d}" in pages["pitfalls.html"] for n in range(1, 18)) and "pitfall 17" in pages["pitfalls.html"]
     assert "Step 2 — Orphaned workers" in pages["pitfalls.html"]
-    assert "anemll-0731 → anemll-1m6 → patch3-c12" in pages["lanes.html"] and 'class="lanebook-differs"' in pages["lanes.html"]
+    assert (
+        "anemll-0731 → anemll-1m6 → patch3-c12" in pages["lanes.html"]
+        and 'class="lanebook-differs"' in pages["lanes.html"]
+    )
     assert "[[1,1,5],[2,4,4],[5,6,3]]" in pages["lanes.html"]
     speed = pages["speed.html"]
     assert 'src="_images/speed-twin.png"' in speed and 'src="_images/speed-anemll-1m6.png"' in speed and "82.8" in speed
     twin = pages["twin.html"]  # the twin plugin's page: facts with figures measured at build time
     assert all(f"T{n:02d}" in twin for n in range(1, 16)) and "953,088" in twin and "2,493,464" in twin
     faults = pages["faults.html"]  # the fault matrix (the twin plugin's page), rendered from the tests' own rows
-    assert "Fault matrix" in faults and all(f"<code class=\"docutils literal notranslate\"><span class=\"pre\">{name}" in faults
-                                            for name in ("worker-unreachable", "head-dies", "worker-reboots"))
+    assert "Fault matrix" in faults and all(
+        f'<code class="docutils literal notranslate"><span class="pre">{name}' in faults
+        for name in ("worker-unreachable", "head-dies", "worker-reboots")
+    )
 
 
 def test_the_audit_trail_marks_twin_dry_and_real_runs(site):
@@ -110,7 +129,9 @@ def test_the_audit_trail_marks_twin_dry_and_real_runs(site):
     assert '<span class="lanebook-badge lanebook-badge-real">REAL LANE</span>' in trail
     (dry,) = [text for name, text in site["pages"].items() if site["dry"]["run_id"] in name]
     assert "[REAL LANE] [DRY RUN]" in dry and "nothing on the lane was observed: not a pass" in dry
-    (twin,) = [text for name, text in site["pages"].items() if site["status"]["run_id"] in name and name.startswith("audit/")]
+    (twin,) = [
+        text for name, text in site["pages"].items() if site["status"]["run_id"] in name and name.startswith("audit/")
+    ]
     assert "[TWIN]" in twin and "every figure on this page is a twin figure" in twin
 
 
@@ -120,8 +141,12 @@ def test_book_refuses_to_publish_a_secret(site):
     shutil.copytree(site["tmp"] / "outputs", outputs)
     record = outputs / site["status"]["output"]
     record.write_text(record.read_text().replace("Head dies mid-TP", "HF_TOKEN=hf_" + "Q" * 30))
-    built = subprocess.run([str(LANEBOOK), "book", "--out", str(site["tmp"] / "leaky-site")], capture_output=True, text=True,
-                           env={**site["env"], "LANEBOOK_OUTPUTS": str(outputs)})
+    built = subprocess.run(
+        [str(LANEBOOK), "book", "--out", str(site["tmp"] / "leaky-site")],
+        capture_output=True,
+        text=True,
+        env={**site["env"], "LANEBOOK_OUTPUTS": str(outputs)},
+    )
     assert built.returncode == 2 and "refusing to publish" in built.stderr and "Traceback" not in built.stderr
     assert not (site["tmp"] / "leaky-site" / "_build" / "html").exists()
 
@@ -129,13 +154,17 @@ def test_book_refuses_to_publish_a_secret(site):
 def test_a_build_that_is_not_strict_shows_its_warnings(capsys):
     from lanebook.site.book import BuiltSite, build_problems, show_warnings, sphinx_problems
 
-    log = ("Running Sphinx v7.4.7\n"
-           "/tmp/lanebook-book-x1y2/recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n"
-           "build succeeded, 1 warning.\n")
+    log = (
+        "Running Sphinx v7.4.7\n"
+        "/tmp/lanebook-book-x1y2/recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n"
+        "build succeeded, 1 warning.\n"
+    )
     assert sphinx_problems(log) == ["recipe/launch.md:12: WARNING: undefined label: 'nowhere'"]
     assert build_problems("a\nb\nc\n", limit=2) == "b\nc"  # no warning in the log: its last lines
     show_warnings(BuiltSite(Path("index.html"), sphinx_problems(log)))
-    assert capsys.readouterr().err == ("book: 1 Sphinx warning(s) (`lanebook book --strict` fails on them):\n"
-                                       "  recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n")
+    assert capsys.readouterr().err == (
+        "book: 1 Sphinx warning(s) (`lanebook book --strict` fails on them):\n"
+        "  recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n"
+    )
     show_warnings(BuiltSite(Path("index.html"), []))
     assert capsys.readouterr().err == ""

@@ -1,19 +1,21 @@
 """The introduction's topology picture: every label from the lane files, drawn offline at build time."""
-import pytest
 
-from lanebook.site.pages.intro import MARKER, Topology, draw, intro_page, shown_lanes, topology
+import pytest
 from lanebook.base.errors import LanebookError
-from lanebook.lane.params import lane_names, load_lane, lane_with
+from lanebook.lane.params import lane_names, lane_with, load_lane
+from lanebook.site.pages.intro import MARKER, Topology, draw, intro_page, shown_lanes, topology
 
 
 def test_topology_of_the_real_lane_and_the_twin():
     assert topology(load_lane("anemll-0731")) == Topology(
-        title="REAL lane anemll-0731", twin=False,
+        title="REAL lane anemll-0731",
+        twin=False,
         head="head: milo@192.168.1.11\nfabric IP 10.0.0.1\nvLLM API server, TP rank 0",
         worker="worker: milo@10.0.0.2 (via head)\nfabric IP 10.0.0.2\nheadless TP rank 1",
         fabric="fabric link (bond0)\n10.0.0.1 ↔ 10.0.0.2\nTP traffic, weights rsync",
         api="OpenAI-compatible API\nhttp://192.168.1.11:8888/v1\nserves deepseek-v4-flash-0731",
-        client="Hermes client\nprovider spark-ds4\ncontext 200,000")
+        client="Hermes client\nprovider spark-ds4\ncontext 200,000",
+    )
     twin = topology(load_lane("twin"))
     assert twin.title == "TWIN lane twin (digital twin on loopback)" and twin.twin
     assert twin.head.startswith("head: 127.0.0.2:2222\n") and "127.0.0.2 ↔ 127.0.0.3" in twin.fabric

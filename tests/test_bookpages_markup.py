@@ -1,4 +1,5 @@
 """Status marks on the site are words in coloured boxes (no emoji font needed), also for older records' emoji."""
+
 from lanebook.site.pages.markup import badge, badge_marks, md_table, outcome_badge, verdict_badge
 
 
@@ -13,13 +14,15 @@ def test_badges_are_words_with_a_class():
 def test_check_marks_become_badges_new_and_legacy():
     assert badge_marks("`PASS` **models** — ok\n`NOT OBSERVED` **log**") == (
         '<span class="lanebook-badge lanebook-badge-pass">PASS</span> **models** — ok\n'
-        '<span class="lanebook-badge lanebook-badge-dry-run">NOT OBSERVED</span> **log**')
+        '<span class="lanebook-badge lanebook-badge-dry-run">NOT OBSERVED</span> **log**'
+    )
     assert badge_marks("✅ **a**\n| 3 | ❌ fail | x |\n◻️ not observed\n⏭️ **s**\na ⚠️ warning here") == (
         '<span class="lanebook-badge lanebook-badge-pass">PASS</span> **a**\n'
         '| 3 | <span class="lanebook-badge lanebook-badge-fail">FAIL</span> | x |\n'
         '<span class="lanebook-badge lanebook-badge-dry-run">NOT OBSERVED</span>\n'
         '<span class="lanebook-badge lanebook-badge-skipped">SKIPPED</span> **s**\n'
-        'a <span class="lanebook-badge lanebook-badge-warning">WARNING</span> here')
+        'a <span class="lanebook-badge lanebook-badge-warning">WARNING</span> here'
+    )
 
 
 def test_md_table_escapes_pipes_and_newlines():

@@ -1,21 +1,36 @@
 """The pitfalls page: the registry's entries, how each is caught, the steps that name it, where it comes from."""
-from lanebook.site.pages.pitfalls import caught_by, pitfall_steps, pitfalls_page
+
 from lanebook.recipe.pitfalls import pitfall
+from lanebook.site.pages.pitfalls import caught_by, pitfall_steps, pitfalls_page
 
 
 def test_steps_are_the_sections_that_name_a_pitfall():
-    sources = {"stop": ["# Stop\nP16 in the intro is no step", "## Troubleshooting", "troubleshooting_table('stop')",
-                        "## Prerequisites", "orphans (P16)", "## Step 2 — Orphaned workers", "check P16 and P04",
-                        "P16 again", "## Verdict", "P04 in the verdict is no step"],
-               "launch": ["## Step 1 — Clean", "P04; P99 is not registered"]}
+    sources = {
+        "stop": [
+            "# Stop\nP16 in the intro is no step",
+            "## Troubleshooting",
+            "troubleshooting_table('stop')",
+            "## Prerequisites",
+            "orphans (P16)",
+            "## Step 2 — Orphaned workers",
+            "check P16 and P04",
+            "P16 again",
+            "## Verdict",
+            "P04 in the verdict is no step",
+        ],
+        "launch": ["## Step 1 — Clean", "P04; P99 is not registered"],
+    }
     assert pitfall_steps(sources, ["P04", "P16"]) == {
         "P16": [("stop", "Prerequisites"), ("stop", "Step 2 — Orphaned workers")],
-        "P04": [("stop", "Step 2 — Orphaned workers"), ("launch", "Step 1 — Clean")]}
+        "P04": [("stop", "Step 2 — Orphaned workers"), ("launch", "Step 1 — Clean")],
+    }
 
 
 def test_how_each_is_caught():
-    assert caught_by(pitfall("P09")) == ("`lanebook lint` reports P09 from the files; checked on the lane by `gates` "
-                                        "(its troubleshooting table names it)")
+    assert caught_by(pitfall("P09")) == (
+        "`lanebook lint` reports P09 from the files; checked on the lane by `gates` "
+        "(its troubleshooting table names it)"
+    )
     assert caught_by(pitfall("P05")) == "checked on the lane by `weights` (its troubleshooting table names it)"
 
 

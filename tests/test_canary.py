@@ -1,17 +1,17 @@
 """The canary's relaunch (lanebook.verify.canary): the recipe's sequence as a dry run records it, what makes a relaunch ok,
 and a variant that fails anywhere replaced by the lane's own values at once (relaunches recorded, not run: the
 real relaunches run on the twin in test_diagnose_runbook)."""
+
 from types import SimpleNamespace
 
 import pytest
-
-from lanebook.verify import canary
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
-from lanebook.recipe.effective.mismatches import LiveMismatch
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.ssh import Executor
 from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.nodes.ssh import Executor
+from lanebook.ops import launcher
+from lanebook.recipe.effective.mismatches import LiveMismatch
+from lanebook.verify import canary
 
 
 def test_a_dry_run_records_render_copy_stop_clean_start_and_observes_nothing():
@@ -24,11 +24,16 @@ def test_a_dry_run_records_render_copy_stop_clean_start_and_observes_nothing():
     assert "+MAX_NUM_BATCHED_TOKENS=8216" in relaunch.change.diff and relaunch.change.dry_run
     kinds = []
     for line in commands:
-        for kind, start in (("read", "head: for f in "), ("write", "head: set -e; cd ~/ds4-f-mia-anemll-0731;"),
-                            ("rsync", "head: rsync -aH --partial"), ("stop", "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop"),
-                            ("clean", "head: sudo -n sh -c 'rm -rf /dev/shm/*"), ("clean", "worker: sudo -n sh -c 'rm -rf /dev/shm/*"),
-                            ("start", "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120"),
-                            ("live", "head: docker top ")):
+        for kind, start in (
+            ("read", "head: for f in "),
+            ("write", "head: set -e; cd ~/ds4-f-mia-anemll-0731;"),
+            ("rsync", "head: rsync -aH --partial"),
+            ("stop", "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop"),
+            ("clean", "head: sudo -n sh -c 'rm -rf /dev/shm/*"),
+            ("clean", "worker: sudo -n sh -c 'rm -rf /dev/shm/*"),
+            ("start", "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120"),
+            ("live", "head: docker top "),
+        ):
             if line.startswith(start) and (not kinds or kinds[-1] != kind):
                 kinds.append(kind)
     assert kinds == ["read", "write", "rsync", "stop", "clean", "start", "live"]
@@ -42,20 +47,27 @@ def fake_relaunches(monkeypatch, ok_for):
     def relaunch_with(lane, params):
         calls.append(params.env["MAX_NUM_BATCHED_TOKENS"])
         ok = params.env["MAX_NUM_BATCHED_TOKENS"] in ok_for
-        return canary.Relaunch(params, started=launcher.LauncherResult(0 if ok else 1, "ok" if ok else "health timeout",
-                                                                       "", "", 1.0), live=[] if ok else None)
+        return canary.Relaunch(
+            params,
+            started=launcher.LauncherResult(0 if ok else 1, "ok" if ok else "health timeout", "", "", 1.0),
+            live=[] if ok else None,
+        )
 
     monkeypatch.setattr(canary, "relaunch_with", relaunch_with)
     return calls
 
 
-@pytest.mark.parametrize("ok_for, measure_fails, relaunched, measured", [
-    ({8192, 8216}, False, [8216], True),  # healthy variant: measured, nothing restored (the runbook decides)
-    ({8192, 8216}, True, [8216, 8192], False),  # measuring failed: the lane's values relaunched at once
-    ({8192}, False, [8216, 8192], False),  # the variant did not come up: not measured, the lane's values relaunched
-])
-def test_try_variant_restores_the_lanes_values_whenever_the_variant_fails(monkeypatch, ok_for, measure_fails,
-                                                                          relaunched, measured):
+@pytest.mark.parametrize(
+    "ok_for, measure_fails, relaunched, measured",
+    [
+        ({8192, 8216}, False, [8216], True),  # healthy variant: measured, nothing restored (the runbook decides)
+        ({8192, 8216}, True, [8216, 8192], False),  # measuring failed: the lane's values relaunched at once
+        ({8192}, False, [8216, 8192], False),  # the variant did not come up: not measured, the lane's values relaunched
+    ],
+)
+def test_try_variant_restores_the_lanes_values_whenever_the_variant_fails(
+    monkeypatch, ok_for, measure_fails, relaunched, measured
+):
     calls = fake_relaunches(monkeypatch, ok_for)
     lane_params = load_lane("twin")
     measures = []
@@ -82,8 +94,13 @@ def test_a_relaunch_is_ok_only_up_and_carrying_its_values():
     assert not canary.Relaunch(params, started=up, live=None).ok  # the live command not read
     mismatch = canary.Relaunch(params, started=up, live=[LiveMismatch("--max-num-batched-tokens", "8216", "8192")])
     assert not mismatch.ok
-    assert mismatch.summary() == "launcher ok (exit 0, 1 s); live command: --max-num-batched-tokens: lane 8216, live 8192"
-    assert canary.Relaunch(params, error="head: no container named x").summary() == "relaunch stopped: head: no container named x"
+    assert (
+        mismatch.summary() == "launcher ok (exit 0, 1 s); live command: --max-num-batched-tokens: lane 8216, live 8192"
+    )
+    assert (
+        canary.Relaunch(params, error="head: no container named x").summary()
+        == "relaunch stopped: head: no container named x"
+    )
 
 
 def plan_of(enabled=True, value=8216):
@@ -100,7 +117,8 @@ def test_the_kept_lane_and_what_the_lane_file_must_say():
     assert canary.lane_file_note(lane, "MAX_NUM_BATCHED_TOKENS", 8192) == ""
     assert canary.lane_file_note(lane, "MAX_NUM_BATCHED_TOKENS", 8216) == (
         "the lane file says 8192: set env.MAX_NUM_BATCHED_TOKENS: 8216 in params/anemll-0731.yaml "
-        "so the lane file is the truth again")
+        "so the lane file is the truth again"
+    )
 
 
 def test_a_canary_turned_off_skips_every_part_saying_so():
@@ -115,7 +133,8 @@ def test_a_canary_turned_off_skips_every_part_saying_so():
         ("the lane's own value measured", "skipped: canary=False: parts 1-2 only"),
         ("the lane relaunched with MAX_NUM_BATCHED_TOKENS=8216 and measured", "skipped: canary=False"),
         ("an explicit keep or reject from the measured figures", "skipped: canary=False"),
-        ("the kept value is what the lane runs", "skipped: canary=False")]
+        ("the kept value is what the lane runs", "skipped: canary=False"),
+    ]
     assert rb.commands() == []
 
 

@@ -2,26 +2,31 @@
 sshd nodes: render into the head's checkout with a backup per changed file, a second render that changes nothing,
 a restore that puts the bytes back exactly and refuses an edited file, a created env file moved aside, a file changed
 between read and write left alone, and the same-bytes check naming what differs."""
+
 import itertools
 import os
 
 import pytest
-
-from lanebook.ops import checkout_env as ce
-from lanebook.nodes import ssh
-from lanebook.ops import transfers
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import checkout_env as ce
+from lanebook.ops import transfers
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
 
 # --- records and commands, no twin ----------------------------------------------------------------------
 
+
 def test_a_backup_goes_into_the_record_and_back():
     backup = ce.Backup("~/co/.env.dspark", "~/co/.env.dspark.bak-20261201T000000Z", SHA_A, SHA_B)
-    assert backup.to_json() == {"path": "~/co/.env.dspark", "backup": "~/co/.env.dspark.bak-20261201T000000Z",
-                                "sha256_backup": SHA_A, "sha256_new": SHA_B}
+    assert backup.to_json() == {
+        "path": "~/co/.env.dspark",
+        "backup": "~/co/.env.dspark.bak-20261201T000000Z",
+        "sha256_backup": SHA_A,
+        "sha256_new": SHA_B,
+    }
     assert ce.Backup.from_json(backup.to_json()) == backup
     created = ce.Backup("~/co/.env.dspark", None, None, SHA_B)
     assert ce.Backup.from_json(created.to_json()) == created
@@ -32,8 +37,13 @@ def test_a_backup_goes_into_the_record_and_back():
 
 
 def env_record(**changes):
-    record = {"run_id": "abcd1234", "runbook": "env", "lane": "twin", "dry_run": False,
-              "figures": {"backups": [ce.Backup("~/co/x", "~/co/x.bak-1", SHA_A, SHA_B).to_json()]}}
+    record = {
+        "run_id": "abcd1234",
+        "runbook": "env",
+        "lane": "twin",
+        "dry_run": False,
+        "figures": {"backups": [ce.Backup("~/co/x", "~/co/x.bak-1", SHA_A, SHA_B).to_json()]},
+    }
     return {**record, **changes}
 
 
@@ -67,20 +77,26 @@ def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
     assert "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in plan.diff
     change = ce.apply_plan(lane, plan)
     assert change.dry_run and change.backups == []
-    assert change.changed == ["~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml", "~/ds4-f-mia-anemll-0731/.env.dspark"]
+    assert change.changed == [
+        "~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml",
+        "~/ds4-f-mia-anemll-0731/.env.dspark",
+    ]
     read, compose, env = lane.executor.commands()
-    assert read.startswith('head: for f in ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml ~/ds4-f-mia-anemll-0731/.env.dspark ')
+    assert read.startswith(
+        "head: for f in ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml ~/ds4-f-mia-anemll-0731/.env.dspark "
+    )
     assert compose == (
         "head: set -e; cd ~/ds4-f-mia-anemll-0731; "
-        "test \"$(sha256sum < docker-compose.dspark.yml 2>/dev/null | cut -c1-64)\" = SHA256-AS-READ || "
+        'test "$(sha256sum < docker-compose.dspark.yml 2>/dev/null | cut -c1-64)" = SHA256-AS-READ || '
         "{ echo 'docker-compose.dspark.yml: not the bytes lanebook expected (changed since)' >&2; exit 3; }; "
-        f"b=docker-compose.dspark.yml.bak-{compose.split('.bak-')[1][:16]}; i=1; while test -e \"$b\"; do i=$((i + 1)); "
-        f"b=docker-compose.dspark.yml.bak-{compose.split('.bak-')[1][:16]}-$i; done; cp -p docker-compose.dspark.yml \"$b\"; "
-        "t=$(mktemp .lanebook-docker-compose.dspark.yml-XXXXXX); trap 'rm -f \"$t\"' EXIT; cat > \"$t\"; "
-        "chmod --reference=docker-compose.dspark.yml \"$t\"; sync \"$t\"; mv -f \"$t\" docker-compose.dspark.yml; "
-        "if test -n \"${b:-}\"; then sha256sum -- \"$b\"; fi; if test -e docker-compose.dspark.yml; then "
-        "sha256sum -- docker-compose.dspark.yml; fi < docker-compose.dspark.yml")
-    assert env.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731; test \"$(sha256sum < .env.dspark ")
+        f'b=docker-compose.dspark.yml.bak-{compose.split(".bak-")[1][:16]}; i=1; while test -e "$b"; do i=$((i + 1)); '
+        f'b=docker-compose.dspark.yml.bak-{compose.split(".bak-")[1][:16]}-$i; done; cp -p docker-compose.dspark.yml "$b"; '
+        't=$(mktemp .lanebook-docker-compose.dspark.yml-XXXXXX); trap \'rm -f "$t"\' EXIT; cat > "$t"; '
+        'chmod --reference=docker-compose.dspark.yml "$t"; sync "$t"; mv -f "$t" docker-compose.dspark.yml; '
+        'if test -n "${b:-}"; then sha256sum -- "$b"; fi; if test -e docker-compose.dspark.yml; then '
+        "sha256sum -- docker-compose.dspark.yml; fi < docker-compose.dspark.yml"
+    )
+    assert env.startswith('head: set -e; cd ~/ds4-f-mia-anemll-0731; test "$(sha256sum < .env.dspark ')
     assert env.endswith("< .env.dspark")
     assert not ce.same_checkout(lane) and ce.same_checkout(lane).seen == "not observed (dry run)"
 
@@ -151,7 +167,9 @@ def test_restore_refuses_an_edited_file_and_changes_nothing(lane):
     change = ce.render_on_head(lane, fixed_k(lane))
     lane.head.run(f"echo '# tuned by hand' >> {lane.params.checkout}/{COMPOSE}")
     edited, files = read(lane, COMPOSE), listing(lane)
-    with pytest.raises(LanebookError, match=rf"{COMPOSE} was edited since the env run changed it .* nothing was restored"):
+    with pytest.raises(
+        LanebookError, match=rf"{COMPOSE} was edited since the env run changed it .* nothing was restored"
+    ):
         ce.restore_backups(lane, change.backups)
     assert read(lane, COMPOSE) == edited and listing(lane) == files
     outside = ce.Backup("~/elsewhere/x", None, None, SHA_A)
@@ -184,8 +202,11 @@ def test_a_file_changed_after_it_was_read_is_left_alone(lane):
     plan = ce.plan_on_head(lane, fixed_k(lane))
     lane.head.run(f"echo '# edited meanwhile' >> {lane.params.checkout}/{COMPOSE}")
     edited, files = read(lane, COMPOSE), listing(lane)
-    with pytest.raises(LanebookError, match=rf"^head:{lane.params.checkout}/{COMPOSE}: not the bytes lanebook expected "
-                                            r"\(changed since\); nothing was changed$"):
+    with pytest.raises(
+        LanebookError,
+        match=rf"^head:{lane.params.checkout}/{COMPOSE}: not the bytes lanebook expected "
+        r"\(changed since\); nothing was changed$",
+    ):
         ce.apply_plan(lane, plan)
     assert read(lane, COMPOSE) == edited and listing(lane) == files
 
@@ -200,7 +221,9 @@ def test_same_checkout_names_what_differs_and_what_is_missing(lane):
     assert same.ok and same.figure("sha256")["worker"] == same.figure("sha256")["head"]
     assert {"scripts/lane-env.sh", ".env.dspark", COMPOSE} <= set(same.figure("sha256")["head"])
     checkout = lane.params.checkout
-    worker.run(f"echo X=1 >> {checkout}/.env.dspark && rm {checkout}/scripts/lane-env.sh && touch {checkout}/scripts/mine.sh")
+    worker.run(
+        f"echo X=1 >> {checkout}/.env.dspark && rm {checkout}/scripts/lane-env.sh && touch {checkout}/scripts/mine.sh"
+    )
     found = ce.same_checkout(lane)
     assert not found and found.nodes["worker"].detail == "differs: .env.dspark; missing: scripts/lane-env.sh"
 
@@ -224,8 +247,14 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
     ce.lint_step(rb, None, "r1")
-    assert (rb.checks[-1].expected, rb.checks[-1].seen) == ("the checkout as rendered lints clean",
-                                                         "skipped: a restore puts back what run r1 replaced")
-    report = LintReport([Finding("P01", "error", "breakable graphs", ".env.dspark", 7),
-                         Finding("P15", "warning", "only a warning", ".env.dspark", 9)])
+    assert (rb.checks[-1].expected, rb.checks[-1].seen) == (
+        "the checkout as rendered lints clean",
+        "skipped: a restore puts back what run r1 replaced",
+    )
+    report = LintReport(
+        [
+            Finding("P01", "error", "breakable graphs", ".env.dspark", 7),
+            Finding("P15", "warning", "only a warning", ".env.dspark", 9),
+        ]
+    )
     assert ce.lint_errors(report) == ["P01 .env.dspark:7 breakable graphs"]

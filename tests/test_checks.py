@@ -1,6 +1,16 @@
 """Expected results (lanebook.base.checks): one type for every check, one spelling of each outcome; a check over a
 lane's nodes is ok only when every node was observed to hold."""
-from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, OUTCOMES, PASS, ExpectedResult, NodeResult
+
+from lanebook.base.checks import (
+    FAIL,
+    MARKS,
+    NOT_OBSERVED,
+    NOT_OBSERVED_DRY_RUN,
+    OUTCOMES,
+    PASS,
+    ExpectedResult,
+    NodeResult,
+)
 
 on_nodes = ExpectedResult.on_nodes
 
@@ -42,11 +52,20 @@ def test_a_judged_result_and_its_record():
     judged = ExpectedResult.judged
     assert [judged("s", "e", ok).outcome for ok in (True, False, None)] == [PASS, FAIL, NOT_OBSERVED]
     result = judged("3 exact smoke", "thinking off", False, "reasoning of 12 characters", "P10")
-    assert result.record() == {"step": "3 exact smoke", "what": "thinking off (P10)", "outcome": "fail",
-                               "detail": "reasoning of 12 characters"}
+    assert result.record() == {
+        "step": "3 exact smoke",
+        "what": "thinking off (P10)",
+        "outcome": "fail",
+        "detail": "reasoning of 12 characters",
+    }
 
 
 def test_one_mark_for_each_outcome():
     assert OUTCOMES == ("pass", "fail", "not observed", "skipped", "warning")
-    assert MARKS == {"pass": "`PASS`", "fail": "`FAIL`", "not observed": "`NOT OBSERVED`", "skipped": "`SKIPPED`",
-                     "warning": "`WARNING`"}
+    assert MARKS == {
+        "pass": "`PASS`",
+        "fail": "`FAIL`",
+        "not observed": "`NOT OBSERVED`",
+        "skipped": "`SKIPPED`",
+        "warning": "`WARNING`",
+    }

@@ -1,5 +1,6 @@
 """The command line (lanebook.cli): exit codes (0 pass or a clean dry run, 1 a failed verdict, 2 bad usage in
 one line), what `run` prints, and `audit` showing dry runs apart from passes."""
+
 import json
 import os
 import subprocess
@@ -7,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from lanebook.base.files import sha256_file
-from lanebook.runs.audit import append_run
 from lanebook.cli import run_exit_code
+from lanebook.runs.audit import append_run
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 
@@ -47,13 +47,19 @@ def test_a_clean_dry_run_exits_0_and_prints_what_it_would_send(outputs):
     assert record["verdict"] == "dry-run" and record["dry_run"] is True
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "launch", "--lane", "nosuch"], "unknown lane 'nosuch'"),
-    (["run", "launch", "--lane", "twin", "-p", "x"], "bad parameter 'x': use -p KEY=VALUE"),
-    (["lint"], "give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE"),
-    (["lint", "--lane", "twin", "--env", "a"], "give both --env FILE and --compose FILE"),
-    (["speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "0"], "--concurrency must be positive integers"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "launch", "--lane", "nosuch"], "unknown lane 'nosuch'"),
+        (["run", "launch", "--lane", "twin", "-p", "x"], "bad parameter 'x': use -p KEY=VALUE"),
+        (["lint"], "give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE"),
+        (["lint", "--lane", "twin", "--env", "a"], "give both --env FILE and --compose FILE"),
+        (
+            ["speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "0"],
+            "--concurrency must be positive integers",
+        ),
+    ],
+)
 def test_bad_usage_is_one_line_and_exit_2(outputs, args, message):
     out = lanebook(*args, outputs=outputs)
     assert out.returncode == 2 and message in out.stderr, out.stderr
@@ -65,10 +71,25 @@ def _recorded(outputs, run_id, verdict, runbook="launch", **fields):
     path = outputs / "twin" / f"20261201T000000Z-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("{}")
-    append_run({"run_id": run_id, "runbook": runbook, "lane": "twin", "twin": True, "dry_run": verdict == "dry-run",
-                "started_at": "2026-12-01T00:00:00+00:00", "finished_at": "2026-12-01T00:00:01+00:00", "verdict": verdict,
-                "failed_step": None, "output": str(path.relative_to(outputs)), "sha256": sha256_file(path), "params": {},
-                "git_commit": None, "figures": {}, **fields})
+    append_run(
+        {
+            "run_id": run_id,
+            "runbook": runbook,
+            "lane": "twin",
+            "twin": True,
+            "dry_run": verdict == "dry-run",
+            "started_at": "2026-12-01T00:00:00+00:00",
+            "finished_at": "2026-12-01T00:00:01+00:00",
+            "verdict": verdict,
+            "failed_step": None,
+            "output": str(path.relative_to(outputs)),
+            "sha256": sha256_file(path),
+            "params": {},
+            "git_commit": None,
+            "figures": {},
+            **fields,
+        }
+    )
     return path
 
 
@@ -87,7 +108,9 @@ def test_audit_lists_dry_runs_apart_from_passes(outputs):
 
 
 def test_audit_filters_by_runbook_and_lane_and_verify_names_every_changed_or_missing_output(outputs):
-    kept = _recorded(outputs, "hhhh0001", "pass", promotion_id="7c1e0d9a4b2f", duration_s=125.0, figures={"state": "up"})
+    kept = _recorded(
+        outputs, "hhhh0001", "pass", promotion_id="7c1e0d9a4b2f", duration_s=125.0, figures={"state": "up"}
+    )
     changed = _recorded(outputs, "hhhh0002", "pass", runbook="status", promotion_id="7c1e0d9a4b2f")
     gone = _recorded(outputs, "hhhh0003", "fail", runbook="status")
     listed = json.loads(lanebook("audit", "--json", "--runbook", "status", outputs=outputs).stdout)
@@ -100,15 +123,23 @@ def test_audit_filters_by_runbook_and_lane_and_verify_names_every_changed_or_mis
     gone.unlink()
     verify = lanebook("audit", "verify", outputs=outputs)
     assert verify.returncode == 1
-    assert verify.stdout.splitlines() == ["changed twin/20261201T000000Z-status-hhhh0002.ipynb",
-                                          "missing twin/20261201T000000Z-status-hhhh0003.ipynb", "1/3 outputs verified"]
+    assert verify.stdout.splitlines() == [
+        "changed twin/20261201T000000Z-status-hhhh0002.ipynb",
+        "missing twin/20261201T000000Z-status-hhhh0003.ipynb",
+        "1/3 outputs verified",
+    ]
     assert kept.exists()
 
 
 def test_twin_status_json_has_the_promised_keys(tmp_path):
     env_dir = {"LANEBOOK_TWIN_DIR": str(tmp_path / "no-twin")}
-    out = subprocess.run([str(LANEBOOK), "twin", "status", "--json"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, **env_dir})
+    out = subprocess.run(
+        [str(LANEBOOK), "twin", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env_dir},
+    )
     status = json.loads(out.stdout)
     assert out.returncode == 0 and status["running"] is False
     assert {"running", "ssh_config", "nodes", "api", "faults"} <= set(status)

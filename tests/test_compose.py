@@ -1,15 +1,15 @@
 """lanebook.recipe.compose: the recipe's compose file read with line numbers, and the line-edit patcher."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
-from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
-from ruamel.yaml import YAML
-
+from lanebook.base.errors import LanebookError
 from lanebook.recipe.compose import ComposeFile, _closest_key, load_compose
 from lanebook.recipe.effective.checkout import REFERENCE
-from lanebook.base.errors import LanebookError
+from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
+from ruamel.yaml import YAML
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 NEW_SPEC = 'SPECULATIVE_CONFIG="{\\"method\\":\\"dspark\\"}";'
@@ -22,15 +22,22 @@ def test_fixture_lines_are_the_file_lines():
     assert compose.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].line == line_of(text, "VLLM_USE_BREAKABLE_CUDAGRAPH: ")
     assert compose.environment["TP_SOCKET_IFNAME"].raw == "${TP_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME}}"
     assert compose.environment_line == line_of(text, "    environment:")
-    assert compose.flag("--gpu-memory-utilization") == ("${GPU_MEMORY_UTILIZATION:-0.80}", line_of(text, "--gpu-memory-utilization"))
+    assert compose.flag("--gpu-memory-utilization") == (
+        "${GPU_MEMORY_UTILIZATION:-0.80}",
+        line_of(text, "--gpu-memory-utilization"),
+    )
     assert compose.flag("--no-such-flag") is None
-    assert compose.served_model() == ("${DSPARK_MODEL:-deepseek-ai/DeepSeek-V4-Flash-0731}",
-                                      line_of(text, "exec /usr/local/bin/vllm serve"))
-    assert compose.service_value("image") == ("${DSPARK_VLLM_IMAGE:-ghcr.io/anemll/dspark-vllm-gx10:0.1.1}",
-                                              line_of(text, "    image:"))
+    assert compose.served_model() == (
+        "${DSPARK_MODEL:-deepseek-ai/DeepSeek-V4-Flash-0731}",
+        line_of(text, "exec /usr/local/bin/vllm serve"),
+    )
+    assert compose.service_value("image") == (
+        "${DSPARK_VLLM_IMAGE:-ghcr.io/anemll/dspark-vllm-gx10:0.1.1}",
+        line_of(text, "    image:"),
+    )
     assert compose.service_value("environment") is None  # a map, not a scalar
     [(spec, _match)] = compose.speculative_assignments()
-    assert spec == line_of(text, "SPECULATIVE_CONFIG=\"")
+    assert spec == line_of(text, 'SPECULATIVE_CONFIG="')
     assert compose.volumes()[0] == ("${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface", 24)
 
 
@@ -58,11 +65,13 @@ def test_patch_keeps_a_replaced_lines_comment_and_is_idempotent():
     assert ComposeFile(once, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC) == once
 
 
-
 def listed_environment(text: str) -> str:
     """The compose text with its environment: map written as a `- KEY=value` list."""
     start, end = text.index("    environment:\n"), text.index("    command:\n")
-    return text[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", text[start:end], flags=re.M) + text[end:]
+    return (
+        text[:start] + re.sub(r'^(\s+)([A-Z0-9_]+): "?(.*?)"?$', r"\1- \2=\3", text[start:end], flags=re.M) + text[end:]
+    )
+
 
 def test_patch_of_a_list_environment_keeps_the_list_form():
     text = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE, "")
@@ -72,8 +81,9 @@ def test_patch_of_a_list_environment_keeps_the_list_form():
     assert env[position - 1].startswith("VLLM_USE_FLASHINFER_SAMPLER=")
 
 
-
-@pytest.mark.parametrize("bare", ["      VLLM_USE_BREAKABLE_CUDAGRAPH:\n", "      VLLM_USE_BREAKABLE_CUDAGRAPH: null\n"])
+@pytest.mark.parametrize(
+    "bare", ["      VLLM_USE_BREAKABLE_CUDAGRAPH:\n", "      VLLM_USE_BREAKABLE_CUDAGRAPH: null\n"]
+)
 def test_a_key_without_a_value_is_not_the_empty_string(bare):
     """`KEY:` has Compose take KEY from the environment it runs in (or leave it unset): patching it to the empty
     string writes `KEY: ""`, found by the property test (a patch that left `KEY:` as it was)."""
@@ -82,20 +92,32 @@ def test_a_key_without_a_value_is_not_the_empty_string(bare):
     assert compose.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].raw is None
     patched = compose.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC)
     assert '      VLLM_USE_BREAKABLE_CUDAGRAPH: ""\n' in patched
-    assert YAML(typ="safe").load(patched)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == ""
+    assert (
+        YAML(typ="safe").load(patched)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == ""
+    )
     as_list = ComposeFile(listed_environment(text.replace(bare, "      - VLLM_USE_BREAKABLE_CUDAGRAPH\n")), COMPOSE)
     assert as_list.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"].raw is None
-    env = YAML(typ="safe").load(as_list.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC))["services"]["vllm-dspark"]["environment"]
+    env = YAML(typ="safe").load(as_list.patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": ""}, NEW_SPEC))["services"][
+        "vllm-dspark"
+    ]["environment"]
     assert "VLLM_USE_BREAKABLE_CUDAGRAPH=" in env and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in env
+
 
 def test_patch_refuses_what_a_line_edit_cannot_express():
     text = fixture_text(COMPOSE)
-    two = text.replace('        case "$${DEFAULT_THINKING:-low}" in\n',
-                       '        SPECULATIVE_CONFIG="{}";\n        case "$${DEFAULT_THINKING:-low}" in\n', 1)
+    two = text.replace(
+        '        case "$${DEFAULT_THINKING:-low}" in\n',
+        '        SPECULATIVE_CONFIG="{}";\n        case "$${DEFAULT_THINKING:-low}" in\n',
+        1,
+    )
     with pytest.raises(LanebookError, match="expected one SPECULATIVE_CONFIG"):
         ComposeFile(two, COMPOSE).patched({}, NEW_SPEC)
     start, end = text.index("    environment:\n"), text.index("    command:\n")
-    flow = text[:start] + '    environment: {HF_HOME: /cache/huggingface, VLLM_USE_FLASHINFER_SAMPLER: "1"}\n\n' + text[end:]
+    flow = (
+        text[:start]
+        + '    environment: {HF_HOME: /cache/huggingface, VLLM_USE_FLASHINFER_SAMPLER: "1"}\n\n'
+        + text[end:]
+    )
     with pytest.raises(LanebookError, match="nothing written"):
         ComposeFile(flow, COMPOSE).patched({"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, NEW_SPEC)
 
@@ -107,11 +129,17 @@ def test_closest_key_shares_the_most_leading_words():
     assert _closest_key("ZZZ", keys) == "NODE_RANK"  # no kin: after the last key
 
 
-@pytest.mark.parametrize("text,message", [
-    ("services: [unclosed\n", "not valid YAML"),
-    ("version: '3'\n", "no services: map"),
-    ("services:\n  a:\n    command: echo\n", "expected one service whose command runs `vllm serve`, found no service"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("services: [unclosed\n", "not valid YAML"),
+        ("version: '3'\n", "no services: map"),
+        (
+            "services:\n  a:\n    command: echo\n",
+            "expected one service whose command runs `vllm serve`, found no service",
+        ),
+    ],
+)
 def test_bad_files_are_one_clear_error(text, message):
     with pytest.raises(LanebookError, match=message):
         ComposeFile(text, COMPOSE)

@@ -1,6 +1,7 @@
 """Nothing lost: rsync never runs with --delete, weights are never deleted except `*.incomplete` files, every file
 lanebook changes is backed up first and replaced atomically, and operations on one lane leave its rollback lane's
 checkout and weights as they were (fingerprints before and after, on the twin)."""
+
 from __future__ import annotations
 
 import ast
@@ -10,15 +11,14 @@ import shlex
 from pathlib import Path
 
 import pytest
-from recipe_dry_run import every_operation
-
-from lanebook.ops import checkout_env, rollback, transfers, weights
 from lanebook.base import files
-from lanebook.recipe import render
-from lanebook.nodes.ssh import Lane, qpath
-from lanebook.lane.params import lane_names, lane_with, load_lane
 from lanebook.base.paths import REPO
+from lanebook.lane.params import lane_names, lane_with, load_lane
+from lanebook.nodes.ssh import Lane, qpath
+from lanebook.ops import checkout_env, rollback, transfers, weights
+from lanebook.recipe import render
 from lanebook.twin.nodes import TwinLayout
+from recipe_dry_run import every_operation
 
 LIB = REPO / "lib" / "lanebook"
 DELETES = re.compile(r"(^|[\s;&|('\"])(rm|rmdir|unlink|shred|truncate)\s|\s-delete\b|--delete|--remove-source-files")
@@ -55,12 +55,21 @@ def test_no_module_holds_an_rsync_delete_option():
     found = []
     for path in _product_modules():
         tree = ast.parse(path.read_text())
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        docstrings = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
-                    and re.search(r"--delete|--remove-source-files|--del\b", node.value):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and re.search(r"--delete|--remove-source-files|--del\b", node.value)
+            ):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert found == []
 
@@ -74,7 +83,9 @@ def test_the_only_deletion_near_the_weights_is_of_incomplete_files_on_workers(dr
         assert near_weights and all(c.split(": ", 1)[0] != "head" for c in near_weights), near_weights
         for line in near_weights:
             words = shlex.split(line.split(": ", 1)[1])
-            assert words[0] == "find" and words[2:] == ["-name", "*.incomplete", "-type", "f", "-print", "-delete"], line
+            assert words[0] == "find" and words[2:] == ["-name", "*.incomplete", "-type", "f", "-print", "-delete"], (
+                line
+            )
         in_checkout = [c for c in deleting if lane.checkout.removeprefix("~/") in c]
         # the one removal there is of the replace command's own temporary file ($t, from mktemp), on exit
         assert all(not DELETES.search(c.replace("""trap 'rm -f "$t"' EXIT""", "")) for c in in_checkout), in_checkout
@@ -93,8 +104,10 @@ DIRECT_WRITES = {
     "files.py": "the atomic writer and the backup themselves",
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
 }
-WRITE_CALLS = re.compile(r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"
-                         r"shutil\.(move|copy\w*|rmtree)\(|\.unlink\(|\.rename\(")
+WRITE_CALLS = re.compile(
+    r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"
+    r"shutil\.(move|copy\w*|rmtree)\(|\.unlink\(|\.rename\("
+)
 
 
 def test_every_write_outside_lanebook_files_is_a_new_or_scratch_file():
@@ -129,12 +142,15 @@ def test_a_node_file_is_backed_up_before_it_is_replaced_through_a_temporary_file
     file beside it, rename over it; in that order."""
     command = checkout_env._replace_command("~/ck", ".env.dspark", "20260101T000000Z", "ab" * 32, from_stdin=True)
     steps = [s.strip() for s in command.split("; ")]
-    order = [next(i for i, s in enumerate(steps) if marker in s)
-             for marker in ('test "$(sha256sum', 'cp -p .env.dspark "$b"', 'cat > "$t"', 'mv -f "$t" .env.dspark')]
+    order = [
+        next(i for i, s in enumerate(steps) if marker in s)
+        for marker in ('test "$(sha256sum', 'cp -p .env.dspark "$b"', 'cat > "$t"', 'mv -f "$t" .env.dspark')
+    ]
     assert order == sorted(order), steps
 
 
 # --- the rollback lane is untouched by operations on another lane (twin) ----------------------------------------
+
 
 @pytest.mark.twin
 def test_operations_on_the_twin_lane_leave_its_rollback_lane_as_it_was(twin):

@@ -1,5 +1,6 @@
 """`make demo` (lanebook.demo): it passes only when every runbook of the main job exists and passed; a missing
 runbook is named and fails the demo instead of being skipped under a pass."""
+
 from lanebook import demo
 from lanebook.base import paths
 
@@ -18,8 +19,10 @@ def test_missing_runbooks_fail_the_demo_and_are_named():
 def test_a_failed_stage_and_what_it_left_unrun():
     ok, line = demo.demo_outcome({"weights": "pass", "env": "pass", "launch": "fail"}, ["speed"])
     assert not ok
-    assert line == ("demo failed — missing runbooks (not written yet): speed; not passed: launch fail; "
-                    "not run after that: warmup, gates")
+    assert line == (
+        "demo failed — missing runbooks (not written yet): speed; not passed: launch fail; "
+        "not run after that: warmup, gates"
+    )
 
 
 def test_a_dry_run_or_error_is_not_a_pass():

@@ -3,28 +3,40 @@ commands and opens no connection; a dry run on the preview lane (fixed K=5) skip
 session twin, after `launch`: no A→B→A eviction, a stable C4↔C5 boundary, and the batch-8216 canary measured,
 rejected and restored (the head's env file and the live command carry 8192 again). (With twin fault prefix-evict the
 A→B→A step fails naming the eviction: a row of the fault matrix, test_fault_matrix.py.)"""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import launcher, logs
-from lanebook.nodes import ssh
-from lanebook.recipe.effective.mismatches import live_mismatches
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher, logs
+from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.twin.timing import prefill_step_s
 from lanebook_runs import dry_run_offline, run
 
 API = "http://192.168.1.11:8888/v1/chat/completions"
-START = ("head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
-         "./start-deepseek-v4-flash-dspark.sh")
+START = (
+    "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
+    "./start-deepseek-v4-flash-dspark.sh"
+)
 STOP = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
 RSYNC = "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/"
 # Small, so a twin run takes about a minute and a half: C1 only, short streams, shorter prompts.
-SMALL = ["-p", "canary_concurrency=[1]", "-p", "canary_max_tokens=64", "-p", "boundary_max_tokens=64",
-         "-p", "boundary_short_tokens=16", "-p", "prefix_lines=120"]
+SMALL = [
+    "-p",
+    "canary_concurrency=[1]",
+    "-p",
+    "canary_max_tokens=64",
+    "-p",
+    "boundary_max_tokens=64",
+    "-p",
+    "boundary_short_tokens=16",
+    "-p",
+    "prefix_lines=120",
+]
 
 
 def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_connection(tmp_path):
@@ -32,24 +44,54 @@ def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_con
     assert record["verdict"] == "dry-run" and record["failed_step"] is None
     lines = [line.strip() for line in done.stdout.splitlines()]
     prefix = [line for line in lines if line.startswith("local: prefix cache ")]
-    assert [line.split(":")[1].strip() for line in prefix] == ["prefix cache A cold", "prefix cache A repeat",
-                                                              "prefix cache B cold", "prefix cache A again"]
-    assert all(f"POST {API} stream, max_tokens 16" in line and line.endswith("GET http://192.168.1.11:8888/metrics before and after")
-               for line in prefix)
+    assert [line.split(":")[1].strip() for line in prefix] == [
+        "prefix cache A cold",
+        "prefix cache A repeat",
+        "prefix cache B cold",
+        "prefix cache A again",
+    ]
+    assert all(
+        f"POST {API} stream, max_tokens 16" in line
+        and line.endswith("GET http://192.168.1.11:8888/metrics before and after")
+        for line in prefix
+    )
     boundary = [line for line in lines if line.startswith("local: K boundary ") and "POST" in line]
     assert len(boundary) == 4 + 5 + 5 and sum("max_tokens 64," in line for line in boundary) == 1  # the shorter branch
     speed = [line for line in lines if line.startswith("local: speed ")]
-    assert speed == [f"local: speed {w}: 3 trial(s) × C1,4, max_tokens 256, streamed to {API}"
-                     for w in ("count", "code", "json")] * 2  # baseline, then the variant
+    assert (
+        speed
+        == [
+            f"local: speed {w}: 3 trial(s) × C1,4, max_tokens 256, streamed to {API}" for w in ("count", "code", "json")
+        ]
+        * 2
+    )  # baseline, then the variant
     # the variant: render on the head, copy to the worker, stop, clean, start, measure; then the restore the same way
-    renders = [i for i, line in enumerate(lines) if line.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731;")
-               and "mv -f \"$t\" .env.dspark" in line]
+    renders = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731;") and 'mv -f "$t" .env.dspark' in line
+    ]
     rsyncs, stops, starts = ([i for i, line in enumerate(lines) if line == want] for want in (RSYNC, STOP, START))
-    cleans = [i for i, line in enumerate(lines) if line == "worker: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"]
+    cleans = [
+        i
+        for i, line in enumerate(lines)
+        if line == "worker: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
+    ]
     assert len(renders) == len(rsyncs) == len(stops) == len(cleans) == len(starts) == 2
     variant_speed = [i for i, line in enumerate(lines) if line.startswith("local: speed ")][3]
-    assert renders[0] < rsyncs[0] < stops[0] < cleans[0] < starts[0] < variant_speed < renders[1] < rsyncs[1] < stops[1] \
-        < cleans[1] < starts[1]
+    assert (
+        renders[0]
+        < rsyncs[0]
+        < stops[0]
+        < cleans[0]
+        < starts[0]
+        < variant_speed
+        < renders[1]
+        < rsyncs[1]
+        < stops[1]
+        < cleans[1]
+        < starts[1]
+    )
     assert lines[-2].startswith("head: for f in ~/ds4-f-mia-anemll-0731/.env.dspark;")  # the env file read back
     assert "verdict: dry-run" in lines
     text = (tmp_path / record["output"]).read_text()
@@ -59,8 +101,22 @@ def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_con
 
 def test_papermill_dry_run_on_the_preview_lane_skips_the_k_boundary(tmp_path):
     out = tmp_path / "out.ipynb"
-    done = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "diagnose.ipynb"), str(out),
-                           "-p", "lane", "anemll-1m6", "-p", "dry_run", "True"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "papermill"),
+            str(RUNBOOKS_DIR / "diagnose.ipynb"),
+            str(out),
+            "-p",
+            "lane",
+            "anemll-1m6",
+            "-p",
+            "dry_run",
+            "True",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     text = out.read_text()
     assert "the lane verifies K=5 at both batch sizes: no boundary to cross" in text
@@ -82,8 +138,13 @@ def twin_run(twin, tmp_path_factory):
         finally:
             launcher.stop_lane(lane)
             # the backups this run's renders made (kept by lanebook, copied to the worker): tidy the session twin
-            made = [b["backup"] for key in ("canary_variant_run", "canary_restore") for b in
-                    ((record["figures"].get(key) or {}).get("relaunch", record["figures"].get(key)) or {}).get("backups", [])]
+            made = [
+                b["backup"]
+                for key in ("canary_variant_run", "canary_restore")
+                for b in ((record["figures"].get(key) or {}).get("relaunch", record["figures"].get(key)) or {}).get(
+                    "backups", []
+                )
+            ]
             if made:
                 lane.each("rm -f " + " ".join(made))
 
@@ -130,4 +191,3 @@ def test_twin_canary_rejects_8216_and_restores_8192(twin_run):
     assert "--max-num-batched-tokens 8192" in command and live_mismatches(load_lane("twin"), command) == []
     text = (tmp / "outputs" / record["output"]).read_text()
     assert "Decision: **reject** MAX_NUM_BATCHED_TOKENS=8216" in text
-

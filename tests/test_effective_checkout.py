@@ -1,22 +1,24 @@
 """lanebook.recipe.effective.checkout: a checkout's files read from a local directory or from a node over SSH, with the files
 its start script sources."""
+
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_fixtures import COMPOSE, ENV, EXAMPLE, START, checkout
-
-from lanebook.recipe.effective.checkout import CheckoutFiles, Location
-from lanebook.recipe.effective.config import Effective
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.ssh import CommandResult
+from lanebook.recipe.effective.checkout import CheckoutFiles, Location
+from lanebook.recipe.effective.config import Effective
+from recipe_fixtures import COMPOSE, ENV, EXAMPLE, START, checkout
 
 SOURCING_START = '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"\n. "$SCRIPT_DIR/scripts/lane-env.sh"\napply_memory_profile\n'
-LANE_ENV = ('apply_memory_profile() {\n  if [ "${ENABLE_VL_SIDECAR:-0}" = "1" ]; then\n'
-            '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_VISION:-0.80}"\n  else\n'
-            '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_TEXT:-0.835}"\n  fi\n}\n')
+LANE_ENV = (
+    'apply_memory_profile() {\n  if [ "${ENABLE_VL_SIDECAR:-0}" = "1" ]; then\n'
+    '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_VISION:-0.80}"\n  else\n'
+    '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_TEXT:-0.835}"\n  fi\n}\n'
+)
 
 
 def test_a_launcher_that_lives_partly_in_a_sourced_file_is_read_there(tmp_path):
@@ -32,8 +34,10 @@ def test_a_launcher_that_lives_partly_in_a_sourced_file_is_read_there(tmp_path):
     [dead] = eff.dead_lines  # the env file's GPU_MEMORY_UTILIZATION=0.85 never reaches vllm serve
     assert (dead.key, dead.value) == ("GPU_MEMORY_UTILIZATION", "0.85")
     fetched = CheckoutFiles.fetch(LocalNode(tmp_path), "~/checkout")
-    assert [f.name for f in fetched.launcher_files] == [f"head:~/checkout/{START}", "head:~/checkout/scripts/lane-env.sh"]
-
+    assert [f.name for f in fetched.launcher_files] == [
+        f"head:~/checkout/{START}",
+        "head:~/checkout/scripts/lane-env.sh",
+    ]
 
 
 def test_checkout_files_take_either_example_name_and_the_start_script(tmp_path):
@@ -41,7 +45,11 @@ def test_checkout_files_take_either_example_name_and_the_start_script(tmp_path):
     (directory / ".env.dspark.example").write_text("A=1\n")
     (directory / START).write_text("#!/bin/bash\n")
     files = CheckoutFiles.read(directory)
-    assert (files.env, files.example.name, files.start.name) == (None, f"{directory}/.env.dspark.example", f"{directory}/{START}")
+    assert (files.env, files.example.name, files.start.name) == (
+        None,
+        f"{directory}/.env.dspark.example",
+        f"{directory}/{START}",
+    )
     (directory / ".env.dspark.example").unlink()
     (directory / EXAMPLE).write_text("A=2\n")
     assert CheckoutFiles.read(directory).example.text == "A=2\n"
@@ -61,8 +69,13 @@ class LocalNode:
         self.home = home
 
     def run(self, command: str, timeout: float = 60) -> CommandResult:
-        done = subprocess.run(["bash", "-c", command], env={"HOME": str(self.home), "PATH": "/usr/bin:/bin"},
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            ["bash", "-c", command],
+            env={"HOME": str(self.home), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert done.returncode == 0, done.stderr
         return CommandResult(self.alias, command, done.returncode, done.stdout, done.stderr)
 
@@ -70,10 +83,11 @@ class LocalNode:
 def test_fetch_reads_a_node_checkout_in_one_command(tmp_path):
     directory = checkout(tmp_path, env="NOTE=naïve — ok\r\n", example=True)
     files = CheckoutFiles.fetch(LocalNode(tmp_path), "~/checkout")
-    assert files.compose.name == f"head:~/checkout/{COMPOSE}" and files.compose.text == (directory / COMPOSE).read_text()
+    assert (
+        files.compose.name == f"head:~/checkout/{COMPOSE}" and files.compose.text == (directory / COMPOSE).read_text()
+    )
     assert files.env.text == "NOTE=naïve — ok\r\n" and files.example.name == f"head:~/checkout/{EXAMPLE}"
     assert files.start is None and files.directory is None
-
 
 
 def test_a_checkout_under_an_unknown_users_home_is_one_clear_error():

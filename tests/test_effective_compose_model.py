@@ -1,22 +1,22 @@
 """lanebook.recipe.effective.compose_model: the container Compose creates from the recipe's real compose file (../shared
 fixtures) and lanebook's reference, and the serve argv the image's script builds, in a bash that can run nothing."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import pytest
-from recipe_fixtures import COMPOSE, ENV, EXAMPLE, checkout, fixture_text, replace_once
-
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.compose_model import container_spec, restart_policy, serve_argv
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.effective.mismatches import lane_mismatches
-from lanebook.base.errors import LanebookError
-from lanebook.lane.params import lane_with, load_lane
 from lanebook.recipe.render import speculative_config_line
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.tree import write_checkout
+from recipe_fixtures import COMPOSE, ENV, EXAMPLE, checkout, fixture_text, replace_once
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 HEAD_ENV = {"NODE_RANK": "0", "HOME": "/home/operator"}
@@ -28,13 +28,13 @@ def spec_for(tmp_path: Path, compose: str | None = None, env: str = ENV, environ
     return container_spec(directory / COMPOSE, directory / ".env.dspark", "lane", environ or HEAD_ENV)
 
 
-
 def speculative(spec) -> dict:
     """The --speculative-config the container's serve argv carries, which must be valid JSON."""
     return json.loads(spec.arg("--speculative-config"))
 
 
 # --- the container Compose creates (the twin's `docker compose up` reads this) ----------------------
+
 
 def test_fixture_compose_gives_the_serve_command(tmp_path):
     spec = spec_for(tmp_path)
@@ -55,7 +55,9 @@ def test_t03_breakable_reaches_the_container_only_through_the_compose_line(tmp_p
     assert "POST_READINESS_WARMUP_ENABLED" not in spec_for(tmp_path / "c").environment
 
 
-@pytest.mark.parametrize("lane_name, schedule", [("anemll-0731", [[1, 1, 5], [2, 4, 4], [5, 6, 3]]), ("anemll-1m6", None)])
+@pytest.mark.parametrize(
+    "lane_name, schedule", [("anemll-0731", [[1, 1, 5], [2, 4, 4], [5, 6, 3]]), ("anemll-1m6", None)]
+)
 def test_speculative_config_is_valid_json_with_and_without_the_schedule(tmp_path, lane_name, schedule):
     text = fixture_text(COMPOSE)
     current = next(line.strip() for line in text.splitlines() if line.strip().startswith("SPECULATIVE_CONFIG="))
@@ -71,8 +73,11 @@ def test_gpu_memory_utilization_reaches_the_command(tmp_path, utilization):
 
 
 def test_shell_environment_wins_over_the_env_file(tmp_path):
-    spec = spec_for(tmp_path, env=ENV + "NODE_RANK=0\nMTP_NUM_TOKENS=5\n",
-                    environ={"NODE_RANK": "1", "HEADLESS": "1", "VLLM_HOST_IP": "127.0.0.3", "MTP_NUM_TOKENS": "7"})
+    spec = spec_for(
+        tmp_path,
+        env=ENV + "NODE_RANK=0\nMTP_NUM_TOKENS=5\n",
+        environ={"NODE_RANK": "1", "HEADLESS": "1", "VLLM_HOST_IP": "127.0.0.3", "MTP_NUM_TOKENS": "7"},
+    )
     assert spec.arg("--node-rank") == "1" and spec.argv[-1] == "--headless"
     assert spec.environment["VLLM_HOST_IP"] == "127.0.0.3"
     assert speculative(spec)["num_speculative_tokens"] == 7 and spec.arg("--max-cudagraph-capture-size") == "48"
@@ -91,29 +96,54 @@ def test_the_restart_policy_is_the_compose_lines_after_interpolation(tmp_path):
     assert RESTART_LINE in fixture_text(COMPOSE)
     assert spec_for(tmp_path / "a").restart == "unless-stopped"  # the compose default
     assert spec_for(tmp_path / "b", env=ENV + "DSPARK_RESTART_POLICY=no\n").restart == "no"
-    assert spec_for(tmp_path / "c", environ={**HEAD_ENV, "DSPARK_RESTART_POLICY": "on-failure:3"}).restart == "on-failure:3"
+    assert (
+        spec_for(tmp_path / "c", environ={**HEAD_ENV, "DSPARK_RESTART_POLICY": "on-failure:3"}).restart
+        == "on-failure:3"
+    )
     assert spec_for(tmp_path / "d", replace_once(fixture_text(COMPOSE), RESTART_LINE, "")).restart == "no"
-    with pytest.raises(LanebookError, match=r"^.*docker-compose.dspark.yml: service 'vllm-dspark': invalid restart "
-                                            r"policy: unknown policy 'sometimes'; use one of 'no', 'always', "
-                                            r"'on-failure', or 'unless-stopped'$"):
+    with pytest.raises(
+        LanebookError,
+        match=r"^.*docker-compose.dspark.yml: service 'vllm-dspark': invalid restart "
+        r"policy: unknown policy 'sometimes'; use one of 'no', 'always', "
+        r"'on-failure', or 'unless-stopped'$",
+    ):
         spec_for(tmp_path / "e", env=ENV + "DSPARK_RESTART_POLICY=sometimes\n")
 
 
-@pytest.mark.parametrize("value, policy", [(None, "no"), ("", "no"), ("no", "no"), ("always", "always"),
-                                           ("unless-stopped", "unless-stopped"), ("on-failure", "on-failure"),
-                                           (" on-failure:5 ", "on-failure:5"), ("on-failure:0", "on-failure:0")])
+@pytest.mark.parametrize(
+    "value, policy",
+    [
+        (None, "no"),
+        ("", "no"),
+        ("no", "no"),
+        ("always", "always"),
+        ("unless-stopped", "unless-stopped"),
+        ("on-failure", "on-failure"),
+        (" on-failure:5 ", "on-failure:5"),
+        ("on-failure:0", "on-failure:0"),
+    ],
+)
 def test_restart_policy_values(value, policy):
     assert restart_policy(value) == policy
 
 
-@pytest.mark.parametrize("value, error", [
-    ("sometimes", "invalid restart policy: unknown policy 'sometimes'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'"),
-    ("always:3", "invalid restart policy: maximum retry count can only be used with 'on-failure'"),
-    ("on-failure:-1", "invalid restart policy: maximum retry count cannot be negative"),
-    ("on-failure:x", "invalid restart policy format: maximum retry count must be an integer"),
-    (":3", "invalid restart policy format: no policy provided before colon"),
-    (False, "invalid restart policy: unknown policy 'False'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'"),
-])
+@pytest.mark.parametrize(
+    "value, error",
+    [
+        (
+            "sometimes",
+            "invalid restart policy: unknown policy 'sometimes'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'",
+        ),
+        ("always:3", "invalid restart policy: maximum retry count can only be used with 'on-failure'"),
+        ("on-failure:-1", "invalid restart policy: maximum retry count cannot be negative"),
+        ("on-failure:x", "invalid restart policy format: maximum retry count must be an integer"),
+        (":3", "invalid restart policy format: no policy provided before colon"),
+        (
+            False,
+            "invalid restart policy: unknown policy 'False'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'",
+        ),
+    ],
+)
 def test_a_restart_policy_the_daemon_refuses_is_its_error(value, error):
     with pytest.raises(LanebookError) as refused:
         restart_policy(value)
@@ -123,7 +153,9 @@ def test_a_restart_policy_the_daemon_refuses_is_its_error(value, error):
 def test_bad_compose_files_are_one_clear_error(tmp_path):
     with pytest.raises(LanebookError, match="not a valid compose file"):
         spec_for(tmp_path / "a", "services: [unclosed\n")
-    required = fixture_text(COMPOSE).replace("--master-addr ${MASTER_ADDR}", "--master-addr ${MASTER_ADDR:?set MASTER_ADDR}")
+    required = fixture_text(COMPOSE).replace(
+        "--master-addr ${MASTER_ADDR}", "--master-addr ${MASTER_ADDR:?set MASTER_ADDR}"
+    )
     with pytest.raises(LanebookError, match="required variable MASTER_ADDR"):
         spec_for(tmp_path / "b", required, env=ENV.replace("MASTER_ADDR=127.0.0.2\n", ""))
     with pytest.raises(LanebookError, match="no `exec /usr/local/bin/vllm serve"):
@@ -131,8 +163,11 @@ def test_bad_compose_files_are_one_clear_error(tmp_path):
     text = fixture_text(COMPOSE)
     start, end = text.index("    environment:\n"), text.index("    command:\n")
     block = text[:start] + "    environment: |\n      HF_HOME=/cache\n" + text[end:]  # found by the property test
-    with pytest.raises(LanebookError, match=r"/docker-compose.dspark.yml: service 'vllm-dspark' environment: must be a "
-                                            r"map or a list, not str$"):
+    with pytest.raises(
+        LanebookError,
+        match=r"/docker-compose.dspark.yml: service 'vllm-dspark' environment: must be a "
+        r"map or a list, not str$",
+    ):
         spec_for(tmp_path / "d", block)
 
 
@@ -146,7 +181,9 @@ def test_the_twin_checkout_is_the_example_with_the_lane_rendered(tmp_path):
     assert spec.arg("--max-model-len") == "1048576"
     assert speculative(spec)["num_speculative_tokens_per_batch_size"] == [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
     assert spec.environment["VLLM_USE_BREAKABLE_CUDAGRAPH"] == "0" and spec.restart == "unless-stopped"
-    assert spec.image.endswith("@sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8")  # still pinned
+    assert spec.image.endswith(
+        "@sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8"
+    )  # still pinned
     env = (directory / ".env.dspark").read_text()
     assert env.startswith((directory / EXAMPLE).read_text().rstrip("\n").split("\n\n")[0])  # the example, then edits
     # What the checkout's own launcher makes of it is the lane's memory setting, whichever shape it has.
@@ -160,18 +197,23 @@ def lane_for_twin(lane):
     return lane_with(lane, env=twin_env(lane, TwinAddresses()))
 
 
-
 def test_serve_arguments_are_expanded_by_a_bash_that_can_run_nothing(tmp_path):
     """A compose file handed to lint may come from anyone: its `$(...)`, backticks, case arms, redirections,
     BASH_ENV or exported functions run nothing on the operator's machine, while ${VAR} still expands."""
     ran = tmp_path / "ran"
     startup = tmp_path / "startup.sh"
     startup.write_text(f"/usr/bin/touch {ran}.bash_env\n")
-    script = (f'case "${{DRAFT_SAMPLE_METHOD:-p}}" in *) /usr/bin/touch {ran}.case; touch {ran}.case2 ;; esac; '
-              f'exec /usr/local/bin/vllm serve ${{MODEL}} --a $(/usr/bin/touch {ran}.subst) '
-              f'--b `/usr/bin/touch {ran}.tick` --c "$(echo x > {ran}.redirect)" --d $(exec /usr/bin/touch {ran}.exec)')
-    environment = {"MODEL": "org/m", "BASH_ENV": str(startup), "BASH_FUNC_printf%%": f"() {{ /usr/bin/touch {ran}.fn; }}",
-                   "PATH": "/usr/bin:/bin"}
+    script = (
+        f'case "${{DRAFT_SAMPLE_METHOD:-p}}" in *) /usr/bin/touch {ran}.case; touch {ran}.case2 ;; esac; '
+        f"exec /usr/local/bin/vllm serve ${{MODEL}} --a $(/usr/bin/touch {ran}.subst) "
+        f'--b `/usr/bin/touch {ran}.tick` --c "$(echo x > {ran}.redirect)" --d $(exec /usr/bin/touch {ran}.exec)'
+    )
+    environment = {
+        "MODEL": "org/m",
+        "BASH_ENV": str(startup),
+        "BASH_FUNC_printf%%": f"() {{ /usr/bin/touch {ran}.fn; }}",
+        "PATH": "/usr/bin:/bin",
+    }
     argv = serve_argv(script, environment)
     assert argv[:3] == ["serve", "org/m", "--a"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["startup.sh"]
@@ -181,4 +223,3 @@ def test_a_variable_no_process_environment_can_carry_is_one_clear_error():
     for environment in ({"X": "a\0b"}, {"A=B": "1"}):
         with pytest.raises(LanebookError, match="no process environment can carry"):
             serve_argv("exec /usr/local/bin/vllm serve m", environment)
-

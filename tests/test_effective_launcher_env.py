@@ -1,20 +1,27 @@
 """lanebook.recipe.effective.launcher_env: the launcher's profile overrides, read from the start script (or the env file),
 and the line that wins for the values they decide."""
-from __future__ import annotations
 
-from recipe_fixtures import ENV, EXAMPLE, START, checkout, example_checkout, fixture_text, line_of, replace_once
+from __future__ import annotations
 
 from lanebook.recipe.effective.checkout import CheckoutFiles, Location
 from lanebook.recipe.effective.config import Effective
+from recipe_fixtures import ENV, EXAMPLE, START, checkout, example_checkout, fixture_text, line_of, replace_once
+
 
 def test_the_profile_key_decides_the_memory_utilization(tmp_path):
     directory = example_checkout(tmp_path)
     eff = Effective(CheckoutFiles.read(directory))
     setting = eff.setting("GPU_MEMORY_UTILIZATION")
     assert setting.value == "0.835" and eff.spec.arg("--gpu-memory-utilization") == "0.835"
-    assert setting.where == Location(f"{directory}/.env.dspark", line_of(fixture_text(EXAMPLE), "GPU_MEMORY_UTILIZATION_TEXT="))
+    assert setting.where == Location(
+        f"{directory}/.env.dspark", line_of(fixture_text(EXAMPLE), "GPU_MEMORY_UTILIZATION_TEXT=")
+    )
     assert setting.via == "the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT"
-    assert [o.key for o in eff.launcher_overrides.overrides] == ["GPU_MEMORY_UTILIZATION", "DSPARK_MODEL", "DSPARK_REVISION"]
+    assert [o.key for o in eff.launcher_overrides.overrides] == [
+        "GPU_MEMORY_UTILIZATION",
+        "DSPARK_MODEL",
+        "DSPARK_REVISION",
+    ]
 
 
 def test_the_vision_sidecar_switches_to_the_vision_profile(tmp_path):
@@ -30,38 +37,65 @@ def test_a_gpu_memory_line_is_dead_where_the_launcher_reads_the_profile(tmp_path
     [dead] = eff.dead_lines
     env_lines = (directory / ".env.dspark").read_text().splitlines()
     assert (dead.key, dead.value, dead.where.line) == ("GPU_MEMORY_UTILIZATION", "0.85", len(env_lines))
-    assert dead.winner.value == "0.835" and "exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT" in dead.reason
+    assert (
+        dead.winner.value == "0.835"
+        and "exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT" in dead.reason
+    )
     assert eff.spec.arg("--gpu-memory-utilization") == "0.835"
 
 
 def test_the_start_script_decides_the_launchers_shape(tmp_path):
-    profile = "#!/bin/bash\nGPU_MEMORY_UTILIZATION=\"${GPU_MEMORY_UTILIZATION_TEXT:-0.835}\"\nexport GPU_MEMORY_UTILIZATION\n"
+    profile = (
+        '#!/bin/bash\nGPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_TEXT:-0.835}"\nexport GPU_MEMORY_UTILIZATION\n'
+    )
     directory = checkout(tmp_path / "a", env=ENV)  # the env file names no profile key; the start script does
     (directory / START).write_text(profile)
     setting = Effective(CheckoutFiles.read(directory)).setting("GPU_MEMORY_UTILIZATION")
     assert (setting.value, setting.where) == ("0.835", Location(f"{directory}/{START}", 2))
     assert "unset: the launcher's default" in setting.via
-    plain = example_checkout(tmp_path / "b", extra="GPU_MEMORY_UTILIZATION=0.85\n", start="#!/bin/bash\n. ./.env.dspark\n")
+    plain = example_checkout(
+        tmp_path / "b", extra="GPU_MEMORY_UTILIZATION=0.85\n", start="#!/bin/bash\n. ./.env.dspark\n"
+    )
     eff = Effective(CheckoutFiles.read(plain))
-    assert eff.launcher_overrides.overrides == () and eff.setting("GPU_MEMORY_UTILIZATION").value == "0.85" and not eff.dead_lines
-
+    assert (
+        eff.launcher_overrides.overrides == ()
+        and eff.setting("GPU_MEMORY_UTILIZATION").value == "0.85"
+        and not eff.dead_lines
+    )
 
 
 def test_model_and_revision_follow_abliterated(tmp_path):
     text = fixture_text(EXAMPLE)
     official = Effective(CheckoutFiles.read(checkout(tmp_path / "a", env=text + "DSPARK_MODEL=someone/else\n")))
     model = official.setting("DSPARK_MODEL")
-    assert (model.value, model.where.line) == ("deepseek-ai/DeepSeek-V4-Flash-0731", line_of(text, "DSPARK_MODEL_OFFICIAL="))
+    assert (model.value, model.where.line) == (
+        "deepseek-ai/DeepSeek-V4-Flash-0731",
+        line_of(text, "DSPARK_MODEL_OFFICIAL="),
+    )
     assert official.spec.arg("--revision") == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb"
     assert [d.key for d in official.dead_lines] == ["DSPARK_MODEL"]
-    abliterated = Effective(CheckoutFiles.read(checkout(tmp_path / "b", env=replace_once(text, "\nABLITERATED=0\n", "\nABLITERATED=1\n"))))
+    abliterated = Effective(
+        CheckoutFiles.read(checkout(tmp_path / "b", env=replace_once(text, "\nABLITERATED=0\n", "\nABLITERATED=1\n")))
+    )
     assert abliterated.spec.argv[1] == "drowzeys/keys-DeepSeekV4-Flash-GA-0731-Dspark-Abliterated-32-32"
     assert abliterated.spec.arg("--revision") is None  # DSPARK_REVISION_ABLITERATED unset: the tip of that repo
-    tip = Effective(CheckoutFiles.read(checkout(tmp_path / "c", env=replace_once(
-        text, "DSPARK_REVISION=9e165c30e2704aec5d9d593cce3eebd58bbef1cb\n", "DSPARK_REVISION=\n"))))
+    tip = Effective(
+        CheckoutFiles.read(
+            checkout(
+                tmp_path / "c",
+                env=replace_once(
+                    text, "DSPARK_REVISION=9e165c30e2704aec5d9d593cce3eebd58bbef1cb\n", "DSPARK_REVISION=\n"
+                ),
+            )
+        )
+    )
     assert tip.spec.arg("--revision") is None  # set but empty: the tip, not the launcher's pin
-    pinned = Effective(CheckoutFiles.read(checkout(tmp_path / "d", env=replace_once(
-        text, "DSPARK_REVISION=9e165c30e2704aec5d9d593cce3eebd58bbef1cb\n", ""))))
+    pinned = Effective(
+        CheckoutFiles.read(
+            checkout(
+                tmp_path / "d", env=replace_once(text, "DSPARK_REVISION=9e165c30e2704aec5d9d593cce3eebd58bbef1cb\n", "")
+            )
+        )
+    )
     revision = pinned.variable("DSPARK_REVISION")
     assert pinned.spec.arg("--revision") == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb" and not revision.from_env
-

@@ -1,23 +1,45 @@
 """lanebook.recipe.effective.mismatches: the lane compared with what a checkout runs, and the live command with the lane."""
+
 from __future__ import annotations
 
 import pytest
-from recipe_fixtures import example_checkout
-
+from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.effective.mismatches import LiveMismatch, lane_mismatches, live_mismatches, same_value
-from lanebook.lane.params import load_lane
+from recipe_fixtures import example_checkout
 
 # --- the lane against what runs ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key,lane,running,same", [
-    ("GPU_MEMORY_UTILIZATION", "0.85", "0.850", True), ("GPU_MEMORY_UTILIZATION", "0.85", "0.835", False),
-    ("MAX_NUM_SEQS", "6", "6", True), ("MAX_NUM_SEQS", "6", None, False), ("SERVED_MODEL_NAME", "a", "a ", False),
-    ("DSPARK_VLLM_IMAGE", "ghcr.io/anemll/dspark-vllm-gx10:0.1.1", "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:ab", True),
-    ("DSPARK_VLLM_IMAGE", "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:ab", "ghcr.io/anemll/dspark-vllm-gx10:0.1.1", False),
-    ("DSPARK_VLLM_IMAGE", "ghcr.io/anemll/dspark-vllm-gx10:0.1.2", "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:ab", False),
-])
+
+@pytest.mark.parametrize(
+    "key,lane,running,same",
+    [
+        ("GPU_MEMORY_UTILIZATION", "0.85", "0.850", True),
+        ("GPU_MEMORY_UTILIZATION", "0.85", "0.835", False),
+        ("MAX_NUM_SEQS", "6", "6", True),
+        ("MAX_NUM_SEQS", "6", None, False),
+        ("SERVED_MODEL_NAME", "a", "a ", False),
+        (
+            "DSPARK_VLLM_IMAGE",
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:ab",
+            True,
+        ),
+        (
+            "DSPARK_VLLM_IMAGE",
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:ab",
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
+            False,
+        ),
+        (
+            "DSPARK_VLLM_IMAGE",
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.2",
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:ab",
+            False,
+        ),
+    ],
+)
 def test_same_value(key, lane, running, same):
     assert same_value(key, lane, running) is same
 
@@ -26,12 +48,17 @@ def test_the_fixture_example_as_is_against_the_lane(tmp_path):
     eff = Effective(CheckoutFiles.read(example_checkout(tmp_path)))
     found = {m.key: (m.lane, m.running.value) for m in lane_mismatches(load_lane("anemll-0731"), eff)}
     assert found == {
-        "GPU_MEMORY_UTILIZATION": ("0.85", "0.835"), "POST_READINESS_WARMUP_ENABLED": ("1", None),
-        "MASTER_ADDR": ("10.0.0.1", "head-roce-ip"), "WORKER_HOST": ("10.0.0.2", "worker-host-or-roce-ip"),
-        "VLLM_HOST_IP": ("10.0.0.1", "head-roce-ip"), "WORKER_VLLM_HOST_IP": ("10.0.0.2", "worker-roce-ip"),
-        "NCCL_SOCKET_IFNAME": ("bond0", "enpXsYfZnpN"), "GLOO_SOCKET_IFNAME": ("bond0", "enp1s0f1np1"),
+        "GPU_MEMORY_UTILIZATION": ("0.85", "0.835"),
+        "POST_READINESS_WARMUP_ENABLED": ("1", None),
+        "MASTER_ADDR": ("10.0.0.1", "head-roce-ip"),
+        "WORKER_HOST": ("10.0.0.2", "worker-host-or-roce-ip"),
+        "VLLM_HOST_IP": ("10.0.0.1", "head-roce-ip"),
+        "WORKER_VLLM_HOST_IP": ("10.0.0.2", "worker-roce-ip"),
+        "NCCL_SOCKET_IFNAME": ("bond0", "enpXsYfZnpN"),
+        "GLOO_SOCKET_IFNAME": ("bond0", "enp1s0f1np1"),
         "TP_SOCKET_IFNAME": ("bond0", "enp1s0f1np1"),
-        "speculative.num_speculative_tokens_per_batch_size": ("[[1,1,5],[2,4,4],[5,6,3]]", "none")}
+        "speculative.num_speculative_tokens_per_batch_size": ("[[1,1,5],[2,4,4],[5,6,3]]", "none"),
+    }
     # The image is pinned by digest to the lane's tag and the model is derived from ABLITERATED: both are the lane's.
 
 
@@ -42,13 +69,17 @@ def test_nothing_is_compared_when_the_entrypoint_refuses(tmp_path):
 
 # --- the live command against the lane ---------------------------------------------------------------
 
-SPEC_543 = ('{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic",'
-            '"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]}')
-LIVE = ("/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name "
-        "deepseek-v4-flash-0731 --host 0.0.0.0 --port 8888 --trust-remote-code --tensor-parallel-size 2 "
-        "--max-model-len 1048576 --max-num-seqs 6 --max-num-batched-tokens 8192 --max-cudagraph-capture-size 36 "
-        f"--gpu-memory-utilization 0.85 --enable-prefix-caching --speculative-config {SPEC_543} "
-        "--default-chat-template-kwargs {\"thinking\":true,\"reasoning_effort\":\"low\"} --nnodes 2 --node-rank 0")
+SPEC_543 = (
+    '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic",'
+    '"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]}'
+)
+LIVE = (
+    "/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name "
+    "deepseek-v4-flash-0731 --host 0.0.0.0 --port 8888 --trust-remote-code --tensor-parallel-size 2 "
+    "--max-model-len 1048576 --max-num-seqs 6 --max-num-batched-tokens 8192 --max-cudagraph-capture-size 36 "
+    f"--gpu-memory-utilization 0.85 --enable-prefix-caching --speculative-config {SPEC_543} "
+    '--default-chat-template-kwargs {"thinking":true,"reasoning_effort":"low"} --nnodes 2 --node-rank 0'
+)
 
 
 def test_the_live_command_of_the_lane_has_no_mismatch():
@@ -56,17 +87,21 @@ def test_the_live_command_of_the_lane_has_no_mismatch():
 
 
 def test_each_live_mismatch_names_the_flag_the_lane_value_and_the_live_value():
-    live = (LIVE.replace("--gpu-memory-utilization 0.85", "--gpu-memory-utilization 0.835")
-            .replace("--max-num-seqs 6", "--max-num-seqs=4").replace("--max-num-batched-tokens 8192 ", "")
-            .replace('"num_speculative_tokens":5', '"num_speculative_tokens":7')
-            .replace(',"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]', ""))
+    live = (
+        LIVE.replace("--gpu-memory-utilization 0.85", "--gpu-memory-utilization 0.835")
+        .replace("--max-num-seqs 6", "--max-num-seqs=4")
+        .replace("--max-num-batched-tokens 8192 ", "")
+        .replace('"num_speculative_tokens":5', '"num_speculative_tokens":7')
+        .replace(',"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]', "")
+    )
     found = live_mismatches(load_lane("anemll-0731"), live)
     assert [str(m) for m in found] == [
         "--max-num-seqs: lane 6, live 4",
         "--max-num-batched-tokens: lane 8192, live absent",
         "--gpu-memory-utilization: lane 0.85, live 0.835",
         "--speculative-config num_speculative_tokens: lane 5, live 7",
-        "--speculative-config num_speculative_tokens_per_batch_size: lane [[1,1,5],[2,4,4],[5,6,3]], live absent"]
+        "--speculative-config num_speculative_tokens_per_batch_size: lane [[1,1,5],[2,4,4],[5,6,3]], live absent",
+    ]
     assert found[0] == LiveMismatch("--max-num-seqs", "6", "4")
 
 
@@ -80,10 +115,15 @@ def test_a_rollback_lane_wants_no_schedule_live():
 
 def test_a_live_command_without_a_server_mismatches_everything_the_lane_sets():
     found = live_mismatches(load_lane("anemll-0731"), "")
-    assert [m.flag for m in found] == ["--served-model-name", "--max-model-len", "--max-num-seqs",
-                                       "--max-num-batched-tokens", "--gpu-memory-utilization",
-                                       "--speculative-config num_speculative_tokens",
-                                       "--speculative-config num_speculative_tokens_per_batch_size"]
+    assert [m.flag for m in found] == [
+        "--served-model-name",
+        "--max-model-len",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--gpu-memory-utilization",
+        "--speculative-config num_speculative_tokens",
+        "--speculative-config num_speculative_tokens_per_batch_size",
+    ]
     assert all(m.live is None for m in found)
 
 

@@ -3,6 +3,7 @@ checkout already runs it). A lane rolled back to fixed K=5, on a copy of the twi
 with a backup recorded, copied to the worker (same bytes), and a second run changes nothing; a restore by run id
 refuses while the file is edited, then puts the bytes back exactly on both nodes. A lane at memory 0.80 stops at the
 lint step (P07) before any file changes. A dry run on the real lanes prints the commands and opens no connection."""
+
 import json
 import os
 import subprocess
@@ -10,12 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import checkout_env
-from lanebook.nodes import ssh
-from lanebook.runs.execute import read_verdict
-from lanebook.lane.params import lane_with, load_lane
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import checkout_env
+from lanebook.runs.execute import read_verdict
 from lanebook_runs import dry_run_offline, run
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
@@ -24,8 +24,9 @@ FILES = (COMPOSE, ".env.dspark")
 
 
 def papermill(out: Path, *params: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PAPERMILL, str(RUNBOOKS_DIR / "env.ipynb"), str(out), *params], capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [PAPERMILL, str(RUNBOOKS_DIR / "env.ipynb"), str(out), *params], capture_output=True, text=True, timeout=300
+    )
 
 
 def lane_file(tmp_path: Path, name: str, **changes) -> Path:
@@ -47,10 +48,20 @@ def test_dry_runs_on_the_real_lanes_print_the_commands_and_open_no_connection(tm
     record, done = dry_run_offline(tmp_path, "env")
     assert record["verdict"] == "dry-run" and record["failed_step"] is None, done.stdout
     lines = [line.strip() for line in done.stdout.splitlines()]
-    read = next(i for i, line in enumerate(lines) if line.startswith("head: for f in ~/ds4-f-mia-anemll-0731/docker-compose"))
-    write = next(i for i, line in enumerate(lines) if line.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731; test "))
-    rsync = lines.index("head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/")
-    hashed = [i for i, line in enumerate(lines) if line.startswith("worker: cd ~/ds4-f-mia-anemll-0731 2>/dev/null || exit 0;")]
+    read = next(
+        i for i, line in enumerate(lines) if line.startswith("head: for f in ~/ds4-f-mia-anemll-0731/docker-compose")
+    )
+    write = next(
+        i for i, line in enumerate(lines) if line.startswith("head: set -e; cd ~/ds4-f-mia-anemll-0731; test ")
+    )
+    rsync = lines.index(
+        "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/"
+    )
+    hashed = [
+        i
+        for i, line in enumerate(lines)
+        if line.startswith("worker: cd ~/ds4-f-mia-anemll-0731 2>/dev/null || exit 0;")
+    ]
     assert read < write < rsync < hashed[-1] and "verdict: dry-run" in lines
     assert record["figures"]["backups"] == [] and record["figures"]["lint_errors"] == []
 
@@ -69,7 +80,10 @@ def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         verdict = read_verdict(tmp_path / "out.ipynb")
         assert verdict["verdict"] == "pass" and verdict["figures"]["backups"] == []
-        assert {c["step"] for c in verdict["checks"] if c["outcome"] == "skipped"} == {"3 write on the head", "4 copy to workers"}
+        assert {c["step"] for c in verdict["checks"] if c["outcome"] == "skipped"} == {
+            "3 write on the head",
+            "4 copy to workers",
+        }
         assert {n.alias: hashes(lane, n) for n in lane.nodes} == before
         assert "TWIN RUN" in (tmp_path / "out.ipynb").read_text()
 
@@ -106,8 +120,12 @@ def test_render_copy_then_restore_by_run_id(copied):
     lane, tmp_path = copied
     checkout = lane.params.checkout
     worker = lane.node("worker")
-    fixed = lane_file(tmp_path, "twin-fixed-k", checkout=checkout,
-                      speculative={**lane.params.speculative.model_dump(), "schedule": None})
+    fixed = lane_file(
+        tmp_path,
+        "twin-fixed-k",
+        checkout=checkout,
+        speculative={**lane.params.speculative.model_dump(), "schedule": None},
+    )
     original = hashes(lane, lane.head)
 
     rendered, _ = run(tmp_path, "env", str(fixed), expect_exit=0)

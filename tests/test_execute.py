@@ -7,6 +7,7 @@ a crash. Secrets never become parameters, and planted ones reach no notebook, re
 The notebooks here are small ones written by the tests into a runbooks dir of their own; the shipped
 runbooks run end to end in test_runbooks.py. Records go to a temporary outputs dir (LANEBOOK_OUTPUTS).
 """
+
 import json
 import os
 import signal
@@ -17,12 +18,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from lanebook.runs import execute
-from lanebook.base.files import sha256_file
-from lanebook.runs.audit import read_runs
 from lanebook.base.errors import LanebookError
+from lanebook.base.files import sha256_file
 from lanebook.lane.params import lane_with, load_lane
+from lanebook.runs import execute
+from lanebook.runs.audit import read_runs
 from lanebook.steps.runbook import VERDICT_MIME
 from lanebook_runs import stand_in_notebook
 
@@ -48,35 +48,63 @@ def runbooks(tmp_path, monkeypatch):
 
 
 def test_a_clean_dry_run_is_recorded_as_dry_run_never_pass(runbooks):
-    runbooks("status", HEADER, 'rb.expect(threshold == 2, "parameters valid", local=True)',
-             'rb.lane.head.run("free -m")\nrb.expect(True, "enough free memory")', "rb.finish()")
+    runbooks(
+        "status",
+        HEADER,
+        'rb.expect(threshold == 2, "parameters valid", local=True)',
+        'rb.lane.head.run("free -m")\nrb.expect(True, "enough free memory")',
+        "rb.finish()",
+    )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 2}, dry_run=True)
-    assert (record["verdict"], record["failed_step"], record["dry_run"], record["twin"]) == ("dry-run", None, True, False)
+    assert (record["verdict"], record["failed_step"], record["dry_run"], record["twin"]) == (
+        "dry-run",
+        None,
+        True,
+        False,
+    )
     assert record["commands"] == ["head: free -m"] and record["params"] == {"threshold": 2}
     (stored,) = read_runs()
     assert stored["verdict"] == "dry-run" and stored["sha256"] == sha256_file(execute.outputs_dir() / stored["output"])
-    assert stored["output"].startswith("anemll-0731/") and stored["output"].endswith(f"-status-{stored['run_id']}.ipynb")
+    assert stored["output"].startswith("anemll-0731/") and stored["output"].endswith(
+        f"-status-{stored['run_id']}.ipynb"
+    )
 
 
 def test_a_local_check_fails_a_dry_run(runbooks):
-    runbooks("status", HEADER, 'with rb.step("prerequisites"):\n    rb.expect(threshold == 2, "parameters valid", local=True)',
-             "rb.finish()")
+    runbooks(
+        "status",
+        HEADER,
+        'with rb.step("prerequisites"):\n    rb.expect(threshold == 2, "parameters valid", local=True)',
+        "rb.finish()",
+    )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 3}, dry_run=True)
     assert (record["verdict"], record["failed_step"]) == ("fail", "prerequisites")
 
 
 def test_a_failed_run_keeps_its_figures_and_says_what_to_do_next(runbooks):
-    runbooks("status", HEADER, 'rb.record(free_gib=99.0)\nwith rb.step("2 memory", fix="run `stop`, then `launch`"):\n'
-             '    rb.expect(threshold == 2, "enough free memory", local=True)', "rb.finish()")
+    runbooks(
+        "status",
+        HEADER,
+        'rb.record(free_gib=99.0)\nwith rb.step("2 memory", fix="run `stop`, then `launch`"):\n'
+        '    rb.expect(threshold == 2, "enough free memory", local=True)',
+        "rb.finish()",
+    )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 3}, dry_run=True)
-    assert (record["verdict"], record["failed_step"], record["fix"]) == ("fail", "2 memory", "run `stop`, then `launch`")
+    assert (record["verdict"], record["failed_step"], record["fix"]) == (
+        "fail",
+        "2 memory",
+        "run `stop`, then `launch`",
+    )
     assert record["figures"] == {"free_gib": 99.0} and read_runs()[0]["figures"] == {"free_gib": 99.0}
 
 
 def test_an_exception_is_an_error_naming_its_cell(runbooks):
     runbooks("status", HEADER, 'raise ValueError("the library broke")', "rb.finish()")
     record = execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
-    assert (record["verdict"], record["failed_step"]) == ("error", "cell 4: ValueError")  # papermill's injected-parameters cell ran second
+    assert (record["verdict"], record["failed_step"]) == (
+        "error",
+        "cell 4: ValueError",
+    )  # papermill's injected-parameters cell ran second
 
 
 def test_a_notebook_that_emits_no_verdict_is_an_error(runbooks):
@@ -87,8 +115,10 @@ def test_a_notebook_that_emits_no_verdict_is_an_error(runbooks):
 
 def test_a_dry_run_record_never_says_pass_whatever_the_notebook_emits(runbooks):
     """The record's rule does not rely on the notebook: one emitting pass in a dry run is still recorded dry-run."""
-    emit = (f"from IPython.display import display\ndisplay({{{VERDICT_MIME!r}: {{'verdict': 'pass', 'checks': [], "
-            "'figures': {}, 'commands': []}}, raw=True)")
+    emit = (
+        f"from IPython.display import display\ndisplay({{{VERDICT_MIME!r}: {{'verdict': 'pass', 'checks': [], "
+        "'figures': {}, 'commands': []}}, raw=True)"
+    )
     runbooks("status", emit)
     assert execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)["verdict"] == "dry-run"
 
@@ -106,7 +136,11 @@ def test_read_verdict_takes_the_last_emitted(tmp_path):
     first = {"verdict": "fail", "checks": [], "figures": {}}
     last = {"verdict": "pass", "checks": [], "figures": {"a": 1}}
     nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={VERDICT_MIME: first})]
-    nb.cells.append(nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output("display_data", data={VERDICT_MIME: json.dumps(last)})]))
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            "", outputs=[nbformat.v4.new_output("display_data", data={VERDICT_MIME: json.dumps(last)})]
+        )
+    )
     path = tmp_path / "out.ipynb"
     nbformat.write(nb, path)
     assert execute.read_verdict(path) == last
@@ -116,7 +150,13 @@ def test_read_verdict_takes_the_last_emitted(tmp_path):
 
 def test_parameters_are_yaml_scalars():
     assert execute.parse_params(["n=1", "ok=true", "name=a b", "empty=", "ratio=0.85", "s='1'"]) == {
-        "n": 1, "ok": True, "name": "a b", "empty": "", "ratio": 0.85, "s": "1"}
+        "n": 1,
+        "ok": True,
+        "name": "a b",
+        "empty": "",
+        "ratio": 0.85,
+        "s": "1",
+    }
     for bad in ("novalue", "1x=2", "k=[1"):
         with pytest.raises(LanebookError):
             execute.parse_params([bad])
@@ -141,9 +181,11 @@ def test_refusals_leave_no_record(runbooks):
 def test_a_process_that_runs_runbooks_does_not_import_jsonschemas_format_checks():
     """rfc3987_syntax builds an Earley parser when imported (over a second of every run), isoduration brings arrow:
     format checks nbformat never makes. A fresh process importing lanebook.runs.execute, then jsonschema, goes without."""
-    code = ("import sys, lanebook.runs.execute, jsonschema\n"
-            "print([sys.modules[name] for name in lanebook.runs.execute.JSONSCHEMA_FORMAT_PACKAGES if sys.modules[name]],"
-            " sorted({'iri', 'duration', 'date-time'} & set(jsonschema.FormatChecker.checkers)))")
+    code = (
+        "import sys, lanebook.runs.execute, jsonschema\n"
+        "print([sys.modules[name] for name in lanebook.runs.execute.JSONSCHEMA_FORMAT_PACKAGES if sys.modules[name]],"
+        " sorted({'iri', 'duration', 'date-time'} & set(jsonschema.FormatChecker.checkers)))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[] []"
     alone = "import jsonschema; print('iri' in jsonschema.FormatChecker.checkers)"
@@ -171,14 +213,22 @@ def test_only_a_twin_lane_is_launched_on_demand_and_never_in_a_dry_run():
 
 def test_a_parameter_that_names_or_holds_a_secret_is_refused_naming_the_env_var(runbooks):
     runbooks("status", HEADER, "rb.finish()")
-    refusals = {("hf_token", "x"): "HF_TOKEN", ("ssh_key", "/home/op/.ssh/id_ed25519"): "SSH_KEY",
-                ("threshold", "hf_" + "a" * 24): "HF_TOKEN", ("threshold", "https://op:hunter2@mirror.example/"): "THRESHOLD"}
+    refusals = {
+        ("hf_token", "x"): "HF_TOKEN",
+        ("ssh_key", "/home/op/.ssh/id_ed25519"): "SSH_KEY",
+        ("threshold", "hf_" + "a" * 24): "HF_TOKEN",
+        ("threshold", "https://op:hunter2@mirror.example/"): "THRESHOLD",
+    }
     for (key, value), env_name in refusals.items():
         with pytest.raises(LanebookError) as refused:
             execute.run_runbook("status", load_lane("anemll-0731"), {key: value}, dry_run=True)
-        assert str(refused.value) == (f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
-                                      f"notebook); set {env_name} in the environment instead, where the runbook reads it")
-    assert read_runs() == [] and not (execute.outputs_dir() / "anemll-0731").exists()  # nothing claimed, nothing recorded
+        assert str(refused.value) == (
+            f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
+            f"notebook); set {env_name} in the environment instead, where the runbook reads it"
+        )
+    assert (
+        read_runs() == [] and not (execute.outputs_dir() / "anemll-0731").exists()
+    )  # nothing claimed, nothing recorded
 
 
 def _outputs_of(nb, code):
@@ -187,11 +237,19 @@ def _outputs_of(nb, code):
 
 
 def test_a_killed_kernel_leaves_an_error_record_and_the_notebook_as_far_as_it_got(runbooks):
-    runbooks("status", HEADER, 'print("step 1 done")', "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "rb.finish()")
+    runbooks(
+        "status",
+        HEADER,
+        'print("step 1 done")',
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+        "rb.finish()",
+    )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {}, dry_run=True)
     assert record["verdict"] == "error" and record["failed_step"].startswith("the kernel died")
     (stored,) = read_runs()
-    assert {k: stored[k] for k in ("run_id", "verdict", "failed_step")} == {k: record[k] for k in ("run_id", "verdict", "failed_step")}
+    assert {k: stored[k] for k in ("run_id", "verdict", "failed_step")} == {
+        k: record[k] for k in ("run_id", "verdict", "failed_step")
+    }
     nb = nbformat.read(execute.outputs_dir() / stored["output"], as_version=4)
     assert _outputs_of(nb, 'print("step 1 done")') == ["step 1 done\n"]
     assert nb.cells[-1].source.startswith("**This run did not finish: the notebook's kernel died.**")
@@ -231,8 +289,9 @@ from lanebook.cli import main
 sys.argv[0] = "lanebook"
 main()
 """
-SLOW_STEP = ('with rb.step("2 slow"):\n    open(os.environ["KERNEL_PID_FILE"], "w").write(str(os.getpid()))\n'
-             '    time.sleep(600)')
+SLOW_STEP = (
+    'with rb.step("2 slow"):\n    open(os.environ["KERNEL_PID_FILE"], "w").write(str(os.getpid()))\n    time.sleep(600)'
+)
 
 
 def _step_running(output_dir, title):
@@ -242,8 +301,10 @@ def _step_running(output_dir, title):
             nb = json.loads(path.read_text())
         except ValueError:
             continue
-        return any(title in "".join(c["source"]) and c["metadata"].get("papermill", {}).get("status") == "running"
-                   for c in nb["cells"])
+        return any(
+            title in "".join(c["source"]) and c["metadata"].get("papermill", {}).get("status") == "running"
+            for c in nb["cells"]
+        )
     return False
 
 
@@ -268,14 +329,32 @@ def stopped_runs(tmp_path_factory):
     base = tmp_path_factory.mktemp("stopped")
     folder = base / "runbooks"
     folder.mkdir()
-    nbformat.write(notebook(HEADER, 'import os, time\nprint("step 1 done")', SLOW_STEP, "rb.finish()"), folder / "status.ipynb")
+    nbformat.write(
+        notebook(HEADER, 'import os, time\nprint("step 1 done")', SLOW_STEP, "rb.finish()"), folder / "status.ipynb"
+    )
     runs = {}
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
         outputs = base / sig.name
         env = {**os.environ, "LANEBOOK_OUTPUTS": str(outputs), "KERNEL_PID_FILE": str(base / f"{sig.name}.kernel")}
-        proc = subprocess.Popen([sys.executable, "-c", CLI_WITH_RUNBOOKS, str(folder), "run", "status", "--lane", "anemll-0731",
-                                 "--dry-run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True, preexec_fn=_sigint_as_at_a_terminal)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CLI_WITH_RUNBOOKS,
+                str(folder),
+                "run",
+                "status",
+                "--lane",
+                "anemll-0731",
+                "--dry-run",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_sigint_as_at_a_terminal,
+        )
         runs[sig] = (proc, outputs)
     try:
         deadline = time.monotonic() + 300
@@ -319,8 +398,9 @@ def test_a_signal_mid_step_is_recorded_as_error_with_its_partial_notebook(stoppe
     (record,) = read_runs()
     why = "interrupted: SIGINT (Ctrl-C)" if name == "SIGINT" else "interrupted: SIGTERM"
     assert (returncode, record["verdict"], record["failed_step"]) == (code, "error", why)
-    assert err.splitlines()[-1] == (f"lanebook: {name}: run {record['run_id']} stopped and recorded as error ({why}): "
-                                    f"{outputs / record['output']}")
+    assert err.splitlines()[-1] == (
+        f"lanebook: {name}: run {record['run_id']} stopped and recorded as error ({why}): {outputs / record['output']}"
+    )
     nb = _partial_notebook_of(record, outputs)
     assert nb.cells[-1].source.startswith(f"**This run did not finish: {why}.**")
     assert not list((outputs / ".pending").iterdir())
@@ -355,26 +435,37 @@ PRIVATE_KEY = f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\nQyNTUxOQAAACBPl
 URL_PASSWORD = "Pl4nted-url-pw"
 ODD = "Pl4nted odd-shaped!"  # no known shape: caught only because MIRROR_PASSWORD names a secret
 PLANTED = (HF, API_KEY, BEARER, KEY_BODY, "QyNTUxOQAAACBPl4ntedSecondLine", URL_PASSWORD, ODD)
-ECHO = ('import os\nfor name in ("HF_TOKEN", "OPENAI_API_KEY", "LANE_NOTE", "MIRROR_URL", "DEPLOY_SSH_KEY", "MIRROR_PASSWORD"):\n'
-        '    print(f"echo {name}:", os.environ[name])')
+ECHO = (
+    'import os\nfor name in ("HF_TOKEN", "OPENAI_API_KEY", "LANE_NOTE", "MIRROR_URL", "DEPLOY_SSH_KEY", "MIRROR_PASSWORD"):\n'
+    '    print(f"echo {name}:", os.environ[name])'
+)
 TWIN_LOG = 'log = rb.lane.head.run("cat ~/planted-vllm.log")\nprint("twin head log:", log.stdout)'
 SHOWN = 'from IPython.display import Markdown, display\ndisplay(Markdown("mirror: " + os.environ["MIRROR_URL"]))'
-FAILING = ('with rb.step("3 upload"):\n    rb.record(header=os.environ["LANE_NOTE"], mirror=os.environ["MIRROR_URL"])\n'
-           '    raise RuntimeError("upload failed: " + os.environ["MIRROR_URL"] + " " + os.environ["HF_TOKEN"])')
+FAILING = (
+    'with rb.step("3 upload"):\n    rb.record(header=os.environ["LANE_NOTE"], mirror=os.environ["MIRROR_URL"])\n'
+    '    raise RuntimeError("upload failed: " + os.environ["MIRROR_URL"] + " " + os.environ["HF_TOKEN"])'
+)
 
 
 def test_planted_secrets_reach_no_notebook_record_or_book_page(runbooks, twin, monkeypatch, tmp_path):
     from lanebook.site import book
 
-    environment = {"HF_TOKEN": HF, "OPENAI_API_KEY": API_KEY, "LANE_NOTE": f"Authorization: Bearer {BEARER}",
-                   "MIRROR_URL": f"https://operator:{URL_PASSWORD}@mirror.example/models", "DEPLOY_SSH_KEY": PRIVATE_KEY,
-                   "MIRROR_PASSWORD": ODD}
+    environment = {
+        "HF_TOKEN": HF,
+        "OPENAI_API_KEY": API_KEY,
+        "LANE_NOTE": f"Authorization: Bearer {BEARER}",
+        "MIRROR_URL": f"https://operator:{URL_PASSWORD}@mirror.example/models",
+        "DEPLOY_SSH_KEY": PRIVATE_KEY,
+        "MIRROR_PASSWORD": ODD,
+    }
     for name, value in environment.items():
         monkeypatch.setenv(name, value)  # the kernel inherits lanebook's environment
     head_home = Path(next(n["home"] for n in twin["nodes"] if n["alias"] == "head"))
     log = head_home / "planted-vllm.log"
-    log.write_text(f"INFO planted startup line HF_TOKEN={HF} key={API_KEY}\n{PRIVATE_KEY}\n"
-                   f"INFO pulling https://operator:{URL_PASSWORD}@mirror.example/ with Bearer {BEARER}\n")
+    log.write_text(
+        f"INFO planted startup line HF_TOKEN={HF} key={API_KEY}\n{PRIVATE_KEY}\n"
+        f"INFO pulling https://operator:{URL_PASSWORD}@mirror.example/ with Bearer {BEARER}\n"
+    )
     try:
         runbooks("status", HEADER, ECHO, TWIN_LOG, SHOWN, FAILING, "rb.finish()")
         record = execute.run_runbook("status", load_lane("twin"), {})
@@ -397,15 +488,23 @@ def test_planted_secrets_reach_no_notebook_record_or_book_page(runbooks, twin, m
     assert "echo HF_TOKEN: [REDACTED]\n" in printed and "echo MIRROR_PASSWORD: [REDACTED]\n" in printed
     assert "echo DEPLOY_SSH_KEY: [REDACTED]\n" in printed
     assert "twin head log: INFO planted startup line HF_TOKEN=[REDACTED] key=[REDACTED]\n[REDACTED]\n" in printed
-    assert record["figures"] == {"header": "Authorization: Bearer [REDACTED]",
-                                 "mirror": "https://operator:[REDACTED]@mirror.example/models"}
+    assert record["figures"] == {
+        "header": "Authorization: Bearer [REDACTED]",
+        "mirror": "https://operator:[REDACTED]@mirror.example/models",
+    }
     assert "upload failed: https://operator:[REDACTED]@mirror.example/models [REDACTED]" in notebook_text
 
 
 def test_a_nested_run_is_one_row_linking_its_record():
-    summary = {"runbook": "gates", "lane": "twin-1m6", "verdict": "fail", "failed_step": "3 exact smoke",
-               "run_id": "c0ffee00"}
+    summary = {
+        "runbook": "gates",
+        "lane": "twin-1m6",
+        "verdict": "fail",
+        "failed_step": "3 exact smoke",
+        "run_id": "c0ffee00",
+    }
     row = execute.nested_row(summary, "../twin-1m6/x.ipynb")
     assert row.splitlines()[0] == "| runbook | lane | verdict | failed step | record |"
     assert row.splitlines()[2].startswith("| gates | twin-1m6 | ") and row.endswith(
-        "| 3 exact smoke | [c0ffee00](../twin-1m6/x.ipynb) |")
+        "| 3 exact smoke | [c0ffee00](../twin-1m6/x.ipynb) |"
+    )

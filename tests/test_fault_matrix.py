@@ -2,19 +2,28 @@
 fast twin per row with its fault, three rows at a time in processes of their own) and held to its row — the record's
 verdict and failed step, the message naming the pitfall, the repair run passing, the state of the nodes afterwards,
 no file lost; and the matrix as data and as the book's page, exactly."""
+
 from __future__ import annotations
 
 import pytest
-
 from lanebook.twin.control import FAULTS
-from lanebook.twin.fault_matrix import (NODE_REBOOTS, ROWS, FaultRow, Observed, mismatches, over_bound, render_page,
-                                        row_problems)
+from lanebook.twin.fault_matrix import (
+    NODE_REBOOTS,
+    ROWS,
+    FaultRow,
+    Observed,
+    mismatches,
+    over_bound,
+    render_page,
+    row_problems,
+)
 from lanebook.twin.fault_runs import concurrent_rows, failure_message, lost, shown_text
 
 JOBS = 3  # rows at a time: most of a row is waiting on the twin (cold bind, paced decode), not computing
 
 
 # --- against the twin ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory):
@@ -31,6 +40,7 @@ def test_the_fault_ends_as_its_row_says(row, observed):
 
 # --- the matrix as data ---------------------------------------------------------------------------
 
+
 def test_every_twin_fault_and_the_reboot_have_one_well_formed_row():
     assert sorted(row.fault for row in ROWS) == sorted([*FAULTS, NODE_REBOOTS])
     assert [problem for row in ROWS for problem in row_problems(row)] == []
@@ -45,18 +55,42 @@ def test_a_malformed_row_is_named():
         "no-such-fault: a failed step exactly when the verdict is fail",
     ]
     assert row_problems(FaultRow("head-dies", "weights", "none", "pass", None, "x", "P16", "lane up", 10)) == [
-        "head-dies: the registry does not say `weights` meets P16"]
+        "head-dies: the registry does not say `weights` meets P16"
+    ]
 
 
-HEAD_DIES = FaultRow("head-dies", "status", "started, head dead", "fail", "2 containers", "no orphaned worker (P16",
-                     "P16", "lane cleanly down", 30, repair="stop")
+HEAD_DIES = FaultRow(
+    "head-dies",
+    "status",
+    "started, head dead",
+    "fail",
+    "2 containers",
+    "no orphaned worker (P16",
+    "P16",
+    "lane cleanly down",
+    30,
+    repair="stop",
+)
 
 
 def seen(**changes) -> Observed:
-    base = dict(record={"verdict": "fail", "failed_step": "2 containers", "twin": True, "fix": "run `stop`, then `launch`",
-                        "sha256": "ab12"}, output_sha256="ab12", failure="2 containers: no orphaned worker (P16: the head's container is gone)", report="",
-                repair_record={"runbook": "stop", "verdict": "pass", "failed_step": None}, state_ok=True,
-                state_detail="down: head: none; worker: none", lost_files=[], detection_s=4.2)
+    base = dict(
+        record={
+            "verdict": "fail",
+            "failed_step": "2 containers",
+            "twin": True,
+            "fix": "run `stop`, then `launch`",
+            "sha256": "ab12",
+        },
+        output_sha256="ab12",
+        failure="2 containers: no orphaned worker (P16: the head's container is gone)",
+        report="",
+        repair_record={"runbook": "stop", "verdict": "pass", "failed_step": None},
+        state_ok=True,
+        state_detail="down: head: none; worker: none",
+        lost_files=[],
+        detection_s=4.2,
+    )
     return Observed(**{**base, **changes})
 
 
@@ -66,11 +100,15 @@ def test_an_observation_that_holds_has_no_mismatch():
 
 
 def test_every_mismatch_is_named():
-    wrong = seen(record={"verdict": "pass", "failed_step": None, "twin": False, "fix": None, "sha256": "ab12"},
-                 output_sha256="cd34",
-                 failure="2 containers: the head does not run without its workers",
-                 repair_record={"runbook": "stop", "verdict": "fail", "failed_step": "1 stop script"},
-                 state_ok=False, state_detail="up: head: a; worker: b", lost_files=["worker:x.safetensors"])
+    wrong = seen(
+        record={"verdict": "pass", "failed_step": None, "twin": False, "fix": None, "sha256": "ab12"},
+        output_sha256="cd34",
+        failure="2 containers: the head does not run without its workers",
+        repair_record={"runbook": "stop", "verdict": "fail", "failed_step": "1 stop script"},
+        state_ok=False,
+        state_detail="up: head: a; worker: b",
+        lost_files=["worker:x.safetensors"],
+    )
     assert mismatches(HEAD_DIES, wrong) == [
         "record: verdict 'pass', failed_step None (expected 'fail', '2 containers')",
         "record: not marked twin",
@@ -86,12 +124,19 @@ def test_every_mismatch_is_named():
 
 
 def test_a_passing_row_looks_for_its_message_in_the_report():
-    row = FaultRow("legacy-units-active", "launch", "none", "pass", None, "(was active)", "P13", "units masked, lane up", 90)
-    passed = seen(record={"verdict": "pass", "failed_step": None, "twin": True, "fix": None, "sha256": "ab12"}, failure="",
-                  report="`PASS` **no legacy unit active** — head: aiden-vllm.service masked, inactive (was active)",
-                  repair_record=None)
+    row = FaultRow(
+        "legacy-units-active", "launch", "none", "pass", None, "(was active)", "P13", "units masked, lane up", 90
+    )
+    passed = seen(
+        record={"verdict": "pass", "failed_step": None, "twin": True, "fix": None, "sha256": "ab12"},
+        failure="",
+        report="`PASS` **no legacy unit active** — head: aiden-vllm.service masked, inactive (was active)",
+        repair_record=None,
+    )
     assert mismatches(row, passed) == []
-    assert mismatches(row, seen(**{**passed.__dict__, "report": "nothing"})) == ["message: '(was active)' not in the report: ''"]
+    assert mismatches(row, seen(**{**passed.__dict__, "report": "nothing"})) == [
+        "message: '(was active)' not in the report: ''"
+    ]
 
 
 def test_the_twin_plugin_adds_the_page_to_the_book():
@@ -110,22 +155,31 @@ def test_the_book_page_is_the_table():
         "|---|---|---|---|---|---|---|---|---|---|---|\n"
         "| `head-dies` | engine: the head dies mid-TP, leaving the worker orphaned | the lane started by its launcher; "
         "the head's engine dies a few seconds after ready | `status` | fail | 2 containers | `no orphaned worker (P16` "
-        "| P16 Head dies mid-TP | `stop` passes | no container of the lane on any node | 30 |\n")
+        "| P16 Head dies mid-TP | `stop` passes | no container of the lane on any node | 30 |\n"
+    )
     assert render_page().count("\n| `") == len(ROWS)
 
 
 # --- reading what a run left ----------------------------------------------------------------------
 
+
 def test_the_failure_and_the_report_are_read_from_the_executed_notebook():
-    notebook = {"cells": [
-        {"outputs": [{"output_type": "stream", "name": "stdout", "text": ["launcher ok\n", "ready\n"]}]},
-        {"outputs": [{"output_type": "display_data", "data": {"text/markdown": "`PASS` **checkout present**"}}]},
-        {"outputs": [{"output_type": "error", "ename": "StepFailed", "evalue": "3 start: /health answers 200 (503)"}]},
-        {"source": "no outputs"},
-    ]}
+    notebook = {
+        "cells": [
+            {"outputs": [{"output_type": "stream", "name": "stdout", "text": ["launcher ok\n", "ready\n"]}]},
+            {"outputs": [{"output_type": "display_data", "data": {"text/markdown": "`PASS` **checkout present**"}}]},
+            {
+                "outputs": [
+                    {"output_type": "error", "ename": "StepFailed", "evalue": "3 start: /health answers 200 (503)"}
+                ]
+            },
+            {"source": "no outputs"},
+        ]
+    }
     assert failure_message(notebook) == "3 start: /health answers 200 (503)"
-    assert shown_text(notebook) == ("launcher ok\nready\n\n`PASS` **checkout present**\n\n"
-                                    "StepFailed: 3 start: /health answers 200 (503)")
+    assert shown_text(notebook) == (
+        "launcher ok\nready\n\n`PASS` **checkout present**\n\nStepFailed: 3 start: /health answers 200 (503)"
+    )
     assert failure_message({"cells": []}) == ""
 
 

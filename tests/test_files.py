@@ -1,10 +1,10 @@
 """lanebook.base.files: a change replaces a file atomically after a backup, and a file an operator names is read with one
 clear line when it cannot be."""
+
 import os
 from datetime import datetime, timezone
 
 import pytest
-
 from lanebook.base import files
 from lanebook.base.errors import LanebookError
 
@@ -32,16 +32,20 @@ def test_a_backup_copies_the_bytes_and_never_overwrites_an_earlier_one(tmp_path)
     one = files.backup(target, "20260101T000000Z")
     target.write_bytes(b"second\n")
     two = files.backup(target, "20260101T000000Z")
-    assert (one.name, two.name) == ("docker-compose.dspark.yml.bak-20260101T000000Z",
-                                    "docker-compose.dspark.yml.bak-20260101T000000Z-2")
+    assert (one.name, two.name) == (
+        "docker-compose.dspark.yml.bak-20260101T000000Z",
+        "docker-compose.dspark.yml.bak-20260101T000000Z-2",
+    )
     assert (one.read_bytes(), two.read_bytes()) == (b"first\n", b"second\n")
 
 
 def test_a_file_that_cannot_be_read_is_one_line(tmp_path):
     (tmp_path / "bin.yml").write_bytes(b"a: \x80\n")
-    for path, message in [(tmp_path / "missing.yml", f"env file not found: {tmp_path / 'missing.yml'}"),
-                          (tmp_path, f"env file is a directory: {tmp_path}"),
-                          (tmp_path / "bin.yml", f"env file {tmp_path / 'bin.yml'} is not UTF-8 text (byte 3)")]:
+    for path, message in [
+        (tmp_path / "missing.yml", f"env file not found: {tmp_path / 'missing.yml'}"),
+        (tmp_path, f"env file is a directory: {tmp_path}"),
+        (tmp_path / "bin.yml", f"env file {tmp_path / 'bin.yml'} is not UTF-8 text (byte 3)"),
+    ]:
         with pytest.raises(LanebookError) as exc:
             files.read_text(path, "env file")
         assert str(exc.value) == message

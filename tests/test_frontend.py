@@ -1,10 +1,10 @@
 """Whether a frontend renders widgets (lanebook.base.frontend). Outside a kernel nothing does and nothing waits; a
 headless kernel (nbclient) shows no widget a view, answers within the bound and then at once. A live JupyterLab
 is checked by tests/browser_confirm_check.py (buttons clicked through Chromium)."""
-import nbformat
-from nbclient import NotebookClient
 
+import nbformat
 from lanebook.base import frontend
+from nbclient import NotebookClient
 
 
 def test_outside_a_kernel_nothing_renders_and_nothing_is_asked():

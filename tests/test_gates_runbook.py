@@ -2,29 +2,32 @@
 gate, the ROUTE_OK smoke through the real Hermes CLI included; an operator's Hermes config with `thinking: "false"`
 fails the run naming the step and P10, with the reasoning the real CLI's state.db recorded; bare papermill runs it.
 A dry run on the real lane prints the gate requests as curl lines and the hermes command, and opens no connection."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.verify import hermes
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
-from lanebook.runs.execute import read_verdict
-from lanebook.lane.params import lane_with, load_lane
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher
+from lanebook.runs.execute import read_verdict
+from lanebook.verify import hermes
 from lanebook_runs import dry_run_offline, run
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
 STEPS = ["1 models", "2 startup log", "3 exact smoke", "4 tool smoke", "5 hermes provider block", "6 hermes route"]
-needs_hermes = pytest.mark.skipif(not hermes.OWN_INSTALL.exists(), reason=f"Hermes Agent not installed ({hermes.OWN_INSTALL}): make setup")
+needs_hermes = pytest.mark.skipif(
+    not hermes.OWN_INSTALL.exists(), reason=f"Hermes Agent not installed ({hermes.OWN_INSTALL}): make setup"
+)
 
 
 def papermill(out: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PAPERMILL, str(RUNBOOKS_DIR / "gates.ipynb"), str(out), *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [PAPERMILL, str(RUNBOOKS_DIR / "gates.ipynb"), str(out), *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def by_what(record: dict) -> dict:
@@ -36,13 +39,20 @@ def test_a_dry_run_on_the_real_lane_shows_the_requests_and_the_hermes_line_and_o
     assert record["verdict"] == "dry-run" and record["failed_step"] is None
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert "local: curl -s http://192.168.1.11:8888/v1/models" in lines
-    assert ("local: curl -s http://192.168.1.11:8888/v1/chat/completions -H 'Content-Type: application/json' -d "
-            "'{\"model\":\"deepseek-v4-flash-0731\",\"messages\":[{\"role\":\"user\",\"content\":\"Reply exactly "
-            "PROMOTE_0731_OK.\"}],\"temperature\":0,\"max_tokens\":32,\"chat_template_kwargs\":{\"thinking\":false}}'") in lines
-    assert any(line.startswith("head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E ") for line in lines)
+    assert (
+        "local: curl -s http://192.168.1.11:8888/v1/chat/completions -H 'Content-Type: application/json' -d "
+        '\'{"model":"deepseek-v4-flash-0731","messages":[{"role":"user","content":"Reply exactly '
+        'PROMOTE_0731_OK."}],"temperature":0,"max_tokens":32,"chat_template_kwargs":{"thinking":false}}\''
+    ) in lines
+    assert any(
+        line.startswith("head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E ") for line in lines
+    )
     assert any('"tools":[{"type":"function","function":{"name":"get_weather"' in line for line in lines)
-    assert any(line.startswith("local: HERMES_HOME=") and line.endswith(
-        "--provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'") for line in lines)
+    assert any(
+        line.startswith("local: HERMES_HOME=")
+        and line.endswith("--provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'")
+        for line in lines
+    )
     outcomes = {g["outcome"] for g in record["figures"]["gates"] if not g["local"]}
     assert outcomes == {"not observed"}  # nothing on the lane was observed; the lane file's checks were made
     assert all(g["outcome"] == "pass" for g in record["figures"]["gates"] if g["local"])
@@ -53,8 +63,12 @@ def test_papermill_dry_run_on_the_preview_lane(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     emitted = read_verdict(tmp_path / "dry.ipynb")
     assert (emitted["verdict"], emitted["lane"]) == ("dry-run", "anemll-1m6")
-    assert any("'Reply exactly CANARY_BLOG_OK.'" in c or "Reply exactly CANARY_BLOG_OK." in c for c in emitted["commands"])
-    assert any(c.endswith("-m deepseek-v4-flash-dspark -t safe -z 'Reply exactly ROUTE_OK.'") for c in emitted["commands"])
+    assert any(
+        "'Reply exactly CANARY_BLOG_OK.'" in c or "Reply exactly CANARY_BLOG_OK." in c for c in emitted["commands"]
+    )
+    assert any(
+        c.endswith("-m deepseek-v4-flash-dspark -t safe -z 'Reply exactly ROUTE_OK.'") for c in emitted["commands"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +89,10 @@ def test_every_gate_passes_on_the_twin(launched, tmp_path):
     gates = record["figures"]["gates"]
     assert sorted({g["step"] for g in gates}) == STEPS and {g["outcome"] for g in gates} == {"pass"}
     seen = by_what(record)
-    assert seen[("3 exact smoke", "the reply is exactly PROMOTE_0731_OK")]["detail"] == "'PROMOTE_0731_OK' (finish_reason stop)"
+    assert (
+        seen[("3 exact smoke", "the reply is exactly PROMOTE_0731_OK")]["detail"]
+        == "'PROMOTE_0731_OK' (finish_reason stop)"
+    )
     assert seen[("4 tool smoke", 'the call is get_weather({"city": "Pensacola, FL"})')]["outcome"] == "pass"
     assert seen[("6 hermes route", "hermes printed exactly ROUTE_OK")]["detail"] == "'ROUTE_OK'"
     assert record["figures"]["hermes_reasoning_chars"] == 0 and record["figures"]["gates_failed"] == []
@@ -92,7 +109,9 @@ def test_thinking_as_the_string_false_in_the_hermes_config_fails_through_the_rea
     """P10 / T11: Hermes prints ROUTE_OK either way; its state.db shows the reasoning the string turned on."""
     config = tmp_path / "config.yaml"
     block = hermes.lane_provider_block(launched.params)
-    config.write_text(hermes.config_text("spark-ds4", {**block, "extra_body": {"chat_template_kwargs": {"thinking": "false"}}}))
+    config.write_text(
+        hermes.config_text("spark-ds4", {**block, "extra_body": {"chat_template_kwargs": {"thinking": "false"}}})
+    )
     assert "thinking: 'false'" in config.read_text()
     record, _ = run(tmp_path, "gates", "twin", "-p", f"hermes_config={config}", expect_exit=1)
     assert (record["verdict"], record["failed_step"]) == ("fail", "5 hermes provider block"), record

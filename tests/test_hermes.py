@@ -2,18 +2,20 @@
 (P09 api_key, P10 thinking as a string), the recipe's command line, state.db read as Hermes Agent 0.19 writes
 it, the route judgement, a dry run on this machine and on another host over SSH, and the real `hermes` CLI
 against a twin `vllm serve` stand-in, where a string "false" shows up as reasoning in state.db (fact T11)."""
+
 from __future__ import annotations
 
 import sqlite3
 
 import pytest
-from twin_serve import NAME
-from twin_serve import main  # noqa: F401 - module-scoped server fixture, used by name
-
-from lanebook.verify import hermes
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.ssh import Lane
 from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes.ssh import Lane
+from lanebook.verify import hermes
+from twin_serve import (
+    NAME,
+    main,  # noqa: F401 - module-scoped server fixture, used by name
+)
 
 LANE = load_lane("anemll-0731")
 STEP = "5 hermes provider block"
@@ -25,8 +27,12 @@ def with_thinking(block: dict, value) -> dict:
 
 def test_the_block_rendered_from_the_lane_is_the_recipes():
     assert hermes.lane_provider_block(LANE) == {
-        "api": "http://192.168.1.11:8888/v1", "api_key": "no-key-required", "context_length": 200000,
-        "default_model": "deepseek-v4-flash-0731", "extra_body": {"chat_template_kwargs": {"thinking": False}}}
+        "api": "http://192.168.1.11:8888/v1",
+        "api_key": "no-key-required",
+        "context_length": 200000,
+        "default_model": "deepseek-v4-flash-0731",
+        "extra_body": {"chat_template_kwargs": {"thinking": False}},
+    }
     assert hermes.lane_provider_block(load_lane("anemll-1m6"))["default_model"] == "deepseek-v4-flash-dspark"
 
 
@@ -37,8 +43,12 @@ def test_config_text_keeps_each_value_typed_as_given():
     assert "        thinking: false\n" in text
     assert "        thinking: 'false'\n" in hermes.config_text("spark-ds4", with_thinking(block, "false"))
     assert hermes.block_from_config(text, "spark-ds4", "config.yaml") == block
-    assert hermes.block_from_config(hermes.config_text("spark-ds4", with_thinking(block, "false")), "spark-ds4", "c")[
-        "extra_body"]["chat_template_kwargs"]["thinking"] == "false"
+    assert (
+        hermes.block_from_config(hermes.config_text("spark-ds4", with_thinking(block, "false")), "spark-ds4", "c")[
+            "extra_body"
+        ]["chat_template_kwargs"]["thinking"]
+        == "false"
+    )
 
 
 def test_reading_an_operators_config_names_what_is_missing():
@@ -51,25 +61,40 @@ def test_reading_an_operators_config_names_what_is_missing():
 def test_the_lanes_own_block_passes_every_check():
     checks = hermes.block_checks(STEP, hermes.lane_provider_block(LANE), LANE)
     assert [(c.expected, c.outcome, c.pitfall) for c in checks] == [
-        ("api is the lane's API", "pass", None), ("api_key is no-key-required", "pass", "P09"),
+        ("api is the lane's API", "pass", None),
+        ("api_key is no-key-required", "pass", "P09"),
         ("thinking is a JSON boolean, as the lane means it", "pass", "P10"),
         ("context_length is 200,000 (within the server's 1,048,576)", "pass", None),
-        ("default_model is deepseek-v4-flash-0731", "pass", None)]
+        ("default_model is deepseek-v4-flash-0731", "pass", None),
+    ]
     assert all(c.local for c in checks)
 
 
-@pytest.mark.parametrize("change, failing, detail", [
-    ({"api_key": "none"}, "api_key is no-key-required", '\'none\': "none" is not the keyless value'),
-    ({"api_key": "sk-live-0123456789"}, "api_key is no-key-required", "'[REDACTED]'"),
-    ({"extra_body": {"chat_template_kwargs": {"thinking": "false"}}}, "thinking is a JSON boolean, as the lane means it",
-     "extra_body.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; use a JSON boolean"),
-    ({"extra_body": {}}, "thinking is a JSON boolean, as the lane means it", "chat_template_kwargs None"),
-    ({"extra_body": {"chat_template_kwargs": {"thinking": True}}}, "thinking is a JSON boolean, as the lane means it",
-     "chat_template_kwargs {'thinking': True}"),
-    ({"context_length": 2000000}, "context_length is 200,000 (within the server's 1,048,576)", "2000000"),
-    ({"default_model": "deepseek-v4-flash-dspark"}, "default_model is deepseek-v4-flash-0731", "'deepseek-v4-flash-dspark'"),
-    ({"api": "http://192.168.1.12:8888/v1"}, "api is the lane's API", "http://192.168.1.12:8888/v1"),
-])
+@pytest.mark.parametrize(
+    "change, failing, detail",
+    [
+        ({"api_key": "none"}, "api_key is no-key-required", "'none': \"none\" is not the keyless value"),
+        ({"api_key": "sk-live-0123456789"}, "api_key is no-key-required", "'[REDACTED]'"),
+        (
+            {"extra_body": {"chat_template_kwargs": {"thinking": "false"}}},
+            "thinking is a JSON boolean, as the lane means it",
+            "extra_body.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; use a JSON boolean",
+        ),
+        ({"extra_body": {}}, "thinking is a JSON boolean, as the lane means it", "chat_template_kwargs None"),
+        (
+            {"extra_body": {"chat_template_kwargs": {"thinking": True}}},
+            "thinking is a JSON boolean, as the lane means it",
+            "chat_template_kwargs {'thinking': True}",
+        ),
+        ({"context_length": 2000000}, "context_length is 200,000 (within the server's 1,048,576)", "2000000"),
+        (
+            {"default_model": "deepseek-v4-flash-dspark"},
+            "default_model is deepseek-v4-flash-0731",
+            "'deepseek-v4-flash-dspark'",
+        ),
+        ({"api": "http://192.168.1.12:8888/v1"}, "api is the lane's API", "http://192.168.1.12:8888/v1"),
+    ],
+)
 def test_each_wrong_value_fails_its_own_check(change, failing, detail):
     checks = hermes.block_checks(STEP, {**hermes.lane_provider_block(LANE), **change}, LANE)
     assert [c.expected for c in checks if not c.ok] == [failing]
@@ -79,7 +104,8 @@ def test_each_wrong_value_fails_its_own_check(change, failing, detail):
 def test_the_route_command_is_the_recipes():
     argv = hermes.route_argv("hermes", "spark-ds4", "deepseek-v4-flash-0731", "Reply exactly ROUTE_OK.")
     assert hermes.shell_line(argv, "/tmp/h") == (
-        "HERMES_HOME=/tmp/h hermes --provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'")
+        "HERMES_HOME=/tmp/h hermes --provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'"
+    )
 
 
 def test_an_ssh_destination_for_hermes():
@@ -103,8 +129,11 @@ def hermes_state_db(path, replies, reasoning_tokens=0):
     db.execute("INSERT INTO session_model_usage VALUES ('s1', 'm', ?)", (reasoning_tokens,))
     db.execute("INSERT INTO messages (session_id, role, content) VALUES ('s1', 'user', 'Reply exactly ROUTE_OK.')")
     for content, reasoning in replies:
-        db.execute("INSERT INTO messages (session_id, role, content, reasoning, reasoning_content) VALUES ('s1', "
-                   "'assistant', ?, ?, ?)", (content, reasoning, reasoning))
+        db.execute(
+            "INSERT INTO messages (session_id, role, content, reasoning, reasoning_content) VALUES ('s1', "
+            "'assistant', ?, ?, ?)",
+            (content, reasoning, reasoning),
+        )
     db.commit()
     db.close()
     return path
@@ -136,12 +165,16 @@ def test_route_judgement(tmp_path):
     thought = hermes.judge_route("6", route_run(tmp_path / "b.db", replies=[("ROUTE_OK", "let me think")]), LANE, block)
     assert [c.outcome for c in thought] == ["pass", "pass", "pass", "fail"] and thought[3].pitfall == "P10"
     assert thought[3].seen.endswith('thinking was ON: a string "false" is truthy')
-    wrong = hermes.judge_route("6", route_run(tmp_path / "c.db", stdout="ROUTE_OK.\n", replies=[("ROUTE_OK.", None)]),
-                               LANE, block)
+    wrong = hermes.judge_route(
+        "6", route_run(tmp_path / "c.db", stdout="ROUTE_OK.\n", replies=[("ROUTE_OK.", None)]), LANE, block
+    )
     assert [c.outcome for c in wrong] == ["pass", "fail", "fail", "pass"]
     failed = hermes.judge_route("6", route_run(tmp_path / "d.db", stdout="", code=1, replies=None), LANE, block)
-    assert [(c.expected, c.outcome) for c in failed] == [("hermes exited 0", "fail"), ("hermes printed exactly ROUTE_OK", "fail"),
-                                                    ("Hermes recorded the session in state.db", "fail")]
+    assert [(c.expected, c.outcome) for c in failed] == [
+        ("hermes exited 0", "fail"),
+        ("hermes printed exactly ROUTE_OK", "fail"),
+        ("Hermes recorded the session in state.db", "fail"),
+    ]
 
 
 def test_a_dry_run_records_the_route_smoke_here_and_sends_nothing():
@@ -150,7 +183,8 @@ def test_a_dry_run_records_the_route_smoke_here_and_sends_nothing():
         lines = lane.executor.commands()
     assert lines[0] == "local: mktemp -d -t lanebook-hermes-XXXXXX"
     assert lines[2].startswith("local: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX ") and lines[2].endswith(
-        " --provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'")
+        " --provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'"
+    )
 
 
 def test_a_dry_run_on_another_host_goes_over_ssh():
@@ -164,17 +198,23 @@ def test_a_dry_run_on_another_host_goes_over_ssh():
     assert lines[0] == "james@192.168.1.20: cat ~/.hermes/config.yaml"
     assert lines[1] == "james@192.168.1.20: mktemp -d -t lanebook-hermes-XXXXXX"
     assert lines[2].startswith("james@192.168.1.20: sftp put ") and lines[2].endswith(f" {home}/config.yaml")
-    assert lines[4] == (f"james@192.168.1.20: HERMES_HOME={home} hermes --provider spark-ds4 -m deepseek-v4-flash-0731 "
-                        "-t safe -z 'Reply exactly ROUTE_OK.' </dev/null")
+    assert lines[4] == (
+        f"james@192.168.1.20: HERMES_HOME={home} hermes --provider spark-ds4 -m deepseek-v4-flash-0731 "
+        "-t safe -z 'Reply exactly ROUTE_OK.' </dev/null"
+    )
     assert lines[5].startswith(f"james@192.168.1.20: sftp get {home}/state.db ")
     assert lines[6] == f"james@192.168.1.20: rm -rf {home}"
     head = lane_with(LANE, hermes={**LANE.hermes.model_dump(), "host": "head", "bin": "/opt/hermes/bin/hermes"})
     with Lane(head, dry_run=True) as lane:
         hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE))
-        assert "head: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX /opt/hermes/bin/hermes --provider" in "\n".join(lane.executor.commands())
+        assert "head: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX /opt/hermes/bin/hermes --provider" in "\n".join(
+            lane.executor.commands()
+        )
 
 
-needs_hermes = pytest.mark.skipif(not hermes.OWN_INSTALL.exists(), reason=f"Hermes Agent not installed ({hermes.OWN_INSTALL}): make setup")
+needs_hermes = pytest.mark.skipif(
+    not hermes.OWN_INSTALL.exists(), reason=f"Hermes Agent not installed ({hermes.OWN_INSTALL}): make setup"
+)
 
 
 @pytest.fixture(scope="module")
@@ -194,15 +234,21 @@ def test_the_real_cli_routes_route_ok_and_state_db_shows_a_string_false_turned_t
     # Hermes prints the same reply; only state.db shows the reasoning the string "false" turned on
     assert (on.exit_code, on.stdout.strip(), on.state.thinking_seen) == (0, "ROUTE_OK", True)
     assert on.state.reasoning_chars > 0
-    assert [c.outcome for c in hermes.judge_route("6", on, served, with_thinking(block, "false"))] == ["pass", "pass", "pass", "fail"]
+    assert [c.outcome for c in hermes.judge_route("6", on, served, with_thinking(block, "false"))] == [
+        "pass",
+        "pass",
+        "pass",
+        "fail",
+    ]
 
 
 def test_what_the_gates_runbook_prints_of_the_block_and_the_route():
     block = hermes.lane_provider_block(LANE)
     name = LANE.hermes.provider
     rendered = hermes.ProviderBlock(block, f"rendered from lane {LANE.name}", True)
-    assert hermes.block_text(rendered, name) == (f"# providers.{name}, rendered from lane {LANE.name}\n"
-                                                 f"{hermes.config_text(name, hermes.shown_block(block))}\n")
+    assert hermes.block_text(rendered, name) == (
+        f"# providers.{name}, rendered from lane {LANE.name}\n{hermes.config_text(name, hermes.shown_block(block))}\n"
+    )
     assert hermes.block_text(None, name) == hermes.block_text(hermes.ProviderBlock(None, "x", False), name) == ""
     state = hermes.StateReading(1, ("ROUTE_OK",), 12, 1, 3)
     run = hermes.RouteRun("hermes chat", "this machine", 0, "ROUTE_OK\n", "", 1.25, state)

@@ -3,6 +3,7 @@ refused when the lane file loads (nothing is sent), paths and env values are quo
 the twin: every payload would create a file in a sentinel directory, and after the runbook and the library calls the
 runbooks make, the directory is empty, while the nodes' command logs show they were given the values and the crafted
 directories exist under their exact names."""
+
 from __future__ import annotations
 
 import ast
@@ -14,12 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import checkout_env, launcher, rollback, transfers, weights
 from lanebook.base.errors import LaneError
-from lanebook.ops.logs import scan_log
-from lanebook.nodes.ssh import Lane, NodeError, qpath
 from lanebook.lane.params import PARAMS_DIR, lane_with, load_lane
+from lanebook.nodes.ssh import Lane, NodeError, qpath
+from lanebook.ops import checkout_env, launcher, rollback, transfers, weights
+from lanebook.ops.logs import scan_log
 from lanebook.twin.nodes import TwinLayout
 from lanebook_runs import run
 
@@ -29,8 +29,10 @@ pytestmark = pytest.mark.twin
 def payloads(sentinel: Path, tag: str) -> str:
     """Every way a shell could be made to run `touch SENTINEL/TAG-n`: substitution, backticks, separators, quotes."""
     s = shlex.quote(str(sentinel))
-    return (f"$(touch {s}/{tag}-1) `touch {s}/{tag}-2`; touch {s}/{tag}-3 && touch {s}/{tag}-4 | touch {s}/{tag}-5 "
-            f"' \" ; touch {s}/{tag}-6 #")
+    return (
+        f"$(touch {s}/{tag}-1) `touch {s}/{tag}-2`; touch {s}/{tag}-3 && touch {s}/{tag}-4 | touch {s}/{tag}-5 "
+        f"' \" ; touch {s}/{tag}-6 #"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +41,16 @@ def crafted(twin, tmp_path_factory):
     checkout under that crafted name on the head; what ran is collected once for the tests below."""
     sentinel = tmp_path_factory.mktemp("sentinel")
     base = load_lane("twin")
-    params = lane_with(base, checkout=f"~/lbt-inj-{os.getpid()} {payloads(sentinel, 'checkout')}",
-                       launcher={**base.launcher.model_dump(),
-                                 "env": {**base.launcher.env, "PROJECT_NAME": f"p {payloads(sentinel, 'project')}"}},
-                       weights={**base.weights.model_dump(), "hf_cache": f"~/lbt-inj-hf {payloads(sentinel, 'hf')}"},
-                       env={"NCCL_SOCKET_IFNAME": f"bond0 {payloads(sentinel, 'env')}"})
+    params = lane_with(
+        base,
+        checkout=f"~/lbt-inj-{os.getpid()} {payloads(sentinel, 'checkout')}",
+        launcher={
+            **base.launcher.model_dump(),
+            "env": {**base.launcher.env, "PROJECT_NAME": f"p {payloads(sentinel, 'project')}"},
+        },
+        weights={**base.weights.model_dump(), "hf_cache": f"~/lbt-inj-hf {payloads(sentinel, 'hf')}"},
+        env={"NCCL_SOCKET_IFNAME": f"bond0 {payloads(sentinel, 'env')}"},
+    )
     lay = TwinLayout(Path(twin["twin_dir"]))
     logs = {alias: lay.command_log(alias) for alias in ("head", "worker")}
     sizes = {alias: path.stat().st_size if path.exists() else 0 for alias, path in logs.items()}
@@ -57,20 +64,23 @@ def crafted(twin, tmp_path_factory):
             seen["checkout_ok"] = transfers.checkout_ok(lane).ok  # every node: the worker's came by rsync
             seen["fingerprint"] = rollback.fingerprint(lane)
             seen["status"] = launcher.run_status_script(lane)
-            for call in (lambda: weights.verify_weights(lane.head, params.weights),
-                         lambda: weights.clean_incomplete_on_workers(lane),
-                         lambda: scan_log(lane.head, launcher.container_name(lane), ["x"])):
+            for call in (
+                lambda: weights.verify_weights(lane.head, params.weights),
+                lambda: weights.clean_incomplete_on_workers(lane),
+                lambda: scan_log(lane.head, launcher.container_name(lane), ["x"]),
+            ):
                 try:
                     call()
                 except NodeError:
                     pass  # a missing HF cache or container is an error; what matters is what it ran
             seen["render"] = checkout_env.render_on_head(lane)
-            sourced = lane.head.run(f"cd {qpath(params.checkout)} && set -a && . ./.env.dspark && "
-                                    "printf '%s' \"$NCCL_SOCKET_IFNAME\"")
+            sourced = lane.head.run(
+                f"cd {qpath(params.checkout)} && set -a && . ./.env.dspark && printf '%s' \"$NCCL_SOCKET_IFNAME\""
+            )
             seen["sourced"] = sourced.stdout
         finally:
             lane.each(f"rm -rf {qpath(params.checkout)} {qpath(params.weights.hf_cache)}")
-    given = {alias: path.read_bytes()[sizes[alias]:].split(b"\0") for alias, path in logs.items()}
+    given = {alias: path.read_bytes()[sizes[alias] :].split(b"\0") for alias, path in logs.items()}
     return {"sentinel": sentinel, "params": params, "seen": seen, "given": given, "lay": lay}
 
 
@@ -132,8 +142,10 @@ def test_a_runbook_run_with_crafted_values_runs_none_of_them(twin, tmp_path):
     assert record["verdict"] == "fail" and os.listdir(sentinel) == []
 
 
-@pytest.mark.parametrize("field,value", [("host", "127.0.0.2;touch {s}/host"), ("user", "$(touch {s}/user)"),
-                                         ("fabric_ip", "127.0.0.3`touch {s}/fabric`")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("host", "127.0.0.2;touch {s}/host"), ("user", "$(touch {s}/user)"), ("fabric_ip", "127.0.0.3`touch {s}/fabric`")],
+)
 def test_crafted_hosts_and_logins_are_refused_before_any_node_is_asked(twin, tmp_path, field, value):
     sentinel = tmp_path / "sentinel"
     sentinel.mkdir()
@@ -145,15 +157,22 @@ def test_crafted_hosts_and_logins_are_refused_before_any_node_is_asked(twin, tmp
     record_dir = tmp_path / "outputs"
     done = subprocess.run(
         [str(Path(sys.executable).parent / "lanebook"), "run", "status", "--lane", str(lane_file)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "LANEBOOK_OUTPUTS": str(record_dir)})
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(record_dir)},
+    )
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not (record_dir / "runs.jsonl").exists() and os.listdir(sentinel) == []
     assert lay.command_log("head").stat().st_size == before  # the head was never asked anything
 
 
 def test_a_crafted_model_id_is_refused(tmp_path):
-    text = (PARAMS_DIR / "twin.yaml").read_text().replace(
-        "SERVED_MODEL_NAME: deepseek-v4-flash-0731", "SERVED_MODEL_NAME: \"m; touch /tmp/x\"")
+    text = (
+        (PARAMS_DIR / "twin.yaml")
+        .read_text()
+        .replace("SERVED_MODEL_NAME: deepseek-v4-flash-0731", 'SERVED_MODEL_NAME: "m; touch /tmp/x"')
+    )
     (tmp_path / "lane.yaml").write_text(text)
     with pytest.raises(LaneError, match="env.SERVED_MODEL_NAME must be a model id"):
         load_lane(tmp_path / "lane.yaml")
@@ -165,12 +184,20 @@ SAFE_CALLS = {"q", "qpath", "int", "env_prefix", "shell_line", "in_checkout"}  #
 # Names interpolated unquoted into a command, each already quoted or a constant where it is built (reviewed).
 PRE_QUOTED = {
     "listed": "paths or names joined after q/qpath each",
-    "n": "q(name)", "base": "q(name + '.bak-' + stamp)", "keep": "the constant cp -p or mv",
-    "command": "a command built by its caller", "flag": "a test(1) flag constant (-e, -f, -x)",
-    "limit": "--bwlimit=int(...) or ''", "REFUSED_EXIT": "an int constant",
-    "SHM_CLEANUP": "a constant command", "DROP_CACHES": "a constant command",
-    "LOCK_DIR": "the constant ~/.lanebook", "LOCK_FILE": "a constant path under it", "TAKEN": "a constant word",
-    "same": "a test built from q(claim) or the int mtime", "stamp": "a UTC stamp and the claim's alphanumerics",
+    "n": "q(name)",
+    "base": "q(name + '.bak-' + stamp)",
+    "keep": "the constant cp -p or mv",
+    "command": "a command built by its caller",
+    "flag": "a test(1) flag constant (-e, -f, -x)",
+    "limit": "--bwlimit=int(...) or ''",
+    "REFUSED_EXIT": "an int constant",
+    "SHM_CLEANUP": "a constant command",
+    "DROP_CACHES": "a constant command",
+    "LOCK_DIR": "the constant ~/.lanebook",
+    "LOCK_FILE": "a constant path under it",
+    "TAKEN": "a constant word",
+    "same": "a test built from q(claim) or the int mtime",
+    "stamp": "a UTC stamp and the claim's alphanumerics",
     "found.mtime": "an int the head's stat printed",
 }
 
@@ -178,11 +205,19 @@ PRE_QUOTED = {
 def _command_strings(tree: ast.AST):
     """f-strings that become remote commands: arguments of .run/.sudo/.each, and those returned or assigned in
     functions whose name ends in _command or _probe, or that build one (the module's command helpers)."""
-    builders = {n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-                and (n.name.endswith(("_command", "_probe")) or n.name in {"in_checkout", "_failed_tests"})}
+    builders = {
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef)
+        and (n.name.endswith(("_command", "_probe")) or n.name in {"in_checkout", "_failed_tests"})
+    }
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("run", "sudo", "each"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("run", "sudo", "each")
+        ):
             found += [a for a in node.args if isinstance(a, ast.JoinedStr)]
     for fn in builders:
         for node in ast.walk(fn):
@@ -193,10 +228,16 @@ def _command_strings(tree: ast.AST):
 
 def _joins_quoted(expr: ast.AST) -> bool:
     """`' '.join(q(u) for u in units)`: a join of values each quoted."""
-    return (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "join"
-            and len(expr.args) == 1 and isinstance(expr.args[0], (ast.GeneratorExp, ast.ListComp))
-            and isinstance(expr.args[0].elt, ast.Call) and isinstance(expr.args[0].elt.func, ast.Name)
-            and expr.args[0].elt.func.id in SAFE_CALLS)
+    return (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "join"
+        and len(expr.args) == 1
+        and isinstance(expr.args[0], (ast.GeneratorExp, ast.ListComp))
+        and isinstance(expr.args[0].elt, ast.Call)
+        and isinstance(expr.args[0].elt.func, ast.Name)
+        and expr.args[0].elt.func.id in SAFE_CALLS
+    )
 
 
 def test_every_value_in_a_remote_command_is_quoted():

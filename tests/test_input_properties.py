@@ -3,6 +3,7 @@ files, lint's inputs, the CLI's arguments) end in a value or in one clear line (
 traceback. Each example is cheap (in-process, no twin); the values are made to look like the ones that hurt:
 shell metacharacters, line breaks, quotes, options, non-ASCII digits, wrong types.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,38 +13,85 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from lanebook.base.errors import LanebookError, LaneError
+from lanebook.base.paths import PARAMS_DIR
+from lanebook.lane.params import ENV_KEY_RE, MODEL_RE, NAME_RE, USER_RE, LaneParams, check_host, lane_names, load_lane
+from lanebook.nodes.ssh import Lane
+from lanebook.ops.launcher import launcher_command
+from lanebook.ops.transfers import rsync_command
+from lanebook.ops.weights import download_command
+from lanebook.recipe.compose import ComposeFile, load_compose, safe_data
+from lanebook.recipe.envfile import (
+    interpolate,
+    normalized_lines,
+    parse_env_file,
+    parse_env_text,
+    references,
+    resolve_env,
+    unreadable_lines,
+)
+from lanebook.recipe.lint import lint_env_and_compose
+from lanebook.runs.execute import RUNBOOKS, parse_params, run_runbook
 from recipe_fixtures import FIXTURES
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from lanebook.recipe.compose import ComposeFile, load_compose, safe_data
-from lanebook.recipe.envfile import interpolate, normalized_lines, parse_env_file, parse_env_text, references, resolve_env, unreadable_lines
-from lanebook.base.errors import LaneError, LanebookError
-from lanebook.runs.execute import RESERVED, RUNBOOKS, parse_params, run_runbook
-from lanebook.ops.launcher import launcher_command
-from lanebook.recipe.lint import lint_env_and_compose
-from lanebook.nodes.ssh import Lane
-from lanebook.lane.params import (ENV_KEY_RE, MODEL_RE, NAME_RE, USER_RE, LaneParams, check_host, lane_names, load_lane)
-from lanebook.base.paths import PARAMS_DIR
-from lanebook.ops.transfers import rsync_command
-from lanebook.ops.weights import download_command
-
 # Derandomized: the suite draws the same 1,000 examples on every run, so CI's verdict is the code's, never the
 # draw's; `make fuzz` draws fresh ones (each input it finds that fails becomes an @example here, and a fix).
-EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                    derandomize=os.environ.get("LANEBOOK_FUZZ") != "1")
+EXAMPLES = settings(
+    max_examples=1000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=os.environ.get("LANEBOOK_FUZZ") != "1",
+)
 
 # What crafted input looks like: shell code, line breaks, quotes, an option, a path escape, digits int() refuses.
-PAYLOADS = ["; rm -rf ~", "fe80::1%a;b", "$(touch /tmp/lbt-pwned)", "`touch /tmp/lbt-pwned`", "\n", "\r\n", "'", '"', "\\",
-            "-oProxyCommand=sh", "--delete", "../..", "\x00", "²", " ", "~", "*", "&&", "|", "${HOME}", "$$", "#", ":",
-            "\ufeff", "{", "[", "!!python/object:os.system", "&a [*a]", "2001-13-01", "1e400", "0x1F", "-1", "65536"]
-crafted = st.one_of(st.text(max_size=12), st.sampled_from(PAYLOADS),
-                    st.builds(lambda a, b, c: a + b + c, st.text(max_size=4), st.sampled_from(PAYLOADS), st.text(max_size=4)))
+PAYLOADS = [
+    "; rm -rf ~",
+    "fe80::1%a;b",
+    "$(touch /tmp/lbt-pwned)",
+    "`touch /tmp/lbt-pwned`",
+    "\n",
+    "\r\n",
+    "'",
+    '"',
+    "\\",
+    "-oProxyCommand=sh",
+    "--delete",
+    "../..",
+    "\x00",
+    "²",
+    " ",
+    "~",
+    "*",
+    "&&",
+    "|",
+    "${HOME}",
+    "$$",
+    "#",
+    ":",
+    "\ufeff",
+    "{",
+    "[",
+    "!!python/object:os.system",
+    "&a [*a]",
+    "2001-13-01",
+    "1e400",
+    "0x1F",
+    "-1",
+    "65536",
+]
+crafted = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(PAYLOADS),
+    st.builds(lambda a, b, c: a + b + c, st.text(max_size=4), st.sampled_from(PAYLOADS), st.text(max_size=4)),
+)
 scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), crafted)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(crafted, inner, max_size=3),
-                      max_leaves=6)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(crafted, inner, max_size=3), max_leaves=6
+)
 
 
 def one_line(exc: BaseException) -> str:
@@ -107,6 +155,7 @@ def _accepted_lane_invariants(lane: LaneParams) -> None:
 
 # --- lane files ------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def lane_file(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("lanes") / "lane.yaml"
@@ -125,9 +174,12 @@ def test_a_changed_lane_file_loads_or_fails_with_one_line(lane_file, path, actio
 
 
 @EXAMPLES
-@given(text=st.one_of(st.text(), st.builds(lambda a, b: TWIN_TEXT[:a] + b + TWIN_TEXT[a:],
-                                           st.integers(0, len(TWIN_TEXT)), crafted)),
-       raw=st.binary(max_size=40))
+@given(
+    text=st.one_of(
+        st.text(), st.builds(lambda a, b: TWIN_TEXT[:a] + b + TWIN_TEXT[a:], st.integers(0, len(TWIN_TEXT)), crafted)
+    ),
+    raw=st.binary(max_size=40),
+)
 def test_any_lane_file_text_or_bytes_loads_or_fails_with_one_line(lane_file, text, raw):
     for content in (text.encode("utf-8", "surrogatepass"), raw):
         lane_file.write_bytes(content)
@@ -140,12 +192,33 @@ def test_any_lane_file_text_or_bytes_loads_or_fails_with_one_line(lane_file, tex
 # --- -p overrides --------------------------------------------------------------------------------------------
 
 keys = st.one_of(st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True), crafted)
-pairs = st.one_of(crafted, st.builds(lambda k, v: f"{k}={v}", keys, st.one_of(crafted, st.sampled_from(
-    ["[1, 4]", "{a: 1}", "true", "null", "0.10", "'quoted'", "!!binary aGk=", "!!int x", "[", "a: b: c"]))))
+pairs = st.one_of(
+    crafted,
+    st.builds(
+        lambda k, v: f"{k}={v}",
+        keys,
+        st.one_of(
+            crafted,
+            st.sampled_from(
+                ["[1, 4]", "{a: 1}", "true", "null", "0.10", "'quoted'", "!!binary aGk=", "!!int x", "[", "a: b: c"]
+            ),
+        ),
+    ),
+)
 
 
-@pytest.mark.parametrize("pair,error", [("k=2001-13-01", True), ("k=!!int x", True), ("k=&a [*a]", True),
-                                        ("k=1e400", True), ("k=x=y", False), ("k=[1, 4]", False), ("=1", True)])
+@pytest.mark.parametrize(
+    "pair,error",
+    [
+        ("k=2001-13-01", True),
+        ("k=!!int x", True),
+        ("k=&a [*a]", True),
+        ("k=1e400", True),
+        ("k=x=y", False),
+        ("k=[1, 4]", False),
+        ("=1", True),
+    ],
+)
 def test_parse_params_refuses_what_is_not_a_plain_value(pair, error):
     """Values a run record (JSON) and a notebook's parameters cell can carry; a date, a cycle, inf or a bad tag is
     refused with one line instead of a traceback (or a record that cannot be written)."""
@@ -174,11 +247,11 @@ def _guarded(monkeypatch_obj, outputs: Path):
     """Every way out of lanebook's checks into an action raises Reached instead: opening an SSH connection, claiming
     a run's output (papermill would run next), a speed or HTTP run, the twin, the demo, the book, the lab. papermill's
     notebook inspection (the same answer for the same file) is remembered, as a long-lived process would."""
-    import lanebook.site.book
     import lanebook.demo
+    import lanebook.nodes.ssh
     import lanebook.runs.execute
     import lanebook.runs.lab
-    import lanebook.nodes.ssh
+    import lanebook.site.book
     import lanebook.speed.command
     import lanebook.twin.control
 
@@ -193,6 +266,7 @@ def _guarded(monkeypatch_obj, outputs: Path):
     def reached(what):
         def act(*args, **kwargs):
             raise Reached(what)
+
         return act
 
     monkeypatch_obj.setenv("LANEBOOK_OUTPUTS", str(outputs))
@@ -200,8 +274,13 @@ def _guarded(monkeypatch_obj, outputs: Path):
     monkeypatch_obj.setattr(lanebook.runs.execute, "_new_output", reached("run"))
     monkeypatch_obj.setattr(lanebook.nodes.ssh.Node, "connection", reached("ssh"))
     monkeypatch_obj.setattr(lanebook.speed.command, "speed_command", reached("speed"))
-    for module, name in ((lanebook.twin.control, "up"), (lanebook.twin.control, "down"),
-                         (lanebook.demo, "run_demo"), (lanebook.site.book, "build_book"), (lanebook.runs.lab, "run_lab")):
+    for module, name in (
+        (lanebook.twin.control, "up"),
+        (lanebook.twin.control, "down"),
+        (lanebook.demo, "run_demo"),
+        (lanebook.site.book, "build_book"),
+        (lanebook.runs.lab, "run_lab"),
+    ):
         monkeypatch_obj.setattr(module, name, reached(name))
     yield
 
@@ -223,10 +302,17 @@ lanes = st.one_of(st.sampled_from(lane_names()), crafted, st.sampled_from(["para
 
 
 @EXAMPLES
-@given(runbook=st.one_of(st.sampled_from(RUNBOOKS), crafted), lane=lanes, given_pairs=st.lists(pairs, max_size=3),
-       unknown=st.from_regex(r"[a-z]{1,8}", fullmatch=True), dry_run=st.booleans(), yes=st.booleans())
-def test_run_runbook_refuses_unknown_parameters_before_anything_runs(guarded, runbook, lane, given_pairs, unknown, dry_run,
-                                                                     yes):
+@given(
+    runbook=st.one_of(st.sampled_from(RUNBOOKS), crafted),
+    lane=lanes,
+    given_pairs=st.lists(pairs, max_size=3),
+    unknown=st.from_regex(r"[a-z]{1,8}", fullmatch=True),
+    dry_run=st.booleans(),
+    yes=st.booleans(),
+)
+def test_run_runbook_refuses_unknown_parameters_before_anything_runs(
+    guarded, runbook, lane, given_pairs, unknown, dry_run, yes
+):
     try:
         params = {**parse_params(given_pairs), f"not_a_parameter_{unknown}": 1}
         run_runbook(runbook, load_lane(lane), params, dry_run=dry_run, yes=yes)
@@ -238,11 +324,23 @@ def test_run_runbook_refuses_unknown_parameters_before_anything_runs(guarded, ru
 
 # --- env and compose files, lint's inputs --------------------------------------------------------------------
 
-env_lines = st.one_of(crafted, st.builds(lambda export, k, eq, q, v: f"{export}{k}{eq}{q}{v}{q}",
-                                         st.sampled_from(["", "export ", "  "]), keys, st.sampled_from(["=", " = ", "=="]),
-                                         st.sampled_from(["", "'", '"']), crafted))
-env_texts = st.builds(lambda bom, lines, end: bom + end.join(lines), st.sampled_from(["", "\ufeff"]), st.lists(env_lines, max_size=8),
-                      st.sampled_from(["\n", "\r\n"]))
+env_lines = st.one_of(
+    crafted,
+    st.builds(
+        lambda export, k, eq, q, v: f"{export}{k}{eq}{q}{v}{q}",
+        st.sampled_from(["", "export ", "  "]),
+        keys,
+        st.sampled_from(["=", " = ", "=="]),
+        st.sampled_from(["", "'", '"']),
+        crafted,
+    ),
+)
+env_texts = st.builds(
+    lambda bom, lines, end: bom + end.join(lines),
+    st.sampled_from(["", "\ufeff"]),
+    st.lists(env_lines, max_size=8),
+    st.sampled_from(["\n", "\r\n"]),
+)
 
 
 @EXAMPLES
@@ -255,8 +353,11 @@ def test_env_files_parse_every_line_once_and_interpolate_or_fail_with_one_line(t
     blank_or_comment = {n for n, line in enumerate(lines, 1) if not line.strip() or line.strip().startswith("#")}
     assert {e.line for e in entries} | unread | blank_or_comment == set(range(1, len(lines) + 1))
     assert not unread & {e.line for e in entries}
-    for attempt in (lambda: resolve_env(entries, environ), lambda: interpolate(template, environ),
-                    lambda: references(template)):
+    for attempt in (
+        lambda: resolve_env(entries, environ),
+        lambda: interpolate(template, environ),
+        lambda: references(template),
+    ):
         try:
             attempt()
         except LanebookError as exc:
@@ -281,8 +382,9 @@ class RecipeFiles(tuple):
 @pytest.fixture(scope="module")
 def recipe_files(tmp_path_factory):
     """The recipe's compose file and env example (read where they are), and a scratch dir to write changed copies."""
-    return RecipeFiles((_fixture("docker-compose.dspark.yml"), _fixture("env.dspark.example"),
-                        tmp_path_factory.mktemp("recipe")))
+    return RecipeFiles(
+        (_fixture("docker-compose.dspark.yml"), _fixture("env.dspark.example"), tmp_path_factory.mktemp("recipe"))
+    )
 
 
 def _line_edit(text: str, index: int, action: str, value: str) -> str:
@@ -354,16 +456,34 @@ def test_lint_of_changed_recipe_files_reports_or_fails_with_one_line(recipe_file
 
 paths = st.one_of(crafted, st.sampled_from([".", "/", "/dev/null", "missing.yml", "params/twin.yaml"]))
 commands = st.one_of(
-    st.builds(lambda rb, lane, ps, flags: ["run", rb, "--lane", lane, *[a for p in ps for a in ("-p", p)], *flags],
-              st.one_of(st.sampled_from(RUNBOOKS), crafted), lanes, st.lists(pairs, max_size=2),
-              st.lists(st.sampled_from(["--dry-run", "--yes"]), max_size=2, unique=True)),
-    st.builds(lambda opts, flags: ["lint", *[a for o in opts for a in o], *flags],
-              st.lists(st.one_of(st.tuples(st.just("--lane"), lanes), st.tuples(st.just("--checkout"), paths),
-                                 st.tuples(st.just("--env"), paths), st.tuples(st.just("--compose"), paths)), max_size=3),
-              st.lists(st.sampled_from(["--dry-run", "--json"]), max_size=2, unique=True)),
+    st.builds(
+        lambda rb, lane, ps, flags: ["run", rb, "--lane", lane, *[a for p in ps for a in ("-p", p)], *flags],
+        st.one_of(st.sampled_from(RUNBOOKS), crafted),
+        lanes,
+        st.lists(pairs, max_size=2),
+        st.lists(st.sampled_from(["--dry-run", "--yes"]), max_size=2, unique=True),
+    ),
+    st.builds(
+        lambda opts, flags: ["lint", *[a for o in opts for a in o], *flags],
+        st.lists(
+            st.one_of(
+                st.tuples(st.just("--lane"), lanes),
+                st.tuples(st.just("--checkout"), paths),
+                st.tuples(st.just("--env"), paths),
+                st.tuples(st.just("--compose"), paths),
+            ),
+            max_size=3,
+        ),
+        st.lists(st.sampled_from(["--dry-run", "--json"]), max_size=2, unique=True),
+    ),
     st.builds(lambda lane, d: ["env", "render", "--lane", lane, "--checkout", d], lanes, paths),
-    st.builds(lambda api, model, c, t: ["speed", "--api", api, "--model", model, "--concurrency", c, "--max-tokens", t],
-              crafted, crafted, st.one_of(crafted, st.sampled_from(["1,4,6", "0", "-1", "1,,2"])), crafted),
+    st.builds(
+        lambda api, model, c, t: ["speed", "--api", api, "--model", model, "--concurrency", c, "--max-tokens", t],
+        crafted,
+        crafted,
+        st.one_of(crafted, st.sampled_from(["1,4,6", "0", "-1", "1,,2"])),
+        crafted,
+    ),
     st.builds(lambda lane, j: ["audit", "--lane", lane, *j], lanes, st.lists(st.just("--json"), max_size=1)),
     st.builds(lambda lane: ["promote", "--lane", lane, "--dry-run"], lanes),
     st.lists(crafted, max_size=5),

@@ -2,6 +2,7 @@
 both nodes' /dev/shm (step 1), passes only on what it observed, and ends with the post-readiness warmup (step 6):
 not sent twice when the launcher's own hook warmed the lane, skipped, saying why, by a lane with
 POST_READINESS_WARMUP_ENABLED: 0."""
+
 import json
 import os
 import subprocess
@@ -9,11 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import REPO
+from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher
 from lanebook_runs import dry_run_offline
 
 
@@ -23,9 +23,13 @@ def shm(node):
 
 def run_launch(tmp_path, expect_exit: int) -> dict:
     """`lanebook run launch --lane twin` with its own outputs dir; its exit code checked, its record returned."""
-    run = subprocess.run([str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", "twin"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")},
+    )
     assert run.returncode == expect_exit, run.stdout + run.stderr
     return json.loads((tmp_path / "outputs" / "runs.jsonl").read_text().splitlines()[-1])
 
@@ -40,15 +44,23 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
             node.run(f"touch /dev/shm/{name}")
         try:
             record = run_launch(tmp_path, expect_exit=0)
-            assert record["verdict"] == "pass" and set(record["figures"]["free_gib_after_cleanup"]) == {"head", "worker"}
+            assert record["verdict"] == "pass" and set(record["figures"]["free_gib_after_cleanup"]) == {
+                "head",
+                "worker",
+            }
             # step 6: the launcher's hook warmed the lane, so no wave is sent twice; the engine and both logs are checked
             assert record["figures"]["warmed_by"] == "the launcher's post-readiness hook"
             assert "warmup_shapes" not in record["figures"]
             executed = (tmp_path / "outputs" / record["output"]).read_text()
-            assert ("lanebook's own warmup waves** — skipped: the launcher's hook warmed the lane (Post-readiness "
-                    "warmup: ok); not sent twice") in executed
-            for what in ("/health answers 200 after the warmup (the engine is alive)",
-                         "no fatal runtime error in head's log", "no fatal runtime error in worker's log"):
+            assert (
+                "lanebook's own warmup waves** — skipped: the launcher's hook warmed the lane (Post-readiness "
+                "warmup: ok); not sent twice"
+            ) in executed
+            for what in (
+                "/health answers 200 after the warmup (the engine is alive)",
+                "no fatal runtime error in head's log",
+                "no fatal runtime error in worker's log",
+            ):
                 assert f"`PASS` **{what}" in executed, what
             for node in lane.nodes:
                 assert name not in shm(node)
@@ -67,12 +79,16 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
     with ssh.Lane(lane_params) as lane:
         launcher.stop_lane(lane)
         original = lane.head.run(f"cat {script}").stdout
-        lane.head.run(f"sed -i 's/^apply_memory_profile$/apply_memory_profile; export MAX_NUM_BATCHED_TOKENS=8216/' {script}")
+        lane.head.run(
+            f"sed -i 's/^apply_memory_profile$/apply_memory_profile; export MAX_NUM_BATCHED_TOKENS=8216/' {script}"
+        )
         assert "MAX_NUM_BATCHED_TOKENS=8216" in lane.head.run(f"cat {script}").stdout
         try:
             record = run_launch(tmp_path, expect_exit=1)
             assert record["verdict"] == "fail" and record["failed_step"] == "5 models and live command", record
-            assert "run `env`" in record["fix"] and record["figures"]["kv_cache_tokens"], record  # what to do, and what was measured
+            assert "run `env`" in record["fix"] and record["figures"]["kv_cache_tokens"], (
+                record
+            )  # what to do, and what was measured
             executed = (tmp_path / "outputs" / record["output"]).read_text()
             assert "--max-num-batched-tokens: lane 8192, live 8216" in executed
         finally:
@@ -93,8 +109,10 @@ def test_a_lane_that_bypasses_the_warmup_skips_step_6_saying_why(tmp_path):
     record, done = dry_run_offline(tmp_path / "outputs", "launch", str(lane_file))
     assert record["verdict"] == "dry-run"
     executed = (tmp_path / "outputs" / record["output"]).read_text()
-    assert ("the bounded post-readiness warmup ran** — skipped: the lane sets POST_READINESS_WARMUP_ENABLED: 0 "
-            "(the recipe's immediate bypass)") in executed
+    assert (
+        "the bounded post-readiness warmup ran** — skipped: the lane sets POST_READINESS_WARMUP_ENABLED: 0 "
+        "(the recipe's immediate bypass)"
+    ) in executed
     assert "chat/completions" not in done.stdout
 
 
@@ -120,4 +138,3 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
         assert repaired["verdict"] == "pass" and repaired["figures"]["backups"], repaired
         assert "VLLM_USE_BREAKABLE_CUDAGRAPH" in lane.head.run(f"cat {compose}").stdout
         assert lint_what_lane_runs(lane_params).ok
-

@@ -1,6 +1,7 @@
 """Starting and stopping a lane through its checkout's scripts (lanebook.ops.launcher): the seed's command lines in
 dry-run, the launcher's codes and messages read into outcomes (the recipe launcher's own lines), and on the
 twin the launch cycle and each failure outcome as the twin's launcher produces it."""
+
 import json
 import shutil
 import socket
@@ -9,62 +10,106 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import launcher, logs
-from lanebook.nodes import ssh
 from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher, logs
 from recipe_dry_run import dry_lane, every_operation
 
 CONTAINER = "ds4-f-mia-anemll-0731-vllm-dspark-1"
-LAUNCH = ("head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
-          "./start-deepseek-v4-flash-dspark.sh")
+LAUNCH = (
+    "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
+    "./start-deepseek-v4-flash-dspark.sh"
+)
 
 
 # --- what the launcher says --------------------------------------------------------------------
 
-@pytest.mark.parametrize("code, output, outcome, reason", [
-    (0, "DeepSeek V4 Flash DSpark is running: http://127.0.0.1:8888/v1/models\nMinimal chat request succeeded.",
-     "ok", "Minimal chat request succeeded."),
-    (1, "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values.",
-     "missing env file", "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values."),
-    (1, "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark",
-     "refused configuration", "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark"),
-    (2, "Unknown option: --bogus\nUsage: start-deepseek-v4-flash-dspark.sh [--host HOST] [--port PORT]",
-     "refused configuration", "Unknown option: --bogus"),
-    (2, "VLLM port must be an integer between 1 and 65535: x", "refused configuration",
-     "VLLM port must be an integer between 1 and 65535: x"),
-    (2, "something new the launcher refuses", "refused configuration", "something new the launcher refuses"),
-    (1, "Resolved DSpark profile:\nCannot reach worker with passwordless SSH: 10.0.0.2", "worker unreachable",
-     "Cannot reach worker with passwordless SSH: 10.0.0.2"),
-    (1, "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.1.\nPull it (e.g. docker pull X)", "image missing",
-     "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.1."),
-    (1, "Missing worker Docker image X.", "image missing", "Missing worker Docker image X."),
-    # the logs printed after the launcher's own line do not decide, whatever they say
-    (1, "Waiting for DSpark vLLM API...\nTimed out waiting for DSpark API. Recent head logs:\n"
-        "vllm-dspark-1  | error: Unknown option: --x\nRecent worker logs:", "health timeout",
-     "Timed out waiting for DSpark API. Recent head logs:"),
-    (1, "Running minimal OpenAI-compatible chat request...\ncurl: (22) The requested URL returned error: 500\n"
-        "Minimal chat request failed.\nStartup failed. Recent head logs:\nvllm-dspark-1  | Traceback", "failed",
-     "Minimal chat request failed."),
-    (130, "Waiting for DSpark vLLM API...", "interrupted", "SIGINT"),
-    (129, "", "interrupted", "SIGHUP"),
-    (143, "", "interrupted", "SIGTERM"),
-    (1, "", "failed", ""),
-])
+
+@pytest.mark.parametrize(
+    "code, output, outcome, reason",
+    [
+        (
+            0,
+            "DeepSeek V4 Flash DSpark is running: http://127.0.0.1:8888/v1/models\nMinimal chat request succeeded.",
+            "ok",
+            "Minimal chat request succeeded.",
+        ),
+        (
+            1,
+            "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values.",
+            "missing env file",
+            "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values.",
+        ),
+        (
+            1,
+            "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark",
+            "refused configuration",
+            "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark",
+        ),
+        (
+            2,
+            "Unknown option: --bogus\nUsage: start-deepseek-v4-flash-dspark.sh [--host HOST] [--port PORT]",
+            "refused configuration",
+            "Unknown option: --bogus",
+        ),
+        (
+            2,
+            "VLLM port must be an integer between 1 and 65535: x",
+            "refused configuration",
+            "VLLM port must be an integer between 1 and 65535: x",
+        ),
+        (2, "something new the launcher refuses", "refused configuration", "something new the launcher refuses"),
+        (
+            1,
+            "Resolved DSpark profile:\nCannot reach worker with passwordless SSH: 10.0.0.2",
+            "worker unreachable",
+            "Cannot reach worker with passwordless SSH: 10.0.0.2",
+        ),
+        (
+            1,
+            "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.1.\nPull it (e.g. docker pull X)",
+            "image missing",
+            "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.1.",
+        ),
+        (1, "Missing worker Docker image X.", "image missing", "Missing worker Docker image X."),
+        # the logs printed after the launcher's own line do not decide, whatever they say
+        (
+            1,
+            "Waiting for DSpark vLLM API...\nTimed out waiting for DSpark API. Recent head logs:\n"
+            "vllm-dspark-1  | error: Unknown option: --x\nRecent worker logs:",
+            "health timeout",
+            "Timed out waiting for DSpark API. Recent head logs:",
+        ),
+        (
+            1,
+            "Running minimal OpenAI-compatible chat request...\ncurl: (22) The requested URL returned error: 500\n"
+            "Minimal chat request failed.\nStartup failed. Recent head logs:\nvllm-dspark-1  | Traceback",
+            "failed",
+            "Minimal chat request failed.",
+        ),
+        (130, "Waiting for DSpark vLLM API...", "interrupted", "SIGINT"),
+        (129, "", "interrupted", "SIGHUP"),
+        (143, "", "interrupted", "SIGTERM"),
+        (1, "", "failed", ""),
+    ],
+)
 def test_launcher_outcomes(code, output, outcome, reason):
     assert launcher.launcher_outcome(code, output) == (outcome, reason)
 
 
-
-@pytest.mark.parametrize("code, output, said", [
-    (0, "Minimal chat request succeeded.\r\nPost-readiness warmup: ok\r\n", "Post-readiness warmup: ok"),
-    (0, "Post-readiness warmup: SKIPPED (POST_READINESS_WARMUP_ENABLED=0)\n", None),
-    (0, "WARN: post-readiness warmup failed (fail-open: the server is up and serving)\n", None),
-    (0, "Minimal chat request succeeded.\n", None),  # an older checkout: no hook
-    (1, "Post-readiness warmup: ok\nStartup failed.\n", None),  # not an ok launch
-])
+@pytest.mark.parametrize(
+    "code, output, said",
+    [
+        (0, "Minimal chat request succeeded.\r\nPost-readiness warmup: ok\r\n", "Post-readiness warmup: ok"),
+        (0, "Post-readiness warmup: SKIPPED (POST_READINESS_WARMUP_ENABLED=0)\n", None),
+        (0, "WARN: post-readiness warmup failed (fail-open: the server is up and serving)\n", None),
+        (0, "Minimal chat request succeeded.\n", None),  # an older checkout: no hook
+        (1, "Post-readiness warmup: ok\nStartup failed.\n", None),  # not an ok launch
+    ],
+)
 def test_the_launchers_warmup_hook_counts_only_when_it_says_ok(code, output, said):
     assert launcher.launcher_result(ssh.CommandResult("head", "start", code, output)).hook_warmed == said
+
 
 def test_there_is_no_already_up_outcome():
     assert launcher.launcher_outcome(3, "DSpark head container already exists")[0] == "failed"
@@ -72,15 +117,19 @@ def test_there_is_no_already_up_outcome():
 
 # --- the lane's state -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("running, state, orphaned", [
-    ({"head": [CONTAINER], "worker": [CONTAINER]}, "up", {}),
-    ({"head": [], "worker": []}, "down", {}),
-    ({"head": [], "worker": [CONTAINER]}, "orphaned worker", {"worker": [CONTAINER]}),
-    ({"head": [CONTAINER], "worker": []}, "head without its workers", {}),
-    ({"head": [], "w1": [CONTAINER], "w2": []}, "orphaned worker", {"w1": [CONTAINER]}),
-    ({"head": [CONTAINER], "w1": [CONTAINER], "w2": []}, "head without its workers", {}),
-    ({"head": [CONTAINER]}, "up", {}),  # a one-node lane
-])
+
+@pytest.mark.parametrize(
+    "running, state, orphaned",
+    [
+        ({"head": [CONTAINER], "worker": [CONTAINER]}, "up", {}),
+        ({"head": [], "worker": []}, "down", {}),
+        ({"head": [], "worker": [CONTAINER]}, "orphaned worker", {"worker": [CONTAINER]}),
+        ({"head": [CONTAINER], "worker": []}, "head without its workers", {}),
+        ({"head": [], "w1": [CONTAINER], "w2": []}, "orphaned worker", {"w1": [CONTAINER]}),
+        ({"head": [CONTAINER], "w1": [CONTAINER], "w2": []}, "head without its workers", {}),
+        ({"head": [CONTAINER]}, "up", {}),  # a one-node lane
+    ],
+)
 def test_lane_state_from_the_running_containers(running, state, orphaned):
     assert launcher.state_from_containers(running, "head") == state
     assert launcher.orphaned_workers(running, "head") == orphaned
@@ -91,12 +140,18 @@ def test_lane_state_from_the_running_containers(running, state, orphaned):
 def test_a_dry_run_observes_no_state_and_records_the_api_questions():
     lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     containers, answer = launcher.lane_containers(lane), launcher.ask_api(lane)
-    assert (containers.state, containers.orphaned, containers.summary()) == ("not observed (dry run)", {}, "not observed (dry run)")
+    assert (containers.state, containers.orphaned, containers.summary()) == (
+        "not observed (dry run)",
+        {},
+        "not observed (dry run)",
+    )
     assert (answer.healthy, answer.models, answer.model_ids) == (None, None, [])
     assert lane.executor.commands() == [
-        "head: docker ps --format '{{.Names}}'", "worker: docker ps --format '{{.Names}}'",
+        "head: docker ps --format '{{.Names}}'",
+        "worker: docker ps --format '{{.Names}}'",
         "local: wait for /health: GET http://192.168.1.11:8888/health every 1 s, bound 5 s",
-        "local: wait for /v1/models listing a model: GET http://192.168.1.11:8888/v1/models every 1 s, bound 5 s"]
+        "local: wait for /v1/models listing a model: GET http://192.168.1.11:8888/v1/models every 1 s, bound 5 s",
+    ]
 
 
 def test_an_api_that_does_not_answer_is_reported_not_raised():
@@ -110,6 +165,7 @@ def test_an_api_that_does_not_answer_is_reported_not_raised():
 
 
 # --- dry run ---------------------------------------------------------------------------------------
+
 
 def test_dry_run_gives_the_seed_lines_and_claims_nothing():
     lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
@@ -129,13 +185,18 @@ def test_the_recipe_sequence_in_dry_run():
     lines = every_operation(dry_lane())
     text = "\n".join(lines)
     assert LAUNCH in lines
-    assert ("head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E "
-            "'BREAKABLE|Breakable CUDA|KV cache size") in text
+    assert (
+        "head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size"
+    ) in text
     assert "head: docker top ds4-f-mia-anemll-0731-vllm-dspark-1" in lines
-    assert "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/" in lines
+    assert (
+        "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/" in lines
+    )
     assert "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s" in lines
     assert "--delete " not in text
-    assert lines.index(LAUNCH) > max(i for i, line in enumerate(lines) if "drop_caches" in line or "systemctl mask" in line)
+    assert lines.index(LAUNCH) > max(
+        i for i, line in enumerate(lines) if "drop_caches" in line or "systemctl mask" in line
+    )
     assert lines.index(LAUNCH) < next(i for i, line in enumerate(lines) if "docker logs" in line)
 
 
@@ -152,24 +213,37 @@ def test_dry_run_without_a_network():
     """The honest proof: under `unshare -n` there is no network at all, and the dry run still completes."""
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
         pytest.skip("unshare -n is not available here (needs root or user namespaces)")
-    script = ("import sys, json; sys.path.insert(0, sys.argv[1]); import recipe_dry_run as r; "
-              "print(json.dumps(r.every_operation(r.dry_lane())))")
-    out = subprocess.run(["unshare", "-n", sys.executable, "-c", script, str(Path(__file__).parent)],
-                         capture_output=True, text=True, timeout=120)
+    script = (
+        "import sys, json; sys.path.insert(0, sys.argv[1]); import recipe_dry_run as r; "
+        "print(json.dumps(r.every_operation(r.dry_lane())))"
+    )
+    out = subprocess.run(
+        ["unshare", "-n", sys.executable, "-c", script, str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == every_operation(dry_lane())
 
 
 def test_values_reaching_a_shell_are_quoted():
-    lane = ssh.Lane(lane_with(load_lane("twin"), checkout="~/odd dir; rm -rf x",
-                                launcher={"env": {"PROJECT_NAME": "p q", "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}}),
-                      dry_run=True)
+    lane = ssh.Lane(
+        lane_with(
+            load_lane("twin"),
+            checkout="~/odd dir; rm -rf x",
+            launcher={"env": {"PROJECT_NAME": "p q", "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}},
+        ),
+        dry_run=True,
+    )
     launcher.start_lane(lane)
     assert lane.executor.commands() == [
-        "head: cd ~/'odd dir; rm -rf x' && PROJECT_NAME='p q' WAIT_ATTEMPTS=1 WAIT_SECONDS=1 ./start-deepseek-v4-flash-dspark.sh"]
+        "head: cd ~/'odd dir; rm -rf x' && PROJECT_NAME='p q' WAIT_ATTEMPTS=1 WAIT_SECONDS=1 ./start-deepseek-v4-flash-dspark.sh"
+    ]
 
 
 # --- on the twin --------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def lane(twin):
@@ -195,8 +269,9 @@ def test_launch_cycle(lane):
     assert "Starting DSpark worker on 127.0.0.3..." in lines and "Minimal chat request succeeded." in lines
     assert "  gpu memory utilization: 0.85 (ENABLE_VL_SIDECAR=0: from GPU_MEMORY_UTILIZATION_TEXT)" in lines
     assert lane.executor.history[-1].command.endswith(
-        "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh")
-    assert f"--gpu-memory-utilization 0.85" in logs.live_command(head, CONTAINER)
+        "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh"
+    )
+    assert "--gpu-memory-utilization 0.85" in logs.live_command(head, CONTAINER)
     pids = pid_of(head, CONTAINER), pid_of(worker, CONTAINER)
 
     again = launcher.start_lane(lane)  # no "already up" code: compose up -d leaves the unchanged ranks running
@@ -224,9 +299,13 @@ def test_launch_cycle(lane):
 @pytest.mark.twin
 def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
     """One attempt, a second apart, cannot see a cold bind through: the launcher's timeout path with both ranks' logs."""
-    quick = ssh.Lane(lane_with(lane.params, launcher={"env": {"PROJECT_NAME": "ds4-f-mia-anemll-0731",
-                                                                 "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}}),
-                       executor=lane.executor)
+    quick = ssh.Lane(
+        lane_with(
+            lane.params,
+            launcher={"env": {"PROJECT_NAME": "ds4-f-mia-anemll-0731", "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}},
+        ),
+        executor=lane.executor,
+    )
     timed_out = launcher.start_lane(quick)
     assert (timed_out.exit_code, timed_out.outcome) == (1, "health timeout")
     assert timed_out.reason == "Timed out waiting for DSpark API. Recent head logs:"
@@ -236,20 +315,43 @@ def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
 
 def checkout_copy(lane, name, edit=""):
     """A copy of the twin lane's checkout on the head, `edit` run in it (sed on its .env.dspark, rm...)."""
-    lane.head.run(f"rm -rf ~/{name} && cp -a ~/ds4-f-mia-anemll-0731 ~/{name}" + (f" && cd ~/{name} && {edit}" if edit else ""))
+    lane.head.run(
+        f"rm -rf ~/{name} && cp -a ~/ds4-f-mia-anemll-0731 ~/{name}" + (f" && cd ~/{name} && {edit}" if edit else "")
+    )
     return ssh.Lane(lane_with(lane.params, checkout=f"~/{name}"), executor=lane.executor)
 
 
 @pytest.mark.twin
-@pytest.mark.parametrize("edit, exit_code, outcome, reason", [
-    ("rm .env.dspark", 1, "missing env file", "Copy .env.dspark.example to .env.dspark and edit node-specific values."),
-    ("sed -i /^WORKER_HOST=/d .env.dspark", 1, "refused configuration", "WORKER_HOST: WORKER_HOST must be set in "),
-    ("sed -i s/^WORKER_HOST=.*/WORKER_HOST=127.0.0.9/ .env.dspark", 1, "worker unreachable",
-     "Cannot reach worker with passwordless SSH: 127.0.0.9"),
-    ("sed -i 's/^DSPARK_VLLM_IMAGE=.*/DSPARK_VLLM_IMAGE=ghcr.io\\/anemll\\/dspark-vllm-gx10:0.1.2/' .env.dspark", 1,
-     "image missing", "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.2."),
-    ("echo VLLM_PORT=eighty >> .env.dspark", 2, "refused configuration", "VLLM port must be an integer between 1 and 65535: eighty"),
-])
+@pytest.mark.parametrize(
+    "edit, exit_code, outcome, reason",
+    [
+        (
+            "rm .env.dspark",
+            1,
+            "missing env file",
+            "Copy .env.dspark.example to .env.dspark and edit node-specific values.",
+        ),
+        ("sed -i /^WORKER_HOST=/d .env.dspark", 1, "refused configuration", "WORKER_HOST: WORKER_HOST must be set in "),
+        (
+            "sed -i s/^WORKER_HOST=.*/WORKER_HOST=127.0.0.9/ .env.dspark",
+            1,
+            "worker unreachable",
+            "Cannot reach worker with passwordless SSH: 127.0.0.9",
+        ),
+        (
+            "sed -i 's/^DSPARK_VLLM_IMAGE=.*/DSPARK_VLLM_IMAGE=ghcr.io\\/anemll\\/dspark-vllm-gx10:0.1.2/' .env.dspark",
+            1,
+            "image missing",
+            "Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.2.",
+        ),
+        (
+            "echo VLLM_PORT=eighty >> .env.dspark",
+            2,
+            "refused configuration",
+            "VLLM port must be an integer between 1 and 65535: eighty",
+        ),
+    ],
+)
 def test_failures_read_from_the_twin_launcher(lane, edit, exit_code, outcome, reason):
     copy = checkout_copy(lane, "launcher-test", edit)
     try:
@@ -262,8 +364,10 @@ def test_failures_read_from_the_twin_launcher(lane, edit, exit_code, outcome, re
 
 
 def test_occupancy_tells_this_lane_a_known_lane_and_another_apart():
-    names = {"head": ["ds4-a-vllm-dspark-1", "ds4-b-vllm-dspark-1", "other-vllm-1", "prometheus"],
-             "worker": ["ds4-a-vllm-dspark-1"]}
+    names = {
+        "head": ["ds4-a-vllm-dspark-1", "ds4-b-vllm-dspark-1", "other-vllm-1", "prometheus"],
+        "worker": ["ds4-a-vllm-dspark-1"],
+    }
     pair = launcher.occupancy_of(names, "ds4-a-", ["ds4-b-"])
     assert pair.mine == {"head": ["ds4-a-vllm-dspark-1"], "worker": ["ds4-a-vllm-dspark-1"]}
     assert pair.others == {"head": ["other-vllm-1"], "worker": []} and pair.others_found() == {"head": ["other-vllm-1"]}
@@ -280,9 +384,11 @@ def test_steps_of_a_serving_or_down_lane_skip_saying_why():
     assert launcher.startup_log_step(rb, rb.lane, down="the lane is cleanly down") is None
     launcher.status_api_step(rb, launcher.LANE_DOWN, None)
     assert [(c.expected, c.seen) for c in rb.checks] == [
-        ("launcher reports the lane up", "skipped: already up"), ("launcher reports B up", "skipped: already up"),
+        ("launcher reports the lane up", "skipped: already up"),
+        ("launcher reports B up", "skipped: already up"),
         ("the startup log is clean", "skipped: the lane is cleanly down"),
-        ("the API answers with the lane's model", "skipped: the lane is cleanly down")]
+        ("the API answers with the lane's model", "skipped: the lane is cleanly down"),
+    ]
     assert rb.commands() == []
 
 

@@ -76,11 +76,19 @@ def test_no_module_imports_a_layer_above_it():
 @pytest.mark.parametrize(
     "source, expected",
     [
-        ("from lanebook.runs.audit import sha\n", ["lanebook/speed/x.py:1 imports lanebook.runs.audit (layer speed is below runs)"]),
+        (
+            "from lanebook.runs.audit import sha\n",
+            ["lanebook/speed/x.py:1 imports lanebook.runs.audit (layer speed is below runs)"],
+        ),
         ("def f():\n    from ..twin import control\n", [f"lanebook/speed/x.py:2 imports lanebook.twin ({TWIN_SEAM})"]),
-        ("from lanebook.cli import main\n", ["lanebook/speed/x.py:1 imports lanebook.cli (a layer never imports a composition root)"]),
-        ("from lanebook.base.errors import LanebookError\nfrom . import bands\nfrom lanebook.ops import warmup\n", [
-            "lanebook/speed/x.py:3 imports lanebook.ops (layer speed is below ops)"]),
+        (
+            "from lanebook.cli import main\n",
+            ["lanebook/speed/x.py:1 imports lanebook.cli (a layer never imports a composition root)"],
+        ),
+        (
+            "from lanebook.base.errors import LanebookError\nfrom . import bands\nfrom lanebook.ops import warmup\n",
+            ["lanebook/speed/x.py:3 imports lanebook.ops (layer speed is below ops)"],
+        ),
     ],
 )
 def test_the_check_sees_upward_and_twin_imports_even_inside_a_function(tmp_path, source, expected):

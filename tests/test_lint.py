@@ -4,6 +4,7 @@ the lane compared with what its checkout runs.
 The good configuration is the seed's: the fixture compose with the lane's patch and an env file built
 from params/anemll-0731.yaml. It must lint clean; each plant must raise exactly its id, on its line.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_text, line_of, need, replace_once
-
+from lanebook.lane.params import lane_names, load_lane
 from lanebook.recipe import lint as lint_module
 from lanebook.recipe.effective.checkout import REFERENCE
 from lanebook.recipe.lint import lint_env_and_compose, lint_lane_on_reference, lint_what_lane_runs
-from lanebook.lane.params import lane_names, load_lane
 from lanebook.recipe.render import render_checkout
+from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_text, line_of, need, replace_once
 
 ENV = ".env.dspark"
 
@@ -57,9 +57,19 @@ def test_fixture_example_as_is_runs_the_profile_key():
     1M is a P07 warning on that line (not the compose default 0.80)."""
     report = lint_env_and_compose(need(FIXTURES / EXAMPLE), need(FIXTURES / COMPOSE))
     [finding] = report.findings
-    assert (finding.id, finding.severity, finding.line) == ("P07", "warning", line_of(fixture_text(EXAMPLE), "GPU_MEMORY_UTILIZATION_TEXT="))
-    assert "resolves to 0.835 (the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)" in finding.message
-    assert report.ok and [(Path(i.file).name, i.source) for i in report.linted] == [(EXAMPLE, "given file"), (COMPOSE, "given file")]
+    assert (finding.id, finding.severity, finding.line) == (
+        "P07",
+        "warning",
+        line_of(fixture_text(EXAMPLE), "GPU_MEMORY_UTILIZATION_TEXT="),
+    )
+    assert (
+        "resolves to 0.835 (the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)"
+        in finding.message
+    )
+    assert report.ok and [(Path(i.file).name, i.source) for i in report.linted] == [
+        (EXAMPLE, "given file"),
+        (COMPOSE, "given file"),
+    ]
 
 
 @pytest.fixture
@@ -74,7 +84,10 @@ def test_seed_configuration_rendered_into_the_recipe_checkout_lints_clean(recipe
     report = lint_what_lane_runs(load_lane("anemll-0731"), recipe)
     assert report.findings == [] and report.ok
     assert [(Path(i.file).name, i.source) for i in report.linted] == [
-        ("anemll-0731.yaml", "lane file"), (".env.dspark", "local checkout"), (COMPOSE, "local checkout")]
+        ("anemll-0731.yaml", "lane file"),
+        (".env.dspark", "local checkout"),
+        (COMPOSE, "local checkout"),
+    ]
     assert lint(recipe).findings == []
 
 
@@ -94,10 +107,15 @@ def test_a_checkout_whose_profile_key_overrides_the_lane_fails_naming_both_value
     by_id = {f.id: f for f in report.findings}
     assert set(by_id) == {"S04", "S05", "P07"}
     lane_error = by_id["S04"]
-    assert (lane_error.severity, lane_error.file, lane_error.line) == ("error", str(directory / ENV),
-                                                                      line_of(env_text, "GPU_MEMORY_UTILIZATION_TEXT="))
-    assert lane_error.message.startswith("GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.835 "
-                                         "(the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)")
+    assert (lane_error.severity, lane_error.file, lane_error.line) == (
+        "error",
+        str(directory / ENV),
+        line_of(env_text, "GPU_MEMORY_UTILIZATION_TEXT="),
+    )
+    assert lane_error.message.startswith(
+        "GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.835 "
+        "(the launcher exports GPU_MEMORY_UTILIZATION from GPU_MEMORY_UTILIZATION_TEXT)"
+    )
     assert lane_error.message.endswith("`lanebook env render` writes GPU_MEMORY_UTILIZATION_TEXT=0.85")
     dead = by_id["S05"]
     assert (dead.severity, dead.line) == ("error", len(env_text.splitlines()))
@@ -106,7 +124,10 @@ def test_a_checkout_whose_profile_key_overrides_the_lane_fails_naming_both_value
 
 def test_the_cli_fails_there_too_with_checkout_or_env_and_compose(recipe):
     directory = overridden(recipe)
-    for args in (["--checkout", str(directory)], ["--env", str(directory / ENV), "--compose", str(directory / COMPOSE)]):
+    for args in (
+        ["--checkout", str(directory)],
+        ["--env", str(directory / ENV), "--compose", str(directory / COMPOSE)],
+    ):
         proc = run_cli("--lane", "anemll-0731", *args, "--json")
         assert proc.returncode == 1, proc.stderr
         doc = json.loads(proc.stdout)
@@ -129,21 +150,26 @@ def test_what_render_cannot_fix_says_so(recipe):
     plant(recipe / COMPOSE, "--max-num-seqs ${MAX_NUM_SEQS:-6}", "--max-num-seqs 4")
     report = lint_what_lane_runs(load_lane("anemll-0731"), recipe)
     messages = {f.id: f.message for f in report.findings}
-    assert messages["S04"] == ("MAX_NUM_SEQS: the lane says 6, but the checkout runs 4, decided on this line; "
-                               "`lanebook env render` cannot change this: edit the line that wins")
+    assert messages["S04"] == (
+        "MAX_NUM_SEQS: the lane says 6, but the checkout runs 4, decided on this line; "
+        "`lanebook env render` cannot change this: edit the line that wins"
+    )
 
 
-@pytest.mark.parametrize("old,new,pitfall_id", [
-    ("VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_USE_BREAKABLE_CUDAGRAPH=1", "P01"),
-    ("MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=16384", "P02"),
-    ("MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=8216", "P03"),
-    ("GPU_MEMORY_UTILIZATION=0.85", "GPU_MEMORY_UTILIZATION=0.80", "P07"),
-    ("VLLM_HOST_IP=10.0.0.1", "VLLM_HOST_IP=127.0.0.1", "P08"),
-    ("GLOO_SOCKET_IFNAME=bond0", "GLOO_SOCKET_IFNAME=lo", "P08"),
-    ("WORKER_VLLM_HOST_IP=10.0.0.2", "WORKER_VLLM_HOST_IP=10.0.0.1", "P08"),
-    ("HF_HUB_OFFLINE=1", "HF_HUB_OFFLINE=1\nDEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":\"false\"}'", "P10"),
-    ("MTP_NUM_TOKENS=5", "MTP_NUM_TOKENS=7", "P14"),
-])
+@pytest.mark.parametrize(
+    "old,new,pitfall_id",
+    [
+        ("VLLM_USE_BREAKABLE_CUDAGRAPH=0", "VLLM_USE_BREAKABLE_CUDAGRAPH=1", "P01"),
+        ("MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=16384", "P02"),
+        ("MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=8216", "P03"),
+        ("GPU_MEMORY_UTILIZATION=0.85", "GPU_MEMORY_UTILIZATION=0.80", "P07"),
+        ("VLLM_HOST_IP=10.0.0.1", "VLLM_HOST_IP=127.0.0.1", "P08"),
+        ("GLOO_SOCKET_IFNAME=bond0", "GLOO_SOCKET_IFNAME=lo", "P08"),
+        ("WORKER_VLLM_HOST_IP=10.0.0.2", "WORKER_VLLM_HOST_IP=10.0.0.1", "P08"),
+        ("HF_HUB_OFFLINE=1", 'HF_HUB_OFFLINE=1\nDEFAULT_CHAT_TEMPLATE_KWARGS=\'{"thinking":"false"}\'', "P10"),
+        ("MTP_NUM_TOKENS=5", "MTP_NUM_TOKENS=7", "P14"),
+    ],
+)
 def test_env_plants(good, old, new, pitfall_id):
     line = plant(good / ENV, old, new)
     if "\n" in new:
@@ -164,20 +190,30 @@ def test_env_without_memory_setting_names_the_compose_default(good):
     assert only(lint(good), "P07") == [(COMPOSE, line_of(compose_text, "--gpu-memory-utilization"))]
 
 
-@pytest.mark.parametrize("old,new,pitfall_id", [
-    ('--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192}', "--max-num-batched-tokens 16384", "P02"),
-    ('- ${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface',
-     "- /home/milo/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/9e165c30:/models/flash", "P06"),
-    ("--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80", "P07"),
-    ('TP_SOCKET_IFNAME: "${TP_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME}}"', 'TP_SOCKET_IFNAME: "lo"', "P08"),
-    ("off) DEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":false}'", "off) DEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":\"false\"}'", "P10"),
-    ('\\"num_speculative_tokens\\":$${MTP_NUM_TOKENS:-5}', '\\"num_speculative_tokens\\":7', "P14"),
-    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,5],[3,4,4],[5,6,3]]", "S01"),
-    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,5],[2,4,4],[5,5,3]]", "S01"),
-    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,6],[2,4,4],[5,6,3]]", "S01"),
-    ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,2,5],[2,4,4],[5,6,3]]", "S01"),
-    ('[5,6,3]]}";', '[5,6,3]]";', "S02"),
-])
+@pytest.mark.parametrize(
+    "old,new,pitfall_id",
+    [
+        ("--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192}", "--max-num-batched-tokens 16384", "P02"),
+        (
+            "- ${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface",
+            "- /home/milo/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/9e165c30:/models/flash",
+            "P06",
+        ),
+        ("--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80", "P07"),
+        ('TP_SOCKET_IFNAME: "${TP_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME}}"', 'TP_SOCKET_IFNAME: "lo"', "P08"),
+        (
+            "off) DEFAULT_CHAT_TEMPLATE_KWARGS='{\"thinking\":false}'",
+            'off) DEFAULT_CHAT_TEMPLATE_KWARGS=\'{"thinking":"false"}\'',
+            "P10",
+        ),
+        ('\\"num_speculative_tokens\\":$${MTP_NUM_TOKENS:-5}', '\\"num_speculative_tokens\\":7', "P14"),
+        ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,5],[3,4,4],[5,6,3]]", "S01"),
+        ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,5],[2,4,4],[5,5,3]]", "S01"),
+        ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,1,6],[2,4,4],[5,6,3]]", "S01"),
+        ("[[1,1,5],[2,4,4],[5,6,3]]", "[[1,2,5],[2,4,4],[5,6,3]]", "S01"),
+        ('[5,6,3]]}";', '[5,6,3]]";', "S02"),
+    ],
+)
 def test_compose_plants(good, old, new, pitfall_id):
     line = plant(good / COMPOSE, old, new)
     assert only(lint(good), pitfall_id) == [(COMPOSE, line)]
@@ -204,12 +240,16 @@ def test_unreadable_env_line_is_a_warning(good):
 
 def test_hermes_config_plants(good, tmp_path):
     hermes = tmp_path / "config.yaml"
-    hermes.write_text("providers:\n  spark-ds4:\n    api: http://127.0.0.2:8888/v1\n    api_key: none\n"
-                      "    extra_body:\n      chat_template_kwargs:\n        thinking: \"false\"\n")
+    hermes.write_text(
+        "providers:\n  spark-ds4:\n    api: http://127.0.0.2:8888/v1\n    api_key: none\n"
+        '    extra_body:\n      chat_template_kwargs:\n        thinking: "false"\n'
+    )
     report = lint(good, hermes_config=hermes)
     assert [(f.id, f.line) for f in report.findings] == [("P09", 4), ("P10", 7)]
-    hermes.write_text("providers:\n  spark-ds4:\n    api_key: no-key-required\n"
-                      "    extra_body: {chat_template_kwargs: {thinking: false}}\n")
+    hermes.write_text(
+        "providers:\n  spark-ds4:\n    api_key: no-key-required\n"
+        "    extra_body: {chat_template_kwargs: {thinking: false}}\n"
+    )
     assert lint(good, hermes_config=hermes).findings == []
 
 
@@ -226,15 +266,18 @@ def lane_copy(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
     return path, line_of(text, new.strip().splitlines()[0])
 
 
-@pytest.mark.parametrize("old,new,pitfall_id", [
-    ("api_key: no-key-required", "api_key: none", "P09"),
-    ("chat_template_kwargs: {thinking: false}", "chat_template_kwargs: {thinking: \"false\"}", "P10"),
-    ("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.80", "P07"),
-    ("VLLM_HOST_IP: 10.0.0.1 ", "VLLM_HOST_IP: 127.0.0.1 ", "P08"),
-    ("MAX_NUM_BATCHED_TOKENS: 8192", "MAX_NUM_BATCHED_TOKENS: 8216", "P03"),
-    ("MTP_NUM_TOKENS: 5", "MTP_NUM_TOKENS: 7", "P14"),
-    ("schedule: [[1, 1, 5], [2, 4, 4], [5, 6, 3]]", "schedule: [[1, 1, 5], [2, 4, 4], [5, 7, 3]]", "S01"),
-])
+@pytest.mark.parametrize(
+    "old,new,pitfall_id",
+    [
+        ("api_key: no-key-required", "api_key: none", "P09"),
+        ("chat_template_kwargs: {thinking: false}", 'chat_template_kwargs: {thinking: "false"}', "P10"),
+        ("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.80", "P07"),
+        ("VLLM_HOST_IP: 10.0.0.1 ", "VLLM_HOST_IP: 127.0.0.1 ", "P08"),
+        ("MAX_NUM_BATCHED_TOKENS: 8192", "MAX_NUM_BATCHED_TOKENS: 8216", "P03"),
+        ("MTP_NUM_TOKENS: 5", "MTP_NUM_TOKENS: 7", "P14"),
+        ("schedule: [[1, 1, 5], [2, 4, 4], [5, 6, 3]]", "schedule: [[1, 1, 5], [2, 4, 4], [5, 7, 3]]", "S01"),
+    ],
+)
 def test_lane_plants_name_the_lane_file_line(tmp_path, old, new, pitfall_id):
     path, line = lane_copy(tmp_path, old, new)
     report = lint_lane_on_reference(load_lane(path), path)
@@ -247,7 +290,9 @@ def test_lane_compose_findings_name_the_reference_line(tmp_path, monkeypatch):
     and a value render cannot make the lane's is an S04 error there."""
     template = (REFERENCE / COMPOSE).read_text()
     older = replace_once(template, '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n', "")
-    older = replace_once(older, "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80")
+    older = replace_once(
+        older, "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80"
+    )
     fake = tmp_path / "reference"
     fake.mkdir()
     (fake / COMPOSE).write_text(older)
@@ -255,12 +300,18 @@ def test_lane_compose_findings_name_the_reference_line(tmp_path, monkeypatch):
     monkeypatch.setattr(lint_module, "REFERENCE", fake)
     report = lint_lane_on_reference(load_lane("anemll-0731"))
     line = line_of(older, "--gpu-memory-utilization")
-    assert [(f.id, f.file, f.line) for f in report.findings] == [("P07", str(fake / COMPOSE), line),
-                                                                ("S04", str(fake / COMPOSE), line)]
-    assert report.findings[1].message.startswith("GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.80")
+    assert [(f.id, f.file, f.line) for f in report.findings] == [
+        ("P07", str(fake / COMPOSE), line),
+        ("S04", str(fake / COMPOSE), line),
+    ]
+    assert report.findings[1].message.startswith(
+        "GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.80"
+    )
     path, _ = lane_copy(tmp_path, "compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]", "compose_environment: []")
     report = lint_lane_on_reference(load_lane(path), path)
-    assert ("P01", str(fake / COMPOSE), line_of(older, "    environment:")) in [(f.id, f.file, f.line) for f in report.findings]
+    assert ("P01", str(fake / COMPOSE), line_of(older, "    environment:")) in [
+        (f.id, f.file, f.line) for f in report.findings
+    ]
 
 
 def test_a_lane_whose_head_refuses_the_connection_lints_the_lane_file_and_says_so(tmp_path):
@@ -271,7 +322,10 @@ def test_a_lane_whose_head_refuses_the_connection_lints_the_lane_file_and_says_s
     doc = json.loads(proc.stdout)
     assert doc["note"].startswith("the head's checkout could not be read: head (milo@127.0.0.1:1) unreachable")
     assert [(Path(i["file"]).name, i["source"]) for i in doc["linted"]] == [
-        ("lane.yaml", "lane file"), (COMPOSE, "reference checkout"), (EXAMPLE, "reference checkout")]
+        ("lane.yaml", "lane file"),
+        (COMPOSE, "reference checkout"),
+        (EXAMPLE, "reference checkout"),
+    ]
 
 
 def test_the_twin_lane_lints_the_twin_heads_checkout_over_ssh(twin):
@@ -281,23 +335,29 @@ def test_the_twin_lane_lints_the_twin_heads_checkout_over_ssh(twin):
         ("head:~/ds4-f-mia-anemll-0731/.env.dspark", "head over ssh"),
         (f"head:~/ds4-f-mia-anemll-0731/{COMPOSE}", "head over ssh"),
         ("head:~/ds4-f-mia-anemll-0731/start-deepseek-v4-flash-dspark.sh", "head over ssh"),
-        ("head:~/ds4-f-mia-anemll-0731/scripts/lane-env.sh", "head over ssh")]  # the start script sources it
+        ("head:~/ds4-f-mia-anemll-0731/scripts/lane-env.sh", "head over ssh"),
+    ]  # the start script sources it
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / ".venv" / "bin" / "lanebook"), "lint", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "lanebook"), "lint", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_exit_codes_and_json_shape(good):
     clean = run_cli("--lane", "anemll-0731", "--dry-run", "--json")  # a dry run opens no connection
     assert clean.returncode == 0, clean.stderr
     assert json.loads(clean.stdout) == {
-        "ok": True, "findings": [],
-        "linted": [{"file": str(REPO / "params" / "anemll-0731.yaml"), "source": "lane file"},
-                   {"file": str(REFERENCE / COMPOSE), "source": "reference checkout"},
-                   {"file": str(REFERENCE / EXAMPLE), "source": "reference checkout"}],
-        "note": "dry run: no connection opened; linted the lane file against lanebook's reference checkout instead"}
+        "ok": True,
+        "findings": [],
+        "linted": [
+            {"file": str(REPO / "params" / "anemll-0731.yaml"), "source": "lane file"},
+            {"file": str(REFERENCE / COMPOSE), "source": "reference checkout"},
+            {"file": str(REFERENCE / EXAMPLE), "source": "reference checkout"},
+        ],
+        "note": "dry run: no connection opened; linted the lane file against lanebook's reference checkout instead",
+    }
 
     plant(good / ENV, "MAX_NUM_BATCHED_TOKENS=8192", "MAX_NUM_BATCHED_TOKENS=16384")
     failing = run_cli("--env", str(good / ENV), "--compose", str(good / COMPOSE), "--json")
@@ -314,15 +374,18 @@ def test_cli_exit_codes_and_json_shape(good):
     assert run_cli("--checkout", str(good)).returncode == 1  # the same files, named by their directory
 
 
-@pytest.mark.parametrize("args,message", [
-    ([], "give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE"),
-    (["--env", "x"], "give both --env FILE and --compose FILE"),
-    (["--lane", "anemll-0731", "--env", "x"], "give both --env FILE and --compose FILE"),
-    (["--checkout", "d", "--env", "x", "--compose", "y"], "not both"),
-    (["--lane", "no-such-lane"], "unknown lane"),
-    (["--env", "/nonexistent/.env.dspark", "--compose", "/nonexistent/c.yml"], "env file not found"),
-    (["--lane", "anemll-0731", "--checkout", "/nonexistent"], "checkout directory not found"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        ([], "give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE"),
+        (["--env", "x"], "give both --env FILE and --compose FILE"),
+        (["--lane", "anemll-0731", "--env", "x"], "give both --env FILE and --compose FILE"),
+        (["--checkout", "d", "--env", "x", "--compose", "y"], "not both"),
+        (["--lane", "no-such-lane"], "unknown lane"),
+        (["--env", "/nonexistent/.env.dspark", "--compose", "/nonexistent/c.yml"], "env file not found"),
+        (["--lane", "anemll-0731", "--checkout", "/nonexistent"], "checkout directory not found"),
+    ],
+)
 def test_cli_bad_usage_is_one_line_exit_2(args, message):
     proc = run_cli(*args)
     assert proc.returncode == 2 and message in proc.stderr
@@ -332,8 +395,12 @@ def test_cli_bad_usage_is_one_line_exit_2(args, message):
 def test_errors_summary_names_each_error_or_what_was_linted():
     linted = [lint_module.Linted("docker-compose.dspark.yml", "head over ssh")]
     warning = lint_module.Finding("P15", "warning", "a warning is no error", ".env.dspark", 3)
-    errors = [lint_module.Finding("P01", "error", "breakable graphs", ".env.dspark", 1),
-              lint_module.Finding("P07", "error", "0.80 at 1M", ".env.dspark", 2), warning]
+    errors = [
+        lint_module.Finding("P01", "error", "breakable graphs", ".env.dspark", 1),
+        lint_module.Finding("P07", "error", "0.80 at 1M", ".env.dspark", 2),
+        warning,
+    ]
     assert lint_module.LintReport(errors, linted).errors_summary() == "P01 breakable graphs; P07 0.80 at 1M"
-    assert lint_module.LintReport([warning], linted).errors_summary() == \
-        "linted docker-compose.dspark.yml (head over ssh)"
+    assert (
+        lint_module.LintReport([warning], linted).errors_summary() == "linted docker-compose.dspark.yml (head over ssh)"
+    )

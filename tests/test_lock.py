@@ -3,6 +3,7 @@ bash and sh in a home of the test's own (two takers, one winner, nothing half-wr
 `lanebook run` as an operator types it: two concurrent launches (one proceeds, the other exits 1 naming the
 holder), a run killed with SIGKILL leaving a stale lock that is refused until --break-lock, read-only runs and
 dry runs that need no lock, and a promotion that holds one lock across its runbooks."""
+
 from __future__ import annotations
 
 import getpass
@@ -19,16 +20,25 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
+from lanebook.base.redact import redact
+from lanebook.nodes.ssh import CommandResult
 from lanebook.runs import lock
 from lanebook.runs.lock import Found, Holder, LockRefused, parse_found, stale_reason
-from lanebook.nodes.ssh import CommandResult
-from lanebook.base.redact import redact
 
-HOLDER = Holder(claim="a" * 32, user="alice", host="laptop", pid=4242, runbook="launch", run_id="b1c2d3e4",
-                lane="twin", since="2025-01-02T03:04:05Z")
-HOLDER_JSON = ('{"claim":"' + "a" * 32 + '","host":"laptop","lane":"twin","lease_s":300,"pid":4242,"run_id":"b1c2d3e4",'
-               '"runbook":"launch","since":"2025-01-02T03:04:05Z","user":"alice"}')
+HOLDER = Holder(
+    claim="a" * 32,
+    user="alice",
+    host="laptop",
+    pid=4242,
+    runbook="launch",
+    run_id="b1c2d3e4",
+    lane="twin",
+    since="2025-01-02T03:04:05Z",
+)
+HOLDER_JSON = (
+    '{"claim":"' + "a" * 32 + '","host":"laptop","lane":"twin","lease_s":300,"pid":4242,"run_id":"b1c2d3e4",'
+    '"runbook":"launch","since":"2025-01-02T03:04:05Z","user":"alice"}'
+)
 
 
 def found(age: int, holder=HOLDER) -> Found:
@@ -37,16 +47,28 @@ def found(age: int, holder=HOLDER) -> Found:
 
 # --- the record and the decision (pure) ---
 
+
 def test_the_holder_record_is_one_json_line_that_reads_back():
     assert HOLDER.to_json() == HOLDER_JSON
     assert Holder.from_json(HOLDER_JSON) == HOLDER
     assert redact(HOLDER_JSON) == HOLDER_JSON  # the node library redacts what it reads back: nothing here looks secret
-    assert HOLDER.describe() == ("alice@laptop (pid 4242) running launch on lane twin, run id b1c2d3e4, "
-                                 "since 2025-01-02T03:04:05Z")
+    assert HOLDER.describe() == (
+        "alice@laptop (pid 4242) running launch on lane twin, run id b1c2d3e4, since 2025-01-02T03:04:05Z"
+    )
 
 
-@pytest.mark.parametrize("text", ["", "{", "[]", '{"user": "alice"}', HOLDER_JSON.replace("a" * 32, ""),
-                                  HOLDER_JSON.replace("a" * 32, "x' ; rm -rf ~"), HOLDER_JSON.replace("4242", '"many"')])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        '{"user": "alice"}',
+        HOLDER_JSON.replace("a" * 32, ""),
+        HOLDER_JSON.replace("a" * 32, "x' ; rm -rf ~"),
+        HOLDER_JSON.replace("4242", '"many"'),
+    ],
+)
 def test_a_record_that_is_not_a_holder_reads_as_none(text):
     assert Holder.from_json(text) is None
 
@@ -70,11 +92,14 @@ def test_a_holder_on_another_machine_is_judged_by_its_heartbeat_alone():
 
 def test_an_unreadable_record_goes_by_the_default_lease():
     assert stale_reason(found(lock.LEASE_S, None), "laptop", lambda pid: False) is None
-    assert stale_reason(found(lock.LEASE_S + 1, None), "laptop", lambda pid: False) == \
-        f"its heartbeat is {lock.LEASE_S + 1} s old, past its {lock.LEASE_S} s lease"
+    assert (
+        stale_reason(found(lock.LEASE_S + 1, None), "laptop", lambda pid: False)
+        == f"its heartbeat is {lock.LEASE_S + 1} s old, past its {lock.LEASE_S} s lease"
+    )
 
 
 # --- the commands, run by a real shell in a home of the test's own ---
+
 
 class ShellHead:
     """Stands in for the head Node: runs each command with `shell` in HOME=home, as the node's login would."""
@@ -85,8 +110,14 @@ class ShellHead:
         self.home, self.shell = home, shell
 
     def run(self, command: str, *, check: bool = True, timeout: float = 30) -> CommandResult:
-        done = subprocess.run([self.shell, "-c", command], env={**os.environ, "HOME": str(self.home)}, cwd=self.home,
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [self.shell, "-c", command],
+            env={**os.environ, "HOME": str(self.home)},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         assert not check or done.returncode == 0, done.stderr
         return CommandResult(self.alias, command, done.returncode, done.stdout, done.stderr)
 
@@ -95,8 +126,16 @@ class ShellHead:
 
 
 def holder(name: str, pid: int = 4242, host: str = "laptop") -> Holder:
-    return Holder(claim=name * 32, user="alice", host=host, pid=pid, runbook="launch", run_id=name * 8, lane="twin",
-                  since="2025-01-02T03:04:05Z")
+    return Holder(
+        claim=name * 32,
+        user="alice",
+        host=host,
+        pid=pid,
+        runbook="launch",
+        run_id=name * 8,
+        lane="twin",
+        since="2025-01-02T03:04:05Z",
+    )
 
 
 @pytest.mark.parametrize("shell", ["bash", "sh"])
@@ -109,7 +148,9 @@ def test_the_commands_take_list_refresh_and_release_only_their_own_lock(tmp_path
     listing = parse_found(head.run(lock.take_command(holder("b"))).stdout)
     assert listing.holder == holder("a") and 0 <= listing.heartbeat_age_s <= 2
     os.utime(head.lock_file(), (1_000_000, 1_000_000))
-    assert not head.run(lock.heartbeat_command("b" * 32), check=False).ok and head.lock_file().stat().st_mtime == 1_000_000
+    assert (
+        not head.run(lock.heartbeat_command("b" * 32), check=False).ok and head.lock_file().stat().st_mtime == 1_000_000
+    )
     assert head.run(lock.heartbeat_command("a" * 32), check=False).ok and head.lock_file().stat().st_mtime > 1_000_000
     assert not head.run(lock.release_command("b" * 32), check=False).ok and head.lock_file().exists()
     assert head.run(lock.release_command("a" * 32), check=False).ok and not head.lock_file().exists()
@@ -133,8 +174,11 @@ def test_a_live_lock_is_refused_naming_its_holder_and_never_broken(tmp_path):
         with pytest.raises(LockRefused) as refused:
             lock.take(head, holder("b"), break_lock=break_lock)
         said = " (--break-lock breaks only a stale lock)" if break_lock else ""
-        assert re.fullmatch(re.escape(f"the lane pair whose head is tester@localhost:22 is locked by {live.describe()}; ")
-                            + rf"last heartbeat [0-2] s ago{re.escape(said)}: wait for that run to end", str(refused.value))
+        assert re.fullmatch(
+            re.escape(f"the lane pair whose head is tester@localhost:22 is locked by {live.describe()}; ")
+            + rf"last heartbeat [0-2] s ago{re.escape(said)}: wait for that run to end",
+            str(refused.value),
+        )
     assert Holder.from_json(head.lock_file().read_text()) == live
 
 
@@ -149,20 +193,27 @@ def test_a_run_nested_in_the_holder_goes_ahead_without_taking_the_lock(tmp_path)
 
 def test_a_stale_lock_is_refused_as_stale_and_broken_only_when_asked_keeping_its_record(tmp_path, capsys):
     head = ShellHead(tmp_path)
-    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+    gone = int(
+        subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    )
     dead = holder("a", pid=gone, host=socket.gethostname())
     assert lock.take(head, dead) == dead
     with pytest.raises(LockRefused) as refused:
         lock.take(head, holder("b"))
     assert f"has a stale lock: {dead.describe()}; last heartbeat " in str(refused.value)
-    assert str(refused.value).endswith(f"; its process {gone} on {socket.gethostname()} is gone. If that run is dead, "
-                                       "add --break-lock to break it (its record is kept on the head)")
+    assert str(refused.value).endswith(
+        f"; its process {gone} on {socket.gethostname()} is gone. If that run is dead, "
+        "add --break-lock to break it (its record is kept on the head)"
+    )
     assert Holder.from_json(head.lock_file().read_text()) == dead  # not broken silently
     assert lock.take(head, holder("b"), break_lock=True) == holder("b")
     assert Holder.from_json(head.lock_file().read_text()) == holder("b")
     (kept,) = head.lock_file().parent.glob("lane-pair.lock.broken-*")
     assert Holder.from_json(kept.read_text()) == dead and kept.name.endswith("-" + "b" * 8)
-    assert f"broke the stale lock of the lane pair whose head is tester@localhost:22: {dead.describe()}" in capsys.readouterr().err
+    assert (
+        f"broke the stale lock of the lane pair whose head is tester@localhost:22: {dead.describe()}"
+        in capsys.readouterr().err
+    )
 
 
 def test_an_unreadable_lock_is_broken_by_its_mtime_when_stale(tmp_path):
@@ -170,7 +221,9 @@ def test_an_unreadable_lock_is_broken_by_its_mtime_when_stale(tmp_path):
     head.lock_file().parent.mkdir()
     head.lock_file().write_text("")
     os.utime(head.lock_file(), (time.time() - lock.LEASE_S - 60,) * 2)
-    with pytest.raises(LockRefused, match=r"has a stale lock: an unreadable record ''; last heartbeat 3\d\d s ago; its heartbeat"):
+    with pytest.raises(
+        LockRefused, match=r"has a stale lock: an unreadable record ''; last heartbeat 3\d\d s ago; its heartbeat"
+    ):
         lock.take(head, holder("b"))
     assert lock.take(head, holder("b"), break_lock=True) == holder("b")
     assert Holder.from_json(head.lock_file().read_text()) == holder("b")
@@ -214,8 +267,13 @@ LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 
 def lanebook_run(outputs: Path, *args: str) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if key != lock.LOCK_CLAIM_ENV}
-    return subprocess.Popen([LANEBOOK, "run", *args], env={**env, "LANEBOOK_OUTPUTS": str(outputs)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [LANEBOOK, "run", *args],
+        env={**env, "LANEBOOK_OUTPUTS": str(outputs)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finished(proc: subprocess.Popen) -> tuple[int, str, str]:
@@ -235,8 +293,8 @@ def head_lock(lane) -> str:
 
 @pytest.fixture(scope="module")
 def twin_lane(twin):
-    from lanebook.nodes.ssh import Lane
     from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
 
     with Lane(load_lane("twin")) as lane:
         assert head_lock(lane) == "", "a lane pair lock left on the twin head before this module"
@@ -260,7 +318,10 @@ def test_of_two_concurrent_launches_one_proceeds_and_the_other_is_refused_naming
     assert [p.name for p in (outputs / "twin").iterdir()] == [Path(winner["output"]).name]
     _, _, refusal = next(end for end in ends if end[0] == 1)
     assert refusal.startswith("lanebook: the lane pair whose head is ")
-    assert f"is locked by {getpass.getuser()}@{socket.gethostname()} (pid " in refusal and f"running launch on lane twin, run id {winner['run_id']}, since 20" in refusal
+    assert (
+        f"is locked by {getpass.getuser()}@{socket.gethostname()} (pid " in refusal
+        and f"running launch on lane twin, run id {winner['run_id']}, since 20" in refusal
+    )
     assert refusal.rstrip().endswith(": wait for that run to end") and "Traceback" not in refusal
     assert left == ""  # released at the end of the winner's run
 
@@ -285,8 +346,10 @@ def test_status_and_a_dry_run_need_no_lock(killed, twin_lane, tmp_path):
 
     _, _, held = killed
     code, out, err = finished(lanebook_run(tmp_path, "status", "--lane", "twin"))
-    assert code == 0 and (records(tmp_path)[-1]["verdict"], records(tmp_path)[-1]["figures"]["state"]) == ("pass", "up"), \
-        out + err
+    assert code == 0 and (records(tmp_path)[-1]["verdict"], records(tmp_path)[-1]["figures"]["state"]) == (
+        "pass",
+        "up",
+    ), out + err
     record, _ = dry_run_offline(tmp_path / "dry", "launch", "twin")  # no network at all: no connection, no lock
     assert record["verdict"] == "dry-run"
     assert head_lock(twin_lane) == held
@@ -300,8 +363,10 @@ def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, tw
 
     code, _, refusal = finished(lanebook_run(outputs, "stop", "--lane", "twin"))
     assert code == 1 and f"has a stale lock: {dead.describe()}; last heartbeat " in refusal, refusal
-    assert refusal.rstrip().endswith(f"; its process {pid} on {dead.host} is gone. If that run is dead, add --break-lock "
-                                     "to break it (its record is kept on the head)")
+    assert refusal.rstrip().endswith(
+        f"; its process {pid} on {dead.host} is gone. If that run is dead, add --break-lock "
+        "to break it (its record is kept on the head)"
+    )
     assert head_lock(twin_lane) == held and records(outputs) == []  # refused, not broken, nothing run
 
     code, out, said = finished(lanebook_run(outputs, "stop", "--lane", "twin", "--break-lock"))
@@ -318,19 +383,22 @@ def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, tw
 def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path, monkeypatch):
     """Stand-in stages: `weights` (in its papermill kernel) takes the lock as a nested run would and reports who
     holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
+    from lanebook.lane.params import lane_path, load_lane
     from lanebook.runs import promote
     from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
-    from lanebook.lane.params import lane_path, load_lane
 
     lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
     lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
     folder = tmp_path / "runbooks"
     folder.mkdir()
-    nested = ("from lanebook.runs.lock import lane_pair_lock\nfrom lanebook.lane.params import load_lane\n"
-              "with lane_pair_lock(load_lane(lane), 'launch', 'nested') as held:\n    holder = held\n"
-              "verdict, figures = 'pass', {'held_by': [holder.runbook, holder.run_id]}\n")
-    for name, code in [("weights", nested), ("env", "verdict, figures = 'fail', {}\n")] + \
-            [(name, "verdict, figures = 'pass', {}\n") for name in promote.MAIN_JOB[2:]]:
+    nested = (
+        "from lanebook.runs.lock import lane_pair_lock\nfrom lanebook.lane.params import load_lane\n"
+        "with lane_pair_lock(load_lane(lane), 'launch', 'nested') as held:\n    holder = held\n"
+        "verdict, figures = 'pass', {'held_by': [holder.runbook, holder.run_id]}\n"
+    )
+    for name, code in [("weights", nested), ("env", "verdict, figures = 'fail', {}\n")] + [
+        (name, "verdict, figures = 'pass', {}\n") for name in promote.MAIN_JOB[2:]
+    ]:
         nbformat.write(stand_in_notebook(code + verdict_cell()), folder / f"{name}.ipynb")
     use_runbooks(monkeypatch, folder, tmp_path / "outputs")
     refusals = []
@@ -343,7 +411,9 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
     assert [(r["runbook"], r["verdict"]) for r in promotion.records] == [("weights", "pass"), ("env", "fail")]
     assert promotion.records[0]["figures"] == {"held_by": ["promote", promotion.plan.promotion_id]}
     ((code, _, refusal),) = refusals
-    assert code == 1 and f"running promote on lane twin, run id {promotion.plan.promotion_id}, since " in refusal, refusal
+    assert code == 1 and f"running promote on lane twin, run id {promotion.plan.promotion_id}, since " in refusal, (
+        refusal
+    )
     assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ  # released at its end
 
 
@@ -358,9 +428,18 @@ def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_lane):
     assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ
 
     env = {key: value for key, value in os.environ.items() if key != lock.LOCK_CLAIM_ENV}
-    holding = subprocess.Popen([sys.executable, "-c", "import time\nfrom lanebook.runs.lock import lane_pair_lock\n"
-                                "from lanebook.lane.params import load_lane\nwith lane_pair_lock(load_lane('twin'), 'stop', 'r2'):\n"
-                                "    print('held', flush=True)\n    time.sleep(300)"], env=env, stdout=subprocess.PIPE, text=True)
+    holding = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nfrom lanebook.runs.lock import lane_pair_lock\n"
+            "from lanebook.lane.params import load_lane\nwith lane_pair_lock(load_lane('twin'), 'stop', 'r2'):\n"
+            "    print('held', flush=True)\n    time.sleep(300)",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holding.stdout.readline() == "held\n" and Holder.from_json(head_lock(twin_lane)).pid == holding.pid
     holding.terminate()  # SIGTERM: a closed terminal, a `kill`
     assert holding.wait(timeout=60) == 128 + signal.SIGTERM and head_lock(twin_lane) == ""

@@ -1,14 +1,14 @@
 """Reading a lane's logs and live process (lanebook.ops.logs): pure parsing with exact values, and on the twin the
 seed's log gate and `docker top` of a running container, a missing container being an error."""
+
 import subprocess
 
 import pytest
-
-from lanebook.ops import logs
-from lanebook.nodes import ssh
-from lanebook.recipe.speculative import speculative_config
 from lanebook.base.checks import ExpectedResult
 from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import logs
+from lanebook.recipe.speculative import speculative_config
 
 TOP = """UID                 PID                 PPID                C                   STIME               TTY                 TIME                CMD
 root                4101                4100                0                   07:01               ?                   00:00:00            /bin/bash -c exec /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888
@@ -18,8 +18,11 @@ root                4200                4102                0                   
 
 
 def test_kv_cache_tokens_takes_the_latest_boot():
-    lines = ["(EngineCore pid=1) INFO [kv_cache_utils.py:1087] GPU KV cache size: 2,201,000 tokens",
-             "noise", "(EngineCore pid=9) INFO [kv_cache_utils.py:1087] GPU KV cache size: 2,493,464 tokens"]
+    lines = [
+        "(EngineCore pid=1) INFO [kv_cache_utils.py:1087] GPU KV cache size: 2,201,000 tokens",
+        "noise",
+        "(EngineCore pid=9) INFO [kv_cache_utils.py:1087] GPU KV cache size: 2,493,464 tokens",
+    ]
     assert logs.kv_cache_tokens(lines) == 2493464
     assert logs.kv_cache_tokens(["Available KV cache memory: 18.08 GiB"]) is None
 
@@ -27,8 +30,10 @@ def test_kv_cache_tokens_takes_the_latest_boot():
 def test_lines_by_pattern():
     lines = ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1", "GPU KV cache size: 1 tokens", "other"]
     assert logs.lines_by_pattern(lines, logs.GATE_LOG_PATTERNS) == {
-        "BREAKABLE": ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"], "Breakable CUDA": [],
-        "KV cache size": ["GPU KV cache size: 1 tokens"]}
+        "BREAKABLE": ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
+        "Breakable CUDA": [],
+        "KV cache size": ["GPU KV cache size: 1 tokens"],
+    }
 
 
 def test_serving_command_prefers_the_vllm_process_over_its_shell():
@@ -47,11 +52,14 @@ def test_dry_run_lines():
     logs.scan_log(lane.head, "name with 'quote'", ["a b"])
     assert lane.executor.commands() == [
         "head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size|No such container'",
-        "head: docker logs 'name with '\"'\"'quote'\"'\"'' 2>&1 | grep -E 'a b|No such container'"]
+        "head: docker logs 'name with '\"'\"'quote'\"'\"'' 2>&1 | grep -E 'a b|No such container'",
+    ]
 
 
-PLACEHOLDER = ("LANEBOOK_TWIN_ENGINE='python3 -c \"import time; print(\\\"GPU KV cache size: 2,400,000 tokens\\\", flush=True); "
-               "time.sleep(120)\"'")
+PLACEHOLDER = (
+    'LANEBOOK_TWIN_ENGINE=\'python3 -c "import time; print(\\"GPU KV cache size: 2,400,000 tokens\\", flush=True); '
+    "time.sleep(120)\"'"
+)
 COMPOSE = "docker compose -p logs-test --env-file .env.dspark -f docker-compose.dspark.yml"
 
 
@@ -76,9 +84,11 @@ def test_log_gate_and_live_command_on_the_twin(twin):
 
 def test_startup_log_expectations_judge_the_scanned_lines():
     gates = load_lane("anemll-0731").gates
-    clean = {"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": [],
-             "Application startup complete": ["INFO:     Application startup complete."],
-             "GPU KV cache size": ["GPU KV cache size: 1,000 tokens", "GPU KV cache size: 2,493,464 tokens"]}
+    clean = {
+        "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": [],
+        "Application startup complete": ["INFO:     Application startup complete."],
+        "GPU KV cache size": ["GPU KV cache size: 1,000 tokens", "GPU KV cache size: 2,493,464 tokens"],
+    }
     expectations, kv = logs.startup_log_expectations(clean, gates)
     assert kv == 2_493_464
     assert expectations == [
@@ -86,30 +96,41 @@ def test_startup_log_expectations_judge_the_scanned_lines():
         ExpectedResult.judged("", "log has 'Application startup complete'", True, ""),
         ExpectedResult.judged("", "GPU KV cache size in 2,200,000–2,500,000 tokens", True, "2,493,464"),
     ]
-    slow = {**clean, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": ["WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
-            "GPU KV cache size": []}
+    slow = {
+        **clean,
+        "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": ["WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
+        "GPU KV cache size": [],
+    }
     expectations, kv = logs.startup_log_expectations(slow, gates)
     assert kv is None and [e.ok for e in expectations] == [False, True, False]
     assert expectations[0].seen == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
 
 
 FATAL = {
-    "CUDA error": ["(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
-                   "CUDA error: an illegal memory access was encountered",
-                   "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-                   "(Worker_TP1 pid=301) ERROR 12-01 09:59:20 [gpu_worker.py:88] Cuda failure 'out of memory'"],
-    "NCCL error": ["torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
-                   "unhandled system error"],
-    "engine death": ["(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
-                     "CUDA error: an illegal memory access was encountered",
-                     "(APIServer pid=1) ERROR 12-01 09:59:21 [async_llm.py:480] AsyncLLM output_handler failed. EngineDeadError: "
-                     "EngineCore encountered an issue. See stack trace (above) for the root cause.",
-                     "(APIServer pid=1) ERROR 12-01 09:59:22 [core_client.py:564] Engine core proc EngineCore_DP0 died "
-                     "unexpectedly, shutting down client.",
-                     "(EngineCore_DP0 pid=212) ERROR 12-01 09:59:22 [multiproc_executor.py:149] Worker proc VllmWorker-0 died "
-                     "unexpectedly, shutting down executor."],
-    "preemption": ["WARNING 05-09 00:49:33 scheduler.py:1057 Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode "
-                   "because there is not enough KV cache space."],
+    "CUDA error": [
+        "(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
+        "CUDA error: an illegal memory access was encountered",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "(Worker_TP1 pid=301) ERROR 12-01 09:59:20 [gpu_worker.py:88] Cuda failure 'out of memory'",
+    ],
+    "NCCL error": [
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+        "unhandled system error"
+    ],
+    "engine death": [
+        "(EngineCore_DP0 pid=212) ERROR 12-01 09:59:21 [core.py:1011] EngineCore encountered a fatal error: "
+        "CUDA error: an illegal memory access was encountered",
+        "(APIServer pid=1) ERROR 12-01 09:59:21 [async_llm.py:480] AsyncLLM output_handler failed. EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+        "(APIServer pid=1) ERROR 12-01 09:59:22 [core_client.py:564] Engine core proc EngineCore_DP0 died "
+        "unexpectedly, shutting down client.",
+        "(EngineCore_DP0 pid=212) ERROR 12-01 09:59:22 [multiproc_executor.py:149] Worker proc VllmWorker-0 died "
+        "unexpectedly, shutting down executor.",
+    ],
+    "preemption": [
+        "WARNING 05-09 00:49:33 scheduler.py:1057 Sequence group 0 is preempted by PreemptionMode.RECOMPUTE mode "
+        "because there is not enough KV cache space."
+    ],
     "Python crash": ["Fatal Python error: Segmentation fault"],
 }
 NOT_FATAL = [
@@ -134,6 +155,7 @@ def test_fatal_patterns_read_the_same_in_grep_on_a_node(tmp_path):
     log = tmp_path / "container.log"
     lines = list(dict.fromkeys(line for group in FATAL.values() for line in group)) + NOT_FATAL
     log.write_text("\n".join(lines) + "\n")
-    grep = subprocess.run(["grep", "-E", "|".join(logs.FATAL_LOG_PATTERNS.values()), str(log)],
-                          capture_output=True, text=True, check=True)
-    assert grep.stdout.splitlines() == lines[:len(lines) - len(NOT_FATAL)]
+    grep = subprocess.run(
+        ["grep", "-E", "|".join(logs.FATAL_LOG_PATTERNS.values()), str(log)], capture_output=True, text=True, check=True
+    )
+    assert grep.stdout.splitlines() == lines[: len(lines) - len(NOT_FATAL)]

@@ -1,11 +1,11 @@
 """Memory on the nodes before a launch (lanebook.ops.memory): what each operation sends, and on the twin that its
 result is what was observed afterwards: planted segments gone (or named when a wrong cleanup leaves them),
 free memory read back, legacy units inactive and masked, sticky memory after a stop until caches drop."""
-import pytest
 
-from lanebook.ops import memory
+import pytest
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
-from lanebook.lane.params import load_lane, lane_with
+from lanebook.ops import memory
 from twin_helpers import private_twin
 
 UNIT = "aiden-vllm.service"
@@ -20,19 +20,25 @@ Swap:              0           0           0
 
 # --- what is sent, what is read ----------------------------------------------------------------
 
+
 def test_parse_free():
-    assert memory.parse_free(FREE_M) == memory.MemoryFigures(total_gib=119.2, free_gib=68.2, available_gib=74.2,
-                                                              cache_gib=6.0)
+    assert memory.parse_free(FREE_M) == memory.MemoryFigures(
+        total_gib=119.2, free_gib=68.2, available_gib=74.2, cache_gib=6.0
+    )
     with pytest.raises(ValueError, match="cannot read `free -m` output"):
         memory.parse_free("free: command not found")
 
 
 def test_unit_states_from_the_probe():
     assert memory.parse_unit_states("a.service active enabled\nb.service inactive masked\nc.service inactive\n") == {
-        "a.service": ("active", "enabled"), "b.service": ("inactive", "masked"), "c.service": ("inactive", "unknown")}
+        "a.service": ("active", "enabled"),
+        "b.service": ("inactive", "masked"),
+        "c.service": ("inactive", "unknown"),
+    }
     assert memory.unit_probe(["a b.service"]) == (
         """for u in 'a b.service'; do printf "%s %s %s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" """
-        """"$(systemctl is-enabled "$u" 2>/dev/null)"; done""")
+        """"$(systemctl is-enabled "$u" 2>/dev/null)"; done"""
+    )
 
 
 def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
@@ -51,6 +57,7 @@ def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
 # --- on a twin with a running legacy unit and sticky memory --------------------------------------
 # A private twin (its own ports and state dir): the faults legacy-units-active (aiden-vllm.service runs on
 # the head, holding memory) and sticky-uma (memory stays held after a container stops until caches drop).
+
 
 @pytest.fixture(scope="module")
 def lane(tmp_path_factory):
@@ -76,7 +83,10 @@ def test_masking_is_observed_and_frees_the_units_memory(lane):
     assert held.nodes["head"].figures["needed_gib"] == round(0.85 * held.nodes["head"].figures["total_gib"], 1)
     masked = memory.mask_legacy_units(lane)
     assert masked.ok, masked.seen
-    assert masked.nodes["head"].figures == {"units": {UNIT: {"active": "inactive", "enabled": "masked"}}, "was_active": [UNIT]}
+    assert masked.nodes["head"].figures == {
+        "units": {UNIT: {"active": "inactive", "enabled": "masked"}},
+        "was_active": [UNIT],
+    }
     assert masked.seen == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
     assert memory.mask_legacy_units(lane).nodes["head"].figures["was_active"] == []
     assert lane.head.run(f"readlink /etc/systemd/system/{UNIT}").stdout.strip() == "/dev/null"
@@ -85,13 +95,18 @@ def test_masking_is_observed_and_frees_the_units_memory(lane):
 
 @pytest.mark.twin
 def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
-    lane.head.run("printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/local-vllm.service"
-                  " && systemctl start local-vllm.service")
+    lane.head.run(
+        "printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/local-vllm.service"
+        " && systemctl start local-vllm.service"
+    )
     try:
         other = ssh.Lane(lane_with(lane.params, legacy_units=["local-vllm.service"]), executor=lane.executor)
         check = memory.mask_legacy_units(other)
         assert not check.ok and not check.nodes["head"].ok
-        assert "Failed to mask unit: File /etc/systemd/system/local-vllm.service already exists." in check.nodes["head"].detail
+        assert (
+            "Failed to mask unit: File /etc/systemd/system/local-vllm.service already exists."
+            in check.nodes["head"].detail
+        )
         assert "still active: local-vllm.service" in check.nodes["head"].detail
     finally:
         lane.head.run("systemctl stop local-vllm.service; rm -f /etc/systemd/system/local-vllm.service")
@@ -128,7 +143,10 @@ def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane
     baseline = memory.check_sticky_uma(lane).nodes["head"].figures["free_gib"]
     lane.head.run(f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
     try:
-        with pytest.raises(ssh.NodeError, match="not cleaning memory while a vLLM server runs on the pair .head: memory-test-vllm-dspark-1"):
+        with pytest.raises(
+            ssh.NodeError,
+            match="not cleaning memory while a vLLM server runs on the pair .head: memory-test-vllm-dspark-1",
+        ):
             memory.clean_memory(lane)
     finally:
         lane.head.run(f"cd {CHECKOUT} && {COMPOSE} down")
@@ -145,9 +163,12 @@ def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():
     memory.clean_step(rb, "the lane is already up")
     memory.free_memory_step(rb, rb.lane, "it holds its memory", "enough free memory on every node")
     assert [(c.expected, c.seen) for c in rb.checks] == [
-        ("SHM and page cache cleaned on every node",
-         "skipped: the lane is already up; memory is never cleaned under a server"),
-        ("enough free memory on every node", "skipped: it holds its memory")]
+        (
+            "SHM and page cache cleaned on every node",
+            "skipped: the lane is already up; memory is never cleaned under a server",
+        ),
+        ("enough free memory on every node", "skipped: it holds its memory"),
+    ]
     assert rb.commands() == []
     memory.clean_step(rb, None, confirm="clean the pair")
     memory.free_memory_step(rb, rb.lane, None, "enough free memory on every node")

@@ -1,16 +1,16 @@
 """The one place remote commands go through (lanebook.nodes.ssh), against the twin's nodes over real SSH:
 run/sudo with timeouts, put/get, streaming, redaction, the failures (a node down, a command timing out),
 `each` collecting every node's outcome, and how a lane's ssh config resolves (plugins, dry runs)."""
+
 import uuid
 
 import pytest
-
-from lanebook.nodes import ssh
-from lanebook.lane import plugins
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.ssh import CommandFailed, CommandResult, CommandTimeout, LaneResult, NodesFailed, NodeUnreachable
-from lanebook.lane.params import lane_with, load_lane
 from lanebook.base.redact import REDACTED
+from lanebook.lane import plugins
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.nodes.ssh import CommandFailed, CommandResult, CommandTimeout, LaneResult, NodesFailed, NodeUnreachable
 from twin_helpers import private_twin, process_gone
 
 twin = pytest.mark.twin
@@ -118,7 +118,9 @@ def test_a_node_down_is_one_clear_error(tmp_path):
     with private_twin(tmp_path / "twin", ["worker-unreachable"]), ssh.Lane(load_lane("twin")) as lane:
         with pytest.raises(NodeUnreachable, match=r"^worker \(\w+@127\.0\.0\.3:\d+\) unreachable: .*Unable to connect"):
             lane.node("worker").run("hostname")
-        with pytest.raises(NodesFailed, match=r"^worker \(\w+@127\.0\.0\.3:\d+\) unreachable: .*\(1 of 2 nodes failed\)$") as caught:
+        with pytest.raises(
+            NodesFailed, match=r"^worker \(\w+@127\.0\.0\.3:\d+\) unreachable: .*\(1 of 2 nodes failed\)$"
+        ) as caught:
             lane.each("hostname")
         assert "\n" not in str(caught.value)
         results = caught.value.results
@@ -176,7 +178,9 @@ def test_lane_result_counts_every_kind_of_failure():
     down = NodeUnreachable("worker2 (milo@10.0.0.3:22) unreachable: timed out")
     results = LaneResult(head=ok, worker=bad, worker2=down)
     assert list(results.failed) == ["worker", "worker2"] and list(results.succeeded) == ["head"]
-    assert results.summary() == "worker: exit 1; worker2 (milo@10.0.0.3:22) unreachable: timed out (2 of 3 nodes failed)"
+    assert (
+        results.summary() == "worker: exit 1; worker2 (milo@10.0.0.3:22) unreachable: timed out (2 of 3 nodes failed)"
+    )
     assert not LaneResult().ok  # no node ran anything
 
 
@@ -198,7 +202,9 @@ def test_a_plugin_resolves_a_named_ssh_config(registry, tmp_path):
 
 def test_a_named_ssh_config_no_plugin_provides_is_one_clear_error(registry):
     registry.ssh_config("lab", lambda: None)
-    with pytest.raises(LanebookError, match=r"ssh_config 'twin' is neither a file nor a plugin's name \(plugins' names: lab;"):
+    with pytest.raises(
+        LanebookError, match=r"ssh_config 'twin' is neither a file nor a plugin's name \(plugins' names: lab;"
+    ):
         ssh.Lane(load_lane("twin"))
 
 

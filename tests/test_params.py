@@ -1,11 +1,11 @@
 """Lane files: the shipped lanes carry the seeds' values; bad files fail with one line naming the key."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from lanebook.base.errors import LaneError
 from lanebook.lane.params import lane_names, load_lane
 
@@ -60,16 +60,19 @@ def _variant(old: str, new: str) -> str:
     return text.replace(old, new, 1)
 
 
-@pytest.mark.parametrize("old,new,needle", [
-    ("rollback: anemll-1m6", "rollback: anemll-1m6\nrolback: x", "unknown key 'rolback'"),
-    ("  MAX_NUM_SEQS: 6", "  MAX_NUM_SEQS: [6]", "'env.MAX_NUM_SEQS'"),
-    ("  shards: 48", "  shards: many", "'weights.shards'"),
-    ("    WAIT_SECONDS: 15\n", "", "WAIT_SECONDS"),
-    ("  method: dspark\n", "  method: dspark\n  bogus: 1\n", "unknown key 'speculative.bogus'"),
-    ("  MTP_NUM_TOKENS: 5", "  MTP_NUM_TOKENS: five", "env.MTP_NUM_TOKENS must be an integer"),
-    ("    WAIT_SECONDS: 15", "    WAIT_SECONDS: soon", "launcher.env.WAIT_SECONDS must be an integer"),
-    ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
-])
+@pytest.mark.parametrize(
+    "old,new,needle",
+    [
+        ("rollback: anemll-1m6", "rollback: anemll-1m6\nrolback: x", "unknown key 'rolback'"),
+        ("  MAX_NUM_SEQS: 6", "  MAX_NUM_SEQS: [6]", "'env.MAX_NUM_SEQS'"),
+        ("  shards: 48", "  shards: many", "'weights.shards'"),
+        ("    WAIT_SECONDS: 15\n", "", "WAIT_SECONDS"),
+        ("  method: dspark\n", "  method: dspark\n  bogus: 1\n", "unknown key 'speculative.bogus'"),
+        ("  MTP_NUM_TOKENS: 5", "  MTP_NUM_TOKENS: five", "env.MTP_NUM_TOKENS must be an integer"),
+        ("    WAIT_SECONDS: 15", "    WAIT_SECONDS: soon", "launcher.env.WAIT_SECONDS must be an integer"),
+        ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
+    ],
+)
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):
     path = _write(tmp_path, _variant(old, new))
     with pytest.raises(LaneError) as err:
@@ -86,8 +89,10 @@ def test_cli_unknown_lane_and_bad_file_exit_2(tmp_path):
     bad = _write(tmp_path, "name: [unclosed\n")
     out = subprocess.run(LANEBOOK + ["run", "launch", "--lane", str(bad), "--dry-run"], capture_output=True, text=True)
     assert out.returncode == 2 and "not valid YAML" in out.stderr and "Traceback" not in out.stderr
-    for args, needle in [(["speed", "--api", "http://127.0.0.9:1/v1", "--model", "m", "--concurrency", "a"], "--concurrency"),
-                         (["run", "launch", "--lane", "twin", "-p", "x=["], "bad parameter 'x=['")]:
+    for args, needle in [
+        (["speed", "--api", "http://127.0.0.9:1/v1", "--model", "m", "--concurrency", "a"], "--concurrency"),
+        (["run", "launch", "--lane", "twin", "-p", "x=["], "bad parameter 'x=['"),
+    ]:
         out = subprocess.run(LANEBOOK + args, capture_output=True, text=True)
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
@@ -108,16 +113,19 @@ def test_k_for_batch_reads_inclusive_ranges_and_falls_back_to_fixed_k():
 INJECTIONS = ["x; rm -rf ~", "$(touch /tmp/lbt-pwned)", "`id`", "a\nb", "a'b", 'a"b', "-oProxyCommand=sh", "a b", ""]
 
 
-@pytest.mark.parametrize("old,template,needle", [
-    ("host: 192.168.1.11,", "host: {},", "'nodes.0.host'"),
-    ("fabric_ip: 10.0.0.2,", "fabric_ip: {},", "'nodes.1.fabric_ip'"),
-    ("user: milo, fabric_ip: 10.0.0.1", "user: {}, fabric_ip: 10.0.0.1", "'nodes.0.user'"),
-    ("alias: worker,", "alias: {},", "'nodes.1.alias'"),
-    ("  SERVED_MODEL_NAME: deepseek-v4-flash-0731", "  SERVED_MODEL_NAME: {}", "SERVED_MODEL_NAME"),
-    ("  repo: deepseek-ai/DeepSeek-V4-Flash-0731", "  repo: {}", "'weights.repo'"),
-    ("name: anemll-0731", "name: {}", "'name'"),
-    ("rollback: anemll-1m6", "rollback: {}", "'rollback'"),
-])
+@pytest.mark.parametrize(
+    "old,template,needle",
+    [
+        ("host: 192.168.1.11,", "host: {},", "'nodes.0.host'"),
+        ("fabric_ip: 10.0.0.2,", "fabric_ip: {},", "'nodes.1.fabric_ip'"),
+        ("user: milo, fabric_ip: 10.0.0.1", "user: {}, fabric_ip: 10.0.0.1", "'nodes.0.user'"),
+        ("alias: worker,", "alias: {},", "'nodes.1.alias'"),
+        ("  SERVED_MODEL_NAME: deepseek-v4-flash-0731", "  SERVED_MODEL_NAME: {}", "SERVED_MODEL_NAME"),
+        ("  repo: deepseek-ai/DeepSeek-V4-Flash-0731", "  repo: {}", "'weights.repo'"),
+        ("name: anemll-0731", "name: {}", "'name'"),
+        ("rollback: anemll-1m6", "rollback: {}", "'rollback'"),
+    ],
+)
 @pytest.mark.parametrize("crafted", INJECTIONS)
 def test_crafted_addresses_logins_and_model_ids_are_refused(tmp_path, old, template, needle, crafted):
     path = _write(tmp_path, _variant(old, template.format(json.dumps(crafted))))  # a JSON string is a YAML string
@@ -135,8 +143,10 @@ def test_an_ipv6_scope_must_be_an_interface_name():
             check_host(crafted)
 
 
-@pytest.mark.parametrize("field,value", [("host", "spark-1.lan"), ("host", "fe80::1"), ("host", "10.0.0.2"),
-                                         ("user", "milo.k-2"), ("port", 65535)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("host", "spark-1.lan"), ("host", "fe80::1"), ("host", "10.0.0.2"), ("user", "milo.k-2"), ("port", 65535)],
+)
 def test_ordinary_addresses_and_logins_load(field, value):
     from lanebook.lane.params import lane_with
 
@@ -145,17 +155,32 @@ def test_ordinary_addresses_and_logins_load(field, value):
     assert getattr(lane_with(lane, nodes=nodes).head, field) == value
 
 
-@pytest.mark.parametrize("old,new,needle", [
-    ("  NCCL_SOCKET_IFNAME: bond0", "  NCCL_SOCKET_IFNAME: \"bond0\\nLD_PRELOAD=/tmp/x.so\"", "an env value must be one line"),
-    ("  NCCL_SOCKET_IFNAME: bond0", "  'NCCL IFNAME': bond0", "an env key (a shell identifier)"),
-    ("    PROJECT_NAME: ds4-f-mia-anemll-0731", "    'X=1 PROJECT_NAME': p", "an env key"),
-    ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: ds4-f-mia-anemll-0731", "'checkout': Value error, must be an absolute path"),
-    ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: -rf", "must be an absolute path"),
-    ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: \"~/a\\nb\"", "on one line"),
-    ("  MAX_MODEL_LEN: 1048576", "  MAX_MODEL_LEN: '²'", "env.MAX_MODEL_LEN must be an integer"),
-    ("compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]", "compose_environment: ['A;B']", "'compose_environment'"),
-    ("  max_workers: 4", "  max_workers: 4\n  hf_cache: relative/cache", "'weights.hf_cache'"),
-])
+@pytest.mark.parametrize(
+    "old,new,needle",
+    [
+        (
+            "  NCCL_SOCKET_IFNAME: bond0",
+            '  NCCL_SOCKET_IFNAME: "bond0\\nLD_PRELOAD=/tmp/x.so"',
+            "an env value must be one line",
+        ),
+        ("  NCCL_SOCKET_IFNAME: bond0", "  'NCCL IFNAME': bond0", "an env key (a shell identifier)"),
+        ("    PROJECT_NAME: ds4-f-mia-anemll-0731", "    'X=1 PROJECT_NAME': p", "an env key"),
+        (
+            "checkout: ~/ds4-f-mia-anemll-0731",
+            "checkout: ds4-f-mia-anemll-0731",
+            "'checkout': Value error, must be an absolute path",
+        ),
+        ("checkout: ~/ds4-f-mia-anemll-0731", "checkout: -rf", "must be an absolute path"),
+        ("checkout: ~/ds4-f-mia-anemll-0731", 'checkout: "~/a\\nb"', "on one line"),
+        ("  MAX_MODEL_LEN: 1048576", "  MAX_MODEL_LEN: '²'", "env.MAX_MODEL_LEN must be an integer"),
+        (
+            "compose_environment: [VLLM_USE_BREAKABLE_CUDAGRAPH]",
+            "compose_environment: ['A;B']",
+            "'compose_environment'",
+        ),
+        ("  max_workers: 4", "  max_workers: 4\n  hf_cache: relative/cache", "'weights.hf_cache'"),
+    ],
+)
 def test_env_keys_values_and_paths_that_would_break_a_line_or_a_command_are_refused(tmp_path, old, new, needle):
     path = _write(tmp_path, _variant(old, new))
     with pytest.raises(LaneError) as err:
@@ -181,9 +206,19 @@ def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(t
     assert str(err.value) == f"{path}: not valid YAML (unreadable value: month must be in 1..12)"
 
 
-@pytest.mark.parametrize("host,ok", [("head", True), ("james@192.168.1.20", True), ("james@192.168.1.20:2200", True),
-                                     ("spark-2.lan", True), ("j;rm@h", False), ("james@h$(id)", False),
-                                     ("james@h:22;id", False), ("-oProxyCommand=sh", False)])
+@pytest.mark.parametrize(
+    "host,ok",
+    [
+        ("head", True),
+        ("james@192.168.1.20", True),
+        ("james@192.168.1.20:2200", True),
+        ("spark-2.lan", True),
+        ("j;rm@h", False),
+        ("james@h$(id)", False),
+        ("james@h:22;id", False),
+        ("-oProxyCommand=sh", False),
+    ],
+)
 def test_hermes_host_is_a_node_alias_or_a_valid_ssh_destination(host, ok):
     from lanebook.lane.params import lane_with
 

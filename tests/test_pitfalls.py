@@ -1,26 +1,48 @@
 """The pitfall registry: seed 000's seventeen pitfalls in order, each checked by lint or met by a named runbook."""
+
 from __future__ import annotations
 
 import re
 from dataclasses import replace
 
 import pytest
+from lanebook.recipe.pitfalls import (
+    PITFALLS,
+    for_runbook,
+    markdown_table,
+    pitfall,
+    schedule_problems,
+    troubleshooting_markdown,
+)
 from recipe_fixtures import SEED_000, need
-
-from lanebook.recipe.pitfalls import (PITFALLS, for_runbook, markdown_table, pitfall, schedule_problems,
-                               troubleshooting_markdown)
 
 RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}
 STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14", "S01", "S02", "S03", "S04", "S05", "S06"}
 # A token the seed's numbered pitfall and our entry share: proves order and that each entry is that pitfall.
-SHARED_TOKEN = ["VLLM_USE_BREAKABLE_CUDAGRAPH", "16384", "8216", "docker system prune -af", "Dual-WAN", "Snapshot-only",
-                "0.80", "VLLM_HOST_IP", "no-key-required", "\"false\"", "8–15", "warmup", "legacy", "K=7", "128k",
-                "orphaned", "94"]
+SHARED_TOKEN = [
+    "VLLM_USE_BREAKABLE_CUDAGRAPH",
+    "16384",
+    "8216",
+    "docker system prune -af",
+    "Dual-WAN",
+    "Snapshot-only",
+    "0.80",
+    "VLLM_HOST_IP",
+    "no-key-required",
+    '"false"',
+    "8–15",
+    "warmup",
+    "legacy",
+    "K=7",
+    "128k",
+    "orphaned",
+    "94",
+]
 
 
 def seed_pitfalls() -> list[str]:
     text = need(SEED_000).read_text()
-    section = text[text.index("\nPitfalls\n"):text.index("\nAttribution\n")]
+    section = text[text.index("\nPitfalls\n") : text.index("\nAttribution\n")]
     return [m.group(2) for m in re.finditer(r"^(\d+)\. (.+)$", section, flags=re.M)]
 
 
@@ -67,19 +89,22 @@ def test_seed_schedule_is_valid():
     assert schedule_problems([[1, 1, 5], [2, 4, 4], [5, 6, 3]], max_num_seqs=6, k=5, block_size=5) == []
 
 
-@pytest.mark.parametrize("schedule,seqs,k,expected", [
-    ([[1, 1, 5], [3, 4, 4], [5, 6, 3]], 6, 5, "leaves batch sizes 2–2 uncovered"),
-    ([[1, 2, 5], [2, 4, 4], [5, 6, 3]], 6, 5, "overlaps"),
-    ([[1, 1, 5], [2, 4, 4], [5, 5, 3]], 6, 5, "end at batch size 5 but MAX_NUM_SEQS is 6"),
-    ([[1, 1, 5], [2, 4, 4], [5, 12, 3]], 6, 5, "end at batch size 12 but MAX_NUM_SEQS is 6"),
-    ([[1, 1, 5], [2, 4, 4], [5, 6, 3]], 6, 4, "K=5 is above num_speculative_tokens 4"),
-    ([[1, 1, 7], [2, 6, 3]], 6, 7, "K=7 is above the drafter block size 5"),
-    ([[1, 1, 5], [2, 6, 0]], 6, 5, "K must be at least 1"),
-    ([[2, 1, 5]], None, 5, "starts after it ends"),
-    ([[1, 6]], 6, 5, "integers"),
-    ([], 6, 5, "non-empty"),
-    ("[[1,6,5]]", 6, 5, "integers"),
-])
+@pytest.mark.parametrize(
+    "schedule,seqs,k,expected",
+    [
+        ([[1, 1, 5], [3, 4, 4], [5, 6, 3]], 6, 5, "leaves batch sizes 2–2 uncovered"),
+        ([[1, 2, 5], [2, 4, 4], [5, 6, 3]], 6, 5, "overlaps"),
+        ([[1, 1, 5], [2, 4, 4], [5, 5, 3]], 6, 5, "end at batch size 5 but MAX_NUM_SEQS is 6"),
+        ([[1, 1, 5], [2, 4, 4], [5, 12, 3]], 6, 5, "end at batch size 12 but MAX_NUM_SEQS is 6"),
+        ([[1, 1, 5], [2, 4, 4], [5, 6, 3]], 6, 4, "K=5 is above num_speculative_tokens 4"),
+        ([[1, 1, 7], [2, 6, 3]], 6, 7, "K=7 is above the drafter block size 5"),
+        ([[1, 1, 5], [2, 6, 0]], 6, 5, "K must be at least 1"),
+        ([[2, 1, 5]], None, 5, "starts after it ends"),
+        ([[1, 6]], 6, 5, "integers"),
+        ([], 6, 5, "non-empty"),
+        ("[[1,6,5]]", 6, 5, "integers"),
+    ],
+)
 def test_invalid_schedules(schedule, seqs, k, expected):
     problems = schedule_problems(schedule, max_num_seqs=seqs, k=k, block_size=5)
     assert any(expected in p for p in problems), problems

@@ -1,12 +1,12 @@
 """The diagnose follow-ups' requests (lanebook.verify.probes) against the twin's stand-in server as local subprocesses
 (twin_serve: the recipe's serve flags; `variant` runs fault prefix-evict): what a dry run records, the A→B→A
 protocol's counters and TTFT, and the K-boundary waves draining with every request measured."""
-import httpx
 
-from lanebook.verify import diagnose, probes
+import httpx
 from lanebook.nodes.ssh import Executor
 from lanebook.speed.workloads import load_workload
 from lanebook.twin.timing import prefill_step_s
+from lanebook.verify import diagnose, probes
 from twin_serve import NAME, OFF, SCHEDULE, main, truth, variant  # noqa: F401 - module-scoped server fixtures
 
 API = "http://192.168.1.11:8888/v1"
@@ -21,14 +21,16 @@ def test_a_dry_run_records_each_request_and_sends_nothing():
     assert probes.healthy(API, executor) is None
     assert executor.commands()[0] == (
         f"local: prefix cache A cold: POST {API}/chat/completions stream, max_tokens 16, prompt [t1-A] (178 chars), "
-        'extra {"chat_template_kwargs": {"thinking": false}}; GET http://192.168.1.11:8888/metrics before and after')
+        'extra {"chat_template_kwargs": {"thinking": false}}; GET http://192.168.1.11:8888/metrics before and after'
+    )
     assert executor.commands()[4:] == [
         f"local: K boundary C2 #1/2 (sent at once): POST {API}/chat/completions stream, max_tokens 16, prompt [t1-k0-0] "
         '(122 chars), extra {"chat_template_kwargs": {"thinking": false}}',
         f"local: K boundary C2 #2/2 (sent at once): POST {API}/chat/completions stream, max_tokens 64, prompt [t1-k0-1] "
         '(104 chars), extra {"chat_template_kwargs": {"thinking": false}}',
         "local: K boundary C2: GET http://192.168.1.11:8888/metrics until running = waiting = 0, bound 30 s",
-        "local: GET http://192.168.1.11:8888/health"]
+        "local: GET http://192.168.1.11:8888/health",
+    ]
     assert all(not r.exit_code for r in executor.history) and all(r.dry_run for r in executor.history)
 
 
@@ -65,12 +67,17 @@ def test_a_b_a_misses_a_again_under_fault_prefix_evict(variant):  # noqa: F811
 def test_the_boundary_waves_complete_and_drain(main):  # noqa: F811
     plan = diagnose.boundary_plan(SCHEDULE, 5, 4, 5, max_tokens=24, short_tokens=8)
     workload = load_workload("code")
-    cases = [(name, diagnose.boundary_bodies(NAME, workload, OFF, "b-main", i, lengths))
-             for i, (name, lengths) in enumerate(plan.cases())]
+    cases = [
+        (name, diagnose.boundary_bodies(NAME, workload, OFF, "b-main", i, lengths))
+        for i, (name, lengths) in enumerate(plan.cases())
+    ]
     measured = probes.boundary_run(f"{main.url}/v1", cases, Executor(), drain_timeout_s=30)
     assert [c.name for c in measured] == ["C4 K=4", "C5 K=3", "C5→C4 mixed (one 8-token branch)"]
-    assert [(c.wave.requests, c.wave.errors, c.drained, c.preemptions) for c in measured] == \
-        [(4, 0, True, 0.0), (5, 0, True, 0.0), (5, 0, True, 0.0)]
+    assert [(c.wave.requests, c.wave.errors, c.drained, c.preemptions) for c in measured] == [
+        (4, 0, True, 0.0),
+        (5, 0, True, 0.0),
+        (5, 0, True, 0.0),
+    ]
     assert [c.wave.decode_tokens for c in measured] == [4 * 23, 5 * 23, 7 + 4 * 23]
     assert probes.healthy(f"{main.url}/v1", Executor()) is True
     assert diagnose.boundary_verdict(measured, {}, True).ok
@@ -78,6 +85,7 @@ def test_the_boundary_waves_complete_and_drain(main):  # noqa: F811
 
 
 # --- long-context probes: stepped, watched, refused unattended on a production head (pitfall P15) ---------------
+
 
 def test_long_context_steps_double_from_one_batch_budget_to_the_target():
     assert probes.long_context_steps(131072) == [8192, 16384, 32768, 65536, 131072]
@@ -99,15 +107,15 @@ def test_a_long_probe_is_refused_unless_stepped_and_on_a_real_lane_attended():
     for jumpy in ([131072], [4096, 65536, 131072], [16384, 32768, 65536, 131072], [8192, 16384, 16384, 131072]):
         assert "must climb to its length in steps" in probes.long_probe_refusal(twin, jumpy, attended=True)
     assert probes.long_probe_refusal(real, [8192, 2_000_000], attended=True) == (
-        "a 2,000,000-token probe is longer than the lane's MAX_MODEL_LEN 1,048,576")
+        "a 2,000,000-token probe is longer than the lane's MAX_MODEL_LEN 1,048,576"
+    )
 
 
 def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
     import pytest
-
     from lanebook.base.errors import LanebookError
-    from lanebook.nodes.ssh import Lane
     from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
 
     lane = Lane(load_lane("anemll-0731"), dry_run=True)
     with pytest.raises(LanebookError, match="pitfall P15"):
@@ -117,14 +125,18 @@ def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
     assert lane.executor.history == []
     assert probes.stepped_long_context(lane, probes.long_context_steps(131072), attended=True) is None
     assert [c.split(":")[1] for c in lane.executor.commands()] == [
-        " long context 8,192 tokens", " long context 16,384 tokens", " long context 32,768 tokens",
-        " long context 65,536 tokens", " long context 131,072 tokens"]
+        " long context 8,192 tokens",
+        " long context 16,384 tokens",
+        " long context 32,768 tokens",
+        " long context 65,536 tokens",
+        " long context 131,072 tokens",
+    ]
     assert all("until running = waiting = 0" in c for c in lane.executor.commands())
 
 
 def _served(srv, name=NAME):
-    from lanebook.nodes.ssh import Executor, Lane
     from lanebook.lane.params import lane_with, load_lane
+    from lanebook.nodes.ssh import Executor, Lane
 
     return Lane(lane_with(load_lane("twin"), api=f"{srv.url}/v1", env={"SERVED_MODEL_NAME": name}), executor=Executor())
 
@@ -149,11 +161,15 @@ def test_the_diagnose_probe_steps_in_a_dry_run_and_on_a_lane_without_a_boundary(
     probes.boundary_step(rb, "t", [4, 5], "code", 64, 16)
     assert [(c.expected, c.outcome) for c in rb.checks] == [
         ("A hits the cache again after unrelated B (no eviction), and sooner than cold", "not observed"),
-        ("C4↔C5 stays stable across the K boundary", "not observed")]
+        ("C4↔C5 stays stable across the K boundary", "not observed"),
+    ]
     assert rb.figures == {} and rb.commands()
     fixed = Runbook("diagnose", "anemll-1m6", dry_run=True)  # fixed K=5: nothing changes between C4 and C5
     probes.boundary_step(fixed, "t", [4, 5], "code", 64, 16)
     assert [(c.expected, c.seen) for c in fixed.checks] == [
-        ("C4↔C5 stays stable across the K boundary",
-         "skipped: the lane verifies K=5 at both batch sizes: no boundary to cross")]
+        (
+            "C4↔C5 stays stable across the K boundary",
+            "skipped: the lane verifies K=5 at both batch sizes: no boundary to cross",
+        )
+    ]
     assert fixed.commands() == []

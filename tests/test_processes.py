@@ -1,4 +1,5 @@
 """lanebook.base.processes: a live process, a dead one, a zombie and a reused pid are told apart."""
+
 from __future__ import annotations
 
 import os

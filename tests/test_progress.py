@@ -1,5 +1,6 @@
 """Showing a bounded wait or a count (lanebook.base.progress): headless, a few exact lines, throttled; a widget in a
 live frontend is checked in a real JupyterLab by tests/browser_confirm_check.py."""
+
 from lanebook.base import progress
 from lanebook.base.progress import Progress, counter, progress_line
 
@@ -18,8 +19,10 @@ def headless(what="waiting for /health", total=900, unit="s", every_s=15.0):
 
 
 def test_the_line_says_what_how_far_and_the_last_answer():
-    assert progress_line("waiting for /health", 12.4, 900, "s", "attempt 3, last: HTTP 503") == \
-        "waiting for /health: 12/900 s — attempt 3, last: HTTP 503"
+    assert (
+        progress_line("waiting for /health", 12.4, 900, "s", "attempt 3, last: HTTP 503")
+        == "waiting for /health: 12/900 s — attempt 3, last: HTTP 503"
+    )
     assert progress_line("rsync ~/hub to workers", 1, 2, "worker(s)") == "rsync ~/hub to workers: 1/2 worker(s)"
 
 

@@ -1,26 +1,45 @@
 """Prometheus /metrics parsing, deltas and spec-decode figures (lanebook.nodes.prometheus)."""
+
 from pathlib import Path
 
 import pytest
+from lanebook.nodes.prometheus import (
+    ACCEPTED_PER_POSITION,
+    DRAFTS,
+    MetricsUnavailable,
+    metrics_url,
+    parse_metrics,
+    queue_depth,
+    spec_decode_delta,
+)
 
-from lanebook.nodes.prometheus import (ACCEPTED_PER_POSITION, DRAFTS, MetricsUnavailable, metrics_url, parse_metrics,
-                              queue_depth, spec_decode_delta)
-
-FIXTURE = Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "miaai-recipe" / "vllm-metrics-sample.txt"
+FIXTURE = (
+    Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures" / "miaai-recipe" / "vllm-metrics-sample.txt"
+)
 
 
 def exposition(drafts, draft_tokens, accepted, per_pos, running=0, waiting=0, engines=("0",)):
-    lines = ["# TYPE vllm:num_requests_running gauge", "# TYPE vllm:num_requests_waiting gauge",
-             "# TYPE vllm:spec_decode_num_drafts_total counter", "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
-             "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
-             "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter"]
+    lines = [
+        "# TYPE vllm:num_requests_running gauge",
+        "# TYPE vllm:num_requests_waiting gauge",
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+    ]
     for engine in engines:
         labels = f'engine="{engine}",model_name="m"'
-        lines += [f"vllm:num_requests_running{{{labels}}} {running}", f"vllm:num_requests_waiting{{{labels}}} {waiting}",
-                  f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
-                  f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
-                  f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {accepted}"]
-        lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {v}' for i, v in enumerate(per_pos)]
+        lines += [
+            f"vllm:num_requests_running{{{labels}}} {running}",
+            f"vllm:num_requests_waiting{{{labels}}} {waiting}",
+            f"vllm:spec_decode_num_drafts_total{{{labels}}} {drafts}",
+            f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {draft_tokens}",
+            f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {accepted}",
+        ]
+        lines += [
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{labels},position="{i}"}} {v}'
+            for i, v in enumerate(per_pos)
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -29,7 +48,14 @@ def test_real_vllm_excerpt_parses():
         pytest.skip(f"shared fixture not present: {FIXTURE}")
     snapshot = parse_metrics(FIXTURE.read_text())
     assert snapshot.total(DRAFTS) == 105.0
-    assert snapshot.by_label(ACCEPTED_PER_POSITION, "position") == {"0": 84.0, "1": 63.0, "2": 1.0, "3": 1.0, "4": 0.0, "5": 0.0}
+    assert snapshot.by_label(ACCEPTED_PER_POSITION, "position") == {
+        "0": 84.0,
+        "1": 63.0,
+        "2": 1.0,
+        "3": 1.0,
+        "4": 0.0,
+        "5": 0.0,
+    }
     # acceptance over the process lifetime (a delta from zero): 149 / 630 drafted, 1 + 149 / 105 per draft
     spec = spec_decode_delta(parse_metrics(""), snapshot)
     assert spec.acceptance_rate == pytest.approx(149 / 630)
@@ -68,7 +94,13 @@ def test_garbage_is_one_clear_error():
         parse_metrics("<html>not metrics {{{</html>\n")
 
 
-@pytest.mark.parametrize("api, url", [("http://127.0.0.2:8888/v1", "http://127.0.0.2:8888/metrics"),
-                                      ("http://h:1/v1/", "http://h:1/metrics"), ("http://h:1", "http://h:1/metrics")])
+@pytest.mark.parametrize(
+    "api, url",
+    [
+        ("http://127.0.0.2:8888/v1", "http://127.0.0.2:8888/metrics"),
+        ("http://h:1/v1/", "http://h:1/metrics"),
+        ("http://h:1", "http://h:1/metrics"),
+    ],
+)
 def test_metrics_url_is_beside_v1(api, url):
     assert metrics_url(api) == url

@@ -5,17 +5,17 @@ Where a resume starts is a pure function of the records (plan_resume). The end-t
 their own in place of the six runbooks: each emits the verdict a file tells it to, so a test can fail a stage,
 "fix" it and resume; the shipped runbooks run in their own tests and in `make demo`.
 """
+
 import hashlib
 import json
 
 import nbformat
 import pytest
-
 from lanebook.base import paths
-from lanebook.runs import promote
-from lanebook.runs.audit import read_runs
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_path, load_lane
+from lanebook.runs import promote
+from lanebook.runs.audit import read_runs
 from lanebook.runs.promote import MAIN_JOB, lane_digest, plan_resume
 from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
 
@@ -23,12 +23,19 @@ DIGEST = {"file": "f1", "weights": "w1", "gates": "g1", "rest": "r1"}
 
 
 def record(runbook, verdict, run_id, promotion_id="p1", lane="twin", digest=DIGEST, dry_run=False):
-    return {"run_id": run_id, "runbook": runbook, "lane": lane, "verdict": verdict, "dry_run": dry_run,
-            "promotion_id": promotion_id, "lane_digest": digest}
+    return {
+        "run_id": run_id,
+        "runbook": runbook,
+        "lane": lane,
+        "verdict": verdict,
+        "dry_run": dry_run,
+        "promotion_id": promotion_id,
+        "lane_digest": digest,
+    }
 
 
 def failed_at(stage, promotion_id="p1", **kw):
-    names = MAIN_JOB[:MAIN_JOB.index(stage) + 1]
+    names = MAIN_JOB[: MAIN_JOB.index(stage) + 1]
     return [record(n, "fail" if n == stage else "pass", f"{promotion_id}-{n}", promotion_id, **kw) for n in names]
 
 
@@ -39,7 +46,11 @@ def test_a_resume_starts_at_the_runbook_that_failed_and_links_to_the_last_run():
 
 
 def test_a_resume_takes_the_latest_promotion_and_the_latest_run_of_each_runbook():
-    runs = failed_at("weights", "p0") + failed_at("launch") + [record("launch", "pass", "p1-launch-2"), record("warmup", "error", "p1-warmup")]
+    runs = (
+        failed_at("weights", "p0")
+        + failed_at("launch")
+        + [record("launch", "pass", "p1-launch-2"), record("warmup", "error", "p1-warmup")]
+    )
     plan = plan_resume(runs, "twin", DIGEST)
     assert (plan.runbooks, plan.previous_run_id) == (("warmup", "gates", "speed"), "p1-warmup")
 
@@ -51,12 +62,17 @@ def test_a_lane_edit_starts_again_at_the_first_runbook_the_edited_part_feeds():
     assert plan.reason == "resuming promotion p1 at env: the lane's env and launch settings changed since it ran"
     assert plan_resume(runs, "twin", {**DIGEST, "file": "f2", "gates": "g2"}).runbooks == ("gates", "speed")
     assert plan_resume(runs, "twin", {**DIGEST, "file": "f2", "weights": "w2", "gates": "g2"}).runbooks == MAIN_JOB
-    assert plan_resume(runs, "twin", {**DIGEST, "file": "f2"}).runbooks == ("speed",)  # a comment edited: nothing is stale
+    assert plan_resume(runs, "twin", {**DIGEST, "file": "f2"}).runbooks == (
+        "speed",
+    )  # a comment edited: nothing is stale
     assert plan_resume(failed_at("gates"), "twin", {**DIGEST, "gates": "g2"}).runbooks == ("gates", "speed")
 
 
 def test_nothing_to_resume_is_one_clear_error():
-    with pytest.raises(LanebookError, match=r"^--resume: no earlier promotion of lane twin is recorded; run `lanebook promote --lane twin` first$"):
+    with pytest.raises(
+        LanebookError,
+        match=r"^--resume: no earlier promotion of lane twin is recorded; run `lanebook promote --lane twin` first$",
+    ):
         plan_resume(failed_at("gates", lane="anemll-0731"), "twin", DIGEST)
     with pytest.raises(LanebookError, match="no earlier dry-run promotion"):
         plan_resume(failed_at("gates"), "twin", DIGEST, dry_run=True)  # a dry promotion never resumes a real one
@@ -95,8 +111,10 @@ def stages(tmp_path, monkeypatch):
     verdicts = tmp_path / "verdicts.json"
     verdicts.write_text(json.dumps({name: "pass" for name in MAIN_JOB}))
     for name in MAIN_JOB:
-        emit = (f"import json\nverdict = json.load(open({str(verdicts)!r}))[{name!r}]\n"
-                + verdict_cell(f"{{'stage': {name!r}}}", f"{{'step': '2 check', 'fix': 'run `{name}` again'}} if verdict == 'fail' else None"))
+        emit = f"import json\nverdict = json.load(open({str(verdicts)!r}))[{name!r}]\n" + verdict_cell(
+            f"{{'stage': {name!r}}}",
+            f"{{'step': '2 check', 'fix': 'run `{name}` again'}} if verdict == 'fail' else None",
+        )
         nbformat.write(stand_in_notebook(emit), folder / f"{name}.ipynb")
     use_runbooks(monkeypatch, folder, tmp_path / "outputs")
 
@@ -111,14 +129,18 @@ def test_a_promotion_stops_at_the_first_runbook_not_passed_and_resumes_there(sta
     stages(gates="fail")
     first = promote.promote(load_lane(lane))
     assert [r["runbook"] for r in first.records] == ["weights", "env", "launch", "warmup", "gates"] and not first.ok
-    assert first.summary(str(lane)) == (f"promotion {first.plan.promotion_id} stopped at gates: fail at step '2 check' — "
-                                        f"run `gates` again; when it is fixed: lanebook promote --lane {lane} --resume")
+    assert first.summary(str(lane)) == (
+        f"promotion {first.plan.promotion_id} stopped at gates: fail at step '2 check' — "
+        f"run `gates` again; when it is fixed: lanebook promote --lane {lane} --resume"
+    )
     stages(gates="pass")
     resumed = promote.promote(load_lane(lane), resume=True)
     assert resumed.ok and [r["runbook"] for r in resumed.records] == ["gates", "speed"]
     chain = read_runs()
     assert len({r["promotion_id"] for r in chain}) == 1 and len(chain) == 7
-    assert [r["previous_run_id"] for r in chain] == [None] + [r["run_id"] for r in chain[:-1]]  # one chain across the resume
+    assert [r["previous_run_id"] for r in chain] == [None] + [
+        r["run_id"] for r in chain[:-1]
+    ]  # one chain across the resume
     assert chain[-1]["figures"] == {"stage": "speed"}
     with pytest.raises(LanebookError, match="already passed every runbook"):
         promote.promote(load_lane(lane), resume=True)

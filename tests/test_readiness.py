@@ -1,6 +1,7 @@
 """Waiting for a lane's server from the operator's machine (lanebook.ops.readiness): bounded, with progress, recorded;
 against a real loopback server that comes up while we wait, a port nothing answers, and a twin whose /health
 never turns healthy."""
+
 import json
 import socket
 import threading
@@ -8,11 +9,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from lanebook.ops import launcher, readiness
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.nodes.http import WaitTimeout
-from lanebook.lane.params import lane_with, load_lane
+from lanebook.ops import launcher, readiness
 from twin_helpers import private_twin
 
 
@@ -61,8 +61,9 @@ def test_wait_stops_at_the_bound():
     executor = ssh.Executor()
     started = time.monotonic()
     with pytest.raises(WaitTimeout, match=r"/health: http://127.0.0.1:\d+/health not ready within 1.5 s"):
-        readiness.wait_health(f"http://127.0.0.1:{port}/v1", timeout_s=1.5, interval_s=0.2, progress=seen.append,
-                              executor=executor)
+        readiness.wait_health(
+            f"http://127.0.0.1:{port}/v1", timeout_s=1.5, interval_s=0.2, progress=seen.append, executor=executor
+        )
     assert time.monotonic() - started >= 1.5
     assert len(seen) >= 3 and seen[-1].last == "ConnectError"
     assert executor.history[-1].exit_code == 1 and "not ready within" in executor.history[-1].stdout
@@ -73,7 +74,8 @@ def test_dry_run_records_the_waits_and_sends_nothing():
     assert readiness.wait_lane_ready(lane) is None
     assert lane.executor.commands() == [
         "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s",
-        "local: wait for /v1/models listing deepseek-v4-flash-0731: GET http://192.168.1.11:8888/v1/models every 5 s, bound 1800 s"]
+        "local: wait for /v1/models listing deepseek-v4-flash-0731: GET http://192.168.1.11:8888/v1/models every 5 s, bound 1800 s",
+    ]
 
 
 @pytest.mark.twin
@@ -85,8 +87,9 @@ def test_a_server_whose_health_never_turns(tmp_path):
             assert launcher.start_lane(lane).ok
             seen = []
             with pytest.raises(WaitTimeout, match=r"^/health: http://127\.0\.0\.2:\d+/health not ready within 2 s"):
-                readiness.wait_health(lane.params.api, timeout_s=2, interval_s=0.25, progress=seen.append,
-                                      executor=lane.executor)
+                readiness.wait_health(
+                    lane.params.api, timeout_s=2, interval_s=0.25, progress=seen.append, executor=lane.executor
+                )
             assert len(seen) >= 4 and seen[-1].last == "HTTP 503" and "waiting for /health" in seen[-1].line()
             assert readiness.wait_models(lane.params.api, lane.params.served_model_name, timeout_s=10, interval_s=0.25)
             assert launcher.stop_lane(lane).ok
@@ -96,16 +99,22 @@ def test_the_readiness_watch_sees_a_booting_server_list_its_model_at_or_after_it
     """While something else waits (the launcher), the watch polls /v1/models and keeps when it first listed the model;
     the twin server's own ready_at (twin-only truth) is the moment it could have."""
     import httpx
-
-    from twin_serve import NAME, SERVE_ARGS
     from lanebook.twin.vllm import start_local
+    from twin_serve import NAME, SERVE_ARGS
 
-    srv = start_local(SERVE_ARGS, tmp_path / "vllm.log", host="127.0.0.74", wait_s=None,
-                      env={"VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "LANEBOOK_TWIN_TIME_SCALE": "0.02"})
+    srv = start_local(
+        SERVE_ARGS,
+        tmp_path / "vllm.log",
+        host="127.0.0.74",
+        wait_s=None,
+        env={"VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "LANEBOOK_TWIN_TIME_SCALE": "0.02"},
+    )
     seen = []
     try:
-        with readiness.ReadinessWatch(f"{srv.url}/v1", NAME, on_seen=seen.append) as watch, \
-                readiness.ReadinessWatch(f"{srv.url}/v1", "another-model") as other:
+        with (
+            readiness.ReadinessWatch(f"{srv.url}/v1", NAME, on_seen=seen.append) as watch,
+            readiness.ReadinessWatch(f"{srv.url}/v1", "another-model") as other,
+        ):
             srv.wait_healthy(60)
             assert until(lambda: watch.seen_at is not None)
         ready_at = httpx.get(f"{srv.url}/twin/requests", timeout=10).json()["ready_at"]

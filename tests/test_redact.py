@@ -1,7 +1,7 @@
 """Secrets never reach logs, records or pages (lanebook.base.redact): by shape, by the name they are kept under, and by
 the literal values of secret-named environment variables."""
-import nbformat
 
+import nbformat
 from lanebook.base.redact import REDACTED, environment_secrets, names_secret, redact, redact_data, redact_notebook
 
 
@@ -14,13 +14,17 @@ def test_redacts_tokens_and_keeps_the_key_name():
 
 def test_documented_placeholder_is_not_a_secret():
     assert redact("api_key=no-key-required") == "api_key=no-key-required"
-    data = redact_data({"hermes": {"api_key": "no-key-required"}, "token": "abc", "n": 3, "note": "Bearer abcdefghijkl"})
+    data = redact_data(
+        {"hermes": {"api_key": "no-key-required"}, "token": "abc", "n": 3, "note": "Bearer abcdefghijkl"}
+    )
     assert data == {"hermes": {"api_key": "no-key-required"}, "token": REDACTED, "n": 3, "note": "Bearer " + REDACTED}
 
 
 def test_token_counts_are_not_secrets():
     """vLLM's knobs and figures name tokens all the time; only keys that end in a secret word are secrets."""
-    line = "MAX_NUM_BATCHED_TOKENS=8192 MTP_NUM_TOKENS=5 max_num_batched_tokens=8192 GPU KV cache size: 2,493,464 tokens"
+    line = (
+        "MAX_NUM_BATCHED_TOKENS=8192 MTP_NUM_TOKENS=5 max_num_batched_tokens=8192 GPU KV cache size: 2,493,464 tokens"
+    )
     assert redact(line) == line
     data = {"max_tokens": "256", "kv_cache_tokens": "2493464", "completion_tokens": 3}
     assert redact_data(data) == data
@@ -37,8 +41,10 @@ def test_json_and_yaml_key_forms():
 HF = "hf_" + "Ab3dEfGh1jKlMn0pQrStUvWxYz12"
 SK = "sk-" + "proj-4fJ9xQ2LmN8pR6tV0wY3zB5c"
 BEARER = "eyJhbGciOiJIUzI1NiJ9.payload.signature"
-PRIVATE_KEY = ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
-               "QyNTUxOQAAACDplantedplantedplantedplantedplanted\n-----END OPENSSH PRIVATE KEY-----")
+PRIVATE_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n"
+    "QyNTUxOQAAACDplantedplantedplantedplantedplanted\n-----END OPENSSH PRIVATE KEY-----"
+)
 URL_PASSWORD = "hunter2-Pl4nted"
 
 
@@ -48,8 +54,10 @@ def test_each_kind_of_secret_is_redacted_where_it_stands():
     assert redact(f"-H 'Authorization: Bearer {BEARER}'") == "-H 'Authorization: Bearer [REDACTED]'"
     assert redact("Authorization: Basic b3BlcmF0b3I6aHVudGVyMg==") == "Authorization: Basic [REDACTED]"
     assert redact(f"key:\n{PRIVATE_KEY}\nafter") == "key:\n[REDACTED]\nafter"
-    assert redact(f"git clone https://operator:{URL_PASSWORD}@git.example.com/lane.git") == \
-        "git clone https://operator:[REDACTED]@git.example.com/lane.git"
+    assert (
+        redact(f"git clone https://operator:{URL_PASSWORD}@git.example.com/lane.git")
+        == "git clone https://operator:[REDACTED]@git.example.com/lane.git"
+    )
     assert redact("ghp_" + "a" * 36) == "[REDACTED]"
 
 
@@ -59,8 +67,14 @@ def test_a_private_key_cut_short_is_redacted_to_the_end():
 
 
 def test_addresses_and_the_keyless_bearer_are_not_secrets():
-    for text in ("http://127.0.0.2:8888/v1", "ssh://operator@192.168.1.11:22", "https://host:443/path@x",
-                 "Authorization: Bearer no-key-required", "risk-assessment-notes-for-the-lane", "disk-usage-report-of-the-head"):
+    for text in (
+        "http://127.0.0.2:8888/v1",
+        "ssh://operator@192.168.1.11:22",
+        "https://host:443/path@x",
+        "Authorization: Bearer no-key-required",
+        "risk-assessment-notes-for-the-lane",
+        "disk-usage-report-of-the-head",
+    ):
         assert redact(text) == text
 
 
@@ -71,14 +85,33 @@ def test_secret_environment_values_are_redacted_whatever_their_shape(monkeypatch
     monkeypatch.setenv("SHORT_TOKEN", "abc")  # too short to search for literally: it would hide ordinary text
     monkeypatch.setenv("EMPTY_API_KEY", "no-key-required")
     monkeypatch.setenv("MIRROR_NOTE", "Zq9 plain value")
-    assert redact("login Zq9!odd shape, key k3y-of-no-known-shape, abc, no-key-required, Zq9 plain value") == \
-        "login [REDACTED], key [REDACTED], abc, no-key-required, Zq9 plain value"
+    assert (
+        redact("login Zq9!odd shape, key k3y-of-no-known-shape, abc, no-key-required, Zq9 plain value")
+        == "login [REDACTED], key [REDACTED], abc, no-key-required, Zq9 plain value"
+    )
 
 
 def test_names_that_hold_secrets():
-    for name in ("hf_token", "HF_TOKEN", "ssh_key", "api-key", "DB_PASSWORD", "client_secret", "aws.credentials", "key"):
+    for name in (
+        "hf_token",
+        "HF_TOKEN",
+        "ssh_key",
+        "api-key",
+        "DB_PASSWORD",
+        "client_secret",
+        "aws.credentials",
+        "key",
+    ):
         assert names_secret(name), name
-    for name in ("max_tokens", "boundary_max_tokens", "MAX_NUM_BATCHED_TOKENS", "threshold", "keyboard", "monkey", "restore"):
+    for name in (
+        "max_tokens",
+        "boundary_max_tokens",
+        "MAX_NUM_BATCHED_TOKENS",
+        "threshold",
+        "keyboard",
+        "monkey",
+        "restore",
+    ):
         assert not names_secret(name), name
 
 
@@ -88,14 +121,24 @@ def test_environment_secrets_longest_first():
 
 
 def test_an_executed_notebook_is_scrubbed_everywhere_even_a_key_split_over_lines():
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell(f'print("https://op:{URL_PASSWORD}@m.example/")\ntoken = "{HF}"', outputs=[
-            nbformat.v4.new_output("stream", name="stdout", text=f"mirror https://op:{URL_PASSWORD}@m.example/\n{PRIVATE_KEY}\n"),
-            nbformat.v4.new_output("display_data", data={"text/markdown": f"Bearer {BEARER}", "text/plain": "kept as is"})]),
-    ])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                f'print("https://op:{URL_PASSWORD}@m.example/")\ntoken = "{HF}"',
+                outputs=[
+                    nbformat.v4.new_output(
+                        "stream", name="stdout", text=f"mirror https://op:{URL_PASSWORD}@m.example/\n{PRIVATE_KEY}\n"
+                    ),
+                    nbformat.v4.new_output(
+                        "display_data", data={"text/markdown": f"Bearer {BEARER}", "text/plain": "kept as is"}
+                    ),
+                ],
+            ),
+        ]
+    )
     nb.metadata["papermill"] = {"parameters": {"hf_token": "plain-looking-value", "lane": "twin"}}
     text = nbformat.writes(nb)
-    assert PRIVATE_KEY.splitlines()[1] + "\\n\"" in text  # the file stores the key as separate lines
+    assert PRIVATE_KEY.splitlines()[1] + '\\n"' in text  # the file stores the key as separate lines
     scrubbed = redact_notebook(text)
     for secret in (HF, BEARER, URL_PASSWORD, "plain-looking-value", "planted", "b3BlbnNzaC1rZXktdjEA"):
         assert secret not in scrubbed, secret
@@ -106,5 +149,5 @@ def test_an_executed_notebook_is_scrubbed_everywhere_even_a_key_split_over_lines
 
 
 def test_a_notebook_cut_short_is_scrubbed_as_text():
-    torn = '{"cells": [{"cell_type": "code", "outputs": [{"text": ["' + HF + '\\n'
+    torn = '{"cells": [{"cell_type": "code", "outputs": [{"text": ["' + HF + "\\n"
     assert redact_notebook(torn) == '{"cells": [{"cell_type": "code", "outputs": [{"text": ["[REDACTED]\\n'

@@ -1,5 +1,6 @@
 """`lanebook env render` on copies of the recipe's real compose/env files and on older shapes of them: what it writes
 is what the checkout's launcher reads, so the checkout runs the lane."""
+
 from __future__ import annotations
 
 import re
@@ -8,22 +9,30 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from recipe_fixtures import COMPOSE, EXAMPLE, REPO, checkout, fixture_text, line_of, replace_once, seed_speculative_lines
-from ruamel.yaml import YAML
-
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.recipe.effective.checkout import REFERENCE, CheckoutFiles
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.effective.mismatches import lane_mismatches
-from lanebook.base.errors import LanebookError
-from lanebook.lane.params import lane_with, load_lane
 from lanebook.recipe.render import render_checkout, sha256
+from recipe_fixtures import (
+    COMPOSE,
+    EXAMPLE,
+    REPO,
+    checkout,
+    fixture_text,
+    line_of,
+    replace_once,
+    seed_speculative_lines,
+)
+from ruamel.yaml import YAML
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 FIXTURE_SPEC = '\\"draft_sample_method\\":\\"$${DRAFT_SAMPLE_METHOD}\\"}";'
 
 
 def spec_line(text: str) -> str:
-    return next(l.strip() for l in text.splitlines() if l.strip().startswith("SPECULATIVE_CONFIG="))
+    return next(line.strip() for line in text.splitlines() if line.strip().startswith("SPECULATIVE_CONFIG="))
 
 
 def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
@@ -51,7 +60,7 @@ def test_fixture_checkout_gets_the_seed_schedule_line_and_the_keys_its_launcher_
     # Only the SPECULATIVE_CONFIG line changed: the fixture already injects BREAKABLE.
     [(old, new)] = changed_lines(original_compose, compose)
     assert old.strip().startswith("SPECULATIVE_CONFIG=") and new.strip() == scheduled
-    assert new[:len(new) - len(new.lstrip())] == old[:len(old) - len(old.lstrip())]  # indentation kept
+    assert new[: len(new) - len(new.lstrip())] == old[: len(old) - len(old.lstrip())]  # indentation kept
     env = (directory / ".env.dspark").read_text()
     # The launcher exports GPU_MEMORY_UTILIZATION from the profile key: that is the line written, never a dead one.
     assert "\nGPU_MEMORY_UTILIZATION_TEXT=0.85\n" in env and "\nGPU_MEMORY_UTILIZATION=" not in env
@@ -65,12 +74,19 @@ def test_fixture_checkout_gets_the_seed_schedule_line_and_the_keys_its_launcher_
     assert "-VLLM_HOST_IP=head-roce-ip" in result.diff and f"+        {scheduled}" in result.diff
     assert "-GPU_MEMORY_UTILIZATION_TEXT=0.835\n+GPU_MEMORY_UTILIZATION_TEXT=0.85\n" in result.diff
     # Backups hold the originals byte for byte.
-    saved = {re.sub(r"\.bak-\d{8}T\d{6}Z$", "", Path(b.backup).name): Path(b.backup).read_text() for b in result.backups}
+    saved = {
+        re.sub(r"\.bak-\d{8}T\d{6}Z$", "", Path(b.backup).name): Path(b.backup).read_text() for b in result.backups
+    }
     assert saved == {COMPOSE: original_compose, ".env.dspark": original_env}
     for b in result.backups:  # each record names what the backup and the file hold
-        assert (sha256(Path(b.backup).read_bytes()), sha256(Path(b.path).read_bytes())) == (b.sha256_backup, b.sha256_new)
-    assert YAML(typ="safe").load(compose)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"] == \
-        "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"
+        assert (sha256(Path(b.backup).read_bytes()), sha256(Path(b.path).read_bytes())) == (
+            b.sha256_backup,
+            b.sha256_new,
+        )
+    assert (
+        YAML(typ="safe").load(compose)["services"]["vllm-dspark"]["environment"]["VLLM_USE_BREAKABLE_CUDAGRAPH"]
+        == "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"
+    )
     assert result.unresolved == []
 
 
@@ -83,7 +99,10 @@ def test_a_copy_of_the_recipe_checkout_runs_the_lanes_memory_after_render(tmp_pa
     assert f"started .env.dspark from {directory}/{EXAMPLE}" in first.stdout
     assert f"--- a/{EXAMPLE}\n+++ b/.env.dspark" in first.stdout and "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in first.stdout
     env = (directory / ".env.dspark").read_text()
-    assert env.startswith(fixture_text(EXAMPLE).split("# Cluster")[0]) and stat.S_IMODE((directory / ".env.dspark").stat().st_mode) == 0o600
+    assert (
+        env.startswith(fixture_text(EXAMPLE).split("# Cluster")[0])
+        and stat.S_IMODE((directory / ".env.dspark").stat().st_mode) == 0o600
+    )
     eff = Effective(CheckoutFiles.read(directory))
     assert eff.spec.arg("--gpu-memory-utilization") == "0.85"
     assert lane_mismatches(load_lane("anemll-0731"), eff) == []
@@ -102,9 +121,14 @@ def test_the_vision_profile_is_written_when_the_sidecar_is_on(tmp_path):
 
 
 def test_a_lane_that_says_otherwise_writes_the_source_key(tmp_path):
-    lane = lane_with(load_lane("anemll-0731"), env={"DSPARK_MODEL": "deepseek-ai/DeepSeek-V4-Flash-0801",
-                                                    "DSPARK_VLLM_IMAGE": "ghcr.io/anemll/dspark-vllm-gx10:0.1.2"},
-                     weights={**load_lane("anemll-0731").weights.model_dump(), "repo": "deepseek-ai/DeepSeek-V4-Flash-0801"})
+    lane = lane_with(
+        load_lane("anemll-0731"),
+        env={
+            "DSPARK_MODEL": "deepseek-ai/DeepSeek-V4-Flash-0801",
+            "DSPARK_VLLM_IMAGE": "ghcr.io/anemll/dspark-vllm-gx10:0.1.2",
+        },
+        weights={**load_lane("anemll-0731").weights.model_dump(), "repo": "deepseek-ai/DeepSeek-V4-Flash-0801"},
+    )
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
     render_checkout(lane, directory)
     env = (directory / ".env.dspark").read_text()
@@ -119,13 +143,20 @@ def test_a_derived_value_keeps_being_derived(tmp_path):
     directory = checkout(tmp_path, env=text)
     render_checkout(load_lane("anemll-0731"), directory)
     env = (directory / ".env.dspark").read_text()
-    assert "\nNCCL_SOCKET_IFNAME=bond0\n" in env and "\nTP_SOCKET_IFNAME=" not in env and "\nGLOO_SOCKET_IFNAME=" not in env
+    assert (
+        "\nNCCL_SOCKET_IFNAME=bond0\n" in env
+        and "\nTP_SOCKET_IFNAME=" not in env
+        and "\nGLOO_SOCKET_IFNAME=" not in env
+    )
     assert Effective(CheckoutFiles.read(directory)).spec.environment["TP_SOCKET_IFNAME"] == "bond0"
 
 
 def test_what_render_cannot_change_is_an_error(tmp_path):
-    hard = replace_once(fixture_text(COMPOSE), "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}",
-                        "--gpu-memory-utilization 0.80")
+    hard = replace_once(
+        fixture_text(COMPOSE),
+        "--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}",
+        "--gpu-memory-utilization 0.80",
+    )
     directory = checkout(tmp_path, compose=hard, env=fixture_text(EXAMPLE))
     result = render_checkout(load_lane("anemll-0731"), directory)
     [mismatch] = result.unresolved
@@ -183,11 +214,12 @@ def test_hardcoded_probabilistic_shape_gets_the_schedule(tmp_path):
 
 
 PLAIN_COMMAND = (
-    "    command: bash -lc 'SPECULATIVE_CONFIG=\"{\\\"method\\\":\\\"dspark\\\",\\\"num_speculative_tokens\\\":$${MTP_NUM_TOKENS:-5},"
-    "\\\"draft_sample_method\\\":\\\"probabilistic\\\"}\"; exec /usr/local/bin/vllm serve ${DSPARK_MODEL} "
+    '    command: bash -lc \'SPECULATIVE_CONFIG="{\\"method\\":\\"dspark\\",\\"num_speculative_tokens\\":$${MTP_NUM_TOKENS:-5},'
+    '\\"draft_sample_method\\":\\"probabilistic\\"}"; exec /usr/local/bin/vllm serve ${DSPARK_MODEL} '
     "--max-model-len ${MAX_MODEL_LEN:-1048576} --max-num-seqs ${MAX_NUM_SEQS:-6} "
     "--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192} --gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80} "
-    "--speculative-config \"$${SPECULATIVE_CONFIG}\" --nnodes 2'\n")
+    '--speculative-config "$${SPECULATIVE_CONFIG}" --nnodes 2\'\n'
+)
 
 
 def plain_command_shape() -> str:
@@ -234,12 +266,14 @@ def test_fresh_env_file_holds_the_lane_lines(tmp_path):
     lane = load_lane("anemll-0731")
     result = render_checkout(lane, directory)
     env_path = directory / ".env.dspark"
-    body = [l for l in env_path.read_text().splitlines() if not l.startswith("#")]
+    body = [line for line in env_path.read_text().splitlines() if not line.startswith("#")]
     assert body == lane.env_lines()
     assert stat.S_IMODE(env_path.stat().st_mode) == 0o600
     # A new file has nothing to back up: its record says so (a restore moves it aside).
-    assert [(Path(b.path).name, b.backup and Path(b.backup).name.split(".bak-")[0]) for b in result.backups] == \
-        [(COMPOSE, COMPOSE), (".env.dspark", None)]
+    assert [(Path(b.path).name, b.backup and Path(b.backup).name.split(".bak-")[0]) for b in result.backups] == [
+        (COMPOSE, COMPOSE),
+        (".env.dspark", None),
+    ]
     assert "--- /dev/null\n+++ b/.env.dspark" in result.diff
 
 
@@ -252,8 +286,10 @@ def test_changed_value_keeps_its_trailing_comment(tmp_path):
 
 def test_unpatchable_shapes_write_nothing(tmp_path):
     two = fixture_text(COMPOSE).replace(
-        "        case \"$${DEFAULT_THINKING:-low}\" in\n",
-        "        SPECULATIVE_CONFIG=\"{}\";\n        case \"$${DEFAULT_THINKING:-low}\" in\n", 1)
+        '        case "$${DEFAULT_THINKING:-low}" in\n',
+        '        SPECULATIVE_CONFIG="{}";\n        case "$${DEFAULT_THINKING:-low}" in\n',
+        1,
+    )
     directory = checkout(tmp_path, compose=two)
     with pytest.raises(LanebookError, match="expected one SPECULATIVE_CONFIG"):
         render_checkout(load_lane("anemll-0731"), directory)
@@ -272,7 +308,9 @@ def test_a_patch_that_would_change_more_than_intended_is_refused(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REPO / ".venv" / "bin" / "lanebook"), *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(REPO / ".venv" / "bin" / "lanebook"), *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_prints_the_diff_then_no_change(tmp_path):
@@ -291,8 +329,9 @@ def test_cli_bad_checkout_is_one_line_exit_2(tmp_path):
 
 
 def test_wrong_injection_value_is_corrected_in_place(tmp_path):
-    forced = replace_once(fixture_text(COMPOSE), BREAKABLE_LINE,
-                          '      VLLM_USE_BREAKABLE_CUDAGRAPH: "1"  # forced on for a test\n')
+    forced = replace_once(
+        fixture_text(COMPOSE), BREAKABLE_LINE, '      VLLM_USE_BREAKABLE_CUDAGRAPH: "1"  # forced on for a test\n'
+    )
     directory = checkout(tmp_path, compose=forced)
     render_checkout(load_lane("anemll-0731"), directory)
     text = (directory / COMPOSE).read_text()

@@ -5,6 +5,7 @@ recorded fingerprint fails the run at its first step with nothing stopped; with 
 papermill rolls the twin back to the anemll-1m6 shape (fixed K=5), its gates pass as a recorded run of their
 own, its fingerprints before and after are equal, and the Hermes default_model change is printed; a second
 rollback finds the rollback lane up and verifies it instead of relaunching it."""
+
 import json
 import os
 import subprocess
@@ -14,14 +15,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from lanebook.runs import audit
-from lanebook.ops import launcher, rollback
-from lanebook.nodes import ssh
-from lanebook.runs.execute import read_verdict
-from lanebook.ops.logs import live_command
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher, rollback
+from lanebook.ops.logs import live_command
+from lanebook.runs import audit
+from lanebook.runs.execute import read_verdict
 from lanebook_runs import dry_run_offline, run
 
 BIN = Path(sys.executable).parent
@@ -30,8 +30,10 @@ CLEANUP = "sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_ca
 
 
 def relaunch_line(checkout: str) -> str:
-    return (f"head: cd ~/{checkout} && PROJECT_NAME={checkout} WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
-            "./start-deepseek-v4-flash-dspark.sh")
+    return (
+        f"head: cd ~/{checkout} && PROJECT_NAME={checkout} WAIT_ATTEMPTS=120 WAIT_SECONDS=15 "
+        "./start-deepseek-v4-flash-dspark.sh"
+    )
 
 
 def runs(outputs: Path) -> list[dict]:
@@ -45,8 +47,10 @@ def test_a_dry_run_on_anemll_0731_prints_stop_clean_and_the_1m6_relaunch_and_ope
     relaunch = relaunch_line("ds4-f-mia-anemll-1m6")
     stop, cleanup, start = lines.index(STOP_0731), lines.index(f"worker: {CLEANUP}"), lines.index(relaunch)
     assert stop < cleanup < start
-    probe = ("python3 - ~/ds4-f-mia-anemll-1m6 ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash "
-             "< fingerprint_probe.py")
+    probe = (
+        "python3 - ~/ds4-f-mia-anemll-1m6 ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash "
+        "< fingerprint_probe.py"
+    )
     assert [i for i, line in enumerate(lines) if line.endswith(probe)][:2] == [stop - 2, stop - 1]  # before the stop
     assert record["figures"]["rollback_lane"] == "anemll-1m6"
     assert record["figures"]["hermes_changes"] == ["default_model: deepseek-v4-flash-0731 → deepseek-v4-flash-dspark"]
@@ -59,20 +63,36 @@ def test_a_dry_run_on_anemll_0731_prints_stop_clean_and_the_1m6_relaunch_and_ope
 
 def test_papermill_dry_run_from_anemll_1m6_relaunches_the_c12_checkout(tmp_path):
     out = tmp_path / "out.ipynb"
-    done = subprocess.run([str(BIN / "papermill"), str(RUNBOOKS_DIR / "rollback.ipynb"), str(out),
-                           "-p", "lane", "anemll-1m6", "-p", "dry_run", "True"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")})
+    done = subprocess.run(
+        [
+            str(BIN / "papermill"),
+            str(RUNBOOKS_DIR / "rollback.ipynb"),
+            str(out),
+            "-p",
+            "lane",
+            "anemll-1m6",
+            "-p",
+            "dry_run",
+            "True",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     verdict = read_verdict(out)
     assert verdict["verdict"] == "dry-run" and verdict["figures"]["rollback_lane"] == "patch3-c12"
     assert verdict["figures"]["hermes_changes"] == []  # both serve as deepseek-v4-flash-dspark
     commands = verdict["commands"]
-    assert commands.index("head: cd ~/ds4-f-mia-anemll-1m6 && PROJECT_NAME=ds4-f-mia-anemll-1m6 "
-                          "./stop-deepseek-v4-flash-dspark.sh") < commands.index(relaunch_line("ds4-f-wesche-keys-c12"))
+    assert commands.index(
+        "head: cd ~/ds4-f-mia-anemll-1m6 && PROJECT_NAME=ds4-f-mia-anemll-1m6 ./stop-deepseek-v4-flash-dspark.sh"
+    ) < commands.index(relaunch_line("ds4-f-wesche-keys-c12"))
     assert "Nothing changes in `providers.spark-ds4`" in out.read_text()
 
 
 # --- on the twin -----------------------------------------------------------------------------------
+
 
 def stop_both_lanes():
     for name in ("twin-1m6", "twin"):
@@ -92,9 +112,15 @@ def rolled_back(twin, tmp_path_factory):
         with ssh.Lane(load_lane("twin")) as current:  # the launcher alone: the launch runbook has its own tests
             assert launcher.start_lane(current).ok
         with ssh.Lane(load_lane("twin-1m6")) as target:
-            recorded = {"run_id": "promote0", "runbook": "promote", "lane": "twin", "twin": True, "verdict": "pass",
-                        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                        "figures": {rollback.FINGERPRINT_FIGURE: rollback.fingerprint(target)}}
+            recorded = {
+                "run_id": "promote0",
+                "runbook": "promote",
+                "lane": "twin",
+                "twin": True,
+                "verdict": "pass",
+                "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "figures": {rollback.FINGERPRINT_FIGURE: rollback.fingerprint(target)},
+            }
             os.environ["LANEBOOK_OUTPUTS"] = str(outputs)
             try:
                 audit.append_run(recorded)  # what `lanebook promote` records when it starts
@@ -106,14 +132,30 @@ def rolled_back(twin, tmp_path_factory):
                 still_up = launcher.lane_containers(current).state
             target.node("worker").run(f"rm {stray}")
         out = tmp / "rollback.ipynb"
-        done = subprocess.run([str(BIN / "papermill"), str(RUNBOOKS_DIR / "rollback.ipynb"), str(out)], capture_output=True,
-                              text=True, timeout=600, env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)})
+        done = subprocess.run(
+            [str(BIN / "papermill"), str(RUNBOOKS_DIR / "rollback.ipynb"), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+        )
         with ssh.Lane(load_lane("twin-1m6")) as target, ssh.Lane(load_lane("twin")) as current:
-            after = {"twin": launcher.lane_containers(current).state, "twin-1m6": launcher.lane_containers(target).state,
-                     "command": live_command(target.head, launcher.container_name(target))}
+            after = {
+                "twin": launcher.lane_containers(current).state,
+                "twin-1m6": launcher.lane_containers(target).state,
+                "command": live_command(target.head, launcher.container_name(target)),
+            }
         again, _ = run(tmp, "rollback", "twin", expect_exit=0)  # already rolled back: verified, not relaunched
-        yield {"refused": refused, "still_up": still_up, "stray": stray.removeprefix("~/"), "done": done, "out": out,
-               "outputs": outputs, "after": after, "again": again}
+        yield {
+            "refused": refused,
+            "still_up": still_up,
+            "stray": stray.removeprefix("~/"),
+            "done": done,
+            "out": out,
+            "outputs": outputs,
+            "after": after,
+            "again": again,
+        }
     finally:
         stop_both_lanes()
 
@@ -145,7 +187,9 @@ def test_bare_papermill_rolls_the_twin_back_to_the_1m6_shape(rolled_back):
     before, after = figures["rollback_fingerprint_before"], figures["rollback_fingerprint_after"]
     assert before["observed"] and set(before["nodes"]) == {"head", "worker"}
     assert rollback.fingerprint_differences(before, after) == [] and figures["fingerprint_compared_with"] == "promote0"
-    gates = {r["run_id"]: r for r in runs(rolled_back["outputs"]) if r["runbook"] == "gates"}  # this run's, the second's
+    gates = {
+        r["run_id"]: r for r in runs(rolled_back["outputs"]) if r["runbook"] == "gates"
+    }  # this run's, the second's
     assert (gates[figures["gates_run_id"]]["lane"], gates[figures["gates_run_id"]]["verdict"]) == ("twin-1m6", "pass")
     assert Path(figures["gates_output"]).is_file()
     text = rolled_back["out"].read_text()

@@ -3,12 +3,12 @@
 A dry run observes nothing on the lane: what the lane would show is "not observed", and the verdict is
 "dry-run", never "pass"; checks made on this machine (local=True) still fail it.
 """
-import pytest
 
-from lanebook.lane import plugins
-from lanebook.steps import runbook
-from lanebook.lane.params import lane_with, load_lane
+import pytest
 from lanebook.base.checks import ExpectedResult
+from lanebook.lane import plugins
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.steps import runbook
 from lanebook.steps.runbook import VERDICT_MIME, Runbook, StepFailed, verdict_of
 
 
@@ -23,7 +23,9 @@ def registry(monkeypatch):
 def shown(monkeypatch):
     """What the runbook displays in the notebook: markdown text and raw outputs, in order."""
     seen = []
-    monkeypatch.setattr(runbook, "_display", lambda obj=None, markdown=None, raw=None: seen.append(markdown or raw or obj))
+    monkeypatch.setattr(
+        runbook, "_display", lambda obj=None, markdown=None, raw=None: seen.append(markdown or raw or obj)
+    )
     return seen
 
 
@@ -50,8 +52,18 @@ def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
     verdict = rb.finish()
     assert verdict["verdict"] == "dry-run" and verdict["dry_run"] is True
     assert verdict["checks"] == [
-        {"step": "1 clean memory", "what": "SHM cleaned on every node", "outcome": "not observed", "detail": "not observed (dry run)"},
-        {"step": "1 clean memory", "what": "checkout present on every node", "outcome": "not observed", "detail": "not observed (dry run)"},
+        {
+            "step": "1 clean memory",
+            "what": "SHM cleaned on every node",
+            "outcome": "not observed",
+            "detail": "not observed (dry run)",
+        },
+        {
+            "step": "1 clean memory",
+            "what": "checkout present on every node",
+            "outcome": "not observed",
+            "detail": "not observed (dry run)",
+        },
     ]
     assert verdict["commands"] == ["head: free -m"]
     assert "**DRY RUN**" in shown[0] and "the verdict is `dry-run`, never pass" in shown[0]
@@ -79,10 +91,26 @@ def test_warnings_are_recorded_and_do_not_fail(registry, tmp_path):
     """A fail-open step (the warmup) records its problems as warnings: the verdict stays pass."""
     rb = Runbook("warmup", _lab_lane(registry, tmp_path))
     with rb.step("1 warmup"):
-        rb.expect_results([ExpectedResult.judged("", "queues idle before the warmup", False,
-                                                 "the warmup was not sent: queue not idle", fail_open=True)])
-    assert rb.checks == [ExpectedResult("1 warmup", "queues idle before the warmup", "warning",
-                                        "the warmup was not sent: queue not idle", fail_open=True)]
+        rb.expect_results(
+            [
+                ExpectedResult.judged(
+                    "",
+                    "queues idle before the warmup",
+                    False,
+                    "the warmup was not sent: queue not idle",
+                    fail_open=True,
+                )
+            ]
+        )
+    assert rb.checks == [
+        ExpectedResult(
+            "1 warmup",
+            "queues idle before the warmup",
+            "warning",
+            "the warmup was not sent: queue not idle",
+            fail_open=True,
+        )
+    ]
     assert rb.finish()["verdict"] == "pass"
 
 
@@ -90,8 +118,11 @@ def test_results_the_library_judged_warn_only_when_observed_and_fail_open(regist
     """Results a library call judged (the warmup's, a gate's): a fail-open one that did not hold is a warning, any
     other failure stops the run; a dry run observed none but the local ones."""
     judged = ExpectedResult.judged
-    results = [judged("", "a", True, fail_open=True), judged("", "b", False, "queue busy", fail_open=True),
-               judged("", "c", False, "2 preempted")]
+    results = [
+        judged("", "a", True, fail_open=True),
+        judged("", "b", False, "queue busy", fail_open=True),
+        judged("", "c", False, "2 preempted"),
+    ]
     rb = Runbook("warmup", _lab_lane(registry, tmp_path))
     with pytest.raises(StepFailed, match=r"^1 warmup: c \(2 preempted\)$"):
         with rb.step("1 warmup", fix="run `warmup` again"):
@@ -99,11 +130,13 @@ def test_results_the_library_judged_warn_only_when_observed_and_fail_open(regist
     assert [(c.name, c.expected, c.outcome, c.seen, c.fix) for c in rb.checks] == [
         ("1 warmup", "a", "pass", "", "run `warmup` again"),
         ("1 warmup", "b", "warning", "queue busy", "run `warmup` again"),
-        ("1 warmup", "c", "fail", "2 preempted", "run `warmup` again")]
+        ("1 warmup", "c", "fail", "2 preempted", "run `warmup` again"),
+    ]
     unobserved = dry()
     unobserved.expect_results([*results, judged("", "lane file", True, local=True)])
     assert [(c.outcome, c.seen) for c in unobserved.checks] == [("not observed", "not observed (dry run)")] * 3 + [
-        ("pass", "")]
+        ("pass", "")
+    ]
 
 
 def test_the_verdict_rule():
@@ -135,7 +168,11 @@ def test_finish_emits_the_verdict_for_the_runner(shown):
     rb = dry()
     rb.record(kv_cache_tokens=2_493_464)
     verdict = rb.finish()
-    assert verdict["figures"] == {"kv_cache_tokens": 2_493_464} and verdict["lane"] == "anemll-0731" and not verdict["twin"]
+    assert (
+        verdict["figures"] == {"kv_cache_tokens": 2_493_464}
+        and verdict["lane"] == "anemll-0731"
+        and not verdict["twin"]
+    )
     assert shown[-1][VERDICT_MIME] == verdict  # the output lanebook.runs.execute reads back
     assert shown[-1]["text/plain"] == '{"verdict": "dry-run", "figures": {"kv_cache_tokens": 2493464}}'
 
@@ -143,7 +180,9 @@ def test_finish_emits_the_verdict_for_the_runner(shown):
 def test_a_destructive_step_needs_confirmation_and_records_who_gave_it(registry, tmp_path):
     unconfirmed = Runbook("stop", _lab_lane(registry, tmp_path), confirm=False)
     with unconfirmed.step("1 stop"):
-        with pytest.raises(StepFailed, match=r"^1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)$"):
+        with pytest.raises(
+            StepFailed, match=r"^1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)$"
+        ):
             unconfirmed.confirm("stop the lane on every node")
     assert unconfirmed.checks[-1].outcome == "fail" and "--yes" in unconfirmed.checks[-1].seen
     confirmed = Runbook("stop", _lab_lane(registry, tmp_path), confirm=True)
@@ -186,8 +225,9 @@ def test_a_lanebook_error_inside_a_step_fails_that_step_with_its_message(shown):
     with pytest.raises(StepFailed, match=r"^3 start: step completed \(head: connection refused\)$"):
         with rb.step("3 start", fix="run `status`"):
             raise LanebookError("head: connection refused")
-    assert rb.checks[-1] == ExpectedResult("3 start", "step completed", "fail", "head: connection refused",
-                                           "run `status`")
+    assert rb.checks[-1] == ExpectedResult(
+        "3 start", "step completed", "fail", "head: connection refused", "run `status`"
+    )
 
 
 def test_any_other_exception_is_an_error_that_still_emits_the_figures(shown):
@@ -196,7 +236,10 @@ def test_any_other_exception_is_an_error_that_still_emits_the_figures(shown):
     with pytest.raises(ZeroDivisionError):
         with rb.step("4 startup log"):
             1 / 0
-    assert (shown[-1][VERDICT_MIME]["verdict"], shown[-1][VERDICT_MIME]["figures"]) == ("error", {"kv_cache_tokens": 2_300_000})
+    assert (shown[-1][VERDICT_MIME]["verdict"], shown[-1][VERDICT_MIME]["figures"]) == (
+        "error",
+        {"kv_cache_tokens": 2_300_000},
+    )
 
 
 def test_an_explicit_confirm_parameter_decides_and_is_recorded_as_such(registry, tmp_path):
@@ -220,7 +263,9 @@ def test_the_buttons_decide_when_confirm_is_unset(registry, tmp_path, monkeypatc
         rb.confirm("stop the lane on every node")
     assert rb.confirmations[-1]["how"] == "button"
     with rb.step("2 drop caches"):
-        with pytest.raises(StepFailed, match=r"^2 drop caches: drop the page cache needs confirmation \(--yes or -p confirm=True\)$"):
+        with pytest.raises(
+            StepFailed, match=r"^2 drop caches: drop the page cache needs confirmation \(--yes or -p confirm=True\)$"
+        ):
             rb.confirm("drop the page cache")
     assert rb.checks[-1].seen.startswith("cancelled at the button; rerun with --yes")
     monkeypatch.setattr(frontend, "ask", lambda what: pytest.fail("an explicit parameter must not ask"))
@@ -235,30 +280,49 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
     message instead of hanging (papermill's execution timeout would fail a hang)."""
     import nbformat
     import papermill
-
     from lanebook.lane.params import load_lane
 
     lane = tmp_path / "real.yaml"
     lane.write_text(lane_with(load_lane("twin"), ssh_config=None, twin=False).model_dump_json())
-    code = (f"from lanebook.steps.runbook import Runbook\nrb = Runbook('stop', {str(lane)!r})\n"
-            "with rb.step('1 stop'):\n    rb.confirm('stop the lane on every node')")
+    code = (
+        f"from lanebook.steps.runbook import Runbook\nrb = Runbook('stop', {str(lane)!r})\n"
+        "with rb.step('1 stop'):\n    rb.confirm('stop the lane on every node')"
+    )
     source, executed = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)],
-                                            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                                     "language": "python"}}), source)
-    with pytest.raises(papermill.PapermillExecutionError, match=r"1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)"):
-        papermill.execute_notebook(str(source), str(executed), kernel_name="python3", execution_timeout=60,
-                                   progress_bar=False, cwd=str(tmp_path))
+    nbformat.write(
+        nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(code)],
+            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        ),
+        source,
+    )
+    with pytest.raises(
+        papermill.PapermillExecutionError,
+        match=r"1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)",
+    ):
+        papermill.execute_notebook(
+            str(source),
+            str(executed),
+            kernel_name="python3",
+            execution_timeout=60,
+            progress_bar=False,
+            cwd=str(tmp_path),
+        )
 
 
 def test_expect_each_is_one_check_a_key_and_stops_at_the_first_that_fails(shown):
     rb = dry()
     rb.expect_each({"head": (True, "48/48"), "worker": (True, "48/48")}, "weights complete on {}", local=True)
     assert [(c.expected, c.outcome, c.seen) for c in rb.checks] == [
-        ("weights complete on head", "pass", "48/48"), ("weights complete on worker", "pass", "48/48")]
+        ("weights complete on head", "pass", "48/48"),
+        ("weights complete on worker", "pass", "48/48"),
+    ]
     with pytest.raises(StepFailed, match="weights complete on worker"):
-        rb.expect_each({"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
-                       "weights complete on {}", local=True)
+        rb.expect_each(
+            {"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
+            "weights complete on {}",
+            local=True,
+        )
     assert [c.expected for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
 
 
@@ -266,8 +330,12 @@ def test_expect_results_takes_each_results_outcome_and_locality_in_a_dry_run(sho
     from lanebook.base.checks import ExpectedResult
 
     rb = dry()
-    rb.expect_results([ExpectedResult.judged("1 models", "from the lane", None, "seen"),
-                       ExpectedResult.judged("1 models", "lane file", True, "ok", local=True)])
+    rb.expect_results(
+        [
+            ExpectedResult.judged("1 models", "from the lane", None, "seen"),
+            ExpectedResult.judged("1 models", "lane file", True, "ok", local=True),
+        ]
+    )
     assert [(c.expected, c.outcome) for c in rb.checks] == [("from the lane", "not observed"), ("lane file", "pass")]
     with pytest.raises(StepFailed, match="lane file"):
         rb.expect_results([ExpectedResult.judged("1 models", "lane file", False, "bad", local=True)])

@@ -1,11 +1,11 @@
 """Every runbook is a notebook paired with a py:percent file (jupytext) for review: the two hold the same cells,
 and the notebook is tracked by git with no outputs (outputs belong to the records under outputs/)."""
+
 import subprocess
 
 import jupytext
 import nbformat
 import pytest
-
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
 
 NOTEBOOKS = sorted(RUNBOOKS_DIR.glob("*.ipynb"))
@@ -18,7 +18,9 @@ def test_there_are_runbooks():
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_and_py_pair_hold_the_same_cells(notebook):
     script = notebook.with_suffix(".py")
-    assert script.is_file(), f"{script.name} missing: pair it with `jupytext --set-formats ipynb,py:percent {notebook.name}`"
+    assert script.is_file(), (
+        f"{script.name} missing: pair it with `jupytext --set-formats ipynb,py:percent {notebook.name}`"
+    )
     ipynb, py = jupytext.read(notebook), jupytext.read(script)
     assert ipynb.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent"
     cells = lambda nb: [(c.cell_type, c.source, c.metadata.get("tags", [])) for c in nb.cells]  # noqa: E731
@@ -38,8 +40,11 @@ def test_notebook_is_kept_without_outputs(notebook):
 def test_runbook_files_are_tracked(path):
     if not (REPO / ".git").exists():
         pytest.skip("not a git checkout: nothing to compare with")
-    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files", "--error-unmatch", str(path.relative_to(REPO))],
-                             capture_output=True, text=True)
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--error-unmatch", str(path.relative_to(REPO))],
+        capture_output=True,
+        text=True,
+    )
     assert tracked.returncode == 0, f"{path.name} is not added to git"
 
 
@@ -50,7 +55,6 @@ def test_papermill_reads_every_parameter_each_runbook_declares():
 
     import nbformat
     import papermill
-
     from lanebook.base.paths import RUNBOOKS_DIR
 
     for path in sorted(RUNBOOKS_DIR.glob("*.ipynb")):

@@ -13,6 +13,7 @@ Targets: at most 10% of a runbook's code lines inside control flow, and no code 
 troubleshooting table follows the steps: the Markdown cell after the last step is the registry's
 (`lanebook.recipe.pitfalls.troubleshooting_markdown`; tools/sync_troubleshooting.py writes it).
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,14 +21,14 @@ from dataclasses import dataclass
 
 import jupytext
 import pytest
-
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.recipe.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
 
 MAX_CONTROL_FLOW = 0.10
 MAX_CELL_LINES = 12
 CONTROL_FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match) + (
-    (ast.TryStar,) if hasattr(ast, "TryStar") else ())
+    (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+)
 SCRIPTS = sorted(RUNBOOKS_DIR.glob("*.py"))
 
 
@@ -48,8 +49,11 @@ def cell_shape(source: str) -> CellShape:
 
 
 def code_cells(script) -> list:
-    return [c for c in jupytext.read(script).cells
-            if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
+    return [
+        c
+        for c in jupytext.read(script).cells
+        if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])
+    ]
 
 
 def figures() -> dict[str, tuple[int, int, int]]:
@@ -57,31 +61,38 @@ def figures() -> dict[str, tuple[int, int, int]]:
     found = {}
     for script in SCRIPTS:
         shapes = [cell_shape(c.source) for c in code_cells(script)]
-        found[script.stem] = (sum(s.lines for s in shapes), sum(s.in_control_flow for s in shapes),
-                              max(s.lines for s in shapes))
+        found[script.stem] = (
+            sum(s.lines for s in shapes),
+            sum(s.in_control_flow for s in shapes),
+            max(s.lines for s in shapes),
+        )
     return found
 
 
 def report() -> str:
     rows = [f"{'runbook':10} {'lines':>5} {'in control flow':>16} {'longest cell':>12}"]
-    rows += [f"{name:10} {lines:5} {inside:9} ({inside / lines:4.0%}) {longest:12}"
-             for name, (lines, inside, longest) in figures().items()]
+    rows += [
+        f"{name:10} {lines:5} {inside:9} ({inside / lines:4.0%}) {longest:12}"
+        for name, (lines, inside, longest) in figures().items()
+    ]
     return "\n".join(rows)
 
 
 def test_the_measure_follows_its_rule():
-    source = ("with rb.step('1 x', fix='run `x`'):\n"
-              "    found = [n for n in nodes if n]  # a comprehension is no control flow\n"
-              "    rb.expect(bool(found), 'what', 'yes' if found else 'no')\n"
-              "\n"
-              "# only a comment\n"
-              "for node in nodes:\n"
-              "    if node:\n"
-              "        print(node)\n"
-              "try:\n"
-              "    pass\n"
-              "except ValueError:\n"
-              "    pass\n")
+    source = (
+        "with rb.step('1 x', fix='run `x`'):\n"
+        "    found = [n for n in nodes if n]  # a comprehension is no control flow\n"
+        "    rb.expect(bool(found), 'what', 'yes' if found else 'no')\n"
+        "\n"
+        "# only a comment\n"
+        "for node in nodes:\n"
+        "    if node:\n"
+        "        print(node)\n"
+        "try:\n"
+        "    pass\n"
+        "except ValueError:\n"
+        "    pass\n"
+    )
     assert cell_shape(source) == CellShape(lines=10, in_control_flow=7)
 
 
@@ -102,10 +113,12 @@ def test_no_code_cell_is_long():
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_troubleshooting_follows_the_last_step_and_is_the_registrys(script):
     cells = jupytext.read(script).cells
-    sections = [i for i, c in enumerate(cells)
-                if c.cell_type == "markdown" and c.source.startswith(TROUBLESHOOTING_HEADING)]
+    sections = [
+        i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.startswith(TROUBLESHOOTING_HEADING)
+    ]
     assert len(sections) == 1, f"{script.name}: one troubleshooting section, found {len(sections)}"
     last_step = max(i for i, c in enumerate(cells) if c.cell_type == "code" and "rb.step(" in c.source)
     assert sections[0] > last_step, f"{script.name}: the troubleshooting section comes before a step"
     assert cells[sections[0]].source == troubleshooting_markdown(script.stem), (
-        f"{script.name}: the table differs from the registry: run `.venv/bin/python tools/sync_troubleshooting.py`")
+        f"{script.name}: the table differs from the registry: run `.venv/bin/python tools/sync_troubleshooting.py`"
+    )

@@ -2,6 +2,7 @@
 
 Each test writes its records into a temporary outputs dir (LANEBOOK_OUTPUTS), never the repo's.
 """
+
 import json
 import os
 import subprocess
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from lanebook.base.paths import REPO
 from lanebook_runs import dry_run_offline
 
@@ -25,15 +25,20 @@ def outputs(tmp_path, monkeypatch):
 
 
 def lanebook(*args, env=None, timeout=600):
-    return subprocess.run([str(BIN / "lanebook"), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(BIN / "lanebook"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def stop_twin_lane():
     """Start each launch from a stopped lane (launch verifies an up lane instead of starting it)."""
-    from lanebook.ops import launcher
-    from lanebook.nodes.ssh import Lane
     from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
+    from lanebook.ops import launcher
 
     with Lane(load_lane("twin")) as lane:
         launcher.stop_lane(lane)
@@ -94,12 +99,21 @@ def test_papermill_without_parameters_brings_the_twin_up(stopped_lane, outputs, 
     control.down()
     assert not control.status()["running"]
     out = tmp_path / "out.ipynb"
-    run = subprocess.run([str(BIN / "papermill"), str(REPO / "runbooks" / "launch.ipynb"), str(out)],
-                         capture_output=True, text=True, timeout=600, cwd=REPO)
+    run = subprocess.run(
+        [str(BIN / "papermill"), str(REPO / "runbooks" / "launch.ipynb"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert control.status()["running"]
-    verdicts = [o["data"]["application/vnd.lanebook.verdict+json"] for c in nbformat.read(out, as_version=4).cells
-                for o in c.get("outputs", []) if "application/vnd.lanebook.verdict+json" in o.get("data", {})]
+    verdicts = [
+        o["data"]["application/vnd.lanebook.verdict+json"]
+        for c in nbformat.read(out, as_version=4).cells
+        for o in c.get("outputs", [])
+        if "application/vnd.lanebook.verdict+json" in o.get("data", {})
+    ]
     assert verdicts and verdicts[0]["verdict"] == "pass" and verdicts[0]["twin"] is True
 
 
@@ -109,16 +123,21 @@ def test_dry_run_on_a_real_lane_opens_no_connection(outputs):
     assert record["dry_run"] is True and record["twin"] is False and record["verdict"] == "dry-run"  # observed nothing
     notebook = Path(run.stdout.strip().splitlines()[0]).read_text()
     for text in (run.stdout, notebook):  # printed on the terminal and kept in the record
-        assert "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh" in text
+        assert (
+            "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh"
+            in text
+        )
         assert "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1" in text
         assert "drop_caches" in text and "/dev/shm" in text
 
 
 def test_bad_runbook_parameters_exit_2(outputs):
-    for args, needle in [(["run", "launch", "--lane", "twin", "-p", "bogus=1"], "unknown parameter(s) for launch: bogus"),
-                         (["run", "launch", "--lane", "twin", "-p", "novalue"], "use -p KEY=VALUE"),
-                         (["run", "nosuch", "--lane", "twin"], "unknown runbook 'nosuch'"),
-                         (["run", "launch", "--lane", "anemll-0731"], "add --yes to confirm")]:
+    for args, needle in [
+        (["run", "launch", "--lane", "twin", "-p", "bogus=1"], "unknown parameter(s) for launch: bogus"),
+        (["run", "launch", "--lane", "twin", "-p", "novalue"], "use -p KEY=VALUE"),
+        (["run", "nosuch", "--lane", "twin"], "unknown runbook 'nosuch'"),
+        (["run", "launch", "--lane", "anemll-0731"], "add --yes to confirm"),
+    ]:
         out = lanebook(*args)
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
     assert not (outputs / "runs.jsonl").exists()
@@ -126,7 +145,11 @@ def test_bad_runbook_parameters_exit_2(outputs):
 
 def test_dry_run_still_fails_on_what_it_checks_locally(outputs, tmp_path):
     """A dry run observes nothing on the lane, but lint runs here: a planted P07 fails the run."""
-    text = (REPO / "params" / "anemll-0731.yaml").read_text().replace("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.80")
+    text = (
+        (REPO / "params" / "anemll-0731.yaml")
+        .read_text()
+        .replace("GPU_MEMORY_UTILIZATION: 0.85", "GPU_MEMORY_UTILIZATION: 0.80")
+    )
     lane_file = tmp_path / "lane-080.yaml"
     lane_file.write_text(text)
     run = lanebook("run", "launch", "--lane", str(lane_file), "--dry-run")

@@ -1,6 +1,7 @@
 """Security on the twin and in the library: host keys are checked everywhere (an unknown or changed key refuses, never
 a silent add), the twin's sshd takes only its own key, everything the twin serves listens on loopback, and no SSH
 private key reaches a run's outputs, record, logs or the book."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -12,13 +13,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
-from lanebook.lane.params import lane_with, load_lane
 from lanebook.base.paths import REPO
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher
 from lanebook.twin import control
-from lanebook.twin.nodes import ALIASES, SSHD, client_config, TwinAddresses, TwinLayout
+from lanebook.twin.nodes import ALIASES, SSHD, TwinAddresses, TwinLayout, client_config
 from lanebook_runs import run
 
 LIB = REPO / "lib" / "lanebook"
@@ -26,13 +26,20 @@ LIB = REPO / "lib" / "lanebook"
 
 # --- host keys -------------------------------------------------------------------------------------------------
 
+
 def test_no_code_adds_unknown_host_keys_or_turns_checking_off():
     """Fabric's Connection sets paramiko's AutoAddPolicy; lanebook replaces it with RejectPolicy (ssh.py), and no
     module names a policy that adds keys, or an ssh option that stops checking them."""
-    lax = re.compile(r"AutoAddPolicy|WarningPolicy|StrictHostKeyChecking[ =](no|accept-new|off)|UserKnownHostsFile[ =]/dev/null",
-                     re.I)
-    found = [f"{p.relative_to(REPO)}:{n}" for p in LIB.rglob("*.py") for n, line in enumerate(p.read_text().splitlines(), 1)
-             if lax.search(line)]
+    lax = re.compile(
+        r"AutoAddPolicy|WarningPolicy|StrictHostKeyChecking[ =](no|accept-new|off)|UserKnownHostsFile[ =]/dev/null",
+        re.I,
+    )
+    found = [
+        f"{p.relative_to(REPO)}:{n}"
+        for p in LIB.rglob("*.py")
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if lax.search(line)
+    ]
     assert found == []
     config = client_config(Path("/k/id"), Path("/k/known_hosts"), TwinAddresses())
     assert "  StrictHostKeyChecking yes" in config.splitlines() and "  UserKnownHostsFile /k/known_hosts" in config
@@ -64,10 +71,13 @@ def test_a_node_refuses_a_host_whose_key_it_does_not_know(twin, tmp_path):
     with ssh.Lane(lane_with(load_lane("twin"), ssh_config=None)) as lane:
         with pytest.raises(ssh.NodeUnreachable, match="not found in known_hosts"):
             lane.head.run("true")
-    assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(ALIASES)  # the twin wrote its own, nothing added
+    assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(
+        ALIASES
+    )  # the twin wrote its own, nothing added
 
 
 # --- the twin's sshd: its own key only ---------------------------------------------------------------------------
+
 
 def _effective_sshd(config: Path) -> dict[str, list[str]]:
     """`sshd -T`: the configuration sshd actually runs with (lower-case keys)."""
@@ -86,8 +96,15 @@ def test_the_twin_sshd_takes_only_the_twin_key(twin, alias):
     sshd = _effective_sshd(lay.sshd_config(alias))
     assert sshd["authorizedkeysfile"] == [str(lay.authorized_keys)]
     assert sshd["authenticationmethods"] == ["publickey"] and sshd["pubkeyauthentication"] == ["yes"]
-    for off in ("passwordauthentication", "kbdinteractiveauthentication", "hostbasedauthentication",
-                "permitemptypasswords", "allowagentforwarding", "allowtcpforwarding", "x11forwarding"):
+    for off in (
+        "passwordauthentication",
+        "kbdinteractiveauthentication",
+        "hostbasedauthentication",
+        "permitemptypasswords",
+        "allowagentforwarding",
+        "allowtcpforwarding",
+        "x11forwarding",
+    ):
         assert sshd[off] == ["no"], off
     assert [ipaddress.ip_address(a.rsplit(":", 1)[0]).is_loopback for a in sshd["listenaddress"]] == [True]
     authorized = lay.authorized_keys.read_text().split()
@@ -101,15 +118,21 @@ def test_another_key_or_a_password_is_refused_by_the_twin_sshd(twin, tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     with_other_key = tmp_path / "ssh_config"
     with_other_key.write_text(Path(twin["ssh_config"]).read_text().replace(str(lay.user_key), str(other)))
-    for config, extra in ((with_other_key, []),
-                          (Path(twin["ssh_config"]), ["-o", "PubkeyAuthentication=no",
-                                                      "-o", "PreferredAuthentications=password,keyboard-interactive"])):
-        done = subprocess.run(["ssh", "-F", str(config), *extra, "head", "true"], capture_output=True, text=True,
-                              timeout=30)
+    for config, extra in (
+        (with_other_key, []),
+        (
+            Path(twin["ssh_config"]),
+            ["-o", "PubkeyAuthentication=no", "-o", "PreferredAuthentications=password,keyboard-interactive"],
+        ),
+    ):
+        done = subprocess.run(
+            ["ssh", "-F", str(config), *extra, "head", "true"], capture_output=True, text=True, timeout=30
+        )
         assert done.returncode == 255 and "Permission denied" in done.stderr, done.stderr
 
 
 # --- loopback only -----------------------------------------------------------------------------------------------
+
 
 def _listening(pids: set[int]) -> list[str]:
     """ip:port of every TCP socket in LISTEN state held by one of PIDS, from /proc/net/tcp and tcp6."""
@@ -131,7 +154,7 @@ def _listening(pids: set[int]) -> list[str]:
                 continue
             address, port = local.split(":")
             raw = bytes.fromhex(address)
-            packed = b"".join(struct.pack("<I", struct.unpack(">I", raw[i:i + 4])[0]) for i in range(0, len(raw), 4))
+            packed = b"".join(struct.pack("<I", struct.unpack(">I", raw[i : i + 4])[0]) for i in range(0, len(raw), 4))
             found.append(f"{socket.inet_ntop(family, packed)}:{int(port, 16)}")
     return found
 
@@ -159,6 +182,7 @@ def test_every_socket_the_twin_listens_on_is_loopback(launched, twin):
 
 # --- keys never copied into outputs --------------------------------------------------------------------------------
 
+
 def _key_bodies(twin) -> dict[str, str]:
     """Each twin private key's base64 body lines (what a leak would carry), by file name."""
     keys = Path(twin["twin_dir"]) / "keys"
@@ -166,7 +190,7 @@ def _key_bodies(twin) -> dict[str, str]:
     for path in keys.iterdir():
         if path.suffix or path.name in ("known_hosts", "authorized_keys"):
             continue
-        lines = [l for l in path.read_text().splitlines() if l and not l.startswith("-----")]
+        lines = [line for line in path.read_text().splitlines() if line and not line.startswith("-----")]
         bodies[path.name] = lines
     return bodies
 
@@ -175,13 +199,21 @@ def _key_bodies(twin) -> dict[str, str]:
 def test_no_private_key_reaches_a_run_record_its_notebook_the_twin_logs_or_the_book(launched, twin, tmp_path):
     record, done = run(tmp_path, "status", "twin", expect_exit=0)
     outputs = tmp_path / "outputs"
-    places = [*outputs.rglob("*"), *Path(twin["twin_dir"]).glob("nodes/*/var/*.log"),
-              *(REPO / "book" / "_build" / "html").rglob("*.html"), *(REPO / "outputs").rglob("*.ipynb")]
+    places = [
+        *outputs.rglob("*"),
+        *Path(twin["twin_dir"]).glob("nodes/*/var/*.log"),
+        *(REPO / "book" / "_build" / "html").rglob("*.html"),
+        *(REPO / "outputs").rglob("*.ipynb"),
+    ]
     texts = {str(p): p.read_text(errors="replace") for p in places if p.is_file()}
     texts["terminal"] = done.stdout + done.stderr
     bodies = _key_bodies(twin)
     assert bodies and all(len(lines) >= 3 for lines in bodies.values())
-    leaks = [(where, name) for where, text in texts.items() for name, lines in bodies.items()
-             if "PRIVATE KEY-----" in text or any(line in text for line in lines)]
+    leaks = [
+        (where, name)
+        for where, text in texts.items()
+        for name, lines in bodies.items()
+        if "PRIVATE KEY-----" in text or any(line in text for line in lines)
+    ]
     assert leaks == []
     assert record["verdict"] == "pass" and len(texts) > 2

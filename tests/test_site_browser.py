@@ -11,6 +11,7 @@ drawn on a canvas in the font of the element that holds it, beside a code point 
 unassigned); the same pixels mean the browser had no glyph for it. `make setup` installs plain text fonts and
 no emoji font, so a mark that needs an emoji font is drawn as that box here, as in any browser without one.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,13 +21,18 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-
 from lanebook.base.paths import REPO
 from lanebook_runs import run
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = REPO / "test-artifacts" / "site"
 SHORT_SPEED = ("-p", "max_tokens=32", "-p", "workloads=probe")
 
@@ -111,7 +117,9 @@ class Visit:
         self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
         self.page.goto(url)
         # jupyter-book's index.html forwards to the root page with a meta refresh: wait for the page it lands on
-        self.page.wait_for_function('document.readyState === "complete" && !document.querySelector(\'meta[http-equiv="refresh" i]\')')
+        self.page.wait_for_function(
+            'document.readyState === "complete" && !document.querySelector(\'meta[http-equiv="refresh" i]\')'
+        )
         self.page.wait_for_load_state("load")
 
     def _route(self, route) -> None:
@@ -143,8 +151,10 @@ def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(browser, 
     """The checks themselves: a private-use character no font covers is found, text marks the fonts cover are not,
     and a stylesheet from the internet is named and never fetched."""
     page = tmp_path / "page.html"
-    page.write_text('<html><head><meta charset="utf-8"><link rel="stylesheet" href="https://example.invalid/x.css">'
-                    '</head><body><p class="mark">\ue000 missing</p><p>\u2713 pass \u2717 fail \u2014 \u00e9</p></body></html>')
+    page.write_text(
+        '<html><head><meta charset="utf-8"><link rel="stylesheet" href="https://example.invalid/x.css">'
+        '</head><body><p class="mark">\ue000 missing</p><p>\u2713 pass \u2717 fail \u2014 \u00e9</p></body></html>'
+    )
     visit = Visit(browser, page.as_uri())
     try:
         missing, outside = visit.missing_glyphs(), visit.outside()
@@ -180,7 +190,9 @@ def visit_page(browser, site: Path, name: str) -> Iterator[Visit]:
     try:
         visit.shot(name.replace("/", "-").replace(".html", ".png"))
         page = visit.page
-        assert page.locator("article.bd-article h1").first.is_visible(), f"{name}: the theme's article has no heading shown"
+        assert page.locator("article.bd-article h1").first.is_visible(), (
+            f"{name}: the theme's article has no heading shown"
+        )
         assert not visit.outside(), f"{name} asked the network for: {visit.outside()}"
         assert not visit.failed, f"{name}: requests failed: {visit.failed}"
         broken = [i["src"] for i in visit.images() if i["width"] == 0]
@@ -202,7 +214,9 @@ def test_the_introduction_renders_with_its_topology_picture(browser, site):
 
 def table_after(page, heading: re.Pattern):
     """The first table after the heading matching `heading`, within its section."""
-    section = page.get_by_role("heading", name=heading).first.locator("xpath=ancestor::section[1]")  # its own, not the page's
+    section = page.get_by_role("heading", name=heading).first.locator(
+        "xpath=ancestor::section[1]"
+    )  # its own, not the page's
     return section.locator("table").first
 
 

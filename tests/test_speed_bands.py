@@ -1,24 +1,49 @@
 """Bands, baselines, verdicts, the A/B canary and the plots (lanebook.speed.bands)."""
+
 import json
 
 import pytest
-
 from lanebook.base.errors import LanebookError
+from lanebook.speed.bands import (
+    ab_canary,
+    bands_frame,
+    bands_from_runs,
+    compare_to_baseline,
+    load_speed_document,
+    plot_bands,
+    plot_history,
+)
 from lanebook.speed.baseline import stored_baseline
-from lanebook.speed.bands import (ab_canary, bands_frame, bands_from_runs, compare_to_baseline,
-                                  load_speed_document, plot_bands, plot_history)
 
 
 def run(c, trial, stream, aggregate, errors=0, ttft=0.2):
-    return {"concurrency": c, "trial": trial, "requests": c, "ok": c - errors, "errors": errors,
-            "decode_tokens": 255 * (c - errors), "wall_s": 255 * c / aggregate, "mean_stream_decode_tok_s": stream,
-            "wall_aggregate_tok_s": aggregate, "ttft_s_median": ttft, "acceptance_rate": None,
-            "mean_acceptance_length": None, "tokens_estimated": False}
+    return {
+        "concurrency": c,
+        "trial": trial,
+        "requests": c,
+        "ok": c - errors,
+        "errors": errors,
+        "decode_tokens": 255 * (c - errors),
+        "wall_s": 255 * c / aggregate,
+        "mean_stream_decode_tok_s": stream,
+        "wall_aggregate_tok_s": aggregate,
+        "ttft_s_median": ttft,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "tokens_estimated": False,
+    }
 
 
 def doc(workload, runs, max_tokens=256):
-    return {"api": "http://127.0.0.2:8888/v1", "model": "m", "workload": workload, "max_tokens": max_tokens,
-            "twin": True, "runs": runs, "bands": bands_from_runs(runs, workload)}
+    return {
+        "api": "http://127.0.0.2:8888/v1",
+        "model": "m",
+        "workload": workload,
+        "max_tokens": max_tokens,
+        "twin": True,
+        "runs": runs,
+        "bands": bands_from_runs(runs, workload),
+    }
 
 
 def three_trials(workload, c1=(80.0, 82.0, 84.0), c4=(58.0, 59.0, 61.0), agg_scale=1.0):
@@ -71,13 +96,15 @@ def test_incomplete_bands_never_pass():
 
 def test_baseline_needs_the_same_max_tokens_and_no_errors():
     import pytest
-
     from lanebook.base.errors import LanebookError
 
     base = three_trials("code")
     with pytest.raises(LanebookError, match="max_tokens"):
         compare_to_baseline([doc("code", base["runs"], max_tokens=512)], [base])
-    failing = [dict(r, errors=1, ok=r["requests"] - 1) if r["concurrency"] == 4 and r["trial"] == 1 else r for r in base["runs"]]
+    failing = [
+        dict(r, errors=1, ok=r["requests"] - 1) if r["concurrency"] == 4 and r["trial"] == 1 else r
+        for r in base["runs"]
+    ]
     assert compare_to_baseline([doc("code", failing)], [base]).verdict == "fail"
 
 
@@ -115,8 +142,9 @@ def test_speed_documents_load_and_recompute_bands(tmp_path):
 def test_plots_are_written(tmp_path):
     docs = [three_trials("count"), three_trials("code"), doc("json", [run(1, 1, 60.0, 55.0)])]
     bands_png = plot_bands(docs, tmp_path / "bands.png", title="twin figures")
-    history_png = plot_history([("run 1", docs[:2]), ("run 2", [three_trials("count", agg_scale=1.1)])],
-                               tmp_path / "history.png")
+    history_png = plot_history(
+        [("run 1", docs[:2]), ("run 2", [three_trials("count", agg_scale=1.1)])], tmp_path / "history.png"
+    )
     for png in (bands_png, history_png):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert list(bands_frame(docs)["workload"]) == ["count", "count", "code", "code", "json"]

@@ -1,29 +1,57 @@
 """Lanes' stored baselines and the judgement of a run against one (lanebook.speed.baseline): judged only on the
 same setup and the same max_tokens, failing a median more than the tolerance below the baseline's."""
+
 import json
 from dataclasses import replace
 
 import pytest
-
 from lanebook.base.errors import LanebookError
+from lanebook.base.files import sha256_file
 from lanebook.lane.params import lane_path
 from lanebook.speed.bands import bands_from_runs
-from lanebook.speed.baseline import (BASELINE_TOLERANCE, DEFAULT_WORKLOADS, Baseline, baseline_json, counterpart, judge,
-                                     lane_workloads, load_baseline, stored_baseline, write_baseline)
-from lanebook.base.files import sha256_file
+from lanebook.speed.baseline import (
+    BASELINE_TOLERANCE,
+    DEFAULT_WORKLOADS,
+    Baseline,
+    baseline_json,
+    counterpart,
+    judge,
+    lane_workloads,
+    load_baseline,
+    stored_baseline,
+    write_baseline,
+)
 from lanebook.speed.provenance import Provenance
 
-SETUP = Provenance(lane="twin", twin=True, lane_file_sha256="ab" * 32, image="ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
-                   image_digest="sha256:" + "a" * 64, image_id="sha256:" + "1" * 64,
-                   model="deepseek-ai/DeepSeek-V4-Flash-0731", model_revision="2f" * 20,
-                   server_version="0.25.2+lanebook.twin")
+SETUP = Provenance(
+    lane="twin",
+    twin=True,
+    lane_file_sha256="ab" * 32,
+    image="ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
+    image_digest="sha256:" + "a" * 64,
+    image_id="sha256:" + "1" * 64,
+    model="deepseek-ai/DeepSeek-V4-Flash-0731",
+    model_revision="2f" * 20,
+    server_version="0.25.2+lanebook.twin",
+)
 
 
 def run(c, trial, stream, aggregate, errors=0):
-    return {"concurrency": c, "trial": trial, "requests": c, "ok": c - errors, "errors": errors,
-            "decode_tokens": 255 * (c - errors), "wall_s": round(255 * c / aggregate, 4),
-            "mean_stream_decode_tok_s": stream, "wall_aggregate_tok_s": aggregate, "ttft_s_median": 0.25,
-            "acceptance_rate": None, "mean_acceptance_length": None, "tokens_estimated": False}
+    return {
+        "concurrency": c,
+        "trial": trial,
+        "requests": c,
+        "ok": c - errors,
+        "errors": errors,
+        "decode_tokens": 255 * (c - errors),
+        "wall_s": round(255 * c / aggregate, 4),
+        "mean_stream_decode_tok_s": stream,
+        "wall_aggregate_tok_s": aggregate,
+        "ttft_s_median": 0.25,
+        "acceptance_rate": None,
+        "mean_acceptance_length": None,
+        "tokens_estimated": False,
+    }
 
 
 def doc(workload, scale=1.0, max_tokens=256, trials=3, errors=0):
@@ -31,8 +59,15 @@ def doc(workload, scale=1.0, max_tokens=256, trials=3, errors=0):
     for t in range(1, trials + 1):
         runs.append(run(1, t, 82.0 * scale, 76.0 * scale))
         runs.append(run(6, t, 50.0 * scale, 250.0 * scale, errors=errors if t == trials else 0))
-    return {"api": "http://127.0.0.2:8888/v1", "model": "deepseek-v4-flash-0731", "workload": workload,
-            "max_tokens": max_tokens, "twin": True, "runs": runs, "bands": bands_from_runs(runs, workload)}
+    return {
+        "api": "http://127.0.0.2:8888/v1",
+        "model": "deepseek-v4-flash-0731",
+        "workload": workload,
+        "max_tokens": max_tokens,
+        "twin": True,
+        "runs": runs,
+        "bands": bands_from_runs(runs, workload),
+    }
 
 
 def stored(*docs, provenance=SETUP):
@@ -73,8 +108,12 @@ def test_same_setup_beyond_tolerance_fails_naming_the_cells():
     judgement = judge([doc("probe", scale=0.85)], SETUP, stored(doc("probe")))
     assert judgement.verdict == "fail" and judgement.failed
     worse = [(c.workload, c.concurrency, c.figure, round(c.change, 4)) for c in judgement.comparison.cells]
-    assert worse == [("probe", 1, "mean_stream_decode_tok_s", -0.15), ("probe", 1, "wall_aggregate_tok_s", -0.15),
-                     ("probe", 6, "mean_stream_decode_tok_s", -0.15), ("probe", 6, "wall_aggregate_tok_s", -0.15)]
+    assert worse == [
+        ("probe", 1, "mean_stream_decode_tok_s", -0.15),
+        ("probe", 1, "wall_aggregate_tok_s", -0.15),
+        ("probe", 6, "mean_stream_decode_tok_s", -0.15),
+        ("probe", 6, "wall_aggregate_tok_s", -0.15),
+    ]
     assert "worse: probe C1 mean_stream_decode_tok_s 82.0 -> 69.7 (-15.0%)" in judgement.summary()
 
 
@@ -95,8 +134,10 @@ def test_a_setup_the_baseline_did_not_record_is_not_judged():
     real = replace(SETUP, lane="anemll-1m6", twin=False)
     judgement = judge([doc("probe")], real, seed)
     assert judgement.verdict == "not judged"
-    assert judgement.reason.startswith("setup not established: unknown on at least one side: lane_file_sha256, model, "
-                                       "model_revision, server_version, image identity")
+    assert judgement.reason.startswith(
+        "setup not established: unknown on at least one side: lane_file_sha256, model, "
+        "model_revision, server_version, image identity"
+    )
 
 
 def test_other_max_tokens_or_no_common_workload_is_not_comparable():
@@ -163,6 +204,8 @@ def test_the_twin_baseline_was_measured_on_the_twin_lane_file():
     an edit the runbook says "different setup" until the baseline is measured again (save_baseline)."""
     twin = stored_baseline("twin")
     if twin.provenance.lane_file_sha256 != sha256_file(lane_path("twin")):
-        pytest.skip("params/twin.yaml changed since the twin baseline was measured: re-measure it "
-                    "(lanebook run speed --lane twin -p save_baseline=lib/lanebook/speed/baselines/twin.json)")
+        pytest.skip(
+            "params/twin.yaml changed since the twin baseline was measured: re-measure it "
+            "(lanebook run speed --lane twin -p save_baseline=lib/lanebook/speed/baselines/twin.json)"
+        )
     assert twin.provenance.image_digest and twin.provenance.model_revision and twin.provenance.server_version

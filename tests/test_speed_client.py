@@ -1,5 +1,6 @@
 """The streaming client against a real loopback SSE server (benchmarks/sse_server.py), and how SSE events
 get their arrival stamps."""
+
 import asyncio
 import json
 import socket
@@ -8,7 +9,6 @@ import time
 
 import httpx
 import pytest
-
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.prometheus import QueueNotIdle, metrics_url, wait_idle
 from lanebook.speed import transport
@@ -17,7 +17,6 @@ from lanebook.speed.command import run_speed
 from lanebook.speed.metrics import request_figures, wave_figures
 from lanebook.speed.records import CONTENT, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, WaveRecord
 from lanebook.speed.workloads import load_workload, request_body, workload_names
-
 from sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 
 
@@ -26,8 +25,15 @@ def truth(url):
 
 
 def one(url, prompt, max_tokens=32, timeout_s=10.0):
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+    body = json.dumps(
+        {
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
 
     async def go():
         async with new_client() as client:
@@ -64,8 +70,9 @@ def test_missing_usage_is_estimated_and_marked(server):
     assert figures.tokens_estimated is True and figures.ok == 1
 
 
-@pytest.mark.parametrize("prompt, error", [("#http500", "HTTP 500"), ("#cut", "RemoteProtocolError"),
-                                           ("#stall", "timeout after 1 s")])
+@pytest.mark.parametrize(
+    "prompt, error", [("#http500", "HTTP 500"), ("#cut", "RemoteProtocolError"), ("#stall", "timeout after 1 s")]
+)
 def test_failures_become_record_errors(server, prompt, error):
     record = one(server, prompt, max_tokens=16, timeout_s=1.0)
     assert record.error.startswith(error)
@@ -80,8 +87,9 @@ def test_unreachable_server_is_an_error_not_an_exception():
 def test_idle_wait_is_bounded_and_sees_running_requests(server):
     async def go():
         async with new_client() as client:
-            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "#stall"}], "max_tokens": 8,
-                               "stream": True}).encode()
+            body = json.dumps(
+                {"model": "m", "messages": [{"role": "user", "content": "#stall"}], "max_tokens": 8, "stream": True}
+            ).encode()
             stalled = asyncio.create_task(stream_chat(client, chat_url(f"{server}/v1"), body, 0, 3.0))
             await asyncio.sleep(0.3)
             with pytest.raises(QueueNotIdle, match="running=1"):
@@ -94,7 +102,9 @@ def test_idle_wait_is_bounded_and_sees_running_requests(server):
 
 
 def test_waves_take_acceptance_from_metrics_deltas(server):
-    plan = Plan(f"{server}/v1", "m", load_workload("count"), [1, 3], 1, 41, {"chat_template_kwargs": {"thinking": False}})
+    plan = Plan(
+        f"{server}/v1", "m", load_workload("count"), [1, 3], 1, 41, {"chat_template_kwargs": {"thinking": False}}
+    )
     waves = run(measure(plan))
     assert [w.concurrency for w in waves] == [1, 3]
     for wave in waves:
@@ -133,6 +143,7 @@ def test_every_workload_loads_and_tools_carry_tool_definitions():
 
 def test_runs_inside_a_running_loop_as_in_a_notebook(server):
     """A Jupyter kernel's cells run while its event loop runs; the runbooks call run_speed from there."""
+
     async def cell():
         return run_speed(f"{server}/v1", "m", "count", [1], trials=1, max_tokens=9)
 
@@ -144,7 +155,7 @@ def test_an_event_comes_out_of_the_read_that_completed_its_data_line():
     lines = DataLines()
     assert lines.feed(b'data: {"a"') == []
     assert lines.feed(b":1}") == []
-    assert lines.feed(b'\n\ndata: 2\r\n\n: a comment\n\ndata: [DO') == [b'{"a":1}', b"2"]
+    assert lines.feed(b"\n\ndata: 2\r\n\n: a comment\n\ndata: [DO") == [b'{"a":1}', b"2"]
     assert lines.feed(b"NE]\n\n") == [b"[DONE]"]
 
 
@@ -193,8 +204,13 @@ def test_without_kernel_stamps_the_run_says_so(server, monkeypatch):
     [wave] = run(measure(plan, on_note=notes.append))
     assert [r.stamp_source for r in wave.requests] == [STAMP_LOOP, STAMP_LOOP]
     assert wave_figures(wave).stamp_source == STAMP_LOOP and wave_figures(wave).errors == 0
-    assert any(n.startswith("chunk arrivals are stamped when this process reads them, not by the kernel "
-                            "(kernel receive timestamps unavailable: SO_TIMESTAMPNS: [Errno") for n in notes)
+    assert any(
+        n.startswith(
+            "chunk arrivals are stamped when this process reads them, not by the kernel "
+            "(kernel receive timestamps unavailable: SO_TIMESTAMPNS: [Errno"
+        )
+        for n in notes
+    )
 
 
 def test_an_https_api_is_noted_as_read_stamped():
@@ -202,5 +218,7 @@ def test_an_https_api_is_noted_as_read_stamped():
     plan = Plan("https://127.0.0.1:9/v1", "m", load_workload("count"), [1], 1, 9, {})  # nothing listens
     [wave] = run(measure(plan, on_note=notes.append))
     assert wave.requests[0].error.startswith("ConnectError") and wave.requests[0].stamp_source is None
-    assert ("chunk arrivals are stamped when this process reads them, not by the kernel (https:// goes through "
-            "httpx's own transport, which cannot pass them on): a busy client reads them late") in notes
+    assert (
+        "chunk arrivals are stamped when this process reads them, not by the kernel (https:// goes through "
+        "httpx's own transport, which cannot pass them on): a busy client reads them late"
+    ) in notes

@@ -1,16 +1,15 @@
 """`lanebook speed` and run_speed against a real loopback SSE server (benchmarks/sse_server.py): the JSON
 document, the human tables, exit codes."""
+
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from lanebook.speed import transport
 from lanebook.speed.command import print_result, run_speed
 from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
-
+from rich.console import Console
 from sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 
 
@@ -44,16 +43,41 @@ def test_a_run_without_kernel_stamps_says_so_in_its_document_and_tables(server, 
 def test_cli_speed_writes_json_and_exits_by_errors(server, tmp_path):
     out = tmp_path / "speed.json"
     lanebook = str(Path(sys.executable).with_name("lanebook"))
-    done = subprocess.run([lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--concurrency", "1,2",
-                           "--max-tokens", "17", "--json", str(out)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            lanebook,
+            "speed",
+            "--api",
+            f"{server}/v1",
+            "--model",
+            "m",
+            "--concurrency",
+            "1,2",
+            "--max-tokens",
+            "17",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(out.read_text())
     assert [r["concurrency"] for r in doc["runs"]] == [1, 2] and doc["twin"] is False
     assert doc["stamp_source"] == STAMP_KERNEL
-    bad = subprocess.run([lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--workload", "nope"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [lanebook, "speed", "--api", f"{server}/v1", "--model", "m", "--workload", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode == 2 and "unknown workload" in bad.stderr and "Traceback" not in bad.stderr
-    failing = subprocess.run([lanebook, "speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1"],
-                             capture_output=True, text=True, timeout=60)
+    failing = subprocess.run(
+        [lanebook, "speed", "--api", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert failing.returncode == 1 and "1 request(s) failed" in failing.stdout
     assert "no stream was read" in failing.stdout  # a connect failure read no chunk: no stamp source to name

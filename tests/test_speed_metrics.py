@@ -1,13 +1,37 @@
 """The speed figures (ARCHITECTURE.md, "Speed figures") from hand-built records: exact arithmetic, no server."""
-import pytest
 
+import pytest
 from lanebook.nodes.prometheus import SpecDecode
 from lanebook.speed.metrics import estimate_tokens, request_figures, stamp_source, unmeasurable_reason, wave_figures
-from lanebook.speed.records import (CONTENT, OTHER, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
-                                    RequestRecord, WaveRecord)
+from lanebook.speed.records import (
+    CONTENT,
+    OTHER,
+    REASONING,
+    ROLE,
+    STAMP_KERNEL,
+    STAMP_LOOP,
+    TOOL_CALLS,
+    USAGE,
+    ChunkArrival,
+    RequestRecord,
+    WaveRecord,
+)
 
-RUN_KEYS = ["concurrency", "trial", "requests", "ok", "errors", "decode_tokens", "wall_s", "mean_stream_decode_tok_s",
-            "wall_aggregate_tok_s", "ttft_s_median", "acceptance_rate", "mean_acceptance_length", "tokens_estimated"]
+RUN_KEYS = [
+    "concurrency",
+    "trial",
+    "requests",
+    "ok",
+    "errors",
+    "decode_tokens",
+    "wall_s",
+    "mean_stream_decode_tok_s",
+    "wall_aggregate_tok_s",
+    "ttft_s_median",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "tokens_estimated",
+]
 
 
 def stream(index, t_sent, t_first, rate, completion=256, per_chunk=3, t_done=None, role_at=None):
@@ -20,15 +44,24 @@ def stream(index, t_sent, t_first, rate, completion=256, per_chunk=3, t_done=Non
         t = t_first + (sent - 1) / rate
         chunks.append(ChunkArrival(t, CONTENT))
     chunks += [ChunkArrival(t, OTHER), ChunkArrival(t, USAGE)]
-    return RequestRecord(index=index, t_sent=t_sent, t_done=t if t_done is None else t_done, chunks=chunks,
-                         completion_tokens=completion, text_chars=4 * completion)
+    return RequestRecord(
+        index=index,
+        t_sent=t_sent,
+        t_done=t if t_done is None else t_done,
+        chunks=chunks,
+        completion_tokens=completion,
+        text_chars=4 * completion,
+    )
 
 
-@pytest.mark.parametrize("concurrency, stream_rate, wall, decode, aggregate", [
-    (1, 82.8, 3.33, 255, 76.6),
-    (4, 59.1, 4.82, 1020, 211.6),
-    (6, 42.5, 6.98, 1530, 219.2),
-])
+@pytest.mark.parametrize(
+    "concurrency, stream_rate, wall, decode, aggregate",
+    [
+        (1, 82.8, 3.33, 255, 76.6),
+        (4, 59.1, 4.82, 1020, 211.6),
+        (6, 42.5, 6.98, 1530, 219.2),
+    ],
+)
 def test_seed_003_table(concurrency, stream_rate, wall, decode, aggregate):
     """Seed 003's C1/C4/C6 rows come out of their token counts and walls: 255/3.33 = 76.58 -> 76.6."""
     records = [stream(i, 0.0, 0.2 + 0.01 * i, stream_rate) for i in range(concurrency)]
@@ -57,8 +90,19 @@ def test_role_only_chunk_does_not_open_the_window():
 
 
 def test_reasoning_and_tool_call_chunks_count_as_content():
-    record = RequestRecord(0, 0.0, 2.0, [ChunkArrival(0.1, ROLE), ChunkArrival(0.3, REASONING), ChunkArrival(1.0, CONTENT),
-                                         ChunkArrival(1.3, TOOL_CALLS), ChunkArrival(1.3, USAGE)], completion_tokens=41)
+    record = RequestRecord(
+        0,
+        0.0,
+        2.0,
+        [
+            ChunkArrival(0.1, ROLE),
+            ChunkArrival(0.3, REASONING),
+            ChunkArrival(1.0, CONTENT),
+            ChunkArrival(1.3, TOOL_CALLS),
+            ChunkArrival(1.3, USAGE),
+        ],
+        completion_tokens=41,
+    )
     figures = request_figures(record)
     assert (figures.t_first, figures.t_last) == (0.3, 1.3)
     assert figures.stream_decode_tok_s == pytest.approx(40 / 1.0)
@@ -81,8 +125,11 @@ def test_errors_are_counted_never_dropped():
     empty = RequestRecord(3, 0.0, 0.5, [ChunkArrival(0.1, ROLE), ChunkArrival(0.2, USAGE)], completion_tokens=0)
     figures = wave_figures(WaveRecord(4, 2, [good, failed, one_read, empty]))
     assert (figures.requests, figures.ok, figures.errors) == (4, 1, 3)
-    assert figures.error_reasons == {"timeout after 10 s": 1, "no decode window (all content in one read)": 1,
-                                     "no content in the stream": 1}
+    assert figures.error_reasons == {
+        "timeout after 10 s": 1,
+        "no decode window (all content in one read)": 1,
+        "no content in the stream": 1,
+    }
     assert figures.wall_s == 9.0  # the failed request's finish still ends the wall
     assert figures.decode_tokens == 255
     assert unmeasurable_reason(good) is None
@@ -95,7 +142,9 @@ def test_all_failed_wave_has_no_stream_figures():
 
 
 def test_run_json_has_exactly_the_spec_keys_and_acceptance():
-    spec = SpecDecode(drafts=100, draft_tokens=500, accepted_tokens=230, accepted_per_position={0: 90, 1: 70, 2: 40, 3: 20, 4: 10})
+    spec = SpecDecode(
+        drafts=100, draft_tokens=500, accepted_tokens=230, accepted_per_position={0: 90, 1: 70, 2: 40, 3: 20, 4: 10}
+    )
     figures = wave_figures(WaveRecord(1, 3, [stream(0, 0.0, 0.2, 80.0)], idle_wait_s=0.0, spec_decode=spec))
     run = figures.run_json()
     assert list(run) == RUN_KEYS

@@ -1,13 +1,23 @@
 """The setup of a speed run (lanebook.speed.provenance): parsing docker's, the hub tree's and /version's answers,
 the rule that says whether two setups are the same, and what a dry run would ask (nothing sent)."""
+
 import json
 from dataclasses import replace
 
-from lanebook.nodes.ssh import Lane
-from lanebook.lane.params import lane_path, load_lane
 from lanebook.base.files import sha256_file
-from lanebook.speed.provenance import (Provenance, compare_setups, digest_for, parse_image_inspect,
-                                       parse_revision, parse_version, read_provenance, repository_of, split_image_ref)
+from lanebook.lane.params import lane_path, load_lane
+from lanebook.nodes.ssh import Lane
+from lanebook.speed.provenance import (
+    Provenance,
+    compare_setups,
+    digest_for,
+    parse_image_inspect,
+    parse_revision,
+    parse_version,
+    read_provenance,
+    repository_of,
+    split_image_ref,
+)
 
 DIGEST = "sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8"
 IMAGE = "ghcr.io/anemll/dspark-vllm-gx10:0.1.1"
@@ -15,9 +25,17 @@ REVISION = "2f3f00a2c8096687e351db339e147c2321c43c9d"
 
 
 def setup(**changes):
-    base = Provenance(lane="twin", twin=True, lane_file_sha256="ab" * 32, image=IMAGE, image_digest=DIGEST,
-                      image_id="sha256:" + "1" * 64, model="deepseek-ai/DeepSeek-V4-Flash-0731",
-                      model_revision=REVISION, server_version="0.25.2+lanebook.twin")
+    base = Provenance(
+        lane="twin",
+        twin=True,
+        lane_file_sha256="ab" * 32,
+        image=IMAGE,
+        image_digest=DIGEST,
+        image_id="sha256:" + "1" * 64,
+        model="deepseek-ai/DeepSeek-V4-Flash-0731",
+        model_revision=REVISION,
+        server_version="0.25.2+lanebook.twin",
+    )
     return replace(base, **changes)
 
 
@@ -36,8 +54,9 @@ def test_the_digest_is_the_images_own_repositorys():
 
 
 def test_image_inspect_gives_digest_and_id():
-    text = json.dumps({"Id": "sha256:" + "2" * 64, "RepoTags": [IMAGE],
-                       "RepoDigests": [f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}"]})
+    text = json.dumps(
+        {"Id": "sha256:" + "2" * 64, "RepoTags": [IMAGE], "RepoDigests": [f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}"]}
+    )
     assert parse_image_inspect(IMAGE, text) == (DIGEST, "sha256:" + "2" * 64)
     local = json.dumps({"Id": "sha256:" + "3" * 64, "RepoTags": ["ds4-f/patch3:local"], "RepoDigests": []})
     assert parse_image_inspect("ds4-f/patch3:local", local) == (None, "sha256:" + "3" * 64)
@@ -75,7 +94,8 @@ def test_a_fact_not_recorded_leaves_the_setup_not_established():
 def test_image_identity_is_the_digest_else_the_image_id():
     rebuilt = setup(image_digest=None, image_id="sha256:" + "9" * 64)
     assert compare_setups(rebuilt, setup(image_digest=None)).differences == (
-        ("image_id", "sha256:" + "9" * 64, "sha256:" + "1" * 64),)
+        ("image_id", "sha256:" + "9" * 64, "sha256:" + "1" * 64),
+    )
     retagged_same_digest = setup(image_id="sha256:" + "9" * 64)
     assert compare_setups(retagged_same_digest, setup()).same  # the registry digest decides when both have it
     assert compare_setups(setup(image_digest=None, image_id=None), setup()).unknown == ("image identity",)

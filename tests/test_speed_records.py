@@ -1,6 +1,18 @@
 """The records' vocabulary: which chunk kinds open a decode window, and what can stamp a record's chunks."""
-from lanebook.speed.records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS,
-                                    USAGE, RequestRecord, WaveRecord)
+
+from lanebook.speed.records import (
+    CONTENT,
+    CONTENT_KINDS,
+    OTHER,
+    REASONING,
+    ROLE,
+    STAMP_KERNEL,
+    STAMP_LOOP,
+    TOOL_CALLS,
+    USAGE,
+    RequestRecord,
+    WaveRecord,
+)
 
 
 def test_only_chunks_carrying_text_open_or_close_a_window():

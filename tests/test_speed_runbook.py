@@ -2,6 +2,7 @@
 records bands, plots and the provenance it read; a run against a baseline of the same setup whose medians are
 higher fails at the baseline step. Dry runs on the real lanes show what would be sent and open no connection.
 (An engine that dies mid-bench failing the waves' step is a row of the fault matrix, test_fault_matrix.py.)"""
+
 import json
 import subprocess
 import sys
@@ -10,13 +11,12 @@ from pathlib import Path
 import httpx
 import nbformat
 import pytest
-
-from lanebook.nodes import ssh
-from lanebook.lane.params import lane_path, load_lane
+from lanebook.base.files import sha256_file
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import lane_path, load_lane
+from lanebook.nodes import ssh
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.baseline import baseline_path, load_baseline
-from lanebook.base.files import sha256_file
 from lanebook.twin.standins.docker import IMAGES
 from lanebook_runs import dry_run_offline, run
 
@@ -42,13 +42,26 @@ def test_a_short_run_records_bands_and_the_provenance_it_read(short_run):
     record, tmp_path, saved = short_run
     assert record["verdict"] == "pass" and record["twin"] is True, record
     figures = record["figures"]
-    assert figures["plan"] == {"workloads": ["probe"], "levels": [1, 4, 6], "trials": 3, "max_tokens": 32,
-                               "tolerance": 0.1, "baseline": str(baseline_path("twin"))}
+    assert figures["plan"] == {
+        "workloads": ["probe"],
+        "levels": [1, 4, 6],
+        "trials": 3,
+        "max_tokens": 32,
+        "tolerance": 0.1,
+        "baseline": str(baseline_path("twin")),
+    }
     bands = figures["bands"]["probe"]
-    assert [(b["concurrency"], b["trials"], b["complete"], b["errors"]) for b in bands] == \
-        [(1, 3, True, 0), (4, 3, True, 0), (6, 3, True, 0)]
-    assert all(b["mean_stream_decode_tok_s"]["min"] <= b["mean_stream_decode_tok_s"]["median"]
-               <= b["mean_stream_decode_tok_s"]["max"] for b in bands)
+    assert [(b["concurrency"], b["trials"], b["complete"], b["errors"]) for b in bands] == [
+        (1, 3, True, 0),
+        (4, 3, True, 0),
+        (6, 3, True, 0),
+    ]
+    assert all(
+        b["mean_stream_decode_tok_s"]["min"]
+        <= b["mean_stream_decode_tok_s"]["median"]
+        <= b["mean_stream_decode_tok_s"]["max"]
+        for b in bands
+    )
     assert figures["wave_failures"] == {"probe": []}
 
     prov = figures["provenance"]
@@ -97,9 +110,11 @@ def test_a_dry_run_on_the_real_lane_shows_what_it_would_send_and_opens_no_connec
     assert record["verdict"] == "dry-run" and record["failed_step"] is None
     lines = [line.strip() for line in done.stdout.splitlines()]
     for workload in ("probe", "code", "prose"):
-        assert (f"local: speed {workload}: 3 trials x C1/C4/C6 = 33 streamed POST http://192.168.1.11:8888/v1/chat/completions "
-                "(unique prompts, temperature 0, max_tokens 256, usage included); before each wave GET "
-                "http://192.168.1.11:8888/metrics until no request runs or waits") in lines
+        assert (
+            f"local: speed {workload}: 3 trials x C1/C4/C6 = 33 streamed POST http://192.168.1.11:8888/v1/chat/completions "
+            "(unique prompts, temperature 0, max_tokens 256, usage included); before each wave GET "
+            "http://192.168.1.11:8888/metrics until no request runs or waits"
+        ) in lines
     assert "head: cat ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/refs/main" in lines
     assert "local: GET http://192.168.1.11:8888/version" in lines
     assert record["figures"]["provenance"]["lane_file_sha256"] == sha256_file(lane_path("anemll-0731"))
@@ -107,12 +122,31 @@ def test_a_dry_run_on_the_real_lane_shows_what_it_would_send_and_opens_no_connec
 
 def test_papermill_dry_run_on_the_preview_lane(tmp_path):
     out = tmp_path / "speed-1m6.ipynb"
-    done = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "speed.ipynb"), str(out),
-                           "-p", "lane", "anemll-1m6", "-p", "dry_run", "True"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "papermill"),
+            str(RUNBOOKS_DIR / "speed.ipynb"),
+            str(out),
+            "-p",
+            "lane",
+            "anemll-1m6",
+            "-p",
+            "dry_run",
+            "True",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    markdown = "".join("".join(o.get("data", {}).get("text/markdown", "")) for cell in nbformat.read(out, as_version=4).cells
-                       for o in cell.get("outputs", []))
-    assert '"model": "deepseek-v4-flash-dspark"' in markdown and '"thinking": false' in markdown  # the body it would send
+    markdown = "".join(
+        "".join(o.get("data", {}).get("text/markdown", ""))
+        for cell in nbformat.read(out, as_version=4).cells
+        for o in cell.get("outputs", [])
+    )
+    assert (
+        '"model": "deepseek-v4-flash-dspark"' in markdown and '"thinking": false' in markdown
+    )  # the body it would send
     assert "**DRY RUN**" in markdown and "not observed (dry run)" in markdown
 
 

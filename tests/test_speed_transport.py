@@ -1,5 +1,6 @@
 """The lean httpx transport: framing edge cases against a real server writing exact bytes, the kernel's
 arrival stamps (parsing as pure functions, and on loopback while the event loop is blocked), the fallback."""
+
 import asyncio
 import socket
 import struct
@@ -8,15 +9,22 @@ import time
 
 import httpx
 import pytest
-
 from lanebook.speed import transport
 from lanebook.speed.client import new_client, run
 from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
-from lanebook.speed.transport import (CLOCK_READ_GAP_NS, SO_TIMESTAMPNS_NEW, ChunkedDecoder, perf_seconds,
-                                      realtime_minus_perf_ns, receive_stamp_ns)
+from lanebook.speed.transport import (
+    CLOCK_READ_GAP_NS,
+    SO_TIMESTAMPNS_NEW,
+    ChunkedDecoder,
+    perf_seconds,
+    realtime_minus_perf_ns,
+    receive_stamp_ns,
+)
 
-CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-           b"7\r\ndata: a\r\n5;ext=1\r\n\n\nxyz\r\n10\r\n0123456789abcdef\r\n0\r\nx-trailer: 1\r\n\r\n")
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    b"7\r\ndata: a\r\n5;ext=1\r\n\n\nxyz\r\n10\r\n0123456789abcdef\r\n0\r\nx-trailer: 1\r\n\r\n"
+)
 CHUNKED_BODY = b"data: a\n\nxyz0123456789abcdef"
 
 
@@ -30,14 +38,20 @@ async def scripted(responses, piece=0, delay=0.0):
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
                 await reader.readexactly(length)
                 response = queue.pop(0)
                 if response is None:  # never answer
                     await reader.read()
                     break
-                steps = [response] if not piece else [response[i:i + piece] for i in range(0, len(response), piece)]
+                steps = [response] if not piece else [response[i : i + piece] for i in range(0, len(response), piece)]
                 for part in steps:
                     writer.write(part)
                     await writer.drain()
@@ -129,6 +143,7 @@ def test_truncated_chunked_body_is_a_protocol_error():
 
 
 # Arrival stamps -------------------------------------------------------------------------------------------
+
 
 def test_ancillary_data_gives_the_kernel_receive_time_in_nanoseconds():
     stamp = struct.pack("=qq", 1_796_109_003, 107_325_463)  # struct __kernel_timespec {seconds, nanoseconds}

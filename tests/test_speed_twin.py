@@ -5,11 +5,11 @@ shared twin's 8888), configured from a shipped lane as its compose would: fixed 
 seed 003) or the 5/4/3 verify schedule (anemll-0731, seed 000). One warm-up wave per level first,
 as the warmup runbook does (T10: first use of a shape compiles). One trial per cell and shared servers keep it ~40 s.
 """
+
 import json
 
 import httpx
 import pytest
-
 from lanebook.lane.params import load_lane
 from lanebook.speed.bands import compare_to_baseline
 from lanebook.speed.baseline import stored_baseline
@@ -22,17 +22,34 @@ LEVELS = [1, 4, 6]
 def start_lane(lane_name, log_dir):
     """A twin vLLM configured as the lane's compose would start it, warmed, on a free port of 127.0.0.7."""
     lane = load_lane(lane_name)
-    spec = {"method": lane.speculative.method, "num_speculative_tokens": lane.num_speculative_tokens,
-            "draft_sample_method": lane.speculative.draft_sample_method}
+    spec = {
+        "method": lane.speculative.method,
+        "num_speculative_tokens": lane.num_speculative_tokens,
+        "draft_sample_method": lane.speculative.draft_sample_method,
+    }
     if lane.speculative.schedule:
         spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in lane.speculative.schedule]
-    args = [lane.weights.repo, "--served-model-name", lane.served_model_name,
-            "--max-model-len", str(lane.max_model_len), "--max-num-seqs", str(lane.max_num_seqs),
-            "--max-num-batched-tokens", str(lane.env["MAX_NUM_BATCHED_TOKENS"]),
-            "--gpu-memory-utilization", str(lane.env["GPU_MEMORY_UTILIZATION"]),
-            "--speculative-config", json.dumps(spec)]
-    server = twin_vllm.start_local(args, log_dir / f"{lane_name}.log", host="127.0.0.7",
-                                   env={"LANEBOOK_TWIN_TIME_SCALE": "0.001", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"})
+    args = [
+        lane.weights.repo,
+        "--served-model-name",
+        lane.served_model_name,
+        "--max-model-len",
+        str(lane.max_model_len),
+        "--max-num-seqs",
+        str(lane.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(lane.env["MAX_NUM_BATCHED_TOKENS"]),
+        "--gpu-memory-utilization",
+        str(lane.env["GPU_MEMORY_UTILIZATION"]),
+        "--speculative-config",
+        json.dumps(spec),
+    ]
+    server = twin_vllm.start_local(
+        args,
+        log_dir / f"{lane_name}.log",
+        host="127.0.0.7",
+        env={"LANEBOOK_TWIN_TIME_SCALE": "0.001", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"},
+    )
     api = f"{server.url}/v1"
     run_speed(api, lane.served_model_name, "probe", LEVELS, trials=1, max_tokens=8, lane_request=lane.request)
     return server, api, lane
@@ -54,8 +71,9 @@ def schedule_543(tmp_path_factory):
 
 def measure(api, lane, workload, levels=LEVELS):
     httpx.delete(f"{api.removesuffix('/v1')}/twin/requests")
-    result = run_speed(api, lane.served_model_name, workload, levels, trials=1, max_tokens=256,
-                       lane_request=lane.request, twin=True)
+    result = run_speed(
+        api, lane.served_model_name, workload, levels, trials=1, max_tokens=256, lane_request=lane.request, twin=True
+    )
     assert result.errors == 0
     return result.document()
 
@@ -68,7 +86,7 @@ def served_aggregates(api, levels=LEVELS) -> dict[int, float]:
     assert [len(sent)] == [sum(levels)], sent
     aggregates, start = {}, 0
     for level in levels:  # run_speed's waves, one after the other on an idle server
-        wave, start = sent[start:start + level], start + level
+        wave, start = sent[start : start + level], start + level
         span_s = max(r["t_last"] for r in wave) - min(r["t_sent"] for r in wave)
         aggregates[level] = sum(r["completion_tokens"] - 1 for r in wave) / span_s
     return aggregates

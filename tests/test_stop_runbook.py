@@ -2,20 +2,19 @@
 stop nobody confirmed changes nothing and names --yes; a confirmed stop leaves no container of the lane on any
 node, cleans memory and reads free memory back; status then reports the lane cleanly down. A dry run on the real
 lane prints the seed's stop line and opens no connection."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher
 from lanebook_runs import dry_run_offline, run
 
 STOP_LINE = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
-
 
 
 def test_a_dry_run_on_the_real_lane_prints_the_stop_line_and_opens_no_connection(tmp_path):
@@ -38,11 +37,24 @@ def test_launch_status_stop_status(twin, tmp_path):
 
             # papermill with confirmation refused: the run stops before the lane changes
             unconfirmed = tmp_path / "unconfirmed.ipynb"
-            refused = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "stop.ipynb"),
-                                      str(unconfirmed), "-p", "confirm", "False"], capture_output=True, text=True, timeout=300)
+            refused = subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "papermill"),
+                    str(RUNBOOKS_DIR / "stop.ipynb"),
+                    str(unconfirmed),
+                    "-p",
+                    "confirm",
+                    "False",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert refused.returncode != 0
-            assert "1 stop script: stop lane twin on every node and clean their memory needs confirmation (--yes or -p confirm=True)" \
+            assert (
+                "1 stop script: stop lane twin on every node and clean their memory needs confirmation (--yes or -p confirm=True)"
                 in refused.stdout + refused.stderr
+            )
             assert "rerun with --yes" in unconfirmed.read_text()
             assert launcher.lane_containers(lane).state == "up"
 
@@ -54,11 +66,23 @@ def test_launch_status_stop_status(twin, tmp_path):
             assert launcher.running_containers(lane) == {"head": [], "worker": []}
 
             down, _ = run(tmp_path, "status", "twin", expect_exit=0)
-            assert (down["verdict"], down["figures"]["state"], down["figures"]["status_script_exit"]) == ("pass", "down", 1)
+            assert (down["verdict"], down["figures"]["state"], down["figures"]["status_script_exit"]) == (
+                "pass",
+                "down",
+                1,
+            )
 
             # papermill with no parameters: the twin lane, confirmed because it is the twin; a down lane stops cleanly
-            again = subprocess.run([str(Path(sys.executable).parent / "papermill"), str(RUNBOOKS_DIR / "stop.ipynb"),
-                                    str(tmp_path / "again.ipynb")], capture_output=True, text=True, timeout=300)
+            again = subprocess.run(
+                [
+                    str(Path(sys.executable).parent / "papermill"),
+                    str(RUNBOOKS_DIR / "stop.ipynb"),
+                    str(tmp_path / "again.ipynb"),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert again.returncode == 0, again.stderr[-2000:]
         finally:
             launcher.stop_lane(lane)

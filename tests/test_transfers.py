@@ -1,10 +1,10 @@
 """Files on the nodes (lanebook.ops.transfers): rsync head -> workers over the fabric (seed lines, stats parsed exactly,
 a cut transfer resumed), path tests in one round trip, and the checkout a launch needs."""
-import pytest
 
+import pytest
+from lanebook.lane.params import NodeParams, lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import transfers
-from lanebook.lane.params import NodeParams, lane_with, load_lane
 from twin_helpers import process_gone
 
 STATS = """Number of files: 3 (reg: 2, dir: 1)
@@ -18,24 +18,40 @@ Matched data: 3,998,772 bytes
 
 def test_parse_rsync_stats():
     assert transfers.parse_rsync_stats(STATS, 2.5) == transfers.RsyncStats(
-        files_transferred=2, total_file_size=4000006, transferred_file_size=4000006, literal_data=1234,
-        matched_data=3998772, duration_s=2.5)
+        files_transferred=2,
+        total_file_size=4000006,
+        transferred_file_size=4000006,
+        literal_data=1234,
+        matched_data=3998772,
+        duration_s=2.5,
+    )
     assert transfers.parse_rsync_stats("", dry_run=True).files_transferred is None
 
 
 def test_rsync_lines_for_a_lane_of_n_workers():
     """Workers come from the lane's params: three workers get three rsyncs from the head, never --delete."""
     params = load_lane("anemll-0731")
-    extra = [NodeParams(alias=f"worker{i}", role="worker", host=f"10.0.0.{i + 1}", user="milo",
-                        fabric_ip=f"10.0.0.{i + 1}", jump="head") for i in (2, 3)]
+    extra = [
+        NodeParams(
+            alias=f"worker{i}",
+            role="worker",
+            host=f"10.0.0.{i + 1}",
+            user="milo",
+            fabric_ip=f"10.0.0.{i + 1}",
+            jump="head",
+        )
+        for i in (2, 3)
+    ]
     lane = ssh.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes + extra]), dry_run=True)
     stats = transfers.sync_checkout(lane)
     assert list(stats) == ["worker", "worker2", "worker3"] and all(s.dry_run for s in stats.values())
     assert lane.executor.commands() == [
         f"head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.{n}:ds4-f-mia-anemll-0731/"
-        for n in (2, 3, 4)]
+        for n in (2, 3, 4)
+    ]
     assert transfers.rsync_command(lane, lane.workers[0], "~/a b/", bwlimit_kib=1000) == (
-        "rsync -aH --partial --info=stats2 --bwlimit=1000 ~/'a b'/ 'milo@10.0.0.2:a b/'")
+        "rsync -aH --partial --info=stats2 --bwlimit=1000 ~/'a b'/ 'milo@10.0.0.2:a b/'"
+    )
 
 
 def test_checkout_dry_run_observes_nothing():
@@ -43,7 +59,8 @@ def test_checkout_dry_run_observes_nothing():
     check = transfers.checkout_ok(lane)
     assert not check and check.seen == "not observed (dry run)"
     assert lane.executor.commands()[0].startswith(
-        "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo '~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; ")
+        "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo '~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; "
+    )
 
 
 @pytest.fixture
@@ -57,14 +74,21 @@ def test_paths_and_the_checkout(lane):
     head = lane.head
     assert transfers.path_exists(head, "~/ds4-f-mia-anemll-0731/.env.dspark")
     assert not transfers.path_exists(head, "~/no such dir")
-    assert transfers.missing_paths(head, ["~/ds4-f-mia-anemll-0731", "~/a b", "/nonexistent/x"]) == ["~/a b", "/nonexistent/x"]
+    assert transfers.missing_paths(head, ["~/ds4-f-mia-anemll-0731", "~/a b", "/nonexistent/x"]) == [
+        "~/a b",
+        "/nonexistent/x",
+    ]
     assert transfers.checkout_ok(lane).ok
     moved = ssh.Lane(lane_with(lane.params, checkout="~/ds4-not-here"), executor=lane.executor)
     check = transfers.checkout_ok(moved)
     assert not check.ok
     assert check.nodes["worker"].figures["missing"] == [
-        "~/ds4-not-here/docker-compose.dspark.yml", "~/ds4-not-here/.env.dspark", "~/ds4-not-here/start-deepseek-v4-flash-dspark.sh",
-        "~/ds4-not-here/status-deepseek-v4-flash-dspark.sh", "~/ds4-not-here/stop-deepseek-v4-flash-dspark.sh"]
+        "~/ds4-not-here/docker-compose.dspark.yml",
+        "~/ds4-not-here/.env.dspark",
+        "~/ds4-not-here/start-deepseek-v4-flash-dspark.sh",
+        "~/ds4-not-here/status-deepseek-v4-flash-dspark.sh",
+        "~/ds4-not-here/stop-deepseek-v4-flash-dspark.sh",
+    ]
 
 
 def _md5(node, path):
@@ -76,8 +100,10 @@ def test_rsync_to_workers_interrupted_then_resumed(lane):
     """Cut by our timeout (throttled so it is mid-file), rsync leaves a partial file; the rerun resumes it
     (--partial: matched data > 0), files only the worker has survive (no --delete), and the copy is exact."""
     head, worker = lane.head, lane.node("worker")
-    head.run("rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync/sub && head -c 4000000 /dev/urandom > ~/lbt-sync/big.bin"
-             " && echo small > ~/lbt-sync/sub/small.txt")
+    head.run(
+        "rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync/sub && head -c 4000000 /dev/urandom > ~/lbt-sync/big.bin"
+        " && echo small > ~/lbt-sync/sub/small.txt"
+    )
     worker.run("rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync && echo mine > ~/lbt-sync/worker-only.txt")
     try:
         with pytest.raises(ssh.CommandTimeout):
@@ -98,6 +124,7 @@ def test_rsync_to_workers_interrupted_then_resumed(lane):
 
 
 # --- resuming a cut rsync (no twin: an executor that answers as the head and the worker would) ------------
+
 
 class CutOnce(ssh.Executor):
     """Answers rsync as a head whose first push loses its connection (exit `first_exit`), then completes;
@@ -124,7 +151,11 @@ def test_a_cut_connection_is_resumed_after_the_receiver_exits():
     stats = transfers.rsync_to_workers(lane, "~/ds4-f-mia-anemll-0731", attempts=3)
     assert (stats["worker"].attempts, stats["worker"].files_transferred) == (2, 2)
     assert [(r.node, r.command.split()[0]) for r in executor.history] == [
-        ("head", "rsync"), ("worker", "pgrep"), ("worker", "pgrep"), ("head", "rsync")]
+        ("head", "rsync"),
+        ("worker", "pgrep"),
+        ("worker", "pgrep"),
+        ("head", "rsync"),
+    ]
 
 
 def test_a_cut_is_not_retried_without_attempts_nor_an_error_a_rerun_meets_again():
@@ -137,10 +168,12 @@ def test_a_cut_is_not_retried_without_attempts_nor_an_error_a_rerun_meets_again(
 
 
 def test_receivers_of_a_path():
-    lines = ("11 rsync --server -logDtprHe.iLsfxCIvu --partial . .cache/hub/models--a--b/\n"
-             "12 rsync --server --sender -logDtpre.iLsfxCIvu . .cache/hub/models--a--b/\n"
-             "13 rsync --server -logDtprHe.iLsfxCIvu --partial . ds4-f-mia-anemll-0731/\n"
-             "14 bash -c pgrep -af 'rsync --server' || true\n")
+    lines = (
+        "11 rsync --server -logDtprHe.iLsfxCIvu --partial . .cache/hub/models--a--b/\n"
+        "12 rsync --server --sender -logDtpre.iLsfxCIvu . .cache/hub/models--a--b/\n"
+        "13 rsync --server -logDtprHe.iLsfxCIvu --partial . ds4-f-mia-anemll-0731/\n"
+        "14 bash -c pgrep -af 'rsync --server' || true\n"
+    )
     assert transfers.receivers_of(lines, "~/.cache/hub/models--a--b") == [lines.splitlines()[0]]
     assert transfers.receivers_of(lines, "~/.cache/hub/models--a") == []
 
@@ -148,7 +181,10 @@ def test_receivers_of_a_path():
 def test_rsync_to_chosen_workers_only():
     params = load_lane("anemll-0731")
     extra = NodeParams(alias="worker2", role="worker", host="10.0.0.3", user="milo", fabric_ip="10.0.0.3")
-    lane = ssh.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True)
+    lane = ssh.Lane(
+        lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True
+    )
     stats = transfers.rsync_to_workers(lane, "~/d", workers=[lane.node("worker2")])
     assert list(stats) == ["worker2"] and lane.executor.commands() == [
-        "head: rsync -aH --partial --info=stats2 ~/d/ milo@10.0.0.3:d/"]
+        "head: rsync -aH --partial --info=stats2 ~/d/ milo@10.0.0.3:d/"
+    ]

@@ -1,6 +1,7 @@
 """`twin up | down | status` (lanebook.twin.control) on private twins (own state dirs and ports, so the session twin
 other tests use is never restarted): idempotent up, a down that leaves no process, clear errors, and `running`
 meaning reachable from here."""
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from lanebook.base.errors import LanebookError
 from lanebook.twin import control
 from lanebook.twin.nodes import LIB_DIR
@@ -26,7 +26,9 @@ COMPOSE = "docker compose -p control-test --env-file .env.dspark -f docker-compo
 
 
 def ssh(status: dict, alias: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["ssh", "-F", status["ssh_config"], alias, command], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["ssh", "-F", status["ssh_config"], alias, command], capture_output=True, text=True, timeout=120
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{alias}: {command!r} exit {result.returncode}: {result.stderr[-1500:]}")
     return result
@@ -61,8 +63,12 @@ def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
 
 def test_unknown_fault_and_taken_port_are_clear_errors(tmp_path, monkeypatch):
     ssh_port, api_port, master_port = _free_ports(3)
-    for name, value in (("LANEBOOK_TWIN_DIR", str(tmp_path / "twin")), ("LANEBOOK_TWIN_SSH_PORT", str(ssh_port)),
-                        ("LANEBOOK_TWIN_API_PORT", str(api_port)), ("LANEBOOK_TWIN_MASTER_PORT", str(master_port))):
+    for name, value in (
+        ("LANEBOOK_TWIN_DIR", str(tmp_path / "twin")),
+        ("LANEBOOK_TWIN_SSH_PORT", str(ssh_port)),
+        ("LANEBOOK_TWIN_API_PORT", str(api_port)),
+        ("LANEBOOK_TWIN_MASTER_PORT", str(master_port)),
+    ):
         monkeypatch.setenv(name, value)
     with pytest.raises(LanebookError, match="unknown fault no-such-fault .*known: worker-unreachable"):
         control.up(faults=["no-such-fault"], fast=True)
@@ -81,13 +87,22 @@ def test_a_twin_in_another_network_namespace_is_not_running_here(tmp_path, monke
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
         pytest.skip("unshare -n is not available here (needs root or user namespaces)")
     ssh_port, api_port, master_port = _free_ports(3)
-    env = {"LANEBOOK_TWIN_DIR": str(tmp_path / "twin"), "LANEBOOK_TWIN_SSH_PORT": str(ssh_port),
-           "LANEBOOK_TWIN_API_PORT": str(api_port), "LANEBOOK_TWIN_MASTER_PORT": str(master_port)}
+    env = {
+        "LANEBOOK_TWIN_DIR": str(tmp_path / "twin"),
+        "LANEBOOK_TWIN_SSH_PORT": str(ssh_port),
+        "LANEBOOK_TWIN_API_PORT": str(api_port),
+        "LANEBOOK_TWIN_MASTER_PORT": str(master_port),
+    }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    start = "ip link set lo up && exec \"$0\" -c 'from lanebook.twin import control; print(control.up(fast=True)[\"running\"])'"
-    elsewhere = subprocess.run(["unshare", "-n", "sh", "-c", start, sys.executable], capture_output=True, text=True,
-                               timeout=120, env={**os.environ, "PYTHONPATH": str(LIB_DIR)})
+    start = 'ip link set lo up && exec "$0" -c \'from lanebook.twin import control; print(control.up(fast=True)["running"])\''
+    elsewhere = subprocess.run(
+        ["unshare", "-n", "sh", "-c", start, sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(LIB_DIR)},
+    )
     try:
         assert elsewhere.stdout.strip() == "True", elsewhere.stderr[-1500:]  # up and reachable in its own namespace
         here = control.status()
@@ -110,7 +125,9 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
     recipe's default policy (unless-stopped), not the one created with DSPARK_RESTART_POLICY=no."""
     with private_twin(tmp_path / "twin", []) as first:
         default_policy = f"NODE_RANK=1 {PLACEHOLDER} {COMPOSE} up -d"
-        no_policy = f"NODE_RANK=1 DSPARK_RESTART_POLICY=no {PLACEHOLDER} {COMPOSE.replace('control-test', 'control-no')} up -d"
+        no_policy = (
+            f"NODE_RANK=1 DSPARK_RESTART_POLICY=no {PLACEHOLDER} {COMPOSE.replace('control-test', 'control-no')} up -d"
+        )
         ssh(first, "worker", f"cd {CHECKOUT} && {default_policy} && {no_policy} && touch /dev/shm/psm_planted")
         inspect = "docker inspect --format '{{.Id}} {{.State.Pid}} {{.State.StartedAt}} {{.RestartCount}}' control-test-vllm-dspark-1"
         before = ssh(first, "worker", inspect).stdout.split()
@@ -126,13 +143,19 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
             session.kill()
             head_session.kill()
         worker = after["nodes"][1]
-        assert worker["reachable"] and worker["containers"] == ["control-test-vllm-dspark-1"]  # sshd back, docker's start
+        assert worker["reachable"] and worker["containers"] == [
+            "control-test-vllm-dspark-1"
+        ]  # sshd back, docker's start
         shm = ssh(after, "worker", "ls -A /dev/shm").stdout.split()
-        assert sorted(name[:4] for name in shm) == ["nccl", "psm_"] and "psm_planted" not in shm  # the new process's only
+        assert (
+            sorted(name[:4] for name in shm) == ["nccl", "psm_"] and "psm_planted" not in shm
+        )  # the new process's only
         assert ssh(after, "worker", files).stdout == kept
         statuses = ssh(after, "worker", "docker ps -a --format '{{.Names}} {{.Status}}'").stdout.splitlines()
-        assert [line.split(" ", 2)[:2] for line in statuses] == [["control-no-vllm-dspark-1", "Exited"],
-                                                                 ["control-test-vllm-dspark-1", "Up"]]
+        assert [line.split(" ", 2)[:2] for line in statuses] == [
+            ["control-no-vllm-dspark-1", "Exited"],
+            ["control-test-vllm-dspark-1", "Up"],
+        ]
         assert statuses[0].startswith("control-no-vllm-dspark-1 Exited (137)")
         identity, pid, started, restarts = ssh(after, "worker", inspect).stdout.split()
         assert identity == before[0] and pid != before[1] and restarts == before[3] == "0"
@@ -141,7 +164,10 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
             control.reboot("gpu3")
         cli = [sys.executable, "-m", "lanebook.cli", "twin", "reboot"]  # the private twin's variables are inherited
         unknown = subprocess.run([*cli, "gpu3"], capture_output=True, text=True, timeout=60)
-        assert unknown.returncode == 2 and unknown.stderr.strip() == "lanebook: unknown twin node gpu3 (known: head, worker)"
+        assert (
+            unknown.returncode == 2
+            and unknown.stderr.strip() == "lanebook: unknown twin node gpu3 (known: head, worker)"
+        )
         head = subprocess.run([*cli, "head"], capture_output=True, text=True, timeout=120)
         assert head.returncode == 0 and "lanebook twin: running (fast)" in head.stdout, head.stderr
         assert control.status()["nodes"][0]["reachable"] and ssh(control.status(), "head", "echo up").stdout == "up\n"

@@ -1,11 +1,11 @@
 """The engine core: slots, the verify schedule per batch size, first-use JIT and the counters it keeps."""
-from __future__ import annotations
 
-from twin_engine_cases import make_seq
+from __future__ import annotations
 
 from lanebook.twin import engine
 from lanebook.twin.facts import SCHEDULE_543
 from lanebook.twin.waves import run_virtual
+from twin_engine_cases import make_seq
 
 
 def test_max_num_seqs_caps_running_and_the_rest_wait():

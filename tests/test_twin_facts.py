@@ -1,4 +1,5 @@
 """The registry of facts the twin reproduces: every entry proven by tests that exist, every figure in its band."""
+
 from __future__ import annotations
 
 import ast
@@ -6,7 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from lanebook.twin import facts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,8 +21,9 @@ def test_the_registry_holds_t01_to_t15_once_each_in_order():
 
 
 def test_collected_names_are_functions_and_test_class_methods(tmp_path):
-    (tmp_path / "test_x.py").write_text("def test_a(): pass\ndef helper(): pass\n"
-                                        "class TestB:\n    def test_c(self): pass\n")
+    (tmp_path / "test_x.py").write_text(
+        "def test_a(): pass\ndef helper(): pass\nclass TestB:\n    def test_c(self): pass\n"
+    )
     assert collected_names(tmp_path / "test_x.py") == {"test_a", "TestB::test_c"}
 
 
@@ -34,8 +35,11 @@ def collected_names(path: Path) -> set[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
             names.add(node.name)
         elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            names |= {f"{node.name}::{item.name}" for item in node.body
-                      if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test")}
+            names |= {
+                f"{node.name}::{item.name}"
+                for item in node.body
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test")
+            }
     return names
 
 
@@ -57,8 +61,12 @@ def test_every_measured_figure_agrees_with_the_seed(fact_id, figure):
 
 def test_figure_bands():
     printed = facts.as_printed("x", 7.16, 2, lambda: 7.155)
-    assert (printed.seed, printed.tolerance, printed.agrees(7.1549), printed.agrees(7.164)) == ("7.16", "as printed",
-                                                                                                False, True)
+    assert (printed.seed, printed.tolerance, printed.agrees(7.1549), printed.agrees(7.164)) == (
+        "7.16",
+        "as printed",
+        False,
+        True,
+    )
     near = facts.around("y", 82.8, 0.03, lambda: 0.0)
     assert (near.seed, near.tolerance) == ("82.8", "±3 %")
     assert near.low == pytest.approx(80.316) and near.high == pytest.approx(85.284)
@@ -67,9 +75,14 @@ def test_figure_bands():
 
 
 def test_render_page_of_a_small_registry_is_exact():
-    entry = facts.Fact("T99", "recipe, seed 000", "A | B.", "Twin does it.", ("tests/test_x.py::test_y",),
-                       (facts.as_printed("KV (GiB)", 7.16, 2, lambda: 7.16),
-                        facts.within("rate", "47-70", 47, 70, lambda: 80.04)))
+    entry = facts.Fact(
+        "T99",
+        "recipe, seed 000",
+        "A | B.",
+        "Twin does it.",
+        ("tests/test_x.py::test_y",),
+        (facts.as_printed("KV (GiB)", 7.16, 2, lambda: 7.16), facts.within("rate", "47-70", 47, 70, lambda: 80.04)),
+    )
     plain = facts.Fact("T98", "canary write-up, seed 003", "No figure.", "Shown.", ("a::b", "c::d"))
     page = facts.render_page([entry, plain])
     assert page.startswith("# Facts the twin reproduces\n\n")

@@ -3,6 +3,7 @@ twin (own state dir and ports) so the session twin other tests use is never rest
 (head-dies, health-never, engine-dies-mid-bench, prefix-evict) are tested with the engine and the server; every
 fault met by its runbook, ssh-drop-mid-rsync's cut and resume included, is a row of the fault matrix
 (test_fault_matrix.py)."""
+
 from __future__ import annotations
 
 import os
@@ -10,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from lanebook.twin import control
 from twin_helpers import _free_ports
 
@@ -25,7 +25,9 @@ COMPOSE = "docker compose -p fault-test --env-file .env.dspark -f docker-compose
 @pytest.fixture(scope="module")
 def private(tmp_path_factory):
     """Point lanebook at a private twin for this module; bring it down and restore the environment after."""
-    ports = dict(zip(("LANEBOOK_TWIN_SSH_PORT", "LANEBOOK_TWIN_API_PORT", "LANEBOOK_TWIN_MASTER_PORT"), map(str, _free_ports(3))))
+    ports = dict(
+        zip(("LANEBOOK_TWIN_SSH_PORT", "LANEBOOK_TWIN_API_PORT", "LANEBOOK_TWIN_MASTER_PORT"), map(str, _free_ports(3)))
+    )
     saved = {key: os.environ.get(key) for key in [*ports, "LANEBOOK_TWIN_DIR"]}
     os.environ.update(ports, LANEBOOK_TWIN_DIR=str(tmp_path_factory.mktemp("private-twin")))
     try:
@@ -40,9 +42,13 @@ def private(tmp_path_factory):
 
 
 def ssh(status: dict, alias: str, command: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(["ssh", "-F", status["ssh_config"], alias, command], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        ["ssh", "-F", status["ssh_config"], alias, command], capture_output=True, text=True, timeout=300
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"{alias}: {command!r} exit {result.returncode}: {result.stdout[-1500:]} {result.stderr[-1500:]}")
+        raise AssertionError(
+            f"{alias}: {command!r} exit {result.returncode}: {result.stdout[-1500:]} {result.stderr[-1500:]}"
+        )
     return result
 
 
@@ -70,7 +76,9 @@ def test_incomplete_and_missing_shards_on_the_worker(private):
 def test_legacy_units_and_sticky_memory(private):
     status = control.up(faults=["sticky-uma", "legacy-units-active"], fast=True)
     assert ssh(status, "head", "systemctl is-active aiden-vllm.service").stdout.strip() == "active"
-    assert ssh(status, "head", "ls /etc/systemd/system/multi-user.target.wants").stdout.split() == ["aiden-vllm.service"]
+    assert ssh(status, "head", "ls /etc/systemd/system/multi-user.target.wants").stdout.split() == [
+        "aiden-vllm.service"
+    ]
     assert ssh(status, "worker", "systemctl is-active aiden-vllm.service", check=False).stdout.strip() == "inactive"
     held = used_gib(status)
     ssh(status, "head", "sudo -n sh -c 'systemctl mask --now aiden-vllm.service'")

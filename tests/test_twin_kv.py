@@ -1,4 +1,5 @@
 """The twin's KV sizing against the seeds' memory figures: pure and exact."""
+
 from __future__ import annotations
 
 from lanebook.lane.params import load_lane
@@ -14,7 +15,8 @@ def test_t01_080_at_1m_fails_with_the_seed_figures_and_vllm_text():
         "To serve at least one request with the model's max seq len (1048576), (7.54 GiB KV cache is needed, "
         "which is larger than the available KV cache memory (7.16 GiB). Based on the available memory, the "
         "estimated maximum model length is 953088. Try increasing `gpu_memory_utilization` or decreasing "
-        "`max_model_len` when initializing the engine.")
+        "`max_model_len` when initializing the engine."
+    )
 
 
 def test_t02_085_boots_with_kv_cache_in_the_lane_band():

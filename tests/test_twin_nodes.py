@@ -1,5 +1,6 @@
 """The twin's nodes over real ssh (lanebook.twin.nodes, on the session twin): own homes and PATH, sftp and rsync
 relative to the home, host-key checking, the lane checkouts and HF caches a node root holds."""
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,9 @@ REPO_0731 = "deepseek-ai/DeepSeek-V4-Flash-0731"
 
 
 def ssh(twin, alias: str, command: str, check: bool = True, config: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(["ssh", "-F", config or twin["ssh_config"], alias, command], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        ["ssh", "-F", config or twin["ssh_config"], alias, command], capture_output=True, text=True, timeout=120
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{alias}: {command!r} exit {result.returncode}: {result.stderr[-800:]}")
     return result
@@ -32,7 +34,10 @@ def node(twin, alias: str) -> dict:
 def test_status_has_the_spec_shape(twin):
     assert twin["running"] is True and twin["lane"] == "twin"
     assert twin["api"] == "http://127.0.0.2:8888/v1"
-    assert [(n["alias"], n["host"], n["port"]) for n in twin["nodes"]] == [("head", "127.0.0.2", 2222), ("worker", "127.0.0.3", 2222)]
+    assert [(n["alias"], n["host"], n["port"]) for n in twin["nodes"]] == [
+        ("head", "127.0.0.2", 2222),
+        ("worker", "127.0.0.3", 2222),
+    ]
     assert Path(twin["ssh_config"]).is_file() and isinstance(twin["faults"], list)
 
 
@@ -55,12 +60,14 @@ def test_the_login_shell_reads_the_nodes_own_startup_file_not_the_controllers(tw
         bashrc.unlink()
     assert out == ["node", "no-pyenv"]
 
+
 def test_sftp_put_and_get_work_relative_to_the_node_home(twin, tmp_path):
     source, back = tmp_path / "up.txt", tmp_path / "back.txt"
     source.write_text(f"sftp {os.getpid()}\n")
     batch = f"put {source} sftp-test-{os.getpid()}.txt\nget sftp-test-{os.getpid()}.txt {back}\n"
-    result = subprocess.run(["sftp", "-F", twin["ssh_config"], "-b", "-", "head"], input=batch, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        ["sftp", "-F", twin["ssh_config"], "-b", "-", "head"], input=batch, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert back.read_text() == source.read_text()
     landed = Path(node(twin, "head")["root"]) / "home" / f"sftp-test-{os.getpid()}.txt"
@@ -71,8 +78,11 @@ def test_sftp_put_and_get_work_relative_to_the_node_home(twin, tmp_path):
 def test_rsync_from_outside_and_head_to_worker_over_the_worker_address(twin, tmp_path):
     (tmp_path / "f.txt").write_text("payload\n")
     target = f"rsync-test-{os.getpid()}"
-    subprocess.run(["rsync", "-a", "-e", f"ssh -F {shlex.quote(twin['ssh_config'])}", str(tmp_path / "f.txt"),
-                    f"head:{target}/"], check=True, timeout=60)
+    subprocess.run(
+        ["rsync", "-a", "-e", f"ssh -F {shlex.quote(twin['ssh_config'])}", str(tmp_path / "f.txt"), f"head:{target}/"],
+        check=True,
+        timeout=60,
+    )
     # As the real head does `rsync ... milo@10.0.0.2:...`: the head reaches the worker by address.
     ssh(twin, "head", f"rsync -aH --partial {target}/ 127.0.0.3:{target}/")
     assert ssh(twin, "worker", f"cat {target}/f.txt").stdout == "payload\n"
@@ -97,12 +107,21 @@ def test_host_key_checking_is_on(twin, tmp_path):
 def test_node_checkouts_hold_the_recipe_files(twin):
     for lane_dir in (CHECKOUT, "ds4-f-mia-anemll-1m6", "ds4-f-wesche-keys-c12"):
         listing = ssh(twin, "worker", f"cd {lane_dir} && ls -a . scripts").stdout.split()
-        assert {"docker-compose.dspark.yml", ".env.dspark", "start-deepseek-v4-flash-dspark.sh",
-                "status-deepseek-v4-flash-dspark.sh", "stop-deepseek-v4-flash-dspark.sh", "run-post-readiness-warmup.sh"} <= set(listing)
+        assert {
+            "docker-compose.dspark.yml",
+            ".env.dspark",
+            "start-deepseek-v4-flash-dspark.sh",
+            "status-deepseek-v4-flash-dspark.sh",
+            "stop-deepseek-v4-flash-dspark.sh",
+            "run-post-readiness-warmup.sh",
+        } <= set(listing)
     compose = ssh(twin, "head", f"cat {CHECKOUT}/docker-compose.dspark.yml").stdout
     assert 'VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"' in compose
     assert '\\"num_speculative_tokens_per_batch_size\\":[[1,1,5],[2,4,4],[5,6,3]]}";' in compose
-    assert "per_batch_size" not in ssh(twin, "head", "grep SPECULATIVE_CONFIG= ds4-f-mia-anemll-1m6/docker-compose.dspark.yml").stdout
+    assert (
+        "per_batch_size"
+        not in ssh(twin, "head", "grep SPECULATIVE_CONFIG= ds4-f-mia-anemll-1m6/docker-compose.dspark.yml").stdout
+    )
     env = ssh(twin, "head", f"cat {CHECKOUT}/.env.dspark").stdout
     assert "MASTER_ADDR=127.0.0.2" in env and "WORKER_HOST=127.0.0.3" in env and "10.0.0." not in env
     # the launcher takes its memory from the profile key: the twin's checkout sets it to the lane's value
@@ -118,7 +137,9 @@ def test_each_node_root_holds_its_system_paths(twin, alias):
 
 
 def test_hf_cache_is_laid_out_as_the_hub_lays_it(twin):
-    hub = Path(node(twin, "worker")["root"]) / "home/.cache/huggingface/hub" / ("models--" + REPO_0731.replace("/", "--"))
+    hub = (
+        Path(node(twin, "worker")["root"]) / "home/.cache/huggingface/hub" / ("models--" + REPO_0731.replace("/", "--"))
+    )
     revision = (hub / "refs" / "main").read_text()
     snapshot = hub / "snapshots" / revision
     shards = sorted(snapshot.glob("model-*-of-*.safetensors"))

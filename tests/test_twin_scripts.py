@@ -4,16 +4,16 @@ profile, its signal codes, and status/stop/warmup reading the env file the same 
 
 Each test works in a copy of the twin lane's checkout on the head (its .env.dspark edited), under its own
 Compose project; the worker's rank runs from the lane's own checkout there (WORKER_SCRIPT_DIR)."""
+
 from __future__ import annotations
 
 import json
 import subprocess
 
 import pytest
-
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
 from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
+from lanebook.ops import launcher
 from lanebook.twin.tree import HubModel
 
 pytestmark = pytest.mark.twin
@@ -27,10 +27,14 @@ MISSING_ENV = "Copy .env.dspark.example to .env.dspark and edit node-specific va
 
 
 def ssh(twin, alias, command, timeout=300):
-    return subprocess.run(["ssh", "-F", twin["ssh_config"], alias, command], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["ssh", "-F", twin["ssh_config"], alias, command], capture_output=True, text=True, timeout=timeout
+    )
 
 
-FRESH_COPY = f"rm -rf {COPY} && cp -a {LANE_CHECKOUT} {COPY} && echo WORKER_SCRIPT_DIR={LANE_CHECKOUT} >> {COPY}/.env.dspark"
+FRESH_COPY = (
+    f"rm -rf {COPY} && cp -a {LANE_CHECKOUT} {COPY} && echo WORKER_SCRIPT_DIR={LANE_CHECKOUT} >> {COPY}/.env.dspark"
+)
 DOWN = f"docker compose -p {PROJECT} --env-file .env.dspark -f docker-compose.dspark.yml down -t 1"
 
 
@@ -58,24 +62,35 @@ def run(twin, script, env="", args="", edit=""):
 def serve_argv(twin, alias, container=CONTAINER) -> dict:
     """The container's `vllm serve` flags: flag -> value (True for a flag without one), and the whole argv."""
     cmd = json.loads(ssh(twin, alias, f"docker inspect --format '{{{{json .Config.Cmd}}}}' {container}").stdout)
-    flags = {arg: (nxt if not nxt.startswith("--") else True) for arg, nxt in zip(cmd, cmd[1:] + ["--"]) if arg.startswith("--")}
+    flags = {
+        arg: (nxt if not nxt.startswith("--") else True)
+        for arg, nxt in zip(cmd, cmd[1:] + ["--"])
+        if arg.startswith("--")
+    }
     return flags | {"argv": cmd}
 
 
 def test_options_are_refused_with_exit_2(twin, copy):
     code, out = run(twin, START, args="--bogus")
-    assert code == 2 and out.startswith("Unknown option: --bogus\nUsage: start-deepseek-v4-flash-dspark.sh [--host HOST] [--port PORT]")
+    assert code == 2 and out.startswith(
+        "Unknown option: --bogus\nUsage: start-deepseek-v4-flash-dspark.sh [--host HOST] [--port PORT]"
+    )
     assert run(twin, START, args="--port") == (2, "--port requires a value.\n")
     code, out = run(twin, START, args="--help")
     assert code == 0 and "Command-line options override values from" in out
     assert run(twin, START, edit="echo VLLM_PORT=eighty >> .env.dspark") == (
-        2, "VLLM port must be an integer between 1 and 65535: eighty\n")
+        2,
+        "VLLM port must be an integer between 1 and 65535: eighty\n",
+    )
     assert run(twin, START, env="WAIT_SECONDS=0")[0] == 2
 
 
 def test_missing_files_are_exit_1_with_the_recipe_message(twin, copy):
     assert run(twin, START, edit="mv .env.dspark env.bak") == (1, f"Missing {copy}/.env.dspark. {MISSING_ENV}\n")
-    assert run(twin, START, edit="mv docker-compose.dspark.yml c.bak") == (1, f"Missing {copy}/docker-compose.dspark.yml.\n")
+    assert run(twin, START, edit="mv docker-compose.dspark.yml c.bak") == (
+        1,
+        f"Missing {copy}/docker-compose.dspark.yml.\n",
+    )
 
 
 @pytest.mark.parametrize("key", ["WORKER_HOST", "MASTER_ADDR", "MASTER_PORT", "DSPARK_VLLM_IMAGE"])
@@ -85,7 +100,11 @@ def test_required_keys(twin, copy, key):
 
 
 def test_images_and_the_worker_are_checked_before_anything_starts(twin, copy):
-    code, out = run(twin, START, edit="sed -i 's|^DSPARK_VLLM_IMAGE=.*|DSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2|' .env.dspark")
+    code, out = run(
+        twin,
+        START,
+        edit="sed -i 's|^DSPARK_VLLM_IMAGE=.*|DSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2|' .env.dspark",
+    )
     assert code == 1 and out.startswith("Missing local Docker image ghcr.io/anemll/dspark-vllm-gx10:0.1.2.\n")
     code, out = run(twin, START, edit="sed -i s/^WORKER_HOST=.*/WORKER_HOST=127.0.0.9/ .env.dspark")
     assert (code, out) == (1, "Cannot reach worker with passwordless SSH: 127.0.0.9\n")
@@ -105,13 +124,19 @@ def test_the_env_file_is_read_from_a_normalized_private_copy(twin, copy):
     assert not any("\r" in arg or "\ufeff" in arg for arg in head["argv"])
 
 
-@pytest.mark.parametrize("edit, utilization", [
-    ("true", "0.85"),  # the twin checkout carries GPU_MEMORY_UTILIZATION_TEXT=0.85, the lane's value
-    # an explicit GPU_MEMORY_UTILIZATION line is overridden by the profile (its default here)
-    ("sed -i /^GPU_MEMORY_UTILIZATION_TEXT=/d .env.dspark && echo GPU_MEMORY_UTILIZATION=0.85 >> .env.dspark", "0.835"),
-    ("sed -i /^GPU_MEMORY_UTILIZATION_VISION=/d .env.dspark && echo ENABLE_VL_SIDECAR=1 >> .env.dspark", "0.80"),
-    ("printf 'ENABLE_VL_SIDECAR=1\\nGPU_MEMORY_UTILIZATION_VISION=0.78\\n' >> .env.dspark", "0.78"),
-])
+@pytest.mark.parametrize(
+    "edit, utilization",
+    [
+        ("true", "0.85"),  # the twin checkout carries GPU_MEMORY_UTILIZATION_TEXT=0.85, the lane's value
+        # an explicit GPU_MEMORY_UTILIZATION line is overridden by the profile (its default here)
+        (
+            "sed -i /^GPU_MEMORY_UTILIZATION_TEXT=/d .env.dspark && echo GPU_MEMORY_UTILIZATION=0.85 >> .env.dspark",
+            "0.835",
+        ),
+        ("sed -i /^GPU_MEMORY_UTILIZATION_VISION=/d .env.dspark && echo ENABLE_VL_SIDECAR=1 >> .env.dspark", "0.80"),
+        ("printf 'ENABLE_VL_SIDECAR=1\\nGPU_MEMORY_UTILIZATION_VISION=0.78\\n' >> .env.dspark", "0.78"),
+    ],
+)
 def test_the_memory_profile_decides_what_vllm_gets(twin, copy, edit, utilization):
     code, out = run(twin, START, env="WAIT_ATTEMPTS=1 WAIT_SECONDS=1", edit=edit)
     assert code == 1 and "Starting DSpark head..." in out, out[-2000:]
@@ -122,11 +147,16 @@ def test_the_memory_profile_decides_what_vllm_gets(twin, copy, edit, utilization
 
 def test_a_pinned_revision_missing_from_the_cache_is_warned_about(twin, copy):
     twin_revision = HubModel("deepseek-ai/DeepSeek-V4-Flash-0731").revision
-    code, out = run(twin, START, env="WAIT_ATTEMPTS=1 WAIT_SECONDS=1", edit="echo DSPARK_REVISION=deadbeef >> .env.dspark")
-    assert ("WARN: DSPARK_REVISION=deadbeef of deepseek-ai/DeepSeek-V4-Flash-0731 is not in the local HF cache "
-            "(") in out and "the first start downloads the checkpoint (~155 GB)." in out
+    code, out = run(
+        twin, START, env="WAIT_ATTEMPTS=1 WAIT_SECONDS=1", edit="echo DSPARK_REVISION=deadbeef >> .env.dspark"
+    )
+    assert (
+        "WARN: DSPARK_REVISION=deadbeef of deepseek-ai/DeepSeek-V4-Flash-0731 is not in the local HF cache ("
+    ) in out and "the first start downloads the checkpoint (~155 GB)." in out
     assert serve_argv(twin, "head")["--revision"] == "deadbeef"
-    code, out = run(twin, START, env="WAIT_ATTEMPTS=1 WAIT_SECONDS=1", edit=f"echo DSPARK_REVISION={twin_revision} >> .env.dspark")
+    code, out = run(
+        twin, START, env="WAIT_ATTEMPTS=1 WAIT_SECONDS=1", edit=f"echo DSPARK_REVISION={twin_revision} >> .env.dspark"
+    )
     assert "WARN: DSPARK_REVISION" not in out
 
 
@@ -134,8 +164,9 @@ def test_a_pinned_revision_missing_from_the_cache_is_warned_about(twin, copy):
 def test_signals_end_the_launcher_with_their_codes(twin, copy, signal, code):
     """Signalled while it waits (with its defaults: 100 attempts, 15 s apart), the launcher exits 128 + the signal."""
     command = f"cd {COPY} && echo $$ > launcher.pid && exec env PROJECT_NAME={PROJECT} {START}"
-    proc = subprocess.Popen(["ssh", "-F", twin["ssh_config"], "head", command], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        ["ssh", "-F", twin["ssh_config"], "head", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         lines = []
         for line in proc.stdout:
@@ -159,7 +190,9 @@ def test_status_stop_and_warmup_read_the_env_file_as_the_launcher_does(twin, cop
     assert code == 1 and f"== head: {CONTAINER}: not created" in out and "(no answer)" in out
     assert run(twin, stop, args="--bogus") == (2, "Unknown argument: --bogus (try --help)\n")
     code, out = run(twin, stop, edit="mv .env.dspark env.bak")
-    assert code == 1 and out.rstrip().endswith(f"WORKER_HOST: WORKER_HOST must be set in {copy}/.env.dspark or environment")
+    assert code == 1 and out.rstrip().endswith(
+        f"WORKER_HOST: WORKER_HOST must be set in {copy}/.env.dspark or environment"
+    )
     code, out = run(twin, stop, edit="sed -i s/^WORKER_HOST=.*/WORKER_HOST=127.0.0.9/ .env.dspark")
     assert code == 1 and "WARN: cannot reach worker 127.0.0.9; its ranks will NOT be stopped." in out
     code, out = run(twin, stop, edit="true")

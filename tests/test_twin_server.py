@@ -3,6 +3,7 @@
 Through a real `vllm serve` stand-in subprocess (twin_serve.main and .variant), and in-process over
 ASGI where a fault must be provoked at a chosen moment.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -10,15 +11,27 @@ import json
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from recipe_fixtures import FIXTURES, need
-from twin_serve import MODEL, NAME, OFF, SERVE_CONFIG, WEATHER, chat, deltas, metric, scrape, stream, truth
-from twin_serve import main, variant  # noqa: F401 - module-scoped server fixtures, used by name
-
 from lanebook.twin import server as twin_server
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.timing import JIT_DELAY_S
 from lanebook.twin.waves import simulate_wave
+from prometheus_client.parser import text_string_to_metric_families
+from recipe_fixtures import FIXTURES, need
+from twin_serve import (  # noqa: F401 - module-scoped server fixtures, used by name
+    MODEL,
+    NAME,
+    OFF,
+    SERVE_CONFIG,
+    WEATHER,
+    chat,
+    deltas,
+    main,
+    metric,
+    scrape,
+    stream,
+    truth,
+    variant,
+)
 
 
 # --- Formats --------------------------------------------------------------------------------------
@@ -29,7 +42,12 @@ def test_health_models_and_routes_vllm_does_not_have(main):
     assert models["object"] == "list"
     entry = models["data"][0]
     assert (entry["id"], entry["object"], entry["owned_by"], entry["root"], entry["max_model_len"]) == (
-        NAME, "model", "vllm", MODEL, 1048576)
+        NAME,
+        "model",
+        "vllm",
+        MODEL,
+        1048576,
+    )
     assert entry["permission"][0]["object"] == "model_permission" and entry["parent"] is None
     for method, path in (("GET", "/api/v1/models"), ("POST", "/api/show"), ("GET", f"/v1/models/{NAME}")):
         response = httpx.request(method, f"{main.url}{path}")
@@ -56,7 +74,8 @@ def test_a_chunk_carries_several_tokens_and_usage_counts_tokens(main):
     assert "cached_tokens" in usage["prompt_tokens_details"]
     assert len(deltas(events, "content")) < 64  # speculative decoding: 1 + accepted tokens per chunk
     assert [e for e in events if e.get("choices") and e["choices"][0]["finish_reason"]][0]["choices"][0][
-        "finish_reason"] == "length"
+        "finish_reason"
+    ] == "length"
 
 
 def test_non_streamed_chat_has_message_and_usage(main):
@@ -64,7 +83,10 @@ def test_non_streamed_chat_has_message_and_usage(main):
     assert body["object"] == "chat.completion"
     choice = body["choices"][0]
     assert (choice["message"]["role"], choice["message"]["content"], choice["finish_reason"]) == (
-        "assistant", "CANARY_BLOG_OK", "stop")
+        "assistant",
+        "CANARY_BLOG_OK",
+        "stop",
+    )
     assert body["usage"]["completion_tokens"] >= 1 and body["usage"]["prompt_tokens"] > 0
 
 
@@ -83,11 +105,14 @@ def test_t12_tool_call_in_vllm_shape_streamed_and_not(main):
     assert json.loads("".join(c["function"]["arguments"] for c in calls)) == {"city": "Pensacola, FL"}
 
 
-@pytest.mark.parametrize("kwargs, reasoning", [
-    ({"thinking": "false"}, True),  # T11: the string "false" turns thinking ON
-    ({"thinking": False}, False),
-    (None, True),  # the server's --default-chat-template-kwargs (thinking on, low)
-])
+@pytest.mark.parametrize(
+    "kwargs, reasoning",
+    [
+        ({"thinking": "false"}, True),  # T11: the string "false" turns thinking ON
+        ({"thinking": False}, False),
+        (None, True),  # the server's --default-chat-template-kwargs (thinking on, low)
+    ],
+)
 def test_t11_thinking_string_false_emits_reasoning(main, kwargs, reasoning):
     extra = {"chat_template_kwargs": kwargs} if kwargs is not None else {}
     events, _, _ = stream(main, "Reply exactly ROUTE_OK.", **extra)
@@ -99,19 +124,30 @@ def test_metrics_parse_with_vllm_names_and_the_fixture_families(main):
     stream(main, "Explain the lane to a new operator.", max_tokens=48, **OFF)
     samples = scrape(main)
     names = {k.split("{")[0] for k in samples}
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
-                 "vllm:generation_tokens_total", "vllm:num_preemptions_total",
-                 "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_bucket",
-                 "vllm:e2e_request_latency_seconds_bucket"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_bucket",
+    ):
         assert name in names
     fixture = need(FIXTURES / "vllm-metrics-sample.txt").read_text()
     fixture_names = {s.name for f in text_string_to_metric_families(fixture) for s in f.samples}
     assert fixture_names <= names
-    positions = {json.loads(k[k.index("{"):])["position"] for k in samples
-                 if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")}
+    positions = {
+        json.loads(k[k.index("{") :])["position"]
+        for k in samples
+        if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total")
+    }
     assert positions == {"0", "1", "2", "3", "4"}
-    assert all(json.loads(k[k.index("{"):])["model_name"] == NAME for k in samples if "{" in k and "vllm:" in k)
+    assert all(json.loads(k[k.index("{") :])["model_name"] == NAME for k in samples if "{" in k and "vllm:" in k)
     assert metric(samples, "vllm:spec_decode_num_drafts_total") > 0
     assert metric(samples, "vllm:spec_decode_num_accepted_tokens_total") > 0
 
@@ -158,8 +194,9 @@ def test_t13_prefix_cache_a_b_a(request, fixture_name, third_hits):
 
 def test_engine_dies_mid_bench_cuts_streams_and_health_turns_503(monkeypatch):
     monkeypatch.setattr(twin_server, "ENGINE_DIES_AFTER_TOKENS", 40)
-    options = twin_server.ServeOptions(model=MODEL, served_model_names=[NAME],
-                                       faults=frozenset({"engine-dies-mid-bench"}))
+    options = twin_server.ServeOptions(
+        model=MODEL, served_model_names=[NAME], faults=frozenset({"engine-dies-mid-bench"})
+    )
     app_server = twin_server.TwinServer(options, EngineConfig(time_scale=0.0))
 
     async def scenario():
@@ -167,12 +204,23 @@ def test_engine_dies_mid_bench_cuts_streams_and_health_turns_503(monkeypatch):
         app_server.mark_ready()
         transport = httpx.ASGITransport(app=app_server.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://twin") as client:
-            body = {"model": NAME, "stream": True, "max_tokens": 200, "stream_options": {"include_usage": True},
-                    **OFF}
-            replies = await asyncio.gather(*(client.post("/v1/chat/completions", json={
-                **body, "messages": [{"role": "user", "content": f"Explain item {i}."}]}) for i in range(2)))
-            return replies, await client.get("/health"), await client.post("/v1/chat/completions", json={
-                **body, "messages": [{"role": "user", "content": "again"}]})
+            body = {"model": NAME, "stream": True, "max_tokens": 200, "stream_options": {"include_usage": True}, **OFF}
+            replies = await asyncio.gather(
+                *(
+                    client.post(
+                        "/v1/chat/completions",
+                        json={**body, "messages": [{"role": "user", "content": f"Explain item {i}."}]},
+                    )
+                    for i in range(2)
+                )
+            )
+            return (
+                replies,
+                await client.get("/health"),
+                await client.post(
+                    "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": "again"}]}
+                ),
+            )
 
     replies, health, after = asyncio.run(scenario())
     for reply in replies:

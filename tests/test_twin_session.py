@@ -1,29 +1,38 @@
 """The node session's path mapping (lanebook.twin.session): exact rewrites, quoting kept, a root that needs an
 alias, and over real ssh, every command on a node sees that node's /dev/shm, drop_caches and unit directory."""
+
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from lanebook.twin.session import map_paths, mapped_root, unmap_paths
 
 ROOT = "/twin/nodes/head"
 
 
-@pytest.mark.parametrize("command, mapped", [
-    ("sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'",
-     f"sudo -n sh -c 'rm -rf {ROOT}/dev/shm/*; sync; echo 3 > {ROOT}/proc/sys/vm/drop_caches'"),
-    ('ls -A "/dev/shm" /dev/shm', f'ls -A "{ROOT}/dev/shm" {ROOT}/dev/shm'),
-    ("echo 3 | tee /proc/sys/vm/drop_caches>/dev/null", f"echo 3 | tee {ROOT}/proc/sys/vm/drop_caches>/dev/null"),
-    ("ls /etc/systemd/system/a.service --dir=/dev/shm x:/dev/shm/",
-     f"ls {ROOT}/etc/systemd/system/a.service --dir={ROOT}/dev/shm x:{ROOT}/dev/shm/"),
-    # not a node path: the tail of another path, a longer name, a variable's path
-    ("ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
-     "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm"),
-    ("rm -rf /dev/shn/*", "rm -rf /dev/shn/*"),  # a typo stays a typo
-])
+@pytest.mark.parametrize(
+    "command, mapped",
+    [
+        (
+            "sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'",
+            f"sudo -n sh -c 'rm -rf {ROOT}/dev/shm/*; sync; echo 3 > {ROOT}/proc/sys/vm/drop_caches'",
+        ),
+        ('ls -A "/dev/shm" /dev/shm', f'ls -A "{ROOT}/dev/shm" {ROOT}/dev/shm'),
+        ("echo 3 | tee /proc/sys/vm/drop_caches>/dev/null", f"echo 3 | tee {ROOT}/proc/sys/vm/drop_caches>/dev/null"),
+        (
+            "ls /etc/systemd/system/a.service --dir=/dev/shm x:/dev/shm/",
+            f"ls {ROOT}/etc/systemd/system/a.service --dir={ROOT}/dev/shm x:{ROOT}/dev/shm/",
+        ),
+        # not a node path: the tail of another path, a longer name, a variable's path
+        (
+            "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
+            "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
+        ),
+        ("rm -rf /dev/shn/*", "rm -rf /dev/shn/*"),  # a typo stays a typo
+    ],
+)
 def test_map_paths(command, mapped):
     assert map_paths(command, ROOT) == mapped
     assert unmap_paths(mapped, ROOT) == command
@@ -50,7 +59,9 @@ def test_a_root_with_unsafe_characters_is_reached_through_an_alias(tmp_path):
 
 
 def ssh(twin, alias, command):
-    result = subprocess.run(["ssh", "-F", twin["ssh_config"], alias, command], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        ["ssh", "-F", twin["ssh_config"], alias, command], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -67,7 +78,11 @@ def test_every_command_on_a_node_sees_its_own_paths(twin):
         assert (node_root(twin, "head") / "dev" / "shm" / name).is_file()
         assert not Path("/dev/shm", name).exists()  # this machine's /dev/shm is untouched
         # a command bound for the worker is mapped there, into the worker's root
-        ssh(twin, "head", f"ssh 127.0.0.3 'touch /dev/shm/{name}' && rsync -a /dev/shm/{name} 127.0.0.3:/dev/shm/{name}.copy")
+        ssh(
+            twin,
+            "head",
+            f"ssh 127.0.0.3 'touch /dev/shm/{name}' && rsync -a /dev/shm/{name} 127.0.0.3:/dev/shm/{name}.copy",
+        )
         assert {p.name for p in (node_root(twin, "worker") / "dev" / "shm").iterdir()} >= {name, f"{name}.copy"}
     finally:
         for alias in ("head", "worker"):

@@ -1,9 +1,9 @@
 """What the stand-ins share (lanebook.twin.standins.base) and how a node's shim reaches one (the package's main)."""
-import pytest
 
+import pytest
+from lanebook.base.errors import LanebookError
 from lanebook.twin.standins import COMMANDS, main
 from lanebook.twin.standins.base import ago, node_root, table, take
-from lanebook.base.errors import LanebookError
 
 
 def test_take_pops_options_in_every_spelling():
@@ -17,7 +17,13 @@ def test_take_pops_options_in_every_spelling():
 def test_table_and_durations():
     assert table([["a", "bb"]], ["X", "Y"]) == "X   Y\na   bb"
     assert [ago(s) for s in (0.2, 59, 90, 150, 7300, 200000)] == [
-        "1 seconds", "59 seconds", "About a minute", "2 minutes", "2 hours", "2 days"]
+        "1 seconds",
+        "59 seconds",
+        "About a minute",
+        "2 minutes",
+        "2 hours",
+        "2 days",
+    ]
 
 
 def test_a_stand_in_refuses_to_run_off_a_node(monkeypatch):

@@ -1,10 +1,10 @@
 """`docker` on a twin node (lanebook.twin.standins.docker): a compose project run from a lane checkout, the
 read-only commands in docker's formats, images by tag and by digest, and compose's keep-or-recreate rule."""
+
 import json
 import sys
 
 import pytest
-
 from lanebook.lane.params import load_lane
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.standins.docker import IMAGES, find_image, render_template, same_config
@@ -49,11 +49,17 @@ def test_a_compose_project_runs_and_answers_in_docker_formats(node):
     run(node, "sleep 20")  # 0.2 s on the twin's clock: the engine prints its first line
     ps = run(node, compose("ps --format json")).stdout
     assert json.loads(ps)["State"] == "running" and json.loads(ps)["Project"] == PROJECT
-    assert run(node, f"docker ps --filter name=^{NAME}$ --format '{{{{.Names}}}} {{{{.State}}}}'").stdout.strip() == f"{NAME} running"
+    assert (
+        run(node, f"docker ps --filter name=^{NAME}$ --format '{{{{.Names}}}} {{{{.State}}}}'").stdout.strip()
+        == f"{NAME} running"
+    )
     assert run(node, f"docker logs --tail 1 {NAME}").stdout.startswith(
-        "placeholder up serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name deepseek-v4-flash-0731")
+        "placeholder up serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name deepseek-v4-flash-0731"
+    )
     top = run(node, f"docker top {NAME}").stdout.splitlines()
-    assert top[0].split()[:2] == ["UID", "PID"] and any("num_speculative_tokens_per_batch_size" in line for line in top[1:])
+    assert top[0].split()[:2] == ["UID", "PID"] and any(
+        "num_speculative_tokens_per_batch_size" in line for line in top[1:]
+    )
     cmd = json.loads(run(node, f"docker inspect --format '{{{{json .Config.Cmd}}}}' {NAME}").stdout)
     assert cmd[:2] == ["/usr/local/bin/vllm", "serve"] and cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.85"
     used = int(run(node, "free -g").stdout.splitlines()[1].split()[2])
@@ -74,17 +80,26 @@ def test_compose_up_keeps_an_unchanged_container_and_recreates_a_changed_one(nod
     assert f"Container {NAME}  Recreate" in changed.stderr
     assert json.loads(run(node, f"docker inspect {NAME}").stdout)[0]["State"]["Pid"] != pid
     policy = "{{json .HostConfig.RestartPolicy}} {{.RestartCount}}"
-    assert run(node, f"docker inspect --format '{policy}' {NAME}").stdout == '{"Name":"unless-stopped","MaximumRetryCount":0} 0\n'
+    assert (
+        run(node, f"docker inspect --format '{policy}' {NAME}").stdout
+        == '{"Name":"unless-stopped","MaximumRetryCount":0} 0\n'
+    )
     another = run(node, compose("up -d", "NODE_RANK=0 GPU_MEMORY_UTILIZATION=0.80 DSPARK_RESTART_POLICY=on-failure:2"))
     assert f"Container {NAME}  Recreate" in another.stderr  # the policy is part of the configuration
-    assert run(node, f"docker inspect --format '{policy}' {NAME}").stdout == '{"Name":"on-failure","MaximumRetryCount":2} 0\n'
+    assert (
+        run(node, f"docker inspect --format '{policy}' {NAME}").stdout
+        == '{"Name":"on-failure","MaximumRetryCount":2} 0\n'
+    )
 
 
 def test_a_missing_image_is_refused(node):
     refused = node.run(compose("up -d", "NODE_RANK=0 DSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2"))
     assert refused.returncode == 1 and "pull access denied for ghcr.io/anemll/dspark-vllm-gx10:0.1.2" in refused.stderr
     missing = node.run("docker image inspect ghcr.io/anemll/dspark-vllm-gx10:0.1.2")
-    assert (missing.returncode, missing.stderr.strip()) == (1, "Error response from daemon: No such image: ghcr.io/anemll/dspark-vllm-gx10:0.1.2")
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        "Error response from daemon: No such image: ghcr.io/anemll/dspark-vllm-gx10:0.1.2",
+    )
 
 
 def test_images_by_tag_and_by_digest(node):
@@ -92,7 +107,10 @@ def test_images_by_tag_and_by_digest(node):
     assert "ghcr.io/anemll/dspark-vllm-gx10" in listed and "ds4-f/patch3" in listed
     pinned = json.loads(run(node, f"docker image inspect {ANEMLL}@{DIGEST}").stdout)[0]
     assert pinned["RepoDigests"] == [f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}"]
-    assert find_image(f"{ANEMLL}@{DIGEST}")[0] == ANEMLL and find_image(f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}")[0] == ANEMLL
+    assert (
+        find_image(f"{ANEMLL}@{DIGEST}")[0] == ANEMLL
+        and find_image(f"ghcr.io/anemll/dspark-vllm-gx10@{DIGEST}")[0] == ANEMLL
+    )
     assert find_image(f"{ANEMLL}@sha256:{'0' * 64}") is None  # the digest decides, not the tag
     assert find_image("ghcr.io/anemll/dspark-vllm-gx10") is None  # no :latest
     assert find_image("ds4-f/patch3:local")[1].digest is None

@@ -1,10 +1,17 @@
 """The twin node's machine model (lanebook.twin.standins.machine): memory reacts to what is written to the
 node's drop_caches as the kernel does, and unit state is read from the node's unit directory."""
+
 import os
 import time
 
-from lanebook.twin.standins.machine import (LEGACY_UNIT_GIB, PAGE_CACHE_FLOOR_GIB, PAGE_CACHE_GIB, STICKY_GIB,
-                                            NodeMachine, init_node)
+from lanebook.twin.standins.machine import (
+    LEGACY_UNIT_GIB,
+    PAGE_CACHE_FLOOR_GIB,
+    PAGE_CACHE_GIB,
+    STICKY_GIB,
+    NodeMachine,
+    init_node,
+)
 
 UNIT = "aiden-vllm.service"
 
@@ -68,7 +75,9 @@ def test_unit_state_is_read_from_the_unit_directory(tmp_path):
 
 def test_a_boot_empties_shm_and_the_cache_and_starts_what_is_enabled(tmp_path):
     machine = init_node(tmp_path, [UNIT], legacy_active=True)
-    (machine.vendor_unit_dir / "other.service").write_text("[Unit]\nDescription=other\n[Install]\nWantedBy=multi-user.target\n")
+    (machine.vendor_unit_dir / "other.service").write_text(
+        "[Unit]\nDescription=other\n[Install]\nWantedBy=multi-user.target\n"
+    )
     machine.set_active("other.service", True)  # started by hand, not enabled
     (machine.shm / "psm_1").write_bytes(b"\0")
     (machine.shm / "nccl-dir").mkdir()

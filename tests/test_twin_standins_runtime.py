@@ -1,24 +1,43 @@
 """The twin's container runtime (lanebook.twin.standins.runtime): containers as processes on a node, their logs,
 exit codes, the shared-memory segments they leave in the node's /dev/shm, and what dockerd starts again at boot."""
+
 import signal
 import sys
 import time
 
 import pytest
-
 from lanebook.recipe.effective.compose_model import ContainerSpec
 from lanebook.twin.standins.machine import STICKY_GIB
-from lanebook.twin.standins.runtime import (KILLED, TERMINATED, boot_containers, containers, find_container, power_off,
-                                            remove_container, start_container, starts_at_daemon_start,
-                                            stop_all_containers)
+from lanebook.twin.standins.runtime import (
+    KILLED,
+    TERMINATED,
+    boot_containers,
+    containers,
+    find_container,
+    power_off,
+    remove_container,
+    start_container,
+    starts_at_daemon_start,
+    stop_all_containers,
+)
 from node_helpers import local_node
 
 ENGINE = f"{sys.executable} -c 'import sys, time; print(\"engine up\", *sys.argv[1:], flush=True); time.sleep(60)'"
 
 
 def spec(name="p-vllm-dspark-1", **changes) -> ContainerSpec:
-    return ContainerSpec(**{"name": name, "project": "p", "service": "vllm-dspark", "image": "img:1", "environment": {"A": "1"},
-                            "argv": ["serve", "model", "--gpu-memory-utilization", "0.85"], "stop_grace_s": 5.0, **changes})
+    return ContainerSpec(
+        **{
+            "name": name,
+            "project": "p",
+            "service": "vllm-dspark",
+            "image": "img:1",
+            "environment": {"A": "1"},
+            "argv": ["serve", "model", "--gpu-memory-utilization", "0.85"],
+            "stop_grace_s": 5.0,
+            **changes,
+        }
+    )
 
 
 @pytest.fixture
@@ -41,7 +60,10 @@ def test_a_container_runs_the_engine_with_its_argv(node):
     container = start_container(node.root, spec())
     wait_for_log(container, "engine up serve model --gpu-memory-utilization 0.85")
     assert container.running and container.state() == "running" and container.session_pids()
-    assert find_container(node.root, container.id[:6]) == container and find_container(node.root, "p-vllm-dspark-1") == container
+    assert (
+        find_container(node.root, container.id[:6]) == container
+        and find_container(node.root, "p-vllm-dspark-1") == container
+    )
     assert [c.name for c in containers(node.root)] == ["p-vllm-dspark-1"]
 
 
@@ -88,13 +110,25 @@ def test_a_power_off_ends_running_containers_without_their_clean_up(node):
     stopped.stop()
     assert power_off(node.root) == ["a-vllm-dspark-1"]
     assert not running.running and running.session_pids() == [] and running.exit_code == KILLED
-    assert running.record["finished_at"] and all(s.exists() for s in running.shm_segments())  # the boot empties /dev/shm
+    assert running.record["finished_at"] and all(
+        s.exists() for s in running.shm_segments()
+    )  # the boot empties /dev/shm
     assert stopped.exit_code == TERMINATED
 
 
-@pytest.mark.parametrize("policy, running, starts", [
-    ("no", True, False), ("no", False, False), ("on-failure", True, False), ("on-failure:3", True, False),
-    ("always", True, True), ("always", False, True), ("unless-stopped", True, True), ("unless-stopped", False, False)])
+@pytest.mark.parametrize(
+    "policy, running, starts",
+    [
+        ("no", True, False),
+        ("no", False, False),
+        ("on-failure", True, False),
+        ("on-failure:3", True, False),
+        ("always", True, True),
+        ("always", False, True),
+        ("unless-stopped", True, True),
+        ("unless-stopped", False, False),
+    ],
+)
 def test_what_dockerd_starts_at_its_start(policy, running, starts):
     assert starts_at_daemon_start(policy, running) is starts
 
@@ -117,7 +151,10 @@ def test_at_boot_dockerd_starts_again_what_the_restart_policy_names(node):
         assert container.running and container.id == identity and container.pid != pid
         assert container.record["started_at"] > started and container.status().startswith("Up ")
         assert len(container.shm_segments()) == 2 and all(s.exists() for s in container.shm_segments())
-    assert (made["no"].status().startswith("Exited (137)") and made["on-failure"].status().startswith("Exited (137)")
-            and held.status().startswith("Exited (143)"))
+    assert (
+        made["no"].status().startswith("Exited (137)")
+        and made["on-failure"].status().startswith("Exited (137)")
+        and held.status().startswith("Exited (143)")
+    )
     assert not any("running_at_power_off" in c.record for c in containers(node.root))
     assert boot_containers(node.root) == []  # running already, or left stopped: a second boot start changes nothing

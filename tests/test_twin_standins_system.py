@@ -1,10 +1,10 @@
 """System commands on a twin node (lanebook.twin.standins.system): sudo runs what it is given, systemctl keeps
 unit state in the node's unit directory, sysctl writes the node's /proc/sys, free reports the node's memory."""
+
 import os
 import time
 
 import pytest
-
 from lanebook.twin.standins.machine import GIB, PAGE_CACHE_FLOOR_GIB, TOTAL_BYTES
 from lanebook.twin.standins.system import format_free, unit_name
 from node_helpers import UNIT, local_node
@@ -40,13 +40,18 @@ def test_a_wrong_cleanup_leaves_the_segments_as_it_would_on_a_node(node):
 def test_systemctl_masks_in_the_unit_directory(node):
     assert node.run(f"systemctl is-active {UNIT}").stdout.strip() == "active"
     masked = node.run(f"sudo -n sh -c 'systemctl mask --now {UNIT}'")
-    assert masked.returncode == 0 and masked.stderr.strip() == f"Created symlink /etc/systemd/system/{UNIT} → /dev/null."
+    assert (
+        masked.returncode == 0 and masked.stderr.strip() == f"Created symlink /etc/systemd/system/{UNIT} → /dev/null."
+    )
     link = node.machine.unit_dir / UNIT
     assert link.is_symlink() and os.readlink(link) == "/dev/null"
     assert node.run(f"systemctl is-active {UNIT}; systemctl is-enabled {UNIT}").stdout.split() == ["inactive", "masked"]
     refused = node.run(f"systemctl start {UNIT}")
     assert (refused.returncode, refused.stderr.strip()) == (1, f"Failed to start {UNIT}: Unit {UNIT} is masked.")
-    assert node.run(f"systemctl unmask {UNIT} && systemctl start aiden-vllm && systemctl is-active {UNIT}").stdout.strip() == "active"
+    assert (
+        node.run(f"systemctl unmask {UNIT} && systemctl start aiden-vllm && systemctl is-active {UNIT}").stdout.strip()
+        == "active"
+    )
 
 
 def test_systemctl_refuses_to_mask_over_a_unit_file(node):
@@ -70,14 +75,17 @@ def test_sysctl_writes_the_node_knob(node):
     written = node.run("sudo sysctl -w vm.drop_caches=3")
     assert written.stdout.strip() == "vm.drop_caches = 3" and node.machine.memory()["cache_gib"] == PAGE_CACHE_FLOOR_GIB
     unknown = node.run("sysctl kernel.nope")
-    assert (unknown.returncode, unknown.stderr.strip()) == (255, "sysctl: cannot stat /proc/sys/kernel/nope: No such file or directory")
+    assert (unknown.returncode, unknown.stderr.strip()) == (
+        255,
+        "sysctl: cannot stat /proc/sys/kernel/nope: No such file or directory",
+    )
 
 
 def test_free_reports_the_node_memory(node):
     out = node.run("free -m").stdout.splitlines()
     assert out[0].split() == ["total", "used", "free", "shared", "buff/cache", "available"]
     total, used, free, shared, cache, available = map(int, out[1].split()[1:])
-    assert total == TOTAL_BYTES // 1024 ** 2
+    assert total == TOTAL_BYTES // 1024**2
     assert used == int((4.5 + 40) * 1024)  # the OS plus the running legacy unit
     assert cache == 6 * 1024 and free == total - used - cache and available == total - used
 
@@ -85,7 +93,15 @@ def test_free_reports_the_node_memory(node):
 def test_format_free_units():
     figures = {"total": 2 * GIB, "used": GIB, "free": GIB / 2, "shared": 0, "buff/cache": GIB / 2, "available": GIB}
     assert format_free(figures, ["-g"]).splitlines()[1].split() == ["Mem:", "2", "1", "0", "0", "0", "1"]
-    assert format_free(figures, ["-h"]).splitlines()[1].split() == ["Mem:", "2.0Gi", "1.0Gi", "512.0Mi", "0B", "512.0Mi", "1.0Gi"]
+    assert format_free(figures, ["-h"]).splitlines()[1].split() == [
+        "Mem:",
+        "2.0Gi",
+        "1.0Gi",
+        "512.0Mi",
+        "0B",
+        "512.0Mi",
+        "1.0Gi",
+    ]
     assert format_free(figures, []).splitlines()[1].split()[1] == str(2 * 1024 * 1024)
 
 

@@ -1,14 +1,14 @@
 """The twin's step timing against the seeds' speed figures, through virtual-time waves: pure, exact, fast."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
-from twin_engine_cases import PROBE_SETS, c1_rate, wave
-
 from lanebook.twin import timing
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.facts import CODE_PROMPT, COUNT_PROMPT, JSON_PROMPT, SCHEDULE_543, SEED_003
+from twin_engine_cases import PROBE_SETS, c1_rate, wave
 
 
 @pytest.mark.parametrize("prompt_set", sorted(PROBE_SETS))

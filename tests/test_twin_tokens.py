@@ -1,4 +1,5 @@
 """The twin's tokens: pieces that join back into the text, and hashes that agree across processes."""
+
 from __future__ import annotations
 
 import subprocess

@@ -4,6 +4,7 @@ The pure parts (sizes, flag spelling, the breakable-graph switch, twin knobs, en
 flags) are checked in-process; boot and rendezvous run `python -m lanebook.twin.vllm serve` as real
 subprocesses on free loopback ports, as the docker stand-in runs it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,19 +14,18 @@ import time
 
 import httpx
 import pytest
-from recipe_fixtures import COMPOSE, FIXTURES, need
-from twin_serve import MODEL, OFF, SERVE_ARGS, chat, truth
-from twin_serve import main, variant  # noqa: F401 - module-scoped server fixtures, used by name
-
 from lanebook.recipe.effective.compose_model import container_spec
 from lanebook.twin import vllm
 from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
 from lanebook.twin.vllm import free_port, start_local
+from recipe_fixtures import COMPOSE, FIXTURES, need
+from twin_serve import MODEL, OFF, SERVE_ARGS, chat, main, truth, variant  # noqa: F401 - module-scoped server fixtures, used by name
 
 
 # --- Flags, knobs and settings (pure) -------------------------------------------------------------
-@pytest.mark.parametrize("text, value", [("1048576", 1048576), ("1m", 10**6), ("1M", 2**20), ("1024K", 2**20),
-                                         ("8k", 8000), ("0.5M", 2**19)])
+@pytest.mark.parametrize(
+    "text, value", [("1048576", 1048576), ("1m", 10**6), ("1M", 2**20), ("1024K", 2**20), ("8k", 8000), ("0.5M", 2**19)]
+)
 def test_human_int_reads_vllms_sizes(text, value):
     assert vllm.human_int(text) == value
 
@@ -37,15 +37,22 @@ def test_human_int_refuses_what_is_not_a_size():
 
 def test_underscored_flags_are_vllms_dashed_flags():
     assert vllm.normalize_argv(["--max_model_len=5", "--max_num_seqs", "6", "a_b"]) == [
-        "--max-model-len=5", "--max-num-seqs", "6", "a_b"]
+        "--max-model-len=5",
+        "--max-num-seqs",
+        "6",
+        "a_b",
+    ]
 
 
-@pytest.mark.parametrize("value, enabled, line", [
-    ("0", False, None),
-    (None, True, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"),
-    ("", True, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"),
-    ("1", True, "Breakable CUDA graphs enabled (VLLM_USE_BREAKABLE_CUDAGRAPH=1)."),
-])
+@pytest.mark.parametrize(
+    "value, enabled, line",
+    [
+        ("0", False, None),
+        (None, True, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"),
+        ("", True, "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"),
+        ("1", True, "Breakable CUDA graphs enabled (VLLM_USE_BREAKABLE_CUDAGRAPH=1)."),
+    ],
+)
 def test_t03_only_0_opts_out_of_breakable_graphs(value, enabled, line):
     env = {} if value is None else {"VLLM_USE_BREAKABLE_CUDAGRAPH": value}
     on, said = vllm.breakable_graphs(env)
@@ -72,19 +79,35 @@ def serve_args(*flags: str) -> argparse.Namespace:
 
 def test_engine_config_from_the_recipes_flags_and_env():
     args = serve_args(*SERVE_ARGS[1:])
-    config = vllm.engine_config(args, vllm.twin_knobs({"LANEBOOK_TWIN_FAULTS": "prefix-evict"}),
-                                {"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"}, kv_tokens=1000)
+    config = vllm.engine_config(
+        args,
+        vllm.twin_knobs({"LANEBOOK_TWIN_FAULTS": "prefix-evict"}),
+        {"VLLM_USE_BREAKABLE_CUDAGRAPH": "0"},
+        kv_tokens=1000,
+    )
     assert (config.max_model_len, config.max_num_seqs, config.max_num_batched_tokens, config.block_size) == (
-        1048576, 6, 8192, 256)
+        1048576,
+        6,
+        8192,
+        256,
+    )
     assert config.num_speculative_tokens == 5 and config.k_schedule == ((1, 1, 5), (2, 4, 4), (5, 6, 3))
     assert (config.breakable_cudagraph, config.prefix_evict, config.kv_tokens) == (False, True, 1000)
 
 
-@pytest.mark.parametrize("flags, error", [
-    (["--speculative-config", '{"num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": [[1, 1, 7]]}'],
-     "ValueError: num_speculative_tokens_per_batch_size entry [1, 1, 7]: K must be between 0 and"),
-    (["--max-num-partial-prefills", "2"], "NotImplementedError: Concurrent Partial Prefill is not supported."),
-])
+@pytest.mark.parametrize(
+    "flags, error",
+    [
+        (
+            [
+                "--speculative-config",
+                '{"num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": [[1, 1, 7]]}',
+            ],
+            "ValueError: num_speculative_tokens_per_batch_size entry [1, 1, 7]: K must be between 0 and",
+        ),
+        (["--max-num-partial-prefills", "2"], "NotImplementedError: Concurrent Partial Prefill is not supported."),
+    ],
+)
 def test_engine_config_refusals_fail_the_boot_as_vllm_does(flags, error, capsys):
     with pytest.raises(vllm.BootFailure) as failure:
         vllm.engine_config(serve_args(*flags), vllm.twin_knobs({}), {}, kv_tokens=1000)
@@ -95,32 +118,51 @@ def test_engine_config_refusals_fail_the_boot_as_vllm_does(flags, error, capsys)
 
 # --- Boot (subprocesses) --------------------------------------------------------------------------
 def test_unknown_flag_is_refused_like_vllm_argparse():
-    result = subprocess.run([sys.executable, "-m", "lanebook.twin.vllm", "serve", MODEL, "--bogus-flag", "1"],
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "lanebook.twin.vllm", "serve", MODEL, "--bogus-flag", "1"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert "vllm: error: unrecognized arguments: --bogus-flag 1" in result.stderr
 
 
 def test_t01_fixture_recipe_at_080_fails_with_the_kv_figures(tmp_path):
     compose = need(FIXTURES / COMPOSE)
-    spec = container_spec(compose, FIXTURES / "env.dspark.example", environ={"NODE_RANK": "0", "MASTER_ADDR": "127.0.0.73"})
+    spec = container_spec(
+        compose, FIXTURES / "env.dspark.example", environ={"NODE_RANK": "0", "MASTER_ADDR": "127.0.0.73"}
+    )
     assert spec.arg("--gpu-memory-utilization") == "0.80"  # the compose default when the launcher sets nothing
-    srv = start_local([*spec.argv[1:], "--nnodes", "1"], tmp_path / "vllm.log", host="127.0.0.73",
-                      env={**spec.environment, "LANEBOOK_TWIN_TIME_SCALE": "0.002"}, wait_s=None)
+    srv = start_local(
+        [*spec.argv[1:], "--nnodes", "1"],
+        tmp_path / "vllm.log",
+        host="127.0.0.73",
+        env={**spec.environment, "LANEBOOK_TWIN_TIME_SCALE": "0.002"},
+        wait_s=None,
+    )
     assert srv.process.wait(30) == 1
     log = srv.log()
-    assert ("ValueError: To serve at least one request with the model's max seq len (1048576), (7.54 GiB KV cache "
-            "is needed, which is larger than the available KV cache memory (7.16 GiB). Based on the available "
-            "memory, the estimated maximum model length is 953088.") in log
-    assert log.count("No available shared memory broadcast block found in 60 seconds") >= 1  # not fatal (fact T09): the boot went on to the KV check
+    assert (
+        "ValueError: To serve at least one request with the model's max seq len (1048576), (7.54 GiB KV cache "
+        "is needed, which is larger than the available KV cache memory (7.16 GiB). Based on the available "
+        "memory, the estimated maximum model length is 953088."
+    ) in log
+    assert (
+        log.count("No available shared memory broadcast block found in 60 seconds") >= 1
+    )  # not fatal (fact T09): the boot went on to the KV check
     assert "Application startup complete" not in log
 
 
 def test_t02_t09_boot_log_lines(main):
     log = main.log()
-    for line in ("GPU KV cache size: 2,493,464 tokens", "Maximum concurrency for 1,048,576 tokens per request: 2.38x",
-                 "Available KV cache memory: 13.29 GiB", "Starting vLLM API server 0 on",
-                 "Application startup complete."):
+    for line in (
+        "GPU KV cache size: 2,493,464 tokens",
+        "Maximum concurrency for 1,048,576 tokens per request: 2.38x",
+        "Available KV cache memory: 13.29 GiB",
+        "Starting vLLM API server 0 on",
+        "Application startup complete.",
+    ):
         assert line in log
     assert log.index("No available shared memory broadcast block") < log.index("Application startup complete.")
     assert "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1" not in log
@@ -140,15 +182,21 @@ def test_t03_missing_breakable_opt_out_logs_and_slows_decode(main, variant):
 # --- Multi-node rendezvous (fact T14: a head that dies leaves its worker orphaned) -----------------
 def node_spec(rank: int, master: str, port: int, extra: dict | None = None):
     """The fixture compose's container for a node rank, as the twin's docker stand-in builds it."""
-    environ = {"NODE_RANK": str(rank), "MASTER_ADDR": master, "MASTER_PORT": str(port),
-               "GPU_MEMORY_UTILIZATION": "0.85", "HEADLESS": "1" if rank else ""}
+    environ = {
+        "NODE_RANK": str(rank),
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(port),
+        "GPU_MEMORY_UTILIZATION": "0.85",
+        "HEADLESS": "1" if rank else "",
+    }
     return container_spec(need(FIXTURES / COMPOSE), FIXTURES / "env.dspark.example", environ=environ)
 
 
 def start_node(tmp_path, rank: int, master: str, port: int, knobs: dict):
     spec = node_spec(rank, master, port)
-    return start_local(spec.argv[1:], tmp_path / f"node{rank}.log", host=master,
-                       env={**spec.environment, **knobs}, wait_s=None)
+    return start_local(
+        spec.argv[1:], tmp_path / f"node{rank}.log", host=master, env={**spec.environment, **knobs}, wait_s=None
+    )
 
 
 def wait_for(predicate, timeout_s: float = 20.0) -> bool:
@@ -161,8 +209,13 @@ def wait_for(predicate, timeout_s: float = 20.0) -> bool:
 
 
 def test_head_without_worker_fails_clearly(tmp_path):
-    head = start_node(tmp_path, 0, "127.0.0.74", free_port("127.0.0.74"),
-                      {"LANEBOOK_TWIN_TIME_SCALE": "0.002", "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S": "1"})
+    head = start_node(
+        tmp_path,
+        0,
+        "127.0.0.74",
+        free_port("127.0.0.74"),
+        {"LANEBOOK_TWIN_TIME_SCALE": "0.002", "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S": "1"},
+    )
     assert head.process.wait(30) == 1
     assert "DistStoreError: Timed out after 1 seconds waiting for clients. 1/2 clients joined." in head.log()
 
@@ -209,8 +262,13 @@ def test_a_worker_started_again_cannot_rejoin_the_group_it_left(tmp_path):
         first.process.kill()
         assert wait_for(lambda: head.health() == 503)  # the NCCL communicator lost the rank
         spec = node_spec(1, "127.0.0.77", port)
-        again = start_local(spec.argv[1:], tmp_path / "node1-again.log", host="127.0.0.77",
-                            env={**spec.environment, **knobs, "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S": "1"}, wait_s=None)
+        again = start_local(
+            spec.argv[1:],
+            tmp_path / "node1-again.log",
+            host="127.0.0.77",
+            env={**spec.environment, **knobs, "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S": "1"},
+            wait_s=None,
+        )
         assert wait_for(lambda: "was formed without this rank" in again.log())
         time.sleep(1.5)  # longer than its timeout: the head still answers, so the rank keeps trying
         assert again.process.poll() is None and head.health() == 503

@@ -1,13 +1,13 @@
 """Request classes and their draft acceptance against the seeds' per-class speeds: pure, exact, fast."""
+
 from __future__ import annotations
 
 import pytest
-from twin_engine_cases import PROBE_SETS, c1_rate, wave
-
 from lanebook.twin import workloads
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.facts import CODE_PROMPT, COUNT_PROMPT, JSON_PROMPT, SCHEDULE_543
 from lanebook.twin.timing import decode_step_s
+from twin_engine_cases import PROBE_SETS, c1_rate, wave
 
 
 def test_t06_workload_classes_land_in_the_seed_bands_at_c1():
@@ -30,16 +30,19 @@ def test_t08_k7_is_no_faster_than_the_drafter_block_of_5():
     assert workloads.WORKLOADS["count"].accepted(7, 0.0) == workloads.DRAFTER_BLOCK_SIZE  # positions 6-7 never accepted
 
 
-@pytest.mark.parametrize("prompt, kwargs, name", [
-    ("Count from 1 to 10.", {}, "count"),
-    ("Return only JSON: a list.", {}, "json"),
-    ("Summarise the plan.", {"json_format": True}, "json"),
-    ("Write a bash script.", {}, "code"),
-    ("What does json look like?", {}, "json"),
-    ("Describe the lane.", {}, "prose"),
-    ("Status?", {}, "probe"),
-    ("Count the files.", {"after_tool_result": True}, "agent"),
-])
+@pytest.mark.parametrize(
+    "prompt, kwargs, name",
+    [
+        ("Count from 1 to 10.", {}, "count"),
+        ("Return only JSON: a list.", {}, "json"),
+        ("Summarise the plan.", {"json_format": True}, "json"),
+        ("Write a bash script.", {}, "code"),
+        ("What does json look like?", {}, "json"),
+        ("Describe the lane.", {}, "prose"),
+        ("Status?", {}, "probe"),
+        ("Count the files.", {"after_tool_result": True}, "agent"),
+    ],
+)
 def test_classify_by_prompt_and_request_shape(prompt, kwargs, name):
     assert workloads.classify(prompt, **kwargs).name == name
 

@@ -5,6 +5,7 @@ nothing after it run; a click on Confirm lets it go on, the launcher's wait show
 verdict is pass, with the twin's API answering afterwards. The page asked nothing of any other address, and the
 runbook file is left as it was (autosave is off). Screenshots go to test-artifacts/walkthrough/.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,19 +16,26 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from lanebook.runs import lab as lab_module
-from lanebook.ops import launcher
-from lanebook.nodes.ssh import Lane
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
+from lanebook.lane.params import load_lane
+from lanebook.nodes.ssh import Lane
+from lanebook.ops import launcher
+from lanebook.runs import lab as lab_module
 from lanebook_runs import run
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 ARTIFACTS = REPO / "test-artifacts" / "walkthrough"
-CONFIRM = re.compile(r"Confirm: clean \/dev\/shm and the page cache on head, worker")  # "/" escaped: Playwright sends it as /…/; no "^": the icon comes first
+CONFIRM = re.compile(
+    r"Confirm: clean \/dev\/shm and the page cache on head, worker"
+)  # "/" escaped: Playwright sends it as /…/; no "^": the icon comes first
 CHECK_AFTER_CONFIRM = "no stale SHM segment left on any node"  # step 1's check once the memory is cleaned
 VERDICT = re.compile(r'"verdict": "\w+"|Traceback \(most recent call last\)')
 
@@ -97,7 +105,9 @@ def run_all_cells(page) -> None:
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
         try:
-            expect(page.locator(".jp-InputPrompt").get_by_text(re.compile(r"\[(\*|\d+)\]")).first).to_be_visible(timeout=10_000)
+            expect(page.locator(".jp-InputPrompt").get_by_text(re.compile(r"\[(\*|\d+)\]")).first).to_be_visible(
+                timeout=10_000
+            )
             return
         except AssertionError:
             continue
@@ -140,16 +150,24 @@ def test_launch_on_the_twin_asks_at_its_destructive_step_shows_progress_and_pass
             verdict = page.locator(".jp-Notebook .jp-OutputArea").get_by_text(VERDICT)
             expect(confirm.or_(verdict).first).to_be_visible(timeout=180_000)  # the question, or the end of the run
             assert confirm.is_visible(), f"the run ended without asking: {outputs(page)[-3000:]}"
-            expect(confirm).to_be_in_viewport(timeout=10_000)  # Run All showed the last cell; the question scrolled here
+            expect(confirm).to_be_in_viewport(
+                timeout=10_000
+            )  # Run All showed the last cell; the question scrolled here
             page.wait_for_timeout(1500)  # the cell waits for the click: nothing after the question has run
             assert CHECK_AFTER_CONFIRM not in outputs(page), "step 1 went on before the click"
             expect(confirm.locator("xpath=..").get_by_role("button", name="Cancel")).to_be_visible()
             shot(page, "1-confirm-buttons.png", confirm)
             confirm.click()
-            expect(page.get_by_role("button", name=re.compile(r"Confirmed: clean \/dev\/shm"))).to_be_visible(timeout=30_000)
-            expect(page.get_by_text(re.compile(r"^confirmed by .+ \(button\): clean \/dev\/shm")).first).to_be_visible(timeout=30_000)
+            expect(page.get_by_role("button", name=re.compile(r"Confirmed: clean \/dev\/shm"))).to_be_visible(
+                timeout=30_000
+            )
+            expect(page.get_by_text(re.compile(r"^confirmed by .+ \(button\): clean \/dev\/shm")).first).to_be_visible(
+                timeout=30_000
+            )
 
-            label = page.locator(".widget-hbox:has(.widget-hprogress) .widget-label").filter(has_text=re.compile(r"^launcher: "))
+            label = page.locator(".widget-hbox:has(.widget-hprogress) .widget-label").filter(
+                has_text=re.compile(r"^launcher: ")
+            )
             expect(label.first).to_be_visible(timeout=120_000)
             first = label.first.inner_text()
             shot(page, "2-launcher-progress.png", label.first)

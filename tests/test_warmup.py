@@ -2,31 +2,38 @@
 figures and warnings as pure functions with exact values; then against a cold twin vLLM of its own (127.0.0.7,
 never the shared twin), where a shape's first use compiles (the twin logs and times a JIT stall) and the first
 request of a warmed shape does not, and where busy queues or no /metrics leave the warmup unsent, as warnings."""
+
 import json
 import threading
 
 import httpx
 import pytest
-
-from lanebook.ops import warmup
-from lanebook.nodes.ssh import Executor
 from lanebook.lane.params import lane_with, load_lane
+from lanebook.nodes.ssh import Executor
+from lanebook.ops import warmup
 from lanebook.speed.records import CONTENT, ROLE, USAGE, ChunkArrival, RequestRecord, WaveRecord
 from lanebook.twin import vllm as twin_vllm
 
-
 # --- the lane's shapes and the bypass -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("env,expected", [
-    ({}, (True, "POST_READINESS_WARMUP_ENABLED unset: the launcher's default, 1")),
-    ({"POST_READINESS_WARMUP_ENABLED": 1}, (True, "the lane sets POST_READINESS_WARMUP_ENABLED: 1")),
-    ({"POST_READINESS_WARMUP_ENABLED": 0},
-     (False, "the lane sets POST_READINESS_WARMUP_ENABLED: 0 (the recipe's immediate bypass)")),
-    ({"POST_READINESS_WARMUP_ENABLED": "0"},
-     (False, "the lane sets POST_READINESS_WARMUP_ENABLED: 0 (the recipe's immediate bypass)")),
-    # the launcher compares the env file's text with 0: 0.0 is not 0, so it warms
-    ({"POST_READINESS_WARMUP_ENABLED": 0.0}, (True, "the lane sets POST_READINESS_WARMUP_ENABLED: 0.0")),
-])
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({}, (True, "POST_READINESS_WARMUP_ENABLED unset: the launcher's default, 1")),
+        ({"POST_READINESS_WARMUP_ENABLED": 1}, (True, "the lane sets POST_READINESS_WARMUP_ENABLED: 1")),
+        (
+            {"POST_READINESS_WARMUP_ENABLED": 0},
+            (False, "the lane sets POST_READINESS_WARMUP_ENABLED: 0 (the recipe's immediate bypass)"),
+        ),
+        (
+            {"POST_READINESS_WARMUP_ENABLED": "0"},
+            (False, "the lane sets POST_READINESS_WARMUP_ENABLED: 0 (the recipe's immediate bypass)"),
+        ),
+        # the launcher compares the env file's text with 0: 0.0 is not 0, so it warms
+        ({"POST_READINESS_WARMUP_ENABLED": 0.0}, (True, "the lane sets POST_READINESS_WARMUP_ENABLED: 0.0")),
+    ],
+)
 def test_warmup_enabled_reads_the_key_as_the_launcher_does(env, expected):
     assert warmup.warmup_enabled(env) == expected
 
@@ -43,15 +50,27 @@ def test_each_lane_gets_the_recipes_shapes_labelled_with_its_verify_k():
 
 # --- waves, checks and figures (pure) -------------------------------------------------------------------------
 
+
 def record(index, t_sent, first, done, error=None):
-    chunks = [] if first is None else [ChunkArrival(first - 0.01, ROLE), ChunkArrival(first, CONTENT),
-                                       ChunkArrival(done, USAGE)]
+    chunks = (
+        []
+        if first is None
+        else [ChunkArrival(first - 0.01, ROLE), ChunkArrival(first, CONTENT), ChunkArrival(done, USAGE)]
+    )
     return RequestRecord(index=index, t_sent=t_sent, t_done=done, chunks=chunks, completion_tokens=8, error=error)
 
 
 def test_summarize_wave_counts_failures_and_times_the_wave():
-    wave = WaveRecord(4, 1, [record(0, 10.0, 10.5, 11.0), record(1, 10.1, 10.4, 11.5),
-                             record(2, 10.2, None, 10.3, error="HTTP 500: boom"), record(3, 10.2, None, 10.9)])
+    wave = WaveRecord(
+        4,
+        1,
+        [
+            record(0, 10.0, 10.5, 11.0),
+            record(1, 10.1, 10.4, 11.5),
+            record(2, 10.2, None, 10.3, error="HTTP 500: boom"),
+            record(3, 10.2, None, 10.9),
+        ],
+    )
     summary = warmup.summarize_wave(wave)
     assert (summary.requests, summary.ok) == (4, 2)
     assert summary.errors == {"HTTP 500: boom": 1, "no content in the stream": 1}
@@ -64,8 +83,10 @@ def summary(wall_s, ttft_s=0.5, requests=4):
 
 
 def warmed_result(**changes):
-    shapes = [warmup.ShapeRun("bounded prefill", 1, summary(2.2, 1.9, 1), summary(1.9, 1.6, 1)),
-              warmup.ShapeRun("C4 (K4)", 4, summary(1.6), summary(1.0))]
+    shapes = [
+        warmup.ShapeRun("bounded prefill", 1, summary(2.2, 1.9, 1), summary(1.9, 1.6, 1)),
+        warmup.ShapeRun("C4 (K4)", 4, summary(1.6), summary(1.0)),
+    ]
     fields = dict(shapes=shapes, idle_wait_before_s=0.04, idle_wait_after_s=0.01, preemptions=0.0, duration_s=9.123)
     return warmup.WarmupResult(False, **{**fields, **changes})
 
@@ -74,42 +95,88 @@ def test_a_clean_warmup_passes_every_check_and_records_each_shapes_stall():
     result = warmed_result()
     assert [(c.ok, c.expected, c.seen, c.fail_open) for c in result.checks()] == [
         (True, "queues idle before the warmup (running 0, waiting 0)", "idle after 0.0 s", True),
-        (True, "bounded prefill: every request completed, first use and warmed", "first use 2.20 s, warmed 1.90 s", True),
+        (
+            True,
+            "bounded prefill: every request completed, first use and warmed",
+            "first use 2.20 s, warmed 1.90 s",
+            True,
+        ),
         (True, "C4 (K4): every request completed, first use and warmed", "first use 1.60 s, warmed 1.00 s", True),
         (True, "queues idle after the warmup (they drained)", "idle after 0.0 s", True),
-        (True, "no preemption during the warmup (vllm:num_preemptions_total)", "", False)]
+        (True, "no preemption during the warmup (vllm:num_preemptions_total)", "", False),
+    ]
     assert result.figures() == {
-        "warmup_s": 9.12, "warmup_idle_wait_before_s": 0.04, "warmup_idle_wait_after_s": 0.01, "warmup_preemptions": 0.0,
+        "warmup_s": 9.12,
+        "warmup_idle_wait_before_s": 0.04,
+        "warmup_idle_wait_after_s": 0.01,
+        "warmup_preemptions": 0.0,
         "warmup_shapes": {
-            "bounded prefill": {"concurrency": 1, "first_use_wall_s": 2.2, "warmed_wall_s": 1.9, "first_use_ttft_s": 1.9,
-                                "warmed_ttft_s": 1.6, "first_use_stall_s": 0.3, "error": None},
-            "C4 (K4)": {"concurrency": 4, "first_use_wall_s": 1.6, "warmed_wall_s": 1.0, "first_use_ttft_s": 0.5,
-                        "warmed_ttft_s": 0.5, "first_use_stall_s": 0.6, "error": None}},
-        "warmup_warnings": []}
+            "bounded prefill": {
+                "concurrency": 1,
+                "first_use_wall_s": 2.2,
+                "warmed_wall_s": 1.9,
+                "first_use_ttft_s": 1.9,
+                "warmed_ttft_s": 1.6,
+                "first_use_stall_s": 0.3,
+                "error": None,
+            },
+            "C4 (K4)": {
+                "concurrency": 4,
+                "first_use_wall_s": 1.6,
+                "warmed_wall_s": 1.0,
+                "first_use_ttft_s": 0.5,
+                "warmed_ttft_s": 0.5,
+                "first_use_stall_s": 0.6,
+                "error": None,
+            },
+        },
+        "warmup_warnings": [],
+    }
     assert result.table(twin=True).splitlines() == [
-        "Wall time of each shape's wave (twin figures, not a real lane's):", "",
-        "| shape | first use (s) | warmed (s) | first-use stall removed (s) |", "|---|---|---|---|",
-        "| bounded prefill | 2.20 | 1.90 | +0.30 |", "| C4 (K4) | 1.60 | 1.00 | +0.60 |"]
+        "Wall time of each shape's wave (twin figures, not a real lane's):",
+        "",
+        "| shape | first use (s) | warmed (s) | first-use stall removed (s) |",
+        "|---|---|---|---|",
+        "| bounded prefill | 2.20 | 1.90 | +0.30 |",
+        "| C4 (K4) | 1.60 | 1.00 | +0.60 |",
+    ]
 
 
 def test_a_warmup_that_could_not_finish_is_a_warning_and_preemption_is_not():
     failed = warmup.ShapeRun("C4 (K4)", 4, summary(1.6), None, error="warmed: 1 of 4 failed: 1× timeout after 126 s")
-    result = warmed_result(shapes=[failed], not_idle_after="queue not idle after 120 s (running=1, waiting=0)",
-                           idle_wait_after_s=None, preemptions=2.0)
-    assert [(c.ok, c.fail_open) for c in result.checks()] == [(True, True), (False, True), (False, True), (False, False)]
+    result = warmed_result(
+        shapes=[failed],
+        not_idle_after="queue not idle after 120 s (running=1, waiting=0)",
+        idle_wait_after_s=None,
+        preemptions=2.0,
+    )
+    assert [(c.ok, c.fail_open) for c in result.checks()] == [
+        (True, True),
+        (False, True),
+        (False, True),
+        (False, False),
+    ]
     assert result.checks()[-1].seen == "2 preempted: the KV cache cannot hold the lane's batch"
     assert result.warnings() == [
         "C4 (K4): every request completed, first use and warmed: warmed: 1 of 4 failed: 1× timeout after 126 s",
-        "queues idle after the warmup (they drained): queue not idle after 120 s (running=1, waiting=0)"]
+        "queues idle after the warmup (they drained): queue not idle after 120 s (running=1, waiting=0)",
+    ]
     assert failed.first_use_stall_s is None and result.figures()["warmup_shapes"]["C4 (K4)"]["warmed_wall_s"] is None
 
 
 def test_busy_queues_before_leave_one_warning_and_nothing_else():
-    result = warmup.WarmupResult(False, not_idle_before="queue not idle after 120 s (running=3, waiting=1): another "
-                                                        "client is using the lane")
+    result = warmup.WarmupResult(
+        False, not_idle_before="queue not idle after 120 s (running=3, waiting=1): another client is using the lane"
+    )
     assert [(c.ok, c.expected, c.seen, c.fail_open) for c in result.checks()] == [
-        (False, "queues idle before the warmup (running 0, waiting 0)", "the warmup was not sent: queue not idle after "
-         "120 s (running=3, waiting=1): another client is using the lane", True)]
+        (
+            False,
+            "queues idle before the warmup (running 0, waiting 0)",
+            "the warmup was not sent: queue not idle after "
+            "120 s (running=3, waiting=1): another client is using the lane",
+            True,
+        )
+    ]
 
 
 def test_a_dry_run_lists_every_wave_and_sends_nothing():
@@ -119,13 +186,22 @@ def test_a_dry_run_lists_every_wave_and_sends_nothing():
     assert result.dry_run and result.figures() == {} and result.warnings() == []
     assert [s.label for s in result.shapes] == ["bounded prefill", "C4 (K4)", "C6 (K3)"]
     lines = executor.commands()
-    assert lines[0] == ("local: warmup, before: GET http://192.168.1.11:8888/metrics until vllm:num_requests_running and "
-                        "vllm:num_requests_waiting read 0, bound 120 s")
-    assert lines[2] == ("local: warmup C4 (K4), first use: POST http://192.168.1.11:8888/v1/chat/completions ×4 at once "
-                        "(streamed, count prompts, max_tokens 32, temperature 0), once the queues read idle")
+    assert lines[0] == (
+        "local: warmup, before: GET http://192.168.1.11:8888/metrics until vllm:num_requests_running and "
+        "vllm:num_requests_waiting read 0, bound 120 s"
+    )
+    assert lines[2] == (
+        "local: warmup C4 (K4), first use: POST http://192.168.1.11:8888/v1/chat/completions ×4 at once "
+        "(streamed, count prompts, max_tokens 32, temperature 0), once the queues read idle"
+    )
     assert [line.split(":")[1].strip() for line in lines[1:7]] == [
-        "warmup bounded prefill, first use", "warmup C4 (K4), first use", "warmup C6 (K3), first use",
-        "warmup bounded prefill, warmed", "warmup C4 (K4), warmed", "warmup C6 (K3), warmed"]
+        "warmup bounded prefill, first use",
+        "warmup C4 (K4), first use",
+        "warmup C6 (K3), first use",
+        "warmup bounded prefill, warmed",
+        "warmup C4 (K4), warmed",
+        "warmup C6 (K3), warmed",
+    ]
     assert lines[7].startswith("local: warmup, after:") and len(lines) == 8
     assert all(r.dry_run for r in executor.history)
 
@@ -134,23 +210,45 @@ def test_no_metrics_leaves_the_warmup_unsent_as_a_warning():
     params = lane_with(load_lane("anemll-0731"), api="http://127.0.0.1:1/v1")  # nothing listens there
     result = warmup.run_warmup(params, Executor())
     assert result.shapes == [] and result.not_idle_before.startswith("cannot read http://127.0.0.1:1/metrics")
-    assert result.warnings() == [f"queues idle before the warmup (running 0, waiting 0): the warmup was not sent: "
-                                 f"{result.not_idle_before}"]
+    assert result.warnings() == [
+        f"queues idle before the warmup (running 0, waiting 0): the warmup was not sent: {result.not_idle_before}"
+    ]
 
 
 # --- against a cold twin vLLM ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cold_twin(tmp_path_factory):
     """A fresh twin vLLM configured as anemll-0731's compose starts it; time scale 0.01 makes a JIT stall 0.3 s."""
     lane = load_lane("anemll-0731")
-    spec = {"method": "dspark", "num_speculative_tokens": 5, "draft_sample_method": "probabilistic",
-            "num_speculative_tokens_per_batch_size": [list(r) for r in lane.speculative.schedule]}
-    args = [lane.weights.repo, "--served-model-name", lane.served_model_name, "--max-model-len", str(lane.max_model_len),
-            "--max-num-seqs", str(lane.max_num_seqs), "--max-num-batched-tokens", "8192",
-            "--gpu-memory-utilization", "0.85", "--speculative-config", json.dumps(spec)]
-    server = twin_vllm.start_local(args, tmp_path_factory.mktemp("cold") / "vllm.log", host="127.0.0.7",
-                                   env={"LANEBOOK_TWIN_TIME_SCALE": "0.01", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"})
+    spec = {
+        "method": "dspark",
+        "num_speculative_tokens": 5,
+        "draft_sample_method": "probabilistic",
+        "num_speculative_tokens_per_batch_size": [list(r) for r in lane.speculative.schedule],
+    }
+    args = [
+        lane.weights.repo,
+        "--served-model-name",
+        lane.served_model_name,
+        "--max-model-len",
+        str(lane.max_model_len),
+        "--max-num-seqs",
+        str(lane.max_num_seqs),
+        "--max-num-batched-tokens",
+        "8192",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--speculative-config",
+        json.dumps(spec),
+    ]
+    server = twin_vllm.start_local(
+        args,
+        tmp_path_factory.mktemp("cold") / "vllm.log",
+        host="127.0.0.7",
+        env={"LANEBOOK_TWIN_TIME_SCALE": "0.01", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"},
+    )
     yield server, lane_with(lane, api=f"{server.url}/v1")
     server.stop()
 
@@ -197,8 +295,12 @@ def test_busy_queues_leave_the_warmup_unsent(cold_twin, monkeypatch):
     started, stop = threading.Event(), threading.Event()
 
     def someone_else():  # a long stream from another client, closed once the warmup has looked
-        body = {"model": params.served_model_name, "messages": [{"role": "user", "content": "Count from 1 to 4000."}],
-                "max_tokens": 4000, "stream": True}
+        body = {
+            "model": params.served_model_name,
+            "messages": [{"role": "user", "content": "Count from 1 to 4000."}],
+            "max_tokens": 4000,
+            "stream": True,
+        }
         with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=60) as response:
             for _ in response.iter_lines():
                 started.set()
@@ -232,7 +334,8 @@ def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
     assert [(c.expected, c.seen) for c in rb.checks] == [
         ("the bounded post-readiness warmup ran", f"skipped: {why}"),
         ("the lane is well after the warmup", f"skipped: {why}"),
-        ("the bounded post-readiness warmup ran", f"skipped: {why}")]
+        ("the bounded post-readiness warmup ran", f"skipped: {why}"),
+    ]
     assert rb.commands() == []
 
 

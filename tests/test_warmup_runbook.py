@@ -4,30 +4,33 @@ checkout's launcher did not warm it (its own hook switched off in the node's .en
 hook would be) is warmed by bare `papermill runbooks/warmup.ipynb`: the first C4 and C6 waves stall on the twin's
 JIT, the first request of each warmed shape does not, the queues read idle before and after, and no rank's log holds a
 fatal line. One twin run, shared by the assertions."""
+
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
-
-from lanebook.ops import launcher
-from lanebook.nodes import ssh
-from lanebook.runs.execute import read_verdict
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import RUNBOOKS_DIR
+from lanebook.lane.params import load_lane
+from lanebook.nodes import ssh
 from lanebook.nodes.prometheus import server_root
+from lanebook.ops import launcher
+from lanebook.runs.execute import read_verdict
 from lanebook_runs import dry_run_offline
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
-GREP = ("docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'CUDA error|CUDA out of memory|NCCL error|"
-        "EngineDeadError|EngineCore encountered a fatal error|Engine core proc [^ ]+ died unexpectedly|Worker proc [^ ]+ "
-        "died unexpectedly|is preempted by PreemptionMode|Fatal Python error|No such container'")
+GREP = (
+    "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'CUDA error|CUDA out of memory|NCCL error|"
+    "EngineDeadError|EngineCore encountered a fatal error|Engine core proc [^ ]+ died unexpectedly|Worker proc [^ ]+ "
+    "died unexpectedly|is preempted by PreemptionMode|Fatal Python error|No such container'"
+)
 
 
 def papermill(out: Path, *params: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([PAPERMILL, str(RUNBOOKS_DIR / "warmup.ipynb"), str(out), *params],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [PAPERMILL, str(RUNBOOKS_DIR / "warmup.ipynb"), str(out), *params], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -38,10 +41,17 @@ def test_a_dry_run_on_the_real_lane_lists_the_requests_and_opens_no_connection(t
     lines = [line.strip() for line in done.stdout.splitlines()]
     posts = [line for line in lines if "POST http://192.168.1.11:8888/v1/chat/completions" in line]
     assert [line.split(":")[1].strip() for line in posts] == [
-        "warmup bounded prefill, first use", "warmup C4 (K4), first use", "warmup C6 (K3), first use",
-        "warmup bounded prefill, warmed", "warmup C4 (K4), warmed", "warmup C6 (K3), warmed"]
-    idle = lines.index("local: warmup, before: GET http://192.168.1.11:8888/metrics until vllm:num_requests_running "
-                       "and vllm:num_requests_waiting read 0, bound 120 s")
+        "warmup bounded prefill, first use",
+        "warmup C4 (K4), first use",
+        "warmup C6 (K3), first use",
+        "warmup bounded prefill, warmed",
+        "warmup C4 (K4), warmed",
+        "warmup C6 (K3), warmed",
+    ]
+    idle = lines.index(
+        "local: warmup, before: GET http://192.168.1.11:8888/metrics until vllm:num_requests_running "
+        "and vllm:num_requests_waiting read 0, bound 120 s"
+    )
     assert idle < lines.index(posts[0]) and lines.index(f"head: {GREP}") < lines.index(f"worker: {GREP}")
     assert lines.index(posts[-1]) < lines.index(f"head: {GREP}")  # the logs are read after the warmup
 
@@ -51,8 +61,9 @@ def test_papermill_dry_run_on_the_fixed_k_lane(tmp_path):
     papermill(out, "-p", "lane", "anemll-1m6", "-p", "dry_run", "True")
     verdict = read_verdict(out)
     assert verdict["verdict"] == "dry-run" and verdict["figures"] == {}
-    assert any("warmup C6 (K5), warmed: POST http://192.168.1.11:8888/v1/chat/completions ×6" in c
-               for c in verdict["commands"])
+    assert any(
+        "warmup C6 (K5), warmed: POST http://192.168.1.11:8888/v1/chat/completions ×6" in c for c in verdict["commands"]
+    )
     assert {c["outcome"] for c in verdict["checks"]} == {"not observed"}
 
 
@@ -114,8 +125,10 @@ def test_each_first_use_stalled_and_each_warmed_shape_did_not(cold_lane_warmed):
         # own span of the wave and the wave's wall time as the runbook recorded it both hold it whole. Read from the
         # server's truth, not from two wall times compared under whatever load the machine has.
         assert max(r["t_last"] for r in requests) - min(r["t_sent"] for r in requests) >= stalled, (label, requests)
-        assert shapes[label]["first_use_wall_s"] >= stalled and shapes[label]["first_use_stall_s"] is not None, \
-            (label, shapes[label])
+        assert shapes[label]["first_use_wall_s"] >= stalled and shapes[label]["first_use_stall_s"] is not None, (
+            label,
+            shapes[label],
+        )
     # The launcher's own chat smoke had already prefilled: this lane's compose sets no long-prefill threshold, so
     # every prefill is the one shape, warm before the warmup began (readiness covers it; the decode widths it does not).
     assert first_use[0]["jit_s"] == 0.0 and first_use[0]["prompt_tokens"] > 4096

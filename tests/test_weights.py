@@ -1,10 +1,10 @@
 """Weights (lanebook.ops.weights): the seed's download and rsync lines in dry-run, and verification of the twin's
 48-shard hub tree over SSH in one round trip, including the damage a real tree suffers."""
-import pytest
 
+import pytest
+from lanebook.lane.params import WeightsParams, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import weights
-from lanebook.lane.params import WeightsParams, load_lane
 from twin_helpers import prints_nothing, private_twin
 
 
@@ -29,11 +29,13 @@ def test_dry_run_download_and_rsync_lines():
 def test_download_goes_where_verify_looks():
     params = WeightsParams(repo="org/model", hf_cache="/data/hf")
     assert weights.download_command(params) == (
-        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 HF_HOME=/data/hf hf download org/model --max-workers 4")
+        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 HF_HOME=/data/hf hf download org/model --max-workers 4"
+    )
     assert params.hub_dir == "/data/hf/hub/models--org--model"
 
 
 # --- against the twin over SSH -----------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def damaged_lane(twin, tmp_path_factory):
@@ -79,7 +81,9 @@ def test_worker_tree_repaired_by_one_rsync_and_cleanup(damaged_lane):
     assert stats.files_transferred == 3  # only what the worker lacked
     head_left = lane.head.run(f"find {ssh.qpath(hub)} -name '*.incomplete'").stdout
     deleted = weights.clean_incomplete_on_workers(lane)
-    assert sorted(p.rsplit("/", 1)[1] for p in deleted["worker"]) == sorted(p.rsplit("/", 1)[1] for p in found.incomplete)
+    assert sorted(p.rsplit("/", 1)[1] for p in deleted["worker"]) == sorted(
+        p.rsplit("/", 1)[1] for p in found.incomplete
+    )
     assert "head" not in deleted and head_left == ""
     files_after = set(worker.run(f"cd {ssh.qpath(hub)} && find . -type f -o -type l").stdout.split())
     assert files_before - files_after == {"./" + p for p in found.incomplete}  # nothing else deleted
@@ -97,7 +101,8 @@ def test_download_on_the_head_only(damaged_lane):
     assert weights.verify_weights(lane.head, lane.params.weights).missing_shards == [shard(9)]
     result = weights.download_on_head(lane)
     assert result.node == "head" and result.command == (
-        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4")
+        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4"
+    )
     assert weights.verify_weights(lane.head, lane.params.weights).ok
 
 
@@ -109,15 +114,21 @@ def test_verify_finds_the_damage_a_tree_suffers(damaged_lane):
     scratch = WeightsParams(repo=params.repo, shards=params.shards, hf_cache="~/lbt-weights")
     copy = ssh.qpath(scratch.hub_dir)
     snap = f"{copy}/snapshots/*"
-    head.run(f"rm -rf ~/lbt-weights && mkdir -p ~/lbt-weights/hub && cp -a {ssh.qpath(params.hub_dir)} ~/lbt-weights/hub/")
+    head.run(
+        f"rm -rf ~/lbt-weights && mkdir -p ~/lbt-weights/hub && cp -a {ssh.qpath(params.hub_dir)} ~/lbt-weights/hub/"
+    )
     assert weights.verify_weights(head, scratch).ok
-    head.run(f"truncate -s -1000 $(readlink -f {snap}/{shard(2)})"  # a short shard
-             f" && rm $(readlink -f {snap}/{shard(4)})"  # a blob gone: broken symlink
-             f" && printf X | dd of=$(readlink -f {snap}/{shard(5)}) bs=1 seek=5000 conv=notrunc status=none"  # silent
-             f" && cp --remove-destination $(readlink -f {snap}/{shard(6)}) {snap}/{shard(6)}"  # snapshot-only copy
-             f" && touch {copy}/blobs/abc.incomplete")
+    head.run(
+        f"truncate -s -1000 $(readlink -f {snap}/{shard(2)})"  # a short shard
+        f" && rm $(readlink -f {snap}/{shard(4)})"  # a blob gone: broken symlink
+        f" && printf X | dd of=$(readlink -f {snap}/{shard(5)}) bs=1 seek=5000 conv=notrunc status=none"  # silent
+        f" && cp --remove-destination $(readlink -f {snap}/{shard(6)}) {snap}/{shard(6)}"  # snapshot-only copy
+        f" && touch {copy}/blobs/abc.incomplete"
+    )
     report = weights.verify_weights(head, scratch)
-    assert set(report.bad_shards) == {shard(2)} and report.broken_symlinks == [f"snapshots/{report.revision}/{shard(4)}"]
+    assert set(report.bad_shards) == {shard(2)} and report.broken_symlinks == [
+        f"snapshots/{report.revision}/{shard(4)}"
+    ]
     assert report.not_blob_links == [shard(6)] and report.incomplete == ["blobs/abc.incomplete"]
     assert report.sha256_checked == 0 and not report.ok
     hashed = weights.verify_weights(head, scratch, sha256=True)
@@ -134,7 +145,9 @@ def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
         with pytest.raises(ssh.CommandFailed, match="head: exit"):
             weights.sync_to_workers(lane, timeout_s=120)
         # The worker's receiver may still be saving the partial shard when the head reports the failure.
-        assert prints_nothing(worker, 'for p in $(pgrep -f "rsyn[c] --server"); do readlink /proc/$p/cwd; done | grep -F "$HOME"')
+        assert prints_nothing(
+            worker, 'for p in $(pgrep -f "rsyn[c] --server"); do readlink /proc/$p/cwd; done | grep -F "$HOME"'
+        )
         cut = weights.verify_weights(worker, lane.params.weights)
         assert not cut.ok and cut.broken_symlinks, cut.problems  # links arrive before all their blobs
         # The shard being sent when the link dropped is kept short (--partial) when the receiver gets to save it;
@@ -173,22 +186,29 @@ def test_check_weights_reports_every_node(twin):
 
 # --- what the weights runbook decides from the reports ------------------------------------------------
 
+
 def report(node, revision="r1", problems=(), dry_run=False):
-    return weights.WeightsReport(node, "~/hub", revision=revision, shard_count=48, expected_shards=48,
-                                 problems=list(problems), dry_run=dry_run)
+    return weights.WeightsReport(
+        node, "~/hub", revision=revision, shard_count=48, expected_shards=48, problems=list(problems), dry_run=dry_run
+    )
 
 
 def test_workers_to_sync_are_those_not_whole_or_at_another_revision():
     head = report("head")
-    workers = {"worker": report("worker"), "worker2": report("worker2", problems=["45 shards in the snapshot, expected 48",
-                                                                                   "2 *.incomplete files"]),
-               "worker3": report("worker3", revision="r0")}
+    workers = {
+        "worker": report("worker"),
+        "worker2": report("worker2", problems=["45 shards in the snapshot, expected 48", "2 *.incomplete files"]),
+        "worker3": report("worker3", revision="r0"),
+    }
     assert weights.workers_to_sync(head, workers) == {
         "worker2": "45 shards in the snapshot, expected 48; 2 *.incomplete files",
-        "worker3": "revision r0, the head has r1"}
+        "worker3": "revision r0, the head has r1",
+    }
     assert weights.workers_to_sync(head, {"worker": report("worker")}) == {}  # whole at the head's revision: rsync once
     unseen = report("head", revision=None, dry_run=True)
-    assert weights.workers_to_sync(unseen, {"worker": report("worker", dry_run=True)}) == {"worker": "not observed (dry run)"}
+    assert weights.workers_to_sync(unseen, {"worker": report("worker", dry_run=True)}) == {
+        "worker": "not observed (dry run)"
+    }
 
 
 def test_only_incomplete_files_count_as_deleted_cleanly():
@@ -205,10 +225,14 @@ def test_incomplete_files_are_deleted_on_the_chosen_workers_never_the_head():
 
 def test_per_node_results_and_revisions_for_the_runbooks_checks():
     reports = {"head": report("head"), "worker": report("worker", revision="r0", problems=["2 *.incomplete files"])}
-    assert weights.tree_results(reports) == {"head": (True, "head: 48/48 shards, complete"),
-                                             "worker": (True, "worker: 48/48 shards, 2 *.incomplete files")}
-    assert weights.complete_results(reports) == {"head": (True, "head: 48/48 shards, complete"),
-                                                 "worker": (False, "worker: 48/48 shards, 2 *.incomplete files")}
+    assert weights.tree_results(reports) == {
+        "head": (True, "head: 48/48 shards, complete"),
+        "worker": (True, "worker: 48/48 shards, 2 *.incomplete files"),
+    }
+    assert weights.complete_results(reports) == {
+        "head": (True, "head: 48/48 shards, complete"),
+        "worker": (False, "worker: 48/48 shards, 2 *.incomplete files"),
+    }
     assert weights.revisions(reports) == ["r0", "r1"]
     unseen = {"head": report("head", revision=None, dry_run=True)}
     assert weights.tree_results(unseen) == {"head": (False, "head: not observed (dry run)")}
@@ -224,8 +248,10 @@ def test_steps_skip_what_is_whole_and_a_dry_run_records_the_download_and_the_rsy
     assert weights.sync_step(rb, whole, {"worker": report("worker")}, attempts=1) == {}
     weights.clean_step(rb, {})
     assert [(c.expected, c.outcome) for c in rb.checks] == [
-        ("the head's tree is whole", "skipped"), ("every worker's tree verifies at the head's revision", "skipped"),
-        ("no *.incomplete on any worker", "skipped")]
+        ("the head's tree is whole", "skipped"),
+        ("every worker's tree verifies at the head's revision", "skipped"),
+        ("no *.incomplete on any worker", "skipped"),
+    ]
     assert rb.figures == {"downloaded": False, "synced": {}} and rb.commands() == []
     cut = report("head", problems=["2 *.incomplete files"])
     again = weights.ensure_head_whole(rb, cut)

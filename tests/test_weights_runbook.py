@@ -3,6 +3,7 @@ damaged worker (missing shard, *.incomplete blobs) from the head, downloads on t
 is incomplete, refuses destructive steps it was not let take, and on a real lane's dry run prints the seed's
 commands without opening a connection. (An rsync cut mid-tree and resumed is a row of the fault matrix,
 test_fault_matrix.py.)"""
+
 import json
 import os
 import subprocess
@@ -11,11 +12,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
+from lanebook.base.paths import REPO
+from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import weights
-from lanebook.lane.params import lane_with, load_lane
-from lanebook.base.paths import REPO
 from lanebook.steps.runbook import VERDICT_MIME
 from lanebook_runs import dry_run_offline
 from twin_helpers import private_twin
@@ -42,8 +42,12 @@ def last_record() -> dict:
 
 
 def emitted_verdict(path: Path) -> dict:
-    (verdict,) = [o["data"][VERDICT_MIME] for c in nbformat.read(path, as_version=4).cells
-                  for o in c.get("outputs", []) if VERDICT_MIME in o.get("data", {})]
+    (verdict,) = [
+        o["data"][VERDICT_MIME]
+        for c in nbformat.read(path, as_version=4).cells
+        for o in c.get("outputs", [])
+        if VERDICT_MIME in o.get("data", {})
+    ]
     return verdict
 
 
@@ -74,8 +78,9 @@ def test_an_intact_twin_is_verified_and_nothing_is_sent(twin, outputs, tmp_path)
     assert "skipped: nothing to send: rsync once" in executed and "skipped: nothing to download" in executed
 
     out = tmp_path / "papermill.ipynb"  # no parameters: the twin lane, unconfirmed, and nothing to confirm
-    run = subprocess.run([str(BIN / "papermill"), str(NOTEBOOK), str(out)], capture_output=True, text=True,
-                         timeout=600, cwd=REPO)
+    run = subprocess.run(
+        [str(BIN / "papermill"), str(NOTEBOOK), str(out)], capture_output=True, text=True, timeout=600, cwd=REPO
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     verdict = emitted_verdict(out)
     assert verdict["verdict"] == "pass" and verdict["twin"] is True and verdict["lane"] == "twin"
@@ -93,10 +98,28 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
             assert damaged.shard_count == 45 and len(damaged.incomplete) == 2
 
             out = tmp_path / "unconfirmed.ipynb"
-            run = subprocess.run([str(BIN / "papermill"), str(NOTEBOOK), str(out), "-p", "lane", str(lane_file),
-                                  "-p", "confirm", "False"], capture_output=True, text=True, timeout=600, cwd=REPO)
+            run = subprocess.run(
+                [
+                    str(BIN / "papermill"),
+                    str(NOTEBOOK),
+                    str(out),
+                    "-p",
+                    "lane",
+                    str(lane_file),
+                    "-p",
+                    "confirm",
+                    "False",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                cwd=REPO,
+            )
             assert run.returncode != 0 and "StepFailed" in run.stderr, run.stderr[-2000:]
-            assert "3 rsync to workers: rsync" in run.stderr and "needs confirmation (--yes or -p confirm=True)" in run.stderr
+            assert (
+                "3 rsync to workers: rsync" in run.stderr
+                and "needs confirmation (--yes or -p confirm=True)" in run.stderr
+            )
             untouched = weights.verify_weights(lane.node("worker"), lane.params.weights)
             assert (untouched.shard_count, untouched.incomplete) == (45, damaged.incomplete)
 
@@ -106,7 +129,10 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
             assert list(record["figures"]["synced"]) == ["worker"] and record["figures"]["downloaded"] is False
             assert record["figures"]["rsync"]["worker"]["files_transferred"] == 3  # only what the worker lacked
             assert record["figures"]["deleted_incomplete"] == {"worker": 2}
-            assert [c["step"] for c in record["confirmations"]] == ["3 rsync to workers", "4 delete *.incomplete on workers"]
+            assert [c["step"] for c in record["confirmations"]] == [
+                "3 rsync to workers",
+                "4 delete *.incomplete on workers",
+            ]
             assert incomplete_files(lane) == {"head": "", "worker": ""}
             assert hashed_whole(lane) == {"head": True, "worker": True}
 
@@ -127,10 +153,12 @@ def test_dry_run_on_a_real_lane_prints_the_seed_commands_and_opens_no_connection
     record, run = dry_run_offline(outputs, "weights")  # loopback only: a connection to a lane address would fail it
     assert record["dry_run"] is True and record["verdict"] == "dry-run" and record["confirmations"] == []
     hub = "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
-    expected = ["head: HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 "
-                "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4",
-                f"head: rsync -aH --partial --info=stats2 {hub}/ milo@10.0.0.2:{hub.removeprefix('~/')}/",
-                f"worker: find {hub} -name '*.incomplete' -type f -print -delete"]
+    expected = [
+        "head: HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 "
+        "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4",
+        f"head: rsync -aH --partial --info=stats2 {hub}/ milo@10.0.0.2:{hub.removeprefix('~/')}/",
+        f"worker: find {hub} -name '*.incomplete' -type f -print -delete",
+    ]
     printed = [line.strip() for line in run.stdout.splitlines()]
     assert [line for line in printed if line in expected] == expected  # in the seed's order
     assert "--delete " not in run.stdout and not any(line.startswith("head: find") for line in printed)

@@ -1,11 +1,11 @@
 """lanebook.base.yamltext: every way ruamel.yaml fails on a text is one YAMLError, worded as one line."""
+
 from __future__ import annotations
 
 import pytest
+from lanebook.base import yamltext
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
-
-from lanebook.base import yamltext
 
 
 def test_safe_and_round_trip_documents():
@@ -15,12 +15,15 @@ def test_safe_and_round_trip_documents():
 
 
 @pytest.mark.parametrize("typ", ["safe", "rt"])
-@pytest.mark.parametrize("text, what", [
-    ("-_\n", "unreadable value"),  # ruamel's parser trips: IndexError (rt), ValueError (safe)
-    ("0x_\n", "unreadable value"),
-    ("when: 2001-13-01\n", "unreadable value: month must be in 1..12"),
-    ("a: [unclosed\n", "expected ',' or ']'"),
-])
+@pytest.mark.parametrize(
+    "text, what",
+    [
+        ("-_\n", "unreadable value"),  # ruamel's parser trips: IndexError (rt), ValueError (safe)
+        ("0x_\n", "unreadable value"),
+        ("when: 2001-13-01\n", "unreadable value: month must be in 1..12"),
+        ("a: [unclosed\n", "expected ',' or ']'"),
+    ],
+)
 def test_every_failure_is_a_yaml_error(typ, text, what):
     with pytest.raises(YAMLError) as err:
         yamltext.load(text, typ)
@@ -36,7 +39,13 @@ def test_an_alias_holding_itself_is_refused_where_the_loader_builds_it():
 def test_the_problem_names_the_source_and_the_line_where_known():
     with pytest.raises(YAMLError) as err:
         yamltext.load("a: 1\nb: [unclosed\n")
-    assert yamltext.problem("lane.yaml", err.value) == "lane.yaml line 3: not valid YAML (expected ',' or ']', but got '<stream end>')"
+    assert (
+        yamltext.problem("lane.yaml", err.value)
+        == "lane.yaml line 3: not valid YAML (expected ',' or ']', but got '<stream end>')"
+    )
     with pytest.raises(YAMLError) as err:
         yamltext.load("when: 2001-13-01\n")
-    assert yamltext.problem("lane.yaml", err.value) == "lane.yaml: not valid YAML (unreadable value: month must be in 1..12)"
+    assert (
+        yamltext.problem("lane.yaml", err.value)
+        == "lane.yaml: not valid YAML (unreadable value: month must be in 1..12)"
+    )

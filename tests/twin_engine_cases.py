@@ -4,6 +4,7 @@ The status probes are the ones lanebook.twin.facts measures its figures with (as
 and JSON prompts, its 5/4/3 schedule and the canary's table, which the tests import from there), so
 the tests and the facts page check the same thing.
 """
+
 from __future__ import annotations
 
 from lanebook.twin import engine, replies, waves

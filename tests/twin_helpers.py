@@ -4,6 +4,7 @@ private_twin (lanebook.twin.control's): a twin with its own state dir and ports 
 stays untouched). Faults are fixed when a twin comes up, and restarting the shared twin would pull it from
 under other sessions; so a test needing a fault brings up its own, uses it, and takes it down again.
 """
+
 from __future__ import annotations
 
 import time

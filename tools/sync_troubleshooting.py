@@ -5,11 +5,11 @@ shows it. Run after editing lanebook/pitfalls.py (tests/test_runbook_shape.py fa
 
     .venv/bin/python tools/sync_troubleshooting.py
 """
-import jupytext
-from nbformat.v4 import new_markdown_cell
 
+import jupytext
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.recipe.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_markdown
+from nbformat.v4 import new_markdown_cell
 
 
 def sync(notebook) -> bool:

@@ -5,6 +5,7 @@ through lanebook.lane.plugins).
 Exit codes: 0 pass (or a clean dry run), 1 a verdict or finding failed, or the lane pair is locked by another run, 2 bad
 usage or bad parameters (one line, no traceback).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,15 @@ import typer
 
 from lanebook.base.errors import LanebookError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Runbooks, node library and digital twin for the DGX Spark DeepSeek-V4-Flash lane.")
-twin_app = typer.Typer(no_args_is_help=True, help="The digital twin: two sshd nodes on loopback and a vLLM-compatible server.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Runbooks, node library and digital twin for the DGX Spark DeepSeek-V4-Flash lane.",
+)
+twin_app = typer.Typer(
+    no_args_is_help=True, help="The digital twin: two sshd nodes on loopback and a vLLM-compatible server."
+)
 env_app = typer.Typer(no_args_is_help=True, help="Render a lane's .env.dspark and patch its compose file.")
 audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of runs (outputs/runs.jsonl).")
 app.add_typer(twin_app, name="twin")
@@ -83,8 +90,11 @@ def interruption_exits():
         yield
     except RunInterrupted as stopped:
         record = stopped.record
-        typer.echo(f"lanebook: {signal.Signals(stopped.signum).name}: run {record['run_id']} stopped and recorded as "
-                   f"{record['verdict']} ({record['failed_step']}): {record['output']}", err=True)
+        typer.echo(
+            f"lanebook: {signal.Signals(stopped.signum).name}: run {record['run_id']} stopped and recorded as "
+            f"{record['verdict']} ({record['failed_step']}): {record['output']}",
+            err=True,
+        )
         raise typer.Exit(128 + stopped.signum) from None
 
 
@@ -98,32 +108,45 @@ def run(
     runbook: str = typer.Argument(..., help="weights env launch warmup gates speed diagnose rollback status stop"),
     lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
     param: List[str] = typer.Option([], "-p", "--param", help="KEY=VALUE runbook parameter (repeatable)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="record the commands instead of running them; opens no connection"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="record the commands instead of running them; opens no connection"
+    ),
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
-    break_lock: bool = typer.Option(False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"),
+    break_lock: bool = typer.Option(
+        False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"
+    ),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
-    from lanebook.runs.execute import parse_params, run_runbook
     from lanebook.lane.params import load_lane
+    from lanebook.runs.execute import parse_params, run_runbook
 
     with interruption_exits():
-        record = run_runbook(runbook, load_lane(lane), parse_params(param), dry_run=dry_run, yes=yes,
-                             break_lock=break_lock)
+        record = run_runbook(
+            runbook, load_lane(lane), parse_params(param), dry_run=dry_run, yes=yes, break_lock=break_lock
+        )
     typer.echo(record["output"])
     if dry_run:
         typer.echo("commands the run would send (none were sent):")
         typer.echo("\n".join(f"  {line}" for line in record["commands"]) or "  (none)")
-    typer.echo(f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else ""))
+    typer.echo(
+        f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else "")
+    )
     raise typer.Exit(run_exit_code(record["verdict"], dry_run))
 
 
 @app.command("promote")
 def promote(
     lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
-    resume: bool = typer.Option(False, "--resume", help="continue the lane's latest promotion at the runbook that did not pass"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="every runbook records its commands instead of running them; opens no connection"),
+    resume: bool = typer.Option(
+        False, "--resume", help="continue the lane's latest promotion at the runbook that did not pass"
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="every runbook records its commands instead of running them; opens no connection"
+    ),
     yes: bool = typer.Option(False, "--yes", help="confirm steps that change a real lane"),
-    break_lock: bool = typer.Option(False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"),
+    break_lock: bool = typer.Option(
+        False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"
+    ),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
     from lanebook.runs.promote import promote_shown
@@ -135,12 +158,18 @@ def promote(
 
 @app.command("lint")
 def lint(
-    lane: Optional[str] = typer.Option(None, "--lane", help="lint what the lane runs: its checkout (from the head over "
-                                                             "SSH unless --checkout or --env/--compose is given)"),
+    lane: Optional[str] = typer.Option(
+        None,
+        "--lane",
+        help="lint what the lane runs: its checkout (from the head over "
+        "SSH unless --checkout or --env/--compose is given)",
+    ),
     checkout: Optional[Path] = typer.Option(None, "--checkout", help="a local checkout directory"),
     env: Optional[Path] = typer.Option(None, "--env", help="a .env.dspark file"),
     compose: Optional[Path] = typer.Option(None, "--compose", help="a docker-compose.dspark.yml file"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="open no connection: lint the lane file against the reference checkout"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="open no connection: lint the lane file against the reference checkout"
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Check a checkout (or a lane) against the recipe's pitfalls and the values its lane sets."""
@@ -154,7 +183,13 @@ def lint(
 
     lane_params = load_lane(lane) if lane else None
     from lanebook.recipe.effective.checkout import CheckoutFiles
-    from lanebook.recipe.lint import given_files, lint_checkout_files, lint_env_and_compose, lint_what_lane_runs, print_report
+    from lanebook.recipe.lint import (
+        given_files,
+        lint_checkout_files,
+        lint_env_and_compose,
+        lint_what_lane_runs,
+        print_report,
+    )
 
     if lane_params and env:
         report = lint_checkout_files(lane_params, given_files(env, compose), lane_path(lane), "given file")
@@ -201,7 +236,9 @@ def speed(
     max_tokens: int = typer.Option(256, "--max-tokens"),
     workload: str = typer.Option("count", "--workload"),
     trials: int = typer.Option(1, "--trials"),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="write the speed document (runs, bands) as JSON here"),
+    json_path: Optional[Path] = typer.Option(
+        None, "--json", help="write the speed document (runs, bands) as JSON here"
+    ),
 ):
     """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance."""
     from lanebook.speed.command import speed_command
@@ -212,8 +249,17 @@ def speed(
         levels = []
     if not levels or any(c < 1 for c in levels):
         raise LanebookError(f"--concurrency must be positive integers like 1,4,6 (got {concurrency!r})")
-    raise typer.Exit(speed_command(api=api, model=model, concurrency=levels, max_tokens=max_tokens,
-                                   workload=workload, trials=trials, json_path=json_path))
+    raise typer.Exit(
+        speed_command(
+            api=api,
+            model=model,
+            concurrency=levels,
+            max_tokens=max_tokens,
+            workload=workload,
+            trials=trials,
+            json_path=json_path,
+        )
+    )
 
 
 @audit_app.callback()
@@ -244,8 +290,14 @@ def audit_verify():
 
 
 @app.command("book")
-def book(out: Optional[Path] = typer.Option(None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)"),
-         strict: bool = typer.Option(False, "--strict", help="fail on any Sphinx warning, broken internal link or external load")):
+def book(
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)"
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="fail on any Sphinx warning, broken internal link or external load"
+    ),
+):
     """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""
     from lanebook.site.book import build_book, show_warnings
 

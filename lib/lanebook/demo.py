@@ -4,6 +4,7 @@
 The demo passes only when every runbook of the main job exists and passed: a runbook not written yet is
 named as missing and fails the demo (no promotion is run), and the book is still built.
 """
+
 from __future__ import annotations
 
 from rich.console import Console
@@ -18,9 +19,11 @@ def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, .
     """Did the demo pass, and the closing line that says why: every runbook of the job ran and passed, or not."""
     not_run = [name for name in job if name not in verdicts and name not in missing]
     failed = [f"{name} {verdict}" for name, verdict in verdicts.items() if verdict != "pass"]
-    problems = ([f"missing runbooks (not written yet): {', '.join(missing)}"] if missing else []) \
-        + ([f"not passed: {', '.join(failed)}"] if failed else []) \
+    problems = (
+        ([f"missing runbooks (not written yet): {', '.join(missing)}"] if missing else [])
+        + ([f"not passed: {', '.join(failed)}"] if failed else [])
         + ([f"not run after that: {', '.join(not_run)}"] if not_run else [])
+    )
     if problems:
         return False, f"demo failed — {'; '.join(problems)}"
     return True, f"demo passed: {', '.join(job)} all pass"
@@ -28,9 +31,9 @@ def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, .
 
 def _stop_lane_left_up() -> None:
     """A demo starts from a stopped lane, so it can be run again (the launch runbook refuses a busy pair)."""
-    from lanebook.ops import launcher
-    from lanebook.nodes.ssh import Lane
     from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
+    from lanebook.ops import launcher
 
     with Lane(load_lane("twin")) as lane:
         if any(launcher.running_containers(lane).values()):
@@ -39,8 +42,8 @@ def _stop_lane_left_up() -> None:
 
 
 def run_demo() -> int:
-    from lanebook.site.book import build_book, show_warnings
     from lanebook.runs.promote import promote_shown
+    from lanebook.site.book import build_book, show_warnings
     from lanebook.twin import control
 
     missing = missing_runbooks()
@@ -49,8 +52,10 @@ def run_demo() -> int:
     _stop_lane_left_up()
     verdicts: dict[str, str] = {}
     if missing:
-        console.print(f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
-                      "no promotion is run, and the demo fails[/]")
+        console.print(
+            f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
+            "no promotion is run, and the demo fails[/]"
+        )
     else:
         verdicts = {r["runbook"]: r["verdict"] for r in promote_shown("twin").records}
     console.rule("book")

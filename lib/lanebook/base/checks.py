@@ -4,6 +4,7 @@ back, and the one spelling of each outcome.
 A result holds only where it was observed: a dry run sends nothing, so what the lane would have shown is
 NOT_OBSERVED (seen: NOT_OBSERVED_DRY_RUN), never a pass; a check that saw no node at all fails.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,8 +49,17 @@ class ExpectedResult:
     nodes: Mapping[str, NodeResult] = field(default_factory=dict)
 
     @classmethod
-    def judged(cls, name: str, expected: str, ok: Optional[bool], seen: str = "", pitfall: Optional[str] = None,
-               *, local: bool = False, fail_open: bool = False) -> "ExpectedResult":
+    def judged(
+        cls,
+        name: str,
+        expected: str,
+        ok: Optional[bool],
+        seen: str = "",
+        pitfall: Optional[str] = None,
+        *,
+        local: bool = False,
+        fail_open: bool = False,
+    ) -> "ExpectedResult":
         """Pass or fail as ok says; None: not observed (a dry run asked the lane nothing)."""
         outcome = NOT_OBSERVED if ok is None else PASS if ok else FAIL
         return cls(name, expected, outcome, seen, pitfall=pitfall, local=local, fail_open=fail_open)

@@ -1,4 +1,5 @@
 """Errors a user can act on. The CLI prints their message as one line and exits 2."""
+
 import re
 
 

@@ -1,5 +1,6 @@
 """Files safely: written atomically (temp file in the same dir + rename) with a backup first, and read with one clear
 line when a file an operator named cannot be read."""
+
 from __future__ import annotations
 
 import hashlib

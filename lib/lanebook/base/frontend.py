@@ -12,6 +12,7 @@ answers "no frontend"; once a kernel has shown that, later questions in it are a
 unless one of the widgets shown here was rendered after all (a slow browser). Outside a kernel, or where
 the kernel is not one this module knows how to pump (ipykernel 7's main shell stream), nothing renders.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,8 +21,10 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 # JupyterLab runs a Javascript output with `element` its node, before the node is in the page: wait for it.
-SCROLL_HERE = ("(function scrollHere(tries) { if (element.isConnected) { element.scrollIntoView({block: 'center'}); }"
-               " else if (tries > 0) { setTimeout(function () { scrollHere(tries - 1); }, 100); } })(50);")
+SCROLL_HERE = (
+    "(function scrollHere(tries) { if (element.isConnected) { element.scrollIntoView({block: 'center'}); }"
+    " else if (tries > 0) { setTimeout(function () { scrollHere(tries - 1); }, 100); } })(50);"
+)
 FRONTEND_WAIT_S = 2.0  # how long a view may take to be rendered before a run counts as headless
 COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
 
@@ -31,8 +34,8 @@ _state = {"headless": False, "seen": False}  # a widget shown here went unrender
 def kernel() -> Optional[Any]:
     """The running ipykernel kernel when this process is one and ipywidgets is installed, else None."""
     try:
-        from IPython import get_ipython
         import ipywidgets  # noqa: F401 - no widgets, nothing to render
+        from IPython import get_ipython
     except ImportError:
         return None
     shell = get_ipython()
@@ -42,6 +45,7 @@ def kernel() -> Optional[Any]:
 def _shell_stream(k: Any) -> Optional[Any]:
     try:
         from ipykernel.eventloops import get_shell_stream
+
         stream = get_shell_stream(k)
     except Exception:  # noqa: BLE001 - a kernel this module does not know: nothing is pumped
         return None
@@ -183,8 +187,9 @@ def ask(what: str) -> Optional[bool]:
         return None
     import ipywidgets as widgets
 
-    yes = widgets.Button(description=f"Confirm: {what}", button_style="danger", icon="check",
-                         layout=widgets.Layout(width="auto"))
+    yes = widgets.Button(
+        description=f"Confirm: {what}", button_style="danger", icon="check", layout=widgets.Layout(width="auto")
+    )
     no = widgets.Button(description="Cancel", icon="times", layout=widgets.Layout(width="auto"))
     answers: list[bool] = []
     yes.on_click(lambda _: answers.append(True))

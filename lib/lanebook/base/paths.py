@@ -1,4 +1,5 @@
 """Where things live. The package is installed editable from lib/; this module is lib/lanebook/base/paths.py."""
+
 import os
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """Is a local process still the one that wrote a record? Used by the audit trail (a killed run's pending
 record) and the lane-pair lock (a stale holder on this machine)."""
+
 from __future__ import annotations
 
 import os

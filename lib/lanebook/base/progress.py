@@ -8,6 +8,7 @@ blocks and is never required: a caller passes nothing and gets this display, or 
 Whether a frontend renders the bar is learnt as the wait goes (lanebook.base.frontend): until then lines are held,
 and printed once the run proves headless, or at the end.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,16 @@ def progress_line(what: str, done: float, total: float, unit: str, detail: str =
 class Progress:
     """One wait or count of `total` (seconds of a bound, workers, waves), shown from its first update on."""
 
-    def __init__(self, what: str, total: float, unit: str = "s", *, every_s: float = EVERY_S,
-                 out: Callable[[str], None] = _print, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        what: str,
+        total: float,
+        unit: str = "s",
+        *,
+        every_s: float = EVERY_S,
+        out: Callable[[str], None] = _print,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.what, self.total, self.unit, self.every_s = what, float(total), unit, every_s
         self.out, self.clock = out, clock
         self.lines: list[str] = []  # every line printed headless

@@ -5,6 +5,7 @@ keys, bearer and basic credentials, private key blocks, passwords in URLs, KEY=v
 values of this process's secret-named environment variables, so a secret of no known shape that a runbook
 echoes from its environment is caught too.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,19 @@ SECRET_KEYS = re.compile(r"(?i)(?:^|[_-])(token|api[_-]?keys?|apikey|password|pa
 
 # Words that make a parameter or environment variable name a secret's, wherever they stand in the name
 # (ssh_key, HF_TOKEN, db_password_file); "tokens" is a count (max_tokens), never a secret.
-SECRET_NAME_WORDS = {"token", "key", "keys", "apikey", "password", "passwd", "secret", "secrets", "credential",
-                     "credentials", "authorization"}
+SECRET_NAME_WORDS = {
+    "token",
+    "key",
+    "keys",
+    "apikey",
+    "password",
+    "passwd",
+    "secret",
+    "secrets",
+    "credential",
+    "credentials",
+    "authorization",
+}
 
 # Each pattern's `secret` group is what gets replaced; the rest (a key name, "Bearer ", "https://user:") stays
 # so the reader knows what was there.
@@ -35,7 +47,9 @@ _PATTERNS = [
     # scheme://user:PASSWORD@host
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]*:)(?P<secret>[^\s/@'\"]+)(?=@)"),
     # KEY=value, "key": value, key: value and --api-key value forms, for key names ending in a secret word.
-    re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|API_KEYS?|APIKEY|PASSWORD|PASSWD|SECRET)=)(?P<secret>'[^']*'|\"[^\"]*\"|\S+)"),
+    re.compile(
+        r"(?i)\b([A-Z0-9_]*(?:TOKEN|API_KEYS?|APIKEY|PASSWORD|PASSWD|SECRET)=)(?P<secret>'[^']*'|\"[^\"]*\"|\S+)"
+    ),
     re.compile(r"(?i)(\"(?:[a-z0-9_]*_)?(?:token|api_?keys?|password|secret)\"\s*:\s*)(?P<secret>\"[^\"]*\")"),
     re.compile(r"(?im)(^\s*(?:[a-z0-9_]*_)?(?:token|api_?keys?|password|secret)\s*:[ \t]*)(?P<secret>[^\s#]+)"),
     re.compile(r"(?i)(--(?:api-key|token|password)[= ])(?P<secret>'[^']*'|\"[^\"]*\"|\S+)"),
@@ -55,7 +69,9 @@ def names_secret(name: str) -> bool:
 def environment_secrets(environ: Optional[dict] = None) -> list[str]:
     """The values of secret-named environment variables, longest first (so a value containing another goes first)."""
     environ = os.environ if environ is None else environ
-    values = {v for k, v in environ.items() if names_secret(k) and len(v) >= _MIN_LITERAL and v.lower() not in _PUBLIC_VALUES}
+    values = {
+        v for k, v in environ.items() if names_secret(k) and len(v) >= _MIN_LITERAL and v.lower() not in _PUBLIC_VALUES
+    }
     return sorted(values, key=len, reverse=True)
 
 

@@ -5,6 +5,7 @@ tripping (`-_` raises IndexError in the round-trip loader, ValueError in the saf
 (`&a [*a]`, which every walk of the tree would follow forever). `load` turns each into a YAMLError and `problem`
 words it as the one line every caller shows: the source, the line where known, what is wrong.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -36,6 +37,6 @@ def _refuse_cycles(node: Any, parents: set[int]) -> None:
     if id(node) in parents:
         raise YAMLError("an alias refers to a node holding it (&a [*a])")
     parents.add(id(node))
-    for child in (node.values() if isinstance(node, dict) else node):
+    for child in node.values() if isinstance(node, dict) else node:
         _refuse_cycles(child, parents)
     parents.discard(id(node))

@@ -5,6 +5,7 @@ values (kept under ``env:`` with their env-file names, so a variant is a copy wi
 changed), the speculative schedule, the nodes, the launcher, the gates and the rollback chain.
 The env file, compose patch, twin, gates and the book's lane matrix are all derived from it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,12 +15,22 @@ import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictFloat, StrictInt, StrictStr, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from ruamel.yaml.error import YAMLError
 
 from lanebook.base import yamltext
-from lanebook.base.errors import LaneError, LanebookError
+from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.files import read_bytes
 from lanebook.base.paths import PARAMS_DIR
 
@@ -41,7 +52,9 @@ def _is_integer(value: object) -> bool:
 # but none may hold a line break or NUL: they are written to line-oriented files and read back line by line.
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a lane (also a directory name) or a node alias
 ALIAS_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@:-]{0,127}")  # also [user@]host[:port], Hermes's host as a node
-HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+HOSTNAME_RE = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
 USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub id or served name
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -61,8 +74,9 @@ def check_name(value: str) -> str:
 
 
 def check_alias(value: str) -> str:
-    return _matching(ALIAS_RE, "a node alias (letters, digits, '.', '_', '-', or an ssh destination user@host:port)",
-                     value)
+    return _matching(
+        ALIAS_RE, "a node alias (letters, digits, '.', '_', '-', or an ssh destination user@host:port)", value
+    )
 
 
 def check_destination(value: str) -> str:
@@ -233,10 +247,14 @@ class HermesParams(Strict):
     context_length: StrictInt = 200000
     extra_body: dict[StrictStr, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"thinking": False}})
     host: Optional[StrictStr] = Field(
-        None, description="where the operator's Hermes runs: null = this machine; a node alias of the lane or an ssh "
-                          "destination [user@]host[:port] = that host, over SSH")
+        None,
+        description="where the operator's Hermes runs: null = this machine; a node alias of the lane or an ssh "
+        "destination [user@]host[:port] = that host, over SSH",
+    )
     bin: Optional[StrictStr] = Field(
-        None, description="the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH")
+        None,
+        description="the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH",
+    )
 
     _host = _validated(check_destination, "host")
 
@@ -311,7 +329,9 @@ class LaneParams(Strict):
         aliases = {n.alias: n for n in self.nodes}
         for node in self.nodes:
             if node.jump and (node.jump not in aliases or node.jump == node.alias or aliases[node.jump].jump):
-                raise ValueError(f"nodes.{node.alias}.jump must name another node that is reached directly, got {node.jump!r}")
+                raise ValueError(
+                    f"nodes.{node.alias}.jump must name another node that is reached directly, got {node.jump!r}"
+                )
         if self.env["DSPARK_MODEL"] != self.weights.repo:
             raise ValueError("weights.repo must equal env.DSPARK_MODEL")
         return self

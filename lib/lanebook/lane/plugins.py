@@ -8,6 +8,7 @@ package metadata, so every process finds the same plugins without importing them
 and the fresh kernel papermill starts for `papermill runbooks/launch.ipynb OUT.ipynb`, which must bring
 the twin up by itself. papermill finds its own engines and I/O handlers the same way.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -91,8 +92,10 @@ def resolve_ssh_config(value: Optional[str]) -> Optional[Path]:
     path = Path(value).expanduser()
     if "/" not in value and not path.exists():
         known = ", ".join(sorted(registry().ssh_configs)) or "none"
-        raise LanebookError(f"ssh_config '{value}' is neither a file nor a plugin's name (plugins' names: {known}; "
-                            "a plugin missing here may need the package reinstalled: make setup)")
+        raise LanebookError(
+            f"ssh_config '{value}' is neither a file nor a plugin's name (plugins' names: {known}; "
+            "a plugin missing here may need the package reinstalled: make setup)"
+        )
     return path
 
 

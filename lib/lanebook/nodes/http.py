@@ -1,5 +1,6 @@
 """HTTP from the operator's machine: bounded waits (poll until an endpoint answers as wanted, show progress, give up at
 the bound) and single JSON requests (the gates' smokes)."""
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,15 @@ def print_progress(every_s: float = 15.0) -> Callable[[WaitProgress], None]:
     return show
 
 
-def wait_for(url: str, ready: Callable[[httpx.Response], bool], *, what: str, timeout_s: float, interval_s: float,
-             progress: Optional[Callable[[WaitProgress], None]] = None) -> httpx.Response:
+def wait_for(
+    url: str,
+    ready: Callable[[httpx.Response], bool],
+    *,
+    what: str,
+    timeout_s: float,
+    interval_s: float,
+    progress: Optional[Callable[[WaitProgress], None]] = None,
+) -> httpx.Response:
     """GET `url` every `interval_s` until `ready(response)`; raise WaitTimeout once `timeout_s` has passed."""
     started = time.monotonic()
     attempt, last = 0, "no answer yet"

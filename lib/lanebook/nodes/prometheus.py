@@ -5,6 +5,7 @@ colons in names) is handled as Prometheus does. Samples are keyed by their sampl
 ``_total`` suffix, as vLLM exposes them) and label set; figures sum over label sets (engines) unless
 a label is asked for, since a lane serves one model.
 """
+
 from __future__ import annotations
 
 import asyncio

@@ -6,6 +6,7 @@ redacts secrets from what it records, and in dry-run records the exact command l
 opening a connection. `Lane.each` runs one command on several nodes and, as Fabric's Group does,
 collects every node's outcome before reporting any failure.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,9 +19,9 @@ from typing import Callable, Iterable, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
+from lanebook.base.redact import redact
 from lanebook.lane.params import LaneParams, NodeParams
 from lanebook.lane.plugins import resolve_ssh_config
-from lanebook.base.redact import redact
 
 log = logging.getLogger("lanebook.nodes.ssh")
 
@@ -61,7 +62,9 @@ class CommandFailed(NodeError):
     def __init__(self, result: "CommandResult"):
         self.result = result
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        super().__init__(f"{result.node}: exit {result.exit_code}: {result.command}" + (f" — {' | '.join(tail)}" if tail else ""))
+        super().__init__(
+            f"{result.node}: exit {result.exit_code}: {result.command}" + (f" — {' | '.join(tail)}" if tail else "")
+        )
 
 
 @dataclass
@@ -128,9 +131,18 @@ class Executor:
     history: list[CommandResult] = field(default_factory=list)
     on_result: Optional[Callable[[CommandResult], None]] = None
 
-    def run(self, node: "Node", command: str, *, timeout: Optional[float] = None, check: bool = True,
-            dry_stdout: str = "", pty: bool = False, stdin: Optional[Path] = None,
-            on_line: Optional[Callable[[str], None]] = None) -> CommandResult:
+    def run(
+        self,
+        node: "Node",
+        command: str,
+        *,
+        timeout: Optional[float] = None,
+        check: bool = True,
+        dry_stdout: str = "",
+        pty: bool = False,
+        stdin: Optional[Path] = None,
+        on_line: Optional[Callable[[str], None]] = None,
+    ) -> CommandResult:
         """Run one command on a node.
 
         pty: give the command a terminal, so that a timeout hangs it up (SIGHUP) on the node; without
@@ -150,11 +162,14 @@ class Executor:
             with ExitStack() as stack:
                 streams = {}
                 if on_line:
-                    streams = {"out_stream": stack.enter_context(_LineStream(on_line)),
-                               "err_stream": stack.enter_context(_LineStream(on_line))}
+                    streams = {
+                        "out_stream": stack.enter_context(_LineStream(on_line)),
+                        "err_stream": stack.enter_context(_LineStream(on_line)),
+                    }
                 in_stream = _WholeText(stdin.read_text()) if stdin else False
-                raw = node.connection().run(command, hide=not on_line, warn=True, timeout=timeout,
-                                            in_stream=in_stream, pty=pty, **streams)
+                raw = node.connection().run(
+                    command, hide=not on_line, warn=True, timeout=timeout, in_stream=in_stream, pty=pty, **streams
+                )
         except Exception as exc:  # noqa: BLE001 - classify transport errors into our two kinds
             duration = time.monotonic() - started
             if type(exc).__name__ == "CommandTimedOut":
@@ -167,25 +182,45 @@ class Executor:
             # invoke's timer won the race with the channel closing: no exit status, same meaning.
             self._timed_out(node, shown, timeout, duration)
         stdout = raw.stdout.replace("\r\n", "\n") if pty else raw.stdout
-        result = self._record(CommandResult(node.alias, shown, raw.exited, redact(stdout), redact(raw.stderr), duration))
+        result = self._record(
+            CommandResult(node.alias, shown, raw.exited, redact(stdout), redact(raw.stderr), duration)
+        )
         if check and not result.ok:
             raise CommandFailed(result)
         return result
 
-    def record_local(self, description: str, *, exit_code: int = 0, duration_s: float = 0.0, detail: str = "") -> CommandResult:
+    def record_local(
+        self, description: str, *, exit_code: int = 0, duration_s: float = 0.0, detail: str = ""
+    ) -> CommandResult:
         """Record a step that runs on the operator's machine (an HTTP wait), so dry-run shows it too."""
-        return self._record(CommandResult("local", redact(description), exit_code, stdout=redact(detail),
-                                          duration_s=duration_s, dry_run=self.dry_run))
+        return self._record(
+            CommandResult(
+                "local",
+                redact(description),
+                exit_code,
+                stdout=redact(detail),
+                duration_s=duration_s,
+                dry_run=self.dry_run,
+            )
+        )
 
     def _timed_out(self, node: "Node", shown: str, timeout: float, duration: float) -> None:
-        self._record(CommandResult(node.alias, shown, 124, stderr=f"timed out after {timeout:g} s", duration_s=duration))
+        self._record(
+            CommandResult(node.alias, shown, 124, stderr=f"timed out after {timeout:g} s", duration_s=duration)
+        )
         node.close()
         raise CommandTimeout(f"{node.alias}: command timed out after {timeout:g} s: {shown}") from None
 
     def _record(self, result: CommandResult) -> CommandResult:
         self.history.append(result)
-        log.info("%s%s [%s] exit=%s %.2fs", "DRY-RUN " if result.dry_run else "", result.node, result.command,
-                 result.exit_code, result.duration_s)
+        log.info(
+            "%s%s [%s] exit=%s %.2fs",
+            "DRY-RUN " if result.dry_run else "",
+            result.node,
+            result.command,
+            result.exit_code,
+            result.duration_s,
+        )
         if self.on_result:
             self.on_result(result)
         return result
@@ -255,7 +290,9 @@ class _LineStream:
 class Node:
     """One machine of the lane. Connections are opened lazily: a dry run never opens one."""
 
-    def __init__(self, params: NodeParams, executor: Executor, ssh_config: Optional[Path], gateway: Optional["Node"] = None):
+    def __init__(
+        self, params: NodeParams, executor: Executor, ssh_config: Optional[Path], gateway: Optional["Node"] = None
+    ):
         self.params = params
         self.executor = executor
         self.ssh_config = ssh_config
@@ -288,8 +325,12 @@ class Node:
                 self._connection = Connection(self.alias, config=config, connect_timeout=10)
             else:
                 self._connection = Connection(
-                    self.params.host, user=self.params.user, port=self.params.port, connect_timeout=10,
-                    gateway=self.gateway.connection() if self.gateway else None, config=Config(overrides=overrides),
+                    self.params.host,
+                    user=self.params.user,
+                    port=self.params.port,
+                    connect_timeout=10,
+                    gateway=self.gateway.connection() if self.gateway else None,
+                    config=Config(overrides=overrides),
                 )
             self._check_host_keys(self._connection)
             self._target = f"{self._connection.user}@{self._connection.host}:{self._connection.port}"
@@ -341,7 +382,9 @@ class Node:
         try:
             getattr(self.connection(), kind)(src, dst)
         except (OSError, IOError) as exc:
-            self.executor._record(CommandResult(self.alias, shown, 1, stderr=str(exc), duration_s=time.monotonic() - started))
+            self.executor._record(
+                CommandResult(self.alias, shown, 1, stderr=str(exc), duration_s=time.monotonic() - started)
+            )
             raise NodeError(f"{self.alias}: {shown} failed: {exc}") from None
         self.executor._record(CommandResult(self.alias, shown, 0, duration_s=time.monotonic() - started))
 
@@ -384,7 +427,7 @@ class Lane:
         non-zero exit a result, listed in `.failed`).
         """
         results = LaneResult()
-        for node in (nodes or self.nodes):
+        for node in nodes or self.nodes:
             try:
                 results[node.alias] = node.run(command, **kwargs)
             except NodeError as exc:

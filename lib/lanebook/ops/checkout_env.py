@@ -17,6 +17,7 @@ created (no env file yet) is moved aside, not deleted.
 A dry run opens no connection: the read is recorded, the plan is the lane rendered into lanebook's reference
 checkout (as `lanebook lint --dry-run` does), and the writes that plan implies are recorded, not sent.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -25,16 +26,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from lanebook.base.checks import ExpectedResult, NodeResult
-from lanebook.recipe.compose import COMPOSE_NAME
-from lanebook.recipe.effective.checkout import (ENV_NAME, EXAMPLE_NAMES, REFERENCE, CheckoutFiles, TextFile, node_prefix,
-                                 read_checkout, read_node_files)
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import utc_stamp
-from lanebook.recipe.lint import LintReport, lint_checkout_files, lint_lane_on_reference
-from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
 from lanebook.lane.params import LaneParams, lane_path
-from lanebook.recipe.render import Backup, RenderPlan, RenderResult, diff_text, plan_render, sha256
+from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
 from lanebook.ops.transfers import sync_checkout
+from lanebook.recipe.compose import COMPOSE_NAME
+from lanebook.recipe.effective.checkout import (
+    ENV_NAME,
+    EXAMPLE_NAMES,
+    REFERENCE,
+    CheckoutFiles,
+    TextFile,
+    node_prefix,
+    read_checkout,
+    read_node_files,
+)
+from lanebook.recipe.lint import LintReport, lint_checkout_files, lint_lane_on_reference
+from lanebook.recipe.render import Backup, RenderPlan, RenderResult, diff_text, plan_render, sha256
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -101,16 +110,26 @@ def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | 
         report = lint_lane_on_reference(params, source)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
     else:
-        rendered = files.replace(compose=TextFile(files.compose.name, plan.compose),
-                                 env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env))
+        rendered = files.replace(
+            compose=TextFile(files.compose.name, plan.compose),
+            env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env),
+        )
         report = lint_checkout_files(params, rendered, source, "head's checkout as rendered")
     return EnvPlan(params, checkout, read, plan, report, where)
 
 
 # --- replacing a file on the head -------------------------------------------------------------------
 
-def _replace_command(checkout: str, name: str, stamp: str, expect: Optional[str], *, from_stdin: bool = False,
-                     from_path: Optional[str] = None) -> str:
+
+def _replace_command(
+    checkout: str,
+    name: str,
+    stamp: str,
+    expect: Optional[str],
+    *,
+    from_stdin: bool = False,
+    from_path: Optional[str] = None,
+) -> str:
     """One command that replaces NAME in CHECKOUT, or refuses (exit REFUSED_EXIT) changing nothing.
 
     expect: the sha256 NAME must hold now (None: no file may be there). The file there is backed up first (copied,
@@ -119,11 +138,15 @@ def _replace_command(checkout: str, name: str, stamp: str, expect: Optional[str]
     n = q(name)
     parts = ["set -e", f"cd {qpath(checkout)}"]
     if expect is None:
-        parts.append(f'test ! -e {n} || {{ echo {q(f"{name}: a file is there now, where lanebook read none")} >&2; '
-                     f'exit {REFUSED_EXIT}; }}')
+        parts.append(
+            f"test ! -e {n} || {{ echo {q(f'{name}: a file is there now, where lanebook read none')} >&2; "
+            f"exit {REFUSED_EXIT}; }}"
+        )
     else:
-        parts.append(f'test "$(sha256sum < {n} 2>/dev/null | cut -c1-64)" = {q(expect)} || {{ '
-                     f'echo {q(f"{name}: not the bytes lanebook expected (changed since)")} >&2; exit {REFUSED_EXIT}; }}')
+        parts.append(
+            f'test "$(sha256sum < {n} 2>/dev/null | cut -c1-64)" = {q(expect)} || {{ '
+            f"echo {q(f'{name}: not the bytes lanebook expected (changed since)')} >&2; exit {REFUSED_EXIT}; }}"
+        )
         base = q(f"{name}.bak-{stamp}")
         keep = "cp -p" if (from_stdin or from_path) else "mv"
         parts.append(f'b={base}; i=1; while test -e "$b"; do i=$((i + 1)); b={base}-$i; done; {keep} {n} "$b"')
@@ -156,8 +179,9 @@ def _run_replace(node: Node, command: str, path: str, stdin: Optional[Path] = No
         result = node.run(command, timeout=60, stdin=stdin)
     except CommandFailed as exc:
         if exc.result.exit_code == REFUSED_EXIT:
-            raise LanebookError(f"{node.alias}:{path}: {exc.result.stderr.strip().split(': ', 1)[-1]}; nothing was changed") \
-                from None
+            raise LanebookError(
+                f"{node.alias}:{path}: {exc.result.stderr.strip().split(': ', 1)[-1]}; nothing was changed"
+            ) from None
         raise
     return _hashes(result.stdout)
 
@@ -167,16 +191,23 @@ def _backup_of(checkout: str, name: str, hashes: dict[str, str], new_sha: Option
     path = _join(checkout, name)
     kept = [n for n in hashes if n != name]
     if hashes.get(name) != new_sha:
-        raise LanebookError(f"{path}: the node holds sha256 {hashes.get(name)} after the write, not the {new_sha} "
-                            f"written" + (f"; the earlier file is kept as {_join(checkout, kept[0])}" if kept else ""))
+        raise LanebookError(
+            f"{path}: the node holds sha256 {hashes.get(name)} after the write, not the {new_sha} "
+            f"written" + (f"; the earlier file is kept as {_join(checkout, kept[0])}" if kept else "")
+        )
     return Backup(path, _join(checkout, kept[0]) if kept else None, hashes[kept[0]] if kept else None, new_sha)
 
 
 def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
     """Write a plan's files into the head's checkout, each backed up first and replaced atomically (see module)."""
     started_from = plan.render.started_from.name if plan.render.started_from else None
-    change = RenderResult(plan.diff, plan.changed, started_from=started_from, unresolved=plan.render.unresolved,
-                          dry_run=lane.executor.dry_run)
+    change = RenderResult(
+        plan.diff,
+        plan.changed,
+        started_from=started_from,
+        unresolved=plan.render.unresolved,
+        dry_run=lane.executor.dry_run,
+    )
     stamp = utc_stamp()
     with tempfile.TemporaryDirectory(prefix="lanebook-env-") as tmp:
         for name, text in plan.writes.items():
@@ -191,8 +222,10 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
                 continue
             backup = _backup_of(plan.checkout, name, hashes, sha256(text.encode()))
             if before is not None and backup.sha256_backup != sha256(before):
-                raise LanebookError(f"{backup.backup}: the backup's sha256 is not that of the file read; keep it and "
-                                    f"compare it with {backup.path} by hand")
+                raise LanebookError(
+                    f"{backup.backup}: the backup's sha256 is not that of the file read; keep it and "
+                    f"compare it with {backup.path} by hand"
+                )
             change.backups.append(backup)
     return change
 
@@ -206,6 +239,7 @@ def render_on_head(lane: Lane, params: Optional[LaneParams] = None) -> RenderRes
 
 
 # --- restoring ------------------------------------------------------------------------------------------
+
 
 @dataclass
 class RestorePlan:
@@ -221,7 +255,9 @@ def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str]
     for b in backups:
         for path in (b.path, b.backup):
             if path is not None and (_split(path)[0] != checkout or "/" in _split(path)[1]):
-                raise LanebookError(f"{path} is not a file of lane {lane.params.name}'s checkout {checkout}: restore refuses")
+                raise LanebookError(
+                    f"{path} is not a file of lane {lane.params.name}'s checkout {checkout}: restore refuses"
+                )
     paths = [p for b in backups for p in (b.path, b.backup) if p is not None]
     data = dict(zip(paths, read_node_files(lane.head, paths)))
     if lane.executor.dry_run:
@@ -232,12 +268,16 @@ def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str]
         if (sha256(now) if now is not None else None) != b.sha256_new:
             found = "no file" if now is None else f"sha256 {sha256(now)}"
             wrote = "no file" if b.sha256_new is None else f"sha256 {b.sha256_new}"
-            raise LanebookError(f"{lane.head.alias}:{b.path} was edited since the env run changed it (it holds {found}; "
-                                f"the run left {wrote}): restore refuses; nothing was restored")
+            raise LanebookError(
+                f"{lane.head.alias}:{b.path} was edited since the env run changed it (it holds {found}; "
+                f"the run left {wrote}): restore refuses; nothing was restored"
+            )
         kept = data[b.backup] if b.backup else None
         if b.backup and (kept is None or sha256(kept) != b.sha256_backup):
-            raise LanebookError(f"{lane.head.alias}:{b.backup}: the backup is missing or changed (sha256 "
-                                f"{sha256(kept) if kept is not None else 'none'}, recorded {b.sha256_backup}): restore refuses")
+            raise LanebookError(
+                f"{lane.head.alias}:{b.backup}: the backup is missing or changed (sha256 "
+                f"{sha256(kept) if kept is not None else 'none'}, recorded {b.sha256_backup}): restore refuses"
+            )
         old = now.decode("utf-8", errors="replace") if now is not None else None
         back = kept.decode("utf-8", errors="replace") if kept is not None else None
         diff += diff_text(old, back, f"a/{_split(b.path)[1]}", f"b/{_split(b.path)[1]}")
@@ -266,9 +306,13 @@ def backups_of_run(record: Mapping[str, Any], lane_name: str) -> list[Backup]:
     a run that changed nothing."""
     run_id = record.get("run_id")
     if record.get("runbook") != RUNBOOK:
-        raise LanebookError(f"run {run_id} is a {record.get('runbook')} run, not an env run: only env runs record backups")
+        raise LanebookError(
+            f"run {run_id} is a {record.get('runbook')} run, not an env run: only env runs record backups"
+        )
     if record.get("lane") != lane_name:
-        raise LanebookError(f"run {run_id} was on lane {record.get('lane')}, not {lane_name}: restore it on its own lane")
+        raise LanebookError(
+            f"run {run_id} was on lane {record.get('lane')}, not {lane_name}: restore it on its own lane"
+        )
     if record.get("dry_run"):
         raise LanebookError(f"run {run_id} was a dry run: it changed nothing, so there is nothing to restore")
     entries = (record.get("figures") or {}).get("backups")
@@ -279,12 +323,17 @@ def backups_of_run(record: Mapping[str, Any], lane_name: str) -> list[Backup]:
 
 # --- the same bytes on every node ---------------------------------------------------------------------------
 
+
 def compared_names(params: LaneParams) -> list[str]:
     """The checkout files compared on every node besides those under scripts/: the compose file, the env file, the
     example, the launcher scripts."""
     launcher = params.launcher
-    return [COMPOSE_NAME, ENV_NAME, *EXAMPLE_NAMES,
-            *(s.removeprefix("./") for s in (launcher.start, launcher.status, launcher.stop))]
+    return [
+        COMPOSE_NAME,
+        ENV_NAME,
+        *EXAMPLE_NAMES,
+        *(s.removeprefix("./") for s in (launcher.start, launcher.status, launcher.stop)),
+    ]
 
 
 def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False) -> dict[str, str]:
@@ -307,21 +356,33 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
             _digests(worker, checkout, compared_names(lane.params), scripts=True)
         return ExpectedResult.on_nodes({}, dry_run=True)
     names = sorted(head)
-    results = {lane.head.alias: NodeResult(bool(head), f"{len(head)} files hashed" if head else "no checkout file found",
-                                           {"sha256": head})}
+    results = {
+        lane.head.alias: NodeResult(
+            bool(head), f"{len(head)} files hashed" if head else "no checkout file found", {"sha256": head}
+        )
+    }
     for worker in lane.workers:
         theirs = _digests(worker, checkout, names)
         missing = [n for n in names if n not in theirs]
         differ = [n for n in names if n in theirs and theirs[n] != head[n]]
-        detail = "; ".join(part for part in (f"differs: {', '.join(differ)}" if differ else "",
-                                             f"missing: {', '.join(missing)}" if missing else "") if part)
-        results[worker.alias] = NodeResult(bool(names) and not (missing or differ),
-                                           detail or f"the head's {len(names)} files, same bytes", {"sha256": theirs})
+        detail = "; ".join(
+            part
+            for part in (
+                f"differs: {', '.join(differ)}" if differ else "",
+                f"missing: {', '.join(missing)}" if missing else "",
+            )
+            if part
+        )
+        results[worker.alias] = NodeResult(
+            bool(names) and not (missing or differ),
+            detail or f"the head's {len(names)} files, same bytes",
+            {"sha256": theirs},
+        )
     return ExpectedResult.on_nodes(results)
 
 
-
 # --- the env runbook's steps (each takes the runbook: it confirms, records, shows and checks) ------------------
+
 
 def show_diff(rb: "Runbook", diff: str, where: str) -> None:
     rb.show(markdown=f"Changes ({where}):\n\n```diff\n{diff}```" if diff else f"No change ({where}).")
@@ -340,16 +401,22 @@ def plan_step(rb: "Runbook", source: str, restored: Optional[dict]) -> tuple[Opt
         plan = plan_on_head(rb.lane, source=source)
         rb.record(changed=plan.changed)
         show_diff(rb, plan.diff, plan.source)
-        rb.expect(bool(plan.read), "the head's checkout read", f"{len(plan.read)} files; "
-                  f"{'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}")
+        rb.expect(
+            bool(plan.read),
+            "the head's checkout read",
+            f"{len(plan.read)} files; {'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}",
+        )
         return plan, []
     restore = restored["run_id"]
     backups = backups_of_run(restored, rb.params.name)
     restoring = check_backups(rb.lane, backups)
     rb.record(changed=[b.path for b in backups])
     show_diff(rb, restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
-    rb.expect(True, f"every file holds what run {restore} wrote, every backup what it replaced",
-              ", ".join(b.path for b in backups))
+    rb.expect(
+        True,
+        f"every file holds what run {restore} wrote, every backup what it replaced",
+        ", ".join(b.path for b in backups),
+    )
     return None, backups
 
 
@@ -360,34 +427,48 @@ def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) ->
         return
     errors = lint_errors(plan.lint)
     rb.record(lint_errors=errors)
-    rb.expect(plan.lint.ok, "the checkout as rendered lints clean", "; ".join(errors) or plan.lint.linted_summary(),
-              local=True)
+    rb.expect(
+        plan.lint.ok,
+        "the checkout as rendered lints clean",
+        "; ".join(errors) or plan.lint.linted_summary(),
+        local=True,
+    )
 
 
-def write_step(rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], source: str,
-               restore: Optional[str]) -> None:
+def write_step(
+    rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], source: str, restore: Optional[str]
+) -> None:
     """Step 3: write the plan on the head (each file backed up first) and plan again, or restore run `restore`'s
     backups and check each file holds their bytes; nothing to write is no backup."""
     head = rb.lane.head.alias
     if plan is not None and not plan.writes:
         rb.record(backups=[])
-        rb.skip("files written on the head",
-                "the head's checkout already runs the lane: nothing written, no backup made")
+        rb.skip(
+            "files written on the head", "the head's checkout already runs the lane: nothing written, no backup made"
+        )
     elif plan is not None:
         rb.confirm(f"write {', '.join(plan.changed)} on {head} (each backed up beside it first)")
         change = apply_plan(rb.lane, plan)
         rb.record(backups=[b.to_json() for b in change.backups])
         again = plan_on_head(rb.lane, source=source)
-        rb.expect(not again.writes, "the head's checkout runs the lane now: planning again changes nothing",
-                  ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups))
+        rb.expect(
+            not again.writes,
+            "the head's checkout runs the lane now: planning again changes nothing",
+            ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups),
+        )
     else:
-        rb.confirm(f"restore {', '.join(b.path for b in backups)} on {head} from run {restore}'s backups "
-                   f"(each file there now backed up first)")
+        rb.confirm(
+            f"restore {', '.join(b.path for b in backups)} on {head} from run {restore}'s backups "
+            f"(each file there now backed up first)"
+        )
         change = restore_backups(rb.lane, backups)
         rb.record(backups=[b.to_json() for b in change.backups])
         check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
-        rb.expect(not change.dry_run, f"every file holds the bytes run {restore} replaced",
-                  ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups))
+        rb.expect(
+            not change.dry_run,
+            f"every file holds the bytes run {restore} replaced",
+            ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups),
+        )
 
 
 def copy_step(rb: "Runbook") -> None:
@@ -395,10 +476,16 @@ def copy_step(rb: "Runbook") -> None:
     if same_checkout(rb.lane):
         rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
         return
-    rb.confirm(f"rsync {rb.params.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
-               "(adds and updates files; never deletes)")
+    rb.confirm(
+        f"rsync {rb.params.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
+        "(adds and updates files; never deletes)"
+    )
     stats = sync_checkout(rb.lane)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
-    rb.expect_each({a: (s.files_transferred is not None, f"{s.files_transferred} files, {s.transferred_file_size} "
-                                                         "bytes sent") for a, s in stats.items()},
-                   "rsync to {} finished with its statistics")
+    rb.expect_each(
+        {
+            a: (s.files_transferred is not None, f"{s.files_transferred} files, {s.transferred_file_size} bytes sent")
+            for a, s in stats.items()
+        },
+        "rsync to {} finished with its statistics",
+    )

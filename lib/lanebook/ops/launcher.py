@@ -19,6 +19,7 @@ There is no "already up" outcome: the launcher has none. `docker compose up -d` 
 whose configuration is unchanged as it is; the launch runbook finds an up lane (pair_occupancy)
 before it starts one.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,12 +29,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
-from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
 from lanebook.base.errors import LanebookError
-from lanebook.ops.logs import check_startup_log
-from lanebook.nodes.ssh import CommandResult, Lane, Node, env_prefix, q, qpath
 from lanebook.base.progress import Progress
+from lanebook.nodes.ssh import CommandResult, Lane, Node, env_prefix, q, qpath
+from lanebook.ops.logs import check_startup_log
 from lanebook.ops.readiness import ReadinessWatch, wait_health, wait_models
+from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
 from lanebook.recipe.render import ENV_NAME as ENV_FILE
 
 if TYPE_CHECKING:
@@ -45,8 +46,13 @@ INTERRUPTED_CODES = {129: "HUP", 130: "INT", 143: "TERM"}
 # matches one decides: the launcher's own line comes before the container logs it prints after it.
 LAUNCHER_MESSAGES = (
     ("missing env file", re.compile(r"Copy \.env\.dspark\.example to \.env\.dspark")),
-    ("refused configuration", re.compile(r"must be set in |^Unknown (option|argument): |requires a value\.|"
-                                         r"must be (one of|an integer|between|a positive integer)")),
+    (
+        "refused configuration",
+        re.compile(
+            r"must be set in |^Unknown (option|argument): |requires a value\.|"
+            r"must be (one of|an integer|between|a positive integer)"
+        ),
+    ),
     ("worker unreachable", re.compile(r"Cannot reach worker with passwordless SSH")),
     ("image missing", re.compile(r"Missing (local|worker) Docker image")),
     ("health timeout", re.compile(r"Timed out waiting for DSpark API")),
@@ -129,8 +135,9 @@ class LauncherResult:
     def summary(self) -> str:
         if self.dry_run:
             return "launcher not run (dry run)"
-        return (f"launcher {self.outcome} (exit {self.exit_code}, {self.duration_s:.0f} s)"
-                + (f": {self.reason}" if self.reason else ""))
+        return f"launcher {self.outcome} (exit {self.exit_code}, {self.duration_s:.0f} s)" + (
+            f": {self.reason}" if self.reason else ""
+        )
 
 
 def launcher_result(result: CommandResult) -> LauncherResult:
@@ -158,14 +165,23 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
             on_line(line)
 
     def seen(_: float) -> None:
-        shown.update(time.monotonic() - started, f"server ready: /v1/models lists {lane.params.served_model_name} "
-                                                 "(the launcher confirms at its next poll)")
+        shown.update(
+            time.monotonic() - started,
+            f"server ready: /v1/models lists {lane.params.served_model_name} (the launcher confirms at its next poll)",
+        )
 
-    watch = None if lane.executor.dry_run else ReadinessWatch(lane.params.api, lane.params.served_model_name, on_seen=seen)
+    watch = (
+        None if lane.executor.dry_run else ReadinessWatch(lane.params.api, lane.params.served_model_name, on_seen=seen)
+    )
     try:
         with watch or nullcontext():
-            result = lane.head.run(launcher_command(lane, launcher.start, dict(launcher.env)), check=False, pty=True,
-                                   timeout=bound, on_line=follow)
+            result = lane.head.run(
+                launcher_command(lane, launcher.start, dict(launcher.env)),
+                check=False,
+                pty=True,
+                timeout=bound,
+                on_line=follow,
+            )
     except LanebookError as exc:
         shown.finish(time.monotonic() - started, str(exc), ok=False)
         raise
@@ -180,6 +196,7 @@ def run_status_script(lane: Lane) -> LauncherResult:
 
 
 # --- the lane's containers ------------------------------------------------------------------------
+
 
 def _running_names(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
     return {alias: r.stdout.split() for alias, r in lane.each("docker ps --format '{{.Names}}'", nodes).items()}
@@ -226,8 +243,9 @@ def occupancy_of(names: Mapping[str, list[str]], mine: str, also: Iterable[str] 
     any prefix in `also` (a lane's rollback lane, on the same pair by design) are not another lane's."""
     ours = {a: [n for n in ns if n.startswith(mine)] for a, ns in names.items()}
     known = (mine, *also)
-    return PairOccupancy(mine=ours, others={a: [n for n in ns if "vllm" in n and not n.startswith(known)]
-                                            for a, ns in names.items()})
+    return PairOccupancy(
+        mine=ours, others={a: [n for n in ns if "vllm" in n and not n.startswith(known)] for a, ns in names.items()}
+    )
 
 
 def pair_occupancy(lane: Lane, also: Iterable[Lane] = ()) -> PairOccupancy:
@@ -331,6 +349,7 @@ def ask_api(lane: Lane, timeout_s: float = 5.0) -> ApiAnswer:
 
 # --- stop ------------------------------------------------------------------------------------------
 
+
 @dataclass
 class StopResult:
     launcher: LauncherResult
@@ -347,8 +366,9 @@ class StopResult:
 
 def stop_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> StopResult:
     """Seed 000 "stop": the stop script from the head, then a look for containers left behind on any node."""
-    result = lane.head.run(launcher_command(lane, lane.params.launcher.stop), check=False, pty=True, timeout=300,
-                           on_line=on_line)
+    result = lane.head.run(
+        launcher_command(lane, lane.params.launcher.stop), check=False, pty=True, timeout=300, on_line=on_line
+    )
     return StopResult(launcher_result(result), running_containers(lane))
 
 
@@ -365,8 +385,17 @@ def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
 
 # --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
 
-def start_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str, *, skipped: Optional[str] = None,
-               confirm: Optional[str] = None, timing: bool = False) -> Optional[LauncherResult]:
+
+def start_step(
+    rb: "Runbook",
+    lane: Lane,
+    serving: Optional[str],
+    what: str,
+    *,
+    skipped: Optional[str] = None,
+    confirm: Optional[str] = None,
+    timing: bool = False,
+) -> Optional[LauncherResult]:
     """Start `lane` with its launcher unless it already serves (`serving` says so: it is verified, not restarted);
     the launcher's result, None when skipped. `skipped`: what the skip names (`what` when not given); `confirm`:
     what the operator confirms first; `timing`: also record how long before the launcher's exit the server was
@@ -390,11 +419,18 @@ def containers_step(rb: "Runbook", script: LauncherResult) -> str:
     containers = lane_containers(rb.lane)
     state = containers.state
     rb.record(state=state, containers=containers.running)
-    rb.expect(not containers.orphaned, "no orphaned worker (P16: the head's container is gone while a worker's runs)",
-              f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
-              if containers.orphaned else containers.summary())
-    rb.expect(state != HEAD_ALONE, "the head does not run without its workers",
-              f"{containers.summary()}; run `stop`, then `launch`" if state == HEAD_ALONE else "")
+    rb.expect(
+        not containers.orphaned,
+        "no orphaned worker (P16: the head's container is gone while a worker's runs)",
+        f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
+        if containers.orphaned
+        else containers.summary(),
+    )
+    rb.expect(
+        state != HEAD_ALONE,
+        "the head does not run without its workers",
+        f"{containers.summary()}; run `stop`, then `launch`" if state == HEAD_ALONE else "",
+    )
     if state == LANE_DOWN:
         rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
     return state
@@ -408,9 +444,14 @@ def status_api_step(rb: "Runbook", state: str, script: LauncherResult) -> None:
         return
     api = ask_api(rb.lane)
     rb.record(models=api.model_ids)
-    rb.expect(api.healthy, "/health answers 200", api.detail if api.healthy else
-              f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
-              "otherwise read the status script's log lines above, or run `stop` and `launch`")
+    rb.expect(
+        api.healthy,
+        "/health answers 200",
+        api.detail
+        if api.healthy
+        else f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
+        "otherwise read the status script's log lines above, or run `stop` and `launch`",
+    )
     name = rb.params.served_model_name
     rb.expect(name in api.model_ids, f"/v1/models lists {name}", api.detail)
     rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")

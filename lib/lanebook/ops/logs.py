@@ -4,14 +4,15 @@ errors, the live `vllm serve` command (its speculative config is read by laneboo
 The parsing is pure functions over text (lines_by_pattern, fatal_lines, kv_cache_tokens, serving_command);
 scan_log, scan_fatal and live_command fetch that text from a node.
 """
+
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from lanebook.base.checks import ExpectedResult
-from lanebook.recipe.speculative import SCHEDULE_KEY
 from lanebook.nodes.ssh import Node, NodeError, q
+from lanebook.recipe.speculative import SCHEDULE_KEY
 
 if TYPE_CHECKING:
     from lanebook.lane.params import GateParams
@@ -47,11 +48,16 @@ def scan_log(node: Node, container: str, patterns: Iterable[str] = GATE_LOG_PATT
     Docker's "No such container" error is grepped too, so a missing container is an error, not a clean log.
     """
     patterns = list(patterns)
-    result = node.run(f"docker logs {q(container)} 2>&1 | grep -E {q('|'.join(patterns + [NO_SUCH_CONTAINER]))}",
-                      check=False, timeout=120)
+    result = node.run(
+        f"docker logs {q(container)} 2>&1 | grep -E {q('|'.join(patterns + [NO_SUCH_CONTAINER]))}",
+        check=False,
+        timeout=120,
+    )
     if result.exit_code > 1:
-        raise NodeError(f"{node.alias}: scanning the log of {container} failed (exit {result.exit_code}): "
-                        f"{result.stderr.strip()[:200]}")
+        raise NodeError(
+            f"{node.alias}: scanning the log of {container} failed (exit {result.exit_code}): "
+            f"{result.stderr.strip()[:200]}"
+        )
     lines = result.stdout.splitlines()
     if any(NO_SUCH_CONTAINER in line and container in line for line in lines):
         raise NodeError(f"{node.alias}: no container named {container}")
@@ -106,19 +112,27 @@ def schedule_in_live_command(node: Node, container: str) -> bool:
     return SCHEDULE_KEY in live_command(node, container)
 
 
-def startup_log_expectations(found: dict[str, list[str]],
-                             gates: "GateParams") -> tuple[list[ExpectedResult], Optional[int]]:
+def startup_log_expectations(
+    found: dict[str, list[str]], gates: "GateParams"
+) -> tuple[list[ExpectedResult], Optional[int]]:
     """The startup-log gate over scanned lines: no forbidden line (auto-enabled breakable graphs), every
     required line (startup complete), and the latest "GPU KV cache size" in the lane's band; and that size.
     The results are named by the step that records them."""
     judged = ExpectedResult.judged
-    expectations = [judged("", f"log has no '{line}'", not found[line], "; ".join(found[line][:1]))
-                    for line in gates.log_forbidden]
+    expectations = [
+        judged("", f"log has no '{line}'", not found[line], "; ".join(found[line][:1])) for line in gates.log_forbidden
+    ]
     expectations += [judged("", f"log has '{line}'", bool(found[line])) for line in gates.log_required]
     kv = kv_cache_tokens(found[KV_CACHE_LINE])
     low, high = gates.kv_cache_tokens
-    expectations.append(judged("", f"GPU KV cache size in {low:,}–{high:,} tokens",
-                               kv is not None and low <= kv <= high, "" if kv is None else f"{kv:,}"))
+    expectations.append(
+        judged(
+            "",
+            f"GPU KV cache size in {low:,}–{high:,} tokens",
+            kv is not None and low <= kv <= high,
+            "" if kv is None else f"{kv:,}",
+        )
+    )
     return expectations, kv
 
 

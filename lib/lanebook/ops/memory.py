@@ -9,14 +9,15 @@ the mere return of the command it sent:
   state is read back (it must be inactive and masked).
 - check_sticky_uma (pitfall 4): free memory on every node against what vLLM will ask for.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
-from lanebook.ops.launcher import vllm_containers
 from lanebook.nodes.ssh import Lane, Node, NodeError, q
+from lanebook.ops.launcher import vllm_containers
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -46,6 +47,7 @@ def cleanup_command() -> str:
 
 # --- free memory --------------------------------------------------------------------------------
 
+
 @dataclass
 class MemoryFigures:
     total_gib: float
@@ -62,8 +64,9 @@ def parse_free(text: str) -> MemoryFigures:
     if mem is None or not {"total", "free"} <= set(header):
         raise ValueError(f"cannot read `free -m` output: {text.strip()[:200]!r}")
     gib = {name: round(int(value) / 1024, 1) for name, value in zip(header, mem)}
-    return MemoryFigures(gib["total"], gib["free"], gib.get("available", gib["free"]),
-                         gib.get("buff/cache", gib.get("cache", 0.0)))
+    return MemoryFigures(
+        gib["total"], gib["free"], gib.get("available", gib["free"]), gib.get("buff/cache", gib.get("cache", 0.0))
+    )
 
 
 def memory_figures(node: Node) -> Optional[MemoryFigures]:
@@ -78,6 +81,7 @@ def memory_figures(node: Node) -> Optional[MemoryFigures]:
 
 
 # --- shared memory and page cache ---------------------------------------------------------------
+
 
 def _shm_listing(node: Node) -> tuple[Optional[list[str]], str]:
     """(the names in the node's /dev/shm, "") or (None, why it could not be listed)."""
@@ -104,10 +108,18 @@ def _cleaned_node(node: Node) -> NodeResult:
         problems.append(f"still in /dev/shm: {', '.join(left)}")
     removed = [name for name in (before or []) if name not in (after or [])]
     seen = f"{len(removed)} segment(s) removed, {figures.free_gib:g} GiB free (page cache {figures.cache_gib:g} GiB)"
-    return NodeResult(not problems, "; ".join(problems) if problems else seen,
-                      {"removed": removed, "left": left, "free_gib": figures.free_gib,
-                       "available_gib": figures.available_gib, "cache_gib": figures.cache_gib,
-                       "cleanup_exit": cleanup.exit_code})
+    return NodeResult(
+        not problems,
+        "; ".join(problems) if problems else seen,
+        {
+            "removed": removed,
+            "left": left,
+            "free_gib": figures.free_gib,
+            "available_gib": figures.available_gib,
+            "cache_gib": figures.cache_gib,
+            "cleanup_exit": cleanup.exit_code,
+        },
+    )
 
 
 def clean_memory(lane: Lane) -> ExpectedResult:
@@ -121,8 +133,10 @@ def clean_memory(lane: Lane) -> ExpectedResult:
     busy = {alias: names for alias, names in vllm_containers(lane).items() if names}
     if busy:
         where = "; ".join(f"{alias}: {', '.join(names)}" for alias, names in busy.items())
-        raise NodeError(f"not cleaning memory while a vLLM server runs on the pair ({where}): "
-                        "stop that lane first (run `stop` with its --lane)")
+        raise NodeError(
+            f"not cleaning memory while a vLLM server runs on the pair ({where}): "
+            "stop that lane first (run `stop` with its --lane)"
+        )
     return _on_every_node(lane, _cleaned_node)
 
 
@@ -140,20 +154,30 @@ def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> Expect
         if figures is None:
             return NodeResult(False, NOT_OBSERVED_DRY_RUN)
         needed = min_free_gib if min_free_gib is not None else round(utilization * figures.total_gib, 1)
-        return NodeResult(figures.free_gib >= needed, f"{figures.free_gib:g} GiB free, {needed:g} needed",
-                          {"total_gib": figures.total_gib, "free_gib": figures.free_gib,
-                           "available_gib": figures.available_gib, "needed_gib": needed})
+        return NodeResult(
+            figures.free_gib >= needed,
+            f"{figures.free_gib:g} GiB free, {needed:g} needed",
+            {
+                "total_gib": figures.total_gib,
+                "free_gib": figures.free_gib,
+                "available_gib": figures.available_gib,
+                "needed_gib": needed,
+            },
+        )
 
     return _on_every_node(lane, observe)
 
 
 # --- legacy units -------------------------------------------------------------------------------
 
+
 def unit_probe(units: list[str]) -> str:
     """One command printing `UNIT ACTIVE ENABLED` per unit, as systemctl reports them."""
     listed = " ".join(q(u) for u in units)
-    return (f'for u in {listed}; do printf "%s %s %s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
-            f'"$(systemctl is-enabled "$u" 2>/dev/null)"; done')
+    return (
+        f'for u in {listed}; do printf "%s %s %s\\n" "$u" "$(systemctl is-active "$u" 2>/dev/null)" '
+        f'"$(systemctl is-enabled "$u" 2>/dev/null)"; done'
+    )
 
 
 def parse_unit_states(text: str) -> dict[str, tuple[str, str]]:
@@ -174,13 +198,20 @@ def _masked_node(node: Node, units: list[str]) -> NodeResult:
     states = {u: after.get(u, ("unknown", "unknown")) for u in units}
     still_active = [u for u, (active, _) in states.items() if active == "active"]
     not_masked = [u for u, (_, enabled) in states.items() if enabled != "masked"]
-    problems = ([f"mask exit {masking.exit_code}: {(masking.stderr or masking.stdout).strip()[:200]}"] if not masking.ok else [])
+    problems = (
+        [f"mask exit {masking.exit_code}: {(masking.stderr or masking.stdout).strip()[:200]}"] if not masking.ok else []
+    )
     problems += [f"still active: {', '.join(still_active)}"] if still_active else []
     problems += [f"not masked: {', '.join(f'{u} ({states[u][1]})' for u in not_masked)}"] if not_masked else []
-    shown = ", ".join(f"{u} {enabled}, {active}" + (" (was active)" if u in was_active else "")
-                      for u, (active, enabled) in states.items())
-    return NodeResult(not problems, "; ".join(problems) if problems else shown,
-                      {"units": {u: {"active": a, "enabled": e} for u, (a, e) in states.items()}, "was_active": was_active})
+    shown = ", ".join(
+        f"{u} {enabled}, {active}" + (" (was active)" if u in was_active else "")
+        for u, (active, enabled) in states.items()
+    )
+    return NodeResult(
+        not problems,
+        "; ".join(problems) if problems else shown,
+        {"units": {u: {"active": a, "enabled": e} for u, (a, e) in states.items()}, "was_active": was_active},
+    )
 
 
 def mask_legacy_units(lane: Lane) -> ExpectedResult:
@@ -191,12 +222,15 @@ def mask_legacy_units(lane: Lane) -> ExpectedResult:
     """
     units = list(lane.params.legacy_units)
     if not units:
-        return ExpectedResult.on_nodes({node.alias: NodeResult(True, "the lane names no legacy units")
-                                        for node in lane.nodes}, dry_run=lane.executor.dry_run)
+        return ExpectedResult.on_nodes(
+            {node.alias: NodeResult(True, "the lane names no legacy units") for node in lane.nodes},
+            dry_run=lane.executor.dry_run,
+        )
     return _on_every_node(lane, lambda node: _masked_node(node, units))
 
 
 # --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
+
 
 def clean_step(rb: "Runbook", serving: Optional[str], *, confirm: Optional[str] = None) -> None:
     """Clean SHM and the page cache on every node of the runbook's lane, unless a server runs (`serving` says
@@ -211,8 +245,9 @@ def clean_step(rb: "Runbook", serving: Optional[str], *, confirm: Optional[str] 
     rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
 
 
-def free_memory_step(rb: "Runbook", lane: Lane, serving: Optional[str], what: str,
-                     min_free_gib: Optional[float] = None) -> None:
+def free_memory_step(
+    rb: "Runbook", lane: Lane, serving: Optional[str], what: str, min_free_gib: Optional[float] = None
+) -> None:
     """Enough free memory on every node for `lane` (P04), unless a server runs and holds it (`serving` says why)."""
     if serving:
         rb.skip(what, serving)

@@ -4,6 +4,7 @@ Each wait is bounded, shows its progress as it happens (a bar in JupyterLab, a f
 caller's own `progress` callback instead) and goes into the executor's history, so a dry run lists
 the waits it would make (and makes none).
 """
+
 from __future__ import annotations
 
 import threading
@@ -13,14 +14,22 @@ from typing import Callable, Optional
 import httpx
 
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.http import WaitProgress, wait_for
 from lanebook.base.progress import Progress
+from lanebook.nodes.http import WaitProgress, wait_for
 from lanebook.nodes.prometheus import server_root
 from lanebook.nodes.ssh import Executor, Lane
 
 
-def _wait(url: str, ready, *, what: str, timeout_s: float, interval_s: float,
-          progress: Optional[Callable[[WaitProgress], None]], executor: Optional[Executor]):
+def _wait(
+    url: str,
+    ready,
+    *,
+    what: str,
+    timeout_s: float,
+    interval_s: float,
+    progress: Optional[Callable[[WaitProgress], None]],
+    executor: Optional[Executor],
+):
     """wait_for, recorded in the executor's history; in dry-run only recorded (no HTTP)."""
     description = f"wait for {what}: GET {url} every {interval_s:g} s, bound {timeout_s:g} s"
     if executor is not None and executor.dry_run:
@@ -44,17 +53,34 @@ def _wait(url: str, ready, *, what: str, timeout_s: float, interval_s: float,
     return response
 
 
-def wait_health(api: str, timeout_s: float = 900.0, interval_s: float = 5.0,
-                progress: Optional[Callable[[WaitProgress], None]] = None, executor: Optional[Executor] = None) -> bool:
+def wait_health(
+    api: str,
+    timeout_s: float = 900.0,
+    interval_s: float = 5.0,
+    progress: Optional[Callable[[WaitProgress], None]] = None,
+    executor: Optional[Executor] = None,
+) -> bool:
     """Poll the server's /health until 200 (vLLM answers 503 when the engine is dead, nothing while it boots)."""
-    response = _wait(f"{server_root(api)}/health", lambda r: r.status_code == 200, what="/health",
-                     timeout_s=timeout_s, interval_s=interval_s, progress=progress, executor=executor)
+    response = _wait(
+        f"{server_root(api)}/health",
+        lambda r: r.status_code == 200,
+        what="/health",
+        timeout_s=timeout_s,
+        interval_s=interval_s,
+        progress=progress,
+        executor=executor,
+    )
     return response is not None
 
 
-def wait_models(api: str, model: Optional[str] = None, timeout_s: float = 900.0, interval_s: float = 5.0,
-                progress: Optional[Callable[[WaitProgress], None]] = None,
-                executor: Optional[Executor] = None) -> Optional[list[dict]]:
+def wait_models(
+    api: str,
+    model: Optional[str] = None,
+    timeout_s: float = 900.0,
+    interval_s: float = 5.0,
+    progress: Optional[Callable[[WaitProgress], None]] = None,
+    executor: Optional[Executor] = None,
+) -> Optional[list[dict]]:
     """Poll /v1/models until it lists `model` (any model when None); returns the model entries (None in dry-run)."""
 
     def lists_model(response) -> bool:
@@ -66,13 +92,24 @@ def wait_models(api: str, model: Optional[str] = None, timeout_s: float = 900.0,
             return False
         return bool(ids) and (model is None or model in ids)
 
-    response = _wait(f"{api.rstrip('/')}/models", lists_model, what=f"/v1/models listing {model or 'a model'}",
-                     timeout_s=timeout_s, interval_s=interval_s, progress=progress, executor=executor)
+    response = _wait(
+        f"{api.rstrip('/')}/models",
+        lists_model,
+        what=f"/v1/models listing {model or 'a model'}",
+        timeout_s=timeout_s,
+        interval_s=interval_s,
+        progress=progress,
+        executor=executor,
+    )
     return response.json()["data"] if response is not None else None
 
 
-def wait_lane_ready(lane: Lane, timeout_s: Optional[float] = None, interval_s: float = 5.0,
-                    progress: Optional[Callable[[WaitProgress], None]] = None) -> Optional[list[dict]]:
+def wait_lane_ready(
+    lane: Lane,
+    timeout_s: Optional[float] = None,
+    interval_s: float = 5.0,
+    progress: Optional[Callable[[WaitProgress], None]] = None,
+) -> Optional[list[dict]]:
     """/health then /v1/models listing the lane's served model, within the launcher's wait budget by default."""
     bound = timeout_s if timeout_s is not None else float(lane.params.launcher.wait_budget_s)
     api, executor = lane.params.api, lane.executor
@@ -89,7 +126,9 @@ class ReadinessWatch:
     manager around the launcher; it never fails the launch and stops with it.
     """
 
-    def __init__(self, api: str, model: str, interval_s: float = 0.25, on_seen: Optional[Callable[[float], None]] = None):
+    def __init__(
+        self, api: str, model: str, interval_s: float = 0.25, on_seen: Optional[Callable[[float], None]] = None
+    ):
         self.url, self.model, self.interval_s, self.on_seen = f"{api.rstrip('/')}/models", model, interval_s, on_seen
         self.seen_at: Optional[float] = None
         self._stop = threading.Event()
@@ -98,7 +137,9 @@ class ReadinessWatch:
     def _lists_model(self, client: httpx.Client) -> bool:
         try:
             response = client.get(self.url, timeout=2.0)
-            return response.status_code == 200 and any(m.get("id") == self.model for m in response.json().get("data", []))
+            return response.status_code == 200 and any(
+                m.get("id") == self.model for m in response.json().get("data", [])
+            )
         except (httpx.HTTPError, ValueError, AttributeError):
             return False
 

@@ -11,19 +11,20 @@ not have been touched since.
 Here are the pure parts (comparisons, the audit lookup, the Hermes change) and the one node operation
 (the fingerprint, one SSH round trip per node with fingerprint_probe.py).
 """
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
-from lanebook.ops import launcher, memory
 from lanebook.base.errors import LanebookError
-from lanebook.recipe.lint import lint_what_lane_runs
-from lanebook.nodes.ssh import Lane, NodeError, qpath
 from lanebook.lane.params import LaneParams, load_lane
+from lanebook.nodes.ssh import Lane, NodeError, qpath
+from lanebook.ops import launcher, memory
 from lanebook.ops.transfers import checkout_ok
 from lanebook.ops.weights import check_weights
+from lanebook.recipe.lint import lint_what_lane_runs
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -43,15 +44,20 @@ def rollback_target(lane: LaneParams) -> LaneParams:
 
 def pair_differences(current: LaneParams, target: LaneParams) -> list[str]:
     """How the two lanes' nodes differ (role, address, port, fabric IP): a rollback relaunches on the same pair."""
+
     def nodes(lane: LaneParams) -> dict[str, tuple]:
         return {n.alias: (n.role, n.host, n.port, n.fabric_ip) for n in lane.nodes}
 
     mine, theirs = nodes(current), nodes(target)
-    return [f"{alias}: {current.name} {mine.get(alias)}, {target.name} {theirs.get(alias)}"
-            for alias in dict.fromkeys([*mine, *theirs]) if mine.get(alias) != theirs.get(alias)]
+    return [
+        f"{alias}: {current.name} {mine.get(alias)}, {target.name} {theirs.get(alias)}"
+        for alias in dict.fromkeys([*mine, *theirs])
+        if mine.get(alias) != theirs.get(alias)
+    ]
 
 
 # --- fingerprints --------------------------------------------------------------------------------
+
 
 def fingerprint(lane: Lane) -> dict:
     """The lane's checkout and hub model dir on every node, fingerprinted in place (fingerprint_probe.py).
@@ -70,10 +76,17 @@ def fingerprint(lane: Lane) -> dict:
         try:
             found = json.loads(result.stdout)
         except ValueError:
-            raise NodeError(f"{node.alias}: the fingerprint probe printed no report: {result.stdout.strip()[:200]!r}") from None
+            raise NodeError(
+                f"{node.alias}: the fingerprint probe printed no report: {result.stdout.strip()[:200]!r}"
+            ) from None
         nodes[node.alias] = {part: found[part] for part in PARTS}
-    return {"lane": params.name, "checkout": params.checkout, "hub_dir": params.weights.hub_dir,
-            "observed": not lane.executor.dry_run, "nodes": nodes}
+    return {
+        "lane": params.name,
+        "checkout": params.checkout,
+        "hub_dir": params.weights.hub_dir,
+        "observed": not lane.executor.dry_run,
+        "nodes": nodes,
+    }
 
 
 def _tree_change(alias: str, part: str, before: Optional[dict], after: Optional[dict]) -> Optional[str]:
@@ -85,8 +98,10 @@ def _tree_change(alias: str, part: str, before: Optional[dict], after: Optional[
         return f"{alias}: {part} {after.get('path')} is gone"
     if not before.get("exists"):
         return f"{alias}: {part} {after.get('path')} appeared"
-    return (f"{alias}: {part} {after.get('path')} changed ({before.get('entries')} → {after.get('entries')} entries, "
-            f"{before.get('bytes')} → {after.get('bytes')} bytes; newest file now {after.get('newest')})")
+    return (
+        f"{alias}: {part} {after.get('path')} changed ({before.get('entries')} → {after.get('entries')} entries, "
+        f"{before.get('bytes')} → {after.get('bytes')} bytes; newest file now {after.get('newest')})"
+    )
 
 
 def fingerprint_differences(before: dict, after: dict) -> list[str]:
@@ -105,8 +120,10 @@ def fingerprint_differences(before: dict, after: dict) -> list[str]:
 
 def short(fp: dict) -> dict[str, dict[str, Optional[str]]]:
     """Each node's checkout and weights fingerprints, shortened to 12 hex digits, for display."""
-    return {alias: {part: (trees[part].get("sha256") or "missing")[:12] for part in PARTS}
-            for alias, trees in fp.get("nodes", {}).items()}
+    return {
+        alias: {part: (trees[part].get("sha256") or "missing")[:12] for part in PARTS}
+        for alias, trees in fp.get("nodes", {}).items()
+    }
 
 
 def recorded_fingerprint(runs: Iterable[dict], lane_name: str) -> Optional[tuple[dict, dict]]:
@@ -126,21 +143,28 @@ def recorded_fingerprint(runs: Iterable[dict], lane_name: str) -> Optional[tuple
 
 # --- Hermes --------------------------------------------------------------------------------------
 
+
 def hermes_changes(current: LaneParams, target: LaneParams) -> list[str]:
     """The lines of Hermes's provider block an operator changes to follow the rollback, as `key: old → new`.
 
     default_model is the served name; api, api_key and context_length come from the lanes too. Empty when the
     two lanes look the same to Hermes.
     """
+
     def block(lane: LaneParams) -> dict[str, Any]:
-        return {"api": lane.api, "api_key": lane.hermes.api_key, "context_length": lane.hermes.context_length,
-                "default_model": lane.served_model_name}
+        return {
+            "api": lane.api,
+            "api_key": lane.hermes.api_key,
+            "context_length": lane.hermes.context_length,
+            "default_model": lane.served_model_name,
+        }
 
     old, new = block(current), block(target)
     return [f"{key}: {old[key]} → {new[key]}" for key in old if old[key] != new[key]]
 
 
 # --- the rollback runbook's steps (each takes the runbook: it confirms, records, shows and checks) -------------
+
 
 def load_target(rb: "Runbook") -> LaneParams:
     """The lane's rollback lane, loaded; one that is not named or does not load fails the step (also in a dry run:
@@ -169,11 +193,15 @@ def pair_step(rb: "Runbook", target: Lane) -> bool:
     rb.record(state_before=current.state, rollback_state_before=fallback.state)
     pair = launcher.pair_occupancy(rb.lane, also=[target])
     rb.expect(not pair.other_lane_up, "no other lane serves on the pair", pair.others_found() or "")
-    rb.expect(fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP), f"{name} is cleanly down or up",
-              fallback.summary())
+    rb.expect(
+        fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP), f"{name} is cleanly down or up", fallback.summary()
+    )
     already = fallback.state == launcher.LANE_UP
-    rb.expect(not already or current.state == launcher.LANE_DOWN,
-              f"{rb.params.name} and {name} do not both hold the pair", f"{rb.params.name}: {current.summary()}")
+    rb.expect(
+        not already or current.state == launcher.LANE_DOWN,
+        f"{rb.params.name} and {name} do not both hold the pair",
+        f"{rb.params.name}: {current.summary()}",
+    )
     return already
 
 
@@ -181,14 +209,20 @@ def recorded_step(rb: "Runbook", name: str, before: dict, runs: Iterable[dict]) 
     """The rollback lane's fingerprint now against the last one a run recorded (none recorded: nothing to compare)."""
     earlier = recorded_fingerprint(runs, name)
     if earlier is None:
-        rb.skip(f"{name} untouched since its recorded fingerprint",
-                f"no run in the audit trail recorded a fingerprint of {name} (`promote` records one)")
+        rb.skip(
+            f"{name} untouched since its recorded fingerprint",
+            f"no run in the audit trail recorded a fingerprint of {name} (`promote` records one)",
+        )
         return
     record, recorded = earlier
     rb.record(fingerprint_compared_with=record.get("run_id"))
     changes = fingerprint_differences(recorded, before)
-    rb.expect(not changes, f"{name} untouched since {record.get('runbook')} run {record.get('run_id')} "
-                           f"fingerprinted it ({record.get('started_at')})", "; ".join(changes) or "equal")
+    rb.expect(
+        not changes,
+        f"{name} untouched since {record.get('runbook')} run {record.get('run_id')} "
+        f"fingerprinted it ({record.get('started_at')})",
+        "; ".join(changes) or "equal",
+    )
 
 
 def stop_step(rb: "Runbook", target: Lane, already: bool) -> None:
@@ -204,8 +238,11 @@ def stop_step(rb: "Runbook", target: Lane, already: bool) -> None:
     orphans = launcher.stop_orphaned_workers(rb.lane)
     rb.record(orphaned_workers_stopped=orphans)
     left = launcher.lane_containers(rb.lane)
-    rb.expect(not left.left, f"no container of {rb.params.name} left on any node",
-              (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary())
+    rb.expect(
+        not left.left,
+        f"no container of {rb.params.name} left on any node",
+        (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary(),
+    )
 
 
 def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:

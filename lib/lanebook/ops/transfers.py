@@ -4,6 +4,7 @@ rsync runs on the head into each worker's fabric address (seed 000: download onc
 never --delete, and --partial so a rerun resumes a cut transfer); path tests answer in one round
 trip per node. checkout_ok is the launch prerequisite: the checkout's files on every node.
 """
+
 from __future__ import annotations
 
 import re
@@ -12,13 +13,13 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 from lanebook.base.checks import ExpectedResult, NodeResult
-from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
-from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
 from lanebook.base.progress import Progress
+from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
+from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
 from lanebook.recipe.render import ENV_NAME as ENV_FILE
 
-
 # --- path tests -------------------------------------------------------------------------------------
+
 
 def _failed_tests(node: Node, tests: list[tuple[str, str]]) -> list[str]:
     """Run `test FLAG PATH` for each pair in one command; returns the paths whose test failed."""
@@ -43,8 +44,9 @@ def checkout_files(lane: Lane) -> list[tuple[str, str]]:
     checkout = lane.params.checkout.rstrip("/")
     launcher = lane.params.launcher
     scripts = [launcher.start, launcher.status, launcher.stop]
-    return ([("-f", f"{checkout}/{COMPOSE_FILE}"), ("-f", f"{checkout}/{ENV_FILE}")]
-            + [("-x", f"{checkout}/{s.removeprefix('./')}") for s in scripts])
+    return [("-f", f"{checkout}/{COMPOSE_FILE}"), ("-f", f"{checkout}/{ENV_FILE}")] + [
+        ("-x", f"{checkout}/{s.removeprefix('./')}") for s in scripts
+    ]
 
 
 def checkout_ok(lane: Lane) -> ExpectedResult:
@@ -53,12 +55,14 @@ def checkout_ok(lane: Lane) -> ExpectedResult:
     found = {}
     for node in lane.nodes:
         missing = _failed_tests(node, tests)
-        found[node.alias] = NodeResult(not missing, f"missing {', '.join(missing)}" if missing else "all present",
-                                       {"missing": missing})
+        found[node.alias] = NodeResult(
+            not missing, f"missing {', '.join(missing)}" if missing else "all present", {"missing": missing}
+        )
     return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
 
 
 # --- rsync head -> workers over the fabric -------------------------------------------------------
+
 
 @dataclass
 class RsyncStats:
@@ -107,13 +111,22 @@ def rsync_command(lane: Lane, worker: Node, path: str, bwlimit_kib: Optional[int
     path = path.rstrip("/")
     user = f"{worker.params.user}@" if worker.params.user else ""
     limit = f" --bwlimit={int(bwlimit_kib)}" if bwlimit_kib else ""
-    return (f"rsync -aH --partial --info=stats2{limit} {qpath(path)}/ "
-            f"{q(f'{user}{worker.fabric_ip}:{_remote_path(path)}/')}")
+    return (
+        f"rsync -aH --partial --info=stats2{limit} {qpath(path)}/ "
+        f"{q(f'{user}{worker.fabric_ip}:{_remote_path(path)}/')}"
+    )
 
 
-def rsync_to_workers(lane: Lane, path: str, *, timeout_s: float = 4 * 3600, bwlimit_kib: Optional[int] = None,
-                     on_line: Optional[Callable[[str], None]] = None, workers: Optional[Iterable[Node]] = None,
-                     attempts: int = 1) -> dict[str, RsyncStats]:
+def rsync_to_workers(
+    lane: Lane,
+    path: str,
+    *,
+    timeout_s: float = 4 * 3600,
+    bwlimit_kib: Optional[int] = None,
+    on_line: Optional[Callable[[str], None]] = None,
+    workers: Optional[Iterable[Node]] = None,
+    attempts: int = 1,
+) -> dict[str, RsyncStats]:
     """Copy a directory from the head to every worker (or to `workers`) over the fabric (seed 000: rsync once,
     never twice over WAN).
 
@@ -142,8 +155,10 @@ def rsync_to_workers(lane: Lane, path: str, *, timeout_s: float = 4 * 3600, bwli
         stats[worker.alias] = parse_rsync_stats(result.stdout, result.duration_s, result.dry_run)
         stats[worker.alias].attempts = attempt
     if shown:
-        shown.finish(len(targets), ", ".join(f"{alias}: {s.attempts} attempt(s), {s.duration_s:.0f} s"
-                                             for alias, s in stats.items()))
+        shown.finish(
+            len(targets),
+            ", ".join(f"{alias}: {s.attempts} attempt(s), {s.duration_s:.0f} s" for alias, s in stats.items()),
+        )
     return stats
 
 

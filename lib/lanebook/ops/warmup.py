@@ -18,6 +18,7 @@ What fails and what warns: a warmup that cannot run or finish (queues busy befor
 queues that do not drain after) is a warning (`fail_open`); a sick lane fails: the engine dead after the warmup,
 a fatal runtime error in any rank's log (logs.FATAL_LOG_PATTERNS), or preemptions counted by /metrics.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -26,14 +27,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from lanebook.base.checks import FAIL, ExpectedResult
-from lanebook.recipe.effective.mismatches import env_text
 from lanebook.base.errors import LanebookError
-from lanebook.ops.launcher import container_name
-from lanebook.ops.logs import FATAL_LOG_PATTERNS, scan_fatal
-from lanebook.nodes.ssh import Executor, Lane
 from lanebook.lane.params import k_for_batch
 from lanebook.nodes.prometheus import PREEMPTIONS, MetricsUnavailable, QueueNotIdle, metrics_url, wait_idle
+from lanebook.nodes.ssh import Executor, Lane
+from lanebook.ops.launcher import container_name
+from lanebook.ops.logs import FATAL_LOG_PATTERNS, scan_fatal
 from lanebook.ops.readiness import wait_health
+from lanebook.recipe.effective.mismatches import env_text
 from lanebook.speed.client import Plan, chat_url, new_client, request_timeout_s, run, run_wave
 from lanebook.speed.metrics import content_times, wall_seconds
 from lanebook.speed.records import WaveRecord
@@ -128,8 +129,9 @@ def summarize_wave(wave: WaveRecord) -> WaveSummary:
             errors[reason] = errors.get(reason, 0) + 1
         else:
             ttfts.append(times[0] - record.t_sent)
-    return WaveSummary(len(wave.requests), len(ttfts), errors, wall_seconds(wave.requests),
-                       statistics.median(ttfts) if ttfts else None)
+    return WaveSummary(
+        len(wave.requests), len(ttfts), errors, wall_seconds(wave.requests), statistics.median(ttfts) if ttfts else None
+    )
 
 
 @dataclass
@@ -153,13 +155,15 @@ class ShapeRun:
         def rounded(value: Optional[float]) -> Optional[float]:
             return None if value is None else round(value, 3)
 
-        return {"concurrency": self.concurrency,
-                "first_use_wall_s": rounded(self.first_use.wall_s) if self.first_use else None,
-                "warmed_wall_s": rounded(self.warmed.wall_s) if self.warmed else None,
-                "first_use_ttft_s": rounded(self.first_use.ttft_s) if self.first_use else None,
-                "warmed_ttft_s": rounded(self.warmed.ttft_s) if self.warmed else None,
-                "first_use_stall_s": rounded(self.first_use_stall_s),
-                "error": self.error}
+        return {
+            "concurrency": self.concurrency,
+            "first_use_wall_s": rounded(self.first_use.wall_s) if self.first_use else None,
+            "warmed_wall_s": rounded(self.warmed.wall_s) if self.warmed else None,
+            "first_use_ttft_s": rounded(self.first_use.ttft_s) if self.first_use else None,
+            "warmed_ttft_s": rounded(self.warmed.ttft_s) if self.warmed else None,
+            "first_use_stall_s": rounded(self.first_use_stall_s),
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -183,22 +187,40 @@ class WarmupResult:
         def judged(expected: str, ok: bool, seen: str, fail_open: bool = True) -> ExpectedResult:
             return ExpectedResult.judged("", expected, ok if observed else None, seen, fail_open=fail_open)
 
-        idle_before = (f"the warmup was not sent: {self.not_idle_before}" if self.not_idle_before else
-                       f"idle after {self.idle_wait_before_s:.1f} s" if observed else "")
-        checks = [judged("queues idle before the warmup (running 0, waiting 0)", self.not_idle_before is None,
-                         idle_before)]
+        idle_before = (
+            f"the warmup was not sent: {self.not_idle_before}"
+            if self.not_idle_before
+            else f"idle after {self.idle_wait_before_s:.1f} s"
+            if observed
+            else ""
+        )
+        checks = [
+            judged("queues idle before the warmup (running 0, waiting 0)", self.not_idle_before is None, idle_before)
+        ]
         if self.not_idle_before:
             return checks
         for s in self.shapes:
-            timed = f"first use {s.first_use.wall_s:.2f} s, warmed {s.warmed.wall_s:.2f} s" if s.first_use and s.warmed else ""
-            checks.append(judged(f"{s.label}: every request completed, first use and warmed", s.error is None,
-                                 s.error or timed))
+            timed = (
+                f"first use {s.first_use.wall_s:.2f} s, warmed {s.warmed.wall_s:.2f} s"
+                if s.first_use and s.warmed
+                else ""
+            )
+            checks.append(
+                judged(f"{s.label}: every request completed, first use and warmed", s.error is None, s.error or timed)
+            )
         idle_after = self.not_idle_after or (f"idle after {self.idle_wait_after_s:.1f} s" if observed else "")
         checks.append(judged("queues idle after the warmup (they drained)", self.not_idle_after is None, idle_after))
         if self.preemptions is not None or self.dry_run:
-            checks.append(judged(f"no preemption during the warmup ({PREEMPTIONS})", self.preemptions == 0,
-                                 f"{self.preemptions:g} preempted: the KV cache cannot hold the lane's batch"
-                                 if self.preemptions else "", fail_open=False))
+            checks.append(
+                judged(
+                    f"no preemption during the warmup ({PREEMPTIONS})",
+                    self.preemptions == 0,
+                    f"{self.preemptions:g} preempted: the KV cache cannot hold the lane's batch"
+                    if self.preemptions
+                    else "",
+                    fail_open=False,
+                )
+            )
         return checks
 
     def warnings(self) -> list[str]:
@@ -208,18 +230,24 @@ class WarmupResult:
         """The run record's figures (the record's twin flag says whose: twin figures are a twin's)."""
         if self.dry_run:
             return {}
-        return {"warmup_s": round(self.duration_s, 2),
-                "warmup_idle_wait_before_s": _round(self.idle_wait_before_s),
-                "warmup_idle_wait_after_s": _round(self.idle_wait_after_s),
-                "warmup_preemptions": self.preemptions,
-                "warmup_shapes": {s.label: s.figures() for s in self.shapes},
-                "warmup_warnings": self.warnings()}
+        return {
+            "warmup_s": round(self.duration_s, 2),
+            "warmup_idle_wait_before_s": _round(self.idle_wait_before_s),
+            "warmup_idle_wait_after_s": _round(self.idle_wait_after_s),
+            "warmup_preemptions": self.preemptions,
+            "warmup_shapes": {s.label: s.figures() for s in self.shapes},
+            "warmup_warnings": self.warnings(),
+        }
 
     def table(self, twin: bool) -> str:
         """Each shape's first use against its first request once warm, as a Markdown table."""
         whose = "twin figures, not a real lane's" if twin else "this lane's figures"
-        rows = [f"Wall time of each shape's wave ({whose}):", "",
-                f"| shape | {FIRST_USE} (s) | {WARMED} (s) | first-use stall removed (s) |", "|---|---|---|---|"]
+        rows = [
+            f"Wall time of each shape's wave ({whose}):",
+            "",
+            f"| shape | {FIRST_USE} (s) | {WARMED} (s) | first-use stall removed (s) |",
+            "|---|---|---|---|",
+        ]
         for s in self.shapes:
             cells = [f"{w.wall_s:.2f}" if w else "—" for w in (s.first_use, s.warmed)]
             stall = s.first_use_stall_s
@@ -233,13 +261,17 @@ def _round(value: Optional[float]) -> Optional[float]:
 
 def _wave_line(planned: PlannedShape, phase: str, url: str) -> str:
     s = planned.shape
-    return (f"warmup {planned.label}, {phase}: POST {url} ×{s.concurrency} at once (streamed, {s.workload} prompts, "
-            f"max_tokens {s.max_tokens}, temperature 0), once the queues read idle")
+    return (
+        f"warmup {planned.label}, {phase}: POST {url} ×{s.concurrency} at once (streamed, {s.workload} prompts, "
+        f"max_tokens {s.max_tokens}, temperature 0), once the queues read idle"
+    )
 
 
 def _idle_line(metrics: str, when: str) -> str:
-    return (f"warmup, {when}: GET {metrics} until vllm:num_requests_running and vllm:num_requests_waiting read 0, "
-            f"bound {IDLE_TIMEOUT_S:g} s")
+    return (
+        f"warmup, {when}: GET {metrics} until vllm:num_requests_running and vllm:num_requests_waiting read 0, "
+        f"bound {IDLE_TIMEOUT_S:g} s"
+    )
 
 
 def run_warmup(params: "LaneParams", executor: Executor) -> WarmupResult:
@@ -293,16 +325,38 @@ async def _warm(params: "LaneParams", planned: list[PlannedShape], executor: Exe
     return result
 
 
-async def _send_wave(client: Any, params: "LaneParams", planned: PlannedShape, shape_run: ShapeRun, trial: int,
-                     phase: str, executor: Executor) -> bool:
+async def _send_wave(
+    client: Any,
+    params: "LaneParams",
+    planned: PlannedShape,
+    shape_run: ShapeRun,
+    trial: int,
+    phase: str,
+    executor: Executor,
+) -> bool:
     """One wave of a shape, summarized into its ShapeRun; True when the queues were busy (stop sending)."""
     s, url = planned.shape, chat_url(params.api)
-    bodies = Plan(params.api, params.served_model_name, load_workload(s.workload), [s.concurrency], 2, s.max_tokens,
-                  params.request).bodies(trial, s.concurrency)
+    bodies = Plan(
+        params.api,
+        params.served_model_name,
+        load_workload(s.workload),
+        [s.concurrency],
+        2,
+        s.max_tokens,
+        params.request,
+    ).bodies(trial, s.concurrency)
     line = _wave_line(planned, phase, url)
     try:
-        wave = await run_wave(client, url, bodies, trial, request_timeout_s(s.max_tokens), metrics_url(params.api),
-                              IDLE_TIMEOUT_S, models_url=f"{params.api.rstrip('/')}/models")
+        wave = await run_wave(
+            client,
+            url,
+            bodies,
+            trial,
+            request_timeout_s(s.max_tokens),
+            metrics_url(params.api),
+            IDLE_TIMEOUT_S,
+            models_url=f"{params.api.rstrip('/')}/models",
+        )
     except QueueNotIdle as exc:  # someone else is using the lane: send nothing more
         shape_run.error = f"{phase} wave not sent: {exc}"
         executor.record_local(line, exit_code=1, detail=str(exc))
@@ -313,9 +367,12 @@ async def _send_wave(client: Any, params: "LaneParams", planned: PlannedShape, s
     else:
         shape_run.warmed = summary
     if summary.errors:
-        shape_run.error = f"{phase}: {summary.requests - summary.ok} of {summary.requests} failed: {summary.error_text()}"
-    executor.record_local(line, exit_code=1 if summary.errors else 0, duration_s=summary.wall_s,
-                          detail=summary.error_text())
+        shape_run.error = (
+            f"{phase}: {summary.requests - summary.ok} of {summary.requests} failed: {summary.error_text()}"
+        )
+    executor.record_local(
+        line, exit_code=1 if summary.errors else 0, duration_s=summary.wall_s, detail=summary.error_text()
+    )
     return False
 
 
@@ -328,15 +385,19 @@ def lane_checks(lane: Lane) -> list[ExpectedResult]:
         wait_health(lane.params.api, HEALTH_AFTER_S, 2.0, executor=lane.executor)
         checks.append(ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", True))
     except LanebookError as exc:
-        checks.append(ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", False,
-                                            str(exc)))
+        checks.append(
+            ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", False, str(exc))
+        )
     container = container_name(lane)
     kinds = ", ".join(FATAL_LOG_PATTERNS)
     for node in lane.nodes:
         found = scan_fatal(node, container)
         seen = "; ".join(f"{kind}: {lines[-1].strip()[:200]} ({len(lines)} lines)" for kind, lines in found.items())
-        checks.append(ExpectedResult.judged("", f"no fatal runtime error in {node.alias}'s log of {container} ({kinds})",
-                                            not found, seen))
+        checks.append(
+            ExpectedResult.judged(
+                "", f"no fatal runtime error in {node.alias}'s log of {container} ({kinds})", not found, seen
+            )
+        )
     return checks
 
 

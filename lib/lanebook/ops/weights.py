@@ -2,6 +2,7 @@
 over the fabric, delete `*.incomplete` on the workers, and verify a hub model dir in place in one
 round trip (the probe in weights_probe.py runs on the node); `check_weights` does that on every node.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
+from lanebook.lane.params import WeightsParams
 from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
 from lanebook.ops.transfers import RsyncStats, rsync_to_workers
-from lanebook.lane.params import WeightsParams
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -58,17 +59,23 @@ class WeightsReport:
         return f"{self.node}: {self.detail()}"
 
     def node_result(self) -> NodeResult:
-        return NodeResult(self.ok, self.detail(), {"shard_count": self.shard_count, "expected_shards": self.expected_shards,
-                                                   "problems": list(self.problems)})
+        return NodeResult(
+            self.ok,
+            self.detail(),
+            {"shard_count": self.shard_count, "expected_shards": self.expected_shards, "problems": list(self.problems)},
+        )
 
 
-def verify_weights(node: Node, weights: WeightsParams, *, sha256: bool = False, workers: int = 4,
-                   timeout_s: Optional[float] = None) -> WeightsReport:
+def verify_weights(
+    node: Node, weights: WeightsParams, *, sha256: bool = False, workers: int = 4, timeout_s: Optional[float] = None
+) -> WeightsReport:
     """Check shard count, `*.incomplete`, each shard's size against its header and the index's total_size,
     and the blobs/snapshots symlinks, without reading the weights; `sha256=True` also hashes every shard
     blob against its name (reads everything, `workers` files at a time).
     """
-    command = f"python3 - {qpath(weights.hub_dir)} {int(weights.shards)}" + (f" --sha256 {int(workers)}" if sha256 else "")
+    command = f"python3 - {qpath(weights.hub_dir)} {int(weights.shards)}" + (
+        f" --sha256 {int(workers)}" if sha256 else ""
+    )
     timeout = timeout_s or (6 * 3600 if sha256 else 120)
     result = node.run(command, stdin=PROBE, timeout=timeout)
     if result.dry_run:
@@ -88,8 +95,9 @@ def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> Expe
     cannot be reached raises its NodeError, which fails the runbook step with its message; a dry run records the
     probes and observes nothing."""
     reports = verify_every_node(lane, sha256=sha256, workers=workers)
-    return ExpectedResult.on_nodes({alias: r.node_result() for alias, r in reports.items()},
-                                   dry_run=lane.executor.dry_run)
+    return ExpectedResult.on_nodes(
+        {alias: r.node_result() for alias, r in reports.items()}, dry_run=lane.executor.dry_run
+    )
 
 
 def download_command(weights: WeightsParams) -> str:
@@ -100,8 +108,9 @@ def download_command(weights: WeightsParams) -> str:
     return f"{env_prefix(env)}hf download {q(weights.repo)} --max-workers {int(weights.max_workers)}"
 
 
-def download_on_head(lane: Lane, *, timeout_s: float = 12 * 3600,
-                     on_line: Optional[Callable[[str], None]] = None) -> CommandResult:
+def download_on_head(
+    lane: Lane, *, timeout_s: float = 12 * 3600, on_line: Optional[Callable[[str], None]] = None
+) -> CommandResult:
     """Download on the head only (pitfall 5: never pull ~160 GB over both WANs); workers get it by rsync."""
     return lane.head.run(download_command(lane.params.weights), pty=True, timeout=timeout_s, on_line=on_line)
 
@@ -121,14 +130,17 @@ def clean_incomplete_on_workers(lane: Lane, workers: Optional[Iterable[Node]] = 
 
 def not_incomplete(deleted: dict[str, list[str]]) -> list[str]:
     """Deleted paths that are not `*.incomplete` files (`node: path`): must be none, weights are never deleted."""
-    return [f"{alias}: {path}" for alias, paths in deleted.items() for path in paths if not path.endswith(".incomplete")]
+    return [
+        f"{alias}: {path}" for alias, paths in deleted.items() for path in paths if not path.endswith(".incomplete")
+    ]
 
 
 def verify_every_node(lane: Lane, *, sha256: bool = False, workers: int = 4) -> dict[str, WeightsReport]:
     """verify_weights on each node of the lane, by alias (head first, as the lane lists them): the one way every
     runbook verifies weights."""
-    return {node.alias: verify_weights(node, lane.params.weights, sha256=sha256, workers=workers)
-            for node in lane.nodes}
+    return {
+        node.alias: verify_weights(node, lane.params.weights, sha256=sha256, workers=workers) for node in lane.nodes
+    }
 
 
 def tree_results(reports: dict[str, WeightsReport]) -> dict[str, tuple[bool, str]]:
@@ -163,6 +175,7 @@ def workers_to_sync(head: WeightsReport, workers: dict[str, WeightsReport]) -> d
 
 # --- the weights runbook's steps (each takes the runbook: it confirms, records and checks) -------------------
 
+
 def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = False) -> WeightsReport:
     """Step 2: download on the head only when its tree is not whole (P05), then verify it again; the head's report."""
     rb.record(downloaded=not head.ok)
@@ -172,8 +185,9 @@ def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = Fals
     rb.confirm(f"download {rb.params.weights.repo} on {rb.lane.head.alias} ({head.detail()})")
     download_on_head(rb.lane)
     head = verify_weights(rb.lane.head, rb.params.weights, sha256=sha256)
-    rb.expect(head.ok, "the head's tree is whole after the download (rerun this runbook to resume a cut one)",
-              head.summary())
+    rb.expect(
+        head.ok, "the head's tree is whole after the download (rerun this runbook to resume a cut one)", head.summary()
+    )
     return head
 
 
@@ -184,13 +198,19 @@ def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsRepor
     if not to_sync:
         rb.skip("every worker's tree verifies at the head's revision", "nothing to send: rsync once")
         return to_sync
-    rb.confirm(f"rsync {rb.params.weights.hub_dir} from the head to {', '.join(to_sync)} "
-               "(adds and updates files; never deletes)")
+    rb.confirm(
+        f"rsync {rb.params.weights.hub_dir} from the head to {', '.join(to_sync)} "
+        "(adds and updates files; never deletes)"
+    )
     stats = sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=attempts)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
-    sent = {a: (s.files_transferred is not None,
-                f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)")
-            for a, s in stats.items()}
+    sent = {
+        a: (
+            s.files_transferred is not None,
+            f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)",
+        )
+        for a, s in stats.items()
+    }
     rb.expect_each(sent, "rsync to {} finished with its statistics")
     return to_sync
 
@@ -203,5 +223,8 @@ def clean_step(rb: "Runbook", to_sync: dict[str, str]) -> None:
     rb.confirm(f"delete *.incomplete files under {rb.params.weights.hub_dir} on {', '.join(to_sync)}")
     deleted = clean_incomplete_on_workers(rb.lane, [rb.lane.node(a) for a in to_sync])
     rb.record(deleted_incomplete={a: len(paths) for a, paths in deleted.items()})
-    rb.expect(not not_incomplete(deleted), "only *.incomplete files were deleted",
-              "; ".join(not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted")
+    rb.expect(
+        not not_incomplete(deleted),
+        "only *.incomplete files were deleted",
+        "; ".join(not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted",
+    )

@@ -10,6 +10,7 @@ comment. A line edit leaves every other byte as it was. Each patch is then re-pa
 the original document with exactly the intended change applied (same keys in the same order, the
 command string changed only by the replaced assignment), or nothing is written.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,6 +37,7 @@ ASSIGNMENT_RE = re.compile(r'SPECULATIVE_CONFIG="((?:[^"\\]|\\.)*)";?')
 @dataclass(frozen=True)
 class EnvItem:
     """One entry of the service's environment (map `KEY: value` or list `- KEY=value`)."""
+
     key: str
     # The value as Compose reads it, before interpolation; None for a key without one (`KEY:` or `- KEY`), which
     # Compose takes from the environment it runs in, or leaves unset: not the empty string `KEY: ""` sets.
@@ -84,7 +86,11 @@ class ComposeFile:
         services = self.doc.get("services") if isinstance(self.doc, CommentedMap) else None
         if not isinstance(services, CommentedMap):
             raise LanebookError(f"{path}: no services: map")
-        names = [n for n, s in services.items() if isinstance(s, CommentedMap) and SERVE_MARK in _serve_text(s.get("command"))]
+        names = [
+            n
+            for n, s in services.items()
+            if isinstance(s, CommentedMap) and SERVE_MARK in _serve_text(s.get("command"))
+        ]
         if len(names) != 1:
             found = "no service" if not names else f"{len(names)} services ({', '.join(names)})"
             raise LanebookError(f"{path}: expected one service whose command runs `{SERVE_MARK}`, found {found}")
@@ -102,7 +108,7 @@ class ComposeFile:
         candidates = []
         for mapping, name in ((self.service, key), (self._services, self.service_name), (self.doc, "services")):
             keys = list(mapping)
-            later = keys[keys.index(name) + 1:]
+            later = keys[keys.index(name) + 1 :]
             if later:
                 candidates.append(self._key_line(mapping, later[0]) - 1)
         return min(candidates, default=len(self.lines))
@@ -190,15 +196,19 @@ class ComposeFile:
         """
         assignments = self.speculative_assignments()
         if len(assignments) != 1:
-            raise LanebookError(f"{self.path}: expected one SPECULATIVE_CONFIG=\"...\"; assignment in the command of "
-                                f"service {self.service_name}, found {len(assignments)}")
+            raise LanebookError(
+                f'{self.path}: expected one SPECULATIVE_CONFIG="..."; assignment in the command of '
+                f"service {self.service_name}, found {len(assignments)}"
+            )
         items = self.environment
         if not items:
-            raise LanebookError(f"{self.path}: service {self.service_name} has no environment: entries to inject next to")
+            raise LanebookError(
+                f"{self.path}: service {self.service_name} has no environment: entries to inject next to"
+            )
         lines = list(self.lines)
         spec_line, match = assignments[0]
         text = lines[spec_line - 1]
-        lines[spec_line - 1] = text[:match.start()] + speculative_assignment + text[match.end():]
+        lines[spec_line - 1] = text[: match.start()] + speculative_assignment + text[match.end() :]
 
         inserts: dict[int, list[str]] = {}
         for key, value in environment.items():
@@ -230,7 +240,9 @@ class ComposeFile:
         try:
             after = safe_data(new_text)
         except YAMLError as exc:
-            raise LanebookError(f"{self.path}: patch would break the file ({yamltext.problem('', exc)}); nothing written") from None
+            raise LanebookError(
+                f"{self.path}: patch would break the file ({yamltext.problem('', exc)}); nothing written"
+            ) from None
         expected = safe_data(self.text)
         service = expected["services"][self.service_name]
         command = service["command"]
@@ -262,8 +274,10 @@ class ComposeFile:
             service["environment"] = {k: env[k] for k in keys}
         got_env = after["services"][self.service_name]["environment"] if isinstance(after, dict) else None
         if after != expected or list(got_env or []) != list(service["environment"]):
-            raise LanebookError(f"{self.path}: cannot patch this file's shape safely (the re-parsed result differs "
-                                f"from the intended change); nothing written")
+            raise LanebookError(
+                f"{self.path}: cannot patch this file's shape safely (the re-parsed result differs "
+                f"from the intended change); nothing written"
+            )
 
 
 def _closest_key(key: str, keys: list[str]) -> str:

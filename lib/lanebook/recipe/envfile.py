@@ -6,6 +6,7 @@ VLLM_USE_BREAKABLE_CUDAGRAPH). The recipe's launcher sources a normalized copy o
 byte-order mark and CR line ends stripped), so an env file edited on Windows reads the same; we
 read it the same way, keeping the line numbers of the operator's file.
 """
+
 from __future__ import annotations
 
 import re
@@ -68,8 +69,11 @@ def parse_env_text(text: str) -> list[EnvEntry]:
 def unreadable_lines(text: str) -> list[tuple[int, str]]:
     """(line, text) of each line that is neither blank, a comment, nor a KEY=VALUE assignment."""
     readable = {e.line for e in parse_env_text(text)}
-    return [(n, line) for n, line in enumerate(normalized_lines(text), start=1)
-            if line.strip() and not line.strip().startswith("#") and n not in readable]
+    return [
+        (n, line)
+        for n, line in enumerate(normalized_lines(text), start=1)
+        if line.strip() and not line.strip().startswith("#") and n not in readable
+    ]
 
 
 def parse_env_file(path: str | Path) -> list[EnvEntry]:

@@ -19,6 +19,7 @@ The ways in:
   over SSH; when that cannot be read (unreachable, or a dry run, which opens no connection) it falls back
   to `lint_lane_on_reference` and says so. Every report lists the files it linted.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -29,15 +30,15 @@ from typing import Any, Callable, Optional
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from lanebook.base import yamltext
+from lanebook.base.errors import LanebookError, LaneError
+from lanebook.base.files import read_text
+from lanebook.lane.params import LaneParams, lane_path, load_lane
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import REFERENCE, START_NAME, CheckoutFiles, Location, TextFile, sourced_names
 from lanebook.recipe.effective.config import DeadLine, Effective, Setting
 from lanebook.recipe.effective.mismatches import Mismatch, lane_mismatches
 from lanebook.recipe.envfile import interpolate, parse_env_text, unreadable_lines
-from lanebook.base import yamltext
-from lanebook.base.errors import LaneError, LanebookError
-from lanebook.base.files import read_text
-from lanebook.lane.params import LaneParams, lane_path, load_lane
 from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.recipe.render import RenderPlan, plan_render
 
@@ -84,8 +85,11 @@ class LintReport:
         return not any(f.severity == "error" for f in self.findings)
 
     def to_json(self) -> dict:
-        doc = {"ok": self.ok, "findings": [f.to_json() for f in self.findings],
-               "linted": [item.to_json() for item in self.linted]}
+        doc = {
+            "ok": self.ok,
+            "findings": [f.to_json() for f in self.findings],
+            "linted": [item.to_json() for item in self.linted],
+        }
         if self.note:
             doc["note"] = self.note
         return doc
@@ -173,8 +177,13 @@ class LintInput:
         spec = self.eff.speculative
         if spec.config is None:
             return Speculative(spec.where, error=spec.error)
-        return Speculative(spec.where, spec.config["num_speculative_tokens"], spec.k_where,
-                           spec.config.get("num_speculative_tokens_per_batch_size"), spec.where)
+        return Speculative(
+            spec.where,
+            spec.config["num_speculative_tokens"],
+            spec.k_where,
+            spec.config.get("num_speculative_tokens_per_batch_size"),
+            spec.where,
+        )
 
 
 def run_checks(inp: LintInput) -> list[Finding]:
@@ -185,8 +194,9 @@ def run_checks(inp: LintInput) -> list[Finding]:
             key = (pitfall.id, hit.where.file, hit.where.line)
             if key not in seen:
                 seen.add(key)
-                findings.append(Finding(pitfall.id, hit.severity or pitfall.severity, hit.message,
-                                        hit.where.file, hit.where.line))
+                findings.append(
+                    Finding(pitfall.id, hit.severity or pitfall.severity, hit.message, hit.where.file, hit.where.line)
+                )
     return findings
 
 
@@ -202,14 +212,20 @@ def _load_yaml(path: Path) -> Any:
 def _leaves(node: Any, path: str, file: str) -> list[tuple[str, Any, Location]]:
     """Every scalar under a round-trip YAML node as (dotted path, value, location)."""
     if isinstance(node, CommentedMap):
-        children = [(f"{path}.{key}" if path else str(key), value, node.lc.key(key)[0] + 1) for key, value in node.items()]
+        children = [
+            (f"{path}.{key}" if path else str(key), value, node.lc.key(key)[0] + 1) for key, value in node.items()
+        ]
     elif isinstance(node, CommentedSeq):
         children = [(f"{path}[{i}]", value, node.lc.item(i)[0] + 1) for i, value in enumerate(node)]
     else:
         return []
     found = []
     for sub, value, line in children:
-        found += _leaves(value, sub, file) if isinstance(value, (CommentedMap, CommentedSeq)) else [(sub, value, Location(file, line))]
+        found += (
+            _leaves(value, sub, file)
+            if isinstance(value, (CommentedMap, CommentedSeq))
+            else [(sub, value, Location(file, line))]
+        )
     return found
 
 
@@ -223,15 +239,26 @@ def given_files(env_path: str | Path, compose_path: str | Path) -> CheckoutFiles
     env = TextFile(str(env_path), read_text(env_path, "env file"))
     compose = TextFile(str(compose_path), read_text(compose_path, "compose file"))
     directory = Path(compose_path).parent
-    start = TextFile(str(directory / START_NAME), read_text(directory / START_NAME, "start script")) \
-        if (directory / START_NAME).is_file() else None
-    sourced = tuple(TextFile(str(directory / n), read_text(directory / n, "sourced script"))
-                    for n in sourced_names(start.text) if (directory / n).is_file()) if start else ()
+    start = (
+        TextFile(str(directory / START_NAME), read_text(directory / START_NAME, "start script"))
+        if (directory / START_NAME).is_file()
+        else None
+    )
+    sourced = (
+        tuple(
+            TextFile(str(directory / n), read_text(directory / n, "sourced script"))
+            for n in sourced_names(start.text)
+            if (directory / n).is_file()
+        )
+        if start
+        else ()
+    )
     return CheckoutFiles(compose, env, start=start, sourced=sourced)
 
 
-def lint_env_and_compose(env_path: str | Path, compose_path: str | Path,
-                         hermes_config: str | Path | None = None) -> LintReport:
+def lint_env_and_compose(
+    env_path: str | Path, compose_path: str | Path, hermes_config: str | Path | None = None
+) -> LintReport:
     """Lint an env file and a compose file as they are (and a Hermes config.yaml, for P09/P10, when given)."""
     files = given_files(env_path, compose_path)
     clients = _leaves(_load_yaml(Path(hermes_config)), "", str(hermes_config)) if hermes_config else []
@@ -262,7 +289,9 @@ def _line(doc: Optional[CommentedMap], *keys: str) -> int:
 
 
 def _clients(doc: Optional[CommentedMap], file: str) -> list[tuple[str, Any, Location]]:
-    return [leaf for key in ("hermes", "request") if doc is not None and key in doc for leaf in _leaves(doc[key], key, file)]
+    return [
+        leaf for key in ("hermes", "request") if doc is not None and key in doc for leaf in _leaves(doc[key], key, file)
+    ]
 
 
 def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str) -> list[tuple[Mismatch, str]]:
@@ -286,8 +315,9 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
     return fixed
 
 
-def lint_checkout_files(lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None,
-                  origin: str = "local checkout") -> LintReport:
+def lint_checkout_files(
+    lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None, origin: str = "local checkout"
+) -> LintReport:
     """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml)."""
     file, doc = _lane_source(lane, source)
     try:
@@ -298,12 +328,25 @@ def lint_checkout_files(lane: LaneParams, files: CheckoutFiles, source: str | Pa
     eff = Effective(files)
     if files.env is None and plan is not None:
         start = f"copies {Path(files.example.name).name} and writes" if files.example else "writes"
-        findings.append(Finding("S04", "error", f"the checkout has no .env.dspark, and its launcher refuses to start "
-                                                f"without one; linted as `lanebook env render` would leave it ({start} "
-                                                f"the lane's values)", plan.effective.missing_at.file, 0))
+        findings.append(
+            Finding(
+                "S04",
+                "error",
+                f"the checkout has no .env.dspark, and its launcher refuses to start "
+                f"without one; linted as `lanebook env render` would leave it ({start} "
+                f"the lane's values)",
+                plan.effective.missing_at.file,
+                0,
+            )
+        )
         eff = plan.effective
-    inp = LintInput(eff, block_size=lane.speculative.drafter_block_size, clients=_clients(doc, file),
-                    nodes=len(lane.nodes), mismatches=_fixes(lane_mismatches(lane, eff), plan, why_not))
+    inp = LintInput(
+        eff,
+        block_size=lane.speculative.drafter_block_size,
+        clients=_clients(doc, file),
+        nodes=len(lane.nodes),
+        mismatches=_fixes(lane_mismatches(lane, eff), plan, why_not),
+    )
     return LintReport(findings + run_checks(inp), [Linted(file, "lane file"), *_linted(files, origin)])
 
 
@@ -317,6 +360,7 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
                 offset = line - 1 - j1
                 return i1 + offset + 1 if offset < i2 - i1 else i1
         return line
+
     return back
 
 
@@ -341,26 +385,42 @@ def lint_lane_on_reference(lane: LaneParams, source: str | Path | None = None) -
 
     compose_back = _map_back(reference.compose.text.splitlines(), plan.compose.splitlines())
     files = reference.replace(
-        compose=TextFile(reference.compose.name, plan.compose, lambda n: Location(reference.compose.name, compose_back(n))),
-        env=TextFile(example.name, plan.env, env_at))
+        compose=TextFile(
+            reference.compose.name, plan.compose, lambda n: Location(reference.compose.name, compose_back(n))
+        ),
+        env=TextFile(example.name, plan.env, env_at),
+    )
     eff = Effective(files)
     schedule = lane.speculative.schedule
     mtp = Location(file, _line(doc, "env", "MTP_NUM_TOKENS"))
     inp = LintInput(
-        eff, block_size=lane.speculative.drafter_block_size,
-        lane_speculative=Speculative(Location(file, _line(doc, "speculative")), lane.num_speculative_tokens, mtp,
-                                     None if schedule is None else [list(r) for r in schedule],
-                                     Location(file, _line(doc, "speculative", "schedule"))),
-        clients=_clients(doc, file), nodes=len(lane.nodes),
-        mismatches=[(m, "`lanebook env render` cannot change this on a checkout of this shape")
-                    for m in lane_mismatches(lane, eff)])
-    linted = [Linted(file, "lane file"), Linted(reference.compose.name, "reference checkout"),
-              Linted(example.name, "reference checkout")]
+        eff,
+        block_size=lane.speculative.drafter_block_size,
+        lane_speculative=Speculative(
+            Location(file, _line(doc, "speculative")),
+            lane.num_speculative_tokens,
+            mtp,
+            None if schedule is None else [list(r) for r in schedule],
+            Location(file, _line(doc, "speculative", "schedule")),
+        ),
+        clients=_clients(doc, file),
+        nodes=len(lane.nodes),
+        mismatches=[
+            (m, "`lanebook env render` cannot change this on a checkout of this shape")
+            for m in lane_mismatches(lane, eff)
+        ],
+    )
+    linted = [
+        Linted(file, "lane file"),
+        Linted(reference.compose.name, "reference checkout"),
+        Linted(example.name, "reference checkout"),
+    ]
     return LintReport(run_checks(inp), linted)
 
 
-def lint_what_lane_runs(lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False,
-                       source: str | Path | None = None) -> LintReport:
+def lint_what_lane_runs(
+    lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False, source: str | Path | None = None
+) -> LintReport:
     """Lint what LANE will run: its checkout (CHECKOUT, a local copy, else read from the head over SSH).
 
     A dry run opens no connection, and a head that cannot be reached (or has no checkout) leaves nothing to

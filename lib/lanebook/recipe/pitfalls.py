@@ -9,6 +9,7 @@ Checks take the lint input (lanebook.recipe.lint.LintInput: the checkout's effec
 as the launcher, Compose and the image give it, with the line that wins — the lane it should run and the
 lane's client settings) and yield Hits; lint turns them into findings.
 """
+
 from __future__ import annotations
 
 import re
@@ -69,9 +70,12 @@ def schedule_problems(schedule: Any, max_num_seqs: Optional[int], k: Optional[in
     """
     triples = isinstance(schedule, (list, tuple)) and all(
         isinstance(r, (list, tuple)) and len(r) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
-        for r in schedule)
+        for r in schedule
+    )
     if not triples or not schedule:
-        return [f"num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K] integers (got {schedule!r})"]
+        return [
+            f"num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K] integers (got {schedule!r})"
+        ]
     problems = []
     expected = 1
     for start, end, kk in schedule:
@@ -81,7 +85,9 @@ def schedule_problems(schedule: Any, max_num_seqs: Optional[int], k: Optional[in
         if start < expected:
             problems.append(f"range {rng} overlaps the batch sizes before it (next free size is {expected})")
         elif start > expected:
-            problems.append(f"range {rng} leaves batch sizes {expected}–{start - 1} uncovered (ranges must be contiguous from 1)")
+            problems.append(
+                f"range {rng} leaves batch sizes {expected}–{start - 1} uncovered (ranges must be contiguous from 1)"
+            )
         expected = max(expected, end + 1)
         if kk < 1:
             problems.append(f"range {rng}: K must be at least 1")
@@ -96,22 +102,31 @@ def schedule_problems(schedule: Any, max_num_seqs: Optional[int], k: Optional[in
 
 # --- checks -------------------------------------------------------------------------------------
 
+
 def check_breakable(inp: "LintInput") -> Iterator[Hit]:
     own = inp.env(BREAKABLE)
     if own is None:
-        yield Hit(inp.env_missing_at, f"the env file does not set {BREAKABLE}=0: Anemll 0.1.1 then auto-enables the slow "
-                                       "breakable-graph path")
+        yield Hit(
+            inp.env_missing_at,
+            f"the env file does not set {BREAKABLE}=0: Anemll 0.1.1 then auto-enables the slow breakable-graph path",
+        )
     elif own.value != "0":
-        yield Hit(own.where, f"{BREAKABLE}={own.value}: it must be 0, or Anemll 0.1.1 runs the slow breakable-graph path")
+        yield Hit(
+            own.where, f"{BREAKABLE}={own.value}: it must be 0, or Anemll 0.1.1 runs the slow breakable-graph path"
+        )
     if BREAKABLE not in inp.compose.environment:
-        yield Hit(inp.compose_at(inp.compose.environment_line),
-                  f"the environment: map of service {inp.compose.service_name} does not pass {BREAKABLE} into the "
-                  f"container (Compose passes only keys listed there); add {BREAKABLE}: \"${{{BREAKABLE}:-0}}\"")
+        yield Hit(
+            inp.compose_at(inp.compose.environment_line),
+            f"the environment: map of service {inp.compose.service_name} does not pass {BREAKABLE} into the "
+            f'container (Compose passes only keys listed there); add {BREAKABLE}: "${{{BREAKABLE}:-0}}"',
+        )
     else:
         passed = inp.effective(BREAKABLE)
         if passed.value != "0":
-            yield Hit(passed.where, f"the compose environment passes {BREAKABLE}={passed.value!r} into the container; "
-                                    "it must resolve to 0")
+            yield Hit(
+                passed.where,
+                f"the compose environment passes {BREAKABLE}={passed.value!r} into the container; it must resolve to 0",
+            )
 
 
 def _batch_check(bad: int, why: str) -> Callable[["LintInput"], Iterator[Hit]]:
@@ -119,6 +134,7 @@ def _batch_check(bad: int, why: str) -> Callable[["LintInput"], Iterator[Hit]]:
         batch = inp.flag("--max-num-batched-tokens", "MAX_NUM_BATCHED_TOKENS")
         if batch is not None and to_number(batch.value) == bad:
             yield Hit(batch.where, f"MAX_NUM_BATCHED_TOKENS resolves to {bad}: {why}; stay on 8192")
+
     return check
 
 
@@ -126,8 +142,11 @@ def check_snapshot_mounts(inp: "LintInput") -> Iterator[Hit]:
     for raw, line in inp.compose.volumes():
         source = (inp.resolve(raw) or raw).split(":", 1)[0]
         if re.search(r"/snapshots(/|$)", source):
-            yield Hit(inp.compose_at(line), f"volume {raw} mounts a snapshot dir ({source}): its files are symlinks "
-                                            "into blobs/, which this bind leaves out; mount the full hub model dir or the HF cache")
+            yield Hit(
+                inp.compose_at(line),
+                f"volume {raw} mounts a snapshot dir ({source}): its files are symlinks "
+                "into blobs/, which this bind leaves out; mount the full hub model dir or the HF cache",
+            )
 
 
 def check_memory(inp: "LintInput") -> Iterator[Hit]:
@@ -144,52 +163,73 @@ def check_memory(inp: "LintInput") -> Iterator[Hit]:
             how = " (the env file does not set GPU_MEMORY_UTILIZATION, so the compose default applies)"
         else:
             how = ""
-        yield Hit(util.where, f"GPU_MEMORY_UTILIZATION resolves to {util.value}{how} with MAX_MODEL_LEN {length.value}: "
-                              f"{figures}", severity=None if value <= 0.80 else "warning")
+        yield Hit(
+            util.where,
+            f"GPU_MEMORY_UTILIZATION resolves to {util.value}{how} with MAX_MODEL_LEN {length.value}: {figures}",
+            severity=None if value <= 0.80 else "warning",
+        )
 
 
 def check_loopback(inp: "LintInput") -> Iterator[Hit]:
     for key in SOCKET_IFNAMES:
         for name, setting in ((key, inp.effective(key)), (f"WORKER_{key}", inp.env(f"WORKER_{key}"))):
             if setting is not None and setting.value == "lo":
-                yield Hit(setting.where, f"{name} resolves to lo: Gloo/NCCL would bind loopback; use the fabric "
-                                         "interface (bond0)")
+                yield Hit(
+                    setting.where,
+                    f"{name} resolves to lo: Gloo/NCCL would bind loopback; use the fabric interface (bond0)",
+                )
     head, worker = inp.effective("VLLM_HOST_IP"), inp.env("WORKER_VLLM_HOST_IP")
     for name, setting in (("VLLM_HOST_IP", head), ("WORKER_VLLM_HOST_IP", worker)):
         if setting is not None and setting.value.lower() in LOOPBACK:
-            yield Hit(setting.where, f"{name}={setting.value}: a rank on loopback cannot be reached by the other node; "
-                                     "set each rank's own fabric IP")
+            yield Hit(
+                setting.where,
+                f"{name}={setting.value}: a rank on loopback cannot be reached by the other node; "
+                "set each rank's own fabric IP",
+            )
     if inp.multinode and (head is None or not head.value):
-        yield Hit(head.where if head else inp.env_missing_at,
-                  "VLLM_HOST_IP is empty on a multi-node lane: distributed setup may bind the wrong address; set each "
-                  "rank's fabric IP")
+        yield Hit(
+            head.where if head else inp.env_missing_at,
+            "VLLM_HOST_IP is empty on a multi-node lane: distributed setup may bind the wrong address; set each "
+            "rank's fabric IP",
+        )
     if head is not None and worker is not None and head.value and head.value == worker.value:
-        yield Hit(worker.where, f"VLLM_HOST_IP and WORKER_VLLM_HOST_IP are both {head.value}: each rank needs its own IP")
+        yield Hit(
+            worker.where, f"VLLM_HOST_IP and WORKER_VLLM_HOST_IP are both {head.value}: each rank needs its own IP"
+        )
 
 
 def check_api_key(inp: "LintInput") -> Iterator[Hit]:
     for path, value, where in inp.clients:
         if path.rsplit(".", 1)[-1] == "api_key" and isinstance(value, str) and value.strip().lower() == "none":
-            yield Hit(where, f"{path} is \"none\": Hermes needs api_key: no-key-required for a keyless server")
+            yield Hit(where, f'{path} is "none": Hermes needs api_key: no-key-required for a keyless server')
 
 
 def check_thinking(inp: "LintInput") -> Iterator[Hit]:
     for path, value, where in inp.clients:
         if path.rsplit(".", 1)[-1] in THINKING_KEYS and isinstance(value, str):
-            yield Hit(where, f"{path} is the string {value!r}: the chat template tests truthiness, so any non-empty "
-                             "string turns thinking on; use a JSON boolean")
+            yield Hit(
+                where,
+                f"{path} is the string {value!r}: the chat template tests truthiness, so any non-empty "
+                "string turns thinking on; use a JSON boolean",
+            )
     for where, text in inp.text_lines():
         match = STRING_THINKING_RE.search(text)
         if match:
-            yield Hit(where, f"{match.group(1)} is given as a JSON string here: any non-empty string turns thinking on; "
-                             "use true/false")
+            yield Hit(
+                where,
+                f"{match.group(1)} is given as a JSON string here: any non-empty string turns thinking on; "
+                "use true/false",
+            )
 
 
 def check_draft_k(inp: "LintInput") -> Iterator[Hit]:
     spec = inp.speculative()
     if spec.k is not None and spec.k > inp.block_size:
-        yield Hit(spec.k_where, f"num_speculative_tokens resolves to {spec.k}, above the drafter block size "
-                                f"{inp.block_size}: the extra draft positions bring no speed; keep K=5 and use the 5/4/3 schedule")
+        yield Hit(
+            spec.k_where,
+            f"num_speculative_tokens resolves to {spec.k}, above the drafter block size "
+            f"{inp.block_size}: the extra draft positions bring no speed; keep K=5 and use the 5/4/3 schedule",
+        )
 
 
 def check_schedule(inp: "LintInput") -> Iterator[Hit]:
@@ -226,131 +266,254 @@ def check_dead_lines(inp: "LintInput") -> Iterator[Hit]:
         at = f"{winner.where.file}:{winner.where.line}" if winner.where.line else winner.where.file
         differs = winner.value != dead.value
         runs = f"so the server runs {winner.value}" if differs else "the same value, so this line is only misleading"
-        yield Hit(dead.where, f"{dead.key}={dead.value} here is dead: {dead.reason} ({at}), {runs}",
-                  severity="error" if differs else None)
+        yield Hit(
+            dead.where,
+            f"{dead.key}={dead.value} here is dead: {dead.reason} ({at}), {runs}",
+            severity="error" if differs else None,
+        )
 
 
 def check_entrypoint(inp: "LintInput") -> Iterator[Hit]:
     error = inp.entrypoint_error
     if error:
         code, message = error
-        yield Hit(inp.compose_at(inp.compose.command_lines()[0][0] if inp.compose.command_lines() else inp.compose.service_line),
-                  f"the image's command script exits {code} before vllm serve starts: {message}")
+        yield Hit(
+            inp.compose_at(
+                inp.compose.command_lines()[0][0] if inp.compose.command_lines() else inp.compose.service_line
+            ),
+            f"the image's command script exits {code} before vllm serve starts: {message}",
+        )
 
 
 # --- the registry --------------------------------------------------------------------------------
 
 PITFALLS: tuple[Pitfall, ...] = (
-    Pitfall("P01", "Breakable CUDA graphs not disabled",
-            "Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow "
-            "decode path. The env file alone is not enough: Compose passes only the keys named in the service's "
-            "environment: map, so the compose file needs the injection line as well.",
-            "error", "lint, env, gates, status, speed",
-            "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
-            "\"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}\" under environment: (`lanebook env render` writes both); the log "
-            "must not say \"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1\".", check_breakable),
-    Pitfall("P02", "Batch 16384",
-            "MAX_NUM_BATCHED_TOKENS=16384 measured a single-stream regression on the count canary.",
-            "error", "lint, env, speed", "Keep MAX_NUM_BATCHED_TOKENS=8192.",
-            _batch_check(16384, "it measured a single-stream regression on the count canary")),
-    Pitfall("P03", "Batch 8216",
-            "8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised "
-            "cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected.",
-            "error", "lint, env, speed, diagnose", "Keep MAX_NUM_BATCHED_TOKENS=8192.",
-            _batch_check(8216, "it regressed count, code and structured JSON in the matched canary and was rejected")),
-    Pitfall("P04", "Sticky UMA memory after stop",
-            "After a stop, free memory can stay ~10–16 GiB short with no container running.",
-            "error", "stop, launch, rollback, diagnose",
-            "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
-            "it deletes the Anemll image."),
-    Pitfall("P05", "Dual-WAN download",
-            "Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk.",
-            "warning", "weights", "Download once on the head, then rsync the hub model dir to the worker over the fabric."),
-    Pitfall("P06", "Snapshot-only mounts",
-            "A snapshot dir holds symlinks into blobs/; binding only snapshots/REV breaks them inside the container.",
-            "error", "lint, weights", "Mount the full hub model dir (blobs + snapshots + refs) or the whole HF cache.",
-            check_snapshot_mounts),
-    Pitfall("P07", "Memory 0.80 at 1M context",
-            "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available "
-            "vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly.",
-            "error", "lint, env, launch, gates",
-            "GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, "
-            "GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads).", check_memory),
-    Pitfall("P08", "Gloo / host IP on loopback",
-            "If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes.",
-            "error", "lint, env, launch",
-            "A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0).",
-            check_loopback),
-    Pitfall("P09", "Hermes api_key \"none\"",
-            "Hermes' provider block needs api_key: no-key-required for a keyless server; \"none\" is not that value.",
-            "error", "lint, gates", "api_key: no-key-required in providers.spark-ds4.", check_api_key),
-    Pitfall("P10", "thinking as a string",
-            "chat_template_kwargs.thinking must be a JSON boolean: the template tests truthiness, so the string "
-            "\"false\" turns thinking on.",
-            "error", "lint, gates", "thinking: false (a boolean) in request and Hermes extra_body.", check_thinking),
-    Pitfall("P11", "Cold start takes 8–15 minutes",
-            "A cold bind often takes 8–15 minutes; SHM \"60 seconds\" lines during TileLang/autotune are usually not fatal.",
-            "warning", "launch, status, rollback",
-            "Wait for \"Application startup complete\" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do "
-            "not abort on the first SHM timeout."),
-    Pitfall("P12", "First-use inference JIT",
-            "Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT "
-            "compilation during inference, turning the first production burst into a latency event.",
-            "warning", "launch, warmup, speed",
-            "Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as "
-            "pending until observed."),
-    Pitfall("P13", "Legacy serving units",
-            "Older serving units (Aiden/legacy) left active fight the compose project for the GPUs.",
-            "error", "launch, rollback", "Mask the lane's legacy units on both nodes before compose up."),
-    Pitfall("P14", "K above the drafter block size",
-            "The Flash drafter's dspark_block_size is 5: K=7 is not free speed.",
-            "error", "lint, env, speed",
-            "Keep the draft maximum at K=5 (MTP_NUM_TOKENS=5); shorten verification under load with the 5/4/3 schedule.",
-            check_draft_k),
-    Pitfall("P15", "Unwatched long cold needles",
-            "Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box.",
-            "error", "speed, diagnose, warmup", "Step long probes up gradually and watch the console."),
-    Pitfall("P16", "Head dies mid-TP",
-            "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
-            "error", "diagnose, status, stop, rollback",
-            "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head."),
-    Pitfall("P17", "Marketing the synthetic ceiling",
-            "The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band.",
-            "warning", "speed", "Publish code/prose bands (median, min–max), never the single best synthetic run."),
-    Pitfall("S01", "Invalid batch-size schedule",
-            "num_speculative_tokens_per_batch_size ranges must cover batch sizes 1..MAX_NUM_SEQS contiguously, once, "
-            "with every K at most num_speculative_tokens and the drafter block size 5.",
-            "error", "lint, env", "Use the measured schedule [[1,1,5],[2,4,4],[5,6,3]] for MAX_NUM_SEQS=6.",
-            check_schedule, seed="seed 000 (the recipe), its 5/4/3 verify schedule; vLLM's inclusive [start_bs, end_bs, K] ranges"),
-    Pitfall("S02", "Unreadable SPECULATIVE_CONFIG",
-            "The compose command must hold one SPECULATIVE_CONFIG assignment that becomes valid JSON inside the container.",
-            "error", "lint, env", "Restore the seed's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it).",
-            check_speculative_config, seed="seed 000 (the recipe), its one-line SPECULATIVE_CONFIG compose change"),
-    Pitfall("S03", "Unreadable env-file line",
-            "Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies.",
-            "warning", "lint, env", "Write it as KEY=VALUE (or comment it out with #).", check_env_lines,
-            seed="no seed: how Docker Compose reads an env file"),
-    Pitfall("S04", "Lane value not what runs",
-            "The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env "
-            "file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from "
-            "its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from "
-            "ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command "
-            "hard-codes; the image's command script builds the speculative config itself.",
-            "error", "lint, env, launch, rollback",
-            "`lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, "
-            "not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must "
-            "carry the lane's flags.", check_lane_values,
-            seed="no seed: the recipe's own launcher, Compose file and image, read at the recipe's published commit"),
-    Pitfall("S05", "Dead env line",
-            "A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a "
-            "checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it.",
-            "warning", "lint, env", "Delete the line, or set the key that wins (the finding names it).", check_dead_lines,
-            seed="no seed: the recipe's own launcher and env example, read at the recipe's published commit"),
-    Pitfall("S06", "Entrypoint refuses the configuration",
-            "The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) "
-            "and exits before `vllm serve` when one is wrong, so the container never serves.",
-            "error", "lint, launch", "Set the variable to one of the values the message lists.", check_entrypoint,
-            seed="no seed: the image's command script, read at the recipe's published commit"),
+    Pitfall(
+        "P01",
+        "Breakable CUDA graphs not disabled",
+        "Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow "
+        "decode path. The env file alone is not enough: Compose passes only the keys named in the service's "
+        "environment: map, so the compose file needs the injection line as well.",
+        "error",
+        "lint, env, gates, status, speed",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
+        '"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log '
+        'must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1".',
+        check_breakable,
+    ),
+    Pitfall(
+        "P02",
+        "Batch 16384",
+        "MAX_NUM_BATCHED_TOKENS=16384 measured a single-stream regression on the count canary.",
+        "error",
+        "lint, env, speed",
+        "Keep MAX_NUM_BATCHED_TOKENS=8192.",
+        _batch_check(16384, "it measured a single-stream regression on the count canary"),
+    ),
+    Pitfall(
+        "P03",
+        "Batch 8216",
+        "8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised "
+        "cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected.",
+        "error",
+        "lint, env, speed, diagnose",
+        "Keep MAX_NUM_BATCHED_TOKENS=8192.",
+        _batch_check(8216, "it regressed count, code and structured JSON in the matched canary and was rejected"),
+    ),
+    Pitfall(
+        "P04",
+        "Sticky UMA memory after stop",
+        "After a stop, free memory can stay ~10–16 GiB short with no container running.",
+        "error",
+        "stop, launch, rollback, diagnose",
+        "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
+        "it deletes the Anemll image.",
+    ),
+    Pitfall(
+        "P05",
+        "Dual-WAN download",
+        "Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk.",
+        "warning",
+        "weights",
+        "Download once on the head, then rsync the hub model dir to the worker over the fabric.",
+    ),
+    Pitfall(
+        "P06",
+        "Snapshot-only mounts",
+        "A snapshot dir holds symlinks into blobs/; binding only snapshots/REV breaks them inside the container.",
+        "error",
+        "lint, weights",
+        "Mount the full hub model dir (blobs + snapshots + refs) or the whole HF cache.",
+        check_snapshot_mounts,
+    ),
+    Pitfall(
+        "P07",
+        "Memory 0.80 at 1M context",
+        "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available "
+        "vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly.",
+        "error",
+        "lint, env, launch, gates",
+        "GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, "
+        "GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads).",
+        check_memory,
+    ),
+    Pitfall(
+        "P08",
+        "Gloo / host IP on loopback",
+        "If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes.",
+        "error",
+        "lint, env, launch",
+        "A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0).",
+        check_loopback,
+    ),
+    Pitfall(
+        "P09",
+        'Hermes api_key "none"',
+        'Hermes\' provider block needs api_key: no-key-required for a keyless server; "none" is not that value.',
+        "error",
+        "lint, gates",
+        "api_key: no-key-required in providers.spark-ds4.",
+        check_api_key,
+    ),
+    Pitfall(
+        "P10",
+        "thinking as a string",
+        "chat_template_kwargs.thinking must be a JSON boolean: the template tests truthiness, so the string "
+        '"false" turns thinking on.',
+        "error",
+        "lint, gates",
+        "thinking: false (a boolean) in request and Hermes extra_body.",
+        check_thinking,
+    ),
+    Pitfall(
+        "P11",
+        "Cold start takes 8–15 minutes",
+        'A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal.',
+        "warning",
+        "launch, status, rollback",
+        'Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do '
+        "not abort on the first SHM timeout.",
+    ),
+    Pitfall(
+        "P12",
+        "First-use inference JIT",
+        "Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT "
+        "compilation during inference, turning the first production burst into a latency event.",
+        "warning",
+        "launch, warmup, speed",
+        "Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as "
+        "pending until observed.",
+    ),
+    Pitfall(
+        "P13",
+        "Legacy serving units",
+        "Older serving units (Aiden/legacy) left active fight the compose project for the GPUs.",
+        "error",
+        "launch, rollback",
+        "Mask the lane's legacy units on both nodes before compose up.",
+    ),
+    Pitfall(
+        "P14",
+        "K above the drafter block size",
+        "The Flash drafter's dspark_block_size is 5: K=7 is not free speed.",
+        "error",
+        "lint, env, speed",
+        "Keep the draft maximum at K=5 (MTP_NUM_TOKENS=5); shorten verification under load with the 5/4/3 schedule.",
+        check_draft_k,
+    ),
+    Pitfall(
+        "P15",
+        "Unwatched long cold needles",
+        "Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box.",
+        "error",
+        "speed, diagnose, warmup",
+        "Step long probes up gradually and watch the console.",
+    ),
+    Pitfall(
+        "P16",
+        "Head dies mid-TP",
+        "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
+        "error",
+        "diagnose, status, stop, rollback",
+        "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head.",
+    ),
+    Pitfall(
+        "P17",
+        "Marketing the synthetic ceiling",
+        "The ~94 t/s count stream is real but is not Hermes chat; agent/code work lives in the 47–70 t/s band.",
+        "warning",
+        "speed",
+        "Publish code/prose bands (median, min–max), never the single best synthetic run.",
+    ),
+    Pitfall(
+        "S01",
+        "Invalid batch-size schedule",
+        "num_speculative_tokens_per_batch_size ranges must cover batch sizes 1..MAX_NUM_SEQS contiguously, once, "
+        "with every K at most num_speculative_tokens and the drafter block size 5.",
+        "error",
+        "lint, env",
+        "Use the measured schedule [[1,1,5],[2,4,4],[5,6,3]] for MAX_NUM_SEQS=6.",
+        check_schedule,
+        seed="seed 000 (the recipe), its 5/4/3 verify schedule; vLLM's inclusive [start_bs, end_bs, K] ranges",
+    ),
+    Pitfall(
+        "S02",
+        "Unreadable SPECULATIVE_CONFIG",
+        "The compose command must hold one SPECULATIVE_CONFIG assignment that becomes valid JSON inside the container.",
+        "error",
+        "lint, env",
+        "Restore the seed's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it).",
+        check_speculative_config,
+        seed="seed 000 (the recipe), its one-line SPECULATIVE_CONFIG compose change",
+    ),
+    Pitfall(
+        "S03",
+        "Unreadable env-file line",
+        "Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies.",
+        "warning",
+        "lint, env",
+        "Write it as KEY=VALUE (or comment it out with #).",
+        check_env_lines,
+        seed="no seed: how Docker Compose reads an env file",
+    ),
+    Pitfall(
+        "S04",
+        "Lane value not what runs",
+        "The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env "
+        "file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from "
+        "its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from "
+        "ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command "
+        "hard-codes; the image's command script builds the speculative config itself.",
+        "error",
+        "lint, env, launch, rollback",
+        "`lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, "
+        "not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must "
+        "carry the lane's flags.",
+        check_lane_values,
+        seed="no seed: the recipe's own launcher, Compose file and image, read at the recipe's published commit",
+    ),
+    Pitfall(
+        "S05",
+        "Dead env line",
+        "A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a "
+        "checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it.",
+        "warning",
+        "lint, env",
+        "Delete the line, or set the key that wins (the finding names it).",
+        check_dead_lines,
+        seed="no seed: the recipe's own launcher and env example, read at the recipe's published commit",
+    ),
+    Pitfall(
+        "S06",
+        "Entrypoint refuses the configuration",
+        "The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) "
+        "and exits before `vllm serve` when one is wrong, so the container never serves.",
+        "error",
+        "lint, launch",
+        "Set the variable to one of the values the message lists.",
+        check_entrypoint,
+        seed="no seed: the image's command script, read at the recipe's published commit",
+    ),
 )
 
 _BY_ID = {p.id: p for p in PITFALLS}
@@ -386,6 +549,8 @@ def troubleshooting_markdown(runbook: str) -> str:
     step still shows it, and tests/test_runbook_shape.py keeps it equal to the registry."""
     pitfalls = for_runbook(runbook)
     table = markdown_table(pitfalls) if pitfalls else f"No registered pitfall is met in `{runbook}`.\n"
-    return (f"{TROUBLESHOOTING_HEADING}\nWhat goes wrong at this stage and what to do, from the pitfall registry\n"
-            "(`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).\n\n"
-            + table).rstrip("\n")
+    return (
+        f"{TROUBLESHOOTING_HEADING}\nWhat goes wrong at this stage and what to do, from the pitfall registry\n"
+        "(`lanebook.recipe.pitfalls`: the same entries lint and the book use; edit the registry, not this cell).\n\n"
+        + table
+    ).rstrip("\n")

@@ -26,6 +26,7 @@ render_checkout writes a plan into a local checkout; lanebook.ops.checkout_env w
 checkout over SSH. Either way each changed file is backed up first as NAME.bak-UTCSTAMP and replaced atomically
 (a `Backup` records each), and an unchanged file is not touched, so a second run changes nothing and leaves no backup.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,18 +37,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import backup, utc_stamp, write_atomic
+from lanebook.base.redact import redact
+from lanebook.lane.params import LaneParams
 from lanebook.recipe.compose import COMPOSE_NAME, ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, TextFile
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.effective.mismatches import Mismatch, env_text, lane_mismatches, same_value
 from lanebook.recipe.envfile import parse_env_text
-from lanebook.base.errors import LanebookError
-from lanebook.base.files import backup, utc_stamp, write_atomic
-from lanebook.lane.params import LaneParams
-from lanebook.base.redact import redact
 
-__all__ = ["ENV_NAME", "Backup", "RenderPlan", "RenderResult", "diff_text", "plan_render", "render_checkout", "sha256",
-           "speculative_config_line"]
+__all__ = [
+    "ENV_NAME",
+    "Backup",
+    "RenderPlan",
+    "RenderResult",
+    "diff_text",
+    "plan_render",
+    "render_checkout",
+    "sha256",
+    "speculative_config_line",
+]
 
 ADDED_HEADER = "# --- added by `lanebook env render`"
 _WORD_RE = re.compile(r"^[a-z_]+$")
@@ -59,9 +69,11 @@ def speculative_config_line(lane: LaneParams) -> str:
     for name, value in (("method", spec.method), ("draft_sample_method", spec.draft_sample_method)):
         if not _WORD_RE.match(value):
             raise LanebookError(f"lane {lane.name}: speculative.{name} {value!r} is not a plain lowercase word")
-    fields = [f'\\"method\\":\\"{spec.method}\\"',
-              f'\\"num_speculative_tokens\\":$${{MTP_NUM_TOKENS:-{lane.num_speculative_tokens}}}',
-              f'\\"draft_sample_method\\":\\"{spec.draft_sample_method}\\"']
+    fields = [
+        f'\\"method\\":\\"{spec.method}\\"',
+        f'\\"num_speculative_tokens\\":$${{MTP_NUM_TOKENS:-{lane.num_speculative_tokens}}}',
+        f'\\"draft_sample_method\\":\\"{spec.draft_sample_method}\\"',
+    ]
     if spec.schedule is not None:
         fields.append(f'\\"num_speculative_tokens_per_batch_size\\":{spec.schedule_json()}')
     return 'SPECULATIVE_CONFIG="{' + ",".join(fields) + '}";'
@@ -69,7 +81,9 @@ def speculative_config_line(lane: LaneParams) -> str:
 
 def compose_environment(lane: LaneParams) -> dict[str, str]:
     """The environment: entries the lane injects, defaulting to the lane's own value (the recipe's ${KEY:-0})."""
-    return {key: f"${{{key}:-{env_text(lane.env[key]) if key in lane.env else ''}}}" for key in lane.compose_environment}
+    return {
+        key: f"${{{key}:-{env_text(lane.env[key]) if key in lane.env else ''}}}" for key in lane.compose_environment
+    }
 
 
 def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
@@ -77,6 +91,7 @@ def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
 
 
 # --- the env file -----------------------------------------------------------------------------------
+
 
 def _reassign(raw: str, value: str) -> str:
     """An env line with a new value, keeping `export`, spacing before '=' and an unquoted trailing comment."""
@@ -89,8 +104,10 @@ def apply_env(text: Optional[str], writes: dict[str, str], lane: LaneParams) -> 
     """TEXT with each key of WRITES set: every line assigning it changed in place, missing keys appended under
     a header (a new file when TEXT is None)."""
     if text is None:
-        lines = [f"# .env.dspark for lane {lane.name}, written by `lanebook env render` from its lane file",
-                 f"# {lane.description}"]
+        lines = [
+            f"# .env.dspark for lane {lane.name}, written by `lanebook env render` from its lane file",
+            f"# {lane.description}",
+        ]
         return "\n".join(lines + [f"{k}={shlex.quote(v)}" for k, v in writes.items()]) + "\n"
     lines = text.splitlines()
     entries = parse_env_text(text)
@@ -142,15 +159,22 @@ class RenderPlan:
 
 def diff_text(old: Optional[str], new: Optional[str], fromfile: str, tofile: str) -> str:
     """A unified diff with secrets redacted (it is printed and recorded); None is no file (/dev/null)."""
-    return redact("".join(difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
-                                               fromfile=fromfile if old is not None else "/dev/null",
-                                               tofile=tofile if new is not None else "/dev/null")))
+    return redact(
+        "".join(
+            difflib.unified_diff(
+                (old or "").splitlines(keepends=True),
+                (new or "").splitlines(keepends=True),
+                fromfile=fromfile if old is not None else "/dev/null",
+                tofile=tofile if new is not None else "/dev/null",
+            )
+        )
+    )
 
 
 def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
     """The compose patch and the env file that make FILES run LANE (see the module docstring)."""
     compose_text = patch_compose(lane, ComposeFile(files.compose.text, files.compose.name))
-    env_name = files.env.name if files.env else files.compose.name[:files.compose.name.rfind("/") + 1] + ENV_NAME
+    env_name = files.env.name if files.env else files.compose.name[: files.compose.name.rfind("/") + 1] + ENV_NAME
     patched = files.replace(compose=TextFile(files.compose.name, compose_text))
     started_from = None if files.env else files.example
     base = files.env.text if files.env else (files.example.text if files.example else None)
@@ -189,13 +213,17 @@ def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
     old_env = files.env.text if files.env else None
     if text != old_env:
         changes[ENV_NAME] = text
-        shown, fromfile = ((started_from.text, f"a/{started_from.name.rsplit('/', 1)[-1]}") if started_from
-                           else (old_env, f"a/{ENV_NAME}"))  # a copied example diffs against the example
+        shown, fromfile = (
+            (started_from.text, f"a/{started_from.name.rsplit('/', 1)[-1]}")
+            if started_from
+            else (old_env, f"a/{ENV_NAME}")
+        )  # a copied example diffs against the example
         diff += diff_text(shown, text, fromfile, f"b/{ENV_NAME}")
     return RenderPlan(compose_text, text, started_from, carries, lane_mismatches(lane, eff), eff, changes, diff)
 
 
 # --- writing ---------------------------------------------------------------------------------------
+
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -214,8 +242,12 @@ class Backup:
     sha256_new: Optional[str]
 
     def to_json(self) -> dict:
-        return {"path": self.path, "backup": self.backup, "sha256_backup": self.sha256_backup,
-                "sha256_new": self.sha256_new}
+        return {
+            "path": self.path,
+            "backup": self.backup,
+            "sha256_backup": self.sha256_backup,
+            "sha256_new": self.sha256_new,
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> "Backup":
@@ -245,14 +277,21 @@ def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
     anything is written)."""
     files = CheckoutFiles.read(checkout_dir)
     plan = plan_render(lane, files)
-    result = RenderResult(plan.diff, started_from=plan.started_from.name if plan.started_from else None,
-                          unresolved=plan.unresolved)
+    result = RenderResult(
+        plan.diff, started_from=plan.started_from.name if plan.started_from else None, unresolved=plan.unresolved
+    )
     stamp = utc_stamp()
     for name, text in plan.writes.items():
         path = files.directory / name
         kept = backup(path, stamp) if path.exists() else None
         write_atomic(path, text, mode=None if kept else 0o600)  # a new env file may hold keys
         result.changed.append(str(path))
-        result.backups.append(Backup(str(path), str(kept) if kept else None, sha256(kept.read_bytes()) if kept else None,
-                                     sha256(text.encode())))
+        result.backups.append(
+            Backup(
+                str(path),
+                str(kept) if kept else None,
+                sha256(kept.read_bytes()) if kept else None,
+                sha256(text.encode()),
+            )
+        )
     return result

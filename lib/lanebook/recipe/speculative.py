@@ -18,7 +18,7 @@ def speculative_config(command: str) -> Optional[dict]:
     if not match:
         return None
     try:
-        config, _end = json.JSONDecoder().raw_decode(command[match.end():])
+        config, _end = json.JSONDecoder().raw_decode(command[match.end() :])
     except json.JSONDecodeError:
         return None
     return config if isinstance(config, dict) else None

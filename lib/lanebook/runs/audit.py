@@ -15,10 +15,10 @@ checks the index first, so a run is never recorded twice.
 Before a line is written the executed notebook and the record are scrubbed of secrets (lanebook.base.redact),
 then the notebook is hashed: `audit verify` re-hashes every output against its line.
 """
+
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import math
 import os
@@ -53,7 +53,11 @@ def tally(runs: list[dict]) -> str:
     """One line counting runs by verdict, dry runs apart from passes: "3 runs: 1 pass, 1 fail, 1 dry-run (observed nothing, …)"."""
     counts = {v: sum(r["verdict"] == v for r in runs) for v in VERDICTS}
     others = sum(r["verdict"] not in VERDICTS for r in runs)
-    parts = [f"{counts[v]} {v}" + (" (observed nothing, not counted as passes)" if v == "dry-run" else "") for v in VERDICTS if counts[v]]
+    parts = [
+        f"{counts[v]} {v}" + (" (observed nothing, not counted as passes)" if v == "dry-run" else "")
+        for v in VERDICTS
+        if counts[v]
+    ]
     parts += [f"{others} other"] if others else []
     return f"{len(runs)} run{'s' if len(runs) != 1 else ''}: " + ", ".join(parts)
 
@@ -76,6 +80,7 @@ def now() -> str:
 
 # --- the index: one locked append per line ---------------------------------------------------------------
 
+
 @contextmanager
 def _locked_index() -> Iterator[int]:
     """The index opened for appending, held under an exclusive lock (released by the kernel if we die)."""
@@ -95,7 +100,7 @@ def _append_line(fd: int, record: dict) -> None:
     if size and os.pread(fd, 1, size - 1) != b"\n":
         data = b"\n" + data  # a line cut short by a writer that died mid-write stays apart from ours
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
     os.fsync(fd)
 
 
@@ -123,6 +128,7 @@ def _index_lines() -> list[tuple[int, Optional[dict]]]:
 
 # --- a run's life: pending, then one line ----------------------------------------------------------------
 
+
 def begin_run(record: dict) -> dict:
     """Write the run's pending record (atomically) before its notebook starts; returns it."""
     pending = {**record, "host": socket.gethostname(), "pid": os.getpid(), "pid_started": process_start(os.getpid())}
@@ -138,9 +144,14 @@ def _note_unfinished(nb: dict, why: str) -> None:
         meta = cell.get("metadata", {}).get("papermill")
         if isinstance(meta, dict) and meta.get("start_time") is None and meta.get("status") == "completed":
             meta["status"] = "pending"
-    note = {"cell_type": "markdown", "metadata": {}, "source": (
-        f"**This run did not finish: {why}.** The cells above ran as far as their outputs show; cells marked "
-        "pending never started. The run's record says `error`.")}
+    note = {
+        "cell_type": "markdown",
+        "metadata": {},
+        "source": (
+            f"**This run did not finish: {why}.** The cells above ran as far as their outputs show; cells marked "
+            "pending never started. The run's record says `error`."
+        ),
+    }
     if (nb.get("nbformat"), nb.get("nbformat_minor", 0)) >= (4, 5):
         note["id"] = f"lanebook-unfinished-{len(cells)}"  # cell ids are required from nbformat 4.5
     cells.append(note)
@@ -218,15 +229,31 @@ def finalize_abandoned() -> list[dict]:
                 continue
             if pending["run_id"] not in recorded:  # else it died after its line landed: only the file is left
                 output = outputs_dir() / pending["output"]
-                last_saved = datetime.fromtimestamp(output.stat().st_mtime, timezone.utc) if output.exists() else datetime.now(timezone.utc)
-                why = (f"killed: its process (pid {pending['pid']} on {pending['host']}) died without recording "
-                       f"the run; its notebook was last saved at {last_saved.isoformat(timespec='seconds')}")
+                last_saved = (
+                    datetime.fromtimestamp(output.stat().st_mtime, timezone.utc)
+                    if output.exists()
+                    else datetime.now(timezone.utc)
+                )
+                why = (
+                    f"killed: its process (pid {pending['pid']} on {pending['host']}) died without recording "
+                    f"the run; its notebook was last saved at {last_saved.isoformat(timespec='seconds')}"
+                )
                 sha = seal_output(output, why)
                 started = datetime.fromisoformat(pending["started_at"])
-                record = redact_data({k: v for k, v in {
-                    **pending, "finished_at": last_saved.isoformat(timespec="seconds"),
-                    "duration_s": round(max(0.0, (last_saved - started).total_seconds()), 1),
-                    "verdict": "error", "failed_step": why, "sha256": sha}.items() if k not in _LIVENESS})
+                record = redact_data(
+                    {
+                        k: v
+                        for k, v in {
+                            **pending,
+                            "finished_at": last_saved.isoformat(timespec="seconds"),
+                            "duration_s": round(max(0.0, (last_saved - started).total_seconds()), 1),
+                            "verdict": "error",
+                            "failed_step": why,
+                            "sha256": sha,
+                        }.items()
+                        if k not in _LIVENESS
+                    }
+                )
                 _append_line(fd, record)
                 written.append(record)
             path.unlink(missing_ok=True)
@@ -235,20 +262,26 @@ def finalize_abandoned() -> list[dict]:
 
 # --- reading and showing ---------------------------------------------------------------------------------
 
+
 def read_runs(lane: Optional[str] = None, runbook: Optional[str] = None) -> list[dict]:
     """Every recorded run, oldest first (abandoned runs finalized first), optionally of one lane and one runbook.
     A line that is not a record (cut short) is skipped here; `verify` names it."""
     finalize_abandoned()
     runs = [r for _, r in _index_lines() if r is not None]
-    return [r for r in runs if (lane is None or r.get("lane") == lane) and (runbook is None or r.get("runbook") == runbook)]
+    return [
+        r for r in runs if (lane is None or r.get("lane") == lane) and (runbook is None or r.get("runbook") == runbook)
+    ]
 
 
 def find_run(run_id: str) -> dict:
     """The record of one run by its run id; a LanebookError when the index holds none (or, impossibly, several)."""
     found = [r for r in read_runs() if r.get("run_id") == run_id]
     if len(found) != 1:
-        raise LanebookError(f"no run {run_id!r} in {index_path()}" if not found
-                            else f"{len(found)} runs with id {run_id!r} in {index_path()}")
+        raise LanebookError(
+            f"no run {run_id!r} in {index_path()}"
+            if not found
+            else f"{len(found)} runs with id {run_id!r} in {index_path()}"
+        )
     return found[0]
 
 
@@ -262,7 +295,9 @@ def duration_s(record: dict) -> Optional[float]:
     if record.get("duration_s") is not None:
         return float(record["duration_s"])
     try:
-        return (datetime.fromisoformat(record["finished_at"]) - datetime.fromisoformat(record["started_at"])).total_seconds()
+        return (
+            datetime.fromisoformat(record["finished_at"]) - datetime.fromisoformat(record["started_at"])
+        ).total_seconds()
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -304,11 +339,16 @@ def run_lines(record: dict, lane_width: int = 11) -> tuple[str, str]:
     """One run as the listing shows it, without colour: a line of fixed fields (started, twin or real, lane,
     runbook, duration, run id, verdict), then an indented line of what there is of promotion, key figures and
     failed step ("" when none). Fits 80 columns for lane names up to 11 characters."""
-    first = (f"{record['started_at'][:16].replace('T', ' ')}  {'twin' if record.get('twin') else 'real'}  "
-             f"{record['lane']:<{lane_width}}  {record['runbook']:<8}  {format_duration(duration_s(record)):>10}  "
-             f"{record['run_id']}  {verdict_label(record['verdict'])}")
-    details = [f"promotion {record['promotion_id']}" if record.get("promotion_id") else "",
-               key_figures(record.get("figures") or {}), f"failed step: {record['failed_step']}" if record.get("failed_step") else ""]
+    first = (
+        f"{record['started_at'][:16].replace('T', ' ')}  {'twin' if record.get('twin') else 'real'}  "
+        f"{record['lane']:<{lane_width}}  {record['runbook']:<8}  {format_duration(duration_s(record)):>10}  "
+        f"{record['run_id']}  {verdict_label(record['verdict'])}"
+    )
+    details = [
+        f"promotion {record['promotion_id']}" if record.get("promotion_id") else "",
+        key_figures(record.get("figures") or {}),
+        f"failed step: {record['failed_step']}" if record.get("failed_step") else "",
+    ]
     second = " · ".join(d for d in details if d)
     return first, ("    " + second if second else "")
 
@@ -330,8 +370,14 @@ def print_runs(runs: list[dict], running: Optional[list[dict]] = None) -> None:
 
     console = _console()
     for r in running or []:
-        console.print(escape(f"running {r['runbook']} on {r['lane']} since {r['started_at']} "
-                             f"(pid {r['pid']} on {r['host']}): {r['output']}"), style="yellow", soft_wrap=True)
+        console.print(
+            escape(
+                f"running {r['runbook']} on {r['lane']} since {r['started_at']} "
+                f"(pid {r['pid']} on {r['host']}): {r['output']}"
+            ),
+            style="yellow",
+            soft_wrap=True,
+        )
     if not runs:
         console.print("no runs recorded yet")
         return
@@ -340,7 +386,7 @@ def print_runs(runs: list[dict], running: Optional[list[dict]] = None) -> None:
         first, second = run_lines(r, width)
         color = VERDICT_STYLES.get(r["verdict"], ("yellow", ""))[0]
         label = verdict_label(r["verdict"])
-        console.print(escape(first[:-len(label)]) + f"[{color}]{escape(label)}[/]", soft_wrap=True)
+        console.print(escape(first[: -len(label)]) + f"[{color}]{escape(label)}[/]", soft_wrap=True)
         if second:
             console.print(escape(second), soft_wrap=True)
     console.print(tally(runs))

@@ -13,6 +13,7 @@ outright): a dead kernel, Ctrl-C, SIGTERM or SIGHUP, or a crash of lanebook itse
 with the notebook as far as papermill saved it (after every cell) and a note on it saying the run stopped.
 Secrets come from the environment, never as parameters: a parameter that names or holds one is refused.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,24 +33,33 @@ from typing import Any, Optional
 # isoduration brings arrow, and so on, for checks nothing here makes (nbformat validates notebooks with no format
 # checker). A process that runs runbooks goes without them: each import fails and jsonschema leaves that format
 # unchecked, as it does when the package is absent. Nothing else installed imports them.
-JSONSCHEMA_FORMAT_PACKAGES = ("fqdn", "rfc3987", "rfc3986_validator", "rfc3987_syntax", "rfc3339_validator",
-                              "webcolors", "jsonpointer", "uri_template", "isoduration")
+JSONSCHEMA_FORMAT_PACKAGES = (
+    "fqdn",
+    "rfc3987",
+    "rfc3986_validator",
+    "rfc3987_syntax",
+    "rfc3339_validator",
+    "webcolors",
+    "jsonpointer",
+    "uri_template",
+    "isoduration",
+)
 if "jsonschema" not in sys.modules:
     for name in JSONSCHEMA_FORMAT_PACKAGES:
         sys.modules.setdefault(name, None)
 
-import nbformat  # noqa: E402 - after the line above
-from ruamel.yaml.error import YAMLError
+import nbformat  # noqa: E402 - these imports come after the format packages are put aside above
+from ruamel.yaml.error import YAMLError  # noqa: E402
 
-from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label
-from lanebook.base import yamltext
-from lanebook.base.checks import FAIL
-from lanebook.base.errors import LanebookError
-from lanebook.base.files import utc_stamp
-from lanebook.lane.params import LaneParams
-from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir
-from lanebook.base.redact import names_secret, redact, redact_data
-from lanebook.steps.runbook import VERDICT_MIME, Runbook
+from lanebook.base import yamltext  # noqa: E402
+from lanebook.base.checks import FAIL  # noqa: E402
+from lanebook.base.errors import LanebookError  # noqa: E402
+from lanebook.base.files import utc_stamp  # noqa: E402
+from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir  # noqa: E402
+from lanebook.base.redact import names_secret, redact, redact_data  # noqa: E402
+from lanebook.lane.params import LaneParams  # noqa: E402
+from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label  # noqa: E402
+from lanebook.steps.runbook import VERDICT_MIME, Runbook  # noqa: E402
 
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
@@ -111,8 +121,10 @@ def refuse_secret_parameters(params: dict[str, Any]) -> None:
     for key, value in params.items():
         if names_secret(key) or redact(str(value)) != str(value):
             env_name = "HF_TOKEN" if str(value).startswith("hf_") else key.upper()
-            raise LanebookError(f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
-                                f"notebook); set {env_name} in the environment instead, where the runbook reads it")
+            raise LanebookError(
+                f"-p {key}: secrets are never runbook parameters (they would be stored in the executed "
+                f"notebook); set {env_name} in the environment instead, where the runbook reads it"
+            )
 
 
 def read_verdict(path: Path) -> Optional[dict]:
@@ -190,6 +202,7 @@ def signals_deferred():
 class Outcome:
     """How papermill's execution ended: the verdict it implies (None: read it from the notebook), the step or
     cell that stopped it, and why the run did not finish when it did not (noted on the notebook)."""
+
     emitted: Optional[str] = None
     failed_step: Optional[str] = None
     unfinished: Optional[str] = None
@@ -205,10 +218,16 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any]) -
     # teardown took longer than some gates, and nothing in it is kept (lanebook registers no atexit work; a
     # runbook's SSH connections and threads end with its process either way).
     try:
-        papermill.execute_notebook(str(notebook), str(output), parameters=parameters,
-                                   kernel_name="python3", progress_bar=False, cwd=str(REPO),
-                                   shutdown_kernel="immediate",
-                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])  # no kernel chatter on the terminal
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            parameters=parameters,
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(REPO),
+            shutdown_kernel="immediate",
+            extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        )  # no kernel chatter on the terminal
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
             return Outcome("fail", str(exc.evalue).split(":", 1)[0])
@@ -227,8 +246,11 @@ def run_result(outcome: Outcome, output: Path, dry_run: bool) -> dict:
     result = read_verdict(output)
     if result is not None:
         emitted = result["verdict"]
-        failed_step = failed_step or (result.get("failure") or {}).get("step") \
+        failed_step = (
+            failed_step
+            or (result.get("failure") or {}).get("step")
             or next((c["step"] for c in result["checks"] if c["outcome"] == FAIL), None)
+        )
     elif emitted is None and failed_step is None:
         failed_step = "no verdict: the notebook ended without rb.finish()"
     return {
@@ -252,30 +274,60 @@ def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
     else:
         why = f"crash: {type(exc).__name__}: {exc}"[:300]
     emitted = read_verdict(output) or {}
-    return {"verdict": "error", "failed_step": why, "fix": None, "figures": emitted.get("figures", {}),
-            "confirmations": emitted.get("confirmations", [])}, why
+    return {
+        "verdict": "error",
+        "failed_step": why,
+        "fix": None,
+        "figures": emitted.get("figures", {}),
+        "confirmations": emitted.get("confirmations", []),
+    }, why
 
 
 def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
     """Claim the run's output name and write its pending record (so even a killed run is recorded)."""
     run_id, output = _new_output(lane.name, runbook)
-    return begin_run({
-        "run_id": run_id, "runbook": runbook, "lane": lane.name, "twin": lane.twin, "dry_run": dry_run,
-        "started_at": now(), "finished_at": None, "duration_s": None, "verdict": None, "failed_step": None, "fix": None,
-        "output": str(output.relative_to(outputs_dir())), "sha256": None, "params": redact_data(params),
-        "git_commit": _git_commit(), "figures": {}, "confirmations": [], **(link or {}),
-    })
+    return begin_run(
+        {
+            "run_id": run_id,
+            "runbook": runbook,
+            "lane": lane.name,
+            "twin": lane.twin,
+            "dry_run": dry_run,
+            "started_at": now(),
+            "finished_at": None,
+            "duration_s": None,
+            "verdict": None,
+            "failed_step": None,
+            "fix": None,
+            "output": str(output.relative_to(outputs_dir())),
+            "sha256": None,
+            "params": redact_data(params),
+            "git_commit": _git_commit(),
+            "figures": {},
+            "confirmations": [],
+            **(link or {}),
+        }
+    )
 
 
 def end_record(pending: dict, result: dict, began: float, unfinished: Optional[str] = None) -> dict:
     """Write the run's one index line (signals held meanwhile); returns the record."""
     with signals_deferred():
-        return finish_run(pending, {"finished_at": now(), "duration_s": round(time.monotonic() - began, 1), **result},
-                          unfinished)
+        return finish_run(
+            pending, {"finished_at": now(), "duration_s": round(time.monotonic() - began, 1), **result}, unfinished
+        )
 
 
-def run_runbook(runbook: str, lane_params: LaneParams, params: dict[str, Any], *, dry_run: bool = False,
-                yes: bool = False, link: Optional[dict] = None, break_lock: bool = False) -> dict:
+def run_runbook(
+    runbook: str,
+    lane_params: LaneParams,
+    params: dict[str, Any],
+    *,
+    dry_run: bool = False,
+    yes: bool = False,
+    link: Optional[dict] = None,
+    break_lock: bool = False,
+) -> dict:
     """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...).
     A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.runs.lock); refused, it leaves
     nothing behind.
@@ -290,9 +342,13 @@ def run_runbook(runbook: str, lane_params: LaneParams, params: dict[str, Any], *
     accepted = notebook_parameters(notebook) - RESERVED
     unknown = sorted(set(params) - accepted)
     if unknown:
-        raise LanebookError(f"unknown parameter(s) for {runbook}: {', '.join(unknown)} (accepted: {', '.join(sorted(accepted)) or 'none'})")
+        raise LanebookError(
+            f"unknown parameter(s) for {runbook}: {', '.join(unknown)} (accepted: {', '.join(sorted(accepted)) or 'none'})"
+        )
     if runbook in CHANGING and not lane_params.twin and not dry_run and not yes:
-        raise LanebookError(f"'{runbook}' changes the real lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands")
+        raise LanebookError(
+            f"'{runbook}' changes the real lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands"
+        )
     if "confirm" in accepted:
         params = {"confirm": yes or lane_params.twin, **params}
 
@@ -304,8 +360,16 @@ def run_runbook(runbook: str, lane_params: LaneParams, params: dict[str, Any], *
     parameters = {"lane": str(lane_params.file), "dry_run": dry_run, **params}
     try:
         # The lock outside: while the notebook runs, SIGTERM raises Interrupted here (recorded), not the lock's exit.
-        with hold_lane_pair(lane_params, runbook, pending["run_id"], needed=runbook in CHANGING and not dry_run,
-                            break_lock=break_lock), signals_raised():
+        with (
+            hold_lane_pair(
+                lane_params,
+                runbook,
+                pending["run_id"],
+                needed=runbook in CHANGING and not dry_run,
+                break_lock=break_lock,
+            ),
+            signals_raised(),
+        ):
             outcome = execute_notebook(notebook, output, parameters)
         result = run_result(outcome, output, dry_run)
     except LockRefused:
@@ -324,21 +388,34 @@ def run_runbook(runbook: str, lane_params: LaneParams, params: dict[str, Any], *
 
 def nested_row(summary: dict, link: str) -> str:
     """A nested run as one row of a runs table (its runbook, lane, verdict, failed step, and its record linked)."""
-    return ("| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"
-            f"| {summary['runbook']} | {summary['lane']} | {verdict_label(summary['verdict'])} | "
-            f"{summary['failed_step'] or ''} | [{summary['run_id']}]({link}) |")
+    return (
+        "| runbook | lane | verdict | failed step | record |\n|---|---|---|---|---|\n"
+        f"| {summary['runbook']} | {summary['lane']} | {verdict_label(summary['verdict'])} | "
+        f"{summary['failed_step'] or ''} | [{summary['run_id']}]({link}) |"
+    )
 
 
 def nested_step(rb: Runbook, runbook: str, lane: LaneParams) -> dict:
     """Run RUNBOOK on LANE as a nested run with its own record (rollback runs the rollback lane's gates), show it as
     a row linking that record, and expect its verdict to pass (dry-run in a dry run). The nested run's summary."""
     summary = run_runbook(runbook, lane, {}, dry_run=rb.dry_run, yes=True)
-    rb.record(**{f"{runbook}_verdict": summary["verdict"], f"{runbook}_run_id": summary["run_id"],
-                 f"{runbook}_output": summary["output"]})
-    rb.show(markdown=nested_row(summary, f"../{Path(summary['output']).relative_to(outputs_dir())}"))  # from outputs/LANE/
+    rb.record(
+        **{
+            f"{runbook}_verdict": summary["verdict"],
+            f"{runbook}_run_id": summary["run_id"],
+            f"{runbook}_output": summary["output"],
+        }
+    )
+    rb.show(
+        markdown=nested_row(summary, f"../{Path(summary['output']).relative_to(outputs_dir())}")
+    )  # from outputs/LANE/
     print(f"{runbook} record: {summary['output']}")
     wanted = "dry-run" if rb.dry_run else "pass"
     failed_at = f" at {summary['failed_step']}" if summary["failed_step"] else ""
-    rb.expect(summary["verdict"] == wanted, f"{lane.name}'s {runbook} verdict is {wanted}",
-              f"{summary['verdict']}{failed_at}", local=True)
+    rb.expect(
+        summary["verdict"] == wanted,
+        f"{lane.name}'s {runbook} verdict is {wanted}",
+        f"{summary['verdict']}{failed_at}",
+        local=True,
+    )
     return summary

@@ -11,6 +11,7 @@ is the operator's explicit choice. It fetches nothing from the internet (no news
 extension listing). These choices are JupyterLab setting defaults (overrides.json), so an operator's own
 settings still win; the walkthrough's layout is kept apart from other labs' (its own workspaces folder).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,8 @@ from urllib.parse import quote
 import httpx
 
 from lanebook.base.errors import LanebookError
-from lanebook.lane.params import load_lane
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
+from lanebook.lane.params import load_lane
 from lanebook.lane.plugins import prepare_lane
 
 HOST = "127.0.0.1"
@@ -57,11 +58,22 @@ def write_setting_defaults(app_settings_dir: Path) -> Path:
 
 def lab_command(root: Path, port: int, state_dir: Path, *, as_root: bool) -> list[str]:
     """The JupyterLab server's command line (the token is not on it: see lab_env)."""
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
-               "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}", "--ServerApp.password=",
-               f"--LabApp.app_settings_dir={state_dir / 'app-settings'}", f"--LabApp.workspaces_dir={state_dir / 'workspaces'}",
-               "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               "--LabApp.extension_manager=readonly"]
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--ServerApp.ip={HOST}",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        "--ServerApp.password=",
+        f"--LabApp.app_settings_dir={state_dir / 'app-settings'}",
+        f"--LabApp.workspaces_dir={state_dir / 'workspaces'}",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.extension_manager=readonly",
+    ]
     return command + (["--allow-root"] if as_root else [])
 
 
@@ -79,7 +91,9 @@ def lab_url(port: int, token: str, notebook: Optional[str] = None) -> str:
 def port_free(port: int) -> bool:
     """Can a server listen on HOST:port now?"""
     with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: a closed port's TIME_WAIT is free
+        s.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # as the server binds: a closed port's TIME_WAIT is free
         try:
             s.bind((HOST, port))
         except OSError:
@@ -118,8 +132,9 @@ def _log_tail(log: Path, lines: int = 15) -> str:
         return "(no log)"
 
 
-def start_lab(root: Path = RUNBOOKS_DIR, port: int = DEFAULT_PORT, state_dir: Path = STATE_DIR,
-              timeout_s: float = START_TIMEOUT_S) -> Lab:
+def start_lab(
+    root: Path = RUNBOOKS_DIR, port: int = DEFAULT_PORT, state_dir: Path = STATE_DIR, timeout_s: float = START_TIMEOUT_S
+) -> Lab:
     """Start JupyterLab on HOST:port in `root` and return once its API answers with our token."""
     if not port_free(port):
         raise LanebookError(f"port {port} on {HOST} is in use: give another with --port N")
@@ -127,22 +142,33 @@ def start_lab(root: Path = RUNBOOKS_DIR, port: int = DEFAULT_PORT, state_dir: Pa
     (state_dir / "workspaces").mkdir(parents=True, exist_ok=True)
     log, token = state_dir / "jupyterlab.log", secrets.token_hex(24)
     with log.open("w") as out:
-        process = subprocess.Popen(lab_command(Path(root).resolve(), port, state_dir, as_root=os.geteuid() == 0),
-                                   env=lab_env(token), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   cwd=root, start_new_session=True)  # Ctrl-C reaches us; we stop it
+        process = subprocess.Popen(
+            lab_command(Path(root).resolve(), port, state_dir, as_root=os.geteuid() == 0),
+            env=lab_env(token),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=root,
+            start_new_session=True,
+        )  # Ctrl-C reaches us; we stop it
     lab = Lab(process, Path(root).resolve(), port, token, log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            if httpx.get(f"http://{HOST}:{port}/api/status", headers={"Authorization": f"token {token}"},
-                         timeout=2).status_code == 200:
+            if (
+                httpx.get(
+                    f"http://{HOST}:{port}/api/status", headers={"Authorization": f"token {token}"}, timeout=2
+                ).status_code
+                == 200
+            ):
                 return lab
         except httpx.TransportError:
             pass
         time.sleep(0.5)
     lab.stop()
-    raise LanebookError(f"JupyterLab did not answer on {HOST}:{port} within {timeout_s:.0f} s; "
-                        f"its log ({log}) ends:\n{_log_tail(log)}")
+    raise LanebookError(
+        f"JupyterLab did not answer on {HOST}:{port} within {timeout_s:.0f} s; its log ({log}) ends:\n{_log_tail(log)}"
+    )
 
 
 def run_lab(port: int = DEFAULT_PORT) -> int:
@@ -152,9 +178,12 @@ def run_lab(port: int = DEFAULT_PORT) -> int:
     prepare_lane(load_lane(DEFAULT_LANE))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # a `kill` stops JupyterLab as Ctrl-C does
     lab = start_lab(port=port)
-    print(f"JupyterLab (lane {DEFAULT_LANE} by default) on the runbooks: {lab.url()}\n"
-          f"open launch.ipynb and Run > Run All Cells; a run here keeps no record (use `lanebook run` for one);\n"
-          f"Ctrl-C stops JupyterLab (the twin stays up: `lanebook twin down`). Log: {lab.log}", flush=True)
+    print(
+        f"JupyterLab (lane {DEFAULT_LANE} by default) on the runbooks: {lab.url()}\n"
+        f"open launch.ipynb and Run > Run All Cells; a run here keeps no record (use `lanebook run` for one);\n"
+        f"Ctrl-C stops JupyterLab (the twin stays up: `lanebook twin down`). Log: {lab.log}",
+        flush=True,
+    )
     try:
         return lab.process.wait()
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ Nested runs: the holder exports its claim (LOCK_CLAIM_ENV), so a runbook run ins
 diagnose's relaunch, which run in papermill kernels that inherit the environment) finds the lock held with
 its own claim and goes ahead without taking or releasing it.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -41,10 +42,10 @@ from typing import Callable, Iterator, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import utc_stamp
-from lanebook.nodes.ssh import Lane, Node, NodeError, q
+from lanebook.base.processes import process_alive
 from lanebook.lane.params import LaneParams
 from lanebook.lane.plugins import prepare_lane
-from lanebook.base.processes import process_alive
+from lanebook.nodes.ssh import Lane, Node, NodeError, q
 
 LOCK_DIR = "~/.lanebook"
 LOCK_FILE = f"{LOCK_DIR}/lane-pair.lock"
@@ -90,14 +91,23 @@ class Holder:
             return None
 
     def describe(self) -> str:
-        return (f"{self.user}@{self.host} (pid {self.pid}) running {self.runbook} on lane {self.lane}, "
-                f"run id {self.run_id}, since {self.since}")
+        return (
+            f"{self.user}@{self.host} (pid {self.pid}) running {self.runbook} on lane {self.lane}, "
+            f"run id {self.run_id}, since {self.since}"
+        )
 
 
 def new_holder(lane: str, runbook: str, run_id: str) -> Holder:
-    return Holder(claim=uuid.uuid4().hex, user=getpass.getuser(), host=socket.gethostname(), pid=os.getpid(),
-                  runbook=runbook, run_id=run_id, lane=lane,
-                  since=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"))
+    return Holder(
+        claim=uuid.uuid4().hex,
+        user=getpass.getuser(),
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        runbook=runbook,
+        run_id=run_id,
+        lane=lane,
+        since=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+    )
 
 
 @dataclass(frozen=True)
@@ -139,17 +149,22 @@ def stale_reason(found: Found, local_host: str, pid_alive: Callable[[int], bool]
 
 def take_command(holder: Holder) -> str:
     """Create the lock whole (temp file + hard link), or list the one there: head time, mtime, record."""
-    return (f"umask 077; mkdir -p {LOCK_DIR} && t=$(mktemp {LOCK_DIR}/.lane-pair.XXXXXX) && "
-            f"printf '%s\\n' {q(holder.to_json())} > \"$t\" && "
-            f"if ln \"$t\" {LOCK_FILE} 2>/dev/null; then rm -f \"$t\"; echo {TAKEN}; "
-            f"else rm -f \"$t\"; date +%s; stat -c %Y {LOCK_FILE} 2>/dev/null && cat {LOCK_FILE}; true; fi")
+    return (
+        f"umask 077; mkdir -p {LOCK_DIR} && t=$(mktemp {LOCK_DIR}/.lane-pair.XXXXXX) && "
+        f"printf '%s\\n' {q(holder.to_json())} > \"$t\" && "
+        f'if ln "$t" {LOCK_FILE} 2>/dev/null; then rm -f "$t"; echo {TAKEN}; '
+        f'else rm -f "$t"; date +%s; stat -c %Y {LOCK_FILE} 2>/dev/null && cat {LOCK_FILE}; true; fi'
+    )
 
 
 def break_command(found: Found, stamp: str) -> str:
     """Move a stale lock aside, kept, if it is still the one judged stale: the same claim, or for an unreadable
     record the same mtime."""
-    same = (f"grep -qF {q(found.holder.claim)} {LOCK_FILE}" if found.holder
-            else f"[ \"$(stat -c %Y {LOCK_FILE})\" = {found.mtime} ]")
+    same = (
+        f"grep -qF {q(found.holder.claim)} {LOCK_FILE}"
+        if found.holder
+        else f'[ "$(stat -c %Y {LOCK_FILE})" = {found.mtime} ]'
+    )
     return f"{same} && mv {LOCK_FILE} {LOCK_FILE}.broken-{stamp}"
 
 
@@ -173,8 +188,9 @@ def take(head: Node, holder: Holder, *, break_lock: bool = False, inherited: Opt
         try:
             out = head.run(take_command(holder), timeout=30).stdout
         except NodeError as exc:
-            raise LockRefused(f"cannot take the lock of the lane pair whose head is {head.address}, so nothing was run: "
-                              f"{exc}") from None
+            raise LockRefused(
+                f"cannot take the lock of the lane pair whose head is {head.address}, so nothing was run: {exc}"
+            ) from None
         where = f"the lane pair whose head is {head.address}"  # as the connection resolved it
         if out.strip() == TAKEN:
             return holder
@@ -188,14 +204,20 @@ def take(head: Node, holder: Holder, *, break_lock: bool = False, inherited: Opt
             extra = " (--break-lock breaks only a stale lock)" if break_lock else ""
             raise LockRefused(f"{where} is locked by {found.describe()}{extra}: wait for that run to end")
         if not break_lock:
-            raise LockRefused(f"{where} has a stale lock: {found.describe()}; {reason}. If that run is dead, "
-                              f"add --break-lock to break it (its record is kept on the head)")
+            raise LockRefused(
+                f"{where} has a stale lock: {found.describe()}; {reason}. If that run is dead, "
+                f"add --break-lock to break it (its record is kept on the head)"
+            )
         stamp = utc_stamp() + f"-{holder.claim[:8]}"
         if head.run(break_command(found, stamp), check=False, timeout=30).ok:
-            _say(f"broke the stale lock of {where}: {found.describe()}; {reason}; "
-                 f"its record is kept there as {LOCK_FILE}.broken-{stamp}")
-    raise LockRefused(f"could not take the lock of the lane pair whose head is {head.address} in {ATTEMPTS} attempts: "
-                      "other runs keep taking and releasing it")
+            _say(
+                f"broke the stale lock of {where}: {found.describe()}; {reason}; "
+                f"its record is kept there as {LOCK_FILE}.broken-{stamp}"
+            )
+    raise LockRefused(
+        f"could not take the lock of the lane pair whose head is {head.address} in {ATTEMPTS} attempts: "
+        "other runs keep taking and releasing it"
+    )
 
 
 class _Heartbeat(threading.Thread):
@@ -213,8 +235,10 @@ class _Heartbeat(threading.Thread):
                 _say(f"could not refresh the lane pair's lock on {self.head.alias}: {exc}")
                 continue
             if not beat.ok:
-                _say(f"the lane pair's lock on {self.head.alias} is no longer this run's (it was broken); "
-                     f"another run may be acting on the pair")
+                _say(
+                    f"the lane pair's lock on {self.head.alias} is no longer this run's (it was broken); "
+                    f"another run may be acting on the pair"
+                )
                 return
 
     def stop(self) -> None:

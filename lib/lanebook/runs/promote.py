@@ -13,6 +13,7 @@ A new promotion of a lane with a rollback lane first fingerprints that lane's ch
 node and keeps the fingerprint in its first record: the `rollback` runbook compares against it, so a
 promotion that touched the rollback lane ("keep the rollback lane boring") is caught before it is needed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,9 +22,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, load_lane
-from lanebook.base import paths
 
 MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
 
@@ -79,18 +80,24 @@ def plan_resume(runs: list[dict], lane: str, digest: dict[str, str], *, dry_run:
     ours = [r for r in runs if r.get("promotion_id") and r["lane"] == lane and bool(r.get("dry_run")) == dry_run]
     if not ours:
         kind = "dry-run promotion" if dry_run else "promotion"
-        raise LanebookError(f"--resume: no earlier {kind} of lane {lane} is recorded; run `lanebook promote --lane {lane}` first")
+        raise LanebookError(
+            f"--resume: no earlier {kind} of lane {lane} is recorded; run `lanebook promote --lane {lane}` first"
+        )
     promotion_id = ours[-1]["promotion_id"]
     chain = [r for r in ours if r["promotion_id"] == promotion_id]
     passed = "dry-run" if dry_run else "pass"
     latest = {r["runbook"]: r for r in chain}  # the last run of each runbook in this promotion
     start = next((i for i, name in enumerate(MAIN_JOB) if latest.get(name, {}).get("verdict") != passed), None)
     if start is None:
-        raise LanebookError(f"--resume: promotion {promotion_id} of lane {lane} already passed every runbook; "
-                            f"start a new one without --resume")
+        raise LanebookError(
+            f"--resume: promotion {promotion_id} of lane {lane} already passed every runbook; "
+            f"start a new one without --resume"
+        )
     reason = f"resuming promotion {promotion_id} at {MAIN_JOB[start]}"
     # A runbook that passed before a lane edit is repeated when the edit feeds it, with every runbook after it.
-    edited = {part for r in chain if r["runbook"] in MAIN_JOB[:start] for part in changed_parts(r.get("lane_digest"), digest)}
+    edited = {
+        part for r in chain if r["runbook"] in MAIN_JOB[:start] for part in changed_parts(r.get("lane_digest"), digest)
+    }
     restart = min((MAIN_JOB.index(PART_RESTARTS_AT[part]) for part in edited), default=start)
     if restart < start:
         start = restart
@@ -132,10 +139,17 @@ class Promotion:
         return line + f"; when it is fixed: lanebook promote --lane {lane} --resume"
 
 
-def promote(params: LaneParams, *, resume: bool = False, dry_run: bool = False, yes: bool = False,
-            break_lock: bool = False, on_plan: Callable[[Plan], None] = lambda plan: None,
-            on_start: Callable[[str], None] = lambda name: None,
-            on_record: Callable[[dict], None] = lambda record: None) -> Promotion:
+def promote(
+    params: LaneParams,
+    *,
+    resume: bool = False,
+    dry_run: bool = False,
+    yes: bool = False,
+    break_lock: bool = False,
+    on_plan: Callable[[Plan], None] = lambda plan: None,
+    on_start: Callable[[str], None] = lambda name: None,
+    on_record: Callable[[dict], None] = lambda record: None,
+) -> Promotion:
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
     the command starts, is the lane every runbook runs on."""
@@ -147,7 +161,9 @@ def promote(params: LaneParams, *, resume: bool = False, dry_run: bool = False, 
     if missing:
         raise LanebookError(f"the main job is incomplete: runbook(s) {', '.join(missing)} not written yet")
     if not params.twin and not dry_run and not yes:
-        raise LanebookError(f"promote changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands")
+        raise LanebookError(
+            f"promote changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
+        )
     digest = lane_digest(params)
     plan = plan_resume(read_runs(), params.name, digest, dry_run=dry_run) if resume else new_plan()
     on_plan(plan)
@@ -172,8 +188,8 @@ def rollback_reference(params: LaneParams) -> dict:
     """The rollback lane's fingerprint as the promotion's first record keeps it (nothing when the lane has none)."""
     if not params.rollback:
         return {}
-    from lanebook.nodes.ssh import Lane
     from lanebook.lane.plugins import prepare_lane
+    from lanebook.nodes.ssh import Lane
     from lanebook.ops.rollback import FINGERPRINT_FIGURE, fingerprint, rollback_target
 
     target = rollback_target(params)

@@ -8,6 +8,7 @@ the records themselves are never touched. Plugins add pages (registry().book_pag
 Strict builds (tests, `lanebook book --strict`) fail on any Sphinx warning, on a broken internal link or
 anchor, and on anything the site would load from the internet (lanebook.site.bookcheck).
 """
+
 from __future__ import annotations
 
 import re
@@ -21,18 +22,18 @@ from typing import Optional
 
 import nbformat
 
+from lanebook.base.errors import LanebookError
+from lanebook.base.paths import BOOK_DIR, RUNBOOKS_DIR
+from lanebook.base.redact import redact
+from lanebook.lane.params import lane_names, load_lane
+from lanebook.lane.plugins import registry
+from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.runs.audit import read_runs
+from lanebook.runs.execute import RUNBOOKS, read_verdict
 from lanebook.site.bookcheck import check_site
 from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, trail
 from lanebook.site.pages.notebook import notebook_title, page_notebook
 from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
-from lanebook.base.errors import LanebookError
-from lanebook.runs.execute import RUNBOOKS, read_verdict
-from lanebook.lane.params import lane_names, load_lane
-from lanebook.base.paths import BOOK_DIR, RUNBOOKS_DIR
-from lanebook.recipe.pitfalls import PITFALLS
-from lanebook.lane.plugins import registry
-from lanebook.base.redact import redact
 from lanebook.speed.baseline import stored_baseline
 
 # Staged book sources copied as they are: the configuration and the site's own style sheet.
@@ -76,7 +77,9 @@ def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None
     entries = []
     for name in lane_names():
         lane = load_lane(name)
-        entries.append(speed.LaneSpeed(name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name)))
+        entries.append(
+            speed.LaneSpeed(name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name))
+        )
     text, pictures = speed.speed_page(entries, twin_page=twin_page)
     (stage / "speed.md").write_text(text)
     for file, png in pictures.items():
@@ -96,7 +99,9 @@ def stage_book(stage: Path) -> None:
     (stage / "lanes.md").write_text(lanes.lanes_page(all_lanes, reference))
     runs = published_runs(read_runs())
     recipe_docs = _stage_recipe(stage, runs)
-    sources = {name: [c.source for c in nbformat.read(path, as_version=4).cells] for name, path in _runbook_sources().items()}
+    sources = {
+        name: [c.source for c in nbformat.read(path, as_version=4).cells] for name, path in _runbook_sources().items()
+    }
     steps = pitfalls.pitfall_steps(sources, [p.id for p in PITFALLS])
     (stage / "pitfalls.md").write_text(pitfalls.pitfalls_page(steps, set(_runbook_sources())))
     plugin_pages = registry().book_pages
@@ -104,9 +109,16 @@ def stage_book(stage: Path) -> None:
         (stage / f"{name}.md").write_text(render())
     _stage_speed(stage, runs, twin_page="twin" in plugin_pages)
     _stage_trail(stage, runs)
-    toc = ["format: jb-book", "root: index", "parts:",
-           "  - caption: Recipe", "    chapters:"] + [f"      - file: {d}" for d in recipe_docs]
-    toc += ["  - caption: Reference", "    chapters:", "      - file: lanes", "      - file: pitfalls", "      - file: speed"]
+    toc = ["format: jb-book", "root: index", "parts:", "  - caption: Recipe", "    chapters:"] + [
+        f"      - file: {d}" for d in recipe_docs
+    ]
+    toc += [
+        "  - caption: Reference",
+        "    chapters:",
+        "      - file: lanes",
+        "      - file: pitfalls",
+        "      - file: speed",
+    ]
     if plugin_pages:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
@@ -147,15 +159,20 @@ def build_book(out: Optional[Path] = None, strict: bool = False) -> BuiltSite:
 def show_warnings(site: BuiltSite, limit: int = 12) -> None:
     """On stderr: how many warnings a build that was not strict had, and the first of them."""
     if site.warnings:
-        print(f"book: {len(site.warnings)} Sphinx warning(s) (`lanebook book --strict` fails on them):", file=sys.stderr)
+        print(
+            f"book: {len(site.warnings)} Sphinx warning(s) (`lanebook book --strict` fails on them):", file=sys.stderr
+        )
         for line in site.warnings[:limit]:
             print(f"  {line}", file=sys.stderr)
 
 
 def sphinx_problems(log: str) -> list[str]:
     """Sphinx's warnings and errors in a build log, their staged paths shortened to the page."""
-    return [re.sub(r"^\S*lanebook-book-[^/]+/", "", line) for line in log.strip().splitlines()
-            if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Error:|Exception:", line)]
+    return [
+        re.sub(r"^\S*lanebook-book-[^/]+/", "", line)
+        for line in log.strip().splitlines()
+        if re.search(r"\b(WARNING|ERROR|CRITICAL)\b|Error:|Exception:", line)
+    ]
 
 
 def build_problems(log: str, limit: int = 12) -> str:
@@ -167,7 +184,11 @@ def build_problems(log: str, limit: int = 12) -> str:
 def _refuse_secrets(stage: Path) -> None:
     """Nothing is published when a page source holds what redaction would hide: an HF token, API key,
     bearer token, private key or password must never reach a published page."""
-    leaked = [p.relative_to(stage) for p in sorted(stage.rglob("*")) if p.suffix in (".md", ".ipynb", ".yml")
-              and redact(p.read_text(errors="ignore")) != p.read_text(errors="ignore")]
+    leaked = [
+        p.relative_to(stage)
+        for p in sorted(stage.rglob("*"))
+        if p.suffix in (".md", ".ipynb", ".yml")
+        and redact(p.read_text(errors="ignore")) != p.read_text(errors="ignore")
+    ]
     if leaked:
         raise LanebookError(f"refusing to publish: {', '.join(map(str, leaked[:3]))} looks like it holds a secret")

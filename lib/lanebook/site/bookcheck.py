@@ -6,6 +6,7 @@ link href, img src, iframe src, …), in a style attribute or <style>, or in a C
 problem. A link (a href) to another site loads nothing and is allowed. `page_refs` and `css_loads` are pure
 (text in, references out); `check_site` walks a built site and names each problem.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,20 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 # (tag, attribute) pairs that make a browser fetch something as the page loads.
-LOADING = {("script", "src"), ("link", "href"), ("img", "src"), ("iframe", "src"), ("source", "src"), ("video", "src"),
-           ("audio", "src"), ("embed", "src"), ("object", "data"), ("input", "src"), ("track", "src"), ("image", "href")}
+LOADING = {
+    ("script", "src"),
+    ("link", "href"),
+    ("img", "src"),
+    ("iframe", "src"),
+    ("source", "src"),
+    ("video", "src"),
+    ("audio", "src"),
+    ("embed", "src"),
+    ("object", "data"),
+    ("input", "src"),
+    ("track", "src"),
+    ("image", "href"),
+}
 LINKING = {("a", "href"), ("area", "href")}
 CSS_URL = re.compile(r"""@import\s+(?:url\()?\s*['"]?([^'")\s;]+)|url\(\s*['"]?([^'")]+?)['"]?\s*\)""", re.I)
 NOT_FILES = ("mailto:", "javascript:", "data:", "tel:", "about:")
@@ -87,8 +100,11 @@ def _resolve(page: Path, url: str) -> tuple[Path, str]:
 def check_site(root: Path) -> list[str]:
     """Each broken internal link or anchor and each external load of the site under ROOT, as one line."""
     root = Path(root).resolve()
-    pages = {path.resolve(): page_refs(path.read_text(errors="replace")) for path in sorted(root.rglob("*.html"))
-             if path.relative_to(root).parts[0] != "_static"}  # the theme's template macros there are no pages
+    pages = {
+        path.resolve(): page_refs(path.read_text(errors="replace"))
+        for path in sorted(root.rglob("*.html"))
+        if path.relative_to(root).parts[0] != "_static"
+    }  # the theme's template macros there are no pages
     problems = []
     for page, refs in pages.items():
         where = page.relative_to(root)

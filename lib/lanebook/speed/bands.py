@@ -5,6 +5,7 @@ MIN_TRIALS trials make it incomplete, and every table and verdict says so. Verdi
 with a stated relative tolerance. Inputs are speed documents: the JSON `lanebook speed --json` writes
 (runs and bands), so an earlier run, a lane's stored bands and a fresh run are compared alike.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,13 @@ from lanebook.base.errors import LanebookError
 
 MIN_TRIALS = 3
 DEFAULT_TOLERANCE = 0.05
-BAND_FIGURES = ("mean_stream_decode_tok_s", "wall_aggregate_tok_s", "ttft_s_median", "acceptance_rate", "mean_acceptance_length")
+BAND_FIGURES = (
+    "mean_stream_decode_tok_s",
+    "wall_aggregate_tok_s",
+    "ttft_s_median",
+    "acceptance_rate",
+    "mean_acceptance_length",
+)
 VERDICT_FIGURES = ("mean_stream_decode_tok_s", "wall_aggregate_tok_s")  # higher is better for both
 BASELINES_DIR = Path(__file__).resolve().parent / "baselines"
 Cell = tuple[str, int]  # (workload, concurrency)
@@ -40,11 +47,15 @@ def bands_from_runs(runs: list[dict], workload: str) -> list[dict]:
         }
         for figure in BAND_FIGURES:
             values = pd.to_numeric(group[figure], errors="coerce").dropna()
-            band[figure] = None if values.empty else {
-                "median": round(float(values.median()), 4),
-                "min": round(float(values.min()), 4),
-                "max": round(float(values.max()), 4),
-            }
+            band[figure] = (
+                None
+                if values.empty
+                else {
+                    "median": round(float(values.median()), 4),
+                    "min": round(float(values.min()), 4),
+                    "max": round(float(values.max()), 4),
+                }
+            )
         bands.append(band)
     return bands
 
@@ -120,8 +131,13 @@ class Comparison:
         return pd.DataFrame([c.__dict__ for c in self.cells])
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "tolerance": self.tolerance, "verdict": self.verdict,
-                "complete": self.complete, "cells": [c.__dict__ for c in self.cells]}
+        return {
+            "kind": self.kind,
+            "tolerance": self.tolerance,
+            "verdict": self.verdict,
+            "complete": self.complete,
+            "cells": [c.__dict__ for c in self.cells],
+        }
 
     def summary(self) -> str:
         worse = [c for c in self.cells if c.verdict == "worse"]
@@ -141,13 +157,24 @@ def _judge(figure: str, cell: Cell, cur: Optional[dict], base: Optional[dict], t
     trials = (cur or {}).get("trials", 0)
     base_trials = (base or {}).get("trials", 0)
     if not cur_fig or not base_fig or not base_fig["median"]:
-        return CellVerdict(cell[0], cell[1], figure, cur_fig and cur_fig["median"], base_fig and base_fig["median"],
-                           None, "missing", None, trials, base_trials)
+        return CellVerdict(
+            cell[0],
+            cell[1],
+            figure,
+            cur_fig and cur_fig["median"],
+            base_fig and base_fig["median"],
+            None,
+            "missing",
+            None,
+            trials,
+            base_trials,
+        )
     change = cur_fig["median"] / base_fig["median"] - 1
     verdict = "better" if change > tolerance else "worse" if change < -tolerance else "within"
     overlap = cur_fig["min"] <= base_fig["max"] and base_fig["min"] <= cur_fig["max"]
-    return CellVerdict(cell[0], cell[1], figure, cur_fig["median"], base_fig["median"], change, verdict, overlap,
-                       trials, base_trials)
+    return CellVerdict(
+        cell[0], cell[1], figure, cur_fig["median"], base_fig["median"], change, verdict, overlap, trials, base_trials
+    )
 
 
 def compare_to_baseline(current: list[dict], baseline: list[dict], tolerance: float = DEFAULT_TOLERANCE) -> Comparison:
@@ -156,13 +183,17 @@ def compare_to_baseline(current: list[dict], baseline: list[dict], tolerance: fl
     cur_cells, cur_tokens = _cells(current)
     base_cells, base_tokens = _cells(baseline)
     if cur_tokens != base_tokens:
-        raise LanebookError(f"not comparable: max_tokens {sorted(cur_tokens, key=str)} against the baseline's {sorted(base_tokens, key=str)}")
+        raise LanebookError(
+            f"not comparable: max_tokens {sorted(cur_tokens, key=str)} against the baseline's {sorted(base_tokens, key=str)}"
+        )
     verdicts = [
         _judge(figure, cell, cur_cells[cell], base_cells.get(cell), tolerance)
         for cell in sorted(cur_cells)
         for figure in VERDICT_FIGURES
     ]
-    complete = all(band["complete"] for band in cur_cells.values()) and not any(v.verdict == "missing" for v in verdicts)
+    complete = all(band["complete"] for band in cur_cells.values()) and not any(
+        v.verdict == "missing" for v in verdicts
+    )
     if any(v.verdict == "worse" for v in verdicts) or any(band["errors"] for band in cur_cells.values()):
         verdict = "fail"
     elif not complete:
@@ -186,7 +217,9 @@ def ab_canary(a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE
         only = sorted(set(a_cells) ^ set(b_cells))
         raise LanebookError(f"A/B canary is not matched: cells {only} are measured on one side only")
     if a_tokens != b_tokens or len(a_tokens) != 1:
-        raise LanebookError(f"A/B canary is not matched: max_tokens differ (A {sorted(a_tokens, key=str)}, B {sorted(b_tokens, key=str)})")
+        raise LanebookError(
+            f"A/B canary is not matched: max_tokens differ (A {sorted(a_tokens, key=str)}, B {sorted(b_tokens, key=str)})"
+        )
     verdicts = [
         _judge(figure, cell, b_cells[cell], a_cells[cell], tolerance)
         for cell in sorted(a_cells)
@@ -230,14 +263,20 @@ def plot_bands(documents: list[dict], path: str | Path, title: str = "") -> Path
     fig, axes = plt.subplots(2, len(workloads), figsize=(4.5 * len(workloads), 6.5), squeeze=False)
     for col, workload in enumerate(workloads):
         rows = frame[frame["workload"] == workload].sort_values("concurrency")
-        for row, (figure, label) in enumerate([("mean_stream_decode_tok_s", "stream decode tok/s"),
-                                               ("wall_aggregate_tok_s", "aggregate tok/s")]):
+        for row, (figure, label) in enumerate(
+            [("mean_stream_decode_tok_s", "stream decode tok/s"), ("wall_aggregate_tok_s", "aggregate tok/s")]
+        ):
             ax = axes[row][col]
             ax.fill_between(rows["concurrency"], rows[f"{figure}.min"], rows[f"{figure}.max"], alpha=0.25)
             ax.plot(rows["concurrency"], rows[f"{figure}.median"], marker="o")
             for _, r in rows[~rows["complete"]].iterrows():
-                ax.annotate(f"{r['trials']} trial(s): incomplete", (r["concurrency"], r[f"{figure}.median"]),
-                            fontsize=7, textcoords="offset points", xytext=(4, 4))
+                ax.annotate(
+                    f"{r['trials']} trial(s): incomplete",
+                    (r["concurrency"], r[f"{figure}.median"]),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                )
             ax.set_xlabel("concurrent streams (C)")
             ax.set_ylabel(label)
             ax.set_xticks(list(rows["concurrency"]))
@@ -251,8 +290,9 @@ def plot_bands(documents: list[dict], path: str | Path, title: str = "") -> Path
     return path
 
 
-def plot_history(history: list[tuple[str, list[dict]]], path: str | Path,
-                 figure: str = "wall_aggregate_tok_s", title: str = "") -> Path:
+def plot_history(
+    history: list[tuple[str, list[dict]]], path: str | Path, figure: str = "wall_aggregate_tok_s", title: str = ""
+) -> Path:
     """A figure's band per (workload, C) across runs: history is [(run label, speed documents), ...]."""
     import matplotlib
 
@@ -265,9 +305,14 @@ def plot_history(history: list[tuple[str, list[dict]]], path: str | Path,
     frame = pd.concat(frames, ignore_index=True)
     for (workload, concurrency), rows in frame.groupby(["workload", "concurrency"], sort=True):
         median = rows[f"{figure}.median"].astype(float)
-        ax.errorbar(rows["run"], median,
-                    yerr=[median - rows[f"{figure}.min"].astype(float), rows[f"{figure}.max"].astype(float) - median],
-                    marker="o", capsize=3, label=f"{workload} C{concurrency}")
+        ax.errorbar(
+            rows["run"],
+            median,
+            yerr=[median - rows[f"{figure}.min"].astype(float), rows[f"{figure}.max"].astype(float) - median],
+            marker="o",
+            capsize=3,
+            label=f"{workload} C{concurrency}",
+        )
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     ax.set_ylabel(figure)
     ax.grid(alpha=0.3)

@@ -11,6 +11,7 @@ baseline's median, or any failed request, fails it. Otherwise the figures are sh
 and the judgement says why it did not judge: "different setup", "setup not established" (a fact one side
 did not record), "not comparable".
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,13 @@ def load_baseline(path: str | Path) -> Baseline:
     data = read_baseline_file(path)
     if not isinstance(data.get("provenance"), dict):
         raise LanebookError(f"{path}: a baseline needs its provenance (the setup its figures were measured on)")
-    return Baseline(str(data.get("lane", "")), str(data.get("source", "")), Provenance.from_json(data["provenance"]),
-                    data["documents"], path)
+    return Baseline(
+        str(data.get("lane", "")),
+        str(data.get("source", "")),
+        Provenance.from_json(data["provenance"]),
+        data["documents"],
+        path,
+    )
 
 
 def stored_baseline(lane: str) -> Optional[Baseline]:
@@ -85,7 +91,9 @@ def baseline_json(documents: list[dict], provenance: Provenance, source: str) ->
         if any(band["errors"] for band in bands):
             raise LanebookError(f"not a baseline: requests of workload {doc['workload']} failed")
         if not bands or not all(band["complete"] for band in bands):
-            raise LanebookError(f"not a baseline: workload {doc['workload']} has bands of fewer than {MIN_TRIALS} trials")
+            raise LanebookError(
+                f"not a baseline: workload {doc['workload']} has bands of fewer than {MIN_TRIALS} trials"
+            )
         if bool(doc.get("twin")) != provenance.twin:
             raise LanebookError(f"workload {doc['workload']}: its twin flag disagrees with the provenance's")
     return {"lane": provenance.lane, "source": source, "provenance": provenance.to_json(), "documents": documents}
@@ -99,8 +107,10 @@ def baseline_text(data: dict) -> str:
         meta = json.dumps({k: v for k, v in doc.items() if k not in ("runs", "bands")})[1:-1]
         runs = ",\n".join("      " + json.dumps(run) for run in doc["runs"])
         documents.append(f'    {{{meta}, "runs": [\n{runs}\n    ]}}')
-    return (f'{{\n  "lane": {json.dumps(data["lane"])},\n  "source": {json.dumps(data["source"])},\n'
-            f'  "provenance": {provenance},\n  "documents": [\n' + ",\n".join(documents) + "\n  ]\n}\n")
+    return (
+        f'{{\n  "lane": {json.dumps(data["lane"])},\n  "source": {json.dumps(data["source"])},\n'
+        f'  "provenance": {provenance},\n  "documents": [\n' + ",\n".join(documents) + "\n  ]\n}\n"
+    )
 
 
 def write_baseline(path: str | Path, documents: list[dict], provenance: Provenance, source: str) -> Path:
@@ -138,10 +148,14 @@ class Judgement:
         return f"{self.verdict}: {self.reason}"
 
     def to_json(self) -> dict:
-        return {"verdict": self.verdict, "reason": self.reason, "tolerance": self.tolerance,
-                "setup": self.setup.to_json() if self.setup else None,
-                "comparison": self.comparison.to_json() if self.comparison else None,
-                "baseline_source": self.baseline_source}
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "tolerance": self.tolerance,
+            "setup": self.setup.to_json() if self.setup else None,
+            "comparison": self.comparison.to_json() if self.comparison else None,
+            "baseline_source": self.baseline_source,
+        }
 
 
 def counterpart(baseline: Optional[Baseline], document: dict) -> Optional[dict]:
@@ -156,23 +170,37 @@ def _comparable(documents: list[dict], baseline: Baseline) -> list[str]:
     for doc in documents:
         stored = baseline.document(doc["workload"])
         if stored is not None and counterpart(baseline, doc) is None:
-            problems.append(f"{doc['workload']}: max_tokens {doc.get('max_tokens')} here, {stored.get('max_tokens')} in the baseline")
+            problems.append(
+                f"{doc['workload']}: max_tokens {doc.get('max_tokens')} here, {stored.get('max_tokens')} in the baseline"
+            )
     if not any(baseline.document(doc["workload"]) for doc in documents):
-        problems.append(f"no workload in common (measured {', '.join(d['workload'] for d in documents)}; "
-                        f"the baseline has {', '.join(baseline.workloads)})")
+        problems.append(
+            f"no workload in common (measured {', '.join(d['workload'] for d in documents)}; "
+            f"the baseline has {', '.join(baseline.workloads)})"
+        )
     return problems
 
 
-def judge(documents: list[dict], provenance: Provenance, baseline: Optional[Baseline],
-          tolerance: float = BASELINE_TOLERANCE) -> Judgement:
+def judge(
+    documents: list[dict], provenance: Provenance, baseline: Optional[Baseline], tolerance: float = BASELINE_TOLERANCE
+) -> Judgement:
     """The run's speed documents against the baseline's, under the rule of this module's docstring."""
     if baseline is None:
         return Judgement(NO_BASELINE, f"lane {provenance.lane} has no stored baseline", tolerance)
     setup = compare_setups(provenance, baseline.provenance)
     problems = _comparable(documents, baseline)
-    comparison = None if problems else compare_to_baseline(
-        documents, [d for d in baseline.documents if d["workload"] in {doc["workload"] for doc in documents}], tolerance)
-    reasons = ([] if setup.same else [setup.summary()]) + (["not comparable: " + "; ".join(problems)] if problems else [])
+    comparison = (
+        None
+        if problems
+        else compare_to_baseline(
+            documents,
+            [d for d in baseline.documents if d["workload"] in {doc["workload"] for doc in documents}],
+            tolerance,
+        )
+    )
+    reasons = ([] if setup.same else [setup.summary()]) + (
+        ["not comparable: " + "; ".join(problems)] if problems else []
+    )
     if reasons:
         return Judgement(NOT_JUDGED, "; ".join(reasons), tolerance, setup, comparison, baseline.source)
     return Judgement(comparison.verdict, setup.summary(), tolerance, setup, comparison, baseline.source)

@@ -11,6 +11,7 @@ wave starts, the body is read from the transport's stamped reads (no httpx gener
 block), events go straight to the C json scanner, the garbage collector waits between waves, and
 the event loop is uvloop's when installed.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,19 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterator, Mapping, O
 import httpx
 
 from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, spec_decode_delta, wait_idle
-from lanebook.speed.records import (CONTENT, CONTENT_KINDS, OTHER, REASONING, ROLE, STAMP_LOOP, TOOL_CALLS, USAGE, ChunkArrival,
-                      RequestRecord, WaveRecord)
+from lanebook.speed.records import (
+    CONTENT,
+    CONTENT_KINDS,
+    OTHER,
+    REASONING,
+    ROLE,
+    STAMP_LOOP,
+    TOOL_CALLS,
+    USAGE,
+    ChunkArrival,
+    RequestRecord,
+    WaveRecord,
+)
 from lanebook.speed.transport import LeanTransport
 from lanebook.speed.workloads import Workload, request_body
 
@@ -59,8 +71,9 @@ def request_timeout_s(max_tokens: int) -> float:
 def new_client(transport: Optional[LeanTransport] = None) -> httpx.AsyncClient:
     """One pooled client per run on the lean transport; no proxies from the environment (the lane is
     reached directly)."""
-    return httpx.AsyncClient(transport=transport or LeanTransport(), timeout=httpx.Timeout(120.0, connect=10.0),
-                             trust_env=False)
+    return httpx.AsyncClient(
+        transport=transport or LeanTransport(), timeout=httpx.Timeout(120.0, connect=10.0), trust_env=False
+    )
 
 
 class DataLines:
@@ -182,8 +195,9 @@ async def stream_chat(
 
     try:
         async with asyncio.timeout(timeout_s):
-            async with client.stream("POST", url, content=body, headers=JSON_HEADERS,
-                                     extensions={"trace": trace}) as response:
+            async with client.stream(
+                "POST", url, content=body, headers=JSON_HEADERS, extensions={"trace": trace}
+            ) as response:
                 if response.status_code != 200:
                     detail = (await response.aread())[:200].decode(errors="replace").strip()
                     record.error = f"HTTP {response.status_code}: {detail}"
@@ -202,6 +216,7 @@ async def stream_chat(
 async def open_connections(client: httpx.AsyncClient, url: str, count: int) -> None:
     """Have `count` pooled connections open (concurrent GETs), so no wave's wall includes TCP set-up:
     otherwise the first wave at a level pays handshakes the later ones do not. Best effort."""
+
     async def touch() -> None:
         try:
             async with asyncio.timeout(10.0):
@@ -281,8 +296,12 @@ class Plan:
         return [
             json.dumps(
                 request_body(
-                    self.model, self.workload, trial * concurrency + i,
-                    f"{self.run_id}-t{trial}-c{concurrency}-{i}", self.max_tokens, self.lane_request,
+                    self.model,
+                    self.workload,
+                    trial * concurrency + i,
+                    f"{self.run_id}-t{trial}-c{concurrency}-{i}",
+                    self.max_tokens,
+                    self.lane_request,
                 )
             ).encode()
             for i in range(concurrency)
@@ -311,11 +330,16 @@ async def measure(
     stop_on_errors: end after the first wave in which a request failed (a dying server would make every
     later wave fail too, each only after its idle wait and timeouts)."""
     transport = LeanTransport()
-    why = transport.stamp_note or (None if plan.api.startswith("http://") else
-                                   "https:// goes through httpx's own transport, which cannot pass them on")
+    why = transport.stamp_note or (
+        None
+        if plan.api.startswith("http://")
+        else "https:// goes through httpx's own transport, which cannot pass them on"
+    )
     if why:
-        on_note(f"chunk arrivals are stamped when this process reads them, not by the kernel ({why}): "
-                "a busy client reads them late")
+        on_note(
+            f"chunk arrivals are stamped when this process reads them, not by the kernel ({why}): "
+            "a busy client reads them late"
+        )
     async with new_client(transport) as client:
         metrics, why = await probe_metrics(client, plan.api)
         if why:
@@ -328,14 +352,24 @@ async def measure(
                 tally = Tally()
                 on_wave_start(trial, concurrency, tally)
                 with paused_gc():
-                    wave = await run_wave(client, url, bodies, trial, request_timeout_s(plan.max_tokens), metrics,
-                                          tally=tally, models_url=f"{plan.api.rstrip('/')}/models")
+                    wave = await run_wave(
+                        client,
+                        url,
+                        bodies,
+                        trial,
+                        request_timeout_s(plan.max_tokens),
+                        metrics,
+                        tally=tally,
+                        models_url=f"{plan.api.rstrip('/')}/models",
+                    )
                 on_wave_end(wave)
                 waves.append(wave)
                 failed = [r.error for r in wave.requests if r.error]
                 if stop_on_errors and failed:
-                    on_note(f"stopped after trial {trial} C{concurrency}: {len(failed)} of {concurrency} request(s) failed "
-                            f"({failed[0]})")
+                    on_note(
+                        f"stopped after trial {trial} C{concurrency}: {len(failed)} of {concurrency} request(s) failed "
+                        f"({failed[0]})"
+                    )
                     return waves
         return waves
 

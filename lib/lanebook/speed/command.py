@@ -3,6 +3,7 @@
 Progress on the terminal while waves run, a human table after, and the speed JSON document (runs, bands). Figures
 measured on the twin are labelled twin on the terminal and in the JSON ("twin": true).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,11 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
-from lanebook.base.errors import LaneError, LanebookError
+from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.files import backup, write_atomic
-from lanebook.nodes.prometheus import QueueNotIdle
 from lanebook.lane.params import LaneParams, lane_names, load_lane
 from lanebook.lane.plugins import serves_twin
+from lanebook.nodes.prometheus import QueueNotIdle
 from lanebook.speed.bands import MIN_TRIALS, bands_from_runs
 from lanebook.speed.client import Plan, Tally, measure, run
 from lanebook.speed.metrics import WaveFigures, stamp_source, wave_figures
@@ -113,12 +114,20 @@ def run_speed(
     console = console or Console(stderr=True)
     notes: list[str] = []
     figures: list[WaveFigures] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), _WaveColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        _WaveColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
         tasks: dict[tuple[int, int], Any] = {}
 
         def start(trial: int, level: int, tally: Tally) -> None:
-            tasks[trial, level] = progress.add_task(f"{workload} trial {trial}/{trials} C{level}", total=level, tally=tally)
+            tasks[trial, level] = progress.add_task(
+                f"{workload} trial {trial}/{trials} C{level}", total=level, tally=tally
+            )
 
         def end(wave: WaveRecord) -> None:
             progress.remove_task(tasks.pop((wave.trial, wave.concurrency)))
@@ -147,34 +156,57 @@ def _plain_wave_line(fig: WaveFigures) -> str:
 
 def _wave_line(fig: WaveFigures) -> str:
     errors = f" [red]{fig.errors} error(s): {fig.error_reasons}[/]" if fig.errors else ""
-    per_position = (", accepted per draft position " + " ".join(f"{p:.2f}" for p in fig.acceptance_per_position)
-                    if fig.acceptance_per_position else "")
-    return (f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream {_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
-            f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{errors}")
+    per_position = (
+        ", accepted per draft position " + " ".join(f"{p:.2f}" for p in fig.acceptance_per_position)
+        if fig.acceptance_per_position
+        else ""
+    )
+    return (
+        f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream {_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
+        f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{errors}"
+    )
 
 
 def print_result(result: SpeedResult, console: Console) -> None:
     """The human tables: every run, then the bands (median and min-max)."""
     label = " · TWIN figures (not a real lane's)" if result.twin else ""
-    runs = Table(title=f"speed: {result.workload}, max_tokens {result.max_tokens}, {result.model} at {result.api}{label}",
-                 caption="rates in tok/s: stream = mean per-stream decode, aggregate = decode tokens / wall")
+    runs = Table(
+        title=f"speed: {result.workload}, max_tokens {result.max_tokens}, {result.model} at {result.api}{label}",
+        caption="rates in tok/s: stream = mean per-stream decode, aggregate = decode tokens / wall",
+    )
     for column in ("C", "trial", "ok", "decode", "wall s", "stream", "aggregate", "TTFT s", "accept", "acc len"):
         runs.add_column(column, justify="right")
     for f in result.figures:
-        runs.add_row(str(f.concurrency), str(f.trial), f"{f.ok}/{f.requests}", f"{f.decode_tokens:,}", f"{f.wall_s:.2f}",
-                     _fmt(f.mean_stream_decode_tok_s), _fmt(f.wall_aggregate_tok_s), _fmt(f.ttft_s_median, 3),
-                     _fmt(f.acceptance_rate, 3), _fmt(f.mean_acceptance_length, 2))
+        runs.add_row(
+            str(f.concurrency),
+            str(f.trial),
+            f"{f.ok}/{f.requests}",
+            f"{f.decode_tokens:,}",
+            f"{f.wall_s:.2f}",
+            _fmt(f.mean_stream_decode_tok_s),
+            _fmt(f.wall_aggregate_tok_s),
+            _fmt(f.ttft_s_median, 3),
+            _fmt(f.acceptance_rate, 3),
+            _fmt(f.mean_acceptance_length, 2),
+        )
     console.print(runs)
     console.print(_stamp_line(result.stamp_source), soft_wrap=True)
-    bands = Table(title=f"bands: median (min–max) over trials{label}",
-                  caption=f"* incomplete band: fewer than {MIN_TRIALS} trials, not a band to publish")
+    bands = Table(
+        title=f"bands: median (min–max) over trials{label}",
+        caption=f"* incomplete band: fewer than {MIN_TRIALS} trials, not a band to publish",
+    )
     for column in ("C", "trials", "stream tok/s", "aggregate tok/s", "TTFT s"):
         bands.add_column(column, justify="right")
     for band in result.document()["bands"]:
         trials = f"{band['trials']}" + ("" if band["complete"] else "*")
-        bands.add_row(str(band["concurrency"]), trials,
-                      *(_band_cell(band[k], digits) for k, digits in
-                        (("mean_stream_decode_tok_s", 1), ("wall_aggregate_tok_s", 1), ("ttft_s_median", 3))))
+        bands.add_row(
+            str(band["concurrency"]),
+            trials,
+            *(
+                _band_cell(band[k], digits)
+                for k, digits in (("mean_stream_decode_tok_s", 1), ("wall_aggregate_tok_s", 1), ("ttft_s_median", 3))
+            ),
+        )
     console.print(bands)
     for note in result.notes:
         console.print(f"note: {note}")
@@ -204,8 +236,9 @@ def write_json(path: Path, doc: dict) -> None:
     write_atomic(path, json.dumps(doc, indent=2) + "\n")
 
 
-def speed_command(api: str, model: str, concurrency: list[int], max_tokens: int, workload: str, trials: int,
-                  json_path: Optional[Path]) -> int:
+def speed_command(
+    api: str, model: str, concurrency: list[int], max_tokens: int, workload: str, trials: int, json_path: Optional[Path]
+) -> int:
     """`lanebook speed`: 0 when every request of every wave was measured, 1 otherwise."""
     lane = lane_for_api(api)
     console = Console()
@@ -213,8 +246,17 @@ def speed_command(api: str, model: str, concurrency: list[int], max_tokens: int,
         console.print(f"note: no lane in params/ serves {api}; using the default request shape {DEFAULT_REQUEST}")
     twin = bool(lane and lane.twin) or serves_twin(api)
     try:
-        result = run_speed(api, model, workload, concurrency, trials, max_tokens,
-                           lane_request=lane.request if lane else None, twin=twin, console=console)
+        result = run_speed(
+            api,
+            model,
+            workload,
+            concurrency,
+            trials,
+            max_tokens,
+            lane_request=lane.request if lane else None,
+            twin=twin,
+            console=console,
+        )
     except QueueNotIdle as exc:
         console.print(f"[red]speed: {exc}[/]")
         return 1

@@ -10,6 +10,7 @@
 - Every time of a wave is on one clock, and every chunk time comes from one stamp source (kernel
   receive stamps or the client's reads): windows measured two ways would not be comparable.
 """
+
 from __future__ import annotations
 
 import statistics

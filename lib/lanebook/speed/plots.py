@@ -4,6 +4,7 @@ The band (min-max over trials) is shaded, its median drawn, every trial shown as
 medians drawn dashed beside it, labelled with whether they were judged (same setup) or only shown. The
 picture is PNG bytes, so a notebook embeds it as an image output and the book shows it offline.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,8 +26,9 @@ def band_series(document: dict, figure: str) -> tuple[list[int], list[float], li
     return levels, medians, mins, maxes
 
 
-def plot_workload(document: dict, baseline: Optional[dict] = None, baseline_label: str = "baseline median",
-                  title: str = "") -> bytes:
+def plot_workload(
+    document: dict, baseline: Optional[dict] = None, baseline_label: str = "baseline median", title: str = ""
+) -> bytes:
     """PNG of one speed document's bands, with the baseline document's medians when given."""
     import matplotlib
 

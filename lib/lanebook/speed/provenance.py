@@ -9,6 +9,7 @@ because a side did not record something, are shown side by side but never judged
 Reading the setup is I/O (one command per fact on the head, one HTTP GET); parsing and the comparison
 rule are pure functions.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,10 @@ from typing import Any, Mapping, Optional
 
 import httpx
 
-from lanebook.base.files import sha256_file
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
-from lanebook.nodes.ssh import Lane, q, qpath
+from lanebook.base.files import sha256_file
 from lanebook.nodes.prometheus import server_root
+from lanebook.nodes.ssh import Lane, q, qpath
 
 DIGEST_PREFIX = "sha256:"
 
@@ -44,8 +45,11 @@ class Provenance:
     def markdown(self) -> str:
         """The setup as a two-column table, unknown facts shown as such, then the notes."""
         rows = ["| fact | value |", "|---|---|"]
-        rows += [f"| {f.name} | {'unknown' if getattr(self, f.name) is None else f'`{getattr(self, f.name)}`'} |"
-                 for f in fields(self) if f.name != "notes"]
+        rows += [
+            f"| {f.name} | {'unknown' if getattr(self, f.name) is None else f'`{getattr(self, f.name)}`'} |"
+            for f in fields(self)
+            if f.name != "notes"
+        ]
         return "\n".join(rows + [""] + [f"- {note}" for note in self.notes])
 
     def to_json(self) -> dict:
@@ -62,6 +66,7 @@ class Provenance:
 
 
 # --- pure parsing ---------------------------------------------------------------------------------
+
 
 def split_image_ref(ref: str) -> tuple[str, Optional[str]]:
     """`NAME[:TAG][@sha256:...]` -> (NAME[:TAG], digest or None)."""
@@ -138,7 +143,11 @@ class SetupMatch:
         return f"{self.headline}: " + "; ".join(parts)
 
     def to_json(self) -> dict:
-        return {"status": self.status, "differences": [list(d) for d in self.differences], "unknown": list(self.unknown)}
+        return {
+            "status": self.status,
+            "differences": [list(d) for d in self.differences],
+            "unknown": list(self.unknown),
+        }
 
 
 def _image_identity(mine: Provenance, theirs: Provenance) -> tuple[Optional[tuple], Optional[str]]:
@@ -170,6 +179,7 @@ def compare_setups(mine: Provenance, theirs: Provenance) -> SetupMatch:
 
 # --- reading it from the lane ---------------------------------------------------------------------
 
+
 def container_image_command(container: str) -> str:
     """The image reference the container was created from, as the head's docker reports it."""
     return f"docker inspect --format '{{{{.Config.Image}}}}' {q(container)}"
@@ -193,7 +203,9 @@ def parse_image_inspect(name: str, text: str) -> tuple[Optional[str], Optional[s
     return digest_for(name, [str(d) for d in digests]), (image_id if isinstance(image_id, str) and image_id else None)
 
 
-def read_image(lane: Lane, container: str, fallback: str) -> tuple[Optional[str], Optional[str], Optional[str], list[str]]:
+def read_image(
+    lane: Lane, container: str, fallback: str
+) -> tuple[Optional[str], Optional[str], Optional[str], list[str]]:
     """(image, digest, image ID, notes) of the head's running container; the lane's image when no container answers."""
     result = lane.head.run(container_image_command(container), check=False, timeout=30)
     if result.dry_run:
@@ -241,7 +253,9 @@ def read_server_version(lane: Lane, timeout_s: float = 5.0) -> tuple[Optional[st
         return None, [f"server_version: {url} gave no answer ({type(exc).__name__})"]
     version = parse_version(response.status_code, response.text)
     lane.executor.record_local(f"GET {url}", detail=f"HTTP {response.status_code}")
-    return version, ([] if version else [f"server_version: {url} answered HTTP {response.status_code} without a version"])
+    return version, (
+        [] if version else [f"server_version: {url} answered HTTP {response.status_code} without a version"]
+    )
 
 
 def read_provenance(lane: Lane, lane_file: str | Path, container: str) -> Provenance:
@@ -251,8 +265,14 @@ def read_provenance(lane: Lane, lane_file: str | Path, container: str) -> Proven
     revision, revision_notes = read_revision(lane)
     version, version_notes = read_server_version(lane)
     return Provenance(
-        lane=params.name, twin=params.twin, lane_file_sha256=sha256_file(Path(lane_file)),
-        image=image, image_digest=digest, image_id=image_id,
-        model=params.weights.repo, model_revision=revision, server_version=version,
+        lane=params.name,
+        twin=params.twin,
+        lane_file_sha256=sha256_file(Path(lane_file)),
+        image=image,
+        image_digest=digest,
+        image_id=image_id,
+        model=params.weights.repo,
+        model_revision=revision,
+        server_version=version,
         notes=tuple(notes + revision_notes + version_notes),
     )

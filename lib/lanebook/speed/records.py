@@ -3,6 +3,7 @@
 As in vLLM's benchmark code, I/O fills these records and lanebook.speed.metrics turns them into
 figures with pure functions.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

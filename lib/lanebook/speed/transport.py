@@ -34,6 +34,7 @@ stamp_note: one source per transport, decided before its first request, so one r
 Timeouts: connecting and the response head obey httpx's connect/read timeouts; body reads carry no
 per-read timer (that timer is the cost avoided), so callers bound whole requests (the harness does).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -75,7 +76,9 @@ def perf_seconds(realtime_ns: int, realtime_minus_perf_ns: int) -> float:
     return (realtime_ns - realtime_minus_perf_ns) / 1e9
 
 
-def realtime_minus_perf_ns(perf: Callable[[], int] = time.perf_counter_ns, wall: Callable[[], int] = time.time_ns) -> int:
+def realtime_minus_perf_ns(
+    perf: Callable[[], int] = time.perf_counter_ns, wall: Callable[[], int] = time.time_ns
+) -> int:
     """CLOCK_REALTIME minus perf_counter's clock, now: the wall reading taken between two perf readings
     and set against their midpoint, taken again while those two are far apart (a preemption between
     the readings would otherwise shift the offset, and so the stamp, by its whole length)."""
@@ -144,7 +147,7 @@ class ChunkedDecoder:
         if self.due:
             pos = min(self.due, end)
             if self.due > 2:
-                out.append(data[:min(pos, self.due - 2)])
+                out.append(data[: min(pos, self.due - 2)])
             self.due -= pos
         while pos < end:
             eol = data.find(b"\r\n", pos)
@@ -174,7 +177,7 @@ class ChunkedDecoder:
                 pos = stop + 2
             else:
                 if start < end:
-                    out.append(data[start:min(stop, end)])
+                    out.append(data[start : min(stop, end)])
                 self.due = stop + 2 - end
                 break
         return b"".join(out)
@@ -292,8 +295,16 @@ class StampedBody(httpx.AsyncByteStream):
     body as httpx does yields the same payloads without stamps. `source` says what stamped them.
     """
 
-    def __init__(self, transport: "LeanTransport", key: Key, conn: _Connection, chunked: bool,
-                 length: Optional[int], keep_alive: bool, first: tuple[bytes, Optional[float]]):
+    def __init__(
+        self,
+        transport: "LeanTransport",
+        key: Key,
+        conn: _Connection,
+        chunked: bool,
+        length: Optional[int],
+        keep_alive: bool,
+        first: tuple[bytes, Optional[float]],
+    ):
         self.transport, self.key, self.conn = transport, key, conn
         self.chunked, self.length, self.keep_alive = chunked, length, keep_alive
         self.first = first  # the body's bytes that came in the head's read, and that read's stamp
@@ -419,9 +430,14 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if not chunked and b"content-length" in fields:
             length = int(fields[b"content-length"])
         keep_alive = version == b"HTTP/1.1" and fields.get(b"connection") != b"close"
-        stream = StampedBody(self, key, conn, chunked, length, keep_alive, (buf[end + 4:], t))
-        return httpx.Response(int(status), headers=headers, stream=stream, request=request,
-                              extensions={"http_version": version, "stamped_body": stream})
+        stream = StampedBody(self, key, conn, chunked, length, keep_alive, (buf[end + 4 :], t))
+        return httpx.Response(
+            int(status),
+            headers=headers,
+            stream=stream,
+            request=request,
+            extensions={"http_version": version, "stamped_body": stream},
+        )
 
     async def aclose(self) -> None:
         for pool in self.idle.values():

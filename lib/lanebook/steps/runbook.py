@@ -13,6 +13,7 @@ A dry run sends nothing to the lane, so what the lane would have shown is "not o
 verdict is "dry-run", never "pass"; results computed on this machine (lint, the lane file, parameters)
 are checked for real and still fail it.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -25,9 +26,9 @@ from typing import Any, Iterable, Mapping, Optional
 from lanebook.base import frontend
 from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, PASS, SKIPPED, WARNING, ExpectedResult
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.ssh import Lane
 from lanebook.lane.params import load_lane
 from lanebook.lane.plugins import prepare_lane
+from lanebook.nodes.ssh import Lane
 
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
 
@@ -78,11 +79,17 @@ class Runbook:
         self.lane = Lane(self.params, dry_run=dry_run)
         banner = []
         if self.params.twin:
-            banner.append("**TWIN RUN** — this lane is the digital twin; every figure below is a twin figure, not a real lane's.")
+            banner.append(
+                "**TWIN RUN** — this lane is the digital twin; every figure below is a twin figure, not a real lane's."
+            )
         if dry_run:
-            banner.append("**DRY RUN** — commands are recorded, not sent; no connection is opened. Nothing on the lane is "
-                          "observed, so the verdict is `dry-run`, never pass; checks made on this machine still count.")
-        _display(markdown=f"### {name} on lane `{self.params.name}`\n\n{self.params.description}\n\n" + "\n\n".join(banner))
+            banner.append(
+                "**DRY RUN** — commands are recorded, not sent; no connection is opened. Nothing on the lane is "
+                "observed, so the verdict is `dry-run`, never pass; checks made on this machine still count."
+            )
+        _display(
+            markdown=f"### {name} on lane `{self.params.name}`\n\n{self.params.description}\n\n" + "\n\n".join(banner)
+        )
 
     @contextmanager
     def step(self, title: str, fix: Optional[str] = None):
@@ -108,8 +115,13 @@ class Runbook:
         local: the result was computed on this machine (lint, a lane file, parameters), so a dry run
         checks it for real; any other result comes from the lane, which a dry run does not observe.
         """
-        self.expect_results([ExpectedResult(self.current_step, what, PASS if ok else FAIL,
-                                            "" if detail is None else str(detail), local=local)])
+        self.expect_results(
+            [
+                ExpectedResult(
+                    self.current_step, what, PASS if ok else FAIL, "" if detail is None else str(detail), local=local
+                )
+            ]
+        )
 
     def expect_results(self, results: Iterable[ExpectedResult]) -> None:
         """Record expected results the library judged (gates, the warmup's, a log's) in the current step; stop the
@@ -169,13 +181,22 @@ class Runbook:
         if clicked is not None:
             confirmed, how = clicked, "button"
         else:
-            confirmed, how = self.confirmed, "parameter" if self.confirm_parameter is not None else "twin lane, confirm unset"
+            confirmed, how = (
+                self.confirmed,
+                "parameter" if self.confirm_parameter is not None else "twin lane, confirm unset",
+            )
         if not confirmed:
-            self._fail(ExpectedResult(self.current_step, f"confirmed: {what}", FAIL,
-                                      ("cancelled at the button; " if clicked is False else "not confirmed: ")
-                                      + "rerun with --yes (or -p confirm=True) to let this step change the lane",
-                                      self.current_fix),
-                       f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)")
+            self._fail(
+                ExpectedResult(
+                    self.current_step,
+                    f"confirmed: {what}",
+                    FAIL,
+                    ("cancelled at the button; " if clicked is False else "not confirmed: ")
+                    + "rerun with --yes (or -p confirm=True) to let this step change the lane",
+                    self.current_fix,
+                ),
+                f"{self.current_step}: {what} needs confirmation (--yes or -p confirm=True)",
+            )
         by = f"{getpass.getuser()}@{socket.gethostname()}"
         self.confirmations.append({"step": self.current_step, "what": what, "by": by, "how": how})
         _display(markdown=f"**confirmed** by `{by}` ({how}): {what}")

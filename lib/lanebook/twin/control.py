@@ -9,6 +9,7 @@ reachable from here. `reboot` does to one node what a reboot does (processes gon
 emptied, files kept, containers started again as their restart policy says); `private_twin` puts a twin
 with its own state dir and ports beside the shared one, for tests and benchmarks that need a fault.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,21 @@ from typing import Iterable, Iterator
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
 from lanebook.lane.params import LaneParams, lane_names, load_lane
-from lanebook.twin.nodes import (ALIASES, HEAD, WORKER, TwinAddresses, TwinLayout, client_config, ensure_keys, read_state,
-                    start_sshd, twin_dir, wait_for_ssh, write_node, write_state)
+from lanebook.twin.nodes import (
+    ALIASES,
+    HEAD,
+    WORKER,
+    TwinAddresses,
+    TwinLayout,
+    client_config,
+    ensure_keys,
+    read_state,
+    start_sshd,
+    twin_dir,
+    wait_for_ssh,
+    write_node,
+    write_state,
+)
 from lanebook.twin.standins.machine import NodeMachine, init_node
 from lanebook.twin.standins.runtime import boot_containers, containers, power_off, stop_all_containers
 from lanebook.twin.tree import HubModel, hub_root, write_checkout, write_hub_model
@@ -124,9 +138,12 @@ def _build_node(lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: l
         on_worker = alias == WORKER and repo == twin_repo
         if on_worker and "ssh-drop-mid-rsync" in faults:
             continue  # the worker still needs its copy: the weights runbook's rsync will be cut
-        write_hub_model(hub_root(home), HubModel(repo, shards),
-                        missing=[MISSING_SHARD] if on_worker and "missing-shard" in faults else [],
-                        incomplete=INCOMPLETE_SHARDS if on_worker and "incomplete-shards" in faults else [])
+        write_hub_model(
+            hub_root(home),
+            HubModel(repo, shards),
+            missing=[MISSING_SHARD] if on_worker and "missing-shard" in faults else [],
+            incomplete=INCOMPLETE_SHARDS if on_worker and "incomplete-shards" in faults else [],
+        )
     twin_lane = next(lane for lane in lanes if lane.name == TWIN_LANE)
     init_node(lay.node(alias), twin_lane.legacy_units, alias == HEAD and "legacy-units-active" in faults)
 
@@ -142,9 +159,11 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
         _say(f"restarting with faults [{', '.join(faults)}]{' (fast)' if fast else ''}")
     down()
     addresses = TwinAddresses.from_env()
-    for ip, port, what in ((addresses.head_ip, addresses.ssh_port, "head sshd"),
-                           (addresses.worker_ip, addresses.ssh_port, "worker sshd"),
-                           (addresses.head_ip, addresses.api_port, "the twin API")):
+    for ip, port, what in (
+        (addresses.head_ip, addresses.ssh_port, "head sshd"),
+        (addresses.worker_ip, addresses.ssh_port, "worker sshd"),
+        (addresses.head_ip, addresses.api_port, "the twin API"),
+    ):
         if _port_taken(ip, port):
             raise LanebookError(f"{ip}:{port} ({what}) is already in use by another program; stop it first")
     if not shutil.which("rsync"):
@@ -156,8 +175,15 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     for alias in ALIASES:
         _say(f"node root {alias}: home, lane checkouts, HF cache")
         _build_node(lay, alias, addresses, faults, time_scale)
-    state = {"running": True, "faults": faults, "fast": fast, "time_scale": time_scale, "pids": {},
-             "addresses": addresses.__dict__, "started_at": time.time()}
+    state = {
+        "running": True,
+        "faults": faults,
+        "fast": fast,
+        "time_scale": time_scale,
+        "pids": {},
+        "addresses": addresses.__dict__,
+        "started_at": time.time(),
+    }
     write_state(lay, state)
     for alias in ALIASES:
         if alias == WORKER and "worker-unreachable" in faults:
@@ -188,7 +214,12 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-PRIVATE_TWIN_VARIABLES = ("LANEBOOK_TWIN_DIR", "LANEBOOK_TWIN_SSH_PORT", "LANEBOOK_TWIN_API_PORT", "LANEBOOK_TWIN_MASTER_PORT")
+PRIVATE_TWIN_VARIABLES = (
+    "LANEBOOK_TWIN_DIR",
+    "LANEBOOK_TWIN_SSH_PORT",
+    "LANEBOOK_TWIN_API_PORT",
+    "LANEBOOK_TWIN_MASTER_PORT",
+)
 
 
 @contextmanager
@@ -374,9 +405,19 @@ def status() -> dict:
     return {
         "running": running,
         "ssh_config": str(lay.ssh_config),
-        "nodes": [{"alias": alias, "host": addresses.ip(alias), "port": addresses.ssh_port, "root": str(lay.node(alias)),
-                   "home": str(lay.home(alias)), "sshd": sshd_up[alias], "reachable": reachable[alias],
-                   "containers": [c.name for c in containers(lay.node(alias)) if c.running]} for alias in ALIASES],
+        "nodes": [
+            {
+                "alias": alias,
+                "host": addresses.ip(alias),
+                "port": addresses.ssh_port,
+                "root": str(lay.node(alias)),
+                "home": str(lay.home(alias)),
+                "sshd": sshd_up[alias],
+                "reachable": reachable[alias],
+                "containers": [c.name for c in containers(lay.node(alias)) if c.running],
+            }
+            for alias in ALIASES
+        ],
         "api": addresses.api,
         "faults": state.get("faults", []) if running else [],
         "fast": bool(state.get("fast")) if running else False,
@@ -398,8 +439,14 @@ def print_status(status: dict) -> None:
     for column in ("node", "address", "sshd", "containers", "root"):
         table.add_column(column)
     for node in status["nodes"]:
-        sshd = "up" if node["reachable"] else ("not answering here (another network namespace?)" if node["sshd"] else "down")
-        table.add_row(node["alias"], f"{node['host']}:{node['port']}", sshd, ", ".join(node["containers"]) or "-", node["root"])
+        sshd = (
+            "up"
+            if node["reachable"]
+            else ("not answering here (another network namespace?)" if node["sshd"] else "down")
+        )
+        table.add_row(
+            node["alias"], f"{node['host']}:{node['port']}", sshd, ", ".join(node["containers"]) or "-", node["root"]
+        )
     console.print(table)
     console.print(f"api: {status['api']}   lane: {status['lane']}   ssh: ssh -F {status['ssh_config']} head")
     for name in status["faults"]:

@@ -5,18 +5,27 @@ decodes with speculative drafts, then says how long that step takes. The driver 
 server.py sleeps each step in real time, waves.run_virtual adds it up in virtual time, so the
 server inherits exactly the figures the unit tests check.
 """
+
 from __future__ import annotations
 
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence as Seq
+from typing import Any, Mapping, Optional
+from typing import Sequence as Seq
 
 from lanebook.lane.params import k_for_batch
 from lanebook.twin.kv import KV_TOKENS_AT_085, MODEL_LEN_1M
 from lanebook.twin.prefix_cache import PrefixCache, block_hashes
 from lanebook.twin.replies import Reply, render_prompt
-from lanebook.twin.timing import BREAKABLE_STEP_FACTOR, COLD_BIND_S, JIT_DELAY_S, budget_factor, decode_step_s, prefill_step_s
+from lanebook.twin.timing import (
+    BREAKABLE_STEP_FACTOR,
+    COLD_BIND_S,
+    JIT_DELAY_S,
+    budget_factor,
+    decode_step_s,
+    prefill_step_s,
+)
 from lanebook.twin.tokens import pieces, stable_hash
 from lanebook.twin.workloads import DRAFTER_BLOCK_SIZE, RequestClass
 
@@ -137,14 +146,18 @@ class EngineCore:
 
     def reachable_shapes(self) -> set[tuple]:
         """Every shape this configuration can run: what a complete warmup compiles."""
-        decode = {("decode", self.config.k_for_batch(b), batch_bucket(b)) for b in range(1, self.config.max_num_seqs + 1)}
+        decode = {
+            ("decode", self.config.k_for_batch(b), batch_bucket(b)) for b in range(1, self.config.max_num_seqs + 1)
+        }
         return decode | {("prefill", False), ("prefill", True)}
 
     def is_warm(self, shape: tuple) -> bool:
         """Compiled already: the shape itself, or for decode a larger batch bucket at the same K, which a smaller
         batch runs in padded (as a CUDA graph captured for a larger batch serves a smaller one)."""
-        return shape in self.warm_shapes or (shape[0] == "decode" and any(
-            warm[0] == "decode" and warm[1] == shape[1] and warm[2] >= shape[2] for warm in self.warm_shapes))
+        return shape in self.warm_shapes or (
+            shape[0] == "decode"
+            and any(warm[0] == "decode" and warm[1] == shape[1] and warm[2] >= shape[2] for warm in self.warm_shapes)
+        )
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -236,8 +249,14 @@ def request_phase(*parts: str) -> float:
     return stable_hash("phase", *parts) / 2.0**64
 
 
-def sequence_for(seq_id: str, messages: Seq[Mapping[str, Any]], reply: Reply, config: EngineConfig,
-                 tools: Optional[Seq[Any]] = None, thinking: bool = False) -> Sequence:
+def sequence_for(
+    seq_id: str,
+    messages: Seq[Mapping[str, Any]],
+    reply: Reply,
+    config: EngineConfig,
+    tools: Optional[Seq[Any]] = None,
+    thinking: bool = False,
+) -> Sequence:
     """The engine's view of a planned request (used by the server and by simulate_wave alike)."""
     prompt_pieces = pieces(render_prompt(messages, tools, thinking))
     return Sequence(

@@ -9,6 +9,7 @@ reporting it (the meeting run, start to record, on the fast twin). tests/test_fa
 (lanebook.twin.fault_runs) and holds it to this data; benchmarks/fault_matrix.py times them against their
 bounds; the book's fault page is this table. The twin's figures are twin figures, never a real lane's.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,8 @@ SETUPS = {
     "started, head dead": "the lane started by its launcher; the head's engine dies a few seconds after ready",
     "started and stopped": "the lane started, then stopped by the checkout's stop script alone (no cache drop)",
     "started, worker rebooted": "the lane started by its launcher, then the worker rebooted (control.reboot): docker "
-                                "starts its container again (restart: unless-stopped), and its new rank cannot rejoin "
-                                "the TP group the head's engine lost it from",
+    "starts its container again (restart: unless-stopped), and its new rank cannot rejoin "
+    "the TP group the head's engine lost it from",
 }
 # What the nodes must show after the meeting run and its repair (every row also checks that no file of the
 # weights or the checkout was lost on any node, except *.incomplete blobs).
@@ -61,29 +62,94 @@ class FaultRow:
 
 
 ROWS: tuple[FaultRow, ...] = (
-    FaultRow("worker-unreachable", "launch", "none", "fail", "prerequisites",
-             "unreachable", None, "nothing started", 30),
-    FaultRow("missing-shard", "launch", "none", "fail", "prerequisites",
-             "weights complete on worker", None, "worker tree whole", 30, repair="weights"),
-    FaultRow("incomplete-shards", "weights", "none", "pass", None,
-             "only *.incomplete files were deleted", None, "worker tree whole", 30),
-    FaultRow("ssh-drop-mid-rsync", "weights", "none", "pass", None,
-             "sent in 2 run(s)", None, "worker tree whole", 30),
-    FaultRow("health-never", "launch", "none", "fail", "3 start",
-             "/health answers 200", None, "left for stop", 90),
-    FaultRow("head-dies", "status", "started, head dead", "fail", "2 containers",
-             "no orphaned worker (P16", "P16", "lane cleanly down", 30, repair="stop"),
-    FaultRow("engine-dies-mid-bench", "speed", "started", "fail", "2 waves probe",
-             "EngineCore encountered an issue", None, "left for stop", 60,
-             params=("workloads=probe", "concurrency=4")),
-    FaultRow("sticky-uma", "launch", "started and stopped", "pass", None,
-             "enough free memory on every node", "P04", "lane up", 90),
-    FaultRow("legacy-units-active", "launch", "none", "pass", None,
-             "(was active)", "P13", "units masked, lane up", 90),
-    FaultRow("prefix-evict", "diagnose", "started", "fail", "1 prefix cache A→B→A",
-             "A→B→A eviction reproduced", None, "lane up", 45, params=("canary=False", "prefix_lines=120")),
-    FaultRow(NODE_REBOOTS, "status", "started, worker rebooted", "fail", "3 api",
-             "/health answers 200", None, "lane cleanly down", 30, repair="stop"),
+    FaultRow(
+        "worker-unreachable", "launch", "none", "fail", "prerequisites", "unreachable", None, "nothing started", 30
+    ),
+    FaultRow(
+        "missing-shard",
+        "launch",
+        "none",
+        "fail",
+        "prerequisites",
+        "weights complete on worker",
+        None,
+        "worker tree whole",
+        30,
+        repair="weights",
+    ),
+    FaultRow(
+        "incomplete-shards",
+        "weights",
+        "none",
+        "pass",
+        None,
+        "only *.incomplete files were deleted",
+        None,
+        "worker tree whole",
+        30,
+    ),
+    FaultRow("ssh-drop-mid-rsync", "weights", "none", "pass", None, "sent in 2 run(s)", None, "worker tree whole", 30),
+    FaultRow("health-never", "launch", "none", "fail", "3 start", "/health answers 200", None, "left for stop", 90),
+    FaultRow(
+        "head-dies",
+        "status",
+        "started, head dead",
+        "fail",
+        "2 containers",
+        "no orphaned worker (P16",
+        "P16",
+        "lane cleanly down",
+        30,
+        repair="stop",
+    ),
+    FaultRow(
+        "engine-dies-mid-bench",
+        "speed",
+        "started",
+        "fail",
+        "2 waves probe",
+        "EngineCore encountered an issue",
+        None,
+        "left for stop",
+        60,
+        params=("workloads=probe", "concurrency=4"),
+    ),
+    FaultRow(
+        "sticky-uma",
+        "launch",
+        "started and stopped",
+        "pass",
+        None,
+        "enough free memory on every node",
+        "P04",
+        "lane up",
+        90,
+    ),
+    FaultRow("legacy-units-active", "launch", "none", "pass", None, "(was active)", "P13", "units masked, lane up", 90),
+    FaultRow(
+        "prefix-evict",
+        "diagnose",
+        "started",
+        "fail",
+        "1 prefix cache A→B→A",
+        "A→B→A eviction reproduced",
+        None,
+        "lane up",
+        45,
+        params=("canary=False", "prefix_lines=120"),
+    ),
+    FaultRow(
+        NODE_REBOOTS,
+        "status",
+        "started, worker rebooted",
+        "fail",
+        "3 api",
+        "/health answers 200",
+        None,
+        "lane cleanly down",
+        30,
+        repair="stop",
+    ),
 )
 
 
@@ -108,16 +174,20 @@ def mismatches(row: FaultRow, seen: Observed) -> list[str]:
     found = []
     record = seen.record
     if (record.get("verdict"), record.get("failed_step")) != (row.verdict, row.failed_step):
-        found.append(f"record: verdict {record.get('verdict')!r}, failed_step {record.get('failed_step')!r} "
-                     f"(expected {row.verdict!r}, {row.failed_step!r})")
+        found.append(
+            f"record: verdict {record.get('verdict')!r}, failed_step {record.get('failed_step')!r} "
+            f"(expected {row.verdict!r}, {row.failed_step!r})"
+        )
     if record.get("twin") is not True:
         found.append("record: not marked twin")
     if record.get("sha256") != seen.output_sha256:
         found.append("record: the executed notebook does not hash to the record's sha256")
     shown = seen.failure if row.verdict == "fail" else seen.report
     if row.message not in shown:
-        found.append(f"message: {row.message!r} not in {'the failure' if row.verdict == 'fail' else 'the report'}: "
-                     f"{seen.failure[:300]!r}")
+        found.append(
+            f"message: {row.message!r} not in {'the failure' if row.verdict == 'fail' else 'the report'}: "
+            f"{seen.failure[:300]!r}"
+        )
     if row.verdict == "fail" and not record.get("fix"):
         found.append("record: a failure with no fix")
     if row.pitfall and row.verdict == "fail" and row.pitfall not in seen.failure + (record.get("fix") or ""):
@@ -125,8 +195,10 @@ def mismatches(row: FaultRow, seen: Observed) -> list[str]:
     if row.repair:
         repaired = seen.repair_record or {}
         if repaired.get("runbook") != row.repair or repaired.get("verdict") != "pass":
-            found.append(f"repair: `{row.repair}` verdict {repaired.get('verdict')!r}, failed_step "
-                         f"{repaired.get('failed_step')!r} (expected pass)")
+            found.append(
+                f"repair: `{row.repair}` verdict {repaired.get('verdict')!r}, failed_step "
+                f"{repaired.get('failed_step')!r} (expected pass)"
+            )
         if f"`{row.repair}`" not in (record.get("fix") or ""):
             found.append(f"fix: does not name `{row.repair}`: {record.get('fix')!r}")
     if not seen.state_ok:
@@ -181,10 +253,21 @@ def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
     ]
     for row in rows:
         runbook = f"`{row.runbook}`" + "".join(f" `-p {p}`" for p in row.params)
-        lines.append(" | ".join([
-            f"| `{row.fault}`", _cell(row.about), _cell(SETUPS[row.setup]), runbook, row.verdict,
-            _cell(row.failed_step or "-"), f"`{row.message}`",
-            f"{row.pitfall} {_cell(pitfall(row.pitfall).title)}" if row.pitfall else "-",
-            f"`{row.repair}` passes" if row.repair else "-",
-            _cell(STATE_CHECKS[row.state_after]), f"{row.bound_s:g} |"]))
+        lines.append(
+            " | ".join(
+                [
+                    f"| `{row.fault}`",
+                    _cell(row.about),
+                    _cell(SETUPS[row.setup]),
+                    runbook,
+                    row.verdict,
+                    _cell(row.failed_step or "-"),
+                    f"`{row.message}`",
+                    f"{row.pitfall} {_cell(pitfall(row.pitfall).title)}" if row.pitfall else "-",
+                    f"`{row.repair}` passes" if row.repair else "-",
+                    _cell(STATE_CHECKS[row.state_after]),
+                    f"{row.bound_s:g} |",
+                ]
+            )
+        )
     return "\n".join(lines) + "\n"

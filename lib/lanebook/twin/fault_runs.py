@@ -6,6 +6,7 @@ the row's setup happens; the meeting runbook runs as an operator types it (`lane
 row's state check, and every file of the weights and the checkout on each node listed before and after.
 What was observed comes back as a fault_matrix.Observed; the caller (the test, the benchmark) judges it.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,11 +20,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
-from lanebook.ops import launcher, memory, weights
-from lanebook.base.files import sha256_file
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
+from lanebook.base.files import sha256_file
 from lanebook.lane.params import LaneParams, lane_with, load_lane
+from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
+from lanebook.ops import launcher, memory, weights
 from lanebook.twin import control
 from lanebook.twin.fault_matrix import NODE_REBOOTS, FaultRow, Observed
 
@@ -33,6 +34,7 @@ SETTLE_S = 60.0  # bounded waits for a state the twin reaches by itself (a dying
 
 
 # --- the executed notebook ----------------------------------------------------------------------
+
 
 def failure_message(notebook: dict) -> str:
     """The StepFailed message a failed run showed (the failing step, what was expected, what was seen); "" if none."""
@@ -48,7 +50,9 @@ def shown_text(notebook: dict) -> str:
     parts = []
     for cell in notebook.get("cells", []):
         for output in cell.get("outputs", []):
-            text = output.get("text") or "".join(output.get("data", {}).get(kind, "") for kind in ("text/markdown", "text/plain"))
+            text = output.get("text") or "".join(
+                output.get("data", {}).get(kind, "") for kind in ("text/markdown", "text/plain")
+            )
             parts.append("".join(text) if isinstance(text, list) else text)
             if output.get("output_type") == "error":
                 parts.append(f"{output.get('ename')}: {output.get('evalue')}")
@@ -57,13 +61,19 @@ def shown_text(notebook: dict) -> str:
 
 # --- runs ---------------------------------------------------------------------------------------
 
+
 def lanebook_run(workdir: Path, runbook: str, lane_file: Path, params: tuple[str, ...] = ()) -> tuple[dict, float]:
     """`lanebook run RUNBOOK --lane FILE -p ...` with its outputs in WORKDIR/outputs: its record and wall seconds."""
     outputs = workdir / "outputs"
     args = [LANEBOOK, "run", runbook, "--lane", str(lane_file), *(a for p in params for a in ("-p", p))]
     started = time.monotonic()
-    done = subprocess.run(args, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                          env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)})
+    done = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+    )
     elapsed = time.monotonic() - started
     if done.returncode not in (0, 1):
         raise LanebookError(f"`lanebook run {runbook}` exit {done.returncode}: {(done.stderr or done.stdout)[-800:]}")
@@ -80,6 +90,7 @@ def private_lane_file(status: dict, path: Path) -> Path:
 
 
 # --- the nodes ----------------------------------------------------------------------------------
+
 
 def kept_files(node: Node, params: LaneParams) -> set[str]:
     """Every file and link of the lane's weights and checkout on a node."""
@@ -134,10 +145,16 @@ def _worker_rebooted(lane: Lane) -> None:
     _started(lane)
     control.reboot("worker")
     with Lane(lane.params) as rebooted:  # the worker's connection ended with its reboot
-        if not _until(lambda: launcher.lane_containers(rebooted).state == launcher.LANE_UP
-                      and launcher.ask_api(rebooted, timeout_s=2.0).healthy is False):
-            raise LanebookError(f"setup: after the worker's reboot, not both containers up with the head unhealthy: "
-                                f"{launcher.lane_containers(rebooted).summary()}; {launcher.ask_api(rebooted).detail}")
+        if not _until(
+            lambda: (
+                launcher.lane_containers(rebooted).state == launcher.LANE_UP
+                and launcher.ask_api(rebooted, timeout_s=2.0).healthy is False
+            )
+        ):
+            raise LanebookError(
+                f"setup: after the worker's reboot, not both containers up with the head unhealthy: "
+                f"{launcher.lane_containers(rebooted).summary()}; {launcher.ask_api(rebooted).detail}"
+            )
 
 
 SETUP_ACTIONS: dict[str, Callable[[Lane], None]] = {
@@ -194,8 +211,12 @@ STATE_ACTIONS: dict[str, Callable[[Lane], tuple[bool, str]]] = {
 
 def lost(before: dict[str, set[str]], after: dict[str, set[str]]) -> list[str]:
     """Files present before and gone after, per node, except unfinished downloads (*.incomplete)."""
-    return sorted(f"{alias}:{path}" for alias, paths in before.items()
-                  for path in paths - after.get(alias, set()) if not path.endswith(".incomplete"))
+    return sorted(
+        f"{alias}:{path}"
+        for alias, paths in before.items()
+        for path in paths - after.get(alias, set())
+        if not path.endswith(".incomplete")
+    )
 
 
 def run_row(row: FaultRow, workdir: Path) -> Observed:
@@ -217,9 +238,17 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
         with Lane(params) as lane:
             state_ok, state_detail = STATE_ACTIONS[row.state_after](lane)
             after = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
-    return Observed(record=record, output_sha256=output_sha256, failure=failure_message(notebook), report=shown_text(notebook),
-                    repair_record=repair_record, state_ok=state_ok, state_detail=state_detail,
-                    lost_files=lost(before, after), detection_s=detection_s)
+    return Observed(
+        record=record,
+        output_sha256=output_sha256,
+        failure=failure_message(notebook),
+        report=shown_text(notebook),
+        repair_record=repair_record,
+        state_ok=state_ok,
+        state_detail=state_detail,
+        lost_files=lost(before, after),
+        detection_s=detection_s,
+    )
 
 
 def _run_logged(row: FaultRow, workdir: Path) -> Observed:
@@ -236,5 +265,7 @@ def concurrent_rows(rows: Iterable[FaultRow], workdir: Path, jobs: int) -> Itera
     itself), the longest bounds first; each row's terminal output (progress lines) in WORKDIR/FAULT/run.log.
     Yields each row's future Observed by fault; leaving waits for every row."""
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        yield {row.fault: pool.submit(_run_logged, row, workdir / row.fault)
-               for row in sorted(rows, key=lambda r: -r.bound_s)}
+        yield {
+            row.fault: pool.submit(_run_logged, row, workdir / row.fault)
+            for row in sorted(rows, key=lambda r: -r.bound_s)
+        }

@@ -5,6 +5,7 @@ lanebook.twin.facts): the canary write-up's failed boot at GPU_MEMORY_UTILIZATIO
 KV available, 7.54 GiB needed for a 1,048,576-token context, 953,088 tokens estimated to fit) and
 the recipe's good boot at 0.85 (a KV cache of 2,493,464 tokens). Twin figures, never a real lane's.
 """
+
 from __future__ import annotations
 
 import math
@@ -63,8 +64,10 @@ class KvBudget:
     def error_message(self) -> str:
         """vLLM's ValueError text, in the shape vllm/v1/core/kv_cache_utils.py raises it."""
         if self.available_gib <= 0:
-            return ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                    "when initializing the engine.")
+            return (
+                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                "when initializing the engine."
+            )
         return (
             f"To serve at least one request with the model's max seq len ({self.max_model_len}), "
             f"({self.needed_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache "
@@ -74,8 +77,9 @@ class KvBudget:
         )
 
 
-def kv_budget(gpu_memory_utilization: float, max_model_len: int, block_size: int = 256,
-              sticky_gib: float = 0.0) -> KvBudget:
+def kv_budget(
+    gpu_memory_utilization: float, max_model_len: int, block_size: int = 256, sticky_gib: float = 0.0
+) -> KvBudget:
     """KV sizing for a memory setting; ``sticky_gib`` is memory the OS still holds (fault sticky-uma)."""
     available = gpu_memory_utilization * GPU_MEMORY_GIB - NON_KV_USED_GIB - sticky_gib
     tokens = max(0.0, (available - KV_FIXED_GIB) / KV_PER_TOKEN_GIB)
@@ -100,6 +104,8 @@ def startup_memory_error(gpu_memory_utilization: float, sticky_gib: float = 0.0)
     wanted = gpu_memory_utilization * GPU_MEMORY_GIB
     if free >= wanted:
         return None
-    return (f"Free memory on device ({free:.2f}/{GPU_MEMORY_GIB:.2f} GiB) on startup is less than desired GPU memory "
-            f"utilization ({gpu_memory_utilization}, {wanted:.2f} GiB). Decrease GPU memory utilization or reduce "
-            f"GPU memory used by other processes.")
+    return (
+        f"Free memory on device ({free:.2f}/{GPU_MEMORY_GIB:.2f} GiB) on startup is less than desired GPU memory "
+        f"utilization ({gpu_memory_utilization}, {wanted:.2f} GiB). Decrease GPU memory utilization or reduce "
+        f"GPU memory used by other processes."
+    )

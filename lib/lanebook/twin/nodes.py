@@ -6,6 +6,7 @@ paths (/dev/shm, drop_caches, the systemd unit directory) into its root (laneboo
 runs what the client asked for, so ssh, sftp (Fabric put/get) and rsync's remote side all work
 relative to the node's home. Host-key checking stays on: clients use the twin's own known_hosts.
 """
+
 from __future__ import annotations
 
 import getpass
@@ -51,8 +52,11 @@ class TwinAddresses:
                 raise LanebookError(f"{name} must be a port number above 1024 (got {value!r})")
             return int(value)
 
-        return cls(ssh_port=port("LANEBOOK_TWIN_SSH_PORT", 2222), api_port=port("LANEBOOK_TWIN_API_PORT", 8888),
-                   master_port=port("LANEBOOK_TWIN_MASTER_PORT", 25000))
+        return cls(
+            ssh_port=port("LANEBOOK_TWIN_SSH_PORT", 2222),
+            api_port=port("LANEBOOK_TWIN_API_PORT", 8888),
+            master_port=port("LANEBOOK_TWIN_MASTER_PORT", 25000),
+        )
 
     def ip(self, alias: str) -> str:
         return self.head_ip if alias == HEAD else self.worker_ip
@@ -131,8 +135,11 @@ def _conf_path(path: Path) -> str:
 def _keygen(path: Path, comment: str) -> None:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+            check=True,
+            capture_output=True,
+        )
 
 
 def ensure_keys(layout: TwinLayout, addresses: TwinAddresses) -> None:
@@ -151,24 +158,28 @@ def ensure_keys(layout: TwinLayout, addresses: TwinAddresses) -> None:
 def client_config(identity: Path, known_hosts: Path, addresses: TwinAddresses) -> str:
     """An ssh_config reaching both nodes by alias or address, with strict host-key checking."""
     user = getpass.getuser()
-    return "\n".join([
-        "# lanebook twin nodes: ssh -F THIS_FILE head|worker (written by `lanebook twin up`)",
-        f"Host {HEAD}", f"  HostName {addresses.head_ip}",
-        f"Host {WORKER}", f"  HostName {addresses.worker_ip}",
-        f"Host {HEAD} {WORKER} {addresses.head_ip} {addresses.worker_ip}",
-        f"  Port {addresses.ssh_port}",
-        f"  User {user}",
-        f"  IdentityFile {_conf_path(identity)}",
-        "  IdentitiesOnly yes",
-        f"  UserKnownHostsFile {_conf_path(known_hosts)}",
-        "  GlobalKnownHostsFile /dev/null",
-        "  StrictHostKeyChecking yes",
-        "  CheckHostIP no",
-        "  BatchMode yes",
-        "  ConnectTimeout 5",
-        "  LogLevel ERROR",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# lanebook twin nodes: ssh -F THIS_FILE head|worker (written by `lanebook twin up`)",
+            f"Host {HEAD}",
+            f"  HostName {addresses.head_ip}",
+            f"Host {WORKER}",
+            f"  HostName {addresses.worker_ip}",
+            f"Host {HEAD} {WORKER} {addresses.head_ip} {addresses.worker_ip}",
+            f"  Port {addresses.ssh_port}",
+            f"  User {user}",
+            f"  IdentityFile {_conf_path(identity)}",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {_conf_path(known_hosts)}",
+            "  GlobalKnownHostsFile /dev/null",
+            "  StrictHostKeyChecking yes",
+            "  CheckHostIP no",
+            "  BatchMode yes",
+            "  ConnectTimeout 5",
+            "  LogLevel ERROR",
+            "",
+        ]
+    )
 
 
 def sftp_server() -> str:
@@ -180,42 +191,44 @@ def sftp_server() -> str:
 
 def sshd_config(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> str:
     q = lambda p: f'"{p}"'  # noqa: E731 - sshd accepts quoted paths
-    return "\n".join([
-        f"# lanebook twin node {alias} (written by `lanebook twin up`)",
-        f"Port {addresses.ssh_port}",
-        f"ListenAddress {addresses.ip(alias)}",
-        f"HostKey {q(layout.host_key(alias))}",
-        f"PidFile {q(layout.var(alias) / 'sshd.pid')}",
-        f"AuthorizedKeysFile {q(layout.authorized_keys)}",
-        f"AllowUsers {getpass.getuser()}",
-        "# the node's own home from the first shell on: the login shell that runs ForceCommand reads ~/.bashrc",
-        "# (Debian's bash does under sshd), and the controller's own (pyenv init, conda, ...) is not the node's",
-        f"SetEnv HOME={q(layout.home(alias))}",
-        "PermitUserRC no",
-        "PermitUserEnvironment no",
-        "# only the twin's own key: no password, keyboard-interactive or host-based login, no agent or tunnels",
-        "AuthenticationMethods publickey",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "HostbasedAuthentication no",
-        "PermitEmptyPasswords no",
-        "PermitRootLogin prohibit-password",
-        "AllowAgentForwarding no",
-        "AllowTcpForwarding no",
-        "PermitTunnel no",
-        "UsePAM no",
-        "StrictModes no",
-        "UseDNS no",
-        "PrintMotd no",
-        "PrintLastLog no",
-        "X11Forwarding no",
-        "MaxStartups 64:30:128",
-        "MaxSessions 64",
-        f"Subsystem sftp {sftp_server()}",
-        f"ForceCommand {shlex.quote(str(layout.bin(alias) / 'node-session'))}",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# lanebook twin node {alias} (written by `lanebook twin up`)",
+            f"Port {addresses.ssh_port}",
+            f"ListenAddress {addresses.ip(alias)}",
+            f"HostKey {q(layout.host_key(alias))}",
+            f"PidFile {q(layout.var(alias) / 'sshd.pid')}",
+            f"AuthorizedKeysFile {q(layout.authorized_keys)}",
+            f"AllowUsers {getpass.getuser()}",
+            "# the node's own home from the first shell on: the login shell that runs ForceCommand reads ~/.bashrc",
+            "# (Debian's bash does under sshd), and the controller's own (pyenv init, conda, ...) is not the node's",
+            f"SetEnv HOME={q(layout.home(alias))}",
+            "PermitUserRC no",
+            "PermitUserEnvironment no",
+            "# only the twin's own key: no password, keyboard-interactive or host-based login, no agent or tunnels",
+            "AuthenticationMethods publickey",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "HostbasedAuthentication no",
+            "PermitEmptyPasswords no",
+            "PermitRootLogin prohibit-password",
+            "AllowAgentForwarding no",
+            "AllowTcpForwarding no",
+            "PermitTunnel no",
+            "UsePAM no",
+            "StrictModes no",
+            "UseDNS no",
+            "PrintMotd no",
+            "PrintLastLog no",
+            "X11Forwarding no",
+            "MaxStartups 64:30:128",
+            "MaxSessions 64",
+            f"Subsystem sftp {sftp_server()}",
+            f"ForceCommand {shlex.quote(str(layout.bin(alias) / 'node-session'))}",
+            "",
+        ]
+    )
 
 
 def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: float) -> str:
@@ -234,7 +247,7 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
         f"export PYTHONPATH={q(str(LIB_DIR))}",
         'cd "$HOME" || exit 1',
         "# the node's command log: each session's command line exactly as the client sent it",
-        f'printf \'%s\\0\' "${{SSH_ORIGINAL_COMMAND:-}}" >> {q(str(layout.command_log(alias)))}',
+        f"printf '%s\\0' \"${{SSH_ORIGINAL_COMMAND:-}}\" >> {q(str(layout.command_log(alias)))}",
         "# /dev/shm, drop_caches and the unit directory are this node's own (lanebook.twin.session)",
         'case "${SSH_ORIGINAL_COMMAND:-}" in',
         f'  {patterns}) SSH_ORIGINAL_COMMAND=$({q(sys.executable)} -m lanebook.twin.session map "$SSH_ORIGINAL_COMMAND") || exit 1 ;;',
@@ -266,18 +279,32 @@ def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults:
     write_atomic(layout.sshd_config(alias), sshd_config(layout, alias, addresses))
     write_atomic(bin_dir / "node-session", node_session(layout, alias, faults, time_scale), 0o755)
     for name in STANDINS:
-        write_atomic(bin_dir / name, f"#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} \"$@\"\n", 0o755)
+        write_atomic(
+            bin_dir / name,
+            f'#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} "$@"\n',
+            0o755,
+        )
     # ssh reads ~/.ssh from the passwd home, not $HOME: the shim points it at the node's own, and puts
     # this node's mapped paths back to the real ones in a command bound for another node.
-    write_atomic(bin_dir / "ssh", "\n".join([
-        "#!/bin/sh",
-        'case "$*" in *"$LANEBOOK_NODE_MAPPED_ROOT"/*) [ -n "$LANEBOOK_NODE_MAPPED_ROOT" ] && '
-        f'exec {python} -m lanebook.twin.session ssh "$@" ;; esac',
-        'exec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"',
-        "",
-    ]), 0o755)
+    write_atomic(
+        bin_dir / "ssh",
+        "\n".join(
+            [
+                "#!/bin/sh",
+                'case "$*" in *"$LANEBOOK_NODE_MAPPED_ROOT"/*) [ -n "$LANEBOOK_NODE_MAPPED_ROOT" ] && '
+                f'exec {python} -m lanebook.twin.session ssh "$@" ;; esac',
+                'exec /usr/bin/ssh -F "$HOME/.ssh/config" "$@"',
+                "",
+            ]
+        ),
+        0o755,
+    )
     if time_scale != 1:
-        write_atomic(bin_dir / "sleep", f"#!/bin/sh\n# --fast: the twin's waits are scaled\nexec {python} -m lanebook.twin.standins sleep \"$@\"\n", 0o755)
+        write_atomic(
+            bin_dir / "sleep",
+            f'#!/bin/sh\n# --fast: the twin\'s waits are scaled\nexec {python} -m lanebook.twin.standins sleep "$@"\n',
+            0o755,
+        )
     dot_ssh = layout.home(alias) / ".ssh"
     dot_ssh.mkdir(parents=True, exist_ok=True)
     shutil.copy(layout.user_key, dot_ssh / "id_ed25519")
@@ -299,8 +326,13 @@ def start_sshd(layout: TwinLayout, alias: str) -> subprocess.Popen:
         raise LanebookError(f"sshd rejects {config}: {check.stderr.strip().splitlines()[-1]}")
     log = layout.sshd_log(alias)
     log.write_text("")
-    return subprocess.Popen([SSHD, "-D", "-f", config, "-E", str(log)], start_new_session=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [SSHD, "-D", "-f", config, "-E", str(log)],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def wait_for_ssh(layout: TwinLayout, alias: str, timeout_s: float = 15.0) -> None:
@@ -308,15 +340,18 @@ def wait_for_ssh(layout: TwinLayout, alias: str, timeout_s: float = 15.0) -> Non
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
-        result = subprocess.run(["ssh", "-F", str(layout.ssh_config), alias, "true"], capture_output=True, text=True,
-                                timeout=timeout_s)
+        result = subprocess.run(
+            ["ssh", "-F", str(layout.ssh_config), alias, "true"], capture_output=True, text=True, timeout=timeout_s
+        )
         if result.returncode == 0:
             return
         last = result.stderr.strip()
         time.sleep(0.2)
     log_tail = layout.sshd_log(alias).read_text().strip().splitlines()[-1:] if layout.sshd_log(alias).exists() else []
-    raise LanebookError(f"twin node {alias} does not accept ssh after {timeout_s:.0f}s: {last or 'no answer'}"
-                        + (f" (sshd: {log_tail[0]})" if log_tail else ""))
+    raise LanebookError(
+        f"twin node {alias} does not accept ssh after {timeout_s:.0f}s: {last or 'no answer'}"
+        + (f" (sshd: {log_tail[0]})" if log_tail else "")
+    )
 
 
 def read_state(layout: TwinLayout) -> dict:

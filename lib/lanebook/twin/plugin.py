@@ -10,14 +10,15 @@ book is built, and the fault matrix's (twin/fault_matrix.py).
 Every process that loads the plugins imports this module (a runbook's kernel too), so what only some need (the
 book pages' models, headless runs, HTTP) is imported where it is used.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lanebook.nodes.ssh import NodeError
 from lanebook.lane.params import LaneParams
 from lanebook.lane.plugins import Registry
+from lanebook.nodes.ssh import NodeError
 from lanebook.twin import control
 
 if TYPE_CHECKING:
@@ -44,17 +45,24 @@ def launch_lane_if_down(rb: Runbook) -> None:
     `launch` runbook (its own record, linked in rb's figures as `launched`, and expected to pass), so they run
     from bare papermill; the twin changes nothing real. A real lane is never launched this way, and a dry run
     launches nothing."""
-    from lanebook.runs.execute import run_runbook
     from lanebook.ops.launcher import LANE_DOWN, ask_api, lane_containers
+    from lanebook.runs.execute import run_runbook
 
     lane = rb.lane
-    if lane.executor.dry_run or not lane.params.twin or ask_api(lane).healthy \
-            or lane_containers(lane).state != LANE_DOWN:
+    if (
+        lane.executor.dry_run
+        or not lane.params.twin
+        or ask_api(lane).healthy
+        or lane_containers(lane).state != LANE_DOWN
+    ):
         return
     launched = run_runbook("launch", rb.params, {})
     rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
-    rb.expect(launched["verdict"] == "pass", "the twin lane, found cleanly down, launched by the `launch` runbook",
-              f"{launched['output']}: verdict {launched['verdict']}")
+    rb.expect(
+        launched["verdict"] == "pass",
+        "the twin lane, found cleanly down, launched by the `launch` runbook",
+        f"{launched['output']}: verdict {launched['verdict']}",
+    )
 
 
 def serves_twin(api: str) -> bool:

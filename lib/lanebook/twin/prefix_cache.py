@@ -5,6 +5,7 @@ A -> B -> A protocol (seed 000: a prompt, an unrelated one, the first again) fou
 third request hits A's blocks again (fact T13 in lanebook.twin.facts). Fault prefix-evict makes an
 unrelated prompt drop everything, the failure that protocol was looking for.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -17,7 +18,7 @@ def block_hashes(prompt_pieces: Seq[str], block_size: int) -> tuple[int, ...]:
     """Chained hashes of the prompt's full blocks, as vLLM's prefix cache keys them."""
     hashes, parent = [], "root"
     for start in range(0, len(prompt_pieces) - block_size + 1, block_size):
-        parent = str(stable_hash(parent, *prompt_pieces[start:start + block_size]))
+        parent = str(stable_hash(parent, *prompt_pieces[start : start + block_size]))
         hashes.append(int(parent))
     return tuple(hashes)
 

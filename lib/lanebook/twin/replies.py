@@ -6,13 +6,15 @@ tool call (the canary's (seed 003) smoke returned get_weather({"city":"Pensacola
 and thinking follows DeepSeek V4's chat template, where the string "false" turns thinking on (the
 recipe, seed 000, pitfall 10; fact T11). Facts live in lanebook.twin.facts.
 """
+
 from __future__ import annotations
 
 import json
 import random
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence as Seq
+from typing import Any, Mapping, Optional
+from typing import Sequence as Seq
 
 from lanebook.twin.tokens import pieces, stable_hash
 from lanebook.twin.workloads import WORKLOADS, RequestClass, classify
@@ -59,8 +61,29 @@ _LOCATION_RE = re.compile(r"\b(?:in|at|for|near)\s+([A-Z][\w.'-]*(?:,?\s+[A-Z][\
 _QUOTED_RE = re.compile(r"[\"“']([^\"”']{1,200})[\"”']")
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?")
 _WORD_RE = re.compile(r"[a-z]+")
-_GENERIC_TOOL_WORDS = {"get", "set", "list", "fetch", "run", "call", "make", "create", "update", "delete", "read",
-                       "write", "the", "and", "for", "tool", "current", "this", "that", "with", "from"}
+_GENERIC_TOOL_WORDS = {
+    "get",
+    "set",
+    "list",
+    "fetch",
+    "run",
+    "call",
+    "make",
+    "create",
+    "update",
+    "delete",
+    "read",
+    "write",
+    "the",
+    "and",
+    "for",
+    "tool",
+    "current",
+    "this",
+    "that",
+    "with",
+    "from",
+}
 _LOCATION_PARAMS = {"city", "location", "place", "address", "town", "region", "where"}
 _PATH_PARAMS = {"path", "dir", "directory", "folder"}
 _QUERY_PARAMS = {"query", "q", "pattern", "text", "search", "term", "prompt"}
@@ -68,13 +91,37 @@ _PATH_RE = re.compile(r"\b(?:under|in|inside|within)\s+(?:the\s+)?([\w.-]*/[\w./
 _IDENTIFIER_RE = re.compile(r"\b([A-Za-z]+_[\w]+|[a-z]+[A-Z]\w*)\b")
 _STEP_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10}
 _VOCABULARY = {
-    "prose": ("the lane serves requests while the head and worker share each step of the model and the "
-              "cache keeps recent prefixes close so a repeated question returns quickly but a busy hour "
-              "asks more of every verify pass than a quiet morning ever does").split(),
-    "code": ["def", "return", "value", "items", "result", "for", "in", "if", "None", "self", "index",
-             "append", "range", "len", "key", "config", "parse", "raise", "ValueError", "else"],
-    "agent": ("next I will check the output then update the plan and call the tool again if the result "
-              "is incomplete before I report back").split(),
+    "prose": (
+        "the lane serves requests while the head and worker share each step of the model and the "
+        "cache keeps recent prefixes close so a repeated question returns quickly but a busy hour "
+        "asks more of every verify pass than a quiet morning ever does"
+    ).split(),
+    "code": [
+        "def",
+        "return",
+        "value",
+        "items",
+        "result",
+        "for",
+        "in",
+        "if",
+        "None",
+        "self",
+        "index",
+        "append",
+        "range",
+        "len",
+        "key",
+        "config",
+        "parse",
+        "raise",
+        "ValueError",
+        "else",
+    ],
+    "agent": (
+        "next I will check the output then update the plan and call the tool again if the result "
+        "is incomplete before I report back"
+    ).split(),
 }
 
 
@@ -99,8 +146,11 @@ class Reply:
         return len(self.reasoning) + len(self.content)
 
 
-def thinking_enabled(request_kwargs: Optional[Mapping[str, Any]], default_kwargs: Optional[Mapping[str, Any]],
-                     reasoning_effort: Optional[str] = None) -> tuple[bool, Optional[str]]:
+def thinking_enabled(
+    request_kwargs: Optional[Mapping[str, Any]],
+    default_kwargs: Optional[Mapping[str, Any]],
+    reasoning_effort: Optional[str] = None,
+) -> tuple[bool, Optional[str]]:
     """DeepSeek V4's rule (vllm/tokenizers/deepseek_v4.py): on when bool(thinking) or bool(enable_thinking).
 
     The request's chat_template_kwargs override the server's --default-chat-template-kwargs key by key;
@@ -220,12 +270,19 @@ def _free_text(workload: RequestClass, rng: random.Random, limit: int) -> str:
     while produced < limit:
         line += 1
         if workload.name == "json":
-            text = json.dumps({"id": line, "name": rng.choice(_VOCABULARY["prose"]), "value": rng.randint(1, 999),
-                               "ok": rng.random() < 0.5})
+            text = json.dumps(
+                {
+                    "id": line,
+                    "name": rng.choice(_VOCABULARY["prose"]),
+                    "value": rng.randint(1, 999),
+                    "ok": rng.random() < 0.5,
+                }
+            )
         elif workload.name == "code":
             words = _VOCABULARY["code"]
-            text = f"def {rng.choice(words).lower()}_{line}({rng.choice(words).lower()}):\n    return " + \
-                   " ".join(rng.choice(words) for _ in range(rng.randint(3, 7)))
+            text = f"def {rng.choice(words).lower()}_{line}({rng.choice(words).lower()}):\n    return " + " ".join(
+                rng.choice(words) for _ in range(rng.randint(3, 7))
+            )
         else:
             words = _VOCABULARY["agent" if workload.name in ("agent", "tool") else "prose"]
             sentence = " ".join(rng.choice(words) for _ in range(rng.randint(8, 16)))
@@ -263,8 +320,9 @@ def plan_reply(
     rng = random.Random(stable_hash(json.dumps(list(messages), sort_keys=True, default=str), salt))
     exact = _EXACT_RE.search(prompt)
     call = None if (exact or after_tool) else plan_tool_call(tools, tool_choice, prompt)
-    workload = classify(prompt, has_tools=bool(tools) and tool_choice != "none", after_tool_result=after_tool,
-                        json_format=json_format)
+    workload = classify(
+        prompt, has_tools=bool(tools) and tool_choice != "none", after_tool_result=after_tool, json_format=json_format
+    )
     cap = max_tokens if max_tokens is not None else NATURAL_REPLY_TOKENS
     natural = max_tokens is None or max_tokens > NATURAL_REPLY_TOKENS
     reasoning: list[str] = []
@@ -291,4 +349,4 @@ def plan_reply(
     if len(tokens) > cap or not natural_end:
         tokens, finish = tokens[:cap], "length"
     reasoning_part = tuple(tokens[: len(reasoning)])
-    return Reply(workload, reasoning_part, tuple(tokens[len(reasoning):]), call, finish)
+    return Reply(workload, reasoning_part, tuple(tokens[len(reasoning) :]), call, finish)

@@ -6,6 +6,7 @@ speculative acceptance and JIT stalls reach every stream together, as on the GPU
 to measure clients, not the lane. GET /twin/requests is twin-only truth: per request, when the
 server emitted its first and last tokens, for benchmarks to check clients against.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -117,8 +118,7 @@ async def paced_counts(total: int, tok_s: float, per_chunk: int) -> AsyncIterato
 class EngineLoop:
     """Steps the engine core at absolute deadlines and hands each step's tokens to the streams."""
 
-    def __init__(self, core: EngineCore, after_step: Callable[[Step], None],
-                 on_crash: Callable[[str], None]):
+    def __init__(self, core: EngineCore, after_step: Callable[[Step], None], on_crash: Callable[[str], None]):
         self.core = core
         self.after_step = after_step
         self.on_crash = on_crash
@@ -192,14 +192,27 @@ class EngineCollector:
     def collect(self):
         s = self.server
         stats = s.core.stats
-        yield self._family(GaugeMetricFamily, "vllm:num_requests_running",
-                           "Number of requests in model execution batches.", len(s.core.running) + s.paced_running)
-        yield self._family(GaugeMetricFamily, "vllm:num_requests_waiting",
-                           "Number of requests waiting to be processed.", len(s.core.waiting))
-        yield self._family(GaugeMetricFamily, "vllm:kv_cache_usage_perc",
-                           "KV-cache usage. 1 means 100 percent usage.", s.kv_usage())
+        yield self._family(
+            GaugeMetricFamily,
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            len(s.core.running) + s.paced_running,
+        )
+        yield self._family(
+            GaugeMetricFamily,
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed.",
+            len(s.core.waiting),
+        )
+        yield self._family(
+            GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_usage()
+        )
         counters = [
-            ("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", stats.prefix_queries),
+            (
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens.",
+                stats.prefix_queries,
+            ),
             ("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_hits),
             ("vllm:num_preemptions", "Cumulative number of preemption from the engine.", 0),
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens),
@@ -214,12 +227,20 @@ class EngineCollector:
         for name, documentation, value in counters:
             yield self._family(CounterMetricFamily, name, documentation, value)
         for reason in ("stop", "length", "abort"):
-            yield self._family(CounterMetricFamily, "vllm:request_success", "Count of successfully processed requests.",
-                               s.finished.get(reason, 0), {"finished_reason": reason})
+            yield self._family(
+                CounterMetricFamily,
+                "vllm:request_success",
+                "Count of successfully processed requests.",
+                s.finished.get(reason, 0),
+                {"finished_reason": reason},
+            )
         if s.core.config.num_speculative_tokens:
             labels = {"engine": "0", "model_name": s.options.name}
-            family = CounterMetricFamily("vllm:spec_decode_num_accepted_tokens_per_pos",
-                                         "Accepted tokens per draft position.", labels=[*labels, "position"])
+            family = CounterMetricFamily(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                labels=[*labels, "position"],
+            )
             for pos in range(s.core.config.num_speculative_tokens):
                 family.add_metric([*labels.values(), str(pos)], stats.accepted_per_pos[pos], created=self.created)
             yield family
@@ -242,16 +263,24 @@ class ChatStream:
         self.finish_reason: Optional[str] = None
         options = body.get("stream_options")
         self.include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-        head = {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created,
-                "model": server.options.name}
+        head = {
+            "id": self.request_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": server.options.name,
+        }
         self._head = json.dumps(head, separators=(",", ":"))[:-1]
 
     # Token text -------------------------------------------------------------------------------
     def _texts(self, start: int, end: int) -> tuple[str, str]:
         """Reasoning and content/argument text of tokens [start, end)."""
         reasoning_n = len(self.reply.reasoning)
-        reasoning = "".join(self.reply.reasoning[start:min(end, reasoning_n)]) if start < reasoning_n else ""
-        rest = "".join(self.reply.content[max(start, reasoning_n) - reasoning_n:end - reasoning_n]) if end > reasoning_n else ""
+        reasoning = "".join(self.reply.reasoning[start : min(end, reasoning_n)]) if start < reasoning_n else ""
+        rest = (
+            "".join(self.reply.content[max(start, reasoning_n) - reasoning_n : end - reasoning_n])
+            if end > reasoning_n
+            else ""
+        )
         return reasoning, rest
 
     def _delta(self, start: int, end: int) -> dict:
@@ -262,8 +291,12 @@ class ChatStream:
         if rest and self.reply.tool_call:
             call: dict[str, Any] = {"index": 0, "function": {"arguments": rest}}
             if start <= len(self.reply.reasoning):  # the first tool chunk names the call
-                call = {"index": 0, "id": self.tool_call_id, "type": "function",
-                        "function": {"name": self.reply.tool_call.name, "arguments": rest}}
+                call = {
+                    "index": 0,
+                    "id": self.tool_call_id,
+                    "type": "function",
+                    "function": {"name": self.reply.tool_call.name, "arguments": rest},
+                }
             delta["tool_calls"] = [call]
         elif rest:
             delta["content"] = rest
@@ -276,8 +309,11 @@ class ChatStream:
         return f"data: {self._head}{tail}}}\n\n".encode()
 
     def usage(self) -> dict:
-        usage = {"prompt_tokens": self.seq.prompt_tokens, "total_tokens": self.seq.prompt_tokens + self.emitted,
-                 "completion_tokens": self.emitted}
+        usage = {
+            "prompt_tokens": self.seq.prompt_tokens,
+            "total_tokens": self.seq.prompt_tokens + self.emitted,
+            "completion_tokens": self.emitted,
+        }
         if self.server.options.enable_prompt_tokens_details:
             usage["prompt_tokens_details"] = {"cached_tokens": self.seq.cached_tokens}
         return usage
@@ -300,13 +336,18 @@ class ChatStream:
     # Responses --------------------------------------------------------------------------------
     async def sse(self) -> AsyncIterator[bytes]:
         """The streamed response, chunk by chunk, as vLLM sends it."""
-        yield self._chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                            "finish_reason": None}])
+        yield self._chunk(
+            [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]
+        )
         try:
             async for n in self.server.token_counts(self):
                 start, end = self._advance(n)
-                choice = {"index": 0, "delta": self._delta(start, end), "logprobs": None,
-                          "finish_reason": self.finish_reason}
+                choice = {
+                    "index": 0,
+                    "delta": self._delta(start, end),
+                    "logprobs": None,
+                    "finish_reason": self.finish_reason,
+                }
                 if self.finish_reason:
                     choice["stop_reason"] = None
                 yield self._chunk([choice])
@@ -327,24 +368,58 @@ class ChatStream:
         finally:
             self.server.finish(self)
         reasoning, rest = self._texts(0, self.emitted)
-        message: dict[str, Any] = {"role": "assistant", "content": None if self.reply.tool_call else rest,
-                                   "refusal": None, "annotations": None, "audio": None, "function_call": None,
-                                   "tool_calls": [], "reasoning": reasoning or None}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None if self.reply.tool_call else rest,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [],
+            "reasoning": reasoning or None,
+        }
         if self.reply.tool_call:
-            message["tool_calls"] = [{"id": self.tool_call_id, "type": "function",
-                                      "function": {"name": self.reply.tool_call.name, "arguments": rest}}]
-        return {"id": self.request_id, "object": "chat.completion", "created": self.created,
-                "model": self.server.options.name,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": self.finish_reason,
-                             "stop_reason": None}],
-                "service_tier": None, "system_fingerprint": None, "usage": self.usage(), "prompt_logprobs": None,
-                "kv_transfer_params": None}
+            message["tool_calls"] = [
+                {
+                    "id": self.tool_call_id,
+                    "type": "function",
+                    "function": {"name": self.reply.tool_call.name, "arguments": rest},
+                }
+            ]
+        return {
+            "id": self.request_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.server.options.name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self.finish_reason,
+                    "stop_reason": None,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": None,
+            "usage": self.usage(),
+            "prompt_logprobs": None,
+            "kv_transfer_params": None,
+        }
 
     def truth(self) -> dict:
-        return {"id": self.request_id, "t_sent": self.t_sent, "t_first": self.t_first, "t_last": self.t_last,
-                "completion_tokens": self.emitted, "prompt_tokens": self.seq.prompt_tokens,
-                "cached_tokens": self.seq.cached_tokens, "finish_reason": self.finish_reason,
-                "workload": self.reply.workload.name, "jit_s": round(self.seq.jit_s, 6)}
+        return {
+            "id": self.request_id,
+            "t_sent": self.t_sent,
+            "t_first": self.t_first,
+            "t_last": self.t_last,
+            "completion_tokens": self.emitted,
+            "prompt_tokens": self.seq.prompt_tokens,
+            "cached_tokens": self.seq.cached_tokens,
+            "finish_reason": self.finish_reason,
+            "workload": self.reply.workload.name,
+            "jit_s": round(self.seq.jit_s, 6),
+        }
 
 
 class BadRequest(Exception):
@@ -370,29 +445,105 @@ class TwinServer:
         self.registry = CollectorRegistry()
         self.registry.register(EngineCollector(self))
         names = ["engine", "model_name"]
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              names, registry=self.registry,
-                              buckets=(0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                                       7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0))
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             names, registry=self.registry,
-                             buckets=(0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
-                                      7.5, 10.0, 20.0, 40.0, 80.0))
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                             names, registry=self.registry,
-                             buckets=(0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-                                      120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0))
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            names,
+            registry=self.registry,
+            buckets=(
+                0.001,
+                0.005,
+                0.01,
+                0.02,
+                0.04,
+                0.06,
+                0.08,
+                0.1,
+                0.25,
+                0.5,
+                0.75,
+                1.0,
+                2.5,
+                5.0,
+                7.5,
+                10.0,
+                20.0,
+                40.0,
+                80.0,
+                160.0,
+                640.0,
+                2560.0,
+            ),
+        )
+        self.itl = Histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            names,
+            registry=self.registry,
+            buckets=(
+                0.01,
+                0.025,
+                0.05,
+                0.075,
+                0.1,
+                0.15,
+                0.2,
+                0.3,
+                0.4,
+                0.5,
+                0.75,
+                1.0,
+                2.5,
+                5.0,
+                7.5,
+                10.0,
+                20.0,
+                40.0,
+                80.0,
+            ),
+        )
+        self.e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            names,
+            registry=self.registry,
+            buckets=(
+                0.3,
+                0.5,
+                0.8,
+                1.0,
+                1.5,
+                2.0,
+                2.5,
+                5.0,
+                10.0,
+                15.0,
+                20.0,
+                30.0,
+                40.0,
+                50.0,
+                60.0,
+                120.0,
+                240.0,
+                480.0,
+                960.0,
+                1920.0,
+                7680.0,
+            ),
+        )
         for histogram in (self.ttft, self.itl, self.e2e):
             histogram.labels(*self.labels)  # vLLM exposes every series from the start, at zero
-        self.app = Starlette(routes=[
-            Route("/health", self.health, methods=["GET"]),
-            Route("/ping", self.health, methods=["GET", "POST"]),
-            Route("/version", self.version, methods=["GET"]),
-            Route("/metrics", self.metrics, methods=["GET"]),
-            Route("/v1/models", self.models, methods=["GET"]),
-            Route("/v1/chat/completions", self.chat, methods=["POST"]),
-            Route("/twin/requests", self.twin_requests, methods=["GET", "DELETE"]),
-        ])
+        self.app = Starlette(
+            routes=[
+                Route("/health", self.health, methods=["GET"]),
+                Route("/ping", self.health, methods=["GET", "POST"]),
+                Route("/version", self.version, methods=["GET"]),
+                Route("/metrics", self.metrics, methods=["GET"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/twin/requests", self.twin_requests, methods=["GET", "DELETE"]),
+            ]
+        )
         self.app.add_exception_handler(404, self._not_found)
         self.app.add_exception_handler(405, self._not_allowed)
 
@@ -424,10 +575,17 @@ class TwinServer:
     # Engine hooks -----------------------------------------------------------------------------
     def _after_step(self, step: Step) -> None:
         if step.jit_s:
-            log("INFO", "backends.py:215", f"Compiling a graph for dynamic shape (batch {step.batch}, K {step.k}) "
-                                           f"takes {step.jit_s:.2f} s", "EngineCore_DP0")
-        if ("engine-dies-mid-bench" in self.options.faults and len(self.core.running) >= 2
-                and self.core.stats.generation_tokens >= ENGINE_DIES_AFTER_TOKENS):
+            log(
+                "INFO",
+                "backends.py:215",
+                f"Compiling a graph for dynamic shape (batch {step.batch}, K {step.k}) takes {step.jit_s:.2f} s",
+                "EngineCore_DP0",
+            )
+        if (
+            "engine-dies-mid-bench" in self.options.faults
+            and len(self.core.running) >= 2
+            and self.core.stats.generation_tokens >= ENGINE_DIES_AFTER_TOKENS
+        ):
             self.kill_engine("CUDA error: an illegal memory access was encountered (fault engine-dies-mid-bench)")
 
     def token_counts(self, stream: ChatStream) -> AsyncIterator[int]:
@@ -443,8 +601,12 @@ class TwinServer:
 
     def die_head(self, when: str) -> None:
         """Fault head-dies: the head process is gone at once; its worker is left orphaned (fact T14)."""
-        log("ERROR", "multiproc_executor.py:149", f"Worker proc VllmWorker-0 died unexpectedly ({when}), "
-                                                  "shutting down executor. (fault head-dies)", "EngineCore_DP0")
+        log(
+            "ERROR",
+            "multiproc_executor.py:149",
+            f"Worker proc VllmWorker-0 died unexpectedly ({when}), shutting down executor. (fault head-dies)",
+            "EngineCore_DP0",
+        )
         sys.stdout.flush()
         os._exit(1)
 
@@ -491,13 +653,34 @@ class TwinServer:
         if not self.ready:  # vLLM serves /v1/models only once the engine is up: launchers wait on it
             return JSONResponse(error_body("The engine is still starting.", "ServiceUnavailableError", 503), 503)
         now = int(time.time())
-        data = [{"id": name, "object": "model", "created": now, "owned_by": "vllm", "root": self.options.model,
-                 "parent": None, "max_model_len": self.core.config.max_model_len,
-                 "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission", "created": now,
-                                 "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                                 "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                                 "organization": "*", "group": None, "is_blocking": False}]}
-                for name in self.options.served_model_names]
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": now,
+                "owned_by": "vllm",
+                "root": self.options.model,
+                "parent": None,
+                "max_model_len": self.core.config.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{uuid.uuid4().hex}",
+                        "object": "model_permission",
+                        "created": now,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in self.options.served_model_names
+        ]
         return JSONResponse({"object": "list", "data": data})
 
     async def twin_requests(self, request: Request) -> Response:
@@ -518,7 +701,9 @@ class TwinServer:
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
             raise BadRequest("messages must be a non-empty list of message objects", param="messages")
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1):
+        if max_tokens is not None and (
+            not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
+        ):
             raise BadRequest(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
         tools = body.get("tools") or None
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
@@ -529,21 +714,31 @@ class TwinServer:
         kwargs = body.get("chat_template_kwargs")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise BadRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
-        thinking, effort = thinking_enabled(kwargs, self.options.default_chat_template_kwargs,
-                                                  body.get("reasoning_effort"))
+        thinking, effort = thinking_enabled(
+            kwargs, self.options.default_chat_template_kwargs, body.get("reasoning_effort")
+        )
         temperature = body.get("temperature", 1.0)
         salt = "" if temperature == 0 else f"{body.get('seed', uuid.uuid4().hex)}"
         response_format = body.get("response_format")
         json_format = isinstance(response_format, dict) and str(response_format.get("type", "")).startswith("json")
-        reply = plan_reply(messages, max_tokens=max_tokens, thinking=thinking, reasoning_effort=effort,
-                                 tools=tools, tool_choice=tool_choice, salt=salt, json_format=json_format)
+        reply = plan_reply(
+            messages,
+            max_tokens=max_tokens,
+            thinking=thinking,
+            reasoning_effort=effort,
+            tools=tools,
+            tool_choice=tool_choice,
+            salt=salt,
+            json_format=json_format,
+        )
         seq = sequence_for("", messages, reply, self.core.config, tools, thinking)
         limit = self.core.config.max_model_len
         if seq.prompt_tokens + (max_tokens or 0) > limit:
             raise BadRequest(
                 f"This model's maximum context length is {limit} tokens. However, you requested "
                 f"{seq.prompt_tokens + (max_tokens or 0)} tokens ({seq.prompt_tokens} in the messages, "
-                f"{max_tokens or 0} in the completion). Please reduce the length of the messages or completion.")
+                f"{max_tokens or 0} in the completion). Please reduce the length of the messages or completion."
+            )
         return reply, seq
 
     async def chat(self, request: Request) -> Response:
@@ -580,8 +775,14 @@ class TwinServer:
     # Engine stats log line --------------------------------------------------------------------
     def _stats_snapshot(self) -> tuple:
         s = self.core.stats
-        return (s.prompt_tokens, s.generation_tokens, s.drafts, s.draft_tokens, s.accepted_tokens,
-                tuple(s.accepted_per_pos[:self.core.config.num_speculative_tokens]))
+        return (
+            s.prompt_tokens,
+            s.generation_tokens,
+            s.drafts,
+            s.draft_tokens,
+            s.accepted_tokens,
+            tuple(s.accepted_per_pos[: self.core.config.num_speculative_tokens]),
+        )
 
     async def log_stats_forever(self) -> None:
         """vLLM's periodic "Engine 000: ..." and SpecDecoding lines (interval figures) while there is traffic."""
@@ -596,17 +797,23 @@ class TwinServer:
                 continue
             stats = self.core.stats
             hit = 100.0 * stats.prefix_hits / stats.prefix_queries if stats.prefix_queries else 0.0
-            log("INFO", "loggers.py:127",
+            log(
+                "INFO",
+                "loggers.py:127",
                 f"Engine 000: Avg prompt throughput: {prompt / STATS_LOG_INTERVAL_S:.1f} tokens/s, "
                 f"Avg generation throughput: {generated / STATS_LOG_INTERVAL_S:.1f} tokens/s, "
                 f"Running: {len(self.core.running) + self.paced_running} reqs, Waiting: {len(self.core.waiting)} reqs, "
-                f"GPU KV cache usage: {100.0 * self.kv_usage():.1f}%, Prefix cache hit rate: {hit:.1f}%")
+                f"GPU KV cache usage: {100.0 * self.kv_usage():.1f}%, Prefix cache hit rate: {hit:.1f}%",
+            )
             if drafts:
                 rates = ", ".join(f"{n / drafts:.3f}" for n in per_pos)
-                log("INFO", "metrics.py:96",
+                log(
+                    "INFO",
+                    "metrics.py:96",
                     f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, "
                     f"Accepted: {accepted} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, "
-                    f"Avg Draft acceptance rate: {100.0 * accepted / drafted:.1f}%")
+                    f"Avg Draft acceptance rate: {100.0 * accepted / drafted:.1f}%",
+                )
 
 
 def configure_uvicorn_logging(access_log: bool) -> None:
@@ -617,8 +824,9 @@ def configure_uvicorn_logging(access_log: bool) -> None:
     access.handlers.clear()
     if access_log:
         handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(AccessFormatter('%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s',
-                                             use_colors=False))
+        handler.setFormatter(
+            AccessFormatter('%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False)
+        )
         access.addHandler(handler)
     access.setLevel(logging.INFO)
     access.propagate = False

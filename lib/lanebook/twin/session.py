@@ -23,6 +23,7 @@ them into its own root. Not mapped: paths a program builds itself or reads from 
 an interactive shell, and sftp transfers; lanebook's node operations name these paths on the
 command line.
 """
+
 from __future__ import annotations
 
 import hashlib

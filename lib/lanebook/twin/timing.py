@@ -6,6 +6,7 @@ constants below are fitted to the canary's (seed 003) streaming table and shaped
 (seed 000) measured regressions; each names what it reproduces (facts T03, T04, T05, T07, T09 and
 T10 in lanebook.twin.facts). Twin figures, never a real lane's.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,14 +79,22 @@ def check_k_schedule(schedule: Any, num_speculative_tokens: int) -> tuple[tuple[
         raise ValueError("num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K]")
     rows = []
     for row in schedule:
-        if (not isinstance(row, list) or len(row) != 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)):
-            raise ValueError(f"num_speculative_tokens_per_batch_size entry {row!r} must be [start_bs, end_bs, K] integers")
+        if (
+            not isinstance(row, list)
+            or len(row) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in row)
+        ):
+            raise ValueError(
+                f"num_speculative_tokens_per_batch_size entry {row!r} must be [start_bs, end_bs, K] integers"
+            )
         start, end, k = row
         if start < 1 or end < start:
             raise ValueError(f"num_speculative_tokens_per_batch_size entry {row!r}: need 1 <= start_bs <= end_bs")
         if not 0 <= k <= num_speculative_tokens:
-            raise ValueError(f"num_speculative_tokens_per_batch_size entry {row!r}: K must be between 0 and "
-                             f"num_speculative_tokens ({num_speculative_tokens})")
+            raise ValueError(
+                f"num_speculative_tokens_per_batch_size entry {row!r}: K must be between 0 and "
+                f"num_speculative_tokens ({num_speculative_tokens})"
+            )
         rows.append((start, end, k))
     rows.sort()
     for (_, end, _), (start, _, _) in zip(rows, rows[1:]):

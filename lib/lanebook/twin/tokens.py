@@ -3,6 +3,7 @@
 The twin has no tokenizer; a piece stands in for a token everywhere (prompt lengths, prefix-cache
 blocks, streamed deltas), so counts agree between the engine, the replies and the server.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,6 +6,7 @@ json, so `find`, rsync -aH, symlink-breaking snapshot-only copies and `*.incompl
 as they do on a DGX Spark. Content and mtimes are deterministic, so head and worker copies compare equal, and
 a checkout or model tree laid out again by a fresh `twin up` is the same tree (its fingerprint unchanged).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,17 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from lanebook.recipe.compose import COMPOSE_NAME
-from lanebook.recipe.effective.checkout import ENV_NAME, REFERENCE, CheckoutFiles
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, lane_with
+from lanebook.recipe.compose import COMPOSE_NAME
+from lanebook.recipe.effective.checkout import ENV_NAME, REFERENCE, CheckoutFiles
 from lanebook.recipe.render import plan_render
 from lanebook.twin.nodes import TwinAddresses
 
 TEMPLATES = REFERENCE  # the product's reference checkout files: the recipe's compose file and example
 EXAMPLE_NAME = "env.dspark.example"
 SCRIPTS = Path(__file__).parent / "scripts"
-LAUNCHER_SCRIPTS = ("start-deepseek-v4-flash-dspark.sh", "status-deepseek-v4-flash-dspark.sh", "stop-deepseek-v4-flash-dspark.sh")
+LAUNCHER_SCRIPTS = (
+    "start-deepseek-v4-flash-dspark.sh",
+    "status-deepseek-v4-flash-dspark.sh",
+    "stop-deepseek-v4-flash-dspark.sh",
+)
 CHECKOUT_SCRIPTS = ("lane-env.sh", "run-post-readiness-warmup.sh")  # under the checkout's scripts/
 SHARD_BYTES = 192 * 1024
 FIXED_MTIME = 1785456000  # 2026-07-31T00:00Z: identical on every node, so rsync sees equal trees
@@ -77,8 +82,14 @@ class HubModel:
         shards = [(self.shard_name(i), self.shard_bytes(i)) for i in range(1, self.shards + 1)]
         weight_map = {t: self.shard_name(i) for i in range(1, self.shards + 1) for t in self._tensors(i)}
         index = {"metadata": {"total_size": sum(len(data) for _, data in shards)}, "weight_map": weight_map}
-        config = {"architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "_name_or_path": self.repo,
-                  "num_hidden_layers": self.shards - 1, "dspark_block_size": 5, "max_position_embeddings": 1048576}
+        config = {
+            "architectures": ["DeepseekV4ForCausalLM"],
+            "model_type": "deepseek_v4",
+            "_name_or_path": self.repo,
+            "num_hidden_layers": self.shards - 1,
+            "dspark_block_size": 5,
+            "max_position_embeddings": 1048576,
+        }
         return shards + [
             ("config.json", json.dumps(config, indent=2).encode()),
             ("model.safetensors.index.json", json.dumps(index, indent=2).encode()),
@@ -96,8 +107,14 @@ def hub_root(home: Path) -> Path:
     return home / ".cache" / "huggingface" / "hub"
 
 
-def write_hub_model(hub: Path, model: HubModel, *, missing: Iterable[int] = (), incomplete: Iterable[int] = (),
-                    pace: Optional[Callable[[], None]] = None) -> Path:
+def write_hub_model(
+    hub: Path,
+    model: HubModel,
+    *,
+    missing: Iterable[int] = (),
+    incomplete: Iterable[int] = (),
+    pace: Optional[Callable[[], None]] = None,
+) -> Path:
     """Lay out (or resume) a model tree under hub/; returns the snapshot dir.
 
     Each blob is written as <sha>.incomplete and renamed when whole, so an interrupted run leaves
@@ -122,7 +139,7 @@ def write_hub_model(hub: Path, model: HubModel, *, missing: Iterable[int] = (), 
                 handle.flush()
                 if pace:
                     pace()  # the download's pace: an interruption here leaves the .incomplete file
-                handle.write(data[len(data) // 2:])
+                handle.write(data[len(data) // 2 :])
             os.utime(partial, (FIXED_MTIME, FIXED_MTIME))
             os.replace(partial, blob)
         link = snapshot / name
@@ -166,8 +183,9 @@ def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Pa
         (checkout / "scripts" / name).chmod(0o755)
     plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
     if plan.unresolved:
-        raise LanebookError(f"twin checkout of lane {lane.name} cannot run its lane: "
-                            + "; ".join(m.message() for m in plan.unresolved))
+        raise LanebookError(
+            f"twin checkout of lane {lane.name} cannot run its lane: " + "; ".join(m.message() for m in plan.unresolved)
+        )
     (checkout / COMPOSE_NAME).write_text(plan.compose)
     (checkout / ENV_NAME).write_text(plan.env)
     for path in [*checkout.rglob("*"), checkout]:

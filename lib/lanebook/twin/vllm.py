@@ -7,6 +7,7 @@ SHM warnings, KV sizing or the KV ValueError); node rank 0 gathers the headless 
 TCP rendezvous on --master-addr:--master-port before it serves; a headless worker joins it and stays
 up, orphaned, if the head vanishes; a worker that left a formed group cannot join it again. Twin-only knobs come from LANEBOOK_TWIN_* variables.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,15 +29,24 @@ from typing import Optional
 from lanebook.base.errors import LanebookError
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
-from lanebook.twin.server import HEAD_DIES_AFTER_S, ServeOptions, TwinServer, VLLM_VERSION, configure_uvicorn_logging, log
+from lanebook.twin.server import (
+    HEAD_DIES_AFTER_S,
+    VLLM_VERSION,
+    ServeOptions,
+    TwinServer,
+    configure_uvicorn_logging,
+    log,
+)
 from lanebook.twin.timing import check_k_schedule
 
 RENDEZVOUS_TIMEOUT_S = 600.0  # torch's TCPStore default wait (scaled by time_scale, floor below)
 RENDEZVOUS_TIMEOUT_FLOOR_S = 5.0
 HELLO = "lanebook-twin-worker"
 FORMED = b"formed"  # the head's answer to a worker when its TP group was formed already
-SHM_WARNING = ("No available shared memory broadcast block found in 60 seconds. This typically happens when some "
-               "processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization).")
+SHM_WARNING = (
+    "No available shared memory broadcast block found in 60 seconds. This typically happens when some "
+    "processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization)."
+)
 WEIGHT_SHARDS = 48  # the recipe (seed 000) counts 48 model-*-of-*.safetensors shards after the download
 VALUE_FLAGS = (
     "--revision --tokenizer --tokenizer-revision --tokenizer-mode --uds --root-path --uvicorn-log-level "
@@ -64,8 +74,12 @@ BOOL_FLAGS = (
     "--disable-fastapi-docs --return-tokens-as-token-ids --enable-log-outputs --enable-tokenizer-info-endpoint "
     "--skip-tokenizer-init --disable-sliding-window --disable-cascade-attn --enable-reasoning"
 ).split()
-SHORT_ALIASES = {"--quantization": "-q", "--pipeline-parallel-size": "-pp", "--data-parallel-size": "-dp",
-                 "--compilation-config": "-O"}
+SHORT_ALIASES = {
+    "--quantization": "-q",
+    "--pipeline-parallel-size": "-pp",
+    "--data-parallel-size": "-dp",
+    "--compilation-config": "-O",
+}
 
 
 class BootFailure(Exception):
@@ -128,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in JSON_FLAGS:
         serve.add_argument(*([SHORT_ALIASES[flag]] if flag in SHORT_ALIASES else []), flag, type=json_object)
     for flag in BOOL_FLAGS:
-        serve.add_argument(flag, action=argparse.BooleanOptionalAction,
-                           default=True if flag == "--enable-prefix-caching" else None)
+        serve.add_argument(
+            flag, action=argparse.BooleanOptionalAction, default=True if flag == "--enable-prefix-caching" else None
+        )
     return parser
 
 
@@ -158,6 +173,7 @@ class TwinKnobs:
 
 def twin_knobs(env: dict) -> TwinKnobs:
     """Read and check the twin's knobs; a bad value is one clear line and exit 2."""
+
     def number(name: str, default: Optional[float], allow_zero: bool = False) -> Optional[float]:
         raw = env.get(name, "").strip()
         if not raw:
@@ -167,21 +183,30 @@ def twin_knobs(env: dict) -> TwinKnobs:
         except ValueError:
             value = -1.0
         if value < 0 or (value == 0 and not allow_zero):
-            print(f"vllm (lanebook twin): {name} must be a {'non-negative' if allow_zero else 'positive'} number, "
-                  f"got {raw!r}", file=sys.stderr)
+            print(
+                f"vllm (lanebook twin): {name} must be a {'non-negative' if allow_zero else 'positive'} number, "
+                f"got {raw!r}",
+                file=sys.stderr,
+            )
             raise SystemExit(2)
         return value
 
     faults = frozenset(f.strip() for f in env.get("LANEBOOK_TWIN_FAULTS", "").split(",") if f.strip())
     scale = number("LANEBOOK_TWIN_TIME_SCALE", 1.0)
-    sticky = number("LANEBOOK_TWIN_STICKY_GIB", STICKY_UMA_DEFAULT_GIB if "sticky-uma" in faults else 0.0,
-                    allow_zero=True)
-    timeout = number("LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S",
-                     max(RENDEZVOUS_TIMEOUT_FLOOR_S, RENDEZVOUS_TIMEOUT_S * scale))
-    return TwinKnobs(time_scale=scale, faults=faults, sticky_gib=sticky,
-                     pace_tok_s=number("LANEBOOK_TWIN_PACE_TOK_S", None),
-                     tokens_per_chunk=int(number("LANEBOOK_TWIN_TOKENS_PER_CHUNK", 3)),
-                     rendezvous_timeout_s=timeout)
+    sticky = number(
+        "LANEBOOK_TWIN_STICKY_GIB", STICKY_UMA_DEFAULT_GIB if "sticky-uma" in faults else 0.0, allow_zero=True
+    )
+    timeout = number(
+        "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S", max(RENDEZVOUS_TIMEOUT_FLOOR_S, RENDEZVOUS_TIMEOUT_S * scale)
+    )
+    return TwinKnobs(
+        time_scale=scale,
+        faults=faults,
+        sticky_gib=sticky,
+        pace_tok_s=number("LANEBOOK_TWIN_PACE_TOK_S", None),
+        tokens_per_chunk=int(number("LANEBOOK_TWIN_TOKENS_PER_CHUNK", 3)),
+        rendezvous_timeout_s=timeout,
+    )
 
 
 def breakable_graphs(env: dict) -> tuple[bool, Optional[str]]:
@@ -195,8 +220,10 @@ def breakable_graphs(env: dict) -> tuple[bool, Optional[str]]:
     if value == "0":
         return False, None
     if not value:
-        return True, ("Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1 for DeepSeek-V4 DSpark on this platform; "
-                      "set VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out.")
+        return True, (
+            "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1 for DeepSeek-V4 DSpark on this platform; "
+            "set VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out."
+        )
     return True, f"Breakable CUDA graphs enabled (VLLM_USE_BREAKABLE_CUDAGRAPH={value})."
 
 
@@ -213,8 +240,11 @@ def engine_config(args: argparse.Namespace, knobs: TwinKnobs, env: dict, kv_toke
         raise BootFailure(1) from None
     if args.max_num_partial_prefills > 1:
         log("ERROR", "core.py:708", "EngineCore failed to start.", "EngineCore_DP0")
-        print("NotImplementedError: Concurrent Partial Prefill is not supported. We recommend to remove "
-              "Concurrent Partial Prefill from your config.", flush=True)
+        print(
+            "NotImplementedError: Concurrent Partial Prefill is not supported. We recommend to remove "
+            "Concurrent Partial Prefill from your config.",
+            flush=True,
+        )
         raise BootFailure(1)
     return EngineConfig(
         max_model_len=args.max_model_len or MODEL_LEN_1M,
@@ -279,8 +309,11 @@ class Rendezvous:
         writer.write(b"ok\n")
         await writer.drain()
         self.writers.append(writer)
-        log("INFO", "parallel_state.py:1165", f"Node {hello[1]} joined the TP group "
-                                              f"({len(self.writers) + 1}/{self.expected + 1} nodes)")
+        log(
+            "INFO",
+            "parallel_state.py:1165",
+            f"Node {hello[1]} joined the TP group ({len(self.writers) + 1}/{self.expected + 1} nodes)",
+        )
         if len(self.writers) >= self.expected:
             self.all_joined.set()
         try:
@@ -288,8 +321,12 @@ class Rendezvous:
         except OSError:
             pass
         if not self.closing:
-            log("ERROR", "pynccl.py:134", f"NCCL error: remote process exited or there was a network error "
-                                          f"(worker {hello[1]} lost)", "Worker_TP0")
+            log(
+                "ERROR",
+                "pynccl.py:134",
+                f"NCCL error: remote process exited or there was a network error (worker {hello[1]} lost)",
+                "Worker_TP0",
+            )
             self.server.kill_engine(f"NCCL communicator aborted: worker {hello[1]} lost")
 
     def shutdown(self) -> None:
@@ -313,52 +350,87 @@ async def cold_bind(args: argparse.Namespace, config: EngineConfig) -> float:
     for quarter in range(1, 5):
         await asyncio.sleep(total * 0.45 / 4)
         done = WEIGHT_SHARDS * quarter // 4
-        log("INFO", "default_loader.py:268", f"Loading safetensors checkpoint shards: {25 * quarter}% Completed "
-                                             f"| {done}/{WEIGHT_SHARDS}", "Worker_TP0")
-    log("INFO", "gpu_model_runner.py:2653", f"Model loading took 80.41 GiB and {time.monotonic() - started:.2f} seconds",
-        "Worker_TP0")
+        log(
+            "INFO",
+            "default_loader.py:268",
+            f"Loading safetensors checkpoint shards: {25 * quarter}% Completed | {done}/{WEIGHT_SHARDS}",
+            "Worker_TP0",
+        )
+    log(
+        "INFO",
+        "gpu_model_runner.py:2653",
+        f"Model loading took 80.41 GiB and {time.monotonic() - started:.2f} seconds",
+        "Worker_TP0",
+    )
     await asyncio.sleep(total * 0.15)
     log("INFO", "monitor.py:34", f"torch.compile takes {total * 0.15:.2f} s in total", "Worker_TP0")
-    log("INFO", "flashinfer_autotune.py:88", "Autotuning FlashInfer / TileLang kernels (--enable-flashinfer-autotune)",
-        "Worker_TP0")
+    log(
+        "INFO",
+        "flashinfer_autotune.py:88",
+        "Autotuning FlashInfer / TileLang kernels (--enable-flashinfer-autotune)",
+        "Worker_TP0",
+    )
     for _ in range(3):
         await asyncio.sleep(total * 0.10)
         log("INFO", "shm_broadcast.py:501", SHM_WARNING, "EngineCore_DP0")
     return started
 
 
-async def boot(args: argparse.Namespace, knobs: TwinKnobs, server: TwinServer, budget: KvBudget,
-               rendezvous: Optional[Rendezvous]) -> None:
+async def boot(
+    args: argparse.Namespace, knobs: TwinKnobs, server: TwinServer, budget: KvBudget, rendezvous: Optional[Rendezvous]
+) -> None:
     """Everything between `vllm serve` and "Application startup complete."; raises BootFailure."""
     config = server.core.config
     if rendezvous:
-        log("INFO", "multiproc_executor.py:120", f"Waiting for {rendezvous.expected} headless node(s) on "
-                                                 f"{args.master_addr}:{args.master_port}")
+        log(
+            "INFO",
+            "multiproc_executor.py:120",
+            f"Waiting for {rendezvous.expected} headless node(s) on {args.master_addr}:{args.master_port}",
+        )
         try:
             await asyncio.wait_for(rendezvous.all_joined.wait(), knobs.rendezvous_timeout_s)
         except asyncio.TimeoutError:
             log("ERROR", "core.py:708", "EngineCore failed to start.", "EngineCore_DP0")
-            print(f"torch.distributed.DistStoreError: Timed out after {knobs.rendezvous_timeout_s:.0f} seconds "
-                  f"waiting for clients. {len(rendezvous.writers) + 1}/{args.nnodes} clients joined.", flush=True)
+            print(
+                f"torch.distributed.DistStoreError: Timed out after {knobs.rendezvous_timeout_s:.0f} seconds "
+                f"waiting for clients. {len(rendezvous.writers) + 1}/{args.nnodes} clients joined.",
+                flush=True,
+            )
             raise BootFailure(1) from None
     started = await cold_bind(args, config)
     memory_error = startup_memory_error(args.gpu_memory_utilization, knobs.sticky_gib)
     if memory_error or not budget.fits:
         log("ERROR", "core.py:708", "EngineCore failed to start.", "EngineCore_DP0")
         print(f"ValueError: {memory_error or budget.error_message()}", flush=True)
-        log("ERROR", "api_server.py:1900", "RuntimeError: Engine core initialization failed. See root cause above. "
-                                           "Failed core proc(s): {'EngineCore_DP0': 1}")
+        log(
+            "ERROR",
+            "api_server.py:1900",
+            "RuntimeError: Engine core initialization failed. See root cause above. "
+            "Failed core proc(s): {'EngineCore_DP0': 1}",
+        )
         raise BootFailure(1)
     for line in budget.log_lines():
         log("INFO", "kv_cache_utils.py:1087", line, "EngineCore_DP0")
     await asyncio.sleep(config.cold_bind_s * 0.10)
-    log("INFO", "gpu_model_runner.py:3480", "Graph capturing finished in "
-                                            f"{config.cold_bind_s * 0.10:.2f} secs", "Worker_TP0")
-    log("INFO", "core.py:210", "init engine (profile, create kv cache, warmup model) took "
-                               f"{time.monotonic() - started:.2f} seconds", "EngineCore_DP0")
+    log(
+        "INFO",
+        "gpu_model_runner.py:3480",
+        f"Graph capturing finished in {config.cold_bind_s * 0.10:.2f} secs",
+        "Worker_TP0",
+    )
+    log(
+        "INFO",
+        "core.py:210",
+        f"init engine (profile, create kv cache, warmup model) took {time.monotonic() - started:.2f} seconds",
+        "EngineCore_DP0",
+    )
     log("INFO", "api_server.py:1971", f"Starting vLLM API server 0 on http://{args.host}:{args.port}")
     pid = os.getpid()
-    for line in (f"Started server process [{pid}]", "Waiting for application startup.", "Application startup complete."):
+    for line in (
+        f"Started server process [{pid}]",
+        "Waiting for application startup.",
+        "Application startup complete.",
+    ):
         print(f"INFO:     {line}", flush=True)
     server.start_engine()
     server.mark_ready()
@@ -368,14 +440,16 @@ async def run_head(args: argparse.Namespace, knobs: TwinKnobs, env: dict) -> int
     import uvicorn
 
     options = serve_options(args, knobs, env)
-    budget = kv_budget(args.gpu_memory_utilization, args.max_model_len or MODEL_LEN_1M,
-                             args.block_size, knobs.sticky_gib)
+    budget = kv_budget(
+        args.gpu_memory_utilization, args.max_model_len or MODEL_LEN_1M, args.block_size, knobs.sticky_gib
+    )
     config = engine_config(args, knobs, env, max(budget.kv_tokens, 1))
     server = TwinServer(options, config)
     loop = asyncio.get_running_loop()
     if "head-dies" in knobs.faults:
-        server.on_ready.append(lambda: loop.call_later(HEAD_DIES_AFTER_S * knobs.time_scale, server.die_head,
-                                                       "after ready"))
+        server.on_ready.append(
+            lambda: loop.call_later(HEAD_DIES_AFTER_S * knobs.time_scale, server.die_head, "after ready")
+        )
     rendezvous = None
     listener = None
     if args.nnodes > 1:
@@ -384,13 +458,26 @@ async def run_head(args: argparse.Namespace, knobs: TwinKnobs, env: dict) -> int
             listener = await asyncio.start_server(rendezvous.handle, args.master_addr, args.master_port)
         except OSError as exc:
             log("ERROR", "core.py:708", "EngineCore failed to start.", "EngineCore_DP0")
-            print(f"torch.distributed.DistNetworkError: The server socket has failed to listen on "
-                  f"{args.master_addr}:{args.master_port} ({exc.strerror}).", flush=True)
+            print(
+                f"torch.distributed.DistNetworkError: The server socket has failed to listen on "
+                f"{args.master_addr}:{args.master_port} ({exc.strerror}).",
+                flush=True,
+            )
             return 1
     configure_uvicorn_logging(options.access_log)
-    uv = uvicorn.Server(uvicorn.Config(server.app, host=args.host, port=args.port, http="httptools", ws="none",
-                                       lifespan="off", log_config=None, access_log=options.access_log,
-                                       timeout_graceful_shutdown=2))
+    uv = uvicorn.Server(
+        uvicorn.Config(
+            server.app,
+            host=args.host,
+            port=args.port,
+            http="httptools",
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=options.access_log,
+            timeout_graceful_shutdown=2,
+        )
+    )
     serving = loop.create_task(uv.serve())
     booting = loop.create_task(boot(args, knobs, server, budget, rendezvous))
     stats = loop.create_task(server.log_stats_forever())
@@ -422,8 +509,13 @@ async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
     as the head answers, and gives up only once the head has not been listening for the rendezvous timeout.
     """
     process = f"Worker_TP{args.node_rank}"
-    log("INFO", "api_server.py:1850", f"Launching headless worker: node rank {args.node_rank}/{args.nnodes}, "
-                                      f"head {args.master_addr}:{args.master_port}", process)
+    log(
+        "INFO",
+        "api_server.py:1850",
+        f"Launching headless worker: node rank {args.node_rank}/{args.nnodes}, "
+        f"head {args.master_addr}:{args.master_port}",
+        process,
+    )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + knobs.rendezvous_timeout_s
     refused = False
@@ -439,22 +531,38 @@ async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
             if answer == FORMED:
                 deadline = loop.time() + knobs.rendezvous_timeout_s
                 if not refused:
-                    log("WARNING", "parallel_state.py:1165", f"The TP group at {args.master_addr}:{args.master_port} "
-                                                             "was formed without this rank and cannot take it back; "
-                                                             "retrying until the head is started again", process)
+                    log(
+                        "WARNING",
+                        "parallel_state.py:1165",
+                        f"The TP group at {args.master_addr}:{args.master_port} "
+                        "was formed without this rank and cannot take it back; "
+                        "retrying until the head is started again",
+                        process,
+                    )
                 refused = True
         except (OSError, asyncio.TimeoutError):
             pass
         if loop.time() > deadline:
             log("ERROR", "core.py:708", "Worker failed to start.", process)
-            print(f"torch.distributed.DistNetworkError: failed to connect to {args.master_addr}:{args.master_port} "
-                  f"after {knobs.rendezvous_timeout_s:.0f} seconds (the head is not listening).", flush=True)
+            print(
+                f"torch.distributed.DistNetworkError: failed to connect to {args.master_addr}:{args.master_port} "
+                f"after {knobs.rendezvous_timeout_s:.0f} seconds (the head is not listening).",
+                flush=True,
+            )
             return 1
         await asyncio.sleep(0.5)
-    log("INFO", "parallel_state.py:1165", f"Joined the TP group as node rank {args.node_rank} "
-                                          f"(tensor_parallel_size {args.tensor_parallel_size})", process)
-    log("INFO", "default_loader.py:268", f"Loading safetensors checkpoint shards: 100% Completed | "
-                                         f"{WEIGHT_SHARDS}/{WEIGHT_SHARDS}", process)
+    log(
+        "INFO",
+        "parallel_state.py:1165",
+        f"Joined the TP group as node rank {args.node_rank} (tensor_parallel_size {args.tensor_parallel_size})",
+        process,
+    )
+    log(
+        "INFO",
+        "default_loader.py:268",
+        f"Loading safetensors checkpoint shards: 100% Completed | {WEIGHT_SHARDS}/{WEIGHT_SHARDS}",
+        process,
+    )
     try:
         message = await reader.read()
     except OSError:  # a killed head resets the connection
@@ -462,11 +570,21 @@ async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
     if message.startswith(b"shutdown"):
         log("INFO", "multiproc_executor.py:520", "Head shut down cleanly; headless worker exiting.", process)
         return 0
-    log("ERROR", "pynccl.py:134", "NCCL error: remote process exited or there was a network error, "
-                                  "ncclRemoteError: A call failed possibly due to a network error or a remote "
-                                  "process exiting prematurely.", process)
-    log("WARNING", "multiproc_executor.py:560", f"Lost the head at {args.master_addr}:{args.master_port}; this "
-                                                "worker keeps its GPU memory until it is stopped.", process)
+    log(
+        "ERROR",
+        "pynccl.py:134",
+        "NCCL error: remote process exited or there was a network error, "
+        "ncclRemoteError: A call failed possibly due to a network error or a remote "
+        "process exiting prematurely.",
+        process,
+    )
+    log(
+        "WARNING",
+        "multiproc_executor.py:560",
+        f"Lost the head at {args.master_addr}:{args.master_port}; this "
+        "worker keeps its GPU memory until it is stopped.",
+        process,
+    )
     await asyncio.Event().wait()  # orphaned: runs until stopped
     return 0
 
@@ -519,8 +637,9 @@ def free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def start_local(args: list[str], log_path: Path, host: str = "127.0.0.1", env: Optional[dict] = None,
-                wait_s: Optional[float] = 60.0) -> LocalServer:
+def start_local(
+    args: list[str], log_path: Path, host: str = "127.0.0.1", env: Optional[dict] = None, wait_s: Optional[float] = 60.0
+) -> LocalServer:
     """Start ``vllm serve ARGS --host HOST --port FREE`` here; wait for /health 200 unless ``wait_s`` is None.
 
     ``env`` plays the container environment: this process's VLLM_* and LANEBOOK_TWIN_* never leak in.
@@ -528,9 +647,12 @@ def start_local(args: list[str], log_path: Path, host: str = "127.0.0.1", env: O
     port = free_port(host)
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "LANEBOOK_TWIN_"))}
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen([sys.executable, "-m", "lanebook.twin.vllm", "serve", *args, "--host", host,
-                                    "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT,
-                                   env={**inherited, **(env or {})})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lanebook.twin.vllm", "serve", *args, "--host", host, "--port", str(port)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**inherited, **(env or {})},
+        )
     server = LocalServer(process, f"http://{host}:{port}", log_path)
     if wait_s is not None:
         try:
@@ -554,8 +676,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     if line:
         log("WARNING", "envs.py:1422", line)
     if enabled:
-        log("INFO", "cuda_graph.py:77", "Breakable CUDA graphs: decode runs the breakable (slow) path.",
-            "EngineCore_DP0")
+        log(
+            "INFO",
+            "cuda_graph.py:77",
+            "Breakable CUDA graphs: decode runs the breakable (slow) path.",
+            "EngineCore_DP0",
+        )
     try:
         import uvloop
 

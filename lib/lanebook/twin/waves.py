@@ -7,11 +7,13 @@ over the time from the first request sent to the last token) and the median time
 the definitions lanebook speed uses, and those of the canary's table (seed 003: C1 82.8 tok/s per
 stream, C4 59.1 with 211.6 aggregate, C6 42.5 with 219.2; fact T04 in lanebook.twin.facts).
 """
+
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Sequence as Seq
+from typing import Iterable
+from typing import Sequence as Seq
 
 from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
 from lanebook.twin.replies import plan_reply
@@ -87,8 +89,9 @@ def run_virtual(core: EngineCore, arrivals: Iterable[tuple[float, Sequence]]) ->
     return {sid: Timing(sent[sid], first[sid], last[sid], produced[sid]) for sid in sent}
 
 
-def simulate_wave(config: EngineConfig, prompts: Seq[str], max_tokens: int = 256,
-                  warmed: bool = True) -> VirtualWaveFigures:
+def simulate_wave(
+    config: EngineConfig, prompts: Seq[str], max_tokens: int = 256, warmed: bool = True
+) -> VirtualWaveFigures:
     """C simultaneous streaming requests (one per prompt), temperature 0, thinking off: the wave's figures.
 
     ``warmed`` measures a lane after its bounded warmup (every shape compiled), as the seeds' tables were.

@@ -5,6 +5,7 @@ right, code and agent turns much less often (the recipe, seed 000: a count strea
 stream, code and agent work 47-70 tok/s; facts T06 and T08 in lanebook.twin.facts). Each class carries
 the probability that the first i draft positions are all accepted; the engine draws against it.
 """
+
 from __future__ import annotations
 
 import re
@@ -52,13 +53,16 @@ _COUNT_RE = re.compile(r"\bcount\b", re.I)
 _ONLY_JSON_RE = re.compile(r"\b(?:only|return|output|respond (?:with|in))\s+(?:only\s+)?json\b|\bjson only\b", re.I)
 _CODE_RE = re.compile(
     r"\b(?:python|rust|bash|typescript|javascript|golang|go|sql|c\+\+|java|code|function|script|class|"
-    r"refactor|implement|def|compile|bug|regex)\b", re.I)
+    r"refactor|implement|def|compile|bug|regex)\b",
+    re.I,
+)
 _JSON_RE = re.compile(r"\bjson\b", re.I)
 _PROSE_RE = re.compile(r"\b(?:explain|story|describe|summari[sz]e|letter|essay|guide|paragraph|poem)\b", re.I)
 
 
-def classify(prompt: str, has_tools: bool = False, after_tool_result: bool = False,
-             json_format: bool = False) -> RequestClass:
+def classify(
+    prompt: str, has_tools: bool = False, after_tool_result: bool = False, json_format: bool = False
+) -> RequestClass:
     """The workload class a request falls in, from its prompt text and shape."""
     if after_tool_result:
         name = "agent"

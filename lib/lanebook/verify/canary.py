@@ -7,27 +7,35 @@ start it from the head, then read the live `vllm serve` command against the valu
 fails anywhere (it does not come up, does not carry its value, or a measurement raises) is replaced by the
 lane's own values at once, so a failed canary never leaves the lane on the variant.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from lanebook.ops.checkout_env import render_on_head
 from lanebook.base.checks import ExpectedResult
-from lanebook.recipe.effective.checkout import ENV_NAME, read_node_files
-from lanebook.recipe.effective.mismatches import LiveMismatch, live_mismatches
-from lanebook.verify.diagnose import CanaryDecision, canary_decision
-from lanebook.recipe.envfile import env_map, parse_env_text
 from lanebook.base.errors import LanebookError
-from lanebook.ops.launcher import LauncherResult, StopResult, container_name, start_lane, stop_lane, stop_orphaned_workers
+from lanebook.lane.params import LaneParams, lane_with
+from lanebook.nodes.ssh import Lane
+from lanebook.ops.checkout_env import render_on_head
+from lanebook.ops.launcher import (
+    LauncherResult,
+    StopResult,
+    container_name,
+    start_lane,
+    stop_lane,
+    stop_orphaned_workers,
+)
 from lanebook.ops.logs import live_command
 from lanebook.ops.memory import check_sticky_uma, clean_memory
-from lanebook.nodes.ssh import Lane
-from lanebook.lane.params import LaneParams, lane_with
-from lanebook.verify.probes import document_figures, measure_workloads
+from lanebook.ops.transfers import RsyncStats, sync_checkout
+from lanebook.recipe.effective.checkout import ENV_NAME, read_node_files
+from lanebook.recipe.effective.mismatches import LiveMismatch, live_mismatches
+from lanebook.recipe.envfile import env_map, parse_env_text
 from lanebook.recipe.render import RenderResult
 from lanebook.speed.bands import bands_frame
-from lanebook.ops.transfers import RsyncStats, sync_checkout
+from lanebook.verify.diagnose import CanaryDecision, canary_decision
+from lanebook.verify.probes import document_figures, measure_workloads
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -56,24 +64,34 @@ class Relaunch:
     def summary(self) -> str:
         if self.error:
             return f"relaunch stopped: {self.error}"
-        parts = [f"rendered {', '.join(self.change.changed) or 'nothing (already those values)'}" if self.change else "",
-                 f"copied to {', '.join(self.synced)}" if self.synced else "",
-                 f"memory still held, not started: {self.free.seen}" if self.free is not None and not self.free.ok
-                 and self.started is None else "",
-                 self.started.summary() if self.started else "",
-                 ("live command carries the values" if self.live == [] else
-                  "live command: " + "; ".join(map(str, self.live))) if self.live is not None else ""]
+        parts = [
+            f"rendered {', '.join(self.change.changed) or 'nothing (already those values)'}" if self.change else "",
+            f"copied to {', '.join(self.synced)}" if self.synced else "",
+            f"memory still held, not started: {self.free.seen}"
+            if self.free is not None and not self.free.ok and self.started is None
+            else "",
+            self.started.summary() if self.started else "",
+            (
+                "live command carries the values"
+                if self.live == []
+                else "live command: " + "; ".join(map(str, self.live))
+            )
+            if self.live is not None
+            else "",
+        ]
         return "; ".join(part for part in parts if part)
 
     def figures(self) -> dict[str, Any]:
-        return {"changed": self.change.changed if self.change else [],
-                "backups": [b.to_json() for b in self.change.backups] if self.change else [],
-                "stop": self.stopped.launcher.outcome if self.stopped else None,
-                "orphaned_workers_stopped": self.orphans,
-                "free_gib": self.free.figure("free_gib") if self.free else None,
-                "launcher": self.started.outcome if self.started else None,
-                "live_mismatches": None if self.live is None else [str(m) for m in self.live],
-                "error": self.error}
+        return {
+            "changed": self.change.changed if self.change else [],
+            "backups": [b.to_json() for b in self.change.backups] if self.change else [],
+            "stop": self.stopped.launcher.outcome if self.stopped else None,
+            "orphaned_workers_stopped": self.orphans,
+            "free_gib": self.free.figure("free_gib") if self.free else None,
+            "launcher": self.started.outcome if self.started else None,
+            "live_mismatches": None if self.live is None else [str(m) for m in self.live],
+            "error": self.error,
+        }
 
 
 def relaunch_with(lane: Lane, params: LaneParams) -> Relaunch:
@@ -115,8 +133,11 @@ class VariantTrial:
         return not self.relaunch.ok or self.error is not None
 
     def figures(self) -> dict[str, Any]:
-        return {"relaunch": self.relaunch.figures(), "error": self.error,
-                "restored_after_failure": self.restored.figures() if self.restored else None}
+        return {
+            "relaunch": self.relaunch.figures(),
+            "error": self.error,
+            "restored_after_failure": self.restored.figures() if self.restored else None,
+        }
 
 
 def try_variant(lane: Lane, variant: LaneParams, measure: Callable[[], Optional[list[dict]]]) -> VariantTrial:
@@ -143,6 +164,7 @@ def head_env_value(lane: Lane, key: str) -> Optional[str]:
 
 
 # --- the diagnose runbook's canary steps (each takes the runbook: it confirms, records, shows and checks) ------
+
 
 @dataclass(frozen=True)
 class CanaryPlan:
@@ -190,8 +212,11 @@ def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
     documents = plan.measure(rb.lane)
     show_documents(rb, "canary_baseline", documents)
     failed = None if documents is None else sum(r["errors"] for d in documents for r in d["runs"])
-    rb.expect(failed == 0, f"every request measured at {plan.key}={env.get(plan.key)}",
-              None if failed is None else f"{failed} failed or unmeasurable")
+    rb.expect(
+        failed == 0,
+        f"every request measured at {plan.key}={env.get(plan.key)}",
+        None if failed is None else f"{failed} failed or unmeasurable",
+    )
     return documents
 
 
@@ -206,14 +231,18 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
     rb.record(canary_variant_run=trial.figures())
     show_change(rb, trial.relaunch)
     show_documents(rb, "canary_variant", trial.documents)
-    rb.expect(trial.relaunch.ok, f"the lane is up with {key}={value} and the live command carries it",
-              trial.relaunch.summary())
+    rb.expect(
+        trial.relaunch.ok,
+        f"the lane is up with {key}={value} and the live command carries it",
+        trial.relaunch.summary(),
+    )
     rb.expect(trial.error is None, f"{', '.join(plan.workloads)} measured at {key}={value}", trial.error or "")
     return trial
 
 
-def decision_step(rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]],
-                  trial: Optional[VariantTrial]) -> Optional[CanaryDecision]:
+def decision_step(
+    rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]], trial: Optional[VariantTrial]
+) -> Optional[CanaryDecision]:
     """Step 5: keep or reject the variant from both sides' figures (none without both measured)."""
     what = "an explicit keep or reject from the measured figures"
     if not plan.enabled:
@@ -221,8 +250,9 @@ def decision_step(rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]
         return None
     decision = None
     if baseline and trial and trial.documents:
-        decision = canary_decision(plan.key, rb.params.env[plan.key], plan.value, baseline, trial.documents,
-                                   plan.tolerance)
+        decision = canary_decision(
+            plan.key, rb.params.env[plan.key], plan.value, baseline, trial.documents, plan.tolerance
+        )
         rb.record(canary=decision.figures())
         rb.show(markdown=f"### Decision: **{decision.decision}** {plan.key}={plan.value}\n\n{decision.summary()}")
         rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
@@ -240,8 +270,10 @@ def lane_file_note(params: LaneParams, key: str, kept_value: Any) -> str:
     """What to change in the lane file when the kept value is not the one it holds ("" when it holds it)."""
     if params.env[key] == kept_value:
         return ""
-    return (f"the lane file says {params.env[key]}: set env.{key}: {kept_value} in params/{params.name}.yaml "
-            "so the lane file is the truth again")
+    return (
+        f"the lane file says {params.env[key]}: set env.{key}: {kept_value} in params/{params.name}.yaml "
+        "so the lane file is the truth again"
+    )
 
 
 def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecision]) -> None:
@@ -258,8 +290,11 @@ def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecis
         restored = relaunch_with(rb.lane, p)
         rb.record(canary_restore=restored.figures())
         show_change(rb, restored)
-        rb.expect(restored.ok, f"the lane is up again with {key}={kept_value} and the live command carries it",
-                  restored.summary())
+        rb.expect(
+            restored.ok,
+            f"the lane is up again with {key}={kept_value} and the live command carries it",
+            restored.summary(),
+        )
     else:
         rb.skip(f"{key}={kept_value} rendered back", "the variant is kept: it is what the lane runs")
         mismatches = live_mismatches(kept, live_command(rb.lane.head, container_name(rb.lane)))
@@ -267,5 +302,9 @@ def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecis
     on_head = head_env_value(rb.lane, key)
     rb.record(canary_kept={key: kept_value, "head_env_file": on_head})
     rb.expect(on_head == str(kept_value), f"the head's env file sets {key}={kept_value}", on_head)
-    rb.expect(p.env[key] == kept_value, f"the lane file holds the kept {key}={kept_value}",
-              lane_file_note(p, key, kept_value), local=True)
+    rb.expect(
+        p.env[key] == kept_value,
+        f"the lane file holds the kept {key}={kept_value}",
+        lane_file_note(p, key, kept_value),
+        local=True,
+    )

@@ -19,6 +19,7 @@ rather than trusting one benchmark win:
 
 I/O lives in lanebook.verify.probes (requests, /metrics) and the runbook (renders, relaunches).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,8 +38,10 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"  # tokens served from the prefix ca
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"  # tokens looked up in it
 PREFIX_STEPS = (("A cold", "A"), ("A repeat", "A"), ("B cold", "B"), ("A again", "A"))
 # A and B differ in every line, have the same shape line for line, and share the same question and framing.
-_SUBJECTS = {"A": ("harbor crane", "berth schedule", "tide gauge", "pilot boat"),
-             "B": ("orchard ledger", "cider press", "frost alarm", "seed drill")}
+_SUBJECTS = {
+    "A": ("harbor crane", "berth schedule", "tide gauge", "pilot boat"),
+    "B": ("orchard ledger", "cider press", "frost alarm", "seed drill"),
+}
 _PRIMES = {"A": 37, "B": 53}
 PREFIX_QUESTION = "Which entry records the largest reading? Reply with its entry number only."
 
@@ -46,23 +49,34 @@ PREFIX_QUESTION = "Which entry records the largest reading? Reply with its entry
 def prefix_context(label: str, lines: int) -> str:
     """Long notes for prompt A or B: the same shape line for line, different words and readings throughout."""
     subjects, prime = _SUBJECTS[label], _PRIMES[label]
-    return "\n".join(f"Entry {i}: the {subjects[i % len(subjects)]} reading was {(i * prime) % 997} units."
-                     for i in range(1, lines + 1))
+    return "\n".join(
+        f"Entry {i}: the {subjects[i % len(subjects)]} reading was {(i * prime) % 997} units."
+        for i in range(1, lines + 1)
+    )
 
 
-def prefix_bodies(model: str, lane_request: Mapping[str, Any], run_tag: str, lines: int,
-                  max_tokens: int = 16) -> list[tuple[str, dict]]:
+def prefix_bodies(
+    model: str, lane_request: Mapping[str, Any], run_tag: str, lines: int, max_tokens: int = 16
+) -> list[tuple[str, dict]]:
     """The protocol's four streamed requests, in order, as (step name, request body).
 
     Each prompt starts with a tag unique to this run and to its prompt (A or B), so nothing cached before
     the run can hit and B shares no block with A; the framing (chat template, tag, notes, question, the
     lane's request shape) is the same for both, so they differ only in what they say.
     """
-    prompts = {label: Workload(name=f"prefix-{label}", description=f"prefix-cache protocol prompt {label}",
-                               prompts=[PREFIX_QUESTION], context=prefix_context(label, lines))
-               for label in ("A", "B")}
-    return [(name, request_body(model, prompts[label], 0, f"{run_tag}-{label}", max_tokens, lane_request))
-            for name, label in PREFIX_STEPS]
+    prompts = {
+        label: Workload(
+            name=f"prefix-{label}",
+            description=f"prefix-cache protocol prompt {label}",
+            prompts=[PREFIX_QUESTION],
+            context=prefix_context(label, lines),
+        )
+        for label in ("A", "B")
+    }
+    return [
+        (name, request_body(model, prompts[label], 0, f"{run_tag}-{label}", max_tokens, lane_request))
+        for name, label in PREFIX_STEPS
+    ]
 
 
 def ttft_s(record: RequestRecord) -> Optional[float]:
@@ -86,16 +100,21 @@ class PrefixStep:
         return self.hit_tokens / self.queried_tokens if self.queried_tokens > 0 else None
 
     def figures(self) -> dict:
-        return {"queried_tokens": self.queried_tokens, "hit_tokens": self.hit_tokens,
-                "hit_rate": None if self.hit_rate is None else round(self.hit_rate, 4),
-                "ttft_s": None if self.ttft_s is None else round(self.ttft_s, 4), "error": self.error}
+        return {
+            "queried_tokens": self.queried_tokens,
+            "hit_tokens": self.hit_tokens,
+            "hit_rate": None if self.hit_rate is None else round(self.hit_rate, 4),
+            "ttft_s": None if self.ttft_s is None else round(self.ttft_s, 4),
+            "error": self.error,
+        }
 
 
 def prefix_step(name: str, record: RequestRecord, before: Snapshot, after: Snapshot) -> PrefixStep:
     """A step's figures from the scrapes taken (with the queue idle) just before and after its request."""
     delta = after.minus(before)
-    return PrefixStep(name, delta.total(PREFIX_QUERIES) or 0.0, delta.total(PREFIX_HITS) or 0.0, ttft_s(record),
-                      record.error)
+    return PrefixStep(
+        name, delta.total(PREFIX_QUERIES) or 0.0, delta.total(PREFIX_HITS) or 0.0, ttft_s(record), record.error
+    )
 
 
 @dataclass(frozen=True)
@@ -106,8 +125,11 @@ class PrefixVerdict:
     steps: list[PrefixStep]
 
     def summary(self) -> str:
-        seen = "; ".join(f"{s.name}: {s.hit_tokens:g}/{s.queried_tokens:g} tokens hit"
-                         + ("" if s.ttft_s is None else f", TTFT {s.ttft_s:.3f} s") for s in self.steps)
+        seen = "; ".join(
+            f"{s.name}: {s.hit_tokens:g}/{s.queried_tokens:g} tokens hit"
+            + ("" if s.ttft_s is None else f", TTFT {s.ttft_s:.3f} s")
+            for s in self.steps
+        )
         return ("; ".join(self.problems) + " — " if self.problems else "") + seen
 
 
@@ -126,23 +148,30 @@ def prefix_verdict(steps: Sequence[PrefixStep]) -> PrefixVerdict:
     if not problems:
         for cold in (a_cold, b_cold):
             if cold.hit_tokens > 0:
-                problems.append(f"{cold.name} hit {cold.hit_tokens:g} cached tokens: its prefix was not unique, "
-                                "so the protocol does not test eviction")
+                problems.append(
+                    f"{cold.name} hit {cold.hit_tokens:g} cached tokens: its prefix was not unique, "
+                    "so the protocol does not test eviction"
+                )
         if cold_queries := [s.name for s in steps if s.queried_tokens <= 0]:
             problems.append(f"no prefix-cache queries counted for {', '.join(cold_queries)}: is prefix caching on?")
         elif a_repeat.hit_tokens <= 0:
             problems.append("A repeat hit no cached tokens: the prefix cache is not working (is prefix caching on?)")
     evicted = not problems and a_again.hit_tokens < a_repeat.hit_tokens
     if evicted:
-        problems.append(f"A→B→A eviction reproduced: after unrelated B, A hit {a_again.hit_tokens:g} cached tokens "
-                        f"where its repeat hit {a_repeat.hit_tokens:g}")
+        problems.append(
+            f"A→B→A eviction reproduced: after unrelated B, A hit {a_again.hit_tokens:g} cached tokens "
+            f"where its repeat hit {a_repeat.hit_tokens:g}"
+        )
     elif not problems and a_again.ttft_s is not None and a_cold.ttft_s is not None and a_again.ttft_s >= a_cold.ttft_s:
-        problems.append(f"A again hit the cache but its TTFT ({a_again.ttft_s:.3f} s) is not below A cold's "
-                        f"({a_cold.ttft_s:.3f} s): the counters and the stream disagree")
+        problems.append(
+            f"A again hit the cache but its TTFT ({a_again.ttft_s:.3f} s) is not below A cold's "
+            f"({a_cold.ttft_s:.3f} s): the counters and the stream disagree"
+        )
     return PrefixVerdict(not problems, evicted, problems, list(steps))
 
 
 # --- the K boundary: C4 <-> C5 ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BoundaryPlan:
@@ -164,25 +193,47 @@ class BoundaryPlan:
     def cases(self) -> list[tuple[str, list[int]]]:
         """(case name, max_tokens of each request), in the order they run."""
         lo, hi = f"C{self.lower} K={self.k_lower}", f"C{self.upper} K={self.k_upper}"
-        return [(lo, [self.max_tokens] * self.lower), (hi, [self.max_tokens] * self.upper),
-                (f"C{self.upper}→C{self.lower} mixed (one {self.short_tokens}-token branch)",
-                 [self.short_tokens] + [self.max_tokens] * (self.upper - 1))]
+        return [
+            (lo, [self.max_tokens] * self.lower),
+            (hi, [self.max_tokens] * self.upper),
+            (
+                f"C{self.upper}→C{self.lower} mixed (one {self.short_tokens}-token branch)",
+                [self.short_tokens] + [self.max_tokens] * (self.upper - 1),
+            ),
+        ]
 
 
-def boundary_plan(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, lower: int, upper: int,
-                  max_tokens: int, short_tokens: int) -> BoundaryPlan:
+def boundary_plan(
+    schedule: Optional[Sequence[Sequence[int]]],
+    fixed_k: int,
+    lower: int,
+    upper: int,
+    max_tokens: int,
+    short_tokens: int,
+) -> BoundaryPlan:
     if not 1 <= lower < upper:
         raise ValueError(f"the boundary needs 1 <= lower < upper batch sizes, got {lower} and {upper}")
     if not 2 <= short_tokens < max_tokens:
-        raise ValueError(f"the shorter branch needs 2 <= short_tokens < max_tokens, got {short_tokens} and {max_tokens}")
-    return BoundaryPlan(lower, upper, k_for_batch(schedule, fixed_k, lower), k_for_batch(schedule, fixed_k, upper),
-                        max_tokens, short_tokens)
+        raise ValueError(
+            f"the shorter branch needs 2 <= short_tokens < max_tokens, got {short_tokens} and {max_tokens}"
+        )
+    return BoundaryPlan(
+        lower,
+        upper,
+        k_for_batch(schedule, fixed_k, lower),
+        k_for_batch(schedule, fixed_k, upper),
+        max_tokens,
+        short_tokens,
+    )
 
 
-def boundary_bodies(model: str, workload: Workload, lane_request: Mapping[str, Any], run_tag: str, case: int,
-                    max_tokens: Sequence[int]) -> list[dict]:
+def boundary_bodies(
+    model: str, workload: Workload, lane_request: Mapping[str, Any], run_tag: str, case: int, max_tokens: Sequence[int]
+) -> list[dict]:
     """One case's request bodies; every prompt of the run is unique (tag), so no request rides another's cache."""
-    return [request_body(model, workload, i, f"{run_tag}-k{case}-{i}", n, lane_request) for i, n in enumerate(max_tokens)]
+    return [
+        request_body(model, workload, i, f"{run_tag}-k{case}-{i}", n, lane_request) for i, n in enumerate(max_tokens)
+    ]
 
 
 @dataclass(frozen=True)
@@ -194,10 +245,17 @@ class BoundaryCase:
     preemptions: float  # Δ vllm:num_preemptions_total over the wave
 
     def figures(self) -> dict:
-        return {"requests": self.wave.requests, "ok": self.wave.ok, "errors": self.wave.errors,
-                "decode_tokens": self.wave.decode_tokens, "wall_s": round(self.wave.wall_s, 4),
-                "wall_aggregate_tok_s": round(self.wave.wall_aggregate_tok_s, 4), "drained": self.drained,
-                "drain_s": None if self.drain_s is None else round(self.drain_s, 3), "preemptions": self.preemptions}
+        return {
+            "requests": self.wave.requests,
+            "ok": self.wave.ok,
+            "errors": self.wave.errors,
+            "decode_tokens": self.wave.decode_tokens,
+            "wall_s": round(self.wave.wall_s, 4),
+            "wall_aggregate_tok_s": round(self.wave.wall_aggregate_tok_s, 4),
+            "drained": self.drained,
+            "drain_s": None if self.drain_s is None else round(self.drain_s, 3),
+            "preemptions": self.preemptions,
+        }
 
 
 @dataclass(frozen=True)
@@ -206,17 +264,23 @@ class BoundaryVerdict:
     problems: list[str]
 
     def summary(self, cases: Iterable[BoundaryCase]) -> str:
-        seen = "; ".join(f"{c.name}: {c.wave.ok}/{c.wave.requests} ok, aggregate {c.wave.wall_aggregate_tok_s:.1f} tok/s"
-                         for c in cases)
+        seen = "; ".join(
+            f"{c.name}: {c.wave.ok}/{c.wave.requests} ok, aggregate {c.wave.wall_aggregate_tok_s:.1f} tok/s"
+            for c in cases
+        )
         return ("; ".join(self.problems) + " — " if self.problems else "") + seen
 
 
-def boundary_verdict(cases: Sequence[BoundaryCase], found: Mapping[str, Mapping[str, list[str]]],
-                     healthy: bool) -> BoundaryVerdict:
+def boundary_verdict(
+    cases: Sequence[BoundaryCase], found: Mapping[str, Mapping[str, list[str]]], healthy: bool
+) -> BoundaryVerdict:
     """Stable: every request of every case completed, the queues drained after each, no preemption, /health
     still 200 and no fatal line in any rank's log (FOUND: {node: {kind: lines}}, as probes.fatal_log_lines gives)."""
-    fatal = [f"{node}: {line}" for node, by_kind in found.items()  # a line of two kinds is named once
-             for line in dict.fromkeys(line for lines in by_kind.values() for line in lines)]
+    fatal = [
+        f"{node}: {line}"
+        for node, by_kind in found.items()  # a line of two kinds is named once
+        for line in dict.fromkeys(line for lines in by_kind.values() for line in lines)
+    ]
     problems = []
     for case in cases:
         if case.wave.errors:
@@ -229,7 +293,9 @@ def boundary_verdict(cases: Sequence[BoundaryCase], found: Mapping[str, Mapping[
     if not healthy:
         problems.append("/health is no longer 200 after the waves")
     if fatal:
-        problems.append(f"fatal log lines: {'; '.join(fatal[:3])}" + (f" (and {len(fatal) - 3} more)" if len(fatal) > 3 else ""))
+        problems.append(
+            f"fatal log lines: {'; '.join(fatal[:3])}" + (f" (and {len(fatal) - 3} more)" if len(fatal) > 3 else "")
+        )
     return BoundaryVerdict(not problems, problems)
 
 
@@ -255,22 +321,38 @@ class CanaryDecision:
         return self.variant_value if self.decision == "keep" else self.baseline_value
 
     def summary(self) -> str:
-        return (f"{self.decision} {self.key}={self.variant_value} (against {self.baseline_value}): "
-                + "; ".join(self.reasons) + f"; the lane keeps {self.key}={self.kept_value}")
+        return (
+            f"{self.decision} {self.key}={self.variant_value} (against {self.baseline_value}): "
+            + "; ".join(self.reasons)
+            + f"; the lane keeps {self.key}={self.kept_value}"
+        )
 
     def figures(self) -> dict:
-        return {"key": self.key, "baseline": self.baseline_value, "variant": self.variant_value,
-                "decision": self.decision, "kept": self.kept_value, "reasons": self.reasons,
-                "verdict": self.comparison.verdict if self.comparison else None,
-                "tolerance": self.comparison.tolerance if self.comparison else None, "cells": self.cells}
+        return {
+            "key": self.key,
+            "baseline": self.baseline_value,
+            "variant": self.variant_value,
+            "decision": self.decision,
+            "kept": self.kept_value,
+            "reasons": self.reasons,
+            "verdict": self.comparison.verdict if self.comparison else None,
+            "tolerance": self.comparison.tolerance if self.comparison else None,
+            "cells": self.cells,
+        }
 
 
 def _errors(documents: Iterable[dict]) -> int:
     return sum(run["errors"] for doc in documents for run in doc["runs"])
 
 
-def canary_decision(key: str, baseline_value: Any, variant_value: Any, baseline: list[dict], variant: list[dict],
-                    tolerance: float = DEFAULT_TOLERANCE) -> CanaryDecision:
+def canary_decision(
+    key: str,
+    baseline_value: Any,
+    variant_value: Any,
+    baseline: list[dict],
+    variant: list[dict],
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> CanaryDecision:
     """Keep the variant only when both sides are healthy (every request measured) and the matched comparison of
     their bands (bands.ab_canary: the same workloads, levels and max_tokens) promotes it: no cell worse beyond
     tolerance, complete bands, at least one cell better. Anything else rejects it, and the lane's value stays."""
@@ -281,9 +363,18 @@ def canary_decision(key: str, baseline_value: Any, variant_value: Any, baseline:
     if reasons:
         return CanaryDecision(key, baseline_value, variant_value, "reject", reasons, None)
     comparison = ab_canary(baseline, variant, tolerance)
-    cells = [{"workload": c.workload, "concurrency": c.concurrency, "figure": c.figure, "baseline": c.baseline,
-              "variant": c.current, "change": None if c.change is None else round(c.change, 4), "verdict": c.verdict}
-             for c in comparison.cells]
+    cells = [
+        {
+            "workload": c.workload,
+            "concurrency": c.concurrency,
+            "figure": c.figure,
+            "baseline": c.baseline,
+            "variant": c.current,
+            "change": None if c.change is None else round(c.change, 4),
+            "verdict": c.verdict,
+        }
+        for c in comparison.cells
+    ]
     worse = [c for c in comparison.cells if c.verdict == "worse"]
     slower = [c for c in comparison.cells if c.change is not None and c.change < 0]
     noisy = [c for c in comparison.cells if c.verdict == "better" and c.overlap]
@@ -295,15 +386,25 @@ def canary_decision(key: str, baseline_value: Any, variant_value: Any, baseline:
     elif comparison.verdict == "incomplete":
         reasons.append("bands incomplete (fewer than 3 trials a cell): a value is kept only on complete bands")
     else:
-        reasons.append(f"no cell clearly better beyond ±{tolerance:.0%}; slower on {len(slower)} of "
-                       f"{len(comparison.cells)} cells" + (f" ({', '.join(_cell(c) for c in slower)})" if slower else ""))
+        reasons.append(
+            f"no cell clearly better beyond ±{tolerance:.0%}; slower on {len(slower)} of "
+            f"{len(comparison.cells)} cells" + (f" ({', '.join(_cell(c) for c in slower)})" if slower else "")
+        )
         if noisy:
-            reasons.append(f"a better median inside overlapping trial bands may be noise: {', '.join(_cell(c) for c in noisy)}")
-    return CanaryDecision(key, baseline_value, variant_value, "keep" if comparison.verdict == "promote" else "reject",
-                          reasons, comparison, cells)
+            reasons.append(
+                f"a better median inside overlapping trial bands may be noise: {', '.join(_cell(c) for c in noisy)}"
+            )
+    return CanaryDecision(
+        key,
+        baseline_value,
+        variant_value,
+        "keep" if comparison.verdict == "promote" else "reject",
+        reasons,
+        comparison,
+        cells,
+    )
 
 
 def _cell(c) -> str:
     figure = "stream" if c.figure == "mean_stream_decode_tok_s" else "aggregate"
     return f"{c.workload} C{c.concurrency} {figure} {c.baseline:.1f}→{c.current:.1f} ({c.change:+.1%})"
-

@@ -7,6 +7,7 @@ judge_tool_smoke, verdict_table) over the lane and the answers' JSON; `ask` send
 machine and records it in the executor's history as the curl line an operator would type, so a dry run lists
 the requests and sends none.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, ExpectedResult
 from lanebook.base.errors import LanebookError
+from lanebook.lane.params import LaneParams
 from lanebook.nodes.http import JsonAnswer, request_json
+from lanebook.nodes.ssh import Executor, Lane, q
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import KV_CACHE_LINE, check_startup_log
-from lanebook.nodes.ssh import Executor, Lane, q
-from lanebook.lane.params import LaneParams
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -47,6 +48,7 @@ def run_gate(step: str, gate: Callable[[], list[ExpectedResult]]) -> list[Expect
 
 # --- requests --------------------------------------------------------------------------------------
 
+
 def curl_line(url: str, body: Optional[Mapping[str, Any]] = None) -> str:
     """The curl command an operator would type for the same request (the recipe's gate lines)."""
     if body is None:
@@ -55,7 +57,9 @@ def curl_line(url: str, body: Optional[Mapping[str, Any]] = None) -> str:
     return f"curl -s {q(url)} -H 'Content-Type: application/json' -d {q(data)}"
 
 
-def ask(executor: Executor, url: str, body: Optional[dict] = None, timeout_s: float = REQUEST_TIMEOUT_S) -> Optional[JsonAnswer]:
+def ask(
+    executor: Executor, url: str, body: Optional[dict] = None, timeout_s: float = REQUEST_TIMEOUT_S
+) -> Optional[JsonAnswer]:
     """GET (no body) or POST one JSON request from this machine, recorded as its curl line; None in a dry run."""
     line = curl_line(url, body)
     if executor.dry_run:
@@ -67,8 +71,9 @@ def ask(executor: Executor, url: str, body: Optional[dict] = None, timeout_s: fl
     except LanebookError as exc:
         executor.record_local(line, exit_code=1, duration_s=time.monotonic() - started, detail=str(exc))
         raise
-    executor.record_local(line, exit_code=0 if answer.status == 200 else 1, duration_s=answer.duration_s,
-                          detail=f"HTTP {answer.status}")
+    executor.record_local(
+        line, exit_code=0 if answer.status == 200 else 1, duration_s=answer.duration_s, detail=f"HTTP {answer.status}"
+    )
     return answer
 
 
@@ -82,9 +87,13 @@ def models_url(params: LaneParams) -> str:
 
 def exact_smoke_body(params: LaneParams) -> dict:
     """The recipe's exact smoke: `Reply exactly TOKEN.`, temperature 0, 32 tokens, the lane's request kwargs."""
-    return {"model": params.served_model_name,
-            "messages": [{"role": "user", "content": params.gates.exact_smoke_prompt}],
-            "temperature": 0, "max_tokens": EXACT_SMOKE_MAX_TOKENS, **params.request}
+    return {
+        "model": params.served_model_name,
+        "messages": [{"role": "user", "content": params.gates.exact_smoke_prompt}],
+        "temperature": 0,
+        "max_tokens": EXACT_SMOKE_MAX_TOKENS,
+        **params.request,
+    }
 
 
 def _json_type(value: Any) -> str:
@@ -100,31 +109,47 @@ def _json_type(value: Any) -> str:
 def tool_schema(params: LaneParams) -> dict:
     """The tool the smoke offers, its parameters shaped after the arguments the lane expects back."""
     smoke = params.gates.tool_smoke
-    return {"type": "function", "function": {
-        "name": smoke.function,
-        "description": f"Call {smoke.function} with: {', '.join(smoke.arguments)}.",
-        "parameters": {"type": "object",
-                       "properties": {k: {"type": _json_type(v)} for k, v in smoke.arguments.items()},
-                       "required": list(smoke.arguments)}}}
+    return {
+        "type": "function",
+        "function": {
+            "name": smoke.function,
+            "description": f"Call {smoke.function} with: {', '.join(smoke.arguments)}.",
+            "parameters": {
+                "type": "object",
+                "properties": {k: {"type": _json_type(v)} for k, v in smoke.arguments.items()},
+                "required": list(smoke.arguments),
+            },
+        },
+    }
 
 
 def tool_smoke_body(params: LaneParams) -> dict:
     """The tool-call smoke: one tool offered with tool_choice auto, as an agent client sends it."""
-    return {"model": params.served_model_name,
-            "messages": [{"role": "user", "content": params.gates.tool_smoke.prompt}],
-            "tools": [tool_schema(params)], "tool_choice": "auto",
-            "temperature": 0, "max_tokens": TOOL_SMOKE_MAX_TOKENS, **params.request}
+    return {
+        "model": params.served_model_name,
+        "messages": [{"role": "user", "content": params.gates.tool_smoke.prompt}],
+        "tools": [tool_schema(params)],
+        "tool_choice": "auto",
+        "temperature": 0,
+        "max_tokens": TOOL_SMOKE_MAX_TOKENS,
+        **params.request,
+    }
 
 
 # --- judgements (pure) -----------------------------------------------------------------------------
+
 
 def thinking_problems(kwargs: Any, where: str) -> list[str]:
     """Each thinking switch in chat_template_kwargs that is not a JSON boolean (the template tests truthiness,
     so the string "false" turns thinking on)."""
     if not isinstance(kwargs, Mapping):
         return [f"{where} is {kwargs!r}, not a mapping"] if kwargs is not None else []
-    return [f"{where}.{key} is {type(kwargs[key]).__name__} {kwargs[key]!r}: any non-empty string turns thinking ON; "
-            "use a JSON boolean" for key in THINKING_KEYS if key in kwargs and not isinstance(kwargs[key], bool)]
+    return [
+        f"{where}.{key} is {type(kwargs[key]).__name__} {kwargs[key]!r}: any non-empty string turns thinking ON; "
+        "use a JSON boolean"
+        for key in THINKING_KEYS
+        if key in kwargs and not isinstance(kwargs[key], bool)
+    ]
 
 
 def thinking_intended(kwargs: Any) -> bool:
@@ -172,18 +197,28 @@ def judge_model_list(step: str, data: list, params: LaneParams) -> list[Expected
     ids = [m.get("id") for m in data if isinstance(m, Mapping)]
     model = next((m for m in data if isinstance(m, Mapping) and m.get("id") == params.served_model_name), None)
     length = model.get("max_model_len") if model else None
-    return [ExpectedResult.judged(step, f"/v1/models id is {params.served_model_name}", model is not None,
-                                  f"ids {ids}"),
-            ExpectedResult.judged(step, f"max_model_len is {params.max_model_len:,}", length == params.max_model_len,
-                                  f"{length:,}" if isinstance(length, int) else repr(length))]
+    return [
+        ExpectedResult.judged(step, f"/v1/models id is {params.served_model_name}", model is not None, f"ids {ids}"),
+        ExpectedResult.judged(
+            step,
+            f"max_model_len is {params.max_model_len:,}",
+            length == params.max_model_len,
+            f"{length:,}" if isinstance(length, int) else repr(length),
+        ),
+    ]
 
 
 def judge_request_kwargs(step: str, params: LaneParams) -> ExpectedResult:
     """The lane's own request kwargs give thinking as a JSON boolean (checked on this machine)."""
     problems = thinking_problems(params.request.get("chat_template_kwargs"), "request.chat_template_kwargs")
-    return ExpectedResult.judged(step, "the lane's request gives thinking as a JSON boolean", not problems,
-                                 "; ".join(problems) or json.dumps(params.request.get("chat_template_kwargs")), "P10",
-                                 local=True)
+    return ExpectedResult.judged(
+        step,
+        "the lane's request gives thinking as a JSON boolean",
+        not problems,
+        "; ".join(problems) or json.dumps(params.request.get("chat_template_kwargs")),
+        "P10",
+        local=True,
+    )
 
 
 def judge_exact_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[ExpectedResult]:
@@ -194,15 +229,26 @@ def judge_exact_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list
         return [ExpectedResult.judged(step, f"the reply is exactly {expected}", False, why)]
     message = choice["message"]
     content = message.get("content")
-    checks = [ExpectedResult.judged(step, f"the reply is exactly {expected}", content == expected,
-                                    f"{content!r} (finish_reason {choice.get('finish_reason')})")]
+    checks = [
+        ExpectedResult.judged(
+            step,
+            f"the reply is exactly {expected}",
+            content == expected,
+            f"{content!r} (finish_reason {choice.get('finish_reason')})",
+        )
+    ]
     intended = thinking_intended(params.request.get("chat_template_kwargs"))
     reasoning = reasoning_text(message)
-    checks.append(ExpectedResult.judged(
-        step, f"thinking {'on' if intended else 'off'} as the request asks", bool(reasoning) == intended,
-        f"reasoning of {len(reasoning)} characters in the reply"
-        + (" — thinking was ON" if reasoning and not intended else ""),
-        "P10"))
+    checks.append(
+        ExpectedResult.judged(
+            step,
+            f"thinking {'on' if intended else 'off'} as the request asks",
+            bool(reasoning) == intended,
+            f"reasoning of {len(reasoning)} characters in the reply"
+            + (" — thinking was ON" if reasoning and not intended else ""),
+            "P10",
+        )
+    )
     return checks
 
 
@@ -216,8 +262,14 @@ def judge_tool_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[
     message = choice["message"]
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not calls:
-        return [ExpectedResult.judged(step, "a structured tool_calls[] comes back", False,
-                          f"no tool_calls; content {message.get('content')!r} (finish_reason {choice.get('finish_reason')})")]
+        return [
+            ExpectedResult.judged(
+                step,
+                "a structured tool_calls[] comes back",
+                False,
+                f"no tool_calls; content {message.get('content')!r} (finish_reason {choice.get('finish_reason')})",
+            )
+        ]
     call = calls[0] if isinstance(calls[0], Mapping) else {}
     function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
     raw = function.get("arguments")
@@ -226,21 +278,32 @@ def judge_tool_smoke(step: str, answer: JsonAnswer, params: LaneParams) -> list[
     except json.JSONDecodeError:
         arguments = None
     seen = f"{function.get('name')}({raw})"
-    return [ExpectedResult.judged(step, "a structured tool_calls[] comes back",
-                                  call.get("type") == "function" and bool(function),
-                                  f"{len(calls)} call(s), finish_reason {choice.get('finish_reason')}"),
-            ExpectedResult.judged(step, f"the call is {wanted}",
-                                  function.get("name") == smoke.function and arguments == smoke.arguments,
-                                  seen if arguments is not None else f"{seen}: arguments are not a JSON object string")]
+    return [
+        ExpectedResult.judged(
+            step,
+            "a structured tool_calls[] comes back",
+            call.get("type") == "function" and bool(function),
+            f"{len(calls)} call(s), finish_reason {choice.get('finish_reason')}",
+        ),
+        ExpectedResult.judged(
+            step,
+            f"the call is {wanted}",
+            function.get("name") == smoke.function and arguments == smoke.arguments,
+            seen if arguments is not None else f"{seen}: arguments are not a JSON object string",
+        ),
+    ]
 
 
 # --- the gates: ask, then judge ------------------------------------------------------------------------
+
 
 def models_gate(step: str, executor: Executor, params: LaneParams) -> list[ExpectedResult]:
     """`curl -s API/models`: the lane's served name and max_model_len."""
     answer = ask(executor, models_url(params))
     if answer is None:
-        return not_observed(step, [f"/v1/models id is {params.served_model_name}", f"max_model_len is {params.max_model_len:,}"])
+        return not_observed(
+            step, [f"/v1/models id is {params.served_model_name}", f"max_model_len is {params.max_model_len:,}"]
+        )
     return judge_models(step, answer, params)
 
 
@@ -249,8 +312,14 @@ def log_gate(step: str, lane: Lane) -> list[ExpectedResult]:
     complete, the KV cache in the lane's band."""
     expectations, _kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
     forbidden = {f"log has no '{line}'" for line in lane.params.gates.log_forbidden}
-    return [replace(e, name=step, pitfall="P01" if e.expected in forbidden else
-                    "P07" if e.expected.startswith(KV_CACHE_LINE) else None) for e in expectations]
+    return [
+        replace(
+            e,
+            name=step,
+            pitfall="P01" if e.expected in forbidden else "P07" if e.expected.startswith(KV_CACHE_LINE) else None,
+        )
+        for e in expectations
+    ]
 
 
 def exact_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[ExpectedResult]:
@@ -272,6 +341,7 @@ def tool_smoke_gate(step: str, executor: Executor, params: LaneParams) -> list[E
 
 # --- the verdict table -----------------------------------------------------------------------------
 
+
 def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
@@ -284,37 +354,48 @@ def verdict_table(checks: Iterable[ExpectedResult], dry_run: bool = False) -> st
     """Every gate's checks as a Markdown table: step, what was expected, the outcome, what was seen, the pitfall."""
     rows = ["| step | expected | result | seen | pitfall |", "|---|---|---|---|---|"]
     for c in checks:
-        rows.append(f"| {_cell(c.name)} | {_cell(c.expected)} | {MARKS[_outcome(c, dry_run)]} | {_cell(c.seen)} "
-                    f"| {c.pitfall or ''} |")
+        rows.append(
+            f"| {_cell(c.name)} | {_cell(c.expected)} | {MARKS[_outcome(c, dry_run)]} | {_cell(c.seen)} "
+            f"| {c.pitfall or ''} |"
+        )
     return "\n".join(rows) + "\n"
 
 
 def table_figures(checks: Iterable[ExpectedResult], dry_run: bool = False) -> list[dict]:
     """The table as the run record keeps it, one dict a check (the keys of records already stored)."""
-    return [{"step": c.name, "what": c.expected, "ok": None if c.outcome == NOT_OBSERVED else c.ok, "detail": c.seen,
-             "pitfall": c.pitfall, "local": c.local, "outcome": _outcome(c, dry_run)} for c in checks]
+    return [
+        {
+            "step": c.name,
+            "what": c.expected,
+            "ok": None if c.outcome == NOT_OBSERVED else c.ok,
+            "detail": c.seen,
+            "pitfall": c.pitfall,
+            "local": c.local,
+            "outcome": _outcome(c, dry_run),
+        }
+        for c in checks
+    ]
 
 
 def failed_checks(checks: Iterable[ExpectedResult]) -> list[ExpectedResult]:
     return [c for c in checks if c.outcome == FAIL]
 
 
-
 # --- the gates runbook: each gate shown as it runs, then every check judged under its step ------------------
 
 FIXES = {
     "1 models": "run `status`; a wrong id or context means the lane's env did not reach the server: run `env`, "
-                "then `launch`",
+    "then `launch`",
     "2 startup log": "auto-enabled breakable graphs (P01): run `env` (env line and compose injection), then `stop` and "
-                     "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
+    "`launch`; a KV cache out of band: check GPU_MEMORY_UTILIZATION (P07), then `stop` and `launch`",
     "3 exact smoke": "reasoning in the reply means thinking is on: give chat_template_kwargs.thinking as a JSON "
-                     "boolean (P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
+    "boolean (P10); a wrong reply on a healthy server: run `diagnose`, or `rollback`",
     "4 tool smoke": "the server must run with --enable-auto-tool-choice and --tool-call-parser: run `env`, then "
-                    "`launch`; otherwise `rollback`",
+    "`launch`; otherwise `rollback`",
     "5 hermes provider block": "edit the Hermes config's provider block as the table says (api_key no-key-required, "
-                               "thinking: false as a boolean, context, default model), then run `gates` again",
+    "thinking: false as a boolean, context, default model), then run `gates` again",
     "6 hermes route": "reasoning in state.db means thinking is on (P10): thinking: false as a boolean in the provider "
-                      "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
+    "block's extra_body; a Hermes that cannot reach the API: check hermes.host and the API address",
 }
 
 

@@ -13,6 +13,7 @@ Hermes runs on this machine (lanebook's own install, .tools/hermes, made by `mak
 lane's `hermes.host` says, over SSH (a node of the lane or another ssh destination): the config goes there
 by SFTP, state.db comes back the same way.
 """
+
 from __future__ import annotations
 
 import io
@@ -32,11 +33,11 @@ from ruamel.yaml.error import YAMLError
 from lanebook.base import yamltext
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
-from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
-from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
-from lanebook.lane.params import LaneParams, NodeParams
 from lanebook.base.paths import REPO
 from lanebook.base.redact import redact, redact_data
+from lanebook.lane.params import LaneParams, NodeParams
+from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
+from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
 
 OWN_INSTALL = REPO / ".tools" / "hermes" / "bin" / "hermes"  # `make setup` installs the pinned Hermes Agent here
 TOOLSETS = "safe"
@@ -46,10 +47,16 @@ EXPECTED_API_KEY = "no-key-required"
 
 # --- the provider block (pure) ------------------------------------------------------------------------
 
+
 def lane_provider_block(params: LaneParams) -> dict:
     """The recipe's providers.<name> block for this lane: its API, key, advertised context, model, extra_body."""
-    return {"api": params.api, "api_key": params.hermes.api_key, "context_length": params.hermes.context_length,
-            "default_model": params.served_model_name, "extra_body": params.hermes.extra_body}
+    return {
+        "api": params.api,
+        "api_key": params.hermes.api_key,
+        "context_length": params.hermes.context_length,
+        "default_model": params.served_model_name,
+        "extra_body": params.hermes.extra_body,
+    }
 
 
 def config_text(provider: str, block: Mapping[str, Any]) -> str:
@@ -80,15 +87,18 @@ def shown_block(block: Mapping[str, Any]) -> dict:
     return redact_data(dict(block))
 
 
-def block_checks(step: str, block: Mapping[str, Any], params: LaneParams, *,
-                 local: bool = True) -> list[ExpectedResult]:
+def block_checks(
+    step: str, block: Mapping[str, Any], params: LaneParams, *, local: bool = True
+) -> list[ExpectedResult]:
     """The provider block against the lane: its API, api_key no-key-required (not "none"), thinking a JSON
     boolean as the lane means it, the advertised context, the default model."""
     want_kwargs = params.hermes.extra_body.get("chat_template_kwargs")
     extra = block.get("extra_body")
     kwargs = extra.get("chat_template_kwargs") if isinstance(extra, Mapping) else None
     problems = thinking_problems(kwargs, "extra_body.chat_template_kwargs")
-    same_thinking = thinking_intended(kwargs) == thinking_intended(want_kwargs) and (kwargs is not None or want_kwargs is None)
+    same_thinking = thinking_intended(kwargs) == thinking_intended(want_kwargs) and (
+        kwargs is not None or want_kwargs is None
+    )
     api_key = block.get("api_key")
     key_shown = api_key if api_key in (EXPECTED_API_KEY, "none", "", None) else "[REDACTED]"
     context = block.get("context_length")
@@ -96,21 +106,41 @@ def block_checks(step: str, block: Mapping[str, Any], params: LaneParams, *,
     judged = ExpectedResult.judged
     return [
         judged(step, "api is the lane's API", api.rstrip("/") == params.api.rstrip("/"), api, local=local),
-        judged(step, f"api_key is {params.hermes.api_key}", api_key == params.hermes.api_key,
-               repr(key_shown) + (': "none" is not the keyless value' if api_key == "none" else ""), "P09",
-               local=local),
-        judged(step, "thinking is a JSON boolean, as the lane means it", not problems and same_thinking,
-               "; ".join(problems) or f"chat_template_kwargs {kwargs!r}", "P10", local=local),
-        judged(step, f"context_length is {params.hermes.context_length:,} "
-                     f"(within the server's {params.max_model_len:,})",
-               context == params.hermes.context_length and isinstance(context, int) and context <= params.max_model_len,
-               repr(context), local=local),
-        judged(step, f"default_model is {params.served_model_name}",
-               block.get("default_model") == params.served_model_name, repr(block.get("default_model")), local=local),
+        judged(
+            step,
+            f"api_key is {params.hermes.api_key}",
+            api_key == params.hermes.api_key,
+            repr(key_shown) + (': "none" is not the keyless value' if api_key == "none" else ""),
+            "P09",
+            local=local,
+        ),
+        judged(
+            step,
+            "thinking is a JSON boolean, as the lane means it",
+            not problems and same_thinking,
+            "; ".join(problems) or f"chat_template_kwargs {kwargs!r}",
+            "P10",
+            local=local,
+        ),
+        judged(
+            step,
+            f"context_length is {params.hermes.context_length:,} (within the server's {params.max_model_len:,})",
+            context == params.hermes.context_length and isinstance(context, int) and context <= params.max_model_len,
+            repr(context),
+            local=local,
+        ),
+        judged(
+            step,
+            f"default_model is {params.served_model_name}",
+            block.get("default_model") == params.served_model_name,
+            repr(block.get("default_model")),
+            local=local,
+        ),
     ]
 
 
 # --- where Hermes runs ---------------------------------------------------------------------------------
+
 
 def route_argv(command: str, provider: str, model: str, prompt: str) -> list[str]:
     """The recipe's route smoke command line."""
@@ -130,8 +160,10 @@ def local_command(setting: Optional[str]) -> str:
     found = shutil.which("hermes")
     if found:
         return found
-    raise LanebookError(f"no hermes command: run `make setup` (it installs Hermes Agent into {OWN_INSTALL.parent.parent}), "
-                        "or set the lane's hermes.bin")
+    raise LanebookError(
+        f"no hermes command: run `make setup` (it installs Hermes Agent into {OWN_INSTALL.parent.parent}), "
+        "or set the lane's hermes.bin"
+    )
 
 
 def parse_destination(destination: str) -> NodeParams:
@@ -140,7 +172,9 @@ def parse_destination(destination: str) -> NodeParams:
     host, _, port = rest.partition(":")
     if not host or (port and not port.isdigit()):
         raise LanebookError(f"hermes.host {destination!r}: use a node alias of the lane or [user@]host[:port]")
-    return NodeParams(alias=destination, role="worker", host=host, port=int(port or 22), user=user or None, fabric_ip=host)
+    return NodeParams(
+        alias=destination, role="worker", host=host, port=int(port or 22), user=user or None, fabric_ip=host
+    )
 
 
 class LocalHost:
@@ -189,8 +223,14 @@ class LocalHost:
             return 0, "", "", 0.0
         started = time.monotonic()
         try:
-            done = subprocess.run(argv, env={**os.environ, "HERMES_HOME": home}, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(
+                argv,
+                env={**os.environ, "HERMES_HOME": home},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
             self.executor.record_local(line, exit_code=124, duration_s=time.monotonic() - started)
             raise LanebookError(f"hermes did not finish within {timeout_s:g} s: {line}") from None
@@ -221,8 +261,9 @@ class RemoteHost:
         return self.node.run(f"cat {qpath(path)}", timeout=30).stdout
 
     def make_home(self) -> str:
-        return self.node.run("mktemp -d -t lanebook-hermes-XXXXXX", timeout=30,
-                             dry_stdout="/tmp/lanebook-hermes-XXXXXX").stdout.strip()
+        return self.node.run(
+            "mktemp -d -t lanebook-hermes-XXXXXX", timeout=30, dry_stdout="/tmp/lanebook-hermes-XXXXXX"
+        ).stdout.strip()
 
     def write_config(self, home: str, text: str) -> None:
         with tempfile.TemporaryDirectory() as scratch:
@@ -284,6 +325,7 @@ def provider_block_in_use(lane: Lane, hermes_config: Optional[str]) -> ProviderB
 
 # --- state.db -------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class StateReading:
     """What Hermes recorded of the run: the assistant's replies and the reasoning it received."""
@@ -301,8 +343,10 @@ class StateReading:
     def summary(self) -> str:
         if not self.thinking_seen:
             return f"state.db: {self.sessions} session(s), no reasoning recorded"
-        return (f"state.db: reasoning of {self.reasoning_chars} characters in {self.reasoning_messages} assistant "
-                f"message(s), reasoning_tokens {self.reasoning_tokens}")
+        return (
+            f"state.db: reasoning of {self.reasoning_chars} characters in {self.reasoning_messages} assistant "
+            f"message(s), reasoning_tokens {self.reasoning_tokens}"
+        )
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
@@ -319,22 +363,27 @@ def read_state(path: Path) -> StateReading:
     try:
         sessions = db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0]
         reasoning_cols = [c for c in ("reasoning", "reasoning_content") if c in _columns(db, "messages")]
-        rows = db.execute(f"SELECT content, {', '.join(reasoning_cols) or 'NULL'} FROM messages "
-                          "WHERE role = 'assistant' ORDER BY id").fetchall()
+        rows = db.execute(
+            f"SELECT content, {', '.join(reasoning_cols) or 'NULL'} FROM messages WHERE role = 'assistant' ORDER BY id"
+        ).fetchall()
         tokens = 0
         for table in ("sessions", "session_model_usage"):
             if "reasoning_tokens" in _columns(db, table):
-                tokens = max(tokens, db.execute(f"SELECT COALESCE(SUM(reasoning_tokens), 0) FROM {table}").fetchone()[0])
+                tokens = max(
+                    tokens, db.execute(f"SELECT COALESCE(SUM(reasoning_tokens), 0) FROM {table}").fetchone()[0]
+                )
     except sqlite3.Error as exc:
         raise LanebookError(f"Hermes' state.db ({path}) is not as Hermes Agent 0.19 writes it: {exc}") from None
     finally:
         db.close()
     reasoning = [max((len(r or "") for r in row[1:]), default=0) for row in rows]
-    return StateReading(sessions, tuple(str(row[0] or "") for row in rows), sum(reasoning),
-                        sum(1 for n in reasoning if n), int(tokens))
+    return StateReading(
+        sessions, tuple(str(row[0] or "") for row in rows), sum(reasoning), sum(1 for n in reasoning if n), int(tokens)
+    )
 
 
 # --- the route smoke --------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RouteRun:
@@ -354,8 +403,9 @@ def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN
     None in a dry run (every step recorded, none made)."""
     params = lane.params
     host = hermes_host(lane)
-    argv = route_argv(host.command, params.hermes.provider, params.served_model_name,
-                      f"Reply exactly {params.gates.hermes_route}.")
+    argv = route_argv(
+        host.command, params.hermes.provider, params.served_model_name, f"Reply exactly {params.gates.hermes_route}."
+    )
     home = host.make_home()
     try:
         host.write_config(home, config_text(params.hermes.provider, block))
@@ -379,26 +429,41 @@ def judge_route(step: str, run: RouteRun, params: LaneParams, block: Mapping[str
     extra = block.get("extra_body")
     intended = thinking_intended(extra.get("chat_template_kwargs") if isinstance(extra, Mapping) else None)
     judged = ExpectedResult.judged
-    checks = [judged(step, "hermes exited 0", run.exit_code == 0, f"exit {run.exit_code} on {run.where}"
-                     + (f": {tail[:200]}" if run.exit_code and tail else "")),
-              judged(step, f"hermes printed exactly {route}", printed == route, repr(printed[-200:]))]
+    checks = [
+        judged(
+            step,
+            "hermes exited 0",
+            run.exit_code == 0,
+            f"exit {run.exit_code} on {run.where}" + (f": {tail[:200]}" if run.exit_code and tail else ""),
+        ),
+        judged(step, f"hermes printed exactly {route}", printed == route, repr(printed[-200:])),
+    ]
     if run.state is None:
         return checks + [judged(step, "Hermes recorded the session in state.db", False, "no state.db in HERMES_HOME")]
     return checks + [
-        judged(step, f"state.db holds the reply {route}", route in (r.strip() for r in run.state.replies),
-               f"assistant replies {list(run.state.replies)!r}"[:300]),
-        judged(step, f"thinking {'on' if intended else 'off'} as the provider block means it (reasoning in state.db)",
-               run.state.thinking_seen == intended,
-               run.state.summary() + (" — thinking was ON: a string \"false\" is truthy"
-                                      if run.state.thinking_seen and not intended else ""),
-               "P10"),
+        judged(
+            step,
+            f"state.db holds the reply {route}",
+            route in (r.strip() for r in run.state.replies),
+            f"assistant replies {list(run.state.replies)!r}"[:300],
+        ),
+        judged(
+            step,
+            f"thinking {'on' if intended else 'off'} as the provider block means it (reasoning in state.db)",
+            run.state.thinking_seen == intended,
+            run.state.summary()
+            + (' — thinking was ON: a string "false" is truthy' if run.state.thinking_seen and not intended else ""),
+            "P10",
+        ),
     ]
 
 
 # --- the two gates -----------------------------------------------------------------------------------------
 
-def block_gate(step: str, lane: Lane,
-               hermes_config: Optional[str]) -> tuple[Optional[ProviderBlock], list[ExpectedResult]]:
+
+def block_gate(
+    step: str, lane: Lane, hermes_config: Optional[str]
+) -> tuple[Optional[ProviderBlock], list[ExpectedResult]]:
     """Gate 5: the provider block (the operator's or the lane's) and its checks; a block that cannot be read is
     the gate's failed check."""
     try:
@@ -410,12 +475,14 @@ def block_gate(step: str, lane: Lane,
     return provider, block_checks(step, provider.settings, lane.params, local=provider.local)
 
 
-def route_gate(step: str, lane: Lane,
-               provider: Optional[ProviderBlock]) -> tuple[Optional[RouteRun], list[ExpectedResult]]:
+def route_gate(
+    step: str, lane: Lane, provider: Optional[ProviderBlock]
+) -> tuple[Optional[RouteRun], list[ExpectedResult]]:
     """Gate 6: the route smoke through the CLI with the block gate 5 checked, judged on its output and state.db."""
     if provider is None:
-        return None, [ExpectedResult.judged(step, "hermes routed the smoke", False,
-                                            "not run: no provider block (gate 5)")]
+        return None, [
+            ExpectedResult.judged(step, "hermes routed the smoke", False, "not run: no provider block (gate 5)")
+        ]
     # a dry run's stand-in when the operator's block was not read
     block = provider.settings if provider.settings is not None else lane_provider_block(lane.params)
     try:
@@ -438,8 +505,10 @@ def route_text(route: Optional[RouteRun]) -> str:
     """The route smoke as the operator would see it: the command, what it printed, and what state.db says."""
     if route is None:
         return ""
-    lines = [f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s",
-             route.stdout.strip() or "(nothing printed)"]
+    lines = [
+        f"$ {route.command}    # on {route.where}, {route.duration_s:.1f} s",
+        route.stdout.strip() or "(nothing printed)",
+    ]
     return "\n".join(lines + ([route.state.summary()] if route.state is not None else [])) + "\n"
 
 
@@ -447,5 +516,7 @@ def route_figures(route: Optional[RouteRun]) -> dict:
     """The reasoning state.db recorded for the route smoke (none when it was not read)."""
     if route is None or route.state is None:
         return {}
-    return {"hermes_reasoning_chars": route.state.reasoning_chars,
-            "hermes_reasoning_tokens": route.state.reasoning_tokens}
+    return {
+        "hermes_reasoning_chars": route.state.reasoning_chars,
+        "hermes_reasoning_tokens": route.state.reasoning_tokens,
+    }

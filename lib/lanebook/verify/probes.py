@@ -5,6 +5,7 @@ and every counter comes from /metrics scraped with the queue idle, so a delta be
 sent; lanebook.verify.diagnose judges the figures. Each send is recorded in the lane's executor history first,
 so a dry run lists the requests it would send and sends none.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,18 +15,26 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import httpx
 
-from lanebook.verify.diagnose import (BoundaryCase, PrefixStep, boundary_bodies, boundary_plan, boundary_verdict, prefix_bodies,
-                       prefix_step, prefix_verdict)
 from lanebook.base.errors import LanebookError
-from lanebook.ops.launcher import lane_containers
-from lanebook.ops.logs import scan_fatal
-from lanebook.nodes.ssh import Executor, Lane
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.prometheus import PREEMPTIONS, QueueNotIdle, metrics_url, scrape, server_root, wait_idle
+from lanebook.nodes.ssh import Executor, Lane
+from lanebook.ops.launcher import lane_containers
+from lanebook.ops.logs import scan_fatal
 from lanebook.speed.client import chat_url, new_client, request_timeout_s, run, run_wave, stream_chat
 from lanebook.speed.command import run_speed
 from lanebook.speed.metrics import content_times, wave_figures
 from lanebook.speed.workloads import load_workload
+from lanebook.verify.diagnose import (
+    BoundaryCase,
+    PrefixStep,
+    boundary_bodies,
+    boundary_plan,
+    boundary_verdict,
+    prefix_bodies,
+    prefix_step,
+    prefix_verdict,
+)
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -37,12 +46,15 @@ def describe(url: str, body: dict, label: str) -> str:
     """One request as the command list shows it: what it is for, where it goes and its shape (not its prompt)."""
     prompt = body["messages"][-1]["content"]
     tag = prompt.split("]", 1)[0] + "]" if prompt.startswith("[") else ""
-    return (f"{label}: POST {url} stream, max_tokens {body['max_tokens']}, prompt {tag} ({len(prompt):,} chars), "
-            f"extra {json.dumps({k: v for k, v in body.items() if k not in ('model', 'messages', 'max_tokens', 'stream', 'stream_options', 'temperature')}, sort_keys=True)}")
+    return (
+        f"{label}: POST {url} stream, max_tokens {body['max_tokens']}, prompt {tag} ({len(prompt):,} chars), "
+        f"extra {json.dumps({k: v for k, v in body.items() if k not in ('model', 'messages', 'max_tokens', 'stream', 'stream_options', 'temperature')}, sort_keys=True)}"
+    )
 
 
-def prefix_protocol(api: str, steps: Sequence[tuple[str, dict]], executor: Executor,
-                    idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[list[PrefixStep]]:
+def prefix_protocol(
+    api: str, steps: Sequence[tuple[str, dict]], executor: Executor, idle_timeout_s: float = IDLE_TIMEOUT_S
+) -> Optional[list[PrefixStep]]:
     """Each step's request alone on an idle lane, /metrics scraped before and after it; None in a dry run."""
     url, metrics = chat_url(api), metrics_url(api)
     for name, body in steps:
@@ -55,7 +67,9 @@ def prefix_protocol(api: str, steps: Sequence[tuple[str, dict]], executor: Execu
         async with new_client() as client:
             for name, body in steps:
                 before, _ = await wait_idle(client, metrics, idle_timeout_s)
-                record = await stream_chat(client, url, json.dumps(body).encode(), 0, request_timeout_s(body["max_tokens"]))
+                record = await stream_chat(
+                    client, url, json.dumps(body).encode(), 0, request_timeout_s(body["max_tokens"])
+                )
                 after, _ = await wait_idle(client, metrics, idle_timeout_s)
                 found.append(prefix_step(name, record, before, after))
         return found
@@ -63,8 +77,9 @@ def prefix_protocol(api: str, steps: Sequence[tuple[str, dict]], executor: Execu
     return run(protocol())
 
 
-def boundary_run(api: str, cases: Sequence[tuple[str, list[dict]]], executor: Executor,
-                 drain_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[list[BoundaryCase]]:
+def boundary_run(
+    api: str, cases: Sequence[tuple[str, list[dict]]], executor: Executor, drain_timeout_s: float = IDLE_TIMEOUT_S
+) -> Optional[list[BoundaryCase]]:
     """Each case's requests sent at once on an idle lane; then the drain (bounded) and the preemption delta.
 
     A queue still busy after the bound is recorded as not drained; the next case waits for idle as every
@@ -73,7 +88,9 @@ def boundary_run(api: str, cases: Sequence[tuple[str, list[dict]]], executor: Ex
     for name, bodies in cases:
         for i, body in enumerate(bodies):
             executor.record_local(describe(url, body, f"K boundary {name} #{i + 1}/{len(bodies)} (sent at once)"))
-        executor.record_local(f"K boundary {name}: GET {metrics} until running = waiting = 0, bound {drain_timeout_s:g} s")
+        executor.record_local(
+            f"K boundary {name}: GET {metrics} until running = waiting = 0, bound {drain_timeout_s:g} s"
+        )
     if executor.dry_run:
         return None
 
@@ -84,8 +101,16 @@ def boundary_run(api: str, cases: Sequence[tuple[str, list[dict]]], executor: Ex
                 encoded = [json.dumps(b).encode() for b in bodies]
                 timeout = request_timeout_s(max(b["max_tokens"] for b in bodies))
                 before, _ = await wait_idle(client, metrics, drain_timeout_s)
-                wave = await run_wave(client, url, encoded, trial, timeout, metrics, idle_timeout_s=drain_timeout_s,
-                                      models_url=f"{api.rstrip('/')}/models")
+                wave = await run_wave(
+                    client,
+                    url,
+                    encoded,
+                    trial,
+                    timeout,
+                    metrics,
+                    idle_timeout_s=drain_timeout_s,
+                    models_url=f"{api.rstrip('/')}/models",
+                )
                 started = time.monotonic()
                 try:
                     after, drain = await wait_idle(client, metrics, drain_timeout_s)
@@ -122,18 +147,31 @@ def fatal_log_lines(lane: Lane) -> dict[str, dict[str, list[str]]]:
     return found
 
 
-def measure_workloads(lane: Lane, workloads: Sequence[str], concurrency: Sequence[int], trials: int,
-                      max_tokens: int) -> Optional[list[dict]]:
+def measure_workloads(
+    lane: Lane, workloads: Sequence[str], concurrency: Sequence[int], trials: int, max_tokens: int
+) -> Optional[list[dict]]:
     """One speed document per workload on the lane's API (run_speed, as `lanebook speed` measures); None in a dry run."""
     params = lane.params
     for workload in workloads:
-        lane.executor.record_local(f"speed {workload}: {trials} trial(s) × C{','.join(map(str, concurrency))}, "
-                                   f"max_tokens {max_tokens}, streamed to {chat_url(params.api)}")
+        lane.executor.record_local(
+            f"speed {workload}: {trials} trial(s) × C{','.join(map(str, concurrency))}, "
+            f"max_tokens {max_tokens}, streamed to {chat_url(params.api)}"
+        )
     if lane.executor.dry_run:
         return None
-    return [run_speed(params.api, params.served_model_name, workload, list(concurrency), trials, max_tokens,
-                      lane_request=params.request, twin=params.twin).document()
-            for workload in workloads]
+    return [
+        run_speed(
+            params.api,
+            params.served_model_name,
+            workload,
+            list(concurrency),
+            trials,
+            max_tokens,
+            lane_request=params.request,
+            twin=params.twin,
+        ).document()
+        for workload in workloads
+    ]
 
 
 def document_figures(documents: Sequence[dict]) -> dict[str, Any]:
@@ -154,7 +192,9 @@ FIRST_STEP_TOKENS = 8192  # the lane's batch budget (MAX_NUM_BATCHED_TOKENS 8192
 def long_context_steps(target_tokens: int, first_tokens: int = FIRST_STEP_TOKENS) -> list[int]:
     """The lengths a long-context probe sends, growing: FIRST, doubling, and TARGET last (pure)."""
     if target_tokens < 1 or first_tokens < 1:
-        raise LanebookError(f"a long-context probe needs positive lengths, got target {target_tokens}, first {first_tokens}")
+        raise LanebookError(
+            f"a long-context probe needs positive lengths, got target {target_tokens}, first {first_tokens}"
+        )
     steps, length = [], min(first_tokens, target_tokens)
     while length < target_tokens:
         steps.append(length)
@@ -174,12 +214,16 @@ def long_probe_refusal(params: LaneParams, lengths: Sequence[int], *, attended: 
         return None
     climbs = lengths[0] <= FIRST_STEP_TOKENS and all(a < b <= 2 * a for a, b in zip(lengths, lengths[1:]))
     if not climbs:
-        return (f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe must climb to its length in steps, "
-                f"from at most {FIRST_STEP_TOKENS:,} tokens, each at most twice the one before "
-                f"(probes.long_context_steps({longest}) gives them); got {lengths}")
+        return (
+            f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe must climb to its length in steps, "
+            f"from at most {FIRST_STEP_TOKENS:,} tokens, each at most twice the one before "
+            f"(probes.long_context_steps({longest}) gives them); got {lengths}"
+        )
     if not params.twin and not attended:
-        return (f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe on {params.name}'s production head "
-                "runs only with an operator watching its console (attended); a headless run is not watched")
+        return (
+            f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe on {params.name}'s production head "
+            "runs only with an operator watching its console (attended); a headless run is not watched"
+        )
     return None
 
 
@@ -199,12 +243,20 @@ def needle_body(model: str, tokens: int, request: dict, tag: str, max_tokens: in
     from its first characters (TAG) so no prefix cache shortens it."""
     filler = " ".join(["ledger"] * max(0, tokens - 16))
     prompt = f"[{tag}] {filler}\nReply with the single word: done"
-    return {**request, "model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-            "max_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    return {
+        **request,
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
 
 
-def stepped_long_context(lane: Lane, lengths: Sequence[int], *, attended: bool = False,
-                         idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[list[LongContextStep]]:
+def stepped_long_context(
+    lane: Lane, lengths: Sequence[int], *, attended: bool = False, idle_timeout_s: float = IDLE_TIMEOUT_S
+) -> Optional[list[LongContextStep]]:
     """Send the probe lengths one at a time, growing, on a watched queue: before each step the queues must read idle
     and /health 200, and the climb stops at the first step that fails. Refused (LanebookError) as
     long_probe_refusal says; None in a dry run, which records the steps and sends nothing."""
@@ -214,8 +266,10 @@ def stepped_long_context(lane: Lane, lengths: Sequence[int], *, attended: bool =
     params, executor = lane.params, lane.executor
     url, metrics, health = chat_url(params.api), metrics_url(params.api), f"{server_root(params.api)}/health"
     for tokens in lengths:
-        executor.record_local(f"long context {tokens:,} tokens: GET {metrics} until running = waiting = 0 and GET "
-                              f"{health} = 200, then POST {url} stream, one cold needle, max_tokens 8")
+        executor.record_local(
+            f"long context {tokens:,} tokens: GET {metrics} until running = waiting = 0 and GET "
+            f"{health} = 200, then POST {url} stream, one cold needle, max_tokens 8"
+        )
     if executor.dry_run:
         return None
 
@@ -228,7 +282,9 @@ def stepped_long_context(lane: Lane, lengths: Sequence[int], *, attended: bool =
                     found.append(LongContextStep(tokens, None, None, "/health is not 200 before the step", idle_wait))
                     break
                 body = needle_body(params.served_model_name, tokens, params.request, f"long-{step}-{time.time_ns()}")
-                record = await stream_chat(client, url, json.dumps(body).encode(), step, request_timeout_s(8 + tokens // 100))
+                record = await stream_chat(
+                    client, url, json.dumps(body).encode(), step, request_timeout_s(8 + tokens // 100)
+                )
                 times = content_times(record)
                 error = record.error or (None if times else "no content in the stream")
                 ttft = times[0] - record.t_sent if times else None
@@ -242,6 +298,7 @@ def stepped_long_context(lane: Lane, lengths: Sequence[int], *, attended: bool =
 
 # --- the diagnose runbook's probe steps (each takes the runbook: it records and checks) ---------------------
 
+
 def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int) -> None:
     """Step 1: prompts A, unrelated B, then A again: A hits the prefix cache again (no eviction), sooner than cold."""
     p = rb.params
@@ -249,12 +306,16 @@ def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int) -> None:
     verdict = None if steps is None else prefix_verdict(steps)  # None: a dry run sent nothing
     if verdict:
         rb.record(prefix_cache={s.name: s.figures() for s in steps}, prefix_cache_evicted=verdict.evicted)
-    rb.expect(bool(verdict and verdict.ok), "A hits the cache again after unrelated B (no eviction), and sooner than "
-              "cold", verdict and verdict.summary())
+    rb.expect(
+        bool(verdict and verdict.ok),
+        "A hits the cache again after unrelated B (no eviction), and sooner than cold",
+        verdict and verdict.summary(),
+    )
 
 
-def boundary_step(rb: "Runbook", run_tag: str, sizes: Sequence[int], workload: str, max_tokens: int,
-                  short_tokens: int) -> None:
+def boundary_step(
+    rb: "Runbook", run_tag: str, sizes: Sequence[int], workload: str, max_tokens: int, short_tokens: int
+) -> None:
     """Step 2: waves either side of the K boundary and one that crosses it mid-run stay stable (no error, no fatal
     log line, /health 200); a lane whose K does not change between the sizes has no boundary to cross."""
     p = rb.params
@@ -264,8 +325,10 @@ def boundary_step(rb: "Runbook", run_tag: str, sizes: Sequence[int], workload: s
         rb.skip(what, f"the lane verifies K={plan.k_lower} at both batch sizes: no boundary to cross")
         return
     loaded = load_workload(workload)
-    cases = [(name, boundary_bodies(p.served_model_name, loaded, p.request, run_tag, i, lengths))
-             for i, (name, lengths) in enumerate(plan.cases())]
+    cases = [
+        (name, boundary_bodies(p.served_model_name, loaded, p.request, run_tag, i, lengths))
+        for i, (name, lengths) in enumerate(plan.cases())
+    ]
     measured = boundary_run(p.api, cases, rb.lane.executor)
     health = healthy(p.api, rb.lane.executor)
     stability = None if measured is None else boundary_verdict(measured, fatal_log_lines(rb.lane), bool(health))

@@ -7,6 +7,7 @@ read and hashed (a checkout is small). The weights are not read: a blob's name u
 hash (sha256 for the shards), so a blob is its name, size and mtime; the few other files (refs/main) are hashed.
 The tree's fingerprint is the sha256 of its manifest, so any file added, removed, rewritten or touched changes it.
 """
+
 import hashlib
 import json
 import os

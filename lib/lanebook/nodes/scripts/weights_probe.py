@@ -6,6 +6,7 @@ It reads shard headers (a few KiB each), never the weights, unless --sha256 is a
 shard blob is hashed (in parallel threads; hashlib releases the GIL) against its blob name, which the
 hub sets to the file's sha256.
 """
+
 import hashlib
 import json
 import os
@@ -65,10 +66,25 @@ def pick_snapshot(hub, problems):
 
 
 def check(hub, expected, sha_workers):
-    report = {"hub_dir": hub, "expected_shards": expected, "problems": [], "incomplete": [], "broken_symlinks": [],
-              "not_blob_links": [], "missing_shards": [], "bad_shards": {}, "shard_files_in_tree": 0,
-              "shard_count": 0, "revision": None, "total_size": None, "tensor_bytes": 0, "file_bytes": 0,
-              "size_basis": None, "sha256_checked": 0, "sha256_mismatches": []}
+    report = {
+        "hub_dir": hub,
+        "expected_shards": expected,
+        "problems": [],
+        "incomplete": [],
+        "broken_symlinks": [],
+        "not_blob_links": [],
+        "missing_shards": [],
+        "bad_shards": {},
+        "shard_files_in_tree": 0,
+        "shard_count": 0,
+        "revision": None,
+        "total_size": None,
+        "tensor_bytes": 0,
+        "file_bytes": 0,
+        "size_basis": None,
+        "sha256_checked": 0,
+        "sha256_mismatches": [],
+    }
     problems = report["problems"]
     if not os.path.isdir(hub):
         problems.append("no model dir at %s" % hub)
@@ -134,11 +150,14 @@ def finish(report):
     expected, count = report["expected_shards"], report["shard_count"]
     if report["revision"] is not None and count != expected:
         problems.append("%d shards in the snapshot, expected %d" % (count, expected))
-    for key, what in (("incomplete", "*.incomplete files"), ("broken_symlinks", "broken symlinks"),
-                      ("not_blob_links", "snapshot shards that are not links into blobs/"),
-                      ("missing_shards", "shards the index names but the snapshot lacks"),
-                      ("bad_shards", "shards whose size does not match their header"),
-                      ("sha256_mismatches", "blobs whose sha256 differs from their name")):
+    for key, what in (
+        ("incomplete", "*.incomplete files"),
+        ("broken_symlinks", "broken symlinks"),
+        ("not_blob_links", "snapshot shards that are not links into blobs/"),
+        ("missing_shards", "shards the index names but the snapshot lacks"),
+        ("bad_shards", "shards whose size does not match their header"),
+        ("sha256_mismatches", "blobs whose sha256 differs from their name"),
+    ):
         if report[key]:
             problems.append("%d %s" % (len(report[key]), what))
     total = report["total_size"]
@@ -147,8 +166,10 @@ def finish(report):
         basis = {report["tensor_bytes"]: "tensor bytes", report["file_bytes"]: "file bytes"}.get(total)
         report["size_basis"] = basis
         if basis is None:
-            problems.append("index total_size %d matches neither tensor bytes %d nor file bytes %d"
-                            % (total, report["tensor_bytes"], report["file_bytes"]))
+            problems.append(
+                "index total_size %d matches neither tensor bytes %d nor file bytes %d"
+                % (total, report["tensor_bytes"], report["file_bytes"])
+            )
     return report
 
 

@@ -1,4 +1,5 @@
 """A checkout's files: the one reader of them, from a local directory or from a node over SSH."""
+
 from __future__ import annotations
 
 import base64
@@ -7,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
-from lanebook.recipe.compose import COMPOSE_NAME
 from lanebook.base.errors import LanebookError
+from lanebook.recipe.compose import COMPOSE_NAME
 
 if TYPE_CHECKING:
     from lanebook.nodes.ssh import Node
@@ -38,7 +39,9 @@ class TextFile:
 
 
 # A file the start script sources from inside the checkout: `. "$SCRIPT_DIR/scripts/lane-env.sh"`, `source ./x.sh`.
-SOURCED_RE = re.compile(r"""^\s*(?:\.|source)\s+["']?(?:\$\{?SCRIPT_DIR\}?/|\./)?((?:[\w-]+/)*[\w.-]+\.sh)["']?\s*$""", re.M)
+SOURCED_RE = re.compile(
+    r"""^\s*(?:\.|source)\s+["']?(?:\$\{?SCRIPT_DIR\}?/|\./)?((?:[\w-]+/)*[\w.-]+\.sh)["']?\s*$""", re.M
+)
 CHECKOUT_NAMES = (COMPOSE_NAME, ENV_NAME, *EXAMPLE_NAMES, START_NAME)
 
 
@@ -82,6 +85,7 @@ class CheckoutFiles:
             raise LanebookError(f"checkout directory not found: {directory} (no such user's home)") from None
         if not directory.is_dir():
             raise LanebookError(f"checkout directory not found: {directory}")
+
         def read(names: list[str]) -> dict[str, bytes]:
             return {n: (directory / n).read_bytes() for n in names if (directory / n).is_file()}
 
@@ -126,8 +130,10 @@ def read_node_files(node: "Node", paths: Iterable[str]) -> list[Optional[bytes]]
     if not paths:
         return []
     listed = " ".join(qpath(p) for p in paths)
-    result = node.run(f'for f in {listed}; do if test -f "$f"; then printf +; base64 -w0 < "$f"; echo; '
-                      f'else echo -; fi; done', timeout=60)
+    result = node.run(
+        f'for f in {listed}; do if test -f "$f"; then printf +; base64 -w0 < "$f"; echo; else echo -; fi; done',
+        timeout=60,
+    )
     lines = result.stdout.splitlines()
     if result.dry_run:
         return [None] * len(paths)
@@ -147,6 +153,7 @@ def _checkout_bytes(read: Callable[[list[str]], dict[str, bytes]]) -> dict[str, 
 
 def read_checkout(node: "Node", checkout: str) -> dict[str, bytes]:
     """A node's checkout files (see _checkout_bytes) over SSH: one command, and a second for the sourced files."""
+
     def read(names: list[str]) -> dict[str, bytes]:
         found = read_node_files(node, [f"{checkout.rstrip('/')}/{n}" for n in names])
         return {n: data for n, data in zip(names, found) if data is not None}

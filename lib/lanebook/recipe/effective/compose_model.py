@@ -1,4 +1,5 @@
 """The container Compose creates from a compose file, and the `vllm serve` argv the image's script builds."""
+
 from __future__ import annotations
 
 import re
@@ -10,9 +11,9 @@ from typing import Any, Mapping, Optional
 
 from ruamel.yaml.error import YAMLError
 
+from lanebook.base.errors import LanebookError
 from lanebook.recipe.compose import safe_data
 from lanebook.recipe.envfile import interpolate, parse_env_file, resolve_env
-from lanebook.base.errors import LanebookError
 
 SERVE_RE = re.compile(r"exec\s+/usr/local/bin/vllm\s+serve\b(?P<args>.*)$", re.S)
 # The image's statements the serve arguments depend on, in the order the script runs them.
@@ -67,8 +68,13 @@ class ContainerSpec:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ContainerSpec":
         error = data.get("entrypoint_error")
-        return cls(**{**data, "volumes": [tuple(v) for v in data.get("volumes", [])],
-                      "entrypoint_error": tuple(error) if error else None})
+        return cls(
+            **{
+                **data,
+                "volumes": [tuple(v) for v in data.get("volumes", [])],
+                "entrypoint_error": tuple(error) if error else None,
+            }
+        )
 
     def arg(self, flag: str) -> str | None:
         """The value following a flag in the serve argv, or None."""
@@ -146,8 +152,10 @@ def restart_policy(value: Any) -> str:
     if colon and not re.fullmatch(r"-?\d+", count):
         raise LanebookError("invalid restart policy format: maximum retry count must be an integer")
     if name not in ("", *RESTART_POLICIES):
-        raise LanebookError(f"invalid restart policy: unknown policy '{name}'; use one of 'no', 'always', "
-                            "'on-failure', or 'unless-stopped'")
+        raise LanebookError(
+            f"invalid restart policy: unknown policy '{name}'; use one of 'no', 'always', "
+            "'on-failure', or 'unless-stopped'"
+        )
     if colon and name != "on-failure":
         raise LanebookError("invalid restart policy: maximum retry count can only be used with 'on-failure'")
     if colon and int(count) < 0:
@@ -166,7 +174,9 @@ def _inert_environment(environment: Mapping[str, str]) -> dict[str, str]:
     kept = {k: v for k, v in environment.items() if k not in SHELL_CODE_VARIABLES and not k.startswith("BASH_FUNC_")}
     for key, value in kept.items():
         if "\0" in key + value or "=" in key:
-            raise LanebookError(f"environment variable {key!r}: no process environment can carry a NUL byte or a name with '='")
+            raise LanebookError(
+                f"environment variable {key!r}: no process environment can carry a NUL byte or a name with '='"
+            )
     return {**kept, "PATH": "/dev/null"}
 
 
@@ -179,17 +189,29 @@ def serve_argv(script: str, environment: Mapping[str, str], source: str = "comma
     statements = [m.group(0) for rx in STATEMENT_RES if (m := rx.search(script[: serve.start()]))]
     args = serve.group("args").strip().rstrip(";")
     program = "\n".join([ARGS_PRELUDE, *statements, f"printf '%s\\0' serve {args}"])
-    result = subprocess.run([shutil.which("bash") or "/bin/bash", "--noprofile", "--norc", "-r", "-c", program],
-                            env=_inert_environment(environment), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", "--noprofile", "--norc", "-r", "-c", program],
+        env=_inert_environment(environment),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if result.returncode != 0:
         message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "entrypoint failed"
         raise ContainerExit(result.returncode, message)
     return result.stdout.split("\0")[:-1]
 
 
-def container_from_text(compose_text: str, compose_name: str, variables: Mapping[str, str], project: str,
-                        service: str | None = None, base_dir: Optional[Path] = None, env_file: str = "") -> ContainerSpec:
+def container_from_text(
+    compose_text: str,
+    compose_name: str,
+    variables: Mapping[str, str],
+    project: str,
+    service: str | None = None,
+    base_dir: Optional[Path] = None,
+    env_file: str = "",
+) -> ContainerSpec:
     """The container Compose creates from a compose file's text, interpolated with VARIABLES.
 
     base_dir: where relative volume sources resolve (the compose file's directory); None keeps them as written."""
@@ -201,7 +223,9 @@ def container_from_text(compose_text: str, compose_name: str, variables: Mapping
     svc = _interpolate_tree(data["services"][name], variables, missing)
     for key, shapes, what in (("environment", (dict, list), "a map or a list"), ("volumes", (list,), "a list")):
         if not isinstance(svc.get(key) or [], shapes):  # Compose refuses the file: so does lanebook, in one line
-            raise LanebookError(f"{compose_name}: service '{name}' {key}: must be {what}, not {type(svc[key]).__name__}")
+            raise LanebookError(
+                f"{compose_name}: service '{name}' {key}: must be {what}, not {type(svc[key]).__name__}"
+            )
     environment = _environment(svc, variables)
     command = svc.get("command")
     if isinstance(command, list) and len(command) >= 3 and command[0] in ("bash", "sh") and command[1] in ("-c", "-lc"):
@@ -243,8 +267,13 @@ def container_from_text(compose_text: str, compose_name: str, variables: Mapping
     )
 
 
-def container_spec(compose_file: str | Path, env_file: str | Path | None, project: str | None = None,
-                   environ: Mapping[str, str] | None = None, service: str | None = None) -> ContainerSpec:
+def container_spec(
+    compose_file: str | Path,
+    env_file: str | Path | None,
+    project: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    service: str | None = None,
+) -> ContainerSpec:
     """The container `docker compose -p PROJECT --env-file ENV -f COMPOSE up -d` would create.
 
     ENVIRON is the shell environment compose runs in (what the launcher exported): it wins over the env file."""
@@ -255,6 +284,12 @@ def container_spec(compose_file: str | Path, env_file: str | Path | None, projec
         raise LanebookError(f"compose file not found: {compose_file}") from None
     variables = resolve_env(parse_env_file(env_file), environ) if env_file else {}
     variables.update(environ or {})
-    return container_from_text(text, str(compose_file), variables, (project or compose_file.parent.name).lower(),
-                               service, compose_file.parent, str(Path(env_file).resolve()) if env_file else "")
-
+    return container_from_text(
+        text,
+        str(compose_file),
+        variables,
+        (project or compose_file.parent.name).lower(),
+        service,
+        compose_file.parent,
+        str(Path(env_file).resolve()) if env_file else "",
+    )

@@ -1,4 +1,5 @@
 """The effective configuration of one checkout: what its server runs for each value, and the line that wins."""
+
 from __future__ import annotations
 
 import json
@@ -7,16 +8,22 @@ from functools import cached_property
 from typing import Mapping, Optional
 
 from lanebook.recipe.compose import ComposeFile
-from lanebook.recipe.envfile import EnvEntry, parse_env_text, references, resolve_env
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location
 from lanebook.recipe.effective.compose_model import container_from_text
 from lanebook.recipe.effective.launcher_env import HEAD_RANK, launcher_overrides
+from lanebook.recipe.envfile import EnvEntry, parse_env_text, references, resolve_env
 
 # Lane env keys whose value becomes a `vllm serve` flag through the recipe's compose command.
 SERVE_FLAGS = {
-    "SERVED_MODEL_NAME": "--served-model-name", "MAX_MODEL_LEN": "--max-model-len", "MAX_NUM_SEQS": "--max-num-seqs",
-    "MAX_NUM_BATCHED_TOKENS": "--max-num-batched-tokens", "GPU_MEMORY_UTILIZATION": "--gpu-memory-utilization",
-    "VLLM_HOST": "--host", "VLLM_PORT": "--port", "MASTER_ADDR": "--master-addr", "MASTER_PORT": "--master-port",
+    "SERVED_MODEL_NAME": "--served-model-name",
+    "MAX_MODEL_LEN": "--max-model-len",
+    "MAX_NUM_SEQS": "--max-num-seqs",
+    "MAX_NUM_BATCHED_TOKENS": "--max-num-batched-tokens",
+    "GPU_MEMORY_UTILIZATION": "--gpu-memory-utilization",
+    "VLLM_HOST": "--host",
+    "VLLM_PORT": "--port",
+    "MASTER_ADDR": "--master-addr",
+    "MASTER_PORT": "--master-port",
 }
 
 
@@ -63,13 +70,21 @@ class Effective:
         self.launcher_overrides = launcher_overrides(files)
         self.env_file = files.env
         self.entries: list[EnvEntry] = parse_env_text(files.env.text) if files.env else []
-        compose_dir = files.compose.name[:files.compose.name.rfind("/") + 1]
-        self.missing_at = files.env.at(0) if files.env else Location(compose_dir + ENV_NAME, 0)  # where a missing key is named
+        compose_dir = files.compose.name[: files.compose.name.rfind("/") + 1]
+        self.missing_at = (
+            files.env.at(0) if files.env else Location(compose_dir + ENV_NAME, 0)
+        )  # where a missing key is named
         self._environ = dict(environ or {})
         self.variables, self.dead_lines = self._variables()
         shell = {**self._environ, **{k: s.value for k, s in self.variables.items() if s.value is not None}, **HEAD_RANK}
-        self.spec = container_from_text(files.compose.text, files.compose.name, shell, "lane", base_dir=files.directory,
-                                        env_file=files.env.name if files.env else "")
+        self.spec = container_from_text(
+            files.compose.text,
+            files.compose.name,
+            shell,
+            "lane",
+            base_dir=files.directory,
+            env_file=files.env.name if files.env else "",
+        )
 
     def _variables(self) -> tuple[dict[str, Setting], list[DeadLine]]:
         """The env file's variables as the launcher exports them, with its overrides applied."""
@@ -86,13 +101,25 @@ class Effective:
                 winner = Setting(source.value, source.where, True, via if choice.source != override.key else "")
             else:
                 unset = f"{via}, which is unset" if choice.source != override.key else f"{override.key} is unset"
-                winner = Setting(choice.default, self.launcher_overrides.mention(choice.source), False,
-                                 f"{unset}: the launcher's default")
+                winner = Setting(
+                    choice.default,
+                    self.launcher_overrides.mention(choice.source),
+                    False,
+                    f"{unset}: the launcher's default",
+                )
             if choice.source != override.key and override.key in last:
                 dead.append((last[override.key], via))
             variables[override.key] = winner
-        lines = [DeadLine(e.key, values.get(e.key, e.value) if last[e.key] is e else e.value, self.env_file.at(e.line),
-                          variables[e.key], reason) for e, reason in dead]
+        lines = [
+            DeadLine(
+                e.key,
+                values.get(e.key, e.value) if last[e.key] is e else e.value,
+                self.env_file.at(e.line),
+                variables[e.key],
+                reason,
+            )
+            for e, reason in dead
+        ]
         return variables, lines
 
     # --- single values -------------------------------------------------------------------------
@@ -145,8 +172,13 @@ class Effective:
         line = found[0][0] if len(found) == 1 else (found[1][0] if found else self.compose.service_line)
         where = self.compose_at(line)
         if len(found) != 1:
-            return SpeculativeSetting(None, where, where, f"expected one SPECULATIVE_CONFIG assignment in the command of "
-                                                          f"service {self.compose.service_name}, found {len(found)}")
+            return SpeculativeSetting(
+                None,
+                where,
+                where,
+                f"expected one SPECULATIVE_CONFIG assignment in the command of "
+                f"service {self.compose.service_name}, found {len(found)}",
+            )
         mtp = self.container_env("MTP_NUM_TOKENS") or self.variable("MTP_NUM_TOKENS")
         k_where = mtp.where if mtp is not None and mtp.from_env and "MTP_NUM_TOKENS" in found[0][1].group(0) else where
         if self.spec.entrypoint_error:
@@ -155,12 +187,14 @@ class Effective:
         try:
             config = json.loads(raw or "")
         except ValueError as exc:
-            return SpeculativeSetting(None, where, k_where, f"SPECULATIVE_CONFIG does not become valid JSON in the "
-                                                            f"container ({exc}): {raw}")
+            return SpeculativeSetting(
+                None, where, k_where, f"SPECULATIVE_CONFIG does not become valid JSON in the container ({exc}): {raw}"
+            )
         k = config.get("num_speculative_tokens") if isinstance(config, dict) else None
         if not isinstance(k, int) or isinstance(k, bool):
-            return SpeculativeSetting(None, where, k_where, f"SPECULATIVE_CONFIG has no integer num_speculative_tokens "
-                                                            f"(got {raw})")
+            return SpeculativeSetting(
+                None, where, k_where, f"SPECULATIVE_CONFIG has no integer num_speculative_tokens (got {raw})"
+            )
         return SpeculativeSetting(config, where, k_where)
 
     def setting(self, key: str) -> Setting:

@@ -1,4 +1,5 @@
 """The launcher's own overrides: variables the start script computes and exports, whatever the env file says."""
+
 from __future__ import annotations
 
 import re
@@ -33,15 +34,28 @@ class Override:
 
 # The recipe's current start script, as data (its defaults are the ones the example env file documents).
 RECIPE_OVERRIDES = (
-    Override("GPU_MEMORY_UTILIZATION", "ENABLE_VL_SIDECAR", Choice("GPU_MEMORY_UTILIZATION_VISION", "0.80"),
-             Choice("GPU_MEMORY_UTILIZATION_TEXT", "0.835"), marker="GPU_MEMORY_UTILIZATION_TEXT"),
-    Override("DSPARK_MODEL", "ABLITERATED",
-             Choice("DSPARK_MODEL_ABLITERATED", "drowzeys/keys-DeepSeekV4-Flash-GA-0731-Dspark-Abliterated-32-32"),
-             Choice("DSPARK_MODEL_OFFICIAL", "deepseek-ai/DeepSeek-V4-Flash-0731"), marker="DSPARK_MODEL_OFFICIAL"),
+    Override(
+        "GPU_MEMORY_UTILIZATION",
+        "ENABLE_VL_SIDECAR",
+        Choice("GPU_MEMORY_UTILIZATION_VISION", "0.80"),
+        Choice("GPU_MEMORY_UTILIZATION_TEXT", "0.835"),
+        marker="GPU_MEMORY_UTILIZATION_TEXT",
+    ),
+    Override(
+        "DSPARK_MODEL",
+        "ABLITERATED",
+        Choice("DSPARK_MODEL_ABLITERATED", "drowzeys/keys-DeepSeekV4-Flash-GA-0731-Dspark-Abliterated-32-32"),
+        Choice("DSPARK_MODEL_OFFICIAL", "deepseek-ai/DeepSeek-V4-Flash-0731"),
+        marker="DSPARK_MODEL_OFFICIAL",
+    ),
     # The official checkpoint is pinned to the tested revision unless DSPARK_REVISION is set (empty: the tip).
-    Override("DSPARK_REVISION", "ABLITERATED", Choice("DSPARK_REVISION_ABLITERATED", ""),
-             Choice("DSPARK_REVISION", "9e165c30e2704aec5d9d593cce3eebd58bbef1cb", empty_counts=True),
-             marker="DSPARK_REVISION_ABLITERATED"),
+    Override(
+        "DSPARK_REVISION",
+        "ABLITERATED",
+        Choice("DSPARK_REVISION_ABLITERATED", ""),
+        Choice("DSPARK_REVISION", "9e165c30e2704aec5d9d593cce3eebd58bbef1cb", empty_counts=True),
+        marker="DSPARK_REVISION_ABLITERATED",
+    ),
 )
 HEAD_RANK = {"NODE_RANK": "0", "HEADLESS": ""}  # what the launcher sets for the head's compose up
 
@@ -67,4 +81,3 @@ def launcher_overrides(files: CheckoutFiles) -> LauncherOverrides:
     sources = tuple(files.launcher_files or [f for f in (files.env, files.example) if f])
     active = tuple(o for o in RECIPE_OVERRIDES if any(re.search(rf"\b{o.marker}\b", f.text) for f in sources))
     return LauncherOverrides(active, sources)
-

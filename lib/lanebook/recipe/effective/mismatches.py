@@ -1,4 +1,5 @@
 """The lane against what runs: against a checkout's effective configuration, and against the live command."""
+
 from __future__ import annotations
 
 import json
@@ -6,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from lanebook.base.errors import LanebookError
-from lanebook.recipe.speculative import SCHEDULE_KEY, speculative_config
 from lanebook.recipe.effective.config import SERVE_FLAGS, Effective, Setting
+from lanebook.recipe.speculative import SCHEDULE_KEY, speculative_config
 
 if TYPE_CHECKING:
     from lanebook.lane.params import LaneParams
@@ -65,27 +66,38 @@ def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
         want = env_text(value)
         running = eff.setting(key)
         if key in lane.compose_environment and key not in eff.compose.environment:
-            running = Setting(None, eff.compose_at(eff.compose.environment_line), False,
-                              f"the environment: map of service {eff.compose.service_name} does not pass {key}")
+            running = Setting(
+                None,
+                eff.compose_at(eff.compose.environment_line),
+                False,
+                f"the environment: map of service {eff.compose.service_name} does not pass {key}",
+            )
         if not same_value(key, want, running.value):
             found.append(Mismatch(key, want, running))
     spec = eff.speculative
     if spec.config is not None:
         schedule = lane.speculative.schedule
-        wanted = {"method": lane.speculative.method, "draft_sample_method": lane.speculative.draft_sample_method,
-                  SCHEDULE_KEY: None if schedule is None else [list(r) for r in schedule]}
+        wanted = {
+            "method": lane.speculative.method,
+            "draft_sample_method": lane.speculative.draft_sample_method,
+            SCHEDULE_KEY: None if schedule is None else [list(r) for r in schedule],
+        }
         for name, want in wanted.items():
             got = spec.config.get(name)
             if got != want:
-                show = (lambda v: "none" if v is None else json.dumps(v, separators=(",", ":")) if isinstance(v, list) else str(v))
-                found.append(Mismatch(f"speculative.{name}", show(want), Setting(show(got), spec.where, False)))
+                found.append(Mismatch(f"speculative.{name}", _shown(want), Setting(_shown(got), spec.where, False)))
     return found
 
 
 # --- the live command against the lane -------------------------------------------------------------
 
-LIVE_FLAGS = ("--served-model-name", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens",
-              "--gpu-memory-utilization")
+LIVE_FLAGS = (
+    "--served-model-name",
+    "--max-model-len",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--gpu-memory-utilization",
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,7 @@ def _live_flag(tokens: list[str], flag: str) -> Optional[str]:
         if token == flag and index + 1 < len(tokens):
             return tokens[index + 1]
         if token.startswith(flag + "="):
-            return token[len(flag) + 1:]
+            return token[len(flag) + 1 :]
     return None
 
 
@@ -125,11 +137,26 @@ def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
     config = speculative_config(command)
     k = None if config is None else config.get("num_speculative_tokens")
     if not same_value("MTP_NUM_TOKENS", str(lane.num_speculative_tokens), None if k is None else str(k)):
-        found.append(LiveMismatch("--speculative-config num_speculative_tokens", str(lane.num_speculative_tokens),
-                                  None if k is None else str(k)))
+        found.append(
+            LiveMismatch(
+                "--speculative-config num_speculative_tokens",
+                str(lane.num_speculative_tokens),
+                None if k is None else str(k),
+            )
+        )
     schedule = lane.speculative.schedule_json()
-    live_schedule = None if config is None or SCHEDULE_KEY not in config else json.dumps(config[SCHEDULE_KEY],
-                                                                                          separators=(",", ":"))
+    live_schedule = (
+        None
+        if config is None or SCHEDULE_KEY not in config
+        else json.dumps(config[SCHEDULE_KEY], separators=(",", ":"))
+    )
     if schedule != live_schedule:
         found.append(LiveMismatch(f"--speculative-config {SCHEDULE_KEY}", schedule or "none", live_schedule))
     return found
+
+
+def _shown(value: Any) -> str:
+    """A speculative-config value as a mismatch shows it: none, compact JSON for a schedule, else its text."""
+    if value is None:
+        return "none"
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, list) else str(value)

@@ -6,6 +6,7 @@ them, the OpenAI-compatible API and the Hermes client that calls it. Which lanes
 back to (the head of each rollback chain), one real and one twin. What is drawn is a pure function of a lane
 (`topology`), tested with exact values; `draw` only places it.
 """
+
 from __future__ import annotations
 
 import io
@@ -45,8 +46,9 @@ def topology(lane: LaneParams) -> Topology:
         title=(f"TWIN lane {lane.name} (digital twin on loopback)" if lane.twin else f"REAL lane {lane.name}"),
         twin=lane.twin,
         head=_node(lane, head) + "\nvLLM API server, TP rank 0",
-        worker="\n".join(_node(lane, w) for w in workers) + f"\nheadless TP rank{'s' if len(workers) > 1 else ''} "
-               + ", ".join(str(i + 1) for i in range(len(workers))),
+        worker="\n".join(_node(lane, w) for w in workers)
+        + f"\nheadless TP rank{'s' if len(workers) > 1 else ''} "
+        + ", ".join(str(i + 1) for i in range(len(workers))),
         fabric=f"fabric link ({interface})\n{fabric_ips}\nTP traffic, weights rsync",
         api=f"OpenAI-compatible API\n{lane.api}\nserves {lane.served_model_name}",
         client=f"Hermes client\nprovider {lane.hermes.provider}\ncontext {lane.hermes.context_length:,}",
@@ -79,7 +81,9 @@ def draw(topologies: list[Topology]) -> bytes:
         ax.axis("off")
 
         def box(x, y, w, h, text, face):
-            ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.08", facecolor=face, edgecolor=colour, lw=1.5))
+            ax.add_patch(
+                FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.08", facecolor=face, edgecolor=colour, lw=1.5)
+            )
             ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9)
 
         box(0.2, 1.4, 4.0, 2.2, topo.head, "#ffffff")  # head, bottom left
@@ -99,10 +103,13 @@ def draw(topologies: list[Topology]) -> bytes:
 
 def figure_markdown(topologies: list[Topology]) -> str:
     alt = "; ".join(t.title for t in topologies)
-    caption = ("The lane's topology, drawn from the lane files when this book was built: the Hermes client calls "
-               "the OpenAI-compatible API on the head; head and worker run one model in tensor parallel over the "
-               "fabric link. " + " ".join(f"**{t.title}**." for t in topologies)
-               + " The twin gives each node its own loopback address, so the same runbooks reach it over real SSH.")
+    caption = (
+        "The lane's topology, drawn from the lane files when this book was built: the Hermes client calls "
+        "the OpenAI-compatible API on the head; head and worker run one model in tensor parallel over the "
+        "fabric link. "
+        + " ".join(f"**{t.title}**." for t in topologies)
+        + " The twin gives each node its own loopback address, so the same runbooks reach it over real SSH."
+    )
     return f"```{{figure}} {PICTURE}\n:alt: Lane topology: {alt}\n:width: 100%\n\n{caption}\n```\n"
 
 

@@ -3,6 +3,7 @@ that differs from the current recipe's lane highlighted (a row with any differen
 
 The table is HTML (a Markdown table cannot mark a cell); `matrix` is the pure part, tested with exact values.
 """
+
 from __future__ import annotations
 
 import html
@@ -28,8 +29,9 @@ class Row:
 
 
 def _nodes(lane: LaneParams) -> str:
-    return ", ".join(f"{n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (fabric {n.fabric_ip})"
-                     for n in lane.nodes)
+    return ", ".join(
+        f"{n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (fabric {n.fabric_ip})" for n in lane.nodes
+    )
 
 
 def matrix(lanes: list[LaneParams]) -> list[Row]:
@@ -62,33 +64,52 @@ def rollback_chain(lanes: list[LaneParams], start: str) -> list[str]:
 
 def matrix_html(lanes: list[LaneParams], reference: int) -> str:
     e = html.escape
-    head = "".join(f"<th>{e(lane.name)}" + (' <span class="lanebook-badge lanebook-badge-twin">TWIN</span>' if lane.twin else "")
-                   + ("<br><small>(reference)</small>" if i == reference else "") + "</th>" for i, lane in enumerate(lanes))
+    head = "".join(
+        f"<th>{e(lane.name)}"
+        + (' <span class="lanebook-badge lanebook-badge-twin">TWIN</span>' if lane.twin else "")
+        + ("<br><small>(reference)</small>" if i == reference else "")
+        + "</th>"
+        for i, lane in enumerate(lanes)
+    )
     body = []
     for row in matrix(lanes):
         key = f"<code>{e(row.key)}</code>" if row.code else e(row.key)
         mark = ' <span class="lanebook-badge lanebook-badge-differs">DIFFERS</span>' if row.varies else ""
-        cells = "".join(f'<td class="lanebook-differs">{e(v)}</td>' if row.differs(i, reference) else f"<td>{e(v)}</td>"
-                        for i, v in enumerate(row.values))
+        cells = "".join(
+            f'<td class="lanebook-differs">{e(v)}</td>' if row.differs(i, reference) else f"<td>{e(v)}</td>"
+            for i, v in enumerate(row.values)
+        )
         varies = ' class="lanebook-varies"' if row.varies else ""
         body.append(f"<tr{varies}><th>{key}{mark}</th>{cells}</tr>")
-    return ('<div class="lanebook-wide"><table class="table lanebook-matrix">\n<thead><tr><th>setting</th>' + head
-            + "</tr></thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody></table></div>\n")
+    return (
+        '<div class="lanebook-wide"><table class="table lanebook-matrix">\n<thead><tr><th>setting</th>'
+        + head
+        + "</tr></thead>\n<tbody>\n"
+        + "\n".join(body)
+        + "\n</tbody></table></div>\n"
+    )
 
 
 def lanes_page(lanes: list[LaneParams], reference: str) -> str:
     """The page; reference: the lane the others are compared with (the current recipe's)."""
     index = next(i for i, lane in enumerate(lanes) if lane.name == reference)
-    chains = [rollback_chain(lanes, lane.name) for lane in lanes
-              if lane.name not in {other.rollback for other in lanes}]
+    chains = [
+        rollback_chain(lanes, lane.name) for lane in lanes if lane.name not in {other.rollback for other in lanes}
+    ]
     chain_lines = "".join(f"- {' → '.join(chain)}\n" for chain in chains if len(chain) > 1)
     return (
         "# Lane matrix\n\nEvery value comes from the lane files under `params/` (the same files that render the env\n"
         "file, patch the compose file, drive the twin and set the gates). A variant is a copy with one line changed.\n\n"
         f"Highlighted: a value that differs from **{reference}** (the current recipe); a row marked DIFFERS has at "
         "least one.\n\n"
-        + (f"**Rollback chains:**\n\n{chain_lines}\nKeep the rollback lane boring: do not delete it because a canary "
-           "passed.\n\n" if chain_lines else "")
+        + (
+            f"**Rollback chains:**\n\n{chain_lines}\nKeep the rollback lane boring: do not delete it because a canary "
+            "passed.\n\n"
+            if chain_lines
+            else ""
+        )
         + matrix_html(lanes, index)
-        + "\n" + "\n".join(f"- **{lane.name}**: {lane.description}" for lane in lanes) + "\n"
+        + "\n"
+        + "\n".join(f"- **{lane.name}**: {lane.description}" for lane in lanes)
+        + "\n"
     )

@@ -4,13 +4,14 @@ A status mark on the site is a badge: the word itself (PASS, FAIL, DRY-RUN, ...)
 by book/_static/lanebook.css, so it renders in any browser, with or without an emoji font, and still
 reads without the colour.
 """
+
 from __future__ import annotations
 
 import html
 import re
 
-from lanebook.runs.audit import VERDICTS
 from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, OUTCOMES, PASS, SKIPPED, WARNING
+from lanebook.runs.audit import VERDICTS
 
 # The outcomes of a runbook's checks and the verdicts of runs, each with its badge class.
 OUTCOME_CLASSES = {PASS: "pass", FAIL: "fail", NOT_OBSERVED: "dry-run", SKIPPED: "skipped", WARNING: "warning"}
@@ -18,8 +19,10 @@ VERDICT_CLASSES = {verdict: verdict for verdict in VERDICTS}
 # Marks that records executed before the marks were words still carry (emoji need an emoji font): the
 # book shows them as the words the runbooks print now. A word may follow the emoji ("✅ pass" in a gates table).
 LEGACY_MARKS = {"✅": PASS, "❌": FAIL, "◻️": NOT_OBSERVED, "◻": NOT_OBSERVED, "⏭️": SKIPPED, "⚠️": WARNING}
-_LEGACY_RE = re.compile("(" + "|".join(sorted(map(re.escape, LEGACY_MARKS), key=len, reverse=True)) + r")"
-                        r"(?: (?:" + "|".join(OUTCOMES) + r")\b)?")
+_LEGACY_RE = re.compile(
+    "(" + "|".join(sorted(map(re.escape, LEGACY_MARKS), key=len, reverse=True)) + r")"
+    r"(?: (?:" + "|".join(OUTCOMES) + r")\b)?"
+)
 
 
 def cell(value: object) -> str:

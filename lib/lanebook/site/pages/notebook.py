@@ -6,6 +6,7 @@ notebook's `# ` headings become `## ` (one title per page); the machine-readable
 manager's JavaScript from the internet to draw them, and the progress they show is also in the printed
 lines beside them); check marks become badges (lanebook.site.pages.markup).
 """
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import nbformat
 
-from lanebook.steps.runbook import VERDICT_MIME
 from lanebook.site.pages.markup import badge_marks
+from lanebook.steps.runbook import VERDICT_MIME
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 MARKDOWN_MIME = "text/markdown"

@@ -5,6 +5,7 @@ Which runbook step meets a pitfall is read from the runbooks themselves: a step 
 notebook (Prerequisites, Step 1 …, Gate 1 …; not Troubleshooting or Verdict), up to the next `## ` heading, and it
 meets the pitfalls whose ids its cells name.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,11 @@ def caught_by(pitfall: Pitfall) -> str:
     if pitfall.check is not None:
         ways.append(f"`lanebook lint` reports {pitfall.id} from the files")
     if pitfall.runbooks:
-        ways.append("checked on the lane by " + ", ".join(f"`{name}`" for name in pitfall.runbooks)
-                    + " (its troubleshooting table names it)")
+        ways.append(
+            "checked on the lane by "
+            + ", ".join(f"`{name}`" for name in pitfall.runbooks)
+            + " (its troubleshooting table names it)"
+        )
     return "; ".join(ways)
 
 
@@ -57,13 +61,40 @@ def steps_cell(steps: list[tuple[str, str]], published: set[str]) -> str:
     return "<br>".join(parts) or "—"
 
 
-def pitfalls_page(steps: dict[str, list[tuple[str, str]]], published: set[str],
-                  pitfalls: tuple[Pitfall, ...] = PITFALLS) -> str:
+def pitfalls_page(
+    steps: dict[str, list[tuple[str, str]]], published: set[str], pitfalls: tuple[Pitfall, ...] = PITFALLS
+) -> str:
     """The page; published: runbooks that have a recipe page to link to."""
-    rows = [[f"**{p.id}**", p.title, p.text, caught_by(p), steps_cell(steps.get(p.id, []), published), p.fix,
-             badge(p.severity, "fail" if p.severity == "error" else "warning"), p.origin] for p in pitfalls]
-    return ("# Pitfalls\n\nThe recipe's hard-won lessons and lanebook's own checks: one registry feeds `lanebook lint`, "
-            "the runbooks' troubleshooting tables, the twin and this page. P01–P17 are the recipe's numbered pitfalls "
-            "in its order; S-ids are checks lanebook adds. *Runbook steps* are the steps whose cells name the pitfall.\n\n"
-            + wide(md_table(["id", "pitfall", "what happens", "how lanebook catches it", "runbook steps", "what to do",
-                             "severity", "comes from"], rows)))
+    rows = [
+        [
+            f"**{p.id}**",
+            p.title,
+            p.text,
+            caught_by(p),
+            steps_cell(steps.get(p.id, []), published),
+            p.fix,
+            badge(p.severity, "fail" if p.severity == "error" else "warning"),
+            p.origin,
+        ]
+        for p in pitfalls
+    ]
+    return (
+        "# Pitfalls\n\nThe recipe's hard-won lessons and lanebook's own checks: one registry feeds `lanebook lint`, "
+        "the runbooks' troubleshooting tables, the twin and this page. P01–P17 are the recipe's numbered pitfalls "
+        "in its order; S-ids are checks lanebook adds. *Runbook steps* are the steps whose cells name the pitfall.\n\n"
+        + wide(
+            md_table(
+                [
+                    "id",
+                    "pitfall",
+                    "what happens",
+                    "how lanebook catches it",
+                    "runbook steps",
+                    "what to do",
+                    "severity",
+                    "comes from",
+                ],
+                rows,
+            )
+        )
+    )

@@ -6,6 +6,7 @@ gives that run's verdict table: every check of every step, as the run emitted it
 shows its notebook without outputs and says so. Either way the notebook carries its troubleshooting table (the
 registry's, a Markdown cell after its last step), so the page shows it without a run.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -27,19 +28,23 @@ def rehearsal_heading(title: str, run: PublishedRun, emitted: Optional[dict]) ->
     r = run.record
     doc = f"recipe/{r['runbook']}"
     failed = f" It stopped at step **{r['failed_step']}**." if r.get("failed_step") else ""
-    return (f"# {title} — twin rehearsal\n\n"
-            "```{admonition} Twin rehearsal\n:class: warning\n"
-            f"This is the `{r['runbook']}` runbook as it last ran on the digital twin (lane `{r['lane']}`, "
-            f"{r['started_at']}, run {link(run, doc)}): its stored outputs, not executed again for this page. Every "
-            "figure on it is a twin figure, never a real lane's. On a real lane: "
-            f"`lanebook run {r['runbook']} --lane LANE --dry-run` shows the commands first.\n```\n\n"
-            f"**Verdict of this run:** {verdict_badge(r['verdict'])}.{failed}\n\n"
-            f"## Checks of this run\n\n{verdict_table(emitted)}\n"
-            "The notebook follows, with the outputs the run recorded.\n")
+    return (
+        f"# {title} — twin rehearsal\n\n"
+        "```{admonition} Twin rehearsal\n:class: warning\n"
+        f"This is the `{r['runbook']}` runbook as it last ran on the digital twin (lane `{r['lane']}`, "
+        f"{r['started_at']}, run {link(run, doc)}): its stored outputs, not executed again for this page. Every "
+        "figure on it is a twin figure, never a real lane's. On a real lane: "
+        f"`lanebook run {r['runbook']} --lane LANE --dry-run` shows the commands first.\n```\n\n"
+        f"**Verdict of this run:** {verdict_badge(r['verdict'])}.{failed}\n\n"
+        f"## Checks of this run\n\n{verdict_table(emitted)}\n"
+        "The notebook follows, with the outputs the run recorded.\n"
+    )
 
 
 def unrehearsed_heading(title: str, runbook: str) -> str:
-    return (f"# {title} — not rehearsed yet\n\n"
-            "```{admonition} Not rehearsed yet\n:class: note\n"
-            f"No twin run of `{runbook}` is recorded, so this page shows the notebook without outputs. "
-            f"`lanebook run {runbook} --lane twin` records one; the next build of the book shows it here.\n```\n")
+    return (
+        f"# {title} — not rehearsed yet\n\n"
+        "```{admonition} Not rehearsed yet\n:class: note\n"
+        f"No twin run of `{runbook}` is recorded, so this page shows the notebook without outputs. "
+        f"`lanebook run {runbook} --lane twin` records one; the next build of the book shows it here.\n```\n"
+    )

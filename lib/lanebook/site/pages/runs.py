@@ -4,6 +4,7 @@ A run is published when its executed notebook is there and not empty; its page i
 notebook's UTCSTAMP-RUNBOOK-ID). A runbook's recipe page shows its latest twin run that was not a dry run: the
 rehearsal of the runbook, with real outputs, on the digital twin. Pure over the records and the files they name.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -7,27 +7,50 @@ are its own baseline's medians, which are twin figures for a twin lane and, for 
 seed published (anemll-1m6's baseline is the canary write-up's streaming table). A baseline whose twin flag is
 not its lane's is not drawn. The series are pure functions (`history`, `series`); `plot_history` only draws.
 """
+
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
 from typing import Optional
 
-from lanebook.speed.baseline import Baseline
-from lanebook.speed.plots import PANELS
 from lanebook.site.pages.markup import badge, md_table, verdict_badge, where_badge, wide
 from lanebook.site.pages.runs import PublishedRun
 from lanebook.site.pages.trail import link
+from lanebook.speed.baseline import Baseline
+from lanebook.speed.plots import PANELS
 
-Series = dict[tuple[str, int], list[tuple[int, float, float, float]]]  # (workload, C) -> [(run index, median, min, max)]
-JUDGEMENT_CLASSES = {"pass": "pass", "fail": "fail", "incomplete": "warning", "not judged": "skipped", "no baseline": "skipped"}
-PROVENANCE_FACTS = ("twin", "image", "image_digest", "image_id", "model", "model_revision", "server_version", "lane_file_sha256")
+Series = dict[
+    tuple[str, int], list[tuple[int, float, float, float]]
+]  # (workload, C) -> [(run index, median, min, max)]
+JUDGEMENT_CLASSES = {
+    "pass": "pass",
+    "fail": "fail",
+    "incomplete": "warning",
+    "not judged": "skipped",
+    "no baseline": "skipped",
+}
+PROVENANCE_FACTS = (
+    "twin",
+    "image",
+    "image_digest",
+    "image_id",
+    "model",
+    "model_revision",
+    "server_version",
+    "lane_file_sha256",
+)
 
 
 def speed_runs(runs: list[PublishedRun]) -> list[PublishedRun]:
     """Speed runs that measured something (a dry run sends nothing), oldest first."""
-    found = [run for run in runs if run.record["runbook"] == "speed" and not run.record.get("dry_run")
-             and (run.record.get("figures") or {}).get("bands")]
+    found = [
+        run
+        for run in runs
+        if run.record["runbook"] == "speed"
+        and not run.record.get("dry_run")
+        and (run.record.get("figures") or {}).get("bands")
+    ]
     return sorted(found, key=lambda run: run.record["started_at"])
 
 
@@ -56,14 +79,20 @@ def series(bands_per_run: list[dict[str, list[dict]]], figure: str) -> Series:
             for band in bands:
                 stats = band.get(figure)
                 if stats:
-                    out.setdefault((workload, band["concurrency"]), []).append((index, stats["median"], stats["min"], stats["max"]))
+                    out.setdefault((workload, band["concurrency"]), []).append(
+                        (index, stats["median"], stats["min"], stats["max"])
+                    )
     return dict(sorted(out.items()))
 
 
 def reference_medians(baseline: Baseline, figure: str) -> dict[tuple[str, int], float]:
     """The baseline's median of a figure per (workload, C)."""
-    return {(band["workload"], band["concurrency"]): band[figure]["median"]
-            for doc in baseline.documents for band in doc["bands"] if band.get(figure)}
+    return {
+        (band["workload"], band["concurrency"]): band[figure]["median"]
+        for doc in baseline.documents
+        for band in doc["bands"]
+        if band.get(figure)
+    }
 
 
 def _fmt(stats: Optional[dict], decimals: int = 1) -> str:
@@ -79,13 +108,31 @@ def bands_rows(bands_by_workload: dict[str, list[dict]]) -> list[list[str]]:
     rows = []
     for workload, bands in bands_by_workload.items():
         for band in sorted(bands, key=lambda b: b["concurrency"]):
-            rows.append([workload, f"C{band['concurrency']}", str(band["trials"]) + ("" if band["complete"] else " (incomplete)"),
-                         _fmt(band.get("mean_stream_decode_tok_s")), _fmt(band.get("wall_aggregate_tok_s")),
-                         _fmt(band.get("ttft_s_median"), 3), _fmt(band.get("acceptance_rate"), 3), str(band["errors"])])
+            rows.append(
+                [
+                    workload,
+                    f"C{band['concurrency']}",
+                    str(band["trials"]) + ("" if band["complete"] else " (incomplete)"),
+                    _fmt(band.get("mean_stream_decode_tok_s")),
+                    _fmt(band.get("wall_aggregate_tok_s")),
+                    _fmt(band.get("ttft_s_median"), 3),
+                    _fmt(band.get("acceptance_rate"), 3),
+                    str(band["errors"]),
+                ]
+            )
     return rows
 
 
-BANDS_HEADER = ["workload", "C", "trials", "per-stream decode tok/s", "wall aggregate tok/s", "TTFT s", "acceptance", "failed requests"]
+BANDS_HEADER = [
+    "workload",
+    "C",
+    "trials",
+    "per-stream decode tok/s",
+    "wall aggregate tok/s",
+    "TTFT s",
+    "acceptance",
+    "failed requests",
+]
 
 
 def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[str, list[dict]]]) -> bytes:
@@ -108,11 +155,24 @@ def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[st
             if points:
                 xs = [p[0] for p in points]
                 med = [p[1] for p in points]
-                ax.errorbar(xs, med, yerr=[[m - p[2] for m, p in zip(med, points)], [p[3] - m for m, p in zip(med, points)]],
-                            marker="o", ms=3, capsize=2, color=colour, label=f"{cell[0]} C{cell[1]}")
+                ax.errorbar(
+                    xs,
+                    med,
+                    yerr=[[m - p[2] for m, p in zip(med, points)], [p[3] - m for m, p in zip(med, points)]],
+                    marker="o",
+                    ms=3,
+                    capsize=2,
+                    color=colour,
+                    label=f"{cell[0]} C{cell[1]}",
+                )
             if cell in reference:
-                ax.axhline(reference[cell], color=colour, linestyle="--", lw=1,
-                           label=f"{cell[0]} C{cell[1]} baseline" if not points else None)
+                ax.axhline(
+                    reference[cell],
+                    color=colour,
+                    linestyle="--",
+                    lw=1,
+                    label=f"{cell[0]} C{cell[1]} baseline" if not points else None,
+                )
         if labels:
             step = max(1, len(labels) // 12)
             ticks = list(range(0, len(labels), step))
@@ -147,7 +207,9 @@ def _provenance_table(run: Optional[PublishedRun], baseline: Optional[Baseline])
     def value(data: dict, key: str) -> str:
         return "unknown" if data.get(key) is None else f"`{data[key]}`"
 
-    rows = [[key, value(mine, key) if run else "—", value(theirs, key) if baseline else "—"] for key in PROVENANCE_FACTS]
+    rows = [
+        [key, value(mine, key) if run else "—", value(theirs, key) if baseline else "—"] for key in PROVENANCE_FACTS
+    ]
     return md_table(["fact", "latest run", "baseline"], rows)
 
 
@@ -156,15 +218,23 @@ def judgement_cell(figures: dict) -> str:
     verdict = judgement.get("verdict")
     if not verdict:
         return "—"
-    return badge(verdict, JUDGEMENT_CLASSES.get(verdict, "unknown")) + (f" {judgement['reason']}" if judgement.get("reason") else "")
+    return badge(verdict, JUDGEMENT_CLASSES.get(verdict, "unknown")) + (
+        f" {judgement['reason']}" if judgement.get("reason") else ""
+    )
 
 
 def lane_section(lane: LaneSpeed) -> tuple[str, Optional[bytes]]:
     """The lane's part of the page and its history plot (None when there is nothing to draw)."""
-    title = f"## {lane.lane}\n\n{where_badge(lane.twin)}" + (" Every figure here is a twin figure, never a real lane's."
-                                                             if lane.twin else "") + "\n"
-    baseline = (f"**Baseline:** {lane.baseline.source} ({'twin' if lane.baseline.provenance.twin else 'real lane'} "
-                "figures).\n" if lane.baseline else "**Baseline:** none stored for this lane: its runs are shown, not judged.\n")
+    title = (
+        f"## {lane.lane}\n\n{where_badge(lane.twin)}"
+        + (" Every figure here is a twin figure, never a real lane's." if lane.twin else "")
+        + "\n"
+    )
+    baseline = (
+        f"**Baseline:** {lane.baseline.source} ({'twin' if lane.baseline.provenance.twin else 'real lane'} figures).\n"
+        if lane.baseline
+        else "**Baseline:** none stored for this lane: its runs are shown, not judged.\n"
+    )
     if lane.baseline is not None and lane.reference is None:
         baseline += "Its twin flag is not the lane's, so it is not drawn on this lane's plot.\n"
     if not lane.runs and lane.reference is None:
@@ -172,22 +242,42 @@ def lane_section(lane: LaneSpeed) -> tuple[str, Optional[bytes]]:
     labels = [f"{run.record['started_at'][:16]} {run.run_id}" for run in lane.runs]
     bands = [run.record["figures"]["bands"] for run in lane.runs]
     picture = plot_history(lane, labels, bands)
-    parts = [title, baseline,
-             f"```{{figure}} {picture_name(lane.lane)}\n:alt: speed history of {lane.lane}\n:width: 100%\n\n"
-             f"{lane.lane}: per-stream decode and wall aggregate across its speed runs "
-             f"({'twin' if lane.twin else 'real lane'} figures only){'; dashed lines: its baseline' if lane.reference else ''}.\n```\n"]
+    parts = [
+        title,
+        baseline,
+        f"```{{figure}} {picture_name(lane.lane)}\n:alt: speed history of {lane.lane}\n:width: 100%\n\n"
+        f"{lane.lane}: per-stream decode and wall aggregate across its speed runs "
+        f"({'twin' if lane.twin else 'real lane'} figures only){'; dashed lines: its baseline' if lane.reference else ''}.\n```\n",
+    ]
     if lane.latest:
         latest = lane.latest
-        parts.append(f"### Latest bands\n\nRun {link(latest, 'speed')}, {latest.record['started_at']}, verdict "
-                     f"{verdict_badge(latest.record['verdict'])}. Median (min–max) over trials.\n\n"
-                     + wide(md_table(BANDS_HEADER, bands_rows(latest.record["figures"]["bands"]))))
-        parts.append("### Runs against the baseline\n\n"
-                     + wide(md_table(["started (UTC)", "run", "verdict", "against the baseline", "workloads"],
-                                     [[run.record["started_at"], link(run, "speed"), verdict_badge(run.record["verdict"]),
-                                       judgement_cell(run.record["figures"]), ", ".join(run.record["figures"]["bands"])]
-                                      for run in reversed(lane.runs)])))
-    parts.append("### Provenance\n\nThe setup measured (latest run) and the baseline's; a baseline is judged only on "
-                 "the same setup.\n\n" + wide(_provenance_table(lane.latest, lane.baseline)))
+        parts.append(
+            f"### Latest bands\n\nRun {link(latest, 'speed')}, {latest.record['started_at']}, verdict "
+            f"{verdict_badge(latest.record['verdict'])}. Median (min–max) over trials.\n\n"
+            + wide(md_table(BANDS_HEADER, bands_rows(latest.record["figures"]["bands"])))
+        )
+        parts.append(
+            "### Runs against the baseline\n\n"
+            + wide(
+                md_table(
+                    ["started (UTC)", "run", "verdict", "against the baseline", "workloads"],
+                    [
+                        [
+                            run.record["started_at"],
+                            link(run, "speed"),
+                            verdict_badge(run.record["verdict"]),
+                            judgement_cell(run.record["figures"]),
+                            ", ".join(run.record["figures"]["bands"]),
+                        ]
+                        for run in reversed(lane.runs)
+                    ],
+                )
+            )
+        )
+    parts.append(
+        "### Provenance\n\nThe setup measured (latest run) and the baseline's; a baseline is judged only on "
+        "the same setup.\n\n" + wide(_provenance_table(lane.latest, lane.baseline))
+    )
     return "\n".join(parts), picture
 
 
@@ -199,15 +289,25 @@ def seed_figures(lanes: list[LaneSpeed], twin_page: bool) -> str:
             continue
         for doc in lane.baseline.documents:
             for band in sorted(doc["bands"], key=lambda b: b["concurrency"]):
-                rows.append([lane.lane, doc["workload"], f"C{band['concurrency']}", _fmt(band.get("mean_stream_decode_tok_s")),
-                             _fmt(band.get("wall_aggregate_tok_s")), lane.baseline.source])
+                rows.append(
+                    [
+                        lane.lane,
+                        doc["workload"],
+                        f"C{band['concurrency']}",
+                        _fmt(band.get("mean_stream_decode_tok_s")),
+                        _fmt(band.get("wall_aggregate_tok_s")),
+                        lane.baseline.source,
+                    ]
+                )
     if not rows:
         return ""
-    return ("## Published figures of the seeds\n\nThe real lanes' stored baselines: the figures the write-ups published, "
-            "drawn as reference lines on those lanes' plots (never on a twin lane's)."
-            + (" How close the twin comes to them is on the [twin page](twin.md), fact by fact." if twin_page else "")
-            + "\n\n" + wide(md_table(
-                ["lane", "workload", "C", "per-stream decode tok/s", "wall aggregate tok/s", "source"], rows)))
+    return (
+        "## Published figures of the seeds\n\nThe real lanes' stored baselines: the figures the write-ups published, "
+        "drawn as reference lines on those lanes' plots (never on a twin lane's)."
+        + (" How close the twin comes to them is on the [twin page](twin.md), fact by fact." if twin_page else "")
+        + "\n\n"
+        + wide(md_table(["lane", "workload", "C", "per-stream decode tok/s", "wall aggregate tok/s", "source"], rows))
+    )
 
 
 def speed_page(lanes: list[LaneSpeed], twin_page: bool = False) -> tuple[str, dict[str, bytes]]:
@@ -219,7 +319,9 @@ def speed_page(lanes: list[LaneSpeed], twin_page: bool = False) -> tuple[str, di
         sections.append(text)
         if picture is not None:
             pictures[picture_name(lane.lane)] = picture
-    head = ("# Speed\n\nBands from the speed runbook: per (workload, C), the median and min–max over at least three trials, "
-            "never a single best run. Each lane has its own plot: twin and real figures never share an axis. A run is "
-            "judged against its lane's baseline only on the same setup (see each lane's provenance).\n")
+    head = (
+        "# Speed\n\nBands from the speed runbook: per (workload, C), the median and min–max over at least three trials, "
+        "never a single best run. Each lane has its own plot: twin and real figures never share an axis. A run is "
+        "judged against its lane's baseline only on the same setup (see each lane's provenance).\n"
+    )
     return "\n".join([head, seed_figures(lanes, twin_page), *sections]), pictures

@@ -5,6 +5,7 @@ share a prompt prefix (the prefix cache would otherwise flatter TTFT and prefill
 The request's extra shape (chat_template_kwargs, ...) comes from the lane; ``thinking`` must be a
 JSON boolean, because the DeepSeek V4 template treats the string "false" as on (seed 000 pitfall 10).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -67,7 +68,7 @@ def check_thinking_booleans(shape: Any, where: str = "request") -> None:
             if key in THINKING_KEYS and not isinstance(value, bool):
                 raise LanebookError(
                     f"{where}.{key} must be a JSON boolean, got {value!r}: the DeepSeek V4 template treats "
-                    "any non-empty string (even \"false\") as thinking on (seed 000 pitfall 10)"
+                    'any non-empty string (even "false") as thinking on (seed 000 pitfall 10)'
                 )
             check_thinking_booleans(value, f"{where}.{key}")
     elif isinstance(shape, list):

@@ -6,6 +6,7 @@ hf over the twin's hub (hf), the system commands over the node's machine state (
 The node's bin/ holds thin shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each stand-in
 is a process of its own as the real tool is. Figures they print are twin figures.
 """
+
 from __future__ import annotations
 
 import importlib

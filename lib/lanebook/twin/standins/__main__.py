@@ -1,4 +1,5 @@
 """`python -m lanebook.twin.standins NAME ARGS...`: what a node's bin/NAME shim runs."""
+
 import sys
 
 from lanebook.twin.standins import main

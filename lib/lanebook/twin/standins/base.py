@@ -1,4 +1,5 @@
 """What every stand-in shares: the node it runs on, its failures, option parsing and plain tables."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,9 @@ def node_root() -> Path:
     """The root of the node this stand-in runs on (set by the node session)."""
     root = os.environ.get("LANEBOOK_NODE_ROOT")
     if not root:
-        raise LanebookError("this stand-in runs on a twin node (LANEBOOK_NODE_ROOT is not set): ssh -F <twin>/ssh_config head")
+        raise LanebookError(
+            "this stand-in runs on a twin node (LANEBOOK_NODE_ROOT is not set): ssh -F <twin>/ssh_config head"
+        )
     return Path(root)
 
 

@@ -5,6 +5,7 @@ inspect, image ls/inspect, stop/rm/kill) and answers in docker's formats, Go tem
 Compose files are read as Compose reads them (lanebook.recipe.effective); the images present are the lanes'
 images, each with its repository digest, so a reference pinned by digest matches only that digest.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,8 @@ class Image:
 
 IMAGES = {  # what every twin node holds: the lanes' images
     "ghcr.io/anemll/dspark-vllm-gx10:0.1.1": Image(
-        "21.4GB", "sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8"),
+        "21.4GB", "sha256:a83948492cf13df455170fb42885f5ef4db54fefe0feff0f841ecbff464ac9d8"
+    ),
     "ds4-f/patch3:local": Image("19.8GB"),
 }
 
@@ -52,10 +54,6 @@ def render_template(template: str, data: dict) -> str:
         return json.dumps(current) if isinstance(current, (dict, list)) else str(current)
 
     return _TEMPLATE_RE.sub(value, template)
-
-
-
-
 
 
 def _filters_match(container: Container, filters: list[str]) -> bool:
@@ -78,8 +76,10 @@ def _print_containers(items: list[Container], fmt: Optional[str], quiet: bool) -
         for c in items:
             print(render_template(fmt, c.summary()))
     else:
-        rows = [[s["ID"], s["Image"], s["Command"], s["RunningFor"] + " ago", s["Status"], "", s["Names"]]
-                for s in (c.summary() for c in items)]
+        rows = [
+            [s["ID"], s["Image"], s["Command"], s["RunningFor"] + " ago", s["Status"], "", s["Names"]]
+            for s in (c.summary() for c in items)
+        ]
         print(table(rows, ["CONTAINER ID", "IMAGE", "COMMAND", "CREATED", "STATUS", "PORTS", "NAMES"]))
 
 
@@ -97,7 +97,7 @@ def docker_ps(root: Path, args: list[str]) -> int:
 def _print_log(container: Container, tail: Optional[str], follow: bool, prefix: str = "") -> None:
     lines = container.log.read_text(errors="replace").splitlines(keepends=True) if container.log.exists() else []
     if tail not in (None, "all"):
-        lines = lines[-int(tail):] if int(tail) > 0 else []
+        lines = lines[-int(tail) :] if int(tail) > 0 else []
     sys.stdout.write("".join(prefix + line for line in lines))
     sys.stdout.flush()
     if not follow:
@@ -109,7 +109,9 @@ def _print_log(container: Container, tail: Optional[str], follow: bool, prefix: 
             chunk = handle.read()
         if chunk:
             position += len(chunk)
-            sys.stdout.write("".join(prefix + line for line in chunk.decode(errors="replace").splitlines(keepends=True)))
+            sys.stdout.write(
+                "".join(prefix + line for line in chunk.decode(errors="replace").splitlines(keepends=True))
+            )
             sys.stdout.flush()
         elif not container.running:
             return
@@ -135,8 +137,11 @@ def docker_top(root: Path, args: list[str]) -> int:
         return fail('"docker top" requires at least 1 argument.')
     container = find_container(root, args[0])
     if not container or not container.running:
-        return fail(f"Error response from daemon: container {args[0]} is not running" if container else
-                     f"Error response from daemon: No such container: {args[0]}")
+        return fail(
+            f"Error response from daemon: container {args[0]} is not running"
+            if container
+            else f"Error response from daemon: No such container: {args[0]}"
+        )
     ps_args = args[1:] or ["-f"]
     pids = ",".join(map(str, container.session_pids()))
     return subprocess.run(["ps", *ps_args, "-p", pids]).returncode
@@ -150,14 +155,28 @@ def _inspect(container: Container) -> dict:
         "Name": "/" + container.name,
         "Created": iso(container.created_at),
         "RestartCount": 0,  # restarts after an exit, which the twin's dockerd does not make; a start at boot is not one
-        "State": {"Status": container.state(), "Running": container.running, "Pid": container.pid if container.running else 0,
-                  "ExitCode": container.exit_code or 0, "StartedAt": iso(record.get("started_at")),
-                  "FinishedAt": iso(record.get("finished_at"))},
-        "Config": {"Image": spec.get("image", ""), "Env": [f"{k}={v}" for k, v in spec.get("environment", {}).items()],
-                   "Cmd": ["/usr/local/bin/vllm", *spec.get("argv", [])],
-                   "Labels": {"com.docker.compose.project": spec.get("project", ""), "com.docker.compose.service": spec.get("service", "")}},
-        "HostConfig": {"NetworkMode": "host", "IpcMode": "host",
-                       "RestartPolicy": {"Name": policy, "MaximumRetryCount": int(retries or 0)}},
+        "State": {
+            "Status": container.state(),
+            "Running": container.running,
+            "Pid": container.pid if container.running else 0,
+            "ExitCode": container.exit_code or 0,
+            "StartedAt": iso(record.get("started_at")),
+            "FinishedAt": iso(record.get("finished_at")),
+        },
+        "Config": {
+            "Image": spec.get("image", ""),
+            "Env": [f"{k}={v}" for k, v in spec.get("environment", {}).items()],
+            "Cmd": ["/usr/local/bin/vllm", *spec.get("argv", [])],
+            "Labels": {
+                "com.docker.compose.project": spec.get("project", ""),
+                "com.docker.compose.service": spec.get("service", ""),
+            },
+        },
+        "HostConfig": {
+            "NetworkMode": "host",
+            "IpcMode": "host",
+            "RestartPolicy": {"Name": policy, "MaximumRetryCount": int(retries or 0)},
+        },
         "Mounts": [{"Type": "bind", "Source": host, "Destination": dest} for host, dest in spec.get("volumes", [])],
     }
 
@@ -184,7 +203,7 @@ def find_image(ref: str) -> Optional[tuple[str, Image]]:
     """The image a reference names: NAME[:TAG] (TAG defaults to latest), or NAME[:TAG]@DIGEST (the digest decides)."""
     name, _, digest = ref.partition("@")
     last = name.rsplit("/", 1)[-1]
-    repository, tag = (name.rsplit(":", 1) if ":" in last else (name, "latest"))
+    repository, tag = name.rsplit(":", 1) if ":" in last else (name, "latest")
     for key, image in IMAGES.items():
         key_repository, key_tag = key.rsplit(":", 1)
         if key_repository == repository and (image.digest == digest if digest else key_tag == tag):
@@ -201,13 +220,25 @@ def docker_images(args: list[str]) -> int:
     rows = []
     for ref, image in IMAGES.items():
         repo, _, tag = ref.rpartition(":")
-        rows.append({"Repository": repo, "Tag": tag, "ID": hashlib.sha256(ref.encode()).hexdigest()[:12],
-                     "Digest": image.digest or "<none>", "CreatedSince": "4 weeks ago", "Size": image.size})
+        rows.append(
+            {
+                "Repository": repo,
+                "Tag": tag,
+                "ID": hashlib.sha256(ref.encode()).hexdigest()[:12],
+                "Digest": image.digest or "<none>",
+                "CreatedSince": "4 weeks ago",
+                "Size": image.size,
+            }
+        )
     if fmt:
         print("\n".join(render_template(fmt, r) for r in rows))
     else:
-        print(table([[r["Repository"], r["Tag"], r["ID"], r["CreatedSince"], r["Size"]] for r in rows],
-                    ["REPOSITORY", "TAG", "IMAGE ID", "CREATED", "SIZE"]))
+        print(
+            table(
+                [[r["Repository"], r["Tag"], r["ID"], r["CreatedSince"], r["Size"]] for r in rows],
+                ["REPOSITORY", "TAG", "IMAGE ID", "CREATED", "SIZE"],
+            )
+        )
     return 0
 
 
@@ -222,8 +253,14 @@ def docker_image_inspect(args: list[str]) -> int:
             continue
         key, image = match
         repository = key.rsplit(":", 1)[0]
-        found.append({"Id": "sha256:" + hashlib.sha256(key.encode()).hexdigest(), "RepoTags": [key],
-                      "RepoDigests": [f"{repository}@{image.digest}"] if image.digest else [], "Size": image.size})
+        found.append(
+            {
+                "Id": "sha256:" + hashlib.sha256(key.encode()).hexdigest(),
+                "RepoTags": [key],
+                "RepoDigests": [f"{repository}@{image.digest}"] if image.digest else [],
+                "Size": image.size,
+            }
+        )
     if fmt:
         for item in found:
             print(render_template(fmt, item))
@@ -238,8 +275,10 @@ NOT_CONFIGURATION = ("compose_file", "env_file", "warnings")
 
 def same_config(running: dict, wanted: dict) -> bool:
     """Would `compose up -d` leave the running container as it is (its configuration unchanged)?"""
+
     def config(spec: dict) -> dict:
         return {k: v for k, v in json.loads(json.dumps(spec)).items() if k not in NOT_CONFIGURATION}
+
     return config(running) == config(wanted)
 
 
@@ -254,7 +293,18 @@ def docker_compose(root: Path, args: list[str]) -> int:
     if not args:
         return fail("Usage:  docker compose [OPTIONS] COMMAND")
     command, rest = args[0], args[1:]
-    compose_file = Path(files[0]) if files else next((directory / n for n in ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml") if (directory / n).exists()), None)
+    compose_file = (
+        Path(files[0])
+        if files
+        else next(
+            (
+                directory / n
+                for n in ("compose.yaml", "compose.yml", "docker-compose.yml", "docker-compose.yaml")
+                if (directory / n).exists()
+            ),
+            None,
+        )
+    )
     if compose_file is None:
         return fail("no configuration file provided: not found")
     compose_file = compose_file if compose_file.is_absolute() else directory / compose_file
@@ -275,8 +325,10 @@ def docker_compose(root: Path, args: list[str]) -> int:
         for warning in spec.warnings:
             print(f"WARN[0000] {warning}", file=sys.stderr)
         if not image_present(spec.image):
-            return fail(f"Error response from daemon: pull access denied for {spec.image.split('@')[0]}: "
-                        "the twin's nodes hold only the lane images (docker image ls)")
+            return fail(
+                f"Error response from daemon: pull access denied for {spec.image.split('@')[0]}: "
+                "the twin's nodes hold only the lane images (docker image ls)"
+            )
         existing = find_container(root, spec.name)
         if existing and existing.running and not force and same_config(existing.spec, spec.to_json()):
             print(f" Container {spec.name}  Running", file=sys.stderr)
@@ -309,8 +361,10 @@ def docker_compose(root: Path, args: list[str]) -> int:
         elif fmt or quiet:
             _print_containers(items, fmt, quiet)
         else:
-            rows = [[s["Name"], s["Image"], s["Command"], s["Service"], s["RunningFor"] + " ago", s["Status"], ""]
-                    for s in (c.summary() for c in items)]
+            rows = [
+                [s["Name"], s["Image"], s["Command"], s["Service"], s["RunningFor"] + " ago", s["Status"], ""]
+                for s in (c.summary() for c in items)
+            ]
             print(table(rows, ["NAME", "IMAGE", "COMMAND", "SERVICE", "CREATED", "STATUS", "PORTS"]))
         return 0
     if command == "logs":
@@ -335,7 +389,9 @@ def docker_container_op(root: Path, op: str, args: list[str]) -> int:
             code = fail(f"Error response from daemon: No such container: {ref}")
             continue
         if op == "rm" and container.running and not force:
-            code = fail(f"Error response from daemon: cannot remove container \"/{container.name}\": container is running: stop the container before removing or force remove")
+            code = fail(
+                f'Error response from daemon: cannot remove container "/{container.name}": container is running: stop the container before removing or force remove'
+            )
             continue
         if op == "kill":
             container.stop(signal.SIGKILL, grace_s=1)
@@ -352,8 +408,10 @@ def docker(args: list[str]) -> int:
         return fail("Usage:  docker [OPTIONS] COMMAND")
     command, rest = args[0], args[1:]
     if command == "system" and rest[:1] == ["prune"]:
-        return fail("lanebook twin: refusing `docker system prune`: it would wipe the Anemll image "
-                    "ghcr.io/anemll/dspark-vllm-gx10:0.1.1 (seed 000 pitfall 4). Free sticky memory with drop_caches instead.")
+        return fail(
+            "lanebook twin: refusing `docker system prune`: it would wipe the Anemll image "
+            "ghcr.io/anemll/dspark-vllm-gx10:0.1.1 (seed 000 pitfall 4). Free sticky memory with drop_caches instead."
+        )
     if command in ("images",) or (command == "image" and rest[:1] in (["ls"], ["list"])):
         return docker_images(rest[1:] if command == "image" else rest)
     if command == "image" and rest[:1] == ["inspect"]:
@@ -363,9 +421,15 @@ def docker(args: list[str]) -> int:
         return docker_compose(root, rest)
     if command == "ps" or (command == "container" and rest[:1] == ["ls"]):
         return docker_ps(root, rest if command == "ps" else rest[1:])
-    handlers: dict[str, Callable[[Path, list[str]], int]] = {"logs": docker_logs, "top": docker_top, "inspect": docker_inspect}
+    handlers: dict[str, Callable[[Path, list[str]], int]] = {
+        "logs": docker_logs,
+        "top": docker_top,
+        "inspect": docker_inspect,
+    }
     if command in handlers:
         return handlers[command](root, rest)
     if command in ("stop", "rm", "kill"):
         return docker_container_op(root, command, rest)
-    return fail(f"docker: '{command}' is not a docker command (the twin's docker stand-in: compose, ps, logs, top, inspect, image ls|inspect, stop, rm, kill)")
+    return fail(
+        f"docker: '{command}' is not a docker command (the twin's docker stand-in: compose, ps, logs, top, inspect, image ls|inspect, stop, rm, kill)"
+    )

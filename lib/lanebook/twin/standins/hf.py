@@ -4,6 +4,7 @@ The hub knows the shipped lanes' weight repositories (one revision each); it ref
 real hub answers an unknown repository or revision, honours HF_HUB_OFFLINE as the client does, and
 writes each blob as *.incomplete first, so an interrupted download leaves what the real one leaves.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,9 +15,11 @@ from typing import Mapping, Optional
 
 from lanebook.twin.standins.base import fail, take
 
-OFFLINE_MISS = ("Cannot find an appropriate cached snapshot folder for the specified revision on the local disk and "
-                "outgoing traffic has been disabled. To enable repo look-ups and downloads online, set "
-                "'HF_HUB_OFFLINE=0' as environment variable.")
+OFFLINE_MISS = (
+    "Cannot find an appropriate cached snapshot folder for the specified revision on the local disk and "
+    "outgoing traffic has been disabled. To enable repo look-ups and downloads online, set "
+    "'HF_HUB_OFFLINE=0' as environment variable."
+)
 
 
 def hub_models() -> dict:
@@ -61,7 +64,12 @@ def hf(args: list[str]) -> int:
     repo = rest[0]
     hub = hub_dir(os.environ, cache_dir)
     model = hub_models().get(repo)
-    snapshot = hub / (model.dir_name if model else "models--" + repo.replace("/", "--")) / "snapshots" / (model.revision if model else "")
+    snapshot = (
+        hub
+        / (model.dir_name if model else "models--" + repo.replace("/", "--"))
+        / "snapshots"
+        / (model.revision if model else "")
+    )
     if truthy(os.environ.get("HF_HUB_OFFLINE")):
         if model and all((snapshot / name).exists() for name, _ in model.files()):
             print(snapshot)

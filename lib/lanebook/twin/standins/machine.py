@@ -17,6 +17,7 @@ it; 2 drops only slab objects, which the model does not track; anything else the
 (EINVAL), so nothing is dropped. The model reads the knob whenever memory is looked at, which is
 observably the same as reacting when it is written.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,8 @@ from typing import Optional
 from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
 from lanebook.twin.standins.base import read_json, write_json
 
-GIB = 1024 ** 3
-TOTAL_BYTES = 128 * 10 ** 9  # DGX Spark: 128 GB unified memory shared by CPU and GPU
+GIB = 1024**3
+TOTAL_BYTES = 128 * 10**9  # DGX Spark: 128 GB unified memory shared by CPU and GPU
 OS_USED_GIB = 4.5
 PAGE_CACHE_GIB = 6.0  # page cache on a node that has been up a while
 PAGE_CACHE_FLOOR_GIB = 0.3  # what stays cached right after a drop (files in use)
@@ -42,20 +43,22 @@ HOLDS_KEY = "X-Lanebook-Twin-Holds-GiB"  # systemd ignores X- keys: the twin's n
 
 def legacy_unit_file(name: str, holds_gib: float) -> str:
     """The vendor unit of a legacy serving stack that holds GPU memory while it runs."""
-    return "\n".join([
-        "[Unit]",
-        f"Description=legacy vLLM serving stack ({name})",
-        f"{HOLDS_KEY}={holds_gib:g}",
-        "After=network-online.target docker.service",
-        "",
-        "[Service]",
-        "ExecStart=/usr/local/bin/legacy-vllm serve",
-        "Restart=always",
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
+    return "\n".join(
+        [
+            "[Unit]",
+            f"Description=legacy vLLM serving stack ({name})",
+            f"{HOLDS_KEY}={holds_gib:g}",
+            "After=network-online.target docker.service",
+            "",
+            "[Service]",
+            "ExecStart=/usr/local/bin/legacy-vllm serve",
+            "Restart=always",
+            "",
+            "[Install]",
+            "WantedBy=multi-user.target",
+            "",
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -190,15 +193,25 @@ class NodeMachine:
         return sorted(names)
 
 
-def init_node(root: Path, legacy_units: list[str], legacy_active: bool, holds_gib: float = LEGACY_UNIT_GIB) -> NodeMachine:
+def init_node(
+    root: Path, legacy_units: list[str], legacy_active: bool, holds_gib: float = LEGACY_UNIT_GIB
+) -> NodeMachine:
     """A fresh machine at `twin up`: empty /dev/shm, cache warm, legacy units installed (running with the fault)."""
     machine = NodeMachine(root)
-    for directory in (machine.shm, machine.drop_caches.parent, machine.unit_dir / WANTS, machine.vendor_unit_dir,
-                      machine.active_dir, root / "var"):
+    for directory in (
+        machine.shm,
+        machine.drop_caches.parent,
+        machine.unit_dir / WANTS,
+        machine.vendor_unit_dir,
+        machine.active_dir,
+        root / "var",
+    ):
         directory.mkdir(parents=True, exist_ok=True)
     machine.drop_caches.write_text("0\n")
-    write_json(machine._memory_file, {"cache_gib": PAGE_CACHE_GIB, "sticky_gib": 0.0,
-                                      "drop_seen_ns": machine.drop_caches.stat().st_mtime_ns})
+    write_json(
+        machine._memory_file,
+        {"cache_gib": PAGE_CACHE_GIB, "sticky_gib": 0.0, "drop_seen_ns": machine.drop_caches.stat().st_mtime_ns},
+    )
     for name in legacy_units:
         (machine.vendor_unit_dir / name).write_text(legacy_unit_file(name, holds_gib))
         if legacy_active:

@@ -10,6 +10,7 @@ shared-memory segments live in the node's /dev/shm: created when the container s
 when it stops cleanly, left behind when it is killed (SIGKILL skips the clean-up, as NCCL's does).
 When the node boots, dockerd starts again the containers their restart policy names (boot_containers).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -117,12 +118,22 @@ class Container:
     def summary(self) -> dict:
         """The fields `docker ps --format` templates read."""
         spec = self.spec
-        return {"ID": self.id[:12], "Names": self.name, "Name": self.name, "Image": spec.get("image", ""),
-                "Command": '"bash -lc \'export P…"', "State": self.state(), "Status": self.status(),
-                "Service": spec.get("service", ""), "Project": spec.get("project", ""), "ExitCode": self.exit_code or 0,
-                "CreatedAt": iso(self.created_at), "Ports": "",
-                "Labels": f"com.docker.compose.project={spec.get('project', '')}",
-                "RunningFor": ago(time.time() - (self.created_at or time.time()))}
+        return {
+            "ID": self.id[:12],
+            "Names": self.name,
+            "Name": self.name,
+            "Image": spec.get("image", ""),
+            "Command": '"bash -lc \'export P…"',
+            "State": self.state(),
+            "Status": self.status(),
+            "Service": spec.get("service", ""),
+            "Project": spec.get("project", ""),
+            "ExitCode": self.exit_code or 0,
+            "CreatedAt": iso(self.created_at),
+            "Ports": "",
+            "Labels": f"com.docker.compose.project={spec.get('project', '')}",
+            "RunningFor": ago(time.time() - (self.created_at or time.time())),
+        }
 
     def shm_segments(self) -> list[Path]:
         """The shared-memory segments this container's processes created in the node's /dev/shm."""
@@ -216,19 +227,32 @@ def _run(container: Container, record: dict) -> None:
     env = {**process["env"], "LANEBOOK_TWIN_STICKY_GIB": f"{machine.held_gib():g}"}
     name = container.name
     (container.dir / "exitcode").unlink(missing_ok=True)
-    supervisor = ["sh", "-c", '"$@"; code=$?; echo "$code" > exitcode; exit "$code"', f"lanebook-container:{name}",
-                  *process["command"]]
+    supervisor = [
+        "sh",
+        "-c",
+        '"$@"; code=$?; echo "$code" > exitcode; exit "$code"',
+        f"lanebook-container:{name}",
+        *process["command"],
+    ]
     with open(container.log, "ab") as log:
-        proc = subprocess.Popen(supervisor, cwd=container.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            supervisor,
+            cwd=container.dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     tag = hashlib.sha256(f"{name}:{proc.pid}:{time.time()}".encode()).hexdigest()
     # vLLM's shm broadcast ring and NCCL's shm transport; a refused entrypoint never got that far.
     segments = [] if container.spec.get("entrypoint_error") else [f"psm_{tag[:8]}", f"nccl-{tag[8:14]}"]
     machine.shm.mkdir(parents=True, exist_ok=True)
     for segment in segments:
         (machine.shm / segment).write_bytes(b"\0" * 4096)
-    write_json(container.dir / "record.json", {**record, "pid": proc.pid, "started_at": time.time(),
-                                               "shm_segments": segments})
+    write_json(
+        container.dir / "record.json", {**record, "pid": proc.pid, "started_at": time.time(), "shm_segments": segments}
+    )
 
 
 def remove_container(container: Container) -> None:
@@ -251,8 +275,10 @@ def power_off(root: Path) -> list[str]:
             deadline = time.monotonic() + 5
             while container.session_pids() and time.monotonic() < deadline:
                 time.sleep(0.05)
-            write_json(container.dir / "record.json", {**container.record, "finished_at": time.time(),
-                                                       "running_at_power_off": True})
+            write_json(
+                container.dir / "record.json",
+                {**container.record, "finished_at": time.time(), "running_at_power_off": True},
+            )
             stopped.append(container.name)
     return stopped
 

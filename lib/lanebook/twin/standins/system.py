@@ -7,6 +7,7 @@ those commands touch is the node's own state because the node session maps /dev/
 `systemctl` keeps unit state where systemd keeps it (standins.machine); `sysctl` reads and writes
 the node's /proc/sys files; `free` reports the node's memory model; `sleep` runs on the twin's clock.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,28 @@ from lanebook.twin.standins.base import fail, node_root, table, take, time_scale
 from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
 from lanebook.twin.standins.runtime import containers
 
-SUDO_VALUE_OPTIONS = {"-u", "--user", "-g", "--group", "-C", "--close-from", "-p", "--prompt", "-h", "--host",
-                      "-D", "--chdir", "-r", "--role", "-t", "--type", "-T", "--command-timeout", "-U", "--other-user"}
+SUDO_VALUE_OPTIONS = {
+    "-u",
+    "--user",
+    "-g",
+    "--group",
+    "-C",
+    "--close-from",
+    "-p",
+    "--prompt",
+    "-h",
+    "--host",
+    "-D",
+    "--chdir",
+    "-r",
+    "--role",
+    "-t",
+    "--type",
+    "-T",
+    "--command-timeout",
+    "-U",
+    "--other-user",
+}
 SUDO_USAGE = "usage: sudo [-knS] [-u user] command\n       sudo -s|-i [command]"
 
 
@@ -142,7 +163,11 @@ def systemctl(args: list[str]) -> int:
                 code = 4
                 continue
             running = "active (running)" if state.active == "active" else "inactive (dead)"
-            loaded = "masked (Reason: Unit " + name + " is masked.)" if state.enabled == "masked" else f"loaded ({state.enabled})"
+            loaded = (
+                "masked (Reason: Unit " + name + " is masked.)"
+                if state.enabled == "masked"
+                else f"loaded ({state.enabled})"
+            )
             print(f"● {name} - {state.description}\n     Loaded: {loaded}\n     Active: {running}")
             code = code or (0 if state.active == "active" else 3)
         return code
@@ -153,8 +178,15 @@ def systemctl(args: list[str]) -> int:
             if patterns and not any(p.fullmatch(name) for p in patterns):
                 continue
             state = machine.state(name)
-            rows.append([name, "masked" if state.enabled == "masked" else "loaded", state.active,
-                         "running" if state.active == "active" else "dead", state.description])
+            rows.append(
+                [
+                    name,
+                    "masked" if state.enabled == "masked" else "loaded",
+                    state.active,
+                    "running" if state.active == "active" else "dead",
+                    state.description,
+                ]
+            )
         print(table(rows, ["UNIT", "LOAD", "ACTIVE", "SUB", "DESCRIPTION"]))
         return 0
     if command == "daemon-reload":
@@ -198,33 +230,53 @@ def free_bytes(root: Path) -> dict[str, float]:
     for container in containers(root):
         argv = container.spec.get("argv", [])
         if container.running:
-            engines += next((float(v) for k, v in zip(argv, argv[1:]) if k == "--gpu-memory-utilization"), 0.0) * TOTAL_BYTES
+            engines += (
+                next((float(v) for k, v in zip(argv, argv[1:]) if k == "--gpu-memory-utilization"), 0.0) * TOTAL_BYTES
+            )
     used = OS_USED_GIB * GIB + engines + machine.held_gib() * GIB
     cache = machine.memory()["cache_gib"] * GIB
-    return {"total": TOTAL_BYTES, "used": used, "free": max(TOTAL_BYTES - used - cache, 0), "shared": 0,
-            "buff/cache": cache, "available": max(TOTAL_BYTES - used, 0)}
+    return {
+        "total": TOTAL_BYTES,
+        "used": used,
+        "free": max(TOTAL_BYTES - used - cache, 0),
+        "shared": 0,
+        "buff/cache": cache,
+        "available": max(TOTAL_BYTES - used, 0),
+    }
 
 
 def format_free(figures: dict[str, float], args: list[str]) -> str:
     """`free` output for the figures, in the unit the flags ask for (KiB by default, -h human)."""
-    divisors = {"-b": 1, "--bytes": 1, "-k": 1024, "--kibi": 1024, "-m": 1024 ** 2, "--mebi": 1024 ** 2,
-                "-g": GIB, "--gibi": GIB, "-h": None, "--human": None}
+    divisors = {
+        "-b": 1,
+        "--bytes": 1,
+        "-k": 1024,
+        "--kibi": 1024,
+        "-m": 1024**2,
+        "--mebi": 1024**2,
+        "-g": GIB,
+        "--gibi": GIB,
+        "-h": None,
+        "--human": None,
+    }
     divisor: Optional[int] = next((divisors[a] for a in args if a in divisors), 1024)
 
     def fmt(value: float) -> str:
         if divisor is None:
-            for unit, size in (("Gi", GIB), ("Mi", 1024 ** 2), ("Ki", 1024)):
+            for unit, size in (("Gi", GIB), ("Mi", 1024**2), ("Ki", 1024)):
                 if value >= size:
                     return f"{value / size:.1f}{unit}"
             return f"{int(value)}B"
         return str(int(value // divisor))
 
     columns = ("total", "used", "free", "shared", "buff/cache", "available")
-    return "\n".join([
-        f"{'':15}" + "".join(f"{c:>12}" for c in columns),
-        f"{'Mem:':15}" + "".join(f"{fmt(figures[c]):>12}" for c in columns),
-        f"{'Swap:':15}{fmt(0):>12}{fmt(0):>12}{fmt(0):>12}",
-    ])
+    return "\n".join(
+        [
+            f"{'':15}" + "".join(f"{c:>12}" for c in columns),
+            f"{'Mem:':15}" + "".join(f"{fmt(figures[c]):>12}" for c in columns),
+            f"{'Swap:':15}{fmt(0):>12}{fmt(0):>12}{fmt(0):>12}",
+        ]
+    )
 
 
 def free(args: list[str]) -> int:
