@@ -115,7 +115,7 @@ def pytest_sessionfinish(session):
 def twin():
     """The twin's status dict (`lanebook twin status --json`), brought up with --fast when it is down. A twin this session brought
     up is stopped at its end, so the suite leaves nothing running; one it found running (an operator's) stays."""
-    from lanebook.base.paths import twin_dir
+    from lanebook.twin.nodes import twin_dir
     from lanebook.twin import control
 
     status = control.status()

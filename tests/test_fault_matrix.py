@@ -143,7 +143,7 @@ def test_the_twin_plugin_adds_the_page_to_the_book():
     from lanebook.lane.plugins import load_registry
     from lanebook.twin import fault_matrix
 
-    assert load_registry().book_pages["faults"] is fault_matrix.render_page
+    assert load_registry().book_pages["faults"]() == fault_matrix.render_page()
 
 
 def test_the_book_page_is_the_table():
