@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 from lanebook.lane.params import load_lane
-from lanebook.nodes import ssh
+from lanebook.nodes.ssh import Lane
 from lanebook.ops import launcher
 from lanebook.twin.tree import HubModel
 
@@ -41,7 +41,7 @@ DOWN = f"docker compose -p {PROJECT} --env-file .env.dspark -f docker-compose.ds
 @pytest.fixture
 def copy(twin):
     """The copy's path on the head (lane stopped first); its containers removed after, on both nodes."""
-    with ssh.Lane(load_lane("twin")) as lane:
+    with Lane(load_lane("twin")) as lane:
         launcher.stop_lane(lane)
     ssh(twin, "head", FRESH_COPY)
     yield next(n["home"] for n in twin["nodes"] if n["alias"] == "head") + f"/{COPY}"
