@@ -66,9 +66,6 @@ from lanebook.verify import probes
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
-plan = canary_run.CanaryPlan(
-    canary, canary_key, canary_value, canary_workloads, canary_concurrency, canary_trials, canary_max_tokens, tolerance
-)
 
 # %% [markdown]
 # ## Prerequisites
@@ -135,6 +132,16 @@ with rb.step(
 with rb.step(
     "3 canary baseline", fix="run `status`; a lane that cannot serve the probes cleanly needs `stop`, then `launch`"
 ):
+    plan = canary_run.CanaryPlan(
+        canary,
+        canary_key,
+        canary_value,
+        canary_workloads,
+        canary_concurrency,
+        canary_trials,
+        canary_max_tokens,
+        tolerance,
+    )  # the parameters of part 3
     baseline_docs = canary_run.baseline_step(rb, plan)
 
 # %%

@@ -44,9 +44,7 @@ confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None:
 # %%
 from IPython.display import Markdown, display
 from lanebook.nodes.ssh import Lane
-from lanebook.ops import launcher, memory, rollback
-from lanebook.ops.logs import live_command
-from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.ops import rollback
 from lanebook.runs import audit
 from lanebook.runs.execute import nested_step
 from lanebook.steps.runbook import Runbook
@@ -136,22 +134,7 @@ with rb.step(
     fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
     "`rollback` again (or `launch` this lane to go forward)",
 ):
-    units = memory.mask_legacy_units(target_lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
-    launcher.start_step(
-        rb,
-        target_lane,
-        already_rolled_back and "already up: verifying it instead of restarting it",
-        "launcher reports the rollback lane up",
-        skipped=f"launcher reports {ROLLBACK_LANE} up",
-        confirm=f"launch {ROLLBACK_LANE} from {target.checkout}",
-    )
-    up = launcher.lane_containers(target_lane)
-    rb.expect(up.state == launcher.LANE_UP, f"{ROLLBACK_LANE} up on every node", up.summary())
-    mismatches = live_mismatches(target, live_command(target_lane.head, launcher.container_name(target_lane)))
-    rb.expect(
-        not mismatches, f"the live command carries every value {ROLLBACK_LANE} sets", "; ".join(map(str, mismatches))
-    )
+    rollback.relaunch_step(rb, target_lane, already_rolled_back)
 
 # %% [markdown]
 # ## Step 5 — The rollback lane's gates

@@ -4,7 +4,9 @@ decisions and table building live in the tested library (issue 15, "Thin noteboo
 What is measured, on each runbook's py:percent pair (the notebook holds the same cells: test_runbook_pairs.py):
 
 - code lines: the physical lines of the code cells that hold code (not blank, not only a comment), the papermill
-  parameters cell left out (its shape is papermill's: test_runbook_pairs.py checks papermill reads it);
+  parameters cell left out (its shape is papermill's: test_runbook_pairs.py checks papermill reads it); a
+  `with rb.step(TITLE, fix=TEXT):` header counts as one line however the formatter wraps its title and fix text
+  (that is the step's prose, the playbook's heading and its what-to-do-next, not logic);
 - a code line is inside control flow when it lies within an `if`, `for`, `while`, `try` or `match` statement (from
   its first line to its last, at any depth). `with` is not control flow: `with rb.step(...)` is the step API.
   Conditional expressions and comprehensions are expressions, not statements, and do not count.
@@ -45,7 +47,14 @@ def cell_shape(source: str) -> CellShape:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, CONTROL_FLOW):
             inside.update(range(node.lineno, node.end_lineno + 1))
+        if isinstance(node, ast.With) and any(is_step(item.context_expr) for item in node.items):
+            code -= set(range(node.lineno + 1, node.body[0].lineno))  # the header's wrapped title and fix text
     return CellShape(len(code), len(code & inside))
+
+
+def is_step(expr: ast.expr) -> bool:
+    """`rb.step(...)`: the step API's header."""
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "step"
 
 
 def code_cells(script) -> list:
@@ -94,6 +103,17 @@ def test_the_measure_follows_its_rule():
         "    pass\n"
     )
     assert cell_shape(source) == CellShape(lines=10, in_control_flow=7)
+    wrapped = (
+        "with rb.step(\n"
+        "    '1 x',\n"
+        "    fix='the long what-to-do-next '\n"
+        "    'the formatter wraps',\n"
+        "):\n"
+        "    rb.expect(\n"
+        "        True, 'what', 'seen'\n"
+        "    )\n"
+    )
+    assert cell_shape(wrapped) == CellShape(lines=4, in_control_flow=0)  # the header is one line, the call is not
 
 
 def test_there_are_runbooks_to_measure():

@@ -22,8 +22,10 @@ from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, load_lane
 from lanebook.nodes.ssh import Lane, NodeError, qpath
 from lanebook.ops import launcher, memory
+from lanebook.ops.logs import live_command
 from lanebook.ops.transfers import checkout_ok
 from lanebook.ops.weights import check_weights
+from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.lint import lint_what_lane_runs
 
 if TYPE_CHECKING:
@@ -253,6 +255,26 @@ def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:
         free = memory.check_sticky_uma(target)
         rb.record(free_gib=free.figure("free_gib"))
         rb.expect(free, f"enough free memory on every node for {name}", free.seen)
+
+
+def relaunch_step(rb: "Runbook", target: Lane, already: bool) -> None:
+    """Step 4: no legacy unit active, the rollback lane launched from its own checkout (verified instead when it
+    already serves), up on every node, and its live command carrying every value its lane file sets."""
+    name = target.params.name
+    units = memory.mask_legacy_units(target)
+    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
+    launcher.start_step(
+        rb,
+        target,
+        already and "already up: verifying it instead of restarting it",
+        "launcher reports the rollback lane up",
+        skipped=f"launcher reports {name} up",
+        confirm=f"launch {name} from {target.params.checkout}",
+    )
+    up = launcher.lane_containers(target)
+    rb.expect(up.state == launcher.LANE_UP, f"{name} up on every node", up.summary())
+    mismatches = live_mismatches(target.params, live_command(target.head, launcher.container_name(target)))
+    rb.expect(not mismatches, f"the live command carries every value {name} sets", "; ".join(map(str, mismatches)))
 
 
 def hermes_note(current: LaneParams, target: LaneParams, changes: list[str]) -> str:
