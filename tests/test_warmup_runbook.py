@@ -21,9 +21,9 @@ from lanebook_runs import dry_run_offline
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
 GREP = (
-    "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'CUDA error|CUDA out of memory|NCCL error|"
-    "EngineDeadError|EngineCore encountered a fatal error|Engine core proc [^ ]+ died unexpectedly|Worker proc [^ ]+ "
-    "died unexpectedly|is preempted by PreemptionMode|Fatal Python error|No such container'"
+    "docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'CUDA error|out of memory|NCCL error|"
+    "EngineDeadError|EngineCore encountered a fatal error|died unexpectedly|is preempted by PreemptionMode|"
+    "Fatal Python error|No such container'"
 )
 
 
