@@ -68,17 +68,13 @@ def read_bytes(path: str | Path, what: str) -> bytes:
 
 def read_text(path: str | Path, what: str) -> str:
     """The text of a file lanebook was pointed at (WHAT names it: "env file"), or one LanebookError line saying why
-    it cannot be read: missing, a directory, not UTF-8, not readable."""
+    it cannot be read: missing, a directory, not UTF-8, not readable. Newlines read as Path.read_text reads them."""
+    data = read_bytes(path, what)
     try:
-        return Path(path).read_text()
-    except FileNotFoundError:
-        raise LanebookError(f"{what} not found: {path}") from None
-    except IsADirectoryError:
-        raise LanebookError(f"{what} is a directory: {path}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LanebookError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from None
-    except OSError as exc:
-        raise LanebookError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def sha256_file(path: Path) -> str:
