@@ -1,7 +1,8 @@
 """How the book's build time grows with the audit trail: `lanebook book` with 10 and with 100 executed runs.
 
 The runs are real executed notebooks (the records of an outputs dir, by default the checkout's outputs/; when it
-has none, one `lanebook promote --lane twin` fills it first), copied under new run ids and times into a temporary outputs dir
+has none, one `lanebook promote --lane twin` fills it first), copied under new run ids and times into a temporary
+outputs dir
 with their own index lines, so every page is built from a real record. Each build is `lanebook book --out DIR`
 in a fresh process, as an operator runs it. Prints both times, the growth ratio (at most linear means at most
 100/10 = 10) and the cost per added run. Goal: 100 runs in under 60 s on this machine.
@@ -115,7 +116,8 @@ def main() -> None:
     ratio = times[large] / times[small]
     per_run = (times[large] - times[small]) / (large - small)
     print(
-        f"growth {small} -> {large} runs: x{ratio:.2f} (linear would be x{large / small:.0f}); {per_run:.2f} s per added run; "
+        f"growth {small} -> {large} runs: x{ratio:.2f} (linear would be x{large / small:.0f}); "
+        f"{per_run:.2f} s per added run; "
         f"CPU x{cpus[large] / cpus[small]:.2f}"
     )
     print(

@@ -4,7 +4,8 @@ printed, never asserted; a row above its bound is flagged, and a row that does n
 
     .venv/bin/python benchmarks/fault_matrix.py [FAULT ...]
 
-About six minutes for the whole matrix, one row after another, on a lightly loaded 2-core machine. Exit 1 when a row is above its bound or does not hold.
+About six minutes for the whole matrix, one row after another, on a lightly loaded 2-core machine. Exit 1 when a row is
+above its bound or does not hold.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ compares its figures with that log:
 - each client's CPU seconds (user + sys of the whole process, start-up included) per 1,000 tokens;
 - NVIDIA aiperf side by side on the same server and schedule (its own venv under .bench/, a tiny
   local tokenizer in HF-cache layout, HF_HUB_OFFLINE=1): its per-user output rate, which NOTES says
-  equals lanebook's stream decode rate (ARCHITECTURE.md, "Speed figures"), against the same truth, and its CPU per 1,000 tokens.
+  equals lanebook's stream decode rate (ARCHITECTURE.md, "Speed figures"), against the same truth, and its CPU per 1,000
+  tokens.
 
     .venv/bin/python benchmarks/speed_accuracy.py            # everything (~5 min; first run installs aiperf)
     .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf [--no-ramp]
@@ -356,7 +357,8 @@ def side_by_side(results: list[Measured], start_up: dict[str, float], concurrenc
     print(f"    {'client':9s} {'worst':>9s} {'mean':>9s} {'waves':>5s}  {'CPU/1k tok':>10s}  without start-up")
     for m in rows:
         print(
-            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors):+9.3%} {len(m.stream_errors):5d}  "
+            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors):+9.3%} "
+            f"{len(m.stream_errors):5d}  "
             f"{m.cpu_per_1k_tokens * 1000:7,.1f} ms  {m.steady_cpu(start_up[m.tool])}"
         )
     ours = next(m for m in rows if m.tool == "lanebook")
@@ -419,7 +421,10 @@ def main() -> int:
                     break
                 best = m
                 if m.measured_aggregate < 0.9 * 64 * pace:
-                    limit = f"the server could not keep 64 x {pace:g} tok/s on these cores (the harness was still within 1%)"
+                    limit = (
+                        f"the server could not keep 64 x {pace:g} tok/s on these cores "
+                        "(the harness was still within 1%)"
+                    )
                     break
                 pace *= 2
     finally:
@@ -432,7 +437,8 @@ def main() -> int:
     side_by_side(results, start_up, *HEAVY)
     if best:
         print(
-            f"\n  lanebook highest aggregate measured within 1%: {best.measured_aggregate:,.0f} tok/s at 64 x {best.pace:g} "
+            f"\n  lanebook highest aggregate measured within 1%: {best.measured_aggregate:,.0f} tok/s at 64 x "
+            f"{best.pace:g} "
             f"tok/s; CPU {best.cpu_per_1k_tokens * 1000:.1f} ms per 1,000 tokens "
             f"({best.steady_cpu(start_up['lanebook'])}) (goal >= 50,000); ramp stopped: {limit}"
         )
@@ -446,7 +452,8 @@ def main() -> int:
         a, b = pair["lanebook"], pair["aiperf"]
         print(
             f"  C{concurrency:<3d} stream error lanebook {a.worst_stream:+.3%} vs aiperf {b.worst_stream:+.3%}; "
-            f"CPU per 1k tokens lanebook {a.cpu_per_1k_tokens * 1000:,.1f} ms vs aiperf {b.cpu_per_1k_tokens * 1000:,.1f} ms "
+            f"CPU per 1k tokens lanebook {a.cpu_per_1k_tokens * 1000:,.1f} ms vs aiperf "
+            f"{b.cpu_per_1k_tokens * 1000:,.1f} ms "
             f"(lanebook {a.steady_cpu(start_up['lanebook'])}; aiperf {b.steady_cpu(start_up['aiperf'])})"
         )
     return 0

@@ -55,7 +55,11 @@ p = rb.params
 # %%
 with rb.step(
     "prerequisites",
-    fix="fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again",
+    fix=(
+        "fix what failed: lint errors → run `env` (it renders the lane into the checkout and copies it to the "
+        "workers); a missing checkout → `env`; incomplete weights → `weights`; another lane up → run `stop` on that "
+        "lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again"
+    ),
 ):
     report = lint_what_lane_runs(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
     rb.expect(report.ok, "what the lane runs lints clean", report.errors_summary(), local=True)
@@ -94,7 +98,10 @@ with rb.step(
 # %%
 with rb.step(
     "2 legacy units and memory",
-    fix="a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again",
+    fix=(
+        "a legacy unit still active: stop and mask it by hand (`sudo systemctl mask --now UNIT`); too little free "
+        "memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again"
+    ),
 ):
     units = memory.mask_legacy_units(rb.lane)
     rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
@@ -118,7 +125,11 @@ with rb.step(
 # %%
 with rb.step(
     "3 start",
-    fix="read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable → check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM 60-second lines are not fatal, P11); then `stop` and `launch` again",
+    fix=(
+        "read the launcher's outcome above: refused configuration or missing env file → run `env`; worker unreachable "
+        "→ check SSH and the fabric address; health timeout or /health not 200 → run `status` and read the log (SHM "
+        "60-second lines are not fatal, P11); then `stop` and `launch` again"
+    ),
 ):
     started = launcher.start_step(
         rb,
@@ -140,7 +151,11 @@ with rb.step(
 # %%
 with rb.step(
     "4 startup log",
-    fix="breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and `launch` again",
+    fix=(
+        "breakable graphs auto-enabled (P01) → run `env` (VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and the "
+        "compose environment); KV cache out of band → check GPU_MEMORY_UTILIZATION (0.85 at 1M, P07); then `stop` and "
+        "`launch` again"
+    ),
 ):
     expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
     rb.record(kv_cache_tokens=kv)
@@ -156,7 +171,10 @@ with rb.step(
 # %%
 with rb.step(
     "5 models and live command",
-    fix="the server does not run what the lane says: run `env` (and remove the launcher or compose override named above), then `stop` and `launch` again",
+    fix=(
+        "the server does not run what the lane says: run `env` (and remove the launcher or compose override named "
+        "above), then `stop` and `launch` again"
+    ),
 ):
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
     rb.expect_results(gates.judge_model_list(rb.current_step, models or [], p))

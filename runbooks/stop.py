@@ -92,7 +92,10 @@ with rb.step(
 # %%
 with rb.step(
     "3 clean memory",
-    fix="another lane still serves on the pair (the rollback lane, say): run `stop` with that lane; otherwise run `status`, stop what holds the segments, then run `stop` again",
+    fix=(
+        "another lane still serves on the pair (the rollback lane, say): run `stop` with that lane; otherwise run "
+        "`status`, stop what holds the segments, then run `stop` again"
+    ),
 ):
     cleaned = memory.clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))

@@ -89,7 +89,10 @@ with rb.step(
 # %%
 with rb.step(
     "2 download on head",
-    fix="run `weights` again: `hf download` resumes the `*.incomplete` blobs; check the head's network and HF token if it keeps failing",
+    fix=(
+        "run `weights` again: `hf download` resumes the `*.incomplete` blobs; check the head's network and HF token if "
+        "it keeps failing"
+    ),
 ):
     head = weights.ensure_head_whole(rb, before[rb.lane.head.alias], sha256=sha256)
 
@@ -116,7 +119,10 @@ with rb.step(
 # %%
 with rb.step(
     "4 delete *.incomplete on workers",
-    fix="stop: a file that is not *.incomplete was named for deletion; check the worker's hub dir by hand before anything else",
+    fix=(
+        "stop: a file that is not *.incomplete was named for deletion; check the worker's hub dir by hand before "
+        "anything else"
+    ),
 ):
     weights.clean_step(rb, to_sync)
 

@@ -55,7 +55,8 @@ def last_record(outputs: Path) -> dict:
 def run(
     tmp_path: Path, runbook: str, lane: str, *args: str, expect_exit: int
 ) -> tuple[dict, subprocess.CompletedProcess]:
-    """`lanebook run RUNBOOK --lane LANE ARGS` with outputs in TMP/outputs; its exit code checked, its record returned."""
+    """`lanebook run RUNBOOK --lane LANE ARGS` with outputs in TMP/outputs; its exit code checked, its record
+    returned."""
     done = subprocess.run(
         [LANEBOOK, "run", runbook, "--lane", lane, *args],
         capture_output=True,

@@ -23,7 +23,8 @@ def test_page_highlights_and_names_chains():
     page = lanes_page(LANES, "anemll-0731")
     assert "- anemll-0731 → anemll-1m6 → patch3-c12\n" in page and "- twin → twin-1m6\n" in page
     assert (
-        '<tr class="lanebook-varies"><th><code>MAX_MODEL_LEN</code> <span class="lanebook-badge lanebook-badge-differs">'
+        '<tr class="lanebook-varies"><th><code>MAX_MODEL_LEN</code> <span class="lanebook-badge '
+        'lanebook-badge-differs">'
         'DIFFERS</span></th><td>1048576</td><td>1048576</td><td class="lanebook-differs">358400</td>' in page
     )
     assert "<tr><th><code>MAX_NUM_BATCHED_TOKENS</code></th><td>8192</td>" in page

@@ -17,7 +17,8 @@ def test_verdict_table_from_the_emitted_checks():
     assert verdict_table(CHECKS) == (
         "```{container} lanebook-wide\n| step | expected result | outcome | seen |\n|---|---|---|---|\n"
         '| 1 stop | stop script exits 0 | <span class="lanebook-badge lanebook-badge-pass">PASS</span> | exit 0 |\n'
-        '| 2 orphans | no orphaned worker | <span class="lanebook-badge lanebook-badge-fail">FAIL</span> | worker \\| holds GPU |\n'
+        '| 2 orphans | no orphaned worker | <span class="lanebook-badge lanebook-badge-fail">FAIL</span> | worker \\| '
+        "holds GPU |\n"
         "```\n"
     )
     assert verdict_table(None).startswith("The run emitted no checks")
@@ -42,8 +43,8 @@ def test_rehearsal_heading_says_twin_and_links_the_record():
     assert heading.startswith("# Stop the lane — twin rehearsal\n")
     assert "run [b0000001](../audit/twin-X-stop-b0000001.ipynb)" in heading and "never a real lane's" in heading
     assert (
-        '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-fail">FAIL</span>. It stopped at step **2 orphans**.'
-        in heading
+        '**Verdict of this run:** <span class="lanebook-badge lanebook-badge-fail">FAIL</span>. It stopped at step **2 '
+        "orphans**." in heading
     )
 
 

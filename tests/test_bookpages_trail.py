@@ -54,8 +54,8 @@ def test_index_marks_twin_dry_and_changed_runs():
         '<span class="lanebook-badge lanebook-badge-dry-run">DRY-RUN</span>'
     ) in page
     assert (
-        '[d0000003](audit/twin-X-launch-d0000003.ipynb) <span class="lanebook-badge lanebook-badge-error">CHANGED SINCE RECORDED</span>'
-        in page
+        '[d0000003](audit/twin-X-launch-d0000003.ipynb) <span class="lanebook-badge lanebook-badge-error">CHANGED '
+        "SINCE RECORDED</span>" in page
     )
     assert audit_index([]).startswith("# Audit trail\n\nNo runs recorded yet.")
 

@@ -1,4 +1,5 @@
-"""The canary's relaunch (lanebook.verify.canary): the recipe's sequence as a dry run records it, what makes a relaunch ok,
+"""The canary's relaunch (lanebook.verify.canary): the recipe's sequence as a dry run records it, what makes a relaunch
+ok,
 and a variant that fails anywhere replaced by the lane's own values at once (relaunches recorded, not run: the
 real relaunches run on the twin in test_diagnose_runbook)."""
 

@@ -1,4 +1,5 @@
-"""The lane's env on its nodes (lanebook.ops.checkout_env): records and commands exactly (no twin), then on the twin's real
+"""The lane's env on its nodes (lanebook.ops.checkout_env): records and commands exactly (no twin), then on the twin's
+real
 sshd nodes: render into the head's checkout with a backup per changed file, a second render that changes nothing,
 a restore that puts the bytes back exactly and refuses an edited file, a created env file moved aside, a file changed
 between read and write left alone, and the same-bytes check naming what differs."""
@@ -90,7 +91,8 @@ def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
         'test "$(sha256sum < docker-compose.dspark.yml 2>/dev/null | cut -c1-64)" = SHA256-AS-READ || '
         "{ echo 'docker-compose.dspark.yml: not the bytes lanebook expected (changed since)' >&2; exit 3; }; "
         f'b=docker-compose.dspark.yml.bak-{compose.split(".bak-")[1][:16]}; i=1; while test -e "$b"; do i=$((i + 1)); '
-        f'b=docker-compose.dspark.yml.bak-{compose.split(".bak-")[1][:16]}-$i; done; cp -p docker-compose.dspark.yml "$b"; '
+        f"b=docker-compose.dspark.yml.bak-{compose.split('.bak-')[1][:16]}-$i; done; cp -p docker-compose.dspark.yml "
+        '"$b"; '
         't=$(mktemp .lanebook-docker-compose.dspark.yml-XXXXXX); trap \'rm -f "$t"\' EXIT; cat > "$t"; '
         'chmod --reference=docker-compose.dspark.yml "$t"; sync "$t"; mv -f "$t" docker-compose.dspark.yml; '
         'if test -n "${b:-}"; then sha256sum -- "$b"; fi; if test -e docker-compose.dspark.yml; then '

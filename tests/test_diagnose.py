@@ -117,7 +117,10 @@ def test_prefix_verdict_names_eviction():
         ),
         (
             {"again_ttft": 1.3},
-            "A again hit the cache but its TTFT (1.300 s) is not below A cold's (1.200 s): the counters and the stream disagree",
+            (
+                "A again hit the cache but its TTFT (1.300 s) is not below A cold's (1.200 s): the counters and the "
+                "stream disagree"
+            ),
         ),
         ({"error": "timeout after 120 s"}, "B cold: request failed: timeout after 120 s"),
     ],
@@ -201,7 +204,10 @@ def test_boundary_verdict_names_every_instability():
         "C4 K=4: the queue did not drain (requests still running or waiting)",
         "C4 K=4: 2 preemption(s)",
         "/health is no longer 200 after the waves",
-        "fatal log lines: head: ERROR CUDA error: an illegal memory access; worker: ERROR NCCL error: remote process exited",
+        (
+            "fatal log lines: head: ERROR CUDA error: an illegal memory access; worker: ERROR NCCL error: remote "
+            "process exited"
+        ),
     ]
 
 
@@ -319,7 +325,10 @@ def test_canary_rejects_unhealthy_or_incomplete_evidence():
 
 
 COUNT = "[t] Count from 1 to 400, one number per line, nothing else."
-CODE = "[t] Write a Python function that parses an ISO 8601 duration like P3DT4H5M into seconds, with a docstring and tests."
+CODE = (
+    "[t] Write a Python function that parses an ISO 8601 duration like P3DT4H5M into seconds, with a docstring and "
+    "tests."
+)
 JSON = '[t] Return only JSON: an array of 12 objects {"id": int, "city": string} for large cities.'
 
 

@@ -1,4 +1,5 @@
-"""lanebook.recipe.effective.checkout: a checkout's files read from a local directory or from a node over SSH, with the files
+"""lanebook.recipe.effective.checkout: a checkout's files read from a local directory or from a node over SSH, with the
+files
 its start script sources."""
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from lanebook.recipe.effective.checkout import CheckoutFiles, Location
 from lanebook.recipe.effective.config import Effective
 from recipe_fixtures import COMPOSE, ENV, EXAMPLE, START, checkout
 
-SOURCING_START = '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"\n. "$SCRIPT_DIR/scripts/lane-env.sh"\napply_memory_profile\n'
+SOURCING_START = (
+    '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"\n. '
+    '"$SCRIPT_DIR/scripts/lane-env.sh"\napply_memory_profile\n'
+)
 LANE_ENV = (
     'apply_memory_profile() {\n  if [ "${ENABLE_VL_SIDECAR:-0}" = "1" ]; then\n'
     '    GPU_MEMORY_UTILIZATION="${GPU_MEMORY_UTILIZATION_VISION:-0.80}"\n  else\n'

@@ -132,7 +132,10 @@ def test_restart_policy_values(value, policy):
     [
         (
             "sometimes",
-            "invalid restart policy: unknown policy 'sometimes'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'",
+            (
+                "invalid restart policy: unknown policy 'sometimes'; use one of 'no', 'always', 'on-failure', or "
+                "'unless-stopped'"
+            ),
         ),
         ("always:3", "invalid restart policy: maximum retry count can only be used with 'on-failure'"),
         ("on-failure:-1", "invalid restart policy: maximum retry count cannot be negative"),
@@ -140,7 +143,10 @@ def test_restart_policy_values(value, policy):
         (":3", "invalid restart policy format: no policy provided before colon"),
         (
             False,
-            "invalid restart policy: unknown policy 'False'; use one of 'no', 'always', 'on-failure', or 'unless-stopped'",
+            (
+                "invalid restart policy: unknown policy 'False'; use one of 'no', 'always', 'on-failure', or "
+                "'unless-stopped'"
+            ),
         ),
     ],
 )

@@ -1,4 +1,5 @@
-"""lanebook.recipe.effective.config: the effective configuration, the line that wins for each value and the dead lines."""
+"""lanebook.recipe.effective.config: the effective configuration, the line that wins for each value and the dead
+lines."""
 
 from __future__ import annotations
 

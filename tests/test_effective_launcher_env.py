@@ -1,4 +1,5 @@
-"""lanebook.recipe.effective.launcher_env: the launcher's profile overrides, read from the start script (or the env file),
+"""lanebook.recipe.effective.launcher_env: the launcher's profile overrides, read from the start script (or the env
+file),
 and the line that wins for the values they decide."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""lanebook.recipe.effective.mismatches: the lane compared with what a checkout runs, and the live command with the lane."""
+"""lanebook.recipe.effective.mismatches: the lane compared with what a checkout runs, and the live command with the
+lane."""
 
 from __future__ import annotations
 

@@ -180,7 +180,8 @@ def test_refusals_leave_no_record(runbooks):
 
 def test_a_process_that_runs_runbooks_does_not_import_jsonschemas_format_checks():
     """rfc3987_syntax builds an Earley parser when imported (over a second of every run), isoduration brings arrow:
-    format checks nbformat never makes. A fresh process importing lanebook.runs.execute, then jsonschema, goes without."""
+    format checks nbformat never makes. A fresh process importing lanebook.runs.execute, then jsonschema, goes
+    without."""
     code = (
         "import sys, lanebook.runs.execute, jsonschema\n"
         "print([sys.modules[name] for name in lanebook.runs.execute.JSONSCHEMA_FORMAT_PACKAGES if sys.modules[name]],"
@@ -431,12 +432,16 @@ HF = "hf_" + "Pl4ntedHfT0kenAbcdefghijk"
 API_KEY = "sk-" + "pl4nted-ApiKey-0123456789ab"
 BEARER = "Pl4ntedBearer.eyJzdWIiOiJvcCJ9.sig"
 KEY_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQPl4ntedKeyBody"
-PRIVATE_KEY = f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\nQyNTUxOQAAACBPl4ntedSecondLine\n-----END OPENSSH PRIVATE KEY-----"
+PRIVATE_KEY = (
+    f"-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\nQyNTUxOQAAACBPl4ntedSecondLine\n"
+    "-----END OPENSSH PRIVATE KEY-----"
+)
 URL_PASSWORD = "Pl4nted-url-pw"
 ODD = "Pl4nted odd-shaped!"  # no known shape: caught only because MIRROR_PASSWORD names a secret
 PLANTED = (HF, API_KEY, BEARER, KEY_BODY, "QyNTUxOQAAACBPl4ntedSecondLine", URL_PASSWORD, ODD)
 ECHO = (
-    'import os\nfor name in ("HF_TOKEN", "OPENAI_API_KEY", "LANE_NOTE", "MIRROR_URL", "DEPLOY_SSH_KEY", "MIRROR_PASSWORD"):\n'
+    'import os\nfor name in ("HF_TOKEN", "OPENAI_API_KEY", "LANE_NOTE", "MIRROR_URL", "DEPLOY_SSH_KEY", '
+    '"MIRROR_PASSWORD"):\n'
     '    print(f"echo {name}:", os.environ[name])'
 )
 TWIN_LOG = 'log = rb.lane.head.run("cat ~/planted-vllm.log")\nprint("twin head log:", log.stdout)'

@@ -113,7 +113,10 @@ def test_every_mismatch_is_named():
         "record: verdict 'pass', failed_step None (expected 'fail', '2 containers')",
         "record: not marked twin",
         "record: the executed notebook does not hash to the record's sha256",
-        "message: 'no orphaned worker (P16' not in the failure: '2 containers: the head does not run without its workers'",
+        (
+            "message: 'no orphaned worker (P16' not in the failure: '2 containers: the head does not run without its "
+            "workers'"
+        ),
         "record: a failure with no fix",
         "pitfall: P16 named neither in the failure nor in the fix",
         "repair: `stop` verdict 'fail', failed_step '1 stop script' (expected pass)",

@@ -1,4 +1,5 @@
-"""lanebook.base.files: a change replaces a file atomically after a backup, and a file an operator names is read with one
+"""lanebook.base.files: a change replaces a file atomically after a backup, and a file an operator names is read with
+one
 clear line when it cannot be."""
 
 import os

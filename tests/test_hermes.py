@@ -78,7 +78,10 @@ def test_the_lanes_own_block_passes_every_check():
         (
             {"extra_body": {"chat_template_kwargs": {"thinking": "false"}}},
             "thinking is a JSON boolean, as the lane means it",
-            "extra_body.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; use a JSON boolean",
+            (
+                "extra_body.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; use "
+                "a JSON boolean"
+            ),
         ),
         ({"extra_body": {}}, "thinking is a JSON boolean, as the lane means it", "chat_template_kwargs None"),
         (
@@ -119,12 +122,15 @@ def test_an_ssh_destination_for_hermes():
 def hermes_state_db(path, replies, reasoning_tokens=0):
     """A state.db with the tables and columns Hermes Agent 0.19.0 reads and writes for a session."""
     db = sqlite3.connect(path)
-    db.executescript("""
-        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, reasoning_tokens INTEGER DEFAULT 0);
+    db.executescript(
+        """
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT NOT NULL, model TEXT, """
+        """reasoning_tokens INTEGER DEFAULT 0);
         CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, role TEXT NOT NULL,
                                content TEXT, reasoning TEXT, reasoning_content TEXT, reasoning_details TEXT);
         CREATE TABLE session_model_usage (session_id TEXT NOT NULL, model TEXT NOT NULL,
-                                          reasoning_tokens INTEGER NOT NULL DEFAULT 0);""")
+                                          reasoning_tokens INTEGER NOT NULL DEFAULT 0);"""
+    )
     db.execute("INSERT INTO sessions VALUES ('s1', 'cli', 'm', 0)")
     db.execute("INSERT INTO session_model_usage VALUES ('s1', 'm', ?)", (reasoning_tokens,))
     db.execute("INSERT INTO messages (session_id, role, content) VALUES ('s1', 'user', 'Reply exactly ROUTE_OK.')")

@@ -48,7 +48,8 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
                 "head",
                 "worker",
             }
-            # step 6: the launcher's hook warmed the lane, so no wave is sent twice; the engine and both logs are checked
+            # step 6: the launcher's hook warmed the lane, so no wave is sent twice; the engine and both logs are
+            # checked
             assert record["figures"]["warmed_by"] == "the launcher's post-readiness hook"
             assert "warmup_shapes" not in record["figures"]
             executed = (tmp_path / "outputs" / record["output"]).read_text()

@@ -36,15 +36,27 @@ LAUNCH = (
         ),
         (
             1,
-            "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values.",
+            (
+                "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific "
+                "values."
+            ),
             "missing env file",
-            "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific values.",
+            (
+                "Missing /home/milo/ds4/.env.dspark. Copy .env.dspark.example to .env.dspark and edit node-specific "
+                "values."
+            ),
         ),
         (
             1,
-            "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark",
+            (
+                "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in "
+                "/home/milo/ds4/.env.dspark"
+            ),
             "refused configuration",
-            "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in /home/milo/ds4/.env.dspark",
+            (
+                "./start-deepseek-v4-flash-dspark.sh: line 27: WORKER_HOST: WORKER_HOST must be set in "
+                "/home/milo/ds4/.env.dspark"
+            ),
         ),
         (
             2,
@@ -238,7 +250,8 @@ def test_values_reaching_a_shell_are_quoted():
     )
     launcher.start_lane(lane)
     assert lane.executor.commands() == [
-        "head: cd ~/'odd dir; rm -rf x' && PROJECT_NAME='p q' WAIT_ATTEMPTS=1 WAIT_SECONDS=1 ./start-deepseek-v4-flash-dspark.sh"
+        "head: cd ~/'odd dir; rm -rf x' && PROJECT_NAME='p q' WAIT_ATTEMPTS=1 WAIT_SECONDS=1 "
+        "./start-deepseek-v4-flash-dspark.sh"
     ]
 
 
@@ -298,7 +311,8 @@ def test_launch_cycle(lane):
 
 @pytest.mark.twin
 def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
-    """One attempt, a second apart, cannot see a cold bind through: the launcher's timeout path with both ranks' logs."""
+    """One attempt, a second apart, cannot see a cold bind through: the launcher's timeout path with both ranks'
+    logs."""
     quick = ssh.Lane(
         lane_with(
             lane.params,

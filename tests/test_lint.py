@@ -196,7 +196,10 @@ def test_env_without_memory_setting_names_the_compose_default(good):
         ("--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192}", "--max-num-batched-tokens 16384", "P02"),
         (
             "- ${HF_CACHE:-${HOME}/.cache/huggingface}:/cache/huggingface",
-            "- /home/milo/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/snapshots/9e165c30:/models/flash",
+            (
+                "- /home/milo/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/"
+                "snapshots/9e165c30:/models/flash"
+            ),
             "P06",
         ),
         ("--gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80}", "--gpu-memory-utilization 0.80", "P07"),

@@ -10,11 +10,19 @@ from lanebook.nodes import ssh
 from lanebook.ops import logs
 from lanebook.recipe.speculative import speculative_config
 
-TOP = """UID                 PID                 PPID                C                   STIME               TTY                 TIME                CMD
-root                4101                4100                0                   07:01               ?                   00:00:00            /bin/bash -c exec /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888
-root                4102                4101                9                   07:01               ?                   00:03:12            /usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888 --speculative-config {"method":"dspark","num_speculative_tokens":5,"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]}
-root                4200                4102                0                   07:02               ?                   00:00:01            python3 -c from multiprocessing.resource_tracker import main
-"""
+TOP = (
+    "UID                 PID                 PPID                C                   STIME               "
+    "TTY                 TIME                CMD\n"
+    "root                4101                4100                0                   07:01               "
+    "?                   00:00:00            /bin/bash -c exec /usr/local/bin/vllm serve "
+    "deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888\n"
+    "root                4102                4101                9                   07:01               "
+    "?                   00:03:12            /usr/bin/python3 /usr/local/bin/vllm serve "
+    'deepseek-ai/DeepSeek-V4-Flash-0731 --port 8888 --speculative-config {"method":"dspark",'
+    '"num_speculative_tokens":5,"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]}\n'
+    "root                4200                4102                0                   07:02               "
+    "?                   00:00:01            python3 -c from multiprocessing.resource_tracker import main\n"
+)
 
 
 def test_kv_cache_tokens_takes_the_latest_boot():
@@ -51,7 +59,10 @@ def test_dry_run_lines():
     logs.scan_log(lane.head, "ds4-f-mia-anemll-0731-vllm-dspark-1")
     logs.scan_log(lane.head, "name with 'quote'", ["a b"])
     assert lane.executor.commands() == [
-        "head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size|No such container'",
+        (
+            "head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache "
+            "size|No such container'"
+        ),
         "head: docker logs 'name with '\"'\"'quote'\"'\"'' 2>&1 | grep -E 'a b|No such container'",
     ]
 
@@ -134,12 +145,19 @@ FATAL = {
     "Python crash": ["Fatal Python error: Segmentation fault"],
 }
 NOT_FATAL = [
-    "(EngineCore_DP0 pid=212) INFO 12-01 09:50:01 [shm_broadcast.py:501] No available shared memory broadcast block found "
+    "(EngineCore_DP0 pid=212) INFO 12-01 09:50:01 [shm_broadcast.py:501] No available shared memory broadcast block "
+    "found "
     "in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work.",
     "(APIServer pid=1) ERROR 12-01 09:59:21 [serving_chat.py:1168] Error in chat completion stream generator.",
     "(APIServer pid=1) INFO 12-01 09:40:00 [utils.py:233] non-default args: {'NCCL_SOCKET_IFNAME': 'bond0'}",
-    "(EngineCore_DP0 pid=212) INFO 12-01 09:45:00 [cuda_graph.py:77] Breakable CUDA graphs: decode runs the breakable (slow) path.",
-    "(EngineCore_DP0 pid=212) INFO 12-01 09:59:22 [backends.py:215] Compiling a graph for dynamic shape (batch 4, K 4) takes 0.30 s",
+    (
+        "(EngineCore_DP0 pid=212) INFO 12-01 09:45:00 [cuda_graph.py:77] Breakable CUDA graphs: decode runs the "
+        "breakable (slow) path."
+    ),
+    (
+        "(EngineCore_DP0 pid=212) INFO 12-01 09:59:22 [backends.py:215] Compiling a graph for dynamic shape (batch 4, "
+        "K 4) takes 0.30 s"
+    ),
 ]
 
 

@@ -96,7 +96,8 @@ def test_masking_is_observed_and_frees_the_units_memory(lane):
 @pytest.mark.twin
 def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
     lane.head.run(
-        "printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/local-vllm.service"
+        "printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > "
+        "/etc/systemd/system/local-vllm.service"
         " && systemctl start local-vllm.service"
     )
     try:

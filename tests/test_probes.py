@@ -24,9 +24,11 @@ def test_a_dry_run_records_each_request_and_sends_nothing():
         'extra {"chat_template_kwargs": {"thinking": false}}; GET http://192.168.1.11:8888/metrics before and after'
     )
     assert executor.commands()[4:] == [
-        f"local: K boundary C2 #1/2 (sent at once): POST {API}/chat/completions stream, max_tokens 16, prompt [t1-k0-0] "
+        f"local: K boundary C2 #1/2 (sent at once): POST {API}/chat/completions stream, max_tokens 16, prompt "
+        "[t1-k0-0] "
         '(122 chars), extra {"chat_template_kwargs": {"thinking": false}}',
-        f"local: K boundary C2 #2/2 (sent at once): POST {API}/chat/completions stream, max_tokens 64, prompt [t1-k0-1] "
+        f"local: K boundary C2 #2/2 (sent at once): POST {API}/chat/completions stream, max_tokens 64, prompt "
+        "[t1-k0-1] "
         '(104 chars), extra {"chat_template_kwargs": {"thinking": false}}',
         "local: K boundary C2: GET http://192.168.1.11:8888/metrics until running = waiting = 0, bound 30 s",
         "local: GET http://192.168.1.11:8888/health",

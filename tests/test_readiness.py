@@ -74,7 +74,10 @@ def test_dry_run_records_the_waits_and_sends_nothing():
     assert readiness.wait_lane_ready(lane) is None
     assert lane.executor.commands() == [
         "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s",
-        "local: wait for /v1/models listing deepseek-v4-flash-0731: GET http://192.168.1.11:8888/v1/models every 5 s, bound 1800 s",
+        (
+            "local: wait for /v1/models listing deepseek-v4-flash-0731: GET http://192.168.1.11:8888/v1/models "
+            "every 5 s, bound 1800 s"
+        ),
     ]
 
 

@@ -6,7 +6,10 @@ from lanebook.base.redact import REDACTED, environment_secrets, names_secret, re
 
 
 def test_redacts_tokens_and_keeps_the_key_name():
-    text = "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx0123 curl -H 'Authorization: Bearer sk-123456789abcdef' --api-key s3cr3tvalue"
+    text = (
+        "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx0123 curl -H 'Authorization: Bearer sk-123456789abcdef' --api-key "
+        "s3cr3tvalue"
+    )
     out = redact(text)
     assert "hf_abcdefghijklmnopqrstuvwx0123" not in out and "sk-123456789abcdef" not in out and "s3cr3tvalue" not in out
     assert out.startswith("HF_TOKEN=" + REDACTED)

@@ -214,7 +214,8 @@ def test_hardcoded_probabilistic_shape_gets_the_schedule(tmp_path):
 
 
 PLAIN_COMMAND = (
-    '    command: bash -lc \'SPECULATIVE_CONFIG="{\\"method\\":\\"dspark\\",\\"num_speculative_tokens\\":$${MTP_NUM_TOKENS:-5},'
+    '    command: bash -lc \'SPECULATIVE_CONFIG="{\\"method\\":\\"dspark\\",'
+    '\\"num_speculative_tokens\\":$${MTP_NUM_TOKENS:-5},'
     '\\"draft_sample_method\\":\\"probabilistic\\"}"; exec /usr/local/bin/vllm serve ${DSPARK_MODEL} '
     "--max-model-len ${MAX_MODEL_LEN:-1048576} --max-num-seqs ${MAX_NUM_SEQS:-6} "
     "--max-num-batched-tokens ${MAX_NUM_BATCHED_TOKENS:-8192} --gpu-memory-utilization ${GPU_MEMORY_UTILIZATION:-0.80} "

@@ -230,7 +230,10 @@ def test_a_dry_run_fingerprint_sends_one_probe_per_node_and_observes_nothing():
         "observed": False,
         "nodes": {},
     }
-    probe_line = "python3 - ~/ds4-f-mia-anemll-1m6 ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash < fingerprint_probe.py"
+    probe_line = (
+        "python3 - ~/ds4-f-mia-anemll-1m6 ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash < "
+        "fingerprint_probe.py"
+    )
     assert lane.executor.commands() == [f"head: {probe_line}", f"worker: {probe_line}"]
 
 

@@ -102,7 +102,8 @@ def stop_both_lanes():
 
 @pytest.fixture(scope="module")
 def rolled_back(twin, tmp_path_factory):
-    """The twin lane launched (by the launcher); a promotion's fingerprint of twin-1m6 recorded; a rollback refused over a touched
+    """The twin lane launched (by the launcher); a promotion's fingerprint of twin-1m6 recorded; a rollback refused over
+    a touched
     file; then, the file gone again, bare papermill's rollback. Both lanes stopped afterwards."""
     tmp = tmp_path_factory.mktemp("rollback")
     outputs = tmp / "outputs"

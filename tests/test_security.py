@@ -173,7 +173,8 @@ def launched(twin):
 
 @pytest.mark.twin
 def test_every_socket_the_twin_listens_on_is_loopback(launched, twin):
-    """Both sshd, the API server and the engines' ports, read from the kernel's socket tables of the twin's processes."""
+    """Both sshd, the API server and the engines' ports, read from the kernel's socket tables of the twin's
+    processes."""
     listening = _listening(control.twin_processes(Path(twin["twin_dir"])))
     ports = {int(a.rsplit(":", 1)[1]) for a in listening}
     assert {2222, 8888} <= ports, listening

@@ -38,7 +38,8 @@ SHORT_SPEED = ("-p", "max_tokens=32", "-p", "workloads=probe")
 
 # Characters drawn like U+0378 (no font has it), with where each is; skips what draws nothing on purpose
 # (spaces, format characters such as U+FE0F, combining marks).
-MISSING_GLYPHS_JS = r"""
+MISSING_GLYPHS_JS = (
+    r"""
 () => {
   const canvas = document.createElement("canvas");
   canvas.width = 64; canvas.height = 64;
@@ -55,14 +56,16 @@ MISSING_GLYPHS_JS = r"""
     for (const ch of text) {
       if (ch.codePointAt(0) < 0x80 || drawsNothing.test(ch)) continue;
       const key = font + "|" + ch;
-      if (!seen.has(key)) seen.set(key, {ch, font, where: ((el.closest("[class]") || el).getAttribute("class") || el.tagName).slice(0, 60),
+      if (!seen.has(key)) seen.set(key, {ch, font, """
+    r"""where: ((el.closest("[class]") || el).getAttribute("class") || el.tagName).slice(0, 60),
                                          context: (el.textContent || "").trim().slice(0, 80)});
     }
   };
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const el = node.parentElement;
-    if (el && el.getClientRects().length && getComputedStyle(el).visibility !== "hidden") note(el, node.data, getComputedStyle(el));
+    if (el && el.getClientRects().length && getComputedStyle(el).visibility !== "hidden") """
+    r"""note(el, node.data, getComputedStyle(el));
   }
   for (const el of document.body.querySelectorAll("*")) {
     // only HTML elements draw ::before/::after (an icon's <svg> keeps its class, not its pseudo-elements)
@@ -81,6 +84,7 @@ MISSING_GLYPHS_JS = r"""
   return missing;
 }
 """
+)
 
 IMAGES_JS = """
 async () => Promise.all([...document.images].map(async img => {
@@ -166,7 +170,8 @@ def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(browser, 
 
 @pytest.fixture(scope="module")
 def site(twin, tmp_path_factory) -> Path:
-    """The site built from a twin launch run and a short twin speed run (launch is idempotent: an up lane is verified)."""
+    """The site built from a twin launch run and a short twin speed run (launch is idempotent: an up lane is
+    verified)."""
     from lanebook.site.book import build_book
 
     tmp = tmp_path_factory.mktemp("site")

@@ -111,7 +111,8 @@ def test_a_dry_run_on_the_real_lane_shows_what_it_would_send_and_opens_no_connec
     lines = [line.strip() for line in done.stdout.splitlines()]
     for workload in ("probe", "code", "prose"):
         assert (
-            f"local: speed {workload}: 3 trials x C1/C4/C6 = 33 streamed POST http://192.168.1.11:8888/v1/chat/completions "
+            f"local: speed {workload}: 3 trials x C1/C4/C6 = 33 streamed POST "
+            "http://192.168.1.11:8888/v1/chat/completions "
             "(unique prompts, temperature 0, max_tokens 256, usage included); before each wave GET "
             "http://192.168.1.11:8888/metrics until no request runs or waits"
         ) in lines

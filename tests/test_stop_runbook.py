@@ -52,8 +52,8 @@ def test_launch_status_stop_status(twin, tmp_path):
             )
             assert refused.returncode != 0
             assert (
-                "1 stop script: stop lane twin on every node and clean their memory needs confirmation (--yes or -p confirm=True)"
-                in refused.stdout + refused.stderr
+                "1 stop script: stop lane twin on every node and clean their memory needs confirmation (--yes or -p "
+                "confirm=True)" in refused.stdout + refused.stderr
             )
             assert "rerun with --yes" in unconfirmed.read_text()
             assert launcher.lane_containers(lane).state == "up"

@@ -59,7 +59,8 @@ def test_checkout_dry_run_observes_nothing():
     check = transfers.checkout_ok(lane)
     assert not check and check.seen == "not observed (dry run)"
     assert lane.executor.commands()[0].startswith(
-        "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo '~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; "
+        "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo "
+        "'~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; "
     )
 
 

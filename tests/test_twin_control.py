@@ -95,7 +95,10 @@ def test_a_twin_in_another_network_namespace_is_not_running_here(tmp_path, monke
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    start = 'ip link set lo up && exec "$0" -c \'from lanebook.twin import control; print(control.up(fast=True)["running"])\''
+    start = (
+        'ip link set lo up && exec "$0" -c \'from lanebook.twin import control; '
+        'print(control.up(fast=True)["running"])\''
+    )
     elsewhere = subprocess.run(
         ["unshare", "-n", "sh", "-c", start, sys.executable],
         capture_output=True,
@@ -129,7 +132,10 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
             f"NODE_RANK=1 DSPARK_RESTART_POLICY=no {PLACEHOLDER} {COMPOSE.replace('control-test', 'control-no')} up -d"
         )
         ssh(first, "worker", f"cd {CHECKOUT} && {default_policy} && {no_policy} && touch /dev/shm/psm_planted")
-        inspect = "docker inspect --format '{{.Id}} {{.State.Pid}} {{.State.StartedAt}} {{.RestartCount}}' control-test-vllm-dspark-1"
+        inspect = (
+            "docker inspect --format '{{.Id}} {{.State.Pid}} {{.State.StartedAt}} {{.RestartCount}}' "
+            "control-test-vllm-dspark-1"
+        )
         before = ssh(first, "worker", inspect).stdout.split()
         session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "sleep 300"])
         head_session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "head", "sleep 300"])

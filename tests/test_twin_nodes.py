@@ -153,7 +153,8 @@ def test_hf_cache_is_laid_out_as_the_hub_lays_it(twin):
 
 
 def test_each_node_logs_every_command_line_it_is_given(twin):
-    """var/commands.log: each session's command exactly as sent (NUL-terminated), so a test can prove what a node ran."""
+    """var/commands.log: each session's command exactly as sent (NUL-terminated), so a test can prove what a node
+    ran."""
     from lanebook.twin.nodes import TwinLayout
 
     marker = f"echo 'logged; $(not run)' {os.getpid()}"

@@ -1,4 +1,5 @@
-"""The walkthrough as an operator uses it: JupyterLab on loopback (lanebook.runs.lab) with the runbooks, driven in headless
+"""The walkthrough as an operator uses it: JupyterLab on loopback (lanebook.runs.lab) with the runbooks, driven in
+headless
 Chromium (Debian's /usr/bin/chromium through Playwright). The launch runbook is opened on its default lane, the twin,
 cleanly down; Run All Cells; step 1 (it clears /dev/shm on both nodes) waits at its Confirm/Cancel buttons with
 nothing after it run; a click on Confirm lets it go on, the launcher's wait shows a live progress bar, and the

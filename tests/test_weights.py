@@ -29,7 +29,8 @@ def test_dry_run_download_and_rsync_lines():
 def test_download_goes_where_verify_looks():
     params = WeightsParams(repo="org/model", hf_cache="/data/hf")
     assert weights.download_command(params) == (
-        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 HF_HOME=/data/hf hf download org/model --max-workers 4"
+        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 HF_HOME=/data/hf hf download org/model "
+        "--max-workers 4"
     )
     assert params.hub_dir == "/data/hf/hub/models--org--model"
 
@@ -101,7 +102,8 @@ def test_download_on_the_head_only(damaged_lane):
     assert weights.verify_weights(lane.head, lane.params.weights).missing_shards == [shard(9)]
     result = weights.download_on_head(lane)
     assert result.node == "head" and result.command == (
-        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4"
+        "HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 hf download deepseek-ai/DeepSeek-V4-Flash-0731 "
+        "--max-workers 4"
     )
     assert weights.verify_weights(lane.head, lane.params.weights).ok
 

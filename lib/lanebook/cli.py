@@ -214,7 +214,8 @@ def env_render(
     lane: str = typer.Option(..., "--lane"),
     checkout: Path = typer.Option(..., "--checkout", help="a checkout directory holding docker-compose.dspark.yml"),
 ):
-    """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff printed)."""
+    """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff \
+printed)."""
     from lanebook.lane.params import load_lane
     from lanebook.recipe.render import render_checkout
 
@@ -269,7 +270,8 @@ def audit(
     runbook: Optional[str] = typer.Option(None, "--runbook", help="only this runbook's runs"),
     as_json: bool = typer.Option(False, "--json", help="print the records (a JSON list), not the table"),
 ):
-    """List recorded runs (lane, runbook, verdict, duration, key figures, promotion); `audit verify` re-hashes every output."""
+    """List recorded runs (lane, runbook, verdict, duration, key figures, promotion); `audit verify` re-hashes every \
+output."""
     if ctx.invoked_subcommand:
         return
     from lanebook.runs.audit import print_runs, read_runs, running_runs

@@ -253,7 +253,9 @@ class HermesParams(Strict):
     )
     bin: Optional[StrictStr] = Field(
         None,
-        description="the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH",
+        description=(
+            "the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH"
+        ),
     )
 
     _host = _validated(check_destination, "host")
@@ -284,7 +286,10 @@ class LaneParams(Strict):
     )
     legacy_units: list[StrictStr] = Field(
         default_factory=lambda: ["aiden-vllm.service"],
-        description="systemd units of older serving stacks to mask before compose: a legacy unit can restart and take the pair's memory (pitfall 13)",
+        description=(
+            "systemd units of older serving stacks to mask before compose: a legacy unit can restart and take the "
+            "pair's memory (pitfall 13)"
+        ),
     )
     rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
 

@@ -45,7 +45,8 @@ class Registry:
         self.ssh_configs[name] = resolver
 
     def before_run(self, preparer: LanePreparer) -> None:
-        """`preparer(lane)` runs before a runbook acts on a lane (not in a dry run); it decides whether the lane is its own."""
+        """`preparer(lane)` runs before a runbook acts on a lane (not in a dry run); it decides whether the lane is its
+        own."""
         self.preparers.append(preparer)
 
     def launch_when_down(self, launcher: LaneLauncher) -> None:
@@ -83,7 +84,8 @@ def registry() -> Registry:
 
 
 def resolve_ssh_config(value: Optional[str]) -> Optional[Path]:
-    """The ssh config file a lane's `ssh_config:` names: a plugin's name, or a path (~ expanded); None = ssh's defaults."""
+    """The ssh config file a lane's `ssh_config:` names: a plugin's name, or a path (~ expanded); None = ssh's
+    defaults."""
     if not value:
         return None
     resolver = registry().ssh_configs.get(value)

@@ -25,7 +25,10 @@ class WaitProgress:
     last: str  # the last answer: "HTTP 503", "ConnectError", ...
 
     def line(self) -> str:
-        return f"waiting for {self.what}: {self.elapsed_s:.0f}/{self.bound_s:.0f} s, attempt {self.attempt}, last: {self.last}"
+        return (
+            f"waiting for {self.what}: {self.elapsed_s:.0f}/{self.bound_s:.0f} s, attempt {self.attempt}, "
+            f"last: {self.last}"
+        )
 
 
 def print_progress(every_s: float = 15.0) -> Callable[[WaitProgress], None]:

@@ -306,7 +306,8 @@ class Node:
 
     @property
     def address(self) -> str:
-        """Where the node is reached: as resolved once a connection was set up (the ssh config wins), else the params."""
+        """Where the node is reached: as resolved once a connection was set up (the ssh config wins), else the
+        params."""
         if self._target:
             return self._target
         user = f"{self.params.user}@" if self.params.user else ""

@@ -340,7 +340,10 @@ def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False)
     """sha256 of each of NAMES that is a file in the node's checkout (and, with SCRIPTS, of every file under scripts/);
     none when the node has no such checkout."""
     listed = " ".join(q(n) for n in names)
-    command = f'cd {qpath(checkout)} 2>/dev/null || exit 0; for f in {listed}; do if test -f "$f"; then sha256sum -- "$f"; fi; done'
+    command = (
+        f"cd {qpath(checkout)} 2>/dev/null || exit 0; for f in {listed}; "
+        'do if test -f "$f"; then sha256sum -- "$f"; fi; done'
+    )
     if scripts:
         command += "; if test -d scripts; then find scripts -type f -exec sha256sum -- {} +; fi"
     return _hashes(node.run(command, timeout=60).stdout)

@@ -146,7 +146,8 @@ def launcher_result(result: CommandResult) -> LauncherResult:
 
 
 def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> LauncherResult:
-    """Seed 000 "Launch": the launcher from the head, bounded by its own wait (WAIT_ATTEMPTS x WAIT_SECONDS) plus a margin.
+    """Seed 000 "Launch": the launcher from the head, bounded by its own wait (WAIT_ATTEMPTS x WAIT_SECONDS) plus a
+    margin.
 
     Run with a terminal, so stopping at the bound hangs the launcher up (it exits 129) instead of
     leaving it running on the head. Its output is followed as it streams: elapsed time against the bound

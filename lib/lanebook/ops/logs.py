@@ -30,7 +30,8 @@ KV_CACHE_LINE = "GPU KV cache size"
 FATAL_LOG_PATTERNS = {
     "CUDA error": r"CUDA error|out of memory",
     "NCCL error": r"NCCL error",
-    "engine death": r"EngineDeadError|EngineCore encountered a fatal error|died unexpectedly",  # engine core or worker proc
+    # engine core or worker proc
+    "engine death": r"EngineDeadError|EngineCore encountered a fatal error|died unexpectedly",
     "preemption": r"is preempted by PreemptionMode",  # KV cache too small for the running batch: recomputed
     "Python crash": r"Fatal Python error",
 }

@@ -74,7 +74,8 @@ def schedule_problems(schedule: Any, max_num_seqs: Optional[int], k: Optional[in
     )
     if not triples or not schedule:
         return [
-            f"num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K] integers (got {schedule!r})"
+            "num_speculative_tokens_per_batch_size must be a non-empty list of [start_bs, end_bs, K] integers (got "
+            f"{schedule!r})"
         ]
     problems = []
     expected = 1
@@ -363,7 +364,10 @@ PITFALLS: tuple[Pitfall, ...] = (
         "If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes.",
         "error",
         "lint, env, launch",
-        "A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0).",
+        (
+            "A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface "
+            "(bond0)."
+        ),
         check_loopback,
     ),
     Pitfall(

@@ -50,7 +50,8 @@ def verdict_label(verdict: str) -> str:
 
 
 def tally(runs: list[dict]) -> str:
-    """One line counting runs by verdict, dry runs apart from passes: "3 runs: 1 pass, 1 fail, 1 dry-run (observed nothing, …)"."""
+    """One line counting runs by verdict, dry runs apart from passes: "3 runs: 1 pass, 1 fail, 1 dry-run (observed
+    nothing, …)"."""
     counts = {v: sum(r["verdict"] == v for r in runs) for v in VERDICTS}
     others = sum(r["verdict"] not in VERDICTS for r in runs)
     parts = [
@@ -328,7 +329,8 @@ def _short(value: object) -> str:
 
 
 def key_figures(figures: dict, limit: int = 3) -> str:
-    """The run's first LIMIT plain figures (numbers, flags, short text; not tables), short: "state=up, free_gib=99.5 +2"."""
+    """The run's first LIMIT plain figures (numbers, flags, short text; not tables), short: "state=up, free_gib=99.5
+    +2"."""
     plain = [(k, v) for k, v in (figures or {}).items() if v is None or isinstance(v, (bool, int, float, str))]
     shown = ", ".join(f"{k}={_short(v)}" for k, v in plain[:limit])
     more = len(figures or {}) - min(limit, len(plain))

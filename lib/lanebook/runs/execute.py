@@ -343,11 +343,13 @@ def run_runbook(
     unknown = sorted(set(params) - accepted)
     if unknown:
         raise LanebookError(
-            f"unknown parameter(s) for {runbook}: {', '.join(unknown)} (accepted: {', '.join(sorted(accepted)) or 'none'})"
+            f"unknown parameter(s) for {runbook}: {', '.join(unknown)} (accepted: "
+            f"{', '.join(sorted(accepted)) or 'none'})"
         )
     if runbook in CHANGING and not lane_params.twin and not dry_run and not yes:
         raise LanebookError(
-            f"'{runbook}' changes the real lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands"
+            f"'{runbook}' changes the real lane {lane_params.name}: add --yes to confirm, or --dry-run to see the "
+            "commands"
         )
     if "confirm" in accepted:
         params = {"confirm": yes or lane_params.twin, **params}

@@ -1,7 +1,8 @@
 """`lanebook lab`: the interactive walkthrough — JupyterLab on loopback in the runbooks folder, its lane ready.
 
 The runbooks' `lane` parameter defaults to the twin, so an operator opens one and runs it; destructive steps
-ask with a Confirm/Cancel button and long waits show a live progress bar (lanebook.base.frontend, lanebook.base.progress).
+ask with a Confirm/Cancel button and long waits show a live progress bar (lanebook.base.frontend,
+lanebook.base.progress).
 
 JupyterLab listens on 127.0.0.1 only, behind a fresh token handed over in the environment (a command line
 is readable by every local user; a process's environment is not), and on the exact port asked for: a port
@@ -172,7 +173,8 @@ def start_lab(
 
 
 def run_lab(port: int = DEFAULT_PORT) -> int:
-    """`lanebook lab`: ready the default lane (the twin comes up), start JupyterLab, print its URL, serve until Ctrl-C."""
+    """`lanebook lab`: ready the default lane (the twin comes up), start JupyterLab, print its URL, serve until
+    Ctrl-C."""
     if not port_free(port):  # said before the twin is touched
         raise LanebookError(f"port {port} on {HOST} is in use: give another with --port N")
     prepare_lane(load_lane(DEFAULT_LANE))

@@ -1,4 +1,5 @@
-"""Speed bands: an exact, cheap streaming harness (per-stream decode, wall aggregate, TTFT and acceptance, defined in metrics).
+"""Speed bands: an exact, cheap streaming harness (per-stream decode, wall aggregate, TTFT and acceptance, defined in
+metrics).
 
 records/client (on transport, a lean httpx transport that stamps every socket read with the kernel's
 receive time) do the I/O, metrics are pure functions of the records, workloads are prompt sets kept

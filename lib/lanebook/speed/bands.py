@@ -145,7 +145,8 @@ class Comparison:
         head = f"{self.kind} verdict: {self.verdict} (tolerance ±{self.tolerance:.0%} on medians"
         head += ")" if self.complete else f"; incomplete: some bands have fewer than {MIN_TRIALS} trials)"
         lines = [head] + [
-            f"  {c.verdict}: {c.workload} C{c.concurrency} {c.figure} {c.baseline:.1f} -> {c.current:.1f} ({c.change:+.1%})"
+            f"  {c.verdict}: {c.workload} C{c.concurrency} {c.figure} {c.baseline:.1f} -> {c.current:.1f} "
+            f"({c.change:+.1%})"
             for c in worse + better
         ]
         return "\n".join(lines)
@@ -184,7 +185,8 @@ def compare_to_baseline(current: list[dict], baseline: list[dict], tolerance: fl
     base_cells, base_tokens = _cells(baseline)
     if cur_tokens != base_tokens:
         raise LanebookError(
-            f"not comparable: max_tokens {sorted(cur_tokens, key=str)} against the baseline's {sorted(base_tokens, key=str)}"
+            f"not comparable: max_tokens {sorted(cur_tokens, key=str)} against the baseline's "
+            f"{sorted(base_tokens, key=str)}"
         )
     verdicts = [
         _judge(figure, cell, cur_cells[cell], base_cells.get(cell), tolerance)
@@ -218,7 +220,8 @@ def ab_canary(a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE
         raise LanebookError(f"A/B canary is not matched: cells {only} are measured on one side only")
     if a_tokens != b_tokens or len(a_tokens) != 1:
         raise LanebookError(
-            f"A/B canary is not matched: max_tokens differ (A {sorted(a_tokens, key=str)}, B {sorted(b_tokens, key=str)})"
+            f"A/B canary is not matched: max_tokens differ (A {sorted(a_tokens, key=str)}, B "
+            f"{sorted(b_tokens, key=str)})"
         )
     verdicts = [
         _judge(figure, cell, b_cells[cell], a_cells[cell], tolerance)

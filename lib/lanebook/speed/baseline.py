@@ -171,7 +171,8 @@ def _comparable(documents: list[dict], baseline: Baseline) -> list[str]:
         stored = baseline.document(doc["workload"])
         if stored is not None and counterpart(baseline, doc) is None:
             problems.append(
-                f"{doc['workload']}: max_tokens {doc.get('max_tokens')} here, {stored.get('max_tokens')} in the baseline"
+                f"{doc['workload']}: max_tokens {doc.get('max_tokens')} here, {stored.get('max_tokens')} in the "
+                "baseline"
             )
     if not any(baseline.document(doc["workload"]) for doc in documents):
         problems.append(

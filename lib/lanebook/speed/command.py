@@ -50,7 +50,8 @@ class SpeedResult:
         return stamp_source(r for wave in self.waves for r in wave.requests)
 
     def document(self) -> dict:
-        """The speed JSON document (api, model, workload, max_tokens, runs, bands), plus "twin" so twin figures are never taken for a real lane's, and
+        """The speed JSON document (api, model, workload, max_tokens, runs, bands), plus "twin" so twin figures are
+        never taken for a real lane's, and
         "stamp_source": what timed the chunks ("kernel" receive stamps, or "loop": the client's reads)."""
         runs = [f.run_json() for f in self.figures]
         return {
@@ -162,7 +163,8 @@ def _wave_line(fig: WaveFigures) -> str:
         else ""
     )
     return (
-        f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream {_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
+        f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream "
+        f"{_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
         f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{errors}"
     )
 

@@ -202,7 +202,8 @@ def bands_table(document: dict) -> str:
     for band in document["bands"]:
         rows.append(
             f"| {band['concurrency']} | {band['trials']}{'' if band['complete'] else ' (incomplete)'} | "
-            f"{band['errors']} | {cell(band['mean_stream_decode_tok_s'], 1)} | {cell(band['wall_aggregate_tok_s'], 1)} | "
+            f"{band['errors']} | {cell(band['mean_stream_decode_tok_s'], 1)} | "
+            f"{cell(band['wall_aggregate_tok_s'], 1)} | "
             f"{cell(band['ttft_s_median'], 3)} | {cell(band['acceptance_rate'], 2)} |"
         )
     return "\n".join(rows)

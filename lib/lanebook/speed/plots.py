@@ -14,7 +14,8 @@ PANELS = (("mean_stream_decode_tok_s", "per-stream decode tok/s"), ("wall_aggreg
 
 
 def band_series(document: dict, figure: str) -> tuple[list[int], list[float], list[float], list[float]]:
-    """(levels, medians, mins, maxes) of one figure over the document's bands; levels without the figure are left out."""
+    """(levels, medians, mins, maxes) of one figure over the document's bands; levels without the figure are left
+    out."""
     levels, medians, mins, maxes = [], [], [], []
     for band in sorted(document["bands"], key=lambda b: b["concurrency"]):
         stats = band.get(figure)

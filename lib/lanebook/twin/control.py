@@ -390,7 +390,8 @@ def answers_ssh(ip: str, port: int, timeout_s: float = 2.0) -> bool:
 
 
 def status() -> dict:
-    """The status `lanebook twin status --json` prints (running, ssh_config, nodes, api, faults), plus fast, time_scale, lane and per-node detail.
+    """The status `lanebook twin status --json` prints (running, ssh_config, nodes, api, faults), plus fast, time_scale,
+    lane and per-node detail.
 
     `running` means reachable: the state says up, the head's sshd process lives and its address answers
     here. Per node, `sshd` is the process alive and `reachable` its port answering.

@@ -232,7 +232,8 @@ def sshd_config(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> str
 
 
 def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: float) -> str:
-    """The node's ForceCommand: its own HOME/PATH/state, the node's paths mapped, then the client's command (or a shell)."""
+    """The node's ForceCommand: its own HOME/PATH/state, the node's paths mapped, then the client's command (or a
+    shell)."""
     q = shlex.quote
     path = ":".join([str(layout.bin(alias)), str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"])
     patterns = "|".join(f"*{p}*" for p in NODE_PATHS)
@@ -240,7 +241,10 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
         "#!/bin/bash",
         f"# lanebook twin node {alias}: every ssh, sftp and rsync session starts here (sshd ForceCommand).",
         f"export HOME={q(str(layout.home(alias)))} PATH={q(path)}",
-        f"export LANEBOOK_NODE={alias} LANEBOOK_NODE_ROOT={q(str(layout.node(alias)))} LANEBOOK_TWIN_DIR={q(str(layout.root))}",
+        (
+            f"export LANEBOOK_NODE={alias} LANEBOOK_NODE_ROOT={q(str(layout.node(alias)))} "
+            f"LANEBOOK_TWIN_DIR={q(str(layout.root))}"
+        ),
         f"export LANEBOOK_NODE_MAPPED_ROOT={q(mapped_root(layout.node(alias)))}",
         f"export LANEBOOK_TWIN_TIME_SCALE={time_scale:g}",
         "# the stand-ins and the engine run the same lanebook code as the controller that wrote this node",
@@ -250,17 +254,32 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
         f"printf '%s\\0' \"${{SSH_ORIGINAL_COMMAND:-}}\" >> {q(str(layout.command_log(alias)))}",
         "# /dev/shm, drop_caches and the unit directory are this node's own (lanebook.twin.session)",
         'case "${SSH_ORIGINAL_COMMAND:-}" in',
-        f'  {patterns}) SSH_ORIGINAL_COMMAND=$({q(sys.executable)} -m lanebook.twin.session map "$SSH_ORIGINAL_COMMAND") || exit 1 ;;',
+        (
+            f"  {patterns}) SSH_ORIGINAL_COMMAND=$({q(sys.executable)} -m lanebook.twin.session map "
+            '"$SSH_ORIGINAL_COMMAND") || exit 1 ;;'
+        ),
         "esac",
     ]
     if alias == WORKER and "ssh-drop-mid-rsync" in faults:
         lines += [
             "# fault ssh-drop-mid-rsync: the first rsync push into this node loses its connection part-way.",
-            'if [[ "${SSH_ORIGINAL_COMMAND:-}" == "rsync --server "* && " $SSH_ORIGINAL_COMMAND " != *" --sender "* ]] \\',
+            (
+                'if [[ "${SSH_ORIGINAL_COMMAND:-}" == "rsync --server "* '
+                '&& " $SSH_ORIGINAL_COMMAND " != *" --sender "* ]] \\'
+            ),
             '   && mkdir "$LANEBOOK_NODE_ROOT/var/ssh-drop-mid-rsync.fired" 2>/dev/null; then',
-            f'  echo "$(date -u +%FT%TZ) dropped rsync push after {RSYNC_DROP_BYTES} bytes" >> "$LANEBOOK_NODE_ROOT/var/faults.log"',
-            "  # Only the relay reads the connection; when it stops, the server sees the stream end and the session closes.",
-            f'  bash -c "$SSH_ORIGINAL_COMMAND" < <(dd iflag=count_bytes count={RSYNC_DROP_BYTES} bs=64K status=none 2>/dev/null)',
+            (
+                f'  echo "$(date -u +%FT%TZ) dropped rsync push after {RSYNC_DROP_BYTES} bytes" >> '
+                '"$LANEBOOK_NODE_ROOT/var/faults.log"'
+            ),
+            (
+                "  # Only the relay reads the connection; when it stops, the server sees the stream end and the "
+                "session closes."
+            ),
+            (
+                f'  bash -c "$SSH_ORIGINAL_COMMAND" < <(dd iflag=count_bytes count={RSYNC_DROP_BYTES} bs=64K '
+                "status=none 2>/dev/null)"
+            ),
             "  exit 255",
             "fi",
         ]

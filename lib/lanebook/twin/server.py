@@ -684,7 +684,8 @@ class TwinServer:
         return JSONResponse({"object": "list", "data": data})
 
     async def twin_requests(self, request: Request) -> Response:
-        """Twin-only truth: per request, the server's own emission times, and when it became ready (time.time() seconds)."""
+        """Twin-only truth: per request, the server's own emission times, and when it became ready (time.time()
+        seconds)."""
         if request.method == "DELETE":
             cleared, self.records = len(self.records), []
             return JSONResponse({"cleared": cleared})

@@ -5,7 +5,8 @@ process env, the compose ``command:`` gives the argv, and stdout/stderr are ``do
 refused as vLLM's argparse refuses them; the boot prints vLLM's lines (cold bind with its non-fatal
 SHM warnings, KV sizing or the KV ValueError); node rank 0 gathers the headless workers over a plain
 TCP rendezvous on --master-addr:--master-port before it serves; a headless worker joins it and stays
-up, orphaned, if the head vanishes; a worker that left a formed group cannot join it again. Twin-only knobs come from LANEBOOK_TWIN_* variables.
+up, orphaned, if the head vanishes; a worker that left a formed group cannot join it again. Twin-only knobs come from
+LANEBOOK_TWIN_* variables.
 """
 
 from __future__ import annotations

@@ -48,7 +48,16 @@ def describe(url: str, body: dict, label: str) -> str:
     tag = prompt.split("]", 1)[0] + "]" if prompt.startswith("[") else ""
     return (
         f"{label}: POST {url} stream, max_tokens {body['max_tokens']}, prompt {tag} ({len(prompt):,} chars), "
-        f"extra {json.dumps({k: v for k, v in body.items() if k not in ('model', 'messages', 'max_tokens', 'stream', 'stream_options', 'temperature')}, sort_keys=True)}"
+        f"""extra {
+            json.dumps(
+                {
+                    k: v
+                    for k, v in body.items()
+                    if k not in ("model", "messages", "max_tokens", "stream", "stream_options", "temperature")
+                },
+                sort_keys=True,
+            )
+        }"""
     )
 
 
@@ -150,7 +159,8 @@ def fatal_log_lines(lane: Lane) -> dict[str, dict[str, list[str]]]:
 def measure_workloads(
     lane: Lane, workloads: Sequence[str], concurrency: Sequence[int], trials: int, max_tokens: int
 ) -> Optional[list[dict]]:
-    """One speed document per workload on the lane's API (run_speed, as `lanebook speed` measures); None in a dry run."""
+    """One speed document per workload on the lane's API (run_speed, as `lanebook speed` measures); None in a dry
+    run."""
     params = lane.params
     for workload in workloads:
         lane.executor.record_local(

@@ -23,17 +23,20 @@ STATEMENT_RES = (
     re.compile(r'case\s+"\$\{DEFAULT_THINKING\b.*?\besac\s*;?', re.S),
 )
 # The variables the image sets from the environment before exec (its key, quantization and revision logic).
-ARGS_PRELUDE = r"""
+ARGS_PRELUDE = (
+    r"""
 if [ -n "${VLLM_API_KEY:-}" ] && [[ "${DSPARK_API_KEYS:-}" == *[!$' \t']* ]]; then
   echo "error: VLLM_API_KEY and DSPARK_API_KEYS are both set; set exactly one of them" >&2; exit 2
 fi
 API_KEY_ARGS=()
-if [[ "${DSPARK_API_KEYS:-}" == *[!$' \t']* ]]; then read -r -a _keys <<< "${DSPARK_API_KEYS}"; API_KEY_ARGS=(--api-key "${_keys[@]}"); fi
+if [[ "${DSPARK_API_KEYS:-}" == *[!$' \t']* ]]; then read -r -a _keys <<< "${DSPARK_API_KEYS}"; """
+    r"""API_KEY_ARGS=(--api-key "${_keys[@]}"); fi
 VLLM_QUANTIZATION_ARGS=""
 if [ "${ENABLE_VLLM_GB10_PATCH:-0}" = "1" ]; then VLLM_QUANTIZATION_ARGS="--quantization modelopt_gb10_hybrid"; fi
 REVISION_ARGS=""
 if [ -n "${DSPARK_REVISION:-}" ]; then REVISION_ARGS="--revision ${DSPARK_REVISION}"; fi
 """
+)
 
 
 class ContainerExit(LanebookError):

@@ -77,7 +77,8 @@ class LauncherOverrides:
 
 
 def launcher_overrides(files: CheckoutFiles) -> LauncherOverrides:
-    """Read from the start script (and what it sources) when the checkout has one, else from its env file and example."""
+    """Read from the start script (and what it sources) when the checkout has one, else from its env file and
+    example."""
     sources = tuple(files.launcher_files or [f for f in (files.env, files.example) if f])
     active = tuple(o for o in RECIPE_OVERRIDES if any(re.search(rf"\b{o.marker}\b", f.text) for f in sources))
     return LauncherOverrides(active, sources)

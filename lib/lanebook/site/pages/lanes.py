@@ -99,7 +99,8 @@ def lanes_page(lanes: list[LaneParams], reference: str) -> str:
     chain_lines = "".join(f"- {' → '.join(chain)}\n" for chain in chains if len(chain) > 1)
     return (
         "# Lane matrix\n\nEvery value comes from the lane files under `params/` (the same files that render the env\n"
-        "file, patch the compose file, drive the twin and set the gates). A variant is a copy with one line changed.\n\n"
+        "file, patch the compose file, drive the twin and set the gates). A variant is a copy with one line "
+        "changed.\n\n"
         f"Highlighted: a value that differs from **{reference}** (the current recipe); a row marked DIFFERS has at "
         "least one.\n\n"
         + (

@@ -42,7 +42,8 @@ def wide(table: str) -> str:
 
 
 def badge(word: str, kind: str) -> str:
-    """A status word in its coloured box; kind picks the colour (pass, fail, error, dry-run, skipped, warning, twin, real)."""
+    """A status word in its coloured box; kind picks the colour (pass, fail, error, dry-run, skipped, warning, twin,
+    real)."""
     css = re.sub(r"[^a-z0-9-]", "-", kind.lower())
     return f'<span class="lanebook-badge lanebook-badge-{css}">{html.escape(word.upper())}</span>'
 

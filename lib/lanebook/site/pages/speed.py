@@ -136,7 +136,8 @@ BANDS_HEADER = [
 
 
 def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[str, list[dict]]]) -> bytes:
-    """PNG: per figure, each (workload, C)'s median and min–max across the lane's runs, its baseline's medians dashed."""
+    """PNG: per figure, each (workload, C)'s median and min–max across the lane's runs, its baseline's medians
+    dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -247,7 +248,8 @@ def lane_section(lane: LaneSpeed) -> tuple[str, Optional[bytes]]:
         baseline,
         f"```{{figure}} {picture_name(lane.lane)}\n:alt: speed history of {lane.lane}\n:width: 100%\n\n"
         f"{lane.lane}: per-stream decode and wall aggregate across its speed runs "
-        f"({'twin' if lane.twin else 'real lane'} figures only){'; dashed lines: its baseline' if lane.reference else ''}.\n```\n",
+        f"({'twin' if lane.twin else 'real lane'} figures "
+        f"only){'; dashed lines: its baseline' if lane.reference else ''}.\n```\n",
     ]
     if lane.latest:
         latest = lane.latest
@@ -320,7 +322,8 @@ def speed_page(lanes: list[LaneSpeed], twin_page: bool = False) -> tuple[str, di
         if picture is not None:
             pictures[picture_name(lane.lane)] = picture
     head = (
-        "# Speed\n\nBands from the speed runbook: per (workload, C), the median and min–max over at least three trials, "
+        "# Speed\n\nBands from the speed runbook: per (workload, C), the median and min–max over at least three "
+        "trials, "
         "never a single best run. Each lane has its own plot: twin and real figures never share an axis. A run is "
         "judged against its lane's baseline only on the same setup (see each lane's provenance).\n"
     )

@@ -84,7 +84,8 @@ def request_body(
     max_tokens: int,
     lane_request: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """One streamed chat request as ARCHITECTURE.md, "Speed figures", fixes it: temperature 0, max_tokens N, usage included."""
+    """One streamed chat request as ARCHITECTURE.md, "Speed figures", fixes it: temperature 0, max_tokens N, usage
+    included."""
     check_thinking_booleans(lane_request)
     return {
         **lane_request,

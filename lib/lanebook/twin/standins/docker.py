@@ -390,7 +390,8 @@ def docker_container_op(root: Path, op: str, args: list[str]) -> int:
             continue
         if op == "rm" and container.running and not force:
             code = fail(
-                f'Error response from daemon: cannot remove container "/{container.name}": container is running: stop the container before removing or force remove'
+                f'Error response from daemon: cannot remove container "/{container.name}": container is running: stop '
+                "the container before removing or force remove"
             )
             continue
         if op == "kill":
@@ -431,5 +432,6 @@ def docker(args: list[str]) -> int:
     if command in ("stop", "rm", "kill"):
         return docker_container_op(root, command, rest)
     return fail(
-        f"docker: '{command}' is not a docker command (the twin's docker stand-in: compose, ps, logs, top, inspect, image ls|inspect, stop, rm, kill)"
+        f"docker: '{command}' is not a docker command (the twin's docker stand-in: compose, ps, logs, top, inspect, "
+        "image ls|inspect, stop, rm, kill)"
     )

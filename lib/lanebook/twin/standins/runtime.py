@@ -5,7 +5,8 @@ for), process.json (the command and environment it runs, fixed when it is create
 container's config), record.json (pid, creation, start and finish times), log (its stdout and stderr:
 `docker logs`, appended to by every start) and exitcode. Its process is the twin's vLLM-compatible
 engine, started detached in its own session under a small supervisor named after the container, so
-`docker top` and `docker stop` find every process of it. With the host IPC namespace (the compose file's `ipc: host`) the serving stack's
+`docker top` and `docker stop` find every process of it. With the host IPC namespace (the compose file's `ipc: host`)
+the serving stack's
 shared-memory segments live in the node's /dev/shm: created when the container starts, unlinked
 when it stops cleanly, left behind when it is killed (SIGKILL skips the clean-up, as NCCL's does).
 When the node boots, dockerd starts again the containers their restart policy names (boot_containers).
