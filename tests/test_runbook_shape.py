@@ -11,7 +11,9 @@ What is measured, on each runbook's py:percent pair (the notebook holds the same
   its first line to its last, at any depth). `with` is not control flow: `with rb.step(...)` is the step API.
   Conditional expressions and comprehensions are expressions, not statements, and do not count.
 
-Targets: at most 10% of a runbook's code lines inside control flow, and no code cell over 12 code lines. The
+Targets: at most 10% of a runbook's code lines inside control flow, no code cell over 12 code lines, and no code
+line over 120 characters (ruff's line length; ruff leaves the runbooks' Markdown cells, whose table rows cannot be
+wrapped, to this test). The
 troubleshooting table follows the steps: the Markdown cell after the last step is the registry's
 (`lanebook.recipe.pitfalls.troubleshooting_markdown`; tools/sync_troubleshooting.py writes it).
 """
@@ -28,6 +30,7 @@ from lanebook.recipe.pitfalls import TROUBLESHOOTING_HEADING, troubleshooting_ma
 
 MAX_CONTROL_FLOW = 0.10
 MAX_CELL_LINES = 12
+LINE_LENGTH = 120  # pyproject.toml's [tool.ruff] line-length
 CONTROL_FLOW = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.Match) + (
     (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 )
@@ -123,6 +126,18 @@ def test_there_are_runbooks_to_measure():
 def test_runbook_code_rarely_sits_inside_control_flow():
     over = [name for name, (lines, inside, _) in figures().items() if inside > MAX_CONTROL_FLOW * lines]
     assert not over, f"over {MAX_CONTROL_FLOW:.0%} of code lines inside control flow: {over}\n{report()}"
+
+
+def test_no_code_line_is_over_the_line_length():
+    long = [
+        f"{script.stem}: {line[:60]}..."
+        for script in SCRIPTS
+        for cell in jupytext.read(script).cells
+        if cell.cell_type == "code"
+        for line in cell.source.splitlines()
+        if len(line) > LINE_LENGTH
+    ]
+    assert long == []
 
 
 def test_no_code_cell_is_long():
