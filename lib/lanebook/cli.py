@@ -9,6 +9,7 @@ usage or bad parameters (one line, no traceback).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from contextlib import contextmanager
@@ -95,7 +96,11 @@ def interruption_exits():
             f"{record['verdict']} ({record['failed_step']}): {record['output']}",
             err=True,
         )
-        raise typer.Exit(128 + stopped.signum) from None
+        # The record is written and the kernel stopped; end here, so nothing the stopped run left behind (the
+        # notebook client's kernel poller finding its kernel gone) prints after this line.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + stopped.signum)
 
 
 def run_exit_code(verdict: str, dry_run: bool) -> int:
