@@ -18,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import sha256_file
 from lanebook.lane.params import lane_with, load_lane
@@ -39,6 +40,7 @@ def runbooks(tmp_path, monkeypatch):
     folder = tmp_path / "runbooks"
     folder.mkdir()
     monkeypatch.setattr(execute, "RUNBOOKS_DIR", folder)
+    monkeypatch.setattr(paths, "RUNBOOKS_DIR", folder)  # where `lanebook run` starts the runbook's kernel from
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path / "outputs"))
 
     def write(name, *cells):
@@ -261,7 +263,7 @@ def test_a_killed_kernel_leaves_an_error_record_and_the_notebook_as_far_as_it_go
 def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypatch):
     runbooks("status", HEADER, "rb.finish()")
 
-    def broken(notebook, output, parameters):
+    def broken(notebook, output, parameters, kernel):
         raise RuntimeError("the runner broke")
 
     monkeypatch.setattr(execute, "execute_notebook", broken)
@@ -271,7 +273,7 @@ def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypa
     assert (stored["verdict"], stored["failed_step"]) == ("error", "crash: RuntimeError: the runner broke")
     assert stored["duration_s"] >= 0 and not list((execute.outputs_dir() / ".pending").iterdir())
 
-    def refused(notebook, output, parameters):
+    def refused(notebook, output, parameters, kernel):
         raise LanebookError("lane anemll-0731 is busy")
 
     monkeypatch.setattr(execute, "execute_notebook", refused)
@@ -285,7 +287,8 @@ CLI_WITH_RUNBOOKS = """
 import sys
 from pathlib import Path
 from lanebook.runs import execute
-execute.RUNBOOKS_DIR = Path(sys.argv.pop(1))
+from lanebook.base import paths
+execute.RUNBOOKS_DIR = paths.RUNBOOKS_DIR = Path(sys.argv.pop(1))
 from lanebook.cli import main
 sys.argv[0] = "lanebook"
 main()

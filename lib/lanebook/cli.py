@@ -85,11 +85,13 @@ def twin_reboot(node: str = typer.Argument(..., help="head or worker")):
 @contextmanager
 def interruption_exits():
     """A run stopped by a signal is already recorded (verdict error): say where, and exit 128 + the signal's number."""
-    from lanebook.runs.execute import RunInterrupted
-
     try:
         yield
-    except RunInterrupted as stopped:
+    except BaseException as stopped:
+        from lanebook.runs.execute import RunInterrupted  # here: a run's kernel starts before lanebook's imports
+
+        if not isinstance(stopped, RunInterrupted):
+            raise
         record = stopped.record
         typer.echo(
             f"lanebook: {signal.Signals(stopped.signum).name}: run {record['run_id']} stopped and recorded as "
@@ -122,12 +124,20 @@ def run(
     ),
 ):
     """Run a runbook headless with papermill; prints the executed notebook's path."""
-    from lanebook.lane.params import load_lane
-    from lanebook.runs.execute import parse_params, run_runbook
+    from lanebook.runs.kernel import kernel_for
 
-    with interruption_exits():
+    with interruption_exits(), kernel_for(runbook) as kernel:  # the kernel boots while lanebook prepares the run
+        from lanebook.lane.params import load_lane
+        from lanebook.runs.execute import parse_params, run_runbook
+
         record = run_runbook(
-            runbook, load_lane(lane), parse_params(param), dry_run=dry_run, yes=yes, break_lock=break_lock
+            runbook,
+            load_lane(lane),
+            parse_params(param),
+            dry_run=dry_run,
+            yes=yes,
+            break_lock=break_lock,
+            kernel=kernel,
         )
     typer.echo(record["output"])
     if dry_run:

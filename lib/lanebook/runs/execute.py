@@ -10,7 +10,7 @@ this machine failed), never "pass".
 
 However a run ends it is recorded (lanebook.runs.audit keeps a pending record from the start, for a run killed
 outright): a dead kernel, Ctrl-C, SIGTERM or SIGHUP, or a crash of lanebook itself is "error", naming why,
-with the notebook as far as papermill saved it (after every cell) and a note on it saying the run stopped.
+with the notebook as far as papermill saved it (around every code cell) and a note on it saying the run stopped.
 Secrets come from the environment, never as parameters: a parameter that names or holds one is refused.
 """
 
@@ -26,7 +26,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 # nbformat imports jsonschema, which imports the package of every format check it finds installed (jupyter-events
 # installs them): rfc3987_syntax builds an Earley parser for "iri" (over a second of every `lanebook run`),
@@ -48,7 +48,6 @@ if "jsonschema" not in sys.modules:
     for name in JSONSCHEMA_FORMAT_PACKAGES:
         sys.modules.setdefault(name, None)
 
-import nbformat  # noqa: E402 - these imports come after the format packages are put aside above
 from ruamel.yaml.error import YAMLError  # noqa: E402
 
 from lanebook.base import yamltext  # noqa: E402
@@ -59,7 +58,10 @@ from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir  # noqa: E402
 from lanebook.base.redact import names_secret, redact, redact_data  # noqa: E402
 from lanebook.lane.params import LaneParams  # noqa: E402
 from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label  # noqa: E402
-from lanebook.steps.runbook import VERDICT_MIME, Runbook  # noqa: E402
+from lanebook.runs.kernel import KERNEL_NAME, started_kernel  # noqa: E402
+
+if TYPE_CHECKING:
+    from lanebook.steps.runbook import Runbook
 
 RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
@@ -129,6 +131,10 @@ def refuse_secret_parameters(params: dict[str, Any]) -> None:
 
 def read_verdict(path: Path) -> Optional[dict]:
     """The verdict the runbook's last cell emitted, if it got that far."""
+    import nbformat  # here, not at the top: a run's kernel starts before lanebook imports what the run needs
+
+    from lanebook.steps.runbook import VERDICT_MIME
+
     try:
         nb = nbformat.read(path, as_version=4)
     except Exception:  # noqa: BLE001 - an empty or half-written output has no verdict
@@ -208,26 +214,27 @@ class Outcome:
     unfinished: Optional[str] = None
 
 
-def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any]) -> Outcome:
-    """Run the notebook with papermill into OUTPUT (saved after every cell); how it ended, never raising for it."""
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], kernel: object) -> Outcome:
+    """Run the notebook with papermill into OUTPUT (saved around every code cell) on KERNEL (started ahead: see
+    lanebook.runs.kernel); how it ended, never raising for it."""
     import papermill
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
-    # The kernel is stopped at once when the notebook is done (or stopped), not asked to wind itself down: its
-    # teardown took longer than some gates, and nothing in it is kept (lanebook registers no atexit work; a
-    # runbook's SSH connections and threads end with its process either way).
+    from lanebook.runs.engine import ENGINE_NAME
+
     try:
         papermill.execute_notebook(
             str(notebook),
             str(output),
             parameters=parameters,
-            kernel_name="python3",
+            kernel_name=KERNEL_NAME,
+            engine_name=ENGINE_NAME,
             progress_bar=False,
             cwd=str(REPO),
-            shutdown_kernel="immediate",
-            extra_arguments=["--IPKernelApp.log_level=ERROR"],
-        )  # no kernel chatter on the terminal
+            km=kernel,
+            shutdown_kernel="immediate",  # when a signal stops the client: nothing in a kernel's teardown is kept
+        )
     except PapermillExecutionError as exc:
         if exc.ename == "StepFailed":
             return Outcome("fail", str(exc.evalue).split(":", 1)[0])
@@ -327,8 +334,10 @@ def run_runbook(
     yes: bool = False,
     link: Optional[dict] = None,
     break_lock: bool = False,
+    kernel: object = None,
 ) -> dict:
-    """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...).
+    """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...);
+    kernel: the runbook's kernel, started ahead by the caller (lanebook.runs.kernel), else started here.
     A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.runs.lock); refused, it leaves
     nothing behind.
 
@@ -339,6 +348,23 @@ def run_runbook(
     if lane_params.file is None:
         raise LanebookError(f"lane {lane_params.name} was built in memory: a runbook runs a lane loaded from its file")
     refuse_secret_parameters(params)
+    if kernel is not None:
+        return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock)
+    with started_kernel(notebook) as kernel:  # it boots while the run is checked and begun
+        return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock)
+
+
+def _run_on(
+    kernel: object,
+    notebook: Path,
+    runbook: str,
+    lane_params: LaneParams,
+    params: dict[str, Any],
+    dry_run: bool,
+    yes: bool,
+    link: Optional[dict],
+    break_lock: bool,
+) -> dict:
     accepted = notebook_parameters(notebook) - RESERVED
     unknown = sorted(set(params) - accepted)
     if unknown:
@@ -372,7 +398,7 @@ def run_runbook(
             ),
             signals_raised(),
         ):
-            outcome = execute_notebook(notebook, output, parameters)
+            outcome = execute_notebook(notebook, output, parameters, kernel)
         result = run_result(outcome, output, dry_run)
     except LockRefused:
         discard_run(pending)  # nothing ran: no record, and the claimed name is given back

@@ -1,0 +1,104 @@
+"""A runbook's kernel, started before papermill asks for one.
+
+A kernel takes most of a second to boot (a Python process, IPython, its sockets) and a runbook's first cell then
+imports lanebook. Started as soon as a run is asked for, the kernel boots and makes those imports while lanebook
+checks the parameters, takes the lock and begins the record, on the other core, instead of after them. papermill
+runs the notebook on it as on a kernel of its own (`km=`); lanebook stops it at once when the run ends.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from contextlib import contextmanager
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Iterator
+
+from lanebook.base import paths
+from lanebook.base.paths import REPO
+
+KERNEL_NAME = "python3"
+# As papermill and nbclient start a kernel for lanebook: no kernel chatter on the terminal, history in memory.
+KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:")
+
+
+def _module(name: str) -> bool:
+    try:
+        return find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def lanebook_imports(notebook: Path) -> list[str]:
+    """The lanebook modules a notebook's code cells import, in order: `from lanebook.verify import gates` names
+    lanebook.verify.gates (a module), `from lanebook.steps.runbook import Runbook` names lanebook.steps.runbook."""
+    modules: list[str] = []
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        try:
+            tree = ast.parse("".join(cell["source"]))
+        except SyntaxError:  # a cell IPython would read (a magic): it imports nothing ahead
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [
+                    f"{node.module}.{alias.name}" if _module(f"{node.module}.{alias.name}") else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            modules += [n for n in names if n.split(".")[0] == "lanebook" and n not in modules]
+    return modules
+
+
+def preload_line(modules: list[str]) -> str:
+    """The statement the kernel runs as it starts: it imports the modules and binds no name in the notebook's
+    namespace (a cell that forgot its import still fails, as it would in JupyterLab)."""
+    return f"import {', '.join(modules)}; del lanebook" if modules else ""
+
+
+@contextmanager
+def started_kernel(notebook: Path) -> Iterator[object]:
+    """A kernel booting for NOTEBOOK (its lanebook imports made as it starts): a jupyter_client kernel manager to give
+    papermill as `km`. Stopped at once, and its files removed, when the block ends however it ends."""
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.utils import run_sync
+
+    line = preload_line(lanebook_imports(notebook))
+    arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
+    manager = AsyncKernelManager(kernel_name=KERNEL_NAME)
+    run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
+    try:
+        yield manager
+    finally:
+        stop_kernel(manager)
+
+
+@contextmanager
+def kernel_for(runbook: str) -> Iterator[object]:
+    """The kernel for the runbook of that name, started first thing (None when no such notebook: the run refuses it
+    and says why)."""
+    notebook = paths.RUNBOOKS_DIR / f"{runbook}.ipynb"
+    if not notebook.is_file():
+        yield None
+        return
+    with started_kernel(notebook) as manager:
+        yield manager
+
+
+def stop_kernel(manager) -> None:
+    """Kill the kernel now and reap it (nothing in its teardown is kept), then let jupyter_client clean up after it
+    (its connection file, its ports). jupyter_client's own forced shutdown polls every 0.1 s for the process to go;
+    a local kernel's process is waited for instead."""
+    from jupyter_core.utils import run_sync
+
+    provisioner = manager.provisioner
+    process = getattr(provisioner, "process", None)  # a local kernel's Popen
+    if process is not None and process.poll() is None:
+        run_sync(provisioner.kill)()  # SIGKILL to the kernel's process group
+        process.wait(timeout=10)
+    run_sync(manager.shutdown_kernel)(now=True)  # finds it gone: no wait, only the clean-up

@@ -1,0 +1,85 @@
+"""lanebook.runs.kernel: the runbook's kernel, started ahead with the runbook's lanebook imports made as it boots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+from jupyter_core.utils import run_sync
+from lanebook.runs.kernel import kernel_for, lanebook_imports, preload_line, started_kernel
+
+
+def notebook(tmp_path: Path, *cells) -> Path:
+    path = tmp_path / "book.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=list(cells)), path)
+    return path
+
+
+def test_the_runbooks_lanebook_imports_are_named_by_module(tmp_path):
+    path = notebook(
+        tmp_path,
+        nbformat.v4.new_markdown_cell("from lanebook.ops import launcher"),  # prose, not code
+        nbformat.v4.new_code_cell(
+            "from lanebook.steps.runbook import Runbook\nfrom lanebook.verify import gates, hermes"
+        ),
+        nbformat.v4.new_code_cell("import json\nimport lanebook.speed.bands\n%matplotlib inline"),  # a magic: skipped
+        nbformat.v4.new_code_cell("def f():\n    from lanebook.verify import gates\n    from . import x"),
+    )
+    assert lanebook_imports(path) == ["lanebook.steps.runbook", "lanebook.verify.gates", "lanebook.verify.hermes"]
+
+
+def test_every_runbook_has_imports_to_make_ahead():
+    for path in sorted(Path("runbooks").glob("*.ipynb")):
+        assert "lanebook.steps.runbook" in lanebook_imports(path), path.name
+
+
+def test_the_preload_binds_no_name():
+    assert preload_line([]) == ""
+    assert preload_line(["lanebook.a", "lanebook.b.c"]) == "import lanebook.a, lanebook.b.c; del lanebook"
+
+
+def execute(manager, code: str) -> str:
+    """Run CODE on the kernel; what it printed."""
+    client = manager.client()
+    client.start_channels()
+    try:
+        run_sync(client.wait_for_ready)(timeout=60)
+        reply = run_sync(client.execute_interactive)(code, timeout=60, output_hook=lambda msg: printed.append(msg))
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+    return "".join(m["content"].get("text", "") for m in printed if m["msg_type"] == "stream")
+
+
+printed: list = []
+
+
+def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("from lanebook.verify import gates"))
+    printed.clear()
+    with started_kernel(path) as manager:
+        process = manager.provisioner.process
+        connection_file = manager.connection_file
+        seen = execute(manager, "import sys; print('lanebook.verify.gates' in sys.modules, 'lanebook' in dir())")
+        assert Path(connection_file).exists()
+    assert seen.split() == ["True", "False"]  # imported, and no name left in the notebook's namespace
+    assert process.poll() is not None and not Path(f"/proc/{process.pid}").exists()
+    assert not os.path.exists(connection_file)
+
+
+def test_a_kernel_stopped_mid_cell_is_killed_and_reaped(tmp_path):
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
+    with started_kernel(path) as manager:
+        process = manager.provisioner.process
+        client = manager.client()
+        client.start_channels()
+        run_sync(client.wait_for_ready)(timeout=60)
+        client.execute("import time; time.sleep(60)")
+        client.stop_channels()
+    assert process.poll() is not None
+
+
+def test_no_kernel_for_a_runbook_that_does_not_exist():
+    with kernel_for("nosuch") as manager:
+        assert manager is None
