@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping, Optional
 
+from lanebook.base.errors import LanebookError
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location
 from lanebook.recipe.effective.compose_cli import checkout_container
@@ -100,7 +101,10 @@ class Effective:
 
     def _variables(self) -> tuple[dict[str, Setting], list[DeadLine]]:
         """The env file's variables as the launcher exports them, with its overrides applied."""
-        values = resolve_env(self.entries, self._environ)
+        try:
+            values = resolve_env(self.entries, self._environ)
+        except LanebookError as exc:  # `${X:?message}` with X unset: Compose refuses the env file too
+            raise LanebookError(f"{self.env_file.name}: {exc}") from None
         last = {e.key: e for e in self.entries}
         variables = {k: Setting(values[k], self.env_file.at(e.line), True) for k, e in last.items()}
         dead = [(e, f"line {last[e.key].line} sets {e.key} again") for e in self.entries if last[e.key] is not e]
