@@ -34,7 +34,7 @@ def _unquote(value: str) -> tuple[str, str]:
     """(value, quote character) of an assignment's right-hand side."""
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] == "'":
-        return value[1:-1], "'"
+        return value[1:-1].replace("\\'", "'"), "'"  # Compose reads \' in single quotes as a quote
     if len(value) >= 2 and value[0] == value[-1] == '"':
         return value[1:-1].replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"), '"'
     if value.startswith(("'", '"')):
