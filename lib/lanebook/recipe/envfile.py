@@ -60,7 +60,7 @@ def parse_env_text(text: str) -> list[EnvEntry]:
             continue
         match = _KEY_RE.match(raw)
         if not match:
-            continue  # Compose ignores lines it cannot read as KEY=VALUE; so do we (lint reports them).
+            continue  # skipped here (lint warns, S03); Docker Compose v2 refuses the whole file (compose_cli says so)
         value, quote = _unquote(match.group(2))
         entries.append(EnvEntry(match.group(1), value, number, raw, quote))
     return entries
