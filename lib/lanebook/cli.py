@@ -238,6 +238,8 @@ printed)."""
     if result.started_from:
         typer.echo(f"started .env.dspark from {result.started_from} (copy the example, then edit)")
     typer.echo(result.diff or "no change: the checkout already matches the lane")
+    if result.notice:
+        typer.echo(f"notice: {result.notice}", err=True)
     for mismatch in result.unresolved:
         where = mismatch.running.where
         typer.echo(f"error: {mismatch.message()} ({where.file}:{where.line}); render cannot change it", err=True)

@@ -34,7 +34,7 @@ def _unquote(value: str) -> tuple[str, str]:
     """(value, quote character) of an assignment's right-hand side."""
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] == "'":
-        return value[1:-1], "'"
+        return value[1:-1].replace("\\'", "'"), "'"  # Compose reads \' in single quotes as a quote
     if len(value) >= 2 and value[0] == value[-1] == '"':
         return value[1:-1].replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\"), '"'
     if value.startswith(("'", '"')):
@@ -60,7 +60,7 @@ def parse_env_text(text: str) -> list[EnvEntry]:
             continue
         match = _KEY_RE.match(raw)
         if not match:
-            continue  # Compose ignores lines it cannot read as KEY=VALUE; so do we (lint reports them).
+            continue  # skipped here (lint warns, S03); Docker Compose v2 refuses the whole file (compose_cli says so)
         value, quote = _unquote(match.group(2))
         entries.append(EnvEntry(match.group(1), value, number, raw, quote))
     return entries

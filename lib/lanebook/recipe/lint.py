@@ -79,6 +79,7 @@ class LintReport:
     findings: list[Finding]
     linted: list[Linted] = field(default_factory=list)
     note: str = ""  # why the files linted are not the lane's own checkout
+    notice: str = ""  # who decided the effective configuration, when it was not Docker Compose (compose_cli)
 
     @property
     def ok(self) -> bool:
@@ -92,6 +93,8 @@ class LintReport:
         }
         if self.note:
             doc["note"] = self.note
+        if self.notice:
+            doc["notice"] = self.notice
         return doc
 
     def errors_summary(self) -> str:
@@ -262,8 +265,9 @@ def lint_env_and_compose(
     """Lint an env file and a compose file as they are (and a Hermes config.yaml, for P09/P10, when given)."""
     files = given_files(env_path, compose_path)
     clients = _leaves(_load_yaml(Path(hermes_config)), "", str(hermes_config)) if hermes_config else []
-    findings = run_checks(LintInput(Effective(files), clients=clients))
-    return LintReport(findings, _linted(files, "given file"))
+    eff = Effective(files)
+    findings = run_checks(LintInput(eff, clients=clients))
+    return LintReport(findings, _linted(files, "given file"), notice=eff.notice)
 
 
 def _lane_source(lane: LaneParams, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
@@ -347,7 +351,8 @@ def lint_checkout_files(
         nodes=len(lane.nodes),
         mismatches=_fixes(lane_mismatches(lane, eff), plan, why_not),
     )
-    return LintReport(findings + run_checks(inp), [Linted(file, "lane file"), *_linted(files, origin)])
+    linted = [Linted(file, "lane file"), *_linted(files, origin)]
+    return LintReport(findings + run_checks(inp), linted, notice=eff.notice)
 
 
 def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int]:
@@ -415,7 +420,7 @@ def lint_lane_on_reference(lane: LaneParams, source: str | Path | None = None) -
         Linted(reference.compose.name, "reference checkout"),
         Linted(example.name, "reference checkout"),
     ]
-    return LintReport(run_checks(inp), linted)
+    return LintReport(run_checks(inp), linted, notice=eff.notice)
 
 
 def lint_what_lane_runs(
@@ -455,6 +460,8 @@ def print_report(report: LintReport) -> None:
         console.print(f"[{style}]{f.id} {f.severity}[/{style}] {escape(f.file)}:{f.line} {escape(f.message)}")
     if report.note:
         console.print(f"note: {escape(report.note)}")
+    if report.notice:
+        console.print(f"notice: {escape(report.notice)}")
     for item in report.linted:
         console.print(f"linted: {escape(item.file)} ({item.source})")
     errors = sum(f.severity == "error" for f in report.findings)

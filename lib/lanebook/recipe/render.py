@@ -270,6 +270,7 @@ class RenderResult:
     started_from: Optional[str] = None
     unresolved: list[Mismatch] = field(default_factory=list)
     dry_run: bool = False  # recorded, not sent: nothing was changed or observed
+    notice: str = ""  # who decided the effective configuration, when it was not Docker Compose (compose_cli)
 
 
 def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
@@ -278,7 +279,10 @@ def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
     files = CheckoutFiles.read(checkout_dir)
     plan = plan_render(lane, files)
     result = RenderResult(
-        plan.diff, started_from=plan.started_from.name if plan.started_from else None, unresolved=plan.unresolved
+        plan.diff,
+        started_from=plan.started_from.name if plan.started_from else None,
+        unresolved=plan.unresolved,
+        notice=plan.effective.notice,
     )
     stamp = utc_stamp()
     for name, text in plan.writes.items():

@@ -61,6 +61,8 @@ class CheckoutFiles:
     start: Optional[TextFile] = None
     directory: Optional[Path] = None  # a local checkout (relative volume paths resolve against it)
     sourced: tuple[TextFile, ...] = ()
+    node: Optional["Node"] = field(default=None, repr=False)  # a node's checkout: its Compose decides the container
+    node_checkout: str = ""  # the checkout's path on that node
 
     @classmethod
     def from_texts(cls, texts: Mapping[str, str], prefix: str, directory: Optional[Path] = None) -> "CheckoutFiles":
@@ -105,8 +107,9 @@ class CheckoutFiles:
 
     @classmethod
     def fetch(cls, node: "Node", checkout: str) -> "CheckoutFiles":
-        """A checkout on a node (see read_checkout)."""
-        return cls.from_bytes(read_checkout(node, checkout), node_prefix(node, checkout))
+        """A checkout on a node (see read_checkout); its effective configuration is asked of that node."""
+        files = cls.from_bytes(read_checkout(node, checkout), node_prefix(node, checkout))
+        return files.replace(node=node, node_checkout=checkout)
 
     @property
     def launcher_files(self) -> list[TextFile]:

