@@ -473,7 +473,8 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall(
         "S03",
         "Unreadable env-file line",
-        "Compose silently skips an env-file line it cannot read as KEY=VALUE, so that setting never applies.",
+        "Compose skips an env-file line it cannot read as KEY=VALUE, so that setting never applies; a line whose key "
+        "holds a space makes Docker Compose v2 refuse the whole file (lint then stops with Compose's message).",
         "warning",
         "lint, env",
         "Write it as KEY=VALUE (or comment it out with #).",
