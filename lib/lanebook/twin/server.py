@@ -226,14 +226,13 @@ class EngineCollector:
             ]
         for name, documentation, value in counters:
             yield self._family(CounterMetricFamily, name, documentation, value)
+        labels = {"engine": "0", "model_name": s.options.name}
+        family = CounterMetricFamily(  # one family, a series per reason (not a family per reason)
+            "vllm:request_success", "Count of successfully processed requests.", labels=[*labels, "finished_reason"]
+        )
         for reason in ("stop", "length", "abort"):
-            yield self._family(
-                CounterMetricFamily,
-                "vllm:request_success",
-                "Count of successfully processed requests.",
-                s.finished.get(reason, 0),
-                {"finished_reason": reason},
-            )
+            family.add_metric([*labels.values(), reason], s.finished.get(reason, 0), created=self.created)
+        yield family
         if s.core.config.num_speculative_tokens:
             labels = {"engine": "0", "model_name": s.options.name}
             family = CounterMetricFamily(
@@ -426,6 +425,21 @@ class BadRequest(Exception):
     def __init__(self, message: str, code: int = 400, kind: str = "BadRequestError", param: Optional[str] = None):
         super().__init__(message)
         self.response = JSONResponse(error_body(message, kind, code, param), status_code=code)
+
+
+def invalid(param: str, value: Any, message: str) -> BadRequest:
+    """A request parameter vLLM refuses: its message names the parameter and the value given."""
+    shown = float(value) if param in ("temperature", "top_p") else value
+    return BadRequest(f"{message} (parameter={param}, value={shown})", param=param)
+
+
+def check_sampling(body: dict) -> None:
+    """vLLM's sampling-parameter checks a client meets most: temperature >= 0, top_p in (0, 1]."""
+    temperature, top_p = body.get("temperature"), body.get("top_p")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature < 0:
+        raise invalid("temperature", temperature, f"temperature must be non-negative, got {float(temperature)}.")
+    if isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and not 0 < top_p <= 1:
+        raise invalid("top_p", top_p, f"top_p must be in (0, 1], got {float(top_p)}.")
 
 
 class TwinServer:
@@ -705,7 +719,16 @@ class TwinServer:
         if max_tokens is not None and (
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
         ):
-            raise BadRequest(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
+            raise invalid("max_tokens", max_tokens, f"max_tokens must be at least 1, got {max_tokens}.")
+        limit = self.core.config.max_model_len
+        if max_tokens is not None and max_tokens > limit:
+            raise invalid(
+                "max_tokens",
+                max_tokens,
+                f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens.",
+            )
+        check_sampling(body)
         tools = body.get("tools") or None
         if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
             raise BadRequest("tools must be a list of tool objects", param="tools")
@@ -733,13 +756,28 @@ class TwinServer:
             json_format=json_format,
         )
         seq = sequence_for("", messages, reply, self.core.config, tools, thinking)
-        limit = self.core.config.max_model_len
-        if seq.prompt_tokens + (max_tokens or 0) > limit:
-            raise BadRequest(
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{seq.prompt_tokens + (max_tokens or 0)} tokens ({seq.prompt_tokens} in the messages, "
-                f"{max_tokens or 0} in the completion). Please reduce the length of the messages or completion."
+        if seq.prompt_tokens >= limit:  # vLLM counts the prompt up to one token past the limit
+            seen = min(seq.prompt_tokens, limit + 1)
+            raise invalid(
+                "input_tokens",
+                seen,
+                f"This model's maximum context length is {limit} tokens. However, your prompt contains at least "
+                f"{seen} input tokens, which exceeds this limit even without any output tokens. Please reduce the "
+                "length of the input prompt.",
             )
+        if max_tokens is not None and seq.prompt_tokens + max_tokens > limit:
+            # vLLM 0.32 stops the reply at the context's end (finish_reason length) rather than refusing it
+            reply = plan_reply(
+                messages,
+                max_tokens=limit - seq.prompt_tokens,
+                thinking=thinking,
+                reasoning_effort=effort,
+                tools=tools,
+                tool_choice=tool_choice,
+                salt=salt,
+                json_format=json_format,
+            )
+            seq = sequence_for("", messages, reply, self.core.config, tools, thinking)
         return reply, seq
 
     async def chat(self, request: Request) -> Response:
@@ -752,8 +790,18 @@ class TwinServer:
             return JSONResponse(error_body(ENGINE_DEAD_MESSAGE, "InternalServerError", 500), 500)
         try:
             body = json.loads(await request.body())
+        except json.JSONDecodeError as exc:  # vLLM's request validation error, as its API server words it
+            where = f"body.{exc.pos}"
+            detail = {
+                "type": "json_invalid",
+                "loc": where,
+                "msg": "JSON decode error",
+                "input": "<dict of 0 items>",
+                "ctx": {"error": exc.msg},
+            }
+            return JSONResponse(error_body(f"1 validation error:\n  {detail}", "Bad Request", 400, where), 400)
         except ValueError as exc:
-            return JSONResponse(error_body(f"Invalid JSON body: {exc}", "BadRequestError", 400), 400)
+            return JSONResponse(error_body(f"Invalid body: {exc}", "Bad Request", 400, "body"), 400)
         try:
             reply, seq = self._plan(body)
         except BadRequest as exc:
