@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 from typing import Sequence as Seq
 
+from lanebook.twin import conformance
 from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, kv_budget
 from lanebook.twin.replies import plan_reply
@@ -518,8 +519,9 @@ def _reading(figure: Figure, value: float) -> str:
     return f"{figure.label}: {figure.format(value)}{'' if figure.agrees(value) else ' (outside)'}"
 
 
-def render_page(facts: Seq[Fact] = FACTS) -> str:
-    """The facts as a Markdown page: one table row per fact, the twin's figures measured now."""
+def render_page(facts: Seq[Fact] = FACTS, conformance_section: bool = True) -> str:
+    """The facts as a Markdown page: one table row per fact, the twin's figures measured now; then what a client sees
+    differently from a real vLLM (lanebook.twin.conformance), unless left out."""
     lines = [
         "# Facts the twin reproduces",
         "",
@@ -539,4 +541,7 @@ def render_page(facts: Seq[Fact] = FACTS) -> str:
             f"| {entry.id} | {_cell(entry.fact)} *({_cell(entry.source)})* | {_cell(seed)} | {_cell(twin)} "
             f"| {_cell(entry.twin)} | {tests} |"
         )
-    return "\n".join(lines) + "\n"
+    page = "\n".join(lines) + "\n"
+    if conformance_section:
+        page += "\n" + conformance.render_section()
+    return page
