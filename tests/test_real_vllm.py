@@ -1,0 +1,452 @@
+"""lanebook's client side against a real vLLM (0.32.0, CPU build, a tiny random model); the twin's server held to it.
+
+One real server for the module (tests/real_vllm.py): prefix caching, ngram speculative decoding on the recipe's 5/4/3
+verify schedule, max_model_len 2048. What lanebook reads from it (readiness, /v1/models, /version, the gates' smokes,
+/metrics, the speed harness's records, the prefix-cache probe, spec-decode figures) is checked against what the
+server itself counts. Then the same requests go to the twin's server started with the same flags, and every
+difference a client can see must be one listed in lanebook.twin.conformance. Twin figures are printed as twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+
+import httpx
+import pytest
+from lanebook.lane.params import k_for_batch, lane_with, load_lane
+from lanebook.nodes.http import request_json
+from lanebook.nodes.prometheus import (
+    RUNNING,
+    WAITING,
+    metrics_url,
+    queue_depth,
+    scrape,
+    server_root,
+    wait_idle,
+)
+from lanebook.nodes.ssh import Executor
+from lanebook.ops.readiness import wait_health, wait_models
+from lanebook.speed.client import Plan, chat_url, measure, new_client, run, run_wave
+from lanebook.speed.metrics import wave_figures
+from lanebook.speed.workloads import load_workload, request_body
+from lanebook.twin import conformance
+from lanebook.verify import gates
+from lanebook.verify.diagnose import prefix_bodies, prefix_verdict, ttft_s
+from lanebook.verify.probes import prefix_protocol
+from prometheus_client.parser import text_string_to_metric_families
+from real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixtures, used by name
+    MAX_MODEL_LEN,
+    NAME,
+    SCHEDULE,
+    TINY_MODEL,
+    missing_reason,
+    real,
+    twin_server,
+)
+
+if missing_reason():
+    pytest.skip(missing_reason(), allow_module_level=True)
+
+GENERATION = "vllm:generation_tokens_total"
+TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
+# lanebook's TTFT starts when the request's headers leave this process and ends at the kernel's receive stamp of the
+# first content chunk; vLLM's starts when its engine takes the request and ends when the engine has the token. The
+# difference is the API server's own work per request (HTTP, chat template, tokenizing, detokenizing, SSE), which a
+# wave's requests queue for on two shared cores: tens of milliseconds, seen up to ~40 ms at C4. So lanebook's mean
+# must not be below the server's, and may exceed it by at most this much.
+TTFT_SLACK_S = 0.15
+TAIL_K_ALLOWANCE = 0.25  # a wave's tail (its first streams done) verifies at the smaller batch's larger K
+
+
+def go(coro):
+    return run(coro)
+
+
+async def snapshot(api: str):
+    async with new_client() as client:
+        return await scrape(client, metrics_url(api))
+
+
+@pytest.fixture(scope="module")
+def lane(real):  # noqa: F811
+    """The twin lane's parameters pointed at the real server: its served name, its max_model_len."""
+    return lane_with(load_lane("twin"), api=real.api, env={"SERVED_MODEL_NAME": NAME, "MAX_MODEL_LEN": MAX_MODEL_LEN})
+
+
+# --- readiness and the plain endpoints ---------------------------------------------------------------
+
+
+def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, lane):  # noqa: F811
+    misses = {p.last for p in real.boot}
+    print(f"real vLLM: ready after {real.ready_s:.1f} s, {len(real.boot)} not-ready answers ({sorted(misses)})")
+    assert real.boot and "HTTP 200" not in misses  # lanebook's wait saw the boot (refused, then 503s?) before 200
+    executor = Executor()
+    assert wait_health(real.api, timeout_s=10, interval_s=0.5, executor=executor) is True
+    entries = wait_models(real.api, NAME, timeout_s=10, interval_s=0.5, executor=executor)
+    assert [r.exit_code for r in executor.history] == [0, 0]
+    [entry] = entries
+    assert (entry["id"], entry["object"], entry["owned_by"], entry["root"], entry["max_model_len"]) == (
+        NAME,
+        "model",
+        "vllm",
+        str(TINY_MODEL),
+        MAX_MODEL_LEN,
+    )
+    assert [c.outcome for c in gates.judge_model_list("1 models", entries, lane)] == ["pass", "pass"]
+    assert [c.outcome for c in gates.models_gate("1 models", Executor(), lane)] == ["pass", "pass"]
+    health = request_json("GET", f"{real.url}/health", timeout_s=10)
+    assert (health.status, health.text, health.body) == (200, "", None)
+    version = request_json("GET", f"{real.url}/version", timeout_s=10)
+    assert (version.status, version.body) == (200, {"version": conformance.REAL_VLLM_VERSION})
+    assert server_root(real.api) == real.url
+
+
+# --- the gates' smokes --------------------------------------------------------------------------------------
+
+
+def test_the_smokes_fail_on_a_random_model_naming_the_reply(real, lane):  # noqa: F811
+    executor = Executor()
+    kwargs, exact, thinking = gates.exact_smoke_gate("3 exact smoke", executor, lane)
+    print(f"exact smoke on the real server: {exact.outcome}: {exact.seen}")
+    assert kwargs.outcome == "pass" and thinking.outcome == "pass"  # thinking off, and no reasoning came back
+    reply = request_json("POST", gates.chat_url(lane), gates.exact_smoke_body(lane), timeout_s=60).body
+    content = reply["choices"][0]["message"]["content"]
+    assert content != "PROMOTE_0731_OK"
+    assert (exact.outcome, exact.expected) == ("fail", "the reply is exactly PROMOTE_0731_OK")
+    assert exact.seen == f"{content!r} (finish_reason {reply['choices'][0]['finish_reason']})"  # temperature 0
+    [tool] = gates.tool_smoke_gate("4 tool smoke", executor, lane)
+    print(f"tool smoke on the real server: {tool.outcome}: {tool.seen}")
+    assert tool.outcome == "fail"
+    assert tool.seen == (
+        'HTTP 400: "auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    )
+    assert "--enable-auto-tool-choice" in gates.FIXES["4 tool smoke"]
+    assert [r.exit_code for r in executor.history] == [0, 1]
+
+
+# --- /metrics ----------------------------------------------------------------------------------------------
+
+
+def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
+    workload = load_workload("prose")
+    tag = secrets.token_hex(4)
+    bodies = [json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 96, {})).encode() for i in range(4)]
+
+    async def observe():
+        async with new_client() as client:
+            url = metrics_url(real.api)
+            idle, waited = await wait_idle(client, url, timeout_s=30)
+            wave = asyncio.ensure_future(run_wave(client, chat_url(real.api), bodies, 1, 120))
+            busiest = (0.0, 0.0)
+            while not wave.done():
+                depth = queue_depth(await scrape(client, url))
+                busiest = max(busiest, depth)
+                await asyncio.sleep(0.02)
+            after = await scrape(client, url)
+            return idle, waited, busiest, await wave, after
+
+    t0 = time.monotonic()
+    idle, waited, busiest, wave, after = go(observe())
+    elapsed = time.monotonic() - t0
+    assert queue_depth(idle) == (0.0, 0.0) and waited < 30
+    assert busiest[0] >= 1, f"never saw a running request during the wave: {busiest}"
+    assert queue_depth(after) == (0.0, 0.0)
+    assert not [r.error for r in wave.requests if r.error]
+    delta = after.minus(idle)
+    tokens = sum(r.completion_tokens for r in wave.requests)
+    rate = delta.total(GENERATION) / elapsed
+    print(f"real /metrics: busiest (running, waiting) {busiest}; {tokens} tokens, {rate:.1f} generated tok/s")
+    assert delta.total(GENERATION) == tokens and rate > 0
+    assert delta.total("vllm:request_success_total") == 4
+    finished = delta.by_label("vllm:request_success_total", "finished_reason")
+    assert {"stop", "length", "abort"} <= set(finished) and finished["abort"] == 0
+    assert sum(finished.values()) == 4
+    assert delta.total("vllm:prompt_tokens_total") == sum(r.prompt_tokens for r in wave.requests)
+    for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:num_preemptions_total"):
+        assert after.total(name) is not None, name
+    assert delta.total("vllm:prefix_cache_queries_total") >= delta.total("vllm:prompt_tokens_total") > 0
+    for histogram in ("time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds"):
+        count = delta.total(f"vllm:{histogram}_count")
+        buckets = sorted(delta.by_label(f"vllm:{histogram}_bucket", "le").items(), key=lambda item: float(item[0]))
+        assert buckets[-1] == ("+Inf", count) and delta.total(f"vllm:{histogram}_sum") > 0, histogram
+        assert all(a[1] <= b[1] for a, b in zip(buckets, buckets[1:])), f"{histogram}: buckets not cumulative"
+    assert delta.total(TTFT_COUNT) == 4 and delta.total("vllm:e2e_request_latency_seconds_count") == 4
+    for gauge in (RUNNING, WAITING):
+        assert [dict(labels) for labels in after.samples[gauge]] == [{"engine": "0", "model_name": NAME}], gauge
+
+
+# --- speed: lanebook's records against the server's own counters ---------------------------------------------
+
+
+def test_the_harness_counts_the_tokens_the_server_generated_and_its_ttft_agrees(real):  # noqa: F811
+    plan = Plan(real.api, NAME, load_workload("prose"), concurrency=[1, 4], trials=1, max_tokens=24)
+    before = go(snapshot(real.api))
+    notes: list[str] = []
+    waves = go(measure(plan, on_note=notes.append))
+    after = go(snapshot(real.api))
+    records = [r for wave in waves for r in wave.requests]
+    assert [w.concurrency for w in waves] == [1, 4] and not [r.error for r in records if r.error]
+    assert all(w.idle_wait_s is not None and w.spec_decode is not None for w in waves), notes
+    delta = after.minus(before)
+    counted = sum(r.completion_tokens for r in records)
+    generated = delta.total(GENERATION)
+    accepted = delta.total("vllm:spec_decode_num_accepted_tokens_total")
+    print(f"completion tokens lanebook counted {counted}; vllm:generation_tokens_total delta {generated:g}")
+    print(f"(spec decode on: {accepted:g} of them were accepted draft tokens)")
+    assert counted == generated  # exactly, with speculative decoding on
+    assert accepted > 0
+    # A random model's reply can be tokens that detokenize to nothing (no content chunk, so no client TTFT); vLLM
+    # still times its first token. The means are then over the requests with content and over all: close enough.
+    ttfts = [ttft_s(r) for r in records if ttft_s(r) is not None]
+    silent = [(r.finish_reason, r.completion_tokens, r.text_chars, [c.kind for c in r.chunks]) for r in records]
+    assert len(ttfts) >= len(records) - 1, silent
+    ours = sum(ttfts) / len(ttfts)
+    theirs = delta.total(TTFT_SUM) / delta.total(TTFT_COUNT)
+    print(
+        f"TTFT mean over {len(ttfts)} requests: lanebook {ours * 1000:.1f} ms, vLLM's histogram {theirs * 1000:.1f} ms"
+    )
+    assert delta.total(TTFT_COUNT) == len(records)
+    assert theirs <= ours + 0.001 and ours - theirs <= TTFT_SLACK_S
+    for wave in waves:
+        figures = wave_figures(wave)
+        assert figures.ok + figures.errors == wave.concurrency and figures.wall_s > 0
+
+
+# --- the prefix-cache probe -------------------------------------------------------------------------------------
+
+
+def test_the_prefix_cache_probe_sees_hits_on_the_repeats(real):  # noqa: F811
+    bodies = prefix_bodies(NAME, {}, secrets.token_hex(4), lines=24, max_tokens=8)
+    steps = prefix_protocol(real.api, bodies, Executor())
+    verdict = prefix_verdict(steps)
+    print(f"real prefix cache: {verdict.summary()}")
+    a_cold, a_repeat, b_cold, a_again = steps
+    assert not [s.error for s in steps if s.error]
+    assert all(0 < s.queried_tokens < MAX_MODEL_LEN for s in steps)
+    assert a_cold.hit_tokens == 0 and b_cold.hit_tokens == 0
+    assert a_repeat.hit_tokens > 0 and a_again.hit_tokens >= a_repeat.hit_tokens
+    assert not verdict.evicted
+
+
+# --- speculative decoding: K by batch size -------------------------------------------------------------------
+
+
+async def k_waves(api: str, levels=(1, 4, 6), max_tokens: int = 64):
+    """One wave per level through lanebook's wave path (idle queue first, spec-decode deltas over the wave); every
+    stream runs to max_tokens (ignore_eos) so the batch stays whole as long as it can."""
+    workload, tag = load_workload("prose"), secrets.token_hex(4)
+    out = {}
+    async with new_client() as client:
+        for c in levels:
+            bodies = [
+                json.dumps(
+                    request_body(NAME, workload, i, f"{tag}-k{c}-{i}", max_tokens, {"ignore_eos": True})
+                ).encode()
+                for i in range(c)
+            ]
+            wave = await run_wave(client, chat_url(api), bodies, 1, 120, metrics_url(api))
+            assert not [r.error for r in wave.requests if r.error]
+            out[c] = wave.spec_decode
+    return out
+
+
+def test_draft_length_follows_the_verify_schedule_and_the_twin_is_compared(real, twin_server):  # noqa: F811
+    levels = (1, 4, 6)
+    seen = go(k_waves(real.api, levels))
+    twin = go(k_waves(f"{twin_server.url}/v1", levels))
+    per_draft = {c: s.draft_tokens / s.drafts for c, s in seen.items()}
+    twin_per_draft = {c: s.draft_tokens / s.drafts for c, s in twin.items()}
+    for c in levels:
+        k = k_for_batch(SCHEDULE, 5, c)
+        print(
+            f"C{c} K={k}: real vLLM {per_draft[c]:.2f} draft tokens per draft "
+            f"(acceptance {seen[c].acceptance_rate:.2f}, mean acceptance length {seen[c].mean_acceptance_length:.2f}); "
+            f"twin {twin_per_draft[c]:.2f} (twin acceptance {twin[c].acceptance_rate:.2f})"
+        )
+    assert [k_for_batch(SCHEDULE, 5, c) for c in levels] == [5, 4, 3]
+    # vLLM's ngram drafter proposes at most K tokens (fewer when its lookup finds less): the averages stay under K
+    # and fall with the batch's K
+    assert per_draft[1] <= 5 and per_draft[4] <= 4 and per_draft[6] <= 3 + TAIL_K_ALLOWANCE
+    assert per_draft[1] > per_draft[4] > per_draft[6]
+    for c in levels:
+        assert len(seen[c].accepted_per_position) == 5 and seen[c].acceptance_rate is not None
+    # the twin drafts exactly K while its batch is whole; at C6 its tail (streams done at different steps) drafts 4
+    assert twin_per_draft[1] == 5 and twin_per_draft[4] == 4 and 3 <= twin_per_draft[6] <= 4
+
+
+# --- conformance: the twin's server against the real one ----------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "Reply exactly PROMOTE_0731_OK."}]
+TOOL = gates.tool_schema(load_lane("twin"))
+
+
+def bad_requests() -> dict[str, object]:
+    base = {"model": NAME, "messages": MESSAGES}
+    return {
+        "unknown model": {**base, "model": "no-such-model"},
+        "bad JSON": b'{"model": "' + NAME.encode() + b'",',
+        "max_tokens too large": {**base, "max_tokens": 5000},
+        "context too long": {"model": NAME, "messages": [{"role": "user", "content": "word " * 3000}], "max_tokens": 4},
+        "negative temperature": {**base, "temperature": -1, "max_tokens": 4},
+        "top_p above 1": {**base, "top_p": 1.5, "max_tokens": 4},
+        "negative max_tokens": {**base, "max_tokens": -1},
+        "tool request": {**base, "tools": [TOOL], "tool_choice": "auto", "max_tokens": 8},
+    }
+
+
+def post(url: str, body) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(
+        f"{url}/v1/chat/completions", content=content, headers={"content-type": "application/json"}, timeout=60
+    )
+
+
+def sse(url: str) -> tuple[list[str], list[dict]]:
+    body = {
+        "model": NAME,
+        "messages": MESSAGES,
+        "max_tokens": 6,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        raw = response.read().decode()
+    lines = raw.split("\n")
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+    return lines, events
+
+
+def framing(lines: list[str], events: list[dict]) -> list[str]:
+    """What a client relies on in the stream: `data: ` lines each followed by a blank line, the role chunk first, one
+    finish_reason, the usage chunk (no choices) last, then `data: [DONE]`."""
+    problems = []
+    payload = [line for line in lines if line]
+    if not all(line.startswith("data: ") for line in payload):
+        problems.append("a non-empty line that is not `data: `")
+    if lines[-3:] != ["data: [DONE]", "", ""] and lines[-2:] != ["data: [DONE]", ""]:
+        problems.append(f"does not end with data: [DONE] and a blank line: {lines[-3:]}")
+    if any(a and b for a, b in zip(lines, lines[1:])):
+        problems.append("two data lines without a blank line between them")
+    if events[0]["choices"][0]["delta"] != {"role": "assistant", "content": ""}:
+        problems.append(f"the first chunk is not the role chunk: {events[0]}")
+    finishes = [e for e in events if e.get("choices") and e["choices"][0].get("finish_reason")]
+    if len(finishes) != 1:
+        problems.append(f"{len(finishes)} chunks carry a finish_reason")
+    if events[-1].get("choices") != [] or "usage" not in events[-1]:
+        problems.append(f"the last event is not the usage chunk: {events[-1]}")
+    return problems
+
+
+def families(text: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """{family: (type, label names)} of the vllm: families of an exposition."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith(conformance.OTHER_FAMILY_PREFIXES):
+            continue
+        labels = {name for sample in family.samples for name in sample.labels if name not in ("le", "quantile")}
+        out[family.name] = (family.type, tuple(sorted(labels)))
+    return conformance.without_created(out)
+
+
+def test_the_twin_server_answers_as_the_real_one_except_where_listed(real, twin_server):  # noqa: F811
+    servers = {"twin": twin_server.url, "real": real.url}
+    found: set[tuple[str, str, str, str]] = set()
+    other: list[str] = []  # differences of status, error fields or framing: none may be left (none are listed)
+
+    def both(fetch):
+        return {side: fetch(url) for side, url in servers.items()}
+
+    for path in ("/health", "/version", "/v1/models"):
+        got = both(lambda url: httpx.get(f"{url}{path}", timeout=10))
+        if got["twin"].status_code != got["real"].status_code:
+            other.append(f"{path}: HTTP {got['twin'].status_code} vs {got['real'].status_code}")
+        if path == "/health":
+            if (got["twin"].content, got["real"].content) != (b"", b""):
+                other.append("/health has a body")
+            continue
+        found |= conformance.shape_differences(path, got["twin"].json(), got["real"].json())
+    assert (
+        httpx.get(f"{twin_server.url}/version").json()["version"].endswith("+lanebook.twin")
+    )  # it says it is the twin
+
+    plain = {"model": NAME, "messages": MESSAGES, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+    got = both(lambda url: post(url, plain))
+    assert (got["twin"].status_code, got["real"].status_code) == (200, 200)
+    found |= conformance.shape_differences("chat", got["twin"].json(), got["real"].json())
+    assert [r.json()["usage"]["completion_tokens"] for r in got.values()] == [6, 6]
+
+    streams = both(sse)
+    for side, (lines, events) in streams.items():
+        other += [f"{side} stream: {p}" for p in framing(lines, events)]
+    kinds = {
+        "role chunk": lambda events: events[:1],
+        "content chunks": lambda events: events[1:-1],
+        "usage chunk": lambda events: events[-1:],
+    }
+    for kind, pick in kinds.items():
+        merged = {side: pick(events) for side, (lines, events) in streams.items()}
+        found |= {
+            (f"chat stream: {kind}", path.removeprefix("[]."), a, b)
+            for _, path, a, b in conformance.shape_differences("", merged["twin"], merged["real"])
+        }
+
+    for case, body in bad_requests().items():
+        got = both(lambda url: post(url, body))
+        codes = (got["twin"].status_code, got["real"].status_code)
+        fields = {side: conformance.error_fields(r.json()) for side, r in got.items()}
+        print(f"{case}: HTTP {codes}; twin {got['twin'].json()['error']['message']!r}")
+        print(f"{' ' * len(case)}  real {got['real'].json()['error']['message']!r}")
+        if codes[0] != codes[1] or fields["twin"] != fields["real"] or codes[1] == 200:
+            other.append(f"{case}: twin HTTP {codes[0]} {fields['twin']}, real HTTP {codes[1]} {fields['real']}")
+        found |= conformance.shape_differences(f"error: {case}", got["twin"].json(), got["real"].json())
+
+    # A prompt that fits with max_tokens past the context's end: vLLM 0.32 stops the reply there (no 400). The two
+    # tokenizers count "word " differently (the twin about 1 token, the tiny model's about 3), so each side gets a
+    # prompt that leaves it a few hundred tokens at most.
+    words = {"twin": 1900, "real": 600}
+    got = {
+        side: post(
+            url, {"model": NAME, "messages": [{"role": "user", "content": "word " * words[side]}], "max_tokens": 1000}
+        )
+        for side, url in servers.items()
+    }
+    for side, response in got.items():
+        body = response.json()
+        assert response.status_code == 200, (side, body)
+        assert body["choices"][0]["finish_reason"] == "length", side
+        assert body["usage"]["total_tokens"] == MAX_MODEL_LEN, (side, body["usage"])
+
+    exposed = both(lambda url: families(httpx.get(f"{url}/metrics", timeout=10).text))
+    for name in sorted(set(exposed["real"]) | set(exposed["twin"])):
+        twin_family, real_family = exposed["twin"].get(name), exposed["real"].get(name)
+        if twin_family is None:
+            found.add(("metrics", name, "absent", "served"))
+        elif real_family is None:
+            found.add(("metrics", name, "served", "absent"))
+        elif twin_family != real_family:
+            other.append(f"metric {name}: twin {twin_family}, real {real_family}")
+    print(f"vllm: families: twin {len(exposed['twin'])}, real vLLM {len(exposed['real'])}")
+
+    listed = {d.key for d in conformance.listed()}
+    assert other == []
+    assert sorted(found - listed) == [], "differences not listed in lanebook.twin.conformance"
+    assert sorted(listed - found) == [], "listed differences no longer seen"
+    assert len(found) == len(listed)
+
+
+def test_the_listed_differences_are_on_the_twin_facts_page():
+    from lanebook.twin import facts
+
+    page = facts.render_page()
+    section = conformance.render_section()
+    assert section in page
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| request")]
+    assert len(rows) == len(conformance.listed())
+    why = conformance.METRIC_FAMILIES_NOT_SERVED["vllm:mm_cache_hits"]
+    assert f"| metrics | `vllm:mm_cache_hits` | absent | served | {why} |" in rows
