@@ -21,6 +21,7 @@ from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import (
     RUNNING,
     WAITING,
+    SpecDecode,
     metrics_url,
     queue_depth,
     scrape,
@@ -58,7 +59,7 @@ TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_fir
 # wave's requests queue for on two shared cores: tens of milliseconds, seen up to ~40 ms at C4. So lanebook's mean
 # must not be below the server's, and may exceed it by at most this much.
 TTFT_SLACK_S = 0.15
-TAIL_K_ALLOWANCE = 0.25  # a wave's tail (its first streams done) verifies at the smaller batch's larger K
+TAIL_K_ALLOWANCE = 0.35  # a wave's tail (its first streams done) verifies at the smaller batch's larger K
 
 
 def go(coro):
@@ -234,22 +235,34 @@ def test_the_prefix_cache_probe_sees_hits_on_the_repeats(real):  # noqa: F811
 # --- speculative decoding: K by batch size -------------------------------------------------------------------
 
 
-async def k_waves(api: str, levels=(1, 4, 6), max_tokens: int = 64):
-    """One wave per level through lanebook's wave path (idle queue first, spec-decode deltas over the wave); every
-    stream runs to max_tokens (ignore_eos) so the batch stays whole as long as it can."""
+async def k_waves(api: str, levels=(1, 4, 6), max_tokens: int = 96, c1_waves: int = 4):
+    """Spec-decode figures per level through lanebook's wave path (idle queue first, /metrics deltas over the wave);
+    every stream runs to max_tokens (ignore_eos) so the batch stays whole as long as it can.
+
+    A random model's reply soon loops, and the ngram drafter proposes what followed the loop's last occurrence: at
+    most the batch's K tokens, fewer when the loop is shorter than K. One C1 stream is one loop, so C1 is summed over
+    a few waves (C4 and C6 already mix several streams)."""
     workload, tag = load_workload("prose"), secrets.token_hex(4)
     out = {}
     async with new_client() as client:
         for c in levels:
-            bodies = [
-                json.dumps(
-                    request_body(NAME, workload, i, f"{tag}-k{c}-{i}", max_tokens, {"ignore_eos": True})
-                ).encode()
-                for i in range(c)
-            ]
-            wave = await run_wave(client, chat_url(api), bodies, 1, 120, metrics_url(api))
-            assert not [r.error for r in wave.requests if r.error]
-            out[c] = wave.spec_decode
+            found = []
+            for n in range(c1_waves if c == 1 else 1):
+                bodies = [
+                    json.dumps(
+                        request_body(NAME, workload, n + i, f"{tag}-k{c}-{n}-{i}", max_tokens, {"ignore_eos": True})
+                    ).encode()
+                    for i in range(c)
+                ]
+                wave = await run_wave(client, chat_url(api), bodies, 1, 120, metrics_url(api))
+                assert not [r.error for r in wave.requests if r.error]
+                found.append(wave.spec_decode)
+            out[c] = SpecDecode(
+                sum(s.drafts for s in found),
+                sum(s.draft_tokens for s in found),
+                sum(s.accepted_tokens for s in found),
+                {k: sum(s.accepted_per_position.get(k, 0.0) for s in found) for k in found[0].accepted_per_position},
+            )
     return out
 
 
@@ -266,15 +279,20 @@ def test_draft_length_follows_the_verify_schedule_and_the_twin_is_compared(real,
             f"(acceptance {seen[c].acceptance_rate:.2f}, mean acceptance length {seen[c].mean_acceptance_length:.2f}); "
             f"twin {twin_per_draft[c]:.2f} (twin acceptance {twin[c].acceptance_rate:.2f})"
         )
-    assert [k_for_batch(SCHEDULE, 5, c) for c in levels] == [5, 4, 3]
-    # vLLM's ngram drafter proposes at most K tokens (fewer when its lookup finds less): the averages stay under K
-    # and fall with the batch's K
-    assert per_draft[1] <= 5 and per_draft[4] <= 4 and per_draft[6] <= 3 + TAIL_K_ALLOWANCE
-    assert per_draft[1] > per_draft[4] > per_draft[6]
+    ks = {c: k_for_batch(SCHEDULE, 5, c) for c in levels}
+    assert list(ks.values()) == [5, 4, 3]
+    # vLLM's ngram drafter proposes at most the batch's K tokens (fewer when its lookup finds less): the averages stay
+    # under K and fall with the batch's K. A wave's tail, once its first streams are done, drafts at the smaller
+    # batch's larger K: hence the allowance.
+    assert all(per_draft[c] <= ks[c] + TAIL_K_ALLOWANCE for c in levels), per_draft
+    assert per_draft[6] < min(per_draft[1], per_draft[4]), per_draft
+    assert per_draft[1] > per_draft[4], per_draft  # C1 summed over several loops; C4's loops are capped at 4
     for c in levels:
         assert len(seen[c].accepted_per_position) == 5 and seen[c].acceptance_rate is not None
-    # the twin drafts exactly K while its batch is whole; at C6 its tail (streams done at different steps) drafts 4
-    assert twin_per_draft[1] == 5 and twin_per_draft[4] == 4 and 3 <= twin_per_draft[6] <= 4
+    # the twin (twin figures) drafts exactly its batch's K every step, so its averages sit at K, a little above
+    # where the tail's smaller batch drafts more
+    assert twin_per_draft[1] == 5, twin_per_draft
+    assert all(ks[c] <= twin_per_draft[c] <= ks[c] + TAIL_K_ALLOWANCE for c in levels), twin_per_draft
 
 
 # --- conformance: the twin's server against the real one ----------------------------------------------------------
@@ -412,7 +430,13 @@ def test_the_twin_server_answers_as_the_real_one_except_where_listed(real, twin_
     words = {"twin": 1900, "real": 600}
     got = {
         side: post(
-            url, {"model": NAME, "messages": [{"role": "user", "content": "word " * words[side]}], "max_tokens": 1000}
+            url,
+            {
+                "model": NAME,
+                "messages": [{"role": "user", "content": "word " * words[side]}],
+                "max_tokens": 1000,
+                "ignore_eos": True,  # a random model may stop early (EOS); this is about where the context ends
+            },
         )
         for side, url in servers.items()
     }
