@@ -109,10 +109,7 @@ def without_created(families: Mapping[str, tuple[str, tuple[str, ...]]]) -> dict
 
 # --- the list ----------------------------------------------------------------------------------------
 
-_NULL_FIELD = (
-    "vLLM 0.32 sends this field, null unless the request asks for it; no lanebook client reads it, so the twin, "
-    f"following {TWIN_FOLLOWS}, does not add it"
-)
+_NULL_FIELD = "sent by vLLM 0.32, null unless the request asks for it; no lanebook client reads it"
 _FINGERPRINT = (
     "vLLM 0.32 names its build here (vllm-0.32.0-HASH); no lanebook client reads it and the twin has no build to name"
 )
