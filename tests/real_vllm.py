@@ -100,7 +100,8 @@ class RealServer:
 def start_real(log_path: Path) -> RealServer:
     """`python -m vllm.entrypoints.openai.api_server` in a session of its own, ready when lanebook's wait says so."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "LANEBOOK_")) and "proxy" not in k.lower()}
+    # LANEBOOK_TWIN_DIR stays: a parallel suite finds what it left running by it (tests/conftest.py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_") and "proxy" not in k.lower()}
     env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     command = [
         str(VLLM_VENV / "bin" / "python"),

@@ -30,7 +30,8 @@ from lanebook.nodes.prometheus import (
 )
 from lanebook.nodes.ssh import Executor
 from lanebook.ops.readiness import wait_health, wait_models
-from lanebook.speed.client import Plan, chat_url, measure, new_client, run, run_wave
+from lanebook.ops.warmup import run_warmup
+from lanebook.speed.client import Plan, Tally, chat_url, measure, new_client, run, run_wave
 from lanebook.speed.metrics import wave_figures
 from lanebook.speed.workloads import load_workload, request_body
 from lanebook.twin import conformance
@@ -59,7 +60,9 @@ TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_fir
 # wave's requests queue for on two shared cores: tens of milliseconds, seen up to ~40 ms at C4. So lanebook's mean
 # must not be below the server's, and may exceed it by at most this much.
 TTFT_SLACK_S = 0.15
-TAIL_K_ALLOWANCE = 0.35  # a wave's tail (its first streams done) verifies at the smaller batch's larger K
+# A wave's requests reach the engine one after another (tens of ms apart on two busy cores), so its first steps run
+# at a smaller batch, with that batch's larger K: C4 waves averaged up to 4.07 draft tokens per draft under load.
+STAGGER_K_ALLOWANCE = 0.5
 
 
 async def snapshot(api: str):
@@ -131,33 +134,40 @@ def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
     workload = load_workload("prose")
     tag = secrets.token_hex(4)
     bodies = [
-        json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 256, {"ignore_eos": True})).encode() for i in range(4)
+        json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 512, {"ignore_eos": True})).encode() for i in range(4)
     ]
 
     async def observe():
         async with new_client() as client:
             url = metrics_url(real.api)
             idle, waited = await wait_idle(client, url, timeout_s=30)
-            wave = asyncio.ensure_future(run_wave(client, chat_url(real.api), bodies, 1, 120))
-            busiest = (0.0, 0.0)
+            tally = Tally()
+            wave = asyncio.ensure_future(run_wave(client, chat_url(real.api), bodies, 1, 120, tally=tally))
+            busiest, scrapes = (0.0, 0.0), 0
             while not wave.done():
+                if not tally.content_chunks:  # scrape while the streams flow (a scrape can take most of a second)
+                    await asyncio.sleep(0.005)
+                    continue
                 depth = queue_depth(await scrape(client, url))
-                busiest = max(busiest, depth)
+                busiest, scrapes = max(busiest, depth), scrapes + 1
                 await asyncio.sleep(0.02)
             after = await scrape(client, url)
-            return idle, waited, busiest, await wave, after
+            return idle, waited, (busiest, scrapes), await wave, after
 
     t0 = time.monotonic()
-    idle, waited, busiest, wave, after = run(observe())
+    idle, waited, (busiest, scrapes), wave, after = run(observe())
     elapsed = time.monotonic() - t0
     assert queue_depth(idle) == (0.0, 0.0) and waited < 30
-    assert busiest[0] >= 1, f"never saw a running request during the wave: {busiest}"
+    assert busiest[0] >= 1, f"never saw a running request in {scrapes} scrapes during the {elapsed:.2f} s wave"
     assert queue_depth(after) == (0.0, 0.0)
     assert not [r.error for r in wave.requests if r.error]
     delta = after.minus(idle)
     tokens = sum(r.completion_tokens for r in wave.requests)
     rate = delta.total(GENERATION) / elapsed
-    print(f"real /metrics: busiest (running, waiting) {busiest}; {tokens} tokens, {rate:.1f} generated tok/s")
+    print(
+        f"real /metrics: busiest (running, waiting) {busiest} in {scrapes} scrapes; {tokens} tokens, "
+        f"{rate:.1f} generated tok/s"
+    )
     assert delta.total(GENERATION) == tokens and rate > 0
     assert delta.total("vllm:request_success_total") == 4
     finished = delta.by_label("vllm:request_success_total", "finished_reason")
@@ -175,6 +185,24 @@ def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
     assert delta.total(TTFT_COUNT) == 4 and delta.total("vllm:e2e_request_latency_seconds_count") == 4
     for gauge in (RUNNING, WAITING):
         assert [dict(labels) for labels in after.samples[gauge]] == [{"engine": "0", "model_name": NAME}], gauge
+
+
+def test_the_warmup_waits_for_idle_queues_and_reports_each_shape(real, lane):  # noqa: F811
+    executor = Executor()
+    result = run_warmup(lane, executor)
+    for shape in result.shapes:
+        print(f"real warmup {shape.label}: {shape.error or 'ok'}")
+    print(f"idle waits {result.idle_wait_before_s:.2f} s before, {result.idle_wait_after_s:.2f} s after")
+    assert result.not_idle_before is None and result.not_idle_after is None
+    assert result.idle_wait_before_s < 5 and result.idle_wait_after_s < 5 and result.preemptions == 0
+    prefill, *waves = result.shapes
+    # the recipe's bounded prefill is ~30,000 characters: past this server's 2048 tokens, and the warmup says so
+    assert "HTTP 400" in prefill.error and "maximum context length is 2048 tokens" in prefill.error
+    assert [s.label for s in waves] == ["C4 (K4)", "C6 (K3)"]
+    for shape in waves:  # sent in both phases; a random reply of empty-text chunks is the only failure allowed
+        assert shape.first_use is not None and shape.warmed is not None, shape
+        assert set(shape.first_use.errors) | set(shape.warmed.errors) <= {"no content in the stream"}, shape
+    assert executor.history[0].exit_code == 0 and executor.history[-1].exit_code == 0  # the idle waits
 
 
 # --- speed: lanebook's records against the server's own counters ---------------------------------------------
@@ -243,19 +271,18 @@ async def k_waves(api: str, max_tokens: int, c1_waves: int, levels=(1, 4, 6)):
     a few waves (C4 and C6 already mix several streams). K follows the batch of each engine step, not the wave's
     size: the real API server takes a wave's requests one after another (tens of ms each on two shared cores) while
     the tiny model decodes a step in a few ms, so a short reply can finish before the last request of its wave is
-    batched (96 tokens at C6 drafted 4.51 per draft once). Replies long enough to outlast that keep the batch whole."""
+    batched (96 tokens at C6 drafted 4.51 per draft once). And streams whose replies loop differently accept
+    differently, so one outlives the others and drafts alone at K 5 (a C4 wave drafted 4.44 per draft once). So every
+    stream of a wave gets the same prompt (the same reply at temperature 0, ending on the same step), and the replies
+    are long enough to outlast the arrivals."""
     workload, tag = load_workload("prose"), secrets.token_hex(4)
     out = {}
     async with new_client() as client:
         for c in levels:
             found = []
             for n in range(c1_waves if c == 1 else 1):
-                bodies = [
-                    json.dumps(
-                        request_body(NAME, workload, n + i, f"{tag}-k{c}-{n}-{i}", max_tokens, {"ignore_eos": True})
-                    ).encode()
-                    for i in range(c)
-                ]
+                body = request_body(NAME, workload, n, f"{tag}-k{c}-{n}", max_tokens, {"ignore_eos": True})
+                bodies = [json.dumps(body).encode()] * c  # one prompt: the same reply, so the streams end together
                 wave = await run_wave(client, chat_url(api), bodies, 1, 120, metrics_url(api))
                 assert not [r.error for r in wave.requests if r.error]
                 found.append(wave.spec_decode)
@@ -285,17 +312,17 @@ def test_draft_length_follows_the_verify_schedule_and_the_twin_is_compared(real,
     ks = {c: k_for_batch(SCHEDULE, 5, c) for c in levels}
     assert list(ks.values()) == [5, 4, 3]
     # vLLM's ngram drafter proposes at most the batch's K tokens (fewer when its lookup finds less): the averages stay
-    # under K and fall with the batch's K. A wave's tail, once its first streams are done, drafts at the smaller
-    # batch's larger K: hence the allowance.
-    assert all(per_draft[c] <= ks[c] + TAIL_K_ALLOWANCE for c in levels), per_draft
-    assert per_draft[6] < min(per_draft[1], per_draft[4]), per_draft
-    assert per_draft[1] > per_draft[4], per_draft  # C1 summed over several loops; C4's loops are capped at 4
+    # under K (but for the arrivals' allowance) and fall with the batch's K. Seen over ten runs: C1 4.05-4.58, C4
+    # 3.27-4.07, C6 2.77-3.06; C1 and C4 come close when drafts are capped by the reply's loop rather than by K, so
+    # only the 5 -> 3 step is held to a margin.
+    assert all(per_draft[c] <= ks[c] + STAGGER_K_ALLOWANCE for c in levels), per_draft
+    assert per_draft[6] < per_draft[4] and per_draft[1] - per_draft[6] >= 0.5, per_draft
     for c in levels:
         assert len(seen[c].accepted_per_position) == 5 and seen[c].acceptance_rate is not None
-    # the twin (twin figures) drafts exactly its batch's K every step, so its averages sit at K, a little above
-    # where the tail's smaller batch drafts more
+    # the twin (twin figures) admits a wave at once and drafts its batch's K every step: its averages sit at K (seen
+    # 5.00, 4.00-4.01, 3.00-3.03: a hair above where its streams finish a step apart)
     assert twin_per_draft[1] == 5, twin_per_draft
-    assert all(ks[c] <= twin_per_draft[c] <= ks[c] + TAIL_K_ALLOWANCE for c in levels), twin_per_draft
+    assert all(ks[c] <= twin_per_draft[c] <= ks[c] + STAGGER_K_ALLOWANCE for c in levels), twin_per_draft
 
 
 # --- conformance: the twin's server against the real one ----------------------------------------------------------
