@@ -58,7 +58,7 @@ TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_fir
 # first content chunk; vLLM's starts when its engine takes the request and ends when the engine has the token. The
 # difference is the API server's own work per request (HTTP, chat template, tokenizing, detokenizing, SSE), which a
 # wave's requests queue for on two shared cores: tens of milliseconds, seen up to ~40 ms at C4. So lanebook's mean
-# must not be below the server's, and may exceed it by at most this much.
+# must not be below the server's (when both cover the same requests), and the two may differ by at most this much.
 TTFT_SLACK_S = 0.15
 # A wave's requests reach the engine one after another (tens of ms apart on two busy cores), so its first steps run
 # at a smaller batch, with that batch's larger K: C4 waves averaged up to 4.07 draft tokens per draft under load.
@@ -237,7 +237,9 @@ def test_the_harness_counts_the_tokens_the_server_generated_and_its_ttft_agrees(
         f"TTFT mean over {len(ttfts)} requests: lanebook {ours * 1000:.1f} ms, vLLM's histogram {theirs * 1000:.1f} ms"
     )
     assert delta.total(TTFT_COUNT) == len(records)
-    assert theirs <= ours + 0.001 and ours - theirs <= TTFT_SLACK_S
+    assert abs(ours - theirs) <= TTFT_SLACK_S
+    if len(ttfts) == len(records):  # the same requests on both sides: the server's window lies inside lanebook's
+        assert theirs <= ours + 0.001
     for wave in waves:
         figures = wave_figures(wave)
         assert figures.ok + figures.errors == wave.concurrency and figures.wall_s > 0
