@@ -134,7 +134,8 @@ def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
     workload = load_workload("prose")
     tag = secrets.token_hex(4)
     bodies = [
-        json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 512, {"ignore_eos": True})).encode() for i in range(4)
+        json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 1024, {"ignore_eos": True})).encode()
+        for i in range(4)
     ]
 
     async def observe():
