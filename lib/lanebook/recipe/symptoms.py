@@ -166,7 +166,11 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "`systemctl list-units --state=active | grep -i -E 'aiden|legacy|vllm'` and `ss -ltnp | grep 8888` on the "
         "head.",
         (
-            Pattern("legacy_unit", LOG, r"(?i)\b(aiden|legacy)[\w.-]*\.service\b.*\b(active \(running\)|Started)\b"),
+            Pattern(
+                "legacy_unit",
+                LOG,
+                r"(?i)\b(aiden|legacy)[\w.-]*\.service\b.*\b(active \(running\)|active\s+running|Started)\b",
+            ),
             Pattern("port_taken", LOG, r"Bind for [\d.]+:\d+ failed: port is already allocated|address already in use"),
         ),
     ),
