@@ -310,6 +310,34 @@ def audit_verify():
     raise typer.Exit(0 if verify() else 1)
 
 
+@app.command("doctor")
+def doctor(
+    logs: List[Path] = typer.Option(
+        ...,
+        "--logs",
+        help="a saved log: container logs of each rank, the launcher's output, shell output (free, ip link), gate "
+        "replies or speed records as JSON lines; give --logs once per file",
+    ),
+    metrics: List[Path] = typer.Option(
+        [], "--metrics", help="a saved /metrics scrape; give two, in the order taken, for rates"
+    ),
+    dmesg: Optional[Path] = typer.Option(None, "--dmesg", help="the kernel log (dmesg, or journalctl -k)"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable findings"),
+):
+    """Diagnose a sick lane from files an operator saved: findings with their evidence, cause, fix and repair runbook.
+
+    Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed), 1 when one is, 2 for bad
+    usage. Reads files only; the --lane form (reading the nodes over SSH) is not built yet."""
+    from lanebook.verify.doctor import print_diagnosis, read_files
+
+    diagnosis = read_files(logs, metrics, dmesg)
+    if as_json:
+        typer.echo(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
+    else:
+        print_diagnosis(diagnosis)
+    raise typer.Exit(1 if diagnosis.confirmed else 0)
+
+
 @app.command("book")
 def book(
     out: Optional[Path] = typer.Option(
