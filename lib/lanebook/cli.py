@@ -312,8 +312,11 @@ def audit_verify():
 
 @app.command("doctor")
 def doctor(
+    lane: Optional[str] = typer.Option(
+        None, "--lane", help="read the lane's nodes over SSH (read-only: changes nothing, takes no lock)"
+    ),
     logs: List[Path] = typer.Option(
-        ...,
+        [],
         "--logs",
         help="a saved log: container logs of each rank, the launcher's output, shell output (free, ip link), gate "
         "replies or speed records as JSON lines; give --logs once per file",
@@ -322,18 +325,44 @@ def doctor(
         [], "--metrics", help="a saved /metrics scrape; give two, in the order taken, for rates"
     ),
     dmesg: Optional[Path] = typer.Option(None, "--dmesg", help="the kernel log (dmesg, or journalctl -k)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="with --lane: list the commands, open no connection"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable findings"),
 ):
-    """Diagnose a sick lane from files an operator saved: findings with their evidence, cause, fix and repair runbook.
+    """Diagnose a sick lane: findings with their evidence, cause, fix and repair runbook.
 
-    Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed), 1 when one is, 2 for bad
-    usage. Reads files only; the --lane form (reading the nodes over SSH) is not built yet."""
+    --lane reads every node of the lane (container logs since the last start, free, the kernel log, ip link, RoCE
+    GIDs, the HF cache's links, the live command) and two /metrics scrapes, read-only; --logs/--metrics/--dmesg read
+    files an operator saved. Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed),
+    1 when one is, 2 for bad usage."""
     from lanebook.verify.doctor import print_diagnosis, read_files
 
-    diagnosis = read_files(logs, metrics, dmesg)
-    if as_json:
-        typer.echo(json.dumps(diagnosis.to_json(), indent=2, ensure_ascii=False))
+    if bool(lane) == bool(logs):
+        raise LanebookError("give either --lane LANE or --logs FILE... (with --metrics/--dmesg)")
+    if lane and (metrics or dmesg):
+        raise LanebookError("--metrics and --dmesg go with --logs; --lane reads them from the nodes")
+    if dry_run and not lane:
+        raise LanebookError("--dry-run goes with --lane (reading files sends nothing)")
+    gathered = None
+    if lane:
+        from lanebook.lane.params import load_lane
+        from lanebook.nodes.ssh import Lane
+        from lanebook.verify.doctor_gather import gather, print_gathered
+
+        with Lane(load_lane(lane), dry_run=dry_run) as nodes:
+            gathered = gather(nodes)
+            if dry_run:
+                typer.echo("\n".join(nodes.executor.commands()))
+                typer.echo("dry run: nothing was read, no finding")
+                raise typer.Exit(0)
+        diagnosis = gathered.diagnosis()
     else:
+        diagnosis = read_files(logs, metrics, dmesg)
+    if as_json:
+        found = diagnosis.to_json() | (gathered.to_json() if gathered else {})
+        typer.echo(json.dumps(found, indent=2, ensure_ascii=False))
+    else:
+        if gathered:
+            print_gathered(gathered)
         print_diagnosis(diagnosis)
     raise typer.Exit(1 if diagnosis.confirmed else 0)
 
