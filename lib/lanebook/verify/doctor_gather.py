@@ -69,22 +69,22 @@ class _Reader:
     def __init__(self, lane: Lane, out: Gathered):
         self.lane, self.out = lane, out
 
-    def run(self, node: Node, command: str, timeout: float = 60) -> Optional[CommandResult]:
+    def run(self, node: Node, command: str, label: Optional[str] = None) -> Optional[CommandResult]:
         """The command's result when it ran and exited 0; otherwise None, and why is named in not_read."""
         try:
-            result = node.run(command, check=False, timeout=timeout)
+            result = node.run(command, check=False, timeout=60)
         except NodeError as exc:
-            self.out.not_read.append(f"{node.alias}: {command}: {exc}")
+            self.out.not_read.append(f"{node.alias}: {label or command}: {exc}")
             return None
         if result.dry_run:
             return None
         if not result.ok:
-            self.out.not_read.append(f"{node.alias}: {command}: {_why(result)}")
+            self.out.not_read.append(f"{node.alias}: {label or command}: {_why(result)}")
             return None
         return result
 
     def lines(self, node: Node, command: str, into: list[Line], label: Optional[str] = None) -> bool:
-        result = self.run(node, command)
+        result = self.run(node, command, label)
         if result is None:
             return False
         source = f"{node.alias}:{label or command}"
