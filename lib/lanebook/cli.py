@@ -114,7 +114,9 @@ def run_exit_code(verdict: str, dry_run: bool) -> int:
 
 @app.command("run")
 def run(
-    runbook: str = typer.Argument(..., help="weights env launch warmup gates speed diagnose rollback status stop"),
+    runbook: str = typer.Argument(
+        ..., help="weights env launch warmup gates speed diagnose rollback status stop doctor"
+    ),
     lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
     param: List[str] = typer.Option([], "-p", "--param", help="KEY=VALUE runbook parameter (repeatable)"),
     dry_run: bool = typer.Option(

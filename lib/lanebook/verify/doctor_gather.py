@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.redact import redact
@@ -25,7 +25,10 @@ from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, parse_met
 from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, q, qpath
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import serving_command
-from lanebook.verify.doctor import Diagnosis, Line, Scrape, diagnose, read_lines
+from lanebook.verify.doctor import CONFIRMED, Diagnosis, Line, Scrape, diagnose, read_lines
+
+if TYPE_CHECKING:
+    from lanebook.steps.runbook import Runbook
 
 SCRAPE_INTERVAL_S = 3.0
 STARTED_AT = "docker inspect -f '{{.State.StartedAt}}' "
@@ -188,3 +191,34 @@ def print_gathered(gathered: Gathered) -> None:
         console.print(f"read: {escape(item)}")
     for item in gathered.not_read:
         console.print(f"[yellow]not read[/yellow]: {escape(item)}")
+
+
+# --- runbook steps (each takes the runbook: it records and checks) -----------------------------------------
+
+
+def gather_step(rb: "Runbook") -> Gathered:
+    """Read the lane (read-only) and show what was read and what was not, with why."""
+    gathered = gather(rb.lane)
+    print_gathered(gathered)
+    rb.record(read=gathered.read, not_read=gathered.not_read)
+    rb.expect(bool(gathered.read) or gathered.dry_run, "something was read from the lane", f"{len(gathered.read)} read")
+    return gathered
+
+
+def findings_step(rb: "Runbook", gathered: Gathered) -> Diagnosis:
+    """The diagnosis of what was read: the findings table and evidence lines shown, the findings recorded as figures;
+    the check holds when no finding is confirmed (suspected ones and harmless notes are shown, not failed)."""
+    from lanebook.verify.doctor import print_diagnosis
+
+    diagnosis = gathered.diagnosis()
+    if not gathered.dry_run:
+        print_diagnosis(diagnosis)
+    rb.record(
+        findings=[f.to_json() for f in diagnosis.findings],
+        notes=[n.id for n in diagnosis.notes],
+        confirmed=diagnosis.ids(CONFIRMED),
+        healthy=None if gathered.dry_run else diagnosis.healthy,
+    )
+    confirmed = ", ".join(f"{f.id} {f.title}" for f in diagnosis.confirmed)
+    rb.expect(not diagnosis.confirmed, "no confirmed finding", confirmed or f"{len(diagnosis.findings)} suspected")
+    return diagnosis
