@@ -15,6 +15,7 @@ from lanebook.nodes import ssh
 from lanebook.ops import launcher
 from lanebook.twin.nodes import TwinLayout, twin_dir
 from lanebook.verify.doctor_gather import gather
+from lanebook_runs import dry_run_offline, run
 
 SESSION_RECORDS = ("var/commands.log", "var/sshd.log")  # sshd's own records of each session, as a node's auth log
 
@@ -116,3 +117,19 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
         or c.startswith("find ")
         for c in sent
     ), sent
+
+
+@pytest.mark.twin
+def test_the_doctor_runbook_records_a_pass_with_no_finding_on_the_healthy_twin(launched, tmp_path):
+    record, done = run(tmp_path, "doctor", "twin", expect_exit=0)
+    assert (record["verdict"], record["twin"]) == ("pass", True), done.stdout[-2000:]
+    figures = record["figures"]
+    assert figures["healthy"] is True and figures["findings"] == [] and figures["confirmed"] == []
+    assert any(r.startswith("head: docker logs ") for r in figures["read"])
+    assert not list((TwinLayout(twin_dir()).root / "nodes").glob("*/home/.lanebook/lane-pair.lock*"))
+
+
+def test_the_doctor_runbook_dry_run_on_the_real_lane_opens_no_connection(tmp_path):
+    record, done = dry_run_offline(tmp_path, "doctor")
+    assert record["verdict"] == "dry-run" and record["figures"]["healthy"] is None
+    assert "head: free -m" in done.stdout and "worker: ip -o link" in done.stdout
