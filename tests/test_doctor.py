@@ -9,7 +9,7 @@ import json
 
 import pytest
 from lanebook.recipe.pitfalls import symptom
-from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, read_lines
+from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, diagnosis_markdown, read_lines
 
 
 def v(msg: str, t: str = "10:20:00", level: str = "INFO", where: str = "core.py:1", proc: str = "(APIServer pid=92)"):
@@ -608,3 +608,14 @@ def test_json_has_the_spec_shape():
     first = out["findings"][0]
     assert set(first) >= {"id", "confidence", "cause", "evidence", "fix", "runbook", "next_check", "source"}
     assert set(first["evidence"][0]) == {"source", "line", "text"}
+
+
+def test_the_runbook_page_shows_the_findings_table_and_the_evidence_as_quoted():
+    name, expected, logs, metrics, kernel = CASES[2]
+    found = run(logs, metrics, kernel)
+    page = diagnosis_markdown(found)
+    assert page.startswith("| id | confidence | cause | fix | runbook | next check |")
+    assert "| P07 " in page and "[env](env.ipynb)" in page and "**sick**: 1 confirmed" in page
+    assert f"head.log:1: {logs['head.log'][0]}" in page  # the evidence line, exactly, with where it was read
+    healthy = diagnosis_markdown(run({"head.log": HEALTHY_START}, [], []))
+    assert "|---|" not in healthy and "**healthy**: no finding (2 harmless note(s))" in healthy

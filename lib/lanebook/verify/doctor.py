@@ -668,3 +668,37 @@ def print_diagnosis(diagnosis: Diagnosis) -> None:
     else:
         verdict = "[red]sick[/red]" if confirmed else "[yellow]suspect[/yellow]"
         console.print(f"{verdict}: {confirmed} confirmed, {suspected} suspected, {len(diagnosis.notes)} note(s)")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def diagnosis_markdown(diagnosis: Diagnosis) -> str:
+    """The same as print_diagnosis, as Markdown for a runbook's page: the findings table, then each finding's and note's
+    evidence lines with where they were read, then the summary line."""
+    parts = []
+    if diagnosis.findings:
+        rows = [
+            f"| {f.id} {_cell(f.title)} | {f.confidence} | {_cell(f.cause)} | {_cell(f.fix)} | "
+            f"[{f.runbook}]({f.runbook}.ipynb) | {_cell(f.next_check) if f.confidence == SUSPECTED else ''} |"
+            for f in diagnosis.findings
+        ]
+        parts.append(
+            "| id | confidence | cause | fix | runbook | next check |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+        )
+    for f in diagnosis.findings + diagnosis.notes:
+        label = "note (harmless)" if f.confidence == HARMLESS else f.confidence
+        lines = [f"{e.source}:{e.line}: {e.text}" for e in f.evidence]
+        lines += [f"… and {f.more} more line(s)"] if f.more else []
+        parts.append(
+            f"**{f.id} {label}**: {f.title} (learnt from {f.source})\n\n```text\n" + "\n".join(lines) + "\n```"
+        )
+    confirmed = len(diagnosis.confirmed)
+    if diagnosis.healthy:
+        parts.append(f"**healthy**: no finding ({len(diagnosis.notes)} harmless note(s))")
+    else:
+        suspected = len(diagnosis.findings) - confirmed
+        verdict = "sick" if confirmed else "suspect"
+        parts.append(f"**{verdict}**: {confirmed} confirmed, {suspected} suspected, {len(diagnosis.notes)} note(s)")
+    return "\n\n".join(parts)

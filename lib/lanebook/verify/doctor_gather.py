@@ -193,13 +193,20 @@ def print_gathered(gathered: Gathered) -> None:
         console.print(f"[yellow]not read[/yellow]: {escape(item)}")
 
 
+def gathered_markdown(gathered: Gathered) -> str:
+    """What was read and what was not, with why, as Markdown for a runbook's page."""
+    read = [f"- read: {item}" for item in gathered.read]
+    not_read = [f"- **not read**: {item}" for item in gathered.not_read]
+    return "\n".join(read + not_read) or "nothing gathered"
+
+
 # --- runbook steps (each takes the runbook: it records and checks) -----------------------------------------
 
 
 def gather_step(rb: "Runbook") -> Gathered:
     """Read the lane (read-only) and show what was read and what was not, with why."""
     gathered = gather(rb.lane)
-    print_gathered(gathered)
+    rb.show(markdown=gathered_markdown(gathered))
     rb.record(read=gathered.read, not_read=gathered.not_read)
     rb.expect(bool(gathered.read) or gathered.dry_run, "something was read from the lane", f"{len(gathered.read)} read")
     return gathered
@@ -208,11 +215,11 @@ def gather_step(rb: "Runbook") -> Gathered:
 def findings_step(rb: "Runbook", gathered: Gathered) -> Diagnosis:
     """The diagnosis of what was read: the findings table and evidence lines shown, the findings recorded as figures;
     the check holds when no finding is confirmed (suspected ones and harmless notes are shown, not failed)."""
-    from lanebook.verify.doctor import print_diagnosis
+    from lanebook.verify.doctor import diagnosis_markdown
 
     diagnosis = gathered.diagnosis()
     if not gathered.dry_run:
-        print_diagnosis(diagnosis)
+        rb.show(markdown=diagnosis_markdown(diagnosis))
     rb.record(
         findings=[f.to_json() for f in diagnosis.findings],
         notes=[n.id for n in diagnosis.notes],
