@@ -71,6 +71,7 @@ DROPPED = {
     "revision": "the tiny model has one revision",
     "quantization": "the tiny model is not quantized",
 }
+SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the fabric interface (bond0)
 HANDLED = {"command", "model_tag", "model", "host", "port", "speculative_config", "enable_prefix_caching", "headless"}
 
 
@@ -165,6 +166,10 @@ def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) ->
         return 2
     for note in notes:
         say(note)
+    env = dict(env)
+    for key in SOCKET_IFNAMES:  # Gloo binds the interface named, even for one rank; the twin's nodes have only lo
+        if key in env:
+            say(f"dropped {key}={env.pop(key)} from the environment: {ONE_RANK}")
     kv = env.get("VLLM_CPU_KVCACHE_SPACE")
     say(f"KV cache: VLLM_CPU_KVCACHE_SPACE={kv} GiB" if kv else "KV cache: VLLM_CPU_KVCACHE_SPACE unset (its default)")
     command = [str(python), "-m", SERVER_MODULE, *argv]
