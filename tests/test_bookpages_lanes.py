@@ -8,7 +8,14 @@ LANES = [load_lane(n) for n in lane_names()]
 
 def test_matrix_rows_and_differences():
     rows = {row.key: row for row in matrix(LANES)}
-    assert [lane.name for lane in LANES] == ["anemll-0731", "anemll-1m6", "patch3-c12", "real-vllm-cpu", "twin", "twin-1m6"]
+    assert [lane.name for lane in LANES] == [
+        "anemll-0731",
+        "anemll-1m6",
+        "patch3-c12",
+        "real-vllm-cpu",
+        "twin",
+        "twin-1m6",
+    ]
     assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "358400", "2048", "1048576", "1048576")
     assert (
         rows["MAX_MODEL_LEN"].varies and rows["MAX_MODEL_LEN"].differs(2, 0) and not rows["MAX_MODEL_LEN"].differs(1, 0)

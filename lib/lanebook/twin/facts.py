@@ -528,6 +528,8 @@ def render_page(facts: Seq[Fact] = FACTS) -> str:
         "it. The twin's figures below are measured in-process, in virtual time, when this page is built: they "
         "are twin figures, never a real lane's.",
         "",
+        REAL_VLLM_CPU_LANE,
+        "",
         "| id | fact | seed figure | twin figure (measured) | how the twin reproduces it | proving tests |",
         "|---|---|---|---|---|---|",
     ]
@@ -539,7 +541,6 @@ def render_page(facts: Seq[Fact] = FACTS) -> str:
             f"| {entry.id} | {_cell(entry.fact)} *({_cell(entry.source)})* | {_cell(seed)} | {_cell(twin)} "
             f"| {_cell(entry.twin)} | {tests} |"
         )
-    lines += ["", REAL_VLLM_CPU_LANE]
     return "\n".join(lines) + "\n"
 
 
