@@ -21,9 +21,9 @@ SERVE = (
 
 def parsed(argv):
     parser = vllm.build_parser()
-    args = parser.parse_args(vllm.normalize_argv(argv))
-    defaults = vars(parser.parse_args(["serve"]))
-    return args, {k: v for k, v in vars(args).items() if v != defaults.get(k)}
+    argv = vllm.normalize_argv(argv)
+    args = parser.parse_args(argv)
+    return args, vllm_cpu.explicit(parser, argv, args)
 
 
 def test_the_recipe_argv_becomes_the_cpu_builds():
@@ -33,6 +33,7 @@ def test_the_recipe_argv_becomes_the_cpu_builds():
     pairs = dict(zip(argv, argv[1:]))
     assert pairs["--served-model-name"] == "lanebook-tiny-llama" and pairs["--max-model-len"] == "2048"
     assert (pairs["--host"], pairs["--port"], pairs["--max-num-seqs"]) == ("127.0.0.2", "8888", "6")
+    assert pairs["--max-num-batched-tokens"] == "8192"  # vLLM's default value, written: passed on, not left out
     assert json.loads(pairs["--speculative-config"]) == {
         "method": "ngram",
         "prompt_lookup_max": 3,
@@ -47,6 +48,7 @@ def test_the_recipe_argv_becomes_the_cpu_builds():
         "--kv-cache-dtype",
         "--async-scheduling",
         "--nnodes",
+        "--pipeline-parallel-size",
         "--block-size",
         "--max-cudagraph-capture-size",
         "--tokenizer-mode",

@@ -668,7 +668,8 @@ def start_local(
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
+    argv = normalize_argv(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     env = dict(os.environ)
     knobs = twin_knobs(env)
     defaults = vars(parser.parse_args(["serve"]))
@@ -678,7 +679,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(refused, file=sys.stderr)
         return 2
     if vllm_cpu.requested(env):  # the real vLLM (CPU build) serves instead of the twin engine
-        return vllm_cpu.run(args, given, env)
+        return vllm_cpu.run(args, vllm_cpu.explicit(parser, argv, args), env)
     log("INFO", "api_server.py:1896", f"vLLM API server version {VLLM_VERSION}")
     log("INFO", "utils.py:233", f"non-default args: {given}")
     enabled, line = breakable_graphs(env)

@@ -106,8 +106,22 @@ def speculative(given: Optional[dict]) -> tuple[Optional[dict], list[str]]:
     return config, notes
 
 
+def explicit(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """The `vllm serve` options written on the command line (by dest, with their parsed values), a default value
+    included: `--max-num-batched-tokens 8192` is passed on, `--pipeline-parallel-size 1` is said dropped."""
+    serve = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    written = {arg.partition("=")[0] for arg in argv if arg.startswith("-")}
+    return {
+        action.dest: getattr(args, action.dest)
+        for action in serve._actions
+        if action.option_strings
+        and action.dest != "help"
+        and any(o in written or f"--no-{o[2:]}" in written for o in action.option_strings)
+    }
+
+
 def translate(given: dict[str, Any], args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The api_server argv for the CPU build from the non-default `vllm serve` args GIVEN, and one note per change.
+    """The api_server argv for the CPU build from the `vllm serve` options GIVEN (explicit), and one note per change.
     Raises Refused for a flag not in KEPT, DROPPED or HANDLED."""
     unknown = sorted(flag(d) for d in given if d not in KEPT and d not in DROPPED and d not in HANDLED)
     if unknown:
