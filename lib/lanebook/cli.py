@@ -252,8 +252,11 @@ printed)."""
 
 @app.command("speed")
 def speed(
-    api: str = typer.Option(..., "--api", help="OpenAI-compatible base URL ending in /v1"),
-    model: str = typer.Option(..., "--model"),
+    api: Optional[str] = typer.Option(
+        None, "--api", help="OpenAI-compatible base URL ending in /v1 (default: the lane's api)"
+    ),
+    model: Optional[str] = typer.Option(None, "--model", help="the served model (default: the lane's served name)"),
+    lane: Optional[str] = typer.Option(None, "--lane", help="a lane under params/: its api, served model and request"),
     concurrency: str = typer.Option("1,4,6", "--concurrency"),
     max_tokens: int = typer.Option(256, "--max-tokens"),
     workload: str = typer.Option("count", "--workload"),
@@ -262,7 +265,8 @@ def speed(
         None, "--json", help="write the speed document (runs, bands) as JSON here"
     ),
 ):
-    """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance."""
+    """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance; and
+    each wave's token count and TTFT as the server's /metrics counted them, beside lanebook's."""
     from lanebook.speed.command import speed_command
 
     try:
@@ -280,6 +284,7 @@ def speed(
             workload=workload,
             trials=trials,
             json_path=json_path,
+            lane_name=lane,
         )
     )
 
