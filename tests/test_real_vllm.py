@@ -35,6 +35,7 @@ from lanebook.ops.readiness import wait_health, wait_models
 from lanebook.ops.warmup import run_warmup
 from lanebook.speed.client import Plan, Tally, chat_url, measure, new_client, run, run_wave
 from lanebook.speed.metrics import wave_figures
+from lanebook.speed.servercounts import client_completion_tokens, client_ttft_mean_s, counts_line, server_counts
 from lanebook.speed.workloads import load_workload, request_body
 from lanebook.twin import conformance
 from lanebook.verify import gates
@@ -55,7 +56,7 @@ if missing_reason():
     pytest.skip(missing_reason(), allow_module_level=True)
 
 GENERATION = "vllm:generation_tokens_total"
-TTFT_SUM, TTFT_COUNT = "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
+TTFT_COUNT = "vllm:time_to_first_token_seconds_count"
 # lanebook's TTFT starts when the request's headers leave this process and ends at the kernel's receive stamp of the
 # first content chunk; vLLM's starts when its engine takes the request and ends when the engine has the token. The
 # difference is the API server's own work per request (HTTP, chat template, tokenizing, detokenizing, SSE), which a
@@ -220,12 +221,11 @@ def test_the_harness_counts_the_tokens_the_server_generated_and_its_ttft_agrees(
     records = [r for wave in waves for r in wave.requests]
     assert [w.concurrency for w in waves] == [1, 4, 1, 4] and not [r.error for r in records if r.error]
     assert all(w.idle_wait_s is not None and w.spec_decode is not None for w in waves), notes
-    delta = after.minus(before)
-    counted = sum(r.completion_tokens for r in records)
-    generated = delta.total(GENERATION)
-    accepted = delta.total("vllm:spec_decode_num_accepted_tokens_total")
-    print(f"completion tokens lanebook counted {counted}; vllm:generation_tokens_total delta {generated:g}")
-    print(f"(spec decode on: {accepted:g} of them were accepted draft tokens)")
+    counts = server_counts(before, after)  # lanebook's own honesty check (speed/servercounts.py)
+    counted, generated = client_completion_tokens(records), counts.generation_tokens
+    accepted = after.minus(before).total("vllm:spec_decode_num_accepted_tokens_total")
+    print(counts_line(counts, records))
+    print(f"(spec decode on: {accepted:g} of the {generated:g} generation tokens were accepted draft tokens)")
     assert counted == generated  # exactly, with speculative decoding on
     assert accepted > 0
     # A random model's reply can be tokens that detokenize to no text (chunks with an empty content: no client TTFT,
@@ -234,12 +234,12 @@ def test_the_harness_counts_the_tokens_the_server_generated_and_its_ttft_agrees(
     ttfts = [ttft_s(r) for r in records if ttft_s(r) is not None]
     silent = [(r.finish_reason, r.completion_tokens, r.text_chars, [c.kind for c in r.chunks]) for r in records]
     assert len(ttfts) >= len(records) / 2, silent
-    ours = sum(ttfts) / len(ttfts)
-    theirs = delta.total(TTFT_SUM) / delta.total(TTFT_COUNT)
+    ours, theirs = client_ttft_mean_s(records), counts.ttft_mean_s
+    assert ours == pytest.approx(sum(ttfts) / len(ttfts))
     print(
         f"TTFT mean over {len(ttfts)} requests: lanebook {ours * 1000:.1f} ms, vLLM's histogram {theirs * 1000:.1f} ms"
     )
-    assert delta.total(TTFT_COUNT) == len(records)
+    assert counts.ttft_count == len(records)
     assert abs(ours - theirs) <= TTFT_SLACK_S
     if len(ttfts) == len(records):  # the same requests on both sides: the server's window lies inside lanebook's
         assert theirs <= ours + 0.001

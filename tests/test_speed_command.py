@@ -22,7 +22,24 @@ def printed(result) -> str:
 def test_run_speed_document_and_incomplete_bands(server):
     result = run_speed(f"{server}/v1", "m", "prose", [2], trials=2, max_tokens=21)
     doc = result.document()
-    assert list(doc) == ["api", "model", "workload", "max_tokens", "twin", "stamp_source", "runs", "bands"]
+    assert list(doc) == [
+        "api",
+        "model",
+        "workload",
+        "max_tokens",
+        "twin",
+        "stamp_source",
+        "runs",
+        "bands",
+        "server_counts",
+    ]
+    # this server's /metrics has no vllm:generation_tokens_total nor TTFT histogram: lanebook's side only
+    assert [
+        (c["trial"], c["server_generation_tokens"], c["lanebook_completion_tokens"]) for c in doc["server_counts"]
+    ] == [
+        (1, None, 42),
+        (2, None, 42),
+    ]
     assert doc["stamp_source"] == STAMP_KERNEL  # Linux stamps loopback TCP: the kernel's arrival times
     assert [r["trial"] for r in doc["runs"]] == [1, 2]
     band = doc["bands"][0]

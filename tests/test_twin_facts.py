@@ -87,6 +87,7 @@ def test_render_page_of_a_small_registry_is_exact():
     page = facts.render_page([entry, plain], conformance_section=False)
     assert page.startswith("# Facts the twin reproduces\n\n")
     assert "twin figures, never a real lane's" in page
+    assert "**The real-vllm-cpu lane** (`params/real-vllm-cpu.yaml`)" in page  # where the real vLLM serves instead
     assert page.splitlines()[-4:] == [
         "| id | fact | seed figure | twin figure (measured) | how the twin reproduces it | proving tests |",
         "|---|---|---|---|---|---|",

@@ -8,6 +8,8 @@ usage or bad parameters (one line, no traceback).
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import os
 import signal
@@ -112,7 +114,9 @@ def run_exit_code(verdict: str, dry_run: bool) -> int:
 
 @app.command("run")
 def run(
-    runbook: str = typer.Argument(..., help="weights env launch warmup gates speed diagnose rollback status stop"),
+    runbook: str = typer.Argument(
+        ..., help="weights env launch warmup gates speed diagnose rollback status stop doctor"
+    ),
     lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
     param: List[str] = typer.Option([], "-p", "--param", help="KEY=VALUE runbook parameter (repeatable)"),
     dry_run: bool = typer.Option(
@@ -248,8 +252,11 @@ printed)."""
 
 @app.command("speed")
 def speed(
-    api: str = typer.Option(..., "--api", help="OpenAI-compatible base URL ending in /v1"),
-    model: str = typer.Option(..., "--model"),
+    api: Optional[str] = typer.Option(
+        None, "--api", help="OpenAI-compatible base URL ending in /v1 (default: the lane's api)"
+    ),
+    model: Optional[str] = typer.Option(None, "--model", help="the served model (default: the lane's served name)"),
+    lane: Optional[str] = typer.Option(None, "--lane", help="a lane under params/: its api, served model and request"),
     concurrency: str = typer.Option("1,4,6", "--concurrency"),
     max_tokens: int = typer.Option(256, "--max-tokens"),
     workload: str = typer.Option("count", "--workload"),
@@ -258,7 +265,8 @@ def speed(
         None, "--json", help="write the speed document (runs, bands) as JSON here"
     ),
 ):
-    """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance."""
+    """Streaming speed waves: per-stream decode (first to last content chunk), wall aggregate, TTFT, acceptance; and
+    each wave's token count and TTFT as the server's /metrics counted them, beside lanebook's."""
     from lanebook.speed.command import speed_command
 
     try:
@@ -276,6 +284,7 @@ def speed(
             workload=workload,
             trials=trials,
             json_path=json_path,
+            lane_name=lane,
         )
     )
 
@@ -306,6 +315,63 @@ def audit_verify():
     from lanebook.runs.audit import verify
 
     raise typer.Exit(0 if verify() else 1)
+
+
+@app.command("doctor")
+def doctor(
+    lane: Optional[str] = typer.Option(
+        None, "--lane", help="read the lane's nodes over SSH (read-only: changes nothing, takes no lock)"
+    ),
+    logs: List[Path] = typer.Option(
+        [],
+        "--logs",
+        help="a saved log: container logs of each rank, the launcher's output, shell output (free, ip link), gate "
+        "replies or speed records as JSON lines; give --logs once per file",
+    ),
+    metrics: List[Path] = typer.Option(
+        [], "--metrics", help="a saved /metrics scrape; give two, in the order taken, for rates"
+    ),
+    dmesg: Optional[Path] = typer.Option(None, "--dmesg", help="the kernel log (dmesg, or journalctl -k)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="with --lane: list the commands, open no connection"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable findings"),
+):
+    """Diagnose a sick lane: findings with their evidence, cause, fix and repair runbook.
+
+    --lane reads every node of the lane (container logs since the last start, free, the kernel log, ip link, RoCE
+    GIDs, the HF cache's links, the live command) and two /metrics scrapes, read-only; --logs/--metrics/--dmesg read
+    files an operator saved. Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed),
+    1 when one is, 2 for bad usage."""
+    from lanebook.verify.doctor import print_diagnosis, read_files
+
+    if bool(lane) == bool(logs):
+        raise LanebookError("give either --lane LANE or --logs FILE... (with --metrics/--dmesg)")
+    if lane and (metrics or dmesg):
+        raise LanebookError("--metrics and --dmesg go with --logs; --lane reads them from the nodes")
+    if dry_run and not lane:
+        raise LanebookError("--dry-run goes with --lane (reading files sends nothing)")
+    gathered = None
+    if lane:
+        from lanebook.lane.params import load_lane
+        from lanebook.nodes.ssh import Lane
+        from lanebook.verify.doctor_gather import gather, print_gathered
+
+        with Lane(load_lane(lane), dry_run=dry_run) as nodes:
+            gathered = gather(nodes)
+            if dry_run:
+                typer.echo("\n".join(nodes.executor.commands()))
+                typer.echo("dry run: nothing was read, no finding")
+                raise typer.Exit(0)
+        diagnosis = gathered.diagnosis()
+    else:
+        diagnosis = read_files(logs, metrics, dmesg)
+    if as_json:
+        found = diagnosis.to_json() | (gathered.to_json() if gathered else {})
+        typer.echo(json.dumps(found, indent=2, ensure_ascii=False))
+    else:
+        if gathered:
+            print_gathered(gathered)
+        print_diagnosis(diagnosis)
+    raise typer.Exit(1 if diagnosis.confirmed else 0)
 
 
 @app.command("book")
@@ -342,6 +408,10 @@ def demo():
 
 
 def main() -> None:
+    # Once the command is done nothing in the heap needs collecting: the OS takes the memory back. Without this the
+    # interpreter's last collection over a run's objects (papermill, the notebook client, IPython) took a tenth of a
+    # second, more than some checks take.
+    atexit.register(gc.freeze)
     try:
         app()
     except LanebookError as exc:

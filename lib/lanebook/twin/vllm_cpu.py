@@ -1,0 +1,202 @@
+"""The real vLLM (its CPU build) as the head's serving process: what the twin's `vllm` stand-in runs when the
+container's environment says LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu (the real-vllm-cpu lane passes it through the compose
+file's environment: map, as every lane passes VLLM_USE_BREAKABLE_CUDAGRAPH).
+
+The stand-in parses `vllm serve` as vLLM does (lanebook.twin.vllm), then translates the argv it was given for the
+CPU build and execs `.tools/vllm-cpu/bin/python -m vllm.entrypoints.openai.api_server ...` (the CPU distribution is
+named vllm-cpu and its `vllm` console script fails). Every change is printed to the container log, one
+"lanebook twin: vllm-cpu ..." line each, before the real server's own startup log: the model becomes the tiny
+random model (.tools/vllm-cpu/tiny-model), the speculative config becomes vLLM's ngram method with the lane's K and
+per-batch schedule (the GPU lanes' MTP/DSpark drafter cannot run on CPU), GPU-only and multi-node flags are dropped
+(one rank: the CPU build runs the model alone on the head) and --enforce-eager is added. A flag this table does not
+know is refused (exit 2), never passed on or dropped silently.
+
+A headless rank (the worker's container) runs nothing real: it says so in its log and stays up idle until stopped,
+so the launcher's two-container shape holds and `docker logs` on the worker tells what it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Any, Optional
+
+from lanebook.base.paths import REPO
+
+KNOB = "LANEBOOK_TWIN_REAL_ENGINE"
+ENGINE = "vllm-cpu"
+VENV = REPO / ".tools" / "vllm-cpu"
+TINY_MODEL = VENV / "tiny-model"
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+PREFIX = "lanebook twin: vllm-cpu"
+# ngram drafting (prompt lookup): the CPU build's speculative method; K and the per-batch schedule are the lane's.
+NGRAM = {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+SPEC_KEPT = ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")
+
+# Flags passed on as given (by argparse dest).
+KEPT = {
+    "served_model_name": "--served-model-name",
+    "api_key": "--api-key",
+    "max_model_len": "--max-model-len",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "enable_chunked_prefill": "--enable-chunked-prefill",
+    "trust_remote_code": "--trust-remote-code",
+    "generation_config": "--generation-config",
+    "default_chat_template_kwargs": "--default-chat-template-kwargs",
+    "disable_log_requests": "--disable-log-requests",
+    "enable_log_requests": "--enable-log-requests",
+}
+ONE_RANK = "one rank: vLLM's CPU build runs the model alone on the head, no tensor parallel across nodes"
+DROPPED = {
+    "tensor_parallel_size": ONE_RANK,
+    "pipeline_parallel_size": ONE_RANK,
+    "nnodes": ONE_RANK,
+    "node_rank": ONE_RANK,
+    "master_addr": ONE_RANK,
+    "master_port": ONE_RANK,
+    "distributed_executor_backend": ONE_RANK,
+    "gpu_memory_utilization": "no GPU: the CPU build's KV cache is VLLM_CPU_KVCACHE_SPACE GiB",
+    "kv_cache_dtype": "a GPU KV cache format; the CPU build keeps the model's dtype",
+    "block_size": "the CPU attention backend picks its own block size",
+    "max_cudagraph_capture_size": "no CUDA graphs on CPU (--enforce-eager)",
+    "async_scheduling": "vLLM refuses async scheduling with ngram speculative decoding",
+    "tokenizer_mode": "the tiny model's tokenizer is a plain Hugging Face one",
+    "tool_call_parser": "the tiny model has no DeepSeek-V4 chat format to parse",
+    "enable_auto_tool_choice": "the tiny model has no DeepSeek-V4 chat format to parse",
+    "reasoning_parser": "the tiny model has no DeepSeek-V4 chat format to parse",
+    "revision": "the tiny model has one revision",
+    "quantization": "the tiny model is not quantized",
+}
+SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the fabric interface (bond0)
+HANDLED = {"command", "model_tag", "model", "host", "port", "speculative_config", "enable_prefix_caching", "headless"}
+
+
+class Refused(Exception):
+    """A flag the translation does not know: refused, never dropped silently."""
+
+
+def flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _value_args(option: str, value: Any) -> list[str]:
+    if isinstance(value, bool):
+        return [option] if value else [f"--no-{option[2:]}"]
+    if isinstance(value, dict):
+        return [option, json.dumps(value, separators=(",", ":"))]
+    if isinstance(value, list):
+        return [option, *map(str, value)]
+    return [option, str(value)]
+
+
+def speculative(given: Optional[dict]) -> tuple[Optional[dict], list[str]]:
+    """The CPU build's speculative config from the one given: ngram with the given K and per-batch schedule."""
+    if not given:
+        return None, []
+    config = {**NGRAM, **{k: given[k] for k in SPEC_KEPT if k in given}}
+    method = given.get("method")
+    notes = [f"speculative method {method} -> ngram (no MTP/DSpark drafter on CPU); K and the schedule kept"]
+    notes += [
+        f"dropped speculative {k}={given[k]!r}: not an ngram setting" for k in given if k not in (*SPEC_KEPT, "method")
+    ]
+    return config, notes
+
+
+def explicit(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """The `vllm serve` options written on the command line (by dest, with their parsed values), a default value
+    included: `--max-num-batched-tokens 8192` is passed on, `--pipeline-parallel-size 1` is said dropped."""
+    serve = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    written = {arg.partition("=")[0] for arg in argv if arg.startswith("-")}
+    return {
+        action.dest: getattr(args, action.dest)
+        for action in serve._actions
+        if action.option_strings
+        and action.dest != "help"
+        and any(o in written or f"--no-{o[2:]}" in written for o in action.option_strings)
+    }
+
+
+def translate(given: dict[str, Any], args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The api_server argv for the CPU build from the `vllm serve` options GIVEN (explicit), and one note per change.
+    Raises Refused for a flag not in KEPT, DROPPED or HANDLED."""
+    unknown = sorted(flag(d) for d in given if d not in KEPT and d not in DROPPED and d not in HANDLED)
+    if unknown:
+        raise Refused(f"{PREFIX} does not know how to run {', '.join(unknown)} on the CPU build; refusing")
+    model = args.model_tag or args.model
+    argv = ["--model", str(TINY_MODEL)]
+    notes = [f"model {model} -> the tiny random model {TINY_MODEL} (its replies are gibberish)"]
+    if not args.served_model_name:
+        argv += ["--served-model-name", str(model)]
+        notes.append(f"--served-model-name {model} (vLLM would serve the model under the name it was given)")
+    argv += ["--host", args.host, "--port", str(args.port)]
+    for dest, option in KEPT.items():
+        if dest in given:
+            argv += _value_args(option, given[dest])
+    argv += ["--enable-prefix-caching" if args.enable_prefix_caching else "--no-enable-prefix-caching"]
+    config, spec_notes = speculative(args.speculative_config)
+    if config:
+        argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+    notes += spec_notes
+    for dest in DROPPED:
+        if dest in given:
+            shown = " ".join(_value_args(flag(dest), given[dest]))
+            notes.append(f"dropped {shown}: {DROPPED[dest]}")
+    argv.append("--enforce-eager")
+    notes.append("added --enforce-eager: no torch.compile or graph capture on the CPU build")
+    return argv, notes
+
+
+def say(line: str) -> None:
+    print(f"{PREFIX}: {line}" if not line.startswith(PREFIX) else line, flush=True)
+
+
+def idle_worker(args: argparse.Namespace) -> int:
+    """A headless rank of this lane: nothing real to run (one rank serves on the head); up and idle until stopped."""
+    say(
+        f"headless node rank {args.node_rank}/{args.nnodes} runs nothing: {ONE_RANK}; "
+        "this container stays up idle until it is stopped"
+    )
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        signal.pause()
+
+
+def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) -> int:
+    """Exec the real server (or idle as a headless rank); returns only on a refusal or a missing install."""
+    if args.headless:
+        return idle_worker(args)
+    python = VENV / "bin" / "python"
+    if not (VENV / ".installed").exists():
+        say(f"the CPU build is not installed ({VENV}/.installed missing): run `make vllm-cpu`")
+        return 1
+    try:
+        argv, notes = translate(given, args)
+    except Refused as exc:
+        say(str(exc))
+        return 2
+    for note in notes:
+        say(note)
+    env = dict(env)
+    for key in SOCKET_IFNAMES:  # Gloo binds the interface named, even for one rank; the twin's nodes have only lo
+        if key in env:
+            say(f"dropped {key}={env.pop(key)} from the environment: {ONE_RANK}")
+    kv = env.get("VLLM_CPU_KVCACHE_SPACE")
+    say(f"KV cache: VLLM_CPU_KVCACHE_SPACE={kv} GiB" if kv else "KV cache: VLLM_CPU_KVCACHE_SPACE unset (its default)")
+    command = [str(python), "-m", SERVER_MODULE, *argv]
+    say("runs " + " ".join(command))
+    os.execve(str(python), command, env)
+    return 1  # not reached
+
+
+def requested(env: dict[str, str]) -> bool:
+    return env.get(KNOB, "").strip() == ENGINE
+
+
+def check_knob(env: dict[str, str]) -> Optional[str]:
+    """A value of the knob that names no engine: the line to refuse it with."""
+    value = env.get(KNOB, "").strip()
+    return None if value in ("", ENGINE) else f"vllm (lanebook twin): {KNOB} must be {ENGINE} or unset, got {value!r}"

