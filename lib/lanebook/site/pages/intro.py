@@ -56,9 +56,10 @@ def topology(lane: LaneParams) -> Topology:
 
 
 def shown_lanes(lanes: list[LaneParams]) -> list[LaneParams]:
-    """The head of each rollback chain (no lane rolls back to it): the current real lane, then the twin lane."""
+    """The head of each rollback chain (no lane rolls back to it): the current real lane, then the twin lane. A lane
+    with a rollback lane comes before one without (real-vllm-cpu, a test-bed lane, has none: the twin does)."""
     targets = {lane.rollback for lane in lanes if lane.rollback}
-    heads = [lane for lane in lanes if lane.name not in targets]
+    heads = sorted((lane for lane in lanes if lane.name not in targets), key=lambda lane: lane.rollback is None)
     shown = [lane for lane in heads if not lane.twin][:1] + [lane for lane in heads if lane.twin][:1]
     if not shown:
         raise LanebookError("no lane to draw: every lane under params/ is another lane's rollback target")
