@@ -257,7 +257,7 @@ def test_exactly_the_runbooks_that_change_the_lane_take_the_lock():
     from lanebook.runs.execute import CHANGING, RUNBOOKS
 
     assert sorted(CHANGING) == ["diagnose", "env", "launch", "rollback", "stop", "warmup", "weights"]
-    assert sorted(set(RUNBOOKS) - CHANGING) == ["gates", "speed", "status"]  # they send requests, change nothing
+    assert sorted(set(RUNBOOKS) - CHANGING) == ["doctor", "gates", "speed", "status"]  # they read, change nothing
 
 
 # --- on the twin, through `lanebook run` ---
