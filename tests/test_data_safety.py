@@ -103,6 +103,7 @@ DIRECT_WRITES = {
     "audit.py": "appends one line to the run index (never rewrites it)",
     "files.py": "the atomic writer and the backup themselves",
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
+    "compose_cli.py": "a temporary directory holding copies of the checkout's texts for `docker compose config`",
 }
 WRITE_CALLS = re.compile(
     r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"

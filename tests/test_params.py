@@ -229,3 +229,9 @@ def test_hermes_host_is_a_node_alias_or_a_valid_ssh_destination(host, ok):
     else:
         with pytest.raises(ValueError):
             lane_with(lane, **change)
+
+
+def test_a_lane_name_stays_a_name_where_a_directory_of_that_name_is(tmp_path, monkeypatch):
+    (tmp_path / "twin").mkdir()  # a node's home holds checkouts named like lanes (~/real-vllm-cpu)
+    monkeypatch.chdir(tmp_path)
+    assert load_lane("twin").name == "twin"

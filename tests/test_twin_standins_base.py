@@ -33,6 +33,17 @@ def test_a_stand_in_refuses_to_run_off_a_node(monkeypatch):
 
 
 def test_main_dispatches_to_every_stand_in(capsys):
-    assert set(COMMANDS) == {"docker", "hf", "sudo", "systemctl", "sysctl", "free", "sleep"}
+    assert set(COMMANDS) == {
+        "docker",
+        "hf",
+        "sudo",
+        "systemctl",
+        "sysctl",
+        "free",
+        "sleep",
+        "dmesg",
+        "journalctl",
+        "ip",
+    }
     assert main(["no-such"]) == 2 and "usage: python -m lanebook.twin.standins" in capsys.readouterr().err
     assert main(["sleep", "0"]) == 0

@@ -389,7 +389,8 @@ class LaneParams(Strict):
 def lane_path(name_or_path: str | Path) -> Path:
     """A lane name under params/ or the path of a lane YAML file."""
     p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
+    # A bare name is a lane name even where a directory of that name happens to be (a node's home holds checkouts).
+    if p.suffix in (".yaml", ".yml") or p.is_file() or len(p.parts) > 1:
         if not p.is_file():
             raise LaneError(f"lane file not found: {p}")
         return p
