@@ -19,8 +19,6 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 SLOW_FIRST = (
-    "test_real_vllm_lane.py",
-    "test_real_vllm.py",  # boots a real vLLM (25-85 s on two cores) before its checks: start it at once
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
@@ -33,6 +31,11 @@ SLOW_FIRST = (
     "test_lock.py",
     "test_twin_scripts.py",
     "test_book.py",
+    # Last of the long ones: each boots a real vLLM (about 70 s of imports, then 25 s, on cores the suite shares) and
+    # streams long replies; started with the twin's relaunching modules, it slowed diagnose's three launches past
+    # their 600 s in a full run.
+    "test_real_vllm_lane.py",
+    "test_real_vllm.py",
 )
 _started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)
 
