@@ -745,17 +745,21 @@ class TwinServer:
         salt = "" if temperature == 0 else f"{body.get('seed', uuid.uuid4().hex)}"
         response_format = body.get("response_format")
         json_format = isinstance(response_format, dict) and str(response_format.get("type", "")).startswith("json")
-        reply = plan_reply(
-            messages,
-            max_tokens=max_tokens,
-            thinking=thinking,
-            reasoning_effort=effort,
-            tools=tools,
-            tool_choice=tool_choice,
-            salt=salt,
-            json_format=json_format,
-        )
-        seq = sequence_for("", messages, reply, self.core.config, tools, thinking)
+
+        def planned(tokens: Optional[int]) -> tuple:
+            reply = plan_reply(
+                messages,
+                max_tokens=tokens,
+                thinking=thinking,
+                reasoning_effort=effort,
+                tools=tools,
+                tool_choice=tool_choice,
+                salt=salt,
+                json_format=json_format,
+            )
+            return reply, sequence_for("", messages, reply, self.core.config, tools, thinking)
+
+        reply, seq = planned(max_tokens)
         if seq.prompt_tokens >= limit:  # vLLM counts the prompt up to one token past the limit
             seen = min(seq.prompt_tokens, limit + 1)
             raise invalid(
@@ -767,17 +771,7 @@ class TwinServer:
             )
         if max_tokens is not None and seq.prompt_tokens + max_tokens > limit:
             # vLLM 0.32 stops the reply at the context's end (finish_reason length) rather than refusing it
-            reply = plan_reply(
-                messages,
-                max_tokens=limit - seq.prompt_tokens,
-                thinking=thinking,
-                reasoning_effort=effort,
-                tools=tools,
-                tool_choice=tool_choice,
-                salt=salt,
-                json_format=json_format,
-            )
-            seq = sequence_for("", messages, reply, self.core.config, tools, thinking)
+            reply, seq = planned(limit - seq.prompt_tokens)
         return reply, seq
 
     async def chat(self, request: Request) -> Response:
