@@ -45,6 +45,10 @@ def _netns() -> str:
 
 
 def pytest_configure(config):
+    if os.environ.get("LANEBOOK_SUITE_TIMELINE"):
+        import suite_timeline
+
+        config.pluginmanager.register(suite_timeline)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         if os.environ.get(SUITE_NETNS) == _netns():

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -41,6 +42,13 @@ def _cmdline(proc: Path) -> str:
         return ""
 
 
+def _wait_for_process(cmdline: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(_cmdline(p) == cmdline for p in Path("/proc").iterdir() if p.name.isdigit()):
+        assert time.monotonic() < deadline, f"no process {cmdline!r} after {timeout_s:g} s"
+        time.sleep(0.1)
+
+
 def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
     state_dir = tmp_path / "twin"
     with private_twin(state_dir, []) as first:
@@ -48,11 +56,17 @@ def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
         assert set(first) >= {"running", "ssh_config", "nodes", "api", "faults"} and "faults_pending" not in first
         assert control.up(fast=True)["nodes"] == first["nodes"]  # same sshd, nothing restarted
         ssh(first, "head", f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
-        session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "sleep 300"])
+        # The session's client reads a copy of the ssh config kept outside the twin's dir: down() ends any process
+        # whose command line names that dir, and a client ended that way says nothing of the node's side.
+        client_config = tmp_path / "client_ssh_config"
+        shutil.copyfile(first["ssh_config"], client_config)
+        # /bin/sleep: the node's own `sleep` keeps the twin's time scale, and a fast twin's 300 s end in 1.5 s
+        session = subprocess.Popen(["ssh", "-F", str(client_config), "worker", "/bin/sleep 300"])
         try:
+            _wait_for_process("/bin/sleep 300 ")  # the session is open on the node
             assert control.twin_processes(state_dir)  # sshd, the container, the open session
             control.down()
-            assert session.wait(timeout=10) != 0
+            assert session.wait(timeout=10) == 255  # ssh: the connection closed, by the node's side
         finally:
             session.kill()
         assert control.twin_processes(state_dir) == set()

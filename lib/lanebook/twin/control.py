@@ -379,8 +379,11 @@ def reboot(alias: str) -> dict:
     return status()
 
 
-def answers_ssh(ip: str, port: int, timeout_s: float = 2.0) -> bool:
-    """Something at ip:port greets as an SSH server does ("SSH-2.0-..."), from this network namespace."""
+def answers_ssh(ip: str, port: int, timeout_s: float = 10.0) -> bool:
+    """Something at ip:port greets as an SSH server does ("SSH-2.0-..."), from this network namespace. The wait is
+    long because sshd forks and re-executes itself before it greets: on two busy cores (a real vLLM booting beside
+    the suite) that took over 2 s, and a twin that was up read as down. Where nothing listens, the refusal is
+    immediate."""
     try:
         with socket.create_connection((ip, port), timeout=timeout_s) as sock:
             sock.settimeout(timeout_s)
