@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/suite_timeline.py /tmp/timeline.jsonl
 
 Per worker: its span and its modules in the order it ran them, each module's time split into setup (fixtures:
-twins, lanes, servers), call and teardown. The run's wall time is the longest worker's span; this shows which
-modules make it."""
+twins, lanes, servers), call and teardown, and the CPU its worker's processes used meanwhile (where the worker had a
+cgroup of its own). The run's wall time is the longest worker's span; on two cores the CPU total bounds it from
+below (total / 2), so the table shows both which modules make the span and which make the work."""
 
 from __future__ import annotations
 
@@ -26,25 +27,35 @@ def main() -> int:
         return 1
     start = min(r["end"] - r["duration"] for r in rows)
     by_worker: dict[str, dict[str, dict]] = defaultdict(dict)
-    for r in rows:
+    last_cpu: dict[str, float] = {}
+    for r in sorted(rows, key=lambda r: r["end"]):
         module = r["test"].split("::")[0]
         entry = by_worker[r["worker"]].setdefault(
-            module, {"first": r["end"] - r["duration"], "last": r["end"], "setup": 0.0, "call": 0.0, "teardown": 0.0}
+            module,
+            {"first": r["end"] - r["duration"], "last": r["end"], "setup": 0.0, "call": 0.0, "teardown": 0.0, "cpu": 0},
         )
         entry["first"] = min(entry["first"], r["end"] - r["duration"])
         entry["last"] = max(entry["last"], r["end"])
         entry[r["when"]] += r["duration"]
+        if r.get("cpu_s") is not None:
+            entry["cpu"] += r["cpu_s"] - last_cpu.get(r["worker"], 0.0)  # the cgroup counts from the worker's start
+            last_cpu[r["worker"]] = r["cpu_s"]
+    total_cpu = 0.0
     for worker in sorted(by_worker):
         modules = sorted(by_worker[worker].items(), key=lambda kv: kv[1]["first"])
         span = max(m["last"] for _, m in modules) - start
-        print(f"{worker}: {span:7.1f} s over {len(modules)} modules")
+        cpu = sum(m["cpu"] for _, m in modules)
+        total_cpu += cpu
+        print(f"{worker}: {span:7.1f} s over {len(modules)} modules, CPU {cpu:6.1f} s")
         for name, m in modules:
             total = m["setup"] + m["call"] + m["teardown"]
-            if total >= 5:
+            if total >= 5 or m["cpu"] >= 5:
                 print(
                     f"  {m['first'] - start:6.0f}-{m['last'] - start:4.0f} s  {total:6.1f} s "
-                    f"(setup {m['setup']:5.1f}, call {m['call']:5.1f}, teardown {m['teardown']:5.1f})  {name}"
+                    f"(setup {m['setup']:5.1f}, call {m['call']:5.1f}, teardown {m['teardown']:5.1f}) "
+                    f"CPU {m['cpu']:6.1f} s  {name}"
                 )
+    print(f"CPU of all workers: {total_cpu:.1f} s (on two cores at least {total_cpu / 2:.0f} s of wall time)")
     return 0
 
 

@@ -31,10 +31,9 @@ SLOW_FIRST = (
     "test_lock.py",
     "test_twin_scripts.py",
     "test_book.py",
-    # Last of the long ones: each boots a real vLLM (about 70 s of imports, then 25 s, on cores the suite shares) and
-    # streams long replies; started with the twin's relaunching modules, it slowed diagnose's three launches past
-    # their 600 s in a full run.
-    "test_real_vllm_lane.py",
+    # Last of the long ones: the run's one real vLLM boots (about 70 s of imports, then 25 s, on cores the suite
+    # shares) and streams long replies; started with the twin's relaunching modules, it slowed diagnose's three
+    # launches past their 600 s in a full run.
     "test_real_vllm.py",
 )
 _started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)

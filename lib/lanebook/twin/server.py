@@ -16,7 +16,7 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable, Optional
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
@@ -64,6 +64,7 @@ class ServeOptions:
     port: int = 8000
     api_keys: list[str] = field(default_factory=list)
     default_chat_template_kwargs: dict = field(default_factory=dict)
+    reasoning_parser: Optional[str] = None  # without one, vLLM returns the thinking as content (reasoning: null)
     enable_auto_tool_choice: bool = False
     enable_prompt_tokens_details: bool = False
     access_log: bool = True
@@ -757,6 +758,8 @@ class TwinServer:
                 salt=salt,
                 json_format=json_format,
             )
+            if reply.reasoning and not self.options.reasoning_parser:
+                reply = replace(reply, reasoning=(), content=reply.reasoning + reply.content)
             return reply, sequence_for("", messages, reply, self.core.config, tools, thinking)
 
         reply, seq = planned(max_tokens)

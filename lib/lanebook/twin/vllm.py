@@ -275,6 +275,7 @@ def serve_options(args: argparse.Namespace, knobs: TwinKnobs, env: dict) -> Serv
         port=args.port,
         api_keys=keys,
         default_chat_template_kwargs=args.default_chat_template_kwargs or {},
+        reasoning_parser=args.reasoning_parser,
         enable_auto_tool_choice=bool(args.enable_auto_tool_choice),
         enable_prompt_tokens_details=bool(args.enable_prompt_tokens_details),
         access_log=not args.disable_uvicorn_access_log,
