@@ -5,7 +5,7 @@ One row per fault of `lanebook twin up --faults` (control.FAULTS) and one for a 
 fault with its short parameters, the verdict and failed step its record must carry, the message it must show (naming
 the pitfall where the registry has one), the runbook its fix names (run next, it must pass), the state the nodes
 must be in afterwards, and a bound in seconds for detecting the fault and reporting it (the meeting run, start to
-record, on the fast twin), and the finding `lanebook doctor --lane` must give for it with its evidence quoted (read
+record, on the fast twin); and the finding `lanebook doctor --lane` must give for it with its evidence quoted (read
 after the meeting run, or before it where that run repairs the fault). tests/test_fault_matrix.py runs every row
 (lanebook.twin.fault_runs) and holds it to this data; benchmarks/fault_matrix.py times them against their bounds;
 the book's fault page is this table. The twin's figures are twin figures, never a real lane's.
