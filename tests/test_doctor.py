@@ -619,3 +619,46 @@ def test_the_runbook_page_shows_the_findings_table_and_the_evidence_as_quoted():
     assert f"head.log:1: {logs['head.log'][0]}" in page  # the evidence line, exactly, with where it was read
     healthy = diagnosis_markdown(run({"head.log": HEALTHY_START}, [], []))
     assert "|---|" not in healthy and "**healthy**: no finding (2 harmless note(s))" in healthy
+
+
+FREE_M = "              total        used        free      shared  buff/cache   available"
+NO_SUCH = "Error: No such object: ds4-f-mia-anemll-0731-vllm-dspark-1"
+INSPECT = "docker inspect -f '{{.State.StartedAt}}' ds4-f-mia-anemll-0731-vllm-dspark-1"
+LEGACY = "  aiden-vllm.service loaded active running legacy vLLM serving stack (aiden-vllm.service)"
+
+
+def gathered_on(node: str, rows: dict) -> list[Line]:
+    """Lines as `lanebook doctor --lane` reads them on a node: each command's output, its source `node:command`."""
+    return [line for command, out in rows.items() for line in lines(f"{node}:{command}", out)]
+
+
+def test_memory_held_where_the_lanes_container_is_not_is_sticky_memory():
+    """Read live (no stop line): docker says the lane's container is not there and `free` still shows memory used."""
+    sticky = gathered_on(
+        "head", {INSPECT: [NO_SUCH], "free -m": [FREE_M, "Mem:  124000  16900  101000  0  6100  107000"]}
+    )
+    found = diagnose(sticky)
+    assert found.ids(CONFIRMED) == ["P04"]
+    assert [(e.source, e.text) for e in found.findings[0].evidence] == [
+        ("head:free -m", "Mem:  124000  16900  101000  0  6100  107000"),
+        (f"head:{INSPECT}", NO_SUCH),
+    ]
+    idle = gathered_on("head", {INSPECT: [NO_SUCH], "free -m": [FREE_M, "Mem:  124000  4600  113000  0  6100  118000"]})
+    assert diagnose(idle).healthy
+    elsewhere = gathered_on("worker", {INSPECT: [NO_SUCH]}) + gathered_on(
+        "head", {"free -m": [FREE_M, "Mem:  124000  90000  30000  0  6100  31000"]}
+    )
+    assert diagnose(elsewhere).healthy  # the head's memory is its running lane's: the container missing is the worker's
+
+
+def test_memory_a_running_legacy_unit_holds_is_that_unit_not_sticky_memory():
+    held = gathered_on(
+        "head",
+        {
+            INSPECT: [NO_SUCH],
+            "free -m": [FREE_M, "Mem:  124000  45000  73000  0  6100  79000"],
+            "systemctl list-units --type=service --state=running --no-pager": [LEGACY],
+        },
+    )
+    found = diagnose(held)
+    assert found.ids() == ["P13"] and found.findings[0].evidence[0].text == LEGACY

@@ -37,6 +37,7 @@ def test_a_dry_run_lists_every_read_on_every_node_and_opens_no_connection():
             f"docker inspect -f '{{{{.State.StartedAt}}}}' {container}",
             f"docker top {container}",
             "free -m",
+            "systemctl list-units --type=service --state=running --no-pager",
             "journalctl -k -b 0 --no-pager",
             "journalctl -k -b -1 --no-pager",
             "ip -o link",
@@ -101,6 +102,7 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
     for node in ("head", "worker"):
         assert f"{node}: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1" in read and f"{node}: ip -o link" in read
         assert f"{node}: journalctl -k -b 0 --no-pager" in read
+        assert f"{node}: systemctl list-units --type=service --state=running --no-pager" in read
         assert "vllm" in found["live_commands"][node] and "serve" in found["live_commands"][node]
         previous = f"{node}: journalctl -k -b -1 --no-pager: exit 1: Data from the specified boot (-1) is not available"
         assert previous in "\n".join(found["not_read"])
@@ -114,6 +116,7 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
     assert sorted(nodes.glob("*/home/.lanebook/lane-pair.lock*")) == locks  # no lock taken
     assert sent and all(
         c.startswith(("docker inspect -f", "docker logs --since", "docker top", "free -m", "journalctl -k", "ip -o"))
+        or c.startswith("systemctl list-units ")
         or "/sys/class/infiniband" in c
         or c.startswith("find ")
         for c in sent

@@ -1,7 +1,8 @@
 """The fault matrix (lanebook.twin.fault_matrix): every row run against the twin (lanebook.twin.fault_runs: a private
 fast twin per row with its fault, three rows at a time in processes of their own) and held to its row — the record's
 verdict and failed step, the message naming the pitfall, the repair run passing, the state of the nodes afterwards,
-no file lost; and the matrix as data and as the book's page, exactly."""
+no file lost, the doctor's expected finding with its evidence quoted; and the matrix as data and as the book's page,
+exactly."""
 
 from __future__ import annotations
 
@@ -57,6 +58,21 @@ def test_a_malformed_row_is_named():
     assert row_problems(FaultRow("head-dies", "weights", "none", "pass", None, "x", "P16", "lane up", 10)) == [
         "head-dies: the registry does not say `weights` meets P16"
     ]
+    notes = FaultRow("sticky-uma", "launch", "none", "pass", None, "x", None, "lane up", 10, doctor="H01")
+    assert row_problems(notes) == ["sticky-uma: H01 is no finding of the doctor's registry"]
+    before = FaultRow("sticky-uma", "launch", "none", "pass", None, "x", None, "lane up", 10, doctor_before=True)
+    assert row_problems(before) == ["sticky-uma: the doctor reads the lane before the run, but no finding is expected"]
+
+
+def test_every_row_but_those_nothing_runs_for_expects_a_doctor_finding():
+    """None only where no lane runs to show the fault (the reason is a comment at the row)."""
+    assert sorted(row.fault for row in ROWS if row.doctor is None) == [
+        "incomplete-shards",
+        "missing-shard",
+        "prefix-evict",
+        "ssh-drop-mid-rsync",
+        "worker-unreachable",
+    ]
 
 
 HEAD_DIES = FaultRow(
@@ -70,7 +86,26 @@ HEAD_DIES = FaultRow(
     "lane cleanly down",
     30,
     repair="stop",
+    doctor="P16",
 )
+P16_FOUND = {
+    "healthy": False,
+    "findings": [
+        {
+            "id": "P16",
+            "confidence": "confirmed",
+            "evidence": [
+                {
+                    "source": "worker:docker logs ds4-f-mia-anemll-0731-vllm-dspark-1",
+                    "line": 12,
+                    "text": "[rank1]:[W1202 11:42:15.1 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(...)",
+                }
+            ],
+        }
+    ],
+    "notes": [],
+    "not_read": [],
+}
 
 
 def seen(**changes) -> Observed:
@@ -90,6 +125,7 @@ def seen(**changes) -> Observed:
         state_detail="down: head: none; worker: none",
         lost_files=[],
         detection_s=4.2,
+        doctor=P16_FOUND,
     )
     return Observed(**{**base, **changes})
 
@@ -108,6 +144,7 @@ def test_every_mismatch_is_named():
         state_ok=False,
         state_detail="up: head: a; worker: b",
         lost_files=["worker:x.safetensors"],
+        doctor={"findings": [{"id": "D02", "evidence": []}], "not_read": ["worker: free -m: exit 1"]},
     )
     assert mismatches(HEAD_DIES, wrong) == [
         "record: verdict 'pass', failed_step None (expected 'fail', '2 containers')",
@@ -123,7 +160,17 @@ def test_every_mismatch_is_named():
         "fix: does not name `stop`: None",
         "state after (lane cleanly down): up: head: a; worker: b",
         "files lost: worker:x.safetensors",
+        "doctor: no P16 among its findings ['D02']; not read: ['worker: free -m: exit 1']",
     ]
+
+
+def test_the_doctors_finding_must_quote_its_evidence_with_where_it_was_read():
+    unquoted = {"findings": [{"id": "P16", "evidence": [{"source": "local:GET /metrics", "line": 0, "text": "x"}]}]}
+    assert mismatches(HEAD_DIES, seen(doctor=unquoted)) == [
+        "doctor: P16 without its evidence quoted with where it was read: "
+        "[{'source': 'local:GET /metrics', 'line': 0, 'text': 'x'}]"
+    ]
+    assert mismatches(HEAD_DIES, seen(doctor=None)) == ["doctor: not run (expected P16)"]
 
 
 def test_a_passing_row_looks_for_its_message_in_the_report():
@@ -154,11 +201,12 @@ def test_the_book_page_is_the_table():
     assert page.startswith("# Fault matrix\n\n")
     assert page.endswith(
         "| fault | what it does | before the run | runbook | verdict | failed step | message | pitfall | then "
-        "| state afterwards | bound (s) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| state afterwards | bound (s) | the doctor finds |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         "| `head-dies` | engine: the head dies mid-TP, leaving the worker orphaned | the lane started by its launcher; "
         "the head's engine dies a few seconds after ready | `status` | fail | 2 containers | `no orphaned worker (P16` "
-        "| P16 Head dies mid-TP | `stop` passes | no container of the lane on any node | 30 |\n"
+        "| P16 Head dies mid-TP | `stop` passes | no container of the lane on any node | 30 "
+        "| P16 Head died mid-TP, worker orphaned (after the run) |\n"
     )
     assert render_page().count("\n| `") == len(ROWS)
 

@@ -1,7 +1,7 @@
-"""The twin's node faults (lanebook.twin.control FAULTS shaping node roots, sshd and the stand-ins), on a private
-twin (own state dir and ports) so the session twin other tests use is never restarted. The engine's faults
-(head-dies, health-never, engine-dies-mid-bench, prefix-evict) are tested with the engine and the server; every
-fault met by its runbook, ssh-drop-mid-rsync's cut and resume included, is a row of the fault matrix
+"""The twin's node faults (lanebook.twin.control FAULTS shaping node roots, sshd and the stand-ins), on a private twin
+(own state dir and ports) so the session twin other tests use is never restarted. The engine's faults (head-dies,
+health-never, engine-dies-mid-bench, prefix-evict, tp-hang, drafter-mismatch) are tested with the engine and the
+server; every fault met by its runbook, ssh-drop-mid-rsync's cut and resume included, is a row of the fault matrix
 (test_fault_matrix.py)."""
 
 from __future__ import annotations

@@ -251,3 +251,83 @@ def test_engine_dies_mid_bench_cuts_streams_and_health_turns_503(monkeypatch):
     for reply in replies:
         assert '"type": "InternalServerError"' in reply.text and '"usage"' not in reply.text
     assert health.status_code == 503 and after.status_code == 500
+
+
+def _samples(text: str) -> dict:
+    return {
+        s.name + json.dumps(s.labels, sort_keys=True): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _two_streams(app_server, settle, max_tokens=200):
+    """Two concurrent streamed requests against an in-process server; `settle(client)` runs while they stream (or
+    after they end) and its result comes back with the replies that finished (a hung request never does)."""
+
+    async def scenario():
+        app_server.start_engine()
+        app_server.mark_ready()
+        transport = httpx.ASGITransport(app=app_server.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://twin") as client:
+            body = {"model": NAME, "stream": True, "max_tokens": max_tokens, **OFF}
+            streams = [
+                asyncio.create_task(
+                    client.post(
+                        "/v1/chat/completions",
+                        json={**body, "messages": [{"role": "user", "content": f"Explain item {i}."}]},
+                    )
+                )
+                for i in range(2)
+            ]
+            seen = await settle(client)
+            done, pending = await asyncio.wait(streams, timeout=0.5)
+            for task in pending:
+                task.cancel()
+            return [t.result() for t in done], seen
+
+    return asyncio.run(scenario())
+
+
+def test_tp_hang_freezes_running_requests_and_health_stays_200(monkeypatch, capsys):
+    """Fault tp-hang: past its token count under concurrency no step ends; the requests stay running (an abort is not
+    read by a wedged engine), the generation counter stops, /health still answers 200 and the shared-memory broadcast
+    warns each (scaled) minute in the log."""
+    monkeypatch.setattr(twin_server, "TP_HANG_AFTER_TOKENS", 20)
+    options = twin_server.ServeOptions(
+        model=MODEL, served_model_names=[NAME], faults=frozenset({"tp-hang"}), time_scale=0.001
+    )
+    app_server = twin_server.TwinServer(options, EngineConfig(time_scale=0.0))
+
+    async def settle(client):
+        await asyncio.sleep(0.5)
+        first = _samples((await client.get("/metrics")).text)
+        await asyncio.sleep(0.3)
+        return first, _samples((await client.get("/metrics")).text), (await client.get("/health")).status_code
+
+    finished, (first, second, health) = _two_streams(app_server, settle)
+    assert finished == [] and health == 200
+    for text in (first, second):
+        assert metric(text, "vllm:num_requests_running") == 2
+    generated = metric(first, "vllm:generation_tokens_total")
+    assert generated >= 20 and metric(second, "vllm:generation_tokens_total") == generated
+    assert len(app_server.core.running) == 2  # the cancelled requests were not taken off a wedged engine
+    assert "No available shared memory broadcast block found in 60 seconds" in capsys.readouterr().out
+
+
+def test_drafter_mismatch_collapses_acceptance_at_every_position():
+    """Fault drafter-mismatch: drafts are proposed as usual, nearly none is accepted, so /metrics shows acceptance
+    per position near zero and the requests still finish (at about one token a step)."""
+    options = twin_server.ServeOptions(model=MODEL, served_model_names=[NAME], faults=frozenset({"drafter-mismatch"}))
+    app_server = twin_server.TwinServer(options, EngineConfig(time_scale=0.0, drafter_mismatch=True))
+
+    async def settle(client):
+        while len(app_server.records) < 2:  # twin-only truth: both requests finished
+            await asyncio.sleep(0.05)
+        return _samples((await client.get("/metrics")).text)
+
+    finished, samples = _two_streams(app_server, settle, max_tokens=60)
+    assert len(finished) == 2 and all(r.status_code == 200 for r in finished)
+    drafts = metric(samples, "vllm:spec_decode_num_drafts_total")
+    accepted = metric(samples, "vllm:spec_decode_num_accepted_tokens_total")
+    assert drafts > 50 and accepted / drafts < 0.05

@@ -70,6 +70,19 @@ def test_systemctl_reads_state_left_by_other_tools(node):
     assert node.run(f"ls -l /etc/systemd/system/{UNIT}").stdout.rstrip().endswith(f"{UNIT} -> /dev/null")
 
 
+def test_systemctl_lists_the_units_in_the_state_asked_for(node):
+    """`--state running` lists what runs (the legacy unit the doctor looks for, P13), and nothing once it is masked."""
+    listing = "systemctl list-units --type=service --state=running --no-pager"
+    running = node.run(listing).stdout.splitlines()
+    assert running[0].split() == ["UNIT", "LOAD", "ACTIVE", "SUB", "DESCRIPTION"]
+    assert [line.split()[:4] for line in running[1:]] == [[UNIT, "loaded", "active", "running"]]
+    node.run(f"sudo -n sh -c 'systemctl mask --now {UNIT}'")
+    assert node.run(listing).stdout.splitlines()[1:] == []
+    assert [line.split()[:4] for line in node.run("systemctl list-units --state=inactive").stdout.splitlines()[1:]] == [
+        [UNIT, "masked", "inactive", "dead"]
+    ]
+
+
 def test_sysctl_writes_the_node_knob(node):
     assert node.run("sysctl vm.drop_caches").stdout.strip() == "vm.drop_caches = 0"
     written = node.run("sudo sysctl -w vm.drop_caches=3")

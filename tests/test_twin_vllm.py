@@ -243,6 +243,11 @@ def test_t14_head_dies_leaves_the_worker_orphaned(tmp_path):
         assert head.process.wait(30) == 1
         assert "Application startup complete." in head.log() and "fault head-dies" in head.log()
         assert wait_for(lambda: "NCCL error" in worker.log())
+        lost = [line for line in worker.log().splitlines() if "TCPStore" in line]  # torch's lines, as vllm#32136 shows
+        assert (
+            lost[0].startswith("[rank1]:[W") and f"remote=[127.0.0.76]:{port}): Failed to recv, got 0 bytes" in lost[0]
+        )
+        assert '[PG ID 0 PG GUID 0 Rank 1] Failed to check the "should dump" flag on TCPStore' in lost[1]
         time.sleep(0.3)
         assert worker.process.poll() is None  # orphaned, still holding its GPU memory
     finally:

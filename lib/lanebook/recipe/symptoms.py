@@ -71,6 +71,7 @@ ENGINE_STATS = Pattern(
 )
 NVRM_NOMEM = Pattern("nvrm_nomem", KERNEL, r"NVRM: .*Out of memory \[NV_ERR_NO_MEMORY\]")
 FREE_MEM = Pattern("free_mem", LOG, r"^\s*Mem:\s+(?P<total>[\d.]+)(?P<unit>[GMK]i)?\s+(?P<used>[\d.]+)[GMK]?i?\s")
+NO_CONTAINER = Pattern("no_container", LOG, r"Error: No such (object|container): (?P<name>\S+)")
 IP_LINK = Pattern("ip_link", LOG, r"^\d+: (?P<ifname>[\w.@-]+): <[^>]*> mtu (?P<mtu>\d+)")
 
 
@@ -94,7 +95,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "Drop the page cache on both nodes (or reboot) before launching again; never `docker system prune -af`.",
         "stop",
         "Run `docker ps` and `free -g` on both nodes: with no container, used memory should fall to a few GiB.",
-        (FREE_MEM,),
+        (FREE_MEM, NO_CONTAINER),
     ),
     Symptom(
         "P07",

@@ -49,7 +49,8 @@ from lanebook.twin.tree import HubModel, hub_root, write_checkout, write_hub_mod
 FAULTS = {
     "worker-unreachable": "the worker's sshd is not started",
     "head-dies": "engine: the head dies mid-TP, leaving the worker orphaned",
-    "health-never": "engine: /health never turns healthy",
+    "health-never": "engine: the engine core dies compiling its first batched decode shape (the launcher's warmup), "
+    "so /health never turns healthy while /v1/models still answers",
     "engine-dies-mid-bench": "engine: the server dies during a benchmark",
     "ssh-drop-mid-rsync": "the first rsync push into the worker loses its connection part-way (resume with --partial)",
     "incomplete-shards": "the worker's weights tree holds *.incomplete blobs",
@@ -57,6 +58,8 @@ FAULTS = {
     "sticky-uma": "~12 GiB stays used on a node after its container stops, until caches are dropped",
     "legacy-units-active": "aiden-vllm.service runs on the head (holding memory) until masked",
     "prefix-evict": "engine: the prefix cache evicts A after an unrelated B",
+    "tp-hang": "engine: the worker rank wedges mid-decode under load; the head waits on it with requests running",
+    "drafter-mismatch": "engine: the drafter does not match the target's weights; nearly every draft is rejected",
 }
 FAST_TIME_SCALE = 0.01  # --fast: an 8-15 min cold bind takes 5-9 s; decode rates are never scaled
 MISSING_SHARD = 7

@@ -27,7 +27,7 @@ from lanebook.twin.timing import (
     prefill_step_s,
 )
 from lanebook.twin.tokens import pieces, stable_hash
-from lanebook.twin.workloads import DRAFTER_BLOCK_SIZE, RequestClass
+from lanebook.twin.workloads import DRAFTER_BLOCK_SIZE, MISMATCHED_DRAFTER, RequestClass
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class EngineConfig:
     block_size: int = 256
     enable_prefix_caching: bool = True
     prefix_evict: bool = False  # fault prefix-evict
+    drafter_mismatch: bool = False  # fault drafter-mismatch
     kv_tokens: int = KV_TOKENS_AT_085
     time_scale: float = 1.0
 
@@ -221,7 +222,7 @@ class EngineCore:
         emitted: list[tuple[Sequence, int]] = []
         for seq in decoding:
             u = (seq.phase + seq.steps * GOLDEN) % 1.0
-            accepted = seq.workload.accepted(k, u)
+            accepted = (MISMATCHED_DRAFTER if cfg.drafter_mismatch else seq.workload).accepted(k, u)
             seq.steps += 1
             if k:
                 self.stats.drafts += 1

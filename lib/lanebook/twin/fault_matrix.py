@@ -1,13 +1,14 @@
 """The fault matrix: every twin fault, the runbook that meets it and what that run must end in.
 
-One row per fault of `lanebook twin up --faults` (control.FAULTS) and one for a node rebooting between two
-runbooks (control.reboot): on a private fast twin with that fault, what happens first (`setup`), the runbook
-that meets the fault with its short parameters, the verdict and failed step its record must carry, the
-message it must show (naming the pitfall where the registry has one), the runbook its fix names (run next,
-it must pass), the state the nodes must be in afterwards, and a bound in seconds for detecting the fault and
-reporting it (the meeting run, start to record, on the fast twin). tests/test_fault_matrix.py runs every row
-(lanebook.twin.fault_runs) and holds it to this data; benchmarks/fault_matrix.py times them against their
-bounds; the book's fault page is this table. The twin's figures are twin figures, never a real lane's.
+One row per fault of `lanebook twin up --faults` (control.FAULTS) and one for a node rebooting between two runbooks
+(control.reboot): on a private fast twin with that fault, what happens first (`setup`), the runbook that meets the
+fault with its short parameters, the verdict and failed step its record must carry, the message it must show (naming
+the pitfall where the registry has one), the runbook its fix names (run next, it must pass), the state the nodes
+must be in afterwards, and a bound in seconds for detecting the fault and reporting it (the meeting run, start to
+record, on the fast twin); and the finding `lanebook doctor --lane` must give for it with its evidence quoted (read
+after the meeting run, or before it where that run repairs the fault). tests/test_fault_matrix.py runs every row
+(lanebook.twin.fault_runs) and holds it to this data; benchmarks/fault_matrix.py times them against their bounds;
+the book's fault page is this table. The twin's figures are twin figures, never a real lane's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from lanebook.recipe.pitfalls import pitfall
+from lanebook.recipe.pitfalls import SYMPTOMS, pitfall
+from lanebook.recipe.symptoms import FINDING
 from lanebook.twin.control import FAULTS
 
 NODE_REBOOTS = "worker-reboots"  # not a fault of `twin up`: control.reboot("worker") between two runbooks
@@ -29,6 +31,10 @@ SETUPS = {
     "started, worker rebooted": "the lane started by its launcher, then the worker rebooted (control.reboot): docker "
     "starts its container again (restart: unless-stopped), and its new rank cannot rejoin "
     "the TP group the head's engine lost it from",
+    "started, requests hung": "the lane started by its launcher, then four long streaming requests sent and left "
+    "running until /metrics shows them running with no token moving",
+    "started, a wave served": "the lane started by its launcher, then two streaming requests served to the end and "
+    "the engine's next stats lines logged",
 }
 # What the nodes must show after the meeting run and its repair (every row also checks that no file of the
 # weights or the checkout was lost on any node, except *.incomplete blobs).
@@ -39,7 +45,10 @@ STATE_CHECKS = {
     "left for stop": "the lane's containers still run (their logs readable) and /health does not answer 200",
     "worker tree whole": "the worker's weights verify shard by shard (sha256), no *.incomplete left",
     "units masked, lane up": "the legacy units masked and inactive on every node, and the lane up",
+    "hung, left for stop": "the lane's containers run and /health answers 200, while /metrics shows requests running "
+    "and no token generated between two reads",
 }
+DOCTOR_FINDS = {FINDING}  # the doctor's expected id is a finding, never a harmless note
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,8 @@ class FaultRow:
     bound_s: float  # detection and report: the meeting run, start to record, on the fast twin
     params: tuple[str, ...] = ()  # -p KEY=VALUE, short on purpose
     repair: Optional[str] = None  # the runbook the fix names, run next: it must pass
+    doctor: Optional[str] = None  # the finding `lanebook doctor --lane` gives (a symptom id); None: why, at the row
+    doctor_before: bool = False  # the doctor reads the lane before the meeting run (that run repairs the fault)
 
     @property
     def about(self) -> str:
@@ -62,8 +73,20 @@ class FaultRow:
 
 
 ROWS: tuple[FaultRow, ...] = (
+    # The doctor's finding is None only where nothing runs to show the fault: the prerequisites stop the launch
+    # before any container starts (worker-unreachable, missing-shard), or the weights runbook that meets a transfer
+    # fault finishes the tree (incomplete-shards, ssh-drop-mid-rsync). The others yield their id on the twin.
     FaultRow(
-        "worker-unreachable", "launch", "none", "fail", "prerequisites", "unreachable", None, "nothing started", 30
+        "worker-unreachable",
+        "launch",
+        "none",
+        "fail",
+        "prerequisites",
+        "unreachable",
+        None,
+        "nothing started",
+        30,
+        doctor=None,  # no container started; the doctor names the unreadable worker in not_read, not as a finding
     ),
     FaultRow(
         "missing-shard",
@@ -76,6 +99,7 @@ ROWS: tuple[FaultRow, ...] = (
         "worker tree whole",
         30,
         repair="weights",
+        doctor=None,  # the prerequisites stop the launch before any rank loads the tree: nothing runs to show it
     ),
     FaultRow(
         "incomplete-shards",
@@ -87,9 +111,32 @@ ROWS: tuple[FaultRow, ...] = (
         None,
         "worker tree whole",
         30,
+        doctor=None,  # a download fault the weights runbook finishes; no lane runs on the partial tree
     ),
-    FaultRow("ssh-drop-mid-rsync", "weights", "none", "pass", None, "sent in 2 run(s)", None, "worker tree whole", 30),
-    FaultRow("health-never", "launch", "none", "fail", "3 start", "/health answers 200", None, "left for stop", 90),
+    FaultRow(
+        "ssh-drop-mid-rsync",
+        "weights",
+        "none",
+        "pass",
+        None,
+        "sent in 2 run(s)",
+        None,
+        "worker tree whole",
+        30,
+        doctor=None,  # a transfer fault rsync resumes; no lane runs during it
+    ),
+    FaultRow(
+        "health-never",
+        "launch",
+        "none",
+        "fail",
+        "3 start",
+        "/health answers 200",
+        None,
+        "left for stop",
+        90,
+        doctor="D02",
+    ),
     FaultRow(
         "head-dies",
         "status",
@@ -101,6 +148,7 @@ ROWS: tuple[FaultRow, ...] = (
         "lane cleanly down",
         30,
         repair="stop",
+        doctor="P16",
     ),
     FaultRow(
         "engine-dies-mid-bench",
@@ -113,6 +161,7 @@ ROWS: tuple[FaultRow, ...] = (
         "left for stop",
         60,
         params=("workloads=probe", "concurrency=4"),
+        doctor="D02",
     ),
     FaultRow(
         "sticky-uma",
@@ -124,8 +173,22 @@ ROWS: tuple[FaultRow, ...] = (
         "P04",
         "lane up",
         90,
+        doctor="P04",
+        doctor_before=True,
     ),
-    FaultRow("legacy-units-active", "launch", "none", "pass", None, "(was active)", "P13", "units masked, lane up", 90),
+    FaultRow(
+        "legacy-units-active",
+        "launch",
+        "none",
+        "pass",
+        None,
+        "(was active)",
+        "P13",
+        "units masked, lane up",
+        90,
+        doctor="P13",
+        doctor_before=True,
+    ),
     FaultRow(
         "prefix-evict",
         "diagnose",
@@ -137,6 +200,31 @@ ROWS: tuple[FaultRow, ...] = (
         "lane up",
         45,
         params=("canary=False", "prefix_lines=120"),
+        doctor=None,  # a cache that forgets shows in no log line or counter the doctor reads; the probe measures it
+    ),
+    FaultRow(
+        "tp-hang",
+        "doctor",
+        "started, requests hung",
+        "fail",
+        "2 findings",
+        "D01 TP pair hang",
+        None,
+        "hung, left for stop",
+        45,
+        doctor="D01",
+    ),
+    FaultRow(
+        "drafter-mismatch",
+        "doctor",
+        "started, a wave served",
+        "fail",
+        "2 findings",
+        "D04 Low speculative acceptance",
+        None,
+        "lane up",
+        45,
+        doctor="D04",
     ),
     FaultRow(
         NODE_REBOOTS,
@@ -149,6 +237,7 @@ ROWS: tuple[FaultRow, ...] = (
         "lane cleanly down",
         30,
         repair="stop",
+        doctor="D02",
     ),
 )
 
@@ -156,7 +245,7 @@ ROWS: tuple[FaultRow, ...] = (
 @dataclass(frozen=True)
 class Observed:
     """What one row's runs showed: the meeting run's record and failure message, its repair's record, the
-    state check of the nodes after, files lost, and how long the meeting run took."""
+    state check of the nodes after, files lost, how long the meeting run took, and what the doctor found."""
 
     record: dict
     output_sha256: str  # the executed notebook's, hashed after the run
@@ -167,6 +256,7 @@ class Observed:
     state_detail: str
     lost_files: Sequence[str]
     detection_s: float
+    doctor: Optional[dict] = None  # `lanebook doctor --lane --json`'s answer: findings, notes, read, not_read
 
 
 def mismatches(row: FaultRow, seen: Observed) -> list[str]:
@@ -205,7 +295,25 @@ def mismatches(row: FaultRow, seen: Observed) -> list[str]:
         found.append(f"state after ({row.state_after}): {seen.state_detail}")
     if seen.lost_files:
         found.append(f"files lost: {', '.join(seen.lost_files[:5])}")
+    if row.doctor:
+        found += _doctor_mismatches(row.doctor, seen.doctor)
     return found
+
+
+def _doctor_mismatches(expected: str, answer: Optional[dict]) -> list[str]:
+    """The expected finding among the doctor's, with evidence quoted: each line's text and where it was read."""
+    if answer is None:
+        return [f"doctor: not run (expected {expected})"]
+    findings = {f["id"]: f for f in answer.get("findings", [])}
+    if expected not in findings:
+        return [
+            f"doctor: no {expected} among its findings {sorted(findings) or '(none)'}; "
+            f"not read: {answer.get('not_read')}"
+        ]
+    evidence = findings[expected].get("evidence") or []
+    if not evidence or not all(e.get("source") and e.get("line", 0) > 0 and e.get("text") for e in evidence):
+        return [f"doctor: {expected} without its evidence quoted with where it was read: {evidence!r}"]
+    return []
 
 
 def row_problems(row: FaultRow) -> list[str]:
@@ -221,6 +329,11 @@ def row_problems(row: FaultRow) -> list[str]:
         found.append(f"{row.fault}: a failed step exactly when the verdict is fail")
     if row.pitfall and row.runbook not in pitfall(row.pitfall).runbooks:
         found.append(f"{row.fault}: the registry does not say `{row.runbook}` meets {row.pitfall}")
+    kinds = {s.id: s.kind for s in SYMPTOMS}
+    if row.doctor and kinds.get(row.doctor) not in DOCTOR_FINDS:
+        found.append(f"{row.fault}: {row.doctor} is no finding of the doctor's registry")
+    if row.doctor_before and not row.doctor:
+        found.append(f"{row.fault}: the doctor reads the lane before the run, but no finding is expected")
     return found
 
 
@@ -231,6 +344,13 @@ def over_bound(row: FaultRow, detection_s: float) -> bool:
 def _cell(text: object) -> str:
     """Text for a Markdown table cell: its pipes and asterisks (`*.incomplete`) taken literally."""
     return str(text).replace("|", "\\|").replace("*", "\\*").replace("\n", " ")
+
+
+def _doctor_cell(row: FaultRow) -> str:
+    if not row.doctor:
+        return "-"
+    title = next(s.title for s in SYMPTOMS if s.id == row.doctor)
+    return f"{row.doctor} {_cell(title)} ({'before' if row.doctor_before else 'after'} the run)"
 
 
 def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
@@ -245,11 +365,14 @@ def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
         "afterwards. Every row also checks that no file of the weights or the checkout was lost on any node, "
         "except `*.incomplete` blobs. The bound is for detecting the fault and reporting it (the meeting run, "
         "start to record, on the fast twin); `benchmarks/fault_matrix.py` prints each row's time against it. "
+        "The last column is the finding `lanebook doctor --lane` must give with its evidence quoted (log lines, "
+        "/metrics samples, kernel or command lines, each with where it was read), reading the lane after the "
+        "meeting run, or before it where that run repairs the fault; `-` where nothing runs to show the fault. "
         "These are twin runs: their times are twin figures, never a real lane's.",
         "",
         "| fault | what it does | before the run | runbook | verdict | failed step | message | pitfall "
-        "| then | state afterwards | bound (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| then | state afterwards | bound (s) | the doctor finds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         runbook = f"`{row.runbook}`" + "".join(f" `-p {p}`" for p in row.params)
@@ -266,7 +389,8 @@ def render_page(rows: Sequence[FaultRow] = ROWS) -> str:
                     f"{row.pitfall} {_cell(pitfall(row.pitfall).title)}" if row.pitfall else "-",
                     f"`{row.repair}` passes" if row.repair else "-",
                     _cell(STATE_CHECKS[row.state_after]),
-                    f"{row.bound_s:g} |",
+                    f"{row.bound_s:g}",
+                    f"{_doctor_cell(row)} |",
                 ]
             )
         )

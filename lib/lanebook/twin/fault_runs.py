@@ -2,8 +2,10 @@
 
 The twin comes up with the row's fault (its own state dir and ports, so a shared twin is never touched);
 the row's setup happens; the meeting runbook runs as an operator types it (`lanebook run RUNBOOK --lane FILE
--p ...`, timed from start to record), then the runbook its fix names; then the nodes are looked at: the
-row's state check, and every file of the weights and the checkout on each node listed before and after.
+-p ...`, timed from start to record); the doctor reads the lane (what `lanebook doctor --lane` calls, read-only:
+after the meeting run, or before it where the row says that run repairs the fault); then the runbook the fix
+names; then the nodes are looked at: the row's state check, and every file of the weights and the checkout on each
+node listed before and after.
 What was observed comes back as a fault_matrix.Observed; the caller (the test, the benchmark) judges it.
 """
 
@@ -14,19 +16,26 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
+import httpx
+
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import sha256_file
 from lanebook.lane.params import LaneParams, lane_with, load_lane
-from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
+from lanebook.nodes.http import request_json
+from lanebook.nodes.prometheus import RUNNING, metrics_url, parse_metrics
+from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
 from lanebook.ops import launcher, memory, weights
 from lanebook.twin import control
 from lanebook.twin.fault_matrix import NODE_REBOOTS, FaultRow, Observed
+from lanebook.verify import doctor_gather
+from lanebook.verify.doctor import GENERATION
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 RUN_TIMEOUT_S = 600
@@ -157,12 +166,78 @@ def _worker_rebooted(lane: Lane) -> None:
             )
 
 
+def _counters(lane: Lane) -> tuple[float, float]:
+    """(requests running, generation tokens) as the head's /metrics says now."""
+    snapshot = parse_metrics(request_json("GET", metrics_url(lane.params.api), timeout_s=10.0).text)
+    return snapshot.total(RUNNING) or 0.0, snapshot.total(GENERATION) or 0.0
+
+
+def _stream(lane: Lane, prompt: str, max_tokens: int) -> None:
+    """One streaming chat request read to its end (or until the twin goes down under it)."""
+    body = {
+        "model": lane.params.served_model_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    url = lane.params.api.rstrip("/") + "/chat/completions"
+    try:
+        with httpx.Client(trust_env=False, timeout=httpx.Timeout(RUN_TIMEOUT_S, connect=10.0)) as client:
+            with client.stream("POST", url, json=body) as response:
+                for _ in response.iter_bytes():
+                    pass
+    except httpx.HTTPError:
+        pass  # a hung request ends when its twin goes down
+
+
+def _requests_hung(lane: Lane) -> None:
+    """Fault tp-hang: long requests under concurrency wedge the pair; left running (daemon threads) until the twin
+    goes down. Waits until two /metrics reads a second apart show requests running and no token generated."""
+    _started(lane)
+    for n in range(4):
+        prompt = f"Write a long story about lighthouse keeper number {n}."
+        threading.Thread(target=_stream, args=(lane, prompt, 2000), daemon=True).start()
+
+    def frozen() -> bool:
+        running, generated = _counters(lane)
+        time.sleep(1.0)
+        return running > 0 and _counters(lane) == (running, generated)
+
+    if not _until(frozen):
+        raise LanebookError(f"setup: the requests did not hang: running, generated = {_counters(lane)}")
+
+
+def _stats_lines(lane: Lane) -> int:
+    container = q(launcher.container_name(lane))
+    return int(lane.head.run(f"docker logs {container} 2>&1 | grep -c 'SpecDecoding metrics' || true").stdout or 0)
+
+
+def _wave_served(lane: Lane) -> None:
+    """Two streaming requests served to their end, then the engine's next periodic stats lines (vLLM logs them
+    every 10 s while there was traffic) in the head's container log."""
+    _started(lane)
+    before = _stats_lines(lane)
+    waves = [
+        threading.Thread(target=_stream, args=(lane, f"Explain how tide tables are made, part {n}.", 200))
+        for n in range(2)
+    ]
+    for thread in waves:
+        thread.start()
+    for thread in waves:
+        thread.join(RUN_TIMEOUT_S)
+    if not _until(lambda: _stats_lines(lane) > before):
+        raise LanebookError("setup: no SpecDecoding stats line logged after the wave")
+
+
 SETUP_ACTIONS: dict[str, Callable[[Lane], None]] = {
     "none": lambda lane: None,
     "started": _started,
     "started, head dead": _head_dead,
     "started and stopped": _started_and_stopped,
     "started, worker rebooted": _worker_rebooted,
+    "started, requests hung": _requests_hung,
+    "started, a wave served": _wave_served,
 }
 
 
@@ -199,6 +274,17 @@ def _units_masked_lane_up(lane: Lane) -> tuple[bool, str]:
     return masked and up, f"units {states}; {detail}"
 
 
+def _hung_left_for_stop(lane: Lane) -> tuple[bool, str]:
+    containers, api = launcher.lane_containers(lane), launcher.ask_api(lane, timeout_s=2.0)
+    running, generated = _counters(lane)
+    time.sleep(1.0)
+    frozen = running > 0 and _counters(lane) == (running, generated)
+    return (
+        containers.state == launcher.LANE_UP and bool(api.healthy) and frozen,
+        f"{containers.state}; {api.detail}; running {running:g}, generated {generated:g} (frozen: {frozen})",
+    )
+
+
 STATE_ACTIONS: dict[str, Callable[[Lane], tuple[bool, str]]] = {
     "nothing started": _on_head_only,
     "lane cleanly down": _cleanly_down,
@@ -206,7 +292,15 @@ STATE_ACTIONS: dict[str, Callable[[Lane], tuple[bool, str]]] = {
     "left for stop": _left_for_stop,
     "worker tree whole": _worker_tree_whole,
     "units masked, lane up": _units_masked_lane_up,
+    "hung, left for stop": _hung_left_for_stop,
 }
+
+
+def doctor_answer(params: LaneParams) -> dict:
+    """What `lanebook doctor --lane LANE --json` prints, from the library call it makes (read-only, no lock)."""
+    with Lane(params) as lane:
+        gathered = doctor_gather.gather(lane)
+    return {**gathered.diagnosis().to_json(), **gathered.to_json()}
 
 
 def lost(before: dict[str, set[str]], after: dict[str, set[str]]) -> list[str]:
@@ -231,9 +325,12 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
         with Lane(params) as lane:
             before = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
             SETUP_ACTIONS[row.setup](lane)
+        doctor = doctor_answer(params) if row.doctor and row.doctor_before else None
         record, detection_s = lanebook_run(workdir, row.runbook, lane_file, row.params)
         output = workdir / "outputs" / record["output"]
         notebook, output_sha256 = nbformat.read(output, as_version=4), sha256_file(output)
+        if row.doctor and not row.doctor_before:
+            doctor = doctor_answer(params)
         repair_record: Optional[dict] = lanebook_run(workdir, row.repair, lane_file)[0] if row.repair else None
         with Lane(params) as lane:
             state_ok, state_detail = STATE_ACTIONS[row.state_after](lane)
@@ -248,6 +345,7 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
         state_detail=state_detail,
         lost_files=lost(before, after),
         detection_s=detection_s,
+        doctor=doctor,
     )
 
 

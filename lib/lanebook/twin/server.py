@@ -33,6 +33,12 @@ VLLM_VERSION = "0.25.2+lanebook.twin"  # the twin marks itself wherever vLLM pri
 ADMISSION_WINDOW_S = 0.02  # twin assumption: an idle engine gathers requests sent "at once" into one step
 MAX_CATCH_UP_S = 1.0  # a loop this late resynchronises instead of bursting steps
 ENGINE_DIES_AFTER_TOKENS = 3000  # fault engine-dies-mid-bench: "some thousands of tokens under concurrency"
+TP_HANG_AFTER_TOKENS = 3000  # fault tp-hang: the worker rank wedges under load, after as many tokens
+SHM_WAIT_S = 60.0  # vLLM's shared-memory broadcast warns each minute a reader is behind (scaled by time_scale)
+SHM_WARNING = (
+    "No available shared memory broadcast block found in 60 seconds. This typically happens when some "
+    "processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization)."
+)
 HEAD_DIES_AFTER_TOKENS = 32  # fault head-dies: mid-request, after this many tokens of a stream
 HEAD_DIES_AFTER_S = 300.0  # fault head-dies: or this long after ready (scaled by time_scale)
 STATS_LOG_INTERVAL_S = 10.0  # vLLM logs engine stats every 10 s while busy
@@ -124,6 +130,7 @@ class EngineLoop:
         self.after_step = after_step
         self.on_crash = on_crash
         self.dead: Optional[EngineDead] = None
+        self.hung = False  # a rank stopped making progress: no step ends, no abort is processed (fault tp-hang)
         self._wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
 
@@ -135,7 +142,8 @@ class EngineLoop:
         self._wake.set()
 
     def abort(self, seq: Sequence) -> None:
-        self.core.abort(seq)
+        if not self.hung:  # a wedged engine core never reads the abort: the request stays running
+            self.core.abort(seq)
 
     def kill(self, reason: EngineDead) -> None:
         """The engine dies: every in-flight stream fails, nothing new is accepted."""
@@ -157,6 +165,8 @@ class EngineLoop:
         loop = asyncio.get_running_loop()
         deadline = 0.0
         while True:
+            if self.hung:  # the next step waits on the wedged rank forever: no token, no abort, no finish
+                await asyncio.Event().wait()
             if self.core.idle:
                 self._wake.clear()
                 await self._wake.wait()
@@ -455,6 +465,7 @@ class TwinServer:
         self.records: list[dict] = []
         self.finished: dict[str, int] = {}
         self.paced_running = 0
+        self._shm_warnings: Optional[asyncio.Task] = None  # fault tp-hang's warnings, kept from garbage collection
         self.labels = ("0", options.name)
         self.on_ready: list[Callable[[], None]] = []
         self.registry = CollectorRegistry()
@@ -602,6 +613,29 @@ class TwinServer:
             and self.core.stats.generation_tokens >= ENGINE_DIES_AFTER_TOKENS
         ):
             self.kill_engine("CUDA error: an illegal memory access was encountered (fault engine-dies-mid-bench)")
+        if "health-never" in self.options.faults and step.jit_s and step.batch >= 2:
+            # compiling the first batched decode shape (boot captured single-request decode only; the post-readiness
+            # warmup's C4) kills the engine core: the launcher's single smoke request passed, /v1/models still lists
+            # the model, and /health answers 503 from now on
+            self.kill_engine("CUDA error: an illegal memory access was encountered (fault health-never)")
+        if (
+            "tp-hang" in self.options.faults
+            and not self.engine.hung
+            and len(self.core.running) >= 2
+            and self.core.stats.generation_tokens >= TP_HANG_AFTER_TOKENS
+        ):
+            self.hang()
+
+    def hang(self) -> None:
+        """Fault tp-hang: the worker rank wedges in a collective; the head's engine core waits on it forever. Requests
+        stay running, no token moves, /health still answers 200, and the shared-memory broadcast warns each minute."""
+        self.engine.hung = True
+        self._shm_warnings = asyncio.get_running_loop().create_task(self._warn_shm_forever())
+
+    async def _warn_shm_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SHM_WAIT_S * self.options.time_scale)
+            log("INFO", "shm_broadcast.py:501", SHM_WARNING, "EngineCore_DP0")
 
     def token_counts(self, stream: ChatStream) -> AsyncIterator[int]:
         if self.options.pace_tok_s:

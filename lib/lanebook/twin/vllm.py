@@ -34,6 +34,7 @@ from lanebook.twin.engine import EngineConfig
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
 from lanebook.twin.server import (
     HEAD_DIES_AFTER_S,
+    SHM_WARNING,
     VLLM_VERSION,
     ServeOptions,
     TwinServer,
@@ -46,10 +47,6 @@ RENDEZVOUS_TIMEOUT_S = 600.0  # torch's TCPStore default wait (scaled by time_sc
 RENDEZVOUS_TIMEOUT_FLOOR_S = 5.0
 HELLO = "lanebook-twin-worker"
 FORMED = b"formed"  # the head's answer to a worker when its TP group was formed already
-SHM_WARNING = (
-    "No available shared memory broadcast block found in 60 seconds. This typically happens when some "
-    "processes are hanging or doing some time-consuming work (e.g. compilation, weight/kv cache quantization)."
-)
 WEIGHT_SHARDS = 48  # the recipe (seed 000) counts 48 model-*-of-*.safetensors shards after the download
 VALUE_FLAGS = (
     "--revision --tokenizer --tokenizer-revision --tokenizer-mode --uds --root-path --uvicorn-log-level "
@@ -260,6 +257,7 @@ def engine_config(args: argparse.Namespace, knobs: TwinKnobs, env: dict, kv_toke
         block_size=args.block_size,
         enable_prefix_caching=bool(args.enable_prefix_caching),
         prefix_evict="prefix-evict" in knobs.faults,
+        drafter_mismatch="drafter-mismatch" in knobs.faults,
         kv_tokens=kv_tokens,
         time_scale=knobs.time_scale,
     )
@@ -504,6 +502,22 @@ async def run_head(args: argparse.Namespace, knobs: TwinKnobs, env: dict) -> int
 
 
 # --- Headless worker -----------------------------------------------------------------------------
+def store_lost(rank: int, writer: asyncio.StreamWriter, remote: str) -> None:
+    """What torch's c10d prints on a headless rank whose head (the TCPStore's server) is gone, as public reports show it
+    (https://github.com/vllm-project/vllm/issues/32136): the store read fails, then the NCCL heartbeat's check."""
+    stamp = time.strftime("%m%d %H:%M:%S") + f".{time.time_ns() % 10**9:09d}"
+    own = writer.get_extra_info("sockname") or ("0.0.0.0", 0)
+    sock = writer.get_extra_info("socket")
+    closed = "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?"
+    for line in (
+        f"[rank{rank}]:[W{stamp} TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd="
+        f"{sock.fileno() if sock else -1}, addr=[{own[0]}]:{own[1]}, remote={remote}): {closed}",
+        f"[rank{rank}]:[W{stamp} ProcessGroupNCCL.cpp:1826] [PG ID 0 PG GUID 0 Rank {rank}] Failed to check the "
+        f'"should dump" flag on TCPStore, (maybe TCPStore server has shut down too early), with error: {closed}',
+    ):
+        print(line, flush=True)
+
+
 async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
     """Join the head's TP group and stay up; a vanished head leaves this process orphaned (fact T14).
 
@@ -574,6 +588,7 @@ async def run_worker(args: argparse.Namespace, knobs: TwinKnobs) -> int:
     if message.startswith(b"shutdown"):
         log("INFO", "multiproc_executor.py:520", "Head shut down cleanly; headless worker exiting.", process)
         return 0
+    store_lost(args.node_rank, writer, f"[{args.master_addr}]:{args.master_port}")
     log(
         "ERROR",
         "pynccl.py:134",

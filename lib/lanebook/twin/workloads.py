@@ -48,6 +48,9 @@ WORKLOADS: dict[str, RequestClass] = {
         RequestClass("agent", (0.68, 0.40, 0.18, 0.07, 0.03)),
     )
 }
+# Fault drafter-mismatch: a drafter from another release proposes tokens the target almost never keeps, whatever
+# is asked (twin assumption: 2% at the first position, none after it).
+MISMATCHED_DRAFTER = RequestClass("mismatched drafter", (0.02, 0.0, 0.0, 0.0, 0.0))
 
 _COUNT_RE = re.compile(r"\bcount\b", re.I)
 _ONLY_JSON_RE = re.compile(r"\b(?:only|return|output|respond (?:with|in))\s+(?:only\s+)?json\b|\bjson only\b", re.I)

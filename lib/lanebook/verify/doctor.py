@@ -578,7 +578,15 @@ def _gib(h: Hit) -> Optional[float]:
     return used
 
 
+def _node(source: str) -> str:
+    """The node a gathered line was read on ("head:free -m" -> "head"); a saved file is its own node."""
+    return source.split(":", 1)[0]
+
+
 def _memory_rules(ctx: Context, out: Findings) -> None:
+    # the lane's container is not on that node, and no legacy unit runs there to hold the memory instead (P13)
+    busy = {_node(h.at.source) for h in ctx.get("legacy_unit")}
+    absent = {_node(h.at.source): h.at for h in ctx.get("no_container") if _node(h.at.source) not in busy}
     for h in ctx.get("free_mem"):
         used = _gib(h)
         if used is None or used < STICKY_GIB:
@@ -587,6 +595,8 @@ def _memory_rules(ctx: Context, out: Findings) -> None:
             out.add("H03", HARMLESS, [h.at])
         elif ctx.after_stop(h.at):
             out.add("P04", CONFIRMED, [h.at])
+        elif _node(h.at.source) in absent:
+            out.add("P04", CONFIRMED, [h.at, absent[_node(h.at.source)]])
 
 
 def _host_rules(kx: dict[str, list[Hit]], out: Findings) -> None:

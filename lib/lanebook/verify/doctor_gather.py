@@ -2,10 +2,12 @@
 
 On every node, through the lane's one executor (so each command is logged, timed out, redacted, and in a dry run
 recorded instead of sent): the server container's log since its last start (`docker inspect` for the start, then
-`docker logs --since`), `free -m`, the kernel log (`journalctl -k -b 0`, else `dmesg`; and the previous boot,
-`journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under /sys/class/infiniband), the HF
-cache's symlinks of the lane's model and the live `vllm serve` command (`docker top`). From this machine: two
-/metrics scrapes of the head's API a few seconds apart (rates, not just levels), redacted as the commands' output is.
+`docker logs --since`; what docker says when there is no such container is kept as evidence), `free -m`, the running
+services (`systemctl list-units`: a legacy serving unit), the kernel log (`journalctl -k -b 0`, else `dmesg`; and
+the previous boot, `journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under
+/sys/class/infiniband), the HF cache's symlinks of the lane's model and the live `vllm serve` command (`docker
+top`). From this machine: two /metrics scrapes of the head's API a few seconds apart (rates, not just levels),
+redacted as the commands' output is.
 
 Nothing here writes: every command only reads, no lock is taken, nothing is cleaned. What cannot be read (a command
 that fails, a file that is absent, the launcher's output, which the recipe's launcher does not keep) is named in
@@ -36,6 +38,7 @@ KERNEL_NOW = "journalctl -k -b 0 --no-pager"
 KERNEL_PREVIOUS = "journalctl -k -b -1 --no-pager"
 DMESG = "dmesg"
 FREE = "free -m"
+SERVICES = "systemctl list-units --type=service --state=running --no-pager"
 LINKS = "ip -o link"
 GIDS = (
     'for f in /sys/class/infiniband/*/ports/*/gids/*; do [ -e "$f" ] || { echo \'no RoCE device: '
@@ -72,8 +75,11 @@ class _Reader:
     def __init__(self, lane: Lane, out: Gathered):
         self.lane, self.out = lane, out
 
-    def run(self, node: Node, command: str, label: Optional[str] = None) -> Optional[CommandResult]:
-        """The command's result when it ran and exited 0; otherwise None, and why is named in not_read."""
+    def run(
+        self, node: Node, command: str, label: Optional[str] = None, quote_failure: bool = False
+    ) -> Optional[CommandResult]:
+        """The command's result when it ran and exited 0; otherwise None, and why is named in not_read (with
+        `quote_failure`, what the command said is kept as log lines too: "No such object" is evidence)."""
         try:
             result = node.run(command, check=False, timeout=60)
         except NodeError as exc:
@@ -83,6 +89,8 @@ class _Reader:
             return None
         if not result.ok:
             self.out.not_read.append(f"{node.alias}: {label or command}: {_why(result)}")
+            if quote_failure:
+                self.out.logs.extend(read_lines(f"{node.alias}:{label or command}", result.stderr or result.stdout))
             return None
         return result
 
@@ -98,7 +106,7 @@ class _Reader:
 
 
 def _container_log(reader: _Reader, node: Node, container: str) -> None:
-    started = reader.run(node, STARTED_AT + q(container))
+    started = reader.run(node, STARTED_AT + q(container), quote_failure=True)
     since = started.stdout.strip() if started else ""
     if since:
         command = f"docker logs --since {q(since)} {q(container)} 2>&1"
@@ -170,6 +178,7 @@ def gather(lane: Lane, interval_s: float = SCRAPE_INTERVAL_S, sleep: Callable[[f
         _container_log(reader, node, container)
         _live_command(reader, node, container)
         reader.lines(node, FREE, out.logs)
+        reader.lines(node, SERVICES, out.logs)
         _kernel(reader, node)
         reader.lines(node, LINKS, out.logs)
         reader.lines(node, GIDS, out.logs, label="RoCE GID tables")

@@ -88,7 +88,8 @@ def systemctl(args: list[str]) -> int:
     now = take(args, "--now", flag=True)
     quiet = take(args, "--quiet", "-q", flag=True)
     take(args, "--no-pager", "--all", "-a", "--plain", "--no-legend", "--no-block", "--system", flag=True)
-    take(args, "--type", "-t", "--state")
+    take(args, "--type", "-t")
+    states = set(filter(None, (take(args, "--state") or "").split(",")))
     command, names = (args[0], [unit_name(n) for n in args[1:]]) if args else ("list-units", [])
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr))
     code = 0
@@ -179,12 +180,15 @@ def systemctl(args: list[str]) -> int:
             if patterns and not any(p.fullmatch(name) for p in patterns):
                 continue
             state = machine.state(name)
+            sub = "running" if state.active == "active" else "dead"
+            if states and not states & {"masked" if state.enabled == "masked" else "loaded", state.active, sub}:
+                continue
             rows.append(
                 [
                     name,
                     "masked" if state.enabled == "masked" else "loaded",
                     state.active,
-                    "running" if state.active == "active" else "dead",
+                    sub,
                     state.description,
                 ]
             )
