@@ -17,6 +17,7 @@ that fails, a file that is absent, the launcher's output, which the recipe's lau
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
 
@@ -145,48 +146,73 @@ def _live_command(reader: _Reader, node: Node, container: str) -> None:
     reader.out.read.append(f"{node.alias}: docker top {container} (the live vllm serve command)")
 
 
-def _scrapes(lane: Lane, out: Gathered, interval_s: float, sleep: Callable[[float], None]) -> None:
+def _scrape(lane: Lane, out: Gathered, n: int) -> bool:
+    """One /metrics scrape of the head's API, redacted, kept in OUT; False (and why, in not_read) when it failed."""
     url = metrics_url(lane.params.api)
-    if lane.executor.dry_run:
-        lane.executor.record_local(f"GET {url} twice, {interval_s:g} s apart")
-        return
-    for n in (1, 2):
-        if n == 2:
-            sleep(interval_s)
-        started = time.monotonic()
-        try:
-            answer = request_json("GET", url, timeout_s=10.0)
-            if answer.status != 200:
-                raise MetricsUnavailable(f"{url} answered HTTP {answer.status}")
-            text = redact(answer.text)
-            parse_metrics(text)
-        except (LanebookError, MetricsUnavailable) as exc:
-            lane.executor.record_local(f"GET {url}", exit_code=1, duration_s=time.monotonic() - started)
-            out.not_read.append(f"local: GET {url} (scrape {n}): {exc}")
-            return
-        lane.executor.record_local(f"GET {url}", duration_s=time.monotonic() - started)
-        out.metrics.append(Scrape(f"local:GET {url} (scrape {n})", text))
-        out.read.append(f"local: GET {url} (scrape {n}, {len(text.splitlines())} lines)")
+    started = time.monotonic()
+    try:
+        answer = request_json("GET", url, timeout_s=10.0)
+        if answer.status != 200:
+            raise MetricsUnavailable(f"{url} answered HTTP {answer.status}")
+        text = redact(answer.text)
+        parse_metrics(text)
+    except (LanebookError, MetricsUnavailable) as exc:
+        lane.executor.record_local(f"GET {url}", exit_code=1, duration_s=time.monotonic() - started)
+        out.not_read.append(f"local: GET {url} (scrape {n}): {exc}")
+        return False
+    lane.executor.record_local(f"GET {url}", duration_s=time.monotonic() - started)
+    out.metrics.append(Scrape(f"local:GET {url} (scrape {n})", text))
+    out.read.append(f"local: GET {url} (scrape {n}, {len(text.splitlines())} lines)")
+    return True
+
+
+def _read_node(lane: Lane, node: Node, container: str) -> Gathered:
+    """Everything read on one node, in a record of its own (nodes are read side by side, merged in the lane's order)."""
+    out = Gathered(dry_run=lane.executor.dry_run)
+    reader = _Reader(lane, out)
+    _container_log(reader, node, container)
+    _live_command(reader, node, container)
+    reader.lines(node, FREE, out.logs)
+    reader.lines(node, SERVICES, out.logs)
+    _kernel(reader, node)
+    reader.lines(node, LINKS, out.logs)
+    reader.lines(node, GIDS, out.logs, label="RoCE GID tables")
+    reader.lines(node, _hf_links(lane), out.logs, label="HF cache symlinks")
+    return out
+
+
+def _merge(into: Gathered, part: Gathered) -> None:
+    into.logs += part.logs
+    into.kernel += part.kernel
+    into.live_commands |= part.live_commands
+    into.read += part.read
+    into.not_read += part.not_read
 
 
 def gather(lane: Lane, interval_s: float = SCRAPE_INTERVAL_S, sleep: Callable[[float], None] = time.sleep) -> Gathered:
-    """Read everything the doctor looks at on every node of the lane (see the module docstring). Read-only."""
+    """Read everything the doctor looks at on every node of the lane (see the module docstring). Read-only.
+
+    The nodes are read side by side (each over its own connection) between the two /metrics scrapes, so the interval
+    the rates need is spent reading; a dry run records the commands node by node, in the lane's order."""
     out = Gathered(dry_run=lane.executor.dry_run)
-    reader = _Reader(lane, out)
     container = container_name(lane)
-    for node in lane.nodes:
-        _container_log(reader, node, container)
-        _live_command(reader, node, container)
-        reader.lines(node, FREE, out.logs)
-        reader.lines(node, SERVICES, out.logs)
-        _kernel(reader, node)
-        reader.lines(node, LINKS, out.logs)
-        reader.lines(node, GIDS, out.logs, label="RoCE GID tables")
-        reader.lines(node, _hf_links(lane), out.logs, label="HF cache symlinks")
+    if lane.executor.dry_run:
+        for node in lane.nodes:
+            _merge(out, _read_node(lane, node, container))
+        lane.executor.record_local(f"GET {metrics_url(lane.params.api)} twice, {interval_s:g} s apart")
+    else:
+        first = time.monotonic()
+        scraped = _scrape(lane, out, 1)
+        with ThreadPoolExecutor(max_workers=len(lane.nodes)) as pool:
+            parts = list(pool.map(lambda node: _read_node(lane, node, container), lane.nodes))
+        for part in parts:
+            _merge(out, part)
+        if scraped:
+            sleep(max(0.0, interval_s - (time.monotonic() - first)))
+            _scrape(lane, out, 2)
     out.not_read.append(
         "launcher output: the recipe's launcher keeps none on the nodes (the launch run's record holds it)"
     )
-    _scrapes(lane, out, interval_s, sleep)
     return out
 
 
