@@ -101,6 +101,8 @@ bench: setup
 	$(BIN)/python benchmarks/runbook_costs.py
 	$(BIN)/python benchmarks/fault_matrix.py
 	$(BIN)/python benchmarks/book_build.py
+	$(BIN)/python benchmarks/doctor_speed.py
+	$(BIN)/python benchmarks/doctor_speed.py --lane
 
 clean:
 	-$(BIN)/lanebook twin down
