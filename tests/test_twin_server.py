@@ -192,13 +192,18 @@ def test_server_decode_matches_the_model_and_truth_endpoint(main):
 
 
 def test_t10_first_long_prefill_pays_jit_then_warm(main):
+    """The first long prefill compiles (its JIT time in the server's record), the second does not; each one's TTFT is
+    read from the server's own record (arrival to first token), not this client's clock, which a busy machine
+    stretches (a client TTFT of 1.46 s for both was seen in a full suite)."""
     context = " ".join(f"entry{i} records a setting change and its measured effect." for i in range(200))
-    first = stream(main, f"[A] {context} Which entries matter?", max_tokens=4, **OFF)[2]
-    jit_first = truth(main)[-1]["jit_s"]
-    second = stream(main, f"[B] {context} Which entries matter?", max_tokens=4, **OFF)[2]
-    assert jit_first == pytest.approx(JIT_DELAY_S * 0.005)
-    assert truth(main)[-1]["jit_s"] == 0
-    assert first > second + 0.5 * jit_first
+    stream(main, f"[A] {context} Which entries matter?", max_tokens=4, **OFF)
+    first = truth(main)[-1]
+    stream(main, f"[B] {context} Which entries matter?", max_tokens=4, **OFF)
+    second = truth(main)[-1]
+    assert first["jit_s"] == pytest.approx(JIT_DELAY_S * 0.005)
+    assert second["jit_s"] == 0
+    ttft = {name: r["t_first"] - r["t_sent"] for name, r in (("first", first), ("second", second))}
+    assert ttft["first"] > ttft["second"] + 0.5 * first["jit_s"], ttft
     assert "Compiling a graph for dynamic shape" in main.log()
 
 
