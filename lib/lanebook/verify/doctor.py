@@ -613,7 +613,8 @@ def _host_rules(kx: dict[str, list[Hit]], out: Findings) -> None:
 
 def _node_rules(ctx: Context, out: Findings) -> None:
     """A node's weights tree read short of its index, or left with unfinished downloads (D13); a node the gather could
-    not reach over SSH (D14). Each line is a fact about the node's files or connection: confirmed as read."""
+    not reach over SSH (D14). Each line is a fact about the node's files or connection, confirmed as read; only a
+    dangling link to a file that is no shard is suspected (the model may not need it)."""
     gaps = [h.at for key in ("shard_absent", "shard_dangling", "incomplete_blob") for h in ctx.get(key)]
     broken = ctx.get("broken_link")  # a dangling snapshot link: a shard's is a gap, another file's only points at one
     gaps += [h.at for h in broken if h.at.text.endswith(".safetensors")]
