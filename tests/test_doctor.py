@@ -662,3 +662,52 @@ def test_memory_a_running_legacy_unit_holds_is_that_unit_not_sticky_memory():
     )
     found = diagnose(held)
     assert found.ids() == ["P13"] and found.findings[0].evidence[0].text == LEGACY
+
+
+HUB = "/home/u/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
+SNAPSHOT = f"{HUB}/snapshots/3f1c0a"
+WEIGHTS = "weights index against shards"
+
+
+def test_a_shard_the_index_names_missing_on_a_node_is_weights_incomplete():
+    absent = f"shard absent: {SNAPSHOT}/model-00007-of-00048.safetensors (named in the index)"
+    found = diagnose(gathered_on("worker", {WEIGHTS: [absent, "index names 48 shard(s)"]}))
+    assert found.ids(CONFIRMED) == ["D13"]
+    assert found.findings[0].runbook == "weights" and "*.incomplete" in found.findings[0].fix
+    assert [(e.source, e.line, e.text) for e in found.findings[0].evidence] == [(f"worker:{WEIGHTS}", 1, absent)]
+
+
+def test_an_unfinished_download_or_a_dangling_shard_link_is_weights_incomplete():
+    blob = f"incomplete blob: {HUB}/blobs/8e8b4e1cb125e8731c9b238169d7064991caef04ee30fe91ee3b1a656531860b.incomplete"
+    dangling = f"shard link dangling: {SNAPSHOT}/model-00009-of-00048.safetensors (target ../../blobs/5dcb5e9e)"
+    found = diagnose(gathered_on("worker", {WEIGHTS: ["index names 48 shard(s)", f"{blob} (98417 bytes)"]}))
+    assert found.ids(CONFIRMED) == ["D13"] and found.findings[0].evidence[0].line == 2
+    assert diagnose(gathered_on("head", {WEIGHTS: [dangling, "index names 48 shard(s)"]})).ids(CONFIRMED) == ["D13"]
+    broken = gathered_on("head", {"HF cache symlinks": [f"broken: {SNAPSHOT}/model-00009-of-00048.safetensors"]})
+    assert diagnose(broken).ids(CONFIRMED) == ["D13"]
+
+
+def test_a_dangling_link_to_another_file_is_only_suspected_and_a_whole_tree_is_healthy():
+    other = diagnose(gathered_on("head", {"HF cache symlinks": [f"broken: {SNAPSHOT}/tokenizer.json"]}))
+    assert other.ids(SUSPECTED) == ["D13"] and other.ids(CONFIRMED) == []
+    whole = {
+        "HF cache symlinks": [f"{SNAPSHOT}/model-00001-of-00048.safetensors -> ../../blobs/a8e1"],
+        WEIGHTS: ["index names 48 shard(s)"],
+    }
+    assert diagnose(gathered_on("head", whole) + gathered_on("worker", whole)).healthy
+
+
+def test_a_node_ssh_cannot_reach_is_named_with_its_connection_error():
+    error = (
+        "worker (127.0.0.3) unreachable: NoValidConnectionsError: [Errno None] Unable to connect to port 2222 on "
+        "127.0.0.3"
+    )
+    found = diagnose([Line("worker:ssh", 1, error)])
+    assert found.ids(CONFIRMED) == ["D14"]
+    assert [(e.source, e.text) for e in found.findings[0].evidence] == [("worker:ssh", error)]
+    launcher = (
+        "SSH cmd <- 192.168.2.1 FAILED rc=255 (10.0s): ssh: connect to host 192.168.2.1 port 22: Connection timed out"
+    )
+    assert diagnose(read_lines("launcher.log", launcher)).ids(CONFIRMED) == ["D14"]
+    reached = "ssh: connect to host 192.168.2.1 port 22: Connection established"
+    assert diagnose(read_lines("launcher.log", reached)).healthy

@@ -43,6 +43,9 @@ def test_a_dry_run_lists_every_read_on_every_node_and_opens_no_connection():
             "ip -o link",
         ):
             assert f"{node}: {command}" in commands
+    for node in ("head", "worker"):
+        weights = next(c for c in commands if c.startswith(f"{node}: hub=~/.cache/huggingface/hub/models--"))
+        assert "model.safetensors.index.json" in weights and "-name '*.incomplete' -printf" in weights
     assert "local: GET http://192.168.1.11:8888/metrics twice, 3 s apart" in commands
     for command in commands:  # nothing that writes: no root, no removal, no lock, no redirection into a file
         assert not any(w in command for w in ("sudo", " rm ", "mkdir", "lock", "mv ", "tee ", "drop_caches")), command
@@ -104,6 +107,7 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
         assert f"{node}: journalctl -k -b 0 --no-pager" in read
         assert f"{node}: systemctl list-units --type=service --state=running --no-pager" in read
         assert "vllm" in found["live_commands"][node] and "serve" in found["live_commands"][node]
+        assert f"{node}: weights index against shards (1 lines)" in read  # "index names 48 shard(s)", nothing else
         previous = f"{node}: journalctl -k -b -1 --no-pager: exit 1: Data from the specified boot (-1) is not available"
         assert previous in "\n".join(found["not_read"])
     assert "(scrape 2," in read
@@ -118,7 +122,7 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
         c.startswith(("docker inspect -f", "docker logs --since", "docker top", "free -m", "journalctl -k", "ip -o"))
         or c.startswith("systemctl list-units ")
         or "/sys/class/infiniband" in c
-        or c.startswith("find ")
+        or c.startswith(("find ", "hub="))
         for c in sent
     ), sent
 

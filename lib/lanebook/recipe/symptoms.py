@@ -395,6 +395,45 @@ SYMPTOMS: tuple[Symptom, ...] = (
         ),
         source="https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark/issues/146",
     ),
+    Symptom(
+        "D13",
+        "Weights incomplete on a node",
+        "A node's copy of the model lacks a shard its model.safetensors.index.json names (absent, or its snapshot "
+        "link dangling), or holds *.incomplete blobs from an interrupted download.",
+        "A download or copy stopped part way: the snapshot has fewer shards than the index maps, so the rank on that "
+        "node cannot load every tensor (it fails at load, or loads with tensors missing).",
+        "Run the `weights` runbook: it verifies every node, resumes the copy from the head with rsync --partial and "
+        "deletes only *.incomplete files, never weights.",
+        "weights",
+        "`lanebook run weights --lane LANE` verifies each node's tree shard by shard before it copies anything.",
+        (
+            Pattern("shard_absent", LOG, r"^shard absent: \S+"),
+            Pattern("shard_dangling", LOG, r"^shard link dangling: \S+"),
+            Pattern("incomplete_blob", LOG, r"^incomplete blob: \S+\.incomplete\b"),
+            Pattern("broken_link", LOG, r"^broken: \S+/snapshots/\S+"),
+        ),
+        source="https://github.com/tenstorrent/tt-inference-server/issues/4986",
+    ),
+    Symptom(
+        "D14",
+        "A node cannot be reached over SSH",
+        "Every read on a node fails before it runs: the SSH connection is refused, times out or finds no route.",
+        "The node is down, its sshd is not running, or the address the lane file gives is not the node's.",
+        "Bring the node back (power, network, `systemctl start ssh`), check its address in the lane file, then run "
+        "`status`.",
+        "status",
+        "`ssh NODE true` from this machine, and `ping` the node's address: no answer at all means the node or the "
+        "network is down; a refused connection means sshd is not running.",
+        (
+            Pattern(
+                "ssh_unreachable",
+                LOG,
+                r"^(?P<node>\S+) \([^)]*\) unreachable: |ssh: connect to host (?P<host>\S+) port \d+: "
+                r"(Connection refused|Connection timed out|No route to host)",
+            ),
+        ),
+        source="https://github.com/spark-arena/sparkrun/issues/157",
+    ),
     # --- look-alikes (H…): recognised and reported as harmless ---------------------------------------------
     Symptom(
         "H01",

@@ -73,9 +73,9 @@ class FaultRow:
 
 
 ROWS: tuple[FaultRow, ...] = (
-    # The doctor's finding is None only where nothing runs to show the fault: the prerequisites stop the launch
-    # before any container starts (worker-unreachable, missing-shard), or the weights runbook that meets a transfer
-    # fault finishes the tree (incomplete-shards, ssh-drop-mid-rsync). The others yield their id on the twin.
+    # The doctor's finding is None only where nothing it reads shows the fault: a transfer fault rsync resumes
+    # (ssh-drop-mid-rsync) and a cache that forgets (prefix-evict). A weights fault shows in the node's tree, read
+    # before the run that repairs it. The others yield their id on the twin.
     FaultRow(
         "worker-unreachable",
         "launch",
@@ -86,7 +86,7 @@ ROWS: tuple[FaultRow, ...] = (
         None,
         "nothing started",
         30,
-        doctor=None,  # no container started; the doctor names the unreadable worker in not_read, not as a finding
+        doctor="D14",  # every read on the worker fails to connect: the connection error is the evidence
     ),
     FaultRow(
         "missing-shard",
@@ -99,7 +99,8 @@ ROWS: tuple[FaultRow, ...] = (
         "worker tree whole",
         30,
         repair="weights",
-        doctor=None,  # the prerequisites stop the launch before any rank loads the tree: nothing runs to show it
+        doctor="D13",  # the worker's index names shard 7, absent from its snapshot
+        doctor_before=True,  # the weights repair completes the tree
     ),
     FaultRow(
         "incomplete-shards",
@@ -111,7 +112,8 @@ ROWS: tuple[FaultRow, ...] = (
         None,
         "worker tree whole",
         30,
-        doctor=None,  # a download fault the weights runbook finishes; no lane runs on the partial tree
+        doctor="D13",  # the worker's *.incomplete blobs and the shards their index names but the snapshot lacks
+        doctor_before=True,  # the weights runbook finishes the tree
     ),
     FaultRow(
         "ssh-drop-mid-rsync",

@@ -363,6 +363,7 @@ def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: 
     _fabric_rules(ctx, out)
     _memory_rules(ctx, out)
     _host_rules(kx, out)
+    _node_rules(ctx, out)
     _notes_rules(ctx, out)
     return out.diagnosis()
 
@@ -608,6 +609,22 @@ def _host_rules(kx: dict[str, list[Hit]], out: Findings) -> None:
         out.add("D12", SUSPECTED, [h.at for h in lockups])
     for h in kx.get("mlx5_27w", []):
         out.add("H01", HARMLESS, [h.at])
+
+
+def _node_rules(ctx: Context, out: Findings) -> None:
+    """A node's weights tree read short of its index, or left with unfinished downloads (D13); a node the gather could
+    not reach over SSH (D14). Each line is a fact about the node's files or connection, confirmed as read; only a
+    dangling link to a file that is no shard is suspected (the model may not need it)."""
+    gaps = [h.at for key in ("shard_absent", "shard_dangling", "incomplete_blob") for h in ctx.get(key)]
+    broken = ctx.get("broken_link")  # a dangling snapshot link: a shard's is a gap, another file's only points at one
+    gaps += [h.at for h in broken if h.at.text.endswith(".safetensors")]
+    if gaps:
+        out.add("D13", CONFIRMED, gaps)
+    elif broken:
+        out.add("D13", SUSPECTED, [h.at for h in broken])
+    unreachable = [h.at for h in ctx.get("ssh_unreachable")]
+    if unreachable:
+        out.add("D14", CONFIRMED, unreachable)
 
 
 def _notes_rules(ctx: Context, out: Findings) -> None:

@@ -5,9 +5,10 @@ recorded instead of sent): the server container's log since its last start (`doc
 `docker logs --since`; what docker says when there is no such container is kept as evidence), `free -m`, the running
 services (`systemctl list-units`: a legacy serving unit), the kernel log (`journalctl -k -b 0`, else `dmesg`; and
 the previous boot, `journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under
-/sys/class/infiniband), the HF cache's symlinks of the lane's model and the live `vllm serve` command (`docker
-top`). From this machine: two /metrics scrapes of the head's API a few seconds apart (rates, not just levels),
-redacted as the commands' output is.
+/sys/class/infiniband), the HF cache's symlinks of the lane's model, the shards its index names against those
+present (and any `*.incomplete` blob) and the live `vllm serve` command (`docker top`). A node that cannot be reached
+over SSH gives its connection error as a line of its own. From this machine: two /metrics scrapes of the head's API a
+few seconds apart (rates, not just levels), redacted as the commands' output is.
 
 Nothing here writes: every command only reads, no lock is taken, nothing is cleaned. What cannot be read (a command
 that fails, a file that is absent, the launcher's output, which the recipe's launcher does not keep) is named in
@@ -25,7 +26,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.redact import redact
 from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, parse_metrics
-from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, q, qpath
+from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, NodeUnreachable, q, qpath
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import serving_command
 from lanebook.verify.doctor import CONFIRMED, Diagnosis, Line, Scrape, diagnose, read_lines
@@ -75,6 +76,7 @@ def _why(result: CommandResult) -> str:
 class _Reader:
     def __init__(self, lane: Lane, out: Gathered):
         self.lane, self.out = lane, out
+        self.unreachable = False
 
     def run(
         self, node: Node, command: str, label: Optional[str] = None, quote_failure: bool = False
@@ -85,6 +87,9 @@ class _Reader:
             result = node.run(command, check=False, timeout=60)
         except NodeError as exc:
             self.out.not_read.append(f"{node.alias}: {label or command}: {exc}")
+            if isinstance(exc, NodeUnreachable) and not self.unreachable:
+                self.unreachable = True  # the connection error is evidence (D14), quoted once per node
+                self.out.logs.append(Line(f"{node.alias}:ssh", 1, str(exc)))
             return None
         if result.dry_run:
             return None
@@ -129,6 +134,21 @@ def _hf_links(lane: Lane) -> str:
     return (
         f"find {qpath(snapshots)} -maxdepth 2 -type l -printf '%p -> %l\\n' && "
         f"find -L {qpath(snapshots)} -maxdepth 2 -type l -printf 'broken: %p\\n'"
+    )
+
+
+def _weights_tree(lane: Lane) -> str:
+    """The shards the snapshot refs/main points at must hold, from its index's weight_map, against the links there
+    (absent, or dangling), then every *.incomplete blob: one read-only pipeline, a line per gap."""
+    return (
+        f'hub={qpath(lane.params.weights.hub_dir)}; rev=$(cat "$hub/refs/main") || exit 3; '
+        's="$hub/snapshots/$rev"; i="$s/model.safetensors.index.json"; '
+        '[ -f "$i" ] || { echo "no index: $i" >&2; exit 3; }; n=0; '
+        'for f in $(grep -o \'"[^"]*\\.safetensors"\' "$i" | tr -d \'"\' | sort -u); do n=$((n+1)); '
+        'if [ -L "$s/$f" ] && [ ! -e "$s/$f" ]; then echo "shard link dangling: $s/$f (target $(readlink "$s/$f"))"; '
+        'elif [ ! -e "$s/$f" ]; then echo "shard absent: $s/$f (named in the index)"; fi; done; '
+        'echo "index names $n shard(s)"; '
+        "find \"$hub/blobs\" -name '*.incomplete' -printf 'incomplete blob: %p (%s bytes)\\n'"
     )
 
 
@@ -178,6 +198,7 @@ def _read_node(lane: Lane, node: Node, container: str) -> Gathered:
     reader.lines(node, LINKS, out.logs)
     reader.lines(node, GIDS, out.logs, label="RoCE GID tables")
     reader.lines(node, _hf_links(lane), out.logs, label="HF cache symlinks")
+    reader.lines(node, _weights_tree(lane), out.logs, label="weights index against shards")
     return out
 
 
