@@ -166,6 +166,25 @@ def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
+_RENDERED: dict[tuple[str, TwinAddresses, str], tuple[str, str]] = {}
+
+
+def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path) -> tuple[str, str]:
+    """The compose and env texts `env render` makes of CHECKOUT (the recipe's files, just copied from the twin's
+    templates) for a lane with twin addresses: the same on every node and in every twin of this process, so
+    rendered once (a render asks Compose several times: about 3 s of CPU for a twin's checkouts)."""
+    key = (lane.model_dump_json(), addresses, checkout.name)
+    if key not in _RENDERED:
+        plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
+        if plan.unresolved:
+            raise LanebookError(
+                f"twin checkout of lane {lane.name} cannot run its lane: "
+                + "; ".join(m.message() for m in plan.unresolved)
+            )
+        _RENDERED[key] = (plan.compose, plan.env)
+    return _RENDERED[key]
+
+
 def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Path:
     """A lane checkout as an operator leaves it: the recipe's compose file, example and launcher scripts; the
     example copied to .env.dspark, then the lane rendered into it (twin addresses in place of the real ones)
@@ -181,13 +200,9 @@ def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Pa
     for name in CHECKOUT_SCRIPTS:
         shutil.copy(SCRIPTS / name, checkout / "scripts" / name)
         (checkout / "scripts" / name).chmod(0o755)
-    plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
-    if plan.unresolved:
-        raise LanebookError(
-            f"twin checkout of lane {lane.name} cannot run its lane: " + "; ".join(m.message() for m in plan.unresolved)
-        )
-    (checkout / COMPOSE_NAME).write_text(plan.compose)
-    (checkout / ENV_NAME).write_text(plan.env)
+    compose, env = _rendered(lane, addresses, checkout)
+    (checkout / COMPOSE_NAME).write_text(compose)
+    (checkout / ENV_NAME).write_text(env)
     for path in [*checkout.rglob("*"), checkout]:
         os.utime(path, (FIXED_MTIME, FIXED_MTIME), follow_symlinks=False)
     return checkout
