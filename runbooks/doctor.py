@@ -19,8 +19,8 @@
 # **What you'll do:** read what a running (or sick) lane shows, on every node, and get its likely causes with
 # the evidence quoted: each rank's container log since its last start, `free`, the kernel log (this boot and the
 # one before), the fabric (`ip -o link` MTUs, the RoCE GID tables), the HF cache's symlinks of the lane's model,
-# the live `vllm serve` command, and two `/metrics` scrapes a few seconds apart. What cannot be read is named, never
-# skipped silently.
+# the live `vllm serve` command, the CPU its processes use (`top`, a 1 s frame), and two `/metrics` scrapes a few
+# seconds apart. What cannot be read is named, never skipped silently.
 #
 # **What it passes and fails on:** it passes when no finding is **confirmed** (a healthy lane gives none;
 # suspected findings and harmless notes are shown with the check that tells causes apart). It fails on a confirmed

@@ -711,3 +711,80 @@ def test_a_node_ssh_cannot_reach_is_named_with_its_connection_error():
     assert diagnose(read_lines("launcher.log", launcher)).ids(CONFIRMED) == ["D14"]
     reached = "ssh: connect to host 192.168.2.1 port 22: Connection established"
     assert diagnose(read_lines("launcher.log", reached)).healthy
+
+
+# D15: the engine processes' CPU as `lanebook doctor --lane` reads it (a `top -b` frame of the container's processes),
+# with the facts of MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark#79 and its hotfix PRs (#71, #74): with TP=2 (mp
+# executor) VLLM::Worker ~300% and EngineCore ~100% spinning in sched_yield; ~89% in all with busy_loop_s at 2 ms.
+TOP = "engine processes' CPU (top)"
+TOP_HEADER = "    PID USER      PR  NI    VIRT    RES    SHR S  %CPU  %MEM     TIME+ COMMAND"
+LIVE = "docker top ds4-f-mia-anemll-0731-vllm-dspark-1"
+SERVE_TP2 = "vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --tensor-parallel-size 2 --port 8888"
+SERVE_TP1 = "vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --tensor-parallel-size 1 --port 8888"
+HOTFIX_ON = "[OK] busy_loop_s = 0.002 — IPC wait sleeps after 2ms instead of spinning 1s."
+
+
+def top_row(pid: int, cpu: float, command: str, state: str = "R") -> str:
+    return f"{pid:>7} root      20   0  187.2g  98.1g  41.0g {state} {cpu:5.1f}  80.1 412:07.33 {command}"
+
+
+SPINNING = [TOP_HEADER, top_row(2114, 99.7, "VLLM::EngineCore"), top_row(2301, 287.4, "VLLM::Worker_TP0")]
+CALM = [TOP_HEADER, top_row(2114, 31.0, "VLLM::EngineCore", "S"), top_row(2301, 58.2, "VLLM::Worker_TP0", "S")]
+
+
+def spin_lane(rows: list[str], command: str = SERVE_TP2, log: tuple[str, ...] = ()) -> list[Line]:
+    head = {"docker logs ds4-f-mia-anemll-0731-vllm-dspark-1": [*log, *HEALTHY_START], LIVE: [command], TOP: rows}
+    return gathered_on("head", head)
+
+
+IDLE = [scrape("local:GET /metrics (scrape 1)", 0, 52000), scrape("local:GET /metrics (scrape 2)", 0, 52000)]
+DECODING = [scrape("local:GET /metrics (scrape 1)", 4, 52000), scrape("local:GET /metrics (scrape 2)", 4, 52460)]
+
+
+def test_engine_processes_spinning_on_an_idle_tp2_lane_is_the_spin_wait_with_quoted_evidence():
+    found = diagnose(spin_lane(SPINNING), IDLE)
+    assert found.ids() == ["D15"] and found.ids(CONFIRMED) == ["D15"]
+    quoted = [(e.source, e.text) for e in found.findings[0].evidence]
+    assert quoted[:2] == [(f"head:{TOP}", SPINNING[2]), (f"head:{TOP}", SPINNING[1])]
+    assert [t for s, t in quoted[2:]] == [
+        'vllm:num_requests_running{engine="0",model_name="deepseek-v4-flash-0731"} 0',
+        'vllm:num_requests_running{engine="0",model_name="deepseek-v4-flash-0731"} 0',
+    ]
+    f = found.findings[0]
+    assert f.runbook == "launch" and "busy_loop_s" in f.fix and "VLLM_MQ_SPIN_SECONDS" in f.fix
+    assert f.source == "https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark/issues/79"
+    # a hotfix that says it could not patch is quoted too, and does not weaken the finding
+    failed = "[FAIL] busy_loop_s not set to 0.002"
+    not_fixed = diagnose(spin_lane(SPINNING, log=(failed,)), IDLE)
+    assert not_fixed.ids(CONFIRMED) == ["D15"] and failed in [e.text for e in not_fixed.findings[0].evidence]
+
+
+def test_the_same_lane_with_the_spin_fix_and_normal_cpu_gives_no_finding():
+    assert diagnose(spin_lane(CALM, log=(HOTFIX_ON,)), IDLE).healthy
+    assert diagnose(spin_lane(CALM, log=(HOTFIX_ON,)), DECODING).healthy
+    patched = "[gb10-spinwait] patched busy_loop_s 1s -> 2ms in /usr/local/lib/python3.12/dist-packages/vllm/x.py"
+    assert diagnose(spin_lane(CALM, log=(patched,)), IDLE).healthy
+    # the fix said to be on while the processes still burn: not this cause for sure, only suspected
+    still = diagnose(spin_lane(SPINNING, log=(HOTFIX_ON,)), IDLE)
+    assert still.ids(SUSPECTED) == ["D15"] and still.ids(CONFIRMED) == []
+
+
+def test_a_busy_decoding_lane_is_at_most_suspected_with_the_check_that_tells_it_apart():
+    for metrics in (DECODING, []):  # decoding, or no scrape to say
+        found = diagnose(spin_lane(SPINNING), metrics)
+        assert found.ids(SUSPECTED) == ["D15"] and found.ids(CONFIRMED) == []
+        check = found.findings[0].to_json()["next_check"]
+        assert "mpstat -P ALL" in check and "temperature" in check and "busy_loop_s = 0.002" in check
+
+
+def test_a_tp1_lane_or_a_lane_without_engine_processes_gives_no_spin_finding():
+    one_rank = [TOP_HEADER, top_row(2114, 312.0, "VLLM::EngineCore")]
+    assert diagnose(spin_lane(one_rank, SERVE_TP1), IDLE).healthy  # the uni executor forms no queue to spin on
+    assert diagnose(spin_lane(SPINNING, SERVE_TP1), IDLE).healthy  # the command's TP=1 wins
+    assert diagnose(spin_lane(one_rank, "vllm serve m --port 8888"), IDLE).healthy  # no sign of TP>=2
+    other = [TOP_HEADER, top_row(901, 390.0, "python3 train.py"), top_row(2114, 2.0, "VLLM::EngineCore", "S")]
+    assert diagnose(spin_lane(other), IDLE).healthy  # another process's CPU is not the engine's
+    # the worker node alone spinning (rank 1's Worker) is enough; the node is in the evidence
+    worker = gathered_on("worker", {TOP: [TOP_HEADER, top_row(77, 240.3, "VLLM::Worker_TP1")]})
+    found = diagnose(spin_lane(CALM) + worker, IDLE)
+    assert found.ids(CONFIRMED) == ["D15"] and found.findings[0].evidence[0].source == f"worker:{TOP}"

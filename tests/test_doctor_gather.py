@@ -43,6 +43,9 @@ def test_a_dry_run_lists_every_read_on_every_node_and_opens_no_connection():
             "ip -o link",
         ):
             assert f"{node}: {command}" in commands
+    for node in ("head", "worker"):  # the engine processes' CPU: the container's processes, a second top frame 1 s on
+        cpu = next(c for c in commands if c.startswith(f"{node}: p=$(docker top {container} -o pid,args"))
+        assert "top -b -n 2 -d 1 -c -w 512 -p" in cpu and "n==2" in cpu
     for node in ("head", "worker"):
         weights = next(c for c in commands if c.startswith(f"{node}: hub=~/.cache/huggingface/hub/models--"))
         assert "model.safetensors.index.json" in weights and "-name '*.incomplete' -printf" in weights
@@ -108,6 +111,7 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
         assert f"{node}: systemctl list-units --type=service --state=running --no-pager" in read
         assert "vllm" in found["live_commands"][node] and "serve" in found["live_commands"][node]
         assert f"{node}: weights index against shards (1 lines)" in read  # "index names 48 shard(s)", nothing else
+        assert f"{node}: engine processes' CPU (top) (" in read  # the twin's processes, none of them hot
         previous = f"{node}: journalctl -k -b -1 --no-pager: exit 1: Data from the specified boot (-1) is not available"
         assert previous in "\n".join(found["not_read"])
     assert "(scrape 2," in read
@@ -122,7 +126,7 @@ def test_a_healthy_twin_lane_gives_no_finding_and_the_doctor_changes_nothing(lau
         c.startswith(("docker inspect -f", "docker logs --since", "docker top", "free -m", "journalctl -k", "ip -o"))
         or c.startswith("systemctl list-units ")
         or "/sys/class/infiniband" in c
-        or c.startswith(("find ", "hub="))
+        or c.startswith(("find ", "hub=", "p=$(docker top "))
         for c in sent
     ), sent
 

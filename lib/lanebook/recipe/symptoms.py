@@ -73,6 +73,16 @@ NVRM_NOMEM = Pattern("nvrm_nomem", KERNEL, r"NVRM: .*Out of memory \[NV_ERR_NO_M
 FREE_MEM = Pattern("free_mem", LOG, r"^\s*Mem:\s+(?P<total>[\d.]+)(?P<unit>[GMK]i)?\s+(?P<used>[\d.]+)[GMK]?i?\s")
 NO_CONTAINER = Pattern("no_container", LOG, r"Error: No such (object|container): (?P<name>\S+)")
 IP_LINK = Pattern("ip_link", LOG, r"^\d+: (?P<ifname>[\w.@-]+): <[^>]*> mtu (?P<mtu>\d+)")
+# A process row of `top -b` (PID USER PR NI VIRT RES SHR S %CPU %MEM TIME+ COMMAND) whose command is one of vLLM's
+# engine processes, titled by vLLM (VLLM::EngineCore, VLLM::Worker_TP0, ...): its %CPU over the frame's interval.
+ENGINE_CPU = Pattern(
+    "engine_cpu",
+    LOG,
+    r"^\s*(?P<pid>\d+)\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+[RSDTtZI]\s+(?P<cpu>\d+(?:\.\d+)?)\s+\S+\s+\S+\s+"
+    r"(?P<proc>(?:\w+::)?(?:EngineCore|Worker_TP)\S*|VLLM::\S+)",
+)
+# The tensor-parallel size in the live `vllm serve` command (docker top) or a saved command line.
+TP_SIZE = Pattern("tp_size", LOG, r"(?:--tensor-parallel-size|\s-tp)[ =](?P<tp>\d+)\b")
 
 
 SYMPTOMS: tuple[Symptom, ...] = (
@@ -433,6 +443,42 @@ SYMPTOMS: tuple[Symptom, ...] = (
             ),
         ),
         source="https://github.com/spark-arena/sparkrun/issues/157",
+    ),
+    Symptom(
+        "D15",
+        "Engine processes spin-wait on the CPU",
+        "With TP≥2, the vLLM engine processes (VLLM::EngineCore, VLLM::Worker_TP*) hold 3-4 CPU cores at ~100% "
+        "(~300-400% CPU together), even with no request running; the SoC runs hot (up to ~95 °C, hard shutdown at "
+        "104.8 °C) while the GPU stays cooler.",
+        "vLLM's shared-memory message queue (shm_broadcast SpinCondition) spins in sched_yield for busy_loop_s (1 s) "
+        "after each read before it sleeps; decode steps arrive well within 1 s, so the readers never sleep and the "
+        "cores burn at full clock for nothing. The mp executor (TP≥2) forms this path; TP=1 does not.",
+        "Apply the recipe's GB10 spin-wait hotfix (busy_loop_s 1 s -> 2 ms, run by the compose entrypoint; "
+        "DSPARK_SKIP_SPIN_WAIT_HOTFIX / DSPARK_SKIP_SPINWAIT_HOTFIX must not be 1), or on a vLLM that exposes the "
+        "window set VLLM_MQ_SPIN_SECONDS=0.002; then stop and launch again through the launcher.",
+        "launch",
+        "`mpstat -P ALL 1 5` on the node (3-4 cores pinned near 100% while the rest idle is the spin), the SoC "
+        "temperature against the GPU's, and the container log for the hotfix's line (`[OK] busy_loop_s = 0.002`); "
+        "then read again with the queues idle: engine processes still hot with nothing running is the spin.",
+        (
+            ENGINE_CPU,
+            TP_SIZE,
+            Pattern(
+                "spin_fix_on",
+                LOG,
+                r"\[OK\] busy_loop_s (= 0\.002|1 -> 0\.002)|\[skip\] busy_loop_s already set to 0\.002|"
+                r"\[gb10-spinwait\] (patched busy_loop_s|already applied)|VLLM_MQ_SPIN_SECONDS=(0|0?\.\d+)\b",
+            ),
+            Pattern(
+                "spin_fix_off",
+                LOG,
+                r"\[FAIL\] busy_loop_s not set to 0\.002|Could not locate 'busy_loop_s: float = 1'|"
+                r"\[gb10-spinwait\] .*(refusing to patch|not found; skipping)",
+            ),
+        ),
+        metrics="vllm:num_requests_running 0 in both scrapes and vllm:generation_tokens_total not moving (idle) while "
+        "the engine processes' CPU is high",
+        source="https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark/issues/79",
     ),
     # --- look-alikes (H…): recognised and reported as harmless ---------------------------------------------
     Symptom(

@@ -47,6 +47,7 @@ LOW_MEAN_ACCEPTANCE = 2.5  # DSpark K=5 runs ~4 on natural text (vllm-ascend's g
 COLLAPSED_POSITION = 0.05  # every position at or under this: the drafter contributes nothing
 STICKY_GIB = 8.0  # used memory with no lane running; the seed saw 10-16 GiB stick
 STARVED_SPREAD = 4.0  # fastest / slowest per-request decode rate in one wave
+SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spinning, ~89% with the 2 ms fix (D15)
 MAX_EVIDENCE = 5
 WORKER_SOURCE = re.compile(r"(?i)worker|spark2|rank ?1\b|tp1\b")
 FABRIC_IF = re.compile(r"^(en[pP]\d|enP\d|bond|rocep|ib)")
@@ -211,7 +212,8 @@ class _Prefilter:
 
     def __call__(self, text: str) -> list[str]:
         keys = [key for hint, keys in self.by_hint if hint in text for key in keys]
-        return keys + self.bare if keys else self.bare
+        # a line holding two of a pattern's literals is searched with it once (one hit, counted once)
+        return list(dict.fromkeys(keys)) + self.bare if keys else self.bare
 
 
 LOG_PATTERNS = _patterns(LOG)
@@ -363,6 +365,7 @@ def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: 
     _fabric_rules(ctx, out)
     _memory_rules(ctx, out)
     _host_rules(kx, out)
+    _spin_rules(ctx, moving, out)
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     return out.diagnosis()
@@ -375,6 +378,7 @@ class Moving:
     generating: Optional[bool] = None  # generation tokens moved
     running: Optional[bool] = None  # requests running in both scrapes
     preempted: Optional[bool] = None
+    idle: Optional[bool] = None  # no request running in either scrape and no token generated between them
     evidence: list[Line] = field(default_factory=list)
 
 
@@ -391,6 +395,7 @@ def _metrics_rules(metrics: Sequence[Scrape], ctx: Context, out: Findings) -> Mo
         moving.generating = gen > 0
     if run_a is not None and run_b is not None:
         moving.running = run_a > 0 and run_b > 0
+        moving.idle = run_a == 0 and run_b == 0 and not gen
     pre = delta.total(PREEMPTIONS)
     if pre is not None:
         moving.preempted = pre > 0
@@ -609,6 +614,36 @@ def _host_rules(kx: dict[str, list[Hit]], out: Findings) -> None:
         out.add("D12", SUSPECTED, [h.at for h in lockups])
     for h in kx.get("mlx5_27w", []):
         out.add("H01", HARMLESS, [h.at])
+
+
+def _spin_rules(ctx: Context, moving: Moving, out: Findings) -> None:
+    """vLLM's engine processes spinning on the CPU (D15). The evidence is their %CPU per node over an interval (a
+    `top -b` frame); it names the spin-wait only with TP>=2 (a VLLM::Worker process, or the live command's
+    tensor-parallel size), never on a lane whose command says TP=1, and confirms it only where nothing should use
+    the CPU: both scrapes with no request running and no token generated, and no line saying the 2 ms fix is on.
+    Under decode, or with the fix on, or without the scrapes, high CPU is only suspected."""
+    rows = ctx.get("engine_cpu")
+    if not rows:
+        return
+    sizes = {int(h.match["tp"]) for h in ctx.get("tp_size")}
+    if sizes == {1}:
+        return  # the uni executor: no message queue between processes to spin on
+    if not (any(s >= 2 for s in sizes) or any("Worker" in h.match["proc"] for h in rows)):
+        return
+    hot: list[Line] = []
+    for node in dict.fromkeys(_node(h.at.source) for h in rows):
+        mine = [h for h in rows if _node(h.at.source) == node]
+        if sum(float(h.match["cpu"]) for h in mine) >= SPIN_NODE_CPU:
+            hot += [h.at for h in sorted(mine, key=lambda h: -float(h.match["cpu"]))]
+    if not hot:
+        return
+    fix_on, fix_off = ctx.get("spin_fix_on"), ctx.get("spin_fix_off")
+    fix = [h.at for h in fix_off[-1:] + fix_on[-1:]]
+    if moving.idle and not fix_on:
+        idle = [line for line in moving.evidence if line.text.startswith(RUNNING)][:2]
+        out.add("D15", CONFIRMED, hot[:2] + idle + fix + hot[2:])
+    else:
+        out.add("D15", SUSPECTED, hot[:3] + fix + hot[3:])
 
 
 def _node_rules(ctx: Context, out: Findings) -> None:

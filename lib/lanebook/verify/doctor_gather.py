@@ -6,9 +6,10 @@ recorded instead of sent): the server container's log since its last start (`doc
 services (`systemctl list-units`: a legacy serving unit), the kernel log (`journalctl -k -b 0`, else `dmesg`; and
 the previous boot, `journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under
 /sys/class/infiniband), the HF cache's symlinks of the lane's model, the shards its index names against those
-present (and any `*.incomplete` blob) and the live `vllm serve` command (`docker top`). A node that cannot be reached
-over SSH gives its connection error as a line of its own. From this machine: two /metrics scrapes of the head's API a
-few seconds apart (rates, not just levels), redacted as the commands' output is.
+present (and any `*.incomplete` blob), the live `vllm serve` command (`docker top`) and the CPU the container's
+processes use (a second `top -b` frame, 1 s after the first: vLLM's engine processes spinning, D15). A node that
+cannot be reached over SSH gives its connection error as a line of its own. From this machine: two /metrics scrapes
+of the head's API a few seconds apart (rates, not just levels), redacted as the commands' output is.
 
 Nothing here writes: every command only reads, no lock is taken, nothing is cleaned. What cannot be read (a command
 that fails, a file that is absent, the launcher's output, which the recipe's launcher does not keep) is named in
@@ -42,6 +43,16 @@ DMESG = "dmesg"
 FREE = "free -m"
 SERVICES = "systemctl list-units --type=service --state=running --no-pager"
 LINKS = "ip -o link"
+# The container's processes (vLLM's engine processes first, top takes 20 at most) in the second frame of `top -b`: %CPU
+# over the 1 s between the frames, not since each process started; the header and process rows only.
+ENGINE_CPU_LABEL = "engine processes' CPU (top)"
+ENGINE_CPU = (
+    "p=$(docker top {container} -o pid,args | awk 'NR!=1{{print (/VLLM::|EngineCore|Worker_TP/ ? 0 : 1), $1}}' | "
+    "sort -k1,1n -k2,2n | head -n 20 | cut -d' ' -f2 | paste -sd, -); "
+    "[ -n \"$p\" ] || {{ echo 'docker top listed no process' >&2; exit 3; }}; "
+    't=$(top -b -n 2 -d 1 -c -w 512 -p "$p") || exit; '
+    "printf '%s\\n' \"$t\" | awk '/^top -/{{n++}} n==2 && /^ *([0-9]+|PID) /'"
+)
 GIDS = (
     'for f in /sys/class/infiniband/*/ports/*/gids/*; do [ -e "$f" ] || { echo \'no RoCE device: '
     '/sys/class/infiniband has no GID table\' >&2; exit 3; }; g=$(cat "$f" 2>/dev/null) || continue; '
@@ -192,6 +203,7 @@ def _read_node(lane: Lane, node: Node, container: str) -> Gathered:
     reader = _Reader(lane, out)
     _container_log(reader, node, container)
     _live_command(reader, node, container)
+    reader.lines(node, ENGINE_CPU.format(container=q(container)), out.logs, label=ENGINE_CPU_LABEL)
     reader.lines(node, FREE, out.logs)
     reader.lines(node, SERVICES, out.logs)
     _kernel(reader, node)
