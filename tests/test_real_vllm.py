@@ -153,12 +153,12 @@ def test_speed_prints_the_servers_token_count_equal_to_lanebooks(real):  # noqa:
 
 def test_the_speed_runbook_passes_with_acceptance_the_servers_counters_bound(real):  # noqa: F811
     """`lanebook run speed` on the real server: every wave completes (the lane asks vLLM to ignore EOS, so a random
-    model's streams run to max_tokens; 512 of them, as 64 came out so fast beside the suite that a stream's whole
-    reply arrived in one read, leaving no decode window), and its acceptance figures, each a wave's /metrics delta,
-    bracket the server's own counters over the whole run."""
+    model's streams run to max_tokens; 1536 of them, as 64 and then 512 came out so fast beside the suite, some 2,000
+    tokens a second, that a stream's whole reply arrived in one read, leaving no decode window), and its acceptance
+    figures, each a wave's /metrics delta, bracket the server's own counters over the whole run."""
     before = run(snapshot(real.api))
     speed = lanebook_command(
-        ["run", "speed", "--lane", LANE_NAME, "-p", "workloads=probe", "-p", "max_tokens=512"], real.outputs
+        ["run", "speed", "--lane", LANE_NAME, "-p", "workloads=probe", "-p", "max_tokens=1536"], real.outputs
     )
     after = run(snapshot(real.api))
     assert speed.returncode == 0, speed.stdout + speed.stderr
