@@ -45,7 +45,7 @@ def test_a_dry_run_lists_every_read_on_every_node_and_opens_no_connection():
             assert f"{node}: {command}" in commands
     for node in ("head", "worker"):  # the engine processes' CPU: the container's processes, a second top frame 1 s on
         cpu = next(c for c in commands if c.startswith(f"{node}: p=$(docker top {container} -o pid,args"))
-        assert "top -b -n 2 -d 1 -c -w 512 -p" in cpu and "n==2" in cpu
+        assert "top -b -n 2 -d 0.5 -c -w 512 -p" in cpu and "n==2" in cpu
     for node in ("head", "worker"):
         weights = next(c for c in commands if c.startswith(f"{node}: hub=~/.cache/huggingface/hub/models--"))
         assert "model.safetensors.index.json" in weights and "-name '*.incomplete' -printf" in weights

@@ -7,7 +7,7 @@ services (`systemctl list-units`: a legacy serving unit), the kernel log (`journ
 the previous boot, `journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under
 /sys/class/infiniband), the HF cache's symlinks of the lane's model, the shards its index names against those
 present (and any `*.incomplete` blob), the live `vllm serve` command (`docker top`) and the CPU the container's
-processes use (a second `top -b` frame, 1 s after the first: vLLM's engine processes spinning, D15). A node that
+processes use (a second `top -b` frame, 0.5 s after the first: vLLM's engine processes spinning, D15). A node that
 cannot be reached over SSH gives its connection error as a line of its own. From this machine: two /metrics scrapes
 of the head's API a few seconds apart (rates, not just levels), redacted as the commands' output is.
 
@@ -44,13 +44,13 @@ FREE = "free -m"
 SERVICES = "systemctl list-units --type=service --state=running --no-pager"
 LINKS = "ip -o link"
 # The container's processes (vLLM's engine processes first, top takes 20 at most) in the second frame of `top -b`: %CPU
-# over the 1 s between the frames, not since each process started; the header and process rows only.
+# over the 0.5 s between the frames, not since each process started; the header and process rows only.
 ENGINE_CPU_LABEL = "engine processes' CPU (top)"
 ENGINE_CPU = (
     "p=$(docker top {container} -o pid,args | awk 'NR!=1{{print (/VLLM::|EngineCore|Worker_TP/ ? 0 : 1), $1}}' | "
     "sort -k1,1n -k2,2n | head -n 20 | cut -d' ' -f2 | paste -sd, -); "
     "[ -n \"$p\" ] || {{ echo 'docker top listed no process' >&2; exit 3; }}; "
-    't=$(top -b -n 2 -d 1 -c -w 512 -p "$p") || exit; '
+    't=$(top -b -n 2 -d 0.5 -c -w 512 -p "$p") || exit; '
     "printf '%s\\n' \"$t\" | awk '/^top -/{{n++}} n==2 && /^ *([0-9]+|PID) /'"
 )
 GIDS = (
