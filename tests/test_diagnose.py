@@ -178,6 +178,7 @@ def test_boundary_case_figures_are_aggregates():
         "requests": 4,
         "ok": 4,
         "errors": 0,
+        "unfinished": 0,
         "decode_tokens": 1020,
         "wall_s": 5.0,
         "wall_aggregate_tok_s": 204.0,
@@ -208,6 +209,21 @@ def test_boundary_verdict_names_every_instability():
             "fatal log lines: head: ERROR CUDA error: an illegal memory access; worker: ERROR NCCL error: remote "
             "process exited"
         ),
+    ]
+
+
+def test_a_completed_stream_with_no_decode_window_is_no_instability():
+    """Seen on the real vLLM CPU build beside the suite: whole replies in one read. Not measurable, but complete."""
+    burst = RequestRecord(
+        index=0, t_sent=0.0, t_done=1.0, chunks=[ChunkArrival(0.9, CONTENT), ChunkArrival(0.9, CONTENT)]
+    )
+    case = diagnose.BoundaryCase("C5 K=3", wave_figures(WaveRecord(1, 1, [burst])), True, 0.1, 0.0)
+    assert (case.wave.errors, case.unfinished) == (1, 0)
+    assert diagnose.boundary_verdict([case], {}, healthy=True).ok
+    broken = RequestRecord(index=1, t_sent=0.0, t_done=1.0, error="stream ended before [DONE]")
+    mixed = diagnose.BoundaryCase("C5 K=3", wave_figures(WaveRecord(2, 1, [burst, broken])), True, 0.1, 0.0)
+    assert diagnose.boundary_verdict([mixed], {}, healthy=True).problems == [
+        "C5 K=3: 1 of 2 requests failed (1× stream ended before [DONE])"
     ]
 
 

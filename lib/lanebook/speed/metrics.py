@@ -43,6 +43,11 @@ def estimate_tokens(record: RequestRecord) -> int:
     return max(len(content_times(record)), round(record.text_chars / CHARS_PER_TOKEN))
 
 
+# A stream that completed, but whose whole content arrived in one read: no decode rate can be taken from it (a fast
+# server whose API process flushes late; never a lane at the recipe's tens of tokens a second)
+NO_DECODE_WINDOW = "no decode window (all content in one read)"
+
+
 def unmeasurable_reason(record: RequestRecord) -> Optional[str]:
     """Why a request yields no stream figures (its error, or no decode window); None when it does."""
     if record.error:
@@ -51,7 +56,7 @@ def unmeasurable_reason(record: RequestRecord) -> Optional[str]:
     if not times:
         return "no content in the stream"
     if len(times) < 2 or times[-1] <= times[0]:
-        return "no decode window (all content in one read)"
+        return NO_DECODE_WINDOW
     return None
 
 

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from lanebook.lane.params import k_for_batch
 from lanebook.nodes.prometheus import Snapshot
 from lanebook.speed.bands import DEFAULT_TOLERANCE, Comparison, ab_canary
-from lanebook.speed.metrics import WaveFigures, content_times
+from lanebook.speed.metrics import NO_DECODE_WINDOW, WaveFigures, content_times
 from lanebook.speed.records import RequestRecord
 from lanebook.speed.workloads import Workload, request_body
 
@@ -244,11 +244,18 @@ class BoundaryCase:
     drain_s: Optional[float]
     preemptions: float  # Δ vllm:num_preemptions_total over the wave
 
+    @property
+    def unfinished(self) -> int:
+        """Requests that did not complete (an error, an empty stream): a completed stream whose content came in one
+        read has no decode rate, but it is no instability."""
+        return self.wave.errors - self.wave.error_reasons.get(NO_DECODE_WINDOW, 0)
+
     def figures(self) -> dict:
         return {
             "requests": self.wave.requests,
             "ok": self.wave.ok,
             "errors": self.wave.errors,
+            "unfinished": self.unfinished,
             "decode_tokens": self.wave.decode_tokens,
             "wall_s": round(self.wave.wall_s, 4),
             "wall_aggregate_tok_s": round(self.wave.wall_aggregate_tok_s, 4),
@@ -283,9 +290,9 @@ def boundary_verdict(
     ]
     problems = []
     for case in cases:
-        if case.wave.errors:
-            reasons = ", ".join(f"{n}× {why}" for why, n in case.wave.error_reasons.items())
-            problems.append(f"{case.name}: {case.wave.errors} of {case.wave.requests} requests failed ({reasons})")
+        if case.unfinished:
+            reasons = ", ".join(f"{n}× {why}" for why, n in case.wave.error_reasons.items() if why != NO_DECODE_WINDOW)
+            problems.append(f"{case.name}: {case.unfinished} of {case.wave.requests} requests failed ({reasons})")
         if not case.drained:
             problems.append(f"{case.name}: the queue did not drain (requests still running or waiting)")
         if case.preemptions > 0:
