@@ -170,13 +170,15 @@ def test_t02_t09_boot_log_lines(main):
 
 def test_t03_missing_breakable_opt_out_logs_and_slows_decode(main, variant):
     assert "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1" in variant.log()
+    # Each server's best of three decode rates on its own clock: a busy machine only ever slows a server down
+    # (beside a full suite, main once decoded 5% below the variant in a single try)
     rates = []
     for srv in (main, variant):
         httpx.delete(f"{srv.url}/twin/requests")
-        chat(srv, "Count from 1 to 400, one number per line.", max_tokens=96, **OFF)
-        record = truth(srv)[-1]
-        rates.append((record["completion_tokens"] - 1) / (record["t_last"] - record["t_first"]))
-    assert rates[1] < 0.9 * rates[0]
+        for _ in range(3):
+            chat(srv, "Count from 1 to 400, one number per line.", max_tokens=96, **OFF)
+        rates.append(max((r["completion_tokens"] - 1) / (r["t_last"] - r["t_first"]) for r in truth(srv)))
+    assert rates[1] < 0.9 * rates[0], rates
 
 
 # --- Multi-node rendezvous (fact T14: a head that dies leaves its worker orphaned) -----------------
