@@ -32,6 +32,7 @@ from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import RUNNING, metrics_url, parse_metrics
 from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
 from lanebook.ops import launcher, memory, weights
+from lanebook.speed.client import chat_url
 from lanebook.twin import control
 from lanebook.twin.fault_matrix import NODE_REBOOTS, FaultRow, Observed
 from lanebook.verify import doctor_gather
@@ -172,6 +173,13 @@ def _counters(lane: Lane) -> tuple[float, float]:
     return snapshot.total(RUNNING) or 0.0, snapshot.total(GENERATION) or 0.0
 
 
+def _frozen(lane: Lane) -> tuple[bool, float, float]:
+    """Hung: requests running and no token generated over a second; with (running, generated) at the first read."""
+    running, generated = _counters(lane)
+    time.sleep(1.0)
+    return running > 0 and _counters(lane) == (running, generated), running, generated
+
+
 def _stream(lane: Lane, prompt: str, max_tokens: int) -> None:
     """One streaming chat request read to its end (or until the twin goes down under it)."""
     body = {
@@ -181,7 +189,7 @@ def _stream(lane: Lane, prompt: str, max_tokens: int) -> None:
         "temperature": 0,
         "stream": True,
     }
-    url = lane.params.api.rstrip("/") + "/chat/completions"
+    url = chat_url(lane.params.api)
     try:
         with httpx.Client(trust_env=False, timeout=httpx.Timeout(RUN_TIMEOUT_S, connect=10.0)) as client:
             with client.stream("POST", url, json=body) as response:
@@ -199,12 +207,7 @@ def _requests_hung(lane: Lane) -> None:
         prompt = f"Write a long story about lighthouse keeper number {n}."
         threading.Thread(target=_stream, args=(lane, prompt, 2000), daemon=True).start()
 
-    def frozen() -> bool:
-        running, generated = _counters(lane)
-        time.sleep(1.0)
-        return running > 0 and _counters(lane) == (running, generated)
-
-    if not _until(frozen):
+    if not _until(lambda: _frozen(lane)[0]):
         raise LanebookError(f"setup: the requests did not hang: running, generated = {_counters(lane)}")
 
 
@@ -276,9 +279,7 @@ def _units_masked_lane_up(lane: Lane) -> tuple[bool, str]:
 
 def _hung_left_for_stop(lane: Lane) -> tuple[bool, str]:
     containers, api = launcher.lane_containers(lane), launcher.ask_api(lane, timeout_s=2.0)
-    running, generated = _counters(lane)
-    time.sleep(1.0)
-    frozen = running > 0 and _counters(lane) == (running, generated)
+    frozen, running, generated = _frozen(lane)
     return (
         containers.state == launcher.LANE_UP and bool(api.healthy) and frozen,
         f"{containers.state}; {api.detail}; running {running:g}, generated {generated:g} (frozen: {frozen})",
