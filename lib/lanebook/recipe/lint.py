@@ -37,7 +37,7 @@ from lanebook.lane.params import LaneParams, lane_path, load_lane
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import REFERENCE, START_NAME, CheckoutFiles, Location, TextFile, sourced_names
 from lanebook.recipe.effective.config import DeadLine, Effective, Setting
-from lanebook.recipe.effective.mismatches import Mismatch, lane_mismatches
+from lanebook.recipe.effective.mismatches import KV_DTYPE_FLAG, KV_DTYPE_KEY, Mismatch, lane_mismatches
 from lanebook.recipe.envfile import interpolate, parse_env_text, unreadable_lines
 from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.recipe.render import RenderPlan, plan_render
@@ -311,6 +311,8 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
             fix = "`lanebook env render` cannot change this: edit the line that wins"
         elif key.startswith("speculative."):
             fix = "`lanebook env render` rewrites the SPECULATIVE_CONFIG line from the lane"
+        elif key == KV_DTYPE_KEY:
+            fix = f"`lanebook env render` writes the compose command's {KV_DTYPE_FLAG} {mismatch.lane}"
         elif key in written:
             fix = f"`lanebook env render` writes {written[key]}={plan.effective.setting(key).value}"
         else:
