@@ -42,6 +42,7 @@ lane = "twin"  # lane name under params/ or a lane YAML path
 dry_run = False  # record the commands instead of sending them (opens no connection)
 confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
 restore = None  # run id of an earlier env run of this lane: put back the files it changed instead of rendering
+allow_runtime_and_weights = False  # the operator allows a lane that changes image and weights at once (lint S07)
 
 # %%
 from lanebook.ops import checkout_env, transfers
@@ -84,7 +85,9 @@ with rb.step(
     "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
     "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand",
 ):
-    plan, backups = checkout_env.plan_step(rb, lane, audit.find_run(restore) if restore else None)
+    plan, backups = checkout_env.plan_step(
+        rb, lane, audit.find_run(restore) if restore else None, allow_runtime_and_weights=allow_runtime_and_weights
+    )
 
 # %% [markdown]
 # ## Step 2 — Lint what the checkout will run
@@ -167,6 +170,7 @@ with rb.step(
 # | **S03** Unreadable env-file line | Compose skips an env-file line it cannot read as KEY=VALUE, so that setting never applies; a line whose key holds a space makes Docker Compose v2 refuse the whole file (lint then stops with Compose's message). | Write it as KEY=VALUE (or comment it out with #). |
 # | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
 # | **S05** Dead env line | A line whose key a later line sets again, or that the launcher overrides (GPU_MEMORY_UTILIZATION in a checkout whose launcher reads the profile key), never reaches the server and misleads whoever reads it. | Delete the line, or set the key that wins (the finding names it). |
+# | **S07** Runtime and weights changed at once | A lane changes one thing against its rollback lane: seed 000 swapped to the 0731 weights on a known-good Anemll checkout and says not to change runtime and weights the same weekend. A lane whose image and weights both differ from its rollback lane's leaves a failure with two suspects, and a rollback that undoes both. | Promote one change at a time: keep the rollback lane's image (or weights) and change the other, then the rest once the first has held. To go ahead knowingly: `lanebook promote --allow-runtime-and-weights` (a runbook: `-p allow_runtime_and_weights=true`). |
 
 # %% [markdown]
 # ## Verdict

@@ -38,6 +38,7 @@ lane = "twin"  # lane name under params/ or a lane YAML path
 dry_run = False  # record the commands instead of sending them (opens no connection)
 min_free_gib = None  # GiB that must be free after cleanup, None for what vLLM asks of the lane
 confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+allow_runtime_and_weights = False  # the operator allows a lane that changes image and weights at once (lint S07)
 
 # %%
 from lanebook.ops import launcher, logs, memory, readiness, transfers, warmup, weights
@@ -61,7 +62,8 @@ with rb.step(
         "lane; a node unreachable → make it answer SSH (ssh -F CONFIG NODE true), then `launch` again"
     ),
 ):
-    report = lint_what_lane_runs(p, dry_run=rb.dry_run)  # the head's checkout; a dry run lints the lane file
+    # the head's checkout; a dry run lints the lane file
+    report = lint_what_lane_runs(p, dry_run=rb.dry_run, allow_runtime_and_weights=allow_runtime_and_weights)
     rb.expect(report.ok, "what the lane runs lints clean", report.errors_summary(), local=True)
     rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
     pair = launcher.pair_occupancy(rb.lane)
@@ -215,6 +217,7 @@ with rb.step(
 # | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on both nodes before compose up. |
 # | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
 # | **S06** Entrypoint refuses the configuration | The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) and exits before `vllm serve` when one is wrong, so the container never serves. | Set the variable to one of the values the message lists. |
+# | **S07** Runtime and weights changed at once | A lane changes one thing against its rollback lane: seed 000 swapped to the 0731 weights on a known-good Anemll checkout and says not to change runtime and weights the same weekend. A lane whose image and weights both differ from its rollback lane's leaves a failure with two suspects, and a rollback that undoes both. | Promote one change at a time: keep the rollback lane's image (or weights) and change the other, then the rest once the first has held. To go ahead knowingly: `lanebook promote --allow-runtime-and-weights` (a runbook: `-p allow_runtime_and_weights=true`). |
 
 # %% [markdown]
 # ## Verdict

@@ -22,6 +22,7 @@ def test_matrix_rows_and_differences():
     )
     assert not rows["MAX_NUM_BATCHED_TOKENS"].varies
     assert rows["speculative schedule"].values[:2] == ("[[1,1,5],[2,4,4],[5,6,3]]", "fixed K")
+    assert rows["KV cache dtype"].values[2:4] == ("nvfp4_ds_mla", "auto")  # the CPU build runs vLLM's default
     assert rows["rollback to"].values == ("anemll-1m6", "patch3-c12", "—", "—", "twin-1m6", "—")
 
 

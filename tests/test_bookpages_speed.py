@@ -5,6 +5,7 @@ from pathlib import Path
 from lanebook.site.pages.runs import PublishedRun
 from lanebook.site.pages.speed import LaneSpeed, bands_rows, reference_medians, series, speed_page, speed_runs
 from lanebook.speed.baseline import stored_baseline
+from lanebook.speed.references import PUBLISHED_FIGURES
 
 
 def band(c, stream, aggregate, trials=3):
@@ -86,3 +87,18 @@ def test_page_has_a_plot_per_lane_and_the_seeds_figures():
     assert '<span class="lanebook-badge lanebook-badge-pass">PASS</span> same setup' in text
     assert "## patch3-c12" in text and "No speed run recorded yet." in text
     assert "[twin page]" not in speed_page(lanes, twin_page=False)[0]
+
+
+def test_the_published_figures_are_shown_as_labelled_references_with_their_source():
+    """Each figure the write-ups cite from other runs (lanebook.speed.references) is on the speed page once, in the
+    references table, labelled a reference with who measured it and the write-up citing it, never in a lane's
+    bands or the seeds' baseline table."""
+    text, _ = speed_page([LaneSpeed("anemll-1m6", False, [], stored_baseline("anemll-1m6"))])
+    section = text[text.index("## Published references") :].split("\n## ", 1)[0]
+    assert "**not lanebook's measurements**" in section
+    for figure in PUBLISHED_FIGURES:
+        [row] = [line for line in section.splitlines() if f"| {figure.value} {figure.unit} |" in line]
+        assert row.startswith('| <span class="lanebook-badge lanebook-badge-skipped">REFERENCE</span> ')
+        assert f"| {figure.measured_by} |" in row and row.endswith(f"| {figure.source} |")
+        assert text.count(f"{figure.value} {figure.unit}") == 1
+    assert {f.value for f in PUBLISHED_FIGURES} == {"~72", "~137", "~66.6", "~60.4", "95.9", "90.70"}

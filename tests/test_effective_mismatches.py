@@ -77,7 +77,8 @@ SPEC_543 = (
 LIVE = (
     "/usr/bin/python3 /usr/local/bin/vllm serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name "
     "deepseek-v4-flash-0731 --host 0.0.0.0 --port 8888 --trust-remote-code --tensor-parallel-size 2 "
-    "--max-model-len 1048576 --max-num-seqs 6 --max-num-batched-tokens 8192 --max-cudagraph-capture-size 36 "
+    "--kv-cache-dtype nvfp4_ds_mla --max-model-len 1048576 --max-num-seqs 6 --max-num-batched-tokens 8192 "
+    "--max-cudagraph-capture-size 36 "
     f"--gpu-memory-utilization 0.85 --enable-prefix-caching --speculative-config {SPEC_543} "
     '--default-chat-template-kwargs {"thinking":true,"reasoning_effort":"low"} --nnodes 2 --node-rank 0'
 )
@@ -122,10 +123,37 @@ def test_a_live_command_without_a_server_mismatches_everything_the_lane_sets():
         "--max-num-seqs",
         "--max-num-batched-tokens",
         "--gpu-memory-utilization",
+        "--kv-cache-dtype",
         "--speculative-config num_speculative_tokens",
         "--speculative-config num_speculative_tokens_per_batch_size",
     ]
     assert all(m.live is None for m in found)
+
+
+def test_the_kv_cache_dtype_is_checked_live_and_an_absent_flag_is_vllms_default():
+    """Both seed lanes run nvfp4_ds_mla (seed 003's lane table); a command without the flag runs vLLM's default, auto,
+    which is what the real-vllm-cpu lane says its CPU build runs."""
+    lane = load_lane("anemll-0731")
+    assert [str(m) for m in live_mismatches(lane, LIVE.replace("nvfp4_ds_mla", "fp8"))] == [
+        "--kv-cache-dtype: lane nvfp4_ds_mla, live fp8"
+    ]
+    assert [str(m) for m in live_mismatches(lane, LIVE.replace(" --kv-cache-dtype nvfp4_ds_mla", ""))] == [
+        "--kv-cache-dtype: lane nvfp4_ds_mla, live absent"
+    ]
+    cpu = load_lane("real-vllm-cpu")
+    assert cpu.kv_cache_dtype == "auto"
+    live = live_mismatches(cpu, "python -m vllm.entrypoints.openai.api_server")
+    assert "--kv-cache-dtype" not in [m.flag for m in live]
+
+
+def test_a_checkout_whose_command_runs_another_kv_dtype_mismatches_the_lane(tmp_path):
+    directory = example_checkout(tmp_path)
+    compose = directory / "docker-compose.dspark.yml"
+    compose.write_text(compose.read_text().replace("--kv-cache-dtype nvfp4_ds_mla", "--kv-cache-dtype fp8"))
+    eff = Effective(CheckoutFiles.read(directory))
+    [mismatch] = [m for m in lane_mismatches(load_lane("anemll-0731"), eff) if m.key == "kv_cache_dtype"]
+    assert (mismatch.lane, mismatch.running.value) == ("nvfp4_ds_mla", "fp8")
+    assert eff.compose.lines[mismatch.running.where.line - 1].strip() == "--kv-cache-dtype fp8"
 
 
 def test_the_checkouts_own_serve_argv_is_a_live_command_with_no_mismatch(tmp_path):

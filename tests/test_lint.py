@@ -293,6 +293,37 @@ def test_lane_plants_name_the_lane_file_line(tmp_path, old, new, pitfall_id):
     assert {(f.file, f.line) for f in report.findings} == {(str(path), line)}
 
 
+def test_a_lane_that_changes_image_and_weights_at_once_fails_lint_with_s07(tmp_path):
+    """Seed 000: do not change runtime and weights the same weekend. anemll-0731 changes only the weights against
+    anemll-1m6; a copy that also takes another image is an S07 error on its rollback: line, and, allowed by the
+    operator, a warning; through the CLI too (exit 1)."""
+    path, _ = lane_copy(
+        tmp_path,
+        "DSPARK_VLLM_IMAGE: ghcr.io/anemll/dspark-vllm-gx10:0.1.1",
+        "DSPARK_VLLM_IMAGE: ghcr.io/anemll/dspark-vllm-gx10:0.1.2",
+    )
+    rollback_line = line_of(path.read_text(), "rollback: anemll-1m6")
+    [finding] = lint_lane_on_reference(load_lane(path), path).findings
+    assert (finding.id, finding.severity, finding.file, finding.line) == ("S07", "error", str(path), rollback_line)
+    assert finding.message.startswith(
+        "lane anemll-0731 changes both the runtime image (ghcr.io/anemll/dspark-vllm-gx10:0.1.1 → "
+        "ghcr.io/anemll/dspark-vllm-gx10:0.1.2) and the weights (deepseek-ai/DeepSeek-V4-Flash → "
+        "deepseek-ai/DeepSeek-V4-Flash-0731) against its rollback lane anemll-1m6"
+    )
+    assert "--allow-runtime-and-weights" in finding.message
+    [allowed] = lint_lane_on_reference(load_lane(path), path, allow_runtime_and_weights=True).findings
+    assert (allowed.id, allowed.severity) == ("S07", "warning")
+    cli = run_cli("--lane", str(path), "--dry-run", "--json")
+    assert cli.returncode == 1 and [f["id"] for f in json.loads(cli.stdout)["findings"]] == ["S07"]
+
+
+def test_a_rollback_lane_that_cannot_be_read_is_said_not_hidden(tmp_path):
+    path, line = lane_copy(tmp_path, "rollback: anemll-1m6", "rollback: no-such-lane")
+    [finding] = lint_lane_on_reference(load_lane(path), path).findings
+    assert (finding.id, finding.severity, finding.line) == ("S07", "warning", line)
+    assert "unknown lane 'no-such-lane'" in finding.message
+
+
 def test_lane_compose_findings_name_the_reference_line(tmp_path, monkeypatch):
     """A compose problem under --lane is reported on the reference's own line, even after the patch inserted one,
     and a value render cannot make the lane's is an S04 error there."""

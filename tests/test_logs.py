@@ -45,7 +45,7 @@ def test_the_cpu_builds_kv_line_is_read_only_where_the_lane_names_it():
     assert logs.kv_cache_tokens(lines, "CPU KV cache size") == 524288
     cpu, gpu = load_lane("real-vllm-cpu").gates, load_lane("twin").gates
     assert (cpu.kv_cache_line, gpu.kv_cache_line) == ("CPU KV cache size", "GPU KV cache size")
-    found = {"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": [], "Application startup complete": ["x"]}
+    found = {logs.BREAKABLE_SCAN: [], "Application startup complete": ["x"]}
     expectations, kv = logs.startup_log_expectations({**found, "CPU KV cache size": lines}, cpu)
     assert kv == 524288 and expectations[-1] == ExpectedResult.judged(
         "", "CPU KV cache size in 500,000–530,000 tokens", True, "524,288"
@@ -133,25 +133,86 @@ def test_log_gate_and_live_command_on_the_twin(twin):
 def test_startup_log_expectations_judge_the_scanned_lines():
     gates = load_lane("anemll-0731").gates
     clean = {
-        "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": [],
+        logs.BREAKABLE_SCAN: ["(APIServer pid=1) INFO [utils.py:233] non-default env: VLLM_USE_BREAKABLE_CUDAGRAPH=0"],
         "Application startup complete": ["INFO:     Application startup complete."],
         "GPU KV cache size": ["GPU KV cache size: 1,000 tokens", "GPU KV cache size: 2,493,464 tokens"],
     }
     expectations, kv = logs.startup_log_expectations(clean, gates)
     assert kv == 2_493_464
     assert expectations == [
-        ExpectedResult.judged("", "log has no 'Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1'", True, ""),
+        ExpectedResult.judged("", "log does not enable breakable CUDA graphs", True, ""),
         ExpectedResult.judged("", "log has 'Application startup complete'", True, ""),
         ExpectedResult.judged("", "GPU KV cache size in 2,200,000–2,500,000 tokens", True, "2,493,464"),
     ]
     slow = {
         **clean,
-        "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1": ["WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
+        logs.BREAKABLE_SCAN: ["WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"],
         "GPU KV cache size": [],
     }
     expectations, kv = logs.startup_log_expectations(slow, gates)
     assert kv is None and [e.ok for e in expectations] == [False, True, False]
     assert expectations[0].seen == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
+
+
+# Every form of "breakable CUDA graphs are on" the public logs show (vllm-project/vllm#49370 and #41834:
+# DeepSeek-V4-Flash, the auto-enable line and the torch.compile warning on every rank; forks' "... for DeepSeek V4";
+# the twin's own wording), in other cases too, and the opt-out forms that must pass.
+BREAKABLE_ON = [
+    "(APIServer pid=57) INFO 07-12 02:33:26 [vllm.py:1128] Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1. Set "
+    "VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out.",
+    "(Worker_TP1_EP1 pid=237) WARNING 08-30 09:57:56 [vllm.py:1237] VLLM_USE_BREAKABLE_CUDAGRAPH is set, disabling "
+    "vLLM's torch.compile pipeline. Equivalent to -cc.mode=none.",
+    "INFO Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1 for DeepSeek V4. Set VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out.",
+    "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1 for this architecture, disabling VLLM_USE_AOT_COMPILE=1.",
+    "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1 for DeepSeek-V4 DSpark on this platform; set "
+    "VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out.",
+    "Breakable CUDA graph enabled",
+    "Breakable CUDA graphs enabled (VLLM_USE_BREAKABLE_CUDAGRAPH=1).",
+    "breakable cudagraph is enabled",
+    "Auto-enabled breakable CUDA graphs for DeepseekV4ForCausalLM",
+    "Using breakable CUDA graphs for decode",
+    "auto-enabling vllm_use_breakable_cudagraph=1",
+    "AUTO-ENABLING VLLM_USE_BREAKABLE_CUDAGRAPH=1",
+    "(APIServer pid=1) INFO [utils.py:233] non-default env: VLLM_USE_BREAKABLE_CUDAGRAPH=1",
+    "{'VLLM_USE_BREAKABLE_CUDAGRAPH': 'true'}",
+]
+BREAKABLE_OFF = [
+    "VLLM_USE_BREAKABLE_CUDAGRAPH=0",
+    "(APIServer pid=1) INFO [utils.py:233] non-default env: VLLM_USE_BREAKABLE_CUDAGRAPH=0",
+    "{'VLLM_USE_BREAKABLE_CUDAGRAPH': '0'}",
+    "Breakable CUDA graphs disabled (VLLM_USE_BREAKABLE_CUDAGRAPH=0)",
+    "Breakable CUDA graph is not enabled",
+    "Not auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH: the user set it to 0",
+]
+
+
+@pytest.mark.parametrize("line", BREAKABLE_ON)
+def test_every_form_of_breakable_graphs_on_fails_the_gate(line):
+    gates = load_lane("anemll-0731").gates
+    found = {
+        logs.BREAKABLE_SCAN: [line],
+        "Application startup complete": ["Application startup complete."],
+        "GPU KV cache size": ["GPU KV cache size: 2,493,464 tokens"],
+    }
+    [breakable, *rest] = logs.startup_log_expectations(found, gates)[0]
+    assert (breakable.expected, breakable.ok, breakable.seen) == (logs.BREAKABLE_GATE, False, line)
+    assert all(e.ok for e in rest)
+
+
+@pytest.mark.parametrize("line", BREAKABLE_OFF)
+def test_the_opt_out_forms_pass_the_gate(line):
+    assert logs.breakable_on_lines([line]) == []
+
+
+def test_the_breakable_scan_reads_the_same_in_grep_on_a_node(tmp_path):
+    """The node greps any case of "breakable" (the seed's BREAKABLE and Breakable CUDA forms both): every line, on or
+    off, reaches the Python judgement."""
+    log = tmp_path / "container.log"
+    lines = BREAKABLE_ON + BREAKABLE_OFF + ["GPU KV cache size: 2,493,464 tokens"]
+    log.write_text("\n".join(lines) + "\n")
+    grep = subprocess.run(["grep", "-E", logs.BREAKABLE_SCAN, str(log)], capture_output=True, text=True, check=True)
+    assert grep.stdout.splitlines() == lines[:-1]
+    assert logs.breakable_on_lines(grep.stdout.splitlines()) == BREAKABLE_ON
 
 
 FATAL = {

@@ -33,6 +33,13 @@ def test_current_recipe_values_from_seed_000():
     assert lane.request["chat_template_kwargs"]["thinking"] is False
 
 
+def test_the_kv_cache_dtype_is_a_lane_value():
+    """Seed 003's lane table gives the 1M/6 shape's KV dtype, nvfp4_ds_mla; the real vLLM's CPU build runs auto."""
+    dtypes = {name: load_lane(name).kv_cache_dtype for name in lane_names()}
+    assert {dtypes[n] for n in ("anemll-0731", "anemll-1m6", "patch3-c12", "twin", "twin-1m6")} == {"nvfp4_ds_mla"}
+    assert dtypes["real-vllm-cpu"] == "auto"
+
+
 def test_rollback_chain():
     assert load_lane("anemll-0731").rollback == "anemll-1m6"
     assert load_lane("anemll-1m6").rollback == "patch3-c12"
@@ -71,6 +78,7 @@ def _variant(old: str, new: str) -> str:
         ("  MTP_NUM_TOKENS: 5", "  MTP_NUM_TOKENS: five", "env.MTP_NUM_TOKENS must be an integer"),
         ("    WAIT_SECONDS: 15", "    WAIT_SECONDS: soon", "launcher.env.WAIT_SECONDS must be an integer"),
         ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
+        ("kv_cache_dtype: nvfp4_ds_mla", "kv_cache_dtype: nvfp4 --x", "a KV cache dtype like nvfp4_ds_mla"),
     ],
 )
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):

@@ -111,11 +111,14 @@ def stages(tmp_path, monkeypatch):
     verdicts = tmp_path / "verdicts.json"
     verdicts.write_text(json.dumps({name: "pass" for name in MAIN_JOB}))
     for name in MAIN_JOB:
+        # the runbooks that lint take the operator's allowance, as env and launch do, and show what they were given
+        lints = name in promote.LINTING
         emit = f"import json\nverdict = json.load(open({str(verdicts)!r}))[{name!r}]\n" + verdict_cell(
-            f"{{'stage': {name!r}}}",
+            f"{{'stage': {name!r}" + (", 'allowed': allow_runtime_and_weights}" if lints else "}"),
             f"{{'step': '2 check', 'fix': 'run `{name}` again'}} if verdict == 'fail' else None",
         )
-        nbformat.write(stand_in_notebook(emit), folder / f"{name}.ipynb")
+        parameters = 'lane = "twin"\ndry_run = False' + ("\nallow_runtime_and_weights = False" if lints else "")
+        nbformat.write(stand_in_notebook(emit, parameters=parameters), folder / f"{name}.ipynb")
     use_runbooks(monkeypatch, folder, tmp_path / "outputs")
 
     def set_verdicts(**changes):
@@ -161,6 +164,35 @@ def test_a_real_lane_needs_yes_or_dry_run_before_anything_runs(stages):
     with pytest.raises(LanebookError, match=r"^promote changes the real lane anemll-0731: add --yes"):
         promote.promote(load_lane("anemll-0731"))
     assert read_runs() == []
+
+
+def test_a_lane_changing_image_and_weights_at_once_is_refused_unless_the_operator_allows_it(stages, tmp_path):
+    """Seed 000: do not change runtime and weights the same weekend. The twin lane changes only the weights against
+    twin-1m6; given another image too, promote refuses before anything runs, naming the flag; allowed, it goes on and
+    the runbooks that lint are told (a dry run: nothing is fingerprinted or observed)."""
+    lane = tmp_path / "lane.yaml"
+    old_image = "DSPARK_VLLM_IMAGE: ghcr.io/anemll/dspark-vllm-gx10:0.1.1"
+    lane.write_text(lane_path("twin").read_text().replace(old_image, old_image[:-1] + "2"))
+    assert promote.one_change_refusal(load_lane("twin"), allowed=False) is None
+    with pytest.raises(LanebookError) as refused:
+        promote.promote(load_lane(lane), dry_run=True)
+    assert str(refused.value) == (
+        "lane twin changes both the runtime image (ghcr.io/anemll/dspark-vllm-gx10:0.1.1 → "
+        "ghcr.io/anemll/dspark-vllm-gx10:0.1.2) and the weights (deepseek-ai/DeepSeek-V4-Flash → "
+        "deepseek-ai/DeepSeek-V4-Flash-0731) against its rollback lane twin-1m6: seed 000 says do not change runtime "
+        "and weights the same weekend (lint S07); promote one change first, or add --allow-runtime-and-weights to go "
+        "ahead knowingly"
+    )
+    assert read_runs() == []
+    allowed = promote.promote(load_lane(lane), dry_run=True, allow_runtime_and_weights=True)
+    assert allowed.ok and {r["runbook"]: r["figures"].get("allowed") for r in allowed.records} == {
+        "weights": None,
+        "env": True,
+        "launch": True,
+        "warmup": None,
+        "gates": None,
+        "speed": None,
+    }
 
 
 def test_a_missing_runbook_is_named_before_anything_runs(stages, monkeypatch, tmp_path):

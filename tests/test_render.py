@@ -167,6 +167,26 @@ def test_what_render_cannot_change_is_an_error(tmp_path):
     assert "error: GPU_MEMORY_UTILIZATION: the lane says 0.85, but the checkout runs 0.80" in proc.stderr
 
 
+def test_the_lanes_kv_cache_dtype_is_written_where_the_recipe_sets_it(tmp_path):
+    """The recipe's compose command writes `--kv-cache-dtype nvfp4_ds_mla` literally: a lane with another dtype gets
+    that argument rewritten (one line), and a command without the flag is left alone, its lane value unresolved."""
+    original = fixture_text(COMPOSE)
+    directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
+    lane = lane_with(load_lane("anemll-0731"), kv_cache_dtype="fp8")
+    result = render_checkout(lane, directory)
+    compose = (directory / COMPOSE).read_text()
+    assert ("        --kv-cache-dtype nvfp4_ds_mla", "        --kv-cache-dtype fp8") in changed_lines(original, compose)
+    assert result.unresolved == [] and render_checkout(lane, directory).changed == []
+    render_checkout(load_lane("anemll-0731"), directory)  # the seed lane puts the recipe's dtype back
+    assert "--kv-cache-dtype nvfp4_ds_mla" in (directory / COMPOSE).read_text()
+
+    without = replace_once(original, "        --kv-cache-dtype nvfp4_ds_mla\n", "")
+    other = checkout(tmp_path / "without", compose=without, env=fixture_text(EXAMPLE))
+    [mismatch] = render_checkout(lane, other).unresolved
+    assert (mismatch.key, mismatch.lane, mismatch.running.value) == ("kv_cache_dtype", "fp8", "auto")
+    assert "--kv-cache-dtype" not in (other / COMPOSE).read_text()
+
+
 def test_second_run_changes_nothing_and_keeps_no_new_backup(tmp_path):
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
     lane = load_lane("anemll-0731")

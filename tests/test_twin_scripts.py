@@ -197,3 +197,15 @@ def test_status_stop_and_warmup_read_the_env_file_as_the_launcher_does(twin, cop
     assert code == 1 and "WARN: cannot reach worker 127.0.0.9; its ranks will NOT be stopped." in out
     code, out = run(twin, stop, edit="true")
     assert (code, out.rstrip().splitlines()[-1]) == (0, "DeepSeek V4 Flash DSpark stopped.")
+
+
+def test_the_launcher_polls_health_as_the_recipe_does(twin, copy):
+    """Seed 000's launcher runs its warmup "only after /health and the existing minimal chat smoke": the twin's
+    polls /health (where the published launcher polls /v1/models), and the server's own access log shows it."""
+    code, out = run(
+        twin, START, env="WAIT_ATTEMPTS=600 WAIT_SECONDS=1", edit="echo POST_READINESS_WARMUP_ENABLED=0 >> .env.dspark"
+    )
+    assert (code, launcher.launcher_outcome(code, out)[0]) == (0, "ok"), out[-2000:]
+    assert "DeepSeek V4 Flash DSpark is running: http://127.0.0.2:8888/health\n" in out
+    log = ssh(twin, "head", f"docker logs {CONTAINER} 2>&1").stdout
+    assert '"GET /health HTTP/1.1" 200' in log and "GET /v1/models" not in log

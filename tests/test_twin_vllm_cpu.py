@@ -61,6 +61,18 @@ def test_the_recipe_argv_becomes_the_cpu_builds():
     assert "dropped speculative draft_sample_method='probabilistic': not an ngram setting" in notes
 
 
+def test_the_kv_dtype_the_cpu_build_runs_is_passed_on_and_a_gpu_one_dropped():
+    """The real-vllm-cpu lane renders `--kv-cache-dtype auto` (its lane value): the live command then carries what the
+    CPU build runs, so the live-command check compares the lane with it; a GPU format is dropped, saying why."""
+    args, given = parsed([*SERVE[: SERVE.index("--kv-cache-dtype") + 1], "auto", *SERVE[SERVE.index("--block-size") :]])
+    argv, notes = vllm_cpu.translate(given, args)
+    assert dict(zip(argv, argv[1:]))["--kv-cache-dtype"] == "auto"
+    assert not any(n.startswith("dropped --kv-cache-dtype") for n in notes)
+    args, given = parsed(SERVE)
+    argv, notes = vllm_cpu.translate(given, args)
+    assert "--kv-cache-dtype" not in argv and any(n.startswith("dropped --kv-cache-dtype nvfp4_ds_mla") for n in notes)
+
+
 def test_an_unknown_flag_is_refused():
     args, given = parsed(["serve", "m", "--cpu-offload-gb", "4"])
     with pytest.raises(vllm_cpu.Refused, match="does not know how to run --cpu-offload-gb"):

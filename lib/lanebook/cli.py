@@ -166,12 +166,25 @@ def promote(
     break_lock: bool = typer.Option(
         False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"
     ),
+    allow_runtime_and_weights: bool = typer.Option(
+        False,
+        "--allow-runtime-and-weights",
+        help="promote a lane that changes both image and weights against its rollback lane (seed 000 advises "
+        "against it; lint S07)",
+    ),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
     from lanebook.runs.promote import promote_shown
 
     with interruption_exits():
-        promotion = promote_shown(lane, resume=resume, dry_run=dry_run, yes=yes, break_lock=break_lock)
+        promotion = promote_shown(
+            lane,
+            resume=resume,
+            dry_run=dry_run,
+            yes=yes,
+            break_lock=break_lock,
+            allow_runtime_and_weights=allow_runtime_and_weights,
+        )
     raise typer.Exit(0 if promotion.ok else 1)
 
 

@@ -58,6 +58,7 @@ HOSTNAME_RE = re.compile(
 USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(?:/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")  # hub id or served name
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KV_DTYPE_RE = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")  # vLLM's --kv-cache-dtype choices: auto, fp8, nvfp4_ds_mla, ...
 UNIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*")
 MODEL_ENV_KEYS = ("DSPARK_MODEL", "SERVED_MODEL_NAME")
 _LINE_BREAKS = ("\n", "\r", "\x00")
@@ -238,7 +239,11 @@ class GateParams(Strict):
         description="the startup line sizing the KV cache: vLLM's GPU builds print 'GPU KV cache size: N tokens', "
         "its CPU build 'CPU KV cache size: N tokens'",
     )
-    log_forbidden: list[StrictStr] = Field(default_factory=lambda: ["Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"])
+    log_forbidden: list[StrictStr] = Field(
+        default_factory=list,
+        description="further lines the startup log must not hold (extended regular expressions); the check that no "
+        "line enables breakable CUDA graphs is always made (lanebook.ops.logs)",
+    )
     log_required: list[StrictStr] = Field(default_factory=lambda: ["Application startup complete"])
 
     @property
@@ -282,6 +287,11 @@ class LaneParams(Strict):
         description="env-file keys the compose environment: map must pass into the container",
     )
     speculative: SpeculativeParams = Field(default_factory=SpeculativeParams)
+    kv_cache_dtype: Optional[StrictStr] = Field(
+        None,
+        description="vllm serve --kv-cache-dtype, which the recipe's compose command sets (nvfp4_ds_mla on both "
+        "seed lanes); null = the lane does not say, so nothing checks it",
+    )
     weights: WeightsParams
     gates: GateParams
     hermes: HermesParams = Field(default_factory=HermesParams)
@@ -307,6 +317,9 @@ class LaneParams(Strict):
     _rollback = _validated(check_name, "rollback")
     _checkout = _validated(check_path, "checkout")
     _env = _validated(check_env, "env")
+    _kv_cache_dtype = _validated(
+        lambda value: _matching(KV_DTYPE_RE, "a KV cache dtype like nvfp4_ds_mla", value), "kv_cache_dtype"
+    )
 
     @field_validator("compose_environment")
     @classmethod

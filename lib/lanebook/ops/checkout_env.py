@@ -88,10 +88,18 @@ def _split(path: str) -> tuple[str, str]:
     return directory, name
 
 
-def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | Path | None = None) -> EnvPlan:
+def plan_on_head(
+    lane: Lane,
+    params: Optional[LaneParams] = None,
+    source: str | Path | None = None,
+    *,
+    allow_runtime_and_weights: bool = False,
+) -> EnvPlan:
     """Read the head's checkout, plan the render of PARAMS (default the lane's) and lint the checkout as rendered.
 
-    SOURCE: the lane's file, named in findings on the lane's own values (default params/NAME.yaml)."""
+    SOURCE: the lane's file, named in findings on the lane's own values (default params/NAME.yaml);
+    ALLOW_RUNTIME_AND_WEIGHTS: the operator allowed changing both against the rollback lane (lint S07 warns)."""
+    allowed = {"allow_runtime_and_weights": allow_runtime_and_weights}
     params = params or lane.params
     source = lane_path(source) if source is not None else None
     checkout = params.checkout
@@ -107,14 +115,14 @@ def plan_on_head(lane: Lane, params: Optional[LaneParams] = None, source: str | 
         where = "the head's checkout, read over ssh"
     plan = plan_render(params, files)
     if lane.executor.dry_run:
-        report = lint_lane_on_reference(params, source)
+        report = lint_lane_on_reference(params, source, **allowed)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
     else:
         rendered = files.replace(
             compose=TextFile(files.compose.name, plan.compose),
             env=TextFile(f"{files.compose.name.rsplit('/', 1)[0]}/{ENV_NAME}", plan.env),
         )
-        report = lint_checkout_files(params, rendered, source, "head's checkout as rendered")
+        report = lint_checkout_files(params, rendered, source, "head's checkout as rendered", **allowed)
     return EnvPlan(params, checkout, read, plan, report, where)
 
 
@@ -396,12 +404,14 @@ def lint_errors(report: LintReport) -> list[str]:
     return [f"{f.id} {f.file}:{f.line} {f.message}" for f in report.findings if f.severity == "error"]
 
 
-def plan_step(rb: "Runbook", source: str, restored: Optional[dict]) -> tuple[Optional[EnvPlan], list[Backup]]:
+def plan_step(
+    rb: "Runbook", source: str, restored: Optional[dict], *, allow_runtime_and_weights: bool = False
+) -> tuple[Optional[EnvPlan], list[Backup]]:
     """Step 1: render mode plans the lane into the head's checkout (the diff shown); restore mode reads the
     backups of the run `restored` (its record, from the run index) and checks every file still holds what that
-    run wrote. (the plan, the backups)."""
+    run wrote. (the plan, the backups). ALLOW_RUNTIME_AND_WEIGHTS: as plan_on_head."""
     if restored is None:
-        plan = plan_on_head(rb.lane, source=source)
+        plan = plan_on_head(rb.lane, source=source, allow_runtime_and_weights=allow_runtime_and_weights)
         rb.record(changed=plan.changed)
         show_diff(rb, plan.diff, plan.source)
         rb.expect(

@@ -13,12 +13,19 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from lanebook.base.checks import ExpectedResult
 from lanebook.nodes.ssh import Node, NodeError, q
 from lanebook.recipe.speculative import SCHEDULE_KEY
+from lanebook.recipe.symptoms import BREAKABLE_ON
 
 if TYPE_CHECKING:
     from lanebook.lane.params import GateParams
 
 # Seed 000 gate: docker logs <container> 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache size'
 GATE_LOG_PATTERNS = ("BREAKABLE", "Breakable CUDA", "KV cache size")
+# The gate reads the seed's two breakable forms in any case ("breakable" in every spelling, for grep -E on the node
+# and Python's re alike), then keeps the lines that say breakable graphs are on (symptoms.BREAKABLE_ON: the
+# auto-enable line, the torch.compile warning, "... enabled", the variable set on), which must not be there.
+BREAKABLE_SCAN = "".join(f"[{c.upper()}{c}]" for c in "breakable")
+BREAKABLE_ON_RE = re.compile(BREAKABLE_ON.regex)
+BREAKABLE_GATE = "log does not enable breakable CUDA graphs"
 NO_SUCH_CONTAINER = "No such container"
 # The line vLLM sizes its KV cache with: its GPU builds print "GPU KV cache size: N tokens", its CPU build
 # "CPU KV cache size: N tokens" (kv_cache_utils.py, same figure, the device named). A lane's gates say which it
@@ -73,6 +80,11 @@ def scan_log(node: Node, container: str, patterns: Iterable[str] = GATE_LOG_PATT
     if any(NO_SUCH_CONTAINER in line and container in line for line in lines):
         raise NodeError(f"{node.alias}: no container named {container}")
     return lines_by_pattern(lines, patterns)
+
+
+def breakable_on_lines(lines: Iterable[str]) -> list[str]:
+    """The lines saying breakable CUDA graphs are on (pitfall 1's slow path), in any of the forms vLLM logs it."""
+    return [line for line in lines if BREAKABLE_ON_RE.search(line)]
 
 
 def fatal_lines(found: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -135,11 +147,13 @@ def schedule_in_live_command(node: Node, container: str) -> bool:
 def startup_log_expectations(
     found: dict[str, list[str]], gates: "GateParams"
 ) -> tuple[list[ExpectedResult], Optional[int]]:
-    """The startup-log gate over scanned lines: no forbidden line (auto-enabled breakable graphs), every
-    required line (startup complete), and the latest "GPU KV cache size" in the lane's band; and that size.
-    The results are named by the step that records them."""
+    """The startup-log gate over scanned lines: no line enabling breakable CUDA graphs (seed 000: "must NOT
+    auto-enable breakable graphs"), no other forbidden line, every required line (startup complete), and the latest
+    "GPU KV cache size" in the lane's band; and that size. The results are named by the step that records them."""
     judged = ExpectedResult.judged
-    expectations = [
+    breakable = breakable_on_lines(found[BREAKABLE_SCAN])
+    expectations = [judged("", BREAKABLE_GATE, not breakable, "; ".join(breakable[:1]))]
+    expectations += [
         judged("", f"log has no '{line}'", not found[line], "; ".join(found[line][:1])) for line in gates.log_forbidden
     ]
     expectations += [judged("", f"log has '{line}'", bool(found[line])) for line in gates.log_required]
@@ -158,5 +172,5 @@ def startup_log_expectations(
 
 def check_startup_log(node: Node, container: str, gates: "GateParams") -> tuple[list[ExpectedResult], Optional[int]]:
     """Scan the container's log on the node for the gate's lines and judge them (startup_log_expectations)."""
-    found = scan_log(node, container, [*gates.log_forbidden, *gates.log_required, gates.kv_cache_line])
+    found = scan_log(node, container, [BREAKABLE_SCAN, *gates.log_forbidden, *gates.log_required, gates.kv_cache_line])
     return startup_log_expectations(found, gates)

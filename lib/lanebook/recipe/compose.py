@@ -151,11 +151,16 @@ class ComposeFile:
 
     def flag(self, name: str) -> Optional[tuple[str, int]]:
         """The raw argument of a vllm serve flag (`--max-num-seqs ${MAX_NUM_SEQS:-6}`) and its line."""
-        pattern = re.compile(rf"(?:^|\s){re.escape(name)}(?:=|\s+)(\S+)")
+        found = self._flag_match(name)
+        return None if found is None else (found[1].group(1).strip("'\""), found[0])
+
+    def _flag_match(self, name: str) -> Optional[tuple[int, re.Match]]:
+        """The first command line writing a vllm serve flag, and the match of `FLAG VALUE` (group 1 the value)."""
+        pattern = re.compile(rf"(?<!\S){re.escape(name)}(?:=|\s+)(\S+)")
         for number, text in self.command_lines():
             match = pattern.search(text)
             if match:
-                return match.group(1).strip("'\""), number
+                return number, match
         return None
 
     def served_model(self) -> Optional[tuple[str, int]]:
@@ -188,8 +193,12 @@ class ComposeFile:
 
     # --- patching ---------------------------------------------------------------------------
 
-    def patched(self, environment: dict[str, str], speculative_assignment: str) -> str:
-        """The file's text with each environment key set to its value and SPECULATIVE_CONFIG replaced.
+    def patched(
+        self, environment: dict[str, str], speculative_assignment: str, flags: Optional[dict[str, str]] = None
+    ) -> str:
+        """The file's text with each environment key set to its value, SPECULATIVE_CONFIG replaced, and each of
+        FLAGS (a `vllm serve` flag the command writes literally, `--kv-cache-dtype nvfp4_ds_mla`) given its value.
+        A flag the command does not write is left out: there is no line of the recipe's to set it on.
 
         A missing key goes right after the existing key sharing most leading `_` words with it
         (VLLM_USE_BREAKABLE_CUDAGRAPH after VLLM_USE_FLASHINFER_SAMPLER), at that key's indentation.
@@ -209,6 +218,15 @@ class ComposeFile:
         spec_line, match = assignments[0]
         text = lines[spec_line - 1]
         lines[spec_line - 1] = text[: match.start()] + speculative_assignment + text[match.end() :]
+        replaced = [(match.group(0), speculative_assignment)]
+        for name, value in (flags or {}).items():
+            found = self._flag_match(name)
+            if found is not None and found[1].group(1).strip("'\"") != value:
+                number, flag_match = found
+                old, new = flag_match.group(0), flag_match.group(0)[: flag_match.start(1) - flag_match.start()] + value
+                text = lines[number - 1]
+                lines[number - 1] = text[: flag_match.start()] + new + text[flag_match.end() :]
+                replaced.append((old, new))
 
         inserts: dict[int, list[str]] = {}
         for key, value in environment.items():
@@ -222,7 +240,7 @@ class ComposeFile:
             lines[after:after] = inserts[after]
         new_text = "\n".join(lines) + ("\n" if self.text.endswith("\n") else "")
         if new_text != self.text:
-            self._verify(new_text, environment, match.group(0), speculative_assignment)
+            self._verify(new_text, environment, replaced)
         return new_text
 
     def _env_line(self, item: EnvItem, key: str, value: str, replacing: Optional[str] = None) -> str:
@@ -235,7 +253,7 @@ class ComposeFile:
         comment = re.search(r"""\s+#[^"']*$""", replacing or "")
         return " " * item.col + body + (comment.group(0) if comment else "")
 
-    def _verify(self, new_text: str, environment: dict[str, str], old_assignment: str, new_assignment: str) -> None:
+    def _verify(self, new_text: str, environment: dict[str, str], replaced: list[tuple[str, str]]) -> None:
         """Re-parse the patch: it must equal the original with only the intended changes, or nothing is written."""
         try:
             after = safe_data(new_text)
@@ -245,13 +263,14 @@ class ComposeFile:
             ) from None
         expected = safe_data(self.text)
         service = expected["services"][self.service_name]
-        command = service["command"]
-        if isinstance(command, list):
-            hits = [i for i, part in enumerate(command) if isinstance(part, str) and old_assignment in part]
-            if len(hits) == 1 and command[hits[0]].count(old_assignment) == 1:
-                command[hits[0]] = command[hits[0]].replace(old_assignment, new_assignment)
-        elif isinstance(command, str) and command.count(old_assignment) == 1:
-            service["command"] = command.replace(old_assignment, new_assignment)
+        for old, new in replaced:  # each replaced text once in the command, as the patch left it
+            command = service["command"]
+            if isinstance(command, list):
+                hits = [i for i, part in enumerate(command) if isinstance(part, str) and old in part]
+                if len(hits) == 1 and command[hits[0]].count(old) == 1:
+                    command[hits[0]] = command[hits[0]].replace(old, new)
+            elif isinstance(command, str) and command.count(old) == 1:
+                service["command"] = command.replace(old, new)
         env = service["environment"]
         if isinstance(env, list):
             keys = [str(e).partition("=")[0] for e in env]

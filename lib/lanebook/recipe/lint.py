@@ -18,6 +18,9 @@ The ways in:
 - `lint_what_lane_runs(lane)`: what the lane will run: its checkout from a local copy or read from the head
   over SSH; when that cannot be read (unreachable, or a dry run, which opens no connection) it falls back
   to `lint_lane_on_reference` and says so. Every report lists the files it linted.
+
+Linted with a lane, a report also holds the lane against its rollback lane (S07: runtime and weights changed at
+once), an error unless the operator allowed it (`allow_runtime_and_weights`), then a warning.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from ruamel.yaml.error import YAMLError
 from lanebook.base import yamltext
 from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.files import read_text
+from lanebook.lane.changes import LaneChange, change_from_rollback
 from lanebook.lane.params import LaneParams, lane_path, load_lane
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import REFERENCE, START_NAME, CheckoutFiles, Location, TextFile, sourced_names
 from lanebook.recipe.effective.config import DeadLine, Effective, Setting
-from lanebook.recipe.effective.mismatches import Mismatch, lane_mismatches
+from lanebook.recipe.effective.mismatches import KV_DTYPE_FLAG, KV_DTYPE_KEY, Mismatch, lane_mismatches
 from lanebook.recipe.envfile import interpolate, parse_env_text, unreadable_lines
 from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.recipe.render import RenderPlan, plan_render
@@ -107,6 +111,25 @@ class LintReport:
         return f"linted {files}" + (f"; {self.note}" if self.note else "")
 
 
+@dataclass(frozen=True)
+class AgainstRollback:
+    """The lane against its rollback lane (S07): what it changes, or why that could not be read, and whether the
+    operator allowed changing runtime and weights at once."""
+
+    where: Location  # the lane file's rollback: line
+    change: Optional[LaneChange] = None
+    problem: str = ""  # the rollback lane could not be loaded
+    allowed: bool = False
+
+
+def against_rollback(lane: LaneParams, doc: Optional[CommentedMap], file: str, allowed: bool) -> AgainstRollback:
+    where = Location(file, _line(doc, "rollback"))
+    try:
+        return AgainstRollback(where, change_from_rollback(lane), allowed=allowed)
+    except LaneError as exc:
+        return AgainstRollback(where, problem=str(exc), allowed=allowed)
+
+
 @dataclass
 class LintInput:
     """What the checks read: the checkout's effective configuration, and the lane it should run."""
@@ -117,6 +140,7 @@ class LintInput:
     clients: list[tuple[str, Any, Location]] = field(default_factory=list)  # Hermes / request settings (dotted path)
     nodes: Optional[int] = None  # a lane's node count (files: compose's --nnodes)
     mismatches: list[tuple[Mismatch, str]] = field(default_factory=list)  # lane values not run, with what fixes each
+    rollback: Optional[AgainstRollback] = None  # a lane's: it against its rollback lane
 
     @property
     def compose(self) -> ComposeFile:
@@ -311,6 +335,8 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
             fix = "`lanebook env render` cannot change this: edit the line that wins"
         elif key.startswith("speculative."):
             fix = "`lanebook env render` rewrites the SPECULATIVE_CONFIG line from the lane"
+        elif key == KV_DTYPE_KEY:
+            fix = f"`lanebook env render` writes the compose command's {KV_DTYPE_FLAG} {mismatch.lane}"
         elif key in written:
             fix = f"`lanebook env render` writes {written[key]}={plan.effective.setting(key).value}"
         else:
@@ -320,9 +346,15 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
 
 
 def lint_checkout_files(
-    lane: LaneParams, files: CheckoutFiles, source: str | Path | None = None, origin: str = "local checkout"
+    lane: LaneParams,
+    files: CheckoutFiles,
+    source: str | Path | None = None,
+    origin: str = "local checkout",
+    *,
+    allow_runtime_and_weights: bool = False,
 ) -> LintReport:
-    """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml)."""
+    """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml).
+    ALLOW_RUNTIME_AND_WEIGHTS: the operator allowed a lane that changes both against its rollback lane (S07 warns)."""
     file, doc = _lane_source(lane, source)
     try:
         plan, why_not = plan_render(lane, files), ""
@@ -350,6 +382,7 @@ def lint_checkout_files(
         clients=_clients(doc, file),
         nodes=len(lane.nodes),
         mismatches=_fixes(lane_mismatches(lane, eff), plan, why_not),
+        rollback=against_rollback(lane, doc, file, allow_runtime_and_weights),
     )
     linted = [Linted(file, "lane file"), *_linted(files, origin)]
     return LintReport(findings + run_checks(inp), linted, notice=eff.notice)
@@ -369,7 +402,9 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
     return back
 
 
-def lint_lane_on_reference(lane: LaneParams, source: str | Path | None = None) -> LintReport:
+def lint_lane_on_reference(
+    lane: LaneParams, source: str | Path | None = None, *, allow_runtime_and_weights: bool = False
+) -> LintReport:
     """Lint a lane without connecting anywhere: its values rendered into lanebook's reference checkout.
 
     Findings on a value the lane sets name its line in the lane file (SOURCE, default params/NAME.yaml); the
@@ -414,6 +449,7 @@ def lint_lane_on_reference(lane: LaneParams, source: str | Path | None = None) -
             (m, "`lanebook env render` cannot change this on a checkout of this shape")
             for m in lane_mismatches(lane, eff)
         ],
+        rollback=against_rollback(lane, doc, file, allow_runtime_and_weights),
     )
     linted = [
         Linted(file, "lane file"),
@@ -424,15 +460,21 @@ def lint_lane_on_reference(lane: LaneParams, source: str | Path | None = None) -
 
 
 def lint_what_lane_runs(
-    lane: LaneParams, checkout: str | Path | None = None, *, dry_run: bool = False, source: str | Path | None = None
+    lane: LaneParams,
+    checkout: str | Path | None = None,
+    *,
+    dry_run: bool = False,
+    source: str | Path | None = None,
+    allow_runtime_and_weights: bool = False,
 ) -> LintReport:
     """Lint what LANE will run: its checkout (CHECKOUT, a local copy, else read from the head over SSH).
 
     A dry run opens no connection, and a head that cannot be reached (or has no checkout) leaves nothing to
     read: then the lane file is linted against the reference checkout (lint_lane_on_reference) and the report
     says why."""
+    allowed = {"allow_runtime_and_weights": allow_runtime_and_weights}
     if checkout is not None:
-        return lint_checkout_files(lane, CheckoutFiles.read(checkout), source, "local checkout")
+        return lint_checkout_files(lane, CheckoutFiles.read(checkout), source, "local checkout", **allowed)
     if dry_run:
         reason = "dry run: no connection opened"
     else:
@@ -441,10 +483,10 @@ def lint_what_lane_runs(
         try:
             with Connected(lane) as connected:
                 files = CheckoutFiles.fetch(connected.head, lane.checkout)
-            return lint_checkout_files(lane, files, source, "head over ssh")
+            return lint_checkout_files(lane, files, source, "head over ssh", **allowed)
         except LanebookError as exc:  # unreachable, no checkout there, or the twin is down
             reason = f"the head's checkout could not be read: {exc}"
-    report = lint_lane_on_reference(lane, source)
+    report = lint_lane_on_reference(lane, source, **allowed)
     report.note = f"{reason}; linted the lane file against lanebook's reference checkout instead"
     return report
 

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
+from lanebook.lane.changes import ALLOW_FLAG, ALLOW_PARAMETER
 from lanebook.recipe.effective.checkout import Location
 from lanebook.recipe.effective.mismatches import to_number
 from lanebook.recipe.symptoms import SYMPTOMS as _SYMPTOMS
@@ -289,6 +290,33 @@ def check_entrypoint(inp: "LintInput") -> Iterator[Hit]:
         )
 
 
+def check_one_change(inp: "LintInput") -> Iterator[Hit]:
+    against = inp.rollback
+    if against is None:
+        return
+    if against.problem:
+        yield Hit(
+            against.where,
+            f"the rollback lane cannot be read, so whether this lane changes runtime and weights at once is not "
+            f"known: {against.problem}",
+            severity="warning",
+        )
+    elif against.change is not None and against.change.changes_both:
+        if against.allowed:
+            yield Hit(
+                against.where,
+                f"{against.change.describe()}; allowed by the operator ({ALLOW_FLAG}): a failure has two suspects",
+                severity="warning",
+            )
+        else:
+            yield Hit(
+                against.where,
+                f"{against.change.describe()}: seed 000 says do not change runtime and weights the same weekend; "
+                f"promote one change first, or go ahead knowingly with `lanebook promote {ALLOW_FLAG}` "
+                f"(a runbook: -p {ALLOW_PARAMETER}=true)",
+            )
+
+
 # --- the registry --------------------------------------------------------------------------------
 
 PITFALLS: tuple[Pitfall, ...] = (
@@ -521,6 +549,21 @@ PITFALLS: tuple[Pitfall, ...] = (
         "Set the variable to one of the values the message lists.",
         check_entrypoint,
         seed="no seed: the image's command script, read at the recipe's published commit",
+    ),
+    Pitfall(
+        "S07",
+        "Runtime and weights changed at once",
+        "A lane changes one thing against its rollback lane: seed 000 swapped to the 0731 weights on a known-good "
+        "Anemll checkout and says not to change runtime and weights the same weekend. A lane whose image and "
+        "weights both differ from its rollback lane's leaves a failure with two suspects, and a rollback that "
+        "undoes both.",
+        "error",
+        "lint, env, launch",
+        "Promote one change at a time: keep the rollback lane's image (or weights) and change the other, then the "
+        "rest once the first has held. To go ahead knowingly: `lanebook promote --allow-runtime-and-weights` (a "
+        "runbook: `-p allow_runtime_and_weights=true`).",
+        check_one_change,
+        seed='seed 000 (the recipe), "What we run": do not change runtime and weights the same weekend',
     ),
 )
 

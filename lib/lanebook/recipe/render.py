@@ -20,6 +20,8 @@ line of the command, rewritten whole from the lane. That form writes the draft s
 (`\\"draft_sample_method\\":\\"probabilistic\\"`), not the upstream `$${DRAFT_SAMPLE_METHOD}` indirection:
 the lane file is the one source, so a stray DRAFT_SAMPLE_METHOD in an env file cannot change what the
 lane runs. A lane without a schedule gets the rollback form (fixed K, no num_speculative_tokens_per_batch_size).
+Where the lane's KV cache dtype differs from the command's literal `--kv-cache-dtype` (nvfp4_ds_mla in the
+recipe), that argument is rewritten too.
 
 plan_render is the one renderer: it computes the new texts, the files they change and the diff, without writing.
 render_checkout writes a plan into a local checkout; lanebook.ops.checkout_env writes the same plan into the head's
@@ -44,7 +46,7 @@ from lanebook.lane.params import LaneParams
 from lanebook.recipe.compose import COMPOSE_NAME, ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, TextFile
 from lanebook.recipe.effective.config import Effective
-from lanebook.recipe.effective.mismatches import Mismatch, env_text, lane_mismatches, same_value
+from lanebook.recipe.effective.mismatches import KV_DTYPE_FLAG, Mismatch, env_text, lane_mismatches, same_value
 from lanebook.recipe.envfile import parse_env_text
 
 __all__ = [
@@ -86,8 +88,13 @@ def compose_environment(lane: LaneParams) -> dict[str, str]:
     }
 
 
+def serve_flags(lane: LaneParams) -> dict[str, str]:
+    """The `vllm serve` flags the recipe's compose command writes literally that the lane sets: its KV cache dtype."""
+    return {} if lane.kv_cache_dtype is None else {KV_DTYPE_FLAG: lane.kv_cache_dtype}
+
+
 def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
-    return compose.patched(compose_environment(lane), speculative_config_line(lane))
+    return compose.patched(compose_environment(lane), speculative_config_line(lane), serve_flags(lane))
 
 
 # --- the env file -----------------------------------------------------------------------------------

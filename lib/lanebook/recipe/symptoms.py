@@ -56,6 +56,22 @@ WARMUP_OFF = Pattern(
 RANDOM_BENCH = Pattern("random_bench", LOG, r"--dataset-name[ =]random\b|dataset_name['\"]?[:=] ?['\"]?random\b")
 CONTEXT = (READY, WARMUP_START, WARMUP_END, STOPPED, DRAFTER_LOAD, WARMUP_OFF, RANDOM_BENCH)
 
+# A startup line saying breakable CUDA graphs are on (P01), in every form the public logs show it, any case:
+# vLLM's own "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1. Set VLLM_USE_BREAKABLE_CUDAGRAPH=0 to opt out." and the
+# warning that follows it on every rank, "VLLM_USE_BREAKABLE_CUDAGRAPH is set, disabling vLLM's torch.compile
+# pipeline" (vllm-project/vllm#49370, DeepSeek-V4-Flash; #41834, its GB10 TP=2 decode regression), forks' "Auto-enabling
+# VLLM_USE_BREAKABLE_CUDAGRAPH=1 for DeepSeek V4", "Breakable CUDA graph(s) enabled", and the variable set on in an
+# environment dump (`VLLM_USE_BREAKABLE_CUDAGRAPH=1`, `'VLLM_USE_BREAKABLE_CUDAGRAPH': 'true'`). The opt-out
+# (`=0`, "disabled", "not enabled") is no such line.
+BREAKABLE_ON = Pattern(
+    "breakable_on",
+    LOG,
+    r"(?i)(?<!not )auto-?enabl\w*\W+(?:\S+\W+){0,2}?breakable"
+    r"|VLLM_USE_BREAKABLE_CUDAGRAPH['\"]?\s*(?:=|:)\s*['\"]?(?:1|true|yes|on)\b"
+    r"|VLLM_USE_BREAKABLE_CUDAGRAPH is set\b"
+    r"|breakable[ _-]?cuda[ _-]?graphs?\W+(?:is |are )?(?:auto-?)?enabled"
+    r"|\b(?:enabling|using) breakable[ _-]?cuda[ _-]?graphs?",
+)
 SHM_TIMEOUT = Pattern("shm_timeout", LOG, r"No available shared memory broadcast block found in \d+ seconds?")
 SPEC_LINE = Pattern(
     "spec_line",
@@ -89,13 +105,15 @@ SYMPTOMS: tuple[Symptom, ...] = (
     # --- the recipe's pitfalls as they show at run time (source: the pitfall's seed) ----------------------
     Symptom(
         "P01",
-        "Breakable CUDA graphs auto-enabled",
-        'The startup log says "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1".',
+        "Breakable CUDA graphs enabled",
+        'The startup log says breakable CUDA graphs are on: "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1", '
+        '"VLLM_USE_BREAKABLE_CUDAGRAPH is set, disabling vLLM\'s torch.compile pipeline", "Breakable CUDA graphs '
+        'enabled".',
         "The container did not get VLLM_USE_BREAKABLE_CUDAGRAPH=0, so the Anemll image runs the slow decode path.",
         "Set VLLM_USE_BREAKABLE_CUDAGRAPH=0 in the env file and pass it in the compose environment: map, then restart.",
         "env",
         "Check the live container's environment for VLLM_USE_BREAKABLE_CUDAGRAPH.",
-        (Pattern("breakable_on", LOG, r"Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"),),
+        (BREAKABLE_ON,),
     ),
     Symptom(
         "P04",

@@ -9,6 +9,10 @@ only its gates or Hermes blocks did (a comment edited repeats nothing).
 
 Which runbook a resume starts at is a pure function of the recorded runs (`plan_resume`), tested with records.
 
+A lane that changes both its runtime image and its weights against its rollback lane is refused before anything
+runs (seed 000: "do not change runtime and weights the same weekend"; lint's S07) unless the operator says so
+(`--allow-runtime-and-weights`), which the runbooks that lint are then told.
+
 A new promotion of a lane with a rollback lane first fingerprints that lane's checkout and weights on every
 node and keeps the fingerprint in its first record: the `rollback` runbook compares against it, so a
 promotion that touched the rollback lane ("keep the rollback lane boring") is caught before it is needed.
@@ -24,9 +28,11 @@ from typing import Callable, Optional
 
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
+from lanebook.lane.changes import ALLOW_FLAG, ALLOW_PARAMETER, change_from_rollback
 from lanebook.lane.params import LaneParams, load_lane
 
 MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
+LINTING = ("env", "launch")  # the job's runbooks that lint what the lane runs (they take allow_runtime_and_weights)
 
 
 def missing_runbooks(job: tuple[str, ...] = MAIN_JOB) -> list[str]:
@@ -139,6 +145,18 @@ class Promotion:
         return line + f"; when it is fixed: lanebook promote --lane {lane} --resume"
 
 
+def one_change_refusal(params: LaneParams, allowed: bool) -> Optional[str]:
+    """Why a promotion of PARAMS is refused under seed 000's "do not change runtime and weights the same weekend"
+    (S07): the lane changes both against its rollback lane and the operator did not allow it. None: it may go."""
+    change = change_from_rollback(params)
+    if allowed or change is None or not change.changes_both:
+        return None
+    return (
+        f"{change.describe()}: seed 000 says do not change runtime and weights the same weekend (lint S07); "
+        f"promote one change first, or add {ALLOW_FLAG} to go ahead knowingly"
+    )
+
+
 def promote(
     params: LaneParams,
     *,
@@ -146,13 +164,15 @@ def promote(
     dry_run: bool = False,
     yes: bool = False,
     break_lock: bool = False,
+    allow_runtime_and_weights: bool = False,
     on_plan: Callable[[Plan], None] = lambda plan: None,
     on_start: Callable[[str], None] = lambda name: None,
     on_record: Callable[[dict], None] = lambda record: None,
 ) -> Promotion:
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
-    the command starts, is the lane every runbook runs on."""
+    the command starts, is the lane every runbook runs on. A lane that changes runtime and weights at once against
+    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import run_runbook
     from lanebook.runs.lock import hold_lane_pair
@@ -164,6 +184,9 @@ def promote(
         raise LanebookError(
             f"promote changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
         )
+    refusal = one_change_refusal(params, allow_runtime_and_weights)
+    if refusal:
+        raise LanebookError(refusal)
     digest = lane_digest(params)
     plan = plan_resume(read_runs(), params.name, digest, dry_run=dry_run) if resume else new_plan()
     on_plan(plan)
@@ -175,7 +198,8 @@ def promote(
             on_start(name)
             link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
             first = {}
-            record = run_runbook(name, params, {}, dry_run=dry_run, yes=yes, link=link)
+            allowed = {ALLOW_PARAMETER: True} if allow_runtime_and_weights and name in LINTING else {}
+            record = run_runbook(name, params, allowed, dry_run=dry_run, yes=yes, link=link)
             promotion.records.append(record)
             on_record(record)
             previous = record["run_id"]

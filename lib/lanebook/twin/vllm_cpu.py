@@ -60,7 +60,7 @@ DROPPED = {
     "master_port": ONE_RANK,
     "distributed_executor_backend": ONE_RANK,
     "gpu_memory_utilization": "no GPU: the CPU build's KV cache is VLLM_CPU_KVCACHE_SPACE GiB",
-    "kv_cache_dtype": "a GPU KV cache format; the CPU build keeps the model's dtype",
+    "kv_cache_dtype": "a GPU KV cache format; the CPU build keeps the model's dtype (auto, passed on as given)",
     "block_size": "the CPU attention backend picks its own block size",
     "max_cudagraph_capture_size": "no CUDA graphs on CPU (--enforce-eager)",
     "async_scheduling": "vLLM refuses async scheduling with ngram speculative decoding",
@@ -71,6 +71,7 @@ DROPPED = {
     "revision": "the tiny model has one revision",
     "quantization": "the tiny model is not quantized",
 }
+CPU_KV_DTYPE = "auto"  # vLLM's default KV cache dtype, the model's: the one the CPU build runs
 SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the fabric interface (bond0)
 HANDLED = {"command", "model_tag", "model", "host", "port", "speculative_config", "enable_prefix_caching", "headless"}
 
@@ -142,7 +143,9 @@ def translate(given: dict[str, Any], args: argparse.Namespace) -> tuple[list[str
         argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
     notes += spec_notes
     for dest in DROPPED:
-        if dest in given:
+        if dest == "kv_cache_dtype" and given.get(dest) == CPU_KV_DTYPE:
+            argv += [flag(dest), CPU_KV_DTYPE]
+        elif dest in given:
             shown = " ".join(_value_args(flag(dest), given[dest]))
             notes.append(f"dropped {shown}: {DROPPED[dest]}")
     argv.append("--enforce-eager")

@@ -21,7 +21,7 @@ from lanebook.lane.params import LaneParams
 from lanebook.nodes.http import JsonAnswer, request_json
 from lanebook.nodes.ssh import Executor, Lane, q
 from lanebook.ops.launcher import container_name
-from lanebook.ops.logs import KV_CACHE_LINES, check_startup_log
+from lanebook.ops.logs import BREAKABLE_GATE, KV_CACHE_LINES, check_startup_log
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -308,15 +308,14 @@ def models_gate(step: str, executor: Executor, params: LaneParams) -> list[Expec
 
 
 def log_gate(step: str, lane: Lane) -> list[ExpectedResult]:
-    """`docker logs CONTAINER 2>&1 | grep -E ...` on the head: no auto-enabled breakable graphs (P01), startup
+    """`docker logs CONTAINER 2>&1 | grep -E ...` on the head: no line enabling breakable graphs (P01), startup
     complete, the KV cache in the lane's band."""
     expectations, _kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
-    forbidden = {f"log has no '{line}'" for line in lane.params.gates.log_forbidden}
     return [
         replace(
             e,
             name=step,
-            pitfall="P01" if e.expected in forbidden else "P07" if e.expected.startswith(KV_CACHE_LINES) else None,
+            pitfall="P01" if e.expected == BREAKABLE_GATE else "P07" if e.expected.startswith(KV_CACHE_LINES) else None,
         )
         for e in expectations
     ]

@@ -14,6 +14,13 @@ if TYPE_CHECKING:
     from lanebook.lane.params import LaneParams
 
 
+# The lane's KV cache dtype and the `vllm serve` flag that carries it (the recipe's compose command writes it
+# literally); a command without the flag runs vLLM's default.
+KV_DTYPE_KEY = "kv_cache_dtype"
+KV_DTYPE_FLAG = "--kv-cache-dtype"
+VLLM_DEFAULT_KV_DTYPE = "auto"
+
+
 def to_number(text: Optional[str]) -> Optional[float]:
     """TEXT as a number, or None when it is none (values compare as numbers where both are: 0.85 = 0.850)."""
     try:
@@ -39,7 +46,7 @@ def same_value(key: str, lane_value: str, running: Optional[str]) -> bool:
 class Mismatch:
     """A lane value that is not what the server runs."""
 
-    key: str  # an env key, or speculative.FIELD
+    key: str  # an env key, speculative.FIELD, or kv_cache_dtype
     lane: str
     running: Setting
 
@@ -74,6 +81,15 @@ def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
             )
         if not same_value(key, want, running.value):
             found.append(Mismatch(key, want, running))
+    if lane.kv_cache_dtype is not None:
+        running = eff.flag(KV_DTYPE_FLAG) or Setting(
+            VLLM_DEFAULT_KV_DTYPE,
+            eff.compose_at(eff.compose.service_line),
+            False,
+            f"the compose command has no {KV_DTYPE_FLAG}: vLLM's default",
+        )
+        if running.value != lane.kv_cache_dtype:
+            found.append(Mismatch(KV_DTYPE_KEY, lane.kv_cache_dtype, running))
     spec = eff.speculative
     if spec.config is not None:
         schedule = lane.speculative.schedule
@@ -124,9 +140,10 @@ def _live_flag(tokens: list[str], flag: str) -> Optional[str]:
 def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
     """Each lane value the live `vllm serve` command line (as `docker top` shows it) does not carry.
 
-    Checked: the served name, max model length, sequences, batched tokens and memory utilization the lane
-    sets, and inside --speculative-config num_speculative_tokens and the batch-size schedule (present
-    exactly when the lane has one). A flag missing from the command is a mismatch with live value None."""
+    Checked: the served name, max model length, sequences, batched tokens, memory utilization and KV cache dtype
+    (absent: vLLM's default, auto) the lane sets, and inside --speculative-config num_speculative_tokens and the
+    batch-size schedule (present exactly when the lane has one). A flag missing from the command is a mismatch with
+    live value None."""
     tokens = command.split()
     found = []
     for key, flag in SERVE_FLAGS.items():
@@ -134,6 +151,10 @@ def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
             want, live = env_text(lane.env[key]), _live_flag(tokens, flag)
             if not same_value(key, want, live):
                 found.append(LiveMismatch(flag, want, live))
+    if lane.kv_cache_dtype is not None:
+        live = _live_flag(tokens, KV_DTYPE_FLAG)
+        if (live or VLLM_DEFAULT_KV_DTYPE) != lane.kv_cache_dtype:
+            found.append(LiveMismatch(KV_DTYPE_FLAG, lane.kv_cache_dtype, live))
     config = speculative_config(command)
     k = None if config is None else config.get("num_speculative_tokens")
     if not same_value("MTP_NUM_TOKENS", str(lane.num_speculative_tokens), None if k is None else str(k)):

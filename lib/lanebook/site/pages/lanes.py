@@ -42,6 +42,7 @@ def matrix(lanes: list[LaneParams]) -> list[Row]:
     rows = [Row(k, tuple(str(lane.env.get(k, MISSING)) for lane in lanes)) for k in keys]
     rows += [
         Row("speculative schedule", tuple(lane.speculative.schedule_json() or "fixed K" for lane in lanes), False),
+        Row("KV cache dtype", tuple(lane.kv_cache_dtype or MISSING for lane in lanes), False),
         Row("checkout", tuple(lane.checkout for lane in lanes), False),
         Row("launcher PROJECT_NAME", tuple(str(lane.launcher.env["PROJECT_NAME"]) for lane in lanes), False),
         Row("API", tuple(lane.api for lane in lanes), False),

@@ -6,6 +6,7 @@ own plot, so a twin lane's figures and a real lane's never share an axis; the re
 are its own baseline's medians, which are twin figures for a twin lane and, for a real lane, the figures its
 seed published (anemll-1m6's baseline is the canary write-up's streaming table). A baseline whose twin flag is
 not its lane's is not drawn. The series are pure functions (`history`, `series`); `plot_history` only draws.
+The figures others published (lanebook.speed.references) follow the seeds' tables, each labelled a reference.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lanebook.site.pages.runs import PublishedRun
 from lanebook.site.pages.trail import link
 from lanebook.speed.baseline import Baseline
 from lanebook.speed.plots import PANELS
+from lanebook.speed.references import PUBLISHED_FIGURES
 
 Series = dict[
     tuple[str, int], list[tuple[int, float, float, float]]
@@ -312,6 +314,21 @@ def seed_figures(lanes: list[LaneSpeed], twin_page: bool) -> str:
     )
 
 
+def published_references() -> str:
+    """Figures others published (lanebook.speed.references), each labelled a reference with who measured it, its
+    conditions and the write-up citing it: beside lanebook's bands, never as its measurements."""
+    rows = [
+        [f"{badge('reference', 'skipped')} {f.figure}", f"{f.value} {f.unit}", f.measured_by, f.conditions, f.source]
+        for f in PUBLISHED_FIGURES
+    ]
+    return (
+        "## Published references\n\nFigures the write-ups cite from other runs and other people: references to read "
+        "lanebook's bands against, **not lanebook's measurements**. Their harnesses and conditions differ (single "
+        "best runs, other pairs, other workloads), so no run is judged against them.\n\n"
+        + wide(md_table(["reference", "figure", "measured by", "conditions", "source (write-up)"], rows))
+    )
+
+
 def speed_page(lanes: list[LaneSpeed], twin_page: bool = False) -> tuple[str, dict[str, bytes]]:
     """The page and its pictures (file name -> PNG); twin_page: the book has the twin's page to link to."""
     pictures: dict[str, bytes] = {}
@@ -327,4 +344,4 @@ def speed_page(lanes: list[LaneSpeed], twin_page: bool = False) -> tuple[str, di
         "never a single best run. Each lane has its own plot: twin and real figures never share an axis. A run is "
         "judged against its lane's baseline only on the same setup (see each lane's provenance).\n"
     )
-    return "\n".join([head, seed_figures(lanes, twin_page), *sections]), pictures
+    return "\n".join([head, seed_figures(lanes, twin_page), published_references(), *sections]), pictures

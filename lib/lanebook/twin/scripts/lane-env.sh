@@ -89,6 +89,9 @@ resolve_api() {
   case "$api_host" in 0.0.0.0|::|\[::\]) api_host=127.0.0.1 ;; esac  # a wildcard binds, it is no destination
   API_ROOT="http://$api_host:$VLLM_PORT"
   API_URL="${API_URL:-$API_ROOT/v1/models}"
+  # The recipe's readiness (seed 000: the warmup runs "only after /health and the existing minimal chat smoke"):
+  # the start script polls /health, vLLM's 200 once the engine is up; the status script still shows /v1/models.
+  HEALTH_URL="${HEALTH_URL:-$API_ROOT/health}"
   CHAT_URL="${CHAT_URL:-$API_ROOT/v1/chat/completions}"
   AUTH_HEADER=()
   if [ -n "${VLLM_API_KEY:-}" ]; then AUTH_HEADER=(-H "Authorization: Bearer $VLLM_API_KEY"); fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Start the two-node DSpark lane from the head, as the recipe's launcher does: check the configuration,
 # the image on both nodes and the worker's ssh; start the worker's headless rank, then the head's; wait
-# until /v1/models answers and a minimal chat request succeeds; then the bounded post-readiness warmup
-# (fail-open: a failed warmup does not fail a healthy start).
+# until /health answers 200 and a minimal chat request succeeds; then the bounded post-readiness warmup
+# (fail-open: a failed warmup does not fail a healthy start). It polls /health as the recipe's write-up
+# does (seed 000), where the published launcher (MiaAI-Lab, 489af95) polls /v1/models.
 # Usage: PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh [--host H] [--port P]
 # Exit: 0 serving. 1 a missing file, command or image, an unreachable worker, a required key missing from
 # .env.dspark, a failed compose or chat request, or no API after WAIT_ATTEMPTS x WAIT_SECONDS (the last 120
@@ -64,7 +65,7 @@ echo "  image: $DSPARK_VLLM_IMAGE"
 echo "  model: $model (revision: ${DSPARK_REVISION:-unpinned})"
 echo "  served model: ${SERVED_MODEL_NAME:-}"
 echo "  gpu memory utilization: $GPU_MEMORY_UTILIZATION (ENABLE_VL_SIDECAR=${ENABLE_VL_SIDECAR:-0}: from GPU_MEMORY_UTILIZATION_$([ "${ENABLE_VL_SIDECAR:-0}" = 1 ] && echo VISION || echo TEXT))"
-echo "  API probe: $API_URL"
+echo "  readiness probe: $HEALTH_URL"
 echo "  head fabric IP: $VLLM_HOST_IP   worker: $WORKER_HOST / $WORKER_VLLM_HOST_IP (checkout $WORKER_CHECKOUT)"
 
 startup_failed() {
@@ -84,8 +85,8 @@ head_compose 0 "" up -d || startup_failed "Head compose up failed."
 
 echo "Waiting for DSpark vLLM API..."
 for attempt in $(seq 1 "$WAIT_ATTEMPTS"); do
-  if curl -fsS --max-time 5 "${AUTH_HEADER[@]}" "$API_URL" >/dev/null 2>&1; then
-    echo "DeepSeek V4 Flash DSpark is running: $API_URL"
+  if curl -fsS --max-time 5 "${AUTH_HEADER[@]}" "$HEALTH_URL" >/dev/null 2>&1; then
+    echo "DeepSeek V4 Flash DSpark is running: $HEALTH_URL"
     echo "Running minimal OpenAI-compatible chat request..."
     curl -fsS --max-time 60 "${AUTH_HEADER[@]}" "$CHAT_URL" -H "Content-Type: application/json" \
       -d '{"model":"'"${SERVED_MODEL_NAME:-deepseek-v4-flash-dspark}"'","messages":[{"role":"user","content":"Reply with OK."}],"max_tokens":32,"temperature":0,"chat_template_kwargs":{"thinking":false}}' \
@@ -100,7 +101,7 @@ for attempt in $(seq 1 "$WAIT_ATTEMPTS"); do
     fi
     exit 0
   fi
-  echo "Waiting for $API_URL (attempt $attempt/$WAIT_ATTEMPTS, next check in ${WAIT_SECONDS}s)"
+  echo "Waiting for $HEALTH_URL (attempt $attempt/$WAIT_ATTEMPTS, next check in ${WAIT_SECONDS}s)"
   sleep "$WAIT_SECONDS"
 done
 
