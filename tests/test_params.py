@@ -71,6 +71,8 @@ def _variant(old: str, new: str) -> str:
         ("  MTP_NUM_TOKENS: 5", "  MTP_NUM_TOKENS: five", "env.MTP_NUM_TOKENS must be an integer"),
         ("    WAIT_SECONDS: 15", "    WAIT_SECONDS: soon", "launcher.env.WAIT_SECONDS must be an integer"),
         ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
+        ("rollback: anemll-1m6", "checkout_from: true\nrollback: anemll-1m6", "must be a checkout path, false or null"),
+        ("rollback: anemll-1m6", "checkout_from: rel/dir\nrollback: anemll-1m6", "'checkout_from'"),
     ],
 )
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):

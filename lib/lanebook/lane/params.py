@@ -266,12 +266,26 @@ class HermesParams(Strict):
     _host = _validated(check_destination, "host")
 
 
+def check_checkout_from(value: Any) -> Union[str, Literal[False], None]:
+    """`checkout_from:` is a node path, false (the checkout is never copied) or null (the rollback lane's)."""
+    if value is None or value is False:
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a checkout path, false or null, got {value!r}")
+    return check_path(value)
+
+
 class LaneParams(Strict):
     name: StrictStr
     description: StrictStr
     source: StrictStr = Field(description="which seed the values come from")
     twin: bool = False
     checkout: StrictStr = Field(description="the lane's checkout directory on every node (~ = the node's home)")
+    checkout_from: Union[StrictStr, Literal[False], None] = Field(
+        None,
+        description="where a node without the lane's checkout gets it (`cp -a FROM CHECKOUT`, seed 000): a checkout "
+        "path; null = the rollback lane's checkout; false = never copied (a checkout made by hand)",
+    )
     api: StrictStr = Field(description="OpenAI-compatible base URL, ending in /v1")
     ssh_config: Optional[StrictStr] = Field(None, description="ssh config file for the nodes; 'twin' = the twin's")
     nodes: list[NodeParams]
@@ -306,6 +320,9 @@ class LaneParams(Strict):
     _name = _validated(check_name, "name")
     _rollback = _validated(check_name, "rollback")
     _checkout = _validated(check_path, "checkout")
+    _checkout_from = field_validator("checkout_from", mode="before")(
+        classmethod(lambda cls, value: check_checkout_from(value))
+    )
     _env = _validated(check_env, "env")
 
     @field_validator("compose_environment")
