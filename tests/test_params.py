@@ -73,6 +73,7 @@ def _variant(old: str, new: str) -> str:
         ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
         ("rollback: anemll-1m6", "checkout_from: true\nrollback: anemll-1m6", "must be a checkout path, false or null"),
         ("rollback: anemll-1m6", "checkout_from: rel/dir\nrollback: anemll-1m6", "'checkout_from'"),
+        ("  context_length: 200000", "  context_length: 200000\n  config: hermes.yaml", "'hermes.config'"),
     ],
 )
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):

@@ -262,8 +262,14 @@ class HermesParams(Strict):
             "the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH"
         ),
     )
+    config: Optional[StrictStr] = Field(
+        None,
+        description="the operator's Hermes config.yaml on the Hermes host, which gates and rollback keep pointed at "
+        "the lane serving (backed up before each change); null = none: gates check the block rendered from the lane",
+    )
 
     _host = _validated(check_destination, "host")
+    _config = _validated(check_path, "config")
 
 
 def check_checkout_from(value: Any) -> Union[str, Literal[False], None]:
