@@ -14,9 +14,11 @@
 # ---
 
 # %% [markdown]
-# # Env: render the lane into its checkout, copy it to every node
+# # Env: make the lane's checkout, render the lane into it, copy it to every node
 #
-# **What you'll do:** read the head's checkout, plan the lane's `.env.dspark` and the two compose lines
+# **What you'll do:** on a node without the lane's checkout, make it as a copy of the known-good one
+# (`cp -a ~/ds4-f-mia-anemll-1m6 ~/ds4-f-mia-anemll-0731`: the lane's `checkout_from:`, by default its rollback
+# lane's checkout, which stays as it is); read the head's checkout, plan the lane's `.env.dspark` and the two compose lines
 # (the `environment:` injection of VLLM_USE_BREAKABLE_CUDAGRAPH and the SPECULATIVE_CONFIG line, rewritten
 # from the lane), show the diff, lint the checkout as it would be rendered and stop on any lint error before
 # a file is touched; then write the changed files on the head (each backed up beside it first, replaced
@@ -35,7 +37,8 @@
 # **Rollback:** `lanebook run env --lane LANE -p restore=RUN_ID` with this run's id (`lanebook audit`); a
 # restore records its own backups, so it is undone the same way.
 #
-# **Prerequisites** (checked below): the head holds the lane's checkout (`checkout:` in the lane file).
+# **Prerequisites** (checked below): every node holds the lane's checkout (`checkout:` in the lane file), or the
+# checkout it is copied from.
 
 # %% tags=["parameters"]
 lane = "twin"  # lane name under params/ or a lane YAML path
@@ -45,7 +48,7 @@ restore = None  # run id of an earlier env run of this lane: put back the files 
 allow_runtime_and_weights = False  # the operator allows a lane that changes image and weights at once (lint S07)
 
 # %%
-from lanebook.ops import checkout_env, transfers
+from lanebook.ops import checkout_copy, checkout_env, transfers
 from lanebook.runs import audit
 from lanebook.steps.runbook import Runbook
 
@@ -69,7 +72,23 @@ with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_I
     rb.record(mode="render" if restore is None else "restore", restored_run=restore)
 
 # %% [markdown]
-# ## Step 1 — Plan
+# ## Step 1 — The lane's checkout on every node
+# On each node where nothing is at the lane's `checkout:`, after confirmation: `cp -a FROM CHECKOUT` (seed 000's
+# `cp -a ~/ds4-f-mia-anemll-1m6 ~/ds4-f-mia-anemll-0731`), FROM being the lane's `checkout_from:` or its rollback
+# lane's checkout. Never over an existing checkout. The fingerprint probe hashes FROM before and after, and the
+# copy. Expected: FROM unchanged (it stays the rollback) and the copy its exact tree. A node that holds the
+# checkout is left as it is; a restore copies nothing.
+
+# %%
+with rb.step(
+    "1 checkout",
+    fix="give the lane a `checkout_from:` that every node holds (or make the checkout by hand); a copy "
+    "that is not its source's tree: move it aside, then run `env` again",
+):
+    checkout_copy.copy_step(rb, restore)
+
+# %% [markdown]
+# ## Step 2 — Plan
 # **Render:** read the head's checkout files (one command) and plan what the lane needs: each lane value
 # whose effective value differs is written to the env key that decides it (the launcher's profile key for
 # GPU_MEMORY_UTILIZATION), and the compose file gets the two lines. Expected: the head's checkout is read; the
@@ -80,7 +99,7 @@ with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_I
 
 # %%
 with rb.step(
-    "1 plan",
+    "2 plan",
     fix="render: the lane's `checkout:` must be its checkout on the head (holding "
     "docker-compose.dspark.yml); restore: give the id of an env run of this lane that changed "
     "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand",
@@ -90,7 +109,7 @@ with rb.step(
     )
 
 # %% [markdown]
-# ## Step 2 — Lint what the checkout will run
+# ## Step 3 — Lint what the checkout will run
 # The checkout as rendered, read as the launcher, Compose and the image read it, against the lane and the
 # pitfall registry (`lanebook lint`). Expected: no error. On an error the run stops here and **no file on any
 # node has been changed**: fix the lane file (the finding names the pitfall and the line), then run `env` again.
@@ -99,15 +118,15 @@ with rb.step(
 
 # %%
 with rb.step(
-    "2 lint",
+    "3 lint",
     fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
     "`env` again; nothing on the nodes was changed",
 ):
     checkout_env.lint_step(rb, plan, restore)
 
 # %% [markdown]
-# ## Step 3 — Write on the head
-# For each changed file, one command on the head: refuse if the file is no longer the bytes read in step 1,
+# ## Step 4 — Write on the head
+# For each changed file, one command on the head: refuse if the file is no longer the bytes read in step 2,
 # copy it to `NAME.bak-UTCSTAMP` beside it, write the new text to a temporary file and rename it over the
 # file, print the sha256 of both. The backups go into this run's record (`backups`), which a restore reads.
 # Expected (render): planning again finds nothing to change. Expected (restore): each file holds its backup's
@@ -115,35 +134,35 @@ with rb.step(
 
 # %%
 with rb.step(
-    "3 write on the head",
+    "4 write on the head",
     fix="the earlier files are kept beside them (the backups above): "
     "`-p restore=RUN_ID` with this run's id puts them back",
 ):
     checkout_env.write_step(rb, plan, backups, lane, restore)
 
 # %% [markdown]
-# ## Step 4 — Copy the checkout to each worker
+# ## Step 5 — Copy the checkout to each worker
 # `rsync -aH --partial --info=stats2 CHECKOUT/ [user@]FABRIC_IP:CHECKOUT/` from the head, over the fabric
 # (never `--delete`), unless every worker already holds the head's bytes. Expected: rsync finishes and prints
 # its statistics.
 
 # %%
 with rb.step(
-    "4 copy to workers",
+    "5 copy to workers",
     fix="make the worker reachable from the head over the fabric, then run `env` "
     "again (the head's files are already rendered: it copies and compares)",
 ):
     checkout_env.copy_step(rb)
 
 # %% [markdown]
-# ## Step 5 — The same bytes on every node
+# ## Step 6 — The same bytes on every node
 # On each node, `sha256sum` of the compose file, the env file, the example, the launcher scripts and every
 # file under `scripts/` the head has. Expected: every worker's hashes equal the head's; the files a launch
 # needs are present and the launcher scripts executable.
 
 # %%
 with rb.step(
-    "5 same bytes",
+    "6 same bytes",
     fix="run `env` again to copy the head's checkout (a worker's own edit is replaced by the head's file)",
 ):
     same = checkout_env.same_checkout(rb.lane)

@@ -25,27 +25,29 @@
 #
 # Every gate runs before the verdict, so the table at the end shows them all; the run fails if any failed.
 #
-# **Time:** under a minute. **Risk:** none — it sends a few short requests and changes nothing on the lane.
+# **Time:** under a minute. **Risk:** none — it sends a few short requests and changes nothing on the lane (only the operator's
+# Hermes config, when named and pointed at another lane: backed up first).
 # **Rollback:** nothing to roll back. A lane that fails its gates is not live: fix what the table names, or
 # run `rollback` to the lane's rollback lane.
 #
 # **Prerequisites:** the lane is up (`launch`); Hermes Agent is installed where the lane's `hermes.host`
 # says (here: `make setup` puts the pinned version in `.tools/hermes`). To check the operator's own Hermes
-# config instead of the block rendered from the lane, pass `hermes_config=PATH` (a config.yaml on the Hermes host).
+# config instead of the block rendered from the lane, name it in the lane (`hermes.config`) or pass
+# `hermes_config=PATH` (a config.yaml on the Hermes host): it is pointed at this lane first (backed up).
 
 # %% tags=["parameters"]
 lane = "twin"  # lane name under params/ or a lane YAML path
 dry_run = False  # record the requests and commands instead of sending them (opens no connection)
-hermes_config = (
-    None  # path of a Hermes config.yaml to check, on the Hermes host; None for the block rendered from the lane
-)
+confirm = None  # pointing the operator's Hermes config at this lane goes ahead: True (`--yes`), None: twin only
+hermes_config = None  # the operator's Hermes config.yaml on the Hermes host; None: the lane's hermes.config, if any
 
 # %%
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import gates, hermes
 
-rb = Runbook("gates", lane, dry_run=dry_run)
+rb = Runbook("gates", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
+config = hermes_config or p.hermes.config
 checks = []  # every gate's checks, judged together at the end
 
 # %% [markdown]
@@ -93,14 +95,25 @@ with rb.step("4 tool smoke"):
     )
 
 # %% [markdown]
+# ## The operator's Hermes config names this lane
+# With the operator's Hermes config named (the lane's `hermes.config`, or `hermes_config`): when its
+# `providers.spark-ds4` names another lane (after a rollback), it is backed up beside itself
+# (`config.yaml.bak-UTCSTAMP`) and its `default_model` and URL pointed at this lane, after confirmation; every
+# other line is kept. Expected: the config names this lane's served name and API. No config named: nothing to do.
+
+# %%
+with rb.step("hermes config", fix="put the backup named above back if the edit is not wanted; check the path"):
+    hermes.follow_step(rb, rb.lane, config)
+
+# %% [markdown]
 # ## Gate 5 — The Hermes provider block
-# `providers.spark-ds4` as Hermes will use it: rendered from the lane, or read from `hermes_config`.
+# `providers.spark-ds4` as Hermes will use it: rendered from the lane, or read from the operator's config.
 # Expected: `api` the lane's API, `api_key: no-key-required` (not `none`: P09), `thinking` a JSON boolean
 # (P10), `context_length` the lane's advertised context within the server's, `default_model` the served name.
 
 # %%
 with rb.step("5 hermes provider block"):
-    provider, found = hermes.block_gate("5 hermes provider block", rb.lane, hermes_config)
+    provider, found = hermes.block_gate("5 hermes provider block", rb.lane, config)
     print(hermes.block_text(provider, p.hermes.provider), end="")
     checks += gates.show_gate(rb, found)
 

@@ -21,7 +21,7 @@
 # and compare them with the fingerprint recorded when this lane was promoted; stop this lane on all nodes
 # (orphaned workers too); clean shared memory and page cache on both nodes; relaunch the rollback lane from
 # its own checkout with its own launcher line; run its gates as a recorded run of their own; fingerprint it
-# again; and print the one line of Hermes's provider block that changes.
+# again; and point the operator's Hermes config at the rollback lane (backed up first), proving ROUTE_OK through it.
 #
 # **Time:** a minute or two to stop, then a cold bind of 8–15 minutes on a real lane; about a minute on the
 # twin. **Risk:** high — the lane stops serving until the rollback lane is up. Headless, it needs `--yes`
@@ -40,6 +40,7 @@
 lane = "twin"  # the lane to roll back from: a lane name under params/ or a lane YAML path
 dry_run = False  # record the commands instead of sending them (opens no connection)
 confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None: on the twin only
+hermes_config = None  # the operator's Hermes config.yaml on the Hermes host; None: the lane's hermes.config
 
 # %%
 from IPython.display import Markdown, display
@@ -48,6 +49,7 @@ from lanebook.ops import rollback
 from lanebook.runs import audit
 from lanebook.runs.execute import nested_step
 from lanebook.steps.runbook import Runbook
+from lanebook.verify import hermes
 
 rb = Runbook("rollback", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
@@ -168,15 +170,28 @@ with rb.step(
     )
 
 # %% [markdown]
-# ## Step 7 — Hermes
-# The rollback lane serves under its own name: in Hermes's provider block, change the line(s) below (seed 000:
-# `default_model` → the rollback lane's served name), then check the route with Hermes's `ROUTE_OK` smoke.
+# ## Step 7 — Hermes follows the rollback
+# The rollback lane serves under its own name (seed 000: `# Hermes default_model → deepseek-v4-flash-dspark`). The
+# line(s) of Hermes's provider block that change are shown below. With the operator's Hermes config named (the
+# lane's `hermes.config`, or `-p hermes_config=PATH`), after confirmation it is copied to `config.yaml.bak-UTCSTAMP`
+# beside itself and its `default_model` (and its URL, where the rollback lane's differs) changed in place, every
+# other line kept; then the config as it now is passes the Hermes gates against the rollback lane: the block's
+# checks and `ROUTE_OK` through the real `hermes` CLI. Going forward again, the forward lane's `gates` point it back.
 
 # %%
-changes = rollback.hermes_changes(p, target)
-rb.record(hermes_changes=changes, hermes_default_model={"from": p.served_model_name, "to": target.served_model_name})
-display(Markdown(rollback.hermes_note(p, target, changes)))
-print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in changes))
+with rb.step(
+    "7 hermes",
+    fix="put the backup named above back by hand if the edit is not wanted; `gates --lane "
+    f"{ROLLBACK_LANE} -p hermes_config=PATH` checks it again",
+):
+    changes = rollback.hermes_changes(p, target)
+    rb.record(
+        hermes_changes=changes, hermes_default_model={"from": p.served_model_name, "to": target.served_model_name}
+    )
+    display(Markdown(rollback.hermes_note(p, target, changes)))
+    print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in changes))
+    hermes.follow_step(rb, target_lane, hermes_config or p.hermes.config)
+    hermes.route_step(rb, target_lane, hermes_config or p.hermes.config)
 
 # %% [markdown]
 # ## Troubleshooting

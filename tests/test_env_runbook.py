@@ -81,8 +81,9 @@ def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
         verdict = read_verdict(tmp_path / "out.ipynb")
         assert verdict["verdict"] == "pass" and verdict["figures"]["backups"] == []
         assert {c["step"] for c in verdict["checks"] if c["outcome"] == "skipped"} == {
-            "3 write on the head",
-            "4 copy to workers",
+            "1 checkout",
+            "4 write on the head",
+            "5 copy to workers",
         }
         assert {n.alias: hashes(lane, n) for n in lane.nodes} == before
         assert "TWIN RUN" in (tmp_path / "out.ipynb").read_text()
@@ -104,10 +105,12 @@ def copied(twin, tmp_path_factory):
 def test_a_lint_error_stops_the_run_before_any_file_changes(copied):
     lane, tmp_path = copied
     checkout = lane.params.checkout
-    low = lane_file(tmp_path, "twin-memory-080", checkout=checkout, env={"GPU_MEMORY_UTILIZATION": 0.80})
+    low = lane_file(
+        tmp_path, "twin-memory-080", checkout=checkout, checkout_from=False, env={"GPU_MEMORY_UTILIZATION": 0.80}
+    )
     before, backups = hashes(lane, lane.head), backups_on(lane.head, checkout)  # the twin's own may hold some
     record, _ = run(tmp_path, "env", str(low), expect_exit=1)
-    assert record["verdict"] == "fail" and record["failed_step"] == "2 lint", record
+    assert record["verdict"] == "fail" and record["failed_step"] == "3 lint", record
     assert any(e.startswith("P07 ") for e in record["figures"]["lint_errors"]), record["figures"]
     assert "nothing on the nodes was changed" in record["fix"]
     assert hashes(lane, lane.head) == before and backups_on(lane.head, checkout) == backups  # no backup made
@@ -124,6 +127,7 @@ def test_render_copy_then_restore_by_run_id(copied):
         tmp_path,
         "twin-fixed-k",
         checkout=checkout,
+        checkout_from=False,  # the worker gets the head's checkout by rsync (step 5)
         speculative={**lane.params.speculative.model_dump(), "schedule": None},
     )
     original = hashes(lane, lane.head)
@@ -139,7 +143,7 @@ def test_render_copy_then_restore_by_run_id(copied):
     assert checkout_env.read_node_files(lane.head, [backup["backup"]]) == [original[COMPOSE]]
     assert hashes(lane, worker) == after  # the worker got the head's bytes
     assert rendered["figures"]["rsync"]["worker"]["files_transferred"] >= 1
-    assert [c["step"] for c in rendered["confirmations"]] == ["3 write on the head", "4 copy to workers"]
+    assert [c["step"] for c in rendered["confirmations"]] == ["4 write on the head", "5 copy to workers"]
 
     again, _ = run(tmp_path, "env", str(fixed), expect_exit=0)
     assert again["verdict"] == "pass" and again["figures"]["backups"] == [] and "rsync" not in again["figures"]
@@ -147,7 +151,7 @@ def test_render_copy_then_restore_by_run_id(copied):
     path = f"{checkout}/{COMPOSE}"
     lane.head.run(f"echo '# tuned by hand' >> {path}")
     refused, _ = run(tmp_path, "env", str(fixed), "-p", f"restore='{rendered['run_id']}'", expect_exit=1)
-    assert refused["verdict"] == "fail" and refused["failed_step"] == "1 plan", refused
+    assert refused["verdict"] == "fail" and refused["failed_step"] == "2 plan", refused
     executed = (tmp_path / "outputs" / refused["output"]).read_text()
     assert f"head:{path} was edited since the env run changed it" in executed
     assert hashes(lane, lane.head)[COMPOSE] == after[COMPOSE] + b"# tuned by hand\n"  # nothing restored
@@ -161,5 +165,29 @@ def test_render_copy_then_restore_by_run_id(copied):
     assert (undo["sha256_backup"], undo["sha256_new"]) == (backup["sha256_new"], backup["sha256_backup"])
 
     other, _ = run(tmp_path, "env", str(fixed), "-p", f"restore='{refused['run_id']}'", expect_exit=1)
-    assert other["failed_step"] == "1 plan"
+    assert other["failed_step"] == "2 plan"
     assert f"run {refused['run_id']} changed no file" in (tmp_path / "outputs" / other["output"]).read_text()
+
+
+@pytest.mark.twin
+def test_a_lane_without_its_checkout_gets_a_copy_of_the_rollback_lanes(twin, tmp_path):
+    """Seed 000's `cp -a ~/ds4-f-mia-anemll-1m6 ~/ds4-f-mia-anemll-0731` on the twin: the twin lane's checkout removed
+    from both nodes (kept aside, put back after), env copies it from twin-1m6's and renders it; the rollback lane's
+    fingerprint is unchanged."""
+    from lanebook.ops.rollback import fingerprint, fingerprint_differences
+
+    params, saved = load_lane("twin"), f"~/lbt-env-saved-{os.getpid()}"
+    with ssh.Lane(params) as lane, ssh.Lane(load_lane("twin-1m6")) as rollback_lane:
+        before = fingerprint(rollback_lane)
+        lane.each(f"mv {params.checkout} {saved}")
+        try:
+            record, _ = run(tmp_path, "env", "twin", expect_exit=0)
+            assert record["verdict"] == "pass", record
+            copied = {"from": "~/ds4-f-mia-anemll-1m6", "to": params.checkout, "nodes": ["head", "worker"]}
+            assert record["figures"]["checkout_copied"] == copied
+            assert record["figures"]["backups"], "the copy was rendered into the twin lane"
+            assert [c["step"] for c in record["confirmations"]][0] == "1 checkout"
+            assert fingerprint_differences(before, fingerprint(rollback_lane)) == []
+            assert checkout_env.same_checkout(lane)
+        finally:
+            lane.each(f"if test -e {saved}; then rm -rf {params.checkout} && mv {saved} {params.checkout}; fi")

@@ -127,7 +127,7 @@ def test_thinking_as_the_string_false_in_the_hermes_config_fails_through_the_rea
     assert record["figures"]["hermes_reasoning_chars"] > 0
     executed = (tmp_path / "outputs" / record["output"]).read_text()
     assert "What to do next:" in executed and "thinking: false as a boolean" in executed
-    assert json.loads(json.dumps(record["params"])) == {"hermes_config": str(config)}
+    assert json.loads(json.dumps(record["params"])) == {"confirm": True, "hermes_config": str(config)}
 
 
 @needs_hermes

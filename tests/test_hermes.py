@@ -263,3 +263,70 @@ def test_what_the_gates_runbook_prints_of_the_block_and_the_route():
     silent = hermes.RouteRun("hermes chat", "spark-1", 1, " \n", "", 2.0, None)
     assert hermes.route_text(silent) == "$ hermes chat    # on spark-1, 2.0 s\n(nothing printed)\n"
     assert hermes.route_figures(silent) == hermes.route_figures(None) == {} and hermes.route_text(None) == ""
+
+
+OPERATOR_CONFIG = """\
+# my Hermes: keep this comment
+model:
+  default: spark-ds4
+providers:
+  cloud:
+    base_url: https://example.invalid/v1
+  spark-ds4:
+    base_url: http://192.168.1.11:8888/v1/   # the head
+    api_key: no-key-required
+    default_model: deepseek-v4-flash-0731
+"""
+
+
+def test_following_a_lane_changes_default_model_and_the_url_and_keeps_every_other_line():
+    target = lane_with(load_lane("anemll-1m6"), api="http://192.168.1.12:8888/v1")
+    text, changes = hermes.followed_config(OPERATOR_CONFIG, target, "config.yaml")
+    assert changes == [
+        "default_model: deepseek-v4-flash-0731 → deepseek-v4-flash-dspark",
+        "base_url: http://192.168.1.11:8888/v1/ → http://192.168.1.12:8888/v1",
+    ]
+    assert text == OPERATOR_CONFIG.replace("deepseek-v4-flash-0731", "deepseek-v4-flash-dspark").replace(
+        "http://192.168.1.11:8888/v1/   # the head",
+        "http://192.168.1.12:8888/v1    # the head",  # comment column kept
+    )
+    assert "api" not in hermes.block_from_config(text, "spark-ds4", "x")  # the operator's key name kept
+    assert hermes.followed_config(text, target, "config.yaml") == (text, [])  # already there: nothing to change
+    assert hermes.followed_config(OPERATOR_CONFIG, LANE, "config.yaml")[1] == []  # a trailing slash is the same URL
+    with pytest.raises(LanebookError, match=r"^config.yaml: no providers.spark-ds4 block \(providers there: cloud\)"):
+        hermes.followed_config("providers:\n  cloud: {}\n", target, "config.yaml")
+
+
+def test_the_local_config_is_backed_up_then_replaced_and_never_over_an_edit(tmp_path):
+    from lanebook.nodes.ssh import Executor
+
+    config = tmp_path / "config.yaml"
+    config.write_text(OPERATOR_CONFIG)
+    config.chmod(0o600)
+    host = hermes.LocalHost(Executor(), "hermes")
+    kept = host.replace(str(config), OPERATOR_CONFIG, "providers: {}\n")
+    assert config.read_text() == "providers: {}\n" and config.stat().st_mode & 0o777 == 0o600
+    assert open(kept).read() == OPERATOR_CONFIG and kept.startswith(f"{config}.bak-")
+    with pytest.raises(LanebookError, match="changed since it was read: nothing changed"):
+        host.replace(str(config), OPERATOR_CONFIG, "x: 1\n")
+    assert config.read_text() == "providers: {}\n"
+    assert hermes.LocalHost(Executor(dry_run=True), "hermes").replace(str(config), "", "y: 2\n") is None
+    assert config.read_text() == "providers: {}\n"  # a dry run writes nothing
+
+
+@pytest.mark.twin
+def test_a_config_on_another_host_is_backed_up_and_replaced_there_in_one_command(twin):
+    path = "~/.lbt-hermes-follow/config.yaml"
+    with Lane(load_lane("twin")) as lane:
+        head = lane.head
+        head.run("mkdir -p ~/.lbt-hermes-follow && printf 'providers: {}\\n' > ~/.lbt-hermes-follow/config.yaml")
+        try:
+            host = hermes.RemoteHost(head, None)
+            read = host.read(path)
+            kept = host.replace(path, read, OPERATOR_CONFIG)
+            assert host.read(path) == OPERATOR_CONFIG and host.read(kept) == read
+            with pytest.raises(LanebookError, match="not the bytes lanebook expected"):
+                host.replace(path, read, "x: 1\n")  # it changed since `read`
+            assert host.read(path) == OPERATOR_CONFIG
+        finally:
+            head.run("rm -rf ~/.lbt-hermes-follow")

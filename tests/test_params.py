@@ -79,6 +79,9 @@ def _variant(old: str, new: str) -> str:
         ("    WAIT_SECONDS: 15", "    WAIT_SECONDS: soon", "launcher.env.WAIT_SECONDS must be an integer"),
         ("jump: head}", "jump: spark9}", "nodes.worker.jump must name another node"),
         ("kv_cache_dtype: nvfp4_ds_mla", "kv_cache_dtype: nvfp4 --x", "a KV cache dtype like nvfp4_ds_mla"),
+        ("rollback: anemll-1m6", "checkout_from: true\nrollback: anemll-1m6", "must be a checkout path, false or null"),
+        ("rollback: anemll-1m6", "checkout_from: rel/dir\nrollback: anemll-1m6", "'checkout_from'"),
+        ("  context_length: 200000", "  context_length: 200000\n  config: hermes.yaml", "'hermes.config'"),
     ],
 )
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):

@@ -4,7 +4,8 @@ connection. On the session twin, from the twin lane up: a file touched in the ro
 recorded fingerprint fails the run at its first step with nothing stopped; with the file gone again, bare
 papermill rolls the twin back to the anemll-1m6 shape (fixed K=5), its gates pass as a recorded run of their
 own, its fingerprints before and after are equal, and the Hermes default_model change is printed; a second
-rollback finds the rollback lane up and verifies it instead of relaunching it."""
+rollback finds the rollback lane up and verifies it instead of relaunching it, and makes the operator's Hermes config
+follow it (backed up, ROUTE_OK through the real CLI); the twin lane's gates, forward again, point the config back."""
 
 import json
 import os
@@ -22,10 +23,12 @@ from lanebook.ops import launcher, rollback
 from lanebook.ops.logs import live_command
 from lanebook.runs import audit
 from lanebook.runs.execute import read_verdict
+from lanebook.verify import hermes
 from lanebook_runs import dry_run_offline, run
 
 BIN = Path(sys.executable).parent
 STOP_0731 = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
+OPERATOR_NOTE = "# the operator's own Hermes config: this line and the rest stay as written\n"
 CLEANUP = "sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
 
 
@@ -146,7 +149,22 @@ def rolled_back(twin, tmp_path_factory):
                 "twin-1m6": launcher.lane_containers(target).state,
                 "command": live_command(target.head, launcher.container_name(target)),
             }
-        again, _ = run(tmp, "rollback", "twin", expect_exit=0)  # already rolled back: verified, not relaunched
+        # the operator's Hermes config, pointed at the twin lane: the second rollback makes it follow
+        config = tmp / "hermes" / "config.yaml"
+        config.parent.mkdir()
+        config.write_text(
+            OPERATOR_NOTE + hermes.config_text("spark-ds4", hermes.lane_provider_block(load_lane("twin")))
+        )
+        original = config.read_text()
+        again, _ = run(
+            tmp, "rollback", "twin", "-p", f"hermes_config={config}", expect_exit=0
+        )  # verified, not relaunched
+        followed = config.read_text()
+        # forward again: the rollback lane stopped, the twin lane launched, its gates point the config back
+        stop_both_lanes()
+        with ssh.Lane(load_lane("twin")) as current:
+            assert launcher.start_lane(current).ok
+        forward, _ = run(tmp, "gates", "twin", "-p", f"hermes_config={config}", expect_exit=0)
         yield {
             "refused": refused,
             "still_up": still_up,
@@ -156,6 +174,7 @@ def rolled_back(twin, tmp_path_factory):
             "outputs": outputs,
             "after": after,
             "again": again,
+            "hermes": {"original": original, "followed": followed, "back": config.read_text(), "forward": forward},
         }
     finally:
         stop_both_lanes()
@@ -205,8 +224,32 @@ def test_a_second_rollback_verifies_the_running_rollback_lane(rolled_back):
     again = rolled_back["again"]
     assert again["verdict"] == "pass" and again["figures"]["rollback_state_before"] == "up", again
     assert "launcher_outcome" not in again["figures"] and "stop_script" not in again["figures"]
-    assert again["figures"]["fingerprint_compared_with"] == "promote0" and again["confirmations"] == []
+    assert again["figures"]["fingerprint_compared_with"] == "promote0"
+    assert [c["step"] for c in again["confirmations"]] == ["7 hermes"]  # nothing stopped or launched
     executed = (rolled_back["outputs"] / again["output"]).read_text()
     assert "skipped: twin-1m6 is already up and twin down" in executed
     gates = next(r for r in runs(rolled_back["outputs"]) if r["run_id"] == again["figures"]["gates_run_id"])
     assert (gates["lane"], gates["verdict"]) == ("twin-1m6", "pass")
+
+
+@pytest.mark.twin
+def test_the_operators_hermes_config_follows_the_rollback_and_the_forward_gates_put_it_back(rolled_back):
+    """After the rollback the config names twin-1m6's served name (backed up first, every other line kept) and ROUTE_OK
+    passed through the real CLI against twin-1m6; the twin lane's gates, forward again, point it back."""
+    again, seen = rolled_back["again"], rolled_back["hermes"]
+    figures = again["figures"]
+    assert figures["hermes_config_changes"] == ["default_model: deepseek-v4-flash-0731 → deepseek-v4-flash-dspark"]
+    assert seen["followed"] == seen["original"].replace("deepseek-v4-flash-0731", "deepseek-v4-flash-dspark")
+    assert Path(figures["hermes_config_backup"]).read_text() == seen["original"]  # the backup kept
+    assert [c["step"] for c in again["confirmations"]] == ["7 hermes"]
+    verdict = read_verdict(rolled_back["outputs"] / again["output"])
+    checks = {(c["step"], c["what"]): c["outcome"] for c in verdict["checks"]}
+    assert checks[("7 hermes", "hermes printed exactly ROUTE_OK")] == "pass"
+    assert checks[("7 hermes", "default_model is deepseek-v4-flash-dspark")] == "pass"
+    assert figures["hermes_route"]["lane"] == "twin-1m6"
+    forward = seen["forward"]
+    assert forward["verdict"] == "pass" and seen["back"] == seen["original"], forward
+    assert forward["figures"]["hermes_config_changes"] == [
+        "default_model: deepseek-v4-flash-dspark → deepseek-v4-flash-0731"
+    ]
+    assert Path(forward["figures"]["hermes_config_backup"]).read_text() == seen["followed"]

@@ -267,8 +267,23 @@ class HermesParams(Strict):
             "the hermes command there; null = lanebook's own install (.tools/hermes) here, else `hermes` on PATH"
         ),
     )
+    config: Optional[StrictStr] = Field(
+        None,
+        description="the operator's Hermes config.yaml on the Hermes host, which gates and rollback keep pointed at "
+        "the lane serving (backed up before each change); null = none: gates check the block rendered from the lane",
+    )
 
     _host = _validated(check_destination, "host")
+    _config = _validated(check_path, "config")
+
+
+def check_checkout_from(value: Any) -> Union[str, Literal[False], None]:
+    """`checkout_from:` is a node path, false (the checkout is never copied) or null (the rollback lane's)."""
+    if value is None or value is False:
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"must be a checkout path, false or null, got {value!r}")
+    return check_path(value)
 
 
 class LaneParams(Strict):
@@ -277,6 +292,11 @@ class LaneParams(Strict):
     source: StrictStr = Field(description="which seed the values come from")
     twin: bool = False
     checkout: StrictStr = Field(description="the lane's checkout directory on every node (~ = the node's home)")
+    checkout_from: Union[StrictStr, Literal[False], None] = Field(
+        None,
+        description="where a node without the lane's checkout gets it (`cp -a FROM CHECKOUT`, seed 000): a checkout "
+        "path; null = the rollback lane's checkout; false = never copied (a checkout made by hand)",
+    )
     api: StrictStr = Field(description="OpenAI-compatible base URL, ending in /v1")
     ssh_config: Optional[StrictStr] = Field(None, description="ssh config file for the nodes; 'twin' = the twin's")
     nodes: list[NodeParams]
@@ -316,6 +336,9 @@ class LaneParams(Strict):
     _name = _validated(check_name, "name")
     _rollback = _validated(check_name, "rollback")
     _checkout = _validated(check_path, "checkout")
+    _checkout_from = field_validator("checkout_from", mode="before")(
+        classmethod(lambda cls, value: check_checkout_from(value))
+    )
     _env = _validated(check_env, "env")
     _kv_cache_dtype = _validated(
         lambda value: _matching(KV_DTYPE_RE, "a KV cache dtype like nvfp4_ds_mla", value), "kv_cache_dtype"

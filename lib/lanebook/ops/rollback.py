@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, load_lane
-from lanebook.nodes.ssh import Lane, NodeError, qpath
+from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
 from lanebook.ops import launcher, memory
 from lanebook.ops.logs import live_command
 from lanebook.ops.transfers import checkout_ok
@@ -61,6 +61,20 @@ def pair_differences(current: LaneParams, target: LaneParams) -> list[str]:
 # --- fingerprints --------------------------------------------------------------------------------
 
 
+def probe_trees(node: Node, checkout: str, hub_dir: str) -> Optional[dict]:
+    """{"checkout": TREE, "weights": TREE} of one node (see `fingerprint`), one round trip; None in a dry run."""
+    result = node.run(f"python3 - {qpath(checkout)} {qpath(hub_dir)}", stdin=PROBE, timeout=PROBE_TIMEOUT_S)
+    if result.dry_run:
+        return None
+    try:
+        found = json.loads(result.stdout)
+    except ValueError:
+        raise NodeError(
+            f"{node.alias}: the fingerprint probe printed no report: {result.stdout.strip()[:200]!r}"
+        ) from None
+    return {part: found[part] for part in PARTS}
+
+
 def fingerprint(lane: Lane) -> dict:
     """The lane's checkout and hub model dir on every node, fingerprinted in place (fingerprint_probe.py).
 
@@ -69,19 +83,11 @@ def fingerprint(lane: Lane) -> dict:
     is. A dry run sends the probes and observes nothing ("observed": false, no nodes).
     """
     params = lane.params
-    command = f"python3 - {qpath(params.checkout)} {qpath(params.weights.hub_dir)}"
     nodes: dict[str, dict] = {}
     for node in lane.nodes:
-        result = node.run(command, stdin=PROBE, timeout=PROBE_TIMEOUT_S)
-        if result.dry_run:
-            continue
-        try:
-            found = json.loads(result.stdout)
-        except ValueError:
-            raise NodeError(
-                f"{node.alias}: the fingerprint probe printed no report: {result.stdout.strip()[:200]!r}"
-            ) from None
-        nodes[node.alias] = {part: found[part] for part in PARTS}
+        found = probe_trees(node, params.checkout, params.weights.hub_dir)
+        if found is not None:
+            nodes[node.alias] = found
     return {
         "lane": params.name,
         "checkout": params.checkout,

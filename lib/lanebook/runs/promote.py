@@ -244,6 +244,10 @@ def promote_shown(lane: str, **options) -> Promotion:
         if record.get("fix"):
             console.print(f"  what to do next: {record['fix']}")
         console.print(f"  executed notebook: {record['output']}")
+        if record["dry_run"]:
+            console.print("  commands it would send (none were sent):", highlight=False)
+            for line in record.get("commands") or ["(none)"]:
+                console.out(f"    {line}", highlight=False)
 
     promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, **options)
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]")

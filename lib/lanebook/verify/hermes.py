@@ -12,6 +12,11 @@ $HERMES_HOME/state.db (SQLite): the assistant message's `reasoning` / `reasoning
 Hermes runs on this machine (lanebook's own install, .tools/hermes, made by `make setup`), or where the
 lane's `hermes.host` says, over SSH (a node of the lane or another ssh destination): the config goes there
 by SFTP, state.db comes back the same way.
+
+The operator's own config (the lane's `hermes.config`, or a runbook's `hermes_config`) follows the lane that serves:
+rollback points it at the rollback lane, gates of the forward lane point it back. Only `default_model` and the
+block's URL (`api`, or `base_url`/`url` where the operator wrote that) change; the file is backed up beside itself
+first and replaced atomically, after confirmation, and every other line is kept as the operator wrote it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -33,11 +38,17 @@ from ruamel.yaml.error import YAMLError
 from lanebook.base import yamltext
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
+from lanebook.base.files import backup, utc_stamp, write_atomic
 from lanebook.base.paths import REPO
 from lanebook.base.redact import redact, redact_data
 from lanebook.lane.params import LaneParams, NodeParams
 from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
+from lanebook.ops.checkout_env import _replace_command, _run_replace  # the one remote backup-and-replace
+from lanebook.recipe.render import sha256
 from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
+
+if TYPE_CHECKING:
+    from lanebook.steps.runbook import Runbook
 
 OWN_INSTALL = REPO / ".tools" / "hermes" / "bin" / "hermes"  # `make setup` installs the pinned Hermes Agent here
 TOOLSETS = "safe"
@@ -80,6 +91,31 @@ def block_from_config(text: str, provider: str, source: str) -> dict:
         known = ", ".join(providers) if isinstance(providers, Mapping) else "none"
         raise LanebookError(f"{source}: no providers.{provider} block (providers there: {known})")
     return dict(block)
+
+
+URL_KEYS = ("api", "base_url", "url")  # what a provider block may call its server's URL
+
+
+def followed_config(text: str, params: LaneParams, source: str) -> tuple[str, list[str]]:
+    """The operator's config.yaml text with providers.<provider> pointed at PARAMS' lane (default_model, and each URL
+    key the block has), every other line as it was; and the changes as `key: old → new` (none: already there)."""
+    try:
+        doc = yamltext.load(text, "rt")
+    except YAMLError as exc:
+        raise LanebookError(yamltext.problem(source, exc)) from None
+    block_from_config(text, params.hermes.provider, source)  # the one message for a config without the block
+    block = doc["providers"][params.hermes.provider]
+    wanted = {"default_model": params.served_model_name}
+    wanted.update({key: params.api for key in [k for k in URL_KEYS if k in block] or ["api"]})
+    changes = []
+    for key, value in wanted.items():
+        old = block.get(key)
+        if old is None or str(old).rstrip("/") != value.rstrip("/"):
+            block[key] = value
+            changes.append(f"{key}: {old} → {value}")
+    out = io.StringIO()
+    YAML(typ="rt").dump(doc, out)
+    return out.getvalue(), changes
 
 
 def shown_block(block: Mapping[str, Any]) -> dict:
@@ -201,6 +237,19 @@ class LocalHost:
         except OSError as exc:
             raise LanebookError(f"cannot read the Hermes config {path}: {exc.strerror}") from None
 
+    def replace(self, path: str, read: str, text: str) -> Optional[str]:
+        """Back PATH up beside itself, then write TEXT atomically, refusing if it no longer holds READ. The backup's
+        path (None in a dry run)."""
+        target = Path(path).expanduser()
+        self.executor.record_local(f"back up {path} to {path}.bak-UTCSTAMP, then write it atomically")
+        if self.executor.dry_run:
+            return None
+        if self.read(path) != read:
+            raise LanebookError(f"{path} changed since it was read: nothing changed")
+        kept = backup(target)
+        write_atomic(target, text)
+        return str(kept)
+
     def make_home(self) -> str:
         if self.executor.dry_run:
             self.executor.record_local("mktemp -d -t lanebook-hermes-XXXXXX")
@@ -259,6 +308,17 @@ class RemoteHost:
 
     def read(self, path: str) -> str:
         return self.node.run(f"cat {qpath(path)}", timeout=30).stdout
+
+    def replace(self, path: str, read: str, text: str) -> Optional[str]:
+        """As LocalHost.replace, in one command on the host (the env runbook's: refuse, back up, temp file, rename)."""
+        directory, _, name = path.rpartition("/")
+        command = _replace_command(directory or ".", name, utc_stamp(), sha256(read.encode()), from_stdin=True)
+        with tempfile.TemporaryDirectory() as scratch:
+            local = Path(scratch) / name
+            local.write_text(text)
+            hashes = _run_replace(self.node, command, path, stdin=local)
+        kept = [n for n in hashes if n != name]
+        return f"{directory}/{kept[0]}" if kept else None
 
     def make_home(self) -> str:
         return self.node.run(
@@ -520,3 +580,57 @@ def route_figures(route: Optional[RouteRun]) -> dict:
         "hermes_reasoning_chars": route.state.reasoning_chars,
         "hermes_reasoning_tokens": route.state.reasoning_tokens,
     }
+
+
+# --- the operator's config follows the lane that serves ------------------------------------------------------------
+
+
+def follow_step(rb: "Runbook", lane: Lane, config: Optional[str]) -> None:
+    """Point the operator's Hermes config at LANE (the lane now serving): read it on the Hermes host, and when its
+    default_model or URL is another lane's, back it up and change those lines (after confirmation); then read it
+    again and check it names LANE. No config named: nothing to follow."""
+    params = lane.params
+    if not config:
+        rb.skip(
+            f"the operator's Hermes config names {params.served_model_name}",
+            "no Hermes config named (the lane's hermes.config, or -p hermes_config=PATH)",
+        )
+        return
+    host = hermes_host(lane)
+    source = f"{config} on {host.where}"
+    text = host.read(config)
+    if lane.executor.dry_run and not isinstance(host, LocalHost):
+        host.replace(config, text, text)  # recorded, not sent
+        return
+    followed, changes = followed_config(text, params, source)
+    rb.record(hermes_config_changes=changes)
+    if changes:
+        rb.confirm(f"back up {source} and change providers.{params.hermes.provider}: {'; '.join(changes)}")
+        rb.record(hermes_config_backup=host.replace(config, text, followed))
+    if lane.executor.dry_run:
+        return
+    left = followed_config(host.read(config), params, source)[1]
+    done = "; ".join(changes) + " (backed up first)" if changes else "it already did: nothing changed"
+    rb.expect(
+        not left,
+        f"the operator's Hermes config names {params.served_model_name} at {params.api}",
+        "; ".join(left) or done,
+    )
+
+
+def route_step(rb: "Runbook", lane: Lane, config: Optional[str]) -> None:
+    """The operator's config, as it now is, checked against LANE and its ROUTE_OK smoke run through the real CLI
+    (gates 5 and 6 on that config). No config named: nothing to prove here (the lane's gates ran the rendered block)."""
+    if not config:
+        rb.skip(
+            f"ROUTE_OK through the operator's Hermes config on {lane.params.name}",
+            "no Hermes config named: the gates run routed the block rendered from the lane",
+        )
+        return
+    step = rb.current_step
+    provider, found = block_gate(step, lane, config)
+    rb.show(markdown=f"```yaml\n{block_text(provider, lane.params.hermes.provider)}```")
+    route, routed = route_gate(step, lane, provider)
+    rb.show(markdown=f"```text\n{route_text(route)}```")
+    rb.record(hermes_route={"lane": lane.params.name, "config": config, **route_figures(route)})
+    rb.expect_results(found + routed)
