@@ -1,0 +1,76 @@
+"""Citations and ids as links, on every page: a write-up is named by its title, linked to the Sources page, and a
+pitfall, symptom or fact id (P07, S02, D13, H01, T04) links to its row on the page that defines it.
+
+A row defines an id with `anchor(ID)` (a span carrying the id); `defined_anchors` finds
+them in the staged pages, and `link_text` rewrites one page's Markdown. Nothing is rewritten inside code (fenced
+or inline), inside an HTML tag or link, in a Markdown link, in an address, or in the anchor itself. Pure functions.
+"""
+
+from __future__ import annotations
+
+import html
+import posixpath
+import re
+
+from lanebook.recipe.sources import SHORTHAND, cited
+
+SOURCES_DOC = "sources"
+ID = re.compile(r"\b([PSDHT]\d\d)\b")
+ANCHOR_CLASS = "lanebook-anchor"
+DEFINED = re.compile(r'<span class="' + ANCHOR_CLASS + r'" id="([PSDHT]\d\d)">')
+# What is left as it is: fenced code, inline code, an anchor or link element, a Markdown link, any other tag, an
+# address. Fences: ``` or ~~~ up to the same fence (or the end).
+SKIP = re.compile(
+    r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[ \t]*$|\Z)"
+    r"|(`+).+?\2"
+    r'|<span class="' + ANCHOR_CLASS + r'"[^>]*>.*?</span>'
+    r"|<a\b[^>]*>.*?</a>"
+    r"|\[[^\]\n]*\]\([^)\n]*\)"
+    r"|<[^>\n]*>"
+    r"|\b(?:https?|file)://\S+"
+)
+
+
+def anchor(row_id: str) -> str:
+    """A table row's id, made a link target (pages link it as PAGE.html#ID)."""
+    return f'<span class="{ANCHOR_CLASS}" id="{html.escape(row_id)}">{html.escape(row_id)}</span>'
+
+
+def defined_anchors(pages: dict[str, str]) -> dict[str, str]:
+    """id -> the doc (staged path without suffix) whose row defines it; pages: doc -> its text."""
+    found: dict[str, str] = {}
+    for doc, text in pages.items():
+        for row_id in DEFINED.findall(text):
+            found.setdefault(row_id, doc)
+    return found
+
+
+def href(from_doc: str, to_doc: str, fragment: str) -> str:
+    """The built page TO_DOC's #FRAGMENT, relative to the built page FROM_DOC."""
+    return f"{posixpath.relpath(to_doc, posixpath.dirname(from_doc) or '.')}.html#{fragment}"
+
+
+def _link_plain(text: str, doc: str, anchors: dict[str, str]) -> str:
+    def write_up(match: re.Match) -> str:
+        source = cited(match)
+        return f'<a href="{href(doc, SOURCES_DOC, source.anchor)}"><em>{html.escape(source.short_title)}</em></a>'
+
+    def row(match: re.Match) -> str:
+        target = anchors.get(match.group(1))
+        return (
+            match.group(0) if target is None else f'<a href="{href(doc, target, match.group(1))}">{match.group(1)}</a>'
+        )
+
+    return ID.sub(row, SHORTHAND.sub(write_up, text))
+
+
+def link_text(text: str, doc: str, anchors: dict[str, str]) -> str:
+    """TEXT (Markdown with inline HTML) of the page DOC with each write-up named and linked and each known id
+    linked to its row."""
+    out, at = [], 0
+    for match in SKIP.finditer(text):
+        out.append(_link_plain(text[at : match.start()], doc, anchors))
+        out.append(match.group(0))
+        at = match.end()
+    out.append(_link_plain(text[at:], doc, anchors))
+    return "".join(out)
