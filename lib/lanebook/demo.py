@@ -22,10 +22,17 @@ console = Console()
 TWIN_LANE = "twin"
 ROLLBACK_LANE = "the twin lane's rollback lane"  # resolved from params/twin.yaml's `rollback:` when run
 # (runbook, lane, parameters) after the main job, in the operator's order. The diagnose canary keeps its three
-# trials a cell (a value is judged only on complete bands) on shorter streams: the twin's decode rates are the
-# seeds', so 64-token streams keep the rehearsal to about a minute of fast twin time.
+# trials a cell (a value is judged only on complete bands) on one workload at C1 and shorter streams: the twin's
+# decode rates are the seeds', and its two relaunches are most of the rehearsal's time.
+DIAGNOSE_REHEARSAL = {
+    "canary_workloads": ["count"],
+    "canary_concurrency": [1],
+    "canary_max_tokens": 64,
+    "boundary_max_tokens": 128,
+    "boundary_short_tokens": 32,
+}
 AFTER_PROMOTION = (
-    ("diagnose", TWIN_LANE, {"canary_max_tokens": 64, "boundary_max_tokens": 128, "boundary_short_tokens": 32}),
+    ("diagnose", TWIN_LANE, DIAGNOSE_REHEARSAL),
     ("doctor", TWIN_LANE, {}),
     ("rollback", TWIN_LANE, {}),
     ("stop", ROLLBACK_LANE, {}),

@@ -37,7 +37,7 @@ from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
 from lanebook.site.bookcheck import check_site, text_problems
 from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, symptoms, trail
-from lanebook.site.pages.links import defined_anchors, link_text
+from lanebook.site.pages.links import defined_anchors, link_text, run_links
 from lanebook.site.pages.notebook import notebook_title, page_notebook
 from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
 from lanebook.site.pages.sources import sources_page
@@ -105,8 +105,10 @@ def _markdown_parts(nb: nbformat.NotebookNode) -> list[tuple[object, str]]:
     return parts
 
 
-def _link_pages(stage: Path) -> None:
-    """Every staged page with the write-ups named and linked and each defined id linked to its row."""
+def _link_pages(stage: Path, runs: list[PublishedRun]) -> None:
+    """Every staged page with the write-ups named and linked, each defined id linked to its row, and each link to a
+    nested run's record (rollback's gates) made a link to that run's page."""
+    run_docs = {Path(run.record["output"]).with_suffix("").as_posix(): run.doc for run in runs}
     markdown = {p.relative_to(stage).with_suffix("").as_posix(): p for p in sorted(stage.rglob("*.md"))}
     notebooks = {
         p.relative_to(stage).with_suffix("").as_posix(): (p, nbformat.read(p, as_version=4))
@@ -119,7 +121,7 @@ def _link_pages(stage: Path) -> None:
         path.write_text(link_text(texts[doc], doc, anchors))
     for doc, (path, nb) in notebooks.items():
         for holder, key in _markdown_parts(nb):
-            holder[key] = link_text(holder[key], doc, anchors)
+            holder[key] = link_text(run_links(holder[key], doc, run_docs), doc, anchors)
         nbformat.write(nb, path)
 
 
@@ -164,7 +166,7 @@ def stage_book(stage: Path) -> None:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
-    _link_pages(stage)
+    _link_pages(stage, runs)
 
 
 @dataclass(frozen=True)

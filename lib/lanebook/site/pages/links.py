@@ -18,17 +18,19 @@ SOURCES_DOC = "sources"
 ID = re.compile(r"\b([PSDHT]\d\d)\b")
 ANCHOR_CLASS = "lanebook-anchor"
 DEFINED = re.compile(r'<span class="' + ANCHOR_CLASS + r'" id="([PSDHT]\d\d)">')
-# What is left as it is: fenced code, inline code, an anchor or link element, a Markdown link, any other tag, an
-# address. Fences: ``` or ~~~ up to the same fence (or the end).
+# What is left as it is, besides fenced code (`code_regions`): inline code, an anchor or link element, a Markdown
+# link, any other tag, an address.
 SKIP = re.compile(
-    r"(?ms)^[ \t]*(`{3,}|~{3,}).*?(?:^[ \t]*\1[ \t]*$|\Z)"
-    r"|(`+).+?\2"
-    r'|<span class="' + ANCHOR_CLASS + r'"[^>]*>.*?</span>'
-    r"|<a\b[^>]*>.*?</a>"
+    r"(`+)[^\n]+?\1"
+    r'|<span class="' + ANCHOR_CLASS + r'"[^>\n]*>[^\n]*?</span>'
+    r"|<a\b[^>\n]*>[^\n]*?</a>"
     r"|\[[^\]\n]*\]\([^)\n]*\)"
     r"|<[^>\n]*>"
     r"|\b(?:https?|file)://\S+"
 )
+FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$")
+# A nested run's record linked from its parent's notebook as outputs/LANE/ sees it (rollback's gates run).
+NESTED_RUN = re.compile(r"\]\(\.\./([^/()\s]+/[^/()\s]+)\.ipynb\)")
 
 
 def anchor(row_id: str) -> str:
@@ -64,13 +66,56 @@ def _link_plain(text: str, doc: str, anchors: dict[str, str]) -> str:
     return ID.sub(row, SHORTHAND.sub(write_up, text))
 
 
-def link_text(text: str, doc: str, anchors: dict[str, str]) -> str:
-    """TEXT (Markdown with inline HTML) of the page DOC with each write-up named and linked and each known id
-    linked to its row."""
+def run_links(text: str, doc: str, run_docs: dict[str, str]) -> str:
+    """TEXT with each link to a recorded run as its outputs folder names it (../LANE/STEM.ipynb) made a link to
+    that run's page; run_docs: LANE/STEM -> its doc."""
+
+    def page(match: re.Match) -> str:
+        target = run_docs.get(match.group(1))
+        if target is None:
+            return match.group(0)
+        return f"]({posixpath.relpath(target, posixpath.dirname(doc) or '.')}.ipynb)"
+
+    return NESTED_RUN.sub(page, text)
+
+
+def code_regions(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each fenced code block: a fence whose info string is no directive, or {code}; a directive's
+    fence (```{container}, ```{admonition}) holds Markdown, and fences nest inside it. An unclosed block runs to
+    the end."""
+    regions, open_fences, at = [], [], 0  # open_fences: (fence, is code, start)
+    for line in text.splitlines(keepends=True):
+        match = FENCE.match(line.rstrip("\n"))
+        if match:
+            fence, info = match.group(1), match.group(2).strip()
+            top = open_fences[-1] if open_fences else None
+            if top and not info and fence[0] == top[0][0] and len(fence) >= len(top[0]):
+                open_fences.pop()
+                if top[1]:
+                    regions.append((top[2], at + len(line)))
+            elif not (top and top[1]):  # inside code a fence is text
+                open_fences.append((fence, not info.startswith("{") or info.startswith("{code"), at))
+        at += len(line)
+    regions += [(start, len(text)) for _, code, start in open_fences[:1] if code]
+    return regions
+
+
+def _link_markdown(text: str, doc: str, anchors: dict[str, str]) -> str:
     out, at = [], 0
     for match in SKIP.finditer(text):
         out.append(_link_plain(text[at : match.start()], doc, anchors))
         out.append(match.group(0))
         at = match.end()
     out.append(_link_plain(text[at:], doc, anchors))
+    return "".join(out)
+
+
+def link_text(text: str, doc: str, anchors: dict[str, str]) -> str:
+    """TEXT (Markdown with inline HTML) of the page DOC with each write-up named and linked and each known id
+    linked to its row."""
+    out, at = [], 0
+    for start, end in code_regions(text):
+        out += [_link_markdown(text[at:start], doc, anchors), text[start:end]]
+        at = end
+    out.append(_link_markdown(text[at:], doc, anchors))
     return "".join(out)
