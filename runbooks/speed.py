@@ -33,7 +33,7 @@
 # wall aggregate = all decode tokens / (first request sent → last response finished); TTFT to the
 # first content chunk (the role-only chunk does not count); acceptance from `/metrics` deltas.
 #
-# **Time:** the seed's 256-token probe takes about 15 s per trial (C1 + C4 + C6); the lane's
+# **Time:** the canary write-up's 256-token probe takes about 15 s per trial (C1 + C4 + C6); the lane's
 # workloads × 3 trials take a few minutes on a real lane. On the twin (probe and code): under two
 # minutes with the lane up, about two and a half from a stopped twin (its launch included).
 # **Risk:** none to the lane's state: it sends chat requests only. It keeps the pair busy while it runs,
@@ -49,9 +49,9 @@
 lane = "twin"  # lane name under params/ or a lane YAML path
 dry_run = False  # record what would be sent instead of sending it (opens no connection)
 workloads = None  # None: the lane's (its baseline's; probe, code, prose without one), or e.g. "probe,code"
-concurrency = None  # None: C1, C4, C6 (the seed's levels), or e.g. "1,4"
+concurrency = None  # None: C1, C4, C6 (the canary write-up's levels), or e.g. "1,4"
 trials = 3  # trials per level: at least 3 (a band is the median and min–max of three or more)
-max_tokens = 256  # tokens per stream: the seed's 256 (a smaller value is not comparable to a 256 baseline)
+max_tokens = 256  # tokens per stream: the canary write-up's 256 (a smaller value is not comparable to a 256 baseline)
 baseline = None  # None: the lane's stored baseline (lib/lanebook/speed/baselines/LANE.json), or a baseline file
 tolerance = 0.10  # on the same setup, a median may fall this far below the baseline's before it fails
 save_baseline = None  # a path: store this run (bands and provenance) there as a baseline file

@@ -1,6 +1,8 @@
 """The site, built once for the module (strict: Sphinx warnings fail it) from real recorded runs, offline:
-every page of the book exists, the links inside it resolve, nothing is loaded from the internet, and no status
-mark needs an emoji font. The runs: a twin run of `status` (a rehearsal) and a dry run of `launch` on a real lane."""
+every page of the book exists, the links inside it resolve, nothing is loaded from the internet, no status
+mark needs an emoji font, the write-ups are named by title and ids link to their rows, and no page shows a path of
+the machine that built it. The runs: a twin run of `status` (a rehearsal) and a dry run of `launch` on a real lane,
+so every other runbook's page says it is not rehearsed, and the strict build fails naming each such page and line."""
 
 import os
 import re
@@ -10,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from lanebook.site.bookcheck import check_site
+from lanebook.runs.execute import RUNBOOKS
+from lanebook.site.bookcheck import check_site, text_problems
 from lanebook_runs import dry_run_offline, run
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
@@ -34,10 +37,9 @@ def site(tmp_path_factory, twin):
     dry, _ = dry_run_offline(tmp / "outputs", "launch")
     env = {**os.environ, "LANEBOOK_OUTPUTS": str(tmp / "outputs")}
     built = offline([str(LANEBOOK), "book", "--out", str(tmp / "site"), "--strict"], env)
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert built.stdout.strip() == f"site: {tmp / 'site' / '_build' / 'html' / 'index.html'}"
     html = tmp / "site" / "_build" / "html"
     return {
+        "built": built,
         "html": html,
         "status": status,
         "dry": dry,
@@ -49,9 +51,37 @@ def site(tmp_path_factory, twin):
     }
 
 
+def test_strict_fails_naming_each_page_and_line_that_says_not_rehearsed_and_nothing_else(site):
+    """Sphinx passed (-W: the HTML is there); the pages' text fails the build: every runbook page but status's
+    says it is not rehearsed, and no page says 'seed 0' or shows a local path."""
+    built = site["built"]
+    assert built.returncode == 2 and "Traceback" not in built.stderr, built.stdout + built.stderr
+    assert "the built site has" in built.stderr and "line" in built.stderr
+    problems = text_problems(site["html"])
+    assert problems and all("says 'not rehearsed'" in p for p in problems), problems
+    unrehearsed = {f"recipe/{name}.html" for name in RUNBOOKS if name != "status"}
+    assert {p.split(" line ")[0] for p in problems} == unrehearsed
+    assert problems[0] in built.stderr
+
+
+def test_write_ups_are_named_and_ids_link_to_their_rows(site):
+    pages = site["pages"]
+    sources = pages["sources.html"]
+    assert "Flash-0731 on 2× DGX Spark: current recipe and honest speed" in sources and "James Meadlock" in sources
+    assert 'id="recipe-write-up"' in sources and 'id="canary-write-up"' in sources and "1M/6 canary live" in sources
+    assert '<a href="sources.html#recipe-write-up"><em>Flash-0731 on 2× DGX Spark</em></a>' in pages["pitfalls.html"]
+    assert (
+        'id="P16"' in pages["pitfalls.html"]
+        and 'id="D13"' in pages["symptoms.html"]
+        and 'id="T01"' in pages["twin.html"]
+    )
+    assert '<a href="../pitfalls.html#P16">P16</a>' in pages["recipe/status.html"]  # the troubleshooting table
+    assert '<a href="twin.html#T' in pages["faults.html"] or '<a href="symptoms.html#D' in pages["faults.html"]
+
+
 def test_every_page_exists(site):
     pages = site["pages"]
-    for name in ("index.html", "pitfalls.html", "lanes.html", "speed.html", "twin.html", "audit.html"):
+    for name in ("index.html", "pitfalls.html", "lanes.html", "speed.html", "sources.html", "twin.html", "audit.html"):
         assert name in pages, name
     assert {
         f"recipe/{n}.html"
@@ -103,7 +133,9 @@ def test_a_runbook_never_rehearsed_says_so(site):
 
 def test_reference_pages(site):
     pages = site["pages"]
-    assert all(f"P{n:02d}" in pages["pitfalls.html"] for n in range(1, 18)) and "pitfall 17" in pages["pitfalls.html"]
+    assert (
+        all(f'id="P{n:02d}"' in pages["pitfalls.html"] for n in range(1, 18)) and "pitfall 17" in pages["pitfalls.html"]
+    )
     assert "Step 2 — Orphaned workers" in pages["pitfalls.html"]
     assert (
         "anemll-0731 → anemll-1m6 → patch3-c12" in pages["lanes.html"]
@@ -163,7 +195,7 @@ def test_a_build_that_is_not_strict_shows_its_warnings(capsys):
     assert build_problems("a\nb\nc\n", limit=2) == "b\nc"  # no warning in the log: its last lines
     show_warnings(BuiltSite(Path("index.html"), sphinx_problems(log)))
     assert capsys.readouterr().err == (
-        "book: 1 Sphinx warning(s) (`lanebook book --strict` fails on them):\n"
+        "book: 1 warning(s) (`lanebook book --strict` fails on them):\n"
         "  recipe/launch.md:12: WARNING: undefined label: 'nowhere'\n"
     )
     show_warnings(BuiltSite(Path("index.html"), []))

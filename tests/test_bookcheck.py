@@ -53,3 +53,30 @@ def test_check_site_names_broken_links_missing_anchors_and_external_loads(tmp_pa
         "_static/ok.css: missing.css is missing",
         "_static/ok.css loads https://x.example/i.png from the internet",
     ]
+
+
+def test_text_problems_name_the_page_and_line_of_what_a_page_must_not_say(tmp_path):
+    """Only the article counts (the sidebar repeats every page's title); each line is named once per problem."""
+    from lanebook.base.paths import REPO
+    from lanebook.site.bookcheck import text_problems
+
+    (tmp_path / "recipe").mkdir()
+    (tmp_path / "recipe" / "stop.html").write_text(
+        '<nav>Stop the lane — not rehearsed yet</nav>\n<article class="bd-article">\n<h1>Stop the lane — not\n'
+        "rehearsed yet</h1>\n<p>Not rehearsed yet.</p>\n</article>\n"
+    )
+    (tmp_path / "pitfalls.html").write_text(
+        f"<article>\n<td>seed 000 (the recipe), pitfall 1</td>\n<td>linted {REPO}/params/twin.yaml</td>\n</article>\n"
+    )
+    (tmp_path / "clean.html").write_text(
+        '<article><p>Rollback: <a href="sources.html#x">1M/6 canary live</a>, checkout ~/ds4-f-mia-anemll-1m6, '
+        "/home/milo/ds4-f-wesche-keys-c12 on the lane, linted params/twin.yaml</p></article>"
+    )
+    problems = text_problems(tmp_path)
+    assert problems == [
+        "pitfalls.html line 2 says 'seed 0': name the write-up (lanebook.recipe.sources): "
+        "seed 000 (the recipe), pitfall 1",
+        f"pitfalls.html line 3 shows a local path ({REPO}): show it relative to the repository: "
+        f"linted {REPO}/params/twin.yaml",
+        "recipe/stop.html line 5 says 'not rehearsed': rehearse the runbook on the twin: Not rehearsed yet.",
+    ]

@@ -39,3 +39,26 @@ def test_page_copy_leaves_out_verdict_and_widgets_and_badges_marks(tmp_path):
     assert len(outputs) == 2 and outputs[1]["text"] == "waited 3/10 s\n"
     assert outputs[0]["data"]["text/markdown"] == '<span class="lanebook-badge lanebook-badge-pass">PASS</span> **up**'
     assert "widgets" not in page.metadata
+
+
+def test_page_copy_shows_local_paths_relative_to_the_repository(tmp_path):
+    """The record keeps what ran; the page shows no path of the machine that built it."""
+    import tempfile
+
+    from lanebook.base.paths import REPO
+
+    lane = f"{REPO}/params/twin.yaml"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f'lane = "{lane}"')])
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=f"linted {lane}\n"),
+        nbformat.v4.new_output("display_data", data={"text/markdown": f"`HERMES_HOME={tempfile.gettempdir()}/h`"}),
+        nbformat.v4.new_output("error", ename="E", evalue=f"at {lane}", traceback=[f"File {REPO}/lib/x.py"]),
+    ]
+    source = tmp_path / "run.ipynb"
+    nbformat.write(nb, source)
+    page = page_notebook(source, "# [TWIN] env")
+    code = page.cells[1]
+    assert code.source == 'lane = "params/twin.yaml"' and REPO.as_posix() in source.read_text()
+    assert code.outputs[0]["text"] == "linted params/twin.yaml\n"
+    assert code.outputs[1]["data"]["text/markdown"] == "`HERMES_HOME=$TMPDIR/h`"
+    assert code.outputs[2]["evalue"] == "at params/twin.yaml" and code.outputs[2]["traceback"] == ["File lib/x.py"]

@@ -36,6 +36,7 @@ def test_how_each_is_caught():
 
 def test_page_has_every_entry_its_steps_and_origin():
     page = pitfalls_page({"P16": [("stop", "Step 2 — Orphaned workers"), ("gone", "Step 1 — x")]}, {"stop"})
-    assert all(f"| **P{n:02d}** |" in page for n in range(1, 18)) and "| **S06** |" in page
+    row = '| **<span class="lanebook-anchor" id="{0}">{0}</span>** |'.format  # each id a link target
+    assert all(row(f"P{n:02d}") in page for n in range(1, 18)) and row("S06") in page
     assert "[stop](recipe/stop.ipynb): Step 2 — Orphaned workers<br>`gone`: Step 1 — x" in page
     assert "seed 000 (the recipe), pitfall 16 |" in page and "no seed: how Docker Compose reads an env file" in page

@@ -4,7 +4,9 @@ twin launch run and a short twin speed run. Every page checked here renders (the
 failed request, every image loaded), asks nothing of any address but file:// (every other request is routed to
 an abort and named), and draws no character as a missing glyph; the introduction, the launch recipe page with
 its outputs (the troubleshooting table, the verdict table), the speed page with its plot and the audit trail are
-each checked for what they must show. Screenshots go to test-artifacts/site/.
+each checked for what they must show. Every page is also opened at a laptop width (1366 px) and a phone width
+(390 px): its first screen shows its title. Screenshots go to test-artifacts/site/ (NAME.png at 1280 px, and
+NAME-1366.png, NAME-390.png).
 
 A missing glyph is found by drawing: each character of the page's text (and of ::before/::after content) is
 drawn on a canvas in the font of the element that holds it, beside a code point no font has (U+0378,
@@ -110,11 +112,11 @@ def browser():
 class Visit:
     """One page opened with every request recorded and any that is not file:// aborted."""
 
-    def __init__(self, browser, url: str):
+    def __init__(self, browser, url: str, width: int = 1280, height: int = 900):
         self.requests: list[str] = []
         self.left: list[str] = []  # requests that would have left the machine (aborted)
         self.failed: list[str] = []
-        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context = browser.new_context(viewport={"width": width, "height": height})
         self.context.route("**/*", self._route)
         self.page = self.context.new_page()
         self.page.on("request", lambda r: self.requests.append(r.url))
@@ -257,3 +259,38 @@ def test_the_audit_trail_lists_both_runs_linking_to_their_pages(browser, site):
         links = [a.get_attribute("href") for a in table.locator("a[href]").all()]
         targets = {(site / "audit.html").parent.joinpath(h.split("#")[0]).resolve() for h in links if "://" not in h}
         assert len(targets) >= 2 and all(t.is_file() for t in targets), sorted(map(str, targets))
+
+
+# The widths a reader brings: a laptop and a phone (each with its own first screen's height).
+WIDTHS = {"laptop": (1366, 768), "phone": (390, 844)}
+FIRST_SCREEN_JS = """
+() => {
+  const h1 = document.querySelector("article.bd-article h1");
+  const box = h1 && h1.getBoundingClientRect();
+  return {title: h1 ? h1.innerText : null, bottom: box ? box.bottom : null};
+}
+"""
+
+
+@pytest.mark.twin
+def test_every_page_reads_at_a_laptop_and_a_phone_width(browser, site):
+    """Each page's first screen says what it is: its title shown, at either width."""
+    pages = sorted(
+        p.relative_to(site).as_posix()
+        for p in site.rglob("*.html")
+        if p.relative_to(site).parts[0] not in ("_static", "_sources")
+        and p.name not in ("genindex.html", "search.html")
+    )
+    assert "sources.html" in pages and "recipe/stop.html" in pages
+    problems = []
+    for name in pages:
+        for kind, (width, height) in WIDTHS.items():
+            visit = Visit(browser, (site / name).as_uri(), width, height)
+            try:
+                visit.shot(name.replace("/", "-").replace(".html", f"-{width}.png"))
+                seen = visit.page.evaluate(FIRST_SCREEN_JS)
+            finally:
+                visit.close()
+            if not seen["title"] or seen["bottom"] > height:
+                problems.append(f"{name} at {kind} width: its title is not on the first screen ({seen})")
+    assert not problems, "\n".join(problems)

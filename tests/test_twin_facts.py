@@ -88,17 +88,20 @@ def test_render_page_of_a_small_registry_is_exact():
     assert page.startswith("# Facts the twin reproduces\n\n")
     assert "twin figures, never a real lane's" in page
     assert "**The real-vllm-cpu lane** (`params/real-vllm-cpu.yaml`)" in page  # where the real vLLM serves instead
+    anchor = '<span class="lanebook-anchor" id="{0}">{0}</span>'.format  # each id a link target
     assert page.splitlines()[-4:] == [
-        "| id | fact | seed figure | twin figure (measured) | how the twin reproduces it | proving tests |",
+        "| id | fact | published figure | twin figure (measured) | how the twin reproduces it | proving tests |",
         "|---|---|---|---|---|---|",
-        "| T99 | A \\| B. *(recipe, seed 000)* | KV (GiB): 7.16 (as printed)<br>rate: 47-70 (inside the band) "
-        "| KV (GiB): 7.16<br>rate: 80.0 (outside) | Twin does it. | `tests/test_x.py::test_y` |",
-        "| T98 | No figure. *(canary write-up, seed 003)* | - | - | Shown. | `a::b`<br>`c::d` |",
+        f"| {anchor('T99')} | A \\| B. *(recipe, seed 000)* | KV (GiB): 7.16 (as printed)<br>rate: 47-70 (inside the "
+        "band) | KV (GiB): 7.16<br>rate: 80.0 (outside) | Twin does it. | `tests/test_x.py::test_y` |",
+        f"| {anchor('T98')} | No figure. *(canary write-up, seed 003)* | - | - | Shown. | `a::b`<br>`c::d` |",
     ]
 
 
 def test_the_page_has_a_row_per_fact_with_its_measured_figures():
-    rows = [line for line in facts.render_page().splitlines() if line.startswith("| T")]
-    assert [row.split(" | ")[0] for row in rows] == [f"| T{n:02d}" for n in range(1, 16)]
+    rows = [line for line in facts.render_page().splitlines() if line.startswith('| <span class="lanebook-anchor"')]
+    assert [row.split(" | ")[0] for row in rows] == [
+        f'| <span class="lanebook-anchor" id="T{n:02d}">T{n:02d}</span>' for n in range(1, 16)
+    ]
     assert "GPU KV cache size at 0.85 (tokens): 2,493,464" in rows[1]
     assert "(outside)" not in "\n".join(rows)

@@ -393,7 +393,10 @@ def book(
         None, "--out", help="the site goes to DIR/_build/html (default: book/_build/html)"
     ),
     strict: bool = typer.Option(
-        False, "--strict", help="fail on any Sphinx warning, broken internal link or external load"
+        False,
+        "--strict",
+        help="fail on any Sphinx warning, broken internal link or external load, or a page that says 'not rehearsed', "
+        "'seed 0' or shows a local path",
     ),
 ):
     """Build the jupyter-book site from the recipe and the stored audit trail (offline)."""

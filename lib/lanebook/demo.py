@@ -1,11 +1,17 @@
-"""`make demo`: `lanebook promote --lane twin` (the main job on the twin lane), then the book, then where to look
-(the book's path is the last line).
+"""`make demo`: `lanebook promote --lane twin` (the main job on the twin lane), then every other runbook rehearsed on
+the twin in the order an operator meets them, then the book, then where to look (the book's path is the last line).
 
-The demo passes only when every runbook of the main job exists and passed: a runbook not written yet is
-named as missing and fails the demo (no promotion is run), and the book is still built.
+After the main job: the follow-up diagnostics (`diagnose`), a read of the lane (`doctor`), the rollback drill
+(`rollback` to the twin lane's rollback lane), the way forward again the rollback runbook names (`stop` the
+rollback lane, `launch` the twin lane) and `status`, which shows the twin lane left serving as promoted. So every
+runbook's page in the book is a rehearsal. Each run's verdict is printed as it ends; the demo stops at the first
+run not passed (each stands on the one before it), and passes only when every runbook exists and every run passed:
+a runbook not written yet is named as missing and fails the demo (nothing is run), and the book is still built.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from rich.console import Console
 
@@ -13,12 +19,55 @@ from lanebook.base.paths import outputs_dir
 from lanebook.runs.promote import MAIN_JOB, missing_runbooks
 
 console = Console()
+TWIN_LANE = "twin"
+ROLLBACK_LANE = "the twin lane's rollback lane"  # resolved from params/twin.yaml's `rollback:` when run
+# (runbook, lane, parameters) after the main job, in the operator's order. The diagnose canary keeps its three
+# trials a cell (a value is judged only on complete bands) on one workload at C1 and shorter streams: the twin's
+# decode rates are the seeds', and its two relaunches are most of the rehearsal's time.
+DIAGNOSE_REHEARSAL = {
+    "canary_workloads": ["count"],
+    "canary_concurrency": [1],
+    "canary_max_tokens": 64,
+    "boundary_max_tokens": 128,
+    "boundary_short_tokens": 32,
+}
+AFTER_PROMOTION = (
+    ("diagnose", TWIN_LANE, DIAGNOSE_REHEARSAL),
+    ("doctor", TWIN_LANE, {}),
+    ("rollback", TWIN_LANE, {}),
+    ("stop", ROLLBACK_LANE, {}),
+    ("launch", TWIN_LANE, {}),
+    ("status", TWIN_LANE, {}),
+)
 
 
-def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, ...] = MAIN_JOB) -> tuple[bool, str]:
-    """Did the demo pass, and the closing line that says why: every runbook of the job ran and passed, or not."""
-    not_run = [name for name in job if name not in verdicts and name not in missing]
-    failed = [f"{name} {verdict}" for name, verdict in verdicts.items() if verdict != "pass"]
+def demo_runs(rollback_lane: str) -> list[tuple[str, str, dict]]:
+    """The runs after the main job, the rollback lane named."""
+    return [(name, rollback_lane if lane == ROLLBACK_LANE else lane, params) for name, lane, params in AFTER_PROMOTION]
+
+
+def run_label(runbook: str, lane: str) -> str:
+    return runbook if lane == TWIN_LANE else f"{runbook} ({lane})"
+
+
+def demo_labels(rollback_lane: str) -> tuple[str, ...]:
+    """Every run of the demo, in order, as its closing line names them."""
+    return MAIN_JOB + tuple(run_label(name, lane) for name, lane, _ in demo_runs(rollback_lane))
+
+
+def demo_outcome(
+    verdicts: list[tuple[str, str]], missing: list[str], job: tuple[str, ...] = MAIN_JOB
+) -> tuple[bool, str]:
+    """Did the demo pass, and the closing line that says why: every run of the job ran and passed, or not.
+    verdicts: (run label, verdict) in the order run."""
+    ran = Counter(label for label, _ in verdicts)  # launch runs twice: once in the job, once after the rollback
+    not_run = []
+    for label in job:
+        if ran[label]:
+            ran[label] -= 1
+        elif label not in missing:
+            not_run.append(label)
+    failed = [f"{label} {verdict}" for label, verdict in verdicts if verdict != "pass"]
     problems = (
         ([f"missing runbooks (not written yet): {', '.join(missing)}"] if missing else [])
         + ([f"not passed: {', '.join(failed)}"] if failed else [])
@@ -29,41 +78,69 @@ def demo_outcome(verdicts: dict[str, str], missing: list[str], job: tuple[str, .
     return True, f"demo passed: {', '.join(job)} all pass"
 
 
-def _stop_lane_left_up() -> None:
-    """A demo starts from a stopped lane, so it can be run again (the launch runbook refuses a busy pair)."""
+def _stop_lanes_left_up(names: list[str]) -> None:
+    """A demo starts from stopped lanes, so it can be run again (the launch runbook refuses a busy pair)."""
     from lanebook.lane.params import load_lane
     from lanebook.nodes.ssh import Lane
     from lanebook.ops import launcher
 
-    with Lane(load_lane("twin")) as lane:
-        if any(launcher.running_containers(lane).values()):
-            console.print("stopping the twin lane an earlier run left up")
-            launcher.stop_lane(lane)
+    for name in names:
+        with Lane(load_lane(name)) as lane:
+            if any(launcher.running_containers(lane).values()):
+                console.print(f"stopping the {name} lane an earlier run left up")
+                launcher.stop_lane(lane)
+
+
+def _run_shown(runbook: str, lane: str, params: dict) -> dict:
+    """One recorded run on the terminal, as `promote` shows each of its runbooks."""
+    from lanebook.lane.params import load_lane
+    from lanebook.runs.audit import VERDICT_STYLES, verdict_label
+    from lanebook.runs.execute import run_runbook
+
+    console.rule(f"runbook {run_label(runbook, lane)}")
+    record = run_runbook(runbook, load_lane(lane), params)
+    colour = VERDICT_STYLES.get(record["verdict"], ("yellow", ""))[0]
+    failed = f" — failed step: {record['failed_step']}" if record["failed_step"] else ""
+    console.print(f"[{colour}]{run_label(runbook, lane)}: {verdict_label(record['verdict'])}[/]{failed}")
+    if record.get("fix"):
+        console.print(f"  what to do next: {record['fix']}")
+    console.print(f"  executed notebook: {record['output']}", soft_wrap=True)
+    return record
 
 
 def run_demo() -> int:
+    from lanebook.lane.params import load_lane
     from lanebook.runs.promote import promote_shown
     from lanebook.site.book import build_book, show_warnings
     from lanebook.twin import control
 
-    missing = missing_runbooks()
+    rollback_lane = load_lane(TWIN_LANE).rollback
+    runs = demo_runs(rollback_lane)
+    missing = missing_runbooks(MAIN_JOB + tuple(dict.fromkeys(name for name, _, _ in runs)))
     console.rule("twin")
     control.print_status(control.up(faults=[], fast=True))
-    _stop_lane_left_up()
-    verdicts: dict[str, str] = {}
+    _stop_lanes_left_up([TWIN_LANE, rollback_lane])
+    verdicts: list[tuple[str, str]] = []
     if missing:
         console.print(
-            f"[red]main job incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
-            "no promotion is run, and the demo fails[/]"
+            f"[red]demo incomplete: {', '.join(missing)} not written yet (runbooks/NAME.ipynb); "
+            "nothing is run, and the demo fails[/]"
         )
     else:
-        verdicts = {r["runbook"]: r["verdict"] for r in promote_shown("twin").records}
+        verdicts = [(r["runbook"], r["verdict"]) for r in promote_shown(TWIN_LANE).records]
+        for runbook, lane, params in runs if all(v == "pass" for _, v in verdicts) else ():
+            record = _run_shown(runbook, lane, params)
+            verdicts.append((run_label(runbook, lane), record["verdict"]))
+            if record["verdict"] != "pass":
+                break  # each run stands on the one before it
     console.rule("book")
     built = build_book()
     show_warnings(built)
     site = built.index
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})", soft_wrap=True)
-    ok, line = demo_outcome(verdicts, missing)
+    ok, line = demo_outcome(verdicts, missing, demo_labels(rollback_lane))
     console.print(f"[{'green' if ok else 'red'}]{line}[/] — all figures are TWIN figures")
+    if ok:
+        console.print(f"lane {TWIN_LANE} is left up and serving, as promoted: {load_lane(TWIN_LANE).api}")
     console.print(f"book:    {site}  (open it in a browser: {site.as_uri()})", soft_wrap=True)  # last: where to look
     return 0 if ok else 1

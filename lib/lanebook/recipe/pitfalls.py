@@ -159,7 +159,7 @@ def check_memory(inp: "LintInput") -> Iterator[Hit]:
     if length is None or (to_number(length.value) or 0) < ONE_M:
         return
     util = inp.flag("--gpu-memory-utilization", "GPU_MEMORY_UTILIZATION")
-    figures = "0.80 left ~7.16 GiB KV vs 7.54 GiB needed on the seed's pair; 0.85 boots"
+    figures = "0.80 left ~7.16 GiB KV vs 7.54 GiB needed on the operators' pair; 0.85 boots"
     value = to_number(util.value) if util else None
     if value is not None and value < GOOD_MEMORY:
         if util.via:
@@ -381,7 +381,7 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall(
         "P07",
         "Memory 0.80 at 1M context",
-        "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the seed's pair: ~7.16 GiB KV available "
+        "GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the operators' pair: ~7.16 GiB KV available "
         "vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly.",
         "error",
         "lint, env, launch, gates",
@@ -497,7 +497,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "The compose command must hold one SPECULATIVE_CONFIG assignment that becomes valid JSON inside the container.",
         "error",
         "lint, env",
-        "Restore the seed's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it).",
+        "Restore the recipe's one-line SPECULATIVE_CONFIG (`lanebook env render` writes it).",
         check_speculative_config,
         seed="seed 000 (the recipe), its one-line SPECULATIVE_CONFIG compose change",
     ),

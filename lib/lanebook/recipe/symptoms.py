@@ -130,7 +130,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "KV cache too small for 1M context",
         "Startup stops with \"To serve at least one request with the model's max seq len (1048576), (… GiB KV cache is "
         'needed, which is larger than the available KV cache memory (… GiB)".',
-        "GPU_MEMORY_UTILIZATION leaves too little KV room for MAX_MODEL_LEN=1048576 (0.80 on the seed's pair).",
+        "GPU_MEMORY_UTILIZATION leaves too little KV room for MAX_MODEL_LEN=1048576 (0.80 on the operators' pair).",
         "GPU_MEMORY_UTILIZATION=0.85 (the profile key the launcher reads), clean SHM and page cache, launch again.",
         "env",
         "Compare the two GiB figures in the message: a small gap is the 0.80 vs 0.85 case.",

@@ -5,8 +5,13 @@ stored baselines; lanebook.site.pages, a module per page) into a staging folder,
 offline from stored outputs: it never executes a notebook. Pages made from recorded notebooks are copies;
 the records themselves are never touched. Plugins add pages (registry().book_pages: the twin's facts).
 
+Every staged page then names the write-ups it cites by title, linked to the Sources page, and links each pitfall,
+symptom and fact id to its row (lanebook.site.pages.links).
+
 Strict builds (tests, `lanebook book --strict`) fail on any Sphinx warning, on a broken internal link or
-anchor, and on anything the site would load from the internet (lanebook.site.bookcheck).
+anchor, on anything the site would load from the internet, and on a page that says "not rehearsed", "seed 0" or
+shows a path on the machine that built it (lanebook.site.bookcheck). A build that is not strict returns them
+as warnings.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from lanebook.lane.plugins import registry
 from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
-from lanebook.site.bookcheck import check_site
+from lanebook.site.bookcheck import check_site, text_problems
 from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, symptoms, trail
+from lanebook.site.pages.links import defined_anchors, link_text, run_links
 from lanebook.site.pages.notebook import notebook_title, page_notebook
 from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
+from lanebook.site.pages.sources import sources_page
 from lanebook.speed.baseline import stored_baseline
 
 # Staged book sources copied as they are: the configuration and the site's own style sheet.
@@ -86,6 +93,38 @@ def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None
         (stage / file).write_bytes(png)
 
 
+def _markdown_parts(nb: nbformat.NotebookNode) -> list[tuple[object, str]]:
+    """(holder, key) of each Markdown text of a staged notebook: its Markdown cells and Markdown outputs."""
+    parts: list[tuple[object, str]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            parts.append((cell, "source"))
+        for output in cell.get("outputs", []):
+            if "text/markdown" in output.get("data", {}):
+                parts.append((output["data"], "text/markdown"))
+    return parts
+
+
+def _link_pages(stage: Path, runs: list[PublishedRun]) -> None:
+    """Every staged page with the write-ups named and linked, each defined id linked to its row, and each link to a
+    nested run's record (rollback's gates) made a link to that run's page."""
+    run_docs = {Path(run.record["output"]).with_suffix("").as_posix(): run.doc for run in runs}
+    markdown = {p.relative_to(stage).with_suffix("").as_posix(): p for p in sorted(stage.rglob("*.md"))}
+    notebooks = {
+        p.relative_to(stage).with_suffix("").as_posix(): (p, nbformat.read(p, as_version=4))
+        for p in sorted(stage.rglob("*.ipynb"))
+    }
+    texts = {doc: path.read_text() for doc, path in markdown.items()}
+    texts.update({doc: "\n".join(h[k] for h, k in _markdown_parts(nb)) for doc, (_, nb) in notebooks.items()})
+    anchors = defined_anchors(texts)
+    for doc, path in markdown.items():
+        path.write_text(link_text(texts[doc], doc, anchors))
+    for doc, (path, nb) in notebooks.items():
+        for holder, key in _markdown_parts(nb):
+            holder[key] = link_text(run_links(holder[key], doc, run_docs), doc, anchors)
+        nbformat.write(nb, path)
+
+
 def stage_book(stage: Path) -> None:
     """Every page source of the book into STAGE (an empty folder)."""
     for name in STATIC_SOURCES:
@@ -97,6 +136,7 @@ def stage_book(stage: Path) -> None:
     (stage / intro.PICTURE).write_bytes(picture)
     reference = intro.shown_lanes(all_lanes)[0].name
     (stage / "lanes.md").write_text(lanes.lanes_page(all_lanes, reference))
+    (stage / "sources.md").write_text(sources_page(all_lanes))
     runs = published_runs(read_runs())
     recipe_docs = _stage_recipe(stage, runs)
     sources = {
@@ -120,24 +160,26 @@ def stage_book(stage: Path) -> None:
         "      - file: pitfalls",
         "      - file: symptoms",
         "      - file: speed",
+        "      - file: sources",
     ]
     if plugin_pages:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
     toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
+    _link_pages(stage, runs)
 
 
 @dataclass(frozen=True)
 class BuiltSite:
     index: Path  # OUT/_build/html/index.html
-    warnings: list[str]  # Sphinx's warnings of a build that was not strict (a strict build fails on any)
+    warnings: list[str]  # a build that was not strict: Sphinx's warnings and the pages' text problems
 
 
 def build_book(out: Optional[Path] = None, strict: bool = False) -> BuiltSite:
     """Build the site into OUT/_build/html (default book/_build/html).
 
-    strict: Sphinx warnings fail the build, and so does a broken internal link or an external load; otherwise
-    the warnings come back with the site, for the caller to show."""
+    strict: Sphinx warnings fail the build, and so does a broken internal link, an external load or a page's text
+    problem (each named with its page and line); otherwise they come back with the site, for the caller to show."""
     out = Path(out or BOOK_DIR).resolve()  # jupyter-book writes OUT/_build/html
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     html = out / "_build" / "html"
@@ -152,18 +194,19 @@ def build_book(out: Optional[Path] = None, strict: bool = False) -> BuiltSite:
     if proc.returncode != 0:
         raise LanebookError("jupyter-book build failed:\n" + build_problems(proc.stdout + proc.stderr))
     if strict:
-        problems = check_site(html)
+        problems = check_site(html) + text_problems(html)
         if problems:
-            raise LanebookError(f"the built site has {len(problems)} problem(s): " + "; ".join(problems[:5]))
-    return BuiltSite(html / "index.html", sphinx_problems(proc.stdout + proc.stderr))
+            more = f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else ""
+            raise LanebookError(
+                f"the built site has {len(problems)} problem(s):\n  " + "\n  ".join(problems[:12]) + more
+            )
+    return BuiltSite(html / "index.html", sphinx_problems(proc.stdout + proc.stderr) + text_problems(html))
 
 
 def show_warnings(site: BuiltSite, limit: int = 12) -> None:
     """On stderr: how many warnings a build that was not strict had, and the first of them."""
     if site.warnings:
-        print(
-            f"book: {len(site.warnings)} Sphinx warning(s) (`lanebook book --strict` fails on them):", file=sys.stderr
-        )
+        print(f"book: {len(site.warnings)} warning(s) (`lanebook book --strict` fails on them):", file=sys.stderr)
         for line in site.warnings[:limit]:
             print(f"  {line}", file=sys.stderr)
 

@@ -1,10 +1,16 @@
-"""Checks of a built site: every internal link and anchor resolves, and nothing is loaded from the internet.
+"""Checks of a built site: every internal link and anchor resolves, nothing is loaded from the internet, and no
+page says what a published page must not (`text_problems`).
 
 The site must work from a file:// path with no network, so every script, style sheet, font, image and frame
 it loads is one of its own files: an http(s) or protocol-relative URL in a loading attribute (script src,
 link href, img src, iframe src, …), in a style attribute or <style>, or in a CSS file's @import or url() is a
 problem. A link (a href) to another site loads nothing and is allowed. `page_refs` and `css_loads` are pure
 (text in, references out); `check_site` walks a built site and names each problem.
+
+What a page's article must not say: "not rehearsed" (a runbook page with no twin run behind it), "seed 0" (the
+house shorthand for the write-ups: a reader is given their titles, lanebook.site.pages.links), or a path on the
+machine that built it (lanebook.base.paths.local_roots: pages show paths relative to the repository or the lane's
+checkout). `article_lines` and `said` are pure; `text_problems` names each page and line.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
+
+from lanebook.base.paths import local_path_pattern
 
 # (tag, attribute) pairs that make a browser fetch something as the page loads.
 LOADING = {
@@ -129,4 +137,68 @@ def check_site(root: Path) -> list[str]:
                 problems.append(f"{css.relative_to(root)} loads {url} from the internet")
             elif not url.startswith(NOT_FILES) and not _resolve(css, url)[0].is_file():
                 problems.append(f"{css.relative_to(root)}: {url} is missing")
+    return problems
+
+
+UNSAID = (
+    (re.compile(r"not rehearsed", re.I), "says 'not rehearsed': rehearse the runbook on the twin"),
+    (re.compile(r"\bseed 0", re.I), "says 'seed 0': name the write-up (lanebook.recipe.sources)"),
+)
+
+
+class _Article(HTMLParser):
+    """The text inside <article> elements, by line of the HTML file."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.lines: dict[int, str] = {}
+        self._depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._depth += tag == "article"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._depth -= tag == "article" and self._depth > 0
+
+    def handle_data(self, data: str) -> None:
+        if self._depth:
+            line = self.getpos()[0]
+            for n, part in enumerate(data.split("\n")):
+                self.lines[line + n] = self.lines.get(line + n, "") + part
+
+
+def article_lines(html: str) -> dict[int, str]:
+    """Line of the HTML file -> the article's text on it."""
+    parser = _Article()
+    parser.feed(html)
+    parser.close()
+    return parser.lines
+
+
+def said(lines: dict[int, str], local: re.Pattern) -> list[tuple[int, str, str]]:
+    """(line, why, the text) for each line that says what a page must not."""
+    found = []
+    for line, text in sorted(lines.items()):
+        for pattern, why in UNSAID:
+            if pattern.search(text):
+                found.append((line, why, text.strip()))
+        match = local.search(text)
+        if match:
+            found.append(
+                (line, f"shows a local path ({match.group(1)}): show it relative to the repository", text.strip())
+            )
+    return found
+
+
+def text_problems(root: Path) -> list[str]:
+    """Each line of the built site's articles that says what a published page must not, naming page and line."""
+    root = Path(root).resolve()
+    local = local_path_pattern()
+    problems = []
+    for path in sorted(root.rglob("*.html")):
+        where = path.relative_to(root)
+        if where.parts[0] == "_static":
+            continue
+        for line, why, text in said(article_lines(path.read_text(errors="replace")), local):
+            problems.append(f"{where} line {line} {why}: {text[:120]}")
     return problems

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 from typing import Sequence as Seq
 
+from lanebook.site.pages.links import anchor
 from lanebook.twin import conformance
 from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, kv_budget
@@ -532,7 +533,7 @@ def render_page(facts: Seq[Fact] = FACTS, conformance_section: bool = True) -> s
         "",
         REAL_VLLM_CPU_LANE,
         "",
-        "| id | fact | seed figure | twin figure (measured) | how the twin reproduces it | proving tests |",
+        "| id | fact | published figure | twin figure (measured) | how the twin reproduces it | proving tests |",
         "|---|---|---|---|---|---|",
     ]
     for entry in facts:
@@ -540,7 +541,7 @@ def render_page(facts: Seq[Fact] = FACTS, conformance_section: bool = True) -> s
         twin = "<br>".join(_reading(f, f.measure()) for f in entry.figures) or "-"
         tests = "<br>".join(f"`{t}`" for t in entry.tests)
         lines.append(
-            f"| {entry.id} | {_cell(entry.fact)} *({_cell(entry.source)})* | {_cell(seed)} | {_cell(twin)} "
+            f"| {anchor(entry.id)} | {_cell(entry.fact)} *({_cell(entry.source)})* | {_cell(seed)} | {_cell(twin)} "
             f"| {_cell(entry.twin)} | {tests} |"
         )
     page = "\n".join(lines) + "\n"

@@ -4,7 +4,9 @@ The page is a copy; the record is never changed. In the copy: the page's own hea
 notebook's `# ` headings become `## ` (one title per page); the machine-readable verdict output is left out
 (the heading states the verdict); widget outputs are left out (a static page would need the widget
 manager's JavaScript from the internet to draw them, and the progress they show is also in the printed
-lines beside them); check marks become badges (lanebook.site.pages.markup).
+lines beside them); check marks become badges (lanebook.site.pages.markup); a path on the machine that ran it is
+shown relative to the repository (or as outputs, ~, $TMPDIR: lanebook.base.paths.shown_paths), so no page shows
+where the clone that built it lives.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 
+from lanebook.base.paths import shown_paths
 from lanebook.site.pages.markup import badge_marks
 from lanebook.steps.runbook import VERDICT_MIME
 
@@ -31,14 +34,25 @@ def demote_titles(markdown: str) -> str:
     return "\n".join(lines)
 
 
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
 def _page_output(output: dict):
     """The output as the page shows it, or None when the page leaves it out."""
     data = output.get("data", {})
     if VERDICT_MIME in data or WIDGET_MIME in data:
         return None
+    for mime, value in data.items():
+        if mime.startswith("text/"):
+            data[mime] = shown_paths(_text(value))
     if MARKDOWN_MIME in data:
-        text = data[MARKDOWN_MIME]
-        data[MARKDOWN_MIME] = badge_marks("".join(text) if isinstance(text, list) else text)
+        data[MARKDOWN_MIME] = badge_marks(data[MARKDOWN_MIME])
+    if "text" in output:  # a stream
+        output["text"] = shown_paths(_text(output["text"]))
+    if "traceback" in output:
+        output["traceback"] = [shown_paths(line) for line in output["traceback"]]
+        output["evalue"] = shown_paths(output.get("evalue", ""))
     return output
 
 
@@ -47,6 +61,7 @@ def page_notebook(source: Path, heading: str) -> nbformat.NotebookNode:
     nb = nbformat.read(source, as_version=4)
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
+        cell.source = shown_paths(cell.source)
         if cell.cell_type == "markdown":
             cell.source = badge_marks(demote_titles(cell.source))
         elif cell.cell_type == "code":

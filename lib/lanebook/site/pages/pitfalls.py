@@ -12,6 +12,7 @@ import re
 from typing import Iterable
 
 from lanebook.recipe.pitfalls import PITFALLS, Pitfall
+from lanebook.site.pages.links import anchor
 from lanebook.site.pages.markup import badge, md_table, wide
 
 SECTION = re.compile(r"^## (.+)$", re.M)
@@ -67,7 +68,7 @@ def pitfalls_page(
     """The page; published: runbooks that have a recipe page to link to."""
     rows = [
         [
-            f"**{p.id}**",
+            f"**{anchor(p.id)}**",
             p.title,
             p.text,
             caught_by(p),

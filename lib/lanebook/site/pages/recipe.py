@@ -3,7 +3,8 @@
 A rehearsed runbook's page is the executed notebook of its latest twin run that was not a dry run, its stored
 outputs as they were recorded (never executed again), under a heading that says it is a twin rehearsal and
 gives that run's verdict table: every check of every step, as the run emitted it. A runbook never rehearsed
-shows its notebook without outputs and says so. Either way the notebook carries its troubleshooting table (the
+shows its notebook without outputs and says so. Paths of the machine that ran it are shown relative to the
+repository (lanebook.base.paths.shown_paths). Either way the notebook carries its troubleshooting table (the
 registry's, a Markdown cell after its last step), so the page shows it without a run.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from lanebook.base.paths import shown_paths
 from lanebook.site.pages.markup import md_table, outcome_badge, verdict_badge, wide
 from lanebook.site.pages.runs import PublishedRun
 from lanebook.site.pages.trail import link
@@ -20,7 +22,10 @@ def verdict_table(emitted: Optional[dict]) -> str:
     """The run's checks (step, expected result, outcome, what was seen) from the verdict it emitted."""
     if not emitted or not emitted.get("checks"):
         return "The run emitted no checks (it stopped before its first step).\n"
-    rows = [[c["step"], c["what"], outcome_badge(c["outcome"]), c.get("detail") or ""] for c in emitted["checks"]]
+    rows = [
+        [c["step"], shown_paths(c["what"]), outcome_badge(c["outcome"]), shown_paths(c.get("detail") or "")]
+        for c in emitted["checks"]
+    ]
     return wide(md_table(["step", "expected result", "outcome", "seen"], rows))
 
 

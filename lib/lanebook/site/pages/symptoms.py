@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lanebook.recipe.pitfalls import SYMPTOMS
 from lanebook.recipe.symptoms import NOTE, Symptom
+from lanebook.site.pages.links import anchor
 from lanebook.site.pages.markup import md_table, wide
 
 
@@ -23,7 +24,7 @@ def symptoms_page(published: set[str], symptoms: tuple[Symptom, ...] = SYMPTOMS)
     notes = [s for s in symptoms if s.kind == NOTE]
 
     def row(s: Symptom) -> list[str]:
-        return [f"**{s.id}**", s.title, s.seen, s.cause, s.fix, runbook_cell(s, published), source_cell(s)]
+        return [f"**{anchor(s.id)}**", s.title, s.seen, s.cause, s.fix, runbook_cell(s, published), source_cell(s)]
 
     return (
         "# Symptoms\n\nWhat a sick lane shows and what it means, from the same registry as the pitfalls. "
