@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanebook.twin.nodes import LIB_DIR, STANDINS
+from lanebook.twin.nodes import LIB_DIR, STANDINS, sleep_shim
 from lanebook.twin.session import map_paths, mapped_root
 from lanebook.twin.standins.machine import NodeMachine, init_node
 
@@ -43,9 +43,11 @@ def local_node(tmp_path: Path, legacy_active: bool = False, faults: tuple[str, .
     (root / "home").mkdir(exist_ok=True)
     bin_dir = root / "bin"
     bin_dir.mkdir()
-    for name in (*STANDINS, "sleep"):
-        shim = bin_dir / name
-        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m lanebook.twin.standins {name} "$@"\n')
+    python = shlex.quote(sys.executable)
+    for name in STANDINS:
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {python} -m lanebook.twin.standins {name} "$@"\n')
+    (bin_dir / "sleep").write_text(sleep_shim(python))  # the --fast node's (LANEBOOK_TWIN_TIME_SCALE below)
+    for shim in bin_dir.iterdir():
         shim.chmod(0o755)
     twin_dir = tmp_path / "twin"
     twin_dir.mkdir()

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,60 @@ def test_each_node_logs_every_command_line_it_is_given(twin):
     assert ssh(twin, "worker", marker).stdout == f"logged; $(not run) {os.getpid()}\n"
     log = TwinLayout(Path(twin["twin_dir"])).command_log("worker").read_bytes().split(b"\0")
     assert marker.encode() in log
+
+
+def run_sleep_shim(
+    tmp_path: Path, args: str, trace: bool = False, **env: str
+) -> tuple[subprocess.CompletedProcess, str]:
+    """Run the --fast sleep shim (TRACE: under sh -x) with a python that logs each call before it runs the stand-in:
+    the result, and what reached Python ("" when the shim slept by itself)."""
+    from lanebook.twin.nodes import LIB_DIR, sleep_shim
+
+    calls = tmp_path / "python-calls"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(calls))}\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
+    shim = tmp_path / "sleep"
+    shim.write_text(sleep_shim(shlex.quote(str(python))))
+    environ = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(LIB_DIR), "LANEBOOK_TWIN_TIME_SCALE": "0.01", **env}
+    result = subprocess.run(
+        ["sh", *(["-x"] if trace else []), str(shim), *shlex.split(args)],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return result, calls.read_text() if calls.exists() else ""
+
+
+@pytest.mark.parametrize("args, seconds", [("2", "0.020000000"), ("1 0.5", "0.015000000"), ("0", "0.000000000")])
+def test_the_fast_sleep_shim_scales_plain_seconds_without_python(tmp_path, args, seconds):
+    result, python_calls = run_sleep_shim(tmp_path, args, trace=True)
+    assert result.returncode == 0 and python_calls == ""
+    assert f"exec /bin/sleep {seconds}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, env, code, message",
+    [
+        ("1s", {}, 0, ""),  # a suffix
+        ("1x", {}, 1, "sleep: invalid time interval '1x'"),  # coreutils' message, from the stand-in
+        ("-5", {}, 1, "sleep: invalid time interval '-5'"),
+        ("--help", {}, 1, "sleep: invalid time interval '--help'"),
+        ("", {}, 0, ""),  # no operand
+        ("0.1", {"LANEBOOK_TWIN_TIME_SCALE": "fast"}, 0, ""),  # a clock that is no plain number: the stand-in's rule
+        ("0.1", {"LANEBOOK_TWIN_REAL_ENGINE": "vllm-cpu"}, 0, ""),  # the real engine's launcher waits in real time
+    ],
+)
+def test_the_fast_sleep_shim_leaves_anything_else_to_the_stand_in(tmp_path, args, env, code, message):
+    result, python_calls = run_sleep_shim(tmp_path, args, **env)
+    assert python_calls == f"-m lanebook.twin.standins sleep {args}".rstrip() + "\n"
+    assert (result.returncode, result.stderr) == (code, f"{message}\n" if message else "")
+
+
+def test_a_fast_node_sleeps_by_the_clock_its_stand_ins_read(twin):
+    """The head's own shim, over ssh: the scale it applies is the node session's LANEBOOK_TWIN_TIME_SCALE, the value
+    the Python stand-in reads, from the twin's time scale."""
+    traced = ssh(twin, "head", 'echo "$LANEBOOK_TWIN_TIME_SCALE"; sh -x "$(command -v sleep)" 3')
+    assert float(traced.stdout) == twin["time_scale"] < 1
+    assert f"exec /bin/sleep {3 * twin['time_scale']:.9f}" in traced.stderr

@@ -1,5 +1,9 @@
 """What the stand-ins share (lanebook.twin.standins.base) and how a node's shim reaches one (the package's main)."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 from lanebook.base.errors import LanebookError
 from lanebook.twin.standins import COMMANDS, main
@@ -47,3 +51,15 @@ def test_main_dispatches_to_every_stand_in(capsys):
     }
     assert main(["no-such"]) == 2 and "usage: python -m lanebook.twin.standins" in capsys.readouterr().err
     assert main(["sleep", "0"]) == 0
+
+
+# Modules a stand-in's process does without (a fresh interpreter per command, thousands per suite): each costs
+# milliseconds of CPU to import, and dataclasses brings inspect, ast, dis and tokenize.
+HEAVY = {"dataclasses", "typing", "argparse", "inspect", "hashlib", "tempfile", "shutil", "subprocess"}
+
+
+@pytest.mark.parametrize("module", sorted({module for module, _ in COMMANDS.values()}))
+def test_a_stand_in_starts_without_heavy_imports(module):
+    probe = f"import sys, lanebook.twin.standins.{module}; print(__import__('json').dumps(sorted(sys.modules)))"
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True).stdout))
+    assert loaded & HEAVY == set()

@@ -119,10 +119,20 @@ def test_format_free_units():
 
 
 def test_sleep_runs_on_the_twin_clock(node):
-    started = time.monotonic()
-    assert node.run("sleep 2").returncode == 0  # scaled by the node's time scale (0.01 here)
-    assert time.monotonic() - started >= 0.02
+    # the --fast shim's own path (plain seconds), the stand-in through it (a suffix) and the stand-in itself
+    for command in ("sleep 2", "sleep 2s", "python -m lanebook.twin.standins sleep 2"):
+        started = time.monotonic()
+        assert node.run(command).returncode == 0  # scaled by the node's time scale (0.01 here)
+        assert time.monotonic() - started >= 0.02, command
     assert node.run("sleep 1x").stderr.strip() == "sleep: invalid time interval '1x'"
+
+
+def test_sleep_waits_in_real_time_for_the_real_engine(node):
+    """A launcher whose env file names the real engine exports the knob (`set -a`): its waits are not scaled."""
+    for command in ("sleep 0.3", "python -m lanebook.twin.standins sleep 0.3"):
+        started = time.monotonic()
+        assert node.run(f"LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu {command}").returncode == 0
+        assert time.monotonic() - started >= 0.3, command
 
 
 def test_unit_names_default_to_services():

@@ -77,9 +77,3 @@ def test_an_unknown_flag_is_refused():
     args, given = parsed(["serve", "m", "--cpu-offload-gb", "4"])
     with pytest.raises(vllm_cpu.Refused, match="does not know how to run --cpu-offload-gb"):
         vllm_cpu.translate(given, args)
-
-
-def test_the_knob_names_the_engine_or_is_refused():
-    assert vllm_cpu.requested({"LANEBOOK_TWIN_REAL_ENGINE": "vllm-cpu"})
-    assert not vllm_cpu.requested({}) and vllm_cpu.check_knob({}) is None
-    assert "must be vllm-cpu or unset" in vllm_cpu.check_knob({"LANEBOOK_TWIN_REAL_ENGINE": "vllm-gpu"})

@@ -3,27 +3,29 @@ line when a file an operator named cannot be read."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import tempfile
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from lanebook.base.errors import LanebookError
+
+# hashlib, shutil, tempfile and datetime are imported where used: much of lanebook imports this module, the twin's
+# stand-ins (a fresh process per command) included, and most callers need none of them.
 
 
 def utc_stamp() -> str:
     """Now as UTCSTAMP, e.g. 20261202T045311Z: the one form of the time in backup, record and output names."""
+    from datetime import datetime, timezone
+
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
+def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """A reader sees the old file or the new one, never half of one.
 
     mode: the new file's permissions; None keeps an existing file's mode (0o644 for a new file).
     """
+    import tempfile
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if mode is None:
@@ -41,8 +43,10 @@ def write_atomic(path: Path, text: str, mode: Optional[int] = None) -> None:
         raise
 
 
-def backup(path: Path, stamp: Optional[str] = None) -> Path:
+def backup(path: Path, stamp: str | None = None) -> Path:
     """Copy PATH to PATH.bak-UTCSTAMP (never overwriting an earlier backup) before it is changed."""
+    import shutil
+
     path = Path(path)
     stamp = stamp or utc_stamp()
     target = path.with_name(f"{path.name}.bak-{stamp}")
@@ -79,6 +83,8 @@ def read_text(path: str | Path, what: str) -> str:
 
 def sha256_file(path: Path) -> str:
     """The file's sha256, read in 1 MiB blocks (outputs and lane files are hashed for records and provenance)."""
+    import hashlib
+
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -9,8 +9,6 @@ the recipe's good boot at 0.85 (a KV cache of 2,493,464 tokens). Twin figures, n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional
 
 MODEL_LEN_1M = 1_048_576
 
@@ -34,16 +32,37 @@ NON_KV_USED_GIB = 0.80 * GPU_MEMORY_GIB - KV_AVAILABLE_AT_080_GIB
 STICKY_UMA_DEFAULT_GIB = 12.0
 
 
-@dataclass(frozen=True)
 class KvBudget:
-    """What vLLM's KV sizing reports at boot for one memory setting and context length."""
+    """What vLLM's KV sizing reports at boot for one memory setting and context length.
 
-    gpu_memory_utilization: float
-    max_model_len: int
-    available_gib: float
-    needed_gib: float
-    kv_tokens: int
-    estimated_max_len: int
+    A plain class, not a dataclass: the node's memory model (lanebook.twin.standins.machine, imported by every stand-in
+    process) takes the sticky-UMA figure from this module, which stays cheap to import."""
+
+    __slots__ = (
+        "gpu_memory_utilization",
+        "max_model_len",
+        "available_gib",
+        "needed_gib",
+        "kv_tokens",
+        "estimated_max_len",
+    )
+
+    def __init__(
+        self,
+        *,
+        gpu_memory_utilization: float,
+        max_model_len: int,
+        available_gib: float,
+        needed_gib: float,
+        kv_tokens: int,
+        estimated_max_len: int,
+    ):
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.max_model_len = max_model_len
+        self.available_gib = available_gib
+        self.needed_gib = needed_gib
+        self.kv_tokens = kv_tokens
+        self.estimated_max_len = estimated_max_len
 
     @property
     def fits(self) -> bool:
@@ -95,7 +114,7 @@ def kv_budget(
     )
 
 
-def startup_memory_error(gpu_memory_utilization: float, sticky_gib: float = 0.0) -> Optional[str]:
+def startup_memory_error(gpu_memory_utilization: float, sticky_gib: float = 0.0) -> str | None:
     """vLLM's refusal when free memory at start is below what the utilization asks for.
 
     Memory still held after a stop (sticky UMA, fact T15) is what makes a setting that booted before fail.

@@ -23,7 +23,9 @@ from pathlib import Path
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
 from lanebook.base.paths import REPO
+from lanebook.twin.real_engine import KNOB as REAL_ENGINE_KNOB
 from lanebook.twin.session import NODE_PATHS, mapped_root
+from lanebook.twin.standins.base import TIME_SCALE_VAR
 
 HEAD, WORKER = "head", "worker"
 ALIASES = (HEAD, WORKER)
@@ -246,7 +248,7 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
             f"LANEBOOK_TWIN_DIR={q(str(layout.root))}"
         ),
         f"export LANEBOOK_NODE_MAPPED_ROOT={q(mapped_root(layout.node(alias)))}",
-        f"export LANEBOOK_TWIN_TIME_SCALE={time_scale:g}",
+        f"export {TIME_SCALE_VAR}={time_scale:g}",
         "# the stand-ins and the engine run the same lanebook code as the controller that wrote this node",
         f"export PYTHONPATH={q(str(LIB_DIR))}",
         'cd "$HOME" || exit 1',
@@ -291,6 +293,32 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
     return "\n".join(lines)
 
 
+def sleep_shim(python: str) -> str:
+    """bin/sleep on a --fast node. The launcher polls with `sleep $WAIT_SECONDS` many times a launch, so plain seconds
+    are scaled here, by the clock the stand-in reads (the node's LANEBOOK_TWIN_TIME_SCALE), and slept by the real
+    sleep (/bin/sleep, where the FHS puts it) without starting Python. Anything else goes to the stand-in as it is:
+    a suffix, an option, an invalid interval (coreutils' message), no operand, a clock that is not a plain number, or
+    a launcher whose env file names the real engine (its boot runs in real time; the stand-in reads the knob)."""
+    seconds = "^[0-9]+([.][0-9]+)?$"  # what the fast path takes: a plain number, no suffix
+    clock = "^[0-9]+([.][0-9]+)?(e[-+]?[0-9]+)?$"  # the scale as node_session writes it ({time_scale:g})
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            "# --fast: the twin's waits are scaled (lanebook.twin.nodes.sleep_shim says how)",
+            f'if [ "$#" -gt 0 ] && [ -z "${{{REAL_ENGINE_KNOB}:-}}" ]; then',
+            "  seconds=$(LC_ALL=C awk 'BEGIN {",
+            f'    scale = ("{TIME_SCALE_VAR}" in ENVIRON) ? ENVIRON["{TIME_SCALE_VAR}"] : "1"',
+            f"    if (scale !~ /{clock}/) exit 1",
+            f"    for (i = 1; i < ARGC; i++) {{ if (ARGV[i] !~ /{seconds}/) exit 1; total += ARGV[i] }}",
+            '    printf "%.9f", total * scale',
+            '  }\' "$@" 2>/dev/null) && exec /bin/sleep "$seconds"',
+            "fi",
+            f'exec {python} -m lanebook.twin.standins sleep "$@"',
+            "",
+        ]
+    )
+
+
 def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults: set[str], time_scale: float) -> None:
     """The node's sshd config, session script, stand-in shims and the home's own ~/.ssh (to reach the other node)."""
     python = shlex.quote(sys.executable)
@@ -319,11 +347,7 @@ def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults:
         0o755,
     )
     if time_scale != 1:
-        write_atomic(
-            bin_dir / "sleep",
-            f'#!/bin/sh\n# --fast: the twin\'s waits are scaled\nexec {python} -m lanebook.twin.standins sleep "$@"\n',
-            0o755,
-        )
+        write_atomic(bin_dir / "sleep", sleep_shim(python), 0o755)
     dot_ssh = layout.home(alias) / ".ssh"
     dot_ssh.mkdir(parents=True, exist_ok=True)
     shutil.copy(layout.user_key, dot_ssh / "id_ed25519")

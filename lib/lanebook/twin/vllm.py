@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 from lanebook.base.errors import LanebookError
-from lanebook.twin import vllm_cpu
+from lanebook.twin import real_engine, vllm_cpu
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
 from lanebook.twin.server import (
@@ -690,11 +690,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     knobs = twin_knobs(env)
     defaults = vars(parser.parse_args(["serve"]))
     given = {k: v for k, v in vars(args).items() if v != defaults.get(k)}
-    refused = vllm_cpu.check_knob(env)
+    refused = real_engine.check_knob(env)
     if refused:
         print(refused, file=sys.stderr)
         return 2
-    if vllm_cpu.requested(env):  # the real vLLM (CPU build) serves instead of the twin engine
+    if real_engine.requested(env):  # the real vLLM (CPU build) serves instead of the twin engine
         return vllm_cpu.run(args, vllm_cpu.explicit(parser, argv, args), env)
     log("INFO", "api_server.py:1896", f"vLLM API server version {VLLM_VERSION}")
     log("INFO", "utils.py:233", f"non-default args: {given}")

@@ -1,6 +1,6 @@
 """The real vLLM (its CPU build) as the head's serving process: what the twin's `vllm` stand-in runs when the
-container's environment says LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu (the real-vllm-cpu lane passes it through the compose
-file's environment: map, as every lane passes VLLM_USE_BREAKABLE_CUDAGRAPH).
+container's environment says LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu (the knob: lanebook.twin.real_engine; the real-vllm-cpu
+lane passes it through the compose file's environment: map, as every lane passes VLLM_USE_BREAKABLE_CUDAGRAPH).
 
 The stand-in parses `vllm serve` as vLLM does (lanebook.twin.vllm), then translates the argv it was given for the
 CPU build and execs `.tools/vllm-cpu/bin/python -m vllm.entrypoints.openai.api_server ...` (the CPU distribution is
@@ -26,8 +26,6 @@ from typing import Any, Optional
 
 from lanebook.base.paths import REPO
 
-KNOB = "LANEBOOK_TWIN_REAL_ENGINE"
-ENGINE = "vllm-cpu"
 VENV = REPO / ".tools" / "vllm-cpu"
 TINY_MODEL = VENV / "tiny-model"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -193,13 +191,3 @@ def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) ->
     say("runs " + " ".join(command))
     os.execve(str(python), command, env)
     return 1  # not reached
-
-
-def requested(env: dict[str, str]) -> bool:
-    return env.get(KNOB, "").strip() == ENGINE
-
-
-def check_knob(env: dict[str, str]) -> Optional[str]:
-    """A value of the knob that names no engine: the line to refuse it with."""
-    value = env.get(KNOB, "").strip()
-    return None if value in ("", ENGINE) else f"vllm (lanebook twin): {KNOB} must be {ENGINE} or unset, got {value!r}"

@@ -6,14 +6,17 @@ $LANEBOOK_NODE_ROOT), never on this machine: docker over the twin's container ru
 hf over the twin's hub (hf), the system commands over the node's machine state (system, machine),
 the kernel's log and links over it too (kernel).
 The node's bin/ holds thin shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each stand-in
-is a process of its own as the real tool is. Figures they print are twin figures.
+is a process of its own as the real tool is. Figures they print are twin figures. On a --fast node bin/sleep sleeps
+plain seconds by itself and hands anything else to the stand-in (lanebook.twin.nodes.sleep_shim).
+
+A suite runs them thousands of times, each a fresh interpreter, so a stand-in imports only what its command needs:
+no dataclasses or typing on their import path, heavy modules imported inside the functions that use them.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.twin.standins.base import fail
@@ -33,7 +36,7 @@ COMMANDS = {
 }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         return fail(f"usage: python -m lanebook.twin.standins {{{','.join(COMMANDS)}}} ARGS...", 2)

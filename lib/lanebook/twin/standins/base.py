@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
+
+# The twin's clock (1 in real time, 0.01 with --fast): the node session exports it, the stand-ins read it.
+TIME_SCALE_VAR = "LANEBOOK_TWIN_TIME_SCALE"
 
 
 def fail(message: str, code: int = 1) -> int:
@@ -48,7 +49,7 @@ def twin_state() -> dict:
 def time_scale() -> float:
     """The twin's clock: 1 in real time, 0.01 with --fast."""
     try:
-        return float(os.environ.get("LANEBOOK_TWIN_TIME_SCALE", "1"))
+        return float(os.environ.get(TIME_SCALE_VAR, "1"))
     except ValueError:
         return 1.0
 
@@ -61,7 +62,9 @@ def ago(seconds: float) -> str:
     return "About a minute" if seconds >= 60 else f"{max(int(seconds), 1)} seconds"
 
 
-def iso(ts: Optional[float]) -> str:
+def iso(ts: float | None) -> str:
+    from datetime import datetime, timezone
+
     return datetime.fromtimestamp(ts or 0, timezone.utc).isoformat().replace("+00:00", "Z")
 
 

@@ -10,27 +10,28 @@ that digest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.twin.standins.base import fail, iso, node_root, table, take
 from lanebook.twin.standins.runtime import Container, containers, find_container, remove_container, start_container
 
 
-@dataclass(frozen=True)
 class Image:
-    size: str
-    digest: Optional[str] = None  # the registry's repository digest; None for a local build
+    """An image a node holds: its size as `docker image ls` prints it, and its registry's repository digest (None for a
+    local build)."""
+
+    __slots__ = ("size", "digest")
+
+    def __init__(self, size: str, digest: str | None = None):
+        self.size = size
+        self.digest = digest
 
 
 IMAGES = {  # what every twin node holds: the lanes' images
@@ -71,7 +72,7 @@ def _filters_match(container: Container, filters: list[str]) -> bool:
     return True
 
 
-def _print_containers(items: list[Container], fmt: Optional[str], quiet: bool) -> None:
+def _print_containers(items: list[Container], fmt: str | None, quiet: bool) -> None:
     if quiet:
         print("\n".join(c.id[:12] for c in items))
     elif fmt:
@@ -96,7 +97,7 @@ def docker_ps(root: Path, args: list[str]) -> int:
     return 0
 
 
-def _print_log(container: Container, tail: Optional[str], follow: bool, prefix: str = "") -> None:
+def _print_log(container: Container, tail: str | None, follow: bool, prefix: str = "") -> None:
     lines = container.log.read_text(errors="replace").splitlines(keepends=True) if container.log.exists() else []
     if tail not in (None, "all"):
         lines = lines[-int(tail) :] if int(tail) > 0 else []
@@ -144,6 +145,8 @@ def docker_top(root: Path, args: list[str]) -> int:
             if container
             else f"Error response from daemon: No such container: {args[0]}"
         )
+    import subprocess
+
     ps_args = args[1:] or ["-f"]
     pids = ",".join(map(str, container.session_pids()))
     return subprocess.run(["ps", *ps_args, "-p", pids]).returncode
@@ -201,7 +204,7 @@ def docker_inspect(root: Path, args: list[str]) -> int:
     return code
 
 
-def find_image(ref: str) -> Optional[tuple[str, Image]]:
+def find_image(ref: str) -> tuple[str, Image] | None:
     """The image a reference names: NAME[:TAG] (TAG defaults to latest), or NAME[:TAG]@DIGEST (the digest decides)."""
     name, _, digest = ref.partition("@")
     last = name.rsplit("/", 1)[-1]
@@ -219,6 +222,8 @@ def image_present(ref: str) -> bool:
 
 def docker_images(args: list[str]) -> int:
     fmt = take(args, "--format")
+    import hashlib
+
     rows = []
     for ref, image in IMAGES.items():
         repo, _, tag = ref.rpartition(":")
@@ -246,6 +251,8 @@ def docker_images(args: list[str]) -> int:
 
 def docker_image_inspect(args: list[str]) -> int:
     """`docker image inspect REF...`: the image's JSON, or "No such image" (exit 1) for each missing one."""
+    import hashlib
+
     fmt = take(args, "-f", "--format")
     found, code = [], 0
     for ref in args:
@@ -287,6 +294,8 @@ def same_config(running: dict, wanted: dict) -> bool:
 def real_compose(args: list[str]) -> int:
     """Run the real Compose v2 binary with ARGS (the twin's docker runs what it is given where no daemon is needed:
     `compose config`, `compose version`); never `docker compose` on PATH, which is this stand-in."""
+    import subprocess
+
     from lanebook.recipe.effective.compose_cli import find_compose
 
     try:
@@ -300,8 +309,6 @@ def real_compose(args: list[str]) -> int:
 
 
 def docker_compose(root: Path, args: list[str]) -> int:
-    from lanebook.recipe.effective.compose_cli import container_spec
-
     given = list(args)
     project = take(args, "-p", "--project-name")
     files = take(args, "-f", "--file", many=True)
@@ -338,6 +345,8 @@ def docker_compose(root: Path, args: list[str]) -> int:
             return fail("the twin's docker runs containers detached only: use `docker compose up -d`")
         if env_file is None and (directory / ".env").exists():
             env_file = str(directory / ".env")
+        from lanebook.recipe.effective.compose_cli import container_spec
+
         try:
             spec = container_spec(compose_file, env_file, project, os.environ, use_path=False)
         except LanebookError as exc:
@@ -444,7 +453,7 @@ def docker(args: list[str]) -> int:
         return docker_compose(root, rest)
     if command == "ps" or (command == "container" and rest[:1] == ["ls"]):
         return docker_ps(root, rest if command == "ps" else rest[1:])
-    handlers: dict[str, Callable[[Path, list[str]], int]] = {
+    handlers = {
         "logs": docker_logs,
         "top": docker_top,
         "inspect": docker_inspect,

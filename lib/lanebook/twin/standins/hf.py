@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 from lanebook.twin.standins.base import fail, take
 
@@ -34,7 +34,7 @@ def hub_models() -> dict:
     return models
 
 
-def hub_dir(environ: Mapping[str, str], cache_dir: Optional[str] = None) -> Path:
+def hub_dir(environ: Mapping[str, str], cache_dir: str | None = None) -> Path:
     """Where the client keeps the hub cache: --cache-dir, HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub."""
     if cache_dir:
         return Path(cache_dir)
@@ -44,7 +44,7 @@ def hub_dir(environ: Mapping[str, str], cache_dir: Optional[str] = None) -> Path
     return Path(environ.get("HF_HOME") or home / ".cache" / "huggingface") / "hub"
 
 
-def truthy(value: Optional[str]) -> bool:
+def truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 

@@ -22,14 +22,10 @@ observably the same as reacting when it is written.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
 from lanebook.twin.standins.base import read_json, write_json
@@ -84,14 +80,16 @@ def legacy_unit_file(name: str, holds_gib: float) -> str:
     )
 
 
-@dataclass(frozen=True)
 class UnitState:
     """What systemctl reports for a unit: ActiveState and UnitFileState."""
 
-    name: str
-    active: str  # active | inactive
-    enabled: str  # enabled | disabled | masked | static | not-found
-    description: str = ""
+    __slots__ = ("name", "active", "enabled", "description")
+
+    def __init__(self, name: str, active: str, enabled: str, description: str = ""):
+        self.name = name
+        self.active = active  # active | inactive
+        self.enabled = enabled  # enabled | disabled | masked | static | not-found
+        self.description = description
 
 
 class NodeMachine:
@@ -112,7 +110,7 @@ class NodeMachine:
 
     # --- kernel log and links -------------------------------------------------------------------
 
-    def boot_kernel(self, now: Optional[float] = None) -> None:
+    def boot_kernel(self, now: float | None = None) -> None:
         """A boot's kernel log: the last boot's kept as the previous one (a persistent journal), a new one begun."""
         self.kernel_log.parent.mkdir(parents=True, exist_ok=True)
         if self.kernel_log.exists():
@@ -120,7 +118,7 @@ class NodeMachine:
         booted = time.time() if now is None else now
         write_json(self.kernel_log, {"booted_at": booted, "messages": [list(m) for m in BOOT_MESSAGES]})
 
-    def kernel_message(self, message: str, now: Optional[float] = None) -> None:
+    def kernel_message(self, message: str, now: float | None = None) -> None:
         """The kernel logs a line now (a fault's NVRM or AER line, for example)."""
         log = read_json(self.kernel_log, None)
         if log is None:
@@ -130,7 +128,7 @@ class NodeMachine:
         log["messages"].append([round(max(at, 0.0), 6), message])
         write_json(self.kernel_log, log)
 
-    def kernel_messages(self, boot: int = 0) -> Optional[tuple[float, list[tuple[float, str]]]]:
+    def kernel_messages(self, boot: int = 0) -> tuple[float, list[tuple[float, str]]] | None:
         """(boot time, [(seconds since boot, message)]) of this boot (0) or the one before (-1); None: not kept."""
         path = {0: self.kernel_log, -1: self.previous_kernel_log}.get(boot)
         log = read_json(path, None) if path else None
@@ -146,6 +144,8 @@ class NodeMachine:
     def mac(self, name: str) -> str:
         if name == "lo":
             return "00:00:00:00:00:00"
+        import hashlib
+
         digest = hashlib.sha256(f"{self.root.name}/{name}".encode()).digest()
         return ":".join(f"{b:02x}" for b in (0x4C, 0xBB, 0x47, *digest[:3]))
 
@@ -180,7 +180,7 @@ class NodeMachine:
 
     # --- units ----------------------------------------------------------------------------------
 
-    def unit_file(self, name: str) -> Optional[Path]:
+    def unit_file(self, name: str) -> Path | None:
         """The unit's file: the unit directory's (a real file, or a mask link) before the vendor's."""
         for directory in (self.unit_dir, self.vendor_unit_dir):
             path = directory / name
@@ -214,7 +214,7 @@ class NodeMachine:
         except ValueError:
             return 0.0
 
-    def _unit_key(self, name: str, key: str) -> Optional[str]:
+    def _unit_key(self, name: str, key: str) -> str | None:
         vendor = self.vendor_unit_dir / name
         path = self.unit_dir / name if (self.unit_dir / name).is_file() and not self.masked(name) else vendor
         if not path.is_file():
@@ -239,6 +239,8 @@ class NodeMachine:
     def boot(self) -> None:
         """What a reboot leaves: /dev/shm empty (a tmpfs), the page cache and the sticky residue gone, and the
         units running that are enabled (and not masked); files on disk stay as they were."""
+        import shutil
+
         for segment in self.shm.iterdir() if self.shm.is_dir() else ():
             shutil.rmtree(segment) if segment.is_dir() and not segment.is_symlink() else segment.unlink()
         self.memory()  # a drop written before the reboot is seen, so the next write is again news

@@ -14,28 +14,33 @@ When the node boots, dockerd starts again the containers their restart policy na
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shlex
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
-from lanebook.twin.standins.base import ago, iso, read_json, twin_state, write_json
+from lanebook.twin.standins.base import TIME_SCALE_VAR, ago, iso, read_json, twin_state, write_json
 from lanebook.twin.standins.machine import NodeMachine
 
 KILLED = 137  # 128 + SIGKILL
 TERMINATED = 143  # 128 + SIGTERM
 
 
-@dataclass
 class Container:
-    dir: Path
+    """A container on a node, kept in its directory (DIR: ROOT/var/containers/NAME)."""
+
+    __slots__ = ("dir",)
+
+    def __init__(self, dir: Path):
+        self.dir = dir
+
+    def __eq__(self, other: object) -> bool:
+        return self.dir == other.dir if isinstance(other, Container) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Container(dir={self.dir!r})"
 
     @property
     def name(self) -> str:
@@ -62,12 +67,14 @@ class Container:
         return int(self.record.get("pid", 0))
 
     @property
-    def created_at(self) -> Optional[float]:
+    def created_at(self) -> float | None:
         record = self.record
         return record.get("created_at", record.get("started_at"))
 
     @property
     def id(self) -> str:
+        import hashlib
+
         return hashlib.sha256(f"{self.name}:{self.created_at}".encode()).hexdigest()
 
     @property
@@ -98,7 +105,7 @@ class Container:
         return state not in "ZX" and f"lanebook-container:{self.name}".encode() in cmdline
 
     @property
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int | None:
         if self.running:
             return None
         code = (self.dir / "exitcode").read_text().strip() if (self.dir / "exitcode").exists() else ""
@@ -141,7 +148,7 @@ class Container:
         shm = NodeMachine(self.node_root).shm
         return [shm / name for name in self.record.get("shm_segments", [])]
 
-    def stop(self, signal_first: int = signal.SIGTERM, grace_s: Optional[float] = None) -> None:
+    def stop(self, signal_first: int = signal.SIGTERM, grace_s: float | None = None) -> None:
         """Stop as docker does: the signal to the container's processes, SIGKILL after the grace period."""
         if not self.running:
             return
@@ -180,13 +187,15 @@ def containers(root: Path) -> list[Container]:
     return sorted((Container(d) for d in base.iterdir() if d.is_dir()), key=lambda c: c.name) if base.is_dir() else []
 
 
-def find_container(root: Path, ref: str) -> Optional[Container]:
+def find_container(root: Path, ref: str) -> Container | None:
     """By name, or by an ID prefix of at least 3 characters."""
     return next((c for c in containers(root) if ref in (c.name, c.id[: len(ref)]) and len(ref) >= 3), None)
 
 
 def engine_command() -> list[str]:
     """The container's process: the twin's vLLM-compatible engine (LANEBOOK_TWIN_ENGINE overrides, for tests)."""
+    import shlex
+
     override = os.environ.get("LANEBOOK_TWIN_ENGINE")
     return shlex.split(override) if override else [sys.executable, "-m", "lanebook.twin.vllm"]
 
@@ -206,7 +215,7 @@ def start_container(root: Path, spec) -> Container:
         "HOME": str(root / "home"),
         "LANEBOOK_NODE": os.environ.get("LANEBOOK_NODE", root.name),
         "LANEBOOK_NODE_ROOT": str(root),
-        "LANEBOOK_TWIN_TIME_SCALE": os.environ.get("LANEBOOK_TWIN_TIME_SCALE", str(state.get("time_scale", 1))),
+        TIME_SCALE_VAR: os.environ.get(TIME_SCALE_VAR, str(state.get("time_scale", 1))),
         "LANEBOOK_TWIN_FAULTS": ",".join(state.get("faults", [])),
         "LANEBOOK_TWIN_VOLUMES": json.dumps({container_path: host for host, container_path in spec.volumes}),
     }
@@ -223,6 +232,9 @@ def start_container(root: Path, spec) -> Container:
 def _run(container: Container, record: dict) -> None:
     """Start the container's process (again): its command and environment as created, the memory the node holds
     now, its output appended to the log; RECORD is what the container keeps from before (its creation time)."""
+    import hashlib
+    import subprocess
+
     machine = NodeMachine(container.node_root)
     process = read_json(container.dir / "process.json", {})
     env = {**process["env"], "LANEBOOK_TWIN_STICKY_GIB": f"{machine.held_gib():g}"}

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
-from lanebook.twin import vllm_cpu
+from lanebook.twin import real_engine
 from lanebook.twin.standins.base import fail, node_root, table, take, time_scale
 from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
 from lanebook.twin.standins.runtime import containers
@@ -67,6 +65,8 @@ def sudo(args: list[str]) -> int:
         elif name in SUDO_VALUE_OPTIONS and not eq and args:
             args.pop(0)
     if shell:
+        import shlex
+
         args = ["bash", "-c", shlex.join(args)] if args else ["bash", "-i"]
     if not args:
         return fail(SUDO_USAGE)
@@ -264,7 +264,7 @@ def format_free(figures: dict[str, float], args: list[str]) -> str:
         "-h": None,
         "--human": None,
     }
-    divisor: Optional[int] = next((divisors[a] for a in args if a in divisors), 1024)
+    divisor: int | None = next((divisors[a] for a in args if a in divisors), 1024)
 
     def fmt(value: float) -> str:
         if divisor is None:
@@ -301,5 +301,5 @@ def sleep(args: list[str]) -> int:
         if not match:
             return fail(f"sleep: invalid time interval '{arg}'")
         total += float(match.group(1)) * scale[match.group(2) or "s"]
-    time.sleep(total * (1.0 if vllm_cpu.requested(dict(os.environ)) else time_scale()))
+    time.sleep(total * (1.0 if real_engine.requested(dict(os.environ)) else time_scale()))
     return 0
