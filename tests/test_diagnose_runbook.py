@@ -203,7 +203,7 @@ def test_twin_k_boundary_is_stable(twin_run):
 
 @pytest.mark.twin
 def test_twin_canary_rejects_8216_and_restores_8192(twin_run):
-    record, command, env_file, tmp, _ = twin_run
+    record, command, env_file, tmp, lane_file = twin_run
     canary = record["figures"]["canary"]
     assert (canary["decision"], canary["kept"], canary["baseline"], canary["variant"]) == ("reject", 8192, 8192, 8216)
     assert {c["workload"] for c in canary["cells"]} == {"count", "code", "json"}
@@ -215,7 +215,8 @@ def test_twin_canary_rejects_8216_and_restores_8192(twin_run):
     assert [c["step"] for c in record["confirmations"]][:2] == ["4 canary variant", "6 restore the kept value"]
     # looked at again after the run: the head's env file and the live command carry 8192
     assert "MAX_NUM_BATCHED_TOKENS=8192" in env_file.splitlines()
-    assert "--max-num-batched-tokens 8192" in command and live_mismatches(load_lane("twin"), command) == []
+    # against the lane file as the run left it (the schedule canary after it kept fixed K)
+    assert "--max-num-batched-tokens 8192" in command and live_mismatches(load_lane(str(lane_file)), command) == []
     text = (tmp / "outputs" / record["output"]).read_text()
     assert "Decision: **reject** MAX_NUM_BATCHED_TOKENS=8216" in text
 
