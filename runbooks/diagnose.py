@@ -14,22 +14,30 @@
 # ---
 
 # %% [markdown]
-# # Diagnose: cache churn, the K boundary, and a one-axis canary
+# # Diagnose: cache churn, the K boundary, a one-axis canary and the verify schedule's own A/B
 #
-# **What you'll do:** after a promotion, attack three plausible failure modes instead of trusting one
+# **What you'll do:** after a promotion, attack the plausible failure modes instead of trusting one
 # benchmark win. (1) Prefix-cache churn: A cold → A repeat → unrelated B cold → A again, with unique
 # prefixes and identical framing; cache counters from `/metrics`, TTFT from the first streamed content.
 # (2) The C4↔C5 K boundary of the 5/4/3 verify schedule: waves either side and a mixed wave that crosses
 # it mid-run; queues must drain with no CUDA, NCCL, engine-death or preemption condition. (3) A one-axis
 # canary: `MAX_NUM_BATCHED_TOKENS` 8192 → 8216 measured on count, code and structured JSON against 8192
 # measured the same way, ending in an explicit keep or reject, and the kept value restored and checked live.
+# (4) The schedule's own A/B: the lane's batch-size verify schedule against fixed K (`MTP_NUM_TOKENS`) on matched
+# workloads at C1/C4/C6, the schedule kept only on a clear gain, else fixed K restored through the launcher. After
+# any canary the relaunched lane is proven as the write-up proved it (count-300, tools, Hermes, queues, both ranks).
+# (5, opt-in) A stepped long-context needle climb, watched (pitfall P15).
 #
-# **Time:** on a real lane two relaunches (8–15 minutes each, cold bind) plus about 15 minutes of probes;
-# about 4 minutes on the twin with `--fast`. **Risk:** parts 1–2 only send requests (the lane keeps
-# serving, slower while they run); part 3 relaunches the lane twice: nothing serves during each relaunch.
-# Headless on a real lane the canary needs `--yes` (or `-p confirm=True`); `-p canary=False` runs parts 1–2 only.
-# **Rollback:** part 3 restores the kept value itself, also when the variant fails; if a restore fails,
-# run `env` then `launch` for this lane.
+# **Time:** on a real lane up to four relaunches (8–15 minutes each, cold bind) plus about 30 minutes of probes;
+# several minutes on the twin with `--fast`. **Risk:** parts 1–2 only send requests (the lane keeps
+# serving, slower while they run); parts 3 and 4 relaunch the lane: nothing serves during each relaunch.
+# Headless on a real lane the canaries need `--yes` (or `-p confirm=True`); `-p canary=False` and
+# `-p schedule_canary=False` leave them out.
+# **Rollback:** parts 3 and 4 restore the kept values themselves, also when a variant fails; if a restore fails,
+# run `env` then `launch` for this lane. **One command to put a verify side back** (no lane file written by hand):
+# `lanebook run diagnose --lane LANE -p restore_k=fixed` (or `restore_k=schedule`) relaunches that side through
+# the launcher, checks the live command, writes the side into the lane file (backed up beside it) and proves the lane;
+# nothing else runs.
 #
 # **Prerequisites** (checked below): the lane is up (run `launch` first; a twin lane found cleanly down is
 # launched by the `launch` runbook, its own record), its API lists the served model, and the live command
@@ -52,6 +60,17 @@ canary_concurrency = [1, 4]
 canary_trials = 3  # at least 3: a value is kept only on complete bands
 canary_max_tokens = 256
 tolerance = 0.05  # relative change of a median beyond which a cell is better or worse
+schedule_canary = True  # part 4: the verify schedule against fixed K (relaunches the lane once or twice)
+k_schedule = None  # the schedule side's [[start_bs, end_bs, K], ...]; None: the lane's own
+restore_k = None  # "fixed" or "schedule": put that side back through the launcher; nothing else runs
+schedule_workloads = ["count", "code", "json"]
+schedule_concurrency = [1, 4, 6]
+schedule_trials = 3  # the speed harness's bands: at least 3 trials a cell
+schedule_max_tokens = 256
+proof_trials = 3  # count-300 trials on the relaunched lane (the best is reported, as the write-up did)
+long_context = False  # part 5, opt-in (P15): cold needles climbing to the lane's context
+long_context_tokens = None  # the climb's last length; None: the lane's MAX_MODEL_LEN
+attended = None  # someone watches the head's console: True headless; None: JupyterLab asks (twin: not needed)
 
 # %%
 import secrets
@@ -62,10 +81,15 @@ from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import canary as canary_run
 from lanebook.verify import probes
+from lanebook.verify import schedule_canary as schedule_run
 
 rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
+
+# %%
+restore_only = f"restore_k={restore_k}: only the restore runs" if restore_k else None  # `-p restore_k=fixed`
+canary = canary and not restore_only
 
 # %% [markdown]
 # ## Prerequisites
@@ -100,7 +124,7 @@ with rb.step(
     fix="the prefix cache evicts under churn: check `--enable-prefix-caching` and the GPU KV cache size in "
     "the startup log (`status`); relaunch with `stop` then `launch`, and run `diagnose` again",
 ):
-    probes.prefix_cache_step(rb, run_tag, prefix_lines)
+    probes.prefix_cache_step(rb, run_tag, prefix_lines, restore_only)
 
 # %% [markdown]
 # ## Part 2 — The C4↔C5 K boundary
@@ -116,7 +140,9 @@ with rb.step(
     fix="read both ranks' logs (`status`); an engine death or an orphaned worker needs `stop`, then `launch`; "
     "keep the 5/4/3 schedule off (`rollback`) until a clean `diagnose`",
 ):
-    probes.boundary_step(rb, run_tag, boundary, boundary_workload, boundary_max_tokens, boundary_short_tokens)
+    probes.boundary_step(
+        rb, run_tag, boundary, boundary_workload, boundary_max_tokens, boundary_short_tokens, restore_only
+    )
 
 # %% [markdown]
 # ## Part 3 — One-axis canary: `MAX_NUM_BATCHED_TOKENS` 8192 → 8216
@@ -162,6 +188,79 @@ with rb.step(
     fix="if the lane is not up with the kept value, run `env` then `launch` for this lane (`status` shows it)",
 ):
     canary_run.restore_step(rb, plan, decision)
+
+# %% [markdown]
+# ## Part 4 — The verify schedule against fixed K
+# Seed 000: "If your matched workload does not improve, restore fixed K=5 by removing the batch-size schedule", then
+# restart through the same launcher and confirm the live command no longer contains
+# `num_speculative_tokens_per_batch_size`. The side the lane runs is measured first; then the lane is relaunched with
+# only the schedule changed (fixed K = `MTP_NUM_TOKENS`, or the schedule back) and measured the same way at
+# C1/C4/C6 with trial bands. The schedule stays only on part 3's rule (no cell worse, complete bands, one cell clearly
+# better); otherwise fixed K is what runs. Expected: the kept side is up, its live command carries the schedule's key
+# exactly when the schedule is kept.
+#
+# **The lane file and the live lane:** the lane file is your truth, so a decision the file does not say would be
+# undone by the next `env` and `launch`. lanebook therefore writes the kept side into the lane file itself: only
+# `speculative.schedule` changes (`null` for fixed K), with a comment naming this canary, and the file as it was is
+# kept beside it (`NAME.yaml.bak-UTCSTAMP`). `-p restore_k=fixed|schedule` does the same restore without the A/B.
+
+# %%
+splan = schedule_run.SchedulePlan(
+    schedule_canary,
+    k_schedule,
+    schedule_workloads,
+    schedule_concurrency,
+    schedule_trials,
+    schedule_max_tokens,
+    tolerance,
+    restore_k,
+)  # the parameters of part 4
+
+# %%
+with rb.step(
+    "7 schedule A/B",
+    fix="the lane's own side was relaunched if the other failed: run `status`; if the lane is not up with the "
+    "lane file's values, run `env` then `launch`",
+):
+    schedule_ab = schedule_run.ab_step(rb, splan)
+
+# %%
+with rb.step("8 schedule decision", fix="no decision without both sides measured: run `diagnose` again"):
+    schedule_decision = schedule_run.decision_step(rb, splan, schedule_ab)
+
+# %%
+with rb.step(
+    "9 restore the kept verify side",
+    fix="if the lane is not up with the kept side, run `lanebook run diagnose --lane LANE -p restore_k=fixed` "
+    "(or `schedule`); `status` shows the live command",
+):
+    schedule_restore = schedule_run.restore_step(rb, splan, schedule_decision, schedule_ab)
+
+# %% [markdown]
+# ## The relaunched lane, proven
+# Seed 000: "The restored lane returned a 90.70 t/s best count-300 run, passed tools and Hermes routing, drained its
+# queues, and stayed clean on both TP ranks." After any canary relaunched the lane, the same proof: count at C1 with
+# 300 tokens (best trial, beside the write-up's figure; a twin figure is labelled twin and judged against nothing),
+# the tool-call smoke, Hermes `ROUTE_OK` through the real CLI, idle queues, and a fatal-line scan of every rank's log.
+
+# %%
+with rb.step("10 the relaunched lane proven", fix="run `gates` and `status`; a failing lane: `stop`, then `launch`"):
+    canary_run.proof_step(rb, canary or schedule_ab is not None or schedule_restore is not None, proof_trials)
+
+# %% [markdown]
+# ## Part 5 — Long context, stepped and watched (opt-in)
+# Pitfall P15: unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. So the
+# probe climbs (8,192 tokens, doubling, the lane's context last), reads the queues idle and `/health` 200 before
+# each step, and stops at the first failure. On a real lane it runs only while someone watches the head's console:
+# JupyterLab asks with a button; headless, `-p attended=True` says so. Expected: every step answered.
+
+# %%
+with rb.step(
+    "11 long context",
+    fix="the climb stopped where the lane failed: read the head's console and `status`; an engine death needs "
+    "`stop`, then `launch`",
+):
+    probes.long_context_step(rb, long_context, long_context_tokens, attended)
 
 # %% [markdown]
 # ## Troubleshooting

@@ -151,3 +151,33 @@ def test_a_dry_run_canary_records_both_sides_and_decides_nothing():
     canary.restore_step(rb, plan, None)  # the reject path: the lane's own value rendered back
     assert {c.outcome for c in rb.checks} == {"pass", "not observed"}
     assert rb.figures["canary_kept"] == {"MAX_NUM_BATCHED_TOKENS": 8192, "head_env_file": None}
+
+
+def test_the_proof_reports_the_best_clean_trial_beside_the_write_ups_figure():
+    docs = [
+        {
+            "runs": [
+                {"errors": 0, "mean_stream_decode_tok_s": 88.1},
+                {"errors": 0, "mean_stream_decode_tok_s": 90.2},
+                {"errors": 1, "mean_stream_decode_tok_s": 99.0},  # a failed trial is no best run
+            ]
+        }
+    ]
+    assert canary.best_stream_tok_s(docs) == 90.2 and canary.best_stream_tok_s(None) is None
+    assert canary.count_300_reference().value == "90.70"
+
+
+def test_the_proof_skips_when_nothing_relaunched_and_records_every_check_in_a_dry_run():
+    from lanebook.steps.runbook import Runbook
+
+    rb = Runbook("diagnose", "anemll-0731", dry_run=True)
+    canary.proof_step(rb, False, 3)
+    assert rb.checks[-1].seen == "skipped: no canary relaunched the lane"
+    canary.proof_step(rb, True, 3)
+    lines = rb.lane.executor.commands()
+    assert any(line.startswith("local: speed count: 3 trial(s) × C1, max_tokens 300") for line in lines)
+    assert any("until running = waiting = 0" in line for line in lines)
+    outcomes = [
+        c.outcome for c in rb.checks[1:]
+    ]  # a dry run observed nothing from the lane (the Hermes block is local)
+    assert set(outcomes) == {"pass", "not observed"} and outcomes[0] == "not observed"

@@ -14,6 +14,7 @@ from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher, logs
 from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.runs.execute import read_verdict
 from lanebook.twin.timing import prefill_step_s
 from lanebook_runs import dry_run_offline, run
 
@@ -37,6 +38,20 @@ SMALL = [
     "-p",
     "prefix_lines=120",
 ]
+# The schedule canary at C1 only, where the 5/4/3 schedule verifies K=5 as fixed K does: no clear gain, so fixed K is
+# restored; then the long-context climb, short.
+SCHEDULE_SMALL = [
+    "-p",
+    "schedule_concurrency=[1]",
+    "-p",
+    'schedule_workloads=["count"]',
+    "-p",
+    "schedule_max_tokens=64",
+    "-p",
+    "long_context=True",
+    "-p",
+    "long_context_tokens=20000",
+]
 
 
 def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_connection(tmp_path):
@@ -58,13 +73,14 @@ def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_con
     boundary = [line for line in lines if line.startswith("local: K boundary ") and "POST" in line]
     assert len(boundary) == 4 + 5 + 5 and sum("max_tokens 64," in line for line in boundary) == 1  # the shorter branch
     speed = [line for line in lines if line.startswith("local: speed ")]
-    assert (
-        speed
-        == [
-            f"local: speed {w}: 3 trial(s) × C1,4, max_tokens 256, streamed to {API}" for w in ("count", "code", "json")
-        ]
-        * 2
-    )  # baseline, then the variant
+    batch = [
+        f"local: speed {w}: 3 trial(s) × C1,4, max_tokens 256, streamed to {API}" for w in ("count", "code", "json")
+    ]
+    schedule = [
+        f"local: speed {w}: 3 trial(s) × C1,4,6, max_tokens 256, streamed to {API}" for w in ("count", "code", "json")
+    ]
+    proof = [f"local: speed count: 3 trial(s) × C1, max_tokens 300, streamed to {API}"]
+    assert speed == batch * 2 + schedule * 2 + proof  # each canary's two sides, then the relaunched lane's count-300
     # the variant: render on the head, copy to the worker, stop, clean, start, measure; then the restore the same way
     renders = [
         i
@@ -77,7 +93,10 @@ def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_con
         for i, line in enumerate(lines)
         if line == "worker: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
     ]
-    assert len(renders) == len(rsyncs) == len(stops) == len(cleans) == len(starts) == 2
+    # the batch canary's variant and restore, then the schedule canary's other side and (a dry run decides nothing:
+    # the restore path) its restore
+    assert len(renders) == len(rsyncs) == len(stops) == len(cleans) == len(starts) == 4
+    assert any(line.startswith("local: set speculative.schedule: null in ") for line in lines)  # the lane file
     variant_speed = [i for i, line in enumerate(lines) if line.startswith("local: speed ")][3]
     assert (
         renders[0]
@@ -92,7 +111,8 @@ def test_a_dry_run_on_the_real_lane_lists_requests_and_commands_and_opens_no_con
         < cleans[1]
         < starts[1]
     )
-    assert lines[-2].startswith("head: for f in ~/ds4-f-mia-anemll-0731/.env.dspark;")  # the env file read back
+    assert any(line.startswith("head: for f in ~/ds4-f-mia-anemll-0731/.env.dspark;") for line in lines)  # read back
+    assert any("long context" in line for line in lines) is False  # opt-in: not asked for
     assert "verdict: dry-run" in lines
     text = (tmp_path / record["output"]).read_text()
     assert "MAX_NUM_BATCHED_TOKENS=8216" in text  # the variant's diff against the reference checkout
@@ -127,20 +147,27 @@ def test_papermill_dry_run_on_the_preview_lane_skips_the_k_boundary(tmp_path):
 def twin_run(twin, tmp_path_factory):
     """One run on the launched session twin, shared by the assertions below; the lane is stopped after."""
     tmp = tmp_path_factory.mktemp("diagnose")
+    lane_file = tmp / "twin.yaml"  # a copy: the schedule canary writes the side it keeps into the lane file
+    lane_file.write_text(load_lane("twin").file.read_text())
     record = {"figures": {}}
     with ssh.Lane(load_lane("twin")) as lane:
         try:
             assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
-            record, _ = run(tmp, "diagnose", "twin", *SMALL, expect_exit=0)
+            record, _ = run(tmp, "diagnose", str(lane_file), *SMALL, *SCHEDULE_SMALL, expect_exit=0)
             command = logs.live_command(lane.head, launcher.container_name(lane))
             env_file = lane.head.run("cat ~/ds4-f-mia-anemll-0731/.env.dspark").stdout
-            yield record, command, env_file, tmp
+            yield record, command, env_file, tmp, lane_file
         finally:
             launcher.stop_lane(lane)
             # the backups this run's renders made (kept by lanebook, copied to the worker): tidy the session twin
             made = [
                 b["backup"]
-                for key in ("canary_variant_run", "canary_restore")
+                for key in (
+                    "canary_variant_run",
+                    "canary_restore",
+                    "schedule_canary_relaunch",
+                    "schedule_canary_restore",
+                )
                 for b in ((record["figures"].get(key) or {}).get("relaunch", record["figures"].get(key)) or {}).get(
                     "backups", []
                 )
@@ -176,7 +203,7 @@ def test_twin_k_boundary_is_stable(twin_run):
 
 @pytest.mark.twin
 def test_twin_canary_rejects_8216_and_restores_8192(twin_run):
-    record, command, env_file, tmp = twin_run
+    record, command, env_file, tmp, lane_file = twin_run
     canary = record["figures"]["canary"]
     assert (canary["decision"], canary["kept"], canary["baseline"], canary["variant"]) == ("reject", 8192, 8192, 8216)
     assert {c["workload"] for c in canary["cells"]} == {"count", "code", "json"}
@@ -185,9 +212,39 @@ def test_twin_canary_rejects_8216_and_restores_8192(twin_run):
     assert variant["restored_after_failure"] is None
     assert record["figures"]["canary_restore"]["live_mismatches"] == []
     assert record["figures"]["canary_kept"] == {"MAX_NUM_BATCHED_TOKENS": 8192, "head_env_file": "8192"}
-    assert [c["step"] for c in record["confirmations"]] == ["4 canary variant", "6 restore the kept value"]
+    assert [c["step"] for c in record["confirmations"]][:2] == ["4 canary variant", "6 restore the kept value"]
     # looked at again after the run: the head's env file and the live command carry 8192
     assert "MAX_NUM_BATCHED_TOKENS=8192" in env_file.splitlines()
-    assert "--max-num-batched-tokens 8192" in command and live_mismatches(load_lane("twin"), command) == []
+    # against the lane file as the run left it (the schedule canary after it kept fixed K)
+    assert "--max-num-batched-tokens 8192" in command and live_mismatches(load_lane(str(lane_file)), command) == []
     text = (tmp / "outputs" / record["output"]).read_text()
     assert "Decision: **reject** MAX_NUM_BATCHED_TOKENS=8216" in text
+
+
+@pytest.mark.twin
+def test_twin_schedule_canary_restores_fixed_k_and_proves_the_lane(twin_run):
+    record, command, _, tmp, lane_file = twin_run
+    figures = record["figures"]
+    decision = figures["schedule_canary"]
+    assert (decision["decision"], decision["kept"], decision["baseline"]) == ("reject", "fixed K=5", "fixed K=5")
+    assert decision["variant"] == "[[1, 1, 5], [2, 4, 4], [5, 6, 3]]"
+    relaunch = figures["schedule_canary_relaunch"]["relaunch"]
+    assert relaunch["launcher"] == "ok" and relaunch["live_mismatches"] == []
+    assert figures["schedule_kept"] == {"side": "fixed", "live_command_has_schedule_key": False}
+    assert "num_speculative_tokens_per_batch_size" not in command  # looked at again after the run
+    # the lane file says fixed K now, its earlier text kept beside it
+    backup = Path(figures["schedule_lane_file"]["backup"])
+    assert load_lane(str(lane_file)).speculative.schedule is None
+    assert load_lane(str(backup)).speculative.schedule == [(1, 1, 5), (2, 4, 4), (5, 6, 3)]
+    # the relaunched lane proven in the same run: count-300 (a twin figure), tools, Hermes, queues, both ranks
+    proof = figures["restored_best_count_300"]
+    assert proof["twin"] is True and proof["tok_s"] > 0 and proof["reference_tok_s"] == "90.70"
+    verdict = read_verdict(tmp / "outputs" / record["output"])
+    checks = {c["what"]: c["outcome"] for c in verdict["checks"] if c["step"] == "10 the relaunched lane proven"}
+    assert checks["a structured tool_calls[] comes back"] == "pass"
+    assert any("ROUTE_OK" in what and outcome == "pass" for what, outcome in checks.items())
+    assert checks["the queues drain (running = waiting = 0)"] == "pass"
+    assert checks["no CUDA, NCCL, engine-death or out-of-memory line on any rank"] == "pass"
+    # the long-context climb: every step answered, each on an idle lane
+    assert [s["tokens"] for s in figures["long_context"]] == [8192, 16384, 20000]
+    assert all(s["error"] is None and s["prompt_tokens"] >= s["tokens"] for s in figures["long_context"])

@@ -3,6 +3,8 @@
 protocol's counters and TTFT, and the K-boundary waves draining with every request measured."""
 
 import httpx
+import pytest
+from lanebook.base.errors import LanebookError
 from lanebook.nodes.ssh import Executor
 from lanebook.speed.workloads import load_workload
 from lanebook.twin.timing import prefill_step_s
@@ -175,3 +177,20 @@ def test_the_diagnose_probe_steps_in_a_dry_run_and_on_a_lane_without_a_boundary(
         )
     ]
     assert fixed.commands() == []
+
+
+def test_the_long_context_step_is_opt_in_and_refused_headless_on_a_real_lane():
+    from lanebook.steps.runbook import Runbook
+
+    rb = Runbook("diagnose", "anemll-0731", dry_run=True)
+    probes.long_context_step(rb, False, None, None)
+    assert rb.checks[-1].seen == "skipped: long_context=False (opt-in: pitfall P15)"
+    probes.long_context_step(rb, True, None, True)  # attended: a dry run records the climb to the lane's context
+    climb = [line for line in rb.lane.executor.commands() if line.startswith("local: long context ")]
+    assert [line.split(" tokens:")[0] for line in climb][-1] == "local: long context 1,048,576"
+    assert len(climb) == 8
+    live = Runbook("diagnose", "anemll-0731", dry_run=True)
+    live.dry_run = live.lane.executor.dry_run = False  # as a headless real run: nobody said they watch the console
+    with pytest.raises(LanebookError, match="P15.*attended"):
+        probes.long_context_step(live, True, 200_000, None)
+    assert live.lane.executor.commands() == []  # refused before anything is sent

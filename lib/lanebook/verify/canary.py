@@ -34,8 +34,10 @@ from lanebook.recipe.effective.mismatches import LiveMismatch, live_mismatches
 from lanebook.recipe.envfile import env_map, parse_env_text
 from lanebook.recipe.render import RenderResult
 from lanebook.speed.bands import bands_frame
+from lanebook.speed.references import PUBLISHED_FIGURES, PublishedFigure
+from lanebook.verify import gates, hermes
 from lanebook.verify.diagnose import CanaryDecision, canary_decision
-from lanebook.verify.probes import document_figures, measure_workloads
+from lanebook.verify.probes import document_figures, fatal_log_lines, measure_workloads, queues_idle
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -307,4 +309,54 @@ def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecis
         f"the lane file holds the kept {key}={kept_value}",
         lane_file_note(p, key, kept_value),
         local=True,
+    )
+
+
+# --- a restored lane proven, not assumed (seed 000: "The restored lane returned a 90.70 t/s best count-300 run,
+# passed tools and Hermes routing, drained its queues, and stayed clean on both TP ranks") ------------------------
+
+PROOF_WORKLOAD, PROOF_MAX_TOKENS = "count", 300  # the write-up's count-300 run
+
+
+def best_stream_tok_s(documents: Optional[list[dict]]) -> Optional[float]:
+    """The best trial's mean stream decode rate over the documents (the write-up quotes a best run; None: nothing)."""
+    rates = [r["mean_stream_decode_tok_s"] for d in documents or [] for r in d["runs"] if r["errors"] == 0]
+    rates = [rate for rate in rates if rate is not None]
+    return max(rates) if rates else None
+
+
+def count_300_reference() -> PublishedFigure:
+    return next(f for f in PUBLISHED_FIGURES if f.figure == "best count-300 run")
+
+
+def proof_step(rb: "Runbook", relaunched: bool, trials: int) -> None:
+    """Step 10: after a canary relaunched the lane, prove it as the write-up did: a best count-300 run (beside the
+    write-up's figure, twin figures labelled twin), the tool smoke and Hermes ROUTE_OK, idle queues, and no fatal
+    line in any rank's log. Nothing relaunched: nothing to prove again."""
+    p = rb.params
+    if not relaunched:
+        rb.skip("the restored lane passes tools, Hermes, queues and both ranks' logs", "no canary relaunched the lane")
+        return
+    documents = measure_workloads(rb.lane, [PROOF_WORKLOAD], [1], trials, PROOF_MAX_TOKENS)
+    best, reference = best_stream_tok_s(documents), count_300_reference()
+    rb.record(restored_best_count_300={"tok_s": best, "twin": p.twin, "reference_tok_s": reference.value})
+    label = "TWIN figure" if p.twin else "this lane"
+    cited = f"{reference.value} {reference.unit} ({reference.measured_by}, {reference.conditions})"
+    rb.show(markdown=f"Best count-300 run: **{best} tok/s** ({label}); the write-up's restored lane: {cited}.")
+    rb.expect(best is not None, f"a clean count-{PROOF_MAX_TOKENS} run at C1", best)
+    step = rb.current_step
+    rb.expect_results(gates.tool_smoke_gate(step, rb.lane.executor, p))
+    provider, found = hermes.block_gate(step, rb.lane, None)
+    route, routed = hermes.route_gate(step, rb.lane, provider)
+    rb.record(restored_hermes=hermes.route_figures(route))
+    rb.expect_results(found + routed)
+    waited = queues_idle(p.api, rb.lane.executor)
+    rb.expect(waited is not None, "the queues drain (running = waiting = 0)", waited and f"idle after {waited:.1f} s")
+    found_lines = None if rb.dry_run else fatal_log_lines(rb.lane)
+    scanned = sorted(found_lines or {})
+    lines = [f"{node}: {line}" for node, kinds in (found_lines or {}).items() for ls in kinds.values() for line in ls]
+    rb.expect(
+        found_lines is not None and scanned == sorted(n.alias for n in p.nodes) and not lines,
+        "no CUDA, NCCL, engine-death or out-of-memory line on any rank",
+        f"scanned {', '.join(scanned)}" + (f"; {'; '.join(lines[:3])}" if lines else ""),
     )

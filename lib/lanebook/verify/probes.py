@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import httpx
 
+from lanebook.base import frontend
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.prometheus import PREEMPTIONS, QueueNotIdle, metrics_url, scrape, server_root, wait_idle
@@ -309,9 +310,13 @@ def stepped_long_context(
 # --- the diagnose runbook's probe steps (each takes the runbook: it records and checks) ---------------------
 
 
-def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int) -> None:
-    """Step 1: prompts A, unrelated B, then A again: A hits the prefix cache again (no eviction), sooner than cold."""
+def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int, skipped: Optional[str] = None) -> None:
+    """Step 1: prompts A, unrelated B, then A again: A hits the prefix cache again (no eviction), sooner than cold.
+    skipped: why this run leaves it out (None: it runs)."""
     p = rb.params
+    if skipped:
+        rb.skip("A hits the cache again after unrelated B", skipped)
+        return
     steps = prefix_protocol(p.api, prefix_bodies(p.served_model_name, p.request, run_tag, lines), rb.lane.executor)
     verdict = None if steps is None else prefix_verdict(steps)  # None: a dry run sent nothing
     if verdict:
@@ -324,13 +329,23 @@ def prefix_cache_step(rb: "Runbook", run_tag: str, lines: int) -> None:
 
 
 def boundary_step(
-    rb: "Runbook", run_tag: str, sizes: Sequence[int], workload: str, max_tokens: int, short_tokens: int
+    rb: "Runbook",
+    run_tag: str,
+    sizes: Sequence[int],
+    workload: str,
+    max_tokens: int,
+    short_tokens: int,
+    skipped: Optional[str] = None,
 ) -> None:
     """Step 2: waves either side of the K boundary and one that crosses it mid-run stay stable (no error, no fatal
-    log line, /health 200); a lane whose K does not change between the sizes has no boundary to cross."""
+    log line, /health 200); a lane whose K does not change between the sizes has no boundary to cross.
+    skipped: why this run leaves it out (None: it runs)."""
     p = rb.params
     plan = boundary_plan(p.speculative.schedule, p.num_speculative_tokens, sizes[0], sizes[1], max_tokens, short_tokens)
     what = f"C{plan.lower}↔C{plan.upper} stays stable across the K boundary"
+    if skipped:
+        rb.skip(what, skipped)
+        return
     if not plan.crosses:
         rb.skip(what, f"the lane verifies K={plan.k_lower} at both batch sizes: no boundary to cross")
         return
@@ -345,3 +360,49 @@ def boundary_step(
     if stability:
         rb.record(k_boundary={c.name: c.figures() for c in measured})
     rb.expect(bool(stability and stability.ok), what, stability and stability.summary(measured))
+
+
+def queues_idle(api: str, executor: Executor, idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[float]:
+    """Seconds the queues took to read idle (running = waiting = 0 on /metrics); QueueNotIdle past the bound, None
+    in a dry run."""
+    metrics = metrics_url(api)
+    executor.record_local(f"GET {metrics} until running = waiting = 0, bound {idle_timeout_s:g} s")
+    if executor.dry_run:
+        return None
+
+    async def idle() -> float:
+        async with new_client() as client:
+            return (await wait_idle(client, metrics, idle_timeout_s))[1]
+
+    return run(idle())
+
+
+def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int], attended: Optional[bool]) -> None:
+    """Step 11 (opt-in, pitfall P15): cold needles climbing to the lane's context (or TARGET_TOKENS), idle queues and
+    /health before each step, stopped at the first failure. On a real lane someone must watch the head's console:
+    ATTENDED says so headless; unset, JupyterLab asks with a button; otherwise the probe is refused."""
+    p = rb.params
+    lengths = long_context_steps(target_tokens or p.max_model_len)
+    what = f"cold needles climb to {lengths[-1]:,} tokens, every step answered"
+    if not enabled:
+        rb.skip(what, "long_context=False (opt-in: pitfall P15)")
+        return
+    question = f"an operator is watching {p.name}'s head console for a {lengths[-1]:,}-token needle climb"
+    asked = None if attended is not None or p.twin or rb.dry_run else frontend.ask(question)  # JupyterLab: a button
+    watched = bool(attended) if attended is not None else bool(asked)
+    how = (
+        "parameter"
+        if attended is not None
+        else "button"
+        if asked is not None
+        else "not asked (headless, twin, dry run)"
+    )
+    rb.record(long_context_attended={"attended": watched, "how": how})
+    steps = stepped_long_context(rb.lane, lengths, attended=watched)
+    if steps is not None:
+        rb.record(long_context=[s.__dict__ for s in steps])
+        rb.show([s.__dict__ for s in steps])
+    failed = None if steps is None else next((s for s in steps if s.error), None)
+    stop = f"; stopped at {failed.tokens:,} tokens: {failed.error}" if failed else ""
+    seen = None if steps is None else f"{len(steps)} of {len(lengths)} steps sent{stop}"
+    rb.expect(steps is not None and failed is None and len(steps) == len(lengths), what, seen)

@@ -1,0 +1,223 @@
+"""The batch-size verify schedule's own A/B, and its one-line rollback (seed 000).
+
+Seed 000 promoted num_speculative_tokens_per_batch_size [[1,1,5],[2,4,4],[5,6,3]] and gave its rollback: "If your
+matched workload does not improve, restore fixed K=5 by removing the batch-size schedule", then "Restart through
+the same launcher and confirm the live process command no longer contains num_speculative_tokens_per_batch_size."
+
+So the canary measures the lane with the schedule against the same lane with fixed K (MTP_NUM_TOKENS, the lane's
+value), everything else equal: the side the lane runs first, then the other side relaunched through the launcher
+(lanebook.verify.canary: render, copy, stop, clean, start, live command), both on the same workloads, levels, trials
+and max_tokens. The schedule stays only on the batch canary's rule (lanebook.verify.diagnose.canary_decision: no cell
+worse, complete bands, one cell clearly better); otherwise fixed K is what the lane runs, and the live command must
+no longer carry the schedule's key.
+
+The lane file stays the operator's truth: when the decided side is not what the file says, lanebook writes it there
+(lanebook.lane.values: only `speculative.schedule` changes, the file backed up beside itself first), so the next
+`env` and `launch` keep the decision instead of undoing it. The same restore runs without the A/B when the operator
+asks for a side (`restore="fixed"` or `"schedule"`): one command, no lane file written by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from lanebook.base.files import read_text
+from lanebook.lane.params import LaneParams, lane_with
+from lanebook.lane.values import read_schedule, schedule_text, write_schedule
+from lanebook.ops.launcher import container_name
+from lanebook.ops.logs import live_command
+from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.recipe.speculative import SCHEDULE_KEY
+from lanebook.verify.canary import Relaunch, VariantTrial, relaunch_with, show_change, show_documents, try_variant
+from lanebook.verify.diagnose import CanaryDecision, canary_decision
+from lanebook.verify.probes import measure_workloads
+
+if TYPE_CHECKING:
+    from lanebook.steps.runbook import Runbook
+
+FIXED, SCHEDULE = "fixed", "schedule"  # the two sides, as `restore` names them
+
+
+def with_schedule(params: LaneParams, schedule: Optional[Sequence[Sequence[int]]]) -> LaneParams:
+    """The lane with only its verify schedule changed (None: fixed K = MTP_NUM_TOKENS)."""
+    speculative = params.speculative.model_dump()
+    speculative["schedule"] = None if schedule is None else [list(r) for r in schedule]
+    return lane_with(params, speculative=speculative)
+
+
+def side_of(params: LaneParams) -> str:
+    return FIXED if params.speculative.schedule is None else SCHEDULE
+
+
+@dataclass(frozen=True)
+class SchedulePlan:
+    """What the diagnose runbook's schedule-canary parameters ask for. schedule: the schedule side's ranges (None:
+    the lane's own); restore: the side the operator puts back without an A/B (None: the A/B decides)."""
+
+    enabled: bool
+    schedule: Optional[list[list[int]]]
+    workloads: list[str]
+    concurrency: list[int]
+    trials: int
+    max_tokens: int
+    tolerance: float
+    restore: Optional[str] = None
+
+    def ranges(self, params: LaneParams) -> Optional[list[list[int]]]:
+        """The schedule side's ranges: the plan's, else the lane's own (None when neither gives one)."""
+        own = params.speculative.schedule
+        return self.schedule if self.schedule is not None else None if own is None else [list(r) for r in own]
+
+    def lane(self, params: LaneParams, side: str) -> LaneParams:
+        return with_schedule(params, self.ranges(params) if side == SCHEDULE else None)
+
+    def skip_reason(self, params: LaneParams) -> Optional[str]:
+        """Why the A/B does not run (None: it runs)."""
+        if not self.enabled:
+            return "schedule_canary=False"
+        if self.restore is not None:
+            return f"restore={self.restore}: the operator's side is put back without an A/B"
+        if self.ranges(params) is None:
+            return "the lane verifies fixed K and no schedule was given (-p k_schedule=[[START, END, K], ...])"
+        return None
+
+    def restore_problem(self, params: LaneParams) -> Optional[str]:
+        """What is wrong with `restore` (None: nothing)."""
+        if self.restore not in (None, FIXED, SCHEDULE):
+            return f"restore is {self.restore!r}: give {FIXED!r} (fixed K) or {SCHEDULE!r}"
+        if self.restore == SCHEDULE and self.ranges(params) is None:
+            return "restore='schedule' on a fixed-K lane needs the ranges: -p k_schedule=[[START, END, K], ...]"
+        return None
+
+    def describe(self, params: LaneParams, side: str) -> str:
+        k = params.num_speculative_tokens
+        return f"{SCHEDULE_KEY}={schedule_text(self.ranges(params))}" if side == SCHEDULE else f"fixed K={k}"
+
+
+@dataclass
+class ScheduleAB:
+    """Both sides measured: the lane's own side first, then the other side relaunched (trial)."""
+
+    documents: dict[str, Optional[list[dict]]]  # side -> speed documents
+    trial: VariantTrial
+    other: str  # the side relaunched
+
+    @property
+    def running(self) -> Optional[str]:
+        """The side the lane runs now (None: unknown, a dry run)."""
+        if self.trial.relaunch.ok and not self.trial.failed:
+            return self.other
+        return (
+            None if self.trial.restored is None or not self.trial.restored.ok else side_of(self.trial.restored.params)
+        )
+
+
+def measure(rb: "Runbook", plan: SchedulePlan) -> Optional[list[dict]]:
+    return measure_workloads(rb.lane, plan.workloads, plan.concurrency, plan.trials, plan.max_tokens)
+
+
+def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
+    """Step 7: the side the lane runs measured, then the other side relaunched through the launcher and measured."""
+    p = rb.params
+    own = side_of(p)
+    other = FIXED if own == SCHEDULE else SCHEDULE
+    if reason := plan.skip_reason(p):
+        rb.skip("the schedule and fixed K measured on matched workloads", reason)
+        return None
+    documents: dict[str, Optional[list[dict]]] = {own: measure(rb, plan)}
+    show_documents(rb, f"schedule_canary_{own}", documents[own])
+    failed = None if documents[own] is None else sum(r["errors"] for d in documents[own] for r in d["runs"])
+    rb.expect(failed == 0, f"every request measured with {plan.describe(p, own)}", failed)
+    rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, other)} (stop, clean memory, start) and measure it")
+    trial = try_variant(rb.lane, plan.lane(p, other), lambda: measure(rb, plan))
+    documents[other] = trial.documents
+    rb.record(schedule_canary_relaunch=trial.figures())
+    show_change(rb, trial.relaunch)
+    show_documents(rb, f"schedule_canary_{other}", trial.documents)
+    what = f"the lane is up with {plan.describe(p, other)} and the live command carries it"
+    rb.expect(trial.relaunch.ok, what, trial.relaunch.summary())
+    rb.expect(trial.error is None, f"{', '.join(plan.workloads)} measured with {plan.describe(p, other)}", trial.error)
+    return ScheduleAB(documents, trial, other)
+
+
+def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -> Optional[CanaryDecision]:
+    """Step 8: keep the schedule only on a clear gain over fixed K (the batch canary's rule), else fixed K."""
+    what = "an explicit keep or restore-fixed-K from the measured figures"
+    if reason := plan.skip_reason(rb.params):
+        rb.skip(what, reason)
+        return None
+    decision = None
+    if ab and ab.documents[FIXED] and ab.documents[SCHEDULE]:
+        fixed, scheduled = (plan.describe(rb.params, side) for side in (FIXED, SCHEDULE))
+        ranges = schedule_text(plan.ranges(rb.params))
+        decision = canary_decision(
+            SCHEDULE_KEY, fixed, ranges, ab.documents[FIXED], ab.documents[SCHEDULE], plan.tolerance
+        )
+        rb.record(schedule_canary=decision.figures())
+        verdict = "keep the schedule" if decision.decision == "keep" else f"restore {fixed}"
+        rb.show(markdown=f"### Decision: **{verdict}** ({scheduled} against {fixed})\n\n{decision.summary()}")
+        rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
+    rb.expect(decision is not None, what, decision and decision.summary())
+    return decision
+
+
+def kept_side(plan: SchedulePlan, decision: Optional[CanaryDecision]) -> str:
+    """The operator's side when asked for; else the schedule only when kept (a dry run shows the restore)."""
+    if plan.restore is not None:
+        return plan.restore
+    return SCHEDULE if decision is not None and decision.decision == "keep" else FIXED
+
+
+def restore_step(
+    rb: "Runbook", plan: SchedulePlan, decision: Optional[CanaryDecision], ab: Optional[ScheduleAB]
+) -> Optional[Relaunch]:
+    """Step 9: the kept side is what runs (relaunched through the launcher unless it already runs), the live command
+    carries the schedule's key exactly when the schedule is kept, and the lane file says the same; the relaunch."""
+    p = rb.params
+    if reason := None if plan.restore else plan.skip_reason(p):
+        rb.skip("the kept side is what the lane runs", reason)
+        return None
+    rb.expect(not plan.restore_problem(p), "restore names a side the lane can run", plan.restore_problem(p), local=True)
+    side = kept_side(plan, decision)
+    kept = plan.lane(p, side)
+    running = ab.running if ab else None  # the operator's restore always goes through the launcher
+    relaunch = None
+    if running != side or rb.dry_run:
+        rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, side)} through its launcher")
+        relaunch = relaunch_with(rb.lane, kept)
+        rb.record(schedule_canary_restore=relaunch.figures())
+        show_change(rb, relaunch)
+        rb.expect(relaunch.ok, f"the lane is up again with {plan.describe(p, side)}", relaunch.summary())
+    command = live_command(rb.lane.head, container_name(rb.lane))
+    mismatches = live_mismatches(kept, command)
+    rb.expect(not mismatches, f"the live command carries {plan.describe(p, side)}", "; ".join(map(str, mismatches)))
+    carries = None if command is None else SCHEDULE_KEY in command
+    rb.record(schedule_kept={"side": side, "live_command_has_schedule_key": carries})
+    rb.expect(
+        carries == (side == SCHEDULE),
+        f"the live process command {'contains' if side == SCHEDULE else 'no longer contains'} {SCHEDULE_KEY}",
+        "not read" if carries is None else f"{SCHEDULE_KEY} {'present' if carries else 'absent'}",
+    )
+    lane_file_step(rb, kept, plan.describe(p, side))
+    return relaunch
+
+
+def lane_file_step(rb: "Runbook", kept: LaneParams, described: str) -> None:
+    """The lane file says the kept side: written by lanebook when it did not (backed up first; a dry run only says)."""
+    path, schedule = rb.params.file, kept.speculative.schedule
+    what = f"the lane file says {described}"
+    if path is None:
+        rb.expect(False, what, "the lane was not read from a file", local=True)
+        return
+    rb.lane.executor.record_local(f"set speculative.schedule: {schedule_text(schedule)} in {path} (backup first)")
+    if rb.dry_run:
+        rb.skip(what, "a dry run writes no lane file")
+        return
+    saved = write_schedule(path, schedule, f"{described}: kept by the schedule canary (diagnose)")
+    rb.record(schedule_lane_file={"path": str(path), "backup": None if saved is None else str(saved)})
+    if saved:
+        rb.show(markdown=f"The lane file now says {described}; what it said before is kept in `{saved}`.")
+    on_file = read_schedule(read_text(path, "lane file"))
+    wanted = None if schedule is None else [list(r) for r in schedule]
+    rb.expect(on_file == wanted, what, f"speculative.schedule: {schedule_text(on_file)}", local=True)
