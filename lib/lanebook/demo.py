@@ -23,13 +23,18 @@ TWIN_LANE = "twin"
 ROLLBACK_LANE = "the twin lane's rollback lane"  # resolved from params/twin.yaml's `rollback:` when run
 # (runbook, lane, parameters) after the main job, in the operator's order. The diagnose canary keeps its three
 # trials a cell (a value is judged only on complete bands) on one workload at C1 and shorter streams: the twin's
-# decode rates are the seeds', and its two relaunches are most of the rehearsal's time.
+# decode rates are the seeds', and its two relaunches are most of the rehearsal's time. The schedule canary is left
+# out: a restore writes the kept side into the lane file it ran on, here the repository's params/twin.yaml (the
+# suite proves it on a copy). The stepped long-context probe (P15) climbs to 20,000 tokens, not the lane's 1M.
 DIAGNOSE_REHEARSAL = {
     "canary_workloads": ["count"],
     "canary_concurrency": [1],
     "canary_max_tokens": 64,
     "boundary_max_tokens": 128,
     "boundary_short_tokens": 32,
+    "schedule_canary": False,
+    "long_context": True,
+    "long_context_tokens": 20000,
 }
 AFTER_PROMOTION = (
     ("diagnose", TWIN_LANE, DIAGNOSE_REHEARSAL),
