@@ -1,14 +1,15 @@
 """lanebook against a real vLLM (0.32.0, CPU build, a tiny random model): the real-vllm-cpu lane end to end, lanebook's
 client side held to the server's own counters, and the twin's server held to the real one.
 
-One real server for the run (tests/real_vllm.py): the real-vllm-cpu lane's, on the twin's head, started by `lanebook
-run launch --lane real-vllm-cpu` (prefix caching, ngram speculative decoding on the recipe's 5/4/3 verify schedule,
-max_model_len 2048). First the lane's runbooks: launch passes against the real server (its startup log, /v1/models,
-the live command), gates fail at the exact smoke naming the gibberish they got, `lanebook speed` prints the server's
-own token count equal to lanebook's. Then what lanebook reads from it (readiness, /v1/models, /version, the gates'
-smokes, /metrics, the speed harness's records, the prefix-cache probe, spec-decode figures) is checked against what
-the server itself counts. Last, the same requests go to the twin's server started with the real one's arguments, and
-every difference a client can see must be one listed in lanebook.twin.conformance. Twin figures are printed as twin.
+One real server for the run (tests/real_vllm.py): the real-vllm-cpu lane's, on the twin's head, started by `lanebook run
+launch --lane real-vllm-cpu` (prefix caching, ngram speculative decoding on the recipe's 5/4/3 verify schedule,
+max_model_len 2048). First the lane's runbooks: launch passes against the real server (its startup log, /v1/models, the
+live command), gates fail at the exact smoke naming the gibberish they got, `lanebook speed` prints the server's own
+token count equal to lanebook's, the speed runbook passes with each wave's count the server's own. Then what lanebook
+reads from it (readiness, /v1/models, /version, the gates' smokes, /metrics, the speed harness's records, the
+prefix-cache probe, spec-decode figures) is checked against what the server itself counts. Last, the same requests go to
+the twin's server started with the real one's arguments, and every difference a client can see must be one listed in
+lanebook.twin.conformance. Twin figures are printed as twin.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from typing import Optional
 
 import httpx
+import nbformat
 import pytest
 from lanebook.lane.params import k_for_batch
 from lanebook.nodes import ssh
@@ -106,6 +108,7 @@ def test_launch_passes_on_the_real_server(real):  # noqa: F811
     assert re.search(r"\(EngineCore pid=\d+\) INFO .*CPU KV cache size: 524,288 tokens", head_log)
     assert "INFO:     Application startup complete." in head_log
     assert "GPU KV cache size" not in head_log
+    assert "lanebook twin: vllm-cpu: CPU priority: nice 19" in head_log  # the client reading its streams comes first
     assert "headless node rank 1/2 runs nothing" in worker_log
 
 
@@ -147,8 +150,65 @@ def test_speed_prints_the_servers_token_count_equal_to_lanebooks(real):  # noqa:
     assert document["twin"] is True
     for wave in document["server_counts"]:
         assert wave["server_generation_tokens"] == wave["lanebook_completion_tokens"] > 0
+        # beside vLLM's histogram mean (a reply of tokens with no text has no client TTFT: see the harness's test)
         assert wave["server_ttft_mean_s"] > 0 and wave["lanebook_ttft_mean_s"] > 0
-    assert re.search(r"TTFT mean: server \d+\.\d{3} s \(\d+\), lanebook \d+\.\d{3} s", speed.stdout)
+        assert abs(wave["lanebook_ttft_mean_s"] - wave["server_ttft_mean_s"]) <= TTFT_SLACK_S, wave
+    timed = re.findall(r"TTFT mean: server \d+\.\d{3} s \((\d+)\), lanebook \d+\.\d{3} s", speed.stdout)
+    assert timed == ["1", "2"]  # the histogram timed every request of each wave
+
+
+# tokens a stream: every stream runs to it (the lane ignores EOS); a second or more of decoding a reply at C6
+SPEED_MAX_TOKENS = 512
+WAVE_COUNTS = re.compile(
+    r"server counted (\d+) generation tokens, lanebook counted (\d+) \(equal\); "
+    r"TTFT mean: server (\d+\.\d+) s \((\d+)\), lanebook (\d+\.\d+) s"
+)
+
+
+def test_the_speed_runbook_passes_and_each_wave_is_the_servers_own_count(real):  # noqa: F811
+    """`lanebook run speed` on the real server: every stream has its decode window (the server runs at nice 19,
+    lanebook.twin.vllm_cpu, so the client reading a reply is not kept off the CPU for all of it), and each wave's line
+    in the executed runbook puts the server's own /metrics count beside lanebook's: the tokens equal, the TTFT mean
+    beside vLLM's histogram's. Over the run the server's generation counter moved by exactly what the waves' usage
+    chunks said, and the acceptance figures, each a wave's /metrics delta, bracket the server's over the run."""
+    before = run(snapshot(real.api))
+    speed = lanebook_command(
+        ["run", "speed", "--lane", LANE_NAME, "-p", "workloads=probe", "-p", f"max_tokens={SPEED_MAX_TOKENS}"],
+        real.outputs,
+    )
+    after = run(snapshot(real.api))
+    assert speed.returncode == 0, speed.stdout + speed.stderr
+    record = last_record(real.outputs)
+    assert (record["runbook"], record["verdict"], record["twin"]) == ("speed", "pass", True)
+    assert record["figures"]["baseline"]["verdict"] == "no baseline"  # a random model's speed is judged by nobody
+    bands = record["figures"]["bands"]["probe"]
+    assert [b["concurrency"] for b in bands] == [1, 4, 6] and all(b["errors"] == 0 and b["complete"] for b in bands)
+
+    outputs = nbformat.read(real.outputs / record["output"], as_version=4).cells
+    text = "".join(o.get("text", "") for cell in outputs if cell.cell_type == "code" for o in cell.outputs)
+    waves = WAVE_COUNTS.findall(text)
+    levels = [1, 4, 6] * 3  # trials interleaved over the levels
+    assert len(waves) == len(levels), text
+    for (server, ours, server_ttft, timed, our_ttft), level in zip(waves, levels):
+        assert int(server) == int(ours) == level * SPEED_MAX_TOKENS and int(timed) == level
+        # every request had content (no errors), so both means cover the same requests: vLLM's window lies inside
+        assert float(server_ttft) <= float(our_ttft) + 0.001 and float(our_ttft) - float(server_ttft) <= TTFT_SLACK_S
+    delta = after.minus(before)
+    assert delta.total(GENERATION) == sum(int(w[1]) for w in waves) == 11 * 3 * SPEED_MAX_TOKENS
+
+    server = spec_decode_delta(before, after)
+    rates = [b["acceptance_rate"] for b in bands]
+    lengths = [b["mean_acceptance_length"] for b in bands]
+    levels_text = "; ".join(
+        f"C{b['concurrency']} {r['median']:.3f} ({r['min']:.3f}-{r['max']:.3f})" for b, r in zip(bands, rates)
+    )
+    print(f"real speed run: server acceptance {server.acceptance_rate:.3f} over the run; the waves' {levels_text}")
+    assert server.drafts > 0 and server.accepted_tokens > 0
+    # the run's total is a weighted mean of its waves' rates: inside their range
+    assert min(r["min"] for r in rates) <= server.acceptance_rate <= max(r["max"] for r in rates)
+    assert min(m["min"] for m in lengths) <= server.mean_acceptance_length <= max(m["max"] for m in lengths)
+    # at most K accepted per draft; a wave's batch passes through every size up to C, so the largest K bounds each
+    assert all(m["max"] <= max(k for _, _, k in SCHEDULE) + 1 for m in lengths), lengths
 
 
 def test_diagnose_sees_prefix_hits_and_a_stable_k_boundary_on_the_real_server(real):  # noqa: F811

@@ -2,6 +2,8 @@
 kept, what becomes ngram, what is dropped with its reason, and a flag it does not know refused, never passed on."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 from lanebook.twin import vllm, vllm_cpu
@@ -77,3 +79,41 @@ def test_an_unknown_flag_is_refused():
     args, given = parsed(["serve", "m", "--cpu-offload-gb", "4"])
     with pytest.raises(vllm_cpu.Refused, match="does not know how to run --cpu-offload-gb"):
         vllm_cpu.translate(given, args)
+
+
+PRIORITY_PROBE = (
+    "import os, sys\n"
+    "from pathlib import Path\n"
+    "from lanebook.twin.vllm_cpu import lowest_priority\n"
+    "print(lowest_priority(Path(sys.argv[1])) if len(sys.argv) > 1 else lowest_priority())\n"
+    "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
+    "print(Path('/proc/self/autogroup').read_text().strip() if Path('/proc/self/autogroup').exists() else '-')\n"
+)
+
+
+def priority_probe(*args: str) -> list[str]:
+    """lowest_priority() in a process of its own session (an autogroup of its own: the test run's keeps its nice)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PRIORITY_PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_the_server_runs_at_the_lowest_cpu_priority_with_its_sessions_autogroup():
+    line, nice, autogroup = priority_probe()
+    assert nice == "19"
+    if autogroup == "-":
+        assert line.startswith("CPU priority: nice 19 (no autogroup to set: ")
+    else:  # "/autogroup-N nice 19": its own session's group, weighed against the test run's at nice 19
+        assert autogroup.endswith(" nice 19")
+        assert line == f"CPU priority: nice 19, and its session's autogroup ({autogroup})"
+
+
+def test_without_an_autogroup_the_process_nice_is_set_and_said(tmp_path):
+    line, nice, _ = priority_probe(str(tmp_path / "absent" / "autogroup"))
+    assert nice == "19" and line == "CPU priority: nice 19 (no autogroup to set: No such file or directory)"
