@@ -2,6 +2,8 @@
 boundary's plan and stability verdict, and the canary's keep/reject rule, also on the twin engine's own
 figures for batch 8192 against 8216 (virtual time, so exact and fast)."""
 
+from dataclasses import replace
+
 import pytest
 from lanebook.nodes.prometheus import parse_metrics
 from lanebook.speed.bands import bands_from_runs
@@ -72,9 +74,38 @@ def test_prefix_step_is_the_counter_delta_and_first_content_ttft():
         "hit_tokens": 2560.0,
         "hit_rate": 0.9091,
         "ttft_s": 0.25,
+        "server_ttft_s": None,  # this server exposes no TTFT histogram
         "error": None,
     }
     assert diagnose.ttft_s(record(error="HTTP 500: boom")) is None
+
+
+def ttft_snapshot(total, count):
+    return parse_metrics(
+        f"vllm:time_to_first_token_seconds_sum {total}\nvllm:time_to_first_token_seconds_count {count}\n"
+    )
+
+
+def test_the_servers_ttft_of_one_request_is_its_histograms_sum_delta():
+    assert diagnose.one_request_ttft_s(ttft_snapshot(12.5, 41).minus(ttft_snapshot(12.25, 40))) == 0.25
+    assert diagnose.one_request_ttft_s(ttft_snapshot(12.5, 42).minus(ttft_snapshot(12.25, 40))) is None  # two timed
+    assert diagnose.one_request_ttft_s(snapshot(1, 2).minus(snapshot(0, 0))) is None  # not exposed
+
+
+def test_the_servers_clock_judges_the_cached_prefill_where_it_timed_both():
+    """A stream stamped late by a busy client does not fail the step when the server saw the cached prefill sooner;
+    and the server's own clock fails it when it did not."""
+    client_late = steps(again_ttft=1.3)
+    client_late[0] = replace(client_late[0], server_ttft_s=0.9)
+    client_late[3] = replace(client_late[3], server_ttft_s=0.1)
+    assert diagnose.prefix_verdict(client_late).ok
+    server_slow = steps()
+    server_slow[0] = replace(server_slow[0], server_ttft_s=0.2)
+    server_slow[3] = replace(server_slow[3], server_ttft_s=0.25)
+    assert diagnose.prefix_verdict(server_slow).problems == [
+        "A again hit the cache but its TTFT (0.250 s, the server's) is not below A cold's (0.200 s): the counters and "
+        "the stream disagree"
+    ]
 
 
 def steps(again_hits=2560.0, cold_hits=0.0, again_ttft=0.3, repeat_hits=2560.0, error=None):
@@ -118,8 +149,8 @@ def test_prefix_verdict_names_eviction():
         (
             {"again_ttft": 1.3},
             (
-                "A again hit the cache but its TTFT (1.300 s) is not below A cold's (1.200 s): the counters and the "
-                "stream disagree"
+                "A again hit the cache but its TTFT (1.300 s, the stream's) is not below A cold's (1.200 s): the "
+                "counters and the stream disagree"
             ),
         ),
         ({"error": "timeout after 120 s"}, "B cold: request failed: timeout after 120 s"),

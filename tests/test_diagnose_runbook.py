@@ -25,6 +25,7 @@ START = (
 )
 STOP = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
 RSYNC = "head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.2:ds4-f-mia-anemll-0731/"
+CHECKOUT_FILES = (".env.dspark", "docker-compose.dspark.yml")  # what env's render writes in a checkout
 # Small, so a twin run takes about a minute and a half: C1 only, short streams, shorter prompts.
 SMALL = [
     "-p",
@@ -150,7 +151,13 @@ def twin_run(twin, tmp_path_factory):
     lane_file = tmp / "twin.yaml"  # a copy: the schedule canary writes the side it keeps into the lane file
     lane_file.write_text(load_lane("twin").file.read_text())
     record = {"figures": {}}
+    kept = tmp / "checkout-files"  # the schedule canary renders its kept side into the checkout: put the twin's back
+    kept.mkdir()
+    checkout = str(load_lane("twin").checkout).removeprefix("~/")
     with ssh.Lane(load_lane("twin")) as lane:
+        for node in lane.nodes:
+            for name in CHECKOUT_FILES:
+                node.get(f"{checkout}/{name}", kept / f"{node.alias}-{name}")
         try:
             assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
             record, _ = run(tmp, "diagnose", str(lane_file), *SMALL, *SCHEDULE_SMALL, expect_exit=0)
@@ -174,6 +181,9 @@ def twin_run(twin, tmp_path_factory):
             ]
             if made:
                 lane.each("rm -f " + " ".join(made))
+            for node in lane.nodes:
+                for name in CHECKOUT_FILES:
+                    node.put(kept / f"{node.alias}-{name}", f"{checkout}/{name}")
 
 
 @pytest.mark.twin

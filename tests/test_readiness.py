@@ -83,8 +83,9 @@ def test_dry_run_records_the_waits_and_sends_nothing():
 
 @pytest.mark.twin
 def test_a_server_whose_health_never_turns(tmp_path):
-    """Fault health-never: the recipe's launcher probes /v1/models only, so it reports the lane up; our /health
-    wait is what catches it, stopping at its bound with one clear error after showing its progress."""
+    """Fault health-never: the launcher sees /health turn healthy, smokes, and its fail-open warmup's first batched
+    shape kills the engine, so it reports the lane up; our /health wait is what catches it, stopping at its bound with
+    one clear error after showing its progress, while /v1/models still answers."""
     with private_twin(tmp_path / "twin", ["health-never"]) as status:
         with ssh.Lane(lane_with(load_lane("twin"), api=status["api"])) as lane:
             assert launcher.start_lane(lane).ok

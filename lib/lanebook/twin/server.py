@@ -596,7 +596,7 @@ class TwinServer:
 
     @property
     def healthy(self) -> bool:
-        return self.ready and not self.engine.dead and "health-never" not in self.options.faults
+        return self.ready and not self.engine.dead  # fault health-never: dead after its first batched decode shape
 
     # Engine hooks -----------------------------------------------------------------------------
     def _after_step(self, step: Step) -> None:
