@@ -97,13 +97,38 @@ def left_running(twin_dirs: list[Path], suite: Path | None) -> dict[int, str]:
     return found
 
 
+def _repository_files() -> dict[str, str]:
+    """The repository's lane files and stored baselines by content: what runs write only into copies."""
+    from lanebook.base.files import sha256_file
+    from lanebook.base.paths import PARAMS_DIR, REPO
+    from lanebook.speed.bands import BASELINES_DIR
+
+    return {str(p.relative_to(REPO)): sha256_file(p) for p in sorted([*PARAMS_DIR.iterdir(), *BASELINES_DIR.iterdir()])}
+
+
+_files_at_start: dict[str, str] = {}
+
+
+def pytest_sessionstart(session):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _files_at_start.update(_repository_files())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_sessionfinish(session):
     """After the workers have ended (xdist stops them in its own sessionfinish): no process of the suite's twins, nor
-    anything else started for them, may still run. A leftover fails the run, named; a clean run's suite dir goes."""
+    anything else started for them, may still run, and no lane file or stored baseline of the repository changed (a
+    canary writes the lane file it ran on: tests give it a copy). A leftover fails the run, named; a clean run's suite
+    dir goes."""
     yield
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
+    changed = sorted(set(_repository_files().items()) ^ set(_files_at_start.items()))
+    if changed:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"the suite changed the repository's files: {', '.join(sorted({name for name, _ in changed}))}", red=True
+        )
     suite = Path(os.environ[SUITE_DIR]) if os.environ.get(SUITE_DIR) else None
     roots = [suite] if suite else _started_twins
     stray = left_running(roots, suite)

@@ -219,7 +219,19 @@ def test_diagnose_sees_prefix_hits_and_a_stable_k_boundary_on_the_real_server(re
     scheduler process spins on the core its API server shares: complete, so no instability). The prompts are sized
     to its 2048-token context (24 lines, not the 1M lanes' 200)."""
     diagnose = lanebook_command(
-        ["run", "diagnose", "--lane", LANE_NAME, "-p", "canary=False", "-p", "prefix_lines=24"], real.outputs
+        [
+            "run",
+            "diagnose",
+            "--lane",
+            LANE_NAME,
+            "-p",
+            "canary=False",
+            "-p",
+            "schedule_canary=False",
+            "-p",
+            "prefix_lines=24",
+        ],
+        real.outputs,
     )
     assert diagnose.returncode == 0, diagnose.stdout + diagnose.stderr
     record = last_record(real.outputs)
