@@ -267,14 +267,17 @@ FIRST_SCREEN_JS = """
 () => {
   const h1 = document.querySelector("article.bd-article h1");
   const box = h1 && h1.getBoundingClientRect();
-  return {title: h1 ? h1.innerText : null, bottom: box ? box.bottom : null};
+  const page = document.documentElement;
+  const sideways = page.scrollWidth - page.clientWidth;
+  return {title: h1 ? h1.innerText : null, bottom: box ? box.bottom : null, sideways: sideways};
 }
 """
 
 
 @pytest.mark.twin
 def test_every_page_reads_at_a_laptop_and_a_phone_width(browser, site):
-    """Each page's first screen says what it is: its title shown, at either width."""
+    """Each page's first screen says what it is: its title shown, at either width; and no page scrolls sideways (a
+    wide table or code block scrolls in its own box, a long token in text wraps)."""
     pages = sorted(
         p.relative_to(site).as_posix()
         for p in site.rglob("*.html")
@@ -293,4 +296,6 @@ def test_every_page_reads_at_a_laptop_and_a_phone_width(browser, site):
                 visit.close()
             if not seen["title"] or seen["bottom"] > height:
                 problems.append(f"{name} at {kind} width: its title is not on the first screen ({seen})")
+            if seen["sideways"] > 0:
+                problems.append(f"{name} at {kind} width: the page scrolls sideways by {seen['sideways']} px")
     assert not problems, "\n".join(problems)
