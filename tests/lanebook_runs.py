@@ -72,14 +72,20 @@ def dry_run_offline(
     tmp_path: Path, runbook: str, lane: str = "anemll-0731"
 ) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE --dry-run` under `unshare -n` with only loopback up; must exit 0."""
+    done = offline(tmp_path, f"run {runbook} --lane {lane} --dry-run", timeout=300)
+    return last_record(tmp_path), done
+
+
+def offline(tmp_path: Path, arguments: str, timeout: int) -> subprocess.CompletedProcess:
+    """`lanebook ARGUMENTS` under `unshare -n` with only loopback up, its outputs in TMP_PATH; must exit 0."""
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
         pytest.skip("unshare -n is not available here (needs root or user namespaces)")
     done = subprocess.run(
-        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} run {runbook} --lane {lane} --dry-run"],
+        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} {arguments}"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)},
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return last_record(tmp_path), done
+    return done

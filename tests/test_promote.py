@@ -216,22 +216,9 @@ def test_a_new_promotion_keeps_the_rollback_lanes_fingerprint_where_rollback_fin
 def test_a_dry_run_prints_each_runbooks_commands_the_seeds_cp_line_among_them(tmp_path):
     """`lanebook promote --lane anemll-0731 --dry-run` with only loopback up: the new lane's checkout is made as seed
     000 makes it, and no connection is opened."""
-    import os
-    import shutil
-    import subprocess
+    from lanebook_runs import offline
 
-    from lanebook_runs import LANEBOOK
-
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
-        pytest.skip("unshare -n is not available here (needs root or user namespaces)")
-    done = subprocess.run(
-        ["unshare", "-n", "sh", "-c", f"ip link set lo up && {LANEBOOK} promote --lane anemll-0731 --dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = offline(tmp_path, "promote --lane anemll-0731 --dry-run", timeout=600)
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert any(line.endswith("; cp -a ~/ds4-f-mia-anemll-1m6 ~/ds4-f-mia-anemll-0731") for line in lines), done.stdout
     assert lines.count("commands it would send (none were sent):") == len(MAIN_JOB)
