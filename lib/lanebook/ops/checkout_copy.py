@@ -16,12 +16,11 @@ from typing import TYPE_CHECKING, Optional
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
+from lanebook.ops.checkout_env import REFUSED_EXIT
 from lanebook.ops.rollback import probe_trees, rollback_target
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
-
-REFUSED_EXIT = 3  # the copy command found the target there, and copied nothing
 
 
 def copy_source(params: LaneParams) -> Optional[str]:

@@ -52,7 +52,7 @@ RUNBOOK = "env"
 # What a dry run's write command requires the file to hold: a dry run reads nothing, so the command shows where
 # the sha256 read would go (and, sent as it is, would refuse and change nothing).
 DRY_RUN_EXPECT = "SHA256-AS-READ"
-REFUSED_EXIT = 3  # a write or restore command found the file not as expected, and changed nothing
+REFUSED_EXIT = 3  # a command on a checkout (write, restore, copy) found it not as expected, and changed nothing
 
 
 @dataclass
