@@ -178,7 +178,8 @@ def restore_step(
     if reason := None if plan.restore else plan.skip_reason(p):
         rb.skip("the kept side is what the lane runs", reason)
         return None
-    rb.expect(not plan.restore_problem(p), "restore names a side the lane can run", plan.restore_problem(p), local=True)
+    problem = plan.restore_problem(p)
+    rb.expect(not problem, "restore names a side the lane can run", problem, local=True)
     side = kept_side(plan, decision)
     kept = plan.lane(p, side)
     running = ab.running if ab else None  # the operator's restore always goes through the launcher
