@@ -141,7 +141,7 @@ def test_render_backs_up_each_file_before_it_replaces_it(tmp_path, monkeypatch):
 def test_a_node_file_is_backed_up_before_it_is_replaced_through_a_temporary_file():
     """The one command that replaces a checkout file on the head: refuse if it changed, back up, write to a temporary
     file beside it, rename over it; in that order."""
-    command = checkout_env._replace_command("~/ck", ".env.dspark", "20260101T000000Z", "ab" * 32, from_stdin=True)
+    command = checkout_env.replace_command("~/ck", ".env.dspark", "20260101T000000Z", "ab" * 32, from_stdin=True)
     steps = [s.strip() for s in command.split("; ")]
     order = [
         next(i for i, s in enumerate(steps) if marker in s)

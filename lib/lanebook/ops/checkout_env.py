@@ -129,7 +129,7 @@ def plan_on_head(
 # --- replacing a file on the head -------------------------------------------------------------------
 
 
-def _replace_command(
+def replace_command(
     checkout: str,
     name: str,
     stamp: str,
@@ -182,7 +182,8 @@ def _hashes(stdout: str) -> dict[str, str]:
     return found
 
 
-def _run_replace(node: Node, command: str, path: str, stdin: Optional[Path] = None) -> dict[str, str]:
+def run_replace(node: Node, command: str, path: str, stdin: Optional[Path] = None) -> dict[str, str]:
+    """Run a replace_command on NODE: `{name: sha256}` of the backup and the new file; its refusal as one line."""
     try:
         result = node.run(command, timeout=60, stdin=stdin)
     except CommandFailed as exc:
@@ -224,8 +225,8 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
             content.chmod(0o600)
             before = plan.read.get(name)
             expect = sha256(before) if before is not None else (DRY_RUN_EXPECT if change.dry_run else None)
-            command = _replace_command(plan.checkout, name, stamp, expect, from_stdin=True)
-            hashes = _run_replace(lane.head, command, _join(plan.checkout, name), stdin=content)
+            command = replace_command(plan.checkout, name, stamp, expect, from_stdin=True)
+            hashes = run_replace(lane.head, command, _join(plan.checkout, name), stdin=content)
             if change.dry_run:
                 continue
             backup = _backup_of(plan.checkout, name, hashes, sha256(text.encode()))
@@ -302,8 +303,8 @@ def restore_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[st
     for b in plan.backups:
         directory, name = _split(b.path)
         # The backup copied back over what the run left (backed up first); a file the run created moved aside.
-        command = _replace_command(directory, name, stamp, b.sha256_new, from_path=b.backup)
-        hashes = _run_replace(lane.head, command, b.path)
+        command = replace_command(directory, name, stamp, b.sha256_new, from_path=b.backup)
+        hashes = run_replace(lane.head, command, b.path)
         if not change.dry_run:
             change.backups.append(_backup_of(directory, name, hashes, b.sha256_backup))
     return change

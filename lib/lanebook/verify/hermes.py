@@ -43,7 +43,7 @@ from lanebook.base.paths import REPO
 from lanebook.base.redact import redact, redact_data
 from lanebook.lane.params import LaneParams, NodeParams
 from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
-from lanebook.ops.checkout_env import _replace_command, _run_replace  # the one remote backup-and-replace
+from lanebook.ops.checkout_env import replace_command, run_replace
 from lanebook.recipe.render import sha256
 from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
 
@@ -312,11 +312,11 @@ class RemoteHost:
     def replace(self, path: str, read: str, text: str) -> Optional[str]:
         """As LocalHost.replace, in one command on the host (the env runbook's: refuse, back up, temp file, rename)."""
         directory, _, name = path.rpartition("/")
-        command = _replace_command(directory or ".", name, utc_stamp(), sha256(read.encode()), from_stdin=True)
+        command = replace_command(directory or ".", name, utc_stamp(), sha256(read.encode()), from_stdin=True)
         with tempfile.TemporaryDirectory() as scratch:
             local = Path(scratch) / name
             local.write_text(text)
-            hashes = _run_replace(self.node, command, path, stdin=local)
+            hashes = run_replace(self.node, command, path, stdin=local)
         kept = [n for n in hashes if n != name]
         return f"{directory}/{kept[0]}" if kept else None
 
