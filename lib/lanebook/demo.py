@@ -16,7 +16,7 @@ from collections import Counter
 from rich.console import Console
 
 from lanebook.base.paths import outputs_dir
-from lanebook.runs.promote import MAIN_JOB, missing_runbooks
+from lanebook.runs.promote import MAIN_JOB, missing_runbooks, show_record
 
 console = Console()
 TWIN_LANE = "twin"
@@ -99,17 +99,11 @@ def _stop_lanes_left_up(names: list[str]) -> None:
 def _run_shown(runbook: str, lane: str, params: dict) -> dict:
     """One recorded run on the terminal, as `promote` shows each of its runbooks."""
     from lanebook.lane.params import load_lane
-    from lanebook.runs.audit import VERDICT_STYLES, verdict_label
     from lanebook.runs.execute import run_runbook
 
     console.rule(f"runbook {run_label(runbook, lane)}")
     record = run_runbook(runbook, load_lane(lane), params)
-    colour = VERDICT_STYLES.get(record["verdict"], ("yellow", ""))[0]
-    failed = f" — failed step: {record['failed_step']}" if record["failed_step"] else ""
-    console.print(f"[{colour}]{run_label(runbook, lane)}: {verdict_label(record['verdict'])}[/]{failed}")
-    if record.get("fix"):
-        console.print(f"  what to do next: {record['fix']}")
-    console.print(f"  executed notebook: {record['output']}", soft_wrap=True)
+    show_record(console, record, run_label(runbook, lane), soft_wrap=True)
     return record
 
 

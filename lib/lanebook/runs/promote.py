@@ -222,12 +222,27 @@ def rollback_reference(params: LaneParams) -> dict:
         return {FINGERPRINT_FIGURE: fingerprint(lane)}
 
 
+def show_record(console, record: dict, label: str, soft_wrap: bool = False) -> None:
+    """A recorded run's ending on the terminal, as LABEL: its verdict and failed step, what to do next, the executed
+    notebook, and in a dry run the commands it would have sent."""
+    from lanebook.runs.audit import VERDICT_STYLES, verdict_label
+
+    color = VERDICT_STYLES.get(record["verdict"], ("yellow", ""))[0]
+    failed = f" — failed step: {record['failed_step']}" if record["failed_step"] else ""
+    console.print(f"[{color}]{label}: {verdict_label(record['verdict'])}[/]{failed}")
+    if record.get("fix"):
+        console.print(f"  what to do next: {record['fix']}")
+    console.print(f"  executed notebook: {record['output']}", soft_wrap=soft_wrap)
+    if record["dry_run"]:
+        console.print("  commands it would send (none were sent):", highlight=False)
+        for line in record.get("commands") or ["(none)"]:
+            console.out(f"    {line}", highlight=False)
+
+
 def promote_shown(lane: str, **options) -> Promotion:
     """`promote` on the terminal (LANE as the operator named it): the lane loaded once, the plan, each runbook as it
     starts and ends, and the summary line."""
     from rich.console import Console
-
-    from lanebook.runs.audit import VERDICT_STYLES, verdict_label
 
     console = Console()
 
@@ -238,16 +253,7 @@ def promote_shown(lane: str, **options) -> Promotion:
         console.rule(f"runbook {name}")
 
     def ended(record: dict) -> None:
-        color = VERDICT_STYLES.get(record["verdict"], ("yellow", ""))[0]
-        failed = f" — failed step: {record['failed_step']}" if record["failed_step"] else ""
-        console.print(f"[{color}]{record['runbook']}: {verdict_label(record['verdict'])}[/]{failed}")
-        if record.get("fix"):
-            console.print(f"  what to do next: {record['fix']}")
-        console.print(f"  executed notebook: {record['output']}")
-        if record["dry_run"]:
-            console.print("  commands it would send (none were sent):", highlight=False)
-            for line in record.get("commands") or ["(none)"]:
-                console.out(f"    {line}", highlight=False)
+        show_record(console, record, record["runbook"])
 
     promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, **options)
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]")
