@@ -263,6 +263,30 @@ printed)."""
     raise typer.Exit(1 if result.unresolved else 0)
 
 
+@app.command("upgrade")
+def upgrade(
+    lane: str = typer.Option(..., "--lane"),
+    old: Path = typer.Option(..., "--from", help="the checkout the lane runs now (a local directory)"),
+    new: Path = typer.Option(..., "--to", help="the checkout to move to (a local directory)"),
+    record: bool = typer.Option(False, "--record", help="write the plan under outputs/LANE/ and print its path"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """What moving the lane from one recipe checkout to another changes, before anything moves (neither directory is
+    written). Exit 0: same lane or changes (listed); 1: blocked."""
+    from lanebook.lane.params import load_lane
+    from lanebook.recipe.upgrade import plan_checkouts, print_plan, write_plan
+
+    plan = plan_checkouts(load_lane(lane), old, new)
+    path = write_plan(plan) if record else None
+    if as_json:
+        typer.echo(json.dumps(plan.to_json(), indent=2))
+    else:
+        print_plan(plan)
+    if path is not None:
+        typer.echo(f"recorded: {path}", err=as_json)
+    raise typer.Exit(plan.exit_code)
+
+
 @app.command("speed")
 def speed(
     api: Optional[str] = typer.Option(

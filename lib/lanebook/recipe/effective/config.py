@@ -12,7 +12,7 @@ from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location
 from lanebook.recipe.effective.compose_cli import checkout_container
 from lanebook.recipe.effective.compose_model import ContainerSpec, container_from_text
-from lanebook.recipe.effective.launcher_env import HEAD_RANK, launcher_overrides
+from lanebook.recipe.effective.launcher_env import HEAD_RANK, launcher_overrides, worker_exports
 from lanebook.recipe.envfile import EnvEntry, parse_env_text, references, resolve_env
 
 # Lane env keys whose value becomes a `vllm serve` flag through the recipe's compose command.
@@ -86,10 +86,10 @@ class Effective:
         decided = checkout_container(files, self.exports, self._environ, self._emulated)
         self.spec, self.decided_by, self.notice = decided.spec, decided.decided_by, decided.notice
 
-    def _emulated(self) -> ContainerSpec:
+    def _emulated(self, exports: Mapping[str, str] = HEAD_RANK) -> ContainerSpec:
         """The container by lanebook's own interpolation (where no Compose v2 can run): the launcher's shell exports
-        every env-file variable, then its overrides and the head's rank."""
-        shell = {**self._environ, **{k: s.value for k, s in self.variables.items() if s.value is not None}, **HEAD_RANK}
+        every env-file variable, then its overrides and EXPORTS (the head's rank, or what it passes the worker)."""
+        shell = {**self._environ, **self.values, **exports}
         return container_from_text(
             self.files.compose.text,
             self.files.compose.name,
@@ -137,6 +137,20 @@ class Effective:
             for e, reason in dead
         ]
         return variables, lines
+
+    @property
+    def values(self) -> dict[str, str]:
+        """The variables that are set, by name (the launcher's overrides applied)."""
+        return {k: s.value for k, s in self.variables.items() if s.value is not None}
+
+    @cached_property
+    def worker(self) -> ContainerSpec:
+        """The worker rank's container: the same checkout's Compose with what the launcher exports to the worker's
+        `up -d` (NODE_RANK=1 HEADLESS=1 and the values its worker line passes: launcher_env.worker_exports). The
+        worker's env file is the head's (the launcher keeps them the same bytes); a node's checkout is asked of
+        that node's Compose."""
+        exports = worker_exports(self.files, self.values)
+        return checkout_container(self.files, exports, self._environ, lambda: self._emulated(exports)).spec
 
     # --- single values -------------------------------------------------------------------------
 
