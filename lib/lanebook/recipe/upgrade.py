@@ -460,8 +460,16 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
 
 
 def plan_checkouts(lane: LaneParams, old_dir: str | Path, new_dir: str | Path) -> UpgradePlan:
-    """The plan between two local checkout directories (each must hold the recipe's compose file)."""
-    return plan_upgrade(lane, CheckoutFiles.read(old_dir), CheckoutFiles.read(new_dir))
+    """The plan between two local checkout directories (each must hold the recipe's compose file). Each is read by
+    its absolute path: Compose resolves the relative mounts against it, so the two sides name them alike."""
+    return plan_upgrade(lane, CheckoutFiles.read(_absolute(old_dir)), CheckoutFiles.read(_absolute(new_dir)))
+
+
+def _absolute(directory: str | Path) -> str | Path:
+    try:
+        return Path(directory).expanduser().absolute()
+    except RuntimeError:  # ~NAME of no such user: CheckoutFiles.read says so
+        return directory
 
 
 # --- the record ----------------------------------------------------------------------------------------

@@ -33,10 +33,11 @@ from lanebook.base.redact import redact
 from lanebook.lane.params import lane_names, load_lane
 from lanebook.lane.plugins import registry
 from lanebook.recipe.pitfalls import PITFALLS
+from lanebook.recipe.upgrade import recorded_plans
 from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
 from lanebook.site.bookcheck import check_site, text_problems
-from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, symptoms, trail
+from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, symptoms, trail, upgrades
 from lanebook.site.pages.links import defined_anchors, link_text, run_links
 from lanebook.site.pages.notebook import notebook_title, page_notebook
 from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
@@ -91,6 +92,17 @@ def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None
     (stage / "speed.md").write_text(text)
     for file, png in pictures.items():
         (stage / file).write_bytes(png)
+
+
+def _stage_upgrades(stage: Path) -> None:
+    """upgrades.md, the index of recorded upgrade plans, and a page per plan under upgrades/."""
+    (stage / "upgrades").mkdir()
+    published = []
+    for path, plan in recorded_plans():
+        entry = upgrades.PublishedPlan(plan, upgrades.plan_doc(plan.lane, path.stem))
+        (stage / f"{entry.doc}.md").write_text(upgrades.upgrade_page(plan))
+        published.append(entry)
+    (stage / "upgrades.md").write_text(upgrades.upgrades_index(published))
 
 
 def _markdown_parts(nb: nbformat.NotebookNode) -> list[tuple[object, str]]:
@@ -150,6 +162,7 @@ def stage_book(stage: Path) -> None:
         (stage / f"{name}.md").write_text(render())
     _stage_speed(stage, runs, twin_page="twin" in plugin_pages)
     _stage_trail(stage, runs)
+    _stage_upgrades(stage)
     toc = ["format: jb-book", "root: index", "parts:", "  - caption: Recipe", "    chapters:"] + [
         f"      - file: {d}" for d in recipe_docs
     ]
@@ -164,7 +177,7 @@ def stage_book(stage: Path) -> None:
     ]
     if plugin_pages:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
-    toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit"]
+    toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit", "      - file: upgrades"]
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
     _link_pages(stage, runs)
 
