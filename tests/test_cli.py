@@ -174,3 +174,26 @@ def test_doctor_reads_files_and_exits_1_only_on_a_confirmed_finding(tmp_path):
     missing = lanebook("doctor", "--logs", str(tmp_path / "none.log"))
     assert missing.returncode == 2 and missing.stderr.strip().startswith("lanebook: no such file")
     assert "Exit 0 when no finding is confirmed" in lanebook("doctor", "--help").stdout
+
+
+def test_upgrade_plans_two_checkouts_records_with_record_and_says_bad_input_in_one_line(outputs, tmp_path):
+    from recipe_fixtures import SHARED, need
+
+    july = tmp_path / "july31"
+    july.mkdir()
+    for path in need(SHARED / "fixtures" / "miaai-recipe-0731").iterdir():
+        (july / path.name).write_bytes(path.read_bytes())
+    same = lanebook(
+        "upgrade", "--lane", "anemll-0731", "--from", str(july), "--to", str(july), "--record", outputs=outputs
+    )
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines()[-2:] == ["verdict: same lane", f"recorded: {next(outputs.rglob('*-upgrade-*'))}"]
+    (recorded,) = (outputs / "anemll-0731").glob("*-upgrade-*.json")
+    assert same.stderr.strip() == "" and same.stdout.count(f"recorded: {recorded}") == 1
+    assert json.loads(recorded.read_text())["verdict"] == "same lane" and not (outputs / "runs.jsonl").exists()
+    as_json = lanebook("upgrade", "--lane", "anemll-0731", "--from", str(july), "--to", str(july), "--json")
+    assert json.loads(as_json.stdout)["kind"] == "upgrade-plan"
+    bad = lanebook("upgrade", "--lane", "anemll-0731", "--from", str(july), "--to", str(tmp_path / "nosuch"))
+    assert (
+        bad.returncode == 2 and bad.stderr.strip() == f"lanebook: checkout directory not found: {tmp_path / 'nosuch'}"
+    )

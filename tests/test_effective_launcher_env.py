@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from lanebook.recipe.effective.checkout import CheckoutFiles, Location
 from lanebook.recipe.effective.config import Effective
+from lanebook.recipe.effective.launcher_env import worker_exports, worker_words
 from recipe_fixtures import ENV, EXAMPLE, START, checkout, example_checkout, fixture_text, line_of, replace_once
 
 
@@ -100,3 +101,53 @@ def test_model_and_revision_follow_abliterated(tmp_path):
     )
     revision = pinned.variable("DSPARK_REVISION")
     assert pinned.spec.arg("--revision") == "9e165c30e2704aec5d9d593cce3eebd58bbef1cb" and not revision.from_env
+
+
+# A launcher's worker start, in the recipe's shape (its words, shortened): what it passes the worker's Compose.
+WORKER_LAUNCHER = """#!/usr/bin/env bash
+WORKER_VLLM_HOST_IP="${WORKER_VLLM_HOST_IP:-$WORKER_HOST}"
+WORKER_NCCL_SOCKET_IFNAME="${WORKER_NCCL_SOCKET_IFNAME:-$NCCL_SOCKET_IFNAME}"
+REMOTE_WORKER_DIR="$(printf '%q' "$WORKER_DIR")"
+remote_nccl_env() {
+  printf "NCCL_SOCKET_IFNAME='%s' VLLM_PORT='%s'" \\
+    "$WORKER_NCCL_SOCKET_IFNAME" \\
+    "$VLLM_PORT"
+}
+remote_compose() {
+  ssh "$WORKER_HOST" "$REMOTE_COMPOSE $(remote_nccl_env) $*"
+}
+""" + (
+    "remote_compose \"NODE_RANK=1 HEADLESS=1 VLLM_HOST_IP='$WORKER_VLLM_HOST_IP' "
+    "GPU_MEMORY_UTILIZATION='$GPU_MEMORY_UTILIZATION' DSPARK_REVISION='${DSPARK_REVISION:-}' "
+    "docker compose -p 'x' --env-file .env.dspark -f docker-compose.dspark.yml up -d\"\n"
+)
+
+
+def test_the_worker_gets_what_the_launchers_worker_line_and_nccl_env_pass():
+    files = CheckoutFiles.from_texts({"docker-compose.dspark.yml": "services: {}\n", START: WORKER_LAUNCHER}, "c/")
+    assert worker_words(files) == {
+        "NCCL_SOCKET_IFNAME": "$WORKER_NCCL_SOCKET_IFNAME",
+        "VLLM_PORT": "$VLLM_PORT",
+        "NODE_RANK": "1",
+        "HEADLESS": "1",
+        "VLLM_HOST_IP": "$WORKER_VLLM_HOST_IP",
+        "GPU_MEMORY_UTILIZATION": "$GPU_MEMORY_UTILIZATION",
+        "DSPARK_REVISION": "${DSPARK_REVISION:-}",
+    }
+    values = {
+        "WORKER_HOST": "10.0.0.2",
+        "NCCL_SOCKET_IFNAME": "bond0",
+        "VLLM_PORT": "8888",
+        "GPU_MEMORY_UTILIZATION": "0.85",
+    }
+    assert worker_exports(files, values) == {
+        "NCCL_SOCKET_IFNAME": "bond0",
+        "VLLM_PORT": "8888",
+        "NODE_RANK": "1",
+        "HEADLESS": "1",
+        "VLLM_HOST_IP": "10.0.0.2",
+        "GPU_MEMORY_UTILIZATION": "0.85",
+        "DSPARK_REVISION": "",
+    }
+    no_launcher = CheckoutFiles.from_texts({"docker-compose.dspark.yml": "services: {}\n"}, "c/")
+    assert worker_words(no_launcher) == {"NODE_RANK": "1", "HEADLESS": "1"}
