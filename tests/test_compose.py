@@ -6,7 +6,7 @@ import re
 
 import pytest
 from lanebook.base.errors import LanebookError
-from lanebook.recipe.compose import ComposeFile, _closest_key, load_compose
+from lanebook.recipe.compose import ComposeFile, _closest_key, load_compose, service_names
 from lanebook.recipe.effective.checkout import REFERENCE
 from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
 from ruamel.yaml import YAML
@@ -179,3 +179,10 @@ def test_a_scalar_the_round_trip_loader_trips_on_is_one_line():
     with pytest.raises(LanebookError) as exc:
         ComposeFile("services:\n  a: -_\n", "c.yml")
     assert str(exc.value) == "c.yml: not valid YAML (unreadable value: string index out of range)"
+
+
+def test_service_names_are_in_the_files_order():
+    """Compose's `config` output sorts services; which one is first is read from the file (the parse ComposeFile
+    keeps)."""
+    assert service_names("services:\n  zeta:\n    image: a\n  alpha:\n    image: b\n") == ["zeta", "alpha"]
+    assert service_names("name: x\n") == [] and service_names("- a\n") == []

@@ -212,3 +212,8 @@ def test_the_twin_heads_compose_config_over_ssh_is_the_local_binarys(twin):
     assert eff.decided_by == f"docker compose on {head.alias}" and eff.spec.argv[0] == "serve"
     print(f"head's docker compose config over ssh: {took:.2f} s")
     assert compose_cli.unescape("$$x") == "$x"
+
+
+def test_the_first_service_is_the_files_first_and_none_when_the_text_does_not_parse():
+    assert compose_cli.first_service("services:\n  zeta: {}\n  alpha: {}\n") == "zeta"
+    assert compose_cli.first_service("services: [") is None and compose_cli.first_service("services: {}\n") is None

@@ -4,9 +4,14 @@ twin launch run and a short twin speed run. Every page checked here renders (the
 failed request, every image loaded), asks nothing of any address but file:// (every other request is routed to
 an abort and named), and draws no character as a missing glyph; the introduction, the launch recipe page with
 its outputs (the troubleshooting table, the verdict table), the speed page with its plot and the audit trail are
-each checked for what they must show. Every page is also opened at a laptop width (1366 px) and a phone width
-(390 px): its first screen shows its title. Screenshots go to test-artifacts/site/ (NAME.png at 1280 px, and
-NAME-1366.png, NAME-390.png).
+each checked for what they must show. Every page is also read at a laptop width (1366 px) and a phone width
+(390 px): its first screen shows its title, it does not scroll sideways, and it asks nothing of the network.
+Screenshots go to test-artifacts/site/: NAME.jpg, the whole page at 1280 px, for the pages checked in detail; and
+NAME-1366.jpg, NAME-390.jpg, the first screen at each width (what that check judges).
+
+One browser context per viewport size serves every page read at that size, its one tab going from page to page, so
+the suite pays for a page's load, not for a fresh browser profile and tab each time; each page's requests are
+recorded apart.
 
 A missing glyph is found by drawing: each character of the page's text (and of ::before/::after content) is
 drawn on a canvas in the font of the element that holds it, beside a code point no font has (U+0378,
@@ -109,10 +114,11 @@ def browser():
         launched.close()
 
 
-class Visit:
-    """One page opened with every request recorded and any that is not file:// aborted."""
+class Reader:
+    """One browser tab at a viewport size, opening pages one after another; each page's requests are recorded apart,
+    and any request that is not file:// is aborted and named."""
 
-    def __init__(self, browser, url: str, width: int = 1280, height: int = 900):
+    def __init__(self, browser, width: int = 1280, height: int = 900):
         self.requests: list[str] = []
         self.left: list[str] = []  # requests that would have left the machine (aborted)
         self.failed: list[str] = []
@@ -121,12 +127,17 @@ class Visit:
         self.page = self.context.new_page()
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("requestfailed", lambda r: self.failed.append(f"{r.url} ({r.failure})"))
+
+    def open(self, url: str) -> "Reader":
+        """Go to URL with the previous page's requests forgotten; back when the page it lands on has loaded."""
+        self.requests, self.left, self.failed = [], [], []
         self.page.goto(url)
         # jupyter-book's index.html forwards to the root page with a meta refresh: wait for the page it lands on
         self.page.wait_for_function(
             'document.readyState === "complete" && !document.querySelector(\'meta[http-equiv="refresh" i]\')'
         )
         self.page.wait_for_load_state("load")
+        return self
 
     def _route(self, route) -> None:
         if route.request.url.startswith(("file://", "data:")):
@@ -145,15 +156,24 @@ class Visit:
     def missing_glyphs(self) -> list[dict]:
         return self.page.evaluate(MISSING_GLYPHS_JS)
 
-    def shot(self, name: str) -> None:
+    def shot(self, name: str, full_page: bool) -> None:
+        """A JPEG of the whole page, or of its first screen (a PNG of a long page costs seconds and shows no more)."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+        self.page.screenshot(path=str(ARTIFACTS / name), full_page=full_page, type="jpeg", quality=80)
 
     def close(self) -> None:
         self.context.close()
 
 
-def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(browser, tmp_path):
+@pytest.fixture(scope="module")
+def reader(browser) -> Iterator[Reader]:
+    """The tab the pages checked in detail are read in (1280 x 900)."""
+    opened = Reader(browser)
+    yield opened
+    opened.close()
+
+
+def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(reader, tmp_path):
     """The checks themselves: a private-use character no font covers is found, text marks the fonts cover are not,
     and a stylesheet from the internet is named and never fetched."""
     page = tmp_path / "page.html"
@@ -161,11 +181,8 @@ def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(browser, 
         '<html><head><meta charset="utf-8"><link rel="stylesheet" href="https://example.invalid/x.css">'
         '</head><body><p class="mark">\ue000 missing</p><p>\u2713 pass \u2717 fail \u2014 \u00e9</p></body></html>'
     )
-    visit = Visit(browser, page.as_uri())
-    try:
-        missing, outside = visit.missing_glyphs(), visit.outside()
-    finally:
-        visit.close()
+    visit = reader.open(page.as_uri())
+    missing, outside = visit.missing_glyphs(), visit.outside()
     assert [m["codepoint"] for m in missing] == ["U+E000"], missing
     assert outside == ["https://example.invalid/x.css"]
 
@@ -189,31 +206,26 @@ def site(twin, tmp_path_factory) -> Path:
 
 
 @contextmanager
-def visit_page(browser, site: Path, name: str) -> Iterator[Visit]:
-    """Open a page, check what every page must hold, keep its screenshot; closed when the block ends."""
+def visit_page(reader: Reader, site: Path, name: str) -> Iterator[Reader]:
+    """Open a page, check what every page must hold, keep its screenshot."""
     path = site / name
     assert path.is_file(), f"{name} is not in the built site"
-    visit = Visit(browser, path.as_uri())
-    try:
-        visit.shot(name.replace("/", "-").replace(".html", ".png"))
-        page = visit.page
-        assert page.locator("article.bd-article h1").first.is_visible(), (
-            f"{name}: the theme's article has no heading shown"
-        )
-        assert not visit.outside(), f"{name} asked the network for: {visit.outside()}"
-        assert not visit.failed, f"{name}: requests failed: {visit.failed}"
-        broken = [i["src"] for i in visit.images() if i["width"] == 0]
-        assert not broken, f"{name}: images not loaded: {broken}"
-        missing = visit.missing_glyphs()
-        assert not missing, f"{name}: drawn as a missing glyph: {missing}"
-        yield visit
-    finally:
-        visit.close()
+    visit = reader.open(path.as_uri())
+    visit.shot(name.replace("/", "-").replace(".html", ".jpg"), full_page=True)
+    page = visit.page
+    assert page.locator("article.bd-article h1").first.is_visible(), f"{name}: the theme's article has no heading shown"
+    assert not visit.outside(), f"{name} asked the network for: {visit.outside()}"
+    assert not visit.failed, f"{name}: requests failed: {visit.failed}"
+    broken = [i["src"] for i in visit.images() if i["width"] == 0]
+    assert not broken, f"{name}: images not loaded: {broken}"
+    missing = visit.missing_glyphs()
+    assert not missing, f"{name}: drawn as a missing glyph: {missing}"
+    yield visit
 
 
 @pytest.mark.twin
-def test_the_introduction_renders_with_its_topology_picture(browser, site):
-    with visit_page(browser, site, "index.html") as visit:
+def test_the_introduction_renders_with_its_topology_picture(reader, site):
+    with visit_page(reader, site, "index.html") as visit:
         pictures = visit.page.locator("article.bd-article img, article.bd-article svg")
         assert pictures.count() >= 1, "the introduction shows no picture of the lane topology"
         assert pictures.first.is_visible()
@@ -228,8 +240,8 @@ def table_after(page, heading: re.Pattern):
 
 
 @pytest.mark.twin
-def test_the_launch_recipe_page_shows_its_twin_run_with_outputs_and_verdict_table(browser, site):
-    with visit_page(browser, site, "recipe/launch.html") as visit:
+def test_the_launch_recipe_page_shows_its_twin_run_with_outputs_and_verdict_table(reader, site):
+    with visit_page(reader, site, "recipe/launch.html") as visit:
         page = visit.page
         text = page.locator("article.bd-article").inner_text()
         assert re.search(r"\btwin\b", text, re.I), "the page does not say it shows a twin rehearsal"
@@ -242,16 +254,16 @@ def test_the_launch_recipe_page_shows_its_twin_run_with_outputs_and_verdict_tabl
 
 
 @pytest.mark.twin
-def test_the_speed_page_shows_its_plot(browser, site):
-    with visit_page(browser, site, "speed.html") as visit:
+def test_the_speed_page_shows_its_plot(reader, site):
+    with visit_page(reader, site, "speed.html") as visit:
         plots = [i for i in visit.images() if i["width"] > 0]
         assert plots, "the speed page shows no loaded plot image"
         assert re.search(r"\btwin\b", visit.page.locator("article.bd-article").inner_text(), re.I)
 
 
 @pytest.mark.twin
-def test_the_audit_trail_lists_both_runs_linking_to_their_pages(browser, site):
-    with visit_page(browser, site, "audit.html") as visit:
+def test_the_audit_trail_lists_both_runs_linking_to_their_pages(reader, site):
+    with visit_page(reader, site, "audit.html") as visit:
         page = visit.page
         table = page.locator("article.bd-article table").first
         rows = table.inner_text()
@@ -276,8 +288,9 @@ FIRST_SCREEN_JS = """
 
 @pytest.mark.twin
 def test_every_page_reads_at_a_laptop_and_a_phone_width(browser, site):
-    """Each page's first screen says what it is: its title shown, at either width; and no page scrolls sideways (a
-    wide table or code block scrolls in its own box, a long token in text wraps)."""
+    """Each page's first screen says what it is: its title shown, at either width; no page scrolls sideways (a wide
+    table or code block scrolls in its own box, a long token in text wraps), and none asks the network for
+    anything."""
     pages = sorted(
         p.relative_to(site).as_posix()
         for p in site.rglob("*.html")
@@ -286,16 +299,19 @@ def test_every_page_reads_at_a_laptop_and_a_phone_width(browser, site):
     )
     assert "sources.html" in pages and "recipe/stop.html" in pages
     problems = []
-    for name in pages:
-        for kind, (width, height) in WIDTHS.items():
-            visit = Visit(browser, (site / name).as_uri(), width, height)
-            try:
-                visit.shot(name.replace("/", "-").replace(".html", f"-{width}.png"))
+    for kind, (width, height) in WIDTHS.items():
+        reader = Reader(browser, width, height)
+        try:
+            for name in pages:
+                visit = reader.open((site / name).as_uri())
+                visit.shot(name.replace("/", "-").replace(".html", f"-{width}.jpg"), full_page=False)
                 seen = visit.page.evaluate(FIRST_SCREEN_JS)
-            finally:
-                visit.close()
-            if not seen["title"] or seen["bottom"] > height:
-                problems.append(f"{name} at {kind} width: its title is not on the first screen ({seen})")
-            if seen["sideways"] > 0:
-                problems.append(f"{name} at {kind} width: the page scrolls sideways by {seen['sideways']} px")
+                if not seen["title"] or seen["bottom"] > height:
+                    problems.append(f"{name} at {kind} width: its title is not on the first screen ({seen})")
+                if seen["sideways"] > 0:
+                    problems.append(f"{name} at {kind} width: the page scrolls sideways by {seen['sideways']} px")
+                if visit.outside():
+                    problems.append(f"{name} at {kind} width: asked the network for {visit.outside()}")
+        finally:
+            reader.close()
     assert not problems, "\n".join(problems)

@@ -75,6 +75,16 @@ def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
         control.down()  # idempotent
 
 
+def test_private_twins_of_a_process_reuse_its_last_ports_while_they_are_free():
+    """So a process's private twins one after another (the fault matrix's rows) render their checkouts once."""
+    ports = control.private_ports()
+    assert len(set(ports)) == 3 and control.private_ports() == ports
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.3", ports[1]))  # another program took one on the worker's address
+        fresh = control.private_ports()
+    assert len(set(fresh)) == 3 and ports[1] not in fresh
+
+
 def test_unknown_fault_and_taken_port_are_clear_errors(tmp_path, monkeypatch):
     ssh_port, api_port, master_port = _free_ports(3)
     for name, value in (

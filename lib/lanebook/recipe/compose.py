@@ -63,6 +63,14 @@ def safe_data(text: str) -> Any:
     return copy.deepcopy(_safe(text))
 
 
+def service_names(text: str) -> list[str]:
+    """A compose text's services in the file's order, from the round-trip parse ComposeFile reads too (parsed once per
+    text): Compose's own output sorts them. Refuses what does not parse as ComposeFile does (YAMLError)."""
+    doc = _round_trip(text)
+    services = doc.get("services") if isinstance(doc, CommentedMap) else None
+    return list(services) if isinstance(services, CommentedMap) else []
+
+
 def _text(value: Any) -> str:
     """A YAML scalar as text (no value, None, as the empty string)."""
     return "" if value is None else str(value)

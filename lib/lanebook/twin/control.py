@@ -128,11 +128,13 @@ def _lanes() -> list[LaneParams]:
     return sorted(lanes, key=lambda lane: lane.twin)
 
 
-def _build_node(lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: list[str], time_scale: float) -> None:
-    """A fresh node root: sshd config, session, shims, checkouts, HF cache (faults applied), memory and units."""
+def _build_node(
+    lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: list[str], time_scale: float, lanes: list[LaneParams]
+) -> None:
+    """A fresh node root: sshd config, session, shims, checkouts of LANES (_lanes), HF cache (faults applied), memory
+    and units."""
     shutil.rmtree(lay.node(alias), ignore_errors=True)
     write_node(lay, alias, addresses, set(faults), time_scale)
-    lanes = _lanes()
     twin_repo = next(lane.weights.repo for lane in lanes if lane.name == TWIN_LANE)
     home = lay.home(alias)
     for lane in lanes:
@@ -175,9 +177,10 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     _say(f"keys and known_hosts in {lay.keys}")
     ensure_keys(lay, addresses)
     write_atomic(lay.ssh_config, client_config(lay.user_key, lay.known_hosts, addresses))
+    lanes = _lanes()  # read once: both nodes hold every lane
     for alias in ALIASES:
         _say(f"node root {alias}: home, lane checkouts, HF cache")
-        _build_node(lay, alias, addresses, faults, time_scale)
+        _build_node(lay, alias, addresses, faults, time_scale, lanes)
     state = {
         "running": True,
         "faults": faults,
@@ -217,6 +220,21 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+_private_ports: list[int] = []  # the ports of the last private twin this process brought up
+
+
+def private_ports() -> list[int]:
+    """Ports for a private twin (ssh, API, master): the last private twin's of this process when it is down and they
+    are free again, so the lanes it renders into its checkouts (twin addresses, tree._rendered) are rendered once per
+    process; else free ones."""
+    addresses = TwinAddresses()
+    if not _private_ports or any(
+        _port_taken(ip, port) for port in _private_ports for ip in (addresses.head_ip, addresses.worker_ip)
+    ):
+        _private_ports[:] = free_ports(3)
+    return list(_private_ports)
+
+
 PRIVATE_TWIN_VARIABLES = (
     "LANEBOOK_TWIN_DIR",
     "LANEBOOK_TWIN_SSH_PORT",
@@ -230,7 +248,7 @@ def private_twin(state_dir: Path, faults: Iterable[str]) -> Iterator[dict]:
     """A fast twin with `faults`, its own state dir and ports, beside the shared one (which stays untouched):
     faults are fixed when a twin comes up, and restarting the shared twin would pull it from under its users.
     This process points lanebook (and the runs it starts) at it until it is taken down, always, after."""
-    env = dict(zip(PRIVATE_TWIN_VARIABLES, [str(state_dir), *map(str, free_ports(3))]))
+    env = dict(zip(PRIVATE_TWIN_VARIABLES, [str(state_dir), *map(str, private_ports())]))
     saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     try:

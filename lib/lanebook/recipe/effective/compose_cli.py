@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from lanebook.base.errors import LanebookError
-from lanebook.recipe.compose import COMPOSE_NAME, safe_data
+from lanebook.recipe.compose import COMPOSE_NAME, service_names
 from lanebook.recipe.effective.compose_model import (
     ContainerExit,
     ContainerSpec,
@@ -287,11 +287,10 @@ def _script(command: Any, where: str) -> str:
 def first_service(compose_text: str) -> Optional[str]:
     """The compose file's first service, in the file's order (Compose's output sorts them)."""
     try:
-        data = safe_data(compose_text)
+        names = service_names(compose_text)
     except Exception:  # noqa: BLE001 - Compose accepted the text; only the order is asked
         return None
-    services = data.get("services") if isinstance(data, dict) else None
-    return next(iter(services), None) if isinstance(services, dict) and services else None
+    return names[0] if names else None
 
 
 def container_from_config(
