@@ -14,9 +14,9 @@ TINY_MODEL := $(VLLM_VENV)/tiny-model
 setup: os-packages $(STAMP) $(HERMES_STAMP)
 
 # As root, install the OS packages lanebook needs when one is missing (each named by a file it installs):
-# sshd and rsync for the twin's nodes; chromium and plain text fonts for the browser tests (Playwright drives
+# sshd, rsync and git for the twin's nodes (git: each checkout a clone of the twin's recipe remote); chromium and plain text fonts for the browser tests (Playwright drives
 # /usr/bin/chromium, so no browser download). No emoji font on purpose: the site's status marks must not need one.
-OS_PACKAGES := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/bin/chromium:chromium \
+OS_PACKAGES := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/bin/git:git /usr/bin/chromium:chromium \
   /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf:fonts-dejavu-core \
   /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf:fonts-liberation
 os-packages:

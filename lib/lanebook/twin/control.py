@@ -22,7 +22,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
@@ -44,7 +44,7 @@ from lanebook.twin.nodes import (
 )
 from lanebook.twin.standins.machine import NodeMachine, init_node
 from lanebook.twin.standins.runtime import boot_containers, containers, power_off, stop_all_containers
-from lanebook.twin.tree import HubModel, hub_root, write_checkout, write_hub_model
+from lanebook.twin.tree import HubModel, hub_root, recipe_remote, write_checkout, write_hub_model
 
 FAULTS = {
     "worker-unreachable": "the worker's sshd is not started",
@@ -128,17 +128,22 @@ def _lanes() -> list[LaneParams]:
     return sorted(lanes, key=lambda lane: lane.twin)
 
 
+def recipe_root(lay: TwinLayout) -> Path:
+    """Where the twin keeps its recipe remote (lanebook.twin.remote), the origin of every node's checkout."""
+    return lay.root / "recipe"
+
+
 def _build_node(
     lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: list[str], time_scale: float, lanes: list[LaneParams]
 ) -> None:
-    """A fresh node root: sshd config, session, shims, checkouts of LANES (_lanes), HF cache (faults applied), memory
-    and units."""
+    """A fresh node root: sshd config, session, shims, checkouts of LANES (_lanes; clones of the twin's recipe
+    remote), HF cache (faults applied), memory and units."""
     shutil.rmtree(lay.node(alias), ignore_errors=True)
     write_node(lay, alias, addresses, set(faults), time_scale)
     twin_repo = next(lane.weights.repo for lane in lanes if lane.name == TWIN_LANE)
     home = lay.home(alias)
     for lane in lanes:
-        write_checkout(home, lane, addresses)
+        write_checkout(home, lane, addresses, recipe=recipe_root(lay))
     for repo, shards in {lane.weights.repo: lane.weights.shards for lane in lanes}.items():
         on_worker = alias == WORKER and repo == twin_repo
         if on_worker and "ssh-drop-mid-rsync" in faults:
@@ -178,6 +183,7 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     ensure_keys(lay, addresses)
     write_atomic(lay.ssh_config, client_config(lay.user_key, lay.known_hosts, addresses))
     lanes = _lanes()  # read once: both nodes hold every lane
+    shutil.rmtree(recipe_root(lay), ignore_errors=True)
     for alias in ALIASES:
         _say(f"node root {alias}: home, lane checkouts, HF cache")
         _build_node(lay, alias, addresses, faults, time_scale, lanes)
@@ -207,6 +213,46 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
         raise
     _say(f"up: ssh -F {lay.ssh_config} head")
     return status()
+
+
+def engine_faults() -> list[str]:
+    """The faults that reach the engine when a container starts (their description says `engine:`)."""
+    return [name for name, what in FAULTS.items() if what.startswith("engine:")]
+
+
+def switch_engine_faults(faults: Iterable[str]) -> dict:
+    """Set the running twin's engine faults, from the next container start on (a launch meets them; what runs keeps
+    its own): a fault injected into one launch, where `up` would lay out fresh nodes. The twin's status after."""
+    faults = validate_faults(faults)
+    other = sorted(set(faults) - set(engine_faults()))
+    if other:
+        raise LanebookError(f"only engine faults switch on a running twin ({', '.join(engine_faults())}): {other}")
+    lay = layout()
+    if not status()["running"]:
+        raise LanebookError("the twin is not running: start it with `lanebook twin up`")
+    state = read_state(lay)
+    kept = [name for name in state.get("faults", []) if name not in engine_faults()]
+    write_state(lay, {**state, "faults": validate_faults([*kept, *faults])})
+    return status()
+
+
+def lay_out_checkout(lane: LaneParams, shape: str) -> str:
+    """The lane's checkout on both nodes of the running twin made again as a clone of the recipe remote at SHAPE's
+    commit (lanebook.twin.remote: JUL31, AUG22), the lane rendered into it: a lane whose operator cloned the recipe
+    on that day. Its commit's sha."""
+    lay = layout()
+    current = status()
+    if not current["running"]:
+        raise LanebookError("the twin is not running: start it with `lanebook twin up`")
+    addresses = TwinAddresses(**read_state(lay)["addresses"])
+    for alias in ALIASES:
+        write_checkout(lay.home(alias), lane, addresses, shape, recipe=recipe_root(lay))
+    return recipe_shas(lay)[shape]
+
+
+def recipe_shas(lay: Optional[TwinLayout] = None) -> dict[str, str]:
+    """The recipe remote's commits by shape name, as the running twin laid them out."""
+    return recipe_remote(recipe_root(lay or layout()))[1]
 
 
 def free_ports(count: int) -> list[int]:

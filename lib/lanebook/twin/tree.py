@@ -22,19 +22,11 @@ from typing import Callable, Iterable, Optional
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, lane_with
 from lanebook.recipe.compose import COMPOSE_NAME
-from lanebook.recipe.effective.checkout import ENV_NAME, REFERENCE, CheckoutFiles
+from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles
 from lanebook.recipe.render import plan_render
 from lanebook.twin.nodes import TwinAddresses
+from lanebook.twin.remote import CURRENT, REMOTE_NAME, clone_at, lay_out_remote
 
-TEMPLATES = REFERENCE  # the product's reference checkout files: the recipe's compose file and example
-EXAMPLE_NAME = "env.dspark.example"
-SCRIPTS = Path(__file__).parent / "scripts"
-LAUNCHER_SCRIPTS = (
-    "start-deepseek-v4-flash-dspark.sh",
-    "status-deepseek-v4-flash-dspark.sh",
-    "stop-deepseek-v4-flash-dspark.sh",
-)
-CHECKOUT_SCRIPTS = ("lane-env.sh", "run-post-readiness-warmup.sh")  # under the checkout's scripts/
 SHARD_BYTES = 192 * 1024
 FIXED_MTIME = 1785456000  # 2026-07-31T00:00Z: identical on every node, so rsync sees equal trees
 
@@ -166,14 +158,14 @@ def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
-_RENDERED: dict[tuple[str, TwinAddresses, str], tuple[str, str]] = {}
+_RENDERED: dict[tuple[str, TwinAddresses, str, str], tuple[str, str]] = {}
 
 
-def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path) -> tuple[str, str]:
-    """The compose and env texts `env render` makes of CHECKOUT (the recipe's files, just copied from the twin's
-    templates) for a lane with twin addresses: the same on every node and in every twin of this process, so
-    rendered once (a render asks Compose several times: about 3 s of CPU for a twin's checkouts)."""
-    key = (lane.model_dump_json(), addresses, checkout.name)
+def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path, shape: str) -> tuple[str, str]:
+    """The compose and env texts `env render` makes of CHECKOUT (the recipe's files at SHAPE, just cloned) for a lane
+    with twin addresses: the same on every node and in every twin of this process, so rendered once (a render asks
+    Compose several times: about 3 s of CPU for a twin's checkouts)."""
+    key = (lane.model_dump_json(), addresses, checkout.name, shape)
     if key not in _RENDERED:
         plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
         if plan.unresolved:
@@ -185,22 +177,39 @@ def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path) -> tup
     return _RENDERED[key]
 
 
-def write_checkout(home: Path, lane: LaneParams, addresses: TwinAddresses) -> Path:
-    """A lane checkout as an operator leaves it: the recipe's compose file, example and launcher scripts; the
-    example copied to .env.dspark, then the lane rendered into it (twin addresses in place of the real ones)
-    exactly as `lanebook env render` would, so the twin boots with what a real node would get."""
+def recipe_remote(root: Path) -> tuple[Path, dict[str, str]]:
+    """The twin's recipe remote under ROOT (laid out when absent) and its shas by shape (lanebook.twin.remote)."""
+    remote, listed = root / REMOTE_NAME, root / "shapes"
+    if not (remote.is_dir() and listed.is_file()):
+        remote, shas = lay_out_remote(root)
+        listed.write_text("".join(f"{name} {sha}\n" for name, sha in shas.items()))
+    return remote, dict(line.split(" ", 1) for line in listed.read_text().splitlines())
+
+
+def recipe_template(root: Path, shape: str) -> Path:
+    """A clone of the recipe remote under ROOT at SHAPE's commit, made once: every checkout at SHAPE copies it, so
+    each is the same bytes (index and all)."""
+    template = root / "clones" / shape
+    if not template.is_dir():
+        remote, shas = recipe_remote(root)
+        if shape not in shas:
+            raise LanebookError(f"the twin's recipe remote has no shape {shape} (it has {', '.join(shas)})")
+        clone_at(remote, shas[shape], template)
+    return template
+
+
+def write_checkout(
+    home: Path, lane: LaneParams, addresses: TwinAddresses, shape: str = CURRENT, recipe: Optional[Path] = None
+) -> Path:
+    """A lane checkout as an operator leaves it: a clone of the recipe's repository (the twin's remote under RECIPE,
+    by default beside HOME) at SHAPE's commit, its example copied to .env.dspark, then the lane rendered into it
+    (twin addresses in place of the real ones) exactly as `lanebook env render` would, so the twin boots with what a
+    real node would get. A checkout already there is replaced."""
     checkout = home / lane.checkout.removeprefix("~/")
-    (checkout / "scripts").mkdir(parents=True, exist_ok=True)
-    for name in (COMPOSE_NAME, EXAMPLE_NAME):
-        shutil.copy(TEMPLATES / name, checkout / name)
-    shutil.copy(TEMPLATES / EXAMPLE_NAME, checkout / ENV_NAME)
-    for name in LAUNCHER_SCRIPTS:
-        shutil.copy(SCRIPTS / name, checkout / name)
-        (checkout / name).chmod(0o755)
-    for name in CHECKOUT_SCRIPTS:
-        shutil.copy(SCRIPTS / name, checkout / "scripts" / name)
-        (checkout / "scripts" / name).chmod(0o755)
-    compose, env = _rendered(lane, addresses, checkout)
+    shutil.rmtree(checkout, ignore_errors=True)
+    checkout.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(recipe_template(recipe or home.parent / "recipe", shape), checkout, symlinks=True)
+    compose, env = _rendered(lane, addresses, checkout, shape)
     (checkout / COMPOSE_NAME).write_text(compose)
     (checkout / ENV_NAME).write_text(env)
     for path in [*checkout.rglob("*"), checkout]:
