@@ -2,6 +2,7 @@
 backed up first, comments stay, and the result loads as the lane with that schedule."""
 
 import pytest
+from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.lane.values import read_schedule, schedule_text, with_schedule_line, write_schedule
 
@@ -44,3 +45,19 @@ def test_writing_backs_up_first_and_an_unchanged_value_writes_nothing(tmp_path):
     assert write_schedule(path, None, "again") is None and len(list(tmp_path.glob("twin.yaml.bak-*"))) == 1
     assert write_schedule(path, SCHEDULE, "back") is not None
     assert load_lane(str(path)).speculative.schedule == [tuple(r) for r in SCHEDULE]
+
+
+def test_the_checkout_line_is_set_alone_backed_up_and_loads(tmp_path):
+    from lanebook.lane.values import with_checkout_line, write_checkout
+
+    lane_file = tmp_path / "twin.yaml"
+    original = load_lane("twin").file.read_text()
+    lane_file.write_text(original)
+    new = "~/ds4-f-mia-anemll-0731@83ddf4c470a5"
+    with pytest.raises(LanebookError, match="no top-level `checkout:`"):
+        with_checkout_line("name: x\n  checkout: ~/nested\n", new, "n")
+    saved = write_checkout(lane_file, new, "upgraded by a test")
+    assert load_lane(lane_file).checkout == new and saved.read_text() == original
+    changed = [line for line in lane_file.read_text().splitlines() if line not in original.splitlines()]
+    assert changed == [f"checkout: {new}  # upgraded by a test"]
+    assert write_checkout(lane_file, new, "again") is None  # already so: no second backup

@@ -66,3 +66,45 @@ def write_schedule(path: Path, schedule: Optional[Sequence[Sequence[int]]], note
     saved = backup(path)
     write_atomic(path, new_text)
     return saved
+
+
+_CHECKOUT = re.compile(r"^checkout:(?P<value>[^#\n]*)(?P<comment>#.*)?$")
+
+
+def with_checkout_line(text: str, checkout: str, note: str) -> str:
+    """TEXT with the top-level `checkout:` set to CHECKOUT on its own line, commented with NOTE (pure). A lane file
+    always has the line (a lane without it does not load)."""
+    lines = text.splitlines()
+    found = next((i for i, line in enumerate(lines) if _CHECKOUT.match(line)), None)
+    if found is None:
+        raise LanebookError("the lane file has no top-level `checkout:` line to set")
+    lines[found] = f"checkout: {checkout}  # {note}"
+    return "\n".join(lines) + "\n"
+
+
+def read_checkout(text: str) -> Optional[str]:
+    """`checkout:` as the lane file's text gives it."""
+    value = (yamltext.load(text) or {}).get("checkout")
+    return None if value is None else str(value)
+
+
+def checkout_text(text: str, checkout: str, note: str) -> str:
+    """The lane file's text with its checkout set, refused unless it reads back as that checkout."""
+    new_text = with_checkout_line(text, checkout, note)
+    if read_checkout(new_text) != checkout:
+        raise LanebookError(f"could not set checkout to {checkout} on its own line")
+    return new_text
+
+
+def write_checkout(path: Path, checkout: str, note: str) -> Optional[Path]:
+    """Set the lane file's `checkout:` (backup first, atomic); its backup (None: it held that already)."""
+    text = read_text(path, "lane file")
+    if read_checkout(text) == checkout:
+        return None
+    try:
+        new_text = checkout_text(text, checkout, note)
+    except LanebookError as exc:
+        raise LanebookError(f"{path}: {exc}") from None
+    saved = backup(path)
+    write_atomic(path, new_text)
+    return saved

@@ -165,6 +165,7 @@ def promote(
     yes: bool = False,
     break_lock: bool = False,
     allow_runtime_and_weights: bool = False,
+    first_fields: Optional[dict] = None,
     on_plan: Callable[[Plan], None] = lambda plan: None,
     on_start: Callable[[str], None] = lambda name: None,
     on_record: Callable[[dict], None] = lambda record: None,
@@ -172,7 +173,8 @@ def promote(
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
     the command starts, is the lane every runbook runs on. A lane that changes runtime and weights at once against
-    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so."""
+    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so.
+    FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan)."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import run_runbook
     from lanebook.runs.lock import hold_lane_pair
@@ -193,7 +195,7 @@ def promote(
     promotion = Promotion(plan)
     previous = plan.previous_run_id
     with hold_lane_pair(params, "promote", plan.promotion_id, needed=not dry_run, break_lock=break_lock):
-        first = {} if resume or dry_run else rollback_reference(params)
+        first = {**({} if resume or dry_run else rollback_reference(params)), **(first_fields or {})}
         for name in plan.runbooks:
             on_start(name)
             link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}

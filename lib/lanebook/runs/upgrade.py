@@ -1,0 +1,275 @@
+"""`lanebook upgrade --lane LANE --to REF`: the recipe moved; upgrade the lane's checkout knowing what will change.
+
+The upgrade is a promotion of a new checkout, never an edit of the old one (lanebook.ops.upgrade makes it beside the
+old on the head, at REF of the checkout's own remote, and copies it to every worker). The plan compares the two
+checkouts' files (lanebook.recipe.upgrade, called in one place: `plan_checkouts`); a `blocked` plan stops here,
+nothing launched. Otherwise the lane is stopped where it serves (the `stop` runbook, from the old checkout) and
+the usual promotion runs on the new checkout: weights, env (the lane's render applied to it), launch, warmup,
+gates, speed against the lane's baseline.
+
+How the promotion addresses the new checkout: the runbooks load a lane from its file, and the lane file is the
+operator's truth. So the upgrade writes the candidate — the operator's lane file, byte for byte, with only its
+`checkout:` line set to the new checkout — under outputs/LANE/ beside the upgrade's record, and promotes that file.
+On a pass the operator's lane file gets the same line (backed up first, lanebook.lane.values); on a failure it is
+untouched, so the lane still names the old checkout, which nothing wrote to: `lanebook run launch --lane LANE`
+starts it as before.
+
+The old checkout's tree is fingerprinted on every node before and after; the upgrade's record (outputs/LANE/
+STAMP-upgrade-ID.json) keeps both, the plan, the two commits, the promotion it ran and its verdict, and the
+promotion's first record links it. `rollback_checkout` puts the lane back on the old checkout: stop, the lane
+file's line back, launch and gates. A dry run opens no connection and writes nothing: it shows the commands.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from lanebook.base.errors import LanebookError
+from lanebook.base.files import read_text, utc_stamp, write_atomic
+from lanebook.base.paths import outputs_dir
+from lanebook.lane.params import LaneParams, load_lane
+from lanebook.lane.values import checkout_text, write_checkout
+from lanebook.recipe.effective.checkout import CheckoutFiles
+
+BLOCKED = "blocked"
+BEFORE_LAUNCH = ("weights", "env")  # the promotion's runbooks that start nothing
+FIGURE = "upgrade"  # what the promotion's first record carries: the upgrade's id, record, plan verdict, checkouts
+
+
+@dataclass
+class Upgrade:
+    """What an upgrade did: its id, the checkouts and commits, the plan's verdict, the runs it made and its verdict
+    (pass, fail, blocked, dry-run)."""
+
+    upgrade_id: str
+    lane: str
+    ref: str
+    old_checkout: str
+    new_checkout: Optional[str] = None
+    old_commit: Optional[str] = None
+    new_commit: Optional[str] = None
+    plan_verdict: Optional[str] = None
+    plan: Any = None
+    verdict: str = "error"
+    reason: str = ""
+    record: Optional[Path] = None
+    candidate: Optional[Path] = None
+    lane_file_backup: Optional[Path] = None
+    old_tree_before: dict = field(default_factory=dict)
+    old_tree_after: dict = field(default_factory=dict)
+    old_tree_changes: list[str] = field(default_factory=list)
+    stop_record: Optional[dict] = None
+    promotion_id: Optional[str] = None
+    records: list[dict] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_json(self) -> dict:
+        shown = {"record", "candidate", "lane_file_backup", "records", "commands", "stop_record", "plan"}
+        data = {key: value for key, value in self.__dict__.items() if key not in shown}
+        return {
+            **data,
+            "candidate": self.candidate and str(self.candidate),
+            "lane_file_backup": self.lane_file_backup and str(self.lane_file_backup),
+            "plan": plan_json(self.plan),
+            "stop_run": self.stop_record and self.stop_record["run_id"],
+            "runs": [{"runbook": r["runbook"], "run_id": r["run_id"], "verdict": r["verdict"]} for r in self.records],
+        }
+
+
+def plan_checkouts(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Any:
+    """The one call into the upgrade plan: what the new checkout changes of what the lane runs, and its verdict
+    (`same lane`, `changes` or `blocked`)."""
+    from lanebook.recipe.upgrade import plan_upgrade
+
+    return plan_upgrade(lane, old, new)
+
+
+def plan_json(plan: Any) -> Any:
+    """The plan as its record keeps it (its own to_json), None when there is none."""
+    if plan is None:
+        return None
+    data = plan.to_json()
+    return json.loads(data) if isinstance(data, str) else data
+
+
+def _record_path(lane: str, upgrade_id: str, suffix: str) -> Path:
+    folder = outputs_dir() / lane
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"{utc_stamp()}-upgrade-{upgrade_id}{suffix}"
+
+
+def write_record(upgrade: Upgrade) -> Path:
+    """The upgrade's record (JSON, atomic), named once and rewritten as the upgrade goes on."""
+    upgrade.record = upgrade.record or _record_path(upgrade.lane, upgrade.upgrade_id, ".json")
+    write_atomic(upgrade.record, json.dumps(upgrade.to_json(), indent=1, default=str) + "\n")
+    return upgrade.record
+
+
+def write_candidate(params: LaneParams, upgrade: Upgrade) -> LaneParams:
+    """The operator's lane file with only its checkout line set to the new checkout, kept beside the upgrade's
+    record; loaded back, validated, as the lane the promotion runs."""
+    if params.file is None:
+        raise LanebookError(f"lane {params.name} was built in memory: an upgrade writes a lane loaded from its file")
+    text = checkout_text(
+        read_text(params.file, "lane file"),
+        upgrade.new_checkout,
+        f"upgrade {upgrade.upgrade_id}: {upgrade.ref} at {upgrade.new_commit}",
+    )
+    upgrade.candidate = upgrade.record.with_suffix(".yaml")
+    write_atomic(upgrade.candidate, text)
+    return load_lane(upgrade.candidate)
+
+
+def upgrade(
+    params: LaneParams,
+    ref: str,
+    *,
+    dry_run: bool = False,
+    yes: bool = False,
+    on_stage: Callable[[str], None] = lambda what: None,
+    on_record: Callable[[dict], None] = lambda record: None,
+) -> Upgrade:
+    """Upgrade the lane's checkout to REF of its own remote (see the module's text). PARAMS is the lane as loaded
+    where the command started; its file is written only when the promotion passed."""
+    from lanebook.lane.plugins import prepare_lane
+    from lanebook.nodes.ssh import Lane
+    from lanebook.ops import upgrade as ops
+    from lanebook.ops.launcher import LANE_DOWN, lane_containers
+    from lanebook.runs.execute import run_runbook
+    from lanebook.runs.promote import promote
+
+    ops.check_ref(ref)
+    if not params.twin and not dry_run and not yes:
+        raise LanebookError(
+            f"upgrade changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
+        )
+    done = Upgrade(uuid.uuid4().hex[:12], params.name, ref, params.checkout)
+    if not dry_run:
+        prepare_lane(params)  # the twin starts itself for a twin lane
+    with Lane(params, dry_run=dry_run) as lane:
+        on_stage("the old checkout's fingerprint on every node")
+        done.old_tree_before = ops.old_checkout_trees(lane)
+        on_stage(f"the new checkout beside {params.checkout} at {ref}")
+        made = ops.make_beside(lane, ref)
+        done.new_checkout, done.new_commit, done.old_commit = made.path, made.commit, made.old_commit
+        on_stage(f"{made.path} on every worker")
+        copied = ops.copy_to_workers(lane, made)
+        if dry_run:
+            done.verdict, done.reason, done.commands = "dry-run", "no connection opened", lane.executor.commands()
+            return done
+        if copied.outcome != "pass":
+            raise LanebookError(f"{made.path} is not the same on every node: {copied.seen}")
+        on_stage("the plan: the two checkouts' files")
+        done.plan = plan_checkouts(params, *ops.read_sides(lane.head, params.checkout, made.path))
+        done.plan_verdict = done.plan.verdict
+        write_record(done)
+        if done.plan_verdict == BLOCKED:
+            done.verdict, done.reason = BLOCKED, "the plan is blocked: nothing launched"
+            return _finish(done, lane)
+        serving = lane_containers(lane).state != LANE_DOWN
+    candidate = write_candidate(params, done)
+    write_record(done)
+    if serving:
+        on_stage(f"stop lane {params.name} on its old checkout")
+        done.stop_record = run_runbook("stop", params, {}, yes=yes, link={FIGURE: done.upgrade_id})
+        on_record(done.stop_record)
+        if done.stop_record["verdict"] != "pass":
+            done.verdict, done.reason = "fail", f"stopping the lane failed: {done.stop_record['output']}"
+            return _after(done, params)
+    link = {
+        "upgrade_id": done.upgrade_id,
+        "record": str(done.record.relative_to(outputs_dir())),
+        "plan_verdict": done.plan_verdict,
+        "from": {"checkout": done.old_checkout, "commit": done.old_commit},
+        "to": {"checkout": done.new_checkout, "commit": done.new_commit, "ref": ref},
+    }
+    on_stage(f"promotion of {done.new_checkout}")
+    promotion = promote(candidate, yes=yes, first_fields={FIGURE: link}, on_record=on_record)
+    done.promotion_id, done.records = promotion.plan.promotion_id, promotion.records
+    if promotion.ok:
+        done.verdict, done.reason = "pass", promotion.summary(params.name)
+        done.lane_file_backup = write_checkout(
+            params.file, done.new_checkout, f"upgraded to {ref} ({done.new_commit}) by upgrade {done.upgrade_id}"
+        )
+    else:
+        done.verdict, done.reason = "fail", promotion.summary(params.name)
+        if any(r["runbook"] not in BEFORE_LAUNCH for r in promotion.records):  # the launcher ran: ranks may be up
+            on_stage(f"stop what the new checkout started: the old one, {params.checkout}, launches as before")
+            done.stop_record = run_runbook("stop", candidate, {}, yes=yes, link={FIGURE: done.upgrade_id})
+            on_record(done.stop_record)
+    return _after(done, params)
+
+
+def _after(done: Upgrade, params: LaneParams) -> Upgrade:
+    from lanebook.nodes.ssh import Lane
+
+    with Lane(params) as lane:
+        return _finish(done, lane)
+
+
+def _finish(done: Upgrade, lane) -> Upgrade:
+    """The old checkout fingerprinted again (it must be as before) and the record written."""
+    from lanebook.ops import upgrade as ops
+
+    done.old_tree_after = ops.old_checkout_trees(lane)
+    done.old_tree_changes = ops.tree_changes(done.old_tree_before, done.old_tree_after)
+    if done.old_tree_changes and done.verdict == "pass":
+        done.verdict, done.reason = "fail", "the old checkout changed: " + "; ".join(done.old_tree_changes)
+    write_record(done)
+    return done
+
+
+def rollback_checkout(params: LaneParams, checkout: str, *, yes: bool = False) -> list[dict]:
+    """Put the lane back on CHECKOUT (an upgrade's old one): the `stop` runbook on the lane as it is, the lane file's
+    checkout line set back (backed up first), then `launch` and `gates` on it. The records, in order; it stops at
+    the first run that does not pass."""
+    from lanebook.runs.execute import run_runbook
+
+    records = [run_runbook("stop", params, {}, yes=yes)]
+    if records[-1]["verdict"] != "pass":
+        return records
+    write_checkout(params.file, checkout, f"rolled back from {params.checkout}")
+    back = load_lane(params.file)
+    for name in ("launch", "gates"):
+        records.append(run_runbook(name, back, {}, yes=yes))
+        if records[-1]["verdict"] != "pass":
+            break
+    return records
+
+
+def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = False) -> int:
+    """`lanebook upgrade --lane LANE --to REF` on the terminal: the lane loaded once, each stage and run as it ends,
+    the plan's verdict, the outcome and the record; the exit code (0 pass or a dry run, 1 otherwise)."""
+    from rich.console import Console
+
+    from lanebook.runs.promote import show_record
+
+    console = Console()
+    done = upgrade(
+        load_lane(lane),
+        ref,
+        dry_run=dry_run,
+        yes=yes,
+        on_stage=lambda what: console.rule(what),
+        on_record=lambda record: show_record(console, record, record["runbook"]),
+    )
+    if dry_run:
+        console.print("[yellow]upgrade: dry-run (nothing observed)[/] — commands it would send (none were sent):")
+        for line in done.commands:
+            console.out(f"    {line}", highlight=False)
+        return 0
+    color = "green" if done.ok else "red"
+    console.print(f"plan: {done.plan_verdict}; {done.old_checkout} ({done.old_commit}) → {done.new_checkout}")
+    console.print(f"[{color}]upgrade {done.upgrade_id}: {done.verdict}[/] — {done.reason}")
+    if not done.ok:
+        console.print(f"  the lane file still names {done.old_checkout}: `lanebook run launch --lane {lane}` starts it")
+    console.print(f"  record: {done.record}", soft_wrap=True)
+    return 0 if done.ok else 1
