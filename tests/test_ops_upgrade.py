@@ -60,9 +60,9 @@ def test_on_the_twin_the_new_checkout_is_made_found_again_and_never_replaced(tmp
             assert upgrade.copy_to_workers(lane, made).outcome == "pass"
             again = upgrade.make_beside(lane, "main")  # main's tip is that commit: the same checkout, kept
             assert not again.made and again.path == made.path
+            old, new = upgrade.read_sides(lane.head, params.checkout, made.path)
             lane.head.run(f"git -C {ssh.qpath(made.path)} checkout --quiet --detach {shas[JUL31]}")
             with pytest.raises(LanebookError, match="at another commit"):
                 upgrade.make_beside(lane, "main")
-            old, new = upgrade.read_sides(lane.head, params.checkout, made.path)
             assert upgrade.tree_changes(before, upgrade.old_checkout_trees(lane)) == []
     assert "GPU_MEMORY_UTILIZATION_TEXT" in new.example.text and "GPU_MEMORY_UTILIZATION_TEXT" not in old.example.text
