@@ -9,6 +9,7 @@ from lanebook.nodes import ssh
 from lanebook.ops import upgrade
 from lanebook.twin import control
 from lanebook.twin.remote import AUG22, JUL31
+from lanebook_runs import offline
 from twin_helpers import private_twin
 
 SHA = "83ddf4c470a51fad3aa40f358ca8bff3221ad07e"
@@ -66,3 +67,12 @@ def test_on_the_twin_the_new_checkout_is_made_found_again_and_never_replaced(tmp
                 upgrade.make_beside(lane, "main")
             assert upgrade.tree_changes(before, upgrade.old_checkout_trees(lane)) == []
     assert "GPU_MEMORY_UTILIZATION_TEXT" in new.example.text and "GPU_MEMORY_UTILIZATION_TEXT" not in old.example.text
+
+
+def test_lanebook_upgrade_to_a_ref_in_a_dry_run_opens_no_connection_and_writes_nothing(tmp_path):
+    """`lanebook upgrade --lane anemll-0731 --to REF --dry-run` offline: the head's clone command and the rsync shown,
+    exit 0, nothing recorded."""
+    done = offline(tmp_path, "upgrade --lane anemll-0731 --to main --dry-run", timeout=120)
+    assert "upgrade: dry-run (nothing observed)" in done.stdout, done.stdout + done.stderr
+    assert "head: set -eu; old=~/ds4-f-mia-anemll-0731; " in done.stdout
+    assert "rsync -aH --partial" in done.stdout and list(tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ from lanebook.nodes.ssh import Lane
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
 from lanebook.recipe.effective.checkout import CheckoutFiles
+from lanebook.recipe.upgrade import read_plan
 from lanebook.runs.execute import run_runbook
 from lanebook.runs.upgrade import rollback_checkout, upgrade
 from lanebook.twin import control
@@ -58,8 +59,12 @@ def test_a_july_lane_upgrades_to_august_and_rolls_back(tmp_path, monkeypatch):
         assert failed.stop_record and failed.stop_record["verdict"] == "pass"  # what the new checkout started, stopped
         assert lane_file.read_bytes() == original and not failed.old_tree_changes and failed.old_tree_before
         kept = json.loads(failed.record.read_text())
-        assert kept["verdict"] == "fail" and kept["plan"] and kept["new_commit"] == shas[AUG22]
-        assert failed.records[0]["upgrade"]["record"] == str(failed.record.relative_to(tmp_path / "outputs"))
+        assert kept["verdict"] == "fail" and kept["plan_verdict"] == "changes" and kept["new_commit"] == shas[AUG22]
+        plan = read_plan(tmp_path / "outputs" / kept["plan_record"])  # the plan, recorded as `upgrade --record` does
+        assert plan.verdict == "changes" and plan.lane == "twin"
+        link = failed.records[0]["upgrade"]  # the promotion's first record links both records
+        assert link["record"] == str(failed.record.relative_to(tmp_path / "outputs"))
+        assert link["plan_record"] == kept["plan_record"]
 
         control.switch_engine_faults([])
         relaunched = run_runbook("launch", load_lane(lane_file), {})

@@ -266,17 +266,33 @@ printed)."""
 @app.command("upgrade")
 def upgrade(
     lane: str = typer.Option(..., "--lane"),
-    old: Path = typer.Option(..., "--from", help="the checkout the lane runs now (a local directory)"),
-    new: Path = typer.Option(..., "--to", help="the checkout to move to (a local directory)"),
+    old: Optional[Path] = typer.Option(
+        None, "--from", help="the checkout the lane runs now (a local directory): plan only, with --to DIR"
+    ),
+    to: str = typer.Option(
+        ...,
+        "--to",
+        help="with --from: the checkout to move to (a local directory); alone: a commit, branch or tag of "
+        "the lane's checkout's own remote, promoted as a new checkout beside the old one",
+    ),
     record: bool = typer.Option(False, "--record", help="write the plan under outputs/LANE/ and print its path"),
     as_json: bool = typer.Option(False, "--json"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="--to REF: show the commands; opens no connection"),
+    yes: bool = typer.Option(False, "--yes", help="--to REF: confirm the upgrade of a real lane"),
 ):
-    """What moving the lane from one recipe checkout to another changes, before anything moves (neither directory is
-    written). Exit 0: same lane or changes (listed); 1: blocked."""
+    """What moving the lane from one recipe checkout to another changes, before anything moves (--from DIR --to DIR:
+    neither directory is written; exit 0 same lane or changes, 1 blocked); or the upgrade itself (--to REF): the new
+    checkout beside the old on every node, its plan recorded, then the usual promotion on it (exit 0 passed or a dry
+    run; 1 blocked or failed, the old checkout untouched)."""
     from lanebook.lane.params import load_lane
     from lanebook.recipe.upgrade import plan_checkouts, print_plan, write_plan
 
-    plan = plan_checkouts(load_lane(lane), old, new)
+    if old is None:
+        from lanebook.runs.upgrade import upgrade_shown
+
+        with interruption_exits():
+            raise typer.Exit(upgrade_shown(lane, to, dry_run=dry_run, yes=yes, as_json=as_json))
+    plan = plan_checkouts(load_lane(lane), old, Path(to))
     path = write_plan(plan) if record else None
     if as_json:
         typer.echo(json.dumps(plan.to_json(), indent=2))

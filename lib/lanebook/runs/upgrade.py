@@ -2,10 +2,10 @@
 
 The upgrade is a promotion of a new checkout, never an edit of the old one (lanebook.ops.upgrade makes it beside the
 old on the head, at REF of the checkout's own remote, and copies it to every worker). The plan compares the two
-checkouts' files (lanebook.recipe.upgrade, called in one place: `plan_checkouts`); a `blocked` plan stops here,
-nothing launched. Otherwise the lane is stopped where it serves (the `stop` runbook, from the old checkout) and
-the usual promotion runs on the new checkout: weights, env (the lane's render applied to it), launch, warmup,
-gates, speed against the lane's baseline.
+checkouts as the head holds them (lanebook.recipe.upgrade, called in one place: `plan_sides`) and is recorded as
+`lanebook upgrade --from --to --record` records one; a `blocked` plan stops here, nothing launched. Otherwise the
+lane is stopped where it serves (the `stop` runbook, from the old checkout) and the usual promotion runs on the new
+checkout: weights, env (the lane's render applied to it), launch, warmup, gates, speed against the lane's baseline.
 
 How the promotion addresses the new checkout: the runbooks load a lane from its file, and the lane file is the
 operator's truth. So the upgrade writes the candidate — the operator's lane file, byte for byte, with only its
@@ -15,9 +15,10 @@ untouched, so the lane still names the old checkout, which nothing wrote to: `la
 starts it as before.
 
 The old checkout's tree is fingerprinted on every node before and after; the upgrade's record (outputs/LANE/
-STAMP-upgrade-ID.json) keeps both, the plan, the two commits, the promotion it ran and its verdict, and the
-promotion's first record links it. `rollback_checkout` puts the lane back on the old checkout: stop, the lane
-file's line back, launch and gates. A dry run opens no connection and writes nothing: it shows the commands.
+STAMP-upgraded-ID.json, beside the plan's STAMP-upgrade-ID.json) keeps both, the plan's record, the two commits, the
+promotion it ran and its verdict, and the promotion's first record links the two records. `rollback_checkout` puts
+the lane back on the old checkout: stop, the lane file's line back, launch and gates. A dry run opens no connection
+and writes nothing: it shows the commands.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import read_text, utc_stamp, write_atomic
@@ -53,7 +54,7 @@ class Upgrade:
     old_commit: Optional[str] = None
     new_commit: Optional[str] = None
     plan_verdict: Optional[str] = None
-    plan: Any = None
+    plan_record: Optional[Path] = None
     verdict: str = "error"
     reason: str = ""
     record: Optional[Path] = None
@@ -72,38 +73,38 @@ class Upgrade:
         return self.verdict == "pass"
 
     def to_json(self) -> dict:
-        shown = {"record", "candidate", "lane_file_backup", "records", "commands", "stop_record", "plan"}
+        paths = ("plan_record", "candidate", "lane_file_backup")
+        shown = {"record", "records", "commands", "stop_record", *paths}
         data = {key: value for key, value in self.__dict__.items() if key not in shown}
         return {
             **data,
-            "candidate": self.candidate and str(self.candidate),
-            "lane_file_backup": self.lane_file_backup and str(self.lane_file_backup),
-            "plan": plan_json(self.plan),
+            **{key: shown_path(getattr(self, key)) for key in paths},
             "stop_run": self.stop_record and self.stop_record["run_id"],
             "runs": [{"runbook": r["runbook"], "run_id": r["run_id"], "verdict": r["verdict"]} for r in self.records],
         }
 
 
-def plan_checkouts(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Any:
-    """The one call into the upgrade plan: what the new checkout changes of what the lane runs, and its verdict
-    (`same lane`, `changes` or `blocked`)."""
-    from lanebook.recipe.upgrade import plan_upgrade
+def plan_sides(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> tuple[str, Path]:
+    """The one call into the upgrade plan: what the new checkout changes of what the lane runs, recorded; its verdict
+    (`same lane`, `changes` or `blocked`) and its record."""
+    from lanebook.recipe.upgrade import plan_upgrade, print_plan, write_plan
 
-    return plan_upgrade(lane, old, new)
+    plan = plan_upgrade(lane, old, new)
+    print_plan(plan)
+    return plan.verdict, write_plan(plan)
 
 
-def plan_json(plan: Any) -> Any:
-    """The plan as its record keeps it (its own to_json), None when there is none."""
-    if plan is None:
+def shown_path(path: Optional[Path]) -> Optional[str]:
+    """A path as the record keeps it: under outputs relative to it, else as it is."""
+    if path is None:
         return None
-    data = plan.to_json()
-    return json.loads(data) if isinstance(data, str) else data
+    return str(path.relative_to(outputs_dir())) if path.is_relative_to(outputs_dir()) else str(path)
 
 
 def _record_path(lane: str, upgrade_id: str, suffix: str) -> Path:
     folder = outputs_dir() / lane
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"{utc_stamp()}-upgrade-{upgrade_id}{suffix}"
+    return folder / f"{utc_stamp()}-upgraded-{upgrade_id}{suffix}"  # not -upgrade-: plan records are named so
 
 
 def write_record(upgrade: Upgrade) -> Path:
@@ -168,8 +169,7 @@ def upgrade(
         if copied.outcome != "pass":
             raise LanebookError(f"{made.path} is not the same on every node: {copied.seen}")
         on_stage("the plan: the two checkouts' files")
-        done.plan = plan_checkouts(params, *ops.read_sides(lane.head, params.checkout, made.path))
-        done.plan_verdict = done.plan.verdict
+        done.plan_verdict, done.plan_record = plan_sides(params, *ops.read_sides(lane.head, params.checkout, made.path))
         write_record(done)
         if done.plan_verdict == BLOCKED:
             done.verdict, done.reason = BLOCKED, "the plan is blocked: nothing launched"
@@ -186,7 +186,8 @@ def upgrade(
             return _after(done, params)
     link = {
         "upgrade_id": done.upgrade_id,
-        "record": str(done.record.relative_to(outputs_dir())),
+        "record": shown_path(done.record),
+        "plan_record": shown_path(done.plan_record),
         "plan_verdict": done.plan_verdict,
         "from": {"checkout": done.old_checkout, "commit": done.old_commit},
         "to": {"checkout": done.new_checkout, "commit": done.new_commit, "ref": ref},
@@ -245,9 +246,10 @@ def rollback_checkout(params: LaneParams, checkout: str, *, yes: bool = False) -
     return records
 
 
-def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = False) -> int:
+def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = False, as_json: bool = False) -> int:
     """`lanebook upgrade --lane LANE --to REF` on the terminal: the lane loaded once, each stage and run as it ends,
-    the plan's verdict, the outcome and the record; the exit code (0 pass or a dry run, 1 otherwise)."""
+    the plan, the outcome and the record (AS_JSON: the record's JSON last); the exit code (0 pass or a dry run, 1
+    otherwise)."""
     from rich.console import Console
 
     from lanebook.runs.promote import show_record
@@ -272,4 +274,6 @@ def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = Fal
     if not done.ok:
         console.print(f"  the lane file still names {done.old_checkout}: `lanebook run launch --lane {lane}` starts it")
     console.print(f"  record: {done.record}", soft_wrap=True)
+    if as_json:
+        console.out(json.dumps(done.to_json(), indent=1, default=str), highlight=False)
     return 0 if done.ok else 1
