@@ -19,6 +19,7 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 SLOW_FIRST = (
+    "test_runs_upgrade.py",  # one test of about 250 s: 13 runbook runs on a private twin
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
