@@ -58,10 +58,9 @@ def make_command(checkout: str, ref: str) -> str:
     """On the head: clone the old checkout's origin beside it, fetch REF when the clone lacks it, put the work tree at
     REF's commit and name the directory CHECKOUT@SHORTSHA. Prints `upgrade-checkout new|again SHA OLDSHA`; exits
     REFUSED_EXIT when that directory is there at another commit (nothing replaced). Never writes under CHECKOUT."""
-    old = qpath(checkout.rstrip("/"))
     return (
         "set -eu; "
-        f"old={old}; "
+        f"old={qpath(checkout.rstrip('/'))}; "
         'url=$(git -C "$old" remote get-url origin); '
         'oldsha=$(git -C "$old" rev-parse --verify --quiet HEAD || echo -); '
         'stage=$(mktemp -d "$old@fetch.XXXXXX"); '
@@ -70,7 +69,7 @@ def make_command(checkout: str, ref: str) -> str:
         f'sha=$(git -C "$stage/tree" rev-parse --verify --quiet {q(ref + "^{commit}")}) || '
         f'{{ git -C "$stage/tree" fetch --quiet origin {q(ref)}; '
         "sha=$(git -C \"$stage/tree\" rev-parse --verify 'FETCH_HEAD^{commit}'); }; "
-        f'new="$old@$(printf %s "$sha" | cut -c1-{SHORT})"; '
+        f'new="$old@$(printf %s "$sha" | cut -c1-{int(SHORT)})"; '
         'if test -e "$new" || test -L "$new"; then '
         'there=$(git -C "$new" rev-parse --verify --quiet HEAD || true); '
         'if test "$there" = "$sha"; then echo "upgrade-checkout again $sha $oldsha"; exit 0; fi; '
