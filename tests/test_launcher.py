@@ -301,8 +301,8 @@ def test_launch_cycle(lane):
     assert answer.healthy and answer.model_ids == ["deepseek-v4-flash-0731"]
     head.run(f"docker kill {CONTAINER}")  # the head dies mid-TP (pitfall 16): the worker is orphaned
     assert launcher.lane_containers(lane).orphaned == {"worker": [CONTAINER]}
-    dead = launcher.run_status_script(lane)
-    assert (dead.exit_code, dead.outcome) == (1, "failed")
+    dead = launcher.run_status_script(lane)  # the recipe's script shows the dead head; it does not judge (exit 0)
+    assert dead.exit_code == 0 and f"== head: {CONTAINER}: Exited" in dead.output and "(no answer)" in dead.output
     assert launcher.stop_orphaned_workers(lane) == {"worker": [CONTAINER]}
     assert launcher.running_containers(lane) == {"head": [], "worker": []}
     stopped = launcher.stop_lane(lane)
@@ -396,7 +396,7 @@ def test_steps_of_a_serving_or_down_lane_skip_saying_why():
     assert launcher.start_step(rb, rb.lane, "already up", "launcher reports the lane up") is None
     assert launcher.start_step(rb, rb.lane, "already up", "started", skipped="launcher reports B up") is None
     assert launcher.startup_log_step(rb, rb.lane, down="the lane is cleanly down") is None
-    launcher.status_api_step(rb, launcher.LANE_DOWN, None)
+    launcher.status_api_step(rb, launcher.LANE_DOWN)
     assert [(c.expected, c.seen) for c in rb.checks] == [
         ("launcher reports the lane up", "skipped: already up"),
         ("launcher reports B up", "skipped: already up"),

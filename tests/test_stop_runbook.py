@@ -69,7 +69,7 @@ def test_launch_status_stop_status(twin, tmp_path):
             assert (down["verdict"], down["figures"]["state"], down["figures"]["status_script_exit"]) == (
                 "pass",
                 "down",
-                1,
+                0,
             )
 
             # papermill with no parameters: the twin lane, confirmed because it is the twin; a down lane stops cleanly

@@ -192,7 +192,9 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
 
 
 def run_status_script(lane: Lane) -> LauncherResult:
-    """The checkout's status script, from the head (exit 0: the head's rank runs and /v1/models answers)."""
+    """The checkout's status script, from the head. The recipe's script shows and does not judge: it exits 0 whether
+    the lane is up or down (every probe ends `|| true`), 1 or 2 only when it refuses its configuration; so the lane's
+    state is what lanebook observes (containers, API), never this exit code."""
     return launcher_result(lane.head.run(launcher_command(lane, lane.params.launcher.status), check=False, timeout=60))
 
 
@@ -414,9 +416,9 @@ def start_step(
     return started
 
 
-def containers_step(rb: "Runbook", script: LauncherResult) -> str:
+def containers_step(rb: "Runbook") -> str:
     """The status runbook's containers step: no orphaned worker (P16), no head without its workers, and a lane
-    that is down agrees with the status script; the lane's state."""
+    the lane's state."""
     containers = lane_containers(rb.lane)
     state = containers.state
     rb.record(state=state, containers=containers.running)
@@ -432,14 +434,11 @@ def containers_step(rb: "Runbook", script: LauncherResult) -> str:
         "the head does not run without its workers",
         f"{containers.summary()}; run `stop`, then `launch`" if state == HEAD_ALONE else "",
     )
-    if state == LANE_DOWN:
-        rb.expect(not script.ok, "the status script agrees the lane is down (exit 1)", f"exit {script.exit_code}")
     return state
 
 
-def status_api_step(rb: "Runbook", state: str, script: LauncherResult) -> None:
-    """The status runbook's API step: /health and /v1/models answer, and the status script agrees the lane is up;
-    nothing to ask of a lane that is cleanly down."""
+def status_api_step(rb: "Runbook", state: str) -> None:
+    """The status runbook's API step: /health and /v1/models answer; nothing to ask of a lane that is cleanly down."""
     if state == LANE_DOWN:
         rb.skip("the API answers with the lane's model", "the lane is cleanly down")
         return
@@ -455,7 +454,6 @@ def status_api_step(rb: "Runbook", state: str, script: LauncherResult) -> None:
     )
     name = rb.params.served_model_name
     rb.expect(name in api.model_ids, f"/v1/models lists {name}", api.detail)
-    rb.expect(script.ok, "the status script agrees the lane is up (exit 0)", f"exit {script.exit_code}")
 
 
 def startup_log_step(rb: "Runbook", lane: Lane, down: Optional[str] = None) -> Optional[int]:
