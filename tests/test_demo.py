@@ -64,3 +64,14 @@ def test_a_run_after_the_main_job_that_fails_names_the_rest_unrun():
     ok, line = demo.demo_outcome(verdicts + [("rollback", "fail")], [], labels)
     assert not ok
     assert line == "demo failed — not passed: rollback fail; not run after that: stop (twin-1m6), launch, status"
+
+
+def test_the_demo_records_the_twin_lanes_upgrade_plan_for_the_book(tmp_path, monkeypatch):
+    """The plan July 31 -> August 22 of the twin's recipe remote, by real Compose: the memory key's move is in it."""
+    from lanebook.recipe.upgrade import CHANGES, recorded_plans
+
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))
+    demo.record_upgrade_plan()
+    [(path, plan)] = recorded_plans()
+    assert path.parent == tmp_path / "twin" and plan.verdict == CHANGES
+    assert plan.render_writes == {"GPU_MEMORY_UTILIZATION_TEXT": "0.85"}  # the twin lane keeps its 0.85

@@ -4,9 +4,12 @@ the twin in the order an operator meets them, then the book, then where to look 
 After the main job: the follow-up diagnostics (`diagnose`), a read of the lane (`doctor`), the rollback drill
 (`rollback` to the twin lane's rollback lane), the way forward again the rollback runbook names (`stop` the
 rollback lane, `launch` the twin lane) and `status`, which shows the twin lane left serving as promoted. So every
-runbook's page in the book is a rehearsal. Each run's verdict is printed as it ends; the demo stops at the first
-run not passed (each stands on the one before it), and passes only when every runbook exists and every run passed:
-a runbook not written yet is named as missing and fails the demo (nothing is run), and the book is still built.
+runbook's page in the book is a rehearsal. Then the plan of upgrading the twin lane's checkout from the recipe's
+July-31 shape to its August-22 shape (the twin's recipe remote's two commits, computed by real Compose) is
+recorded, so the book shows the before/after table an operator reviews. Each run's verdict is printed as it ends;
+the demo stops at the first run not passed (each stands on the one before it), and passes only when every runbook
+exists and every run passed: a runbook not written yet is named as missing and fails the demo (nothing is run),
+and the book is still built.
 """
 
 from __future__ import annotations
@@ -107,6 +110,27 @@ def _run_shown(runbook: str, lane: str, params: dict) -> dict:
     return record
 
 
+def record_upgrade_plan() -> None:
+    """`lanebook upgrade --lane twin --from JULY31 --to AUGUST22 --record` on two clones of the twin's recipe remote:
+    the plan the book's upgrade page shows (the suite proves the on-lane upgrade: tests/test_runs_upgrade.py)."""
+    import tempfile
+    from pathlib import Path
+
+    from lanebook.lane.params import load_lane
+    from lanebook.recipe.upgrade import plan_checkouts, print_plan, write_plan
+    from lanebook.twin import remote
+
+    console.rule(f"upgrade plan {TWIN_LANE}: recipe July 31 -> August 22")
+    with tempfile.TemporaryDirectory(prefix="lanebook-demo-upgrade-") as scratch:
+        root = Path(scratch)
+        origin, shas = remote.lay_out_remote(root)
+        for shape in (remote.JUL31, remote.AUG22):
+            remote.clone_at(origin, shas[shape], root / shape)
+        plan = plan_checkouts(load_lane(TWIN_LANE), root / remote.JUL31, root / remote.AUG22)
+        print_plan(plan)
+        console.print(f"plan recorded: {write_plan(plan)}", soft_wrap=True)
+
+
 def run_demo() -> int:
     from lanebook.lane.params import load_lane
     from lanebook.runs.promote import promote_shown
@@ -132,6 +156,7 @@ def run_demo() -> int:
             verdicts.append((run_label(runbook, lane), record["verdict"]))
             if record["verdict"] != "pass":
                 break  # each run stands on the one before it
+        record_upgrade_plan()
     console.rule("book")
     built = build_book()
     show_warnings(built)
