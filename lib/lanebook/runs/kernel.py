@@ -64,13 +64,16 @@ def preload_line(modules: list[str]) -> str:
 @contextmanager
 def started_kernel(notebook: Path) -> Iterator[object]:
     """A kernel booting for NOTEBOOK (its lanebook imports made as it starts): a jupyter_client kernel manager to give
-    papermill as `km`. Stopped at once, and its files removed, when the block ends however it ends."""
+    papermill as `km`, whose clients are ready as soon as the kernel is (lanebook.runs.kernel_client). Stopped at
+    once, and its files removed, when the block ends however it ends."""
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
+    from lanebook.runs.kernel_client import RunbookKernelClient
+
     line = preload_line(lanebook_imports(notebook))
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
-    manager = AsyncKernelManager(kernel_name=KERNEL_NAME)
+    manager = AsyncKernelManager(kernel_name=KERNEL_NAME, client_factory=RunbookKernelClient)
     run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
     try:
         yield manager
