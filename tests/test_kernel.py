@@ -7,6 +7,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_core.utils import run_sync
+from lanebook.base.paths import REPO
 from lanebook.runs.kernel import kernel_for, lanebook_imports, preload_line, started_kernel
 
 
@@ -66,6 +67,19 @@ def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
     assert seen.split() == ["True", "False"]  # imported, and no name left in the notebook's namespace
     assert process.poll() is not None and not Path(f"/proc/{process.pid}").exists()
     assert not os.path.exists(connection_file)
+
+
+def test_the_kernel_is_ipykernel_without_its_debugger_in_the_repository(tmp_path):
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
+    printed.clear()
+    with started_kernel(path) as manager:
+        assert manager.kernel_spec.argv[1:3] == ["-m", "lanebook.runs.kernel"]
+        seen = execute(
+            manager,
+            "import os, sys; print(type(get_ipython().kernel).__name__, sys.modules['debugpy'], os.getcwd() == "
+            f"{str(REPO)!r}, '' in sys.path)",
+        )
+    assert seen.split() == ["IPythonKernel", "None", "True", "True"]  # IPython put the working directory back
 
 
 def test_a_kernel_stopped_mid_cell_is_killed_and_reaped(tmp_path):

@@ -4,12 +4,18 @@ A kernel takes most of a second to boot (a Python process, IPython, its sockets)
 imports lanebook. Started as soon as a run is asked for, the kernel boots and makes those imports while lanebook
 checks the parameters, takes the lock and begins the record, on the other core, instead of after them. papermill
 runs the notebook on it as on a kernel of its own (`km=`); lanebook stops it at once when the run ends.
+
+The kernel is ipykernel's, started by this module (`python -m lanebook.runs.kernel`, the one kernel spec in
+KERNELS_DIR) without its debugger: ipykernel imports debugpy as it boots, for JupyterLab's visual debugger, which
+a headless run has no way to attach. The spec is read from KERNELS_DIR alone, not searched for among the
+installed ones.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import sys
 from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
@@ -19,6 +25,7 @@ from lanebook.base import paths
 from lanebook.base.paths import REPO
 
 KERNEL_NAME = "python3"
+KERNELS_DIR = Path(__file__).with_name("kernels")  # KERNEL_NAME/kernel.json: this module, as ipykernel_launcher
 # As papermill and nbclient start a kernel for lanebook: no kernel chatter on the terminal, history in memory.
 KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:")
 
@@ -66,6 +73,7 @@ def started_kernel(notebook: Path) -> Iterator[object]:
     """A kernel booting for NOTEBOOK (its lanebook imports made as it starts): a jupyter_client kernel manager to give
     papermill as `km`, whose clients are ready as soon as the kernel is (lanebook.runs.kernel_client). Stopped at
     once, and its files removed, when the block ends however it ends."""
+    from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
@@ -73,7 +81,11 @@ def started_kernel(notebook: Path) -> Iterator[object]:
 
     line = preload_line(lanebook_imports(notebook))
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
-    manager = AsyncKernelManager(kernel_name=KERNEL_NAME, client_factory=RunbookKernelClient)
+    manager = AsyncKernelManager(
+        kernel_name=KERNEL_NAME,
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(KERNELS_DIR)], ensure_native_kernel=False),
+        client_factory=RunbookKernelClient,
+    )
     run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
     try:
         yield manager
@@ -105,3 +117,18 @@ def stop_kernel(manager) -> None:
         run_sync(provisioner.kill)()  # SIGKILL to the kernel's process group
         process.wait(timeout=10)
     run_sync(manager.shutdown_kernel)(now=True)  # finds it gone: no wait, only the clean-up
+
+
+def main() -> None:
+    """The kernel's process, as ipykernel_launcher (the working directory off sys.path while ipykernel loads; IPython
+    puts it back), with debugpy absent: ipykernel then boots without its debugger."""
+    if Path(sys.path[0]) == Path.cwd():
+        del sys.path[0]
+    sys.modules["debugpy"] = None
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()
