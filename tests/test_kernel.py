@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -33,6 +35,17 @@ def test_the_runbooks_lanebook_imports_are_named_by_module(tmp_path):
 def test_every_runbook_has_imports_to_make_ahead():
     for path in sorted(Path("runbooks").glob("*.ipynb")):
         assert "lanebook.steps.runbook" in lanebook_imports(path), path.name
+
+
+def test_naming_the_imports_imports_nothing():
+    """They are read before the kernel starts: importing them there would make the kernel wait for the runner."""
+    probe = (
+        "import sys; from pathlib import Path; from lanebook.runs.kernel import lanebook_imports; "
+        "before = set(sys.modules); named = lanebook_imports(Path('runbooks/gates.ipynb')); "
+        "print(named, sorted(set(sys.modules) - before))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "['lanebook.steps.runbook', 'lanebook.verify.gates', 'lanebook.verify.hermes'] []"
 
 
 def test_the_preload_binds_no_name():

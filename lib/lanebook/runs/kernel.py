@@ -17,24 +17,24 @@ import ast
 import json
 import sys
 from contextlib import contextmanager
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Iterator
 
 from lanebook.base import paths
 from lanebook.base.paths import REPO
 
+LANEBOOK_DIR = Path(__file__).resolve().parents[1]  # the lanebook package
 KERNEL_NAME = "python3"
 KERNELS_DIR = Path(__file__).with_name("kernels")  # KERNEL_NAME/kernel.json: this module, as ipykernel_launcher
 # As papermill and nbclient start a kernel for lanebook: no kernel chatter on the terminal, history in memory.
 KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:")
 
 
-def _module(name: str) -> bool:
-    try:
-        return find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+def _lanebook_module(name: str) -> bool:
+    """Whether NAME (lanebook.X.Y) is a module of lanebook, read from its files: asking the import system would
+    import lanebook.X (and, for a name inside a module, the module with all it imports) before the kernel starts."""
+    path = LANEBOOK_DIR.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def lanebook_imports(notebook: Path) -> list[str]:
@@ -53,7 +53,7 @@ def lanebook_imports(notebook: Path) -> list[str]:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [
-                    f"{node.module}.{alias.name}" if _module(f"{node.module}.{alias.name}") else node.module
+                    f"{node.module}.{alias.name}" if _lanebook_module(f"{node.module}.{alias.name}") else node.module
                     for alias in node.names
                 ]
             else:
