@@ -82,17 +82,18 @@ def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
     assert not os.path.exists(connection_file)
 
 
-def test_the_kernel_is_ipykernel_without_its_debugger_in_the_repository(tmp_path):
+def test_the_kernel_is_ipykernel_without_its_debugger_or_httpx_command_line(tmp_path):
     path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
     printed.clear()
     with started_kernel(path) as manager:
         assert manager.kernel_spec.argv[1:3] == ["-m", "lanebook.runs.kernel"]
         seen = execute(
             manager,
-            "import os, sys; print(type(get_ipython().kernel).__name__, sys.modules['debugpy'], os.getcwd() == "
-            f"{str(REPO)!r}, '' in sys.path)",
+            "import os, sys, httpx; print(type(get_ipython().kernel).__name__, sys.modules['debugpy'], "
+            f"os.getcwd() == {str(REPO)!r}, '' in sys.path, httpx.get.__name__, 'click' in sys.modules)",
         )
-    assert seen.split() == ["IPythonKernel", "None", "True", "True"]  # IPython put the working directory back
+    # IPython put the working directory back; httpx works, without its command-line client
+    assert seen.split() == ["IPythonKernel", "None", "True", "True", "get", "False"]
 
 
 def test_a_kernel_stopped_mid_cell_is_killed_and_reaped(tmp_path):

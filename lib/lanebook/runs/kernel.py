@@ -121,10 +121,13 @@ def stop_kernel(manager) -> None:
 
 def main() -> None:
     """The kernel's process, as ipykernel_launcher (the working directory off sys.path while ipykernel loads; IPython
-    puts it back), with debugpy absent: ipykernel then boots without its debugger."""
+    puts it back), with debugpy absent: ipykernel then boots without its debugger. httpx's command-line client is
+    absent too: httpx imports it with the package when it can (click and rich, ~30 ms of every kernel's boot) and
+    a runbook never runs it."""
     if Path(sys.path[0]) == Path.cwd():
         del sys.path[0]
     sys.modules["debugpy"] = None
+    sys.modules["httpx._main"] = None
     from ipykernel import kernelapp
 
     kernelapp.launch_new_instance()
