@@ -8,7 +8,7 @@
 - gates: `lanebook run gates --lane twin` (papermill, a kernel, an executed notebook and a record) against the
   same gate functions called directly from Python; the ratio of the medians. The direct side runs in this
   process, its modules already imported, so the ratio charges the run with everything it adds: the lanebook
-  process and its imports, the kernel and its imports, the notebook saved after every cell, and the record. A
+  process and its imports, the kernel and its imports, the notebook saved as each code cell starts, and the record. A
   first round of both sides is shown and not counted (first-use shapes on the twin, fresh .pyc files, cold
   caches): the ratio is the steady cost of every run. Goal: at most 1.3x.
 - resume: a promotion that fails at gates (the lane names a Hermes binary that is not there), is fixed and

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 from jupyter_core.utils import run_sync
+from lanebook.base.paths import REPO
 from lanebook.runs.kernel import kernel_for, lanebook_imports, preload_line, started_kernel
 
 
@@ -32,6 +35,17 @@ def test_the_runbooks_lanebook_imports_are_named_by_module(tmp_path):
 def test_every_runbook_has_imports_to_make_ahead():
     for path in sorted(Path("runbooks").glob("*.ipynb")):
         assert "lanebook.steps.runbook" in lanebook_imports(path), path.name
+
+
+def test_naming_the_imports_imports_nothing():
+    """They are read before the kernel starts: importing them there would make the kernel wait for the runner."""
+    probe = (
+        "import sys; from pathlib import Path; from lanebook.runs.kernel import lanebook_imports; "
+        "before = set(sys.modules); named = lanebook_imports(Path('runbooks/gates.ipynb')); "
+        "print(named, sorted(set(sys.modules) - before))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "['lanebook.steps.runbook', 'lanebook.verify.gates', 'lanebook.verify.hermes'] []"
 
 
 def test_the_preload_binds_no_name():
@@ -66,6 +80,20 @@ def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
     assert seen.split() == ["True", "False"]  # imported, and no name left in the notebook's namespace
     assert process.poll() is not None and not Path(f"/proc/{process.pid}").exists()
     assert not os.path.exists(connection_file)
+
+
+def test_the_kernel_is_ipykernel_without_its_debugger_or_httpx_command_line(tmp_path):
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
+    printed.clear()
+    with started_kernel(path) as manager:
+        assert manager.kernel_spec.argv[1:3] == ["-m", "lanebook.runs.kernel"]
+        seen = execute(
+            manager,
+            "import os, sys, httpx; print(type(get_ipython().kernel).__name__, sys.modules['debugpy'], "
+            f"os.getcwd() == {str(REPO)!r}, '' in sys.path, httpx.get.__name__, 'click' in sys.modules)",
+        )
+    # IPython put the working directory back; httpx works, without its command-line client
+    assert seen.split() == ["IPythonKernel", "None", "True", "True", "get", "False"]
 
 
 def test_a_kernel_stopped_mid_cell_is_killed_and_reaped(tmp_path):

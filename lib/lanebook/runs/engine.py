@@ -1,9 +1,11 @@
-"""The papermill engine runbooks run on: papermill's nbclient engine, saving the notebook around code cells only.
+"""The papermill engine runbooks run on: papermill's nbclient engine, saving the notebook when a code cell starts.
 
 papermill saves the whole notebook when each cell starts and ends, Markdown cells included, so that a run stopped
-half-way leaves its notebook as far as it got. A Markdown cell runs nothing and shows nothing new: its start and
-end are kept in its metadata and written with the next save, the next code cell's start. Half of a runbook's cells
-are Markdown, and each save is a full serialisation and write of the notebook.
+half-way leaves its notebook as far as it got. Each save is a full serialisation and write of the notebook, and
+most are written again at once: a cell's end is followed by the next cell's start with nothing run between them,
+and a Markdown cell runs nothing. So the notebook is saved when a code cell starts, with every cell before it as it
+ended, and when the run ends, however it ends (papermill's engine saves it then, the last cell's end with it): a run
+stopped in a cell leaves every earlier cell's outputs and that cell marked running, as before.
 """
 
 from __future__ import annotations
@@ -16,16 +18,16 @@ ENGINE_NAME = "lanebook"
 
 
 class RunbookExecutionManager(NotebookExecutionManager):
-    """papermill's execution manager, with no save at the start or end of a Markdown cell."""
+    """papermill's execution manager, saving at a code cell's start only (and at the notebook's start and end)."""
 
     skip_save = False
 
     def cell_start(self, cell, cell_index=None, **kwargs):
-        with self._saved_if_code(cell):
+        with self._unsaved(cell.cell_type != "code"):
             super().cell_start(cell, cell_index, **kwargs)
 
     def cell_complete(self, cell, cell_index=None, **kwargs):
-        with self._saved_if_code(cell):
+        with self._unsaved(True):  # written by the next save: the next code cell's start, or the notebook's end
             super().cell_complete(cell, cell_index, **kwargs)
 
     def save(self, **kwargs):
@@ -33,8 +35,8 @@ class RunbookExecutionManager(NotebookExecutionManager):
             super().save(**kwargs)
 
     @contextmanager
-    def _saved_if_code(self, cell):
-        self.skip_save = cell.cell_type != "code"
+    def _unsaved(self, unsaved: bool):
+        self.skip_save = unsaved
         try:
             yield
         finally:

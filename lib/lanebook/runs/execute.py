@@ -10,7 +10,7 @@ this machine failed), never "pass".
 
 However a run ends it is recorded (lanebook.runs.audit keeps a pending record from the start, for a run killed
 outright): a dead kernel, Ctrl-C, SIGTERM or SIGHUP, or a crash of lanebook itself is "error", naming why,
-with the notebook as far as papermill saved it (around every code cell) and a note on it saying the run stopped.
+with the notebook as far as papermill saved it (when each code cell started) and a note on it saying the run stopped.
 Secrets come from the environment, never as parameters: a parameter that names or holds one is refused.
 """
 
@@ -227,7 +227,7 @@ class Outcome:
 
 
 def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], kernel: object) -> Outcome:
-    """Run the notebook with papermill into OUTPUT (saved around every code cell) on KERNEL (started ahead: see
+    """Run the notebook with papermill into OUTPUT (saved as each code cell starts) on KERNEL (started ahead: see
     lanebook.runs.kernel); how it ended, never raising for it."""
     import papermill
     from nbclient.exceptions import DeadKernelError

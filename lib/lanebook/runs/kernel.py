@@ -4,30 +4,37 @@ A kernel takes most of a second to boot (a Python process, IPython, its sockets)
 imports lanebook. Started as soon as a run is asked for, the kernel boots and makes those imports while lanebook
 checks the parameters, takes the lock and begins the record, on the other core, instead of after them. papermill
 runs the notebook on it as on a kernel of its own (`km=`); lanebook stops it at once when the run ends.
+
+The kernel is ipykernel's, started by this module (`python -m lanebook.runs.kernel`, the one kernel spec in
+KERNELS_DIR) without its debugger: ipykernel imports debugpy as it boots, for JupyterLab's visual debugger, which
+a headless run has no way to attach. The spec is read from KERNELS_DIR alone, not searched for among the
+installed ones.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import sys
 from contextlib import contextmanager
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Iterator
 
 from lanebook.base import paths
 from lanebook.base.paths import REPO
 
+LANEBOOK_DIR = Path(__file__).resolve().parents[1]  # the lanebook package
 KERNEL_NAME = "python3"
+KERNELS_DIR = Path(__file__).with_name("kernels")  # KERNEL_NAME/kernel.json: this module, as ipykernel_launcher
 # As papermill and nbclient start a kernel for lanebook: no kernel chatter on the terminal, history in memory.
 KERNEL_ARGUMENTS = ("--IPKernelApp.log_level=ERROR", "--HistoryManager.hist_file=:memory:")
 
 
-def _module(name: str) -> bool:
-    try:
-        return find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
+def _lanebook_module(name: str) -> bool:
+    """Whether NAME (lanebook.X.Y) is a module of lanebook, read from its files: asking the import system would
+    import lanebook.X (and, for a name inside a module, the module with all it imports) before the kernel starts."""
+    path = LANEBOOK_DIR.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def lanebook_imports(notebook: Path) -> list[str]:
@@ -46,7 +53,7 @@ def lanebook_imports(notebook: Path) -> list[str]:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [
-                    f"{node.module}.{alias.name}" if _module(f"{node.module}.{alias.name}") else node.module
+                    f"{node.module}.{alias.name}" if _lanebook_module(f"{node.module}.{alias.name}") else node.module
                     for alias in node.names
                 ]
             else:
@@ -64,13 +71,21 @@ def preload_line(modules: list[str]) -> str:
 @contextmanager
 def started_kernel(notebook: Path) -> Iterator[object]:
     """A kernel booting for NOTEBOOK (its lanebook imports made as it starts): a jupyter_client kernel manager to give
-    papermill as `km`. Stopped at once, and its files removed, when the block ends however it ends."""
+    papermill as `km`, whose clients are ready as soon as the kernel is (lanebook.runs.kernel_client). Stopped at
+    once, and its files removed, when the block ends however it ends."""
+    from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
+    from lanebook.runs.kernel_client import RunbookKernelClient
+
     line = preload_line(lanebook_imports(notebook))
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
-    manager = AsyncKernelManager(kernel_name=KERNEL_NAME)
+    manager = AsyncKernelManager(
+        kernel_name=KERNEL_NAME,
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(KERNELS_DIR)], ensure_native_kernel=False),
+        client_factory=RunbookKernelClient,
+    )
     run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
     try:
         yield manager
@@ -102,3 +117,21 @@ def stop_kernel(manager) -> None:
         run_sync(provisioner.kill)()  # SIGKILL to the kernel's process group
         process.wait(timeout=10)
     run_sync(manager.shutdown_kernel)(now=True)  # finds it gone: no wait, only the clean-up
+
+
+def main() -> None:
+    """The kernel's process, as ipykernel_launcher (the working directory off sys.path while ipykernel loads; IPython
+    puts it back), with debugpy absent: ipykernel then boots without its debugger. httpx's command-line client is
+    absent too: httpx imports it with the package when it can (click and rich, ~30 ms of every kernel's boot) and
+    a runbook never runs it."""
+    if Path(sys.path[0]) == Path.cwd():
+        del sys.path[0]
+    sys.modules["debugpy"] = None
+    sys.modules["httpx._main"] = None
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()

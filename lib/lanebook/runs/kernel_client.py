@@ -1,0 +1,57 @@
+"""The client papermill talks to a runbook's kernel through: jupyter_client's, ready as soon as the kernel is.
+
+jupyter_client's `wait_for_ready`, once the kernel answers `kernel_info`, reads IOPub until it has been quiet for
+0.2 s: a fixed 0.2 s of every run, with the kernel idle. The kernel publishes `busy` and `idle` around every request
+it handles, in order, on its one IOPub socket, so the `idle` of the answered `kernel_info` request is the last message
+that request causes and everything published before it has been read by then. This client reads IOPub up to that
+`idle`; an IOPub not yet subscribed (ZeroMQ drops what a subscriber missed) sees none within 0.2 s and asks again,
+as jupyter_client does when no IOPub message follows the reply.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from queue import Empty
+from typing import Optional
+
+from jupyter_client.asynchronous import AsyncKernelClient
+
+IOPUB_WAIT_S = 0.2  # as jupyter_client: how long an answered request's IOPub messages may take to arrive
+
+
+class RunbookKernelClient(AsyncKernelClient):
+    """An AsyncKernelClient whose readiness ends with the kernel's `idle` after `kernel_info`, not 0.2 s later."""
+
+    async def wait_for_ready(self, timeout: Optional[float] = None) -> None:
+        deadline = time.monotonic() + (math.inf if timeout is None else timeout)
+        while True:
+            self.kernel_info()
+            try:
+                reply = await self.shell_channel.get_msg(timeout=1)
+            except Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply":
+                if await self._idle_after(reply["parent_header"].get("msg_id")):
+                    self._handle_kernel_info_reply(reply)
+                    return
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+
+    async def _idle_after(self, request_id: Optional[str]) -> bool:
+        """Read IOPub up to the kernel's `idle` after REQUEST_ID; False when it does not come within IOPUB_WAIT_S."""
+        until = time.monotonic() + IOPUB_WAIT_S
+        while (left := until - time.monotonic()) > 0:
+            try:
+                msg = await self.iopub_channel.get_msg(timeout=left)
+            except Empty:
+                return False
+            if (
+                msg["msg_type"] == "status"
+                and msg["content"].get("execution_state") == "idle"
+                and msg["parent_header"].get("msg_id") == request_id
+            ):
+                return True
+        return False
