@@ -100,6 +100,7 @@ DIRECT_WRITES = {
     "checkout_env.py": "a temporary file holding new bytes to send to the head",
     "hermes.py": "a temporary Hermes home lanebook creates and removes",
     "execute.py": "claims a new run output name (exist_ok=False: never an existing file)",
+    "upgrade.py": "recipe/upgrade.py claims a new upgrade plan record's name (exist_ok=False: never an existing file)",
     "audit.py": "appends one line to the run index (never rewrites it)",
     "files.py": "the atomic writer and the backup themselves",
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
