@@ -38,6 +38,8 @@ def test_a_dry_run_sends_nothing_and_knows_no_commit():
         assert upgrade.old_checkout_trees(lane) == {}
         commands = lane.executor.commands()
     assert made.commit is None and made.path == "~/ds4-f-mia-anemll-0731@main"
+    with ssh.Lane(load_lane("anemll-0731"), dry_run=True) as lane:  # a full commit names it as a run would
+        assert upgrade.make_beside(lane, "489af95896" + "84" * 15).path == "~/ds4-f-mia-anemll-0731@489af9589684"
     assert commands[0].startswith("head: set -eu; old=~/ds4-f-mia-anemll-0731; ")
 
 

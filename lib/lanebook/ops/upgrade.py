@@ -90,8 +90,9 @@ def make_beside(lane: Lane, ref: str) -> NewCheckout:
             said = exc.result.stderr.strip() or exc.result.stdout.strip()
             raise LanebookError(f"{lane.head.alias}: {said}") from None
         raise
-    if result.dry_run:
-        return NewCheckout(f"{checkout.rstrip('/')}@{ref}", None, None, True)
+    if result.dry_run:  # nothing asked: a full commit names the directory as a run would, else REF stands for it
+        named = beside(checkout, ref) if re.fullmatch(r"[0-9a-f]{40}", ref) else f"{checkout.rstrip('/')}@{ref}"
+        return NewCheckout(named, None, None, True)
     found = MADE_RE.search(result.stdout)
     if not found:
         raise LanebookError(f"{lane.head.alias}: the new checkout was not reported: {result.stdout.strip()[-200:]!r}")
