@@ -107,6 +107,10 @@ def test_the_servers_clock_judges_the_cached_prefill_where_it_timed_both():
         "the stream disagree"
     ]
 
+    # judge_ttft=False (a model whose prefill is milliseconds): the counters alone judge; eviction still fails
+    assert diagnose.prefix_verdict(server_slow, judge_ttft=False).ok
+    assert diagnose.prefix_verdict(steps(again_hits=0.0), judge_ttft=False).evicted
+
 
 def steps(again_hits=2560.0, cold_hits=0.0, again_ttft=0.3, repeat_hits=2560.0, error=None):
     return [

@@ -148,12 +148,13 @@ class PrefixVerdict:
         return ("; ".join(self.problems) + " — " if self.problems else "") + seen
 
 
-def prefix_verdict(steps: Sequence[PrefixStep]) -> PrefixVerdict:
+def prefix_verdict(steps: Sequence[PrefixStep], judge_ttft: bool = True) -> PrefixVerdict:
     """Judge A cold, A repeat, B cold, A again.
 
     The protocol is valid only when both cold requests hit nothing (the prefixes really are unique) and A's
-    repeat hits (the cache works at all). It passes when A again hits at least what A's repeat hit, and the
-    cached prefill shows in TTFT (A again answers sooner than A cold). Fewer hits on A again is eviction.
+    repeat hits (the cache works at all). It passes when A again hits at least what A's repeat hit, and (unless
+    judge_ttft is False) the cached prefill shows in TTFT (A again answers sooner than A cold). Fewer hits on A
+    again is eviction.
     """
     names = [s.name for s in steps]
     if names != [name for name, _ in PREFIX_STEPS]:
@@ -177,7 +178,7 @@ def prefix_verdict(steps: Sequence[PrefixStep]) -> PrefixVerdict:
             f"A→B→A eviction reproduced: after unrelated B, A hit {a_again.hit_tokens:g} cached tokens "
             f"where its repeat hit {a_repeat.hit_tokens:g}"
         )
-    elif not problems:
+    elif not problems and judge_ttft:
         clock, again, cold = _ttft_pair(a_again, a_cold)
         if again is not None and cold is not None and again >= cold:
             problems.append(
