@@ -50,7 +50,9 @@ def test_naming_the_imports_imports_nothing():
 
 def test_the_preload_binds_no_name():
     assert preload_line([]) == ""
-    assert preload_line(["lanebook.a", "lanebook.b.c"]) == "import lanebook.a, lanebook.b.c; del lanebook"
+    assert preload_line(["lanebook.a", "lanebook.b.c"]) == (
+        "import lanebook.a, lanebook.b.c, fabric, fabric.runners; del lanebook, fabric"
+    )
 
 
 def execute(manager, code: str) -> str:

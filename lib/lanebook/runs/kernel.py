@@ -62,10 +62,18 @@ def lanebook_imports(notebook: Path) -> list[str]:
     return modules
 
 
+# What a runbook's first connection imports (nodes.ssh imports Fabric, and with it paramiko, only when a node is first
+# reached, so that a dry run and the CLI's quick answers never pay for it): made as the kernel boots instead.
+CONNECTION_MODULES = ("fabric", "fabric.runners")
+
+
 def preload_line(modules: list[str]) -> str:
-    """The statement the kernel runs as it starts: it imports the modules and binds no name in the notebook's
-    namespace (a cell that forgot its import still fails, as it would in JupyterLab)."""
-    return f"import {', '.join(modules)}; del lanebook" if modules else ""
+    """The statement the kernel runs as it starts: it imports the modules (and, for a runbook that imports lanebook,
+    what its first connection will) and binds no name in the notebook's namespace (a cell that forgot its import
+    still fails, as it would in JupyterLab)."""
+    if not modules:
+        return ""
+    return f"import {', '.join([*modules, *CONNECTION_MODULES])}; del lanebook, fabric"
 
 
 @contextmanager
