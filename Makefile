@@ -67,9 +67,10 @@ demo: setup
 # The suite in parallel: SUITE_WORKERS pytest-xdist workers, each in a network namespace of its own
 # (tests/netns-python) with its own twin, whole modules at a time in tests/conftest.py's order (slowest first).
 # Without the right to make a namespace (root or CAP_SYS_ADMIN) the twins would collide: one worker, said so.
-# Five on two cores: most modules wait on twins in real time (launches, cold binds, streams), so a fifth worker fills
-# those waits (a quiet full run: 574 s with four workers, 522 s with five; CPU about 935 s either way).
-SUITE_WORKERS ?= 5
+# Four on two cores. Five ran faster on a quiet machine (pytest 522 s against 574 s, CPU about 935 s either way: most
+# modules wait on twins in real time) but loaded the twins' real-time decode enough that a timed A/B (diagnose's
+# schedule canary at C1, where both sides run K=5) swung 14% and flipped its decision in a clean-clone run.
+SUITE_WORKERS ?= 4
 test: setup lint $(VLLM_STAMP)
 	@if unshare -n ip link set lo up 2>/dev/null; then \
 	  $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \
