@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 
-from lanebook.recipe.upgrade import CHANGES, Difference, LaneValue, UpgradePlan
+from lanebook.recipe.upgrade import CHANGES, Difference, ExampleMoved, LaneValue, UpgradePlan
 from lanebook.site.pages.upgrades import PublishedPlan, plan_doc, upgrade_page, upgrades_index
 
 
@@ -24,6 +24,7 @@ def plan() -> UpgradePlan:
             LaneValue("GPU_MEMORY_UTILIZATION", "0.85", "0.835 (default)", "ignored", "read no more", "X_TEXT=0.85")
         ],
         render_writes={"X_TEXT": "0.85"},
+        example_moved=[ExampleMoved("IMAGE", "img:1", "img:1@sha256:ab", "img:1", "env.dspark.example:170")],
         created_at="2026-08-22T10:00:00+00:00",
         plan_id="a1b2c3d4",
     )
@@ -38,6 +39,7 @@ def test_a_plan_page_is_the_before_after_table_with_no_local_path():
     assert "| `GPU_MEMORY_UTILIZATION` | `0.85` | 0.835 (default) | ignored: read no more | X_TEXT=0.85 |" in page
     assert "- `X_TEXT=0.85`" in page and "lanebook-badge-warning" in page
     assert tempfile.gettempdir() not in page and "`$TMPDIR/july31`" in page
+    assert "| `IMAGE` | `img:1` | `img:1` | `img:1@sha256:ab` | env.dspark.example:170 |" in page
 
 
 def test_the_index_links_each_plan_newest_first():

@@ -18,9 +18,11 @@ from lanebook.recipe.upgrade import (
     CHANGES,
     SAME,
     Difference,
+    ExampleMoved,
     RankServe,
     ServerSide,
     UpgradePlan,
+    example_moved,
     plan_checkouts,
     plan_text,
     read_plan,
@@ -74,6 +76,18 @@ def test_the_diff_of_two_small_sides_lists_exactly_what_differs_per_rank():
 def test_flags_keep_the_model_and_leave_the_speculative_config_to_its_parser():
     argv = ["serve", "org/m", "--a", "1", "--switch", "--b=x y", "--speculative-config", SPEC]
     assert serve_flags(argv) == {"model": "org/m", "--a": "1", "--switch": "", "--b": "x y"}
+
+
+def test_an_example_line_that_moved_is_listed_only_where_the_kept_env_file_sets_another_value():
+    moved = example_moved(
+        {"IMAGE": "img:1", "SAME": "a", "UNSET": "x"},
+        {"IMAGE": ("img:1@sha256:ab", "ex:3"), "SAME": ("a", "ex:4"), "UNSET": ("y", "ex:5"), "NEW": ("n", "ex:6")},
+        {"IMAGE": "img:1", "SAME": "a", "NEW": "lane"},
+    )
+    assert moved == [
+        ExampleMoved("IMAGE", "img:1", "img:1@sha256:ab", "img:1", "ex:3"),
+        ExampleMoved("NEW", None, "n", "lane", "ex:6"),
+    ]
 
 
 def test_the_verdict_is_blocked_before_changes_before_same():
@@ -152,6 +166,11 @@ def test_the_revision_pin_and_the_other_differences_of_command_and_environment(u
     assert found[("environment", "DSPARK_REVISION")].new == pin
     assert found[("flag", "--default-chat-template-kwargs")].old == '{"thinking":false}'
     assert ("image", "image") not in found and ("digest", "digest") not in found  # the lane's env file keeps its tag
+    moved = {m.key: m for m in upgrade.example_moved}  # ... and the plan says the recipe now pins it by digest
+    image = moved["DSPARK_VLLM_IMAGE"]
+    assert (image.kept, image.old_example) == ("ghcr.io/anemll/dspark-vllm-gx10:0.1.1",) * 2
+    assert image.new_example.startswith("ghcr.io/anemll/dspark-vllm-gx10:0.1.1@sha256:")
+    assert image.source.startswith("env.dspark.example:") and "DSPARK_VLLM_IMAGE: kept " in plan_text(upgrade)
     assert found[("mount", "/opt/dspark-patches")].new == "./patches"
     kinds = {(n.kind, n.name) for n in upgrade.new_defaults}
     assert ("revision pin", "DSPARK_REVISION") in kinds and ("API key", "DSPARK_API_KEYS") in kinds

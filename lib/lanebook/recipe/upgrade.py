@@ -45,6 +45,7 @@ from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location, TextFile
 from lanebook.recipe.effective.config import Effective, Setting
 from lanebook.recipe.effective.mismatches import env_text, lane_mismatches
+from lanebook.recipe.envfile import parse_env_text
 from lanebook.recipe.lint import lint_checkout_files
 from lanebook.recipe.render import RenderPlan, patch_compose, plan_render
 from lanebook.recipe.speculative import speculative_config
@@ -118,6 +119,18 @@ class RequiredKey:
 
 
 @dataclass(frozen=True)
+class ExampleMoved:
+    """A line the recipe's example changed that the env file a pull keeps still sets as before: the operator's value
+    stays (nothing the server gets changes), but the recipe now suggests another (e.g. its image pinned by digest)."""
+
+    key: str
+    old_example: Optional[str]  # None: the old example had no such line
+    new_example: str
+    kept: str  # what the kept env file sets, after render
+    source: str  # the new example's line, checkout-relative
+
+
+@dataclass(frozen=True)
 class NewDefault:
     """A value the new side's server gets from a default (no env line sets it) that differs from the old side's."""
 
@@ -155,6 +168,7 @@ class UpgradePlan:
     required: list[RequiredKey] = field(default_factory=list)
     new_defaults: list[NewDefault] = field(default_factory=list)
     lint_new: list[LintNote] = field(default_factory=list)
+    example_moved: list[ExampleMoved] = field(default_factory=list)
     decided_by: str = ""  # who decided each side's container (real Compose, or lanebook's emulation)
     notices: list[str] = field(default_factory=list)
     created_at: str = ""
@@ -179,6 +193,7 @@ class UpgradePlan:
             "required": RequiredKey,
             "new_defaults": NewDefault,
             "lint_new": LintNote,
+            "example_moved": ExampleMoved,
         }
         names = {f.name for f in fields(cls)}
         try:
@@ -194,6 +209,18 @@ class UpgradePlan:
 
 
 # --- the diff (pure) -----------------------------------------------------------------------------------
+
+
+def example_moved(
+    old_example: Mapping[str, str], new_example: Mapping[str, tuple[str, str]], kept: Mapping[str, str]
+) -> list[ExampleMoved]:
+    """Keys whose example value moved (new_example: key -> (value, where)) while the kept env file sets them to
+    something else: the pull leaves the operator's value in place, and the plan says what the recipe now suggests."""
+    return [
+        ExampleMoved(key, old_example.get(key), value, kept[key], where)
+        for key, (value, where) in new_example.items()
+        if old_example.get(key) != value and key in kept and kept[key] != value
+    ]
 
 
 def serve_flags(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -454,9 +481,20 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
     plan.differences = server_differences(server_side(old_plan.effective), server_side(new_eff))
     plan.new_defaults = _new_defaults(plan.differences, new_eff, new_prefix)
     plan.lint_new = _lint_notes(lane, old_plan, render)
+    plan.example_moved = _example_moved(old, new, new_eff, new_prefix)
     plan.blockers = blockers
     plan.verdict = verdict_of(blockers, plan.differences)
     return plan
+
+
+def _example_moved(old: CheckoutFiles, new: CheckoutFiles, new_eff: Effective, prefix: str) -> list[ExampleMoved]:
+    """The example lines that moved between the two checkouts, where the kept env file (rendered) sets the key."""
+    if old.example is None or new.example is None:
+        return []
+    before = {e.key: e.value for e in parse_env_text(old.example.text)}
+    after = {e.key: (e.value, _where(new.example.at(e.line), prefix)) for e in parse_env_text(new.example.text)}
+    kept = {k: s.value for k, s in new_eff.variables.items() if s.value is not None}
+    return example_moved(before, after, kept)
 
 
 def plan_checkouts(lane: LaneParams, old_dir: str | Path, new_dir: str | Path) -> UpgradePlan:
@@ -554,6 +592,13 @@ def plan_text(plan: UpgradePlan, shown: Callable[[str], str] = str) -> str:
             [
                 f"{n.kind}: {n.name} {shown_value(n.old)} -> {shown_value(n.new)} ({n.source})"
                 for n in plan.new_defaults
+            ],
+        ),
+        (
+            "the recipe's example moved; the kept env file keeps its value",
+            [
+                f"{m.key}: kept {m.kept}; example {shown_value(m.old_example)} -> {m.new_example} ({m.source})"
+                for m in plan.example_moved
             ],
         ),
         ("lint finds on the new side only", [f"{n.id} {n.severity} {n.where} {n.message}" for n in plan.lint_new]),

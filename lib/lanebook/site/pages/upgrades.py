@@ -114,6 +114,17 @@ def upgrade_page(plan: UpgradePlan) -> str:
             "Values no env line sets: the new checkout's compose file or launcher decides them.",
             wide(md_table(["kind", "name", "before", "after", "default at"], rows)),
         )
+    if plan.example_moved:
+        rows = [
+            [_code(m.key), _value(m.kept), _value(m.old_example), _value(m.new_example), m.source]
+            for m in plan.example_moved
+        ]
+        parts += _section(
+            "The recipe's example moved",
+            "Lines the new example changed that the kept `.env.dspark` still sets: the server keeps the lane's value; "
+            "the recipe now suggests the new one.",
+            wide(md_table(["key", "kept", "old example", "new example", "at"], rows)),
+        )
     if plan.lint_new:
         rows = [[n.id, n.severity, n.where, n.message] for n in plan.lint_new]
         parts += _section(
