@@ -60,3 +60,8 @@ def test_utc_stamp_is_now_in_utc_to_the_second(tmp_path):
     target = tmp_path / "x"
     target.write_text("1\n")
     assert files.backup(target, stamp).name == f"x.bak-{stamp}"
+
+
+def test_a_record_id_is_eight_hex_digits_that_yaml_reads_as_text():
+    ids = {files.record_id() for _ in range(50)}
+    assert len(ids) == 50 and all(len(i) == 8 and i[0] in "abcdef" and int(i, 16) >= 0 for i in ids)

@@ -12,6 +12,14 @@ from lanebook.base.errors import LanebookError
 # stand-ins (a fresh process per command) included, and most callers need none of them.
 
 
+def record_id() -> str:
+    """A new record's id: 8 hex digits with a letter first (`-p restore=RUN_ID` is read as YAML, where 12345678 or
+    1234e567 would be numbers)."""
+    import uuid
+
+    return "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
+
+
 def utc_stamp() -> str:
     """Now as UTCSTAMP, e.g. 20261202T045311Z: the one form of the time in backup, record and output names."""
     from datetime import datetime, timezone

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from lanebook.base.errors import LanebookError
-from lanebook.base.files import utc_stamp, write_atomic
+from lanebook.base.files import record_id, utc_stamp, write_atomic
 from lanebook.base.paths import outputs_dir
 from lanebook.base.redact import redact, redact_data
 from lanebook.lane.params import LaneParams
@@ -516,7 +515,7 @@ def _absolute(directory: str | Path) -> str | Path:
 def write_plan(plan: UpgradePlan) -> Path:
     """Record PLAN as outputs/LANE/UTCSTAMP-upgrade-ID.json (atomically, secrets redacted; a name never reused) and
     return its path."""
-    plan.plan_id = plan.plan_id or "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
+    plan.plan_id = plan.plan_id or record_id()
     path = outputs_dir() / plan.lane / f"{utc_stamp()}-upgrade-{plan.plan_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(exist_ok=False)  # claim the name: never overwrite an earlier record

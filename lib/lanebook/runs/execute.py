@@ -22,7 +22,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +52,7 @@ from ruamel.yaml.error import YAMLError  # noqa: E402
 from lanebook.base import yamltext  # noqa: E402
 from lanebook.base.checks import FAIL  # noqa: E402
 from lanebook.base.errors import LanebookError  # noqa: E402
-from lanebook.base.files import utc_stamp  # noqa: E402
+from lanebook.base.files import record_id, utc_stamp  # noqa: E402
 from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir  # noqa: E402
 from lanebook.base.redact import names_secret, redact, redact_data  # noqa: E402
 from lanebook.lane.params import LaneParams  # noqa: E402
@@ -120,8 +119,7 @@ def _git_commit() -> Optional[str]:
 
 
 def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
-    # Hex with a letter first: `-p restore=RUN_ID` is read as YAML, where 12345678 or 1234e567 would be numbers.
-    run_id = "abcdef"[uuid.uuid4().int % 6] + uuid.uuid4().hex[:7]
+    run_id = record_id()
     stamp = utc_stamp()
     path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
