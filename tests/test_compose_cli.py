@@ -122,6 +122,12 @@ def test_a_required_variable_in_the_env_file_names_the_env_file(tmp_path):
         Effective(CheckoutFiles.read(directory))  # lanebook reads the env file first, for the lines it names
 
 
+def test_a_nul_byte_bound_for_composes_environment_is_one_clear_error():
+    env = ".env.dspark"
+    with pytest.raises(LanebookError, match=r"^\.env\.dspark: the value of 'MODEL' holds a NUL byte"):
+        run_config(find_compose(), SERVE, None, environ={"MODEL": "m\0"}, project="p", env_name=env)
+
+
 def test_bad_yaml_names_the_file_and_line(tmp_path):
     compose = f"{tmp_path}/{COMPOSE}"
     with pytest.raises(LanebookError, match=rf"failed to parse {compose}: yaml: line 2: did not find expected node"):

@@ -229,3 +229,8 @@ def test_a_variable_no_process_environment_can_carry_is_one_clear_error():
     for environment in ({"X": "a\0b"}, {"A=B": "1"}):
         with pytest.raises(LanebookError, match="no process environment can carry"):
             serve_argv("exec /usr/local/bin/vllm serve m", environment)
+
+
+def test_a_command_holding_a_nul_byte_is_one_clear_error():
+    with pytest.raises(LanebookError, match="service command holds a NUL byte"):
+        serve_argv("exec /usr/local/bin/vllm serve m --served-model-name a\0b", {})

@@ -108,6 +108,9 @@ def _run_local(
     project_dir: Optional[str],
     names: tuple[str, str],
 ) -> ConfigAnswer:
+    held = next((key for key, value in environ if "\0" in key or "\0" in value), None)
+    if held is not None:  # no process environment can carry a NUL byte (exec refuses it)
+        raise LanebookError(f"{names[1]}: the value of {held!r} holds a NUL byte, which no environment can carry")
     with tempfile.TemporaryDirectory(prefix=TEMP_PREFIX) as temp:
         compose = Path(temp) / COMPOSE_NAME
         compose.write_text(compose_text)

@@ -198,6 +198,8 @@ def serve_argv(script: str, environment: Mapping[str, str], source: str = "comma
     statements = [m.group(0) for rx in STATEMENT_RES if (m := rx.search(script[: serve.start()]))]
     args = serve.group("args").strip().rstrip(";")
     program = "\n".join([ARGS_PRELUDE, *statements, f"printf '%s\\0' serve {args}"])
+    if "\0" in program:  # an interpolated value: exec refuses an argument holding NUL
+        raise LanebookError(f"{source}: the service command holds a NUL byte, which no process argument can carry")
     result = subprocess.run(
         [shutil.which("bash") or "/bin/bash", "--noprofile", "--norc", "-r", "-c", program],
         env=_inert_environment(environment),
