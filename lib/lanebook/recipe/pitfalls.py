@@ -387,7 +387,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "environment: map, so the compose file needs the injection line as well.",
         "error",
         "lint, env, gates, status, speed",
-        "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
+        "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on every node and VLLM_USE_BREAKABLE_CUDAGRAPH: "
         '"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log '
         'must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1".',
         check_breakable,
@@ -417,16 +417,16 @@ PITFALLS: tuple[Pitfall, ...] = (
         "After a stop, free memory can stay ~10–16 GiB short with no container running.",
         "error",
         "stop, launch, rollback, diagnose",
-        "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
+        "Drop the page cache on every node (or reboot) before the next launch. Never `docker system prune -af`: "
         "it deletes the Anemll image.",
     ),
     Pitfall(
         "P05",
         "Dual-WAN download",
-        "Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk.",
+        "Pulling the ~160 GB of weights on every node over the WAN wastes hours and disk.",
         "warning",
         "weights",
-        "Download once on the head, then rsync the hub model dir to the worker over the fabric.",
+        "Download once on the head, then rsync the hub model dir to every worker over the fabric.",
     ),
     Pitfall(
         "P06",
@@ -504,7 +504,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "Older serving units (Aiden/legacy) left active fight the compose project for the GPUs.",
         "error",
         "launch, rollback",
-        "Mask the lane's legacy units on both nodes before compose up.",
+        "Mask the lane's legacy units on every node before compose up.",
     ),
     Pitfall(
         "P14",
@@ -526,10 +526,10 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall(
         "P16",
         "Head dies mid-TP",
-        "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
+        "When the head dies mid-TP a worker is left orphaned, holding its GPU.",
         "error",
         "diagnose, status, stop, rollback",
-        "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head.",
+        "Stop every orphaned worker at once; clean SHM and page cache on every node, then restore from the head.",
     ),
     Pitfall(
         "P17",
