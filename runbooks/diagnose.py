@@ -273,9 +273,9 @@ with rb.step(
 # | Symptom | Cause | Fix |
 # |---|---|---|
 # | **P03** Batch 8216 | 8216 lands the six-sequence scheduler budget exactly on 8192 after the draft reserve. It initialised cleanly but regressed count, code and structured-JSON probes in the matched canary, and was rejected. | Keep MAX_NUM_BATCHED_TOKENS=8192. |
-# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on every node (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
 # | **P15** Unwatched long cold needles | Unwatched ≥128k synthetic cold needles on the sole production head can hard-hang the box. | Step long probes up gradually and watch the console. |
-# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP a worker is left orphaned, holding its GPU. | Stop every orphaned worker at once; clean SHM and page cache on every node, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

@@ -24,8 +24,8 @@
 # `warmup` runbook runs it), unless the lane sets `POST_READINESS_WARMUP_ENABLED: 0`.
 #
 # **Time:** 8–15 minutes on a real lane (cold bind); about a minute on the twin with `--fast`.
-# **Risk:** medium — it takes the pair. Nothing else can serve on these two Sparks while it runs.
-# **Rollback:** run the `stop` runbook, clean memory on both nodes, then `launch` the lane's
+# **Risk:** medium — it takes the pair. Nothing else can serve on these Sparks while it runs.
+# **Rollback:** run the `stop` runbook, clean memory on every node, then `launch` the lane's
 # rollback lane (see the lane file's `rollback:`).
 #
 # **Prerequisites** (checked below): the lane lints clean; the checkout is on every node; the weights
@@ -209,15 +209,16 @@ with rb.step(
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|
-# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on every node (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
 # | **P07** Memory 0.80 at 1M context | GPU_MEMORY_UTILIZATION=0.80 with MAX_MODEL_LEN=1048576 failed on the operators' pair: ~7.16 GiB KV available vs 7.54 GiB needed (estimated max length ~953,088). 0.85 came up cleanly. | GPU_MEMORY_UTILIZATION=0.85 for the 1M profile; where the launcher exports it from the profile key, GPU_MEMORY_UTILIZATION_TEXT=0.85 (`lanebook env render` writes the key the launcher reads). |
 # | **P08** Gloo / host IP on loopback | If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes. | A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface (bond0). |
 # | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
 # | **P12** First-use inference JIT | Readiness does not compile every production shape: an untouched request shape triggers Triton/JIT compilation during inference, turning the first production burst into a latency event. | Keep the bounded post-readiness warmup enabled (POST_READINESS_WARMUP_ENABLED=1); treat cold-bind proof as pending until observed. |
-# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on both nodes before compose up. |
+# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on every node before compose up. |
 # | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
 # | **S06** Entrypoint refuses the configuration | The image's command script validates some variables (DRAFT_SAMPLE_METHOD, DEFAULT_THINKING, the API keys) and exits before `vllm serve` when one is wrong, so the container never serves. | Set the variable to one of the values the message lists. |
 # | **S07** Runtime and weights changed at once | A lane changes one thing against its rollback lane: seed 000 swapped to the 0731 weights on a known-good Anemll checkout and says not to change runtime and weights the same weekend. A lane whose image and weights both differ from its rollback lane's leaves a failure with two suspects, and a rollback that undoes both. | Promote one change at a time: keep the rollback lane's image (or weights) and change the other, then the rest once the first has held. To go ahead knowingly: `lanebook promote --allow-runtime-and-weights` (a runbook: `-p allow_runtime_and_weights=true`). |
+# | **S08** A multi-node lane whose TP keys disagree with its nodes | The recipe's launcher and compose are two-node only (WORKER_HOST, --tensor-parallel-size 2, --nnodes 2). A lane of more Sparks runs a four-node checkout of its own, whose launcher reads NNODES, TP_SIZE, WORKER_HOSTS and WORKER_IPS (space-separated, in rank order) and whose compose passes --tensor-parallel-size ${TP_SIZE} and --nnodes ${NNODES}: keys that disagree with the lane's nodes start a smaller TP group, or a rank on the wrong node, and the recipe's start-deepseek-v4-flash-dspark.sh starts only WORKER_HOST, so a four-node lane launched by it would start a TP2 pair and leave two Sparks idle. | Set NNODES and TP_SIZE to the node count and WORKER_HOSTS and WORKER_IPS to the workers' fabric IPs in the order `nodes:` lists them, and name the four-node launcher scripts under `launcher:` (./start-tp4.sh, ./status-tp4.sh, ./stop-tp4.sh). |
 
 # %% [markdown]
 # ## Verdict

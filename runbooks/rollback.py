@@ -19,7 +19,7 @@
 # **What you'll do:** fall back from this lane to its rollback lane (the lane file's `rollback:`, e.g.
 # anemll-0731 → anemll-1m6 → patch3-c12): fingerprint the rollback lane's checkout and weights on every node
 # and compare them with the fingerprint recorded when this lane was promoted; stop this lane on all nodes
-# (orphaned workers too); clean shared memory and page cache on both nodes; relaunch the rollback lane from
+# (orphaned workers too); clean shared memory and page cache on every node; relaunch the rollback lane from
 # its own checkout with its own launcher line; run its gates as a recorded run of their own; fingerprint it
 # again; and point the operator's Hermes config at the rollback lane (backed up first), proving ROUTE_OK through it.
 #
@@ -109,7 +109,7 @@ with rb.step(
     rollback.stop_step(rb, target_lane, already_rolled_back)
 
 # %% [markdown]
-# ## Step 3 — Clean SHM and page cache on both nodes
+# ## Step 3 — Clean SHM and page cache on every node
 # `sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'` on each node (refused while
 # any vLLM container runs), then look again. Expected: none of the segments /dev/shm held is left, and free
 # memory covers the rollback lane's GPU_MEMORY_UTILIZATION (sticky UMA, P04).
@@ -117,7 +117,7 @@ with rb.step(
 # %%
 with rb.step(
     "3 clean memory",
-    fix="drop caches on both nodes again (`sudo sh -c 'sync; echo 3 > "
+    fix="drop caches on every node again (`sudo sh -c 'sync; echo 3 > "
     "/proc/sys/vm/drop_caches'`) or reboot, then `rollback` again; never `docker system prune -af`",
 ):
     rollback.clean_step(rb, target_lane, already_rolled_back)
@@ -200,10 +200,10 @@ with rb.step(
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|
-# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on every node (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
 # | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
-# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on both nodes before compose up. |
-# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
+# | **P13** Legacy serving units | Older serving units (Aiden/legacy) left active fight the compose project for the GPUs. | Mask the lane's legacy units on every node before compose up. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP a worker is left orphaned, holding its GPU. | Stop every orphaned worker at once; clean SHM and page cache on every node, then restore from the head. |
 # | **S04** Lane value not what runs | The lane file is the operator's truth: every value it sets must be what the server runs. A line of the env file can be undone before it gets there: the recipe's current launcher exports GPU_MEMORY_UTILIZATION from its profile key (GPU_MEMORY_UTILIZATION_TEXT, or _VISION with ENABLE_VL_SIDECAR=1) and DSPARK_MODEL from ABLITERATED; Compose passes only the keys its environment: map names and keeps a flag the command hard-codes; the image's command script builds the speculative config itself. | `lanebook env render --lane LANE --checkout DIR` writes the key that decides each value (the profile key, not GPU_MEMORY_UTILIZATION); where it cannot, edit the line lint names. After launch the live command must carry the lane's flags. |
 
 # %% [markdown]

@@ -75,7 +75,7 @@ with rb.step(
 # ## Step 2 — The lane's containers on each node
 # `docker ps` on every node, keeping the lane's Compose project. Expected: up (every node) or down
 # (none). An orphaned worker — the head's container gone, a worker's still running and holding its GPU
-# (P16) — fails here: run the `stop` runbook at once, it stops the worker and cleans memory on both nodes.
+# (P16) — fails here: run the `stop` runbook at once, it stops every orphaned worker and cleans memory on every node.
 
 # %%
 with rb.step(
@@ -113,9 +113,9 @@ with rb.step("4 startup log", fix="run `env` to fix what the log shows, then `st
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|
-# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
+# | **P01** Breakable CUDA graphs not disabled | Without VLLM_USE_BREAKABLE_CUDAGRAPH=0 the Anemll 0.1.1 image auto-enables breakable CUDA graphs, the slow decode path. The env file alone is not enough: Compose passes only the keys named in the service's environment: map, so the compose file needs the injection line as well. | VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on every node and VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1". |
 # | **P11** Cold start takes 8–15 minutes | A cold bind often takes 8–15 minutes; SHM "60 seconds" lines during TileLang/autotune are usually not fatal. | Wait for "Application startup complete" and a live /v1/models (WAIT_ATTEMPTS=120 × WAIT_SECONDS=15); do not abort on the first SHM timeout. |
-# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP a worker is left orphaned, holding its GPU. | Stop every orphaned worker at once; clean SHM and page cache on every node, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

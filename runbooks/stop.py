@@ -18,7 +18,7 @@
 #
 # **What you'll do:** run the checkout's stop script from the head (the head's rank, then the
 # worker's), stop any worker still running the lane's container (an orphaned worker whose head died
-# mid-TP, P16), clean shared memory and page cache on both nodes, then look: no container of the lane
+# mid-TP, P16), clean shared memory and page cache on every node, then look: no container of the lane
 # left on any node, and enough memory free again for the next launch (sticky UMA, P04).
 #
 # **Time:** about a minute. **Risk:** high — the lane stops serving. Hermes falls back to its
@@ -85,7 +85,7 @@ with rb.step(
     )
 
 # %% [markdown]
-# ## Step 3 — Clean SHM and page cache on both nodes
+# ## Step 3 — Clean SHM and page cache on every node
 # `sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'` on each node, then look
 # again. Expected: none of the segments /dev/shm held is left; free memory read back.
 
@@ -104,12 +104,12 @@ with rb.step(
 # %% [markdown]
 # ## Step 4 — Free memory is back
 # Expected: on every node, free memory covers the lane's GPU_MEMORY_UTILIZATION again. If it stays held
-# with no container running (sticky UMA, P04), drop the page cache on both nodes again
+# with no container running (sticky UMA, P04), drop the page cache on every node again
 # (`sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches'`) or reboot the node before the next launch.
 # Never `docker system prune -af`: it deletes the Anemll image.
 
 # %%
-with rb.step("4 free memory", fix="drop caches on both nodes again or reboot them (sticky UMA, P04), then `launch`"):
+with rb.step("4 free memory", fix="drop caches on every node again or reboot them (sticky UMA, P04), then `launch`"):
     free = memory.check_sticky_uma(rb.lane)
     rb.record(free_gib=free.figure("free_gib"))
     rb.expect(
@@ -117,7 +117,7 @@ with rb.step("4 free memory", fix="drop caches on both nodes again or reboot the
         "enough free memory on every node for the next launch",
         free.seen
         if free
-        else f"{free.seen}: memory still held (P04): drop caches on both nodes again "
+        else f"{free.seen}: memory still held (P04): drop caches on every node again "
         "or reboot; never `docker system prune -af`",
     )
 
@@ -128,8 +128,8 @@ with rb.step("4 free memory", fix="drop caches on both nodes again or reboot the
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|
-# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
-# | **P16** Head dies mid-TP | When the head dies mid-TP the worker is left orphaned, holding its GPU. | Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head. |
+# | **P04** Sticky UMA memory after stop | After a stop, free memory can stay ~10–16 GiB short with no container running. | Drop the page cache on every node (or reboot) before the next launch. Never `docker system prune -af`: it deletes the Anemll image. |
+# | **P16** Head dies mid-TP | When the head dies mid-TP a worker is left orphaned, holding its GPU. | Stop every orphaned worker at once; clean SHM and page cache on every node, then restore from the head. |
 
 # %% [markdown]
 # ## Verdict

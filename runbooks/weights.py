@@ -151,7 +151,7 @@ with rb.step(
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|
-# | **P05** Dual-WAN download | Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk. | Download once on the head, then rsync the hub model dir to the worker over the fabric. |
+# | **P05** Dual-WAN download | Pulling the ~160 GB of weights on every node over the WAN wastes hours and disk. | Download once on the head, then rsync the hub model dir to every worker over the fabric. |
 # | **P06** Snapshot-only mounts | A snapshot dir holds symlinks into blobs/; binding only snapshots/REV breaks them inside the container. | Mount the full hub model dir (blobs + snapshots + refs) or the whole HF cache. |
 
 # %% [markdown]

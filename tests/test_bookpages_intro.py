@@ -34,6 +34,19 @@ def test_intro_page_puts_the_figure_at_its_marker():
     text, png = intro_page(f"# lanebook\n\n{MARKER}\n\nmore\n", lanes)
     assert png.startswith(b"\x89PNG") and MARKER not in text
     assert "```{figure} topology.png\n:alt: Lane topology: REAL lane anemll-0731; TWIN lane twin" in text
+    assert "This is the pair's drawing: lanes of more nodes, anemll-0731-tp4 (4 nodes), run one model" in text
     with pytest.raises(LanebookError, match="topology"):
         intro_page("# no marker\n", lanes)
     assert draw([topology(lanes[0])]).startswith(b"\x89PNG")
+
+
+def test_a_four_node_lane_is_named_not_drawn_and_its_topology_lists_every_rank():
+    """The picture is of a pair: a lane of four Sparks (the head of the real chain) does not take its place."""
+    tp4 = load_lane("anemll-0731-tp4")
+    assert [lane.name for lane in shown_lanes([tp4, load_lane("anemll-0731"), load_lane("twin")])] == [
+        "anemll-0731",
+        "twin",
+    ]
+    drawn = topology(tp4)
+    assert drawn.worker.endswith("\nheadless TP ranks 1, 2, 3") and drawn.worker.count("fabric IP") == 3
+    assert "10.0.0.1 ↔ 10.0.0.2 ↔ 10.0.0.3 ↔ 10.0.0.4" in drawn.fabric

@@ -260,3 +260,12 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
         ]
     )
     assert ce.lint_errors(report) == ["P01 .env.dspark:7 breakable graphs"]
+
+
+def test_every_worker_of_a_four_node_lane_is_asked_for_the_heads_bytes():
+    """same_checkout in a dry run: the head, then each of the three workers hashes its checkout; nothing observed."""
+    lane = ssh.Lane(load_lane("anemll-0731-tp4"), dry_run=True)
+    assert ce.same_checkout(lane).seen == "not observed (dry run)"
+    asked = [c.split(":", 1)[0] for c in lane.executor.commands()]
+    assert asked == ["head", "worker", "worker2", "worker3"]
+    assert all("cd ~/ds4-f-mia-anemll-0731-tp4 " in c and "start-tp4.sh" in c for c in lane.executor.commands())

@@ -788,3 +788,18 @@ def test_a_tp1_lane_or_a_lane_without_engine_processes_gives_no_spin_finding():
     worker = gathered_on("worker", {TOP: [TOP_HEADER, top_row(77, 240.3, "VLLM::Worker_TP1")]})
     found = diagnose(spin_lane(CALM) + worker, IDLE)
     assert found.ids(CONFIRMED) == ["D15"] and found.findings[0].evidence[0].source == f"worker:{TOP}"
+
+
+def test_an_orphan_on_any_worker_rank_is_confirmed():
+    """P16 on a four-node lane: the peer-lost line read on worker3 (rank 3), or a saved spark4 log, or a line whose
+    process says Worker_TP3, is a worker's; on the head it stays suspected."""
+    lost = "[rank3]: Failed to recv, got 0 bytes. Connection was likely closed. Connection reset by peer"
+    for source, text in (
+        ("worker3:docker logs ds4-f-mia-anemll-0731-tp4-vllm-dspark-1", lost),
+        ("spark4.log", "Failed to recv, got 0 bytes. Connection reset by peer"),
+        ("node.log", v("Connection reset by peer", "11:20:19", "ERROR", "core.py:1", "(Worker_TP3 pid=97)")),
+    ):
+        [finding] = [f for f in diagnose(lines(source, [text]), [], []).findings if f.id == "P16"]
+        assert finding.confidence == CONFIRMED, source
+    on_head = diagnose(lines("head:docker logs x", ["Failed to recv, got 0 bytes. Connection reset by peer"]), [], [])
+    assert [f.confidence for f in on_head.findings if f.id == "P16"] == [SUSPECTED]

@@ -147,3 +147,18 @@ def test_the_doctor_runbook_dry_run_on_the_real_lane_opens_no_connection(tmp_pat
     record, done = dry_run_offline(tmp_path, "doctor")
     assert record["verdict"] == "dry-run" and record["figures"]["healthy"] is None
     assert "head: free -m" in done.stdout and "worker: ip -o link" in done.stdout
+
+
+def test_the_doctor_reads_every_rank_of_a_four_node_lane():
+    """`lanebook doctor --lane anemll-0731-tp4 --dry-run`: each of the four nodes read the same way, no connection."""
+    with ssh.Lane(load_lane("anemll-0731-tp4"), dry_run=True) as lane:
+        gather(lane, sleep=lambda s: pytest.fail("a dry run waits for nothing"))
+        commands = lane.executor.commands()
+    assert all(n._connection is None for n in lane.nodes)
+    container = "ds4-f-mia-anemll-0731-tp4-vllm-dspark-1"
+    for node in ("head", "worker", "worker2", "worker3"):
+        assert f"{node}: docker top {container}" in commands and f"{node}: free -m" in commands
+    done = cli("doctor", "--lane", "anemll-0731-tp4", "--dry-run")
+    assert done.returncode == 0
+    for node in ("head", "worker", "worker2", "worker3"):
+        assert f"{node}: docker logs --since STARTED_AT {container} 2>&1" in done.stdout

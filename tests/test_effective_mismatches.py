@@ -7,7 +7,13 @@ import pytest
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.config import Effective
-from lanebook.recipe.effective.mismatches import LiveMismatch, lane_mismatches, live_mismatches, same_value
+from lanebook.recipe.effective.mismatches import (
+    LiveMismatch,
+    lane_mismatches,
+    live_mismatches,
+    rank_mismatches,
+    same_value,
+)
 from recipe_fixtures import example_checkout
 
 # --- the lane against what runs ------------------------------------------------------------------------
@@ -165,3 +171,27 @@ def test_the_checkouts_own_serve_argv_is_a_live_command_with_no_mismatch(tmp_pat
     render_checkout(lane, directory)
     argv = Effective(CheckoutFiles.read(directory)).spec.argv
     assert live_mismatches(lane, "/usr/bin/python3 /usr/local/bin/vllm " + " ".join(argv)) == []
+
+
+def test_a_four_node_lane_live_must_run_a_tp_group_of_its_node_count():
+    """The four-node shape: every node a rank. A live command of a TP2 pair (the recipe's compose) is two mismatches;
+    a two-node lane without the four-node keys is not asked about them."""
+    lane = load_lane("anemll-0731-tp4")
+    assert [str(m) for m in live_mismatches(lane, LIVE)] == [
+        "--tensor-parallel-size: lane 4, live 2",
+        "--nnodes: lane 4, live 2",
+    ]
+    tp4 = LIVE.replace("--tensor-parallel-size 2", "--tensor-parallel-size 4").replace("--nnodes 2", "--nnodes 4")
+    assert live_mismatches(lane, tp4) == []
+    assert live_mismatches(load_lane("anemll-0731"), tp4) == []
+
+
+def test_rank_mismatches_read_what_the_compose_really_passes(tmp_path):
+    """The recipe's compose writes --tensor-parallel-size 2 and --nnodes 2: a four-node lane runs a TP2 pair there."""
+    eff = Effective(CheckoutFiles.read(example_checkout(tmp_path)))
+    found = rank_mismatches(load_lane("anemll-0731-tp4"), eff)
+    assert [(m.key, m.lane, m.running.value, m.running.from_env) for m in found] == [
+        ("--tensor-parallel-size", "4", "2", False),
+        ("--nnodes", "4", "2", False),
+    ]
+    assert rank_mismatches(load_lane("anemll-0731"), eff) == []

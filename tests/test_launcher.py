@@ -413,3 +413,34 @@ def test_a_dry_run_start_step_records_the_launch_and_observes_nothing():
     started = launcher.start_step(rb, rb.lane, False, "launcher reports the lane up", timing=True)
     assert started.dry_run and rb.figures == {"launcher_outcome": "not run", "seen_ready_before_launcher_exit_s": None}
     assert rb.commands()[-1] == LAUNCH and rb.checks[-1].outcome == "not observed"
+
+
+def test_a_four_node_lane_fans_out_to_every_worker_and_runs_its_own_launcher():
+    """Dry run of every operation on the four-Spark lane: the weights and the checkout go from the head once to each
+    worker's fabric IP, `*.incomplete` is cleaned and containers are listed on every worker, memory is cleaned on
+    every node, and the lane's own scripts start and stop it."""
+    commands = every_operation(dry_lane("anemll-0731-tp4"))
+    workers = {"worker": "10.0.0.2", "worker2": "10.0.0.3", "worker3": "10.0.0.4"}
+    for alias, ip in workers.items():
+        sent = [c for c in commands if c.startswith("head: rsync ") and f" milo@{ip}:" in c]
+        assert [c.split()[-1] for c in sent] == [
+            f"milo@{ip}:.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731/",
+            f"milo@{ip}:ds4-f-mia-anemll-0731-tp4/",
+        ]
+        assert any(c.startswith(f"{alias}: find ") and "-delete" in c for c in commands)
+    for alias in ("head", *workers):
+        assert f"{alias}: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'" in commands
+        assert f"{alias}: docker ps --format '{{{{.Names}}}}'" in commands
+    assert sum(c.startswith("head: rsync ") for c in commands) == 6  # once per worker and tree, from the head
+    assert any(c.endswith(" ./start-tp4.sh") for c in commands) and any(c.endswith(" ./stop-tp4.sh") for c in commands)
+
+
+def test_an_orphan_on_any_of_three_workers_is_named():
+    """P16 on four nodes: the lane's state from every node's containers, and the orphaned worker named by alias."""
+    up = {"head": ["p-vllm-dspark-1"], "worker": ["p-vllm-dspark-1"], "worker2": ["p-vllm-dspark-1"]}
+    assert launcher.state_from_containers({**up, "worker3": ["p-vllm-dspark-1"]}, "head") == launcher.LANE_UP
+    assert launcher.state_from_containers({**up, "worker3": []}, "head") == launcher.HEAD_ALONE
+    orphan = {"head": [], "worker": [], "worker2": [], "worker3": ["p-vllm-dspark-1"]}
+    assert launcher.state_from_containers(orphan, "head") == launcher.ORPHANED_WORKER
+    assert launcher.orphaned_workers(orphan, "head") == {"worker3": ["p-vllm-dspark-1"]}
+    assert launcher.orphaned_workers({**up, "worker3": ["p-vllm-dspark-1"]}, "head") == {}

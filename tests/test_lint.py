@@ -317,6 +317,114 @@ def test_a_lane_that_changes_image_and_weights_at_once_fails_lint_with_s07(tmp_p
     assert cli.returncode == 1 and [f["id"] for f in json.loads(cli.stdout)["findings"]] == ["S07"]
 
 
+def tp4_copy(tmp_path: Path, *changes: tuple[str, str]) -> Path:
+    """params/anemll-0731-tp4.yaml with each (old, new) replaced once, in TMP_PATH."""
+    path = tmp_path / "tp4.yaml"
+    text = (REPO / "params" / "anemll-0731-tp4.yaml").read_text()
+    for old, new in changes:
+        text = replace_once(text, old, new)
+    path.write_text(text)
+    return path
+
+
+def test_the_four_spark_lane_lints_clean_on_the_four_node_reference_and_says_what_it_cannot_check():
+    report = lint_what_lane_runs(load_lane("anemll-0731-tp4"), dry_run=True)
+    assert report.findings == [], [(f.id, f.message) for f in report.findings]
+    assert [item.source for item in report.linted][1:] == ["reference checkout, four-node shape"] * 2
+    assert "./start-tp4.sh, ./status-tp4.sh, ./stop-tp4.sh) are in no reference" in report.note
+
+
+@pytest.mark.parametrize(
+    "old,new,says",
+    [
+        (
+            "NNODES: 4 ",
+            "NNODES: 3 ",
+            "NNODES=3, but the lane has four nodes (the head and three workers): set NNODES=4",
+        ),
+        ("TP_SIZE: 4", "TP_SIZE: 2", "TP_SIZE=2, but the lane has four nodes"),
+        (
+            "WORKER_IPS: 10.0.0.2 10.0.0.3 10.0.0.4",
+            "WORKER_IPS: 10.0.0.3 10.0.0.2 10.0.0.4",
+            "WORKER_IPS='10.0.0.3 10.0.0.2 10.0.0.4' does not list the workers' fabric IPs in rank order (worker "
+            "10.0.0.2, worker2 10.0.0.3, worker3 10.0.0.4): set WORKER_IPS='10.0.0.2 10.0.0.3 10.0.0.4'",
+        ),
+        (
+            "WORKER_HOSTS: 10.0.0.2 10.0.0.3 10.0.0.4",
+            "WORKER_HOSTS: 10.0.0.2 10.0.0.3",
+            "WORKER_HOSTS='10.0.0.2 10.0.0.3'",
+        ),
+        (
+            "start: ./start-tp4.sh",
+            "start: ./start-deepseek-v4-flash-dspark.sh",
+            "launcher.start is the recipe's start-deepseek-v4-flash-dspark.sh, which knows only WORKER_HOST: a "
+            "four-node lane launched by it would start a TP2 pair and leave two Sparks idle",
+        ),
+        ("stop: ./stop-tp4.sh", "stop: ./stop-deepseek-v4-flash-dspark.sh", "launcher.stop is the recipe's"),
+    ],
+)
+def test_a_four_node_lane_whose_tp_keys_disagree_with_its_nodes_fails_lint_with_s08_on_its_line(
+    tmp_path, old, new, says
+):
+    path = tp4_copy(tmp_path, (old, new))
+    findings = lint_lane_on_reference(load_lane(path), path).findings
+    [finding] = [f for f in findings if f.id == "S08"]
+    assert (finding.severity, finding.line) == ("error", line_of(path.read_text(), new.strip()))
+    assert says in finding.message
+    # the four-node compose passes what the key says: a wrong NNODES or TP_SIZE also runs a group of that size
+    assert {f.id for f in findings} == ({"S04", "S08"} if old.startswith(("NNODES", "TP_SIZE")) else {"S08"})
+
+
+def test_a_four_node_lane_without_a_key_is_told_what_to_set(tmp_path):
+    path = tp4_copy(
+        tmp_path,
+        ("  WORKER_IPS: 10.0.0.2 10.0.0.3 10.0.0.4     # ranks 1..3: each worker's fabric IP (its VLLM_HOST_IP)\n", ""),
+    )
+    [finding] = lint_lane_on_reference(load_lane(path), path).findings
+    assert (finding.id, finding.line) == ("S08", path.read_text().splitlines().index("env:") + 1)
+    assert finding.message == (
+        "WORKER_IPS is not set, but the lane has four nodes (the head and three workers): "
+        "set WORKER_IPS='10.0.0.2 10.0.0.3 10.0.0.4'"
+    )
+
+
+def test_a_pair_carrying_the_four_node_keys_is_checked_the_same_way(tmp_path):
+    keys = "  NNODES: 2\n  TP_SIZE: 2\n  WORKER_HOSTS: milo@10.0.0.2\n  WORKER_IPS: 10.0.0.2\n"
+    path, _ = lane_copy(tmp_path, "  NCCL_SOCKET_IFNAME: bond0\n", "  NCCL_SOCKET_IFNAME: bond0\n" + keys)
+    assert lint_lane_on_reference(load_lane(path), path).findings == []
+    path, line = lane_copy(tmp_path, "  NCCL_SOCKET_IFNAME: bond0\n", "  NCCL_SOCKET_IFNAME: bond0\n  NNODES: 4\n")
+    everything = lint_lane_on_reference(load_lane(path), path).findings
+    findings = [f for f in everything if f.id == "S08"]
+    assert [f.line for f in findings] == [line + 1, path.read_text().splitlines().index("env:") + 1]
+    assert findings[0].message == "NNODES=4, but the lane has two nodes (the head and one worker): set NNODES=2"
+    assert "TP_SIZE is not set" in findings[1].message
+    runs = [f.message.split(", decided")[0] for f in everything if f.id == "S04"]
+    assert runs == [  # TP_SIZE unset: the four-node compose's ${TP_SIZE} is empty, so the next word is taken
+        "--tensor-parallel-size: the lane says 2, but the checkout runs --pipeline-parallel-size",
+        "--nnodes: the lane says 2, but the checkout runs 4",
+    ]
+
+
+def test_a_four_node_lane_on_the_recipes_two_node_checkout_is_an_s04_error_naming_the_literal(tmp_path):
+    """The recipe's compose writes --tensor-parallel-size 2 and --nnodes 2: what runs is a TP2 pair, whatever the
+    env file says, and render cannot change it."""
+    directory = checkout(tmp_path, example=True)
+    lane = load_lane("anemll-0731-tp4")
+    render_checkout(lane, directory)
+    report = lint_what_lane_runs(lane, directory)
+    found = {f.message.split(":", 1)[0]: f for f in report.findings if f.id == "S04"}
+    assert set(found) == {"--tensor-parallel-size", "--nnodes"}, [(f.id, f.message) for f in report.findings]
+    tp = found["--tensor-parallel-size"]
+    assert (tp.file, tp.line) == (str(directory / COMPOSE), line_of(fixture_text(COMPOSE), "--tensor-parallel-size 2"))
+    assert tp.message.startswith("--tensor-parallel-size: the lane says 4, but the checkout runs 2, decided on this")
+    assert tp.message.endswith(
+        "`lanebook env render` cannot change this: the compose command writes --tensor-parallel-size 2 literally "
+        "(the recipe's two-node shape); a lane of 4 nodes runs a checkout whose compose reads --tensor-parallel-size "
+        "${TP_SIZE}"
+    )
+    assert "--nnodes ${NNODES}" in found["--nnodes"].message
+
+
 def test_a_rollback_lane_that_cannot_be_read_is_said_not_hidden(tmp_path):
     path, line = lane_copy(tmp_path, "rollback: anemll-1m6", "rollback: no-such-lane")
     [finding] = lint_lane_on_reference(load_lane(path), path).findings

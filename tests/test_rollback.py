@@ -291,3 +291,19 @@ def test_the_hermes_note():
     assert rollback.hermes_note(same, same, []) == (
         f"Nothing changes in `providers.{same.hermes.provider}`: `default_model` stays `{same.served_model_name}`."
     )
+
+
+def test_a_four_spark_lane_rolls_back_to_its_pair_and_fingerprints_every_node():
+    """The pair's nodes are the four-Spark lane's first two, the same: the rollback relaunches there and the two added
+    Sparks are stopped with the lane. A pair cannot roll back to four Sparks it does not hold."""
+    tp4, pair = load_lane("anemll-0731-tp4"), load_lane("anemll-0731")
+    assert rollback.rollback_target(tp4).name == "anemll-0731"
+    assert rollback.pair_differences(tp4, pair) == []
+    assert rollback.pair_differences(pair, tp4) == [
+        "worker2: anemll-0731 None, anemll-0731-tp4 ('worker', '10.0.0.3', 22, '10.0.0.3')",
+        "worker3: anemll-0731 None, anemll-0731-tp4 ('worker', '10.0.0.4', 22, '10.0.0.4')",
+    ]
+    lane = ssh.Lane(tp4, dry_run=True)
+    found = rollback.fingerprint(lane)
+    assert found["observed"] is False and found["nodes"] == {}
+    assert [c.split(":", 1)[0] for c in lane.executor.commands()] == ["head", "worker", "worker2", "worker3"]

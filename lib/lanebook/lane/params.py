@@ -61,6 +61,16 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KV_DTYPE_RE = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")  # vLLM's --kv-cache-dtype choices: auto, fp8, nvfp4_ds_mla, ...
 UNIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*")
 MODEL_ENV_KEYS = ("DSPARK_MODEL", "SERVED_MODEL_NAME")
+# The four-node shape (public four-Spark profiles of this model, e.g. the `.env.tp4.example` of
+# MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks): the recipe's launcher and compose are two-node only, so a lane of more
+# nodes carries these env keys (the lists space-separated, in rank order: the workers as `nodes:` lists them) and
+# names launcher scripts of its own; its compose reads --tensor-parallel-size ${TP_SIZE} and --nnodes ${NNODES}.
+RANK_KEYS = ("NNODES", "TP_SIZE", "WORKER_HOSTS", "WORKER_IPS")
+RECIPE_SCRIPTS = (
+    "./start-deepseek-v4-flash-dspark.sh",
+    "./status-deepseek-v4-flash-dspark.sh",
+    "./stop-deepseek-v4-flash-dspark.sh",
+)
 _LINE_BREAKS = ("\n", "\r", "\x00")
 
 
@@ -169,9 +179,9 @@ class NodeParams(Strict):
 
 
 class LauncherParams(Strict):
-    start: StrictStr = "./start-deepseek-v4-flash-dspark.sh"
-    status: StrictStr = "./status-deepseek-v4-flash-dspark.sh"
-    stop: StrictStr = "./stop-deepseek-v4-flash-dspark.sh"
+    start: StrictStr = RECIPE_SCRIPTS[0]
+    status: StrictStr = RECIPE_SCRIPTS[1]
+    stop: StrictStr = RECIPE_SCRIPTS[2]
     env: dict[StrictStr, EnvValue] = Field(description="PROJECT_NAME, WAIT_ATTEMPTS, WAIT_SECONDS")
 
     _env = _validated(check_env, "env")
@@ -390,6 +400,18 @@ class LaneParams(Strict):
     @property
     def workers(self) -> list[NodeParams]:
         return [n for n in self.nodes if n.role == "worker"]
+
+    @property
+    def rank_shaped(self) -> bool:
+        """Whether the four-node keys apply: more than one worker, or a lane that carries any of them."""
+        return len(self.workers) > 1 or any(key in self.env for key in RANK_KEYS)
+
+    def rank_values(self) -> dict[str, str]:
+        """What each four-node key must say for these nodes: the node count, and the workers' fabric IPs in rank
+        order (the head's ssh reaches a worker at its fabric IP, as the recipe's WORKER_HOST does)."""
+        fabric = " ".join(w.fabric_ip for w in self.workers)
+        count = str(len(self.nodes))
+        return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": fabric, "WORKER_IPS": fabric}
 
     @property
     def served_model_name(self) -> str:

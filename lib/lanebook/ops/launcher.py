@@ -425,7 +425,7 @@ def containers_step(rb: "Runbook") -> str:
     rb.expect(
         not containers.orphaned,
         "no orphaned worker (P16: the head's container is gone while a worker's runs)",
-        f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops the worker and cleans memory)"
+        f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops each orphaned worker, cleans memory)"
         if containers.orphaned
         else containers.summary(),
     )

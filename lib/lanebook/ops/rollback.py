@@ -45,16 +45,18 @@ def rollback_target(lane: LaneParams) -> LaneParams:
 
 
 def pair_differences(current: LaneParams, target: LaneParams) -> list[str]:
-    """How the two lanes' nodes differ (role, address, port, fabric IP): a rollback relaunches on the same pair."""
+    """How the rollback lane's nodes differ from this lane's (role, address, port, fabric IP): a rollback relaunches
+    on nodes this lane holds. Every node the rollback lane names must be this lane's, the same; a node only this
+    lane has (a four-Spark lane rolling back to its pair) is stopped with it and left idle."""
 
     def nodes(lane: LaneParams) -> dict[str, tuple]:
         return {n.alias: (n.role, n.host, n.port, n.fabric_ip) for n in lane.nodes}
 
     mine, theirs = nodes(current), nodes(target)
     return [
-        f"{alias}: {current.name} {mine.get(alias)}, {target.name} {theirs.get(alias)}"
-        for alias in dict.fromkeys([*mine, *theirs])
-        if mine.get(alias) != theirs.get(alias)
+        f"{alias}: {current.name} {mine.get(alias)}, {target.name} {theirs[alias]}"
+        for alias in theirs
+        if mine.get(alias) != theirs[alias]
     ]
 
 

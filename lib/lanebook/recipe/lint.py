@@ -26,6 +26,7 @@ once), an error unless the operator allowed it (`allow_runtime_and_weights`), th
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -40,8 +41,8 @@ from lanebook.lane.changes import LaneChange, change_from_rollback
 from lanebook.lane.params import LaneParams, lane_path, load_lane
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import REFERENCE, START_NAME, CheckoutFiles, Location, TextFile, sourced_names
-from lanebook.recipe.effective.config import DeadLine, Effective, Setting
-from lanebook.recipe.effective.mismatches import KV_DTYPE_FLAG, KV_DTYPE_KEY, Mismatch, lane_mismatches
+from lanebook.recipe.effective.config import RANK_FLAGS, DeadLine, Effective, Setting
+from lanebook.recipe.effective.mismatches import KV_DTYPE_FLAG, KV_DTYPE_KEY, Mismatch, lane_mismatches, rank_mismatches
 from lanebook.recipe.envfile import interpolate, parse_env_text, unreadable_lines
 from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.recipe.render import RenderPlan, plan_render
@@ -141,6 +142,13 @@ class LintInput:
     nodes: Optional[int] = None  # a lane's node count (files: compose's --nnodes)
     mismatches: list[tuple[Mismatch, str]] = field(default_factory=list)  # lane values not run, with what fixes each
     rollback: Optional[AgainstRollback] = None  # a lane's: it against its rollback lane
+    lane: Optional[LaneParams] = None  # the lane linted (its nodes and launcher), None for files alone
+    lane_file: str = ""  # where the lane's own keys are named
+    lane_doc: Optional[CommentedMap] = None
+
+    def lane_at(self, *keys: str) -> Location:
+        """The lane file's line of KEYS (the deepest present)."""
+        return Location(self.lane_file, _line(self.lane_doc, *keys))
 
     @property
     def compose(self) -> ComposeFile:
@@ -331,7 +339,15 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
     fixed = []
     for mismatch in mismatches:
         key = mismatch.key
-        if key in unresolved:
+        if key in RANK_FLAGS.values():
+            fix = (
+                f"`lanebook env render` cannot change this: the compose command writes {key} "
+                f"{mismatch.running.value} literally (the recipe's two-node shape); a lane of {mismatch.lane} nodes "
+                f"runs a checkout whose compose reads {key} ${{{_rank_key(key)}}}"
+                if not mismatch.running.from_env
+                else f"set the lane's {_rank_key(key)} to its node count, {mismatch.lane}"
+            )
+        elif key in unresolved:
             fix = "`lanebook env render` cannot change this: edit the line that wins"
         elif key.startswith("speculative."):
             fix = "`lanebook env render` rewrites the SPECULATIVE_CONFIG line from the lane"
@@ -343,6 +359,10 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
             fix = f"`lanebook env render` makes the compose environment: map pass {key}"
         fixed.append((mismatch, fix))
     return fixed
+
+
+def _rank_key(flag: str) -> str:
+    return next(key for key, named in RANK_FLAGS.items() if named == flag)
 
 
 def lint_checkout_files(
@@ -381,8 +401,11 @@ def lint_checkout_files(
         block_size=lane.speculative.drafter_block_size,
         clients=_clients(doc, file),
         nodes=len(lane.nodes),
-        mismatches=_fixes(lane_mismatches(lane, eff), plan, why_not),
+        mismatches=_fixes(lane_mismatches(lane, eff) + rank_mismatches(lane, eff), plan, why_not),
         rollback=against_rollback(lane, doc, file, allow_runtime_and_weights),
+        lane=lane,
+        lane_file=file,
+        lane_doc=doc,
     )
     linted = [Linted(file, "lane file"), *_linted(files, origin)]
     return LintReport(findings + run_checks(inp), linted, notice=eff.notice)
@@ -402,6 +425,24 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
     return back
 
 
+# The recipe's compose writes the TP group's size literally; the four-node shape's reads it from the env file.
+FOUR_NODE_FLAGS = {"--tensor-parallel-size": "TP_SIZE", "--nnodes": "NNODES"}
+FOUR_NODE_REFERENCE = "reference checkout, four-node shape"
+
+
+def reference_for(lane: LaneParams) -> tuple[CheckoutFiles, str]:
+    """lanebook's reference checkout for LANE, and how a report names it: the recipe's current shape; for a lane of
+    the four-node shape (lane.params.RANK_KEYS) the same files with the compose command reading
+    --tensor-parallel-size ${TP_SIZE} and --nnodes ${NNODES}, as such a checkout's compose does."""
+    reference = CheckoutFiles.read(REFERENCE)
+    if not lane.rank_shaped:
+        return reference, "reference checkout"
+    text = reference.compose.text
+    for flag, key in FOUR_NODE_FLAGS.items():
+        text = re.sub(rf"(?m)^(\s*{re.escape(flag)}) 2$", rf"\1 ${{{key}}}", text)
+    return reference.replace(compose=TextFile(reference.compose.name, text)), FOUR_NODE_REFERENCE
+
+
 def lint_lane_on_reference(
     lane: LaneParams, source: str | Path | None = None, *, allow_runtime_and_weights: bool = False
 ) -> LintReport:
@@ -410,7 +451,7 @@ def lint_lane_on_reference(
     Findings on a value the lane sets name its line in the lane file (SOURCE, default params/NAME.yaml); the
     rest name the reference files' own lines."""
     file, doc = _lane_source(lane, source)
-    reference = CheckoutFiles.read(REFERENCE)
+    reference, shape = reference_for(lane)
     plan = plan_render(lane, reference)
     example = reference.example
     keys = {e.line: e.key for e in parse_env_text(plan.env)}
@@ -447,16 +488,21 @@ def lint_lane_on_reference(
         nodes=len(lane.nodes),
         mismatches=[
             (m, "`lanebook env render` cannot change this on a checkout of this shape")
-            for m in lane_mismatches(lane, eff)
+            for m in lane_mismatches(lane, eff) + rank_mismatches(lane, eff)
         ],
         rollback=against_rollback(lane, doc, file, allow_runtime_and_weights),
+        lane=lane,
+        lane_file=file,
+        lane_doc=doc,
     )
-    linted = [
-        Linted(file, "lane file"),
-        Linted(reference.compose.name, "reference checkout"),
-        Linted(example.name, "reference checkout"),
-    ]
-    return LintReport(run_checks(inp), linted, notice=eff.notice)
+    linted = [Linted(file, "lane file"), Linted(reference.compose.name, shape), Linted(example.name, shape)]
+    note = (
+        f"the lane's own launcher scripts ({lane.launcher.start}, {lane.launcher.status}, {lane.launcher.stop}) are "
+        "in no reference: what they export to each rank is checked only against its checkout"
+        if shape == FOUR_NODE_REFERENCE
+        else ""
+    )
+    return LintReport(run_checks(inp), linted, note=note, notice=eff.notice)
 
 
 def lint_what_lane_runs(
@@ -487,7 +533,11 @@ def lint_what_lane_runs(
         except LanebookError as exc:  # unreachable, no checkout there, or the twin is down
             reason = f"the head's checkout could not be read: {exc}"
     report = lint_lane_on_reference(lane, source, **allowed)
-    report.note = f"{reason}; linted the lane file against lanebook's reference checkout instead"
+    report.note = "; ".join(
+        part
+        for part in (f"{reason}; linted the lane file against lanebook's reference checkout instead", report.note)
+        if part
+    )
     return report
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from lanebook.lane.changes import ALLOW_FLAG, ALLOW_PARAMETER
+from lanebook.lane.params import RANK_KEYS, RECIPE_SCRIPTS
 from lanebook.recipe.effective.checkout import Location
 from lanebook.recipe.effective.mismatches import to_number
 from lanebook.recipe.symptoms import SYMPTOMS as _SYMPTOMS
@@ -317,6 +318,64 @@ def check_one_change(inp: "LintInput") -> Iterator[Hit]:
             )
 
 
+NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def _count(n: int) -> str:
+    return NUMBER_WORDS.get(n, str(n))
+
+
+def _names_worker(entry: str, worker: Any) -> bool:
+    """Whether a WORKER_HOSTS entry reaches WORKER (a lane node): its fabric IP or its host, with or without user@."""
+    return entry.rpartition("@")[2] in (worker.fabric_ip, worker.host)
+
+
+def check_rank_keys(inp: "LintInput") -> Iterator[Hit]:
+    """A lane of more than two nodes (or one carrying the four-node keys): NNODES and TP_SIZE are its node count,
+    WORKER_HOSTS and WORKER_IPS its workers in rank order, and its launcher is not the recipe's two-node one."""
+    lane = inp.lane
+    if lane is None or not lane.rank_shaped:
+        return
+    want, nodes = lane.rank_values(), len(lane.nodes)
+    shape = f"the lane has {_count(nodes)} nodes (the head and {_count(nodes - 1)} worker{'s' if nodes > 2 else ''})"
+    order = ", ".join(f"{w.alias} {w.fabric_ip}" for w in lane.workers)
+    for key in RANK_KEYS:
+        setting = inp.env(key)
+        if setting is None or setting.value is None:
+            yield Hit(inp.env_missing_at, f"{key} is not set, but {shape}: set {key}={want[key]!r}")
+            continue
+        words = setting.value.split()
+        if key in ("NNODES", "TP_SIZE"):
+            if to_number(setting.value) != nodes:
+                yield Hit(setting.where, f"{key}={setting.value}, but {shape}: set {key}={nodes}")
+        elif key == "WORKER_IPS" and words != want[key].split():
+            yield Hit(
+                setting.where,
+                f"WORKER_IPS={setting.value!r} does not list the workers' fabric IPs in rank order ({order}): "
+                f"set WORKER_IPS={want[key]!r}",
+            )
+        elif key == "WORKER_HOSTS" and (
+            len(words) != len(lane.workers) or not all(map(_names_worker, words, lane.workers))
+        ):
+            yield Hit(
+                setting.where,
+                f"WORKER_HOSTS={setting.value!r} does not name the workers in rank order ({order}): "
+                f"set WORKER_HOSTS={want[key]!r}",
+            )
+    if len(lane.workers) < 2:
+        return
+    launcher = lane.launcher
+    for role, script in (("start", launcher.start), ("status", launcher.status), ("stop", launcher.stop)):
+        if script in RECIPE_SCRIPTS:
+            idle = _count(nodes - 2)
+            yield Hit(
+                inp.lane_at("launcher", role),
+                f"launcher.{role} is the recipe's {script.removeprefix('./')}, which knows only WORKER_HOST: a "
+                f"{_count(nodes)}-node lane launched by it would start a TP2 pair and leave {idle} Sparks idle; name "
+                "the lane's own launcher scripts (start: ./start-tp4.sh, status: ./status-tp4.sh, stop: ./stop-tp4.sh)",
+            )
+
+
 # --- the registry --------------------------------------------------------------------------------
 
 PITFALLS: tuple[Pitfall, ...] = (
@@ -328,7 +387,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "environment: map, so the compose file needs the injection line as well.",
         "error",
         "lint, env, gates, status, speed",
-        "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on both nodes and VLLM_USE_BREAKABLE_CUDAGRAPH: "
+        "VLLM_USE_BREAKABLE_CUDAGRAPH=0 in .env.dspark on every node and VLLM_USE_BREAKABLE_CUDAGRAPH: "
         '"${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}" under environment: (`lanebook env render` writes both); the log '
         'must not say "Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1".',
         check_breakable,
@@ -358,16 +417,16 @@ PITFALLS: tuple[Pitfall, ...] = (
         "After a stop, free memory can stay ~10–16 GiB short with no container running.",
         "error",
         "stop, launch, rollback, diagnose",
-        "Drop the page cache on both nodes (or reboot) before the next launch. Never `docker system prune -af`: "
+        "Drop the page cache on every node (or reboot) before the next launch. Never `docker system prune -af`: "
         "it deletes the Anemll image.",
     ),
     Pitfall(
         "P05",
         "Dual-WAN download",
-        "Pulling the ~160 GB of weights on both nodes over the WAN wastes hours and disk.",
+        "Pulling the ~160 GB of weights on every node over the WAN wastes hours and disk.",
         "warning",
         "weights",
-        "Download once on the head, then rsync the hub model dir to the worker over the fabric.",
+        "Download once on the head, then rsync the hub model dir to every worker over the fabric.",
     ),
     Pitfall(
         "P06",
@@ -445,7 +504,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "Older serving units (Aiden/legacy) left active fight the compose project for the GPUs.",
         "error",
         "launch, rollback",
-        "Mask the lane's legacy units on both nodes before compose up.",
+        "Mask the lane's legacy units on every node before compose up.",
     ),
     Pitfall(
         "P14",
@@ -467,10 +526,10 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall(
         "P16",
         "Head dies mid-TP",
-        "When the head dies mid-TP the worker is left orphaned, holding its GPU.",
+        "When the head dies mid-TP a worker is left orphaned, holding its GPU.",
         "error",
         "diagnose, status, stop, rollback",
-        "Stop the orphaned worker at once; clean SHM and page cache on both nodes, then restore from the head.",
+        "Stop every orphaned worker at once; clean SHM and page cache on every node, then restore from the head.",
     ),
     Pitfall(
         "P17",
@@ -564,6 +623,24 @@ PITFALLS: tuple[Pitfall, ...] = (
         "runbook: `-p allow_runtime_and_weights=true`).",
         check_one_change,
         seed='seed 000 (the recipe), "What we run": do not change runtime and weights the same weekend',
+    ),
+    Pitfall(
+        "S08",
+        "A multi-node lane whose TP keys disagree with its nodes",
+        "The recipe's launcher and compose are two-node only (WORKER_HOST, --tensor-parallel-size 2, --nnodes 2). A "
+        "lane of more Sparks runs a four-node checkout of its own, whose launcher reads NNODES, TP_SIZE, WORKER_HOSTS "
+        "and WORKER_IPS (space-separated, in rank order) and whose compose passes --tensor-parallel-size ${TP_SIZE} "
+        "and --nnodes ${NNODES}: keys that disagree with the lane's nodes start a smaller TP group, or a rank on the "
+        "wrong node, and the recipe's start-deepseek-v4-flash-dspark.sh starts only WORKER_HOST, so a four-node "
+        "lane launched by it would start a TP2 pair and leave two Sparks idle.",
+        "error",
+        "lint, env, launch",
+        "Set NNODES and TP_SIZE to the node count and WORKER_HOSTS and WORKER_IPS to the workers' fabric IPs in the "
+        "order `nodes:` lists them, and name the four-node launcher scripts under `launcher:` (./start-tp4.sh, "
+        "./status-tp4.sh, ./stop-tp4.sh).",
+        check_rank_keys,
+        seed="no seed: public four-Spark profiles of this model (MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks, "
+        ".env.tp4.example: start-tp4.sh, NNODES=4, TP_SIZE=4, WORKER_HOSTS, WORKER_IPS)",
     ),
 )
 

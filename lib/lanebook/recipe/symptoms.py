@@ -120,9 +120,9 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "Sticky UMA memory after stop",
         "`free` after a stop still shows many GiB used with no container running.",
         "Unified memory the stopped lane held was not given back (page cache and driver allocations stay).",
-        "Drop the page cache on both nodes (or reboot) before launching again; never `docker system prune -af`.",
+        "Drop the page cache on every node (or reboot) before launching again; never `docker system prune -af`.",
         "stop",
-        "Run `docker ps` and `free -g` on both nodes: with no container, used memory should fall to a few GiB.",
+        "Run `docker ps` and `free -g` on every node: with no container, used memory should fall to a few GiB.",
         (FREE_MEM, NO_CONTAINER),
     ),
     Symptom(
@@ -190,7 +190,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "Legacy serving unit active",
         "A legacy/Aiden serving unit is active, or compose cannot bind the API port because it is taken.",
         "An older serving unit holds the GPU or port 8888 and fights the compose project.",
-        "Stop and mask the legacy units on both nodes, then launch again.",
+        "Stop and mask the legacy units on every node, then launch again.",
         "launch",
         "`systemctl list-units --state=active | grep -i -E 'aiden|legacy|vllm'` and `ss -ltnp | grep 8888` on the "
         "head.",
@@ -218,10 +218,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "Head died mid-TP, worker orphaned",
         "The worker rank logs that its peer went away (connection reset, broken pipe, TCPStore) while it keeps "
         "running.",
-        "The head (rank 0) died; the worker still holds its GPU memory and will block the next launch.",
-        "Stop the orphaned worker at once; clean SHM and page cache on both nodes; restore from the head.",
+        "The head (rank 0) died; a worker (rank 1..N-1) still holds its GPU memory and will block the next launch.",
+        "Stop every orphaned worker at once; clean SHM and page cache on every node; restore from the head.",
         "stop",
-        "`docker ps` on the worker: a vLLM container still up with the head's container gone is the orphan.",
+        "`docker ps` on each worker: a vLLM container still up with the head's container gone is the orphan.",
         (
             Pattern(
                 "peer_lost",
@@ -238,7 +238,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         'After readiness, SHM "No available shared memory broadcast block found in 60 seconds" lines repeat; '
         "requests stay Running while generation stops; /health can still answer 200.",
         "One rank stopped making progress (a wedged worker, a stuck collective) and the other waits on it forever.",
-        "Stop the lane on both nodes, clean SHM and page cache, launch again; keep the worker's log for the report.",
+        "Stop the lane on every node, clean SHM and page cache, launch again; keep the worker's log for the report.",
         "stop",
         "Two /metrics scrapes a few seconds apart: vllm:num_requests_running > 0 with vllm:generation_tokens_total "
         "not moving is a hang; moving tokens mean a slow compile (P12) instead.",
@@ -253,7 +253,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         'unexpectedly".',
         "The engine core or a TP worker process exited mid-serve (a CUDA fault, an all-reduce error, a JIT failure); "
         "every request in flight fails.",
-        "Stop both nodes, clean SHM and page cache, launch again; read the first ERROR above the EngineDeadError for "
+        "Stop every node, clean SHM and page cache, launch again; read the first ERROR above the EngineDeadError for "
         "the root cause.",
         "launch",
         "The first traceback before the EngineDeadError: a Triton JIT line just before it points to P12, an illegal "
@@ -307,7 +307,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "link events), or a reboot left the fabric at a different MTU.",
         "Leave NCCL_IB_GID_INDEX unset (or per rank), set MTU 9000 on both fabric ports, persist it, launch again.",
         "launch",
-        "`show_gids` on both nodes (the index of the v2 row with the fabric IPv4) and `ip link` MTU on both fabric "
+        "`show_gids` on every node (the index of the v2 row with the fabric IPv4) and `ip link` MTU on both fabric "
         "ports.",
         (
             Pattern(
@@ -327,10 +327,10 @@ SYMPTOMS: tuple[Symptom, ...] = (
         'right after "Loading drafter model...".',
         "Weights, drafter and KV reservation do not fit the node's unified memory with what is already held (page "
         "cache, a previous lane, another process).",
-        "Clean SHM and page cache on both nodes, check nothing else holds memory, then launch with the lane's "
+        "Clean SHM and page cache on every node, check nothing else holds memory, then launch with the lane's "
         "GPU_MEMORY_UTILIZATION (lower MAX_MODEL_LEN only as a last resort).",
         "launch",
-        "`free -g` on both nodes just before the launch: several GiB already used means P04 (sticky memory) first.",
+        "`free -g` on every node just before the launch: several GiB already used means P04 (sticky memory) first.",
         (
             Pattern(
                 "kv_short",

@@ -49,7 +49,9 @@ STICKY_GIB = 8.0  # used memory with no lane running; the seed saw 10-16 GiB sti
 STARVED_SPREAD = 4.0  # fastest / slowest per-request decode rate in one wave
 SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spinning, ~89% with the 2 ms fix (D15)
 MAX_EVIDENCE = 5
-WORKER_SOURCE = re.compile(r"(?i)worker|spark2|rank ?1\b|tp1\b")
+# Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
+WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
+WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
 FABRIC_IF = re.compile(r"^(en[pP]\d|enP\d|bond|rocep|ib)")
 TIMESTAMP = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
 MARKERS = re.compile(r"<｜DSML｜|<\|DSML\||</?think>|<｜tool▁calls▁begin｜>")
@@ -443,7 +445,7 @@ def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> Non
     for h in ctx.get("port_taken"):
         out.add("P13", SUSPECTED, [h.at])
     for h in ctx.get("peer_lost"):
-        on_worker = bool(WORKER_SOURCE.search(h.at.source) or re.search(r"Worker_TP1|rank1\b", h.at.text))
+        on_worker = bool(WORKER_SOURCE.search(h.at.source) or WORKER_TEXT.search(h.at.text))
         out.add("P16", CONFIRMED if on_worker else SUSPECTED, [h.at])
     for h in ctx.get("jit_inference"):
         if ctx.after_ready(h.at):

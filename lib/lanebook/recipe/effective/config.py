@@ -27,6 +27,9 @@ SERVE_FLAGS = {
     "MASTER_ADDR": "--master-addr",
     "MASTER_PORT": "--master-port",
 }
+# The TP group's size: a lane's node count. The recipe's two-node compose writes both flags as 2; the four-node
+# shape's reads them from these env keys (lane.params.RANK_KEYS).
+RANK_FLAGS = {"TP_SIZE": "--tensor-parallel-size", "NNODES": "--nnodes"}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from lanebook.base.errors import LanebookError
-from lanebook.recipe.effective.config import SERVE_FLAGS, Effective, Setting
+from lanebook.recipe.effective.config import RANK_FLAGS, SERVE_FLAGS, Effective, Setting
 from lanebook.recipe.speculative import SCHEDULE_KEY, speculative_config
 
 if TYPE_CHECKING:
@@ -105,6 +105,21 @@ def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
     return found
 
 
+def rank_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
+    """The TP group the checkout's compose really passes (--tensor-parallel-size, --nnodes) against the lane's node
+    count: the recipe's compose writes 2 literally, so a four-node lane on it runs a TP2 pair. Apart from
+    lane_mismatches because `env render` cannot write a compose literal: lint reports it, render does not refuse."""
+    if eff.spec.entrypoint_error:
+        return []
+    nodes = str(len(lane.nodes))
+    found = []
+    for flag in RANK_FLAGS.values():
+        running = eff.flag(flag)
+        if running is not None and not same_value(flag, nodes, running.value):
+            found.append(Mismatch(flag, nodes, running))
+    return found
+
+
 # --- the live command against the lane -------------------------------------------------------------
 
 LIVE_FLAGS = (
@@ -151,6 +166,11 @@ def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
             want, live = env_text(lane.env[key]), _live_flag(tokens, flag)
             if not same_value(key, want, live):
                 found.append(LiveMismatch(flag, want, live))
+    if lane.rank_shaped:  # a lane of the four-node shape: every node a rank of one TP group
+        for flag in RANK_FLAGS.values():
+            live = _live_flag(tokens, flag)
+            if not same_value(flag, str(len(lane.nodes)), live):
+                found.append(LiveMismatch(flag, str(len(lane.nodes)), live))
     if lane.kv_cache_dtype is not None:
         live = _live_flag(tokens, KV_DTYPE_FLAG)
         if (live or VLLM_DEFAULT_KV_DTYPE) != lane.kv_cache_dtype:

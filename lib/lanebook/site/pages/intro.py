@@ -2,8 +2,9 @@
 
 The picture is drawn offline with matplotlib from the lane files: for the current real lane and for the twin
 lane, the head (the API server, tensor-parallel rank 0), the worker (headless rank 1), the fabric link between
-them, the OpenAI-compatible API and the Hermes client that calls it. Which lanes: the ones no other lane rolls
-back to (the head of each rollback chain), one real and one twin. What is drawn is a pure function of a lane
+them, the OpenAI-compatible API and the Hermes client that calls it. Which lanes: the pairs no other pair rolls
+back to (the head of each rollback chain), one real and one twin; a lane of more nodes is named under the picture,
+its nodes listed on the lane matrix page. What is drawn is a pure function of a lane
 (`topology`), tested with exact values; `draw` only places it.
 """
 
@@ -55,9 +56,16 @@ def topology(lane: LaneParams) -> Topology:
     )
 
 
+def pairs(lanes: list[LaneParams]) -> list[LaneParams]:
+    """The lanes of one head and one worker: the recipe's shape, the one the picture draws."""
+    return [lane for lane in lanes if len(lane.workers) == 1]
+
+
 def shown_lanes(lanes: list[LaneParams]) -> list[LaneParams]:
-    """The head of each rollback chain (no lane rolls back to it): the current real lane, then the twin lane. A lane
-    with a rollback lane comes before one without (real-vllm-cpu, a test-bed lane, has none: the twin does)."""
+    """The head of each rollback chain of pairs (no pair rolls back to it): the current real lane, then the twin
+    lane. A lane with a rollback lane comes before one without (real-vllm-cpu, a test-bed lane, has none: the twin
+    does)."""
+    lanes = pairs(lanes)
     targets = {lane.rollback for lane in lanes if lane.rollback}
     heads = sorted((lane for lane in lanes if lane.name not in targets), key=lambda lane: lane.rollback is None)
     shown = [lane for lane in heads if not lane.twin][:1] + [lane for lane in heads if lane.twin][:1]
@@ -102,14 +110,22 @@ def draw(topologies: list[Topology]) -> bytes:
     return out.getvalue()
 
 
-def figure_markdown(topologies: list[Topology]) -> str:
+def figure_markdown(topologies: list[Topology], larger: list[LaneParams] = ()) -> str:
+    """The figure and its caption; LARGER: the lanes of more than two nodes, named, not drawn."""
     alt = "; ".join(t.title for t in topologies)
+    named = ", ".join(f"{lane.name} ({len(lane.nodes)} nodes)" for lane in larger)
     caption = (
         "The lane's topology, drawn from the lane files when this book was built: the Hermes client calls "
         "the OpenAI-compatible API on the head; head and worker run one model in tensor parallel over the "
         "fabric link. "
         + " ".join(f"**{t.title}**." for t in topologies)
         + " The twin gives each node its own loopback address, so the same runbooks reach it over real SSH."
+        + (
+            f" This is the pair's drawing: lanes of more nodes, {named}, run one model across all their nodes (the "
+            "head rank 0, the workers ranks 1..N-1); the lane matrix lists their nodes."
+            if named
+            else ""
+        )
     )
     return f"```{{figure}} {PICTURE}\n:alt: Lane topology: {alt}\n:width: 100%\n\n{caption}\n```\n"
 
@@ -119,4 +135,5 @@ def intro_page(text: str, lanes: list[LaneParams]) -> tuple[str, bytes]:
     if MARKER not in text:
         raise LanebookError(f"book/intro.md has no {MARKER} line: the topology picture goes there")
     topologies = [topology(lane) for lane in shown_lanes(lanes)]
-    return text.replace(MARKER, figure_markdown(topologies)), draw(topologies)
+    larger = [lane for lane in lanes if len(lane.workers) > 1]
+    return text.replace(MARKER, figure_markdown(topologies, larger)), draw(topologies)

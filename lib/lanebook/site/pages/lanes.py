@@ -29,9 +29,17 @@ class Row:
 
 
 def _nodes(lane: LaneParams) -> str:
-    return ", ".join(
-        f"{n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (fabric {n.fabric_ip})" for n in lane.nodes
+    """One line a node, in rank order (the head is rank 0, the workers 1..N-1 as the lane file lists them)."""
+    ranked = [lane.head, *lane.workers]
+    return "\n".join(
+        f"rank {rank}: {n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (fabric {n.fabric_ip})"
+        for rank, n in enumerate(ranked)
     )
+
+
+def _group(lane: LaneParams) -> str:
+    workers = len(lane.workers)
+    return f"TP{len(lane.nodes)}: the head and {workers} worker{'s' if workers > 1 else ''}"
 
 
 def matrix(lanes: list[LaneParams]) -> list[Row]:
@@ -46,6 +54,7 @@ def matrix(lanes: list[LaneParams]) -> list[Row]:
         Row("checkout", tuple(lane.checkout for lane in lanes), False),
         Row("launcher PROJECT_NAME", tuple(str(lane.launcher.env["PROJECT_NAME"]) for lane in lanes), False),
         Row("API", tuple(lane.api for lane in lanes), False),
+        Row("tensor-parallel group", tuple(_group(lane) for lane in lanes), False),
         Row("nodes", tuple(_nodes(lane) for lane in lanes), False),
         Row("gates: exact smoke", tuple(lane.gates.exact_smoke for lane in lanes), False),
         Row("rollback to", tuple(lane.rollback or MISSING for lane in lanes), False),
@@ -64,7 +73,9 @@ def rollback_chain(lanes: list[LaneParams], start: str) -> list[str]:
 
 
 def matrix_html(lanes: list[LaneParams], reference: int) -> str:
-    e = html.escape
+    def e(text: str) -> str:
+        return html.escape(text).replace("\n", "<br>")
+
     head = "".join(
         f"<th>{e(lane.name)}"
         + (' <span class="lanebook-badge lanebook-badge-twin">TWIN</span>' if lane.twin else "")
