@@ -6,8 +6,10 @@ next wave only when the last one passed within its failure budget (how many lane
 fleet stops; the canary's budget is always 0). Which lanes go together is a pure function of the file (`plan_waves`).
 
 The file is validated on load, every problem one LaneError line naming the file and key: unknown keys, a lane with
-no file under params/, a lane twice, a canary that is not one of the lanes. A wave promotes its lanes at once, so two
-lanes of one wave must not share a node (the same host and SSH port): the second would find the first's launch on it.
+no file under params/, a lane twice, a canary that is not one of the lanes, two lanes that share a node (the same host
+and SSH port). Each lane of a fleet is its own pair or group of nodes: a wave promotes its lanes at once, and a later
+wave's lane on a node of an earlier one would find that lane serving (the launch runbook refuses to start beside
+another lane: both want the whole pair).
 """
 
 from __future__ import annotations
@@ -91,14 +93,15 @@ def plan_waves(fleet: FleetParams) -> list[Wave]:
     return waves
 
 
-def shared_nodes(waves: list[Wave], nodes: dict[str, set[str]]) -> list[tuple[Wave, str, str, str]]:
-    """(wave, lane, other lane, host:port) for each two lanes of one wave that share a node; NODES: each lane's."""
-    found = []
-    for wave in waves:
-        for i, lane in enumerate(wave.lanes):
-            for other in wave.lanes[i + 1 :]:
-                found += [(wave, lane, other, node) for node in sorted(nodes[lane] & nodes[other])]
-    return found
+def shared_nodes(nodes: dict[str, set[str]]) -> list[tuple[str, str, str]]:
+    """(lane, other lane, host:port) for each two lanes that share a node, in the lanes' order; NODES: each lane's."""
+    lanes = list(nodes)
+    return [
+        (lane, other, node)
+        for i, lane in enumerate(lanes)
+        for other in lanes[i + 1 :]
+        for node in sorted(nodes[lane] & nodes[other])
+    ]
 
 
 def fleet_path(name_or_path: str | Path) -> Path:
@@ -132,12 +135,11 @@ def load_fleet(name_or_path: str | Path) -> FleetParams:
             nodes[lane] = {f"{n.host}:{n.port}" for n in load_lane(lane).nodes}
         except LaneError as exc:
             raise LaneError(f"{path}: 'lanes': lane {lane} cannot be loaded: {exc}") from None
-    clashes = shared_nodes(plan_waves(fleet), nodes)
+    clashes = shared_nodes(nodes)
     if clashes:
-        wave, lane, other, node = clashes[0]
+        lane, other, node = clashes[0]
         raise LaneError(
-            f"{path}: 'lanes': {lane} and {other} share the node {node} and would be promoted at once in wave "
-            f"{wave.index}: a wave's lanes must be on separate nodes (put them in separate waves: a smaller wave_size "
-            f"or another order)"
+            f"{path}: 'lanes': {lane} and {other} share the node {node}: each lane of a fleet must be on nodes of its "
+            f"own (one lane serves on a pair at a time; promote the other with `lanebook promote` when it is its turn)"
         )
     return fleet
