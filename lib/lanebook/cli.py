@@ -230,12 +230,14 @@ def fleet_gate(
     run_dir: Path = typer.Argument(..., help="the fleet run's folder (outputs/fleets/FLEET/STAMP-ID)"),
     wave: int = typer.Argument(..., help="the wave's index (0: the canary)"),
 ):
-    """The DAG's gate task: exit 1 when more of the wave's lanes did not pass than its failure budget allows."""
-    from lanebook.runs.fleet import STOPPED, gate
+    """The DAG's gate task: exit 0 only when the wave ran and no more of its lanes failed than its failure budget allows
+    (a wave that never started, after an earlier gate stopped the fleet, fails its gate too: Airflow runs an all_done
+    task whatever its upstream did)."""
+    from lanebook.runs.fleet import GO_ON, gate
 
     decided = gate(run_dir, wave)
     typer.echo(decided.decision())
-    raise typer.Exit(1 if decided.gate == STOPPED else 0)
+    raise typer.Exit(0 if decided.gate == GO_ON else 1)
 
 
 @app.command("lint")
