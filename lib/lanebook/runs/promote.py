@@ -166,6 +166,7 @@ def promote(
     break_lock: bool = False,
     allow_runtime_and_weights: bool = False,
     first_fields: Optional[dict] = None,
+    fleet_id: Optional[str] = None,
     on_plan: Callable[[Plan], None] = lambda plan: None,
     on_start: Callable[[str], None] = lambda name: None,
     on_record: Callable[[dict], None] = lambda record: None,
@@ -174,7 +175,8 @@ def promote(
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
     the command starts, is the lane every runbook runs on. A lane that changes runtime and weights at once against
     its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so.
-    FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan)."""
+    FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan). FLEET_ID: the
+    fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import run_runbook
     from lanebook.runs.lock import hold_lane_pair
@@ -199,6 +201,8 @@ def promote(
         for name in plan.runbooks:
             on_start(name)
             link = {"promotion_id": plan.promotion_id, "previous_run_id": previous, "lane_digest": digest, **first}
+            if fleet_id:
+                link["fleet_id"] = fleet_id
             first = {}
             allowed = {ALLOW_PARAMETER: True} if allow_runtime_and_weights and name in LINTING else {}
             record = run_runbook(name, params, allowed, dry_run=dry_run, yes=yes, link=link)
@@ -258,5 +262,6 @@ def promote_shown(lane: str, **options) -> Promotion:
         show_record(console, record, record["runbook"])
 
     promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, **options)
-    console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]")
+    # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet).
+    console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
     return promotion

@@ -37,7 +37,7 @@ from lanebook.recipe.upgrade import recorded_plans
 from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
 from lanebook.site.bookcheck import check_site, text_problems
-from lanebook.site.pages import intro, lanes, pitfalls, recipe, speed, symptoms, trail, upgrades
+from lanebook.site.pages import fleet, intro, lanes, pitfalls, recipe, speed, symptoms, trail, upgrades
 from lanebook.site.pages.links import defined_anchors, link_text, run_links
 from lanebook.site.pages.notebook import notebook_title, page_notebook
 from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
@@ -105,6 +105,28 @@ def _stage_upgrades(stage: Path) -> None:
     (stage / "upgrades.md").write_text(upgrades.upgrades_index(published))
 
 
+def _stage_fleets(stage: Path, runs: list[PublishedRun]) -> None:
+    """fleets.md, the index of fleet files, and a page per fleet under fleets/: each lane's latest promotion (linked to
+    the page of its last published run) and the fleet's runs."""
+    from lanebook.lane.fleet import fleet_names, load_fleet
+    from lanebook.runs.fleet import LaneOutcome, fleet_status
+
+    (stage / "fleets").mkdir()
+    links = {run.record["promotion_id"]: run.doc for run in runs if run.record.get("promotion_id")}  # its last run
+    published = []
+    for name in fleet_names():
+        params, status = load_fleet(name), fleet_status(name)
+        entry = fleet.PublishedFleet(
+            params,
+            [LaneOutcome(**lane) for lane in status["lanes"]],
+            {lane: load_lane(lane).twin for lane in params.lanes},
+            status["runs"],
+        )
+        (stage / f"{entry.doc}.md").write_text(fleet.fleet_page(entry, links))
+        published.append(entry)
+    (stage / "fleets.md").write_text(fleet.fleets_index(published))
+
+
 def _markdown_parts(nb: nbformat.NotebookNode) -> list[tuple[object, str]]:
     """(holder, key) of each Markdown text of a staged notebook: its Markdown cells and Markdown outputs."""
     parts: list[tuple[object, str]] = []
@@ -163,6 +185,7 @@ def stage_book(stage: Path) -> None:
     _stage_speed(stage, runs, twin_page="twin" in plugin_pages)
     _stage_trail(stage, runs)
     _stage_upgrades(stage)
+    _stage_fleets(stage, runs)
     toc = ["format: jb-book", "root: index", "parts:", "  - caption: Recipe", "    chapters:"] + [
         f"      - file: {d}" for d in recipe_docs
     ]
@@ -177,7 +200,13 @@ def stage_book(stage: Path) -> None:
     ]
     if plugin_pages:
         toc += ["  - caption: Digital twin", "    chapters:"] + [f"      - file: {name}" for name in plugin_pages]
-    toc += ["  - caption: Audit trail", "    chapters:", "      - file: audit", "      - file: upgrades"]
+    toc += [
+        "  - caption: Audit trail",
+        "    chapters:",
+        "      - file: audit",
+        "      - file: upgrades",
+        "      - file: fleets",
+    ]
     (stage / "_toc.yml").write_text("\n".join(toc) + "\n")
     _link_pages(stage, runs)
 
