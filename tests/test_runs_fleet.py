@@ -98,9 +98,9 @@ def test_a_gate_stops_the_fleet_when_more_lanes_failed_than_the_budget():
     )
 
 
-def plan(tmp_path, dry_run=False):
+def plan(tmp_path, dry_run=False, yes=False):
     waves = (Wave(0, ("a",), 0), Wave(1, ("b", "c"), 1), Wave(2, ("d",), 1))
-    return FleetPlan("lab", "f1", dry_run, waves, "2026-12-02T10:00:00+00:00", tmp_path)
+    return FleetPlan("lab", "f1", dry_run, waves, "2026-12-02T10:00:00+00:00", tmp_path, yes)
 
 
 def test_the_fleet_stops_at_the_wave_whose_gate_stopped_it_and_names_what_did_not_start(tmp_path):
@@ -222,3 +222,12 @@ def test_a_fault_stops_the_fleet_at_its_wave_and_no_later_wave_starts(twin, tmp_
         (lane, "not run") for lane in FLEET_LANES[faulted_at + 1 :]
     ]
     assert shown["runs"] == [record]
+
+
+def test_a_confirmed_fleet_confirms_every_lanes_promotion_and_keeps_it_in_its_plan(tmp_path):
+    confirmed = plan(tmp_path, yes=True)
+    promotes = [command for _, command in task_commands(confirmed).values() if "promote" in command]
+    assert promotes and all(command[-1] == "--yes" for command in promotes)
+    assert not any("--yes" in command for _, command in task_commands(plan(tmp_path)).values())
+    (tmp_path / "plan.json").write_text(json.dumps(confirmed.to_json()))
+    assert FleetPlan.read(tmp_path).yes is True

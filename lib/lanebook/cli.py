@@ -201,13 +201,14 @@ def fleet_promote(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="every lane's promotion a dry run (opens no connection); the DAG shown"
     ),
+    yes: bool = typer.Option(False, "--yes", help="confirm, for every lane, the steps that change a real lane"),
 ):
     """Promote a fleet's lanes through Apache Airflow: the canary alone, then waves of at most wave_size, the next only
     when the last passed within its failure budget. Exit 0 every lane passed (or a clean dry run), 1 the fleet
     stopped or a lane failed, 2 bad input."""
     from lanebook.runs.fleet import promote_fleet_shown
 
-    raise typer.Exit(promote_fleet_shown(fleet, dry_run=dry_run))
+    raise typer.Exit(promote_fleet_shown(fleet, dry_run=dry_run, yes=yes))
 
 
 @fleet_app.command("status")

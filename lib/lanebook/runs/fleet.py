@@ -85,6 +85,7 @@ class FleetPlan:
     waves: tuple[Wave, ...]
     created_at: str
     run_dir: Path
+    yes: bool = False  # each lane's promotion confirmed (`--yes`): a real lane's steps that change it need it
 
     @property
     def dag_id(self) -> str:
@@ -95,6 +96,7 @@ class FleetPlan:
             "fleet": self.fleet,
             "fleet_id": self.fleet_id,
             "dry_run": self.dry_run,
+            "yes": self.yes,
             "dag_id": self.dag_id,
             "created_at": self.created_at,
             "waves": [asdict(w) for w in self.waves],
@@ -107,17 +109,25 @@ class FleetPlan:
         except (OSError, ValueError) as exc:
             raise LanebookError(f"{run_dir} is no fleet run's folder: its {PLAN_FILE} cannot be read ({exc})") from None
         waves = tuple(Wave(w["index"], tuple(w["lanes"]), w["budget"]) for w in data["waves"])
-        return cls(data["fleet"], data["fleet_id"], data["dry_run"], waves, data["created_at"], Path(run_dir))
+        return cls(
+            data["fleet"],
+            data["fleet_id"],
+            data["dry_run"],
+            waves,
+            data["created_at"],
+            Path(run_dir),
+            data.get("yes", False),
+        )
 
 
-def new_plan(fleet: FleetParams, dry_run: bool) -> FleetPlan:
+def new_plan(fleet: FleetParams, dry_run: bool, yes: bool = False) -> FleetPlan:
     """A new fleet promotion's plan, its folder claimed under outputs/fleets/FLEET/ and plan.json written."""
     from lanebook.runs.audit import now
 
     fleet_id = record_id()
     run_dir = fleets_dir() / fleet.name / f"{utc_stamp()}-{fleet_id}"
     run_dir.mkdir(parents=True, exist_ok=False)  # claim the name: never overwrite an earlier fleet run
-    plan = FleetPlan(fleet.name, fleet_id, dry_run, tuple(plan_waves(fleet)), now(), run_dir)
+    plan = FleetPlan(fleet.name, fleet_id, dry_run, tuple(plan_waves(fleet)), now(), run_dir, yes)
     write_atomic(run_dir / PLAN_FILE, json.dumps(plan.to_json(), indent=1) + "\n")
     return plan
 
@@ -140,7 +150,8 @@ def task_commands(plan: FleetPlan) -> dict[str, tuple[str, list[str]]]:
     commands = {}
     for wave in plan.waves:
         for lane in wave.lanes:
-            promote = ["promote", "--lane", lane, "--fleet-id", plan.fleet_id] + (["--dry-run"] if plan.dry_run else [])
+            promote = ["promote", "--lane", lane, "--fleet-id", plan.fleet_id]
+            promote += (["--dry-run"] if plan.dry_run else []) + (["--yes"] if plan.yes else [])
             commands[lane_task(wave, lane)] = (f"lane {lane}", lanebook_command(*promote))
         gate = lanebook_command("fleet", "gate", str(plan.run_dir), str(wave.index))
         commands[gate_task(wave)] = (f"wave {wave.index} gate", gate)
@@ -519,7 +530,7 @@ def run_airflow(plan: FleetPlan, on_task: Callable[[str, str], None]) -> int:
 # --- on the terminal -------------------------------------------------------------------------------------
 
 
-def promote_fleet_shown(name: str, dry_run: bool = False) -> int:
+def promote_fleet_shown(name: str, dry_run: bool = False, yes: bool = False) -> int:
     """`lanebook fleet promote`: the fleet loaded and validated, its waves, the DAG written (shown in a dry run), run
     by Airflow with each wave and lane shown as it starts and ends, the fleet's record written. 0: every lane passed
     (a dry run: every lane's dry run was clean); 1: the fleet stopped, a lane failed, or Airflow failed."""
@@ -532,7 +543,7 @@ def promote_fleet_shown(name: str, dry_run: bool = False) -> int:
     console = Console()
     fleet = load_fleet(name)
     airflow_binary()  # before anything is written: Airflow must be there
-    plan = new_plan(fleet, dry_run)
+    plan = new_plan(fleet, dry_run, yes)
     kind = " (dry run: every lane's promotion a dry run, nothing observed)" if dry_run else ""
     console.print(f"[bold]fleet {fleet.name}[/], fleet id {plan.fleet_id}{kind}", highlight=False, soft_wrap=True)
     for wave in plan.waves:
