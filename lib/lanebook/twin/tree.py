@@ -146,10 +146,12 @@ def write_hub_model(
 
 
 def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
-    """The lane's env-file values with the twin's node addresses in place of the real lane's."""
+    """The lane's env-file values with the twin's node addresses in place of the real lane's: a node the twin has by
+    its alias (a twin lane's own), else the default pair's by role (a real two-node lane laid out on the twin)."""
+    known = dict(addresses.nodes)
     real_to_twin = {}
     for node in lane.nodes:
-        twin_ip = addresses.head_ip if node.role == "head" else addresses.worker_ip
+        twin_ip = known.get(node.alias) or (addresses.head_ip if node.role == "head" else addresses.worker_ip)
         real_to_twin[node.host] = real_to_twin[node.fabric_ip] = twin_ip
     env = {key: real_to_twin.get(str(value), str(value)) for key, value in lane.env.items()}
     env.setdefault("VLLM_HOST", addresses.head_ip)
@@ -158,16 +160,17 @@ def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
-_RENDERED: dict[tuple[str, TwinAddresses, str, str], tuple[str, str]] = {}
+_RENDERED: dict[tuple[str, tuple, str, str], tuple[str, str]] = {}
 
 
 def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path, shape: str) -> tuple[str, str]:
     """The compose and env texts `env render` makes of CHECKOUT (the recipe's files at SHAPE, just cloned) for a lane
     with twin addresses: the same on every node and in every twin of this process, so rendered once (a render asks
     Compose several times: about 3 s of CPU for a twin's checkouts)."""
-    key = (lane.model_dump_json(), addresses, checkout.name, shape)
+    env = twin_env(lane, addresses)
+    key = (lane.model_dump_json(), tuple(env.items()), checkout.name, shape)
     if key not in _RENDERED:
-        plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
+        plan = plan_render(lane_with(lane, env=env), CheckoutFiles.read(checkout))
         if plan.unresolved:
             raise LanebookError(
                 f"twin checkout of lane {lane.name} cannot run its lane: "
