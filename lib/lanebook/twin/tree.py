@@ -25,7 +25,7 @@ from lanebook.recipe.compose import COMPOSE_NAME
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles
 from lanebook.recipe.render import plan_render
 from lanebook.twin.nodes import TwinAddresses
-from lanebook.twin.remote import CURRENT, REMOTE_NAME, clone_at, lay_out_remote
+from lanebook.twin.remote import CURRENT, REMOTE_NAME, TP4, TP4_SCRIPTS, clone_at, lay_out_remote
 
 SHARD_BYTES = 192 * 1024
 FIXED_MTIME = 1785456000  # 2026-07-31T00:00Z: identical on every node, so rsync sees equal trees
@@ -201,16 +201,23 @@ def recipe_template(root: Path, shape: str) -> Path:
     return template
 
 
+def shape_of(lane: LaneParams) -> str:
+    """The recipe shape a lane's checkout is laid out at: the four-node launcher's commit for a lane started by it (its
+    `launcher.start`), else the current one."""
+    return TP4 if Path(lane.launcher.start).name in TP4_SCRIPTS else CURRENT
+
+
 def write_checkout(
-    home: Path, lane: LaneParams, addresses: TwinAddresses, shape: str = CURRENT, recipe: Optional[Path] = None
+    home: Path, lane: LaneParams, addresses: TwinAddresses, shape: Optional[str] = None, recipe: Optional[Path] = None
 ) -> Path:
     """A lane checkout as an operator leaves it: a clone of the recipe's repository (the twin's remote under RECIPE,
-    by default beside HOME) at SHAPE's commit, its example copied to .env.dspark, then the lane rendered into it
-    (twin addresses in place of the real ones) exactly as `lanebook env render` would, so the twin boots with what a
-    real node would get. A checkout already there is replaced."""
+    by default beside HOME) at SHAPE's commit (shape_of the lane by default), its example copied to .env.dspark, then
+    the lane rendered into it (twin addresses in place of the real ones) exactly as `lanebook env render` would, so the
+    twin boots with what a real node would get. A checkout already there is replaced."""
     checkout = home / lane.checkout.removeprefix("~/")
     shutil.rmtree(checkout, ignore_errors=True)
     checkout.parent.mkdir(parents=True, exist_ok=True)
+    shape = shape or shape_of(lane)
     shutil.copytree(recipe_template(recipe or home.parent / "recipe", shape), checkout, symlinks=True)
     compose, env = _rendered(lane, addresses, checkout, shape)
     (checkout / COMPOSE_NAME).write_text(compose)
