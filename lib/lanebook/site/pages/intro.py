@@ -55,11 +55,23 @@ def topology(lane: LaneParams) -> Topology:
     )
 
 
+def _pair_in_chain(lane: LaneParams, by_name: dict[str, LaneParams]) -> LaneParams:
+    """The first lane of LANE's rollback chain on a pair of nodes (the write-ups' shape): a lane of more nodes (the
+    four-node twin lane) is drawn by the pair it rolls back to."""
+    seen = {lane.name}
+    while len(lane.nodes) > 2 and lane.rollback in by_name and lane.rollback not in seen:
+        lane = by_name[lane.rollback]
+        seen.add(lane.name)
+    return lane
+
+
 def shown_lanes(lanes: list[LaneParams]) -> list[LaneParams]:
     """The head of each rollback chain (no lane rolls back to it): the current real lane, then the twin lane. A lane
     with a rollback lane comes before one without (real-vllm-cpu, a test-bed lane, has none: the twin does)."""
     targets = {lane.rollback for lane in lanes if lane.rollback}
+    by_name = {lane.name: lane for lane in lanes}
     heads = sorted((lane for lane in lanes if lane.name not in targets), key=lambda lane: lane.rollback is None)
+    heads = [_pair_in_chain(lane, by_name) for lane in heads]
     shown = [lane for lane in heads if not lane.twin][:1] + [lane for lane in heads if lane.twin][:1]
     if not shown:
         raise LanebookError("no lane to draw: every lane under params/ is another lane's rollback target")
