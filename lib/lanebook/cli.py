@@ -75,6 +75,22 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
         control.print_status(status)
 
 
+@twin_app.command("fault")
+def twin_fault(
+    faults: List[str] = typer.Argument(None, help="fault names (see `twin status`); none with --clear"),
+    lane: str = typer.Option(..., "--lane", help="the twin lane whose nodes meet the faults"),
+    clear: bool = typer.Option(False, "--clear", help="clear the lane's faults"),
+):
+    """Set faults on one twin lane only, from its next action on (engine faults, worker-unreachable, missing-shard);
+    the other lanes are untouched."""
+    from lanebook.lane.params import load_lane
+    from lanebook.twin import control
+
+    if bool(faults) == clear:
+        raise LanebookError("name the faults to set, or --clear (not both)")
+    control.print_status(control.set_lane_faults(load_lane(lane), [] if clear else faults))
+
+
 @twin_app.command("reboot")
 def twin_reboot(node: str = typer.Argument(..., help="head or worker")):
     """Reboot one twin node, as a power cycle between two runbooks: its processes and the lane's containers end

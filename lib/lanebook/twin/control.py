@@ -45,7 +45,7 @@ from lanebook.twin.nodes import (
 )
 from lanebook.twin.standins.machine import NodeMachine, init_node
 from lanebook.twin.standins.runtime import boot_containers, containers, power_off, stop_all_containers
-from lanebook.twin.tree import HubModel, hub_root, recipe_remote, write_checkout, write_hub_model
+from lanebook.twin.tree import HubModel, blob_name, hub_root, recipe_remote, write_checkout, write_hub_model
 
 FAULTS = {
     "worker-unreachable": "the worker's sshd is not started",
@@ -363,6 +363,72 @@ def switch_engine_faults(faults: Iterable[str]) -> dict:
     return status()
 
 
+LANE_NODE_FAULTS = ("worker-unreachable", "missing-shard")  # node faults that can be set on one lane's nodes
+
+
+def lane_scoped_faults() -> list[str]:
+    """The fault matrix's rows that can be set on one lane (set_lane_faults): every engine fault, which reaches the
+    containers of that lane's Compose project on its nodes, and the node faults that act on the lane's first worker
+    (rank 1). The others shape a node root when `twin up` lays it out, or another lane's checkout: twin-wide only."""
+    return [name for name in FAULTS if name in engine_faults() or name in LANE_NODE_FAULTS]
+
+
+def _remove_shard(lay: TwinLayout, alias: str, lane: LaneParams) -> None:
+    """Fault missing-shard on one node: shard MISSING_SHARD of the lane's weights gone from its hub tree (blob and
+    snapshot link), as a download that never finished it leaves it."""
+    model = HubModel(lane.weights.repo, lane.weights.shards)
+    name = model.shard_name(MISSING_SHARD)
+    repo_dir = hub_root(lay.home(alias)) / model.dir_name
+    (repo_dir / "blobs" / blob_name(name, model.shard_bytes(MISSING_SHARD))).unlink(missing_ok=True)
+    (repo_dir / "snapshots" / model.revision / name).unlink(missing_ok=True)
+
+
+def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
+    """Set the faults of one twin lane (its name or params), replacing those it had, from the next action on: engine
+    faults reach the containers its Compose project starts on its nodes (what runs keeps its own); worker-unreachable
+    stops the sshd of its first worker (cleared: started again); missing-shard removes a shard from its first worker's
+    weights (cleared: the weights runbook brings it back, as on a real node). Other lanes are untouched. A fault that
+    cannot be scoped (lane_scoped_faults) is refused. The twin's status after."""
+    lane = lane if isinstance(lane, LaneParams) else load_lane(lane)
+    faults = validate_faults(faults)
+    refused = [name for name in faults if name not in lane_scoped_faults()]
+    if refused:
+        raise LanebookError(
+            f"fault {', '.join(refused)} is twin-wide only (`lanebook twin up --faults`); on one lane: "
+            f"{', '.join(lane_scoped_faults())}"
+        )
+    if not is_twin_lane(lane):
+        raise LanebookError(f"lane {lane.name} is not a twin lane (twin: true, ssh_config: twin): no fault to set")
+    if not status()["running"]:
+        raise LanebookError("the twin is not running: start it with `lanebook twin up`")
+    bring_up(lane)
+    lay = layout()
+    with _nodes_lock(lay):
+        state = read_state(lay)
+        scoped = state.get("lane_faults", {})
+        before = set(scoped.get(lane.name, {}).get("faults", []))
+        first_worker = lane.workers[0].alias
+        if "worker-unreachable" in set(faults) - before and first_worker in state["pids"]:
+            _say(f"{first_worker} sshd stopped (fault worker-unreachable on lane {lane.name})")
+            _kill({int(state["pids"].pop(first_worker))}, signal.SIGTERM)
+            if first_worker in _started:
+                _started.pop(first_worker).wait(timeout=10)  # reaped here when this process started it
+        if "worker-unreachable" in before - set(faults) and first_worker not in state["pids"]:
+            _started[first_worker] = start_sshd(lay, first_worker)
+            state["pids"][first_worker] = _started[first_worker].pid
+        if "missing-shard" in set(faults) - before:
+            _remove_shard(lay, first_worker, lane)
+        if faults:
+            project = lane.launcher.env.get("PROJECT_NAME", "")
+            scoped[lane.name] = {"nodes": [node.alias for node in lane.nodes], "project": project, "faults": faults}
+        else:
+            scoped.pop(lane.name, None)
+        write_state(lay, {**state, "lane_faults": scoped})
+    if "worker-unreachable" in before - set(faults):
+        wait_for_ssh(lay, first_worker)
+    return status()
+
+
 def lay_out_checkout(lane: LaneParams, shape: str) -> str:
     """The lane's checkout on every node of it in the running twin made again as a clone of the recipe remote at SHAPE's
     commit (lanebook.twin.remote: JUL31, AUG22), the lane rendered into it: a lane whose operator cloned the recipe
@@ -617,6 +683,9 @@ def status() -> dict:
         ],
         "api": addresses.api,
         "faults": state.get("faults", []) if running else [],
+        "lane_faults": {name: scoped["faults"] for name, scoped in state.get("lane_faults", {}).items()}
+        if running
+        else {},
         "fast": bool(state.get("fast")) if running else False,
         "time_scale": state.get("time_scale", 1.0) if running else 1.0,
         "lane": TWIN_LANE,
@@ -648,5 +717,7 @@ def print_status(status: dict) -> None:
     console.print(f"api: {status['api']}   lane: {status['lane']}   ssh: ssh -F {status['ssh_config']} head")
     for name in status["faults"]:
         console.print(f"fault {name}: {FAULTS[name]}")
+    for lane, names in status.get("lane_faults", {}).items():
+        console.print(f"faults on lane {lane} only: {', '.join(names)}")
     if not status["faults"]:
         console.print(f"faults: none (known: {', '.join(status['known_faults'])})")
