@@ -29,7 +29,7 @@ app = typer.Typer(
     help="Runbooks, node library and digital twin for the DGX Spark DeepSeek-V4-Flash lane.",
 )
 twin_app = typer.Typer(
-    no_args_is_help=True, help="The digital twin: two sshd nodes on loopback and a vLLM-compatible server."
+    no_args_is_help=True, help="The digital twin: sshd nodes on loopback and a vLLM-compatible server."
 )
 env_app = typer.Typer(no_args_is_help=True, help="Render a lane's .env.dspark and patch its compose file.")
 audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of runs (outputs/runs.jsonl).")

@@ -1,4 +1,4 @@
-"""`lanebook twin up | down | status`: start the twin's two nodes, stop them leaving no process, report them.
+"""`lanebook twin up | down | status | fault`: start the twin's nodes, stop them leaving no process, report them.
 
 `up` lays out fresh node roots (homes, every shipped lane's checkout and weights, HF caches, /dev/shm,
 memory and units), starts one sshd per node and waits until both accept ssh; it does not launch the lane (the
