@@ -23,6 +23,7 @@ SLOW_FIRST = (
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
+    "test_twin_tp4.py",  # one promotion on four twin nodes, about 200 s
     "test_diagnose_runbook.py",
     "test_input_properties.py",
     "test_launch_runbook.py",
@@ -30,6 +31,7 @@ SLOW_FIRST = (
     "test_gates_runbook.py",
     "test_site_browser.py",
     "test_lock.py",
+    "test_twin_fleet.py",
     "test_twin_scripts.py",
     "test_book.py",
     # Last of the long ones: the run's one real vLLM boots (about 70 s of imports, then 25 s, on cores the suite

@@ -34,7 +34,10 @@ def test_intro_page_puts_the_figure_at_its_marker():
     text, png = intro_page(f"# lanebook\n\n{MARKER}\n\nmore\n", lanes)
     assert png.startswith(b"\x89PNG") and MARKER not in text
     assert "```{figure} topology.png\n:alt: Lane topology: REAL lane anemll-0731; TWIN lane twin" in text
-    assert "This is the pair's drawing: lanes of more nodes, anemll-0731-tp4 (4 nodes), run one model" in text
+    assert (
+        "This is the pair's drawing: lanes of more nodes, anemll-0731-tp4 (4 nodes), twin-tp4 (4 nodes), run one"
+        in text
+    )
     with pytest.raises(LanebookError, match="topology"):
         intro_page("# no marker\n", lanes)
     assert draw([topology(lanes[0])]).startswith(b"\x89PNG")

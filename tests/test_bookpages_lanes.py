@@ -16,15 +16,31 @@ def test_matrix_rows_and_differences():
         "real-vllm-cpu",
         "twin",
         "twin-1m6",
+        "twin-fleet-a",
+        "twin-fleet-b",
+        "twin-fleet-c",
+        "twin-tp4",
     ]
-    assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "1048576", "358400", "2048", "1048576", "1048576")
+    assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "1048576", "358400", "2048", *["1048576"] * 6)
     assert (
         rows["MAX_MODEL_LEN"].varies and rows["MAX_MODEL_LEN"].differs(3, 0) and not rows["MAX_MODEL_LEN"].differs(2, 0)
     )
     assert not rows["MAX_NUM_BATCHED_TOKENS"].varies
     assert rows["speculative schedule"].values[1:3] == ("[[1,1,5],[2,4,4],[5,6,3]]", "fixed K")
     assert rows["KV cache dtype"].values[3:5] == ("nvfp4_ds_mla", "auto")  # the CPU build runs vLLM's default
-    assert rows["rollback to"].values == ("anemll-1m6", "anemll-0731", "patch3-c12", "—", "—", "twin-1m6", "—")
+    assert rows["rollback to"].values == (
+        "anemll-1m6",
+        "anemll-0731",
+        "patch3-c12",
+        "—",
+        "—",
+        "twin-1m6",
+        "—",
+        "—",
+        "—",
+        "—",
+        "twin",
+    )
 
 
 def test_a_four_node_lane_shows_every_rank_and_its_tp_group():
@@ -43,7 +59,10 @@ def test_a_four_node_lane_shows_every_rank_and_its_tp_group():
 def test_page_highlights_and_names_chains():
     assert rollback_chain(LANES, "anemll-0731") == ["anemll-0731", "anemll-1m6", "patch3-c12"]
     page = lanes_page(LANES, "anemll-0731")
-    assert "- anemll-0731-tp4 → anemll-0731 → anemll-1m6 → patch3-c12\n" in page and "- twin → twin-1m6\n" in page
+    assert (
+        "- anemll-0731-tp4 → anemll-0731 → anemll-1m6 → patch3-c12\n" in page
+        and "- twin-tp4 → twin → twin-1m6\n" in page
+    )
     assert (
         '<tr class="lanebook-varies"><th><code>MAX_MODEL_LEN</code> <span class="lanebook-badge '
         'lanebook-badge-differs">'
@@ -51,4 +70,4 @@ def test_page_highlights_and_names_chains():
         in page
     )
     assert "<tr><th><code>MAX_NUM_BATCHED_TOKENS</code></th><td>8192</td>" in page
-    assert "Highlighted: a value that differs from **anemll-0731**" in page and page.count("TWIN</span>") == 3
+    assert "Highlighted: a value that differs from **anemll-0731**" in page and page.count("TWIN</span>") == 7

@@ -71,9 +71,8 @@ def test_a_node_refuses_a_host_whose_key_it_does_not_know(twin, tmp_path):
     with ssh.Lane(lane_with(load_lane("twin"), ssh_config=None)) as lane:
         with pytest.raises(ssh.NodeUnreachable, match="not found in known_hosts"):
             lane.head.run("true")
-    assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(
-        ALIASES
-    )  # the twin wrote its own, nothing added
+    nodes = control.status()["nodes"]  # the pair, and any node a lane added (a four-node or fleet lane)
+    assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(nodes)  # the twin's own, nothing added
 
 
 # --- the twin's sshd: its own key only ---------------------------------------------------------------------------

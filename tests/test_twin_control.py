@@ -201,3 +201,53 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
         head = subprocess.run([*cli, "head"], capture_output=True, text=True, timeout=120)
         assert head.returncode == 0 and "lanebook twin: running (fast)" in head.stdout, head.stderr
         assert control.status()["nodes"][0]["reachable"] and ssh(control.status(), "head", "echo up").stdout == "up\n"
+
+
+def _lane_on(nodes: list[tuple[str, str, str]]):
+    """The twin lane on NODES ((alias, role, address), head first)."""
+    from lanebook.lane.params import lane_with, load_lane
+
+    twin = load_lane("twin")
+    return lane_with(
+        twin,
+        name="twin-three",
+        nodes=[{"alias": a, "role": r, "host": ip, "port": 2222, "fabric_ip": ip} for a, r, ip in nodes],
+    )
+
+
+def test_a_lane_naming_more_nodes_gets_them_added_to_the_running_twin(tmp_path):
+    """worker2 is started beside the pair without restarting it; every node reaches it; its home holds the lane's
+    checkout and no weights (the head fans them out); a node at another address is one clear error; down stops all."""
+    state_dir = tmp_path / "twin"
+    lane = _lane_on(
+        [("head", "head", "127.0.0.2"), ("worker", "worker", "127.0.0.3"), ("worker2", "worker", "127.0.0.4")]
+    )
+    with private_twin(state_dir, []) as first:
+        pair_pids = dict(control.read_state(control.layout())["pids"])
+        control.bring_up(lane)
+        after = control.status()
+        assert [(n["alias"], n["host"], n["reachable"]) for n in after["nodes"]] == [
+            ("head", "127.0.0.2", True),
+            ("worker", "127.0.0.3", True),
+            ("worker2", "127.0.0.4", True),
+        ]
+        assert [n["root"] for n in after["nodes"][:2]] == [n["root"] for n in first["nodes"]]
+        pids = control.read_state(control.layout())["pids"]
+        assert {alias: pids[alias] for alias in ("head", "worker")} == pair_pids  # the pair was not restarted
+        assert ssh(after, "head", "ssh worker2 hostname && ssh 127.0.0.4 true").returncode == 0
+        assert (
+            ssh(after, "worker2", f"test -f {CHECKOUT}/.env.dspark && ls -A .cache 2>/dev/null | wc -l").stdout == "0\n"
+        )
+        control.bring_up(lane)  # nothing missing: nothing started
+        assert control.status()["nodes"] == after["nodes"]
+        moved = _lane_on([("head", "head", "127.0.0.2"), ("worker", "worker", "127.0.0.9")])
+        with pytest.raises(
+            LanebookError, match="puts twin node worker at 127.0.0.9, but the running twin has it at 127.0.0.3"
+        ):
+            control.bring_up(moved)
+        taken = _lane_on([("head", "head", "127.0.0.2"), ("gpu9", "worker", "127.0.0.4")])
+        with pytest.raises(LanebookError, match="127.0.0.4, where the running twin's node worker2 listens"):
+            control.bring_up(taken)
+        control.down()
+        assert control.twin_processes(state_dir) == set()
+        assert not any(n["sshd"] for n in control.status()["nodes"])

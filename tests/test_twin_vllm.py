@@ -286,3 +286,55 @@ def test_a_worker_started_again_cannot_rejoin_the_group_it_left(tmp_path):
         head.stop(), first.stop()
         if again:
             again.stop()
+
+
+def four_rank_argv(argv: list[str]) -> list[str]:
+    """The fixture compose's command with four ranks, as the four-node compose renders it (TP_SIZE=NNODES=4)."""
+    sized = list(argv)
+    for flag in ("--tensor-parallel-size", "--nnodes"):
+        sized[sized.index(flag) + 1] = "4"
+    return sized
+
+
+def test_the_head_of_four_ranks_serves_only_once_every_headless_rank_joined(tmp_path):
+    """The world is what the head was launched with (--tensor-parallel-size, --nnodes): /health stays down with two of
+    its three workers joined, turns healthy with the third, and the startup log names world_size=4 as vLLM's
+    executor does."""
+    master = "127.0.0.77"
+    port = free_port(master)
+    knobs = {"LANEBOOK_TWIN_TIME_SCALE": "0.002"}
+    nodes = []
+    try:
+        for rank in range(3):
+            spec = node_spec(rank, master, port)
+            nodes.append(
+                start_local(
+                    four_rank_argv(spec.argv[1:]),
+                    tmp_path / f"node{rank}.log",
+                    host=master,
+                    env={**spec.environment, **knobs},
+                    wait_s=None,
+                )
+            )
+        head = nodes[0]
+        assert wait_for(lambda: "(3/4 nodes)" in head.log())
+        time.sleep(0.5)  # a cold bind at this clock takes ~1 s: still waiting, not booting
+        assert head.health() != 200 and "Starting to load model" not in head.log()
+        spec = node_spec(3, master, port)
+        nodes.append(
+            start_local(
+                four_rank_argv(spec.argv[1:]),
+                tmp_path / "node3.log",
+                host=master,
+                env={**spec.environment, **knobs},
+                wait_s=None,
+            )
+        )
+        head.wait_healthy(30)
+        assert "world_size=4, local_world_size=1" in head.log() and "(4/4 nodes)" in head.log()
+        assert "Joined the TP group as node rank 3 (tensor_parallel_size 4)" in nodes[3].log()
+        assert head.stop() == 0
+        assert all(node.process.wait(10) == 0 for node in nodes[1:])  # a clean stop ends every rank
+    finally:
+        for node in nodes:
+            node.stop()

@@ -29,7 +29,7 @@ app = typer.Typer(
     help="Runbooks, node library and digital twin for the DGX Spark DeepSeek-V4-Flash lane.",
 )
 twin_app = typer.Typer(
-    no_args_is_help=True, help="The digital twin: two sshd nodes on loopback and a vLLM-compatible server."
+    no_args_is_help=True, help="The digital twin: sshd nodes on loopback and a vLLM-compatible server."
 )
 env_app = typer.Typer(no_args_is_help=True, help="Render a lane's .env.dspark and patch its compose file.")
 audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of runs (outputs/runs.jsonl).")
@@ -75,6 +75,22 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
         typer.echo(json.dumps(status, indent=2))
     else:
         control.print_status(status)
+
+
+@twin_app.command("fault")
+def twin_fault(
+    faults: List[str] = typer.Argument(None, help="fault names (see `twin status`); none with --clear"),
+    lane: str = typer.Option(..., "--lane", help="the twin lane whose nodes meet the faults"),
+    clear: bool = typer.Option(False, "--clear", help="clear the lane's faults"),
+):
+    """Set faults on one twin lane only, from its next action on (engine faults, worker-unreachable, missing-shard);
+    the other lanes are untouched."""
+    from lanebook.lane.params import load_lane
+    from lanebook.twin import control
+
+    if bool(faults) == clear:
+        raise LanebookError("name the faults to set, or --clear (not both)")
+    control.print_status(control.set_lane_faults(load_lane(lane), [] if clear else faults))
 
 
 @twin_app.command("reboot")

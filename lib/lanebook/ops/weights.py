@@ -120,6 +120,14 @@ def sync_to_workers(lane: Lane, **kwargs) -> dict[str, RsyncStats]:
     return rsync_to_workers(lane, lane.params.weights.hub_dir, **kwargs)
 
 
+def make_hub_parent(lane: Lane, workers: Iterable[Node]) -> None:
+    """A worker that never held a model (a Spark new to the lane) may have no hub directory, and rsync makes only the
+    last component of its destination (exit 11, "mkdir failed"): its parent is made first, as `hf download` makes it
+    on the head."""
+    parent = lane.params.weights.hub_dir.rstrip("/").rpartition("/")[0]
+    lane.each(f"mkdir -p {qpath(parent)}", nodes=list(workers))
+
+
 def clean_incomplete_on_workers(lane: Lane, workers: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
     """Seed 000: `find $MODEL_DIR -name '*.incomplete' -delete` on the workers only (all, or `workers`);
     returns what was deleted. Never the head: its tree is the source the workers are copied from."""
@@ -202,6 +210,9 @@ def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsRepor
         f"rsync {rb.params.weights.hub_dir} from the head to {', '.join(to_sync)} "
         "(adds and updates files; never deletes)"
     )
+    fresh = [rb.lane.node(a) for a in to_sync if not before[a].dry_run and before[a].shard_count == 0]
+    if fresh:
+        make_hub_parent(rb.lane, fresh)
     stats = sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=attempts)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
     sent = {

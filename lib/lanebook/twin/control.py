@@ -1,4 +1,4 @@
-"""`lanebook twin up | down | status`: start the twin's two nodes, stop them leaving no process, report them.
+"""`lanebook twin up | down | status | fault`: start the twin's nodes, stop them leaving no process, report them.
 
 `up` lays out fresh node roots (homes, every shipped lane's checkout and weights, HF caches, /dev/shm,
 memory and units), starts one sshd per node and waits until both accept ssh; it does not launch the lane (the
@@ -40,11 +40,12 @@ from lanebook.twin.nodes import (
     twin_dir,
     wait_for_ssh,
     write_node,
+    write_node_ssh,
     write_state,
 )
 from lanebook.twin.standins.machine import NodeMachine, init_node
 from lanebook.twin.standins.runtime import boot_containers, containers, power_off, stop_all_containers
-from lanebook.twin.tree import HubModel, hub_root, recipe_remote, write_checkout, write_hub_model
+from lanebook.twin.tree import HubModel, blob_name, hub_root, recipe_remote, write_checkout, write_hub_model
 
 FAULTS = {
     "worker-unreachable": "the worker's sshd is not started",
@@ -65,6 +66,7 @@ FAST_TIME_SCALE = 0.01  # --fast: an 8-15 min cold bind takes 5-9 s; decode rate
 MISSING_SHARD = 7
 INCOMPLETE_SHARDS = (3, 17)
 TWIN_LANE = "twin"
+SSH_CONFIG_NAME = "twin"  # a lane file's `ssh_config: twin`: the running twin's own ssh config
 _started: dict[str, subprocess.Popen] = {}  # sshd processes this process started, reaped at down()
 
 
@@ -133,21 +135,55 @@ def recipe_root(lay: TwinLayout) -> Path:
     return lay.root / "recipe"
 
 
+def is_twin_lane(lane: LaneParams) -> bool:
+    """A lane the twin serves: reached through the twin's ssh config, its nodes the twin's own (alias, address)."""
+    return lane.twin and lane.ssh_config == SSH_CONFIG_NAME
+
+
+def lane_nodes(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
+    """The twin nodes (alias -> address) a lane's checkout lives on: a twin lane's own nodes; a real two-node lane's
+    checkout on the default pair (the twin lanes share some of them); a real lane of more nodes on none (it runs here
+    only as a dry run)."""
+    if is_twin_lane(lane):
+        return {node.alias: node.host for node in lane.nodes}
+    if len(lane.nodes) == 2:
+        return {alias: addresses.ip(alias) for alias in ALIASES}
+    return {}
+
+
+def lanes_on(lanes: list[LaneParams], alias: str, addresses: TwinAddresses) -> list[LaneParams]:
+    """The lanes whose checkout node ALIAS holds: those whose nodes the twin has, this one among them."""
+    held = []
+    for lane in lanes:
+        nodes = lane_nodes(lane, addresses)
+        if alias in nodes and all(dict(addresses.nodes).get(a) == ip for a, ip in nodes.items()):
+            held.append(lane)
+    return held
+
+
 def _build_node(
-    lay: TwinLayout, alias: str, addresses: TwinAddresses, faults: list[str], time_scale: float, lanes: list[LaneParams]
+    lay: TwinLayout,
+    alias: str,
+    addresses: TwinAddresses,
+    faults: list[str],
+    time_scale: float,
+    lanes: list[LaneParams],
+    fresh_worker: bool = False,
 ) -> None:
-    """A fresh node root: sshd config, session, shims, checkouts of LANES (_lanes; clones of the twin's recipe
-    remote), HF cache (faults applied), memory and units."""
+    """A fresh node root: sshd config, session, shims, checkouts of the LANES it holds (lanes_on; clones of the
+    twin's recipe remote), HF cache (faults applied), memory and units. A FRESH_WORKER (a worker added for a lane)
+    holds no weights: the lane's head fans them out, as to a new Spark."""
     shutil.rmtree(lay.node(alias), ignore_errors=True)
     write_node(lay, alias, addresses, set(faults), time_scale)
+    held = lanes_on(lanes, alias, addresses)
     twin_repo = next(lane.weights.repo for lane in lanes if lane.name == TWIN_LANE)
     home = lay.home(alias)
-    for lane in lanes:
+    for lane in held:
         write_checkout(home, lane, addresses, recipe=recipe_root(lay))
-    for repo, shards in {lane.weights.repo: lane.weights.shards for lane in lanes}.items():
+    for repo, shards in {lane.weights.repo: lane.weights.shards for lane in held}.items():
         on_worker = alias == WORKER and repo == twin_repo
-        if on_worker and "ssh-drop-mid-rsync" in faults:
-            continue  # the worker still needs its copy: the weights runbook's rsync will be cut
+        if fresh_worker or (on_worker and "ssh-drop-mid-rsync" in faults):
+            continue  # the worker still needs its copy: the weights runbook's rsync brings it (or is cut)
         write_hub_model(
             hub_root(home),
             HubModel(repo, shards),
@@ -170,8 +206,7 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     down()
     addresses = TwinAddresses.from_env()
     for ip, port, what in (
-        (addresses.head_ip, addresses.ssh_port, "head sshd"),
-        (addresses.worker_ip, addresses.ssh_port, "worker sshd"),
+        *((ip, addresses.ssh_port, f"{alias} sshd") for alias, ip in addresses.nodes),
         (addresses.head_ip, addresses.api_port, "the twin API"),
     ):
         if _port_taken(ip, port):
@@ -182,9 +217,10 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     _say(f"keys and known_hosts in {lay.keys}")
     ensure_keys(lay, addresses)
     write_atomic(lay.ssh_config, client_config(lay.user_key, lay.known_hosts, addresses))
-    lanes = _lanes()  # read once: both nodes hold every lane
+    lanes = _lanes()  # read once: each node holds the lanes whose nodes the twin has (lanes_on)
     shutil.rmtree(recipe_root(lay), ignore_errors=True)
-    for alias in ALIASES:
+    shutil.rmtree(lay.root / "nodes", ignore_errors=True)  # nodes a former twin added are gone with it
+    for alias in addresses.aliases:
         _say(f"node root {alias}: home, lane checkouts, HF cache")
         _build_node(lay, alias, addresses, faults, time_scale, lanes)
     state = {
@@ -193,11 +229,11 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
         "fast": fast,
         "time_scale": time_scale,
         "pids": {},
-        "addresses": addresses.__dict__,
+        "addresses": addresses.to_state(),
         "started_at": time.time(),
     }
     write_state(lay, state)
-    for alias in ALIASES:
+    for alias in addresses.aliases:
         if alias == WORKER and "worker-unreachable" in faults:
             _say("worker sshd not started (fault worker-unreachable)")
             continue
@@ -213,6 +249,97 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
         raise
     _say(f"up: ssh -F {lay.ssh_config} head")
     return status()
+
+
+def missing_nodes(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
+    """The nodes (alias -> address) a twin lane names that the twin lacks; a node the twin has at another address,
+    or an address another node holds, is a LanebookError (the lane file and the twin disagree: nothing is started)."""
+    known = dict(addresses.nodes)
+    owner = {ip: alias for alias, ip in addresses.nodes}
+    missing = {}
+    for node in lane.nodes:
+        if node.alias in known and known[node.alias] != node.host:
+            raise LanebookError(
+                f"lane {lane.name} puts twin node {node.alias} at {node.host}, but the running twin has it at "
+                f"{known[node.alias]}: one node, one address (give the lane's node another alias)"
+            )
+        if node.alias not in known and owner.get(node.host, node.alias) != node.alias:
+            raise LanebookError(
+                f"lane {lane.name} puts twin node {node.alias} at {node.host}, where the running twin's node "
+                f"{owner[node.host]} listens"
+            )
+        if node.alias not in known:
+            if not node.host.startswith("127."):
+                raise LanebookError(
+                    f"lane {lane.name}: twin node {node.alias} must be a loopback address, got {node.host}"
+                )
+            missing[node.alias] = node.host
+    return missing
+
+
+@contextmanager
+def _nodes_lock(lay: TwinLayout) -> Iterator[None]:
+    """One process at a time changes the twin's node set (lanes of a fleet wave start together)."""
+    import fcntl
+
+    lay.root.mkdir(parents=True, exist_ok=True)
+    with open(lay.root / "nodes.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def add_nodes(lane: LaneParams) -> dict:
+    """Start the nodes a twin lane names that the running twin lacks (its aliases, at its addresses), without
+    restarting the others: each a fresh root with its sshd; every node's ssh config and known_hosts then reach it, and
+    the lane's checkout is laid out on every node of it that lacks one. The new workers hold no weights (the weights
+    runbook fans them out from the head). The twin's status after."""
+    lay = layout()
+    with _nodes_lock(lay):
+        state = read_state(lay)
+        if not status()["running"]:
+            raise LanebookError("the twin is not running: start it with `lanebook twin up`")
+        addresses = TwinAddresses.from_state(state["addresses"])
+        missing = missing_nodes(lane, addresses)
+        if not missing:
+            return status()
+        for alias, ip in missing.items():
+            if _port_taken(ip, addresses.ssh_port):
+                raise LanebookError(f"{ip}:{addresses.ssh_port} ({alias} sshd) is already in use by another program")
+        addresses = addresses.with_nodes(missing.items())
+        ensure_keys(lay, addresses)
+        write_atomic(lay.ssh_config, client_config(lay.user_key, lay.known_hosts, addresses))
+        lanes = [lane, *(other for other in _lanes() if other.name != lane.name)]
+        head = lane.head.alias
+        for alias in missing:
+            _say(f"node root {alias} for lane {lane.name}: home, lane checkouts")
+            _build_node(lay, alias, addresses, [], state["time_scale"], lanes, fresh_worker=alias != head)
+        for alias in addresses.aliases:
+            if alias not in missing:
+                write_node_ssh(lay, alias, addresses)
+        for alias in lane_nodes(lane, addresses):
+            if not (lay.home(alias) / lane.checkout.removeprefix("~/")).exists():
+                write_checkout(lay.home(alias), lane, addresses, recipe=recipe_root(lay))
+        state["addresses"] = addresses.to_state()
+        write_state(lay, state)
+        for alias, ip in missing.items():
+            _say(f"sshd {alias} on {ip}:{addresses.ssh_port}")
+            _started[alias] = start_sshd(lay, alias)
+            state["pids"][alias] = _started[alias].pid
+            write_state(lay, state)
+        for alias in missing:
+            wait_for_ssh(lay, alias)
+    return status()
+
+
+def bring_up(lane: LaneParams) -> None:
+    """A twin lane finds its twin up (fast: cold-bind and JIT waits shortened, decode rates never) with every node it
+    names; a real lane is left alone."""
+    if not is_twin_lane(lane):
+        return
+    if not status()["running"]:
+        up(faults=[], fast=True)
+    if missing_nodes(lane, TwinAddresses.from_state(read_state(layout())["addresses"])):
+        add_nodes(lane)
 
 
 def engine_faults() -> list[str]:
@@ -236,16 +363,82 @@ def switch_engine_faults(faults: Iterable[str]) -> dict:
     return status()
 
 
+LANE_NODE_FAULTS = ("worker-unreachable", "missing-shard")  # node faults that can be set on one lane's nodes
+
+
+def lane_scoped_faults() -> list[str]:
+    """The fault matrix's rows that can be set on one lane (set_lane_faults): every engine fault, which reaches the
+    containers of that lane's Compose project on its nodes, and the node faults that act on the lane's first worker
+    (rank 1). The others shape a node root when `twin up` lays it out, or another lane's checkout: twin-wide only."""
+    return [name for name in FAULTS if name in engine_faults() or name in LANE_NODE_FAULTS]
+
+
+def _remove_shard(lay: TwinLayout, alias: str, lane: LaneParams) -> None:
+    """Fault missing-shard on one node: shard MISSING_SHARD of the lane's weights gone from its hub tree (blob and
+    snapshot link), as a download that never finished it leaves it."""
+    model = HubModel(lane.weights.repo, lane.weights.shards)
+    name = model.shard_name(MISSING_SHARD)
+    repo_dir = hub_root(lay.home(alias)) / model.dir_name
+    (repo_dir / "blobs" / blob_name(name, model.shard_bytes(MISSING_SHARD))).unlink(missing_ok=True)
+    (repo_dir / "snapshots" / model.revision / name).unlink(missing_ok=True)
+
+
+def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
+    """Set the faults of one twin lane (its name or params), replacing those it had, from the next action on: engine
+    faults reach the containers its Compose project starts on its nodes (what runs keeps its own); worker-unreachable
+    stops the sshd of its first worker (cleared: started again); missing-shard removes a shard from its first worker's
+    weights (cleared: the weights runbook brings it back, as on a real node). Other lanes are untouched. A fault that
+    cannot be scoped (lane_scoped_faults) is refused. The twin's status after."""
+    lane = lane if isinstance(lane, LaneParams) else load_lane(lane)
+    faults = validate_faults(faults)
+    refused = [name for name in faults if name not in lane_scoped_faults()]
+    if refused:
+        raise LanebookError(
+            f"fault {', '.join(refused)} is twin-wide only (`lanebook twin up --faults`); on one lane: "
+            f"{', '.join(lane_scoped_faults())}"
+        )
+    if not is_twin_lane(lane):
+        raise LanebookError(f"lane {lane.name} is not a twin lane (twin: true, ssh_config: twin): no fault to set")
+    if not status()["running"]:
+        raise LanebookError("the twin is not running: start it with `lanebook twin up`")
+    bring_up(lane)
+    lay = layout()
+    with _nodes_lock(lay):
+        state = read_state(lay)
+        scoped = state.get("lane_faults", {})
+        before = set(scoped.get(lane.name, {}).get("faults", []))
+        first_worker = lane.workers[0].alias
+        if "worker-unreachable" in set(faults) - before and first_worker in state["pids"]:
+            _say(f"{first_worker} sshd stopped (fault worker-unreachable on lane {lane.name})")
+            _kill({int(state["pids"].pop(first_worker))}, signal.SIGTERM)
+            if first_worker in _started:
+                _started.pop(first_worker).wait(timeout=10)  # reaped here when this process started it
+        if "worker-unreachable" in before - set(faults) and first_worker not in state["pids"]:
+            _started[first_worker] = start_sshd(lay, first_worker)
+            state["pids"][first_worker] = _started[first_worker].pid
+        if "missing-shard" in set(faults) - before:
+            _remove_shard(lay, first_worker, lane)
+        if faults:
+            project = lane.launcher.env.get("PROJECT_NAME", "")
+            scoped[lane.name] = {"nodes": [node.alias for node in lane.nodes], "project": project, "faults": faults}
+        else:
+            scoped.pop(lane.name, None)
+        write_state(lay, {**state, "lane_faults": scoped})
+    if "worker-unreachable" in before - set(faults):
+        wait_for_ssh(lay, first_worker)
+    return status()
+
+
 def lay_out_checkout(lane: LaneParams, shape: str) -> str:
-    """The lane's checkout on both nodes of the running twin made again as a clone of the recipe remote at SHAPE's
+    """The lane's checkout on every node of it in the running twin made again as a clone of the recipe remote at SHAPE's
     commit (lanebook.twin.remote: JUL31, AUG22), the lane rendered into it: a lane whose operator cloned the recipe
     on that day. Its commit's sha."""
     lay = layout()
     current = status()
     if not current["running"]:
         raise LanebookError("the twin is not running: start it with `lanebook twin up`")
-    addresses = TwinAddresses(**read_state(lay)["addresses"])
-    for alias in ALIASES:
+    addresses = TwinAddresses.from_state(read_state(lay)["addresses"])
+    for alias in lane_nodes(lane, addresses):
         write_checkout(lay.home(alias), lane, addresses, shape, recipe=recipe_root(lay))
     return recipe_shas(lay)[shape]
 
@@ -369,9 +562,8 @@ def down() -> None:
     """Stop the lane containers on both nodes, both sshd and every other twin process; verify none remains."""
     lay = layout()
     state = read_state(lay)
-    for alias in ALIASES:
-        if (lay.node(alias) / "var").is_dir():
-            stop_all_containers(lay.node(alias))
+    for node in sorted((lay.root / "nodes").glob("*/var")):
+        stop_all_containers(node.parent)
     table = _process_table()
     sshd = {int(pid) for pid in state.get("pids", {}).values() if _is_twin_sshd(pid, lay.root)}
     # Connection handlers of sshd rename themselves ("sshd: user@notty"): found as its descendants.
@@ -418,10 +610,9 @@ def reboot(alias: str) -> dict:
     starts again the containers their restart policy names (the recipe's `unless-stopped`: those that were
     running, each its command again as a new process); its sshd comes back (unless it was not running, fault
     worker-unreachable). The twin's status after."""
-    if alias not in ALIASES:
-        raise LanebookError(f"unknown twin node {alias} (known: {', '.join(ALIASES)})")
     lay = layout()
     state = read_state(lay)
+    TwinAddresses.from_state(state.get("addresses", {})).ip(alias)  # an unknown node is a clear error
     if not status()["running"]:
         raise LanebookError("the twin is not running: start it with `lanebook twin up`")
     _say(f"rebooting {alias}")
@@ -468,10 +659,11 @@ def status() -> dict:
     """
     lay = layout()
     state = read_state(lay)
-    addresses = TwinAddresses(**state["addresses"]) if state.get("addresses") else TwinAddresses.from_env()
+    addresses = TwinAddresses.from_state(state["addresses"]) if state.get("addresses") else TwinAddresses.from_env()
     pids = state.get("pids", {})
-    sshd_up = {alias: _is_twin_sshd(pids.get(alias), lay.root) for alias in ALIASES}
-    reachable = {alias: sshd_up[alias] and answers_ssh(addresses.ip(alias), addresses.ssh_port) for alias in ALIASES}
+    aliases = addresses.aliases
+    sshd_up = {alias: _is_twin_sshd(pids.get(alias), lay.root) for alias in aliases}
+    reachable = {alias: sshd_up[alias] and answers_ssh(addresses.ip(alias), addresses.ssh_port) for alias in aliases}
     running = bool(state.get("running")) and reachable[HEAD]
     return {
         "running": running,
@@ -487,10 +679,13 @@ def status() -> dict:
                 "reachable": reachable[alias],
                 "containers": [c.name for c in containers(lay.node(alias)) if c.running],
             }
-            for alias in ALIASES
+            for alias in aliases
         ],
         "api": addresses.api,
         "faults": state.get("faults", []) if running else [],
+        "lane_faults": {name: scoped["faults"] for name, scoped in state.get("lane_faults", {}).items()}
+        if running
+        else {},
         "fast": bool(state.get("fast")) if running else False,
         "time_scale": state.get("time_scale", 1.0) if running else 1.0,
         "lane": TWIN_LANE,
@@ -522,5 +717,7 @@ def print_status(status: dict) -> None:
     console.print(f"api: {status['api']}   lane: {status['lane']}   ssh: ssh -F {status['ssh_config']} head")
     for name in status["faults"]:
         console.print(f"fault {name}: {FAULTS[name]}")
+    for lane, names in status.get("lane_faults", {}).items():
+        console.print(f"faults on lane {lane} only: {', '.join(names)}")
     if not status["faults"]:
         console.print(f"faults: none (known: {', '.join(status['known_faults'])})")

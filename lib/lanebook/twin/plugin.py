@@ -24,7 +24,7 @@ from lanebook.twin import control
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
 
-SSH_CONFIG_NAME = "twin"
+SSH_CONFIG_NAME = control.SSH_CONFIG_NAME
 
 
 def ssh_config() -> Path:
@@ -35,9 +35,10 @@ def ssh_config() -> Path:
 
 
 def bring_up(lane: LaneParams) -> None:
-    """Start the twin (fast: cold-bind and JIT waits shortened, decode rates never) when a twin lane finds it down."""
-    if lane.ssh_config == SSH_CONFIG_NAME and not control.status()["running"]:
-        control.up(faults=[], fast=True)
+    """Start the twin (fast: cold-bind and JIT waits shortened, decode rates never) when a twin lane finds it down, and
+    the nodes the lane names that it lacks (control.bring_up)."""
+    if lane.ssh_config == SSH_CONFIG_NAME:
+        control.bring_up(lane)
 
 
 def launch_lane_if_down(rb: Runbook) -> None:

@@ -25,7 +25,7 @@ from lanebook.recipe.compose import COMPOSE_NAME
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles
 from lanebook.recipe.render import plan_render
 from lanebook.twin.nodes import TwinAddresses
-from lanebook.twin.remote import CURRENT, REMOTE_NAME, clone_at, lay_out_remote
+from lanebook.twin.remote import CURRENT, REMOTE_NAME, TP4, TP4_SCRIPTS, clone_at, lay_out_remote
 
 SHARD_BYTES = 192 * 1024
 FIXED_MTIME = 1785456000  # 2026-07-31T00:00Z: identical on every node, so rsync sees equal trees
@@ -146,10 +146,12 @@ def write_hub_model(
 
 
 def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
-    """The lane's env-file values with the twin's node addresses in place of the real lane's."""
+    """The lane's env-file values with the twin's node addresses in place of the real lane's: a node the twin has by
+    its alias (a twin lane's own), else the default pair's by role (a real two-node lane laid out on the twin)."""
+    known = dict(addresses.nodes)
     real_to_twin = {}
     for node in lane.nodes:
-        twin_ip = addresses.head_ip if node.role == "head" else addresses.worker_ip
+        twin_ip = known.get(node.alias) or (addresses.head_ip if node.role == "head" else addresses.worker_ip)
         real_to_twin[node.host] = real_to_twin[node.fabric_ip] = twin_ip
     env = {key: real_to_twin.get(str(value), str(value)) for key, value in lane.env.items()}
     env.setdefault("VLLM_HOST", addresses.head_ip)
@@ -158,16 +160,17 @@ def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     return env
 
 
-_RENDERED: dict[tuple[str, TwinAddresses, str, str], tuple[str, str]] = {}
+_RENDERED: dict[tuple[str, tuple, str, str], tuple[str, str]] = {}
 
 
 def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path, shape: str) -> tuple[str, str]:
     """The compose and env texts `env render` makes of CHECKOUT (the recipe's files at SHAPE, just cloned) for a lane
     with twin addresses: the same on every node and in every twin of this process, so rendered once (a render asks
     Compose several times: about 3 s of CPU for a twin's checkouts)."""
-    key = (lane.model_dump_json(), addresses, checkout.name, shape)
+    env = twin_env(lane, addresses)
+    key = (lane.model_dump_json(), tuple(env.items()), checkout.name, shape)
     if key not in _RENDERED:
-        plan = plan_render(lane_with(lane, env=twin_env(lane, addresses)), CheckoutFiles.read(checkout))
+        plan = plan_render(lane_with(lane, env=env), CheckoutFiles.read(checkout))
         if plan.unresolved:
             raise LanebookError(
                 f"twin checkout of lane {lane.name} cannot run its lane: "
@@ -198,16 +201,23 @@ def recipe_template(root: Path, shape: str) -> Path:
     return template
 
 
+def shape_of(lane: LaneParams) -> str:
+    """The recipe shape a lane's checkout is laid out at: the four-node launcher's commit for a lane started by it (its
+    `launcher.start`), else the current one."""
+    return TP4 if Path(lane.launcher.start).name in TP4_SCRIPTS else CURRENT
+
+
 def write_checkout(
-    home: Path, lane: LaneParams, addresses: TwinAddresses, shape: str = CURRENT, recipe: Optional[Path] = None
+    home: Path, lane: LaneParams, addresses: TwinAddresses, shape: Optional[str] = None, recipe: Optional[Path] = None
 ) -> Path:
     """A lane checkout as an operator leaves it: a clone of the recipe's repository (the twin's remote under RECIPE,
-    by default beside HOME) at SHAPE's commit, its example copied to .env.dspark, then the lane rendered into it
-    (twin addresses in place of the real ones) exactly as `lanebook env render` would, so the twin boots with what a
-    real node would get. A checkout already there is replaced."""
+    by default beside HOME) at SHAPE's commit (shape_of the lane by default), its example copied to .env.dspark, then
+    the lane rendered into it (twin addresses in place of the real ones) exactly as `lanebook env render` would, so the
+    twin boots with what a real node would get. A checkout already there is replaced."""
     checkout = home / lane.checkout.removeprefix("~/")
     shutil.rmtree(checkout, ignore_errors=True)
     checkout.parent.mkdir(parents=True, exist_ok=True)
+    shape = shape or shape_of(lane)
     shutil.copytree(recipe_template(recipe or home.parent / "recipe", shape), checkout, symlinks=True)
     compose, env = _rendered(lane, addresses, checkout, shape)
     (checkout / COMPOSE_NAME).write_text(compose)

@@ -339,6 +339,25 @@ class Rendezvous:
             writer.close()
 
 
+def world_size(args: argparse.Namespace) -> int:
+    """The ranks `vllm serve` was launched for: tensor parallel times pipeline parallel, across --nnodes nodes."""
+    pipeline = str(getattr(args, "pipeline_parallel_size", None) or "1")
+    return args.tensor_parallel_size * (int(pipeline) if pipeline.isdigit() else 1)
+
+
+def log_world(args: argparse.Namespace) -> None:
+    """The executor's line naming the world it forms, as vLLM's multiproc executor logs it on node rank 0 (the
+    head then waits until every other node's headless ranks have joined: Rendezvous)."""
+    log(
+        "INFO",
+        "multiproc_executor.py:153",
+        f"DP group leader: node_rank={args.node_rank}, node_rank_within_dp={args.node_rank}, "
+        f"master_addr={args.master_addr}, mq_connect_ip={args.host} (local), "
+        f"world_size={world_size(args)}, local_world_size={world_size(args) // max(args.nnodes, 1)}",
+        "EngineCore_DP0",
+    )
+
+
 async def cold_bind(args: argparse.Namespace, config: EngineConfig) -> float:
     """Weight load, compile and autotune, scaled by time_scale.
 
@@ -383,6 +402,7 @@ async def boot(
 ) -> None:
     """Everything between `vllm serve` and "Application startup complete."; raises BootFailure."""
     config = server.core.config
+    log_world(args)
     if rendezvous:
         log(
             "INFO",

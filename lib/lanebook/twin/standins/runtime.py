@@ -200,6 +200,16 @@ def engine_command() -> list[str]:
     return shlex.split(override) if override else [sys.executable, "-m", "lanebook.twin.vllm"]
 
 
+def container_faults(state: dict, node: str, project: str) -> list[str]:
+    """The faults a container meets: the twin's, and those set on the lane it belongs to (`twin fault --lane`: its
+    node among the lane's, its Compose project the lane's)."""
+    faults = list(state.get("faults", []))
+    for scoped in state.get("lane_faults", {}).values():
+        if node in scoped["nodes"] and project == scoped["project"]:
+            faults += [name for name in scoped["faults"] if name not in faults]
+    return faults
+
+
 def start_container(root: Path, spec) -> Container:
     """Create and start a container: the engine with the container env, detached, its output in the log."""
     container = Container(root / "var" / "containers" / spec.name)
@@ -216,7 +226,7 @@ def start_container(root: Path, spec) -> Container:
         "LANEBOOK_NODE": os.environ.get("LANEBOOK_NODE", root.name),
         "LANEBOOK_NODE_ROOT": str(root),
         TIME_SCALE_VAR: os.environ.get(TIME_SCALE_VAR, str(state.get("time_scale", 1))),
-        "LANEBOOK_TWIN_FAULTS": ",".join(state.get("faults", [])),
+        "LANEBOOK_TWIN_FAULTS": ",".join(container_faults(state, os.environ.get("LANEBOOK_NODE", ""), spec.project)),
         "LANEBOOK_TWIN_VOLUMES": json.dumps({container_path: host for host, container_path in spec.volumes}),
     }
     if spec.entrypoint_error:  # the image's entrypoint refuses the configuration before exec
