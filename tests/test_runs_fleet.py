@@ -1,20 +1,21 @@
 """A fleet promoted by Airflow (lanebook.runs.fleet): what the records say of each lane, wave and fleet (pure, exact),
 the DAG generated from a plan, and one real `lanebook fleet promote` through the real Airflow on the twin.
 
-The end-to-end test runs on the twin's one node pair, so its fleet is the twin lane as the canary and a real lane as
-the wave after it (no two lanes of a fleet may share a node): the fault (health-never, the engine dying in launch's
-warmup) is injected into the canary, which stops the fleet before the real lane's wave starts. When the twin serves
-several lanes (the twin-fleet lanes), set FLEET_LANES to them, FAULTED to the second, and inject with
-`control.set_lane_faults(FAULTED, ["health-never"])`: the canary then passes and the second wave stops the fleet.
+The end-to-end test promotes the shipped twin fleet (params/fleets/twin-fleet.yaml: three twin lanes, each on a pair
+of its own loopback addresses): the canary passes, a fault injected on the second wave's lane only (health-never, the
+engine never healthy, set with the twin's `control.set_lane_faults`) stops the fleet there, the third wave never
+starts, and the canary's lane is left serving as it was.
 """
 
 import json
 import subprocess
 import sys
 
+import httpx
 import pytest
 from lanebook.base import paths
 from lanebook.lane.fleet import Wave
+from lanebook.nodes.prometheus import server_root
 from lanebook.runs import fleet as runs_fleet
 from lanebook.runs.fleet import (
     DRY_RUN,
@@ -161,14 +162,9 @@ def test_a_bad_fleet_is_one_line_and_exit_2(tmp_path):
 
 # --- end to end: the real Airflow on the twin ------------------------------------------------------------
 
-FLEET_LANES = ["twin", "anemll-0731"]  # the canary, then a wave that must never start
-FAULTED = "twin"
-
-
-def inject(faults):
-    from lanebook.twin import control
-
-    control.switch_engine_faults(faults)
+FLEET = "twin-fleet"
+FLEET_LANES = ["twin-fleet-a", "twin-fleet-b", "twin-fleet-c"]  # the canary, then one lane a wave
+FAULTED = "twin-fleet-b"
 
 
 @pytest.mark.twin
@@ -180,29 +176,31 @@ def test_a_fault_stops_the_fleet_at_its_wave_and_no_later_wave_starts(twin, tmp_
 
     outputs = tmp_path / "outputs"
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
-    fleet_file = tmp_path / "lab.yaml"
-    fleet_file.write_text(
-        f"name: lab\ndescription: a rehearsal\nlanes: {json.dumps(FLEET_LANES)}\ncanary: {FLEET_LANES[0]}\n"
-        "wave_size: 1\nfailure_budget: 0\n"
-    )
-    inject(["health-never"])
+    from lanebook.lane.fleet import load_fleet
+    from lanebook.twin import control
+
+    assert load_fleet(FLEET).lanes == FLEET_LANES
+    control.set_lane_faults(FAULTED, ["health-never"])
     try:
         done = subprocess.run(
-            LANEBOOK + ["fleet", "promote", str(fleet_file)],
+            LANEBOOK + ["fleet", "promote", FLEET],
             capture_output=True,
             text=True,
             timeout=900,
         )
+        canary_serving = httpx.get(f"{server_root(load_lane(FLEET_LANES[0]).api)}/health", timeout=10).status_code
     finally:
-        inject([])
-        run_runbook("stop", load_lane(FAULTED), {})  # the twin's pair left clean for the next test
+        control.set_lane_faults(FAULTED, [])
+        for lane in FLEET_LANES[:2]:  # the twin's pairs left clean for the next test
+            run_runbook("stop", load_lane(lane), {})
     out = done.stdout + done.stderr
+    assert canary_serving == 200, out  # the canary's lane was left as the fleet found it after its promotion
     assert done.returncode == 1, out
     faulted_at = FLEET_LANES.index(FAULTED)
     assert f"stopped at wave {faulted_at}" in out and f"{FAULTED}: promotion" in out and "fail at launch" in out, out
     assert f"not started: {', '.join(FLEET_LANES[faulted_at + 1 :])}" in out, out
     runs = [json.loads(line) for line in (outputs / "runs.jsonl").read_text().splitlines()]
-    (run_dir,) = (outputs / "fleets" / "lab").iterdir()
+    (run_dir,) = (outputs / "fleets" / FLEET).iterdir()
     record = json.loads((run_dir / "fleet.json").read_text())
     fleet_id = record["fleet_id"]
     assert record["verdict"] == "stopped" and record["airflow_exit"] != 0
@@ -213,7 +211,7 @@ def test_a_fault_stops_the_fleet_at_its_wave_and_no_later_wave_starts(twin, tmp_
     assert [r["runbook"] for r in promoted if r["lane"] == FAULTED][-1] == "launch"
     assert (run_dir / "dag.py").is_file() and "DAG TEST" in (run_dir / "airflow.log").read_text()
     status = subprocess.run(
-        LANEBOOK + ["fleet", "status", str(fleet_file), "--json"],
+        LANEBOOK + ["fleet", "status", FLEET, "--json"],
         capture_output=True,
         text=True,
     )
