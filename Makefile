@@ -79,10 +79,10 @@ demo: setup
 # The suite in parallel: SUITE_WORKERS pytest-xdist workers, each in a network namespace of its own
 # (tests/netns-python) with its own twin, whole modules at a time in tests/conftest.py's order (slowest first).
 # Without the right to make a namespace (root or CAP_SYS_ADMIN) the twins would collide: one worker, said so.
-# Four on two cores. Five ran faster on a quiet machine (pytest 522 s against 574 s, CPU about 935 s either way: most
-# modules wait on twins in real time) but loaded the twins' real-time decode enough that a timed A/B (diagnose's
-# schedule canary at C1, where both sides run K=5) swung 14% and flipped its decision in a clean-clone run.
-SUITE_WORKERS ?= 4
+# Five on two cores: most modules wait on twins in real time, so a fifth fills the waits (a quiet run: pytest 522 s
+# against 574 s with four, CPU about 935 s either way). Nothing timed may judge by wall clocks under that load: the
+# schedule canary weighs no level where both sides run the same K (C1), where a 14% swing once flipped it.
+SUITE_WORKERS ?= 5
 test: setup lint $(VLLM_STAMP) $(AIRFLOW_STAMP)
 	@if unshare -n ip link set lo up 2>/dev/null; then \
 	  $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \
