@@ -355,6 +355,19 @@ def test_canary_rejects_a_better_median_whose_trials_overlap_the_baseline():
     ]
 
 
+def test_canary_does_not_weigh_levels_where_both_sides_run_the_same():
+    faster = [speed_doc("count", (101.0, 102.0, 103.0)), BASE[1], BASE[2]]
+    decision = diagnose.canary_decision(
+        "num_speculative_tokens_per_batch_size", "fixed K=5", "[[1, 1, 5]]", BASE, faster, alike=[1]
+    )
+    assert (decision.decision, decision.comparison.verdict) == ("reject", "no gain")
+    assert decision.reasons == [
+        "no level measured where the two sides differ: nothing shows a gain",
+        "C1: both sides run the same there, so those cells are shown and not weighed",
+    ]
+    assert {c["verdict"] for c in decision.figures()["cells"]} == {"alike"}
+
+
 def test_canary_rejects_unhealthy_or_incomplete_evidence():
     faster_but_failing = [speed_doc("count", (101.0, 102.0, 103.0), errors=1), BASE[1], BASE[2]]
     decision = diagnose.canary_decision("K", 1, 2, BASE, faster_but_failing)

@@ -39,8 +39,8 @@ SMALL = [
     "-p",
     "prefix_lines=120",
 ]
-# The schedule canary at C1 only, where the 5/4/3 schedule verifies K=5 as fixed K does: no clear gain, so fixed K is
-# restored; then the long-context climb, short.
+# The schedule canary at C1 only, where the 5/4/3 schedule verifies K=5 as fixed K does: nothing tells the sides apart,
+# so fixed K is restored; then the long-context climb, short.
 SCHEDULE_SMALL = [
     "-p",
     "schedule_concurrency=[1]",
@@ -238,6 +238,10 @@ def test_twin_schedule_canary_restores_fixed_k_and_proves_the_lane(twin_run):
     decision = figures["schedule_canary"]
     assert (decision["decision"], decision["kept"], decision["baseline"]) == ("reject", "fixed K=5", "fixed K=5")
     assert decision["variant"] == "[[1, 1, 5], [2, 4, 4], [5, 6, 3]]"
+    # C1 alone, where both sides verify K=5: its cells are shown and weigh neither way, so no swing of the twins'
+    # real-time decode under a loaded machine can flip the decision
+    assert {(c["concurrency"], c["verdict"]) for c in decision["cells"]} == {(1, "alike")}
+    assert decision["reasons"][0] == "no level measured where the two sides differ: nothing shows a gain"
     relaunch = figures["schedule_canary_relaunch"]["relaunch"]
     assert relaunch["launcher"] == "ok" and relaunch["live_mismatches"] == []
     assert figures["schedule_kept"] == {"side": "fixed", "live_command_has_schedule_key": False}

@@ -267,6 +267,15 @@ def lane(twin):
         launcher.stop_lane(connected)
 
 
+@pytest.fixture(scope="module")
+def stopped_lane(twin):
+    """The twin lane stopped once for the launches refused before anything starts (each asserts none did)."""
+    with ssh.Lane(load_lane("twin")) as connected:
+        launcher.stop_lane(connected)
+        yield connected
+        launcher.stop_lane(connected)
+
+
 def pid_of(node, container):
     return json.loads(node.run(f"docker inspect {container}").stdout)[0]["State"]["Pid"]
 
@@ -366,7 +375,8 @@ def checkout_copy(lane, name, edit=""):
         ),
     ],
 )
-def test_failures_read_from_the_twin_launcher(lane, edit, exit_code, outcome, reason):
+def test_failures_read_from_the_twin_launcher(stopped_lane, edit, exit_code, outcome, reason):
+    lane = stopped_lane
     copy = checkout_copy(lane, "launcher-test", edit)
     try:
         result = launcher.start_lane(copy)

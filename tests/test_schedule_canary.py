@@ -34,6 +34,19 @@ def test_a_fixed_k_lane_needs_the_schedule_side_given():
     assert plan_of(enabled=False).skip_reason(lane) == "schedule_canary=False"
 
 
+@pytest.mark.parametrize(
+    "schedule, fixed_k, levels, alike",
+    [
+        ([[1, 1, 5], [2, 4, 4], [5, 6, 3]], 5, [1, 4, 6], [1]),  # seed 000's 5/4/3 against K=5: only C1 runs alike
+        ([[1, 2, 5], [3, 6, 4]], 5, [1, 2, 3, 6], [1, 2]),  # C3 passes through bs 3 (K=4) as its streams finish
+        ([[1, 1, 5], [2, 4, 4], [5, 6, 3]], 4, [1, 4, 6], []),  # K=4 fixed: C1 differs (5 against 4)
+        ([[2, 6, 4]], 5, [1, 2], [1]),  # a batch size no range holds verifies fixed K
+    ],
+)
+def test_alike_levels_are_those_where_every_batch_size_verifies_fixed_k(schedule, fixed_k, levels, alike):
+    assert sc.alike_levels(schedule, fixed_k, levels) == alike
+
+
 @pytest.mark.parametrize("restore, kept", [(None, sc.FIXED), ("schedule", sc.SCHEDULE), ("fixed", sc.FIXED)])
 def test_the_kept_side_is_the_operators_else_the_schedule_only_when_kept(restore, kept):
     assert sc.kept_side(plan_of(restore=restore), None) == kept

@@ -120,6 +120,28 @@ def test_ab_canary_rejects_regressions_and_promotes_gains():
     assert result.to_json()["kind"] == "a/b" and len(result.frame()) == 8
 
 
+def test_ab_canary_weighs_no_cell_where_both_sides_run_the_same():
+    """At C1 the 5/4/3 schedule verifies K=5 as fixed K does: a 14% swing there is the machine's, not the schedule's
+    (one loaded run measured exactly that), so with C1 alike neither a gain nor a loss there decides."""
+    a = [three_trials("count")]
+    swung_up = [three_trials("count", c1=(91.2, 93.5, 95.8))]  # C1 +14%, bands clear of A's
+    assert ab_canary(a, swung_up).verdict == "promote"
+    judged = ab_canary(a, swung_up, alike=[1])
+    assert judged.verdict == "no gain"
+    assert [(c.concurrency, c.verdict) for c in judged.cells] == [
+        (1, "alike"),
+        (1, "alike"),
+        (4, "within"),
+        (4, "within"),
+    ]
+    assert judged.cells[0].change == pytest.approx(93.5 / 82.0 - 1)  # still shown: medians 82.0 -> 93.5
+    swung_down = [three_trials("count", c1=(68.8, 70.5, 72.2))]  # C1 -14%
+    assert ab_canary(a, swung_down).verdict == "reject"
+    assert ab_canary(a, swung_down, alike=[1]).verdict == "no gain"
+    gain_at_c4 = [three_trials("count", c1=(68.8, 70.5, 72.2), c4=(66.0, 67.0, 68.0))]
+    assert ab_canary(a, gain_at_c4, alike=[1]).verdict == "promote"
+
+
 def test_ab_canary_refuses_unmatched_sides():
     with pytest.raises(LanebookError, match="measured on one side only"):
         ab_canary([three_trials("count")], [three_trials("code")])

@@ -38,11 +38,16 @@ FRESH_COPY = (
 DOWN = f"docker compose -p {PROJECT} --env-file .env.dspark -f docker-compose.dspark.yml down -t 1"
 
 
-@pytest.fixture
-def copy(twin):
-    """The copy's path on the head (lane stopped first); its containers removed after, on both nodes."""
+@pytest.fixture(scope="module")
+def lane_stopped(twin):
+    """The twin lane stopped once for the module: its tests start only the copy's Compose project, never the lane's."""
     with Lane(load_lane("twin")) as lane:
         launcher.stop_lane(lane)
+
+
+@pytest.fixture
+def copy(twin, lane_stopped):
+    """The copy's path on the head (the lane stopped); its containers removed after, on both nodes."""
     ssh(twin, "head", FRESH_COPY)
     yield next(n["home"] for n in twin["nodes"] if n["alias"] == "head") + f"/{COPY}"
     ssh(twin, "head", f"cd {LANE_CHECKOUT} && {DOWN}; rm -rf {COPY}")

@@ -9,9 +9,9 @@ with a stated relative tolerance. Inputs are speed documents: the JSON `lanebook
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional
 
 import pandas as pd
 
@@ -113,7 +113,7 @@ class CellVerdict:
     current: Optional[float]  # median of the measured (or B) band
     baseline: Optional[float]  # median of the baseline (or A) band
     change: Optional[float]  # current / baseline - 1
-    verdict: str  # better | worse | within | missing
+    verdict: str  # better | worse | within | missing | alike (both sides ran the same there: not weighed)
     overlap: Optional[bool]  # do the two min-max bands overlap (the difference may be noise)
     trials: int
     baseline_trials: int
@@ -205,13 +205,17 @@ def compare_to_baseline(current: list[dict], baseline: list[dict], tolerance: fl
     return Comparison("baseline", tolerance, verdicts, verdict, complete)
 
 
-def ab_canary(a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE) -> Comparison:
+def ab_canary(
+    a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE, alike: Collection[int] = ()
+) -> Comparison:
     """The matched A/B canary (diagnose runbook): same workloads, levels and max_tokens on both sides.
 
     Any cell of B worse than A beyond tolerance rejects B (seed 000's batch 8216: healthy, measured,
     rejected); B is promoted only with complete bands and at least one cell clearly better: its median beyond
     tolerance and its trials' band clear of A's. A better median inside overlapping bands may be noise (a few
-    short trials vary by more than the tolerance), and a change is kept on evidence, not on chance.
+    short trials vary by more than the tolerance), and a change is kept on evidence, not on chance. At the
+    concurrencies in `alike` both sides run the same configuration (the verify schedule's K equals fixed K there), so
+    any difference is the machine's noise: those cells are shown as "alike" and weigh neither way.
     """
     a_cells, a_tokens = _cells(a)
     b_cells, b_tokens = _cells(b)
@@ -227,6 +231,9 @@ def ab_canary(a: list[dict], b: list[dict], tolerance: float = DEFAULT_TOLERANCE
         _judge(figure, cell, b_cells[cell], a_cells[cell], tolerance)
         for cell in sorted(a_cells)
         for figure in VERDICT_FIGURES
+    ]
+    verdicts = [
+        replace(v, verdict="alike") if v.concurrency in alike and v.verdict != "missing" else v for v in verdicts
     ]
     complete = all(band["complete"] for band in [*a_cells.values(), *b_cells.values()])
     if any(v.verdict == "worse" for v in verdicts):

@@ -23,7 +23,7 @@ I/O lives in lanebook.verify.probes (requests, /metrics) and the runbook (render
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
 from lanebook.lane.params import k_for_batch
 from lanebook.nodes.prometheus import Snapshot
@@ -385,17 +385,19 @@ def canary_decision(
     baseline: list[dict],
     variant: list[dict],
     tolerance: float = DEFAULT_TOLERANCE,
+    alike: Collection[int] = (),
 ) -> CanaryDecision:
     """Keep the variant only when both sides are healthy (every request measured) and the matched comparison of
     their bands (bands.ab_canary: the same workloads, levels and max_tokens) promotes it: no cell worse beyond
-    tolerance, complete bands, at least one cell better. Anything else rejects it, and the lane's value stays."""
+    tolerance, complete bands, at least one cell better. Anything else rejects it, and the lane's value stays.
+    Cells at the concurrencies in `alike` (both sides run the same there) are shown and weigh neither way."""
     reasons = []
     for side, documents in (("baseline", baseline), ("variant", variant)):
         if failed := _errors(documents):
             reasons.append(f"{side} unhealthy: {failed} request(s) failed or were unmeasurable")
     if reasons:
         return CanaryDecision(key, baseline_value, variant_value, "reject", reasons, None)
-    comparison = ab_canary(baseline, variant, tolerance)
+    comparison = ab_canary(baseline, variant, tolerance, alike)
     cells = [
         {
             "workload": c.workload,
@@ -409,7 +411,8 @@ def canary_decision(
         for c in comparison.cells
     ]
     worse = [c for c in comparison.cells if c.verdict == "worse"]
-    slower = [c for c in comparison.cells if c.change is not None and c.change < 0]
+    weighed = [c for c in comparison.cells if c.verdict != "alike"]
+    slower = [c for c in weighed if c.change is not None and c.change < 0]
     noisy = [c for c in comparison.cells if c.verdict == "better" and c.overlap]
     if comparison.verdict == "promote":
         better = [c for c in comparison.cells if c.verdict == "better" and not c.overlap]
@@ -418,15 +421,20 @@ def canary_decision(
         reasons.append(f"worse beyond ±{tolerance:.0%} on {', '.join(_cell(c) for c in worse)}")
     elif comparison.verdict == "incomplete":
         reasons.append("bands incomplete (fewer than 3 trials a cell): a value is kept only on complete bands")
+    elif not weighed:
+        reasons.append("no level measured where the two sides differ: nothing shows a gain")
     else:
         reasons.append(
             f"no cell clearly better beyond ±{tolerance:.0%}; slower on {len(slower)} of "
-            f"{len(comparison.cells)} cells" + (f" ({', '.join(_cell(c) for c in slower)})" if slower else "")
+            f"{len(weighed)} cells" + (f" ({', '.join(_cell(c) for c in slower)})" if slower else "")
         )
         if noisy:
             reasons.append(
                 f"a better median inside overlapping trial bands may be noise: {', '.join(_cell(c) for c in noisy)}"
             )
+    if same := sorted({c.concurrency for c in comparison.cells if c.verdict == "alike"}):
+        levels = ", ".join(f"C{c}" for c in same)
+        reasons.append(f"{levels}: both sides run the same there, so those cells are shown and not weighed")
     return CanaryDecision(
         key,
         baseline_value,

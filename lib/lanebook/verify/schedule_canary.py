@@ -8,8 +8,9 @@ So the canary measures the lane with the schedule against the same lane with fix
 value), everything else equal: the side the lane runs first, then the other side relaunched through the launcher
 (lanebook.verify.canary: render, copy, stop, clean, start, live command), both on the same workloads, levels, trials
 and max_tokens. The schedule stays only on the batch canary's rule (lanebook.verify.diagnose.canary_decision: no cell
-worse, complete bands, one cell clearly better); otherwise fixed K is what the lane runs, and the live command must
-no longer carry the schedule's key.
+worse, complete bands, one cell clearly better), judged only where the sides differ: at a level where the schedule
+verifies fixed K at every batch size (C1 for 5/4/3 against K=5) both run the same, so those cells weigh neither way.
+Otherwise fixed K is what the lane runs, and the live command must no longer carry the schedule's key.
 
 The lane file stays the operator's truth: when the decided side is not what the file says, lanebook writes it there
 (lanebook.lane.values: only `speculative.schedule` changes, the file backed up beside itself first), so the next
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from lanebook.base.files import read_text
-from lanebook.lane.params import LaneParams, lane_with
+from lanebook.lane.params import LaneParams, k_for_batch, lane_with
 from lanebook.lane.values import read_schedule, schedule_text, write_schedule
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
@@ -44,6 +45,13 @@ def with_schedule(params: LaneParams, schedule: Optional[Sequence[Sequence[int]]
     speculative = params.speculative.model_dump()
     speculative["schedule"] = None if schedule is None else [list(r) for r in schedule]
     return lane_with(params, speculative=speculative)
+
+
+def alike_levels(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, concurrency: Sequence[int]) -> list[int]:
+    """The concurrencies at which the schedule verifies fixed K at every batch size a wave passes through (C streams,
+    then fewer as they finish): there both sides run the same K, so the two cannot be told apart and their difference
+    is the machine's noise (a 14% swing at C1 once flipped the decision), which must not decide."""
+    return [c for c in concurrency if all(k_for_batch(schedule, fixed_k, b) == fixed_k for b in range(1, c + 1))]
 
 
 def side_of(params: LaneParams) -> str:
@@ -151,8 +159,9 @@ def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -
     if ab and ab.documents[FIXED] and ab.documents[SCHEDULE]:
         fixed, scheduled = (plan.describe(rb.params, side) for side in (FIXED, SCHEDULE))
         ranges = schedule_text(plan.ranges(rb.params))
+        alike = alike_levels(plan.ranges(rb.params), rb.params.num_speculative_tokens, plan.concurrency)
         decision = canary_decision(
-            SCHEDULE_KEY, fixed, ranges, ab.documents[FIXED], ab.documents[SCHEDULE], plan.tolerance
+            SCHEDULE_KEY, fixed, ranges, ab.documents[FIXED], ab.documents[SCHEDULE], plan.tolerance, alike
         )
         rb.record(schedule_canary=decision.figures())
         verdict = "keep the schedule" if decision.decision == "keep" else f"restore {fixed}"
