@@ -20,24 +20,24 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 SLOW_FIRST = (
     "test_runs_upgrade.py",  # one test of about 250 s: 13 runbook runs on a private twin
+    # The run's one real vLLM boots (about 70 s of imports, then 25 s) and streams long replies: the critical path
+    # when started late. Its engine runs at nice 19 (twin/vllm_cpu.py), so it no longer starves the twins' launches.
+    "test_real_vllm.py",
+    "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
+    "test_twin_tp4.py",  # one promotion on four twin nodes, about 200 s
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
-    "test_twin_tp4.py",  # one promotion on four twin nodes, about 200 s
     "test_diagnose_runbook.py",
     "test_input_properties.py",
     "test_launch_runbook.py",
     "test_env_runbook.py",
     "test_gates_runbook.py",
+    "test_twin_fleet.py",
     "test_site_browser.py",
     "test_lock.py",
-    "test_twin_fleet.py",
     "test_twin_scripts.py",
     "test_book.py",
-    # Last of the long ones: the run's one real vLLM boots (about 70 s of imports, then 25 s, on cores the suite
-    # shares) and streams long replies; started with the twin's relaunching modules, it slowed diagnose's three
-    # launches past their 600 s in a full run.
-    "test_real_vllm.py",
 )
 _started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)
 
