@@ -105,7 +105,7 @@ DIRECT_WRITES = {
     "files.py": "the atomic writer and the backup themselves",
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
     "compose_cli.py": "a temporary directory holding copies of the checkout's texts for `docker compose config`",
-    "fleet.py": "claims a new fleet run's folder (exist_ok=False), then writes its Airflow log there; Airflow's lock file",
+    "fleet.py": "claims a new fleet run's folder (exist_ok=False) and writes its Airflow log; Airflow's lock file",
 }
 WRITE_CALLS = re.compile(
     r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"
