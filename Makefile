@@ -82,7 +82,9 @@ $(AIRFLOW_STAMP): tools/airflow-requirements.txt
 	$(AIRFLOW_VENV)/bin/airflow version
 	touch $(AIRFLOW_STAMP)
 
-demo: setup
+# The demo also runs the twin fleet's dry run through Airflow, so it builds Airflow's venv beside the others.
+demo: os-packages
+	$(call build_venvs,$(STAMP) $(HERMES_STAMP) $(AIRFLOW_STAMP))
 	$(BIN)/lanebook demo
 
 # The suite in parallel: SUITE_WORKERS pytest-xdist workers, each in a network namespace of its own

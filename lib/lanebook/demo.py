@@ -6,7 +6,10 @@ After the main job: the follow-up diagnostics (`diagnose`), a read of the lane (
 rollback lane, `launch` the twin lane) and `status`, which shows the twin lane left serving as promoted. So every
 runbook's page in the book is a rehearsal. Then the plan of upgrading the twin lane's checkout from the recipe's
 July-31 shape to its August-22 shape (the twin's recipe remote's two commits, computed by real Compose) is
-recorded, so the book shows the before/after table an operator reviews. Each run's verdict is printed as it ends;
+recorded, so the book shows the before/after table an operator reviews, and the twin fleet
+(params/fleets/twin-fleet.yaml) is promoted through Apache Airflow as a dry run, so the book's fleet page shows its
+waves as Airflow ran them (each lane's promotion a dry run: nothing observed, nothing passed; the suite runs a fleet
+for real). Each run's verdict is printed as it ends;
 the demo stops at the first run not passed (each stands on the one before it), and passes only when every runbook
 exists and every run passed: a runbook not written yet is named as missing and fails the demo (nothing is run),
 and the book is still built.
@@ -23,6 +26,7 @@ from lanebook.runs.promote import MAIN_JOB, missing_runbooks, show_record
 
 console = Console()
 TWIN_LANE = "twin"
+TWIN_FLEET = "twin-fleet"
 ROLLBACK_LANE = "the twin lane's rollback lane"  # resolved from params/twin.yaml's `rollback:` when run
 # (runbook, lane, parameters) after the main job, in the operator's order. The diagnose canary keeps its three
 # trials a cell (a value is judged only on complete bands) on one workload at C1 and shorter streams: the twin's
@@ -131,6 +135,15 @@ def record_upgrade_plan() -> None:
         console.print(f"plan recorded: {write_plan(plan)}", soft_wrap=True)
 
 
+def rehearse_fleet() -> bool:
+    """`lanebook fleet promote twin-fleet --dry-run`: the DAG written and run by Airflow, every lane's promotion a dry
+    run (no connection opened), the fleet's record kept for the book. True when it ended clean."""
+    from lanebook.runs.fleet import promote_fleet_shown
+
+    console.rule(f"fleet {TWIN_FLEET} (dry run, through Airflow)")
+    return promote_fleet_shown(TWIN_FLEET, dry_run=True) == 0
+
+
 def run_demo() -> int:
     from lanebook.lane.params import load_lane
     from lanebook.runs.promote import promote_shown
@@ -140,6 +153,7 @@ def run_demo() -> int:
     rollback_lane = load_lane(TWIN_LANE).rollback
     runs = demo_runs(rollback_lane)
     missing = missing_runbooks(MAIN_JOB + tuple(dict.fromkeys(name for name, _, _ in runs)))
+    fleet_clean = False
     console.rule("twin")
     control.print_status(control.up(faults=[], fast=True))
     _stop_lanes_left_up([TWIN_LANE, rollback_lane])
@@ -157,12 +171,15 @@ def run_demo() -> int:
             if record["verdict"] != "pass":
                 break  # each run stands on the one before it
         record_upgrade_plan()
+        fleet_clean = rehearse_fleet()
     console.rule("book")
     built = build_book()
     show_warnings(built)
     site = built.index
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})", soft_wrap=True)
     ok, line = demo_outcome(verdicts, missing, demo_labels(rollback_lane))
+    if ok and not fleet_clean:
+        ok, line = False, f"demo failed — the {TWIN_FLEET} fleet's dry run through Airflow did not end clean"
     console.print(f"[{'green' if ok else 'red'}]{line}[/] — all figures are TWIN figures")
     if ok:
         console.print(f"lane {TWIN_LANE} is left up and serving, as promoted: {load_lane(TWIN_LANE).api}")
