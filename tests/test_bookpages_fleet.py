@@ -2,7 +2,7 @@
 
 from lanebook.lane.fleet import FleetParams
 from lanebook.runs.fleet import LaneOutcome
-from lanebook.site.pages.fleet import PublishedFleet, fleet_page, fleets_index, lane_state
+from lanebook.site.pages.fleet import PublishedFleet, fleet_page, fleets_index, lane_state, utc_span
 
 FLEET = FleetParams.model_construct(
     name="lab", description="every lane of the lab", lanes=["a", "b", "c"], canary="a", wave_size=1, failure_budget=0
@@ -62,7 +62,7 @@ def test_the_page_shows_each_lane_and_the_waves_as_they_ran():
     assert "Planned: canary: a; wave 1: b; wave 2: c." in page
     assert "| b | " in page and "[p2](../audit/b-X.ipynb)" in page and "`p1`" in page  # p1 has no page: its id
     assert "latest promotion stopped at launch (step 3 warmup)" in page
-    assert "### Run `f1` · 2026-12-02T09:59:00+00:00" in page
+    assert "### Run `f1` · 2026-12-02 09:59:00 UTC" in page and "2026-12-02 10:00:00 → 10:05:00" in page
     rows = [line for line in page.splitlines() if line.startswith(("| canary |", "| wave 1 |", "| wave 2 |"))]
     assert [row.split(" | ")[0] for row in rows] == ["| canary", "| wave 1", "| wave 2"]
     assert 'lanebook-badge-fail">STOPPED' in rows[1] and 'lanebook-badge-skipped">NOT RUN' in rows[2]
@@ -77,3 +77,11 @@ def test_the_index_links_each_fleet_with_its_latest_run():
     )
     assert "No fleet file" in fleets_index([])
     assert "no run yet" in fleets_index([PublishedFleet(FLEET, LANES, {}, [])])
+
+
+def test_a_span_is_short_and_names_the_end_date_only_when_it_differs():
+    assert utc_span("2026-12-02T22:20:08.5+00:00", "2026-12-02T22:20:11+00:00") == "2026-12-02 22:20:08 → 22:20:11"
+    assert utc_span("2026-12-02T23:59:00+00:00", "2026-12-03T00:01:00+00:00") == (
+        "2026-12-02 23:59:00 → 2026-12-03 00:01:00"
+    )
+    assert (utc_span("2026-12-02T23:59:00+00:00", None), utc_span(None, None)) == ("2026-12-02 23:59:00 →", "")

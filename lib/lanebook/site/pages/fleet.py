@@ -58,6 +58,21 @@ def _promotion(outcome: LaneOutcome, links: dict[str, str], from_doc: str) -> st
     return f"[{outcome.promotion_id}]({posixpath.relpath(doc, posixpath.dirname(from_doc))}.ipynb)"
 
 
+def utc_span(started: Optional[str], finished: Optional[str]) -> str:
+    """An ISO UTC start and end, short: `2026-12-02 22:20:08 → 22:20:11` (the end's date only when it differs)."""
+
+    def short(stamp: str) -> str:
+        return stamp.replace("T", " ").split("+")[0].split(".")[0]
+
+    if not started:
+        return ""
+    start = short(started)
+    if not finished:
+        return f"{start} →"
+    end = short(finished)
+    return f"{start} → {end[11:] if end[:10] == start[:10] else end}"
+
+
 def _wave_rows(run: dict) -> list[list[object]]:
     rows = []
     for wave in run["waves"]:
@@ -87,7 +102,7 @@ def fleet_page(published: PublishedFleet, links: dict[str, str]) -> str:
         "## Lanes\n",
         wide(
             md_table(
-                ["lane", "where", "state", "latest promotion", "verdict", "started (UTC)", "finished (UTC)", "fleet"],
+                ["lane", "where", "state", "latest promotion", "verdict", "when (UTC)", "fleet"],
                 [
                     [
                         o.lane,
@@ -95,8 +110,7 @@ def fleet_page(published: PublishedFleet, links: dict[str, str]) -> str:
                         lane_state(o),
                         _promotion(o, links, doc),
                         verdict_badge(o.verdict) if o.verdict != NOT_RUN else "",
-                        o.started_at or "",
-                        o.finished_at or "",
+                        utc_span(o.started_at, o.finished_at),
                         f"`{o.fleet_id}`" if o.fleet_id else "",
                     ]
                     for o in published.lanes
@@ -108,10 +122,10 @@ def fleet_page(published: PublishedFleet, links: dict[str, str]) -> str:
     if not published.runs:
         parts.append(f"No fleet run recorded yet. `lanebook fleet promote {fleet.name}` runs one through Airflow.\n")
     for run in reversed(published.runs):
-        kind = " " + badge("dry run", "dry-run") if run.get("dry_run") else ""
+        kind = " " + badge("dry run", "dry-run") if run.get("dry_run") and run["verdict"] != DRY_RUN else ""
         verdict = badge(run["verdict"], FLEET_BADGES.get(run["verdict"], "unknown"))
         parts += [
-            f"### Run `{run['fleet_id']}` · {run['created_at']}\n",
+            f"### Run `{run['fleet_id']}` · {utc_span(run['created_at'], None).rstrip(' →')} UTC\n",
             f"{verdict}{kind} {run['summary']}\n",
             wide(md_table(["wave", "lanes", "failure budget", "gate"], _wave_rows(run))),
             "".join(f"- {wave['decision']}\n" for wave in run["waves"]),
