@@ -90,10 +90,11 @@ demo: os-packages
 # The suite in parallel: SUITE_WORKERS pytest-xdist workers, each in a network namespace of its own
 # (tests/netns-python) with its own twin, whole modules at a time in tests/conftest.py's order (slowest first).
 # Without the right to make a namespace (root or CAP_SYS_ADMIN) the twins would collide: one worker, said so.
-# Five on two cores: most modules wait on twins in real time, so a fifth fills the waits (a quiet run: pytest 522 s
-# against 574 s with four, CPU about 935 s either way). Nothing timed may judge by wall clocks under that load: the
-# schedule canary weighs no level where both sides run the same K (C1), where a 14% swing once flipped it.
-SUITE_WORKERS ?= 5
+# Six on two cores: most modules wait on twins in real time, so more workers fill the waits. With five the machine
+# was 67% busy during pytest (586 s); with six 89% (538 s), same 1,586 tests. Nothing timed may judge by wall clocks
+# under that load: the schedule canary weighs no level where both sides run the same K (C1), where a 14% swing once
+# flipped it.
+SUITE_WORKERS ?= 6
 test: os-packages
 	$(call build_venvs,$(STAMP) $(HERMES_STAMP) $(VLLM_STAMP) $(AIRFLOW_STAMP))
 	@$(MAKE) --no-print-directory lint
