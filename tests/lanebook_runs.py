@@ -17,6 +17,17 @@ import pytest
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 
 
+def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """The `lanebook` command as a user types it, its records in OUTPUTS."""
+    return subprocess.run(
+        [LANEBOOK, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+    )
+
+
 def stand_in_notebook(*cells: str, parameters: str = 'lane = "twin"\ndry_run = False') -> nbformat.NotebookNode:
     """A small runbook standing in for a real one: its parameters cell, then CELLS, on the python3 kernel."""
     params = nbformat.v4.new_code_cell(parameters)

@@ -77,17 +77,6 @@ def missing_reason() -> str | None:
     return None
 
 
-def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    """The `lanebook` command, its records in OUTPUTS."""
-    return subprocess.run(
-        [LANEBOOK, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
-    )
-
-
 @dataclass
 class RealServer:
     lane: LaneParams

@@ -50,7 +50,7 @@ from lanebook.twin import conformance
 from lanebook.verify import gates
 from lanebook.verify.diagnose import prefix_bodies, prefix_verdict, ttft_s
 from lanebook.verify.probes import prefix_protocol
-from lanebook_runs import last_record
+from lanebook_runs import lanebook_command, last_record
 from prometheus_client.parser import text_string_to_metric_families
 from real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixtures, used by name
     LANE,
@@ -59,7 +59,6 @@ from real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixt
     NAME,
     SCHEDULE,
     TINY_MODEL,
-    lanebook_command,
     missing_reason,
     real,
     twin_server,

@@ -5,29 +5,17 @@ status` names an orphaned rank on a worker beyond the first."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.twin import control
-from lanebook_runs import LANEBOOK, last_record
+from lanebook_runs import lanebook_command, last_record
 
 pytestmark = pytest.mark.twin
 
 LANE = "twin-tp4"
 WORKERS = ("worker", "worker2", "worker3")
-
-
-def lanebook(outputs, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [LANEBOOK, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
-    )
 
 
 def records(outputs) -> list[dict]:
@@ -40,12 +28,12 @@ def promoted(twin, tmp_path_factory):
     outputs = tmp_path_factory.mktemp("tp4") / "outputs"
     with ssh.Lane(load_lane("twin")) as pair:
         if pair.head.run("docker ps --format '{{.Names}}'").stdout.strip():
-            assert lanebook(outputs, "run", "stop", "--lane", "twin").returncode == 0
-    done = lanebook(outputs, "promote", "--lane", LANE)
+            assert lanebook_command(["run", "stop", "--lane", "twin"], outputs).returncode == 0
+    done = lanebook_command(["promote", "--lane", LANE], outputs)
     try:
         yield done, outputs
     finally:
-        lanebook(outputs, "run", "stop", "--lane", LANE, timeout=300)
+        lanebook_command(["run", "stop", "--lane", LANE], outputs, timeout=300)
 
 
 def test_the_promotion_passes_on_four_nodes_with_the_weights_fanned_out_to_every_worker(promoted):
@@ -82,7 +70,7 @@ def test_status_names_an_orphaned_rank_on_worker2(promoted, tmp_path):
         lane.head.run(f"docker kill {container}")
         for alias in ("worker", "worker3"):
             lane.node(alias).run(f"docker stop -t 1 {container}")
-    done = lanebook(tmp_path, "run", "status", "--lane", LANE, timeout=300)
+    done = lanebook_command(["run", "status", "--lane", LANE], tmp_path, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     record = last_record(tmp_path)
     assert record["verdict"] == "fail" and record["failed_step"] == "2 containers"
