@@ -425,8 +425,6 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
     return back
 
 
-# The recipe's compose writes the TP group's size literally; the four-node shape's reads it from the env file.
-FOUR_NODE_FLAGS = {"--tensor-parallel-size": "TP_SIZE", "--nnodes": "NNODES"}
 FOUR_NODE_REFERENCE = "reference checkout, four-node shape"
 
 
@@ -438,7 +436,7 @@ def reference_for(lane: LaneParams) -> tuple[CheckoutFiles, str]:
     if not lane.rank_shaped:
         return reference, "reference checkout"
     text = reference.compose.text
-    for flag, key in FOUR_NODE_FLAGS.items():
+    for key, flag in RANK_FLAGS.items():  # the recipe writes them literally; the four-node shape reads the env file
         text = re.sub(rf"(?m)^(\s*{re.escape(flag)}) 2$", rf"\1 ${{{key}}}", text)
     return reference.replace(compose=TextFile(reference.compose.name, text)), FOUR_NODE_REFERENCE
 
