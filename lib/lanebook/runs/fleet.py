@@ -37,7 +37,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.files import record_id, utc_stamp, write_atomic
 from lanebook.lane.fleet import FleetParams, Wave, plan_waves
 from lanebook.lane.params import NAME_RE
-from lanebook.runs.promote import MAIN_JOB
+from lanebook.runs.promote import MAIN_JOB, latest_promotion
 
 AIRFLOW_BIN = paths.REPO / ".tools" / "airflow" / "bin" / "airflow"
 PLAN_FILE, DAG_FILE, RECORD_FILE, AIRFLOW_LOG = "plan.json", "dag.py", "fleet.json", "airflow.log"
@@ -289,15 +289,10 @@ class LaneOutcome:
 
 def lane_outcome(records: list[dict], lane: str, fleet_id: Optional[str] = None) -> LaneOutcome:
     """The lane's latest promotion in RECORDS (oldest first), of the fleet run FLEET_ID when given."""
-    ours = [
-        r
-        for r in records
-        if r.get("lane") == lane and r.get("promotion_id") and (fleet_id is None or r.get("fleet_id") == fleet_id)
-    ]
-    if not ours:
+    chain = latest_promotion(records, lane, lambda r: fleet_id is None or r.get("fleet_id") == fleet_id)
+    if not chain:
         return LaneOutcome(lane, NOT_RUN)
-    promotion_id = ours[-1]["promotion_id"]
-    chain = [r for r in ours if r["promotion_id"] == promotion_id]
+    promotion_id = chain[-1]["promotion_id"]
     first, last = chain[0], chain[-1]
     dry_run = bool(first.get("dry_run"))
     wanted = DRY_RUN if dry_run else PASSED

@@ -81,16 +81,22 @@ def new_plan() -> Plan:
     return Plan(uuid.uuid4().hex[:12], MAIN_JOB, None, "a new promotion")
 
 
+def latest_promotion(runs: list[dict], lane: str, matches: Callable[[dict], bool] = lambda r: True) -> list[dict]:
+    """The records of the lane's latest promotion among RUNS (oldest first) whose records MATCH, oldest first; empty
+    when it has none."""
+    ours = [r for r in runs if r.get("promotion_id") and r.get("lane") == lane and matches(r)]
+    return [r for r in ours if r["promotion_id"] == ours[-1]["promotion_id"]] if ours else []
+
+
 def plan_resume(runs: list[dict], lane: str, digest: dict[str, str], *, dry_run: bool = False) -> Plan:
     """Continue the lane's latest promotion (of the same kind: dry or not) at its first runbook that did not pass."""
-    ours = [r for r in runs if r.get("promotion_id") and r["lane"] == lane and bool(r.get("dry_run")) == dry_run]
-    if not ours:
+    chain = latest_promotion(runs, lane, lambda r: bool(r.get("dry_run")) == dry_run)
+    if not chain:
         kind = "dry-run promotion" if dry_run else "promotion"
         raise LanebookError(
             f"--resume: no earlier {kind} of lane {lane} is recorded; run `lanebook promote --lane {lane}` first"
         )
-    promotion_id = ours[-1]["promotion_id"]
-    chain = [r for r in ours if r["promotion_id"] == promotion_id]
+    promotion_id = chain[-1]["promotion_id"]
     passed = "dry-run" if dry_run else "pass"
     latest = {r["runbook"]: r for r in chain}  # the last run of each runbook in this promotion
     start = next((i for i, name in enumerate(MAIN_JOB) if latest.get(name, {}).get("verdict") != passed), None)
