@@ -6,6 +6,7 @@ from lanebook.speed.records import CONTENT, ROLE, ChunkArrival, RequestRecord
 from lanebook.speed.servercounts import (
     ServerCounts,
     client_completion_tokens,
+    client_ttft_count,
     client_ttft_mean_s,
     counts_line,
     server_counts,
@@ -52,6 +53,7 @@ def test_lanebooks_side():
     assert client_completion_tokens([*records, record(2, 10.0, 10.2, None)]) is None  # a stream sent no usage
     no_content = RequestRecord(3, 10.0, 11.0, [ChunkArrival(10.1, ROLE)], 0)
     assert round(client_ttft_mean_s([*records, no_content]), 6) == 0.4
+    assert client_ttft_count([*records, no_content]) == 2  # the mean covers two of the three
 
 
 def test_the_line_says_equal_or_how_far_apart():
@@ -59,7 +61,7 @@ def test_the_line_says_equal_or_how_far_apart():
     line = counts_line(ServerCounts(32, 0.5, 2), records)
     assert line == (
         "server counted 32 generation tokens, lanebook counted 32 (equal); TTFT mean: server 0.250 s (2), "
-        "lanebook 0.400 s"
+        "lanebook 0.400 s (2)"
     )
     assert "(DIFFER by +3)" in counts_line(ServerCounts(35, 0.5, 2), records)
     assert "(DIFFER by -2)" in counts_line(ServerCounts(30, None, None), records)

@@ -25,7 +25,12 @@ from lanebook.speed.bands import MIN_TRIALS, bands_from_runs
 from lanebook.speed.client import Plan, Tally, measure, run
 from lanebook.speed.metrics import WaveFigures, stamp_source, wave_figures
 from lanebook.speed.records import STAMP_KERNEL, WaveRecord
-from lanebook.speed.servercounts import client_completion_tokens, client_ttft_mean_s, counts_line
+from lanebook.speed.servercounts import (
+    client_completion_tokens,
+    client_ttft_count,
+    client_ttft_mean_s,
+    counts_line,
+)
 from lanebook.speed.workloads import check_thinking_booleans, load_workload
 
 DEFAULT_REQUEST: dict[str, Any] = LaneParams.model_fields["request"].default_factory()
@@ -78,6 +83,7 @@ def _counts_json(wave: WaveRecord) -> dict:
         "lanebook_completion_tokens": client_completion_tokens(wave.requests),
         "server_ttft_mean_s": None if counts is None else counts.ttft_mean_s,
         "lanebook_ttft_mean_s": client_ttft_mean_s(wave.requests),
+        "lanebook_ttft_count": client_ttft_count(wave.requests),
     }
 
 

@@ -57,12 +57,17 @@ def client_ttft_mean_s(records: list[RequestRecord]) -> Optional[float]:
     return sum(ttfts) / len(ttfts) if ttfts else None
 
 
+def client_ttft_count(records: list[RequestRecord]) -> int:
+    """How many requests lanebook's TTFT mean covers: a reply of tokens with no text has no first content chunk."""
+    return sum(1 for r in records if _has_content(r))
+
+
 def _has_content(record: RequestRecord) -> bool:
     return any(c.kind in CONTENT_KINDS for c in record.chunks)
 
 
 def counts_line(counts: Optional[ServerCounts], records: list[RequestRecord]) -> str:
-    """'server counted N generation tokens, lanebook counted N (equal); TTFT mean: server X s (n), lanebook Y s'."""
+    """'server counted N generation tokens, lanebook counted N (equal); TTFT mean: server X s (n), lanebook Y s (m)'."""
     if counts is None:
         return "server counts: /metrics has no vllm:generation_tokens_total or TTFT histogram (or was not read)"
     mine = client_completion_tokens(records)
@@ -75,5 +80,5 @@ def counts_line(counts: Optional[ServerCounts], records: list[RequestRecord]) ->
         tokens = f"server counted {theirs:g} generation tokens, lanebook counted {counted}{judged}"
     server_ttft, client_ttft = counts.ttft_mean_s, client_ttft_mean_s(records)
     ttft = "TTFT mean: server " + ("-" if server_ttft is None else f"{server_ttft:.3f} s ({counts.ttft_count:g})")
-    ttft += ", lanebook " + ("-" if client_ttft is None else f"{client_ttft:.3f} s")
+    ttft += ", lanebook " + ("-" if client_ttft is None else f"{client_ttft:.3f} s ({client_ttft_count(records)})")
     return f"{tokens}; {ttft}"
