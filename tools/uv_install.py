@@ -1,0 +1,71 @@
+"""`uv pip install` into a venv, from where pip on this machine would take the same packages.
+
+    python3 tools/uv_install.py UV VENV [uv pip install arguments...]
+
+The Makefile builds every venv with uv (tools/uv-requirements.txt): it installs the same pinned files several times
+faster than pip and with a fraction of its CPU, which the suite needs while vLLM's CPU venv builds beside it. uv
+does not read pip's configuration, and a machine's wheels may lie where only that configuration says (a local
+find-links folder holding the CPU build of torch, local package indexes). So this reads pip's own view of it
+(`pip config list`, the environment's PIP_* included) and hands uv the same index URL, extra index URLs and
+find-links, with pip's choice among them (the best version from any index), then runs uv. A file:// location that
+does not exist is left out, as pip ignores it with a warning. Standard library only: it runs before any venv exists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from urllib.parse import urlparse
+
+# pip's option → uv's, each taking whitespace-separated values as pip does
+OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links"}
+CONFIG_LINE = re.compile(r"^(?P<scope>[^.]*)\.(?P<key>[a-z-]+)='(?P<value>.*)'$")
+
+
+def pip_locations(config_list: str) -> dict[str, list[str]]:
+    """pip's index and find-links settings from `pip config list`: an environment variable (scope ':env:') wins over
+    a file's setting of the same key, as in pip."""
+    chosen: dict[str, tuple[bool, list[str]]] = {}
+    for line in config_list.splitlines():
+        match = CONFIG_LINE.match(line.strip())
+        if not match or match["key"] not in OPTIONS:
+            continue
+        from_env = match["scope"] == ":env:"
+        if match["key"] not in chosen or from_env or not chosen[match["key"]][0]:
+            chosen[match["key"]] = (from_env, match["value"].split())
+    return {key: [v for v in values if _present(v)] for key, (_, values) in chosen.items()}
+
+
+def _present(location: str) -> bool:
+    """Whether a location can be read: a URL other than file://, or a path (or file:// URL) that exists."""
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file"):
+        return True
+    return os.path.exists(parsed.path if parsed.scheme == "file" else location)
+
+
+def uv_arguments(locations: dict[str, list[str]]) -> list[str]:
+    arguments = ["--index-strategy", "unsafe-best-match"]  # pip takes the best version from any of its indexes
+    for key, values in locations.items():
+        for value in values:
+            arguments += [OPTIONS[key], value]
+    return arguments
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    uv, venv, *rest = argv
+    config = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
+    ).stdout
+    python = os.path.join(venv, "bin", "python")
+    command = [uv, "pip", "install", "--quiet", "--python", python, *uv_arguments(pip_locations(config)), *rest]
+    return subprocess.run(command, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
