@@ -125,6 +125,25 @@ def test_the_fleet_stops_at_the_wave_whose_gate_stopped_it_and_names_what_did_no
     assert kept["waves"][1]["lanes"][0]["stopped_at"] == "launch" and kept["fleet_id"] == "f1"
 
 
+def test_each_gate_writes_the_fleets_record_as_it_stands_after_its_wave(tmp_path, monkeypatch):
+    """A DAG run by an Airflow deployment has no `lanebook fleet promote` waiting to write fleet.json at the end."""
+    outputs, run_dir = tmp_path / "outputs", tmp_path / "run"
+    outputs.mkdir(), run_dir.mkdir()
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
+    fleet = plan(run_dir)
+    (run_dir / runs_fleet.PLAN_FILE).write_text(json.dumps(fleet.to_json()))
+    records = promotion("a", "p1") + promotion("b", "p2", stop_at="launch") + promotion("c", "p3", stop_at="env")
+    (outputs / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[: len(promotion("a", "p1"))]))
+    assert runs_fleet.gate(run_dir, 0).gate == GO_ON
+    after_canary = json.loads((run_dir / runs_fleet.RECORD_FILE).read_text())
+    assert after_canary["verdict"] == RUNNING and [w["gate"] for w in after_canary["waves"]][0] == GO_ON
+    (outputs / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert runs_fleet.gate(run_dir, 1).gate == STOPPED
+    assert runs_fleet.gate(run_dir, 2).gate == NOT_RUN  # all_done: Airflow runs it after the stop
+    kept = json.loads((run_dir / runs_fleet.RECORD_FILE).read_text())
+    assert kept["verdict"] == STOPPED and [w["gate"] for w in kept["waves"]] == [GO_ON, STOPPED, NOT_RUN]
+
+
 def test_the_dag_runs_each_lanes_promotion_then_its_waves_gate(tmp_path):
     dry = plan(tmp_path, dry_run=True)
     commands = task_commands(dry)

@@ -14,10 +14,12 @@ this fleet id from outputs/runs.jsonl and fails when more of them did not pass t
 (the canary's is 0); the next wave's tasks depend on the gate, so a failed gate stops the fleet there. Airflow's
 `dags test` runs a wave's tasks one after another; a deployment's executor runs them at once.
 
-When Airflow is done the fleet's record, `fleet.json` beside the DAG, says how the waves ran: each lane's promotion and
-verdict, each gate's decision, the fleet's verdict (pass, fail: every wave ran but a lane failed within its budget,
-stopped, error, dry-run). Everything it says is a pure function of the plan and the run records (`fleet_outcome`), so
-`lanebook fleet status` reads a fleet still running, or one run by another Airflow, the same way.
+The fleet's record, `fleet.json` beside the DAG, says how the waves ran: each lane's promotion and verdict, each gate's
+decision, the fleet's verdict (pass, fail: every wave ran but a lane failed within its budget, stopped, error,
+dry-run). Each gate writes it as it stands after its wave, so a DAG run by an Airflow deployment, where no `lanebook
+fleet promote` waits for the end, leaves it too; when the local `airflow dags test` is done lanebook writes it once
+more with Airflow's exit code. Everything it says is a pure function of the plan and the run records
+(`fleet_outcome`), so `lanebook fleet status` reads a fleet still running, or one with no record, the same way.
 """
 
 from __future__ import annotations
@@ -418,14 +420,17 @@ def fleet_outcome(plan: FleetPlan, records: list[dict], airflow_exit: Optional[i
 
 
 def gate(run_dir: Path, wave_index: int) -> WaveOutcome:
-    """`lanebook fleet gate RUNDIR WAVE`: the wave's gate decided from the records (the DAG's gate task)."""
+    """`lanebook fleet gate RUNDIR WAVE`: the wave's gate decided from the records (the DAG's gate task), and the
+    fleet's record as it stands after the wave."""
     from lanebook.runs.audit import read_runs
 
     plan = FleetPlan.read(run_dir)
     wave = next((w for w in plan.waves if w.index == wave_index), None)
     if wave is None:
         raise LanebookError(f"fleet run {plan.fleet_id} has no wave {wave_index} (waves 0-{len(plan.waves) - 1})")
-    return wave_outcome(wave, read_runs(), plan.fleet_id, plan.dry_run)
+    records = read_runs()
+    write_record(fleet_outcome(plan, records))
+    return wave_outcome(wave, records, plan.fleet_id, plan.dry_run)
 
 
 def write_record(outcome: FleetOutcome) -> Path:
