@@ -75,6 +75,25 @@ def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):
         control.down()  # idempotent
 
 
+def test_lanes_starting_at_once_on_a_down_twin_bring_it_up_once(tmp_path):
+    """Two runs of twin lanes start together (a fleet's wave on an Airflow deployment): one brings the twin up, the
+    other finds it up; neither takes the other's nodes down."""
+    with private_twin(tmp_path / "twin", []):
+        control.down()
+        env = {**os.environ, "PYTHONPATH": str(LIB_DIR)}
+        start = "from lanebook.lane.params import load_lane; from lanebook.twin import control; "
+        start += "control.bring_up(load_lane('twin')); print(control.read_state(control.layout())['pids'])"
+        runs = [
+            subprocess.Popen([sys.executable, "-c", start], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for _ in range(2)
+        ]
+        outputs = [run.communicate(timeout=120) for run in runs]
+        assert [run.returncode for run in runs] == [0, 0], outputs
+        assert outputs[0][0] == outputs[1][0]  # both saw the same nodes: one `up`
+        up = control.status()
+        assert up["running"] and all(n["sshd"] and n["reachable"] for n in up["nodes"]), up
+
+
 def test_private_twins_of_a_process_reuse_its_last_ports_while_they_are_free():
     """So a process's private twins one after another (the fault matrix's rows) render their checkouts once."""
     ports = control.private_ports()

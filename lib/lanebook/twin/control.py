@@ -331,13 +331,26 @@ def add_nodes(lane: LaneParams) -> dict:
     return status()
 
 
+@contextmanager
+def _up_lock(lay: TwinLayout) -> Iterator[None]:
+    """One process at a time finds the twin down and starts it: the lanes of a fleet's wave start at once, and a
+    second `up` would begin by taking the first one's nodes down."""
+    import fcntl
+
+    lay.root.mkdir(parents=True, exist_ok=True)
+    with open(lay.root / "up.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def bring_up(lane: LaneParams) -> None:
     """A twin lane finds its twin up (fast: cold-bind and JIT waits shortened, decode rates never) with every node it
     names; a real lane is left alone."""
     if not is_twin_lane(lane):
         return
-    if not status()["running"]:
-        up(faults=[], fast=True)
+    with _up_lock(layout()):
+        if not status()["running"]:
+            up(faults=[], fast=True)
     if missing_nodes(lane, TwinAddresses.from_state(read_state(layout())["addresses"])):
         add_nodes(lane)
 
