@@ -19,21 +19,21 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 # xdist gives each worker one module, then at once a second to every worker with at most two tests pending: the
-# single-test modules below (upgrade, fleet, TP4) get the seventh to ninth, queued behind them. So those three are
-# modules of about 100-160 s, and the run's one real vLLM (about 70 s of imports, then 25 s, then long replies) is
-# among the first six: queued behind the upgrade it had made the run's longest chain (264 s + 214 s). Its setup
-# waits for `make test`'s build of its venv beside the suite (about two minutes on a clean clone), and its engine runs
-# at nice 19 (twin/vllm_cpu.py), so it does not starve the twins' launches.
+# single-test modules below (upgrade, fleet, TP4) get the seventh to ninth, queued behind them.
 SLOW_FIRST = (
     "test_runs_upgrade.py",  # one test of about 250 s: 13 runbook runs on a private twin
     "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
     "test_twin_tp4.py",  # one promotion on four twin nodes, about 200 s
-    "test_real_vllm.py",
+    "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
-    "test_runbooks.py",  # behind the upgrade
-    "test_input_properties.py",  # behind the fleet
-    "test_diagnose_runbook.py",  # behind the TP4 promotion
+    # The run's one real vLLM (about 70 s of imports, then 25 s, then long replies), queued behind the upgrade: its
+    # venv's build beside the suite is done by then. Started with the first six it met them at their heaviest: its
+    # engine runs at nice 19 (twin/vllm_cpu.py, so it does not starve the twins' launches), and starved that way it
+    # once left a /metrics scrape unanswered for 10 s.
+    "test_real_vllm.py",
+    "test_diagnose_runbook.py",
+    "test_input_properties.py",
     "test_launch_runbook.py",
     "test_env_runbook.py",
     "test_gates_runbook.py",

@@ -5,7 +5,9 @@ jupyter_client's `wait_for_ready`, once the kernel answers `kernel_info`, reads 
 it handles, in order, on its one IOPub socket, so the `idle` of the answered `kernel_info` request is the last message
 that request causes and everything published before it has been read by then. This client reads IOPub up to that
 `idle`; an IOPub not yet subscribed (ZeroMQ drops what a subscriber missed) sees none within 0.2 s and asks again,
-as jupyter_client does when no IOPub message follows the reply.
+as jupyter_client does when no IOPub message follows the reply. Once IOPub has shown a message it is live, and the
+`idle` follows in order however long a loaded machine takes to deliver it (once more than 60 s of asking again when
+each idle came later than 0.2 s), unless IOPub has already moved on to a later request: its idle was missed, ask again.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Optional
 
 from jupyter_client.asynchronous import AsyncKernelClient
 
-IOPUB_WAIT_S = 0.2  # as jupyter_client: how long an answered request's IOPub messages may take to arrive
+IOPUB_WAIT_S = 0.2  # as jupyter_client: how long an answered request's first IOPub message may take to arrive
+LIVE_IOPUB_WAIT_S = 10.0  # on a live IOPub, the longest wait for the next message before asking again
 
 
 class RunbookKernelClient(AsyncKernelClient):
@@ -25,14 +28,17 @@ class RunbookKernelClient(AsyncKernelClient):
 
     async def wait_for_ready(self, timeout: Optional[float] = None) -> None:
         deadline = time.monotonic() + (math.inf if timeout is None else timeout)
+        asked: list[str] = []  # the kernel_info requests sent, in order
         while True:
-            self.kernel_info()
+            asked.append(self.kernel_info())
             try:
                 reply = await self.shell_channel.get_msg(timeout=1)
             except Empty:
                 reply = None
             if reply is not None and reply["msg_type"] == "kernel_info_reply":
-                if await self._idle_after(reply["parent_header"].get("msg_id")):
+                answered = reply["parent_header"].get("msg_id")
+                later = set(asked[asked.index(answered) + 1 :]) if answered in asked else set()
+                if await self._idle_after(answered, later):
                     self._handle_kernel_info_reply(reply)
                     return
             if not await self._async_is_alive():
@@ -40,18 +46,19 @@ class RunbookKernelClient(AsyncKernelClient):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
 
-    async def _idle_after(self, request_id: Optional[str]) -> bool:
-        """Read IOPub up to the kernel's `idle` after REQUEST_ID; False when it does not come within IOPUB_WAIT_S."""
-        until = time.monotonic() + IOPUB_WAIT_S
-        while (left := until - time.monotonic()) > 0:
+    async def _idle_after(self, request_id: Optional[str], later: frozenset[str] | set[str] = frozenset()) -> bool:
+        """Read IOPub up to the kernel's `idle` after REQUEST_ID. False when no message comes within IOPUB_WAIT_S (an
+        IOPub not yet subscribed), when a live IOPub is then quiet for LIVE_IOPUB_WAIT_S, or when it shows a message of
+        a request sent after this one (LATER): this one's idle came before IOPub was live."""
+        wait = IOPUB_WAIT_S
+        while True:
             try:
-                msg = await self.iopub_channel.get_msg(timeout=left)
+                msg = await self.iopub_channel.get_msg(timeout=wait)
             except Empty:
                 return False
-            if (
-                msg["msg_type"] == "status"
-                and msg["content"].get("execution_state") == "idle"
-                and msg["parent_header"].get("msg_id") == request_id
-            ):
+            wait = LIVE_IOPUB_WAIT_S
+            parent = msg["parent_header"].get("msg_id")
+            if parent in later:
+                return False
+            if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle" and parent == request_id:
                 return True
-        return False
