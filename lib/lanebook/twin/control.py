@@ -278,12 +278,14 @@ def missing_nodes(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
 
 
 @contextmanager
-def _nodes_lock(lay: TwinLayout) -> Iterator[None]:
-    """One process at a time changes the twin's node set (lanes of a fleet wave start together)."""
+def _twin_lock(lay: TwinLayout, name: str) -> Iterator[None]:
+    """One process at a time holds the twin's lock NAME (lanes of a fleet wave start together): `up` to find the twin
+    down and start it (a second `up` would begin by taking the first one's nodes down), `nodes` to change its node
+    set."""
     import fcntl
 
     lay.root.mkdir(parents=True, exist_ok=True)
-    with open(lay.root / "nodes.lock", "w") as handle:
+    with open(lay.root / f"{name}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         yield
 
@@ -294,7 +296,7 @@ def add_nodes(lane: LaneParams) -> dict:
     the lane's checkout is laid out on every node of it that lacks one. The new workers hold no weights (the weights
     runbook fans them out from the head). The twin's status after."""
     lay = layout()
-    with _nodes_lock(lay):
+    with _twin_lock(lay, "nodes"):
         state = read_state(lay)
         if not status()["running"]:
             raise LanebookError("the twin is not running: start it with `lanebook twin up`")
@@ -331,24 +333,12 @@ def add_nodes(lane: LaneParams) -> dict:
     return status()
 
 
-@contextmanager
-def _up_lock(lay: TwinLayout) -> Iterator[None]:
-    """One process at a time finds the twin down and starts it: the lanes of a fleet's wave start at once, and a
-    second `up` would begin by taking the first one's nodes down."""
-    import fcntl
-
-    lay.root.mkdir(parents=True, exist_ok=True)
-    with open(lay.root / "up.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
-
-
 def bring_up(lane: LaneParams) -> None:
     """A twin lane finds its twin up (fast: cold-bind and JIT waits shortened, decode rates never) with every node it
     names; a real lane is left alone."""
     if not is_twin_lane(lane):
         return
-    with _up_lock(layout()):
+    with _twin_lock(layout(), "up"):
         if not status()["running"]:
             up(faults=[], fast=True)
     if missing_nodes(lane, TwinAddresses.from_state(read_state(layout())["addresses"])):
@@ -416,7 +406,7 @@ def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
         raise LanebookError("the twin is not running: start it with `lanebook twin up`")
     bring_up(lane)
     lay = layout()
-    with _nodes_lock(lay):
+    with _twin_lock(lay, "nodes"):
         state = read_state(lay)
         scoped = state.get("lane_faults", {})
         before = set(scoped.get(lane.name, {}).get("faults", []))
