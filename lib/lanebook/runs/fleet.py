@@ -428,9 +428,9 @@ def gate(run_dir: Path, wave_index: int) -> WaveOutcome:
     wave = next((w for w in plan.waves if w.index == wave_index), None)
     if wave is None:
         raise LanebookError(f"fleet run {plan.fleet_id} has no wave {wave_index} (waves 0-{len(plan.waves) - 1})")
-    records = read_runs()
-    write_record(fleet_outcome(plan, records))
-    return wave_outcome(wave, records, plan.fleet_id, plan.dry_run)
+    outcome = fleet_outcome(plan, read_runs())
+    write_record(outcome)
+    return outcome.waves[plan.waves.index(wave)]
 
 
 def write_record(outcome: FleetOutcome) -> Path:
