@@ -69,14 +69,14 @@ def schedule_543(tmp_path_factory):
     server.stop()
 
 
-def measure(api, lane, workload, levels=LEVELS, result=False):
-    """The speed document of one trial per level (or, with result=True, the SpeedResult it was made from)."""
+def measure(api, lane, workload, levels=LEVELS):
+    """One trial per level: the SpeedResult (its document() is the speed document)."""
     httpx.delete(f"{api.removesuffix('/v1')}/twin/requests")
     speed = run_speed(
         api, lane.served_model_name, workload, levels, trials=1, max_tokens=256, lane_request=lane.request, twin=True
     )
     assert speed.errors == 0
-    return speed if result else speed.document()
+    return speed
 
 
 def verified_k(speed) -> dict[int, float]:
@@ -106,7 +106,7 @@ def served_aggregates(api, levels=LEVELS) -> dict[int, tuple[float, float]]:
 @pytest.fixture(scope="module")
 def fixed_probe(fixed_k5):
     """The fixed-K lane's probe waves: the document as measured, and the server's own aggregates of its waves."""
-    speed = measure(*fixed_k5, "probe", result=True)
+    speed = measure(*fixed_k5, "probe")
     return speed.document(), served_aggregates(fixed_k5[0]), verified_k(speed)
 
 
@@ -127,7 +127,7 @@ def test_t05_543_schedule_beats_fixed_k5_in_aggregate_at_c4_c6(fixed_probe, sche
     alone, which the engine paces at its step deadlines (admission and prefill, the same model on both sides, are
     what a loaded machine skews most: 4% apart once beside a full suite)."""
     _, fixed_agg, fixed_k = fixed_probe
-    speed = measure(*schedule_543, "probe", result=True)
+    speed = measure(*schedule_543, "probe")
     sched_agg, sched_k = served_aggregates(schedule_543[0]), verified_k(speed)
     assert sched_agg[4][1] > fixed_agg[4][1] * 1.02 and sched_agg[6][1] > fixed_agg[6][1] * 1.02, (sched_agg, fixed_agg)
     # C1 verifies K=5 under both, on the servers' own counters. Not compared by rate: a single stream's rate follows
@@ -138,7 +138,7 @@ def test_t05_543_schedule_beats_fixed_k5_in_aggregate_at_c4_c6(fixed_probe, sche
 
 
 def test_t06_count_stream_beats_code(schedule_543):
-    count = by_level(measure(*schedule_543, "count", [1]), "mean_stream_decode_tok_s")[1]
-    code = by_level(measure(*schedule_543, "code", [1]), "mean_stream_decode_tok_s")[1]
+    count = by_level(measure(*schedule_543, "count", [1]).document(), "mean_stream_decode_tok_s")[1]
+    code = by_level(measure(*schedule_543, "code", [1]).document(), "mean_stream_decode_tok_s")[1]
     assert count > code * 1.2
     assert 47 <= code <= 70  # seed 000: code/agent work lives in the 47-70 band
