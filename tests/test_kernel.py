@@ -84,6 +84,22 @@ def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
     assert not os.path.exists(connection_file)
 
 
+def test_kernels_started_at_once_listen_on_sockets_of_their_own_and_leave_none(tmp_path):
+    """Loopback TCP ports picked for two kernels at once can be the same port; a socket in a folder of its own
+    cannot (lanebook.runs.kernel)."""
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
+    printed.clear()
+    with started_kernel(path) as first, started_kernel(path) as second:
+        homes = [Path(m.connection_file).parent for m in (first, second)]
+        assert (first.transport, second.transport) == ("ipc", "ipc") and homes[0] != homes[1]
+        for manager, home in zip((first, second), homes):
+            assert manager.ip == str(home / "ipc")
+            execute(manager, "x = 1")
+            assert sorted(p.name for p in home.iterdir()) == [*(f"ipc-{n}" for n in range(1, 6)), "kernel.json"]
+            assert all(home.joinpath(f"ipc-{n}").is_socket() for n in range(1, 6))
+    assert not any(home.exists() for home in homes)
+
+
 def test_the_kernel_is_ipykernel_without_its_debugger_or_httpx_command_line(tmp_path):
     path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
     printed.clear()

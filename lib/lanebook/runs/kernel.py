@@ -9,13 +9,21 @@ The kernel is ipykernel's, started by this module (`python -m lanebook.runs.kern
 KERNELS_DIR) without its debugger: ipykernel imports debugpy as it boots, for JupyterLab's visual debugger, which
 a headless run has no way to attach. The spec is read from KERNELS_DIR alone, not searched for among the
 installed ones.
+
+The kernel talks over Unix sockets in a folder of its own, not over loopback TCP ports. jupyter_client picks TCP
+ports by binding port 0 and letting go of it, and the kernel binds them a moment later: two kernels started at once
+by two processes can be handed the same port (seen here once in 360 starts of six at a time). A kernel that finds
+its IOPub port taken stays up without ever answering (ipykernel 7.4: the bind error leaves its threads running), and
+the run fails after 60 s with "Kernel didn't respond". A socket path in a folder made for the kernel cannot be taken.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import shutil
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -89,16 +97,23 @@ def started_kernel(notebook: Path) -> Iterator[object]:
 
     line = preload_line(lanebook_imports(notebook))
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
-    manager = AsyncKernelManager(
-        kernel_name=KERNEL_NAME,
-        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(KERNELS_DIR)], ensure_native_kernel=False),
-        client_factory=RunbookKernelClient,
-    )
-    run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
+    home = Path(tempfile.mkdtemp(prefix="lanebook-kernel-"))  # its connection file and its sockets (ipc-1 to ipc-5)
     try:
-        yield manager
+        manager = AsyncKernelManager(
+            transport="ipc",
+            ip=str(home / "ipc"),
+            connection_file=str(home / "kernel.json"),
+            kernel_name=KERNEL_NAME,
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(KERNELS_DIR)], ensure_native_kernel=False),
+            client_factory=RunbookKernelClient,
+        )
+        run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
+        try:
+            yield manager
+        finally:
+            stop_kernel(manager)
     finally:
-        stop_kernel(manager)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @contextmanager
