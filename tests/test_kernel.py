@@ -53,6 +53,7 @@ def test_the_preload_binds_no_name():
     assert preload_line(["lanebook.a", "lanebook.b.c"]) == (
         "import lanebook.a, lanebook.b.c, fabric, fabric.runners; del lanebook, fabric"
     )
+    assert preload_line(["lanebook.a"], connects=False) == "import lanebook.a; del lanebook"  # a dry run
 
 
 def execute(manager, code: str) -> str:

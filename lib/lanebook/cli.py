@@ -148,7 +148,8 @@ def run(
     """Run a runbook headless with papermill; prints the executed notebook's path."""
     from lanebook.runs.kernel import kernel_for
 
-    with interruption_exits(), kernel_for(runbook) as kernel:  # the kernel boots while lanebook prepares the run
+    # the kernel boots while lanebook prepares the run
+    with interruption_exits(), kernel_for(runbook, connects=not dry_run) as kernel:
         from lanebook.lane.params import load_lane
         from lanebook.runs.execute import parse_params, run_runbook
 

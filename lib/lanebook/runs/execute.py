@@ -360,7 +360,7 @@ def run_runbook(
     refuse_secret_parameters(params)
     if kernel is not None:
         return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock)
-    with started_kernel(notebook) as kernel:  # it boots while the run is checked and begun
+    with started_kernel(notebook, connects=not dry_run) as kernel:  # it boots while the run is checked and begun
         return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock)
 
 

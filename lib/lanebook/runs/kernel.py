@@ -71,31 +71,34 @@ def lanebook_imports(notebook: Path) -> list[str]:
 
 
 # What a runbook's first connection imports (nodes.ssh imports Fabric, and with it paramiko, only when a node is first
-# reached, so that a dry run and the CLI's quick answers never pay for it): made as the kernel boots instead.
+# reached, so that a dry run and the CLI's quick answers never pay for it): made as the kernel boots instead, unless
+# the run is a dry run, which opens no connection.
 CONNECTION_MODULES = ("fabric", "fabric.runners")
 
 
-def preload_line(modules: list[str]) -> str:
-    """The statement the kernel runs as it starts: it imports the modules (and, for a runbook that imports lanebook,
-    what its first connection will) and binds no name in the notebook's namespace (a cell that forgot its import
-    still fails, as it would in JupyterLab)."""
+def preload_line(modules: list[str], connects: bool = True) -> str:
+    """The statement the kernel runs as it starts: it imports the modules (and, for a runbook that imports lanebook
+    and CONNECTS, what its first connection will) and binds no name in the notebook's namespace (a cell that forgot
+    its import still fails, as it would in JupyterLab)."""
     if not modules:
         return ""
+    if not connects:
+        return f"import {', '.join(modules)}; del lanebook"
     return f"import {', '.join([*modules, *CONNECTION_MODULES])}; del lanebook, fabric"
 
 
 @contextmanager
-def started_kernel(notebook: Path) -> Iterator[object]:
-    """A kernel booting for NOTEBOOK (its lanebook imports made as it starts): a jupyter_client kernel manager to give
-    papermill as `km`, whose clients are ready as soon as the kernel is (lanebook.runs.kernel_client). Stopped at
-    once, and its files removed, when the block ends however it ends."""
+def started_kernel(notebook: Path, connects: bool = True) -> Iterator[object]:
+    """A kernel booting for NOTEBOOK (its lanebook imports, and Fabric's where the run CONNECTS, made as it starts): a
+    jupyter_client kernel manager to give papermill as `km`, whose clients are ready as soon as the kernel is
+    (lanebook.runs.kernel_client). Stopped at once, and its files removed, when the block ends however it ends."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
     from lanebook.runs.kernel_client import RunbookKernelClient
 
-    line = preload_line(lanebook_imports(notebook))
+    line = preload_line(lanebook_imports(notebook), connects)
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
     home = Path(tempfile.mkdtemp(prefix="lanebook-kernel-"))  # its connection file and its sockets (ipc-1 to ipc-5)
     try:
@@ -117,14 +120,14 @@ def started_kernel(notebook: Path) -> Iterator[object]:
 
 
 @contextmanager
-def kernel_for(runbook: str) -> Iterator[object]:
+def kernel_for(runbook: str, connects: bool = True) -> Iterator[object]:
     """The kernel for the runbook of that name, started first thing (None when no such notebook: the run refuses it
     and says why)."""
     notebook = paths.RUNBOOKS_DIR / f"{runbook}.ipynb"
     if not notebook.is_file():
         yield None
         return
-    with started_kernel(notebook) as manager:
+    with started_kernel(notebook, connects) as manager:
         yield manager
 
 
