@@ -104,7 +104,6 @@ DIRECT_WRITES = {
     "audit.py": "appends one line to the run index (never rewrites it)",
     "files.py": "the atomic writer and the backup themselves",
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
-    "kernel.py": "removes the runbook kernel's own folder (its connection file and sockets), made by mkdtemp",
     "compose_cli.py": "a temporary directory holding copies of the checkout's texts for `docker compose config`",
     "fleet.py": "claims a new fleet run's folder (exist_ok=False) and writes its Airflow log; Airflow's lock file",
 }

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -82,9 +81,9 @@ def preload_line(modules: list[str], connects: bool = True) -> str:
     its import still fails, as it would in JupyterLab)."""
     if not modules:
         return ""
-    if not connects:
-        return f"import {', '.join(modules)}; del lanebook"
-    return f"import {', '.join([*modules, *CONNECTION_MODULES])}; del lanebook, fabric"
+    names = [*modules, *(CONNECTION_MODULES if connects else ())]
+    bound = dict.fromkeys(name.split(".")[0] for name in names)  # the names the imports bind, in order
+    return f"import {', '.join(names)}; del {', '.join(bound)}"
 
 
 @contextmanager
@@ -100,8 +99,8 @@ def started_kernel(notebook: Path, connects: bool = True) -> Iterator[object]:
 
     line = preload_line(lanebook_imports(notebook), connects)
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
-    home = Path(tempfile.mkdtemp(prefix="lanebook-kernel-"))  # its connection file and its sockets (ipc-1 to ipc-5)
-    try:
+    with tempfile.TemporaryDirectory(prefix="lanebook-kernel-", ignore_cleanup_errors=True) as folder:
+        home = Path(folder)  # its connection file and its sockets (ipc-1 to ipc-5)
         manager = AsyncKernelManager(
             transport="ipc",
             ip=str(home / "ipc"),
@@ -115,8 +114,6 @@ def started_kernel(notebook: Path, connects: bool = True) -> Iterator[object]:
             yield manager
         finally:
             stop_kernel(manager)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
 @contextmanager
