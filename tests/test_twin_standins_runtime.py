@@ -1,12 +1,14 @@
 """The twin's container runtime (lanebook.twin.standins.runtime): containers as processes on a node, their logs,
 exit codes, the shared-memory segments they leave in the node's /dev/shm, and what dockerd starts again at boot."""
 
+import os
 import signal
 import sys
 import time
 
 import pytest
 from lanebook.recipe.effective.compose_model import ContainerSpec
+from lanebook.twin.standins.base import write_json
 from lanebook.twin.standins.machine import STICKY_GIB
 from lanebook.twin.standins.runtime import (
     KILLED,
@@ -90,6 +92,16 @@ def test_a_refused_entrypoint_exits_with_its_code_and_no_segments(node):
     assert container.exit_code == 2 and "error: bad config" in container.log.read_text()
     assert list(node.machine.shm.iterdir()) == []
     assert container.status().startswith("Exited (2)")
+
+
+def test_a_pid_that_is_now_another_process_is_not_the_container(node):
+    container = start_container(node.root, spec())
+    wait_for_log(container, "engine up")
+    record = container.record
+    write_json(container.dir / "record.json", {**record, "pid": os.getpid()})  # a live process, started earlier
+    assert not container.running and container.exit_code == KILLED
+    write_json(container.dir / "record.json", record)
+    assert container.running and container.exit_code is None
 
 
 def test_sticky_memory_after_a_stop_with_the_fault(tmp_path, monkeypatch):

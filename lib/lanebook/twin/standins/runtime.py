@@ -97,19 +97,31 @@ class Container:
 
     @property
     def running(self) -> bool:
-        try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
-            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
+        """Its supervisor is alive and has not written an exit code. The process is known by its pid and its start
+        time, both recorded when it started: a pid alone can be another process's after a wrap."""
+        if self._written_exit_code() is not None:
             return False
-        return state not in "ZX" and f"lanebook-container:{self.name}".encode() in cmdline
+        record = self.record
+        started = process_start(record.get("pid", 0))
+        return started is not None and started[1] not in "ZX" and started[0] == record.get("process_start")
 
     @property
     def exit_code(self) -> int | None:
+        """What the supervisor wrote when the process ended; None while it runs; the code its stop recorded (137
+        when none did) for a process killed before it could write one."""
+        written = self._written_exit_code()
+        if written is not None:
+            return written
         if self.running:
             return None
-        code = (self.dir / "exitcode").read_text().strip() if (self.dir / "exitcode").exists() else ""
-        return int(code) if code.lstrip("-").isdigit() else self.record.get("exit_code", KILLED)
+        return self.record.get("exit_code", KILLED)
+
+    def _written_exit_code(self) -> int | None:
+        try:
+            code = (self.dir / "exitcode").read_text().strip()
+        except FileNotFoundError:
+            return None
+        return int(code) if code.lstrip("-").isdigit() else None
 
     def state(self) -> str:
         return "running" if self.running else "exited"
@@ -173,6 +185,15 @@ class Container:
                 segment.unlink(missing_ok=True)
         if "sticky-uma" in twin_state().get("faults", []):
             NodeMachine(self.node_root).hold_sticky()
+
+
+def process_start(pid: int) -> tuple[int, str] | None:
+    """A process's start time (clock ticks after boot) and state letter, from /proc/PID/stat; None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[19]), fields[0]
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -253,7 +274,7 @@ def _run(container: Container, record: dict) -> None:
     supervisor = [
         "sh",
         "-c",
-        '"$@"; code=$?; echo "$code" > exitcode; exit "$code"',
+        '"$@"; code=$?; echo "$code" > exitcode.new; mv exitcode.new exitcode; exit "$code"',
         f"lanebook-container:{name}",
         *process["command"],
     ]
@@ -274,7 +295,14 @@ def _run(container: Container, record: dict) -> None:
     for segment in segments:
         (machine.shm / segment).write_bytes(b"\0" * 4096)
     write_json(
-        container.dir / "record.json", {**record, "pid": proc.pid, "started_at": time.time(), "shm_segments": segments}
+        container.dir / "record.json",
+        {
+            **record,
+            "pid": proc.pid,
+            "process_start": (process_start(proc.pid) or (None,))[0],  # not yet reaped: readable even if it ended
+            "started_at": time.time(),
+            "shm_segments": segments,
+        },
     )
 
 
