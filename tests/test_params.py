@@ -108,17 +108,6 @@ def test_cli_unknown_lane_and_bad_file_exit_2(tmp_path):
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
-def test_k_for_batch_reads_inclusive_ranges_and_falls_back_to_fixed_k():
-    """One rule for the verify K at a batch size: warmup labels its shapes, diagnose plans the K boundary and the
-    twin engine drafts with it."""
-    from lanebook.lane.params import k_for_batch
-
-    schedule = [[1, 1, 5], [2, 4, 4], [5, 6, 3]]
-    assert [k_for_batch(schedule, 5, b) for b in range(1, 7)] == [5, 4, 4, 4, 3, 3]
-    assert [k_for_batch(schedule, 5, b) for b in range(1, 8)] == [5, 4, 4, 4, 3, 3, 5]
-    assert k_for_batch(None, 5, 4) == 5
-
-
 # --- values that reach a shell or ssh: strict patterns, refused at load --------------------------------
 
 INJECTIONS = ["x; rm -rf ~", "$(touch /tmp/lbt-pwned)", "`id`", "a\nb", "a'b", 'a"b', "-oProxyCommand=sh", "a b", ""]

@@ -24,7 +24,6 @@ from typing import Optional
 import httpx
 import nbformat
 import pytest
-from lanebook.lane.params import k_for_batch
 from lanebook.nodes import ssh
 from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import (
@@ -42,6 +41,7 @@ from lanebook.nodes.ssh import Executor
 from lanebook.ops import launcher
 from lanebook.ops.readiness import wait_health, wait_models
 from lanebook.ops.warmup import run_warmup
+from lanebook.recipe.speculative import k_for_batch
 from lanebook.speed.client import Plan, Tally, chat_url, measure, new_client, run, run_wave
 from lanebook.speed.metrics import wave_figures
 from lanebook.speed.servercounts import (

@@ -13,7 +13,7 @@ import ipaddress
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import (
     BaseModel,
@@ -525,15 +525,6 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
         raise LaneError(validation_problem(path, exc)) from None
     lane._file, lane._file_sha256 = path.resolve(), hashlib.sha256(raw).hexdigest()
     return lane
-
-
-def k_for_batch(schedule: Optional[Sequence[Sequence[int]]], fixed_k: int, batch: int) -> int:
-    """Draft positions the target verifies at a batch size: the schedule's inclusive [start, end, K] range that
-    holds it (vLLM's num_speculative_tokens_per_batch_size), else the fixed K."""
-    for start, end, k in schedule or ():
-        if start <= batch <= end:
-            return k
-    return fixed_k
 
 
 def lane_with(lane: LaneParams, **changes: Any) -> LaneParams:

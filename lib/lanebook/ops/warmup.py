@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from lanebook.base.checks import FAIL, ExpectedResult
 from lanebook.base.errors import LanebookError
-from lanebook.lane.params import k_for_batch
 from lanebook.nodes.prometheus import PREEMPTIONS, MetricsUnavailable, QueueNotIdle, metrics_url, wait_idle
 from lanebook.nodes.ssh import Executor, Lane
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import FATAL_LOG_PATTERNS, scan_fatal
 from lanebook.ops.readiness import wait_health
 from lanebook.recipe.effective.mismatches import env_text
+from lanebook.recipe.speculative import k_for_batch
 from lanebook.speed.client import Plan, chat_url, new_client, request_timeout_s, run, run_wave
 from lanebook.speed.metrics import content_times, wall_seconds
 from lanebook.speed.records import WaveRecord

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 from typing import Sequence as Seq
 
-from lanebook.lane.params import k_for_batch
+from lanebook.recipe.speculative import k_for_batch
 from lanebook.twin.kv import KV_TOKENS_AT_085, MODEL_LEN_1M
 from lanebook.twin.prefix_cache import PrefixCache, block_hashes
 from lanebook.twin.replies import Reply, render_prompt

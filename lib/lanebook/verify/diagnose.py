@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Mapping, Optional, Sequence
 
-from lanebook.lane.params import k_for_batch
 from lanebook.nodes.prometheus import Snapshot
+from lanebook.recipe.speculative import k_for_batch
 from lanebook.speed.bands import DEFAULT_TOLERANCE, Comparison, ab_canary
 from lanebook.speed.metrics import NO_DECODE_WINDOW, WaveFigures, content_times
 from lanebook.speed.records import RequestRecord
