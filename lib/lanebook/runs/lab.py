@@ -34,6 +34,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.lane.plugins import prepare_lane
+from lanebook.nodes.http import tls_context
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8888
@@ -158,7 +159,10 @@ def start_lab(
         try:
             if (
                 httpx.get(
-                    f"http://{HOST}:{port}/api/status", headers={"Authorization": f"token {token}"}, timeout=2
+                    f"http://{HOST}:{port}/api/status",
+                    headers={"Authorization": f"token {token}"},
+                    timeout=2,
+                    verify=tls_context(),
                 ).status_code
                 == 200
             ):

@@ -47,6 +47,7 @@ from typing import AsyncIterator, Callable, Iterable, Optional
 
 import httpx
 
+from lanebook.nodes.http import tls_context
 from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
 
 READ_BYTES = 1 << 16
@@ -355,7 +356,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
 
     def __init__(self) -> None:
         self.idle: dict[Key, list[_Connection]] = {}
-        self.tls = httpx.AsyncHTTPTransport()
+        self.tls = httpx.AsyncHTTPTransport(verify=tls_context())
         self._stamping, self.stamp_note = stamped_socket()
         self.stamp_source = STAMP_KERNEL if self._stamping else STAMP_LOOP
 
