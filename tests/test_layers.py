@@ -97,3 +97,21 @@ def test_the_check_sees_upward_and_twin_imports_even_inside_a_function(tmp_path,
     module = lib / "speed" / "x.py"
     module.write_text(source)
     assert violations(module, lib) == expected
+
+
+def test_every_module_imports():
+    """A name moved between modules breaks every importer at once, including those only a runbook's kernel loads
+    (ruff sees a missing module, not a missing name in one)."""
+    import importlib
+    import pkgutil
+
+    import lanebook
+
+    failed = {}
+    for module in pkgutil.walk_packages(lanebook.__path__, "lanebook."):
+        if not module.name.endswith(".__main__"):  # running them is their only use
+            try:
+                importlib.import_module(module.name)
+            except ImportError as exc:
+                failed[module.name] = str(exc)
+    assert failed == {}

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from lanebook.base.files import read_text
-from lanebook.lane.params import LaneParams, k_for_batch, lane_with
+from lanebook.lane.params import LaneParams, lane_with
 from lanebook.lane.values import read_schedule, schedule_text, write_schedule
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
 from lanebook.recipe.effective.mismatches import live_mismatches
-from lanebook.recipe.speculative import SCHEDULE_KEY
+from lanebook.recipe.speculative import SCHEDULE_KEY, k_for_batch
 from lanebook.verify.canary import Relaunch, VariantTrial, relaunch_with, show_change, show_documents, try_variant
 from lanebook.verify.diagnose import CanaryDecision, canary_decision
 from lanebook.verify.probes import measure_workloads
