@@ -60,9 +60,9 @@ $(UV_STAMP): tools/uv-requirements.txt
 	$(UV_VENV)/bin/pip install -q -r tools/uv-requirements.txt
 	touch $(UV_STAMP)
 
-$(STAMP): requirements.txt pyproject.toml $(UV_STAMP)
-	$(PYTHON) -m venv $(VENV)
-	$(UV_INSTALL) $(VENV) --compile-bytecode -r requirements.txt
+$(STAMP): requirements.txt tools/venv-overrides.txt pyproject.toml $(UV_STAMP)
+	$(PYTHON) -m venv --clear $(VENV)
+	$(UV_INSTALL) $(VENV) --compile-bytecode -r requirements.txt --overrides tools/venv-overrides.txt
 	$(UV_INSTALL) $(VENV) --no-deps -e .
 	@compose="$$($(BIN)/python -c 'from lanebook.recipe.effective.compose_tool import package_binary as p; print(p() or "")')"; \
 	version="$$("$$compose" version 2>&1)"; \

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 # nbformat imports jsonschema, which imports the package of every format check it finds installed (jupyter-events
-# installs them): rfc3987_syntax builds an Earley parser for "iri" (over a second of every `lanebook run`),
+# installs them): rfc3987_syntax builds an Earley parser for "iri" (over a second of every `lanebook run`; the
+# Makefile's venv leaves it out, tools/venv-overrides.txt, but an environment lanebook is installed into may hold it),
 # isoduration brings arrow, and so on, for checks nothing here makes (nbformat validates notebooks with no format
 # checker). A process that runs runbooks goes without them: each import fails and jsonschema leaves that format
 # unchecked, as it does when the package is absent. Nothing else installed imports them.
