@@ -7,8 +7,10 @@ handed out first so the run's tail is short; and the run ends with a check that 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -66,6 +68,36 @@ def pytest_configure(config):
     elif config.getoption("dist", "no") != "no" and config.getoption("tx", None):
         os.environ[SUITE_DIR] = tempfile.mkdtemp(prefix="lanebook-suite-")
         os.environ[SUITE_NETNS] = _netns()
+
+
+# PYTHONDONTWRITEBYTECODE (this machine sets it) also keeps pytest from storing the test modules it rewrites for its
+# assertion messages, and every worker of a parallel run collects every module: each rewrote all of them, about 7 s of
+# CPU apiece. The suite stores them (tests/__pycache__, ignored by git; pytest rewrites one whose source changed) and
+# its first worker collects alone, so that the others read what it stored.
+sys.dont_write_bytecode = False
+_first_collection = None  # the lock the worker collecting first holds until its collection ends
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session):
+    global _first_collection
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(SUITE_DIR)):
+        return
+    suite = Path(os.environ[SUITE_DIR])
+    lock = open(suite / "collection.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # waits while the first worker collects
+    if (suite / "collected").exists():
+        lock.close()
+    else:
+        _first_collection = lock
+
+
+def pytest_collection_finish(session):
+    global _first_collection
+    if _first_collection is not None:
+        (Path(os.environ[SUITE_DIR]) / "collected").touch()
+        _first_collection.close()
+        _first_collection = None
 
 
 def pytest_collection_modifyitems(items):
