@@ -100,6 +100,16 @@ def test_dollars_are_unescaped_from_the_output(tmp_path):
     assert (spec.restart, spec.stop_grace_s) == ("unless-stopped", 90.0)
 
 
+def test_a_file_naming_the_go_runtime_variables_is_interpolated_with_the_environment_as_given(tmp_path):
+    """Compose runs with GOGC=off and GOMAXPROCS=1 (less CPU for a 50 ms process), but never where a file would read
+    them: their values in the configuration are the launcher's, or unset."""
+    text = "services:\n  a:\n    image: img:1\n    environment:\n      GC: ${GOGC:-unset}\n"
+    answer = run_config(find_compose(), text, None, environ={}, project="p", project_dir=tmp_path)
+    assert answer.config["services"]["a"]["environment"] == {"GC": "unset"}
+    answer = run_config(find_compose(), text, None, environ={"GOGC": "50"}, project="p", project_dir=tmp_path)
+    assert answer.config["services"]["a"]["environment"] == {"GC": "50"}
+
+
 # --- Compose's refusals ---------------------------------------------------------------------------------
 
 

@@ -91,3 +91,12 @@ def test_it_imports_no_yaml_and_no_dataclasses():
     probe = "import sys, lanebook.recipe.effective.compose_tool; print(__import__('json').dumps(sorted(sys.modules)))"
     loaded = set(json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, check=True).stdout))
     assert not {m for m in loaded if m.startswith("ruamel")} and not loaded & {"dataclasses", "typing", "tempfile"}
+
+
+def test_a_compose_run_gets_the_one_shot_go_runtime_unless_its_environment_or_files_name_it():
+    one_shot = compose_tool.one_shot_environment
+    assert one_shot({"A": "1"}, "services: {}") == {"A": "1", "GOGC": "off", "GOMAXPROCS": "1"}
+    assert one_shot({"A": "1", "GOGC": "100"}) == {"A": "1", "GOGC": "100"}  # the operator's own setting
+    compose = "services:\n  a:\n    environment:\n      - GOMAXPROCS\n"  # taken from the environment as given
+    assert one_shot({"A": "1"}, compose) == {"A": "1"}
+    assert one_shot({"A": "1"}, "", "X=${GOGC:-1}\n") == {"A": "1"}  # an env file interpolating it

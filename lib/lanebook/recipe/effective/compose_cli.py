@@ -33,7 +33,7 @@ from lanebook.recipe.effective.compose_model import (
     restart_policy,
     serve_argv,
 )
-from lanebook.recipe.effective.compose_tool import ComposeTool, find_compose
+from lanebook.recipe.effective.compose_tool import ComposeTool, find_compose, one_shot_environment
 from lanebook.recipe.envfile import normalized_lines
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def _run_local(
         try:
             result = subprocess.run(
                 [*argv, *_config_args(str(compose), env, project, project_dir or temp)],
-                env=dict(environ),
+                env=one_shot_environment(dict(environ), compose_text, env_text or ""),
                 cwd=project_dir if project_dir and Path(project_dir).is_dir() else temp,
                 capture_output=True,
                 text=True,

