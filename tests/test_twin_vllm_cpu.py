@@ -2,8 +2,10 @@
 kept, what becomes ngram, what is dropped with its reason, and a flag it does not know refused, never passed on."""
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from lanebook.twin import vllm, vllm_cpu
@@ -85,7 +87,7 @@ PRIORITY_PROBE = (
     "import os, sys\n"
     "from pathlib import Path\n"
     "from lanebook.twin.vllm_cpu import lowest_priority\n"
-    "print(lowest_priority(Path(sys.argv[1])) if len(sys.argv) > 1 else lowest_priority())\n"
+    "print(lowest_priority(autogroup=Path(sys.argv[1])) if len(sys.argv) > 1 else lowest_priority())\n"
     "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
     "print(Path('/proc/self/autogroup').read_text().strip() if Path('/proc/self/autogroup').exists() else '-')\n"
 )
@@ -117,3 +119,53 @@ def test_the_server_runs_at_the_lowest_cpu_priority_with_its_sessions_autogroup(
 def test_without_an_autogroup_the_process_nice_is_set_and_said(tmp_path):
     line, nice, _ = priority_probe(str(tmp_path / "absent" / "autogroup"))
     assert nice == "19" and line == "CPU priority: nice 19 (no autogroup to set: No such file or directory)"
+
+
+SERVING = (
+    "import http.server, threading, sys\n"
+    "class Health(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200 if self.path == '/health' else 404); self.end_headers()\n"
+    "    def log_message(self, *a): pass\n"
+    "server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Health)\n"
+    "threading.Thread(target=server.serve_forever, daemon=True).start()\n"  # a second thread to lower
+    "print(server.server_address[1], flush=True)\n"
+    "threading.Event().wait()\n"
+)
+
+
+def thread_nices(pid: int) -> set[int]:
+    return {
+        int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]) for task in Path(f"/proc/{pid}/task").iterdir()
+    }
+
+
+def test_the_server_boots_as_started_and_is_lowered_to_nice_19_once_health_answers():
+    """lower_once_ready on a server in a session of its own: every thread of it goes to nice 19, with the session's
+    autogroup, when /health answers 200; and it says so."""
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVING], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        port = int(server.stdout.readline())
+        assert thread_nices(server.pid) == {os.getpriority(os.PRIO_PROCESS, 0)}  # as started
+        said = subprocess.run(
+            [sys.executable, "-c", vllm_cpu.LOWERING, f"http://127.0.0.1:{port}/health", str(server.pid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        assert len(list(Path(f"/proc/{server.pid}/task").iterdir())) == 2 and thread_nices(server.pid) == {19}
+        assert said.startswith("lanebook twin: vllm-cpu: CPU priority: nice 19") and said.rstrip().endswith(
+            ": /health answers"
+        )
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_the_helper_gives_up_when_the_server_is_gone():
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    vllm_cpu.lower_once_ready(
+        "http://127.0.0.1:9/health", int(gone.stdout), bound_s=30
+    )  # returns at once: no such process

@@ -11,8 +11,9 @@ per-batch schedule (the GPU lanes' MTP/DSpark drafter cannot run on CPU), GPU-on
 (one rank: the CPU build runs the model alone on the head) and --enforce-eager is added. A flag this table does not
 know is refused (exit 2), never passed on or dropped silently.
 
-The server runs at the lowest CPU priority (nice 19, for its processes and for the autogroup of its session, which is
-what Linux weighs between sessions; each twin container runs in a session of its own, twin/standins/runtime.py). Its
+The server serves at the lowest CPU priority (nice 19, for its processes and for the autogroup of its session, which is
+what Linux weighs between sessions; each twin container runs in a session of its own, twin/standins/runtime.py); it
+boots at the priority it was started with, and a helper in its session lowers it once /health answers. Its
 engine processes spin on the cores between decode steps (vLLM's shared-memory queue busy-waits for a second after each
 read; the worker is bound to a core of its own), and on a two-core test bed that kept the client reading the streams off
 the CPU for whole replies: the wire carried every chunk as it came, but the client read a 64-token reply in one read, so
@@ -82,6 +83,7 @@ DROPPED = {
 CPU_KV_DTYPE = "auto"  # vLLM's default KV cache dtype, the model's: the one the CPU build runs
 LOWEST_PRIORITY = 19  # nice: the client reading the streams always comes first (see the module's docstring)
 AUTOGROUP = Path("/proc/self/autogroup")  # the session's scheduling group; its nice weighs it against other sessions
+READY_BOUND_S = 1800.0  # how long the priority helper waits for /health before it gives up (lower_once_ready)
 SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the fabric interface (bond0)
 HANDLED = {"command", "model_tag", "model", "host", "port", "speculative_config", "enable_prefix_caching", "headless"}
 
@@ -178,10 +180,26 @@ def idle_worker(args: argparse.Namespace) -> int:
         signal.pause()
 
 
-def lowest_priority(autogroup: Path = AUTOGROUP) -> str:
-    """Put this process (the server it execs, and the processes that spawns) and its session's autogroup at nice 19;
-    the line saying what was set."""
-    os.setpriority(os.PRIO_PROCESS, 0, LOWEST_PRIORITY)
+def session_threads(session: int) -> list[int]:
+    """Every thread of every process of SESSION (nice is a thread's: each thread is set)."""
+    threads = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == session:
+                threads += [int(task.name) for task in (stat.parent / "task").iterdir()]
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+    return threads
+
+
+def lowest_priority(session: int = 0, autogroup: Path = AUTOGROUP) -> str:
+    """Put every thread of SESSION's processes (0: this process's session; the processes they spawn later inherit
+    it) and the session's AUTOGROUP at nice 19; the line saying what was set."""
+    for thread in session_threads(os.getsid(session)):
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, LOWEST_PRIORITY)
+        except OSError:  # ended meanwhile
+            pass
     try:
         autogroup.write_text(f"{LOWEST_PRIORITY}\n")
     except OSError as exc:  # no autogroup scheduling on this kernel: the process nice is what Linux weighs
@@ -210,8 +228,52 @@ def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) ->
             say(f"dropped {key}={env.pop(key)} from the environment: {ONE_RANK}")
     kv = env.get("VLLM_CPU_KVCACHE_SPACE")
     say(f"KV cache: VLLM_CPU_KVCACHE_SPACE={kv} GiB" if kv else "KV cache: VLLM_CPU_KVCACHE_SPACE unset (its default)")
-    say(lowest_priority() + ": the client reading its streams comes first on a busy test bed")
+    say(
+        "CPU priority: as started while it boots; nice 19, with its session's autogroup, once /health answers "
+        "(a helper of the container's session waits for that)"
+    )
+    lower_once_ready_beside(f"http://{args.host}:{args.port}/health")
     command = [str(python), "-m", SERVER_MODULE, *argv]
     say("runs " + " ".join(command))
     os.execve(str(python), command, env)
     return 1  # not reached
+
+
+LOWERING = (
+    "import sys; from lanebook.twin.vllm_cpu import lower_once_ready; lower_once_ready(sys.argv[1], int(sys.argv[2]))"
+)
+
+
+def lower_once_ready_beside(url: str) -> None:
+    """Start, in this container's session, the helper that lowers the server (this process, once it execs) to nice
+    19 when URL answers 200 (lower_once_ready): detached from this process, which is about to become the server."""
+    server = os.getpid()
+    child = os.fork()
+    if child == 0:
+        try:
+            if os.fork() == 0:
+                os.execv(sys.executable, [sys.executable, "-c", LOWERING, url, str(server)])
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+
+
+def lower_once_ready(url: str, server: int, bound_s: float = READY_BOUND_S) -> None:
+    """The server boots at the priority it was started with, then goes to nice 19 (lowest_priority of its session)
+    when URL answers 200. Its boot is about 35 s of CPU (three processes importing torch and vLLM); at nice 19 beside
+    a busy test suite it took six minutes, waiting for idle moments. Serving, it must stay at nice 19 (the module's
+    docstring). Gives up when the server is gone, or after BOUND_S."""
+    import time
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline and Path(f"/proc/{server}").exists():
+        try:
+            with direct.open(url, timeout=5) as answer:
+                if answer.status == 200:
+                    say(lowest_priority(server, Path(f"/proc/{server}/autogroup")) + ": /health answers")
+                    return
+        except (OSError, ValueError):  # not listening yet, or not ready (urllib's errors are OSErrors)
+            pass
+        time.sleep(1.0)
