@@ -24,8 +24,8 @@ def test_the_runbooks_lanebook_imports_are_named_by_module(tmp_path):
         tmp_path,
         nbformat.v4.new_markdown_cell("from lanebook.ops import launcher"),  # prose, not code
         nbformat.v4.new_code_cell(
-            "from lanebook.steps.runbook import Runbook\nfrom lanebook.verify import gates, hermes"
-        ),
+            "from lanebook.steps.runbook import Runbook, StepFailed\nfrom lanebook.verify import gates, hermes"
+        ),  # two names of one module: the module once
         nbformat.v4.new_code_cell("import json\nimport lanebook.speed.bands\n%matplotlib inline"),  # a magic: skipped
         nbformat.v4.new_code_cell("def f():\n    from lanebook.verify import gates\n    from . import x"),
     )

@@ -65,7 +65,7 @@ def lanebook_imports(notebook: Path) -> list[str]:
                 ]
             else:
                 continue
-            modules += [n for n in names if n.split(".")[0] == "lanebook" and n not in modules]
+            modules += [n for n in dict.fromkeys(names) if n.split(".")[0] == "lanebook" and n not in modules]
     return modules
 
 
