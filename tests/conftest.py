@@ -21,18 +21,18 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 # xdist gives each worker one module, then at once a second to every worker with at most two tests pending: the
-# single-test modules below (upgrade, fleet, TP4) get the seventh to ninth, queued behind them.
+# seventh goes behind TP4's two tests, the eighth behind the upgrade's one.
 SLOW_FIRST = (
-    "test_runs_upgrade.py",  # one test of about 250 s: 13 runbook runs on a private twin
+    "test_twin_tp4.py",  # one promotion on four twin nodes, about 270 s beside the suite
+    "test_runs_upgrade.py",  # one test of about 350 s: 15 runbook runs on a private twin
     "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
-    "test_twin_tp4.py",  # one promotion on four twin nodes, about 200 s
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
-    # The run's one real vLLM (about 70 s of imports, then 25 s, then long replies), queued behind the upgrade: its
-    # venv's build beside the suite is done by then. Started with the first six it met them at their heaviest: its
-    # engine runs at nice 19 (twin/vllm_cpu.py, so it does not starve the twins' launches), and starved that way it
-    # once left a /metrics scrape unanswered for 10 s.
+    # The run's one real vLLM, queued behind TP4 (270 s; the upgrade, the other first module xdist queues behind,
+    # takes 350 s): its venv's build beside the suite is done by then. It boots at normal priority (about 35 s of CPU)
+    # and serves at nice 19 (twin/vllm_cpu.py: the clients reading its streams come first); beside the suite its tests
+    # take about four minutes.
     "test_real_vllm.py",
     "test_diagnose_runbook.py",
     "test_input_properties.py",
