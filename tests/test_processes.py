@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from lanebook.base.processes import process_alive, process_start
+from lanebook.base.processes import process_alive, process_start, session_processes
 
 
 def _finished_pid() -> int:
@@ -35,3 +35,23 @@ def test_a_zombie_is_not_alive():
         time.sleep(0.01)
     assert not process_alive(zombie.pid)
     zombie.wait()
+
+
+def test_a_sessions_processes_are_its_live_members():
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen(['sleep', '60']); time.sleep(60)"],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while len(session_processes(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = session_processes(leader.pid)
+        assert leader.pid in members and len(members) == 2 and os.getpid() not in members
+    finally:
+        os.killpg(leader.pid, 9)
+        leader.wait()
+    deadline = time.monotonic() + 10
+    while session_processes(leader.pid) and time.monotonic() < deadline:  # the child ends with the group
+        time.sleep(0.05)
+    assert session_processes(leader.pid) == []

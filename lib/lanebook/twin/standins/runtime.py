@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from lanebook.base.processes import process_alive, process_start, session_processes
 from lanebook.twin.standins.base import TIME_SCALE_VAR, ago, iso, read_json, twin_state, write_json
 from lanebook.twin.standins.machine import NodeMachine
 
@@ -83,17 +84,7 @@ class Container:
 
     def session_pids(self) -> list[int]:
         """Every process of the container: those in the session its supervisor leads."""
-        if not self.pid:
-            return []
-        pids = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == self.pid and fields[0] not in "ZX":
-                pids.append(int(stat.parent.name))
-        return pids
+        return session_processes(self.pid) if self.pid else []
 
     @property
     def running(self) -> bool:
@@ -102,8 +93,7 @@ class Container:
         if self._written_exit_code() is not None:
             return False
         record = self.record
-        started = process_start(record.get("pid", 0))
-        return started is not None and started[1] not in "ZX" and started[0] == record.get("process_start")
+        return process_alive(record.get("pid", 0), record.get("process_start"))
 
     @property
     def exit_code(self) -> int | None:
@@ -185,15 +175,6 @@ class Container:
                 segment.unlink(missing_ok=True)
         if "sticky-uma" in twin_state().get("faults", []):
             NodeMachine(self.node_root).hold_sticky()
-
-
-def process_start(pid: int) -> tuple[int, str] | None:
-    """A process's start time (clock ticks after boot) and state letter, from /proc/PID/stat; None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[19]), fields[0]
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -299,7 +280,7 @@ def _run(container: Container, record: dict) -> None:
         {
             **record,
             "pid": proc.pid,
-            "process_start": (process_start(proc.pid) or (None,))[0],  # not yet reaped: readable even if it ended
+            "process_start": process_start(proc.pid),  # not yet reaped: readable even if it ended
             "started_at": time.time(),
             "shm_segments": segments,
         },
