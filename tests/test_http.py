@@ -2,10 +2,10 @@
 transport failure as one line, and the one TLS context every client of the process shares."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from http_helpers import serving
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.http import request_json, tls_context
 
@@ -26,12 +26,8 @@ class Echo(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Echo) as root:
+        yield root
 
 
 def test_a_json_request_returns_the_status_and_the_parsed_body(server):

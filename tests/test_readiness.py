@@ -4,11 +4,11 @@ never turns healthy."""
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from http_helpers import serving
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.nodes.http import WaitTimeout
@@ -36,12 +36,8 @@ class _FlakyHealth(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def flaky_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyHealth)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serving(_FlakyHealth) as root:
+        yield f"{root}/v1"
 
 
 def test_wait_health_shows_progress_until_ready(flaky_server):
