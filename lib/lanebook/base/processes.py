@@ -1,15 +1,15 @@
 """Is a local process still the one that wrote a record? Used by the audit trail (a killed run's pending
 record), the lane-pair lock (a stale holder on this machine) and the twin's containers; and which processes a
-session holds (a twin container's, to stop or lower them all)."""
+session holds (a twin container's, to stop or lower them all). Light to import (no typing): the twin's stand-ins,
+a process per command a node runs, import it."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 
-def process_start(pid: int) -> Optional[str]:
+def process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22), None where /proc is absent."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -18,7 +18,7 @@ def process_start(pid: int) -> Optional[str]:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def process_alive(pid: int, started: Optional[str] = None) -> bool:
+def process_alive(pid: int, started: str | None = None) -> bool:
     """Whether PID still runs (and, given STARTED, is the process that started then): a zombie, or a reused pid
     (another start time), is not it. A pid <= 0 never is (os.kill would signal a process group)."""
     if pid <= 0:
