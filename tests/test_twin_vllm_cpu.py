@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -123,11 +124,23 @@ def test_without_an_autogroup_the_process_nice_is_set_and_said(tmp_path):
 
 SERVING = (
     "import http.server, threading, sys\n"
-    "class Health(http.server.BaseHTTPRequestHandler):\n"
+    "served = 0\n"
+    "class Server(http.server.BaseHTTPRequestHandler):\n"  # vLLM's /health, its finished-request count, one chat
     "    def do_GET(self):\n"
-    "        self.send_response(200 if self.path == '/health' else 404); self.end_headers()\n"
+    "        if self.path == '/metrics':\n"
+    "            print('metrics read', flush=True)\n"
+    "            body = '# TYPE vllm:request_success counter\\n'\n"
+    "            body += f'vllm:request_success_total{{finished_reason=\"length\"}} {served}.0\\n'\n"
+    "            body = body.encode()\n"
+    "        else:\n"
+    "            body = b''\n"
+    "        self.send_response(200 if self.path in ('/health', '/metrics') else 404); self.end_headers()\n"
+    "        self.wfile.write(body)\n"
+    "    def do_POST(self):\n"
+    "        global served\n"
+    "        served += 1; self.send_response(200); self.end_headers()\n"
     "    def log_message(self, *a): pass\n"
-    "server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Health)\n"
+    "server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Server)\n"
     "threading.Thread(target=server.serve_forever, daemon=True).start()\n"  # a second thread to lower
     "print(server.server_address[1], flush=True)\n"
     "threading.Event().wait()\n"
@@ -140,32 +153,50 @@ def thread_nices(pid: int) -> set[int]:
     }
 
 
-def test_the_server_boots_as_started_and_is_lowered_to_nice_19_once_health_answers():
-    """lower_once_ready on a server in a session of its own: every thread of it goes to nice 19, with the session's
-    autogroup, when /health answers 200; and it says so."""
+@pytest.fixture
+def serving():
+    """A stand-in server in a session of its own (an autogroup of its own), at the priority it was started with."""
     server = subprocess.Popen(
         [sys.executable, "-c", SERVING], stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         port = int(server.stdout.readline())
         assert thread_nices(server.pid) == {os.getpriority(os.PRIO_PROCESS, 0)}  # as started
-        said = subprocess.run(
-            [sys.executable, "-c", vllm_cpu.LOWERING, f"http://127.0.0.1:{port}/health", str(server.pid)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-        assert len(list(Path(f"/proc/{server.pid}/task").iterdir())) == 2 and thread_nices(server.pid) == {19}
-        assert said.startswith("lanebook twin: vllm-cpu: CPU priority: nice 19") and said.rstrip().endswith(
-            ": /health answers"
-        )
+        yield server, f"http://127.0.0.1:{port}"
     finally:
         server.kill()
         server.wait()
 
 
+def test_the_server_is_lowered_to_nice_19_once_it_is_ready_and_has_served_its_first_request(serving):
+    """lower_once_ready: /health answers 200, then it reads the server's finished-request count until it leaves 0
+    (the launcher's readiness chat runs at the priority the server was started with); then every thread of the server
+    goes to nice 19, with its session's autogroup, and it says so."""
+    server, url = serving
+    helper = subprocess.Popen(
+        [sys.executable, "-c", vllm_cpu.LOWERING, url, str(server.pid)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert [server.stdout.readline(), server.stdout.readline()] == ["metrics read\n"] * 2  # ready; none served
+        assert thread_nices(server.pid) == {os.getpriority(os.PRIO_PROCESS, 0)}
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            urllib.request.Request(url + "/v1/chat/completions", data=b"{}"), timeout=30
+        ).close()
+        said = helper.communicate(timeout=60)[0]
+    finally:
+        helper.kill()
+    assert len(list(Path(f"/proc/{server.pid}/task").iterdir())) == 2 and thread_nices(server.pid) == {19}
+    assert said.startswith("lanebook twin: vllm-cpu: CPU priority: nice 19")
+    assert said.rstrip().endswith(": its first request served")
+
+
+def test_with_no_request_served_the_server_is_lowered_after_the_bound_and_the_helper_says_so(serving, capsys):
+    server, url = serving
+    vllm_cpu.lower_once_ready(url, server.pid, first_bound_s=0)
+    assert thread_nices(server.pid) == {19}
+    assert capsys.readouterr().out.rstrip().endswith(": no request served 0 s after /health")
+
+
 def test_the_helper_gives_up_when_the_server_is_gone():
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    vllm_cpu.lower_once_ready(
-        "http://127.0.0.1:9/health", int(gone.stdout), bound_s=30
-    )  # returns at once: no such process
+    vllm_cpu.lower_once_ready("http://127.0.0.1:9", int(gone.stdout), bound_s=30)  # returns at once: no such process

@@ -12,14 +12,14 @@ per-batch schedule (the GPU lanes' MTP/DSpark drafter cannot run on CPU), GPU-on
 know is refused (exit 2), never passed on or dropped silently.
 
 The server serves at the lowest CPU priority (nice 19, for its processes and for the autogroup of its session, which is
-what Linux weighs between sessions; each twin container runs in a session of its own, twin/standins/runtime.py); it
-boots at the priority it was started with, and a helper in its session lowers it once /health answers. Its
-engine processes spin on the cores between decode steps (vLLM's shared-memory queue busy-waits for a second after each
-read; the worker is bound to a core of its own), and on a two-core test bed that kept the client reading the streams off
-the CPU for whole replies: the wire carried every chunk as it came, but the client read a 64-token reply in one read, so
-every chunk bore the same kernel stamp and the stream had no decode window (the speed runbook failed 3 of 3 runs so;
-with the server at nice 19, 3 of 3 passed beside the same load). The server's own counters do not depend on how fast it
-runs, and its figures are twin figures either way.
+what Linux weighs between sessions; each twin container runs in a session of its own, twin/standins/runtime.py). It
+boots, and answers its first request (the launcher's readiness chat), at the priority it was started with; then a helper
+in its session lowers it (lower_once_ready). Its engine processes spin on the cores between decode steps (vLLM's
+shared-memory queue busy-waits for a second after each read; the worker is bound to a core of its own), and on a
+two-core test bed that kept the client reading the streams off the CPU for whole replies: the wire carried every chunk
+as it came, but the client read a 64-token reply in one read, so every chunk bore the same kernel stamp and the stream
+had no decode window (the speed runbook failed 3 of 3 runs so; with the server at nice 19, 3 of 3 passed beside the same
+load). The server's own counters do not depend on how fast it runs, and its figures are twin figures either way.
 
 A headless rank (the worker's container) runs nothing real: it says so in its log and stays up idle until stopped, so
 the launcher's two-container shape holds and `docker logs` on the worker tells what it is.
@@ -85,6 +85,8 @@ CPU_KV_DTYPE = "auto"  # vLLM's default KV cache dtype, the model's: the one the
 LOWEST_PRIORITY = 19  # nice: the client reading the streams always comes first (see the module's docstring)
 AUTOGROUP = Path("/proc/self/autogroup")  # the session's scheduling group; its nice weighs it against other sessions
 READY_BOUND_S = 1800.0  # how long the priority helper waits for /health before it gives up (lower_once_ready)
+FIRST_REQUEST_BOUND_S = 600.0  # how long after /health it waits for the first finished request before lowering
+SERVED = "vllm:request_success_total"  # the server's own count of finished requests, by finished_reason
 SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the fabric interface (bond0)
 HANDLED = {"command", "model_tag", "model", "host", "port", "speculative_config", "enable_prefix_caching", "headless"}
 
@@ -229,10 +231,10 @@ def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) ->
     kv = env.get("VLLM_CPU_KVCACHE_SPACE")
     say(f"KV cache: VLLM_CPU_KVCACHE_SPACE={kv} GiB" if kv else "KV cache: VLLM_CPU_KVCACHE_SPACE unset (its default)")
     say(
-        "CPU priority: as started while it boots; nice 19, with its session's autogroup, once /health answers "
-        "(a helper of the container's session waits for that)"
+        "CPU priority: as started while it boots and serves its first request; then nice 19, with its session's "
+        "autogroup (a helper of the container's session waits for both)"
     )
-    lower_once_ready_beside(f"http://{args.host}:{args.port}/health")
+    lower_once_ready_beside(f"http://{args.host}:{args.port}")
     command = [str(python), "-m", SERVER_MODULE, *argv]
     say("runs " + " ".join(command))
     os.execve(str(python), command, env)
@@ -246,7 +248,8 @@ LOWERING = (
 
 def lower_once_ready_beside(url: str) -> None:
     """Start, in this container's session, the helper that lowers the server (this process, once it execs) to nice
-    19 when URL answers 200 (lower_once_ready): detached from this process, which is about to become the server."""
+    19 once the server at URL is ready and has served a request (lower_once_ready): detached from this process, which
+    is about to become the server."""
     server = os.getpid()
     child = os.fork()
     if child == 0:
@@ -258,22 +261,57 @@ def lower_once_ready_beside(url: str) -> None:
     os.waitpid(child, 0)
 
 
-def lower_once_ready(url: str, server: int, bound_s: float = READY_BOUND_S) -> None:
-    """The server boots at the priority it was started with, then goes to nice 19 (lowest_priority of its session)
-    when URL answers 200. Its boot is about 35 s of CPU (three processes importing torch and vLLM); at nice 19 beside
-    a busy test suite it took six minutes, waiting for idle moments. Serving, it must stay at nice 19 (the module's
-    docstring). Gives up when the server is gone, or after BOUND_S."""
+def lower_once_ready(
+    url: str, server: int, bound_s: float = READY_BOUND_S, first_bound_s: float = FIRST_REQUEST_BOUND_S
+) -> None:
+    """The server boots and answers its first request at the priority it was started with, then goes to nice 19
+    (lowest_priority of its session). Its boot is about 35 s of CPU (three processes importing torch and vLLM); at
+    nice 19 beside a busy test suite it took six minutes. The launcher's readiness chat (32 tokens, curl's 60 s bound)
+    is the first request: at nice 19 beside the suite it took over 60 s and the launch failed. So the helper waits for
+    URL's /health to answer 200, then for the server's own count of finished requests (vllm:request_success_total on
+    /metrics) to leave 0, at most FIRST_BOUND_S. Serving, it must stay at nice 19 (the module's docstring). Gives up
+    when the server is gone, or after BOUND_S without /health."""
     import time
+
+    deadline = time.monotonic() + bound_s
+    while not _answers(url + "/health"):
+        if time.monotonic() > deadline or not Path(f"/proc/{server}").exists():
+            return
+        time.sleep(1.0)
+    first_deadline = time.monotonic() + first_bound_s
+    while (served := requests_served(url)) < 1 and time.monotonic() < first_deadline:
+        if not Path(f"/proc/{server}").exists():
+            return
+        time.sleep(1.0)
+    why = "its first request served" if served >= 1 else f"no request served {first_bound_s:.0f} s after /health"
+    say(lowest_priority(server, Path(f"/proc/{server}/autogroup")) + f": {why}")
+
+
+def _answers(url: str) -> bool:
+    """URL answers 200 (not listening yet, or not ready: False)."""
     import urllib.request
 
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    deadline = time.monotonic() + bound_s
-    while time.monotonic() < deadline and Path(f"/proc/{server}").exists():
-        try:
-            with direct.open(url, timeout=5) as answer:
-                if answer.status == 200:
-                    say(lowest_priority(server, Path(f"/proc/{server}/autogroup")) + ": /health answers")
-                    return
-        except (OSError, ValueError):  # not listening yet, or not ready (urllib's errors are OSErrors)
-            pass
-        time.sleep(1.0)
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as answer:
+            return answer.status == 200
+    except (OSError, ValueError):  # urllib's errors are OSErrors
+        return False
+
+
+def requests_served(url: str) -> float:
+    """The server's own count of finished requests (every finished_reason), from URL's /metrics; 0 when unread."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except (OSError, ValueError):
+        return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == SERVED
+    )
