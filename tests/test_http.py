@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from http_helpers import serving
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.http import request_json, tls_context
+from lanebook.nodes.http import direct_client, request_json, tls_context
 
 
 class Echo(BaseHTTPRequestHandler):
@@ -46,3 +46,10 @@ def test_a_transport_failure_is_one_line_naming_the_request():
 
 def test_the_process_has_one_tls_context():
     assert tls_context() is tls_context()
+
+
+def test_a_direct_client_goes_to_the_lane_past_a_proxy_the_environment_names(server, monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # the discard port: a client that used it would fail
+    monkeypatch.setenv("ALL_PROXY", "http://127.0.0.1:9")
+    with direct_client(timeout=10) as client:
+        assert client.post(f"{server}/v1/models", json={}).status_code == 201

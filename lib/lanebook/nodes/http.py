@@ -21,6 +21,12 @@ def tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+def direct_client(**options) -> httpx.Client:
+    """An httpx client that goes to the address it is given, never through a proxy from the environment, with the
+    process's one TLS context; OPTIONS as httpx.Client takes them (timeout, ...)."""
+    return httpx.Client(trust_env=False, verify=tls_context(), **options)
+
+
 class WaitTimeout(LanebookError):
     """The endpoint did not become ready within the bound."""
 
@@ -64,7 +70,7 @@ def wait_for(
     """GET `url` every `interval_s` until `ready(response)`; raise WaitTimeout once `timeout_s` has passed."""
     started = time.monotonic()
     attempt, last = 0, "no answer yet"
-    with httpx.Client(trust_env=False, verify=tls_context()) as client:  # the lane directly, never through a proxy
+    with direct_client() as client:
         while True:
             attempt += 1
             remaining = timeout_s - (time.monotonic() - started)
@@ -98,7 +104,7 @@ def request_json(method: str, url: str, body: Optional[dict] = None, *, timeout_
     LanebookError line naming the request."""
     started = time.monotonic()
     try:
-        with httpx.Client(trust_env=False, verify=tls_context()) as client:
+        with direct_client() as client:
             response = client.request(method, url, json=body, timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise LanebookError(f"{method} {url} failed: {type(exc).__name__}: {exc}") from None

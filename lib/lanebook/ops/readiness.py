@@ -15,7 +15,7 @@ import httpx
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.progress import Progress
-from lanebook.nodes.http import WaitProgress, tls_context, wait_for
+from lanebook.nodes.http import WaitProgress, direct_client, wait_for
 from lanebook.nodes.prometheus import server_root
 from lanebook.nodes.ssh import Executor, Lane
 
@@ -144,7 +144,7 @@ class ReadinessWatch:
             return False
 
     def _watch(self) -> None:
-        with httpx.Client(trust_env=False, verify=tls_context()) as client:
+        with direct_client() as client:
             while not self._stop.is_set():
                 if self._lists_model(client):
                     self.seen_at = time.time()

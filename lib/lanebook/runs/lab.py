@@ -34,7 +34,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.lane.plugins import prepare_lane
-from lanebook.nodes.http import tls_context
+from lanebook.nodes.http import direct_client
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8888
@@ -157,15 +157,9 @@ def start_lab(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and process.poll() is None:
         try:
-            if (
-                httpx.get(
-                    f"http://{HOST}:{port}/api/status",
-                    headers={"Authorization": f"token {token}"},
-                    timeout=2,
-                    verify=tls_context(),
-                ).status_code
-                == 200
-            ):
+            with direct_client(timeout=2) as client:
+                status = client.get(f"http://{HOST}:{port}/api/status", headers={"Authorization": f"token {token}"})
+            if status.status_code == 200:
                 return lab
         except httpx.TransportError:
             pass

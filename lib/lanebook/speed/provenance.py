@@ -21,7 +21,7 @@ import httpx
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.files import sha256_file
-from lanebook.nodes.http import tls_context
+from lanebook.nodes.http import direct_client
 from lanebook.nodes.prometheus import server_root
 from lanebook.nodes.ssh import Lane, q, qpath
 
@@ -247,7 +247,7 @@ def read_server_version(lane: Lane, timeout_s: float = 5.0) -> tuple[Optional[st
         lane.executor.record_local(f"GET {url}")
         return None, ["server_version: " + NOT_OBSERVED_DRY_RUN]
     try:
-        with httpx.Client(trust_env=False, verify=tls_context(), timeout=timeout_s) as client:
+        with direct_client(timeout=timeout_s) as client:
             response = client.get(url)
     except httpx.HTTPError as exc:
         lane.executor.record_local(f"GET {url}", exit_code=1, detail=type(exc).__name__)

@@ -28,7 +28,7 @@ import httpx
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import sha256_file
 from lanebook.lane.params import LaneParams, lane_with, load_lane
-from lanebook.nodes.http import request_json, tls_context
+from lanebook.nodes.http import direct_client, request_json
 from lanebook.nodes.prometheus import RUNNING, metrics_url, parse_metrics
 from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
 from lanebook.ops import launcher, memory, weights
@@ -191,9 +191,7 @@ def _stream(lane: Lane, prompt: str, max_tokens: int) -> None:
     }
     url = chat_url(lane.params.api)
     try:
-        with httpx.Client(
-            trust_env=False, verify=tls_context(), timeout=httpx.Timeout(RUN_TIMEOUT_S, connect=10.0)
-        ) as client:
+        with direct_client(timeout=httpx.Timeout(RUN_TIMEOUT_S, connect=10.0)) as client:
             with client.stream("POST", url, json=body) as response:
                 for _ in response.iter_bytes():
                     pass

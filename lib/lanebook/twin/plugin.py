@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from lanebook.lane.params import LaneParams
 from lanebook.lane.plugins import Registry
-from lanebook.nodes.http import tls_context
+from lanebook.nodes.http import direct_client
 from lanebook.nodes.ssh import NodeError
 from lanebook.twin import control
 
@@ -74,12 +74,8 @@ def serves_twin(api: str) -> bool:
     from lanebook.nodes.prometheus import server_root
 
     try:
-        return (
-            httpx.get(
-                f"{server_root(api)}/twin/requests", timeout=5.0, trust_env=False, verify=tls_context()
-            ).status_code
-            == 200
-        )
+        with direct_client(timeout=5.0) as client:
+            return client.get(f"{server_root(api)}/twin/requests").status_code == 200
     except httpx.HTTPError:
         return False
 

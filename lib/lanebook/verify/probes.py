@@ -18,7 +18,7 @@ import httpx
 from lanebook.base import frontend
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
-from lanebook.nodes.http import tls_context
+from lanebook.nodes.http import direct_client
 from lanebook.nodes.prometheus import PREEMPTIONS, QueueNotIdle, metrics_url, scrape, server_root, wait_idle
 from lanebook.nodes.ssh import Executor, Lane
 from lanebook.ops.launcher import lane_containers
@@ -142,7 +142,8 @@ def healthy(api: str, executor: Executor) -> Optional[bool]:
     if executor.dry_run:
         return None
     try:
-        return httpx.get(url, timeout=10.0, trust_env=False, verify=tls_context()).status_code == 200
+        with direct_client(timeout=10.0) as client:
+            return client.get(url).status_code == 200
     except httpx.HTTPError:
         return False
 
