@@ -30,9 +30,9 @@ SLOW_FIRST = (
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
     # The run's one real vLLM, queued behind TP4 (270 s; the upgrade, the other first module xdist queues behind,
-    # takes 350 s): its venv's build beside the suite is done by then. It boots at normal priority (about 35 s of CPU)
-    # and serves at nice 19 (twin/vllm_cpu.py: the clients reading its streams come first); beside the suite its tests
-    # take about four minutes.
+    # takes 350 s): its venv's build beside the suite is done by then. It boots and serves the launcher's readiness
+    # chat at normal priority (about 35 s of CPU), then serves at nice 19 (twin/vllm_cpu.py: the clients reading its
+    # streams come first); beside the suite its tests take about four minutes.
     "test_real_vllm.py",
     "test_diagnose_runbook.py",
     "test_input_properties.py",
