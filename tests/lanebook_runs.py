@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
+RUN_BOUND_S = 600  # a hang's bound, not a speed goal: a twin runbook takes seconds to a few minutes
 
 
 def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -68,13 +69,18 @@ def run(
 ) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE ARGS` with outputs in TMP/outputs; its exit code checked, its record
     returned."""
-    done = subprocess.run(
-        [LANEBOOK, "run", runbook, "--lane", lane, *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")},
-    )
+    command = [LANEBOOK, "run", runbook, "--lane", lane, *args]
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=RUN_BOUND_S,
+            env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")},
+        )
+    except subprocess.TimeoutExpired as exc:  # where it was: the steps it said as they started, and its waits
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"{' '.join(command[1:])} still running after {RUN_BOUND_S} s; it said:\n{said[-4000:]}")
     assert done.returncode == expect_exit, done.stdout + done.stderr
     return last_record(tmp_path / "outputs"), done
 

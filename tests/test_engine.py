@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import nbformat
 import papermill
 import papermill.engines
-from lanebook.runs.engine import ENGINE_NAME
+from lanebook.runs.engine import ENGINE_NAME, step_line, step_name
+
+AT = re.compile(r" \(at \d+:\d\d\)$")  # how far into the run a step started
 
 
 def test_saved_when_a_code_cell_starts_and_when_the_run_ends(tmp_path, monkeypatch):
@@ -66,3 +69,49 @@ def test_a_cell_running_finds_every_cell_before_it_saved_as_it_ended(tmp_path):
     seen = json.loads(nbformat.read(output, as_version=4).cells[2].outputs[0]["text"])
     one = {"name": "stdout", "output_type": "stream", "text": ["one\n"]}
     assert seen == [["completed", [one]], ["completed", None], ["running", []]]
+
+
+def test_step_name_is_the_first_argument_of_a_top_level_rb_step():
+    assert step_name('with rb.step(\n    "4 canary variant",\n    fix="relaunch",\n):\n    pass') == "4 canary variant"
+    assert step_name('with rb.step("prerequisites", fix="run launch"), other():\n    pass') == "prerequisites"
+    assert step_name('x = 1\nwith rb.step("2 later"):\n    pass') == "2 later"
+    assert step_name("lane = 'twin'") is None  # the parameters cell
+    assert step_name('with other.step("not rb"):\n    pass') is None
+    assert step_name("with rb.step(name):\n    pass") is None  # a name not written in the cell
+    assert step_name('if True:\n    with rb.step("nested"):\n        pass') is None  # not the cell's own step
+    assert step_name("%time x = 1") is None  # IPython syntax: not a step
+
+
+def test_steps_and_what_cells_print_are_said_on_the_stdout_file_as_the_run_goes(tmp_path):
+    source, output, said = tmp_path / "in.ipynb", tmp_path / "out.ipynb", tmp_path / "said.txt"
+    check_said = (  # the second step, running: the first step's line and print are out already, and its own line
+        f"assert [AT.sub('', line) for line in open({str(said)!r}).read().splitlines()] == "
+        "['step 1 one', 'in one', 'step 2 two']"
+    )
+    cells = [
+        nbformat.v4.new_code_cell(
+            f"import contextlib, re\nAT = re.compile({AT.pattern!r})\nclass rb:\n    step = contextlib.nullcontext"
+        ),
+        nbformat.v4.new_markdown_cell("## 1 one"),
+        nbformat.v4.new_code_cell('with rb.step("1 one"):\n    print("in one")'),
+        nbformat.v4.new_code_cell(f'with rb.step("2 two"):\n    {check_said}'),
+    ]
+    nbformat.write(
+        nbformat.v4.new_notebook(
+            cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+        ),
+        source,
+    )
+    with open(said, "w") as stream:
+        papermill.execute_notebook(
+            str(source), str(output), engine_name=ENGINE_NAME, progress_bar=False, stdout_file=stream
+        )
+    lines = said.read_text().splitlines()
+    assert [AT.sub("", line) for line in lines] == ["step 1 one", "in one", "step 2 two"]
+    assert all(AT.search(line) for line in (lines[0], lines[2]))
+    assert nbformat.read(output, as_version=4).cells[3].metadata.papermill["status"] == "completed"
+
+
+def test_step_line_names_the_minutes_and_seconds_into_the_run():
+    assert step_line("3 canary baseline", 83.9) == "step 3 canary baseline (at 1:23)"
+    assert step_line("11 long context", 3725) == "step 11 long context (at 62:05)"

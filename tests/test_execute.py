@@ -271,7 +271,7 @@ def test_a_killed_kernel_leaves_an_error_record_and_the_notebook_as_far_as_it_go
 def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypatch):
     runbooks("status", HEADER, "rb.finish()")
 
-    def broken(notebook, output, parameters, kernel):
+    def broken(notebook, output, parameters, kernel, echo):
         raise RuntimeError("the runner broke")
 
     monkeypatch.setattr(execute, "execute_notebook", broken)
@@ -281,7 +281,7 @@ def test_a_crash_or_a_refusal_mid_run_is_recorded_then_raised(runbooks, monkeypa
     assert (stored["verdict"], stored["failed_step"]) == ("error", "crash: RuntimeError: the runner broke")
     assert stored["duration_s"] >= 0 and not list((execute.outputs_dir() / ".pending").iterdir())
 
-    def refused(notebook, output, parameters, kernel):
+    def refused(notebook, output, parameters, kernel, echo):
         raise LanebookError("lane anemll-0731 is busy")
 
     monkeypatch.setattr(execute, "execute_notebook", refused)

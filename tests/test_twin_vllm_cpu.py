@@ -148,9 +148,15 @@ SERVING = (
 
 
 def thread_nices(pid: int) -> set[int]:
-    return {
-        int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]) for task in Path(f"/proc/{pid}/task").iterdir()
-    }
+    """The nice values of PID's threads; a thread that ends while they are read (the server's one per request) is
+    not counted."""
+    nices = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            nices.add(int((task / "stat").read_text().rsplit(")", 1)[1].split()[16]))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return nices
 
 
 @pytest.fixture

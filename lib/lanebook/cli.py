@@ -145,7 +145,8 @@ def run(
         False, "--break-lock", help="break the lane pair's lock if it is stale (its holder is dead)"
     ),
 ):
-    """Run a runbook headless with papermill; prints the executed notebook's path."""
+    """Run a runbook headless with papermill; says each step as it starts (on stderr), then prints the executed
+    notebook's path and the verdict."""
     from lanebook.runs.kernel import kernel_for
 
     # the kernel boots while lanebook prepares the run
@@ -161,6 +162,7 @@ def run(
             yes=yes,
             break_lock=break_lock,
             kernel=kernel,
+            echo=sys.stderr,
         )
     typer.echo(record["output"])
     if dry_run:

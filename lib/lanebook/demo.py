@@ -17,6 +17,7 @@ and the book is still built.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 from rich.console import Console
@@ -104,12 +105,12 @@ def _stop_lanes_left_up(names: list[str]) -> None:
 
 
 def _run_shown(runbook: str, lane: str, params: dict) -> dict:
-    """One recorded run on the terminal, as `promote` shows each of its runbooks."""
+    """One recorded run on the terminal, as `promote` shows each of its runbooks (its steps and waits on stderr)."""
     from lanebook.lane.params import load_lane
     from lanebook.runs.execute import run_runbook
 
     console.rule(f"runbook {run_label(runbook, lane)}")
-    record = run_runbook(runbook, load_lane(lane), params)
+    record = run_runbook(runbook, load_lane(lane), params, echo=sys.stderr)
     show_record(console, record, run_label(runbook, lane), soft_wrap=True)
     return record
 

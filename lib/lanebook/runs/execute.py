@@ -25,7 +25,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, TextIO
 
 # nbformat imports jsonschema, which imports the package of every format check it finds installed (jupyter-events
 # installs them): rfc3987_syntax builds an Earley parser for "iri" (over a second of every `lanebook run`; the
@@ -225,9 +225,12 @@ class Outcome:
     unfinished: Optional[str] = None
 
 
-def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], kernel: object) -> Outcome:
+def execute_notebook(
+    notebook: Path, output: Path, parameters: dict[str, Any], kernel: object, echo: Optional[TextIO] = None
+) -> Outcome:
     """Run the notebook with papermill into OUTPUT (saved as each code cell starts) on KERNEL (started ahead: see
-    lanebook.runs.kernel); how it ended, never raising for it."""
+    lanebook.runs.kernel); how it ended, never raising for it. ECHO: where to say, as the run goes, each step as it
+    starts and what the cells print (lanebook.runs.engine)."""
     import papermill
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
@@ -242,6 +245,8 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], k
             kernel_name=KERNEL_NAME,
             engine_name=ENGINE_NAME,
             progress_bar=False,
+            stdout_file=echo,
+            stderr_file=echo,
             cwd=str(REPO),
             km=kernel,
             shutdown_kernel="immediate",  # when a signal stops the client: nothing in a kernel's teardown is kept
@@ -346,6 +351,7 @@ def run_runbook(
     link: Optional[dict] = None,
     break_lock: bool = False,
     kernel: object = None,
+    echo: Optional[TextIO] = None,
 ) -> dict:
     """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...);
     kernel: the runbook's kernel, started ahead by the caller (lanebook.runs.kernel), else started here.
@@ -354,15 +360,16 @@ def run_runbook(
 
     However the run ends, it leaves its record: a signal (SIGINT, SIGTERM, SIGHUP) or a crash is recorded as
     error and then raised again (a signal as RunInterrupted, carrying the record). The notebook's kernel loads the
-    lane from the file LANE_PARAMS was loaded from."""
+    lane from the file LANE_PARAMS was loaded from. ECHO: a stream told each step as it starts, and what the cells
+    print (a terminal's stderr), so a long run is not silent."""
     notebook = runbook_path(runbook)
     if lane_params.file is None:
         raise LanebookError(f"lane {lane_params.name} was built in memory: a runbook runs a lane loaded from its file")
     refuse_secret_parameters(params)
     if kernel is not None:
-        return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock)
+        return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock, echo)
     with started_kernel(notebook, connects=not dry_run) as kernel:  # it boots while the run is checked and begun
-        return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock)
+        return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock, echo)
 
 
 def _run_on(
@@ -375,6 +382,7 @@ def _run_on(
     yes: bool,
     link: Optional[dict],
     break_lock: bool,
+    echo: Optional[TextIO],
 ) -> dict:
     accepted = notebook_parameters(notebook) - RESERVED
     unknown = sorted(set(params) - accepted)
@@ -409,7 +417,7 @@ def _run_on(
             ),
             signals_raised(),
         ):
-            outcome = execute_notebook(notebook, output, parameters, kernel)
+            outcome = execute_notebook(notebook, output, parameters, kernel, echo)
         result = run_result(outcome, output, dry_run)
     except LockRefused:
         discard_run(pending)  # nothing ran: no record, and the claimed name is given back

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, TextIO
 
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
@@ -176,13 +177,15 @@ def promote(
     on_plan: Callable[[Plan], None] = lambda plan: None,
     on_start: Callable[[str], None] = lambda name: None,
     on_record: Callable[[dict], None] = lambda record: None,
+    echo: Optional[TextIO] = None,
 ) -> Promotion:
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
     the command starts, is the lane every runbook runs on. A lane that changes runtime and weights at once against
     its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so.
     FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan). FLEET_ID: the
-    fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it."""
+    fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it. ECHO: where each
+    runbook says its steps as they start, and what its cells print (lanebook.runs.execute.run_runbook)."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import run_runbook
     from lanebook.runs.lock import hold_lane_pair
@@ -211,7 +214,7 @@ def promote(
                 link["fleet_id"] = fleet_id
             first = {}
             allowed = {ALLOW_PARAMETER: True} if allow_runtime_and_weights and name in LINTING else {}
-            record = run_runbook(name, params, allowed, dry_run=dry_run, yes=yes, link=link)
+            record = run_runbook(name, params, allowed, dry_run=dry_run, yes=yes, link=link, echo=echo)
             promotion.records.append(record)
             on_record(record)
             previous = record["run_id"]
@@ -253,7 +256,7 @@ def show_record(console, record: dict, label: str, soft_wrap: bool = False) -> N
 
 def promote_shown(lane: str, **options) -> Promotion:
     """`promote` on the terminal (LANE as the operator named it): the lane loaded once, the plan, each runbook as it
-    starts and ends, and the summary line."""
+    starts and ends (its steps and waits on stderr between), and the summary line."""
     from rich.console import Console
 
     console = Console()
@@ -267,7 +270,7 @@ def promote_shown(lane: str, **options) -> Promotion:
     def ended(record: dict) -> None:
         show_record(console, record, record["runbook"])
 
-    promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, **options)
+    promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, echo=sys.stderr, **options)
     # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet).
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
     return promotion
