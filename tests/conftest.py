@@ -23,16 +23,17 @@ SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's contr
 # xdist gives each worker one module, then at once a second to every worker with at most two tests pending: the
 # seventh goes behind TP4's two tests, the eighth behind the upgrade's one.
 SLOW_FIRST = (
-    "test_twin_tp4.py",  # one promotion on four twin nodes, about 270 s beside the suite
-    "test_runs_upgrade.py",  # one test of about 350 s: 15 runbook runs on a private twin
+    "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
+    "test_runs_upgrade.py",  # one test of about 330 s: 15 runbook runs on a private twin
     "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
-    # The run's one real vLLM, queued behind TP4 (270 s; the upgrade, the other first module xdist queues behind,
-    # takes 350 s): its venv's build beside the suite is done by then. It boots and serves the launcher's readiness
-    # chat at normal priority (about 35 s of CPU), then serves at nice 19 (twin/vllm_cpu.py: the clients reading its
-    # streams come first); beside the suite its tests take about four minutes.
+    # The run's one real vLLM, queued behind TP4 (150 s; the upgrade, the other first module xdist queues behind,
+    # takes 330 s): its venv's build beside the suite is about done by then (it waits for the rest). It boots and
+    # serves the launcher's readiness chat at normal priority (about 35 s of CPU), then serves at nice 19
+    # (twin/vllm_cpu.py: the clients reading its streams come first); beside the suite its tests take about four
+    # minutes.
     "test_real_vllm.py",
     "test_diagnose_runbook.py",
     "test_input_properties.py",
