@@ -38,6 +38,8 @@ NAME = LANE.env["SERVED_MODEL_NAME"]
 MAX_MODEL_LEN = int(LANE.env["MAX_MODEL_LEN"])
 SCHEDULE = LANE.speculative.schedule  # the recipe's verify schedule: K 5 at C1, 4 at C2-C4, 3 at C5-C6
 BOOT_BOUND_S = 600.0  # the launch's own steps, then 25-75 s of boot alone on two cores; more beside the suite
+LOWERED_LINE = "lanebook twin: vllm-cpu: CPU priority: nice 19"  # what the helper writes once it lowered the server
+LOWERED_BOUND_S = 60.0  # the helper reads the server's served count each second
 OTHER_TWIN_LANES = ("twin", "twin-1m6")  # they serve on the same head address: whichever another module left up stops
 
 
@@ -137,7 +139,23 @@ def launch_real(outputs: Path) -> RealServer:
     stdout, _ = process.communicate(timeout=BOOT_BOUND_S)
     launch = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
     print(f"real vLLM ready {ready_s:.1f} s after `lanebook run launch` began, at {LANE.api}", flush=True)
+    if launch.returncode == 0:
+        await_lowered()
     return RealServer(LANE, launch, outputs, boot, ready_s)
+
+
+def await_lowered() -> None:
+    """Wait until the server's helper has lowered it to nice 19 (its line in the head's container log): the helper
+    reads the server's served count each second, so it lowers the server a moment after the launcher's readiness chat,
+    which may be after the launch returned. The module's tests serve at nice 19; a server never lowered is left for
+    the launch test to name."""
+    deadline = time.monotonic() + LOWERED_BOUND_S
+    with ssh.Lane(LANE) as lane:
+        while time.monotonic() < deadline:
+            log = lane.head.run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
+            if LOWERED_LINE in log:
+                return
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
