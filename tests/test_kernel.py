@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_core.utils import run_sync
+from lanebook.base.frontend import HEADLESS_KERNEL_ENV
 from lanebook.base.paths import REPO
 from lanebook.runs.kernel import kernel_for, lanebook_imports, preload_line, started_kernel
 
@@ -113,6 +114,20 @@ def test_the_kernel_is_ipykernel_without_its_debugger_or_httpx_command_line(tmp_
         )
     # IPython put the working directory back; httpx works, without its command-line client
     assert seen.split() == ["IPythonKernel", "None", "True", "True", "get", "False"]
+
+
+def test_the_kernel_knows_no_frontend_will_render_in_it(tmp_path):
+    """A headless run's kernel: no widget is shown for a frontend, and its shell stream is never pumped."""
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
+    printed.clear()
+    with started_kernel(path) as manager:
+        seen = execute(
+            manager,
+            "from lanebook.base import frontend; import ipywidgets; "
+            "print(type(get_ipython().kernel).__name__, frontend.kernel(), frontend.rendered(ipywidgets.Button()))",
+        )
+    assert seen.split() == ["IPythonKernel", "None", "None"]
+    assert os.environ.get(HEADLESS_KERNEL_ENV) is None  # told to the kernel, not to this process
 
 
 def test_a_kernel_stopped_mid_cell_is_killed_and_reaped(tmp_path):

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from queue import Empty
+from typing import Optional
 
 import nbformat
 import pytest
+import zmq
+import zmq.asyncio
+from jupyter_client.session import Session
 from jupyter_core.utils import run_sync
+from lanebook.runs import kernel_client
 from lanebook.runs.kernel import started_kernel
-from lanebook.runs.kernel_client import RunbookKernelClient
+from lanebook.runs.kernel_client import RunbookKernelClient, SlicedWaitChannel
 
 
 @pytest.fixture
@@ -53,3 +60,51 @@ def test_a_kernel_that_died_is_never_ready(manager, client):
     process.wait(timeout=10)
     with pytest.raises(RuntimeError, match="died"):
         run_sync(client.wait_for_ready)(timeout=60)
+
+
+def test_the_client_waits_on_sliced_channels(client):
+    assert isinstance(client.shell_channel, SlicedWaitChannel)
+    assert isinstance(client.iopub_channel, SlicedWaitChannel)
+
+
+async def _sent_after(seconds: float, timeout: Optional[float], tmp_path: Path) -> dict:
+    """What a SlicedWaitChannel's get_msg(TIMEOUT) returns for a message sent SECONDS after it began to wait."""
+    session = Session()
+    receiving = zmq.asyncio.Context().socket(zmq.PAIR)
+    sending = zmq.Context().socket(zmq.PAIR)
+    address = f"ipc://{tmp_path / 'pair'}"
+    receiving.bind(address)
+    sending.connect(address)
+    try:
+        waiting = asyncio.ensure_future(SlicedWaitChannel(receiving, session).get_msg(timeout=timeout))
+        await asyncio.sleep(seconds)
+        session.send(sending, "kernel_info_reply", {"status": "ok"})
+        return await waiting
+    finally:
+        sending.close(0)
+        receiving.close(0)
+
+
+def test_a_wait_without_timeout_reads_a_message_that_came_after_many_slices(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_client, "WAIT_SLICE_S", 0.05)
+    assert run_sync(_sent_after)(0.5, None, tmp_path)["msg_type"] == "kernel_info_reply"
+
+
+def test_a_wait_with_a_timeout_reads_a_message_within_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_client, "WAIT_SLICE_S", 0.05)
+    assert run_sync(_sent_after)(0.3, 60, tmp_path)["content"] == {"status": "ok"}
+
+
+def test_a_sliced_wait_with_a_timeout_still_times_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(kernel_client, "WAIT_SLICE_S", 0.05)
+
+    async def quiet():
+        socket = zmq.asyncio.Context().socket(zmq.PAIR)
+        socket.bind(f"ipc://{tmp_path / 'quiet'}")
+        try:
+            await SlicedWaitChannel(socket, Session()).get_msg(timeout=0.3)
+        finally:
+            socket.close(0)
+
+    with pytest.raises(Empty):
+        run_sync(quiet)()

@@ -11,10 +11,17 @@ a frontend renders counts itself) stays 0. `rendered()` waits a short bound for 
 answers "no frontend"; once a kernel has shown that, later questions in it are answered without waiting,
 unless one of the widgets shown here was rendered after all (a slow browser). Outside a kernel, or where
 the kernel is not one this module knows how to pump (ipykernel 7's main shell stream), nothing renders.
+
+A kernel that lanebook's headless runner started (lanebook.runs.kernel) is told so (HEADLESS_KERNEL_ENV): no frontend
+will ever connect to it, so it counts as no kernel here, and nothing pumps its shell stream. Pumping swaps the
+stream's receive callback and flushes the socket the cell's own reply is later sent on, through private parts of
+ipykernel; a headless run that pumped at every progress update once sat ten minutes after its cell, the kernel idle,
+its reply never read.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -27,12 +34,16 @@ SCROLL_HERE = (
 )
 FRONTEND_WAIT_S = 2.0  # how long a view may take to be rendered before a run counts as headless
 COMM_MESSAGES = frozenset({"comm_open", "comm_msg", "comm_close"})
+HEADLESS_KERNEL_ENV = "LANEBOOK_HEADLESS_KERNEL"  # "1" in a kernel lanebook's headless runner started
 
 _state = {"headless": False, "seen": False}  # a widget shown here went unrendered within the bound / was rendered
 
 
 def kernel() -> Optional[Any]:
-    """The running ipykernel kernel when this process is one and ipywidgets is installed, else None."""
+    """The running ipykernel kernel when this process is one that a frontend may render in and ipywidgets is
+    installed, else None."""
+    if os.environ.get(HEADLESS_KERNEL_ENV) == "1":
+        return None
     try:
         import ipywidgets  # noqa: F401 - no widgets, nothing to render
         from IPython import get_ipython

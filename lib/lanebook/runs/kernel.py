@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from lanebook.base import paths
+from lanebook.base.frontend import HEADLESS_KERNEL_ENV
 from lanebook.base.paths import REPO
 
 LANEBOOK_DIR = Path(__file__).resolve().parents[1]  # the lanebook package
@@ -109,7 +111,9 @@ def started_kernel(notebook: Path, connects: bool = True) -> Iterator[object]:
             kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(KERNELS_DIR)], ensure_native_kernel=False),
             client_factory=RunbookKernelClient,
         )
-        run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO))
+        # no frontend will connect: widgets would never render, and its shell stream is never pumped (base.frontend)
+        environment = {**os.environ, HEADLESS_KERNEL_ENV: "1"}
+        run_sync(manager.start_kernel)(extra_arguments=arguments, cwd=str(REPO), env=environment)
         try:
             yield manager
         finally:

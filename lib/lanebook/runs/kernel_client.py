@@ -8,6 +8,13 @@ that request causes and everything published before it has been read by then. Th
 as jupyter_client does when no IOPub message follows the reply. Once IOPub has shown a message it is live, and the
 `idle` follows in order however long a loaded machine takes to deliver it (once more than 60 s of asking again when
 each idle came later than 0.2 s), unless IOPub has already moved on to a later request: its idle was missed, ask again.
+
+Its channels never wait on one poll without end. nbclient waits for a cell's reply with no timeout (a runbook's cell
+may wait out a cold bind), and pyzmq's asyncio poll is woken by the socket's edge-triggered descriptor: a wake-up that
+is missed leaves a message unread until another one comes (the wedge ipykernel 7 fixed on the kernel's side,
+ipython/ipykernel#1529). A diagnose run beside the suite once sat ten minutes with its kernel idle and its client
+still waiting for the cell's reply; the cause was not proven, but a poll that times out reads the socket's state
+again, so these channels wait in slices of WAIT_SLICE_S, and such a message is read at the next slice.
 """
 
 from __future__ import annotations
@@ -18,13 +25,35 @@ from queue import Empty
 from typing import Optional
 
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
+from traitlets import Type
 
 IOPUB_WAIT_S = 0.2  # as jupyter_client: how long an answered request's first IOPub message may take to arrive
 LIVE_IOPUB_WAIT_S = 10.0  # on a live IOPub, the longest wait for the next message before asking again
+WAIT_SLICE_S = 1.0  # the longest a channel waits on one poll: a wake-up missed costs at most this
+
+
+class SlicedWaitChannel(AsyncZMQSocketChannel):
+    """jupyter_client's asyncio channel whose waits are polls of at most WAIT_SLICE_S, one after another until a
+    message comes or the timeout passes: each new poll reads the socket's state, so no missed wake-up strands one."""
+
+    async def get_msg(self, timeout: Optional[float] = None) -> dict:
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return await super().get_msg(timeout=max(0.0, min(WAIT_SLICE_S, left)))
+            except Empty:
+                if left <= WAIT_SLICE_S:
+                    raise
 
 
 class RunbookKernelClient(AsyncKernelClient):
-    """An AsyncKernelClient whose readiness ends with the kernel's `idle` after `kernel_info`, not 0.2 s later."""
+    """An AsyncKernelClient whose readiness ends with the kernel's `idle` after `kernel_info`, not 0.2 s later, and
+    whose shell and IOPub channels wait in slices (SlicedWaitChannel)."""
+
+    shell_channel_class = Type(SlicedWaitChannel)
+    iopub_channel_class = Type(SlicedWaitChannel)
 
     async def wait_for_ready(self, timeout: Optional[float] = None) -> None:
         deadline = time.monotonic() + (math.inf if timeout is None else timeout)
