@@ -19,14 +19,19 @@ RUN_BOUND_S = 600  # a hang's bound, not a speed goal: a twin runbook takes seco
 
 
 def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    """The `lanebook` command as a user types it, its records in OUTPUTS."""
-    return subprocess.run(
-        [LANEBOOK, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
-    )
+    """The `lanebook` command as a user types it, its records in OUTPUTS. Past TIMEOUT (a hang's bound, not a speed
+    goal) the test fails with what the command said on stderr: the steps it started and its waits, where it was."""
+    try:
+        return subprocess.run(
+            [LANEBOOK, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+        )
+    except subprocess.TimeoutExpired as exc:
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        pytest.fail(f"lanebook {' '.join(args)} still running after {timeout} s; it said:\n{said[-4000:]}")
 
 
 def stand_in_notebook(*cells: str, parameters: str = 'lane = "twin"\ndry_run = False') -> nbformat.NotebookNode:
@@ -69,18 +74,7 @@ def run(
 ) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE ARGS` with outputs in TMP/outputs; its exit code checked, its record
     returned."""
-    command = [LANEBOOK, "run", runbook, "--lane", lane, *args]
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=RUN_BOUND_S,
-            env={**os.environ, "LANEBOOK_OUTPUTS": str(tmp_path / "outputs")},
-        )
-    except subprocess.TimeoutExpired as exc:  # where it was: the steps it said as they started, and its waits
-        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
-        pytest.fail(f"{' '.join(command[1:])} still running after {RUN_BOUND_S} s; it said:\n{said[-4000:]}")
+    done = lanebook_command(["run", runbook, "--lane", lane, *args], tmp_path / "outputs", timeout=RUN_BOUND_S)
     assert done.returncode == expect_exit, done.stdout + done.stderr
     return last_record(tmp_path / "outputs"), done
 

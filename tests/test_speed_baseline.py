@@ -24,7 +24,7 @@ from lanebook.speed.baseline import (
 from lanebook.speed.provenance import Provenance
 
 TWIN_BASELINES = sorted(
-    path.stem for path in BASELINES_DIR.glob("*.json") if json.loads(path.read_text())["provenance"]["twin"]
+    path.stem for path in BASELINES_DIR.glob("*.json") if stored_baseline(path.stem).provenance.twin
 )
 
 SETUP = Provenance(
