@@ -1,8 +1,11 @@
 """Prometheus /metrics parsing, deltas and spec-decode figures (lanebook.nodes.prometheus)."""
 
+import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
+from lanebook.nodes import prometheus
 from lanebook.nodes.prometheus import (
     ACCEPTED_PER_POSITION,
     DRAFTS,
@@ -10,6 +13,7 @@ from lanebook.nodes.prometheus import (
     metrics_url,
     parse_metrics,
     queue_depth,
+    scrape,
     spec_decode_delta,
 )
 
@@ -104,3 +108,35 @@ def test_garbage_is_one_clear_error():
 )
 def test_metrics_url_is_beside_v1(api, url):
     assert metrics_url(api) == url
+
+
+async def scrape_from_a_server_answering_after(delay_s: float, client_timeout_s: float) -> prometheus.Snapshot:
+    """scrape() against a loopback server that reads the request, waits, then answers with one gauge pair."""
+    body = exposition(1, 5, 3, [1, 1, 1, 0, 0], running=2).encode()
+
+    async def answer(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(delay_s)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(trust_env=False, timeout=client_timeout_s) as client:
+            return await scrape(client, f"http://127.0.0.1:{port}/metrics")
+    finally:
+        server.close()
+
+
+def test_a_slow_answer_within_the_bound_is_read_whatever_the_clients_own_timeout():
+    # the client's read timeout (httpx's default is 5 s) must not cut a scrape shorter than its stated bound
+    snapshot = asyncio.run(scrape_from_a_server_answering_after(0.3, client_timeout_s=0.05))
+    assert queue_depth(snapshot) == (2, 0)
+
+
+def test_no_answer_within_the_bound_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(prometheus, "SCRAPE_BOUND_S", 0.2)
+    with pytest.raises(MetricsUnavailable, match=r"/metrics gave no answer within 0\.2 s$"):
+        asyncio.run(scrape_from_a_server_answering_after(5.0, client_timeout_s=30))

@@ -92,13 +92,18 @@ def metrics_url(api: str) -> str:
     return f"{server_root(api)}/metrics"
 
 
+SCRAPE_BOUND_S = 10.0
+
+
 async def scrape(client: httpx.AsyncClient, url: str) -> Snapshot:
-    """One scrape of a /metrics URL."""
+    """One scrape of a /metrics URL, bounded as a whole by SCRAPE_BOUND_S. The request carries that bound too:
+    otherwise the client's own read timeout (httpx's default is 5 s) cuts in first, and a server busy decoding
+    (CI saw one at nice 19 miss it mid-wave) fails sooner than the bound this function promises."""
     try:
-        async with asyncio.timeout(10.0):
-            response = await client.get(url)
-    except TimeoutError:
-        raise MetricsUnavailable(f"{url} gave no answer within 10 s") from None
+        async with asyncio.timeout(SCRAPE_BOUND_S):
+            response = await client.get(url, timeout=SCRAPE_BOUND_S)
+    except (TimeoutError, httpx.TimeoutException):
+        raise MetricsUnavailable(f"{url} gave no answer within {SCRAPE_BOUND_S:g} s") from None
     except httpx.HTTPError as exc:
         raise MetricsUnavailable(f"cannot read {url}: {exc.__class__.__name__}") from None
     if response.status_code != 200:
