@@ -79,6 +79,10 @@ pytestmark = pytest.mark.twin
 
 GENERATION = "vllm:generation_tokens_total"
 TTFT_COUNT = "vllm:time_to_first_token_seconds_count"
+# A plain request's bound: the server runs at nice 19 in an autogroup of its own, so on cores the suite keeps busy it
+# gets a sliver of them (CI once saw a /metrics scrape go unanswered for 5 s mid-wave); a bound only matters when
+# it fails, and a server that is up answers well inside a minute.
+ANSWER_S = 60
 # lanebook's TTFT starts when the request's headers leave this process and ends at the kernel's receive stamp of the
 # first content chunk; vLLM's starts when its engine takes the request and ends when the engine has the token. So over
 # the same requests the server's mean is never above lanebook's. How far below is the API server's own work per request
@@ -269,8 +273,8 @@ def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, la
     print(f"  ({sorted(misses)})")
     assert real.boot and "HTTP 200" not in misses  # lanebook's wait saw the boot (refused connections) before its 200
     executor = Executor()
-    assert wait_health(real.api, timeout_s=10, interval_s=0.5, executor=executor) is True
-    entries = wait_models(real.api, NAME, timeout_s=10, interval_s=0.5, executor=executor)
+    assert wait_health(real.api, timeout_s=ANSWER_S, interval_s=0.5, executor=executor) is True
+    entries = wait_models(real.api, NAME, timeout_s=ANSWER_S, interval_s=0.5, executor=executor)
     assert [r.exit_code for r in executor.history] == [0, 0]
     [entry] = entries
     assert (entry["id"], entry["object"], entry["owned_by"], entry["root"], entry["max_model_len"]) == (
@@ -282,9 +286,9 @@ def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, la
     )
     assert [c.outcome for c in gates.judge_model_list("1 models", entries, lane)] == ["pass", "pass"]
     assert [c.outcome for c in gates.models_gate("1 models", Executor(), lane)] == ["pass", "pass"]
-    health = request_json("GET", f"{real.url}/health", timeout_s=10)
+    health = request_json("GET", f"{real.url}/health", timeout_s=ANSWER_S)
     assert (health.status, health.text, health.body) == (200, "", None)
-    version = request_json("GET", f"{real.url}/version", timeout_s=10)
+    version = request_json("GET", f"{real.url}/version", timeout_s=ANSWER_S)
     assert (version.status, version.body) == (200, {"version": conformance.REAL_VLLM_VERSION})
     assert server_root(real.api) == real.url
 
@@ -334,7 +338,10 @@ def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
                 if not tally.content_chunks:  # scrape while the streams flow (a scrape can take most of a second)
                     await asyncio.sleep(0.005)
                     continue
-                depth = queue_depth(await scrape(client, url))
+                try:
+                    depth = queue_depth(await scrape(client, url))
+                except MetricsUnavailable:
+                    continue  # the server at nice 19 on busy cores did not answer this look in time (CI)
                 busiest, scrapes = max(busiest, depth), scrapes + 1
                 await asyncio.sleep(0.1)  # the wave runs for seconds: tens of scrapes, each costing the server too
             after = await scrape(client, url)
@@ -648,7 +655,7 @@ def test_the_twin_server_answers_as_the_real_one_except_where_listed(real, twin_
         return {side: fetch(url) for side, url in servers.items()}
 
     for path in ("/health", "/version", "/v1/models"):
-        got = both(lambda url: httpx.get(f"{url}{path}", timeout=10))
+        got = both(lambda url: httpx.get(f"{url}{path}", timeout=ANSWER_S))
         if got["twin"].status_code != got["real"].status_code:
             other.append(f"{path}: HTTP {got['twin'].status_code} vs {got['real'].status_code}")
         if path == "/health":
@@ -713,7 +720,7 @@ def test_the_twin_server_answers_as_the_real_one_except_where_listed(real, twin_
         assert body["choices"][0]["finish_reason"] == "length", side
         assert body["usage"]["total_tokens"] == MAX_MODEL_LEN, (side, body["usage"])
 
-    exposed = both(lambda url: families(httpx.get(f"{url}/metrics", timeout=10).text))
+    exposed = both(lambda url: families(httpx.get(f"{url}/metrics", timeout=ANSWER_S).text))
     for name in sorted(set(exposed["real"]) | set(exposed["twin"])):
         twin_family, real_family = exposed["twin"].get(name), exposed["real"].get(name)
         if twin_family is None:
