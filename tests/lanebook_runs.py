@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,12 @@ import pytest
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 RUN_BOUND_S = 600  # a hang's bound, not a speed goal: a twin runbook takes seconds to a few minutes
+STEP_AT = re.compile(r" \(at \d+:\d\d\)$")  # how far into a run a step line (runs.engine.step_line) says it started
+
+
+def steps_started(said: list[str]) -> list[str]:
+    """The step lines among what a run said (runs.engine.step_line), each without its time into the run."""
+    return [STEP_AT.sub("", line) for line in said if line.startswith("step ")]
 
 
 def lanebook_command(args: list[str], outputs: Path, timeout: int = 900) -> subprocess.CompletedProcess:

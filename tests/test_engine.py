@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import nbformat
 import papermill
 import papermill.engines
 from lanebook.runs.engine import ENGINE_NAME, step_line, step_name
-
-AT = re.compile(r" \(at \d+:\d\d\)$")  # how far into the run a step started
+from lanebook_runs import STEP_AT
 
 
 def test_saved_when_a_code_cell_starts_and_when_the_run_ends(tmp_path, monkeypatch):
@@ -85,12 +83,13 @@ def test_step_name_is_the_first_argument_of_a_top_level_rb_step():
 def test_steps_and_what_cells_print_are_said_on_the_stdout_file_as_the_run_goes(tmp_path):
     source, output, said = tmp_path / "in.ipynb", tmp_path / "out.ipynb", tmp_path / "said.txt"
     check_said = (  # the second step, running: the first step's line and print are out already, and its own line
-        f"assert [AT.sub('', line) for line in open({str(said)!r}).read().splitlines()] == "
+        f"assert [STEP_AT.sub('', line) for line in open({str(said)!r}).read().splitlines()] == "
         "['step 1 one', 'in one', 'step 2 two']"
     )
     cells = [
         nbformat.v4.new_code_cell(
-            f"import contextlib, re\nAT = re.compile({AT.pattern!r})\nclass rb:\n    step = contextlib.nullcontext"
+            f"import contextlib, re\nSTEP_AT = re.compile({STEP_AT.pattern!r})\n"
+            "class rb:\n    step = contextlib.nullcontext"
         ),
         nbformat.v4.new_markdown_cell("## 1 one"),
         nbformat.v4.new_code_cell('with rb.step("1 one"):\n    print("in one")'),
@@ -107,8 +106,8 @@ def test_steps_and_what_cells_print_are_said_on_the_stdout_file_as_the_run_goes(
             str(source), str(output), engine_name=ENGINE_NAME, progress_bar=False, stdout_file=stream
         )
     lines = said.read_text().splitlines()
-    assert [AT.sub("", line) for line in lines] == ["step 1 one", "in one", "step 2 two"]
-    assert all(AT.search(line) for line in (lines[0], lines[2]))
+    assert [STEP_AT.sub("", line) for line in lines] == ["step 1 one", "in one", "step 2 two"]
+    assert all(STEP_AT.search(line) for line in (lines[0], lines[2]))
     assert nbformat.read(output, as_version=4).cells[3].metadata.papermill["status"] == "completed"
 
 

@@ -26,6 +26,7 @@ from lanebook.runs import execute
 from lanebook.runs.audit import read_runs
 from lanebook.steps.runbook import VERDICT_MIME
 from lanebook_runs import stand_in_notebook
+from waits import eventually
 
 HEADER = 'from lanebook.steps.runbook import Runbook\nrb = Runbook("status", lane, dry_run=dry_run)'
 
@@ -416,10 +417,7 @@ def test_a_signal_mid_step_is_recorded_as_error_with_its_partial_notebook(stoppe
     nb = _partial_notebook_of(record, outputs)
     assert nb.cells[-1].source.startswith(f"**This run did not finish: {why}.**")
     assert not list((outputs / ".pending").iterdir())
-    deadline = time.monotonic() + 30
-    while not _gone(kernel) and time.monotonic() < deadline:  # papermill shuts its kernel down
-        time.sleep(0.1)
-    assert _gone(kernel)
+    assert eventually(lambda: _gone(kernel), 30, poll_s=0.1)  # papermill shuts its kernel down
 
 
 def test_a_sigkilled_run_is_recorded_as_killed_by_the_next_reader(stopped_runs, monkeypatch):
@@ -431,10 +429,7 @@ def test_a_sigkilled_run_is_recorded_as_killed_by_the_next_reader(stopped_runs, 
     assert record["pid"] != kernel and read_runs() == [record]  # the lanebook process's pid; finalized once
     nb = _partial_notebook_of(record, outputs)
     assert nb.cells[-1].source.startswith("**This run did not finish: killed: its process")
-    deadline = time.monotonic() + 30
-    while not _gone(kernel) and time.monotonic() < deadline:  # the kernel sees its parent gone and exits
-        time.sleep(0.1)
-    assert _gone(kernel)
+    assert eventually(lambda: _gone(kernel), 30, poll_s=0.1)  # the kernel sees its parent gone and exits
 
 
 # Planted secrets, each where a runbook would print it: in its environment (echoed), in a log on the twin head (read

@@ -24,6 +24,7 @@ from lanebook.base.redact import redact
 from lanebook.nodes.ssh import CommandResult
 from lanebook.runs import lock
 from lanebook.runs.lock import Found, Holder, LockRefused, parse_found, stale_reason
+from waits import eventually
 
 HOLDER = Holder(
     claim="a" * 32,
@@ -243,10 +244,7 @@ def test_the_heartbeat_touches_the_lock_while_held_and_stops_when_it_is_broken(t
     os.utime(head.lock_file(), (1_000_000, 1_000_000))
     beat = lock._Heartbeat(head, quick)
     beat.start()
-    deadline = time.monotonic() + 30
-    while head.lock_file().stat().st_mtime == 1_000_000 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert head.lock_file().stat().st_mtime > 1_000_000
+    assert eventually(lambda: head.lock_file().stat().st_mtime > 1_000_000, 30)
     head.lock_file().rename(head.lock_file().with_name("broken"))
     beat.join(timeout=30)
     assert not beat.is_alive() and not head.lock_file().exists()  # it never recreates a lock it lost

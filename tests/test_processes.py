@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from lanebook.base.processes import process_alive, process_start, session_processes
+from waits import eventually
 
 
 def _finished_pid() -> int:
@@ -43,15 +44,10 @@ def test_a_sessions_processes_are_its_live_members():
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 10
-        while len(session_processes(leader.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert eventually(lambda: len(session_processes(leader.pid)) >= 2, 10)
         members = session_processes(leader.pid)
         assert leader.pid in members and len(members) == 2 and os.getpid() not in members
     finally:
         os.killpg(leader.pid, 9)
         leader.wait()
-    deadline = time.monotonic() + 10
-    while session_processes(leader.pid) and time.monotonic() < deadline:  # the child ends with the group
-        time.sleep(0.05)
-    assert session_processes(leader.pid) == []
+    assert eventually(lambda: session_processes(leader.pid) == [], 10)  # the child ends with the group

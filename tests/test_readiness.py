@@ -14,6 +14,7 @@ from lanebook.nodes import ssh
 from lanebook.nodes.http import WaitTimeout
 from lanebook.ops import launcher, readiness
 from twin_helpers import private_twin
+from waits import eventually
 
 
 class _FlakyHealth(BaseHTTPRequestHandler):
@@ -116,18 +117,9 @@ def test_the_readiness_watch_sees_a_booting_server_list_its_model_at_or_after_it
             readiness.ReadinessWatch(f"{srv.url}/v1", "another-model") as other,
         ):
             srv.wait_healthy(60)
-            assert until(lambda: watch.seen_at is not None)
+            assert eventually(lambda: watch.seen_at is not None, 30)
         ready_at = httpx.get(f"{srv.url}/twin/requests", timeout=10).json()["ready_at"]
     finally:
         srv.stop()
     assert seen == [watch.seen_at] and watch.seen_at >= ready_at
     assert other.seen_at is None  # a server that never lists the model is never "seen ready"
-
-
-def until(condition, timeout_s=30.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()

@@ -5,7 +5,6 @@ Each test writes its records into a temporary outputs dir (LANEBOOK_OUTPUTS), ne
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import nbformat
 import pytest
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
 from lanebook.runs.engine import step_name
-from lanebook_runs import dry_run_offline
+from lanebook_runs import dry_run_offline, steps_started
 
 BIN = Path(sys.executable).parent
 LAUNCH_STEPS = [  # the launch runbook's steps, in order, as its cells name them
@@ -70,8 +69,7 @@ def test_launch_on_the_twin_passes_and_leaves_a_record(stopped_lane, outputs):
     assert printed.exists() and printed.parent == outputs / "twin"
     # headless, not silent: each step as it started, and the launcher's wait, on stderr
     said = run.stderr.splitlines()
-    started = [re.sub(r" \(at \d+:\d\d\)$", "", line) for line in said if line.startswith("step ")]
-    assert started == [f"step {name}" for name in LAUNCH_STEPS], said
+    assert steps_started(said) == [f"step {name}" for name in LAUNCH_STEPS], said
     assert any(line.startswith("launcher: ") and "launcher ok" in line for line in said), said
     (record,) = records(outputs)
     assert record["verdict"] == "pass" and record["failed_step"] is None

@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.twin import control
 from lanebook.twin.nodes import LIB_DIR
 from twin_helpers import _free_ports, private_twin
+from waits import eventually
 
 pytestmark = pytest.mark.twin
 
@@ -43,10 +43,10 @@ def _cmdline(proc: Path) -> str:
 
 
 def _wait_for_process(cmdline: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not any(_cmdline(p) == cmdline for p in Path("/proc").iterdir() if p.name.isdigit()):
-        assert time.monotonic() < deadline, f"no process {cmdline!r} after {timeout_s:g} s"
-        time.sleep(0.1)
+    running = eventually(
+        lambda: any(_cmdline(p) == cmdline for p in Path("/proc").iterdir() if p.name.isdigit()), timeout_s, 0.1
+    )
+    assert running, f"no process {cmdline!r} after {timeout_s:g} s"
 
 
 def test_up_is_idempotent_and_down_leaves_no_process(tmp_path):

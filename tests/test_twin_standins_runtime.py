@@ -4,7 +4,6 @@ exit codes, the shared-memory segments they leave in the node's /dev/shm, and wh
 import os
 import signal
 import sys
-import time
 
 import pytest
 from lanebook.recipe.effective.compose_model import ContainerSpec
@@ -23,6 +22,7 @@ from lanebook.twin.standins.runtime import (
     stop_all_containers,
 )
 from node_helpers import local_node
+from waits import eventually
 
 ENGINE = f"{sys.executable} -c 'import sys, time; print(\"engine up\", *sys.argv[1:], flush=True); time.sleep(60)'"
 
@@ -52,10 +52,10 @@ def node(tmp_path, monkeypatch):
 
 
 def wait_for_log(container, text, within_s=10.0, times=1):
-    deadline = time.monotonic() + within_s
-    while (container.log.read_text() if container.log.exists() else "").count(text) < times:
-        assert time.monotonic() < deadline, f"{text!r} not in the log of {container.name}"
-        time.sleep(0.05)
+    logged = eventually(
+        lambda: (container.log.read_text() if container.log.exists() else "").count(text) >= times, within_s
+    )
+    assert logged, f"{text!r} not in the log of {container.name}"
 
 
 def test_a_container_runs_the_engine_with_its_argv(node):
@@ -85,10 +85,7 @@ def test_segments_go_with_a_clean_stop_and_stay_after_a_kill(node):
 
 def test_a_refused_entrypoint_exits_with_its_code_and_no_segments(node):
     container = start_container(node.root, spec(entrypoint_error=(2, "error: bad config")))
-    deadline = time.monotonic() + 10
-    while container.exit_code is None:  # None while running: the entrypoint refuses at once, so it soon ends
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    assert eventually(lambda: container.exit_code is not None, 10)  # None while running; it refuses at once
     assert container.exit_code == 2 and "error: bad config" in container.log.read_text()
     assert list(node.machine.shm.iterdir()) == []
     assert container.status().startswith("Exited (2)")

@@ -20,6 +20,7 @@ from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
 from lanebook.twin.vllm import free_port, start_local
 from recipe_fixtures import COMPOSE, FIXTURES, need
 from twin_serve import MODEL, OFF, SERVE_ARGS, chat, main, truth, variant  # noqa: F401 - module-scoped server fixtures, used by name
+from waits import eventually
 
 
 # --- Flags, knobs and settings (pure) -------------------------------------------------------------
@@ -201,15 +202,6 @@ def start_node(tmp_path, rank: int, master: str, port: int, knobs: dict):
     )
 
 
-def wait_for(predicate, timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_head_without_worker_fails_clearly(tmp_path):
     head = start_node(
         tmp_path,
@@ -244,7 +236,7 @@ def test_t14_head_dies_leaves_the_worker_orphaned(tmp_path):
     try:
         assert head.process.wait(30) == 1
         assert "Application startup complete." in head.log() and "fault head-dies" in head.log()
-        assert wait_for(lambda: "NCCL error" in worker.log())
+        assert eventually(lambda: "NCCL error" in worker.log(), 20)
         lost = [line for line in worker.log().splitlines() if "TCPStore" in line]  # torch's lines, as vllm#32136 shows
         assert (
             lost[0].startswith("[rank1]:[W") and f"remote=[127.0.0.76]:{port}): Failed to recv, got 0 bytes" in lost[0]
@@ -267,7 +259,7 @@ def test_a_worker_started_again_cannot_rejoin_the_group_it_left(tmp_path):
     try:
         head.wait_healthy(30)
         first.process.kill()
-        assert wait_for(lambda: head.health() == 503)  # the NCCL communicator lost the rank
+        assert eventually(lambda: head.health() == 503, 20)  # the NCCL communicator lost the rank
         spec = node_spec(1, "127.0.0.77", port)
         again = start_local(
             spec.argv[1:],
@@ -276,7 +268,7 @@ def test_a_worker_started_again_cannot_rejoin_the_group_it_left(tmp_path):
             env={**spec.environment, **knobs, "LANEBOOK_TWIN_RENDEZVOUS_TIMEOUT_S": "1"},
             wait_s=None,
         )
-        assert wait_for(lambda: "was formed without this rank" in again.log())
+        assert eventually(lambda: "was formed without this rank" in again.log(), 20)
         time.sleep(1.5)  # longer than its timeout: the head still answers, so the rank keeps trying
         assert again.process.poll() is None and head.health() == 503
         assert "joined the TP group (3/2" not in head.log() and "Joined the TP group" not in again.log()
@@ -317,7 +309,7 @@ def test_the_head_of_four_ranks_serves_only_once_every_headless_rank_joined(tmp_
                 )
             )
         head = nodes[0]
-        assert wait_for(lambda: "(3/4 nodes)" in head.log())
+        assert eventually(lambda: "(3/4 nodes)" in head.log(), 20)
         time.sleep(0.5)  # a cold bind at this clock takes ~1 s: still waiting, not booting
         assert head.health() != 200 and "Starting to load model" not in head.log()
         spec = node_spec(3, master, port)

@@ -5,12 +5,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 from lanebook.twin import vllm, vllm_cpu
+from waits import eventually
 
 SERVE = (
     "serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name lanebook-tiny-llama --host 127.0.0.2 --port 8888 "
@@ -163,12 +163,8 @@ def thread_nices(pid: int) -> set[int]:
 def long_lived_threads(pid: int) -> int:
     """How many of PID's threads are there, waiting out the ones the server starts per request (each ends as soon as
     its answer is written; one still ending was counted once after the helper's last scrape)."""
-    for _ in range(100):
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        if len(tasks) <= 2:
-            return len(tasks)
-        time.sleep(0.05)
-    return len(tasks)
+    eventually(lambda: len(list(Path(f"/proc/{pid}/task").iterdir())) <= 2, 5)
+    return len(list(Path(f"/proc/{pid}/task").iterdir()))
 
 
 @pytest.fixture

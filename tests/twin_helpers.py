@@ -7,23 +7,17 @@ under other sessions; so a test needing a fault brings up its own, uses it, and 
 
 from __future__ import annotations
 
-import time
-
 from lanebook.nodes.ssh import q
 from lanebook.twin import control
 from lanebook.twin.control import private_twin  # noqa: F401 - the tests' import
+from waits import eventually
 
 _free_ports = control.free_ports
 
 
 def prints_nothing(node, command: str, within_s: float = 5.0) -> bool:
     """`command` on the node prints nothing within a bounded wait (polled)."""
-    deadline = time.monotonic() + within_s
-    while node.run(command, check=False).stdout.strip():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    return eventually(lambda: not node.run(command, check=False).stdout.strip(), within_s, poll_s=0.1)
 
 
 def process_gone(node, pattern: str, within_s: float = 5.0) -> bool:
