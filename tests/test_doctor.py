@@ -555,6 +555,15 @@ def test_a_healthy_start_gives_no_finding_and_says_what_it_set_aside():
     assert [e.line for e in found.notes[0].evidence] == [4, 7]  # the two SHM lines before readiness
 
 
+def test_one_prefill_heavy_window_is_a_burst_not_starvation():
+    """The launcher's post-readiness warmup (a long prefill, then a C4 wave) can leave one such stats line on a healthy
+    lane; a long prefill starving decode leaves one per window while it runs."""
+    warmup = stats(1423.9, 4.4, 4, t="10:09:50")
+    assert run({"head.log": HEALTHY_START + [warmup]}, [], []).findings == []
+    lasting = run({"head.log": HEALTHY_START + [warmup, stats(1388.2, 4.1, 4, t="10:10:00")]}, [], [])
+    assert [(f.id, f.confidence) for f in lasting.findings] == [("D11", SUSPECTED)]
+
+
 def test_look_alikes_are_named_as_harmless_notes():
     assert [n.id for n in run(*LOOK_ALIKES[2][1:]).notes] == ["P11", "H01", "H02"]
     assert [n.id for n in run(*LOOK_ALIKES[3][1:]).notes] == ["H03"]
