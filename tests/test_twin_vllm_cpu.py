@@ -148,13 +148,17 @@ SERVING = (
 )
 
 
+def thread_ids(pid: int) -> list[int]:
+    return [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+
+
 def thread_nices(pid: int) -> set[int]:
     """The nice values of PID's threads (getpriority of each thread id, as Linux keeps nice per thread); a thread that
     ends while they are read (the server's one per request) is not counted. The server's main thread must be."""
     nices = {os.getpriority(os.PRIO_PROCESS, pid)}
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for tid in thread_ids(pid):
         try:
-            nices.add(os.getpriority(os.PRIO_PROCESS, int(task.name)))
+            nices.add(os.getpriority(os.PRIO_PROCESS, tid))
         except ProcessLookupError:
             continue
     return nices
@@ -163,8 +167,8 @@ def thread_nices(pid: int) -> set[int]:
 def long_lived_threads(pid: int) -> int:
     """How many of PID's threads are there, waiting out the ones the server starts per request (each ends as soon as
     its answer is written; one still ending was counted once after the helper's last scrape)."""
-    eventually(lambda: len(list(Path(f"/proc/{pid}/task").iterdir())) <= 2, 5)
-    return len(list(Path(f"/proc/{pid}/task").iterdir()))
+    eventually(lambda: len(thread_ids(pid)) <= 2, 5)
+    return len(thread_ids(pid))
 
 
 @pytest.fixture
