@@ -82,7 +82,7 @@ def with_checkout_line(text: str, checkout: str, note: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_checkout(text: str) -> Optional[str]:
+def checkout_value(text: str) -> Optional[str]:
     """`checkout:` as the lane file's text gives it."""
     value = (yamltext.load(text) or {}).get("checkout")
     return None if value is None else str(value)
@@ -91,7 +91,7 @@ def read_checkout(text: str) -> Optional[str]:
 def checkout_text(text: str, checkout: str, note: str) -> str:
     """The lane file's text with its checkout set, refused unless it reads back as that checkout."""
     new_text = with_checkout_line(text, checkout, note)
-    if read_checkout(new_text) != checkout:
+    if checkout_value(new_text) != checkout:
         raise LanebookError(f"could not set checkout to {checkout} on its own line")
     return new_text
 
@@ -99,7 +99,7 @@ def checkout_text(text: str, checkout: str, note: str) -> str:
 def write_checkout(path: Path, checkout: str, note: str) -> Optional[Path]:
     """Set the lane file's `checkout:` (backup first, atomic); its backup (None: it held that already)."""
     text = read_text(path, "lane file")
-    if read_checkout(text) == checkout:
+    if checkout_value(text) == checkout:
         return None
     try:
         new_text = checkout_text(text, checkout, note)
