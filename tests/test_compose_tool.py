@@ -100,3 +100,56 @@ def test_a_compose_run_gets_the_one_shot_go_runtime_unless_its_environment_or_fi
     compose = "services:\n  a:\n    environment:\n      - GOMAXPROCS\n"  # taken from the environment as given
     assert one_shot({"A": "1"}, compose) == {"A": "1"}
     assert one_shot({"A": "1"}, "", "X=${GOGC:-1}\n") == {"A": "1"}  # an env file interpolating it
+
+
+def _on_path(monkeypatch, tmp_path, **programs: str):
+    """A PATH of folders each holding one program (name: shell body), the package's binary absent (as on arm64)."""
+    folders = []
+    for name, body in programs.items():
+        folder = tmp_path / name.replace("-", "_")
+        folder.mkdir(parents=True)
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+        folders.append(str(folder))
+    monkeypatch.setenv("PATH", ":".join([*folders, "/usr/bin", "/bin"]))
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    monkeypatch.setattr(compose_tool, "package_binary", lambda: None)
+    return folders
+
+
+def test_without_the_package_the_hosts_docker_compose_or_docker_compose_binary_is_found(monkeypatch, tmp_path):
+    real = binary()
+    [plugin] = _on_path(monkeypatch, tmp_path, docker=f'[ "$1" = compose ] && shift && exec {real} "$@"; exit 1')
+    tool = find_compose()
+    assert tool.argv == (f"{plugin}/docker", "compose") and tool.found_by == "docker compose on PATH"
+    assert tool.version == PINNED_VERSION
+    compose_tool._find.cache_clear()
+    [standalone] = _on_path(monkeypatch, tmp_path / "b", **{"docker-compose": f'exec {real} "$@"'})
+    tool = find_compose()
+    assert tool.argv == (f"{standalone}/docker-compose",) and tool.found_by == "docker-compose on PATH"
+
+
+def test_skipped_folders_are_passed_over_as_the_twins_docker_is(monkeypatch, tmp_path):
+    real = binary()
+    stand_in, host = _on_path(
+        monkeypatch,
+        tmp_path,
+        docker="# lanebook twin stand-in\nexit 1",
+        **{"docker-compose": f'exec {real} "$@"'},
+    )
+    from lanebook.twin.standins.docker import standin_dirs
+
+    assert standin_dirs(f"{stand_in}:{host}:/usr/bin") == (stand_in,)
+    tool = find_compose(skip_dirs=standin_dirs(f"{stand_in}:{host}"))
+    assert tool.found_by == "docker-compose on PATH" and tool.argv == (f"{host}/docker-compose",)
+
+
+def test_setup_says_which_compose_or_names_what_to_install(monkeypatch, tmp_path, capsys):
+    _on_path(monkeypatch, tmp_path, docker='echo "docker: unknown command: docker compose" >&2; exit 1')
+    assert compose_tool.main() == 1
+    said = capsys.readouterr().err.strip()
+    assert said.count("\n") == 0 and "no Docker Compose v2 runs here" in said and "docker-compose-v2" in said
+    compose_tool._find.cache_clear()
+    monkeypatch.setenv(ENV_VAR, str(binary()))
+    assert compose_tool.main() == 0
+    assert capsys.readouterr().out.strip() == f"setup: Docker Compose v{PINNED_VERSION} ({binary()}, {ENV_VAR})"

@@ -233,3 +233,31 @@ def test_a_fast_node_sleeps_by_the_clock_its_stand_ins_read(twin):
     traced = ssh(twin, "head", 'echo "$LANEBOOK_TWIN_TIME_SCALE"; sh -x "$(command -v sleep)" 3')
     assert float(traced.stdout) == twin["time_scale"] < 1
     assert f"exec /bin/sleep {3 * twin['time_scale']:.9f}" in traced.stderr
+
+
+def _terminal_problem_as(*groups: int) -> str:
+    """terminal_problem() in a process of the unprivileged user nobody, with GROUPS as its supplementary groups."""
+    code = "from lanebook.twin.nodes import terminal_problem; print(terminal_problem() or 'none')"
+    setpriv = ["setpriv", "--reuid=65534", "--regid=65534", *(["--groups", ",".join(map(str, groups))] if groups
+               else ["--clear-groups"])]  # fmt: skip
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "lib"), "USER": "nobody"}
+    done = subprocess.run([*setpriv, sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_a_plain_user_whose_sshd_could_not_hand_out_terminals_is_told_the_fix_before_the_twin_starts():
+    import grp
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as another user")
+    tty = grp.getgrnam("tty").gr_gid
+    devpts = [line.split() for line in Path("/proc/self/mountinfo").read_text().splitlines() if " devpts " in line]
+    hosts_mount = any(f"gid={tty}" in " ".join(fields) for fields in devpts)
+    assert _terminal_problem_as(tty) == "none"  # in group tty: sshd's chown of the terminal succeeds
+    said = _terminal_problem_as()
+    if hosts_mount:  # new terminals are group tty already: nothing to change
+        assert said == "none"
+    else:
+        assert "cannot hand its sessions a terminal" in said and "sudo usermod -aG tty nobody" in said

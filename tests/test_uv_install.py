@@ -45,3 +45,13 @@ def test_no_pip_configuration_leaves_uv_its_defaults():
 def test_without_a_venv_it_says_how_to_call_it(capsys):
     assert uv_install.main([]) == 2
     assert "tools/uv_install.py UV VENV" in capsys.readouterr().err
+
+
+def test_pips_certificate_bundle_reaches_uv_unless_the_environment_names_one(tmp_path):
+    bundle = tmp_path / "proxy-ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    config = f"global.cert='{bundle}'\nglobal.find-links='/opt/wheels'"
+    assert uv_install.pip_cert(config) == str(bundle)
+    assert uv_install.uv_environment(config, {"PATH": "/bin"}) == {"PATH": "/bin", "SSL_CERT_FILE": str(bundle)}
+    assert uv_install.uv_environment(config, {"SSL_CERT_FILE": "/mine.pem"}) == {"SSL_CERT_FILE": "/mine.pem"}
+    assert uv_install.pip_cert(f"global.cert='{tmp_path}/missing.pem'") is None

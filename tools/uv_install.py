@@ -7,8 +7,9 @@ faster than pip and with a fraction of its CPU, which the suite needs while vLLM
 does not read pip's configuration, and a machine's wheels may lie where only that configuration says (a local
 find-links folder holding the CPU build of torch, local package indexes). So this reads pip's own view of it
 (`pip config list`, the environment's PIP_* included) and hands uv the same index URL, extra index URLs and
-find-links, with pip's choice among them (the best version from any index), then runs uv. A file:// location that
-does not exist is left out, as pip ignores it with a warning. Standard library only: it runs before any venv exists.
+find-links, with pip's choice among them (the best version from any index), and pip's certificate bundle (a proxy's
+CA, say) where the environment names none, then runs uv. A file:// location that does not exist is left out, as pip
+ignores it with a warning. Standard library only: it runs before any venv exists.
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ def _present(location: str) -> bool:
     return os.path.exists(parsed.path if parsed.scheme == "file" else location)
 
 
+def pip_cert(config_list: str) -> str | None:
+    """The certificate bundle pip verifies indexes with (`cert`), the environment's setting first, if it exists."""
+    chosen = None
+    for line in config_list.splitlines():
+        match = CONFIG_LINE.match(line.strip())
+        if match and match["key"] == "cert" and (chosen is None or match["scope"] == ":env:"):
+            chosen = match["value"]
+    return chosen if chosen and os.path.isfile(chosen) else None
+
+
+def uv_environment(config_list: str, environ: dict[str, str]) -> dict[str, str]:
+    """ENVIRON for uv: with pip's certificate bundle as SSL_CERT_FILE where ENVIRON names no bundle of its own."""
+    cert = pip_cert(config_list)
+    if cert and "SSL_CERT_FILE" not in environ:
+        return {**environ, "SSL_CERT_FILE": cert}
+    return dict(environ)
+
+
 def uv_arguments(locations: dict[str, list[str]]) -> list[str]:
     arguments = ["--index-strategy", "unsafe-best-match"]  # pip takes the best version from any of its indexes
     for key, values in locations.items():
@@ -64,7 +83,7 @@ def main(argv: list[str]) -> int:
     ).stdout
     python = os.path.join(venv, "bin", "python")
     command = [uv, "pip", "install", "--quiet", "--python", python, *uv_arguments(pip_locations(config)), *rest]
-    return subprocess.run(command, check=False).returncode
+    return subprocess.run(command, check=False, env=uv_environment(config, dict(os.environ))).returncode
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from lanebook.twin.nodes import (
     ensure_keys,
     read_state,
     start_sshd,
+    terminal_problem,
     twin_dir,
     wait_for_ssh,
     write_node,
@@ -213,6 +214,8 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
             raise LanebookError(f"{ip}:{port} ({what}) is already in use by another program; stop it first")
     if not shutil.which("rsync"):
         raise LanebookError("the twin needs rsync: apt-get install rsync openssh-server")
+    if problem := terminal_problem():
+        raise LanebookError(problem)
     time_scale = FAST_TIME_SCALE if fast else 1.0
     _say(f"keys and known_hosts in {lay.keys}")
     ensure_keys(lay, addresses)

@@ -408,6 +408,41 @@ def write_node_ssh(layout: TwinLayout, alias: str, addresses: TwinAddresses) -> 
     write_atomic(dot_ssh / "config", client_config(dot_ssh / "id_ed25519", dot_ssh / "known_hosts", addresses))
 
 
+def terminal_problem() -> str | None:
+    """Why the twin's sshd, run by this user, could not give a session a terminal; None where it can.
+
+    sshd makes each terminal its user's and group tty's, and ends the connection when it cannot: run by a plain user,
+    that works where /dev/pts gives new terminals group tty (hosts mount it with gid=5) or the user is in group tty.
+    The same chown is tried here on a terminal of our own, so a lane's commands that want one never meet a dropped
+    connection instead."""
+    import grp
+
+    if os.geteuid() == 0:
+        return None
+    try:
+        tty_gid = grp.getgrnam("tty").gr_gid
+    except KeyError:
+        return None  # no tty group: sshd leaves the terminal with the user's own group
+    main, other = os.openpty()
+    try:
+        status = os.fstat(other)
+        if status.st_gid == tty_gid:
+            return None
+        os.fchown(other, os.geteuid(), tty_gid)
+        return None
+    except PermissionError:
+        user = getpass.getuser()
+        return (
+            f"the twin's sshd runs as {user} and cannot hand its sessions a terminal: new terminals here are not "
+            f"group tty (/dev/pts is mounted without gid={tty_gid}, as in some containers) and {user} is not in group "
+            f"tty, so sshd would drop every connection that asks for one. Fix: sudo usermod -aG tty {user}, then log "
+            "in again (or run as root)"
+        )
+    finally:
+        os.close(main)
+        os.close(other)
+
+
 def start_sshd(layout: TwinLayout, alias: str) -> subprocess.Popen:
     """Start the node's sshd in the foreground mode (-D) in its own session; configuration errors are one line."""
     if not os.path.exists(SSHD):

@@ -278,14 +278,14 @@ def container_spec(
     project: Optional[str] = None,
     environ: Optional[Mapping[str, str]] = None,
     service: Optional[str] = None,
-    use_path: bool = True,
+    skip_dirs: tuple[str, ...] = (),
     versions: Optional[Path] = None,
 ) -> ContainerSpec:
     """The container `docker compose -p PROJECT --env-file ENV -f COMPOSE up -d` creates in ENVIRON, as the local
-    Compose v2 says (compose_model's emulation when there is none). USE_PATH, VERSIONS: as find_compose takes them."""
+    Compose v2 says (compose_model's emulation when there is none). SKIP_DIRS, VERSIONS: as find_compose takes them."""
     from lanebook.recipe.effective import compose_model
 
-    tool = find_compose(use_path, versions)
+    tool = find_compose(versions=versions, skip_dirs=skip_dirs)
     if tool is None:
         return compose_model.container_spec(compose_file, env_file, project, environ, service)
     compose_file = Path(compose_file).resolve()

