@@ -117,6 +117,7 @@ def main() -> int:
         if source.exists():
             shutil.rmtree(source)
         run(["git", "clone", "-q", "--bare", str(args.repo), str(source)])
+        in_root(root, f"chown -R {USER}: /mnt/lanebook.git", user=None)  # git refuses a repository of another owner
         in_root(root, "rm -rf lanebook && git clone -q /mnt/lanebook.git lanebook && git -C lanebook log --oneline -1")
         uname = in_root(root, "uname -m; python3 --version", capture=True).stdout.split()
         print(f"machine in the root: {' '.join(uname)}")
