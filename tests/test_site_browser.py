@@ -105,7 +105,7 @@ async () => Promise.all([...document.images].map(async img => {
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: `make setup` as root installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing: `make test` installs Debian's chromium; Ubuntu packages none (a snap)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

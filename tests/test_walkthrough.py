@@ -59,7 +59,7 @@ def lab(twin, tmp_path_factory):
     """JupyterLab (through lanebook.runs.lab) on a copy of the runbooks folder, with the twin lane cleanly down, so
     launch does its destructive first step; its own user settings, so none of this machine's apply."""
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: `make setup` as root installs Debian's chromium")
+        pytest.skip(f"{CHROMIUM} is missing: `make test` installs Debian's chromium; Ubuntu packages none (a snap)")
     tmp = tmp_path_factory.mktemp("walkthrough")
     if twin_lane_state() != launcher.LANE_DOWN:
         run(tmp, "stop", "twin", expect_exit=0)
