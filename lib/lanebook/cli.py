@@ -40,6 +40,23 @@ app.add_typer(audit_app, name="audit")
 app.add_typer(fleet_app, name="fleet")
 
 
+def _say_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"lanebook {version('lanebook')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _lanebook(
+    version: bool = typer.Option(
+        False, "--version", callback=_say_version, is_eager=True, help="Print lanebook's version and exit."
+    ),
+) -> None:
+    pass
+
+
 def _split_csv(value: Optional[str]) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
