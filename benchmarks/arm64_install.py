@@ -131,7 +131,7 @@ def main() -> int:
                       capture=True)  # fmt: skip
         figures["dry run"] = time.monotonic() - t0
         here = run([str(REPO / ".venv/bin/lanebook"), "promote", "--lane", "anemll-0731", "--dry-run"], check=False,
-                   capture_output=True, text=True, stderr=subprocess.STDOUT)  # fmt: skip
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         theirs = normalized(dry.stdout, f"/home/{USER}/lanebook")
         ours = normalized(here.stdout, str(REPO))
         same = theirs == ours

@@ -122,9 +122,7 @@ class Resolver:
 
     @classmethod
     def here(cls, uv: str) -> Resolver:
-        config = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-        ).stdout
+        config = uv_install.pip_config(sys.executable, str(REPO / ".venv" / "bin" / "python"))
         env = {
             **uv_install.uv_environment(config, dict(os.environ)),
             "UV_PYTHON_DOWNLOADS": "never",
