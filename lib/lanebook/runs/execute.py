@@ -1,17 +1,12 @@
 """`lanebook run`: execute a runbook notebook headless with papermill and leave an audit record.
 
 Each run writes outputs/LANE/UTCSTAMP-RUNBOOK-ID.ipynb (never overwriting) and appends one line to
-outputs/runs.jsonl. The verdict is read back from the executed notebook: the runbook's last cell
-emits it, or the failing cell when a step failed (so the figures measured before it are kept, with the
-step's "what to do next" as the record's `fix`); a StepFailed is "fail"; any other exception, or a
-notebook that never emits a verdict, is "error".
-A dry run observed nothing on the lane, so its record says "dry-run" (or "fail" when a check made on
-this machine failed), never "pass".
-
-However a run ends it is recorded (lanebook.runs.audit keeps a pending record from the start, for a run killed
-outright): a dead kernel, Ctrl-C, SIGTERM or SIGHUP, or a crash of lanebook itself is "error", naming why,
-with the notebook as far as papermill saved it (when each code cell started) and a note on it saying the run stopped.
-Secrets come from the environment, never as parameters: a parameter that names or holds one is refused.
+outputs/runs.jsonl. The verdict is read back from the executed notebook (the last cell, or the failing one with the
+step's `fix`): a StepFailed is "fail"; any other exception, or no verdict emitted, is "error"; a dry run is "dry-run"
+(or "fail" when a check on this machine failed), never "pass". However a run ends it is recorded (a pending record
+from the start, lanebook.runs.audit): a dead kernel, Ctrl-C, SIGTERM, SIGHUP or a crash of lanebook is "error",
+naming why, with the notebook as far as papermill saved it. Secrets come from the environment: a parameter that
+names or holds one is refused.
 """
 
 from __future__ import annotations
