@@ -9,7 +9,8 @@ import json
 
 import pytest
 from lanebook.recipe.pitfalls import symptom
-from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, diagnosis_markdown, read_lines
+from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, read_lines
+from lanebook.verify.doctor_report import diagnosis_markdown
 
 
 def v(msg: str, t: str = "10:20:00", level: str = "INFO", where: str = "core.py:1", proc: str = "(APIServer pid=92)"):
