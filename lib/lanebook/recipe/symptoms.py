@@ -231,15 +231,16 @@ TP_SIZE = Pattern(
 # vLLM's KV-shortfall error, in the wording of each release: kv_cache_utils' check_enough_kv_cache_memory
 # ("To serve at least one request with the model's max seq len (N), (X GiB KV cache is needed, which is larger than
 # the available KV cache memory (Y GiB)", spelt "models's" in some releases) and the older engine check ("The model's
-# max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)").
+# max seq len (N) is larger than the maximum number of tokens that can be stored in KV cache (M)"), and the same check
+# with nothing left at all ("No available memory for the cache blocks").
 KV_SHORT = Pattern(
     "kv_short",
     LOG,
     r"max seq len \((?P<len>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV "
     r"cache memory \((?P<have>[\d.]+) GiB\)"
     r"|max seq len \((?P<len2>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache "
-    r"\((?P<tokens>\d+)\)",
-    ("max seq len",),
+    r"\((?P<tokens>\d+)\)|No available memory for the cache blocks",
+    ("max seq len", "No available memory for the cache"),
 )
 # torch's allocator (torch.OutOfMemoryError "CUDA out of memory. Tried to allocate ...") and the CUDA runtime's
 # "CUDA error: out of memory" surfaced by a kernel launch or a graph capture.

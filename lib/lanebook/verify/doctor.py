@@ -69,6 +69,7 @@ STARVED_SPREAD = 4.0  # fastest / slowest per-request decode rate in one wave
 SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spinning, ~89% with the 2 ms fix (D15)
 MAX_EVIDENCE = 5
 MIN_TERMS = 2  # registry terms a post must share with a class for the retrieval alone to name it
+MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking itself starts lower)
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
@@ -243,7 +244,10 @@ def _scan(lines: Iterable[Line], patterns: _Patterns, json_too: bool):
     records: list[tuple[Line, dict]] = []
     for at in lines:
         text = at.text
-        for key in patterns.keys(text):
+        keys = patterns.keys(text)
+        if at.alt:
+            keys = list(dict.fromkeys(keys + patterns.keys(at.alt)))
+        for key in keys:
             pattern = patterns.compiled[key]
             m = pattern.search(text) or (pattern.search(at.alt) if at.alt else None)
             if m:
@@ -425,8 +429,9 @@ def _suspected_tier(logs: list[Line], out: Findings) -> None:
     if any(f.confidence == SUSPECTED for f in out.items.values()) or not ranked:
         return
     top = ranked[0]
-    if len([w for w in top.why if ":" not in w]) < MIN_TERMS and not any(":" in w for w in top.why):
-        return  # one shared word is not a post about this class
+    figures = [w for w in top.why if ":" in w]
+    if not figures and (len(top.why) < MIN_TERMS or top.score < MIN_NAMING_SCORE):
+        return  # a word or two in common is not a post about this class
     out.add(top.id, SUSPECTED, list(top.lines))
     item = out.items[top.id]
     item.rank, item.matched = top.score, list(top.why)

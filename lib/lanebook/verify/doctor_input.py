@@ -19,6 +19,7 @@ from typing import Iterator
 
 MAX_JOINED = 24  # physical lines one logical line may take
 WRAPPED_AT = 40  # a physical line shorter than this was not cut by a window
+HARD_WRAP = 60  # a line this long cut without a sentence's end continues whatever its next line starts with
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 QUOTE = re.compile(r"^\s*(?:(?:>|▎|▍|▌|│|┃)\s?)+")
@@ -41,7 +42,7 @@ PROCESS = re.compile(
 NEW_RECORD = re.compile(
     r"^(?:(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|[IWEF]\d{4}\s|Traceback|File \"|During handling|"
     r"The above exception|\w+(?:\.\w+)*(?:Error|Exception|Warning|Exit)\b:?|\d+:\s|\S+:\d+:\d+\s|NCCL\b|NVRM:|"
-    r"\$\s|#\s|[-*+]\s|\d+\.\s)"
+    r"\[[\w .:/-]{1,30}\]\s|\$\s|#\s|[-*+]\s|\d+\.\s|[A-Z][a-z]\w*:\s|\d+\s+\S+\s+(?:\d+|rt)\s+-?\d+\s+\S+\s+\S+\s+\S+\s+[RSDTtZI]\s)"
 )
 SENTENCE_END = re.compile(r"[.!?:;)]\s*$")
 LOG_RECORD = re.compile(
@@ -70,12 +71,14 @@ class Line:
 
 def _unwrap(physical: str) -> tuple[str, bool]:
     """The message inside one physical line, and whether the line holds no log text at all (a fence, a table rule)."""
-    text = ANSI.sub("", physical).rstrip()
+    text = ANSI.sub("", physical).rstrip("\r\n")
     if FENCE.match(text) or TABLE_RULE.match(text):
         return "", True
     quoted = QUOTE.match(text)
     if quoted:
         text = text[quoted.end() :]
+        if FENCE.match(text) or TABLE_RULE.match(text):
+            return "", True
     stripped = text.strip()
     if stripped.startswith("|") and stripped.endswith("|") and stripped.count("|") >= 2:
         text = " ; ".join(cell.strip() for cell in stripped[1:-1].split("|"))
@@ -96,14 +99,14 @@ def _unwrap(physical: str) -> tuple[str, bool]:
 
 def _continues(previous: str, previous_width: int, text: str, indented: bool) -> bool:
     """Whether `text` is the rest of the message `previous` began (cut by a window, or an indented continuation)."""
-    if not previous or not text or NEW_RECORD.match(text):
+    if not previous or not text or NEW_RECORD.match(text) or SENTENCE_END.search(previous):
         return False
     first = text[0]
     if indented:
-        return not SENTENCE_END.search(previous) and not first.isdigit()
-    if previous_width < WRAPPED_AT or SENTENCE_END.search(previous):
+        return not first.isdigit()
+    if previous_width < WRAPPED_AT:
         return False
-    return first.islower() or first in ",.;)]}'\"/_-=" or previous[-1] in ",(-/=_"
+    return first.islower() or first in ",.;)]}'\"/_-=" or previous[-1] in ",(-/=_" or previous_width >= HARD_WRAP
 
 
 def fold(source: str, text: str) -> list[Line]:
@@ -112,39 +115,42 @@ def fold(source: str, text: str) -> list[Line]:
 
 
 def _fold(source: str, text: str) -> Iterator[Line]:
-    start, parts, raws, widths = 0, [], [], 0
+    start, parts, cuts, raws, widths = 0, [], [], [], 0
     for n, physical in enumerate(text.splitlines(), 1):
         if not physical:
             if parts:
-                yield _logical(source, start, parts, raws)
-                parts, raws = [], []
+                yield _logical(source, start, parts, cuts, raws)
+                parts, cuts, raws = [], [], []
             continue
         message, blank = _unwrap(physical)
         if blank:
             if parts:
-                yield _logical(source, start, parts, raws)
-                parts, raws = [], []
+                yield _logical(source, start, parts, cuts, raws)
+                parts, cuts, raws = [], [], []
             continue
-        indented = message[:1] in (" ", "\t")
+        indented = message[:2] == "  " or message[:1] == "\t"
         body = message.strip()
         if not body:
             continue
         if parts and len(parts) < MAX_JOINED and _continues(parts[-1], widths, body, indented):
             parts.append(body)
+            cuts.append(message)
             raws.append(physical)
             widths = len(physical)
             continue
         if parts:
-            yield _logical(source, start, parts, raws)
-        start, parts, raws, widths = n, [message.rstrip() if indented else body], [physical], len(physical)
+            yield _logical(source, start, parts, cuts, raws)
+        start, parts, cuts, raws = n, [message.rstrip() if indented else body], [message.lstrip()], [physical]
+        widths = len(physical)
     if parts:
-        yield _logical(source, start, parts, raws)
+        yield _logical(source, start, parts, cuts, raws)
 
 
-def _logical(source: str, start: int, parts: list[str], raws: list[str]) -> Line:
+def _logical(source: str, start: int, parts: list[str], cuts: list[str], raws: list[str]) -> Line:
+    """One logical line: `text` joins the parts with a space, `alt` joins the messages exactly as cut."""
     if len(parts) == 1:
         return Line(source, start, parts[0], raws[0] if raws[0] != parts[0] else "")
-    return Line(source, start, " ".join(parts), "\n".join(raws), "".join(parts))
+    return Line(source, start, " ".join(parts), "\n".join(raws), "".join(cuts).strip())
 
 
 def is_prose(at: Line) -> bool:
