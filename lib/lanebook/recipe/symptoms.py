@@ -631,7 +631,9 @@ SYMPTOMS: tuple[Symptom, ...] = (
             ),
             Figure("mean acceptance length", r"mean acceptance length\D{0,12}(?P<v>\d+(?:\.\d+)?)", below=1.6),
             Figure(
-                "acceptance in words", r"acceptance (?:sat|stayed|stuck) at (?:a |about )?(?P<v>quarter|third|fifth)"
+                "acceptance in words",
+                r"acceptance (?:sat|stayed|stuck) at (?:a |about )?(?P<v>quarter|third|fifth)",
+                below=30.0,
             ),
         ),
         counter=(

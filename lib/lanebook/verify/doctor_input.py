@@ -42,7 +42,8 @@ PROCESS = re.compile(
 NEW_RECORD = re.compile(
     r"^(?:(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b|[IWEF]\d{4}\s|Traceback|File \"|During handling|"
     r"The above exception|\w+(?:\.\w+)*(?:Error|Exception|Warning|Exit)\b:?|\d+:\s|\S+:\d+:\d+\s|NCCL\b|NVRM:|"
-    r"\[[\w .:/-]{1,30}\]\s|\$\s|#\s|[-*+]\s|\d+\.\s|[A-Z][a-z]\w*:\s|\d+\s+\S+\s+(?:\d+|rt)\s+-?\d+\s+\S+\s+\S+\s+\S+\s+[RSDTtZI]\s)"
+    r"\[[\w .:/-]{1,30}\]\s|\$\s|#\s|[-*+]\s|\d+\.\s|[A-Z][a-z]\w*:\s|"
+    r"\d+\s+\S+\s+(?:\d+|rt)\s+-?\d+\s+\S+\s+\S+\s+\S+\s+[RSDTtZI]\s)"  # a `top -b` process row
 )
 SENTENCE_END = re.compile(r"[.!?:;)]\s*$")
 LOG_RECORD = re.compile(

@@ -23,7 +23,7 @@ from lanebook.verify.doctor_input import Line
 MIN_SCORE = 0.12  # cosine similarity under which a post says nothing about a symptom
 FIGURE_BONUS = 0.15  # a stated number in a symptom's band
 MAX_LINES = 20_000  # lines of one input the tier reads (the start of a long log carries the post)
-TOKENS = r"(?u)\b[A-Za-z_][A-Za-z0-9_]*(?:[.-][A-Za-z0-9_]+)*\b"
+TOKENS = r"(?u)\b[A-Za-z_][A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*\b"
 QUARTERS = {"quarter": 25.0, "third": 33.0, "fifth": 20.0}
 
 
