@@ -850,3 +850,12 @@ def test_error_lines_no_cause_explains_are_unknown_with_their_layer_never_health
     assert unknown.evidence[0].text == "Traceback (most recent call last):" and "traceback" in unknown.next_check
     nccl = run({"head.log": ["spark2:1:2 [0] NCCL WARN Cuda failure 'invalid argument'"]}, [], [])
     assert nccl.findings[0].title.endswith("(NCCL/Gloo)")
+
+
+def test_an_engine_that_dies_on_the_first_start_after_a_reboot_is_a_failed_start():
+    rows = [
+        "After a reboot of both nodes the lane comes up no more; the head shows this:",
+        "(APIServer pid=92) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
+    found = run({"post.md": rows}, [], [])
+    assert "D02" not in found.ids() and found.findings[0].confidence == "unknown"

@@ -131,6 +131,12 @@ SERVING_WORDS = Pattern(
     r"after (?:about )?\d+(?: to \d+)? (?:minutes|hours?) of)",
     ("serv", "stability", "load test", "stress", "after "),
 )
+REBOOT_WORDS = Pattern(
+    "reboot_words",
+    LOG,
+    r"(?i)\b(?:after|since) (?:a |the |every )?reboot|^-- boot [0-9a-f]{32} --|\bboot -1\b",
+    ("reboot", "-- boot", "boot -1"),
+)
 # Lines that look like an error: what the doctor must explain, or say it cannot (an `unknown` finding).
 ERROR_SHAPED = Pattern(
     "error_shaped",
@@ -171,6 +177,7 @@ CONTEXT = (
     SERVING,
     STARTING_WORDS,
     SERVING_WORDS,
+    REBOOT_WORDS,
     ERROR_SHAPED,
 )
 
@@ -269,12 +276,8 @@ GLOO_LOOPBACK = Pattern(
 )
 GLOO_MESH = Pattern("gloo_mesh", LOG, r"Gloo connectFullMesh failed", ("connectFullMesh",))
 # c10d's TCPStore socket retrying an address it cannot bind or reach (a rank on the wrong interface).
-SOCKET_RETRY = Pattern(
-    "socket_retry",
-    LOG,
-    r"The server socket on \S+ has timed out, will retry|The client socket has failed to connect to",
-    ("server socket on", "client socket has failed"),
-)
+_SOCKET_RETRY = r"The server socket on \S+ has timed out, will retry|The client socket has failed to connect to"
+SOCKET_RETRY = Pattern("socket_retry", LOG, _SOCKET_RETRY, ("server socket on", "client socket has failed"))
 # libibverbs through NCCL/UCX: registering or creating a queue for RDMA memory refused (ENOMEM). The locked-memory
 # limit (D17) and a kernel that broke registration (D20) both print it; the limit or the kernel versions tell
 # them apart.

@@ -291,8 +291,8 @@ class Context:
 
     def phase(self, at: Line) -> Optional[str]:
         """Where the lane was when `at` was logged: serving (after readiness, or after a request was answered or
-        tokens generated in the same log), stopping (after a stop), starting (nothing says it ever served, and a
-        start's own lines or the post's words say it was starting), or None when nothing tells."""
+        tokens generated in the same log), stopping (after a stop), after a reboot or starting (nothing says it ever
+        served, and a start's own lines or the post's words say so), or None when nothing tells."""
         if self.after_stop(at):
             return STOPPING
         if self.after_ready(at) or self.first_serving.get(at.source, at.line + 1) < at.line:
@@ -301,6 +301,8 @@ class Context:
             return STARTING  # before this source's readiness line
         if self.said_serving and not self.get("starting"):
             return SERVING
+        if self.get("reboot_words"):
+            return REBOOTED  # the first start after a reboot: a failure here is a failed start
         if self.said_starting:
             return STARTING
         return None
