@@ -34,13 +34,13 @@ def pasted() -> None:
     rows = rows[: LINES - 1] + ["vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."]
     pasted = "\n".join(rows)
     kernel = [Line("dmesg.txt", 1, NVRM)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     logs = read_lines("head.log", pasted)  # folded as pasted text is: quotes, prefixes, wraps
     found = diagnose(logs, (), kernel)
-    took = time.perf_counter() - start
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
     print(
-        f"doctor: {len(rows):,} pasted lines folded and read in {took:.2f} s ({len(rows) / took:,.0f} lines/s); "
-        f"findings {found.ids()}"
+        f"doctor: {len(rows):,} pasted lines folded and read in {took:.2f} s ({len(rows) / took:,.0f} lines/s; "
+        f"{cpu:.2f} s of CPU, the rest waiting for a core); findings {found.ids()}"
     )
 
 

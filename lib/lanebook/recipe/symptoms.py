@@ -14,6 +14,7 @@ lanebook.verify.doctor.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -96,7 +97,7 @@ STARTING = Pattern(
     LOG,
     r"EngineCore failed to start|Engine core initialization failed|wait_for_engine_startup|init_device|"
     r"Loading (?:safetensors checkpoint shards|weights|model)|Waiting for (?:the )?(?:head|worker|ranks?)|"
-    r"init_process_group|Capturing (?:CUDA graphs|cudagraphs)|\bon startup\b",
+    r"init_process_group|Capturing (?:CUDA graphs|cudagraphs)|(?<!Applicati)\bon startup\b",
     (
         "EngineCore failed",
         "Engine core initialization",
@@ -106,31 +107,55 @@ STARTING = Pattern(
         "Waiting for",
         "init_process_group",
         "Capturing ",
-        "on startup",
+        " on startup",
     ),
 )
-SERVING = Pattern(
-    "serving",
-    LOG,
-    r'"(?:POST|GET) /v1/\S* HTTP/1\.\d" 200|Avg generation throughput: (?:[1-9]|0\.[1-9])',
-    (" /v1/", "Avg generation throughput"),
+SERVING = Pattern("serving", LOG, r'(?:POST|GET) /v1/\S* HTTP/1\.\d" 200', (" /v1/",))
+SERVING_TOKENS = Pattern(
+    "serving_tokens", LOG, r"Avg generation throughput: (?:[1-9]|0\.[1-9])", ("Avg generation throughput",)
 )
 # The phase as a post says it in words.
-STARTING_WORDS = Pattern(
-    "starting_words",
-    LOG,
-    r"(?i)\b(?:startup|start-up|fails? to start|won't start|no longer starts|never (?:came|comes) up|at init\b|"
-    r"cold (?:boot|load)|during (?:engine )?initiali[sz]ation|before any (?:inference )?request|no request is served|"
-    r"while loading|during (?:model |weight )?load)",
-    ("start", "never c", "at init", "cold ", "initiali", "before any", "no request", "loading", " load"),
+_STARTING_WORDS = (
+    "at startup",
+    "during startup",
+    "startup fail",
+    "startup problem",
+    "fails to start",
+    "fail to start",
+    "won't start",
+    "no longer start",
+    "never came up",
+    "never comes up",
+    "at init",
+    "cold boot",
+    "cold load",
+    "during initialization",
+    "during engine initialization",
+    "during initialisation",
+    "before any request",
+    "before any inference request",
+    "no request is served",
+    "while loading",
+    "during load",
+    "during model load",
+    "during weight load",
 )
-SERVING_WORDS = Pattern(
-    "serving_words",
-    LOG,
-    r"(?i)\b(?:mid-serve|while serving|of (?:normal )?serving|serves, then|stability test|load test|stress test|"
-    r"after (?:about )?\d+(?: to \d+)? (?:minutes|hours?) of)",
-    ("serv", "stability", "load test", "stress", "after "),
+STARTING_WORDS = Pattern("starting_words", LOG, "(?i)" + "|".join(map(re.escape, _STARTING_WORDS)), _STARTING_WORDS)
+_SERVING_WORDS = (
+    "mid-serve",
+    "while serving",
+    "of serving",
+    "of normal serving",
+    "serves, then",
+    "stability test",
+    "load test",
+    "stress test",
+    "minutes of normal",
+    "minutes of serving",
+    "hours of serving",
+    "hour stability",
 )
+SERVING_WORDS = Pattern("serving_words", LOG, "(?i)" + "|".join(map(re.escape, _SERVING_WORDS)), _SERVING_WORDS)
 REBOOT_WORDS = Pattern(
     "reboot_words",
     LOG,
@@ -175,6 +200,7 @@ CONTEXT = (
     RANDOM_BENCH,
     STARTING,
     SERVING,
+    SERVING_TOKENS,
     STARTING_WORDS,
     SERVING_WORDS,
     REBOOT_WORDS,
