@@ -483,7 +483,8 @@ def doctor(
     GIDs, the HF cache's links, the live command) and two /metrics scrapes, read-only; --logs/--metrics/--dmesg read
     files an operator saved. Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed),
     1 when one is, 2 for bad usage."""
-    from lanebook.verify.doctor import print_diagnosis, read_files
+    from lanebook.verify.doctor import read_files
+    from lanebook.verify.doctor_report import print_diagnosis
 
     if bool(lane) == bool(logs):
         raise LanebookError("give either --lane LANE or --logs FILE... (with --metrics/--dmesg)")
