@@ -290,6 +290,13 @@ CASES = [
         [],
     ),
     (
+        "acceptance at a quarter of a two-token draft, where a healthy drafter keeps about 60 %",
+        "D04",
+        {"head.log": HEALTHY_START[:8] + [spec(1.51, [0.40, 0.11], f"10:2{n}:00") for n in range(3)]},
+        [],
+        [],
+    ),
+    (
         "acceptance collapsed in /metrics per position",
         "D04",
         {"head.log": [READY]},

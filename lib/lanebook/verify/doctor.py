@@ -64,7 +64,7 @@ CONFIRMED, SUSPECTED, HARMLESS, UNKNOWN = "confirmed", "suspected", "harmless", 
 STARTING, SERVING, STOPPING, REBOOTED = "starting", "serving", "stopping", "after a reboot"
 GENERATION = "vllm:generation_tokens_total"
 LOW_MEAN_ACCEPTANCE = 2.5  # DSpark K=5 runs ~4 on natural text (vllm-ascend's golden per-position 0.82/0.62/...)
-LOW_SHARE = 0.25  # accepted share of the K drafted tokens under which acceptance is low (healthy DSpark: ~0.6)
+LOW_SHARE = 0.4  # accepted share of the K drafted tokens under which acceptance is low (healthy DSpark: ~0.6)
 COLLAPSED_POSITION = 0.05  # every position at or under this: the drafter contributes nothing
 STICKY_GIB = 8.0  # used memory with no lane running; the seed saw 10-16 GiB stick
 MEMLOCK_ENOUGH_KB = 1_000_000  # a locked-memory limit under this (kB) cannot hold RDMA registrations
