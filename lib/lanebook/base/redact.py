@@ -61,18 +61,31 @@ _PUBLIC_VALUES = {"no-key-required", "", "none"}
 _MIN_LITERAL = 8
 
 
+# Secrets this process was given by name rather than found by shape (a keyed lane's API keys: lanebook.lane.keys),
+# replaced wherever they appear, like the environment's.
+_KNOWN: set[str] = set()
+
+
+def add_secrets(values) -> None:
+    """Have every later redaction in this process replace VALUES (each at least _MIN_LITERAL characters)."""
+    _KNOWN.update(v for v in values if len(v) >= _MIN_LITERAL)
+
+
 def names_secret(name: str) -> bool:
     """Whether a parameter or environment variable name says it holds a secret: hf_token, ssh_key, DB_PASSWORD."""
     return bool(SECRET_NAME_WORDS & set(re.split(r"[_\-.]+", name.lower())))
 
 
 def environment_secrets(environ: Optional[dict] = None) -> list[str]:
-    """The values of secret-named environment variables, longest first (so a value containing another goes first)."""
+    """The values of secret-named environment variables, and the secrets given by name (add_secrets), longest first
+    (so a value containing another goes first)."""
     environ = os.environ if environ is None else environ
     values = {
         v for k, v in environ.items() if names_secret(k) and len(v) >= _MIN_LITERAL and v.lower() not in _PUBLIC_VALUES
     }
-    return sorted(values, key=len, reverse=True)
+    # A secret-named variable may hold several keys on one line (DSPARK_API_KEYS): each is replaced on its own too.
+    values |= {part for v in values for part in v.split() if len(part) >= _MIN_LITERAL}
+    return sorted(values | _KNOWN, key=len, reverse=True)
 
 
 def _replace_secret(match: re.Match) -> str:
