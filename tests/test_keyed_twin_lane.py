@@ -57,10 +57,7 @@ def runs(twin, tmp_path_factory):
         started = time.monotonic()
         passing = lanebook_command(["promote", "--lane", "twin-keyed"], outputs, timeout=PROMOTE_BOUND_S)
         took = time.monotonic() - started
-        with httpx.Client(trust_env=False, timeout=30) as client:
-            keyless = client.get(f"{LANE.api}/models")
-            keyed = client.get(f"{LANE.api}/models", headers={"Authorization": f"Bearer {KEYS[1]}"})
-            health = client.get(LANE.api.removesuffix("/v1") + "/health")
+        answers = lane_answers()
         # A failed promotion: the lane's Hermes block left keyless (no hermes.key_env), which env's lint refuses (P09).
         keyless_hermes = folder / "twin-keyed.yaml"
         text = LANE.file.read_text().replace("  key_env: SPARK_DS4_API_KEY", "  api_key: no-key-required")
@@ -72,9 +69,7 @@ def runs(twin, tmp_path_factory):
             "folder": folder,
             "passing": passing,
             "took": took,
-            "keyless": keyless,
-            "keyed": keyed,
-            "health": health,
+            **answers,
             "failing": failing,
             "dry": dry,
         }
@@ -83,6 +78,22 @@ def runs(twin, tmp_path_factory):
             shutil.copy2(kept, key_file)
         else:
             key_file.unlink(missing_ok=True)
+
+
+def lane_answers() -> dict:
+    """What the lane answers /v1/models without a key and with the second key, and /health (None: no answer)."""
+    answers = {}
+    with httpx.Client(trust_env=False, timeout=30) as client:
+        for name, path, headers in (
+            ("keyless", "/v1/models", {}),
+            ("keyed", "/v1/models", {"Authorization": f"Bearer {KEYS[1]}"}),
+            ("health", "/health", {}),
+        ):
+            try:
+                answers[name] = client.get(LANE.api.removesuffix("/v1") + path, headers=headers)
+            except httpx.HTTPError:
+                answers[name] = None
+    return answers
 
 
 def records(outputs: Path) -> list[dict]:
@@ -100,7 +111,8 @@ def test_twin_keyed_promotes_end_to_end_and_refuses_a_keyless_request(runs):
     ]
     assert len({r["promotion_id"] for r in passing}) == 1
     print(f"twin-keyed promotion (twin figures): every verdict pass in {runs['took']:.0f} s")
-    assert (runs["keyless"].status_code, runs["keyless"].json()) == (401, {"error": "Unauthorized"})
+    assert runs["keyless"] is not None and runs["keyless"].status_code == 401
+    assert runs["keyless"].json() == {"error": "Unauthorized"}
     assert runs["keyed"].status_code == 200 and runs["health"].status_code == 200  # either key; /health keyless
     print(f"GET /v1/models without a key: {runs['keyless'].status_code} {runs['keyless'].text}")
     gates = next(r for r in passing if r["runbook"] == "gates")
@@ -146,6 +158,5 @@ def test_a_planted_key_is_in_no_byte_lanebook_wrote_or_printed(runs, tmp_path, m
     )
     assert outputs_bytes > 0 and book_bytes > 0 and printed
     assert in_outputs == [] and in_book == [] and planted(printed.encode()) == []
-    assert "twin-keyed" in (tmp_path / "book" / "_build" / "html").joinpath("index.html").read_text() or True
     key_file = key_file_path(LANE)
     assert stat.S_IMODE(key_file.stat().st_mode) == 0o600

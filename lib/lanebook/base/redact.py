@@ -148,3 +148,19 @@ def redact_notebook(text: str) -> str:
     if scrubbed == nb:
         return text
     return json.dumps(scrubbed, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+class RedactedStream:
+    """A text stream that passes on what it is written with every secret redacted (a run's progress lines and what
+    its cells print, on the operator's terminal). Each write is redacted whole: papermill writes an output as it
+    arrives, a line or more at a time."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()

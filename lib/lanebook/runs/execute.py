@@ -55,7 +55,7 @@ from lanebook.base.checks import FAIL  # noqa: E402
 from lanebook.base.errors import LanebookError  # noqa: E402
 from lanebook.base.files import record_id, utc_stamp  # noqa: E402
 from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir  # noqa: E402
-from lanebook.base.redact import names_secret, redact, redact_data  # noqa: E402
+from lanebook.base.redact import RedactedStream, names_secret, redact, redact_data  # noqa: E402
 from lanebook.lane.keys import lane_keys  # noqa: E402
 from lanebook.lane.params import LaneParams  # noqa: E402
 from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label  # noqa: E402
@@ -419,7 +419,7 @@ def _run_on(
             ),
             signals_raised(),
         ):
-            outcome = execute_notebook(notebook, output, parameters, kernel, echo)
+            outcome = execute_notebook(notebook, output, parameters, kernel, RedactedStream(echo) if echo else None)
         result = run_result(outcome, output, dry_run)
     except LockRefused:
         discard_run(pending)  # nothing ran: no record, and the claimed name is given back
