@@ -135,8 +135,9 @@ def test_a_failed_promotion_says_the_keyless_hermes_block_and_stops(runs):
     done = runs["failing"]
     assert done.returncode == 1
     failed = [r for r in records(runs["outputs"]) if r["verdict"] not in ("pass", "dry-run")]
-    assert failed and failed[-1]["runbook"] == "env"
-    assert "P09" in done.stdout + done.stderr or "Hermes block is keyless" in done.stdout + done.stderr
+    assert [(r["runbook"], r["failed_step"]) for r in failed] == [("env", "3 lint")]
+    executed = (runs["outputs"] / failed[0]["output"]).read_text()
+    assert "P09" in executed and "serves with an API key" in executed and "Hermes block is keyless" in executed
 
 
 def test_a_planted_key_is_in_no_byte_lanebook_wrote_or_printed(runs, tmp_path, monkeypatch):
@@ -146,6 +147,10 @@ def test_a_planted_key_is_in_no_byte_lanebook_wrote_or_printed(runs, tmp_path, m
 
     assert runs["dry"].returncode == 0, runs["dry"].stdout[-2000:] + runs["dry"].stderr[-2000:]
     assert "Authorization: Bearer [REDACTED]" in runs["dry"].stdout  # the dry run's curl lines show the header
+    dry_env = next(r for r in records(runs["outputs"]) if r["dry_run"] and r["runbook"] == "env")
+    assert (
+        "DSPARK_API_KEYS=[REDACTED]" in (runs["outputs"] / dry_env["output"]).read_text()
+    )  # the line, its value hidden
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(runs["outputs"]))
     build_book(out=tmp_path / "book")
     outputs_bytes, in_outputs = written_bytes(runs["outputs"])

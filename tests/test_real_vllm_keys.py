@@ -1,5 +1,6 @@
-"""The real vLLM (CPU build) serving a keyed lane: real-vllm-cpu with `auth: {VLLM_API_KEY: {key_file: ...}}`. The env
-runbook renders the key into the head's .env.dspark, the recipe's compose passes it to `vllm serve --api-key`, and
+"""The real vLLM (CPU build) serving a keyed lane: real-vllm-cpu with `auth: {DSPARK_API_KEYS: {key_file: ...}}`, two
+keys. The env runbook renders them into the head's .env.dspark, the recipe's compose passes them to `vllm serve
+--api-key K1 K2`, and
 the launch passes (lanebook's readiness and model checks send the key); a request without the key is refused by the
 real server, 401 {"error": "Unauthorized"}, the same answer as the twin's server gives; /health and /metrics stay
 keyless; the key is in no line of the container log. The head's env file is put back byte for byte after."""
@@ -26,14 +27,14 @@ def keyed(twin, tmp_path_factory):
     if reason:
         pytest.skip(reason)
     folder = tmp_path_factory.mktemp("keyed-real")
-    key = f"lb-real-{secrets.token_hex(12)}"
-    (folder / "keys").write_text(key + "\n")
+    key, second = f"lb-real-{secrets.token_hex(12)}", f"lb-real-{secrets.token_hex(12)}"
+    (folder / "keys").write_text(f"{key}\n{second}\n")
     (folder / "keys").chmod(0o600)
     lane_file = folder / f"{LANE_NAME}.yaml"
     text = (REPO / "params" / f"{LANE_NAME}.yaml").read_text()
     assert "  api_key: no-key-required\n" in text  # its Hermes block names the key's variable instead (P09)
     text = text.replace("  api_key: no-key-required\n", "  key_env: SPARK_DS4_API_KEY\n")
-    lane_file.write_text(text + f"auth:\n  VLLM_API_KEY: {{key_file: {folder / 'keys'}}}\n")
+    lane_file.write_text(text + f"auth:\n  DSPARK_API_KEYS: {{key_file: {folder / 'keys'}}}\n")
     outputs = folder / "outputs"
     stop_twin_lanes()
     env = lanebook_command(["run", "env", "--lane", str(lane_file)], outputs, timeout=KEYED_BOUND_S)
@@ -41,7 +42,7 @@ def keyed(twin, tmp_path_factory):
     try:
         assert env.returncode == 0 and env_record["verdict"] == "pass", env.stdout + env.stderr
         launch = lanebook_command(["run", "launch", "--lane", str(lane_file)], outputs, timeout=KEYED_BOUND_S)
-        yield key, launch, last_record(outputs), outputs
+        yield key, second, launch, last_record(outputs), outputs
     finally:
         from lanebook.lane.params import load_lane
 
@@ -54,7 +55,7 @@ def keyed(twin, tmp_path_factory):
 
 
 def test_a_keyed_real_server_launches_and_refuses_a_request_without_the_key(keyed):
-    key, launch, record, outputs = keyed
+    key, second, launch, record, outputs = keyed
     assert launch.returncode == 0 and record["runbook"] == "launch" and record["verdict"] == "pass", launch.stdout
     root = "http://127.0.0.2:8888"
     with httpx.Client(trust_env=False, timeout=30) as client:
@@ -62,19 +63,20 @@ def test_a_keyed_real_server_launches_and_refuses_a_request_without_the_key(keye
         assert (keyless.status_code, keyless.json()) == (401, {"error": "Unauthorized"})
         wrong = client.get(f"{root}/v1/models", headers={"Authorization": "Bearer lb-not-the-key-0000"})
         assert wrong.status_code == 401
-        keyed_answer = client.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {key}"})
-        assert keyed_answer.status_code == 200 and keyed_answer.json()["data"][0]["id"] == "lanebook-tiny-llama"
+        for each in (key, second):  # either key: independently revocable, one flag carrying both
+            keyed_answer = client.get(f"{root}/v1/models", headers={"Authorization": f"Bearer {each}"})
+            assert keyed_answer.status_code == 200 and keyed_answer.json()["data"][0]["id"] == "lanebook-tiny-llama"
         assert client.get(f"{root}/health").status_code == 200  # vLLM's --api-key guards /v1, /v2, /inference only
         assert client.get(f"{root}/metrics").status_code == 200
     from lanebook.lane.params import load_lane
 
     with ssh.Lane(load_lane(LANE_NAME)) as lane:
         log = lane.head.run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
-    assert "--api-key <redacted:1 value(s)>" in log  # the stand-in's translation line, as the recipe's hotfix shows
+    assert "--api-key <redacted:2 value(s)>" in log  # the stand-in's translation line, as the recipe's hotfix shows
     assert "'api_key': '***'" in log  # vLLM 0.32.0's own non-default args line redacts it
-    assert key not in log
     written = b"".join(p.read_bytes() for p in outputs.rglob("*") if p.is_file())
-    assert key.encode() not in written and key not in launch.stdout + launch.stderr
+    for each in (key, second):
+        assert each not in log and each.encode() not in written and each not in launch.stdout + launch.stderr
 
 
 def test_the_twin_server_refuses_a_keyless_request_as_the_real_one_does(keyed, tmp_path):

@@ -695,7 +695,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "The API on every address with no key",
         "The lane files serve on the head's LAN (VLLM_HOST 0.0.0.0) so Hermes and other machines reach it; with "
         "neither VLLM_API_KEY nor DSPARK_API_KEYS set, anyone who reaches the port can run inference on the pair. "
-        "vLLM's --api-key guards only /v1, /v2 and /inference: a keyed lane still wants network-level access control.",
+        "vLLM's key check covers only /v1, /v2 and /inference: a keyed lane still wants network-level access control.",
         "warning",
         "lint, env",
         "Key the lane: auth: {DSPARK_API_KEYS: {key_file: ~/.config/lanebook/LANE.keys}} in its lane file (mode "
