@@ -1,6 +1,7 @@
 """Secrets never reach logs, records or pages (lanebook.base.redact): by shape, by the name they are kept under, and by
 the literal values of secret-named environment variables."""
 
+import json
 import nbformat
 from lanebook.base.redact import REDACTED, environment_secrets, names_secret, redact, redact_data, redact_notebook
 
@@ -177,3 +178,10 @@ def test_a_secret_variable_holding_several_keys_has_each_replaced():
     env = {"DSPARK_API_KEYS": "lb-multi-one-1111 lb-multi-two-2222"}
     secrets = environment_secrets(env)
     assert redact("only lb-multi-two-2222 here", secrets) == f"only {REDACTED} here"
+
+
+def test_redacting_again_changes_nothing_also_in_a_notebooks_json():
+    once = redact("DSPARK_API_KEYS='lb-one-11111111 lb-two-22222222'")
+    assert once == f"DSPARK_API_KEYS={REDACTED}"
+    as_json = json.dumps({"text": [once + "\n", "next"]})
+    assert redact(as_json) == as_json and redact(once) == once

@@ -90,7 +90,9 @@ def environment_secrets(environ: Optional[dict] = None) -> list[str]:
 
 def _replace_secret(match: re.Match) -> str:
     secret = match.group("secret")
-    if secret.strip("'\"").lower() in _PUBLIC_VALUES:
+    # A value already redacted is left as it is, also where the text is JSON and the pattern's \S+ runs on into the
+    # string's escapes (`KEY=[REDACTED]\n",`): redacting again must change nothing.
+    if secret.strip("'\"").lower() in _PUBLIC_VALUES or secret.startswith(REDACTED):
         return match.group(0)
     start, end = match.start("secret") - match.start(), match.end("secret") - match.start()
     return match.group(0)[:start] + REDACTED + match.group(0)[end:]
