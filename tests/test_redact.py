@@ -2,6 +2,7 @@
 the literal values of secret-named environment variables."""
 
 import json
+
 import nbformat
 from lanebook.base.redact import REDACTED, environment_secrets, names_secret, redact, redact_data, redact_notebook
 
