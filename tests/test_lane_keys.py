@@ -42,7 +42,7 @@ def key_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
 def test_twin_keyed_names_dspark_api_keys_from_a_key_file_beside_the_twin():
     lane = load_lane("twin-keyed")
     assert lane.keyed and lane.auth.variable == "DSPARK_API_KEYS" and lane.auth.source.key_file
-    assert key_file_path(lane) == PARAMS_DIR / ".." / ".twin" / "twin-keyed.keys"
+    assert key_file_path(lane) == PARAMS_DIR.parent / ".twin" / "twin-keyed.keys"
     assert lane.hermes_key_env == "SPARK_DS4_API_KEY"
     assert not load_lane("twin").keyed and load_lane("twin").hermes_key_env is None
 

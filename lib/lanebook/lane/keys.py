@@ -69,7 +69,7 @@ def key_file_path(params: LaneParams) -> Optional[Path]:
         return None
     path = Path(os.path.expanduser(os.path.expandvars(params.auth.source.key_file)))
     if not path.is_absolute():
-        path = (params.file.parent if params.file else Path.cwd()) / path
+        path = Path(os.path.normpath((params.file.parent if params.file else Path.cwd()) / path))
     return path
 
 
