@@ -337,10 +337,12 @@ def env_render(
 ):
     """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff \
 printed)."""
+    from lanebook.lane.keys import lane_keys
     from lanebook.lane.params import load_lane
     from lanebook.recipe.render import render_checkout
 
-    result = render_checkout(load_lane(lane), checkout)
+    params = load_lane(lane)
+    result = render_checkout(params, checkout, lane_keys(params))
     if result.started_from:
         typer.echo(f"started .env.dspark from {result.started_from} (copy the example, then edit)")
     typer.echo(result.diff or "no change: the checkout already matches the lane")

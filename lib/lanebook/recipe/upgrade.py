@@ -23,6 +23,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.files import record_id, utc_stamp, write_atomic
 from lanebook.base.paths import outputs_dir
 from lanebook.base.redact import redact, redact_data
+from lanebook.lane.keys import LaneKeys, lane_keys
 from lanebook.lane.params import LaneParams
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location, TextFile
@@ -338,9 +339,9 @@ class _Side:
     problem: str = ""
 
 
-def _render(lane: LaneParams, files: CheckoutFiles) -> _Side:
+def _render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> _Side:
     try:
-        side = _Side(plan_render(lane, files))
+        side = _Side(plan_render(lane, files, keys))
         side.plan.effective.worker  # noqa: B018 - the worker's Compose may refuse what the head's accepts
         return side
     except LanebookError as exc:
@@ -423,7 +424,8 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
     CheckoutFiles.fetch). Nothing is written anywhere. The old side must run the lane (it is what runs today): a
     LanebookError otherwise; whatever stops the new side is a blocker."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    old_side = _render(lane, old)
+    keys = lane_keys(lane)  # a keyed lane's keys rendered into both sides alike, and redacted from the plan
+    old_side = _render(lane, old, keys)
     if old_side.plan is None:
         raise LanebookError(f"the old checkout {_label(old)} cannot run lane {lane.name}: {old_side.problem}")
     old_plan = old_side.plan
@@ -439,7 +441,7 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
         plan.blockers = blockers + [f"the new checkout with the lane's env file: {exc}"]
         plan.verdict = BLOCKED
         return plan
-    new_side = _render(lane, pulled_files)
+    new_side = _render(lane, pulled_files, keys)
     render = new_side.plan
     plan.lane_values = _lane_values(lane, pulled, render)
     if render is None:

@@ -50,7 +50,8 @@ from lanebook.base.checks import FAIL  # noqa: E402
 from lanebook.base.errors import LanebookError  # noqa: E402
 from lanebook.base.files import record_id, utc_stamp  # noqa: E402
 from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir  # noqa: E402
-from lanebook.base.redact import names_secret, redact, redact_data  # noqa: E402
+from lanebook.base.redact import RedactedStream, names_secret, redact, redact_data  # noqa: E402
+from lanebook.lane.keys import lane_keys  # noqa: E402
 from lanebook.lane.params import LaneParams  # noqa: E402
 from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label  # noqa: E402
 from lanebook.runs.kernel import KERNEL_NAME, started_kernel  # noqa: E402
@@ -361,6 +362,7 @@ def run_runbook(
     if lane_params.file is None:
         raise LanebookError(f"lane {lane_params.name} was built in memory: a runbook runs a lane loaded from its file")
     refuse_secret_parameters(params)
+    lane_keys(lane_params)  # a keyed lane's keys read and checked first, and redacted from everything this run writes
     if kernel is not None:
         return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock, echo)
     with started_kernel(notebook, connects=not dry_run) as kernel:  # it boots while the run is checked and begun
@@ -412,7 +414,7 @@ def _run_on(
             ),
             signals_raised(),
         ):
-            outcome = execute_notebook(notebook, output, parameters, kernel, echo)
+            outcome = execute_notebook(notebook, output, parameters, kernel, RedactedStream(echo) if echo else None)
         result = run_result(outcome, output, dry_run)
     except LockRefused:
         discard_run(pending)  # nothing ran: no record, and the claimed name is given back

@@ -153,6 +153,15 @@ def translate(given: dict[str, Any], args: argparse.Namespace) -> tuple[list[str
     return argv, notes
 
 
+def shown_argv(command: list[str], keys: int) -> list[str]:
+    """COMMAND as the container log shows it: the --api-key values replaced, as the recipe's log hotfix shows them
+    (hotfix-vllm-redact-api-key-log.sh: `<redacted:N value(s)>`)."""
+    if "--api-key" not in command:
+        return command
+    at = command.index("--api-key")
+    return [*command[: at + 1], f"<redacted:{keys} value(s)>", *command[at + 1 + keys :]]
+
+
 def say(line: str) -> None:
     print(f"{PREFIX}: {line}" if not line.startswith(PREFIX) else line, flush=True)
 
@@ -221,7 +230,7 @@ def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) ->
     )
     lower_once_ready_beside(f"http://{args.host}:{args.port}")
     command = [str(python), "-m", SERVER_MODULE, *argv]
-    say("runs " + " ".join(command))
+    say("runs " + " ".join(shown_argv(command, len(args.api_key or []))))
     os.execve(str(python), command, env)
     return 1  # not reached
 

@@ -184,7 +184,7 @@ def _scrape(lane: Lane, out: Gathered, n: int) -> bool:
     try:
         answer = request_json("GET", url, timeout_s=10.0)
         if answer.status != 200:
-            raise MetricsUnavailable(f"{url} answered HTTP {answer.status}")
+            raise MetricsUnavailable(answer.refused or f"{url} answered HTTP {answer.status}")
         text = redact(answer.text)
         parse_metrics(text)
     except (LanebookError, MetricsUnavailable) as exc:
