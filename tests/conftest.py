@@ -18,6 +18,7 @@ import pytest
 
 SUITE_DIR = "LANEBOOK_SUITE_DIR"  # a parallel run's scratch dir: every worker's twin dir is under it
 SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's controller, which its workers must leave
+SUITE_CONTROLLER = "LANEBOOK_SUITE_CONTROLLER"  # the controller's pid: its namespace still reaches the package indexes
 # Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
 # hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
 # xdist gives each worker one module, then at once a second to every worker with at most two tests pending: the
@@ -69,6 +70,7 @@ def pytest_configure(config):
     elif config.getoption("dist", "no") != "no" and config.getoption("tx", None):
         os.environ[SUITE_DIR] = tempfile.mkdtemp(prefix="lanebook-suite-")
         os.environ[SUITE_NETNS] = _netns()
+        os.environ[SUITE_CONTROLLER] = str(os.getpid())
 
 
 # PYTHONDONTWRITEBYTECODE (this machine sets it) also keeps pytest from storing the test modules it rewrites for its

@@ -2,6 +2,7 @@
 build on one of them fails naming it. Asks the package indexes for metadata (nothing is downloaded whole)."""
 
 import importlib.util
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -19,9 +20,26 @@ spec.loader.exec_module(pin_check)
 pytestmark = pytest.mark.skipif(not UV.exists(), reason=f"uv is not installed at {UV} (make setup)")
 
 
+def _reach() -> tuple[str, ...]:
+    """What uv runs under to reach the package indexes: a parallel suite's workers each have a network namespace with
+    loopback only, so uv enters the controller's (conftest names its pid), which reaches them as the machine does."""
+    controller = os.environ.get("LANEBOOK_SUITE_CONTROLLER")
+    if not controller or os.readlink("/proc/self/ns/net") == os.readlink(f"/proc/{controller}/ns/net"):
+        return ()
+    return ("nsenter", f"--net=/proc/{controller}/ns/net", "--")
+
+
+@pytest.fixture(autouse=True)
+def reach_the_index(monkeypatch):
+    here = pin_check.Resolver.here.__func__
+    monkeypatch.setattr(pin_check.Resolver, "here", classmethod(lambda cls, uv, wrap=(): here(cls, uv, _reach())))
+
+
 def _index_or_skip(outcomes):
-    if outcomes and all(o.status == "unchecked" for o in outcomes):
-        pytest.skip(f"no package index answers from here: {outcomes[0].detail}")
+    """Skip, saying so, where the public index does not answer (only an index a file names itself may not)."""
+    silent = [o for o in outcomes if o.status == "unchecked" and o.pinned.name != "torch-cpu"]
+    if silent:
+        pytest.skip(f"no package index answers from here: {silent[0].detail}")
 
 
 def test_every_pinned_set_resolves_for_linux_x86_64_and_aarch64_on_every_promised_python():
@@ -71,7 +89,7 @@ def test_the_command_exits_1_and_prints_a_line_per_failure(tmp_path, monkeypatch
     monkeypatch.setattr(pin_check, "SETS", (planted,))
     code = pin_check.main(["--uv", str(UV), "--target", "debian-13 aarch64", "--target", "debian-13 x86_64"])
     out = capsys.readouterr().out
-    if "0 of 2" in out and "skip" in out:
+    if "\nskip planted" in "\n" + out:
         pytest.skip("no package index answers from here")
     assert code == 1
     assert "FAIL planted" in out and "intel-cmplr-lib-ur==2024.2.1" in out

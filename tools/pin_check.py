@@ -99,8 +99,10 @@ def index_arguments(config_list: str) -> list[str]:
 
 def culprit(message: str) -> str:
     """The package uv's failure names first (NAME==VERSION), with its reason; else uv's first lines."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    cause = next((line for line in lines if "cause:" in line or line.startswith("×")), lines[0] if lines else "")
+    lines = [line.strip() for line in message.splitlines()]
+    start = next((i for i, line in enumerate(lines) if "cause:" in line or line.startswith("×")), 0)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i] or lines[i].startswith("hint:")), len(lines))
+    cause = " ".join(lines[start:end])  # uv wraps its explanation to the terminal's width
     match = CULPRIT.search(cause + " ")
     reason = "no build for this platform"
     if "Python" in cause and "version" in cause:
@@ -119,16 +121,17 @@ class Resolver:
     uv: str
     index: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
+    wrap: tuple[str, ...] = ()  # a command uv runs under (entering the network namespace that reaches the index)
 
     @classmethod
-    def here(cls, uv: str) -> Resolver:
+    def here(cls, uv: str, wrap: tuple[str, ...] = ()) -> Resolver:
         config = uv_install.pip_config(sys.executable, str(REPO / ".venv" / "bin" / "python"))
         env = {
             **uv_install.uv_environment(config, dict(os.environ)),
             "UV_PYTHON_DOWNLOADS": "never",
             "UV_NO_CONFIG": "1",
         }
-        return cls(uv, tuple(index_arguments(config)), tuple(env.items()))
+        return cls(uv, tuple(index_arguments(config)), tuple(env.items()), wrap)
 
     def compile(self, lines: str, target: Target, *, deps: bool, overrides: str = "", wheels_only: bool = True):
         """`uv pip compile` of requirements LINES for TARGET: metadata only, nothing downloaded whole or built."""
@@ -137,7 +140,7 @@ class Resolver:
             requirements.write_text(lines)
             override_file.write_text(overrides)
             command = [
-                self.uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "-o", os.devnull,
+                *self.wrap, self.uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "-o", os.devnull,
                 "--python-platform", target.platform, "--python-version", target.python,
                 "--override", str(override_file), *self.index, str(requirements),
             ]  # fmt: skip
@@ -146,26 +149,34 @@ class Resolver:
             return subprocess.run(command, capture_output=True, text=True, env=dict(self.env), timeout=600, check=False)
 
 
+def judged(pinned: PinnedSet, target: Target, result: subprocess.CompletedProcess) -> Outcome:
+    """uv's answer as an outcome: resolved, a package with no build there, or not checked (no index answered)."""
+    if result.returncode == 0:
+        return Outcome(pinned, target, "ok")
+    if UNREACHABLE.search(result.stderr):
+        url = re.search(r"url \((\S+?)\)", result.stderr)
+        return Outcome(
+            pinned, target, "unchecked", f"not checked: {url.group(1) if url else 'an index'} is not reachable"
+        )
+    return Outcome(pinned, target, "fail", culprit(result.stderr))
+
+
 def compile_set(resolver: Resolver, pinned: PinnedSet, target: Target, *, repo: Path = REPO) -> Outcome:
     """Resolve PINNED for TARGET. Where an index the file names itself does not answer from here, resolve it
     again from pip's own locations (a machine's wheelhouse): found there is ok, else not checked."""
-    overrides = [f'{name} ; sys_platform == "never"' for name in SDISTS]
-    if pinned.overrides:
-        overrides.append((repo / pinned.overrides).read_text())
+    overrides = "\n".join([*(f'{name} ; sys_platform == "never"' for name in SDISTS),
+                           *([(repo / pinned.overrides).read_text()] if pinned.overrides else [])])  # fmt: skip
     text = (repo / pinned.requirements).read_text()
-    result = resolver.compile(text, target, deps=pinned.deps, overrides="\n".join(overrides) + "\n")
-    if result.returncode == 0:
-        return Outcome(pinned, target, "ok")
-    if not UNREACHABLE.search(result.stderr):
-        return Outcome(pinned, target, "fail", culprit(result.stderr))
-    url = re.search(r"url \((\S+?)\)", result.stderr)
-    where = url.group(1) if url else "an index"
+    outcome = judged(pinned, target, resolver.compile(text, target, deps=pinned.deps, overrides=overrides))
     own = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
-    if len(own) < len(text.splitlines()):
-        again = resolver.compile("\n".join(own) + "\n", target, deps=pinned.deps, overrides="\n".join(overrides))
-        if again.returncode == 0:
-            return Outcome(pinned, target, "ok", f"from pip's own locations ({where} not reachable from here)")
-    return Outcome(pinned, target, "unchecked", f"not checked: {where} is not reachable from here")
+    if outcome.status != "unchecked" or len(own) == len(text.splitlines()):
+        return outcome
+    again = judged(pinned, target, resolver.compile("\n".join(own), target, deps=pinned.deps, overrides=overrides))
+    if again.status == "ok":
+        return Outcome(
+            pinned, target, "ok", f"from pip's own locations ({outcome.detail.removeprefix('not checked: ')})"
+        )
+    return outcome
 
 
 def sdist_outcome(resolver: Resolver, target: Target, *, repo: Path = REPO) -> Outcome | None:
@@ -178,17 +189,15 @@ def sdist_outcome(resolver: Resolver, target: Target, *, repo: Path = REPO) -> O
     if not pins:
         return None
     result = resolver.compile("\n".join(pins) + "\n", target, deps=False, wheels_only=False)
-    pinned = PinnedSet("sources", "requirements.txt", deps=False)
-    return (
-        Outcome(pinned, target, "ok")
-        if result.returncode == 0
-        else Outcome(pinned, target, "fail", culprit(result.stderr))
-    )
+    return judged(PinnedSet("sources", "requirements.txt", deps=False), target, result)
 
 
-def check(uv: str, sets=SETS, targets=TARGETS, *, repo: Path = REPO, workers: int = 6) -> list[Outcome]:
-    """Every set on every target (and the pinned source distributions once per target), in parallel."""
-    resolver = Resolver.here(uv)
+def check(
+    uv: str, sets=SETS, targets=TARGETS, *, repo: Path = REPO, workers: int = 6, wrap: tuple[str, ...] = ()
+) -> list[Outcome]:
+    """Every set on every target (and the pinned source distributions once per target), in parallel. WRAP: a
+    command uv runs under (nsenter into a namespace that reaches the index)."""
+    resolver = Resolver.here(uv, wrap)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = [pool.submit(compile_set, resolver, p, t, repo=repo) for p in sets for t in targets]
         futures += [pool.submit(sdist_outcome, resolver, t, repo=repo) for t in targets]
