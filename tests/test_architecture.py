@@ -111,3 +111,69 @@ def test_no_library_comment_cites_a_runbook_step_number():
     assert STEP_NUMBERS_BEING_REMOVED <= citing, (
         f"none cited now, drop from the list: {STEP_NUMBERS_BEING_REMOVED - citing}"
     )
+
+
+# The product treats the twin as a lane of certain properties (the lane file's `policy:`), never by its name: outside
+# the twin package and the two entry points that start it (cli.py, demo.py), `.twin` only labels what was measured
+# or shown as the twin's. Each use, by module and function, with how many it makes and what it labels.
+TWIN_LABELS = {
+    ("lane/keys.py", "read_keys"): (1, "a missing key file's message, naming `lanebook twin up`"),
+    ("ops/warmup.py", "warm_step"): (1, "the warmup table's figures"),
+    ("recipe/upgrade.py", "plan_upgrade"): (1, "the upgrade plan's where badge"),
+    ("runs/execute.py", "start_record"): (1, "the run record's twin flag"),
+    ("site/book.py", "_stage_fleets"): (1, "the fleet page's lanes"),
+    ("site/book.py", "_stage_speed"): (1, "the speed page's lanes"),
+    ("site/pages/fleet.py", "fleet_page"): (1, "a fleet lane's where badge"),
+    ("site/pages/intro.py", "draw"): (1, "the topology drawing's colour"),
+    ("site/pages/intro.py", "shown_lanes"): (2, "one real and one twin lane drawn"),
+    ("site/pages/intro.py", "topology"): (2, "the topology's title and flag"),
+    ("site/pages/lanes.py", "matrix_html"): (1, "the lane matrix's TWIN badge"),
+    ("site/pages/speed.py", "LaneSpeed.reference"): (2, "a baseline drawn only beside figures of its kind"),
+    ("site/pages/speed.py", "lane_section"): (4, "the speed section's badge and captions"),
+    ("site/pages/speed.py", "plot_history"): (1, "the plot's title"),
+    ("site/pages/speed.py", "seed_figures"): (1, "seed figures shown beside real baselines only"),
+    ("site/pages/upgrades.py", "upgrade_page"): (1, "the plan's where badge"),
+    ("site/pages/upgrades.py", "upgrades_index"): (1, "the index's where badges"),
+    ("speed/baseline.py", "baseline_json"): (1, "a baseline's documents agreeing with its provenance"),
+    ("speed/command.py", "SpeedResult.document"): (1, "the speed JSON's twin flag"),
+    ("speed/command.py", "print_result"): (1, "the terminal's TWIN label"),
+    ("speed/command.py", "speed_command"): (1, "the figures measured on a twin lane"),
+    ("speed/lanespeed.py", "save_step"): (1, "a saved baseline's source"),
+    ("speed/lanespeed.py", "waves_steps"): (2, "the measured figures and the plot's title"),
+    ("speed/provenance.py", "read_provenance"): (1, "the provenance's twin flag"),
+    ("steps/runbook.py", "Runbook.__init__"): (1, "the TWIN RUN banner"),
+    ("steps/runbook.py", "Runbook._emit"): (1, "the verdict's twin flag"),
+    ("verify/canary.py", "proof_step"): (2, "the proof's figure and its label"),
+    ("verify/probes.py", "measure_workloads"): (1, "the speed documents' twin flag"),
+}
+TWIN_ENTRY_POINTS = ("twin/", "cli.py", "demo.py")
+
+
+def twin_uses() -> dict[tuple[str, str], int]:
+    """Each product module's `.twin` reads, counted by enclosing function (dotted through classes)."""
+    found: dict[tuple[str, str], int] = {}
+
+    def walk(node: ast.AST, module: str, scope: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                walk(child, module, (*scope, child.name))
+                continue
+            if isinstance(child, ast.Attribute) and child.attr == "twin":
+                key = (module, ".".join(scope) or "<module>")
+                found[key] = found.get(key, 0) + 1
+            walk(child, module, scope)
+
+    for path in sorted(LIBRARY.rglob("*.py")):
+        module = path.relative_to(LIBRARY).as_posix()
+        if not module.startswith(TWIN_ENTRY_POINTS):
+            walk(ast.parse(path.read_text()), module, ())
+    return found
+
+
+def test_no_product_module_decides_policy_on_the_twin_label():
+    """A policy (confirm a change, watch a long probe) reads the lane's `policy:`; `.twin` only labels."""
+    allowed = {key: count for key, (count, _labels) in TWIN_LABELS.items()}
+    found = twin_uses()
+    unlisted = {key: n for key, n in found.items() if n > allowed.get(key, 0)}
+    assert unlisted == {}, "decide on the lane's policy, or list a labelling use in TWIN_LABELS"
+    assert found == allowed, f"no longer read, drop from TWIN_LABELS: {set(allowed) - set(found)}"

@@ -21,7 +21,7 @@ import pytest
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import sha256_file
-from lanebook.lane.params import lane_with, load_lane
+from lanebook.lane.params import LanePolicy, lane_with, load_lane
 from lanebook.runs import execute
 from lanebook.runs.audit import read_runs
 from lanebook.steps.runbook import VERDICT_MIME
@@ -169,7 +169,7 @@ def test_refusals_leave_no_record(runbooks):
     runbooks("stop", HEADER, "rb.finish()")
     with pytest.raises(LanebookError, match=r"unknown parameter\(s\) for stop: bogus \(accepted: threshold\)"):
         execute.run_runbook("stop", load_lane("twin"), {"bogus": 1})
-    with pytest.raises(LanebookError, match="changes the real lane anemll-0731: add --yes"):
+    with pytest.raises(LanebookError, match="^'stop' changes the lane anemll-0731: add --yes"):
         execute.run_runbook("stop", load_lane("anemll-0731"), {})
     with pytest.raises(LanebookError, match=r"runbook 'gates' is not written yet"):
         execute.run_runbook("gates", load_lane("twin"), {})
@@ -179,6 +179,19 @@ def test_refusals_leave_no_record(runbooks):
     with pytest.raises(LanebookError, match=in_memory):
         execute.run_runbook("stop", lane_with(load_lane("twin")), {})  # its kernel would have no file to load
     assert read_runs() == []
+
+
+def test_the_lanes_policy_not_its_twin_label_decides_whether_a_change_needs_yes():
+    """policy.confirm_changes decides: a twin-labelled lane that asks for it is refused, a lane that does not is
+    let through; --yes and --dry-run always are."""
+    strict_twin = lane_with(load_lane("twin"), policy=LanePolicy())
+    with pytest.raises(LanebookError, match="^launch changes the lane twin: add --yes to confirm, or --dry-run"):
+        execute.refuse_unconfirmed("launch", strict_twin, dry_run=False, yes=False)
+    execute.refuse_unconfirmed("launch", strict_twin, dry_run=False, yes=True)
+    execute.refuse_unconfirmed("launch", strict_twin, dry_run=True, yes=False)
+    lenient_real = lane_with(load_lane("anemll-0731"), policy=LanePolicy(confirm_changes=False))
+    execute.refuse_unconfirmed("launch", lenient_real, dry_run=False, yes=False)
+    execute.refuse_unconfirmed("launch", load_lane("twin"), dry_run=False, yes=False)
 
 
 def test_a_process_that_runs_runbooks_does_not_import_jsonschemas_format_checks():

@@ -55,6 +55,17 @@ def test_twin_lane_is_marked_and_on_loopback():
     assert [(n.alias, n.host) for n in twin.nodes] == [("head", "127.0.0.2"), ("worker", "127.0.0.3")]
 
 
+def test_real_lanes_confirm_changes_and_watch_long_probes_and_twin_lane_files_say_otherwise():
+    """A lane's policy defaults to a real lane's (changes need --yes, long probes an operator watching); every
+    twin-labelled file sets the permissive values itself, so dropping the block can only make a lane stricter."""
+    for name in lane_names():
+        lane = load_lane(name)
+        policy = (lane.policy.confirm_changes, lane.policy.attended_long_probes)
+        assert policy == ((False, False) if lane.twin else (True, True)), name
+        if lane.twin:
+            assert "\npolicy:" in lane.file.read_text(), name
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "lane.yaml"
     path.write_text(text)
@@ -82,6 +93,8 @@ def _variant(old: str, new: str) -> str:
         ("rollback: anemll-1m6", "checkout_from: true\nrollback: anemll-1m6", "must be a checkout path, false or null"),
         ("rollback: anemll-1m6", "checkout_from: rel/dir\nrollback: anemll-1m6", "'checkout_from'"),
         ("  context_length: 200000", "  context_length: 200000\n  config: hermes.yaml", "'hermes.config'"),
+        ("twin: false", "twin: false\npolicy: {confirm_changes: no}", "'policy.confirm_changes'"),
+        ("twin: false", "twin: false\npolicy: {attended: false}", "unknown key 'policy.attended'"),
     ],
 )
 def test_bad_lane_file_names_the_key(tmp_path, old, new, needle):

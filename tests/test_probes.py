@@ -115,6 +115,16 @@ def test_a_long_probe_is_refused_unless_stepped_and_on_a_real_lane_attended():
     )
 
 
+def test_the_lanes_policy_not_its_twin_label_decides_whether_a_long_probe_needs_watching():
+    from lanebook.lane.params import LanePolicy, lane_with, load_lane
+
+    stepped = probes.long_context_steps(131072)
+    watched_twin = lane_with(load_lane("twin"), policy=LanePolicy())
+    assert "production head" in probes.long_probe_refusal(watched_twin, stepped, attended=False)
+    headless_real = lane_with(load_lane("anemll-0731"), policy=LanePolicy(attended_long_probes=False))
+    assert probes.long_probe_refusal(headless_real, stepped, attended=False) is None
+
+
 def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
     import pytest
     from lanebook.base.errors import LanebookError

@@ -161,7 +161,7 @@ def test_a_resume_after_the_lane_file_was_fixed_renders_it_again(stages, tmp_pat
 
 
 def test_a_real_lane_needs_yes_or_dry_run_before_anything_runs(stages):
-    with pytest.raises(LanebookError, match=r"^promote changes the real lane anemll-0731: add --yes"):
+    with pytest.raises(LanebookError, match=r"^promote changes the lane anemll-0731: add --yes"):
         promote.promote(load_lane("anemll-0731"))
     assert read_runs() == []
 

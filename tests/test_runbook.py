@@ -4,10 +4,12 @@ A dry run observes nothing on the lane: what the lane would show is "not observe
 "dry-run", never "pass"; checks made on this machine (local=True) still fail it.
 """
 
+from typing import Optional
+
 import pytest
 from lanebook.base.checks import ExpectedResult
 from lanebook.lane import plugins
-from lanebook.lane.params import lane_with, load_lane
+from lanebook.lane.params import LanePolicy, lane_with, load_lane
 from lanebook.steps import runbook
 from lanebook.steps.runbook import VERDICT_MIME, Runbook, StepFailed, verdict_of
 
@@ -29,13 +31,17 @@ def shown(monkeypatch):
     return seen
 
 
-def _lab_lane(registry, tmp_path, twin: bool = True) -> str:
-    """A lane reached through a plugin's ssh config (nothing is run on it by these tests)."""
+def _lab_lane(registry, tmp_path, twin: bool = True, policy: Optional[LanePolicy] = None) -> str:
+    """A lane reached through a plugin's ssh config (nothing is run on it by these tests): the twin lane's file, or
+    with twin=False a real lane's (twin false, the default policy); POLICY replaces the lane's policy."""
     config = tmp_path / "ssh_config"
     config.write_text("")
     registry.ssh_config("lab", lambda: config)
     lane_file = tmp_path / "lab.yaml"
-    lane_file.write_text(lane_with(load_lane("twin"), ssh_config="lab", twin=twin).model_dump_json())  # JSON is YAML
+    if policy is None:
+        policy = load_lane("twin").policy if twin else LanePolicy()
+    lane = lane_with(load_lane("twin"), ssh_config="lab", twin=twin, policy=policy)
+    lane_file.write_text(lane.model_dump_json())  # JSON is YAML
     return str(lane_file)
 
 
@@ -206,6 +212,16 @@ def test_left_unset_confirmation_is_given_on_twin_lanes_only(registry, tmp_path)
         real.confirm("stop the lane on every node")
 
 
+def test_the_lanes_policy_decides_an_unset_confirmation_not_its_twin_label(registry, tmp_path):
+    """policy.confirm_changes, not `twin:`, says whether an unset confirm is given."""
+    strict_twin = Runbook("stop", _lab_lane(registry, tmp_path, policy=LanePolicy()))
+    assert strict_twin.params.twin and strict_twin.confirmed is False
+    with pytest.raises(StepFailed, match="needs confirmation"):
+        strict_twin.confirm("stop the lane on every node")
+    lenient = LanePolicy(confirm_changes=False)
+    assert Runbook("stop", _lab_lane(registry, tmp_path, twin=False, policy=lenient)).confirmed is True
+
+
 def test_a_failed_step_says_what_to_do_next_and_emits_the_figures_measured_so_far(shown):
     rb = Runbook("launch", "twin", dry_run=True)
     rb.record(free_gib=101.5)
@@ -249,7 +265,7 @@ def test_an_explicit_confirm_parameter_decides_and_is_recorded_as_such(registry,
     twin = Runbook("stop", _lab_lane(registry, tmp_path))  # unset on a twin lane, no frontend here
     with twin.step("1 stop"):
         twin.confirm("stop the lane on every node")
-    assert [c["how"] for c in rb.confirmations + twin.confirmations] == ["parameter", "twin lane, confirm unset"]
+    assert [c["how"] for c in rb.confirmations + twin.confirmations] == ["parameter", "lane policy, confirm unset"]
 
 
 def test_the_buttons_decide_when_confirm_is_unset(registry, tmp_path, monkeypatch):
@@ -283,7 +299,7 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
     from lanebook.lane.params import load_lane
 
     lane = tmp_path / "real.yaml"
-    lane.write_text(lane_with(load_lane("twin"), ssh_config=None, twin=False).model_dump_json())
+    lane.write_text(lane_with(load_lane("twin"), ssh_config=None, twin=False, policy=LanePolicy()).model_dump_json())
     code = (
         f"from lanebook.steps.runbook import Runbook\nrb = Runbook('stop', {str(lane)!r})\n"
         "with rb.step('1 stop'):\n    rb.confirm('stop the lane on every node')"

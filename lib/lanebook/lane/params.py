@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -154,6 +155,22 @@ def _validated(check, *fields: str):
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LanePolicy(Strict):
+    """What the product lets a lane do unasked. The defaults are a real lane's; a lane where nothing is real (the
+    twin's) sets both false in its file."""
+
+    confirm_changes: StrictBool = Field(
+        True,
+        description="a run or step that changes the lane needs the operator's yes (--yes, -p confirm=True or the "
+        "button); false: it goes ahead unasked",
+    )
+    attended_long_probes: StrictBool = Field(
+        True,
+        description="a long-context probe (pitfall P15) runs only with an operator watching the head's console "
+        "(-p attended=True or the button); false: it runs headless",
+    )
 
 
 class NodeParams(Strict):
@@ -363,6 +380,7 @@ class LaneParams(Strict):
     description: StrictStr
     source: StrictStr = Field(description="which seed the values come from")
     twin: bool = False
+    policy: LanePolicy = Field(default_factory=LanePolicy, description="what the lane lets run unasked")
     checkout: StrictStr = Field(description="the lane's checkout directory on every node (~ = the node's home)")
     checkout_from: Union[StrictStr, Literal[False], None] = Field(
         None,

@@ -72,10 +72,19 @@ RUNBOOKS = (
     "stop",
     "doctor",
 )
-# Runbooks that change a lane; on a real lane they need --yes (a dry run needs nothing).
+# Runbooks that change a lane; they need --yes where the lane's policy.confirm_changes holds (a dry run never).
 CHANGING = {"weights", "env", "launch", "warmup", "diagnose", "rollback", "stop"}  # diagnose: its canary relaunches
 # Parameters every runbook takes from `lanebook run` itself, not from -p.
 RESERVED = {"lane", "dry_run"}
+
+
+def refuse_unconfirmed(what: str, lane_params: LaneParams, *, dry_run: bool, yes: bool) -> None:
+    """Stop WHAT (a runbook, promote, upgrade) before it changes a lane whose policy.confirm_changes holds, unless
+    the operator said --yes; a dry run changes nothing, so it needs no yes."""
+    if lane_params.policy.confirm_changes and not dry_run and not yes:
+        raise LanebookError(
+            f"{what} changes the lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands"
+        )
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -388,13 +397,10 @@ def _run_on(
             f"unknown parameter(s) for {runbook}: {', '.join(unknown)} (accepted: "
             f"{', '.join(sorted(accepted)) or 'none'})"
         )
-    if runbook in CHANGING and not lane_params.twin and not dry_run and not yes:
-        raise LanebookError(
-            f"'{runbook}' changes the real lane {lane_params.name}: add --yes to confirm, or --dry-run to see the "
-            "commands"
-        )
+    if runbook in CHANGING:
+        refuse_unconfirmed(f"'{runbook}'", lane_params, dry_run=dry_run, yes=yes)
     if "confirm" in accepted:
-        params = {"confirm": yes or lane_params.twin, **params}
+        params = {"confirm": yes or not lane_params.policy.confirm_changes, **params}
 
     from lanebook.runs.lock import LockRefused, hold_lane_pair
 

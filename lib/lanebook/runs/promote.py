@@ -188,16 +188,13 @@ def promote(
     fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it. ECHO: where each
     runbook says its steps as they start, and what its cells print (lanebook.runs.execute.run_runbook)."""
     from lanebook.runs.audit import read_runs
-    from lanebook.runs.execute import run_runbook
+    from lanebook.runs.execute import refuse_unconfirmed, run_runbook
     from lanebook.runs.lock import hold_lane_pair
 
     missing = missing_runbooks()
     if missing:
         raise LanebookError(f"the main job is incomplete: runbook(s) {', '.join(missing)} not written yet")
-    if not params.twin and not dry_run and not yes:
-        raise LanebookError(
-            f"promote changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
-        )
+    refuse_unconfirmed("promote", params, dry_run=dry_run, yes=yes)
     refusal = one_change_refusal(params, allow_runtime_and_weights)
     if refusal:
         raise LanebookError(refusal)

@@ -133,14 +133,11 @@ def upgrade(
     from lanebook.nodes.ssh import Lane
     from lanebook.ops import upgrade as ops
     from lanebook.ops.launcher import LANE_DOWN, lane_containers
-    from lanebook.runs.execute import run_runbook
+    from lanebook.runs.execute import refuse_unconfirmed, run_runbook
     from lanebook.runs.promote import promote
 
     ops.check_ref(ref)
-    if not params.twin and not dry_run and not yes:
-        raise LanebookError(
-            f"upgrade changes the real lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
-        )
+    refuse_unconfirmed("upgrade", params, dry_run=dry_run, yes=yes)
     done = Upgrade(uuid.uuid4().hex[:12], params.name, ref, params.checkout)
     if not dry_run:
         prepare_lane(params)  # the twin starts itself for a twin lane

@@ -225,11 +225,6 @@ def unchecked_idle(result: SpeedResult) -> list[str]:
     return [f"trial {w.trial} C{w.concurrency}" for w in result.waves if w.idle_wait_s is None]
 
 
-def complete_waves(result: SpeedResult, plan: LanePlan) -> bool:
-    """Every planned wave ran (a run stopped after failures did not)."""
-    return len(result.waves) == plan.trials * len(plan.levels)
-
-
 # --- the speed runbook's steps (each takes the runbook: it records, shows and checks) -------------------------
 
 WAVES_FIX = (

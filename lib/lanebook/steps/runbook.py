@@ -58,11 +58,11 @@ class Runbook:
         self.name = name
         self.params = load_lane(lane)
         self.dry_run = dry_run
-        # The notebook's `confirm` parameter: may destructive steps go ahead? None lets the lane decide: a twin
-        # lane changes nothing real, so it is confirmed (as `lanebook run` does); a real lane is not. Left
-        # unset in a JupyterLab that renders widgets, each destructive step asks with a button instead.
+        # The notebook's `confirm` parameter: may destructive steps go ahead? None lets the lane's policy decide:
+        # confirmed where its changes need no yes (policy.confirm_changes false, as `lanebook run` does), refused
+        # elsewhere. Left unset in a JupyterLab that renders widgets, each destructive step asks with a button.
         self.confirm_parameter = confirm
-        self.confirmed = self.params.twin if confirm is None else confirm
+        self.confirmed = not self.params.policy.confirm_changes if confirm is None else confirm
         self.confirmations: list[dict] = []
         self.figures: dict[str, Any] = {}
         self.checks: list[ExpectedResult] = []
@@ -167,8 +167,9 @@ class Runbook:
         refuses). Left unset (None), a JupyterLab that renders widgets shows "Confirm: WHAT" / "Cancel" and
         the cell waits for the click, on the twin too: the walkthrough shows the step exactly where a real
         lane asks. Headless (papermill, nbclient: nothing renders the buttons, seen within a short bound) it
-        never waits: unset is confirmed on twin lanes only. Cancel, or no confirmation, fails the step naming
-        the flag. A dry run sends nothing, so it asks nothing. Who confirmed (user@host) and how is recorded.
+        never waits: unset is confirmed only where the lane's policy.confirm_changes is false. Cancel, or no
+        confirmation, fails the step naming the flag. A dry run sends nothing, so it asks nothing. Who
+        confirmed (user@host) and how is recorded.
         """
         if self.dry_run:
             return
@@ -178,7 +179,7 @@ class Runbook:
         else:
             confirmed, how = (
                 self.confirmed,
-                "parameter" if self.confirm_parameter is not None else "twin lane, confirm unset",
+                "parameter" if self.confirm_parameter is not None else "lane policy, confirm unset",
             )
         if not confirmed:
             self._fail(

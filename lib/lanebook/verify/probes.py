@@ -195,9 +195,9 @@ def document_figures(documents: Sequence[dict]) -> dict[str, Any]:
 # --- long-context probes (pitfall P15) -------------------------------------------------------------------------
 # An unwatched synthetic cold needle of 128k tokens or more on the sole production head can hard-hang the box. So a
 # probe that long climbs to its length in steps, each at most twice the one before from one batch budget, with the
-# queues read idle and /health asked before every step and the climb stopped at the first step that fails; and on a
-# real lane it runs only with an operator watching the head's console (a headless run never is). "128k" is read as
-# 128,000 so that nothing near the line slips under it.
+# queues read idle and /health asked before every step and the climb stopped at the first step that fails; and where
+# the lane's policy.attended_long_probes holds (a real lane's default) it runs only with an operator watching the
+# head's console (a headless run never is). "128k" is read as 128,000 so that nothing near the line slips under it.
 LONG_CONTEXT_TOKENS = 128_000
 FIRST_STEP_TOKENS = 8192  # the lane's batch budget (MAX_NUM_BATCHED_TOKENS 8192): one prefill step's worth
 
@@ -232,7 +232,7 @@ def long_probe_refusal(params: LaneParams, lengths: Sequence[int], *, attended: 
             f"from at most {FIRST_STEP_TOKENS:,} tokens, each at most twice the one before "
             f"(probes.long_context_steps({longest}) gives them); got {lengths}"
         )
-    if not params.twin and not attended:
+    if params.policy.attended_long_probes and not attended:
         return (
             f"pitfall P15 (unwatched long cold needles): a {longest:,}-token probe on {params.name}'s production head "
             "runs only with an operator watching its console (attended); a headless run is not watched"
@@ -385,8 +385,9 @@ def queues_idle(api: str, executor: Executor, idle_timeout_s: float = IDLE_TIMEO
 
 def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int], attended: Optional[bool]) -> None:
     """Step 11 (opt-in, pitfall P15): cold needles climbing to the lane's context (or TARGET_TOKENS), idle queues and
-    /health before each step, stopped at the first failure. On a real lane someone must watch the head's console:
-    ATTENDED says so headless; unset, JupyterLab asks with a button; otherwise the probe is refused."""
+    /health before each step, stopped at the first failure. Where the lane's policy.attended_long_probes holds,
+    someone must watch the head's console: ATTENDED says so headless; unset, JupyterLab asks with a button;
+    otherwise the probe is refused."""
     p = rb.params
     lengths = long_context_steps(target_tokens or p.max_model_len)
     what = f"cold needles climb to {lengths[-1]:,} tokens, every step answered"
@@ -394,14 +395,15 @@ def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int]
         rb.skip(what, "long_context=False (opt-in: pitfall P15)")
         return
     question = f"an operator is watching {p.name}'s head console for a {lengths[-1]:,}-token needle climb"
-    asked = None if attended is not None or p.twin or rb.dry_run else frontend.ask(question)  # JupyterLab: a button
+    needless = attended is not None or not p.policy.attended_long_probes or rb.dry_run
+    asked = None if needless else frontend.ask(question)  # JupyterLab: a button
     watched = bool(attended) if attended is not None else bool(asked)
     how = (
         "parameter"
         if attended is not None
         else "button"
         if asked is not None
-        else "not asked (headless, twin, dry run)"
+        else "not asked (headless, lane policy, dry run)"
     )
     rb.record(long_context_attended={"attended": watched, "how": how})
     steps = stepped_long_context(rb.lane, lengths, attended=watched)

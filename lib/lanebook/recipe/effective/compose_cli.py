@@ -27,11 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from lanebook.base.errors import LanebookError
 from lanebook.recipe.compose import COMPOSE_NAME, service_names
 from lanebook.recipe.effective.compose_model import (
-    ContainerExit,
     ContainerSpec,
-    duration_s,
-    restart_policy,
-    serve_argv,
 )
 from lanebook.recipe.effective.compose_tool import ComposeTool, find_compose, one_shot_environment
 from lanebook.recipe.envfile import normalized_lines
@@ -242,33 +238,21 @@ def container_from_config(
     svc = services[name]
     where = f"{compose_name}: service '{name}'"
     environment = {k: unescape(str(v)) for k, v in (svc.get("environment") or {}).items() if v is not None}
-    try:
-        argv, entrypoint_error = serve_argv(_script(svc.get("command"), where), environment, compose_name), None
-    except ContainerExit as exc:
-        argv, entrypoint_error = [], (exc.code, str(exc))
-    try:
-        restart = restart_policy(unescape(str(svc.get("restart") or "")))
-    except LanebookError as exc:
-        raise LanebookError(f"{where}: {exc}") from None
-    volumes = [
-        (unescape(str(v.get("source", ""))), unescape(str(v.get("target", ""))))
-        for v in svc.get("volumes") or []
-        if isinstance(v, dict) and v.get("source")
-    ]
-    return ContainerSpec(
-        name=unescape(str(svc.get("container_name") or f"{project}-{name}-1")),
-        project=project,
+    return ContainerSpec.from_service(
+        svc,
         service=name,
-        image=unescape(str(svc.get("image", ""))),
+        project=project,
         environment=environment,
-        argv=argv,
-        volumes=volumes,
-        stop_grace_s=duration_s(svc.get("stop_grace_period")),
-        restart=restart,
+        script=_script(svc.get("command"), where),
+        volumes=[
+            (unescape(str(v.get("source", ""))), unescape(str(v.get("target", ""))))
+            for v in svc.get("volumes") or []
+            if isinstance(v, dict) and v.get("source")
+        ],
         compose_file=compose_name,
         env_file=env_file,
         warnings=answer.warnings,
-        entrypoint_error=entrypoint_error,
+        read=lambda value: unescape(str(value)),
     )
 
 

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ruamel.yaml.error import YAMLError
 
@@ -77,6 +77,50 @@ class ContainerSpec:
                 "volumes": [tuple(v) for v in data.get("volumes", [])],
                 "entrypoint_error": tuple(error) if error else None,
             }
+        )
+
+    @classmethod
+    def from_service(
+        cls,
+        svc: Mapping[str, Any],
+        *,
+        service: str,
+        project: str,
+        environment: dict[str, str],
+        script: str,
+        volumes: list[tuple[str, str]],
+        compose_file: str,
+        env_file: str,
+        warnings: list[str],
+        read: Callable[[Any], str] = str,
+    ) -> "ContainerSpec":
+        """The container of one compose service, once its environment, command script and volumes are read: the
+        serve argv the script builds (or the exit its entrypoint makes), the restart policy (refused as the daemon
+        refuses it), the stop grace period, the image and the name (Compose's default PROJECT-SERVICE-1). READ
+        turns a value of SVC into the text the container gets."""
+        try:
+            argv, entrypoint_error = serve_argv(script, environment, source=compose_file), None
+        except ContainerExit as exc:
+            argv, entrypoint_error = [], (exc.code, str(exc))
+        restart = svc.get("restart")
+        try:
+            restart = restart_policy(None if restart is None else read(restart))
+        except LanebookError as exc:
+            raise LanebookError(f"{compose_file}: service '{service}': {exc}") from None
+        return cls(
+            name=read(svc.get("container_name") or f"{project}-{service}-1"),
+            project=project,
+            service=service,
+            image=read(svc.get("image", "")),
+            environment=environment,
+            argv=argv,
+            volumes=volumes,
+            stop_grace_s=duration_s(svc.get("stop_grace_period")),
+            restart=restart,
+            compose_file=compose_file,
+            env_file=env_file,
+            warnings=warnings,
+            entrypoint_error=entrypoint_error,
         )
 
     def arg(self, flag: str) -> str | None:
@@ -245,14 +289,6 @@ def container_from_text(
         script = command
     else:
         raise LanebookError(f"{compose_name}: service '{name}' has no bash -lc command script")
-    try:
-        argv, entrypoint_error = serve_argv(script, environment, source=compose_name), None
-    except ContainerExit as exc:
-        argv, entrypoint_error = [], (exc.code, str(exc))
-    try:
-        restart = restart_policy(svc.get("restart"))
-    except LanebookError as exc:
-        raise LanebookError(f"{compose_name}: service '{name}': {exc}") from None
     volumes = []
     for item in svc.get("volumes") or []:
         parts = str(item).split(":")
@@ -261,20 +297,16 @@ def container_from_text(
             if base_dir is not None and not host.startswith("/"):
                 host = str((base_dir / host).resolve())
             volumes.append((host, parts[1]))
-    return ContainerSpec(
-        name=str(svc.get("container_name") or f"{project}-{name}-1"),
-        project=project,
+    return ContainerSpec.from_service(
+        svc,
         service=name,
-        image=str(svc.get("image", "")),
+        project=project,
         environment=environment,
-        argv=argv,
+        script=script,
         volumes=volumes,
-        stop_grace_s=duration_s(svc.get("stop_grace_period")),
-        restart=restart,
         compose_file=compose_name,
         env_file=env_file,
         warnings=[f'The "{v}" variable is not set. Defaulting to a blank string.' for v in sorted(missing)],
-        entrypoint_error=entrypoint_error,
     )
 
 
