@@ -36,7 +36,9 @@ audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of ru
 app.add_typer(twin_app, name="twin")
 app.add_typer(env_app, name="env")
 fleet_app = typer.Typer(no_args_is_help=True, help="Fleets: several lanes promoted by Apache Airflow, canary first.")
+lane_app = typer.Typer(no_args_is_help=True, help="Lane files: import one from a checkout an operator already runs.")
 app.add_typer(audit_app, name="audit")
+app.add_typer(lane_app, name="lane")
 app.add_typer(fleet_app, name="fleet")
 
 
@@ -333,6 +335,28 @@ printed)."""
         where = mismatch.running.where
         typer.echo(f"error: {mismatch.message()} ({where.file}:{where.line}); render cannot change it", err=True)
     raise typer.Exit(1 if result.unresolved else 0)
+
+
+@lane_app.command("import")
+def lane_import(
+    name: str = typer.Argument(..., help="the new lane's name (params/NAME.yaml)"),
+    checkout: str = typer.Option(..., "--checkout", help="a local checkout DIR, or with --head its PATH on the head"),
+    head: Optional[str] = typer.Option(None, "--head", help="USER@HOST[:PORT]: read the checkout there, read-only"),
+    ssh_config: Optional[str] = typer.Option(
+        None, "--ssh-config", help="with --head: the ssh config that reaches it (a file, or a plugin's name)"
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the lane file here instead of params/NAME.yaml"),
+    rollback: Optional[str] = typer.Option(None, "--rollback", help="the lane to fall back to"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable report"),
+):
+    """Write a lane file from what an operator's checkout runs (each value's file:line in a comment), never
+    overwriting one; then render it into a copy of the checkout and list each line it could not express. Exit 0
+    written (byte for byte, or with the lines listed), 2 bad input (nothing written)."""
+    from lanebook.recipe.lane_import import import_shown
+
+    raise typer.Exit(
+        import_shown(name, checkout, head=head, ssh_config=ssh_config, out=out, rollback=rollback, as_json=as_json)
+    )
 
 
 @app.command("upgrade")
