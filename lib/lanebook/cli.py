@@ -359,6 +359,35 @@ def lane_import(
     )
 
 
+@app.command("check")
+def check(
+    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print every probe it would send; opens no connection"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable items"),
+):
+    """Preflight: everything that would stop a promotion, node by node, each with its fix; changes nothing. Exit 0
+    ready, 1 not ready, 2 bad input."""
+    from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
+    from lanebook.verify.preflight import preflight, ready, table
+
+    with Lane(load_lane(lane), dry_run=dry_run) as nodes:
+        items = preflight(nodes)
+        probes = nodes.executor.commands()
+    if dry_run:
+        typer.echo("probes the check would send (none were sent):")
+        typer.echo("\n".join(f"  {line}" for line in probes))
+        typer.echo("dry run: nothing was observed")
+        raise typer.Exit(0)
+    ok = ready(items)
+    if as_json:
+        typer.echo(json.dumps({"ready": ok, "items": [i.to_json() for i in items]}, indent=2))
+    else:
+        typer.echo(table(items))
+        typer.echo(f"verdict: {'ready' if ok else 'NOT READY'}")
+    raise typer.Exit(0 if ok else 1)
+
+
 @app.command("upgrade")
 def upgrade(
     lane: str = typer.Option(..., "--lane"),

@@ -49,7 +49,7 @@ SUDO_USAGE = "usage: sudo [-knS] [-u user] command\n       sudo -s|-i [command]"
 def sudo(args: list[str]) -> int:
     """Run the command (sudo's own options read and set aside); -s/-i run it through a shell."""
     args = list(args)
-    shell = False
+    shell = listing = False
     while args and args[0].startswith("-"):
         option = args.pop(0)
         if option == "--":
@@ -57,6 +57,8 @@ def sudo(args: list[str]) -> int:
         name, eq, _ = option.partition("=")
         if name in ("-s", "--shell", "-i", "--login"):
             shell = True
+        elif name in ("-l", "--list"):
+            listing = True
         elif name in ("-V", "--version"):
             print("Sudo version 1.9 (lanebook twin: commands run as the node's one user)")
             return 0
@@ -64,6 +66,14 @@ def sudo(args: list[str]) -> int:
             return 0
         elif name in SUDO_VALUE_OPTIONS and not eq and args:
             args.pop(0)
+    if listing:  # `sudo -l COMMAND`: say whether it is allowed (the twin allows all), never run it
+        if not args:
+            print("User may run the following commands on this host:\n    (ALL) NOPASSWD: ALL")
+            return 0
+        import shutil
+
+        print(" ".join([shutil.which(args[0]) or args[0], *args[1:]]))
+        return 0
     if shell:
         import shlex
 
