@@ -74,7 +74,8 @@ def _reach(node: Node, lane: LaneParams) -> list[Item]:
                     "host key known",
                     False,
                     "the node's host key is not in known_hosts: lanebook refuses unknown keys",
-                    f"compare the key with the node's console (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then "
+                    "compare the key with the node's console (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), "
+                    f"then "
                     f"`ssh-keyscan -p {port} {host} >> ~/.ssh/known_hosts` (or the UserKnownHostsFile your ssh config "
                     "names)",
                 ),
@@ -160,8 +161,9 @@ def _probes(node: Node, lane: LaneParams) -> list[Probe]:
                     f"fabric to {worker.alias} ({worker.fabric_ip})",
                     f"ssh -o BatchMode=yes -o ConnectTimeout=5 {q(worker.fabric_ip)} true 2>&1",
                     lambda code, out: (code == 0, "answers" if code == 0 else out.strip()[-200:] or f"exit {code}"),
-                    f"from the head, `ssh {worker.fabric_ip} true` must work without a prompt (the launcher reaches the "
-                    "worker so): check the fabric link (ip addr on both), the head's key in the worker's authorized_keys",
+                    f"from the head, `ssh {worker.fabric_ip} true` must work without a prompt (the launcher reaches "
+                    "the worker so): check the fabric link (ip addr on both), the head's key in the worker's "
+                    "authorized_keys",
                 )
             )
     return probes
