@@ -182,13 +182,16 @@ def promote(
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
     the command starts, is the lane every runbook runs on. A lane that changes runtime and weights at once against
-    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so.
+    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so. A lane
+    whose prerequisites fail (lanebook.verify.preflight: the list `lanebook check` shows) is refused before any runbook
+    runs (NotReady, exit 1).
     FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan). FLEET_ID: the
     fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it. ECHO: where each
     runbook says its steps as they start, and what its cells print (lanebook.runs.execute.run_runbook)."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import run_runbook
     from lanebook.runs.lock import hold_lane_pair
+    from lanebook.verify.preflight import check_before_promotion
 
     missing = missing_runbooks()
     if missing:
@@ -206,6 +209,8 @@ def promote(
     promotion = Promotion(plan)
     previous = plan.previous_run_id
     with hold_lane_pair(params, "promote", plan.promotion_id, needed=not dry_run, break_lock=break_lock):
+        if not dry_run:  # the prerequisites `lanebook check` shows: one list
+            check_before_promotion(params)
         first = {**({} if resume or dry_run else rollback_reference(params)), **(first_fields or {})}
         for name in plan.runbooks:
             on_start(name)

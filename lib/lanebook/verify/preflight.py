@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
+from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
 from lanebook.ops.memory import parse_unit_states, sudo_commands, unit_probe
@@ -23,7 +24,7 @@ from lanebook.verify.hermes import OWN_INSTALL
 # where its copy is missing.
 WEIGHTS_GIB = 160
 SHARD_RE = re.compile(r"-of-0*([0-9]+)\.safetensors$")
-READY, NOT_READY, NOT_SEEN = "ready", "NOT READY", "not observed"
+LEGACY_ITEM = "legacy units (P13)"
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,23 @@ class Item:
     ok: Optional[bool]
     seen: str
     fix: str = ""
+    blocking: bool = True  # False: the promotion deals with it itself (it masks legacy units), so only a warning
 
     def to_json(self) -> dict:
-        return {"node": self.node, "item": self.name, "ok": self.ok, "seen": self.seen, "fix": self.fix}
+        return {
+            "node": self.node,
+            "item": self.name,
+            "ok": self.ok,
+            "blocking": self.blocking,
+            "seen": self.seen,
+            "fix": self.fix,
+        }
+
+
+class NotReady(LanebookError):
+    """A promotion refused before it starts: a prerequisite fails (exit 1: the lane, not the usage, is wrong)."""
+
+    exit_code = 1
 
 
 def sudoers_line(user: str, commands: list[str]) -> str:
@@ -103,8 +118,8 @@ def _probes(node: Node, lane: LaneParams) -> list[Probe]:
         ("rsync", "command -v rsync", found, "install it: `sudo apt-get install -y rsync`"),
         (
             "docker without a password",
-            "docker info --format '{{.ServerVersion}}' 2>&1",
-            found,
+            "docker ps -q 2>&1",
+            lambda code, out: (code == 0, "the daemon answers" if code == 0 else out.strip()[-240:] or f"exit {code}"),
             f"add the user to the docker group: `sudo usermod -aG docker {user}`, then log in again",
         ),
         (
@@ -148,10 +163,12 @@ def _probes(node: Node, lane: LaneParams) -> list[Probe]:
     if lane.legacy_units:
         probes.append(
             (
-                "legacy units (P13)",
+                LEGACY_ITEM,
                 unit_probe(list(lane.legacy_units)),
                 lambda code, out: _units(out),
-                "mask them: `sudo systemctl mask --now " + " ".join(lane.legacy_units) + "` (the launch runbook does)",
+                "the launch runbook masks them (`sudo systemctl mask --now "
+                + " ".join(lane.legacy_units)
+                + "`): a legacy unit can restart and take the pair's memory",
             )
         )
     if node.role == "head":
@@ -242,23 +259,39 @@ def preflight(nodes: Lane) -> list[Item]:
                 items.append(Item(node.alias, name, None, NOT_OBSERVED_DRY_RUN))
                 continue
             ok, seen = judge(result.exit_code, result.stdout + result.stderr)
-            items.append(Item(node.alias, name, ok, seen, "" if ok else fix))
+            items.append(Item(node.alias, name, ok, seen, "" if ok else fix, blocking=name != LEGACY_ITEM))
     return items + _hermes(lane)
 
 
-def ready(items: list[Item]) -> bool:
-    return all(i.ok is not False for i in items) and any(i.ok for i in items)
-
-
 def failures(items: list[Item]) -> list[Item]:
-    return [i for i in items if i.ok is False]
+    """The items that stop a promotion."""
+    return [i for i in items if i.ok is False and i.blocking]
+
+
+def ready(items: list[Item]) -> bool:
+    """Nothing stops a promotion, and something was observed."""
+    return not failures(items) and any(i.ok for i in items)
+
+
+def check_before_promotion(params: LaneParams) -> list[Item]:
+    """The promotion's prerequisites, the same list `lanebook check` shows: NotReady names each failure with its
+    fix; the items are returned for the promotion's first record."""
+    with Lane(params) as nodes:
+        items = preflight(nodes)
+    blocked = failures(items)
+    if blocked:
+        listed = "; ".join(f"{i.node} {i.name}: {i.seen} (fix: {i.fix})" for i in blocked)
+        raise NotReady(
+            f"lane {params.name} is not ready, nothing was run: {listed}. See `lanebook check --lane {params.name}`"
+        )
+    return items
 
 
 def table(items: list[Item]) -> str:
     """A plain-text table: node, item, result, what was seen, and the fix where it failed."""
     rows = [("node", "item", "result", "seen / fix")]
     for i in items:
-        mark = "ok" if i.ok else ("FAIL" if i.ok is False else "-")
+        mark = "ok" if i.ok else ("-" if i.ok is None else ("FAIL" if i.blocking else "WARN"))
         rows.append((i.node, i.name, mark, i.seen + (f"\n    fix: {i.fix}" if i.fix and i.ok is False else "")))
     widths = [max(len(r[c]) for r in rows) for c in range(3)]
     lines = []

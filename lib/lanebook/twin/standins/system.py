@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from lanebook.twin import real_engine
-from lanebook.twin.standins.base import fail, node_root, table, take, time_scale
+from lanebook.twin.standins.base import fail, node_condition, node_root, table, take, time_scale
 from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
 from lanebook.twin.standins.runtime import containers
 
@@ -50,6 +50,8 @@ def sudo(args: list[str]) -> int:
     """Run the command (sudo's own options read and set aside); -s/-i run it through a shell."""
     args = list(args)
     shell = listing = False
+    if node_condition("sudo-asks") and ({"-n", "--non-interactive"} & set(args) or not sys.stdin.isatty()):
+        return fail("sudo: a password is required")
     while args and args[0].startswith("-"):
         option = args.pop(0)
         if option == "--":

@@ -1,0 +1,146 @@
+"""lanebook.verify.preflight (`lanebook check`): ready on a healthy twin; each problem a twin node is given is named
+with its fix; a dry run prints every probe and opens no connection."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from lanebook.ops.memory import sudo_commands
+from lanebook.verify.preflight import sudoers_line
+
+REPO = Path(__file__).resolve().parents[1]
+LANEBOOK = REPO / ".venv" / "bin" / "lanebook"
+TWIN_LANE = REPO / "params" / "twin.yaml"
+
+
+def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, str(LANEBOOK), *args], capture_output=True, text=True, timeout=180)
+
+
+def check(lane: str | Path) -> tuple[int, dict]:
+    done = cli("check", "--lane", str(lane), "--json")
+    assert done.returncode in (0, 1), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def failed(report: dict) -> dict[tuple[str, str], dict]:
+    return {(i["node"], i["item"]): i for i in report["items"] if i["ok"] is False}
+
+
+def lane_copy(tmp_path: Path, old: str, new: str) -> Path:
+    text = TWIN_LANE.read_text()
+    assert text.count(old) == 1, old
+    path = tmp_path / "twin-copy.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+@contextmanager
+def condition(twin: dict, alias: str, name: str):
+    """A twin node made to lack something for the duration (its stand-ins read NODE_ROOT/twin-conditions/NAME)."""
+    root = Path(next(n["root"] for n in twin["nodes"] if n["alias"] == alias))
+    flag = root / "twin-conditions" / name
+    flag.parent.mkdir(exist_ok=True)
+    flag.touch()
+    try:
+        yield
+    finally:
+        flag.unlink()
+
+
+def test_dry_run_prints_every_probe_and_opens_no_connection():
+    prefix = ("unshare", "-n") if shutil.which("unshare") else ()
+    done = cli("check", "--lane", "anemll-0731", "--dry-run", prefix=prefix)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "none were sent" in out and "dry run: nothing was observed" in out
+    for node in ("head", "worker"):
+        for probe in ("true", "command -v python3", "command -v rsync", "docker ps -q", "docker compose version"):
+            assert f"  {node}: {probe}" in out
+        assert f"  {node}: sudo -n -l sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'" in out
+        assert f"  {node}: docker image inspect --format '{{{{.Id}}}}' ghcr.io/anemll/dspark-vllm-gx10:0.1.1" in out
+    assert "  head: ssh -o BatchMode=yes -o ConnectTimeout=5 10.0.0.2 true" in out
+
+
+def test_bad_input_is_exit_2():
+    done = cli("check", "--lane", "no-such-lane")
+    assert done.returncode == 2 and "unknown lane" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_sudoers_line_names_exactly_the_commands_lanebook_sends_as_root():
+    line = sudoers_line("milo", sudo_commands(["aiden-vllm.service"]))
+    assert line == (
+        "milo ALL=(root) NOPASSWD: /bin/sh -c rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches, "
+        "/bin/sh -c systemctl mask --now aiden-vllm.service"
+    )
+    assert "\\," in sudoers_line("u", ["a,b"]) and "\\=" in sudoers_line("u", ["a=b"])
+
+
+@pytest.mark.twin
+def test_healthy_twin_is_ready(twin):
+    code, report = check("twin")
+    assert code == 0 and report["ready"] is True, failed(report)
+    seen = {(i["node"], i["item"]) for i in report["items"] if i["ok"]}
+    for node in ("head", "worker"):
+        for item in ("ssh reach", "host key known", "python3", "rsync", "docker without a password", "Compose v2"):
+            assert (node, item) in seen
+        assert (node, "sudo for lanebook's commands") in seen and (node, "the lane's image") in seen
+    assert ("head", "fabric to worker (127.0.0.3)") in seen and ("local", "Hermes CLI") in seen
+
+
+@pytest.mark.twin
+def test_unknown_host_key_is_named_with_how_to_add_it(twin, tmp_path):
+    config = Path(twin["ssh_config"]).read_text()
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    text = re.sub(r"UserKnownHostsFile .*", f"UserKnownHostsFile {empty}", config)
+    (tmp_path / "ssh_config").write_text(text)
+    lane = lane_copy(tmp_path, "ssh_config: twin", f"ssh_config: {tmp_path / 'ssh_config'}")
+    code, report = check(lane)
+    item = failed(report)[("head", "host key known")]
+    assert code == 1 and "ssh-keyscan -p" in item["fix"] and "lanebook refuses unknown keys" in item["seen"]
+
+
+@pytest.mark.twin
+def test_a_sudo_that_asks_is_named_with_the_sudoers_line(twin):
+    with condition(twin, "worker", "sudo-asks"):
+        code, report = check("twin")
+    item = failed(report)[("worker", "sudo for lanebook's commands")]
+    assert code == 1 and "password is required" in item["seen"]
+    assert "NOPASSWD: /bin/sh -c rm -rf /dev/shm/*" in item["fix"]
+    assert ("head", "sudo for lanebook's commands") not in failed(report)
+
+
+@pytest.mark.twin
+def test_a_user_outside_the_docker_group_is_named(twin):
+    with condition(twin, "head", "docker-denied"):
+        code, report = check("twin")
+    item = failed(report)[("head", "docker without a password")]
+    assert code == 1 and "permission denied" in item["seen"] and "usermod -aG docker" in item["fix"]
+
+
+@pytest.mark.twin
+def test_a_missing_image_is_named_with_the_pull(twin, tmp_path):
+    lane = lane_copy(tmp_path, "dspark-vllm-gx10:0.1.1\n", "dspark-vllm-gx10:9.9.9\n")
+    code, report = check(lane)
+    for node in ("head", "worker"):
+        assert "docker pull ghcr.io/anemll/dspark-vllm-gx10:9.9.9" in failed(report)[(node, "the lane's image")]["fix"]
+    assert code == 1
+
+
+@pytest.mark.twin
+def test_a_fabric_address_that_does_not_answer_is_named(twin, tmp_path):
+    lane = lane_copy(
+        tmp_path,
+        "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3}",
+        "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.9}",
+    )
+    code, report = check(lane)
+    item = failed(report)[("head", "fabric to worker (127.0.0.9)")]
+    assert code == 1 and "ssh 127.0.0.9 true" in item["fix"]
