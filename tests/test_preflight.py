@@ -4,6 +4,7 @@ with its fix; a dry run prints every probe and opens no connection."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -33,9 +34,9 @@ def failed(report: dict) -> dict[tuple[str, str], dict]:
     return {(i["node"], i["item"]): i for i in report["items"] if i["ok"] is False}
 
 
-def lane_copy(tmp_path: Path, old: str, new: str) -> Path:
+def lane_copy(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
     text = TWIN_LANE.read_text()
-    assert text.count(old) == 1, old
+    assert text.count(old) == count, old
     path = tmp_path / "twin-copy.yaml"
     path.write_text(text.replace(old, new))
     return path
@@ -144,3 +145,51 @@ def test_a_fabric_address_that_does_not_answer_is_named(twin, tmp_path):
     code, report = check(lane)
     item = failed(report)[("head", "fabric to worker (127.0.0.9)")]
     assert code == 1 and "ssh 127.0.0.9 true" in item["fix"]
+
+
+@pytest.mark.twin
+def test_missing_weights_on_a_full_disk_are_named_and_room_passes(twin, tmp_path):
+    model = "deepseek-ai/DeepSeek-V4-Flash-0731"
+    lane = lane_copy(tmp_path, model, "deepseek-ai/DeepSeek-V4-Flash-0801", count=2)  # weights no node holds
+    code, report = check(lane)
+    assert code == 0, failed(report)
+    room = {i["node"]: i["seen"] for i in report["items"] if i["item"] == "weights or room for them"}
+    assert room["head"].startswith("0 of 48 shards present;") and "need 160" in room["head"]
+    with condition(twin, "worker", "disk-full"):
+        code, report = check(lane)
+    item = failed(report)[("worker", "weights or room for them")]
+    assert code == 1 and "2 GiB free (need 160)" in item["seen"] and "free 160 GB under" in item["fix"]
+    assert ("head", "weights or room for them") not in failed(report)
+
+
+@pytest.mark.twin
+def test_an_active_legacy_unit_is_a_warning_the_launch_deals_with(twin):
+    from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
+
+    with Lane(load_lane("twin")) as lane:
+        lane.node("head").run("systemctl start aiden-vllm.service")
+        try:
+            code, report = check("twin")
+        finally:
+            lane.node("head").run("systemctl stop aiden-vllm.service")
+    item = next(i for i in report["items"] if i["item"] == "legacy units (P13)" and i["node"] == "head")
+    assert item["ok"] is False and item["blocking"] is False and "aiden-vllm.service" in item["seen"]
+    assert code == 0 and "systemctl mask --now aiden-vllm.service" in item["fix"]
+
+
+@pytest.mark.twin
+def test_a_promotion_runs_the_same_list_first_and_refuses_a_lane_not_ready(twin, tmp_path):
+    outputs = tmp_path / "outputs"
+    with condition(twin, "head", "docker-denied"):
+        done = subprocess.run(
+            [str(LANEBOOK), "promote", "--lane", "twin"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "lane twin is not ready, nothing was run: head docker without a password: permission denied" in done.stderr
+    assert "usermod -aG docker" in done.stderr and "Traceback" not in done.stderr
+    assert not (outputs / "runs.jsonl").exists() or not (outputs / "runs.jsonl").read_text().strip()

@@ -20,12 +20,17 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
-NODE_CONDITIONS = ("docker-denied", "sudo-asks")  # what one node can be made to lack: a file each under its root
+NODE_CONDITIONS = (
+    "docker-denied",
+    "sudo-asks",
+    "disk-full",
+)  # what one node can be made to lack: a file each under its root
 
 
 def node_condition(name: str) -> bool:
     """Whether this node was given a condition (NODE_ROOT/twin-conditions/NAME exists): its user outside the docker
-    group (docker-denied), a sudo that asks for a password (sudo-asks). Tests and the fault matrix set them."""
+    group (docker-denied), a sudo that asks for a password (sudo-asks), a disk with no room (disk-full). Tests set
+    them."""
     return (node_root() / "twin-conditions" / name).exists()
 
 

@@ -302,6 +302,27 @@ def free(args: list[str]) -> int:
     return 0
 
 
+# A DGX Spark's NVMe (4 TB) and what its OS and images take: twin figures, as the node's memory model is.
+DISK_KIB = 4 * 10**12 // 1024
+DISK_USED_KIB = 200 * 10**9 // 1024
+FULL_DISK_FREE_KIB = 2 * 1024**2  # a node given the disk-full condition: 2 GiB left
+
+
+def df(args: list[str]) -> int:
+    """`df [-P] [-k] [PATH...]`: the node's one filesystem in 1K blocks (POSIX form); with the disk-full condition
+    almost nothing is free."""
+    paths = [a for a in args if not a.startswith("-")] or ["/"]
+    for path in paths:
+        if not os.path.exists(path):
+            return fail(f"df: {path}: No such file or directory")
+    free = FULL_DISK_FREE_KIB if node_condition("disk-full") else DISK_KIB - DISK_USED_KIB
+    used = DISK_KIB - free
+    print("Filesystem     1024-blocks      Used  Available Capacity Mounted on")
+    for _ in paths:
+        print(f"/dev/nvme0n1p2 {DISK_KIB} {used} {free} {round(100 * used / DISK_KIB)}% /")
+    return 0
+
+
 def sleep(args: list[str]) -> int:
     """`sleep N[smhd]...` on the twin's clock: --fast scales every wait, except in a launcher whose env file names the
     real engine (LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu, exported by its `set -a`): the real vLLM's boot is not scaled,
