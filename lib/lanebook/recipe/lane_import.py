@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import difflib
 import io
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from lanebook.base.errors import LanebookError, LaneError
-from lanebook.base.files import utc_stamp
+from lanebook.base.files import utc_stamp, write_atomic
 from lanebook.base.redact import SECRET_KEYS, redact
 from lanebook.lane.params import (
     MODEL_ENV_KEYS,
@@ -433,23 +432,14 @@ def lane_findings(lane_file: Path, files: CheckoutFiles) -> list[str]:
 
 
 def write_new(path: Path, text: str) -> None:
-    """Write a new lane file atomically; an existing file is never overwritten (a link refuses a second one)."""
+    """Write a new lane file atomically; an existing file is never overwritten."""
     path = Path(path)
-    if path.exists() or path.is_symlink():
-        raise LaneError(f"{path} exists: lanebook never overwrites a lane file (give --out FILE to write elsewhere)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.link(tmp, path)  # fails when PATH appeared meanwhile: never a replace
+        write_atomic(path, text, 0o644, exclusive=True)
     except FileExistsError:
-        raise LaneError(f"{path} exists: lanebook never overwrites a lane file") from None
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        raise LaneError(
+            f"{path} exists: lanebook never overwrites a lane file (give --out FILE to write elsewhere)"
+        ) from None
 
 
 def local_checkout(directory: Path) -> tuple[CheckoutFiles, str]:

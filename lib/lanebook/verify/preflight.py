@@ -9,7 +9,7 @@ run records the probes through the one Executor and opens no connection. The pro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -39,14 +39,7 @@ class Item:
     blocking: bool = True  # False: the promotion deals with it itself (it masks legacy units), so only a warning
 
     def to_json(self) -> dict:
-        return {
-            "node": self.node,
-            "item": self.name,
-            "ok": self.ok,
-            "blocking": self.blocking,
-            "seen": self.seen,
-            "fix": self.fix,
-        }
+        return {("item" if key == "name" else key): value for key, value in asdict(self).items()}
 
 
 class NotReady(LanebookError):
