@@ -352,11 +352,10 @@ def lane_import(
     """Write a lane file from what an operator's checkout runs (each value's file:line in a comment), never
     overwriting one; then render it into a copy of the checkout and list each line it could not express. Exit 0
     written (byte for byte, or with the lines listed), 2 bad input (nothing written)."""
-    from lanebook.recipe.lane_import import import_shown
+    from lanebook.ops.lane_import import import_checkout, print_report
 
-    raise typer.Exit(
-        import_shown(name, checkout, head=head, ssh_config=ssh_config, out=out, rollback=rollback, as_json=as_json)
-    )
+    report = import_checkout(name, checkout, head=head, ssh_config=ssh_config, out=out, rollback=rollback)
+    print_report(report, as_json=as_json)
 
 
 @app.command("check")

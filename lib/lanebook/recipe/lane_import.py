@@ -260,10 +260,12 @@ def import_lane(
     rollback: Optional[str] = None,
     twin: bool = False,
     node: Optional["Node"] = None,
+    project: Optional[tuple[str, str]] = None,
 ) -> Imported:
     """The lane NAME as FILES serve it (see the module docstring); CHECKOUT is the checkout's path on the nodes, HEAD
     how the head is reached (None: a local copy, so the head's fabric address stands in), NODE the head to read the
-    HF cache on (None: not read)."""
+    HF cache on (None: not read), PROJECT the Compose project the lane serves under and where that was seen (a running
+    container's name: the launcher may be given PROJECT_NAME outside the checkout)."""
     b = _Builder(files)
     env, compose_env = _env_values(b)
     head_fabric = _setting(b, "VLLM_HOST_IP") or _setting(b, "MASTER_ADDR")
@@ -314,7 +316,10 @@ def import_lane(
     put(("nodes",), nodes)
     nodes.yaml_add_eol_comment(f"fabric: {head_fabric[1]}; worker: WORKER_HOST {worker[1]}", 0)
     nodes.yaml_add_eol_comment(f"fabric: {worker_fabric[1]}", 1)
-    for key, (value, where) in _launcher(b).items():
+    launcher = _launcher(b)
+    if project:
+        launcher["PROJECT_NAME"] = project
+    for key, (value, where) in launcher.items():
         put(("launcher", "env", key), value, where)
     for key, (value, where) in env.items():
         put(("env", key), value, where)
@@ -447,122 +452,3 @@ def local_checkout(directory: Path) -> tuple[CheckoutFiles, str]:
     if files.env is None:
         raise LanebookError(f"no {ENV_NAME} in {directory}: import reads the env file the operator runs")
     return files, str(Path(directory).expanduser().resolve())
-
-
-__all__ = [
-    "Head",
-    "Imported",
-    "Unexpressed",
-    "import_lane",
-    "local_checkout",
-    "round_trip",
-    "write_new",
-]
-
-
-# --- the command ------------------------------------------------------------------------------------
-
-
-def _head_node(head: Head) -> "Node":
-    """A node for the head alone, reached as ssh would (its ssh config, keys and known hosts), read-only use."""
-    from lanebook.lane.params import NodeParams
-    from lanebook.lane.plugins import resolve_ssh_config
-    from lanebook.nodes.ssh import Executor, Node
-
-    params = NodeParams(
-        alias=head.destination if head.ssh_config else "head",
-        role="head",
-        host=head.host,
-        port=head.port or 22,
-        user=head.user,
-        fabric_ip=head.host,
-    )
-    return Node(params, Executor(), resolve_ssh_config(head.ssh_config))
-
-
-def _is_environment(head: Optional[Head], api: str) -> bool:
-    """Whether the lane is a plugin environment's (its figures labelled so): reached through a plugin's named ssh
-    config, or its API known to a plugin as one."""
-    from lanebook.lane.plugins import registry, serves_twin
-
-    return bool(head and head.ssh_config in registry().ssh_configs) or serves_twin(api)
-
-
-def import_shown(
-    name: str,
-    checkout: str,
-    *,
-    head: Optional[str] = None,
-    ssh_config: Optional[str] = None,
-    out: Optional[Path] = None,
-    rollback: Optional[str] = None,
-    as_json: bool = False,
-) -> int:
-    """`lanebook lane import`: write the lane file, prove it by the round trip, print what it could not express."""
-    import json
-
-    from lanebook.base.paths import PARAMS_DIR
-    from lanebook.lane.params import check_name, check_path, lane_path
-
-    try:
-        check_name(name)
-    except ValueError as exc:
-        raise LanebookError(f"lane name: {exc}") from None
-    if ssh_config and not head:
-        raise LanebookError("--ssh-config goes with --head (a local checkout is read from disk)")
-    if rollback:
-        lane_path(rollback)
-    target = Path(out) if out else PARAMS_DIR / f"{name}.yaml"
-    if target.exists():
-        raise LaneError(f"{target} exists: lanebook never overwrites a lane file (give --out FILE to write elsewhere)")
-    node = None
-    if head:
-        try:
-            check_path(checkout)
-        except ValueError as exc:
-            raise LanebookError(f"--checkout {exc}") from None
-        where = Head.parse(head, ssh_config=ssh_config)
-        node = _head_node(where)
-        files = CheckoutFiles.fetch(node, checkout)
-        if files.env is None:
-            raise LanebookError(f"no {ENV_NAME} in {where.destination}:{checkout}: import reads the env file it runs")
-        path = checkout
-    else:
-        where = None
-        files, path = local_checkout(Path(checkout))
-    try:
-        imported = import_lane(name, files, checkout=path, head=where, rollback=rollback, node=node)
-        if _is_environment(where, str(imported.lane.api)):
-            imported = import_lane(name, files, checkout=path, head=where, rollback=rollback, node=node, twin=True)
-    finally:
-        if node is not None:
-            node.close()
-    write_new(target, imported.text)
-    changed = round_trip(target, files)
-    findings = lane_findings(target, files)
-    listed = imported.unexpressed + changed
-    if as_json:
-        report = {
-            "lane_file": str(target),
-            "byte_for_byte": not changed,
-            "unexpressed": [u.to_json() for u in listed],
-            "mismatches": findings,
-            "notes": imported.notes,
-        }
-        print(json.dumps(report, indent=2))
-        return 0
-    print(f"wrote {target}")
-    print(
-        "round trip: rendering it into a copy of the checkout changes no byte of .env.dspark or the compose file"
-        if not changed
-        else f"round trip: rendering it into a copy of the checkout changes {len(changed)} line(s), listed below"
-    )
-    if listed:
-        print("lines the lane file does not say as written:")
-        for item in listed:
-            print(f"  {item}")
-    for note in imported.notes:
-        print(f"note: {note}")
-    for finding in findings:
-        print(f"mismatch: {finding}")
-    return 0

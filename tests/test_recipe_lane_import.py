@@ -133,26 +133,3 @@ def test_never_overwrites_and_bad_input_is_one_line(tmp_path):
     assert done.returncode == 2 and "unknown lane" in done.stderr and not (tmp_path / "r.yaml").exists()
     with pytest.raises(Exception, match="port"):
         Head.parse("me@host:99999")
-
-
-@pytest.mark.twin
-def test_import_over_ssh_from_the_twin_head_round_trips_byte_for_byte(twin, tmp_path):
-    done = cli("run", "env", "--lane", "twin")  # the twin head's checkout as an operator has it: rendered, in use
-    assert done.returncode == 0, done.stdout + done.stderr
-    head = Path(next(n["root"] for n in twin["nodes"] if n["alias"] == "head"))
-    checkout = next(head.glob("home/*/ds4-f-mia-anemll-0731"), None) or next(head.rglob("ds4-f-mia-anemll-0731"))
-    before = {n: (checkout / n).read_bytes() for n in (".env.dspark", COMPOSE)}
-    out = tmp_path / "twin-mine.yaml"
-    user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
-    done = cli(
-        "lane", "import", "twin-mine", "--head", f"{user}@127.0.0.2", "--ssh-config", "twin",
-        "--checkout", "~/ds4-f-mia-anemll-0731", "--out", str(out), "--json",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert report["byte_for_byte"] is True and report["mismatches"] == []
-    assert {n: (checkout / n).read_bytes() for n in before} == before  # read-only
-    lane = load_lane(out)
-    assert lane.twin is True and lane.ssh_config == "twin" and lane.weights.shards == 48
-    assert [(n.host, n.fabric_ip) for n in lane.nodes] == [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")]
-    assert "# the head's HF cache" in out.read_text()
