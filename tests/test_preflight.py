@@ -193,3 +193,27 @@ def test_a_promotion_runs_the_same_list_first_and_refuses_a_lane_not_ready(twin,
     assert "lane twin is not ready, nothing was run: head docker without a password: permission denied" in done.stderr
     assert "usermod -aG docker" in done.stderr and "Traceback" not in done.stderr
     assert not (outputs / "runs.jsonl").exists() or not (outputs / "runs.jsonl").read_text().strip()
+
+
+@pytest.mark.twin
+def test_a_node_ssh_cannot_reach_is_named_with_user_keys_and_jump(twin, tmp_path):
+    lane = lane_copy(
+        tmp_path,
+        "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3}",
+        "{alias: worker9, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3, jump: head}",
+    )
+    code, report = check(lane)
+    item = failed(report)[("worker9", "ssh reach")]
+    assert code == 1 and "unreachable" in item["seen"] and "-J head" in item["fix"] and "ssh-copy-id" in item["fix"]
+    probes = [i for i in report["items"] if i["node"] == "worker9" and i["item"] != "ssh reach"]
+    assert probes and all(i["ok"] is None and i["seen"].startswith("not probed") for i in probes)
+
+
+@pytest.mark.twin
+def test_hermes_on_a_node_is_looked_for_there(twin, tmp_path):
+    on_head = "  context_length: 200000\n  host: head\n  config: ~/.hermes/none.yaml\n"
+    lane = lane_copy(tmp_path, "  context_length: 200000\n", on_head)
+    code, report = check(lane)
+    broken = failed(report)
+    assert code == 1 and "hermes setup" in broken[("hermes on head", "Hermes config")]["fix"]
+    assert ("hermes on head", "Hermes CLI") in {(i["node"], i["item"]) for i in report["items"]}

@@ -175,6 +175,7 @@ def promote(
     first_fields: Optional[dict] = None,
     fleet_id: Optional[str] = None,
     on_plan: Callable[[Plan], None] = lambda plan: None,
+    on_ready: Callable[[list], None] = lambda items: None,
     on_start: Callable[[str], None] = lambda name: None,
     on_record: Callable[[dict], None] = lambda record: None,
     echo: Optional[TextIO] = None,
@@ -210,7 +211,7 @@ def promote(
     previous = plan.previous_run_id
     with hold_lane_pair(params, "promote", plan.promotion_id, needed=not dry_run, break_lock=break_lock):
         if not dry_run:  # the prerequisites `lanebook check` shows: one list
-            check_before_promotion(params)
+            on_ready(check_before_promotion(params))
         first = {**({} if resume or dry_run else rollback_reference(params)), **(first_fields or {})}
         for name in plan.runbooks:
             on_start(name)
@@ -269,13 +270,27 @@ def promote_shown(lane: str, **options) -> Promotion:
     def planned(plan: Plan) -> None:
         console.print(f"[bold]promotion {plan.promotion_id}[/]: {plan.reason} — {' → '.join(plan.runbooks)}")
 
+    def checked(items: list) -> None:
+        warned = [f"{i.node} {i.name}: {i.seen}" for i in items if i.ok is False]
+        console.print(f"prerequisites (`lanebook check`): ready, {sum(bool(i.ok) for i in items)} items observed")
+        for line in warned:
+            console.print(f"  warning: {line}")
+
     def started(name: str) -> None:
         console.rule(f"runbook {name}")
 
     def ended(record: dict) -> None:
         show_record(console, record, record["runbook"])
 
-    promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, echo=sys.stderr, **options)
+    promotion = promote(
+        load_lane(lane),
+        on_plan=planned,
+        on_ready=checked,
+        on_start=started,
+        on_record=ended,
+        echo=sys.stderr,
+        **options,
+    )
     # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet).
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
     return promotion

@@ -18,7 +18,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
 from lanebook.ops.memory import parse_unit_states, sudo_commands, unit_probe
-from lanebook.verify.hermes import OWN_INSTALL
+from lanebook.verify.hermes import OWN_INSTALL, parse_destination
 
 # DeepSeek-V4-Flash's shards take about 160 GB (issue 32, from the recipe's weights step): the space a node needs
 # where its copy is missing.
@@ -195,11 +195,41 @@ def _units(out: str) -> tuple[bool, str]:
     return not active, (f"active: {', '.join(active)}" if active else "none active")
 
 
+def _remote_hermes(nodes: Lane) -> list[Item]:
+    """The Hermes CLI and its config on the host the lane names (a node of the lane, or an ssh destination)."""
+    hermes = nodes.params.hermes
+    aliases = {n.alias for n in nodes.nodes}
+    node = (
+        nodes.node(hermes.host)
+        if hermes.host in aliases
+        else Node(parse_destination(hermes.host), nodes.executor, None)
+    )
+    where = f"hermes on {hermes.host}"
+    checks = [
+        ("Hermes CLI", f"command -v {q(hermes.bin or 'hermes')}", "install Hermes Agent there, or set hermes.bin")
+    ]
+    if hermes.config:
+        checks.append(
+            ("Hermes config", f"test -f {qpath(hermes.config)} && echo {q(hermes.config)}", "run `hermes setup` there")
+        )
+    items = []
+    for name, command, fix in checks:
+        try:
+            result = node.run(command, check=False, timeout=30)
+        except NodeError as exc:
+            items.append(Item(where, name, False, str(exc), fix))
+            continue
+        if result.dry_run:
+            items.append(Item(where, name, None, NOT_OBSERVED_DRY_RUN))
+        else:
+            seen = result.stdout.strip() or f"not found (exit {result.exit_code})"
+            items.append(Item(where, name, result.ok, seen, "" if result.ok else fix))
+    return items
+
+
 def _hermes(lane: LaneParams) -> list[Item]:
-    """The Hermes CLI and its config where the gates will look (this machine when hermes.host is not set)."""
+    """The Hermes CLI and its config where the gates will look, on this machine (hermes.host not set)."""
     hermes = lane.hermes
-    if hermes.host:
-        return [Item("local", "Hermes", None, f"on {hermes.host}: checked by the gates runbook")]
     command = hermes.bin or (str(OWN_INSTALL) if OWN_INSTALL.exists() else "hermes")
     import shutil
 
@@ -253,7 +283,7 @@ def preflight(nodes: Lane) -> list[Item]:
                 continue
             ok, seen = judge(result.exit_code, result.stdout + result.stderr)
             items.append(Item(node.alias, name, ok, seen, "" if ok else fix, blocking=name != LEGACY_ITEM))
-    return items + _hermes(lane)
+    return items + (_remote_hermes(nodes) if lane.hermes.host else _hermes(lane))
 
 
 def failures(items: list[Item]) -> list[Item]:
