@@ -18,6 +18,7 @@ from lanebook.verify.preflight import sudoers_line
 REPO = Path(__file__).resolve().parents[1]
 LANEBOOK = REPO / ".venv" / "bin" / "lanebook"
 TWIN_LANE = REPO / "params" / "twin.yaml"
+WORKER = "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3}"  # the twin lane's worker
 
 
 def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -138,9 +139,7 @@ def test_a_missing_image_is_named_with_the_pull(twin, tmp_path):
 @pytest.mark.twin
 def test_a_fabric_address_that_does_not_answer_is_named(twin, tmp_path):
     lane = lane_copy(
-        tmp_path,
-        "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3}",
-        "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.9}",
+        tmp_path, WORKER, "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.9}"
     )
     code, report = check(lane)
     item = failed(report)[("head", "fabric to worker (127.0.0.9)")]
@@ -197,11 +196,8 @@ def test_a_promotion_runs_the_same_list_first_and_refuses_a_lane_not_ready(twin,
 
 @pytest.mark.twin
 def test_a_node_ssh_cannot_reach_is_named_with_user_keys_and_jump(twin, tmp_path):
-    lane = lane_copy(
-        tmp_path,
-        "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3}",
-        "{alias: worker9, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3, jump: head}",
-    )
+    worker9 = "{alias: worker9, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3, jump: head}"
+    lane = lane_copy(tmp_path, WORKER, worker9)
     code, report = check(lane)
     item = failed(report)[("worker9", "ssh reach")]
     assert code == 1 and "unreachable" in item["seen"] and "-J head" in item["fix"] and "ssh-copy-id" in item["fix"]

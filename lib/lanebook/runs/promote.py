@@ -282,15 +282,8 @@ def promote_shown(lane: str, **options) -> Promotion:
     def ended(record: dict) -> None:
         show_record(console, record, record["runbook"])
 
-    promotion = promote(
-        load_lane(lane),
-        on_plan=planned,
-        on_ready=checked,
-        on_start=started,
-        on_record=ended,
-        echo=sys.stderr,
-        **options,
-    )
+    shown = {"on_plan": planned, "on_ready": checked, "on_start": started, "on_record": ended}
+    promotion = promote(load_lane(lane), echo=sys.stderr, **shown, **options)
     # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet).
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
     return promotion
