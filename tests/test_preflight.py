@@ -44,16 +44,15 @@ def lane_copy(tmp_path: Path, old: str, new: str, count: int = 1) -> Path:
 
 
 @contextmanager
-def condition(twin: dict, alias: str, name: str):
-    """A twin node made to lack something for the duration (its stand-ins read NODE_ROOT/twin-conditions/NAME)."""
-    root = Path(next(n["root"] for n in twin["nodes"] if n["alias"] == alias))
-    flag = root / "twin-conditions" / name
-    flag.parent.mkdir(exist_ok=True)
-    flag.touch()
+def condition(alias: str, name: str):
+    """A twin node made to lack something for the duration (its stand-ins answer as such a node's would)."""
+    from lanebook.twin.control import set_node_conditions
+
+    assert set_node_conditions(alias, [name]) == [name]
     try:
         yield
     finally:
-        flag.unlink()
+        set_node_conditions(alias, [])
 
 
 def test_dry_run_prints_every_probe_and_opens_no_connection():
@@ -111,7 +110,7 @@ def test_unknown_host_key_is_named_with_how_to_add_it(twin, tmp_path):
 
 @pytest.mark.twin
 def test_a_sudo_that_asks_is_named_with_the_sudoers_line(twin):
-    with condition(twin, "worker", "sudo-asks"):
+    with condition("worker", "sudo-asks"):
         code, report = check("twin")
     item = failed(report)[("worker", "sudo for lanebook's commands")]
     assert code == 1 and "password is required" in item["seen"]
@@ -121,7 +120,7 @@ def test_a_sudo_that_asks_is_named_with_the_sudoers_line(twin):
 
 @pytest.mark.twin
 def test_a_user_outside_the_docker_group_is_named(twin):
-    with condition(twin, "head", "docker-denied"):
+    with condition("head", "docker-denied"):
         code, report = check("twin")
     item = failed(report)[("head", "docker without a password")]
     assert code == 1 and "permission denied" in item["seen"] and "usermod -aG docker" in item["fix"]
@@ -154,7 +153,7 @@ def test_missing_weights_on_a_full_disk_are_named_and_room_passes(twin, tmp_path
     assert code == 0, failed(report)
     room = {i["node"]: i["seen"] for i in report["items"] if i["item"] == "weights or room for them"}
     assert room["head"].startswith("0 of 48 shards present;") and "need 160" in room["head"]
-    with condition(twin, "worker", "disk-full"):
+    with condition("worker", "disk-full"):
         code, report = check(lane)
     item = failed(report)[("worker", "weights or room for them")]
     assert code == 1 and "2 GiB free (need 160)" in item["seen"] and "free 160 GB under" in item["fix"]
@@ -180,7 +179,7 @@ def test_an_active_legacy_unit_is_a_warning_the_launch_deals_with(twin):
 @pytest.mark.twin
 def test_a_promotion_runs_the_same_list_first_and_refuses_a_lane_not_ready(twin, tmp_path):
     outputs = tmp_path / "outputs"
-    with condition(twin, "head", "docker-denied"):
+    with condition("head", "docker-denied"):
         done = subprocess.run(
             [str(LANEBOOK), "promote", "--lane", "twin"],
             capture_output=True,

@@ -1,11 +1,13 @@
-"""System commands on a twin node: sudo, systemctl, sysctl, free and sleep.
+"""System commands on a twin node: sudo, systemctl, sysctl, free, df and sleep.
 
 `sudo` runs what it is given, as `sudo -n sh -c '...'` does on a node, with the node's PATH (the
 stand-ins first) and this machine's one user: the twin has no second account to become. What
 those commands touch is the node's own state because the node session maps /dev/shm,
 /proc/sys/vm/drop_caches and /etc/systemd/system into the node's root (lanebook.twin.session).
 `systemctl` keeps unit state where systemd keeps it (standins.machine); `sysctl` reads and writes
-the node's /proc/sys files; `free` reports the node's memory model; `sleep` runs on the twin's clock.
+the node's /proc/sys files; `free` reports the node's memory model; `df` its disk; `sleep` runs on the twin's clock.
+`sudo -l COMMAND` says the command is allowed and never runs it. A node given a condition (standins.base) answers as
+a node lacking that would: `sudo -n` asks for a password (sudo-asks), `df` shows no room (disk-full).
 """
 
 from __future__ import annotations
