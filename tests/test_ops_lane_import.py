@@ -62,6 +62,9 @@ def test_a_serving_lane_gives_its_project_and_its_live_command_is_checked(twin, 
     lane = load_lane(tmp_path / "twin-serving.yaml")
     assert lane.launcher.env["PROJECT_NAME"] == "ds4-f-mia-anemll-0731"  # given to the launcher, not in the checkout
     assert "# the running container ds4-f-mia-anemll-0731-vllm-dspark-1" in (tmp_path / "twin-serving.yaml").read_text()
+    low, high = lane.gates.kv_cache_tokens  # around what the startup log said, within the seeds' band here
+    assert 2_200_000 <= (low + high) / 2 <= 2_500_000 and lane.gates.kv_cache_line == "GPU KV cache size"
+    assert "startup log: " in (tmp_path / "twin-serving.yaml").read_text()
 
 
 def test_an_unreachable_head_is_one_clear_line(tmp_path):

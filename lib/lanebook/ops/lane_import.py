@@ -19,7 +19,7 @@ from lanebook.base.paths import PARAMS_DIR
 from lanebook.lane.params import NodeParams, check_name, check_path, lane_path
 from lanebook.lane.plugins import registry, resolve_ssh_config, serves_twin
 from lanebook.nodes.ssh import Executor, Node, NodeError
-from lanebook.ops.logs import live_command
+from lanebook.ops.logs import KV_CACHE_LINES, kv_cache_tokens, live_command, scan_log
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles
 from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.lane_import import Head, import_lane, lane_findings, local_checkout, round_trip, write_new
@@ -34,6 +34,12 @@ class Serving:
     container: str
     project: str
     command: str
+    kv_tokens: Optional[tuple[int, str]] = None  # the startup log's KV cache size, and the line that says it
+
+
+# How far a later boot's KV cache size may fall from the one observed at import and still pass the gate: the seeds'
+# band (2.2M-2.5M around 0.85's ~2.35M) is about this wide.
+KV_BAND_TOLERANCE = 0.06
 
 
 def head_node(head: Head) -> Node:
@@ -56,7 +62,18 @@ def serving_on(node: Node) -> Optional[Serving]:
     if len(found) != 1:
         return None
     container = found[0].group(0)
-    return Serving(container, found[0].group("project"), live_command(node, container))
+    lines = scan_log(node, container, ["KV cache size"])["KV cache size"]
+    kv = next(((n, line) for line in KV_CACHE_LINES if (n := kv_cache_tokens(lines, line)) is not None), None)
+    return Serving(container, found[0].group("project"), live_command(node, container), kv)
+
+
+def kv_band(serving: Serving) -> Optional[tuple[tuple[int, int], str, str]]:
+    """The gate's KV cache band around what the serving lane's startup log says, the line, and where it was read."""
+    if serving.kv_tokens is None:
+        return None
+    tokens, line = serving.kv_tokens
+    low, high = round(tokens * (1 - KV_BAND_TOLERANCE)), round(tokens * (1 + KV_BAND_TOLERANCE))
+    return (low, high), line, f"{serving.container}'s startup log: {tokens:,} tokens, ±{KV_BAND_TOLERANCE:.0%}"
 
 
 def is_environment(head: Optional[Head], api: str) -> bool:
@@ -129,7 +146,8 @@ def import_checkout(
         else:
             files, path = local_checkout(Path(checkout))
         project = (serving.project, f"the running container {serving.container}") if serving else None
-        options = dict(checkout=path, head=where, rollback=rollback, node=node, project=project)
+        band = kv_band(serving) if serving else None
+        options = dict(checkout=path, head=where, rollback=rollback, node=node, project=project, kv_band=band)
         imported = import_lane(name, files, **options)
         if is_environment(where, str(imported.lane.api)):
             imported = import_lane(name, files, twin=True, **options)

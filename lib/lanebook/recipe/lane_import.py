@@ -261,11 +261,13 @@ def import_lane(
     twin: bool = False,
     node: Optional["Node"] = None,
     project: Optional[tuple[str, str]] = None,
+    kv_band: Optional[tuple[tuple[int, int], str, str]] = None,
 ) -> Imported:
     """The lane NAME as FILES serve it (see the module docstring); CHECKOUT is the checkout's path on the nodes, HEAD
     how the head is reached (None: a local copy, so the head's fabric address stands in), NODE the head to read the
     HF cache on (None: not read), PROJECT the Compose project the lane serves under and where that was seen (a running
-    container's name: the launcher may be given PROJECT_NAME outside the checkout)."""
+    container's name: the launcher may be given PROJECT_NAME outside the checkout), KV_BAND the gate's KV cache band
+    read from a serving lane's startup log ((low, high), the line vLLM sizes it with, where it was read)."""
     b = _Builder(files)
     env, compose_env = _env_values(b)
     head_fabric = _setting(b, "VLLM_HOST_IP") or _setting(b, "MASTER_ADDR")
@@ -348,9 +350,13 @@ def import_lane(
             b.notes.append(f"no weights of {model[0]} in the head's HF cache ({hub}): the shard count is the recipe's")
     put(("weights", "shards"), shards, shards_from)
     put(("gates", "exact_smoke"), "PROMOTE_OK")
-    band = CommentedSeq(SEED_KV_BAND)
+    band = CommentedSeq(kv_band[0] if kv_band else SEED_KV_BAND)
     band.fa.set_flow_style()
-    put(("gates", "kv_cache_tokens"), band, "seed 000's band at 0.85/1M: set it from your startup log")
+    if kv_band:
+        put(("gates", "kv_cache_tokens"), band, kv_band[2])
+        put(("gates", "kv_cache_line"), kv_band[1])
+    else:
+        put(("gates", "kv_cache_tokens"), band, "seed 000's band at 0.85/1M: set it from your startup log")
     if rollback:
         put(("rollback",), rollback)
     if image is None:
