@@ -67,6 +67,8 @@ def test_dry_run_prints_every_probe_and_opens_no_connection():
         assert f"  {node}: sudo -n -l sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'" in out
         assert f"  {node}: docker image inspect --format '{{{{.Id}}}}' ghcr.io/anemll/dspark-vllm-gx10:0.1.1" in out
     assert "  head: ssh -o BatchMode=yes -o ConnectTimeout=5 10.0.0.2 true" in out
+    listed = json.loads(cli("check", "--lane", "anemll-0731", "--dry-run", "--json", prefix=prefix).stdout)
+    assert listed["dry_run"] is True and listed["ready"] is None and len(listed["probes"]) == out.count("\n  ")
 
 
 def test_bad_input_is_exit_2():

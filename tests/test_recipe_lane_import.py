@@ -78,10 +78,16 @@ def test_current_recipe_round_trips_except_the_listed_speculative_line(tmp_path)
 def test_july_recipe_round_trips_byte_for_byte(tmp_path):
     directory = operator_checkout(tmp_path, JULY)
     out = tmp_path / "july.yaml"
-    done = cli("lane", "import", "july", "--checkout", str(directory), "--out", str(out), "--json")
+    done = cli(
+        "lane", "import", "july", "--checkout", str(directory), "--out", str(out), "--rollback", "anemll-0731", "--json"
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["byte_for_byte"] is True and report["mismatches"] == []
+    assert load_lane(out).rollback == "anemll-0731"
+    # Lint names the July example's real pitfall, 0.80 at 1M context (P07), and nothing else.
+    linted = json.loads(cli("lint", "--lane", str(out), "--checkout", str(directory), "--json").stdout)
+    assert [(f["id"], f["severity"]) for f in linted["findings"]] == [("P07", "error")]
     # Nothing dropped silently: the one env line it does not carry is listed with why.
     assert [(u["line"], u["reason"].split(";")[0]) for u in report["unexpressed"]] == [
         (52, "refers to other variables")

@@ -373,6 +373,9 @@ def check(
     with Lane(load_lane(lane), dry_run=dry_run) as nodes:
         items = preflight(nodes)
         probes = nodes.executor.commands()
+    if dry_run and as_json:
+        typer.echo(json.dumps({"dry_run": True, "ready": None, "probes": probes}, indent=2))
+        raise typer.Exit(0)
     if dry_run:
         typer.echo("probes the check would send (none were sent):")
         typer.echo("\n".join(f"  {line}" for line in probes))
