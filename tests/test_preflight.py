@@ -214,3 +214,14 @@ def test_hermes_on_a_node_is_looked_for_there(twin, tmp_path):
     broken = failed(report)
     assert code == 1 and "hermes setup" in broken[("hermes on head", "Hermes config")]["fix"]
     assert ("hermes on head", "Hermes CLI") in {(i["node"], i["item"]) for i in report["items"]}
+
+
+@pytest.mark.twin
+def test_a_missing_hf_cache_is_a_warning_with_where_the_weights_go(twin, tmp_path):
+    lane = lane_copy(tmp_path, "  max_workers: 4\n", "  max_workers: 4\n  hf_cache: ~/elsewhere/hf\n")
+    code, report = check(lane)
+    item = next(i for i in report["items"] if i["item"] == "HF cache path" and i["node"] == "head")
+    assert code == 0 and item["ok"] is False and item["blocking"] is False and item["seen"] == "no ~/elsewhere/hf"
+    assert "set weights.hf_cache" in item["fix"]
+    room = next(i for i in report["items"] if i["item"] == "weights or room for them" and i["node"] == "head")
+    assert room["ok"] is True and room["seen"].startswith("0 of 48 shards present;")

@@ -25,6 +25,10 @@ from lanebook.verify.hermes import OWN_INSTALL, parse_destination
 WEIGHTS_GIB = 160
 SHARD_RE = re.compile(r"-of-0*([0-9]+)\.safetensors$")
 LEGACY_ITEM = "legacy units (P13)"
+HF_ITEM = "HF cache path"
+# Items a promotion deals with itself, so only warnings: the launch runbook masks legacy units, the weights runbook
+# makes the HF cache's hub folder and downloads into it.
+WARNINGS = (LEGACY_ITEM, HF_ITEM)
 
 
 @dataclass(frozen=True)
@@ -130,10 +134,11 @@ def _probes(node: Node, lane: LaneParams) -> list[Probe]:
             + sudoers_line(user, commands),
         ),
         (
-            "HF cache path",
-            f"test -d {qpath(weights.hf_cache)} && echo present",
-            found,
-            f"create it (`mkdir -p {weights.hf_cache}`) or set weights.hf_cache in the lane file",
+            HF_ITEM,
+            f"test -d {qpath(weights.hf_cache)} && echo {q(weights.hf_cache)}",
+            lambda code, out: (code == 0, out.strip() if code == 0 else f"no {weights.hf_cache}"),
+            "the weights runbook makes it and downloads into it; where your weights already are elsewhere, set "
+            "weights.hf_cache in the lane file to that path",
         ),
         (
             "weights or room for them",
@@ -282,7 +287,7 @@ def preflight(nodes: Lane) -> list[Item]:
                 items.append(Item(node.alias, name, None, NOT_OBSERVED_DRY_RUN))
                 continue
             ok, seen = judge(result.exit_code, result.stdout + result.stderr)
-            items.append(Item(node.alias, name, ok, seen, "" if ok else fix, blocking=name != LEGACY_ITEM))
+            items.append(Item(node.alias, name, ok, seen, "" if ok else fix, blocking=name not in WARNINGS))
     return items + (_remote_hermes(nodes) if lane.hermes.host else _hermes(lane))
 
 
