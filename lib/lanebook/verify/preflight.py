@@ -23,7 +23,6 @@ from lanebook.verify.hermes import OWN_INSTALL, parse_destination
 # DeepSeek-V4-Flash's shards take about 160 GB (issue 32, from the recipe's weights step): the space a node needs
 # where its copy is missing.
 WEIGHTS_GIB = 160
-SHARD_RE = re.compile(r"-of-0*([0-9]+)\.safetensors$")
 LEGACY_ITEM = "legacy units (P13)"
 HF_ITEM = "HF cache path"
 # Items a promotion deals with itself, so only warnings: the launch runbook masks legacy units, the weights runbook
