@@ -4,6 +4,11 @@ A preflight changes nothing: every probe reads (`command -v`, `docker info`, `su
 is-active`, an `ssh ... true` from the head to each worker's fabric address as the recipe's launcher makes it). A dry
 run records the probes through the one Executor and opens no connection. The promotion runs the same list first
 (`lanebook promote` refuses a lane that is not ready), so there is one list of prerequisites.
+
+The fabric and image probes are the recipe launcher's own first checks (`ssh -o BatchMode=yes ... "$WORKER_HOST"
+true`, `docker image inspect` on the worker: start-deepseek-v4-flash-dspark.sh of
+https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark), made before anything starts instead of one
+failed launch at a time.
 """
 
 from __future__ import annotations
