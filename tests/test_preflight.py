@@ -225,3 +225,11 @@ def test_a_missing_hf_cache_is_a_warning_with_where_the_weights_go(twin, tmp_pat
     assert "set weights.hf_cache" in item["fix"]
     room = next(i for i in report["items"] if i["item"] == "weights or room for them" and i["node"] == "head")
     assert room["ok"] is True and room["seen"].startswith("0 of 48 shards present;")
+
+
+@pytest.mark.twin
+def test_docker_without_compose_v2_is_named(twin):
+    with condition("worker", "no-compose"):
+        code, report = check("twin")
+    item = failed(report)[("worker", "Compose v2")]
+    assert code == 1 and "'compose' is not a docker command" in item["seen"] and "docker-compose-plugin" in item["fix"]

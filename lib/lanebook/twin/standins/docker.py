@@ -474,6 +474,8 @@ def docker(args: list[str]) -> int:
             f'Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.47/{command}": dial unix /var/run/docker.sock: connect: '
             "permission denied"
         )
+    if command == "compose" and node_condition("no-compose"):  # what docker says without the compose plugin
+        return fail("docker: 'compose' is not a docker command.\nSee 'docker --help'")
     if command == "system" and rest[:1] == ["prune"]:
         return fail(
             "lanebook twin: refusing `docker system prune`: it would wipe the Anemll image "
