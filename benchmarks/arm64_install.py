@@ -83,7 +83,7 @@ def normalized(text: str, *paths: str) -> list[str]:
     for path in paths:
         text = text.replace(path, "<repo>")
     text = re.sub(r"\b[0-9]{8}T[0-9]{6}Z\b", "<stamp>", text)
-    text = re.sub(r"\b[0-9a-f]{8}\b", "<id>", text)
+    text = re.sub(r"\b[0-9a-f]{8,12}\b", "<id>", text)
     text = re.sub(r"\(at [0-9:]+\)", "(at <t>)", text)
     return [line.rstrip() for line in text.splitlines() if line.strip()]
 
@@ -119,6 +119,9 @@ def main() -> int:
         run(["git", "clone", "-q", "--bare", str(args.repo), str(source)])
         in_root(root, f"chown -R {USER}: /mnt/lanebook.git", user=None)  # git refuses a repository of another owner
         in_root(root, "rm -rf lanebook && git clone -q /mnt/lanebook.git lanebook && git -C lanebook log --oneline -1")
+        # This machine's dry run of the same commit, taken now: the checkout may move on while the root installs.
+        here = run([str(REPO / ".venv/bin/lanebook"), "promote", "--lane", "anemll-0731", "--dry-run"], check=False,
+                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
         uname = in_root(root, "uname -m; python3 --version", capture=True).stdout.split()
         print(f"machine in the root: {' '.join(uname)}")
         t0 = time.monotonic()
@@ -130,8 +133,6 @@ def main() -> int:
         dry = in_root(root, "cd lanebook && .venv/bin/lanebook promote --lane anemll-0731 --dry-run 2>&1", check=False,
                       capture=True)  # fmt: skip
         figures["dry run"] = time.monotonic() - t0
-        here = run([str(REPO / ".venv/bin/lanebook"), "promote", "--lane", "anemll-0731", "--dry-run"], check=False,
-                   capture_output=True, text=True, stderr=subprocess.STDOUT)  # fmt: skip
         theirs = normalized(dry.stdout, f"/home/{USER}/lanebook")
         ours = normalized(here.stdout, str(REPO))
         same = theirs == ours
@@ -141,6 +142,13 @@ def main() -> int:
             if machine != "aarch64"
         }
         foreign = {machine: paths for machine, paths in foreign.items() if paths}
+        aside = [
+            path
+            for machine, paths in elf_machines(root / "home" / USER / "lanebook").items()
+            if machine != "aarch64"
+            for path in paths
+            if any(mark in path for mark in FOREIGN_ON_PURPOSE)
+        ]
         counts = {m: len(p) for m, p in elf_machines(root / "home" / USER / "lanebook").items()}
     finally:
         for point in reversed(points):
@@ -153,6 +161,7 @@ def main() -> int:
     print(f"setup: {'passed' if ok else 'FAILED'}; dry run exit {dry.returncode}, verdicts as on this machine: {same}")
     print(f"ELF files installed, by machine: {counts}")
     print(f"of another architecture (debugpy's attach helpers aside): {foreign or 'none'}")
+    print(f"set aside: {aside or 'none'}")
     if not same:
         import difflib
 

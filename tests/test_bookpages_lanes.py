@@ -19,9 +19,10 @@ def test_matrix_rows_and_differences():
         "twin-fleet-a",
         "twin-fleet-b",
         "twin-fleet-c",
+        "twin-keyed",
         "twin-tp4",
     ]
-    assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "1048576", "358400", "2048", *["1048576"] * 6)
+    assert rows["MAX_MODEL_LEN"].values == ("1048576", "1048576", "1048576", "358400", "2048", *["1048576"] * 7)
     assert (
         rows["MAX_MODEL_LEN"].varies and rows["MAX_MODEL_LEN"].differs(3, 0) and not rows["MAX_MODEL_LEN"].differs(2, 0)
     )
@@ -39,8 +40,10 @@ def test_matrix_rows_and_differences():
         "—",
         "—",
         "—",
+        "—",
         "twin",
     )
+    assert rows["API keys"].values[-2:] == ("DSPARK_API_KEYS from key file ../.twin/twin-keyed.keys", "none (keyless)")
 
 
 def test_a_four_node_lane_shows_every_rank_and_its_tp_group():
@@ -70,4 +73,4 @@ def test_page_highlights_and_names_chains():
         in page
     )
     assert "<tr><th><code>MAX_NUM_BATCHED_TOKENS</code></th><td>8192</td>" in page
-    assert "Highlighted: a value that differs from **anemll-0731**" in page and page.count("TWIN</span>") == 7
+    assert "Highlighted: a value that differs from **anemll-0731**" in page and page.count("TWIN</span>") == 8

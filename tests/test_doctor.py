@@ -9,7 +9,8 @@ import json
 
 import pytest
 from lanebook.recipe.pitfalls import symptom
-from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, diagnosis_markdown, read_lines
+from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, read_lines
+from lanebook.verify.doctor_report import diagnosis_markdown
 
 
 def v(msg: str, t: str = "10:20:00", level: str = "INFO", where: str = "core.py:1", proc: str = "(APIServer pid=92)"):
@@ -285,6 +286,13 @@ CASES = [
         "low acceptance in the SpecDecoding log lines",
         "D04",
         {"head.log": HEALTHY_START[:8] + [spec(1.62, [0.31, 0.14, 0.09, 0.05, 0.03], f"10:2{n}:00") for n in range(3)]},
+        [],
+        [],
+    ),
+    (
+        "acceptance at a quarter of a two-token draft, where a healthy drafter keeps about 60 %",
+        "D04",
+        {"head.log": HEALTHY_START[:8] + [spec(1.51, [0.40, 0.11], f"10:2{n}:00") for n in range(3)]},
         [],
         [],
     ),
@@ -812,3 +820,49 @@ def test_an_orphan_on_any_worker_rank_is_confirmed():
         assert finding.confidence == CONFIRMED, source
     on_head = diagnose(lines("head:docker logs x", ["Failed to recv, got 0 bytes. Connection reset by peer"]), [], [])
     assert [f.confidence for f in on_head.findings if f.id == "P16"] == [SUSPECTED]
+
+
+def test_a_start_that_fails_on_a_loopback_rank_is_that_rank_never_a_death_mid_serve():
+    """A Gloo full mesh that fails to 127.0.0.1 while the engine starts: P08 by its own words, and the EngineCore's
+    failure that follows is a failed start, not D02 (aws-samples/aws-do-eks#50 shows the lines)."""
+    rows = [
+        v("Loading weights took 212.31 seconds", "10:04:00", proc="(Worker_TP0 pid=180)", where="default_loader.py:1"),
+        "[rank1]:[E1204 22:50:01.164 ProcessGroupGloo.cpp:145] Gloo connectFullMesh failed with "
+        "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection "
+        "refused, remote=[127.0.0.1]:29500 (rank=1, size=2, local=[127.0.0.1])",
+        v("EngineCore failed to start.", "10:05:00", level="ERROR", proc="(EngineCore pid=120)"),
+        "(APIServer pid=92) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
+    found = run({"head.log": rows}, [], [])
+    assert found.ids(CONFIRMED) == ["P08"] and "D02" not in found.ids()
+
+
+def test_the_same_death_after_readiness_is_a_death_mid_serve():
+    dead = "(APIServer pid=92) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."
+    assert run({"head.log": [*HEALTHY_START, dead]}, [], []).ids(CONFIRMED) == ["D02"]
+    assert run({"head.log": [dead]}, [], []).ids() == ["D02"]  # where the lane was is not known: suspected
+    assert run({"head.log": [dead]}, [], []).findings[0].confidence == SUSPECTED
+
+
+def test_error_lines_no_cause_explains_are_unknown_with_their_layer_never_healthy():
+    rows = [
+        v("vLLM API server version 0.25.2", "10:00:00"),
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/deepseek_v4.py", line 88, in f',
+        "AttributeError: 'DeepseekV4Config' object has no attribute 'qk_rope_head_dim'",
+    ]
+    found = run({"head.log": rows}, [], [])
+    (unknown,) = found.findings
+    assert unknown.confidence == "unknown" and not found.healthy and "Python traceback" in unknown.title
+    assert unknown.evidence[0].text == "Traceback (most recent call last):" and "traceback" in unknown.next_check
+    nccl = run({"head.log": ["spark2:1:2 [0] NCCL WARN Cuda failure 'invalid argument'"]}, [], [])
+    assert nccl.findings[0].title.endswith("(NCCL/Gloo)")
+
+
+def test_an_engine_that_dies_on_the_first_start_after_a_reboot_is_a_failed_start():
+    rows = [
+        "After a reboot of both nodes the lane comes up no more; the head shows this:",
+        "(APIServer pid=92) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
+    ]
+    found = run({"post.md": rows}, [], [])
+    assert "D02" not in found.ids() and found.findings[0].confidence == "unknown"

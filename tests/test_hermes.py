@@ -338,3 +338,52 @@ def test_a_config_on_another_host_is_backed_up_and_replaced_there_in_one_command
             assert host.read(path) == OPERATOR_CONFIG
         finally:
             head.run("rm -rf ~/.lbt-hermes-follow")
+
+
+KEYED = load_lane("twin-keyed")
+
+
+def test_a_keyed_lanes_block_names_the_variable_hermes_reads_the_key_from_never_a_key():
+    block = hermes.lane_provider_block(KEYED)
+    assert block["key_env"] == "SPARK_DS4_API_KEY" and "api_key" not in block
+    checks = hermes.block_checks(STEP, block, KEYED)
+    assert (checks[1].expected, checks[1].outcome, checks[1].pitfall) == (
+        "key_env is SPARK_DS4_API_KEY (a keyed lane)",
+        "pass",
+        "P09",
+    )
+
+
+@pytest.mark.parametrize(
+    "change,outcome,seen",
+    [
+        ({"api_key": "no-key-required"}, "fail", "a keyless block; the lane wants a key"),
+        ({"api_key": "none"}, "fail", "a keyless block"),
+        ({"key_env": "OTHER_KEY"}, "fail", "key_env 'OTHER_KEY'"),
+        ({"api_key": "lb-literal-key-12345678"}, "fail", "api_key '[REDACTED]'"),  # not the variable the lane names
+    ],
+)
+def test_p09_on_a_keyed_lane_wants_its_key_never_a_keyless_value(change, outcome, seen):
+    block = {k: v for k, v in hermes.lane_provider_block(KEYED).items() if k != "key_env"} | change
+    check = hermes.block_checks(STEP, block, KEYED)[1]
+    assert (check.outcome, check.pitfall) == (outcome, "P09") and seen in check.seen
+    assert "lb-literal" not in check.seen
+
+
+def test_following_a_lane_carries_its_key_setting_and_a_keyless_lane_takes_it_away():
+    """The rollback's Hermes switch: the operator's block pointed at a keyed lane gets that lane's key_env; pointed
+    back at a keyless lane, key_env goes and api_key says no-key-required; every other line is kept."""
+    operator = (
+        "model: {default: x}\nproviders:\n  spark-ds4:\n    api: http://127.0.0.2:8888/v1\n"
+        "    api_key: no-key-required\n    default_model: deepseek-v4-flash-0731\n    context_length: 200000\n"
+    )
+    keyed, changes = hermes.followed_config(operator, KEYED, "c.yaml")
+    block = hermes.block_from_config(keyed, "spark-ds4", "c.yaml")
+    assert block["key_env"] == "SPARK_DS4_API_KEY" and block["api"] == KEYED.api
+    assert "key_env: None → SPARK_DS4_API_KEY" in changes and keyed.startswith("model: {default: x}\n")
+    assert hermes.block_checks(STEP, block, KEYED)[1].outcome == "pass"
+    back, changes = hermes.followed_config(keyed, load_lane("twin"), "c.yaml")
+    block = hermes.block_from_config(back, "spark-ds4", "c.yaml")
+    assert "key_env" not in block and block["api_key"] == "no-key-required"
+    assert "key_env: SPARK_DS4_API_KEY → (none)" in changes
+    assert hermes.followed_config(back, load_lane("twin"), "c.yaml")[1] == []  # already there: nothing changes

@@ -17,7 +17,7 @@ from lanebook.recipe.pitfalls import (
 from recipe_fixtures import SEED_000, need
 
 RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}
-STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14"} | {f"S0{n}" for n in range(1, 9)}
+STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14"} | {f"S0{n}" for n in range(1, 10)}
 # A token the seed's numbered pitfall and our entry share: proves order and that each entry is that pitfall.
 SHARED_TOKEN = [
     "VLLM_USE_BREAKABLE_CUDAGRAPH",

@@ -1,6 +1,8 @@
 """Secrets never reach logs, records or pages (lanebook.base.redact): by shape, by the name they are kept under, and by
 the literal values of secret-named environment variables."""
 
+import json
+
 import nbformat
 from lanebook.base.redact import REDACTED, environment_secrets, names_secret, redact, redact_data, redact_notebook
 
@@ -154,3 +156,33 @@ def test_an_executed_notebook_is_scrubbed_everywhere_even_a_key_split_over_lines
 def test_a_notebook_cut_short_is_scrubbed_as_text():
     torn = '{"cells": [{"cell_type": "code", "outputs": [{"text": ["' + HF + "\\n"
     assert redact_notebook(torn) == '{"cells": [{"cell_type": "code", "outputs": [{"text": ["[REDACTED]\\n'
+
+
+def test_secrets_given_by_name_are_replaced_everywhere_and_a_stream_passes_text_on_redacted():
+    """A keyed lane's keys (lanebook.lane.keys registers them) have no shape a pattern knows: each is replaced as
+    given, in text, data and notebooks, and in what a run prints through RedactedStream."""
+    import io
+
+    from lanebook.base.redact import RedactedStream, add_secrets
+
+    add_secrets(["lb-named-aaaa1111", "short"])  # one too short to search for is not taken
+    assert redact("key lb-named-aaaa1111 and short") == f"key {REDACTED} and short"
+    assert redact_data({"argv": ["--api-key", "lb-named-aaaa1111"]}) == {"argv": ["--api-key", REDACTED]}
+    out = io.StringIO()
+    stream = RedactedStream(out)
+    assert stream.write("sent lb-named-aaaa1111\n") == len("sent lb-named-aaaa1111\n")
+    stream.flush()
+    assert out.getvalue() == f"sent {REDACTED}\n"
+
+
+def test_a_secret_variable_holding_several_keys_has_each_replaced():
+    env = {"DSPARK_API_KEYS": "lb-multi-one-1111 lb-multi-two-2222"}
+    secrets = environment_secrets(env)
+    assert redact("only lb-multi-two-2222 here", secrets) == f"only {REDACTED} here"
+
+
+def test_redacting_again_changes_nothing_also_in_a_notebooks_json():
+    once = redact("DSPARK_API_KEYS='lb-one-11111111 lb-two-22222222'")
+    assert once == f"DSPARK_API_KEYS={REDACTED}"
+    as_json = json.dumps({"text": [once + "\n", "next"]})
+    assert redact(as_json) == as_json and redact(once) == once

@@ -419,3 +419,34 @@ def test_the_four_node_keys_survive_the_env_file_compose_and_the_launchers_sourc
         check=True,
     )
     assert sourced.stdout == "4|4|10.0.0.2|10.0.0.3|10.0.0.4|10.0.0.2 10.0.0.3 10.0.0.4|"
+
+
+def test_a_keyed_lane_renders_its_keys_where_the_recipe_reads_them_mode_0600_and_redacted_in_the_diff(tmp_path):
+    """DSPARK_API_KEYS='K1 K2' (quoted: the launcher sources the file), the other key variable emptied where the file
+    set it by hand (the recipe refuses both), the env file mode 0600, the diff showing the line with [REDACTED]; the
+    recipe's own compose then passes both keys to `vllm serve --api-key`."""
+    from lanebook.lane.keys import lane_keys
+
+    directory = checkout(tmp_path / "c", example=True)
+    (directory / "env.dspark.example").write_text(
+        (directory / "env.dspark.example").read_text() + "VLLM_API_KEY=lb-by-hand-00000000\n"
+    )
+    keys = tmp_path / "keys"
+    keys.write_text("lb-render-one-1111\nlb-render-two-2222\n")
+    keys.chmod(0o600)
+    text = (REPO / "params" / "anemll-0731.yaml").read_text() + f"auth:\n  DSPARK_API_KEYS: {{key_file: {keys}}}\n"
+    (tmp_path / "lane.yaml").write_text(text)
+    lane = load_lane(tmp_path / "lane.yaml")
+    result = render_checkout(lane, directory, lane_keys(lane))
+    env = (directory / ".env.dspark").read_text()
+    assert "DSPARK_API_KEYS='lb-render-one-1111 lb-render-two-2222'" in env.splitlines()
+    assert "VLLM_API_KEY=''" in env.splitlines() and "lb-by-hand" not in env
+    assert stat.S_IMODE((directory / ".env.dspark").stat().st_mode) == 0o600
+    assert "+DSPARK_API_KEYS=[REDACTED]" in result.diff and "lb-render" not in result.diff
+    eff = Effective(CheckoutFiles.read(directory))
+    argv = eff.spec.argv
+    assert argv[argv.index("--api-key") + 1 : argv.index("--api-key") + 3] == [
+        "lb-render-one-1111",
+        "lb-render-two-2222",
+    ]
+    assert render_checkout(lane, directory, lane_keys(lane)).diff == ""  # a second render changes nothing

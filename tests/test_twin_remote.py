@@ -67,7 +67,7 @@ def test_the_four_node_commit_follows_august_on_its_own_branch_leaving_main_and_
     """Upgrade tests and stored records name the July and August commits; `main` stays at August."""
     remote, shas = lay_out_remote(tmp_path / "recipe")
     assert shas[JUL31] == "bf5c7514becb2555bcb4b8d7f9060b65421b8132"
-    assert shas[AUG22] == "5ed00ea40516a2623aa5a4a513a32a0ea0b169ea"
+    assert shas[AUG22] == "8a4dc328089b37e4ad55b371c34fd35805868bfe"
     assert git("rev-parse", "main", cwd=remote) == shas[AUG22] and git("rev-parse", "tp4", cwd=remote) == shas[TP4]
     assert git("rev-parse", f"{shas[TP4]}^", cwd=remote) == shas[AUG22]
     clone_at(remote, shas[TP4], tmp_path / "tp4")

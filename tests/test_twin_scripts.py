@@ -90,6 +90,16 @@ def test_options_are_refused_with_exit_2(twin, copy):
     assert run(twin, START, env="WAIT_SECONDS=0")[0] == 2
 
 
+def test_both_key_variables_set_are_refused_with_exit_2_as_the_recipe_refuses_them(twin, copy):
+    """The recipe's scripts exit 2 naming both variables when VLLM_API_KEY and DSPARK_API_KEYS are both set."""
+    keys = "VLLM_API_KEY=lb-one-11111111 \"DSPARK_API_KEYS='lb-two-2222222 lb-three-333333'\""
+    both = f"printf '%s\\n' {keys} >> .env.dspark"
+    assert run(twin, START, edit=both) == (
+        2,
+        "VLLM_API_KEY and DSPARK_API_KEYS are both set; set exactly one of them\n",
+    )
+
+
 def test_missing_files_are_exit_1_with_the_recipe_message(twin, copy):
     assert run(twin, START, edit="mv .env.dspark env.bak") == (1, f"Missing {copy}/.env.dspark. {MISSING_ENV}\n")
     assert run(twin, START, edit="mv docker-compose.dspark.yml c.bak") == (

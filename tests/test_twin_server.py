@@ -336,3 +336,31 @@ def test_drafter_mismatch_collapses_acceptance_at_every_position():
     drafts = metric(samples, "vllm:spec_decode_num_drafts_total")
     accepted = metric(samples, "vllm:spec_decode_num_accepted_tokens_total")
     assert drafts > 50 and accepted / drafts < 0.05
+
+
+def test_keys_guard_the_v1_paths_as_vllms_middleware_does(tmp_path):
+    """Started with --api-key K1 K2 (the recipe's DSPARK_API_KEYS), the twin answers a guarded path without one of
+    the keys 401 {"error": "Unauthorized"} (vLLM 0.32.0's AuthenticationMiddleware), also a path no route serves;
+    /health, /metrics and /version stay keyless; either key is let through; the keys are not in its log."""
+    keys = ["lb-guard-one-1111", "lb-guard-two-2222"]
+    srv = start_local(
+        [*SERVE_ARGS, "--api-key", *keys],
+        tmp_path / "vllm.log",
+        host="127.0.0.74",
+        env={"LANEBOOK_TWIN_TIME_SCALE": "0.002"},
+    )
+    try:
+        refused = [httpx.get(f"{srv.url}{path}") for path in ("/v1/models", "/v1/models/x", "/inference/v1/x")]
+        bad_scheme = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": f"Basic {keys[0]}"})
+        open_paths = [httpx.get(f"{srv.url}{path}").status_code for path in ("/health", "/metrics", "/version")]
+        passed = [
+            httpx.get(f"{srv.url}/v1/models", headers={"Authorization": f"bearer {key}"}).status_code for key in keys
+        ]
+        preflight = httpx.options(f"{srv.url}/v1/models").status_code
+        log = srv.log()
+    finally:
+        srv.stop()
+    assert [(r.status_code, r.json()) for r in refused] == [(401, {"error": "Unauthorized"})] * 3
+    assert bad_scheme.status_code == 401 and open_paths == [200, 200, 200] and passed == [200, 200]
+    assert preflight != 401  # OPTIONS passes the guard, as in vLLM
+    assert "'api_key': ['<redacted:2 value(s)>']" in log and not any(key in log for key in keys)

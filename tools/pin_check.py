@@ -26,7 +26,6 @@ import uv_install  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC_INDEX = "https://pypi.org/simple"
-ENVIRON: dict[str, str] = dict(os.environ)  # uv's environment: pip's certificate bundle added by check()
 
 
 @dataclass(frozen=True)
@@ -113,48 +112,63 @@ def culprit(message: str) -> str:
     return cause[:300]
 
 
-def _compile(uv: str, requirements: Path, target: Target, index: list[str], *, deps: bool, overrides: str):
-    """`uv pip compile` of one file for one target: metadata only, nothing downloaded whole or built."""
-    with tempfile.TemporaryDirectory(prefix="pin-check-") as scratch:
-        override_file = Path(scratch) / "overrides.txt"
-        override_file.write_text(overrides)
-        command = [
-            uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "-o", os.devnull,
-            "--python-platform", target.platform, "--python-version", target.python,
-            "--only-binary", ":all:", "--override", str(override_file), *index, str(requirements),
-        ]  # fmt: skip
-        if not deps:
-            command.append("--no-deps")
-        env = {**ENVIRON, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
-        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+@dataclass(frozen=True)
+class Resolver:
+    """uv as asked here: its path, where it looks (pip's locations and the public index) and its environment."""
+
+    uv: str
+    index: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def here(cls, uv: str) -> Resolver:
+        config = uv_install.pip_config(sys.executable, str(REPO / ".venv" / "bin" / "python"))
+        env = {
+            **uv_install.uv_environment(config, dict(os.environ)),
+            "UV_PYTHON_DOWNLOADS": "never",
+            "UV_NO_CONFIG": "1",
+        }
+        return cls(uv, tuple(index_arguments(config)), tuple(env.items()))
+
+    def compile(self, lines: str, target: Target, *, deps: bool, overrides: str = "", wheels_only: bool = True):
+        """`uv pip compile` of requirements LINES for TARGET: metadata only, nothing downloaded whole or built."""
+        with tempfile.TemporaryDirectory(prefix="pin-check-") as scratch:
+            requirements, override_file = Path(scratch) / "requirements.txt", Path(scratch) / "overrides.txt"
+            requirements.write_text(lines)
+            override_file.write_text(overrides)
+            command = [
+                self.uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "-o", os.devnull,
+                "--python-platform", target.platform, "--python-version", target.python,
+                "--override", str(override_file), *self.index, str(requirements),
+            ]  # fmt: skip
+            command += ["--only-binary", ":all:"] if wheels_only else []
+            command += [] if deps else ["--no-deps"]
+            return subprocess.run(command, capture_output=True, text=True, env=dict(self.env), timeout=600, check=False)
 
 
-def compile_set(uv: str, pinned: PinnedSet, target: Target, index: list[str], *, repo: Path = REPO) -> Outcome:
+def compile_set(resolver: Resolver, pinned: PinnedSet, target: Target, *, repo: Path = REPO) -> Outcome:
     """Resolve PINNED for TARGET. Where an index the file names itself does not answer from here, resolve it
     again from pip's own locations (a machine's wheelhouse): found there is ok, else not checked."""
     overrides = [f'{name} ; sys_platform == "never"' for name in SDISTS]
     if pinned.overrides:
         overrides.append((repo / pinned.overrides).read_text())
-    requirements = repo / pinned.requirements
-    result = _compile(uv, requirements, target, index, deps=pinned.deps, overrides="\n".join(overrides) + "\n")
+    text = (repo / pinned.requirements).read_text()
+    result = resolver.compile(text, target, deps=pinned.deps, overrides="\n".join(overrides) + "\n")
     if result.returncode == 0:
         return Outcome(pinned, target, "ok")
     if not UNREACHABLE.search(result.stderr):
         return Outcome(pinned, target, "fail", culprit(result.stderr))
     url = re.search(r"url \((\S+?)\)", result.stderr)
     where = url.group(1) if url else "an index"
-    own = [line for line in requirements.read_text().splitlines() if not line.lstrip().startswith("--")]
-    if len(own) < len(requirements.read_text().splitlines()):
-        with tempfile.TemporaryDirectory(prefix="pin-check-") as scratch:
-            local = Path(scratch) / requirements.name
-            local.write_text("\n".join(own) + "\n")
-            again = _compile(uv, local, target, index, deps=pinned.deps, overrides="\n".join(overrides) + "\n")
+    own = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
+    if len(own) < len(text.splitlines()):
+        again = resolver.compile("\n".join(own) + "\n", target, deps=pinned.deps, overrides="\n".join(overrides))
         if again.returncode == 0:
             return Outcome(pinned, target, "ok", f"from pip's own locations ({where} not reachable from here)")
     return Outcome(pinned, target, "unchecked", f"not checked: {where} is not reachable from here")
 
 
-def sdist_outcome(uv: str, target: Target, index: list[str], *, repo: Path = REPO) -> Outcome | None:
+def sdist_outcome(resolver: Resolver, target: Target, *, repo: Path = REPO) -> Outcome | None:
     """The pinned pure-Python source distributions (SDISTS) exist for TARGET where their markers want them."""
     pins = [
         line
@@ -163,34 +177,21 @@ def sdist_outcome(uv: str, target: Target, index: list[str], *, repo: Path = REP
     ]
     if not pins:
         return None
+    result = resolver.compile("\n".join(pins) + "\n", target, deps=False, wheels_only=False)
     pinned = PinnedSet("sources", "requirements.txt", deps=False)
-    with tempfile.TemporaryDirectory(prefix="pin-check-") as scratch:
-        listed = Path(scratch) / "sources.txt"
-        listed.write_text("\n".join(pins) + "\n")
-        command = [
-            uv, "pip", "compile", "--quiet", "--no-header", "-o", os.devnull, "--no-deps",
-            "--python-platform", target.platform, "--python-version", target.python, *index, str(listed),
-        ]  # fmt: skip
-        env = {**ENVIRON, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1"}
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
-    if result.returncode == 0:
-        return Outcome(pinned, target, "ok")
-    return Outcome(pinned, target, "fail", culprit(result.stderr))
+    return (
+        Outcome(pinned, target, "ok")
+        if result.returncode == 0
+        else Outcome(pinned, target, "fail", culprit(result.stderr))
+    )
 
 
-def check(
-    uv: str, sets=SETS, targets=TARGETS, *, repo: Path = REPO, workers: int = 6, sdists: bool = True
-) -> list[Outcome]:
-    """Every set on every target (and each source distribution once per target), in parallel."""
-    config = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    ).stdout
-    index = index_arguments(config)
-    ENVIRON.clear()
-    ENVIRON.update(uv_install.uv_environment(config, dict(os.environ)))
+def check(uv: str, sets=SETS, targets=TARGETS, *, repo: Path = REPO, workers: int = 6) -> list[Outcome]:
+    """Every set on every target (and the pinned source distributions once per target), in parallel."""
+    resolver = Resolver.here(uv)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(compile_set, uv, p, t, index, repo=repo) for p in sets for t in targets]
-        futures += [pool.submit(sdist_outcome, uv, t, index, repo=repo) for t in targets] if sdists else []
+        futures = [pool.submit(compile_set, resolver, p, t, repo=repo) for p in sets for t in targets]
+        futures += [pool.submit(sdist_outcome, resolver, t, repo=repo) for t in targets]
         return [outcome for future in futures if (outcome := future.result()) is not None]
 
 

@@ -25,6 +25,16 @@ OPTIONS = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "
 CONFIG_LINE = re.compile(r"^(?P<scope>[^.]*)\.(?P<key>[a-z-]+)='(?P<value>.*)'$")
 
 
+def pip_config(*pythons: str) -> str:
+    """`pip config list` as the first of PYTHONS that has pip answers it (a distribution's python3 may have none;
+    a venv made by `python -m venv` always has). pip reads the same files and environment from any of them."""
+    for python in pythons:
+        done = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False)
+        if done.returncode == 0:
+            return done.stdout
+    return ""
+
+
 def pip_locations(config_list: str) -> dict[str, list[str]]:
     """pip's index and find-links settings from `pip config list`: an environment variable (scope ':env:') wins over
     a file's setting of the same key, as in pip."""
@@ -78,10 +88,8 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     uv, venv, *rest = argv
-    config = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    ).stdout
     python = os.path.join(venv, "bin", "python")
+    config = pip_config(python)
     command = [uv, "pip", "install", "--quiet", "--python", python, *uv_arguments(pip_locations(config)), *rest]
     return subprocess.run(command, check=False, env=uv_environment(config, dict(os.environ))).returncode
 

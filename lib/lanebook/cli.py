@@ -42,6 +42,23 @@ app.add_typer(lane_app, name="lane")
 app.add_typer(fleet_app, name="fleet")
 
 
+def _say_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"lanebook {version('lanebook')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _lanebook(
+    version: bool = typer.Option(
+        False, "--version", callback=_say_version, is_eager=True, help="Print lanebook's version and exit."
+    ),
+) -> None:
+    pass
+
+
 def _split_csv(value: Optional[str]) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
@@ -322,10 +339,12 @@ def env_render(
 ):
     """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff \
 printed)."""
+    from lanebook.lane.keys import lane_keys
     from lanebook.lane.params import load_lane
     from lanebook.recipe.render import render_checkout
 
-    result = render_checkout(load_lane(lane), checkout)
+    params = load_lane(lane)
+    result = render_checkout(params, checkout, lane_keys(params))
     if result.started_from:
         typer.echo(f"started .env.dspark from {result.started_from} (copy the example, then edit)")
     typer.echo(result.diff or "no change: the checkout already matches the lane")
@@ -521,7 +540,8 @@ def doctor(
     GIDs, the HF cache's links, the live command) and two /metrics scrapes, read-only; --logs/--metrics/--dmesg read
     files an operator saved. Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed),
     1 when one is, 2 for bad usage."""
-    from lanebook.verify.doctor import print_diagnosis, read_files
+    from lanebook.verify.doctor import read_files
+    from lanebook.verify.doctor_report import print_diagnosis
 
     if bool(lane) == bool(logs):
         raise LanebookError("give either --lane LANE or --logs FILE... (with --metrics/--dmesg)")

@@ -1,18 +1,12 @@
-"""`make demo`: `lanebook promote --lane twin` (the main job on the twin lane), then every other runbook rehearsed on
-the twin in the order an operator meets them, then the book, then where to look (the book's path is the last line).
+"""`make demo`: `lanebook promote --lane twin`, then every other runbook rehearsed on the twin in the order an
+operator meets them, then the book, then where to look (the book's path is the last line).
 
-After the main job: the follow-up diagnostics (`diagnose`), a read of the lane (`doctor`), the rollback drill
-(`rollback` to the twin lane's rollback lane), the way forward again the rollback runbook names (`stop` the
-rollback lane, `launch` the twin lane) and `status`, which shows the twin lane left serving as promoted. So every
-runbook's page in the book is a rehearsal. Then the plan of upgrading the twin lane's checkout from the recipe's
-July-31 shape to its August-22 shape (the twin's recipe remote's two commits, computed by real Compose) is
-recorded, so the book shows the before/after table an operator reviews, and the twin fleet
-(params/fleets/twin-fleet.yaml) is promoted through Apache Airflow as a dry run, so the book's fleet page shows its
-waves as Airflow ran them (each lane's promotion a dry run: nothing observed, nothing passed; the suite runs a fleet
-for real). Each run's verdict is printed as it ends;
-the demo stops at the first run not passed (each stands on the one before it), and passes only when every runbook
-exists and every run passed: a runbook not written yet is named as missing and fails the demo (nothing is run),
-and the book is still built.
+After the promotion: `diagnose`, `doctor`, the rollback drill (`rollback`, then `stop` the rollback lane, `launch`
+the twin lane) and `status`, so every runbook's page in the book is a rehearsal; then the recorded plan of upgrading
+the twin lane's checkout between the twin recipe remote's two commits, and the twin fleet promoted through Airflow
+as a dry run (nothing observed, nothing passed). Each verdict is printed as it ends. The demo stops at the first run
+not passed and passes only when every runbook exists and every run passed; a missing runbook is named and fails the
+demo; the book is built either way.
 """
 
 from __future__ import annotations

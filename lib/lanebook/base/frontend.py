@@ -1,22 +1,11 @@
 """Whether a person's frontend (JupyterLab) renders widgets in this kernel, and its widget events while a cell waits.
 
-A runbook cell that waits (for a click, for a lane) keeps the kernel's main thread busy, so the frontend's
-widget messages queue unread: a click would never reach its button. `pump()` reads what is queued through
-the main shell stream's own flush (so the stream keeps track of its socket) and hands comm messages (clicks,
-a view rendered) to the widgets at once; any other request (the next queued cell, a completion) is kept
-and given back to the kernel, in order, when the pump ends, to run once the cell is done.
-
-A headless run (papermill, nbclient) renders nothing, and a widget's `_view_count` (ipywidgets 8: each view
-a frontend renders counts itself) stays 0. `rendered()` waits a short bound for a view and otherwise
-answers "no frontend"; once a kernel has shown that, later questions in it are answered without waiting,
-unless one of the widgets shown here was rendered after all (a slow browser). Outside a kernel, or where
-the kernel is not one this module knows how to pump (ipykernel 7's main shell stream), nothing renders.
-
-A kernel that lanebook's headless runner started (lanebook.runs.kernel) is told so (HEADLESS_KERNEL_ENV): no frontend
-will ever connect to it, so it counts as no kernel here, and nothing pumps its shell stream. Pumping swaps the
-stream's receive callback and flushes the socket the cell's own reply is later sent on, through private parts of
-ipykernel; a headless run that pumped at every progress update once sat ten minutes after its cell, the kernel idle,
-its reply never read.
+`pump()` hands queued comm messages (clicks, a view rendered) to the widgets while a cell keeps the main thread
+busy, and gives any other queued request back to the kernel, in order, when it ends. `rendered()` waits a short
+bound for a view (a widget's `_view_count`, ipywidgets 8) and otherwise answers "no frontend", remembered for the
+kernel unless a widget is rendered later. Outside ipykernel 7, and in a kernel lanebook's headless runner started
+(HEADLESS_KERNEL_ENV), nothing renders and nothing pumps: pumping touches private parts of ipykernel.
+Why: docs/decisions.md, "A headless run's kernel pumps no widgets".
 """
 
 from __future__ import annotations

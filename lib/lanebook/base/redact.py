@@ -61,23 +61,38 @@ _PUBLIC_VALUES = {"no-key-required", "", "none"}
 _MIN_LITERAL = 8
 
 
+# Secrets this process was given by name rather than found by shape (a keyed lane's API keys: lanebook.lane.keys),
+# replaced wherever they appear, like the environment's.
+_KNOWN: set[str] = set()
+
+
+def add_secrets(values) -> None:
+    """Have every later redaction in this process replace VALUES (each at least _MIN_LITERAL characters)."""
+    _KNOWN.update(v for v in values if len(v) >= _MIN_LITERAL)
+
+
 def names_secret(name: str) -> bool:
     """Whether a parameter or environment variable name says it holds a secret: hf_token, ssh_key, DB_PASSWORD."""
     return bool(SECRET_NAME_WORDS & set(re.split(r"[_\-.]+", name.lower())))
 
 
 def environment_secrets(environ: Optional[dict] = None) -> list[str]:
-    """The values of secret-named environment variables, longest first (so a value containing another goes first)."""
+    """The values of secret-named environment variables, and the secrets given by name (add_secrets), longest first
+    (so a value containing another goes first)."""
     environ = os.environ if environ is None else environ
     values = {
         v for k, v in environ.items() if names_secret(k) and len(v) >= _MIN_LITERAL and v.lower() not in _PUBLIC_VALUES
     }
-    return sorted(values, key=len, reverse=True)
+    # A secret-named variable may hold several keys on one line (DSPARK_API_KEYS): each is replaced on its own too.
+    values |= {part for v in values for part in v.split() if len(part) >= _MIN_LITERAL}
+    return sorted(values | _KNOWN, key=len, reverse=True)
 
 
 def _replace_secret(match: re.Match) -> str:
     secret = match.group("secret")
-    if secret.strip("'\"").lower() in _PUBLIC_VALUES:
+    # A value already redacted is left as it is, also where the text is JSON and the pattern's \S+ runs on into the
+    # string's escapes (`KEY=[REDACTED]\n",`): redacting again must change nothing.
+    if secret.strip("'\"").lower() in _PUBLIC_VALUES or secret.startswith(REDACTED):
         return match.group(0)
     start, end = match.start("secret") - match.start(), match.end("secret") - match.start()
     return match.group(0)[:start] + REDACTED + match.group(0)[end:]
@@ -135,3 +150,19 @@ def redact_notebook(text: str) -> str:
     if scrubbed == nb:
         return text
     return json.dumps(scrubbed, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+class RedactedStream:
+    """A text stream that passes on what it is written with every secret redacted (a run's progress lines and what
+    its cells print, on the operator's terminal). Each write is redacted whole: papermill writes an output as it
+    arrives, a line or more at a time."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(redact(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()

@@ -261,9 +261,70 @@ class GateParams(Strict):
         return f"Reply exactly {self.exact_smoke}."
 
 
+# The recipe's two key variables (its .env.dspark): one key, or several independently revocable keys on one line. The
+# compose command refuses both set at once (exit 2), so a lane names exactly one.
+KEY_VARIABLES = ("VLLM_API_KEY", "DSPARK_API_KEYS")
+# What a lane file may hold where a key would go: the recipe's keyless placeholders, never a key.
+KEYLESS_VALUES = ("no-key-required", "none", "")
+
+
+class KeySource(Strict):
+    """Where a lane's API key(s) come from on the operator's machine: a file (mode 0600, keys separated by spaces or
+    lines, `#` comments) or an environment variable (keys space-separated). Never the key itself."""
+
+    key_file: Optional[StrictStr] = Field(None, description="a file on this machine holding the key(s), mode 0600")
+    key_env: Optional[StrictStr] = Field(None, description="an environment variable of this machine holding the key(s)")
+
+    _key_file = _validated(check_line, "key_file")
+    _key_env = _validated(lambda value: _matching(ENV_KEY_RE, "an environment variable name", value), "key_env")
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.key_file is None) == (self.key_env is None):
+            raise ValueError("name exactly one of key_file or key_env")
+        return self
+
+    @property
+    def shown(self) -> str:
+        return f"key file {self.key_file}" if self.key_file is not None else f"${self.key_env}"
+
+
+class AuthParams(Strict):
+    """`auth:` of a keyed lane: the recipe variable that carries the key(s) into `vllm serve --api-key`, and where
+    they come from. `{VLLM_API_KEY: SOURCE}` (one key) or `{DSPARK_API_KEYS: SOURCE}` (one or more)."""
+
+    VLLM_API_KEY: Optional[KeySource] = None
+    DSPARK_API_KEYS: Optional[KeySource] = None
+
+    @model_validator(mode="after")
+    def _one_variable(self):
+        named = [v for v in KEY_VARIABLES if getattr(self, v) is not None]
+        if len(named) == 2:
+            raise ValueError("VLLM_API_KEY and DSPARK_API_KEYS are both set; set exactly one of them")
+        if not named:
+            raise ValueError("name VLLM_API_KEY or DSPARK_API_KEYS and where its key comes from")
+        return self
+
+    @property
+    def variable(self) -> str:
+        """The recipe variable render writes: VLLM_API_KEY or DSPARK_API_KEYS."""
+        return next(v for v in KEY_VARIABLES if getattr(self, v) is not None)
+
+    @property
+    def source(self) -> KeySource:
+        return getattr(self, self.variable)
+
+
 class HermesParams(Strict):
     provider: StrictStr = "spark-ds4"
-    api_key: StrictStr = "no-key-required"
+    api_key: StrictStr = Field(
+        "no-key-required", description="a keyless lane's placeholder (never a key: a keyed lane names key_env)"
+    )
+    key_env: Optional[StrictStr] = Field(
+        None,
+        description="a keyed lane: the environment variable Hermes reads the key from (its provider block's key_env); "
+        "null = the lane's auth key_env, if it names one",
+    )
     context_length: StrictInt = 200000
     extra_body: dict[StrictStr, Any] = Field(default_factory=lambda: {"chat_template_kwargs": {"thinking": False}})
     host: Optional[StrictStr] = Field(
@@ -285,6 +346,7 @@ class HermesParams(Strict):
 
     _host = _validated(check_destination, "host")
     _config = _validated(check_path, "config")
+    _key_env = _validated(lambda value: _matching(ENV_KEY_RE, "an environment variable name", value), "key_env")
 
 
 def check_checkout_from(value: Any) -> Union[str, Literal[False], None]:
@@ -337,6 +399,11 @@ class LaneParams(Strict):
         ),
     )
     rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
+    auth: Optional[AuthParams] = Field(
+        None,
+        description="a keyed lane: the recipe variable carrying its API key(s) and where they come from "
+        "(lanebook.lane.keys reads them); null = a keyless lane",
+    )
 
     # Where load_lane read the lane: a command loads it once and passes it down, and what needs the file (a
     # runbook's kernel, a promotion's digest) takes it from here. None for a lane built in memory (lane_with).
@@ -412,6 +479,18 @@ class LaneParams(Strict):
         fabric = " ".join(w.fabric_ip for w in self.workers)
         count = str(len(self.nodes))
         return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": fabric, "WORKER_IPS": fabric}
+
+    @property
+    def keyed(self) -> bool:
+        return self.auth is not None
+
+    @property
+    def hermes_key_env(self) -> Optional[str]:
+        """The environment variable a keyed lane's Hermes block names (key_env); None for a keyless lane, or a keyed
+        lane that names none (its Hermes block is then keyless: a lint finding)."""
+        if self.auth is None:
+            return None
+        return self.hermes.key_env or self.auth.source.key_env
 
     @property
     def served_model_name(self) -> str:
@@ -515,10 +594,44 @@ def validation_problem(path: Path, exc: ValidationError) -> str:
     return f"{path}: {_describe(first[0], union=len(first) > 1)}{more}"
 
 
+def _written_keys(data: dict) -> Optional[str]:
+    """The first place a lane file's mapping holds an API key itself (where only its source may be named)."""
+    for section in ("env",):
+        env = data.get(section)
+        for variable in KEY_VARIABLES:
+            if isinstance(env, dict) and str(env.get(variable, "") or "").strip():
+                return f"{section}.{variable}"
+    launcher = data.get("launcher")
+    env = launcher.get("env") if isinstance(launcher, dict) else None
+    for variable in KEY_VARIABLES:
+        if isinstance(env, dict) and str(env.get(variable, "") or "").strip():
+            return f"launcher.env.{variable}"
+    auth = data.get("auth")
+    if isinstance(auth, dict):
+        for variable, source in auth.items():
+            if isinstance(source, (str, int, float, list)) and source not in ("", None):
+                return f"auth.{variable}"
+            named = set(source) if isinstance(source, dict) else set()
+            written_in = sorted(named & {"key", "keys", "api_key", "value", "token"})
+            if written_in:
+                return f"auth.{variable}.{written_in[0]}"
+    hermes = data.get("hermes")
+    if isinstance(hermes, dict) and str(hermes.get("api_key", "")).strip().lower() not in KEYLESS_VALUES:
+        return "hermes.api_key"
+    return None
+
+
 def load_lane(name_or_path: str | Path) -> LaneParams:
-    """Load and validate a lane; every problem becomes one LaneError line naming the file and key."""
+    """Load and validate a lane; every problem becomes one LaneError line naming the file and key. A lane file that
+    holds an API key itself is refused (it names only where the key comes from: `auth:`)."""
     path = lane_path(name_or_path)
     raw, data = read_mapping(path, "lane file")
+    written = _written_keys(data)
+    if written:
+        raise LaneError(
+            f"{path}: {written} holds an API key written in the lane file; a lane file names only where its key "
+            "comes from: auth: {DSPARK_API_KEYS: {key_file: PATH}} (mode 0600) or {key_env: NAME}"
+        )
     try:
         lane = LaneParams.model_validate(data)
     except ValidationError as exc:

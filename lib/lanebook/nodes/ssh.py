@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Optional
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
 from lanebook.base.redact import redact
+from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, NodeParams
 from lanebook.lane.plugins import resolve_ssh_config
 
@@ -397,6 +398,7 @@ class Lane:
     """A lane's nodes, bound to one executor (dry-run or real)."""
 
     def __init__(self, params: LaneParams, *, dry_run: bool = False, executor: Optional[Executor] = None):
+        lane_keys(params)  # a keyed lane's keys read and checked before any node is touched, known to the redactor
         self.params = params
         self.executor = executor or Executor(dry_run=dry_run)
         ssh_config = resolve_ssh_config(params.ssh_config) if not self.executor.dry_run else None

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 from lanebook.base.checks import ExpectedResult, NodeResult
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import utc_stamp
+from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, lane_path
 from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
 from lanebook.ops.transfers import sync_checkout
@@ -113,7 +114,7 @@ def plan_on_head(
             raise LanebookError(f"{prefix}{COMPOSE_NAME} not found: is {checkout} the lane's checkout on the head?")
         files = CheckoutFiles.from_bytes(read, prefix)
         where = "the head's checkout, read over ssh"
-    plan = plan_render(params, files)
+    plan = plan_render(params, files, lane_keys(params))
     if lane.executor.dry_run:
         report = lint_lane_on_reference(params, source, **allowed)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
@@ -137,12 +138,14 @@ def replace_command(
     *,
     from_stdin: bool = False,
     from_path: Optional[str] = None,
+    private: bool = False,
 ) -> str:
     """One command that replaces NAME in CHECKOUT, or refuses (exit REFUSED_EXIT) changing nothing.
 
     expect: the sha256 NAME must hold now (None: no file may be there). The file there is backed up first (copied,
     or moved aside when nothing replaces it); the new bytes come from stdin or from a file on the node, through
-    a temporary file renamed over NAME. Prints `SHA256  PATH` of the backup and of the new file."""
+    a temporary file renamed over NAME. Prints `SHA256  PATH` of the backup and of the new file. PRIVATE: the new
+    file is mode 0600 whatever the old one's was (it holds a keyed lane's API keys)."""
     n = q(name)
     parts = ["set -e", f"cd {qpath(checkout)}"]
     if expect is None:
@@ -165,7 +168,9 @@ def replace_command(
             parts.append(f'cp -p {qpath(from_path)} "$t"')
         else:
             parts.append('cat > "$t"')
-            if expect is not None:
+            if private:
+                parts.append('chmod 600 "$t"')
+            elif expect is not None:
                 parts.append(f'chmod --reference={n} "$t"')
         parts.append(f'sync "$t"; mv -f "$t" {n}')
     parts.append(f'if test -n "${{b:-}}"; then sha256sum -- "$b"; fi; if test -e {n}; then sha256sum -- {n}; fi')
@@ -225,7 +230,8 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
             content.chmod(0o600)
             before = plan.read.get(name)
             expect = sha256(before) if before is not None else (DRY_RUN_EXPECT if change.dry_run else None)
-            command = replace_command(plan.checkout, name, stamp, expect, from_stdin=True)
+            private = name == ENV_NAME and plan.params.keyed
+            command = replace_command(plan.checkout, name, stamp, expect, from_stdin=True, private=private)
             hashes = run_replace(lane.head, command, _join(plan.checkout, name), stdin=content)
             if change.dry_run:
                 continue

@@ -2,22 +2,10 @@
 
 A lane starts one way: the recipe's launcher, run from the head as seed 000 runs it
 (`cd CHECKOUT && PROJECT_NAME=… WAIT_ATTEMPTS=… WAIT_SECONDS=… ./start-deepseek-v4-flash-dspark.sh`).
-Its exit code and messages are read into one outcome (launcher_outcome), the same on the twin as on
-a real pair, so an operator's first real launch is not the first time a failure path is read:
-
-  ok                     exit 0: /v1/models answered and a minimal chat request succeeded
-  refused configuration  exit 2 (a bad option or value), or exit 1 with "KEY must be set in .env.dspark"
-                         (the launcher's ${KEY:?} check exits as bash does, with 1)
-  missing env file       "Copy .env.dspark.example to .env.dspark and edit node-specific values."
-  worker unreachable     "Cannot reach worker with passwordless SSH: HOST"
-  image missing          "Missing local Docker image …" / "Missing worker Docker image …"
-  health timeout         "Timed out waiting for DSpark API." (the last 120 log lines of both ranks follow)
-  interrupted            exit 129, 130 or 143 (HUP, INT, TERM)
-  failed                 any other exit; the launcher's last line says why
-
-There is no "already up" outcome: the launcher has none. `docker compose up -d` leaves a running rank
-whose configuration is unchanged as it is; the launch runbook finds an up lane (pair_occupancy)
-before it starts one.
+Its exit code and messages are read into one outcome (`launcher_outcome`, which lists them), the same on the twin
+as on a real pair, so an operator's first real launch is not the first time a failure path is read. There is no
+"already up" outcome (the launcher has none): the launch runbook finds an up lane (pair_occupancy) before it
+starts one.
 """
 
 from __future__ import annotations
@@ -64,7 +52,18 @@ HOOK_WARMED = re.compile(r"^\s*Post-readiness warmup: ok\b[^\r\n]*", re.M)
 
 
 def launcher_outcome(exit_code: int, output: str) -> tuple[str, str]:
-    """(outcome, the line that says so) for a launcher exit code and its output (see the module docstring)."""
+    """(outcome, the line that says so) for a launcher exit code and its output:
+
+    ok                     exit 0: /v1/models answered and a minimal chat request succeeded
+    refused configuration  exit 2 (a bad option or value), or exit 1 with "KEY must be set in .env.dspark"
+                           (the launcher's ${KEY:?} check exits as bash does, with 1)
+    missing env file       "Copy .env.dspark.example to .env.dspark and edit node-specific values."
+    worker unreachable     "Cannot reach worker with passwordless SSH: HOST"
+    image missing          "Missing local Docker image …" / "Missing worker Docker image …"
+    health timeout         "Timed out waiting for DSpark API." (the last 120 log lines of both ranks follow)
+    interrupted            exit 129, 130 or 143 (HUP, INT, TERM)
+    failed                 any other exit; the launcher's last line says why
+    """
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     if exit_code == 0:
         return "ok", lines[-1] if lines else ""

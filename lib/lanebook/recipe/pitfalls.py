@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from lanebook.lane.changes import ALLOW_FLAG, ALLOW_PARAMETER
-from lanebook.lane.params import RANK_KEYS, RECIPE_SCRIPTS
+from lanebook.lane.params import KEY_VARIABLES, KEYLESS_VALUES, RANK_KEYS, RECIPE_SCRIPTS
 from lanebook.recipe.effective.checkout import Location
 from lanebook.recipe.effective.mismatches import to_number
 from lanebook.recipe.symptoms import SYMPTOMS as _SYMPTOMS
@@ -204,10 +204,56 @@ def check_loopback(inp: "LintInput") -> Iterator[Hit]:
         )
 
 
+def serves_keyed(inp: "LintInput") -> bool:
+    """Whether the lane serves with an API key: its file's auth:, or a key variable the env file sets."""
+    if inp.lane is not None and inp.lane.keyed:
+        return True
+    return any((setting := inp.env(v)) is not None and (setting.value or "").strip() for v in KEY_VARIABLES)
+
+
 def check_api_key(inp: "LintInput") -> Iterator[Hit]:
-    for path, value, where in inp.clients:
-        if path.rsplit(".", 1)[-1] == "api_key" and isinstance(value, str) and value.strip().lower() == "none":
+    """P09: a keyless lane's Hermes block says api_key no-key-required, never "none"; a keyed lane's gives a key
+    (key_env, or an api_key that is a key), never a keyless value."""
+    keyed = serves_keyed(inp)
+    leaves = {path: (value, where) for path, value, where in inp.clients}
+    key_envs = [p for p, (v, _) in leaves.items() if p.rsplit(".", 1)[-1] == "key_env" and v]
+    for path, (value, where) in leaves.items():
+        if path.rsplit(".", 1)[-1] != "api_key" or not isinstance(value, str):
+            continue
+        keyless = value.strip().lower() in KEYLESS_VALUES
+        if not keyed and value.strip().lower() == "none":
             yield Hit(where, f'{path} is "none": Hermes needs api_key: no-key-required for a keyless server')
+        elif keyed and keyless and not key_envs:
+            yield Hit(where, f"{path} is {value!r} but the lane serves with an API key: every Hermes request gets 401")
+    lane = inp.lane
+    if (
+        lane is not None
+        and lane.keyed
+        and not lane.hermes_key_env
+        and not any(p.rsplit(".", 1)[-1] == "api_key" for p in leaves)
+    ):
+        yield Hit(
+            inp.lane_at("hermes"),
+            f"lane {lane.name} serves with an API key ({lane.auth.variable}) but its Hermes block is keyless: name "
+            "the variable Hermes reads the key from (hermes.key_env)",
+        )
+
+
+WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
+
+
+def check_open_keyless(inp: "LintInput") -> Iterator[Hit]:
+    """S09: a lane's API served on every address of its head with no key (a lane linted, not files alone)."""
+    if inp.lane is None:
+        return
+    host = inp.flag("--host", "VLLM_HOST")
+    if host is None or host.value is None or host.value.strip() not in WILDCARD_HOSTS or serves_keyed(inp):
+        return
+    yield Hit(
+        host.where,
+        f"vllm serve listens on all addresses (--host {host.value}) with no API key: anyone on the network can "
+        "use the lane",
+    )
 
 
 def check_thinking(inp: "LintInput") -> Iterator[Hit]:
@@ -463,10 +509,12 @@ PITFALLS: tuple[Pitfall, ...] = (
     Pitfall(
         "P09",
         'Hermes api_key "none"',
-        'Hermes\' provider block needs api_key: no-key-required for a keyless server; "none" is not that value.',
+        'Hermes\' provider block needs api_key: no-key-required for a keyless server; "none" is not that value. A '
+        "keyed lane's block needs its key (Hermes reads it from the variable key_env names), never no-key-required.",
         "error",
         "lint, gates",
-        "api_key: no-key-required in providers.spark-ds4.",
+        "Keyless lane: api_key: no-key-required in providers.spark-ds4. Keyed lane: key_env: NAME there (the lane "
+        "file's hermes.key_env), with NAME=KEY in the Hermes host's environment or ~/.hermes/.env.",
         check_api_key,
     ),
     Pitfall(
@@ -641,6 +689,21 @@ PITFALLS: tuple[Pitfall, ...] = (
         check_rank_keys,
         seed="no seed: public four-Spark profiles of this model (MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks, "
         ".env.tp4.example: start-tp4.sh, NNODES=4, TP_SIZE=4, WORKER_HOSTS, WORKER_IPS)",
+    ),
+    Pitfall(
+        "S09",
+        "The API on every address with no key",
+        "The lane files serve on the head's LAN (VLLM_HOST 0.0.0.0) so Hermes and other machines reach it; with "
+        "neither VLLM_API_KEY nor DSPARK_API_KEYS set, anyone who reaches the port can run inference on the pair. "
+        "vLLM's key check covers only /v1, /v2 and /inference: a keyed lane still wants network-level access control.",
+        "warning",
+        "lint, env",
+        "Key the lane: auth: {DSPARK_API_KEYS: {key_file: ~/.config/lanebook/LANE.keys}} in its lane file (mode "
+        "0600; render writes the keys into .env.dspark, every lanebook client sends them), or serve on one trusted "
+        "address (VLLM_HOST) behind a firewall.",
+        check_open_keyless,
+        seed="no seed: the recipe's env example, API auth (MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark, "
+        "env.dspark.example: VLLM_API_KEY / DSPARK_API_KEYS, keyless routes outside /v1, /v2, /inference)",
     ),
 )
 

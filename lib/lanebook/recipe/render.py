@@ -23,6 +23,11 @@ lane runs. A lane without a schedule gets the rollback form (fixed K, no num_spe
 Where the lane's KV cache dtype differs from the command's literal `--kv-cache-dtype` (nvfp4_ds_mla in the
 recipe), that argument is rewritten too.
 
+A keyed lane (`auth:`) gets its key(s) in the variable its lane file names, on one line, quoted (the launcher sources
+the file): `DSPARK_API_KEYS='K1 K2'` or `VLLM_API_KEY='K'`; the other variable is emptied where the file sets it (the
+recipe refuses both set). The keys come from lanebook.lane.keys, never from the lane file; every diff shows them
+redacted, and an env file holding keys is written mode 0600.
+
 plan_render is the one renderer: it computes the new texts, the files they change and the diff, without writing.
 render_checkout writes a plan into a local checkout; lanebook.ops.checkout_env writes the same plan into the head's
 checkout over SSH. Either way each changed file is backed up first as NAME.bak-UTCSTAMP and replaced atomically
@@ -42,7 +47,8 @@ from typing import Any, Mapping, Optional
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import backup, utc_stamp, write_atomic
 from lanebook.base.redact import redact
-from lanebook.lane.params import LaneParams
+from lanebook.lane.keys import LaneKeys
+from lanebook.lane.params import KEY_VARIABLES, LaneParams
 from lanebook.recipe.compose import COMPOSE_NAME, ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, TextFile
 from lanebook.recipe.effective.config import Effective
@@ -178,8 +184,19 @@ def diff_text(old: Optional[str], new: Optional[str], fromfile: str, tofile: str
     )
 
 
-def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
-    """The compose patch and the env file that make FILES run LANE (see the module docstring)."""
+def key_writes(keys: Optional[LaneKeys], entries: list) -> dict[str, str]:
+    """The env lines a keyed lane's keys make: its variable set to them, the other variable emptied where the file
+    sets it (nothing for a keyless lane: a key the operator set by hand is theirs)."""
+    if keys is None:
+        return {}
+    other = next(v for v in KEY_VARIABLES if v != keys.variable)
+    emptied = {other: ""} if any(e.key == other and e.value for e in entries) else {}
+    return {keys.variable: keys.env_value, **emptied}
+
+
+def plan_render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> RenderPlan:
+    """The compose patch and the env file that make FILES run LANE (see the module docstring); KEYS: a keyed lane's
+    keys (lanebook.lane.keys.lane_keys), written to the variable its auth names."""
     compose_text = patch_compose(lane, ComposeFile(files.compose.text, files.compose.name))
     env_name = files.env.name if files.env else files.compose.name[: files.compose.name.rfind("/") + 1] + ENV_NAME
     patched = files.replace(compose=TextFile(files.compose.name, compose_text))
@@ -201,6 +218,9 @@ def plan_render(lane: LaneParams, files: CheckoutFiles) -> RenderPlan:
         for key in lane.env:
             write(key, eff)
         eff = rendered()
+    for variable, value in key_writes(keys, eff.entries).items():
+        writes[variable] = value
+    eff = rendered()
     # First the keys whose deciding line exists (a value derived from them may then come right by itself),
     # then, one at a time, whatever still differs.
     lines = {e.key for e in eff.entries}
@@ -280,11 +300,11 @@ class RenderResult:
     notice: str = ""  # who decided the effective configuration, when it was not Docker Compose (compose_cli)
 
 
-def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
+def render_checkout(lane: LaneParams, checkout_dir: str | Path, keys: Optional[LaneKeys] = None) -> RenderResult:
     """Write the lane's .env.dspark and patch the compose file in a local checkout (the plan is computed before
-    anything is written)."""
+    anything is written); KEYS: a keyed lane's, read by the caller (lanebook.lane.keys.lane_keys)."""
     files = CheckoutFiles.read(checkout_dir)
-    plan = plan_render(lane, files)
+    plan = plan_render(lane, files, keys)
     result = RenderResult(
         plan.diff,
         started_from=plan.started_from.name if plan.started_from else None,
@@ -295,7 +315,8 @@ def render_checkout(lane: LaneParams, checkout_dir: str | Path) -> RenderResult:
     for name, text in plan.writes.items():
         path = files.directory / name
         kept = backup(path, stamp) if path.exists() else None
-        write_atomic(path, text, mode=None if kept else 0o600)  # a new env file may hold keys
+        private = name == ENV_NAME and keys is not None
+        write_atomic(path, text, mode=0o600 if private or not kept else None)  # a new env file may hold keys
         result.changed.append(str(path))
         result.backups.append(
             Backup(

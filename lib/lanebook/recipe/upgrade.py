@@ -1,29 +1,13 @@
 """`lanebook upgrade`: what moving a lane's checkout to another recipe commit changes, known before anything moves.
 
-The recipe repository changes almost daily, and a `git pull` can change what a lane serves without a line of its env
-file changing: between the July 31 and August 22 checkouts the memory setting moved from GPU_MEMORY_UTILIZATION to
-the launcher-exported GPU_MEMORY_UTILIZATION_TEXT (default 0.835), so a lane whose env file says 0.85 silently runs
-at 0.835 after the pull. The plan reads both sides the way the rest of lanebook reads a checkout, computing nothing
-twice: the lane rendered into each side by the one renderer (render.plan_render, in memory: the operator's
-directories are never written), each side's container decided by real Compose with that side's launcher exports
-(effective.Effective, for the head, and its `worker` for the worker's `up -d`), the speculative config by the one
-parser (speculative.speculative_config), lint by recipe.lint. Then:
-
-- what `vllm serve` gets on each rank, old against new: flags, speculative config, the container environment,
-  image and digest, mounts (`server_differences`, pure);
-- what the pull alone does to the lane's values: the new side with the env file the old side runs (a pull keeps
-  .env.dspark: it is the operator's, not the repository's), which lane keys it no longer reads, runs otherwise, or
-  reads under another name, and what render writes so the lane runs as its file says;
-- keys the new launcher requires that the lane does not set, defaults that are new and reach the server (hotfix
-  toggles, revision pins, API keys), and lint findings the new side has that the old did not;
-- a verdict: `same lane` (nothing the server gets changes), `changes`, or `blocked` (the new side cannot run the
-  lane as written: render cannot resolve a value, Compose refuses it, the image's entrypoint refuses it, or a key
-  the launcher requires is unset).
-
-The record (`write_plan`) is outputs/LANE/UTCSTAMP-upgrade-ID.json. It is not a line of outputs/runs.jsonl: that
-index lists runs, each an executed notebook whose hash `audit verify` checks and whose verdict observed a lane; a
-plan observes no node (pass/fail would mean nothing) and is no notebook. The book finds plans by their names
-(`recorded_plans`), and a promotion that upgrades links its plan by the path `write_plan` returns.
+Both sides are read the way the rest of lanebook reads a checkout, in memory (the operator's directories are never
+written): the lane rendered into each (render.plan_render), each rank's container decided by real Compose
+(effective.Effective), the speculative config, lint. The plan says what `vllm serve` gets on each rank, old against
+new (`server_differences`, pure); what the pull alone does to the lane's values (keys no longer read, read
+otherwise or renamed) and what render writes to keep them; new required keys, new defaults reaching the server and
+new lint findings; and a verdict: `same lane`, `changes`, or `blocked` (the new side cannot run the lane as written).
+`write_plan` records it as outputs/LANE/UTCSTAMP-upgrade-ID.json, not a run: `recorded_plans` finds them.
+Why not a run: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -39,6 +23,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.files import record_id, utc_stamp, write_atomic
 from lanebook.base.paths import outputs_dir
 from lanebook.base.redact import redact, redact_data
+from lanebook.lane.keys import LaneKeys, lane_keys
 from lanebook.lane.params import LaneParams
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location, TextFile
@@ -354,9 +339,9 @@ class _Side:
     problem: str = ""
 
 
-def _render(lane: LaneParams, files: CheckoutFiles) -> _Side:
+def _render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> _Side:
     try:
-        side = _Side(plan_render(lane, files))
+        side = _Side(plan_render(lane, files, keys))
         side.plan.effective.worker  # noqa: B018 - the worker's Compose may refuse what the head's accepts
         return side
     except LanebookError as exc:
@@ -439,7 +424,8 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
     CheckoutFiles.fetch). Nothing is written anywhere. The old side must run the lane (it is what runs today): a
     LanebookError otherwise; whatever stops the new side is a blocker."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    old_side = _render(lane, old)
+    keys = lane_keys(lane)  # a keyed lane's keys rendered into both sides alike, and redacted from the plan
+    old_side = _render(lane, old, keys)
     if old_side.plan is None:
         raise LanebookError(f"the old checkout {_label(old)} cannot run lane {lane.name}: {old_side.problem}")
     old_plan = old_side.plan
@@ -455,7 +441,7 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
         plan.blockers = blockers + [f"the new checkout with the lane's env file: {exc}"]
         plan.verdict = BLOCKED
         return plan
-    new_side = _render(lane, pulled_files)
+    new_side = _render(lane, pulled_files, keys)
     render = new_side.plan
     plan.lane_values = _lane_values(lane, pulled, render)
     if render is None:

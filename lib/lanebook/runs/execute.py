@@ -1,17 +1,12 @@
 """`lanebook run`: execute a runbook notebook headless with papermill and leave an audit record.
 
 Each run writes outputs/LANE/UTCSTAMP-RUNBOOK-ID.ipynb (never overwriting) and appends one line to
-outputs/runs.jsonl. The verdict is read back from the executed notebook: the runbook's last cell
-emits it, or the failing cell when a step failed (so the figures measured before it are kept, with the
-step's "what to do next" as the record's `fix`); a StepFailed is "fail"; any other exception, or a
-notebook that never emits a verdict, is "error".
-A dry run observed nothing on the lane, so its record says "dry-run" (or "fail" when a check made on
-this machine failed), never "pass".
-
-However a run ends it is recorded (lanebook.runs.audit keeps a pending record from the start, for a run killed
-outright): a dead kernel, Ctrl-C, SIGTERM or SIGHUP, or a crash of lanebook itself is "error", naming why,
-with the notebook as far as papermill saved it (when each code cell started) and a note on it saying the run stopped.
-Secrets come from the environment, never as parameters: a parameter that names or holds one is refused.
+outputs/runs.jsonl. The verdict is read back from the executed notebook (the last cell, or the failing one with the
+step's `fix`): a StepFailed is "fail"; any other exception, or no verdict emitted, is "error"; a dry run is "dry-run"
+(or "fail" when a check on this machine failed), never "pass". However a run ends it is recorded (a pending record
+from the start, lanebook.runs.audit): a dead kernel, Ctrl-C, SIGTERM, SIGHUP or a crash of lanebook is "error",
+naming why, with the notebook as far as papermill saved it. Secrets come from the environment: a parameter that
+names or holds one is refused.
 """
 
 from __future__ import annotations
@@ -55,7 +50,8 @@ from lanebook.base.checks import FAIL  # noqa: E402
 from lanebook.base.errors import LanebookError  # noqa: E402
 from lanebook.base.files import record_id, utc_stamp  # noqa: E402
 from lanebook.base.paths import REPO, RUNBOOKS_DIR, outputs_dir  # noqa: E402
-from lanebook.base.redact import names_secret, redact, redact_data  # noqa: E402
+from lanebook.base.redact import RedactedStream, names_secret, redact, redact_data  # noqa: E402
+from lanebook.lane.keys import lane_keys  # noqa: E402
 from lanebook.lane.params import LaneParams  # noqa: E402
 from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label  # noqa: E402
 from lanebook.runs.kernel import KERNEL_NAME, started_kernel  # noqa: E402
@@ -366,6 +362,7 @@ def run_runbook(
     if lane_params.file is None:
         raise LanebookError(f"lane {lane_params.name} was built in memory: a runbook runs a lane loaded from its file")
     refuse_secret_parameters(params)
+    lane_keys(lane_params)  # a keyed lane's keys read and checked first, and redacted from everything this run writes
     if kernel is not None:
         return _run_on(kernel, notebook, runbook, lane_params, params, dry_run, yes, link, break_lock, echo)
     with started_kernel(notebook, connects=not dry_run) as kernel:  # it boots while the run is checked and begun
@@ -417,7 +414,7 @@ def _run_on(
             ),
             signals_raised(),
         ):
-            outcome = execute_notebook(notebook, output, parameters, kernel, echo)
+            outcome = execute_notebook(notebook, output, parameters, kernel, RedactedStream(echo) if echo else None)
         result = run_result(outcome, output, dry_run)
     except LockRefused:
         discard_run(pending)  # nothing ran: no record, and the claimed name is given back

@@ -1,25 +1,13 @@
 """`lanebook fleet promote FLEET`: a fleet's lanes promoted by Apache Airflow, the canary first, then waves.
 
-lanebook writes the fleet's plan and an Airflow DAG for it into the fleet run's folder,
-outputs/fleets/FLEET/UTCSTAMP-FLEETID/ (`plan.json`, `dag.py`), and runs the DAG with the Airflow of its own venv
-(`.tools/airflow`, `make airflow`): `airflow dags test` on SQLite, its home under outputs/fleets/.airflow (migrated
-once, no example DAGs), its output and logs in the run's folder. The same file can be handed to an Airflow deployment
-whose workers reach this checkout.
-
-The DAG holds no logic of its own: each lane's task runs that lane's promotion as any operator would,
-`lanebook promote --lane LANE --fleet-id ID` (its own promotion id and lock, the usual records, each carrying the fleet
-id), and fails naming the lane and where its promotion stopped. After each wave a gate task (trigger rule all_done:
-it runs whatever its lanes did) runs `lanebook fleet gate RUNDIR WAVE`, which reads the wave's lanes' promotions for
-this fleet id from outputs/runs.jsonl and fails when more of them did not pass than the wave's failure budget allows
-(the canary's is 0); the next wave's tasks depend on the gate, so a failed gate stops the fleet there. Airflow's
-`dags test` runs a wave's tasks one after another; a deployment's executor runs them at once.
-
-The fleet's record, `fleet.json` beside the DAG, says how the waves ran: each lane's promotion and verdict, each gate's
-decision, the fleet's verdict (pass, fail: every wave ran but a lane failed within its budget, stopped, error,
-dry-run). Each gate writes it as it stands after its wave, so a DAG run by an Airflow deployment, where no `lanebook
-fleet promote` waits for the end, leaves it too; when the local `airflow dags test` is done lanebook writes it once
-more with Airflow's exit code. Everything it says is a pure function of the plan and the run records
-(`fleet_outcome`), so `lanebook fleet status` reads a fleet still running, or one with no record, the same way.
+lanebook writes the plan and an Airflow DAG (`plan.json`, `dag.py`) into outputs/fleets/FLEET/UTCSTAMP-FLEETID/ and
+runs it with `airflow dags test` from its own venv (`.tools/airflow`, SQLite under outputs/fleets/.airflow); an
+Airflow deployment can run the same file. The DAG holds no logic: each lane's task runs `lanebook promote --lane LANE
+--fleet-id ID`; after each wave a gate task (trigger rule all_done) runs `lanebook fleet gate RUNDIR WAVE` and fails,
+stopping the fleet, when more of the wave's promotions failed than its budget allows (the canary's is 0).
+The record, `fleet.json`, gives each lane's promotion, each gate's decision and the fleet's verdict (pass, fail,
+stopped, error, dry-run). It is a pure function of the plan and the run records (`fleet_outcome`): each gate writes
+it after its wave and `fleet promote` once more at the end, and `lanebook fleet status` reads any fleet the same way.
 """
 
 from __future__ import annotations

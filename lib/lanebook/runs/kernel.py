@@ -1,20 +1,9 @@
-"""A runbook's kernel, started before papermill asks for one.
+"""A runbook's kernel, started before papermill asks for one, so it boots while lanebook prepares the run.
 
-A kernel takes most of a second to boot (a Python process, IPython, its sockets) and a runbook's first cell then
-imports lanebook. Started as soon as a run is asked for, the kernel boots and makes those imports while lanebook
-checks the parameters, takes the lock and begins the record, on the other core, instead of after them. papermill
-runs the notebook on it as on a kernel of its own (`km=`); lanebook stops it at once when the run ends.
-
-The kernel is ipykernel's, started by this module (`python -m lanebook.runs.kernel`, the one kernel spec in
-KERNELS_DIR) without its debugger: ipykernel imports debugpy as it boots, for JupyterLab's visual debugger, which
-a headless run has no way to attach. The spec is read from KERNELS_DIR alone, not searched for among the
-installed ones.
-
-The kernel talks over Unix sockets in a folder of its own, not over loopback TCP ports. jupyter_client picks TCP
-ports by binding port 0 and letting go of it, and the kernel binds them a moment later: two kernels started at once
-by two processes can be handed the same port (seen here once in 360 starts of six at a time). A kernel that finds
-its IOPub port taken stays up without ever answering (ipykernel 7.4: the bind error leaves its threads running), and
-the run fails after 60 s with "Kernel didn't respond". A socket path in a folder made for the kernel cannot be taken.
+papermill runs the notebook on it (`km=`); lanebook stops it when the run ends. It is ipykernel's, started as
+`python -m lanebook.runs.kernel` (the one kernel spec, read from KERNELS_DIR alone) without the debugger, and
+it talks over Unix sockets in a folder of its own, never loopback TCP ports, so kernels started at once by two
+processes cannot collide. Why: docs/decisions.md, the "Runbook kernels" entries.
 """
 
 from __future__ import annotations

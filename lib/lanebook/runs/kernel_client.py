@@ -1,20 +1,9 @@
 """The client papermill talks to a runbook's kernel through: jupyter_client's, ready as soon as the kernel is.
 
-jupyter_client's `wait_for_ready`, once the kernel answers `kernel_info`, reads IOPub until it has been quiet for
-0.2 s: a fixed 0.2 s of every run, with the kernel idle. The kernel publishes `busy` and `idle` around every request
-it handles, in order, on its one IOPub socket, so the `idle` of the answered `kernel_info` request is the last message
-that request causes and everything published before it has been read by then. This client reads IOPub up to that
-`idle`; an IOPub not yet subscribed (ZeroMQ drops what a subscriber missed) sees none within 0.2 s and asks again,
-as jupyter_client does when no IOPub message follows the reply. Once IOPub has shown a message it is live, and the
-`idle` follows in order however long a loaded machine takes to deliver it (once more than 60 s of asking again when
-each idle came later than 0.2 s), unless IOPub has already moved on to a later request: its idle was missed, ask again.
-
-Its channels never wait on one poll without end. nbclient waits for a cell's reply with no timeout (a runbook's cell
-may wait out a cold bind), and pyzmq's asyncio poll is woken by the socket's edge-triggered descriptor: a wake-up that
-is missed leaves a message unread until another one comes (the wedge ipykernel 7 fixed on the kernel's side,
-ipython/ipykernel#1529). A diagnose run beside the suite once sat ten minutes with its kernel idle and its client
-still waiting for the cell's reply; the cause was not proven, but a poll that times out reads the socket's state
-again, so these channels wait in slices of WAIT_SLICE_S, and such a message is read at the next slice.
+Ready means IOPub has delivered the `idle` that follows the answered `kernel_info` (asked again while IOPub is
+not yet subscribed, or moved on past a missed idle), not a fixed 0.2 s of quiet. Its channels never wait on one
+poll without end: they poll in slices of WAIT_SLICE_S, so a missed wake-up costs at most one slice.
+Why: docs/decisions.md, the "Runbook kernels" and "headless run" entries.
 """
 
 from __future__ import annotations

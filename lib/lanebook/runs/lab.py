@@ -1,16 +1,11 @@
 """`lanebook lab`: the interactive walkthrough — JupyterLab on loopback in the runbooks folder, its lane ready.
 
-The runbooks' `lane` parameter defaults to the twin, so an operator opens one and runs it; destructive steps
-ask with a Confirm/Cancel button and long waits show a live progress bar (lanebook.base.frontend,
-lanebook.base.progress).
-
-JupyterLab listens on 127.0.0.1 only, behind a fresh token handed over in the environment (a command line
-is readable by every local user; a process's environment is not), and on the exact port asked for: a port
-in use is an error, never a silent move to another one. Autosave is off so running a runbook leaves the
-committed notebook clean: the record of a run is `lanebook run` (outputs/); saving outputs into a runbook
-is the operator's explicit choice. It fetches nothing from the internet (no news, no update check, no
-extension listing). These choices are JupyterLab setting defaults (overrides.json), so an operator's own
-settings still win; the walkthrough's layout is kept apart from other labs' (its own workspaces folder).
+The runbooks' `lane` parameter defaults to the twin; destructive steps ask with a Confirm/Cancel button and long
+waits show a progress bar (lanebook.base.frontend, lanebook.base.progress). JupyterLab listens on 127.0.0.1 only,
+on the exact port asked for (one in use is an error), behind a fresh token passed in the environment, not on the
+command line other users can read. Autosave is off, so running a runbook leaves the committed notebook clean; it
+fetches nothing from the internet. These are setting defaults (overrides.json), so an operator's own settings win;
+the walkthrough keeps its own workspaces folder.
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """One operator at a time on a lane pair: a lock file on the head node, naming who holds it.
 
-What makes "the same pair": the head machine, and on it the home of the user lanebook logs in as. Every lane
-of a pair is launched, stopped and rolled back from the head (its launcher, checkout and engine live there),
-and a lane's rollback lane runs on the same two machines, so the lock belongs to the machines, not to a lane
-name: `twin` and its rollback lane `twin-1m6` share one lock, as anemll-0731, anemll-1m6 and patch3-c12 share
-theirs (all reach the head as the same user). The lock is the file ~/.lanebook/lane-pair.lock on the head,
-so lanes whose files spell the head differently (an ssh config alias, an address) still meet on it.
-
-Taking it is one command through the node library: the holder record (JSON) is written to a temp file that
-is then hard-linked to the lock's name. link(2) either creates the name, whole, or fails because it exists,
-so two runs that race cannot both win and nobody ever reads half a record. A run that finds it held reads
-the record back in the same command, with the head's clock and the file's mtime, and is refused with the
-holder's details.
-
-The file's mtime is the holder's heartbeat: the holding process touches it every LEASE_S / 5 seconds, and
-both the heartbeat and its age are measured by the head's clock, so operators' clocks need not agree. A lock
-is stale when its holder is dead: it ran on this machine and its pid is gone, or its heartbeat is older than
-its lease. A stale lock is refused like a live one, named as stale, and broken only when asked
-(`--break-lock`); a broken record is kept beside the lock (lane-pair.lock.broken-STAMP), never deleted.
-A live lock is never broken.
-
-Nested runs: the holder exports its claim (LOCK_CLAIM_ENV), so a runbook run inside it (promote's runbooks,
-diagnose's relaunch, which run in papermill kernels that inherit the environment) finds the lock held with
-its own claim and goes ahead without taking or releasing it.
+The lock is ~/.lanebook/lane-pair.lock in the home of the user lanebook logs in as on the head, so every lane of a
+pair (and its rollback lane) meets on it, however its file spells the head. Taking it is atomic (link(2) of a
+written holder record): two racing runs cannot both win and nobody reads half a record. A held lock refuses the run
+with the holder's details. The holder touches its mtime every LEASE_S / 5 s (the head's clock); a lock whose holder
+is dead (its pid gone on this machine, or a heartbeat older than its lease) is stale, refused as stale and broken
+only with `--break-lock` (its record kept as lane-pair.lock.broken-STAMP); a live lock is never broken. Runs nested
+inside the holder (it exports LOCK_CLAIM_ENV) go ahead without taking or releasing it. Why: docs/decisions.md.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from typing import Callable, Optional, TextIO
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.lane.changes import ALLOW_FLAG, ALLOW_PARAMETER, change_from_rollback
+from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, load_lane
 
 MAIN_JOB = ("weights", "env", "launch", "warmup", "gates", "speed")
@@ -204,6 +205,7 @@ def promote(
     refusal = one_change_refusal(params, allow_runtime_and_weights)
     if refusal:
         raise LanebookError(refusal)
+    lane_keys(params)  # a keyed lane's keys read and checked before any runbook starts
     digest = lane_digest(params)
     plan = plan_resume(read_runs(), params.name, digest, dry_run=dry_run) if resume else new_plan()
     on_plan(plan)

@@ -1,24 +1,13 @@
 """`lanebook upgrade --lane LANE --to REF`: the recipe moved; upgrade the lane's checkout knowing what will change.
 
-The upgrade is a promotion of a new checkout, never an edit of the old one (lanebook.ops.upgrade makes it beside the
-old on the head, at REF of the checkout's own remote, and copies it to every worker). The plan compares the two
-checkouts as the head holds them (lanebook.recipe.upgrade, called in one place: `plan_sides`) and is recorded as
-`lanebook upgrade --from --to --record` records one; a `blocked` plan stops here, nothing launched. Otherwise the
-lane is stopped where it serves (the `stop` runbook, from the old checkout) and the usual promotion runs on the new
-checkout: weights, env (the lane's render applied to it), launch, warmup, gates, speed against the lane's baseline.
-
-How the promotion addresses the new checkout: the runbooks load a lane from its file, and the lane file is the
-operator's truth. So the upgrade writes the candidate — the operator's lane file, byte for byte, with only its
-`checkout:` line set to the new checkout — under outputs/LANE/ beside the upgrade's record, and promotes that file.
-On a pass the operator's lane file gets the same line (backed up first, lanebook.lane.values); on a failure it is
-untouched, so the lane still names the old checkout, which nothing wrote to: `lanebook run launch --lane LANE`
-starts it as before.
-
-The old checkout's tree is fingerprinted on every node before and after; the upgrade's record (outputs/LANE/
-STAMP-upgraded-ID.json, beside the plan's STAMP-upgrade-ID.json) keeps both, the plan's record, the two commits, the
-promotion it ran and its verdict, and the promotion's first record links the two records. `rollback_checkout` puts
-the lane back on the old checkout: stop, the lane file's line back, launch and gates. A dry run opens no connection
-and writes nothing: it shows the commands.
+The upgrade promotes a new checkout, never edits the old one (lanebook.ops.upgrade makes it beside the old, at REF
+of its own remote, on the head and every worker). The plan (lanebook.recipe.upgrade, via `plan_sides`) is recorded
+first; a `blocked` plan stops there. Otherwise the lane is stopped and the usual promotion runs on a candidate lane
+file under outputs/LANE/: the operator's file byte for byte, only its `checkout:` line changed. On a pass the
+operator's file gets that line (backed up first); on a failure it is untouched and still names the old checkout,
+which nothing wrote to. The record (STAMP-upgraded-ID.json) keeps the old tree's fingerprints before and after, the
+plan, both commits and the promotion's verdict; `rollback_checkout` goes back to the old checkout. A dry run opens
+no connection and writes nothing.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """`lanebook book`: the jupyter-book 1 site — the recipe, the runbooks' rehearsals and the audit trail.
 
-Pages are generated from the one source of each fact (lane files, the pitfall registry, the run index, the
-stored baselines; lanebook.site.pages, a module per page) into a staging folder, then jupyter-book builds it
-offline from stored outputs: it never executes a notebook. Pages made from recorded notebooks are copies;
-the records themselves are never touched. Plugins add pages (registry().book_pages: the twin's facts).
-
-Every staged page then names the write-ups it cites by title, linked to the Sources page, and links each pitfall,
-symptom and fact id to its row (lanebook.site.pages.links).
-
-Strict builds (tests, `lanebook book --strict`) fail on any Sphinx warning, on a broken internal link or
-anchor, on anything the site would load from the internet, and on a page that says "not rehearsed", "seed 0" or
-shows a path on the machine that built it (lanebook.site.bookcheck). A build that is not strict returns them
-as warnings.
+Pages are generated from the one source of each fact (lane files, the pitfall registry, the run index, the stored
+baselines; lanebook.site.pages, a module per page, and plugins' pages) into a staging folder, then built offline
+from stored outputs: no notebook is executed, and recorded notebooks are copied, never touched. Every page names
+the write-ups it cites by title and links each pitfall, symptom and fact id to its row (lanebook.site.pages.links).
+Strict builds (tests, `--strict`) fail on any Sphinx warning and on what lanebook.site.bookcheck finds; other
+builds return those as warnings.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Checks of a built site: every internal link and anchor resolves, nothing is loaded from the internet, and no
 page says what a published page must not (`text_problems`).
 
-The site must work from a file:// path with no network, so every script, style sheet, font, image and frame
-it loads is one of its own files: an http(s) or protocol-relative URL in a loading attribute (script src,
-link href, img src, iframe src, …), in a style attribute or <style>, or in a CSS file's @import or url() is a
-problem. A link (a href) to another site loads nothing and is allowed. `page_refs` and `css_loads` are pure
-(text in, references out); `check_site` walks a built site and names each problem.
-
-What a page's article must not say: "not rehearsed" (a runbook page with no twin run behind it), "seed 0" (the
-house shorthand for the write-ups: a reader is given their titles, lanebook.site.pages.links), or a path on the
-machine that built it (lanebook.base.paths.local_roots: pages show paths relative to the repository or the lane's
-checkout). `article_lines` and `said` are pure; `text_problems` names each page and line.
+The site must work from a file:// path with no network: an http(s) or protocol-relative URL in a loading attribute
+(script src, link href, img src, iframe src, …), a style attribute, <style>, or a CSS @import or url() is a problem;
+a link (a href) to another site is allowed. A page's article must not say "not rehearsed", "seed 0" (readers get
+the write-ups' titles) or show a path on the building machine (lanebook.base.paths.local_roots). `page_refs`,
+`css_loads`, `article_lines` and `said` are pure; `check_site` and `text_problems` name each problem and page.
 """
 
 from __future__ import annotations

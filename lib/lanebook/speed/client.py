@@ -26,6 +26,7 @@ from typing import Any, AsyncIterator, Callable, Coroutine, Iterator, Mapping, O
 
 import httpx
 
+from lanebook.nodes.http import lane_auth, refused_key
 from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, queue_depth, scrape, spec_decode_delta, wait_idle
 from lanebook.speed.records import (
     CONTENT,
@@ -71,9 +72,12 @@ def request_timeout_s(max_tokens: int) -> float:
 
 def new_client(transport: Optional[LeanTransport] = None) -> httpx.AsyncClient:
     """One pooled client per run on the lean transport; no proxies from the environment (the lane is
-    reached directly)."""
+    reached directly); a keyed lane's key sent where vLLM asks for it (nodes.http.lane_auth)."""
     return httpx.AsyncClient(
-        transport=transport or LeanTransport(), timeout=httpx.Timeout(120.0, connect=10.0), trust_env=False
+        transport=transport or LeanTransport(),
+        timeout=httpx.Timeout(120.0, connect=10.0),
+        trust_env=False,
+        auth=lane_auth(),
     )
 
 
@@ -201,7 +205,7 @@ async def stream_chat(
             ) as response:
                 if response.status_code != 200:
                     detail = (await response.aread())[:200].decode(errors="replace").strip()
-                    record.error = f"HTTP {response.status_code}: {detail}"
+                    record.error = refused_key(response.status_code, url) or f"HTTP {response.status_code}: {detail}"
                 else:
                     end = await _read_stream(response, record, tally)
     except TimeoutError:

@@ -18,6 +18,7 @@ from rich.text import Text
 
 from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.files import backup, write_atomic
+from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, lane_names, load_lane
 from lanebook.lane.plugins import serves_twin
 from lanebook.nodes.prometheus import QueueNotIdle
@@ -278,6 +279,8 @@ def speed_command(
     if not api or not model:
         raise LanebookError("lanebook speed needs --lane, or --api and --model")
     lane = named if named and named.api.rstrip("/") == api.rstrip("/") else lane_for_api(api)
+    if lane is not None:
+        lane_keys(lane)  # a keyed lane's key sent with every wave, and kept out of what is printed
     console = Console()
     if lane is None:
         console.print(f"note: no lane in params/ serves {api}; using the default request shape {DEFAULT_REQUEST}")

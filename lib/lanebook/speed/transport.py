@@ -1,38 +1,12 @@
 """A lean HTTP/1.1 transport for httpx that stamps every socket read with the time its bytes arrived.
 
-Why a transport of its own: httpx's default stack (httpcore, h11, anyio) spends about 70 µs of Python
-per SSE chunk (several async-generator layers, a timeout scope per socket read, an h11 event per
-frame); at 64 streams that is the client's whole CPU budget. This one reads the socket directly and
-hands httpx one block per socket read with the chunked framing removed, so a read that brought five
-chunks costs one pass. httpx's API, exceptions and keep-alive pooling stay: errors map to httpx
-exceptions; a response read to its end returns its connection to the pool, an abandoned one closes
-it. https:// URLs go to httpx's standard transport (whose blocks carry no arrival stamp).
-
-Arrival stamps. A client that reads its clock when the event loop hands it the bytes reads it late
-whenever the loop is busy or the process is not on a core: when 64 first chunks land at once, the
-last one handled is stamped after the other 63, its decode window shrinks and its rate reads high.
-So every connection's socket has SO_TIMESTAMPNS set, and each recvmsg() returns, as ancillary data,
-the time the kernel's receive path took in the newest segment behind the bytes returned (segments
-that wait in the queue together are merged under the newer time). Nothing this process does later
-can move that time: a read's stamp is never earlier than its bytes' arrival, and later only when
-newer data was already queued with them, that is when this process fell a whole chunk behind.
-`response.extensions["stamped_body"]` is the response's StampedBody, whose stamped() yields each
-read's payload with that stamp; reading it there also skips httpx's generator layers per block.
-
-Clock. The kernel stamps on CLOCK_REALTIME, wall time, which NTP or an operator may step. The
-harness's other times (t_sent, t_done, the bench server's own log) are perf_counter readings:
-CLOCK_MONOTONIC on Linux, never stepped, shared by every process. Each stamp is moved onto
-perf_counter's clock as it is read, by the realtime − perf offset sampled at that moment. Both
-clocks run at the same rate (NTP slews them alike), so the offset changes only at a step, and a step
-then misplaces only the few stamps read across it, where an offset sampled once would misplace every
-later one. Stamps, TTFT and wall time are thereby on one clock.
-
-Where the kernel cannot stamp (not Linux, the option refused, nothing stamped on loopback), every read
-is stamped with perf_counter when this process made it, and the transport says so in stamp_source and
-stamp_note: one source per transport, decided before its first request, so one run never mixes two.
-
-Timeouts: connecting and the response head obey httpx's connect/read timeouts; body reads carry no
-per-read timer (that timer is the cost avoided), so callers bound whole requests (the harness does).
+It reads the socket directly and hands httpx one block per read, chunked framing removed; httpx's API, exceptions
+and keep-alive pooling stay (a response read to its end returns its connection, an abandoned one closes it).
+https:// URLs go to httpx's standard transport, unstamped. Stamps come from the kernel (SO_TIMESTAMPNS), moved onto
+perf_counter's clock per read, so stamps, TTFT and wall time share one clock; where the kernel cannot stamp, each
+read is stamped when made, and `stamp_source`/`stamp_note` say which (one source per transport, never mixed).
+`response.extensions["stamped_body"]` yields each read's payload with its stamp. Body reads carry no per-read
+timeout: callers bound whole requests. Why: docs/decisions.md, the "Speed client" entries.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """What a runbook notebook calls: a step model that checks each step's expected result.
 
-A notebook stays thin: each step is a few lines calling the library, then `rb.expect(...)`. A failed
-expectation raises StepFailed, which papermill records as the failing cell; lanebook.runs.execute turns it
-into verdict "fail". A LanebookError raised inside a step (a refused connection, a bad input the library
-names) is that step's failure too; any other exception is a bug and the verdict "error". The last cell
-calls `rb.finish()`, which emits the verdict and figures as a machine-readable output that
-lanebook.runs.execute reads back from the executed notebook; a run that stops early emits them in the failing
-cell, so its record keeps the figures measured before the failure. A step names what to do when it
-fails (`fix=`, usually the runbook that repairs it), shown under the failure and kept in the record.
-
-A dry run sends nothing to the lane, so what the lane would have shown is "not observed" and the
-verdict is "dry-run", never "pass"; results computed on this machine (lint, the lane file, parameters)
-are checked for real and still fail it.
+A notebook stays thin: each step is a few lines calling the library, then `rb.expect(...)`. A failed expectation
+raises StepFailed (verdict "fail", lanebook.runs.execute); a LanebookError in a step is that step's failure too;
+any other exception is a bug (verdict "error"). `rb.finish()` in the last cell emits the verdict and figures for
+lanebook.runs.execute to read back; a run that stops early emits them in the failing cell, keeping the figures
+measured before it. A step's `fix=` (usually the repairing runbook) is shown under its failure and recorded.
+A dry run sends nothing to the lane: what the lane would show is "not observed" and the verdict "dry-run", never
+"pass"; checks made on this machine (lint, the lane file, parameters) are real and still fail it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """What a client sees differently from the twin's server and from a real vLLM, in one place.
 
-tests/test_real_vllm.py sends the same requests to the twin's server and to the real vLLM of the test bed (vLLM
-0.32.0, CPU build, `make vllm-cpu`) and compares what a client can see: status codes, JSON key sets and value types
-(recursively), the SSE framing, error bodies (type, param, code), and the /metrics families (name, type, label
-names). Every difference it observes must be listed here with its reason, and every listed one observed: the test
-asserts the two sets are equal, so there is no unexplained difference and no stale row. The twin's facts page shows
-the list (`render_section`).
-
-Which vLLM the twin follows: the lane's (its /version says 0.25.2+lanebook.twin). Where vLLM 0.32 judges a request
-differently (a 400 the twin did not give, an error's type or param), the twin was changed to answer as 0.32 does,
-since a client acts on those. What it does not copy is listed below: fields 0.32 adds that no lanebook client reads,
-and /metrics families the twin does not model.
+tests/test_real_vllm.py sends the same requests to both (the real one: vLLM 0.32.0's CPU build, `make vllm-cpu`)
+and compares status codes, JSON keys and value types, SSE framing, error bodies and /metrics families. The test
+asserts the differences it observes equal the ones listed here, each with its reason: none unexplained, none stale.
+The twin follows the lane's vLLM (0.25.2+lanebook.twin) but judges requests as 0.32 does, since a client acts on
+that; it does not copy fields no lanebook client reads or /metrics families it does not model. The twin's facts
+page shows the list (`render_section`).
 """
 
 from __future__ import annotations

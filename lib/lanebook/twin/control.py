@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -26,6 +27,7 @@ from typing import Iterable, Iterator, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
+from lanebook.lane.keys import key_file_path
 from lanebook.lane.params import LaneParams, lane_names, load_lane
 from lanebook.twin.nodes import (
     ALIASES,
@@ -132,6 +134,19 @@ def _lanes() -> list[LaneParams]:
     return sorted(lanes, key=lambda lane: lane.twin)
 
 
+def ensure_lane_keys(lane: LaneParams) -> Optional[Path]:
+    """A keyed twin lane's key file, made when it is missing: fresh random keys (two for DSPARK_API_KEYS, one for
+    VLLM_API_KEY), mode 0600 in a folder of mode 0700. A file already there is the operator's (or a test's): kept."""
+    path = key_file_path(lane)
+    if path is None or not is_twin_lane(lane) or path.exists():
+        return None
+    count = 2 if lane.auth.variable == "DSPARK_API_KEYS" else 1
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    write_atomic(path, "".join(f"twin-{secrets.token_urlsafe(18)}\n" for _ in range(count)), mode=0o600)
+    _say(f"keys of lane {lane.name} in {path} (mode 0600)")
+    return path
+
+
 def recipe_root(lay: TwinLayout) -> Path:
     """Where the twin keeps its recipe remote (lanebook.twin.remote), the origin of every node's checkout."""
     return lay.root / "recipe"
@@ -200,6 +215,8 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     """Start the twin (idempotent); different faults or speed restart it with fresh node roots."""
     faults = validate_faults(faults)
     lay = layout()
+    for lane in _lanes():
+        ensure_lane_keys(lane)
     current = status()
     if current["running"]:
         if current["faults"] == faults and current["fast"] == fast:

@@ -10,9 +10,11 @@ server emitted its first and last tokens, for benchmarks to check clients agains
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
+import secrets
 import sys
 import time
 import uuid
@@ -22,6 +24,7 @@ from typing import Any, AsyncIterator, Callable, Optional
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -58,6 +61,37 @@ def error_body(message: str, kind: str, code: int, param: Optional[str] = None) 
 
 class EngineDead(Exception):
     """The engine core died (fault engine-dies-mid-bench or a lost TP worker)."""
+
+
+# What vLLM 0.32.0's --api-key guards (vllm/entrypoints/serve/middleware/authenticate.py: GUARDED_PREFIX); every other
+# route (/health, /metrics, /version, /ping, the twin's own /twin/requests) stays keyless.
+GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
+
+
+class KeyGuard:
+    """vLLM's AuthenticationMiddleware as it behaves: a pure ASGI middleware that answers 401 {"error":
+    "Unauthorized"} to a request of a guarded path (OPTIONS passes) whose `Authorization: Bearer KEY` (scheme case
+    insensitive) is none of the keys, before any route runs (so also before the engine is up, and for paths no route
+    serves)."""
+
+    def __init__(self, app, tokens: list[str]) -> None:
+        self.app = app
+        self.tokens = [hashlib.sha256(t.encode()).digest() for t in tokens]
+
+    def _verified(self, headers: Headers) -> bool:
+        scheme, _, param = (headers.get("authorization") or "").partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        digest = hashlib.sha256(param.encode()).digest()
+        return any(secrets.compare_digest(digest, token) for token in self.tokens)
+
+    def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket") or scope.get("method") == "OPTIONS":
+            return self.app(scope, receive, send)
+        path = scope["path"].removeprefix(scope.get("root_path", ""))
+        if path.startswith(GUARDED_PREFIX) and not self._verified(Headers(scope=scope)):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+        return self.app(scope, receive, send)
 
 
 @dataclass
@@ -572,6 +606,8 @@ class TwinServer:
         )
         self.app.add_exception_handler(404, self._not_found)
         self.app.add_exception_handler(405, self._not_allowed)
+        if self.options.api_keys:  # vLLM adds its AuthenticationMiddleware only when started with keys
+            self.app.add_middleware(KeyGuard, tokens=self.options.api_keys)
 
     # Lifecycle --------------------------------------------------------------------------------
     def start_engine(self) -> None:
@@ -678,14 +714,6 @@ class TwinServer:
     async def _not_allowed(self, request: Request, exc: Exception) -> Response:
         return JSONResponse({"detail": "Method Not Allowed"}, status_code=405)
 
-    def _unauthorized(self, request: Request) -> Optional[Response]:
-        if not self.options.api_keys:
-            return None
-        header = request.headers.get("authorization", "")
-        if header.startswith("Bearer ") and header[7:] in self.options.api_keys:
-            return None
-        return JSONResponse({"error": "Unauthorized"}, status_code=401)
-
     async def health(self, request: Request) -> Response:
         return Response(status_code=200 if self.healthy else 503)
 
@@ -696,9 +724,6 @@ class TwinServer:
         return Response(generate_latest(self.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def models(self, request: Request) -> Response:
-        denied = self._unauthorized(request)
-        if denied:
-            return denied
         if not self.ready:  # vLLM serves /v1/models only once the engine is up: launchers wait on it
             return JSONResponse(error_body("The engine is still starting.", "ServiceUnavailableError", 503), 503)
         now = int(time.time())
@@ -812,9 +837,6 @@ class TwinServer:
         return reply, seq
 
     async def chat(self, request: Request) -> Response:
-        denied = self._unauthorized(request)
-        if denied:
-            return denied
         if not self.ready:
             return JSONResponse(error_body("The engine is still starting.", "ServiceUnavailableError", 503), 503)
         if self.engine.dead:

@@ -1,27 +1,12 @@
 """What a twin node's session runs: the client's command line, with the node's own system paths.
 
-A twin node is a directory on this machine, so /dev/shm, /proc/sys/vm/drop_caches and
-/etc/systemd/system would be this machine's. Before bash runs a command line, the node session
-(sshd's ForceCommand, written by lanebook.twin.nodes) maps each of NODE_PATHS to the node's copy
-under its root, which the stand-ins and the memory model use (lanebook.twin.standins.machine):
-
-    /dev/shm/x                ->  ROOT/dev/shm/x
-    /proc/sys/vm/drop_caches  ->  ROOT/proc/sys/vm/drop_caches
-    /etc/systemd/system/u     ->  ROOT/etc/systemd/system/u
-
-A path is mapped wherever it starts a path: unquoted, inside quotes, inside an `sh -c '...'` script
-(`rm -rf /dev/shm/*` becomes `rm -rf ROOT/dev/shm/*`, glob and all), but not as the tail of another
-path (`$HOME/dev/shm`, `x/dev/shm`) nor as a prefix of another name (`/dev/shmx`,
-`/etc/systemd/system.conf`). The replacement is made only of characters no shell quoting treats
-specially ([A-Za-z0-9_./-]); a root with any other character is reached through an alias symlink that
-has none. So mapping never changes how a line is quoted or split, and a command that would go wrong
-on a node (a misspelt path, a quoted glob) goes wrong the same way here.
-
-The other direction: a command line that leaves the node for another one over ssh (through the
-node's `ssh` shim) has this node's mapped paths put back to the real ones, so the other node maps
-them into its own root. Not mapped: paths a program builds itself or reads from a file or stdin,
-an interactive shell, and sftp transfers; lanebook's node operations name these paths on the
-command line.
+Before bash runs a line, the node session (sshd's ForceCommand, lanebook.twin.nodes) maps each of NODE_PATHS
+(/dev/shm, /proc/sys/vm/drop_caches, /etc/systemd/system) to the node's copy under its root, wherever it starts a
+path: unquoted, quoted or inside an `sh -c '...'` script, globs and all; never as the tail of another path
+(`$HOME/dev/shm`) or the prefix of another name (`/dev/shmx`). The root is spelt with [A-Za-z0-9_./-] only (else
+an alias symlink), so mapping never changes how a line is quoted or split. A line leaving for another node over
+ssh (the node's `ssh` shim) gets the real paths back. Not mapped: paths a program builds or reads from a file or
+stdin, an interactive shell, sftp.
 """
 
 from __future__ import annotations

@@ -717,6 +717,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if real_engine.requested(env):  # the real vLLM (CPU build) serves instead of the twin engine
         return vllm_cpu.run(args, vllm_cpu.explicit(parser, argv, args), env)
     log("INFO", "api_server.py:1896", f"vLLM API server version {VLLM_VERSION}")
+    if given.get("api_key"):  # the recipe's hotfix-vllm-redact-api-key-log.sh: the keys never reach the log
+        given["api_key"] = [f"<redacted:{len(given['api_key'])} value(s)>"]
     log("INFO", "utils.py:233", f"non-default args: {given}")
     enabled, line = breakable_graphs(env)
     if line:

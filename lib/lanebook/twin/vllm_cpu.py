@@ -1,28 +1,13 @@
-"""The real vLLM (its CPU build) as the head's serving process: what the twin's `vllm` stand-in runs when the
-container's environment says LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu (the knob: lanebook.twin.real_engine; the real-vllm-cpu
-lane passes it through the compose file's environment: map, as every lane passes VLLM_USE_BREAKABLE_CUDAGRAPH).
+"""The real vLLM (its CPU build) as the head's serving process, when the container's environment says
+LANEBOOK_TWIN_REAL_ENGINE=vllm-cpu (lanebook.twin.real_engine).
 
-The stand-in parses `vllm serve` as vLLM does (lanebook.twin.vllm), then translates the argv it was given for the
-CPU build and execs `.tools/vllm-cpu/bin/python -m vllm.entrypoints.openai.api_server ...` (the CPU distribution is
-named vllm-cpu and its `vllm` console script fails). Every change is printed to the container log, one
-"lanebook twin: vllm-cpu ..." line each, before the real server's own startup log: the model becomes the tiny
-random model (.tools/vllm-cpu/tiny-model), the speculative config becomes vLLM's ngram method with the lane's K and
-per-batch schedule (the GPU lanes' MTP/DSpark drafter cannot run on CPU), GPU-only and multi-node flags are dropped
-(one rank: the CPU build runs the model alone on the head) and --enforce-eager is added. A flag this table does not
-know is refused (exit 2), never passed on or dropped silently.
-
-The server serves at the lowest CPU priority (nice 19, for its processes and for the autogroup of its session, which is
-what Linux weighs between sessions; each twin container runs in a session of its own, twin/standins/runtime.py). It
-boots, and answers its first request (the launcher's readiness chat), at the priority it was started with; then a helper
-in its session lowers it (lower_once_ready). Its engine processes spin on the cores between decode steps (vLLM's
-shared-memory queue busy-waits for a second after each read; the worker is bound to a core of its own), and on a
-two-core test bed that kept the client reading the streams off the CPU for whole replies: the wire carried every chunk
-as it came, but the client read a 64-token reply in one read, so every chunk bore the same kernel stamp and the stream
-had no decode window (the speed runbook failed 3 of 3 runs so; with the server at nice 19, 3 of 3 passed beside the same
-load). The server's own counters do not depend on how fast it runs, and its figures are twin figures either way.
-
-A headless rank (the worker's container) runs nothing real: it says so in its log and stays up idle until stopped, so
-the launcher's two-container shape holds and `docker logs` on the worker tells what it is.
+The `vllm` stand-in parses `vllm serve` as vLLM does (lanebook.twin.vllm), translates the argv for the CPU build
+(the tiny random model, ngram speculation with the lane's K and schedule, GPU-only and multi-node flags dropped,
+--enforce-eager) and execs `.tools/vllm-cpu/bin/python -m vllm.entrypoints.openai.api_server`; each change is one
+"lanebook twin: vllm-cpu ..." log line, and an unknown flag is refused (exit 2). Once it has answered its first
+request the server runs at nice 19 (its processes and its session's autogroup), so the client reading the
+streams always comes first. A headless rank (the worker) runs nothing real: it says so and idles until stopped.
+Its figures are twin figures. Why nice 19: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -82,7 +67,7 @@ DROPPED = {
     "quantization": "the tiny model is not quantized",
 }
 CPU_KV_DTYPE = "auto"  # vLLM's default KV cache dtype, the model's: the one the CPU build runs
-LOWEST_PRIORITY = 19  # nice: the client reading the streams always comes first (see the module's docstring)
+LOWEST_PRIORITY = 19  # nice: the client reading the streams always comes first (docs/decisions.md)
 AUTOGROUP = Path("/proc/self/autogroup")  # the session's scheduling group; its nice weighs it against other sessions
 READY_BOUND_S = 1800.0  # how long the priority helper waits for /health before it gives up (lower_once_ready)
 FIRST_REQUEST_BOUND_S = 600.0  # how long after /health it waits for the first finished request before lowering
@@ -168,6 +153,15 @@ def translate(given: dict[str, Any], args: argparse.Namespace) -> tuple[list[str
     return argv, notes
 
 
+def shown_argv(command: list[str], keys: int) -> list[str]:
+    """COMMAND as the container log shows it: the --api-key values replaced, as the recipe's log hotfix shows them
+    (hotfix-vllm-redact-api-key-log.sh: `<redacted:N value(s)>`)."""
+    if "--api-key" not in command:
+        return command
+    at = command.index("--api-key")
+    return [*command[: at + 1], f"<redacted:{keys} value(s)>", *command[at + 1 + keys :]]
+
+
 def say(line: str) -> None:
     print(f"{PREFIX}: {line}" if not line.startswith(PREFIX) else line, flush=True)
 
@@ -236,7 +230,7 @@ def run(args: argparse.Namespace, given: dict[str, Any], env: dict[str, str]) ->
     )
     lower_once_ready_beside(f"http://{args.host}:{args.port}")
     command = [str(python), "-m", SERVER_MODULE, *argv]
-    say("runs " + " ".join(command))
+    say("runs " + " ".join(shown_argv(command, len(args.api_key or []))))
     os.execve(str(python), command, env)
     return 1  # not reached
 
@@ -265,12 +259,9 @@ def lower_once_ready(
     url: str, server: int, bound_s: float = READY_BOUND_S, first_bound_s: float = FIRST_REQUEST_BOUND_S
 ) -> None:
     """The server boots and answers its first request at the priority it was started with, then goes to nice 19
-    (lowest_priority of its session). Its boot is about 35 s of CPU (three processes importing torch and vLLM); at
-    nice 19 beside a busy test suite it took six minutes. The launcher's readiness chat (32 tokens, curl's 60 s bound)
-    is the first request: at nice 19 beside the suite it took over 60 s and the launch failed. So the helper waits for
-    URL's /health to answer 200, then for the server's own count of finished requests (vllm:request_success_total on
-    /metrics) to leave 0, at most FIRST_BOUND_S. Serving, it must stay at nice 19 (the module's docstring). Gives up
-    when the server is gone, or after BOUND_S without /health."""
+    (lowest_priority of its session; why: docs/decisions.md). Waits for URL's /health to answer 200, then for the
+    server's own count of finished requests (vllm:request_success_total on /metrics) to leave 0, at most
+    FIRST_BOUND_S. Gives up when the server is gone, or after BOUND_S without /health."""
     import time
 
     deadline = time.monotonic() + bound_s

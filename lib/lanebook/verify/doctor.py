@@ -1,18 +1,21 @@
 """The lane doctor's diagnosis: from what a sick lane shows to its cause and fix, as a pure function of records.
 
-Inputs are plain records: log lines with where they were read (source, line number), /metrics scrapes in the order
-they were taken (two give rates), and kernel-log lines. The output is findings, each from the one registry
-(lanebook.recipe.pitfalls.SYMPTOMS): id, cause, the evidence quoted exactly with where it was read, a confidence
-(`confirmed` when the evidence is specific, `suspected` when it is only consistent), the fix, the repair runbook and
-what to check next. Look-alikes (H-ids, and the cold bind's SHM lines, P11) come back as notes, never as findings.
+Inputs are plain records: logical log lines (lanebook.verify.doctor_input folds what was pasted: quotes, prefixes,
+wraps), /metrics scrapes in the order they were taken (two give rates), and kernel-log lines. The output is findings,
+each from the one registry (lanebook.recipe.pitfalls.SYMPTOMS): id, cause, the evidence quoted as it was pasted with
+where it was read, a confidence, the fix, the repair runbook and what to check next. Look-alikes (H-ids, the cold
+bind's SHM lines, P11) come back as notes, never as findings.
 
-Restraint is part of the rules: a line means different things before and after readiness, on the head and on the
-worker, with and without moving counters, so a rule looks at that context before it names a cause; where the
-evidence fits several causes it names each as `suspected`, with the check that tells them apart.
+Two tiers of evidence. `confirmed` comes only from log evidence that defines a cause (the registry's patterns, written
+against the templates of the code that prints them); `suspected` from evidence that only fits, and from the retrieval
+over the registry's own words and figures (lanebook.verify.doctor_suspect), which shows what matched. Phase comes
+before cause: a failure before the lane was ready is a failed start, never a death mid-serve. Error-shaped lines no
+cause explains give an `unknown` finding (the first such line, its layer, what to gather next); "healthy" means no
+error-shaped line at all.
 
-Speed: every pattern is compiled once with the literals one of which each of its matches must contain; one pass over
-the lines tests those literals with plain `in` and searches a line only with the patterns whose literal it holds
-(benchmarks/doctor_speed.py: 100,000 lines in about 1.5 s on a busy 2-core machine).
+Speed: every pattern is compiled once and tried on a line only when the line holds one of the literal hints the
+registry gives it, all found in one Aho-Corasick pass (benchmarks/doctor_speed.py: 100,000 pasted lines folded and
+read in about 1.8 s of CPU).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from re import _constants, _parser  # the regex parser, to find each pattern's literals for the prefilter
 from statistics import median
 from typing import Iterable, Optional, Sequence
+
+import ahocorasick
 
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.prometheus import (
@@ -38,30 +42,63 @@ from lanebook.nodes.prometheus import (
     parse_metrics,
 )
 from lanebook.recipe.pitfalls import SYMPTOMS, Symptom, symptom
-from lanebook.recipe.symptoms import CONTEXT, KERNEL, LOG, NOTE
+from lanebook.recipe.symptoms import (
+    CONTEXT,
+    CUDA_OOM,
+    FREE_ADMISSION,
+    GLOO_LOOPBACK,
+    GLOO_MESH,
+    GRAPH_CAPTURE,
+    IBV_NOMEM,
+    KERNEL,
+    KERNEL_NAMED,
+    LOG,
+    MEMLOCK,
+    NOTE,
+    SOCKET_RETRY,
+    Pattern,
+)
+from lanebook.verify.doctor_input import Line, fold, is_prose
 
-_LITERAL, _SUBPATTERN, _BRANCH = _constants.LITERAL, _constants.SUBPATTERN, _constants.BRANCH
-CONFIRMED, SUSPECTED, HARMLESS = "confirmed", "suspected", "harmless"
+CONFIRMED, SUSPECTED, HARMLESS, UNKNOWN = "confirmed", "suspected", "harmless", "unknown"
+STARTING, SERVING, STOPPING, REBOOTED = "starting", "serving", "stopping", "after a reboot"
 GENERATION = "vllm:generation_tokens_total"
 LOW_MEAN_ACCEPTANCE = 2.5  # DSpark K=5 runs ~4 on natural text (vllm-ascend's golden per-position 0.82/0.62/...)
+LOW_SHARE = 0.4  # accepted share of the K drafted tokens under which acceptance is low (healthy DSpark: ~0.6)
 COLLAPSED_POSITION = 0.05  # every position at or under this: the drafter contributes nothing
 STICKY_GIB = 8.0  # used memory with no lane running; the seed saw 10-16 GiB stick
+MEMLOCK_ENOUGH_KB = 1_000_000  # a locked-memory limit under this (kB) cannot hold RDMA registrations
 STARVED_SPREAD = 4.0  # fastest / slowest per-request decode rate in one wave
 SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spinning, ~89% with the 2 ms fix (D15)
 MAX_EVIDENCE = 5
+MIN_TERMS = 2  # registry terms a post must share with a class for the retrieval alone to name it
+MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking itself starts lower)
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
 FABRIC_IF = re.compile(r"^(en[pP]\d|enP\d|bond|rocep|ib)")
 TIMESTAMP = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
 MARKERS = re.compile(r"<｜DSML｜|<\|DSML\||</?think>|<｜tool▁calls▁begin｜>")
-
-
-@dataclass(frozen=True)
-class Line:
-    source: str  # where it was read: a file, or node:file
-    line: int  # 1-based
-    text: str
+LAYERS = (
+    ("kernel", re.compile(r"NVRM|\bXid\b|BUG:|Oops|AER:|watchdog:|kernel:|Call trace|pcieport|mlx5_core")),
+    ("NCCL/Gloo", re.compile(r"NCCL|Gloo|gloo|ibv_|ProcessGroup|c10d|TCPStore|DistStore|RDMA|RoCE")),
+    ("CUDA", re.compile(r"CUDA|cuda|cudaError|cuBLAS|CUBLAS|cudnn|device-side assert")),
+    ("client", re.compile(r"HTTP/1|status code|\b[45]\d\d\b (?:Bad|Not|Internal|Service)|curl:|openai\.|APIError")),
+    ("launcher", re.compile(r"(?i)docker|compose|launcher|run-recipe|sparkrun|ssh:|\.sh\b|systemd|container")),
+)
+GATHER = {
+    "kernel": "`journalctl -k -b` and `journalctl -k -b -1` on every node (the previous boot too), `uname -r`, "
+    "`nvidia-smi -q | head -40`.",
+    "NCCL/Gloo": "Both ranks' logs with NCCL_DEBUG=INFO, each container's NCCL_*/GLOO_*/VLLM_HOST_IP environment, "
+    "`ip -br addr` and `show_gids` on every node.",
+    "CUDA": "The full traceback from the rank that failed first (with CUDA_LAUNCH_BLOCKING=1 if it repeats), the "
+    "image's CUDA and torch versions, `nvidia-smi` on every node.",
+    "client": "The request body and the full response (status, body), and the server's log lines at the same time.",
+    "launcher": "The launcher's full output, `docker ps -a` and `docker logs` of every rank's container, `docker "
+    "compose config` on the head.",
+    "Python traceback": "The whole traceback from its first line and the lines above it on every rank (`docker logs "
+    "--tail 500` on each node).",
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +129,10 @@ class Evidence:
     def to_json(self) -> dict:
         return {"source": self.source, "line": self.line, "text": self.text}
 
+    @classmethod
+    def of(cls, at: Line) -> "Evidence":
+        return cls(at.source, at.line, at.quoted)
+
 
 @dataclass
 class Finding:
@@ -105,6 +146,8 @@ class Finding:
     source: str
     evidence: list[Evidence] = field(default_factory=list)
     more: int = 0  # evidence lines beyond those quoted
+    matched: list[str] = field(default_factory=list)  # a suspected finding's matched words and figures
+    rank: float = 0.0  # the retrieval's score, which orders suspected findings
 
     def to_json(self) -> dict:
         return {
@@ -116,8 +159,9 @@ class Finding:
             "more_evidence": self.more,
             "fix": self.fix,
             "runbook": self.runbook,
-            "next_check": self.next_check if self.confidence == SUSPECTED else "",
+            "next_check": self.next_check if self.confidence in (SUSPECTED, UNKNOWN) else "",
             "source": self.source,
+            "matched": list(self.matched),
         }
 
 
@@ -148,80 +192,56 @@ class Diagnosis:
 # --- the one pass -----------------------------------------------------------------------------------------
 
 
-def _patterns(stream: str) -> dict[str, re.Pattern]:
-    found: dict[str, str] = {}
-    for s in SYMPTOMS:
-        for p in s.patterns:
-            if p.stream == stream:
-                found[p.key] = p.regex
-    if stream == LOG:
-        found.update({p.key: p.regex for p in CONTEXT})
-    return {key: re.compile(regex) for key, regex in found.items()}
+class _Patterns:
+    """The registry's patterns for one stream, compiled once, each tried on a line only when the line holds one of
+    its literal hints (a `(?i)` pattern's hints against the lower-cased line); the few without hints on every line.
+    The hints are found in one pass over the line with an Aho-Corasick automaton (pyahocorasick), overlaps included."""
 
-
-def _required(items: list) -> Optional[set[str]]:
-    """Literal strings one of which every match of this parsed regex level contains (None: none known)."""
-    best: Optional[set[str]] = None
-    run = ""
-
-    def better(candidate: Optional[set[str]]) -> None:
-        nonlocal best
-        if candidate and min(map(len, candidate)) >= 3:
-            if best is None or min(map(len, candidate)) > min(map(len, best)):
-                best = candidate
-
-    for op, av in items:
-        if op is _LITERAL:
-            run += chr(av)
-            continue
-        better({run} if run else None)
-        run = ""
-        if op is _SUBPATTERN:
-            better(_required(list(av[-1])))
-        elif op is _BRANCH:
-            branches = [_required(list(b)) for b in av[1]]
-            if all(branches):
-                better(set().union(*branches))
-    better({run} if run else None)
-    return best
-
-
-def _hints(pattern: re.Pattern) -> Optional[set[str]]:
-    if pattern.flags & re.IGNORECASE:
-        return None
-    try:
-        return _required(list(_parser.parse(pattern.pattern)))
-    except re.error:
-        return None
-
-
-class _Prefilter:
-    """A fast first look at a line: for each pattern, literal substrings one of which every match contains (plain
-    `in` tests); a line is searched only with the patterns whose literal it holds, and with the few patterns that
-    have no such literal."""
-
-    def __init__(self, patterns: dict[str, re.Pattern]):
-        by_hint: dict[str, list[str]] = {}
+    def __init__(self, patterns: Iterable[Pattern]):
+        self.compiled: dict[str, re.Pattern] = {}
+        exact: dict[str, list[str]] = {}
+        lower: dict[str, list[str]] = {}
         self.bare: list[str] = []
-        for key, p in patterns.items():
-            found = _hints(p)
-            if found:
-                for hint in found:
-                    by_hint.setdefault(hint, []).append(key)
-            else:
-                self.bare.append(key)
-        self.by_hint = tuple(by_hint.items())
+        for p in patterns:
+            if p.key in self.compiled:
+                continue
+            self.compiled[p.key] = re.compile(p.regex)
+            folded = p.regex.startswith("(?i)")
+            for hint in p.hints:
+                (lower if folded else exact).setdefault(hint.lower() if folded else hint, []).append(p.key)
+            if not p.hints:
+                self.bare.append(p.key)
+        self.exact = _automaton(exact)
+        self.lower = _automaton(lower)
 
-    def __call__(self, text: str) -> list[str]:
-        keys = [key for hint, keys in self.by_hint if hint in text for key in keys]
-        # a line holding two of a pattern's literals is searched with it once (one hit, counted once)
-        return list(dict.fromkeys(keys)) + self.bare if keys else self.bare
+    def keys(self, text: str) -> list[str]:
+        found = [key for _, keys in self.exact.iter(text) for key in keys] if self.exact else []
+        if self.lower:
+            found += [key for _, keys in self.lower.iter(text.lower()) for key in keys]
+        return list(dict.fromkeys(found)) + self.bare if found else self.bare
 
 
-LOG_PATTERNS = _patterns(LOG)
-KERNEL_PATTERNS = _patterns(KERNEL)
-_LOG_FIRST = _Prefilter(LOG_PATTERNS)
-_KERNEL_FIRST = _Prefilter(KERNEL_PATTERNS)
+def _automaton(by_hint: dict[str, list[str]]):
+    if not by_hint:
+        return None
+    automaton = ahocorasick.Automaton()
+    for hint, keys in by_hint.items():
+        automaton.add_word(hint, tuple(keys))
+    automaton.make_automaton()
+    return automaton
+
+
+def _registry_patterns(stream: str) -> list[Pattern]:
+    found = [p for s in SYMPTOMS for p in s.patterns if p.stream == stream]
+    if stream == LOG:
+        found += list(CONTEXT) + [GLOO_MESH, SOCKET_RETRY, MEMLOCK, KERNEL_NAMED, GRAPH_CAPTURE, CUDA_OOM]
+        found += [p for s in SYMPTOMS for p in s.patterns if p.stream == KERNEL]  # dmesg lines pasted into a post
+    return found
+
+
+LOG_PATTERNS = _Patterns(_registry_patterns(LOG))
+KERNEL_PATTERNS = _Patterns(_registry_patterns(KERNEL))
+assert {GLOO_LOOPBACK.key, IBV_NOMEM.key, FREE_ADMISSION.key} <= set(LOG_PATTERNS.compiled)
 
 
 @dataclass(frozen=True)
@@ -231,16 +251,20 @@ class Hit:
     match: re.Match
 
 
-def _scan(lines: Iterable[Line], patterns: dict[str, re.Pattern], first_look: _Prefilter, json_too: bool):
+def _scan(lines: Iterable[Line], patterns: _Patterns, json_too: bool):
     hits: list[Hit] = []
     records: list[tuple[Line, dict]] = []
     for at in lines:
         text = at.text
-        for key in first_look(text):
-            m = patterns[key].search(text)
+        keys = patterns.keys(text)
+        if at.alt:
+            keys = list(dict.fromkeys(keys + patterns.keys(at.alt)))
+        for key in keys:
+            pattern = patterns.compiled[key]
+            m = pattern.search(text) or (pattern.search(at.alt) if at.alt else None)
             if m:
                 hits.append(Hit(key, at, m))
-        if json_too and (text[:1] == "{" or (text[:1] in " \t" and text.lstrip()[:1] == "{")):
+        if json_too and text[:1] == "{":
             try:
                 value = json.loads(text)
             except ValueError:
@@ -271,6 +295,29 @@ class Context:
         self.ready_stamp = min(ready_stamps) if ready_stamps else None
         self.warmups = self._intervals("warmup_start", "warmup_end")
         self.stops = {h.at.source: h.at.line for h in self.get("stopped")}
+        self.first_serving = {}
+        for h in sorted(self.get("serving") + self.get("serving_tokens"), key=lambda h: h.at.line):
+            self.first_serving.setdefault(h.at.source, h.at.line)
+        self.said_serving = bool(self.get("serving_words"))
+        self.said_starting = bool(self.get("starting_words")) or bool(self.get("starting"))
+
+    def phase(self, at: Line) -> Optional[str]:
+        """Where the lane was when `at` was logged: serving (after readiness, or after a request was answered or
+        tokens generated in the same log), stopping (after a stop), after a reboot or starting (nothing says it ever
+        served, and a start's own lines or the post's words say so), or None when nothing tells."""
+        if self.after_stop(at):
+            return STOPPING
+        if self.after_ready(at) or self.first_serving.get(at.source, at.line + 1) < at.line:
+            return SERVING
+        if self.any_ready:
+            return STARTING  # before this source's readiness line
+        if self.said_serving and not self.get("starting"):
+            return SERVING
+        if self.get("reboot_words"):
+            return REBOOTED  # the first start after a reboot: a failure here is a failed start
+        if self.said_starting:
+            return STARTING
+        return None
 
     def get(self, key: str) -> list[Hit]:
         return self.by_key.get(key, [])
@@ -327,7 +374,7 @@ class Findings:
         elif item.confidence == SUSPECTED and confidence == CONFIRMED:
             item.confidence = CONFIRMED
         for at in evidence:
-            e = Evidence(at.source, at.line, at.text)
+            e = Evidence.of(at)
             if e in item.evidence:
                 continue
             if len(item.evidence) < MAX_EVIDENCE:
@@ -335,12 +382,16 @@ class Findings:
             else:
                 item.more += 1
 
+    @property
+    def any_confirmed(self) -> bool:
+        return any(f.confidence == CONFIRMED for f in self.items.values())
+
     def diagnosis(self) -> Diagnosis:
         order = {s.id: n for n, s in enumerate(SYMPTOMS)}
-        rank = {CONFIRMED: 0, SUSPECTED: 1}
+        rank = {CONFIRMED: 0, SUSPECTED: 1, UNKNOWN: 2}
         found = sorted(
             (f for f in self.items.values() if f.confidence != HARMLESS),
-            key=lambda f: (rank[f.confidence], order[f.id]),
+            key=lambda f: (rank[f.confidence], -f.rank, order.get(f.id, len(order))),
         )
         notes = sorted((f for f in self.items.values() if f.confidence == HARMLESS), key=lambda f: order[f.id])
         return Diagnosis(found, notes)
@@ -351,11 +402,12 @@ class Findings:
 
 def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: Iterable[Line] = ()) -> Diagnosis:
     """Findings for what a lane showed: its log lines, /metrics scrapes (in the order taken) and kernel-log lines."""
-    log_hits, records = _scan(logs, LOG_PATTERNS, _LOG_FIRST, json_too=True)
-    kernel_hits, _ = _scan(kernel, KERNEL_PATTERNS, _KERNEL_FIRST, json_too=False)
+    logs = list(logs)
+    log_hits, records = _scan(logs, LOG_PATTERNS, json_too=True)
+    kernel_hits, _ = _scan(kernel, KERNEL_PATTERNS, json_too=False)
     ctx = Context(log_hits)
-    kx = {}
-    for h in kernel_hits:
+    kx: dict[str, list[Hit]] = {}
+    for h in kernel_hits + [h for h in log_hits if h.key in KERNEL_PATTERNS.compiled]:
         kx.setdefault(h.key, []).append(h)
     out = Findings()
     moving = _metrics_rules(metrics, ctx, out)
@@ -370,7 +422,65 @@ def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: 
     _spin_rules(ctx, moving, out)
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
+    if not out.any_confirmed:
+        errors = {(h.at.source, h.at.line) for h in ctx.get("error_shaped")}
+        _suspected_tier([at for at in logs if (at.source, at.line) in errors or is_prose(at)], out)
+    _unknown_rule(ctx, out)
     return out.diagnosis()
+
+
+def _suspected_tier(logs: list[Line], out: Findings) -> None:
+    """The retrieval over the registry's words and figures: it orders the suspected findings the rules gave, and
+    names the closest class as suspected when the rules gave none, with the words and figures that matched."""
+    from lanebook.verify.doctor_suspect import suspect  # scikit-learn loads only where no log line confirmed a cause
+
+    ranked = [r for r in suspect(logs) if symptom(r.id).kind != NOTE]
+    by_id = {r.id: r for r in ranked}
+    for f in out.items.values():
+        if f.confidence == SUSPECTED and f.id in by_id:
+            f.rank = by_id[f.id].score
+            f.matched = list(by_id[f.id].why)
+    if any(f.confidence == SUSPECTED for f in out.items.values()) or not ranked:
+        return
+    top = ranked[0]
+    figures = [w for w in top.why if ":" in w]
+    if not figures and (len(top.why) < MIN_TERMS or top.score < MIN_NAMING_SCORE):
+        return  # a word or two in common is not a post about this class
+    out.add(top.id, SUSPECTED, list(top.lines))
+    item = out.items[top.id]
+    item.rank, item.matched = top.score, list(top.why)
+
+
+def _layer(text: str) -> str:
+    for layer, pattern in LAYERS:
+        if pattern.search(text):
+            return layer
+    return "Python traceback"
+
+
+def _unknown_rule(ctx: Context, out: Findings) -> None:
+    """Error-shaped lines that no finding explains: an `unknown` finding with the first such line, its layer and what
+    to gather next. A lane whose log holds none is healthy."""
+    if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
+        return
+    quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
+    errors = [h.at for h in ctx.get("error_shaped") if (h.at.source, h.at.line) not in quoted]
+    if not errors:
+        return
+    first = errors[0]
+    layer = _layer(first.text)
+    item = out.items["unknown"] = Finding(
+        "unknown",
+        f"An error no known cause explains ({layer})",
+        UNKNOWN,
+        f"The first error line comes from the {layer} layer; the registry has no cause whose evidence it holds.",
+        "Gather what is named below and run the doctor on it again; file it with the evidence if it stays unknown.",
+        "diagnose",
+        GATHER[layer],
+        "",
+    )
+    item.evidence = [Evidence.of(at) for at in errors[:MAX_EVIDENCE]]
+    item.more = max(0, len(errors) - MAX_EVIDENCE)
 
 
 @dataclass
@@ -413,11 +523,17 @@ def _metrics_rules(metrics: Sequence[Scrape], ctx: Context, out: Findings) -> Mo
     return moving
 
 
-def _judge_acceptance(mean_len: float, per_pos: list[float], evidence: list[Line], ctx: Context, out: Findings):
+def _judge_acceptance(
+    mean_len: float, per_pos: list[float], evidence: list[Line], ctx: Context, out: Findings, k: int = 0
+):
+    """Acceptance against its band: collapsed (every position at or under 5 %, or a mean length of about one token)
+    is confirmed; low is suspected. With K draft positions known, low is a mean accepted share of the draft,
+    (mean length - 1) / K, under a quarter; without K, a mean length under 2.5 (DSpark K=5 runs about 4)."""
     collapsed = bool(per_pos) and all(p <= COLLAPSED_POSITION for p in per_pos)
-    if collapsed or mean_len <= 1 + COLLAPSED_POSITION:
+    share = (mean_len - 1) / k if k else None
+    if collapsed or mean_len <= 1 + COLLAPSED_POSITION or (share is not None and share <= COLLAPSED_POSITION):
         out.add("D04", CONFIRMED, evidence)
-    elif mean_len < LOW_MEAN_ACCEPTANCE:
+    elif (share < LOW_SHARE) if share is not None else (mean_len < LOW_MEAN_ACCEPTANCE):
         if ctx.get("random_bench"):
             out.add("H02", HARMLESS, evidence + [h.at for h in ctx.get("random_bench")][:1])
         else:
@@ -427,25 +543,37 @@ def _judge_acceptance(mean_len: float, per_pos: list[float], evidence: list[Line
 def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> None:
     for h in ctx.get("breakable_on"):
         out.add("P01", CONFIRMED, [h.at])
-    for h in ctx.get("kv_short_1m"):
-        out.add("P07", CONFIRMED, [h.at])
     for h in ctx.get("kv_short"):
-        out.add("D06", CONFIRMED, [h.at])
+        out.add("P07" if (h.match["len"] or h.match["len2"]) == "1048576" else "D06", CONFIRMED, [h.at])
+    captures = ctx.get("graph_capture")
     for h in ctx.get("cuda_oom"):
-        if ctx.after_ready(h.at):
+        capture = [c.at for c in captures if c.at.source == h.at.source and c.at.line <= h.at.line]
+        if ctx.phase(h.at) == SERVING:
             out.add("P15", SUSPECTED, [h.at])
+        elif capture:
+            out.add("D18", CONFIRMED, capture[-1:] + [h.at])
         else:
             out.add("D06", CONFIRMED, [h.at])
     for h in ctx.get("rendezvous_timeout"):
         out.add("D03", CONFIRMED, [h.at])
+    for h in ctx.get("image_mismatch"):
+        out.add("D19", CONFIRMED, [h.at])
     for h in ctx.get("engine_dead"):
-        out.add("D02", CONFIRMED, [h.at])
+        phase = ctx.phase(h.at)
+        if phase == SERVING:
+            out.add("D02", CONFIRMED, [h.at])
+        elif phase is None:
+            out.add("D02", SUSPECTED, [h.at])
+        # a start that failed is not an engine that died: the lines above it name the cause, or it stays unknown
+    gone, removed = ctx.get("shm_gone"), ctx.get("remove_ipc")
+    if gone or removed:
+        out.add("D16", CONFIRMED if gone and removed else SUSPECTED, [h.at for h in gone[:2] + removed[:2]])
     for h in ctx.get("legacy_unit"):
         out.add("P13", CONFIRMED, [h.at])
     for h in ctx.get("port_taken"):
         out.add("P13", SUSPECTED, [h.at])
     for h in ctx.get("peer_lost"):
-        on_worker = bool(WORKER_SOURCE.search(h.at.source) or WORKER_TEXT.search(h.at.text))
+        on_worker = bool(WORKER_SOURCE.search(h.at.source) or WORKER_TEXT.search(h.at.quoted))
         out.add("P16", CONFIRMED if on_worker else SUSPECTED, [h.at])
     for h in ctx.get("jit_inference"):
         if ctx.after_ready(h.at):
@@ -466,7 +594,7 @@ def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> Non
 
 def _hang_rules(ctx: Context, moving: Moving, out: Findings) -> None:
     for h in ctx.get("shm_timeout"):
-        if not ctx.after_ready(h.at):
+        if ctx.phase(h.at) != SERVING:
             out.add("P11", HARMLESS, [h.at])
         elif moving.generating is True:
             out.add("P12", SUSPECTED, [h.at])  # tokens still move: a slow step (a compile), not a hang
@@ -496,7 +624,7 @@ def _acceptance_rules(ctx: Context, out: Findings) -> None:
     mean_len = median(means)
     per_pos = [max(col) for col in zip(*positions)] if all(positions) else []
     worst = sorted(lines, key=lambda h: float(h.match["mal"]))[:3]
-    _judge_acceptance(mean_len, per_pos, [h.at for h in worst], ctx, out)
+    _judge_acceptance(mean_len, per_pos, [h.at for h in worst], ctx, out, k=max(map(len, positions), default=0))
 
 
 def _message(reply: dict) -> Optional[tuple[dict, str]]:
@@ -565,6 +693,12 @@ def _starvation_rules(records: list[tuple[Line, dict]], ctx: Context, moving: Mo
 
 
 def _fabric_rules(ctx: Context, out: Findings) -> None:
+    for h in ctx.get("gloo_loopback"):
+        out.add("P08", CONFIRMED, [h.at])
+    if not ctx.get("gloo_loopback"):
+        for h in ctx.get("gloo_mesh") + ctx.get("socket_retry"):
+            out.add("P08", SUSPECTED, [h.at])
+    _rdma_memory_rules(ctx, out)
     for h in ctx.get("nccl_init_error"):
         if "unhandled system error" in h.at.text:
             out.add("D05", SUSPECTED, [h.at])
@@ -579,6 +713,23 @@ def _fabric_rules(ctx: Context, out: Findings) -> None:
         values = {source: set(by_mtu) for source, by_mtu in mtus.items()}
         if len({frozenset(v) for v in values.values()}) > 1:
             out.add("D05", CONFIRMED, [at for by_mtu in mtus.values() for at in by_mtu.values()])
+
+
+def _rdma_memory_rules(ctx: Context, out: Findings) -> None:
+    """RDMA registration refused (ENOMEM): a locked-memory limit that is a number is D17; the kernel versions the
+    post names (one failing, one working) are D20; one version is D20 suspected; neither, both suspected."""
+    refused = [h.at for h in ctx.get("ibv_nomem")]
+    if not refused:
+        return
+    limits = [h for h in ctx.get("memlock") if h.match["kb"].isdigit() and int(h.match["kb"]) < MEMLOCK_ENOUGH_KB]
+    versions = {h.match["version"] or h.match["v2"] for h in ctx.get("kernel_named")}
+    if limits:
+        out.add("D17", CONFIRMED, refused[:2] + [h.at for h in limits[:1]])
+    elif len(versions) >= 2:
+        out.add("D20", CONFIRMED, refused[:2] + [h.at for h in ctx.get("kernel_named")][:2])
+    else:
+        out.add("D20", SUSPECTED, refused[:2] + [h.at for h in ctx.get("kernel_named")][:1])
+        out.add("D17", SUSPECTED, refused[:2])
 
 
 def _gib(h: Hit) -> Optional[float]:
@@ -596,6 +747,9 @@ def _node(source: str) -> str:
 
 
 def _memory_rules(ctx: Context, out: Findings) -> None:
+    for h in ctx.get("free_admission"):
+        for symptom_id in ("D21", "D22", "P04"):
+            out.add(symptom_id, SUSPECTED, [h.at])
     # the lane's container is not on that node, and no legacy unit runs there to hold the memory instead (P13)
     busy = {_node(h.at.source) for h in ctx.get("legacy_unit")}
     absent = {_node(h.at.source): h.at for h in ctx.get("no_container") if _node(h.at.source) not in busy}
@@ -677,7 +831,8 @@ def _notes_rules(ctx: Context, out: Findings) -> None:
 
 
 def read_lines(path: str, text: str) -> list[Line]:
-    return [Line(path, n, line) for n, line in enumerate(text.splitlines(), 1)]
+    """The logical lines of a saved or pasted text (lanebook.verify.doctor_input.fold)."""
+    return fold(path, text)
 
 
 def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None) -> Diagnosis:
@@ -695,78 +850,3 @@ def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Option
             raise LanebookError(f"{s.source}: {exc}") from None
     kernel = read_lines(str(dmesg), Path(dmesg).read_text(errors="replace")) if dmesg else []
     return diagnose(log_lines, scrapes, kernel)
-
-
-def print_diagnosis(diagnosis: Diagnosis) -> None:
-    """A table of findings (id, confidence, cause, fix, repair runbook), each followed by its evidence lines and
-    where they were read; then the harmless notes and one summary line."""
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = Console(soft_wrap=True, highlight=False)
-    if diagnosis.findings:
-        table = Table(show_lines=True)
-        for column in ("id", "confidence", "cause", "fix", "runbook", "next check"):
-            table.add_column(column)
-        for f in diagnosis.findings:
-            style = "red" if f.confidence == CONFIRMED else "yellow"
-            table.add_row(
-                f"[{style}]{f.id}[/{style}] {escape(f.title)}",
-                f"[{style}]{f.confidence}[/{style}]",
-                escape(f.cause),
-                escape(f.fix),
-                f"runbooks/{f.runbook}.ipynb",
-                escape(f.next_check) if f.confidence == SUSPECTED else "",
-            )
-        console.print(table)
-    for f in diagnosis.findings + diagnosis.notes:
-        label = "note" if f.confidence == HARMLESS else f.confidence
-        console.print(f"{f.id} {label}: {escape(f.title)} (learnt from {escape(f.source)})")
-        for e in f.evidence:
-            console.print(f"  {escape(e.source)}:{e.line}: {escape(e.text)}")
-        if f.more:
-            console.print(f"  … and {f.more} more line(s)")
-        if f.confidence == HARMLESS:
-            console.print(f"  harmless: {escape(f.cause)}")
-    confirmed = len(diagnosis.confirmed)
-    suspected = len(diagnosis.findings) - confirmed
-    if diagnosis.healthy:
-        console.print(f"[green]healthy[/green]: no finding ({len(diagnosis.notes)} harmless note(s))")
-    else:
-        verdict = "[red]sick[/red]" if confirmed else "[yellow]suspect[/yellow]"
-        console.print(f"{verdict}: {confirmed} confirmed, {suspected} suspected, {len(diagnosis.notes)} note(s)")
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def diagnosis_markdown(diagnosis: Diagnosis) -> str:
-    """The same as print_diagnosis, as Markdown for a runbook's page: the findings table, then each finding's and note's
-    evidence lines with where they were read, then the summary line."""
-    parts = []
-    if diagnosis.findings:
-        rows = [
-            f"| {f.id} {_cell(f.title)} | {f.confidence} | {_cell(f.cause)} | {_cell(f.fix)} | "
-            f"[{f.runbook}]({f.runbook}.ipynb) | {_cell(f.next_check) if f.confidence == SUSPECTED else ''} |"
-            for f in diagnosis.findings
-        ]
-        parts.append(
-            "| id | confidence | cause | fix | runbook | next check |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
-        )
-    for f in diagnosis.findings + diagnosis.notes:
-        label = "note (harmless)" if f.confidence == HARMLESS else f.confidence
-        lines = [f"{e.source}:{e.line}: {e.text}" for e in f.evidence]
-        lines += [f"… and {f.more} more line(s)"] if f.more else []
-        parts.append(
-            f"**{f.id} {label}**: {f.title} (learnt from {f.source})\n\n```text\n" + "\n".join(lines) + "\n```"
-        )
-    confirmed = len(diagnosis.confirmed)
-    if diagnosis.healthy:
-        parts.append(f"**healthy**: no finding ({len(diagnosis.notes)} harmless note(s))")
-    else:
-        suspected = len(diagnosis.findings) - confirmed
-        verdict = "sick" if confirmed else "suspect"
-        parts.append(f"**{verdict}**: {confirmed} confirmed, {suspected} suspected, {len(diagnosis.notes)} note(s)")
-    return "\n\n".join(parts)

@@ -184,7 +184,7 @@ def _scrape(lane: Lane, out: Gathered, n: int) -> bool:
     try:
         answer = request_json("GET", url, timeout_s=10.0)
         if answer.status != 200:
-            raise MetricsUnavailable(f"{url} answered HTTP {answer.status}")
+            raise MetricsUnavailable(answer.refused or f"{url} answered HTTP {answer.status}")
         text = redact(answer.text)
         parse_metrics(text)
     except (LanebookError, MetricsUnavailable) as exc:
@@ -283,7 +283,7 @@ def gather_step(rb: "Runbook") -> Gathered:
 def findings_step(rb: "Runbook", gathered: Gathered) -> Diagnosis:
     """The diagnosis of what was read: the findings table and evidence lines shown, the findings recorded as figures;
     the check holds when no finding is confirmed (suspected ones and harmless notes are shown, not failed)."""
-    from lanebook.verify.doctor import diagnosis_markdown
+    from lanebook.verify.doctor_report import diagnosis_markdown
 
     diagnosis = gathered.diagnosis()
     if not gathered.dry_run:

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional
 
 from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, ExpectedResult
 from lanebook.base.errors import LanebookError
+from lanebook.base.redact import REDACTED
+from lanebook.lane.keys import client_key_for
 from lanebook.lane.params import LaneParams
-from lanebook.nodes.http import JsonAnswer, request_json
+from lanebook.nodes.http import JsonAnswer, guarded, request_json
 from lanebook.nodes.ssh import Executor, Lane, q
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import BREAKABLE_GATE, KV_CACHE_LINES, check_startup_log
@@ -50,11 +52,13 @@ def run_gate(step: str, gate: Callable[[], list[ExpectedResult]]) -> list[Expect
 
 
 def curl_line(url: str, body: Optional[Mapping[str, Any]] = None) -> str:
-    """The curl command an operator would type for the same request (the recipe's gate lines)."""
+    """The curl command an operator would type for the same request (the recipe's gate lines); a keyed lane's
+    bearer header shown with its key replaced (the key itself is never in a line lanebook writes)."""
+    auth = f" -H 'Authorization: Bearer {REDACTED}'" if guarded(url) and client_key_for(url) else ""
     if body is None:
-        return f"curl -s {q(url)}"
+        return f"curl -s {q(url)}{auth}"
     data = json.dumps(body, separators=(",", ":"))
-    return f"curl -s {q(url)} -H 'Content-Type: application/json' -d {q(data)}"
+    return f"curl -s {q(url)}{auth} -H 'Content-Type: application/json' -d {q(data)}"
 
 
 def ask(
@@ -158,6 +162,8 @@ def thinking_intended(kwargs: Any) -> bool:
 
 
 def _error_text(answer: JsonAnswer) -> str:
+    if answer.refused:
+        return answer.refused
     body = answer.body
     if isinstance(body, Mapping):
         error = body.get("error")

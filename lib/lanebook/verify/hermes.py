@@ -40,8 +40,9 @@ from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import backup, utc_stamp, write_atomic
 from lanebook.base.paths import REPO
-from lanebook.base.redact import redact, redact_data
-from lanebook.lane.params import LaneParams, NodeParams
+from lanebook.base.redact import REDACTED, redact, redact_data
+from lanebook.lane.keys import lane_keys
+from lanebook.lane.params import KEYLESS_VALUES, LaneParams, NodeParams
 from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
 from lanebook.ops.checkout_env import replace_command, run_replace
 from lanebook.recipe.render import sha256
@@ -53,17 +54,25 @@ if TYPE_CHECKING:
 OWN_INSTALL = REPO / ".tools" / "hermes" / "bin" / "hermes"  # `make setup` installs the pinned Hermes Agent here
 TOOLSETS = "safe"
 RUN_TIMEOUT_S = 300.0
-EXPECTED_API_KEY = "no-key-required"
 
 
 # --- the provider block (pure) ------------------------------------------------------------------------
+
+
+def key_setting(params: LaneParams) -> dict:
+    """How the lane's provider block gives Hermes its key: a keyed lane names the environment variable Hermes reads
+    it from (`key_env`: Hermes Agent 0.19.0 resolves a `providers:` entry's key_env before its api_key,
+    hermes_cli/runtime_provider.py), so the block holds no key; a keyless lane says `api_key: no-key-required`."""
+    if params.hermes_key_env:
+        return {"key_env": params.hermes_key_env}
+    return {"api_key": params.hermes.api_key}
 
 
 def lane_provider_block(params: LaneParams) -> dict:
     """The recipe's providers.<name> block for this lane: its API, key, advertised context, model, extra_body."""
     return {
         "api": params.api,
-        "api_key": params.hermes.api_key,
+        **key_setting(params),
         "context_length": params.hermes.context_length,
         "default_model": params.served_model_name,
         "extra_body": params.hermes.extra_body,
@@ -112,8 +121,9 @@ URL_KEYS = ("api", "base_url", "url")  # what a provider block may call its serv
 
 
 def followed_config(text: str, params: LaneParams, source: str) -> tuple[str, list[str]]:
-    """The operator's config.yaml text with providers.<provider> pointed at PARAMS' lane (default_model, and each URL
-    key the block has), every other line as it was; and the changes as `key: old → new` (none: already there)."""
+    """The operator's config.yaml text with providers.<provider> pointed at PARAMS' lane (default_model, each URL key
+    the block has, and the lane's key: a keyed lane's key_env, a keyless lane's api_key no-key-required, a literal key
+    the operator wrote kept), every other line as it was; and the changes as `key: old → new` (none: already there)."""
     try:
         doc = yamltext.load(text, "rt")
     except YAMLError as exc:
@@ -122,15 +132,46 @@ def followed_config(text: str, params: LaneParams, source: str) -> tuple[str, li
     block = doc["providers"][params.hermes.provider]
     wanted = {"default_model": params.served_model_name}
     wanted.update({key: params.api for key in [k for k in URL_KEYS if k in block] or ["api"]})
+    if params.hermes_key_env:
+        wanted["key_env"] = params.hermes_key_env
+    elif not params.keyed:
+        wanted["api_key"] = params.hermes.api_key
     changes = []
     for key, value in wanted.items():
         old = block.get(key)
         if old is None or str(old).rstrip("/") != value.rstrip("/"):
             block[key] = value
-            changes.append(f"{key}: {old} → {value}")
+            changes.append(f"{key}: {shown_key(key, old)} → {value}")
+    if not params.keyed and "key_env" in block:  # Hermes would read a key from it first: a keyless lane names none
+        changes.append(f"key_env: {block.pop('key_env')} → (none)")
     out = io.StringIO()
     YAML(typ="rt").dump(doc, out)
     return out.getvalue(), changes
+
+
+def shown_key(key: str, value: Any) -> Any:
+    """A block's value as a change line may show it: an api_key that is a key, redacted."""
+    if key == "api_key" and isinstance(value, str) and value.strip().lower() not in KEYLESS_VALUES:
+        return REDACTED
+    return value
+
+
+def key_check(block: Mapping[str, Any], params: LaneParams) -> tuple[str, bool, str]:
+    """P09 on a provider block: a keyless lane's says api_key no-key-required (not "none"); a keyed lane's gives a key
+    (its key_env, or a literal api_key), never no-key-required. What is expected, whether it holds, what was seen."""
+    api_key, key_env = block.get("api_key"), block.get("key_env")
+    shown = shown_key("api_key", api_key)
+    if not params.keyed:
+        seen = repr(shown) + (': "none" is not the keyless value' if api_key == "none" else "")
+        return f"api_key is {params.hermes.api_key}", api_key == params.hermes.api_key, seen
+    literal = isinstance(api_key, str) and api_key.strip().lower() not in KEYLESS_VALUES
+    want = params.hermes_key_env
+    ok = (key_env == want) if want else (bool(key_env) or literal)
+    seen = f"key_env {key_env!r}, api_key {shown!r}"
+    if not key_env and not literal:
+        seen += ": a keyless block; the lane wants a key"
+    expected = f"key_env is {want}" if want else "a key (key_env or api_key), never no-key-required"
+    return f"{expected} (a keyed lane)", ok, seen
 
 
 def shown_block(block: Mapping[str, Any]) -> dict:
@@ -141,8 +182,8 @@ def shown_block(block: Mapping[str, Any]) -> dict:
 def block_checks(
     step: str, block: Mapping[str, Any], params: LaneParams, *, local: bool = True
 ) -> list[ExpectedResult]:
-    """The provider block against the lane: its API, api_key no-key-required (not "none"), thinking a JSON
-    boolean as the lane means it, the advertised context, the default model."""
+    """The provider block against the lane: its API, its key (P09: key_check), thinking a JSON boolean as the lane
+    means it, the advertised context, the default model."""
     want_kwargs = params.hermes.extra_body.get("chat_template_kwargs")
     extra = block.get("extra_body")
     kwargs = extra.get("chat_template_kwargs") if isinstance(extra, Mapping) else None
@@ -150,21 +191,13 @@ def block_checks(
     same_thinking = thinking_intended(kwargs) == thinking_intended(want_kwargs) and (
         kwargs is not None or want_kwargs is None
     )
-    api_key = block.get("api_key")
-    key_shown = api_key if api_key in (EXPECTED_API_KEY, "none", "", None) else "[REDACTED]"
+    key_expected, key_ok, key_seen = key_check(block, params)
     context = block.get("context_length")
     api = str(block.get("api") or block.get("base_url") or block.get("url") or "")
     judged = ExpectedResult.judged
     return [
         judged(step, "api is the lane's API", api.rstrip("/") == params.api.rstrip("/"), api, local=local),
-        judged(
-            step,
-            f"api_key is {params.hermes.api_key}",
-            api_key == params.hermes.api_key,
-            repr(key_shown) + (': "none" is not the keyless value' if api_key == "none" else ""),
-            "P09",
-            local=local,
-        ),
+        judged(step, key_expected, key_ok, key_seen, "P09", local=local),
         judged(
             step,
             "thinking is a JSON boolean, as the lane means it",
@@ -273,12 +306,12 @@ class LocalHost:
         self.executor.record_local(f"mktemp -d -t lanebook-hermes-XXXXXX → {home}")
         return home
 
-    def write_config(self, home: str, text: str) -> None:
-        self.executor.record_local(f"write {home}/config.yaml")
+    def write_config(self, home: str, text: str, name: str = "config.yaml") -> None:
+        self.executor.record_local(f"write {home}/{name} (mode 0600)")
         if not self.executor.dry_run:
-            path = Path(home) / "config.yaml"
+            path = Path(home) / name
+            path.touch(mode=0o600)
             path.write_text(text)
-            path.chmod(0o600)
 
     def run(self, argv: list[str], home: str, timeout_s: float) -> tuple[int, str, str, float]:
         line = shell_line(argv, home)
@@ -340,12 +373,13 @@ class RemoteHost:
             "mktemp -d -t lanebook-hermes-XXXXXX", timeout=30, dry_stdout="/tmp/lanebook-hermes-XXXXXX"
         ).stdout.strip()
 
-    def write_config(self, home: str, text: str) -> None:
-        with tempfile.TemporaryDirectory() as scratch:
-            local = Path(scratch) / "config.yaml"
+    def write_config(self, home: str, text: str, name: str = "config.yaml") -> None:
+        with tempfile.TemporaryDirectory() as scratch:  # the home is mktemp -d's: mode 0700 from the start
+            local = Path(scratch) / name
+            local.touch(mode=0o600)
             local.write_text(text)
-            self.node.put(local, f"{home}/config.yaml")
-        self.node.run(f"chmod 600 {q(home + '/config.yaml')}", timeout=30)
+            self.node.put(local, f"{home}/{name}")
+        self.node.run(f"chmod 600 {q(home + '/' + name)}", timeout=30)
 
     def run(self, argv: list[str], home: str, timeout_s: float) -> tuple[int, str, str, float]:
         result = self.node.run(shell_line(argv, home) + " </dev/null", check=False, timeout=timeout_s)
@@ -474,8 +508,9 @@ class RouteRun:
 
 
 def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN_TIMEOUT_S) -> Optional[RouteRun]:
-    """Write the block into a fresh HERMES_HOME, run the recipe's command there, read state.db, remove the home.
-    None in a dry run (every step recorded, none made)."""
+    """Write the block into a fresh HERMES_HOME (and, for a keyed lane whose block names key_env, the lane's key as
+    that variable in the home's .env, mode 0600, which Hermes loads), run the recipe's command there, read state.db,
+    remove the home. None in a dry run (every step recorded, none made)."""
     params = lane.params
     host = hermes_host(lane)
     argv = route_argv(
@@ -484,6 +519,9 @@ def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN
     home = host.make_home()
     try:
         host.write_config(home, smoke_config_text(params.hermes.provider, block))
+        keys = lane_keys(params)
+        if keys is not None and block.get("key_env"):  # Hermes loads $HERMES_HOME/.env over its environment
+            host.write_config(home, f"{block['key_env']}={keys.client_key}\n", ".env")
         code, out, err, duration = host.run(argv, home, timeout_s)
         with tempfile.TemporaryDirectory() as scratch:
             db = host.fetch_state(home, Path(scratch))

@@ -1,21 +1,13 @@
 """The batch-size verify schedule's own A/B, and its one-line rollback (seed 000).
 
-Seed 000 promoted num_speculative_tokens_per_batch_size [[1,1,5],[2,4,4],[5,6,3]] and gave its rollback: "If your
-matched workload does not improve, restore fixed K=5 by removing the batch-size schedule", then "Restart through
-the same launcher and confirm the live process command no longer contains num_speculative_tokens_per_batch_size."
-
-So the canary measures the lane with the schedule against the same lane with fixed K (MTP_NUM_TOKENS, the lane's
-value), everything else equal: the side the lane runs first, then the other side relaunched through the launcher
-(lanebook.verify.canary: render, copy, stop, clean, start, live command), both on the same workloads, levels, trials
-and max_tokens. The schedule stays only on the batch canary's rule (lanebook.verify.diagnose.canary_decision: no cell
-worse, complete bands, one cell clearly better), judged only where the sides differ: at a level where the schedule
-verifies fixed K at every batch size (C1 for 5/4/3 against K=5) both run the same, so those cells weigh neither way.
-Otherwise fixed K is what the lane runs, and the live command must no longer carry the schedule's key.
-
-The lane file stays the operator's truth: when the decided side is not what the file says, lanebook writes it there
-(lanebook.lane.values: only `speculative.schedule` changes, the file backed up beside itself first), so the next
-`env` and `launch` keep the decision instead of undoing it. The same restore runs without the A/B when the operator
-asks for a side (`restore="fixed"` or `"schedule"`): one command, no lane file written by hand.
+Seed 000 promoted num_speculative_tokens_per_batch_size and named its rollback: restore fixed K by removing the
+schedule, restart through the same launcher, and confirm the live command no longer carries the key. The canary
+measures the lane with the schedule against fixed K (MTP_NUM_TOKENS), all else equal: the running side first,
+then the other relaunched through the launcher (lanebook.verify.canary), on the same workloads, levels, trials and
+max_tokens. The schedule stays only on the batch canary's rule (lanebook.verify.diagnose.canary_decision), judged
+where the sides differ (a level where the schedule verifies fixed K's count at every batch size weighs neither way);
+otherwise fixed K runs and the live command must no longer carry the key. The decided side is written to the lane
+file (only `speculative.schedule`, backed up first); `restore="fixed"` or `"schedule"` does the same without the A/B.
 """
 
 from __future__ import annotations
@@ -126,7 +118,7 @@ def measure(rb: "Runbook", plan: SchedulePlan) -> Optional[list[dict]]:
 
 
 def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
-    """Step 7: the side the lane runs measured, then the other side relaunched through the launcher and measured."""
+    """The A/B: the side the lane runs measured, then the other side relaunched through the launcher and measured."""
     p = rb.params
     own = side_of(p)
     other = FIXED if own == SCHEDULE else SCHEDULE
@@ -150,7 +142,7 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
 
 
 def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -> Optional[CanaryDecision]:
-    """Step 8: keep the schedule only on a clear gain over fixed K (the batch canary's rule), else fixed K."""
+    """The decision: keep the schedule only on a clear gain over fixed K (the batch canary's rule), else fixed K."""
     what = "an explicit keep or restore-fixed-K from the measured figures"
     if reason := plan.skip_reason(rb.params):
         rb.skip(what, reason)
@@ -181,8 +173,9 @@ def kept_side(plan: SchedulePlan, decision: Optional[CanaryDecision]) -> str:
 def restore_step(
     rb: "Runbook", plan: SchedulePlan, decision: Optional[CanaryDecision], ab: Optional[ScheduleAB]
 ) -> Optional[Relaunch]:
-    """Step 9: the kept side is what runs (relaunched through the launcher unless it already runs), the live command
-    carries the schedule's key exactly when the schedule is kept, and the lane file says the same; the relaunch."""
+    """The restore: the kept side is what runs (relaunched through the launcher unless it already runs), the live
+    command carries the schedule's key exactly when the schedule is kept, and the lane file says the same; the
+    relaunch."""
     p = rb.params
     if reason := None if plan.restore else plan.skip_reason(p):
         rb.skip("the kept side is what the lane runs", reason)

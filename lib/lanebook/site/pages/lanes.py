@@ -42,6 +42,13 @@ def _group(lane: LaneParams) -> str:
     return f"TP{len(lane.nodes)}: the head and {workers} worker{'s' if workers > 1 else ''}"
 
 
+def _keys(lane: LaneParams) -> str:
+    """Where a keyed lane's API keys come from (the lane file names it; never a key), or none."""
+    if lane.auth is None:
+        return "none (keyless)"
+    return f"{lane.auth.variable} from {lane.auth.source.shown}"
+
+
 def matrix(lanes: list[LaneParams]) -> list[Row]:
     """Every env-file key any lane sets (in first-seen order), then the lane-level settings."""
     keys: list[str] = []
@@ -54,6 +61,7 @@ def matrix(lanes: list[LaneParams]) -> list[Row]:
         Row("checkout", tuple(lane.checkout for lane in lanes), False),
         Row("launcher PROJECT_NAME", tuple(str(lane.launcher.env["PROJECT_NAME"]) for lane in lanes), False),
         Row("API", tuple(lane.api for lane in lanes), False),
+        Row("API keys", tuple(_keys(lane) for lane in lanes), False),
         Row("tensor-parallel group", tuple(_group(lane) for lane in lanes), False),
         Row("nodes", tuple(_nodes(lane) for lane in lanes), False),
         Row("gates: exact smoke", tuple(lane.gates.exact_smoke for lane in lanes), False),

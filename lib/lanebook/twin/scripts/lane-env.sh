@@ -93,8 +93,15 @@ resolve_api() {
   # the start script polls /health, vLLM's 200 once the engine is up; the status script still shows /v1/models.
   HEALTH_URL="${HEALTH_URL:-$API_ROOT/health}"
   CHAT_URL="${CHAT_URL:-$API_ROOT/v1/chat/completions}"
+  # The recipe's keys: VLLM_API_KEY (one) or DSPARK_API_KEYS (several, space-separated; the scripts send the first);
+  # both set is refused, as the container's entrypoint refuses it.
   AUTH_HEADER=()
-  if [ -n "${VLLM_API_KEY:-}" ]; then AUTH_HEADER=(-H "Authorization: Bearer $VLLM_API_KEY"); fi
+  local client_key="${VLLM_API_KEY:-}"
+  if [[ "${DSPARK_API_KEYS:-}" == *[!$' \t']* ]]; then
+    [ -z "${VLLM_API_KEY:-}" ] || refuse "VLLM_API_KEY and DSPARK_API_KEYS are both set; set exactly one of them"
+    read -r client_key _ <<< "$DSPARK_API_KEYS"
+  fi
+  if [ -n "$client_key" ]; then AUTH_HEADER=(-H "Authorization: Bearer $client_key"); fi
   CONTAINER="${PROJECT_NAME}-${SERVICE}-1"
   # The worker's checkout: WORKER_SCRIPT_DIR, WORKER_DIR, else this checkout's path. On a real pair both
   # homes are the same path; the twin's nodes have homes of their own, so a path under the home is

@@ -19,7 +19,8 @@ python3 - "$API_ROOT" "${SERVED_MODEL_NAME:-deepseek-v4-flash-dspark}" <<'PY' ||
 import json, os, sys, threading, time, urllib.request
 
 api, model = sys.argv[1], sys.argv[2]
-auth = {"Authorization": f"Bearer {os.environ['VLLM_API_KEY']}"} if os.environ.get("VLLM_API_KEY") else {}
+key = os.environ.get("VLLM_API_KEY") or (os.environ.get("DSPARK_API_KEYS") or "").split(" ")[0].strip()
+auth = {"Authorization": f"Bearer {key}"} if key else {}
 
 def get(path):
     with urllib.request.urlopen(urllib.request.Request(api + path, headers=auth), timeout=10) as response:

@@ -1,16 +1,12 @@
 """Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, df, sleep,
 dmesg, journalctl, ip.
 
-Each accepts the command lines the real lanes get and acts on the node it runs on (its root,
-$LANEBOOK_NODE_ROOT), never on this machine: docker over the twin's container runtime (runtime),
-hf over the twin's hub (hf), the system commands over the node's machine state (system, machine),
-the kernel's log and links over it too (kernel).
-The node's bin/ holds thin shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each stand-in
-is a process of its own as the real tool is. Figures they print are twin figures. On a --fast node bin/sleep sleeps
-plain seconds by itself and hands anything else to the stand-in (lanebook.twin.nodes.sleep_shim).
-
-A suite runs them thousands of times, each a fresh interpreter, so a stand-in imports only what its command needs:
-no dataclasses or typing on their import path, heavy modules imported inside the functions that use them.
+Each accepts the command lines the real lanes get and acts on the node it runs on ($LANEBOOK_NODE_ROOT), never on
+this machine: docker (runtime), hf (hf), the system commands (system, machine), the kernel's log and links (kernel).
+The node's bin/ holds shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each runs as a process of its
+own, like the real tool; what it prints is a twin figure. A --fast node's bin/sleep sleeps plain seconds itself
+(lanebook.twin.nodes.sleep_shim). A suite runs them thousands of times, so each imports only what its command
+needs: no dataclasses or typing on their import path, heavy modules inside the functions that use them.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """A twin node's machine: its unified memory (page cache, sticky residue), /dev/shm and systemd units.
 
-A node root holds, where a DGX Spark keeps them (every node session sees the first three at their
-real paths: lanebook.twin.session maps them into the root):
-
-  dev/shm/                   the node's /dev/shm: the serving stack's shared-memory segments
-  proc/sys/vm/drop_caches    the kernel's cache-drop knob; what is written there is what happens
-  etc/systemd/system/        the unit directory: a masked unit is a symlink to /dev/null, an
-                             enabled one a link in multi-user.target.wants/
-  usr/lib/systemd/system/    vendor unit files (the legacy serving stack's)
-  run/systemd/active/        systemd's runtime state: one file per running unit
-  var/memory.json            the memory model's own bookkeeping
-  var/log/kmsg.json          the kernel's messages of this boot (dmesg, journalctl -k); kmsg.1.json the boot before
-  var/links.json             the node's network links (ip link): names and MTUs
-
-The memory model follows the kernel: writing 1 or 3 to drop_caches drops the page cache, and on the
-Spark's unified memory the ~12 GiB a stopped engine can leave held (seed 000 pitfall 4) goes with
-it; 2 drops only slab objects, which the model does not track; anything else the kernel refuses
-(EINVAL), so nothing is dropped. The model reads the knob whenever memory is looked at, which is
-observably the same as reacting when it is written.
+The node's state lives in files under its root, where a DGX Spark keeps them (the layout: NodeMachine).
+The memory model follows the kernel: writing 1 or 3 to drop_caches drops the page cache, and with it the
+~12 GiB a stopped engine can leave held on the Spark's unified memory (seed 000 pitfall 4); 2 drops only slab
+objects, which the model does not track; anything else is refused (EINVAL) and drops nothing. The knob is read
+whenever memory is looked at, which is observably the same as reacting when it is written.
 """
 
 from __future__ import annotations
@@ -93,7 +80,19 @@ class UnitState:
 
 
 class NodeMachine:
-    """One node's memory and units, kept in its root (see the module docstring for the layout)."""
+    """One node's memory and units, kept in its root. Every node session sees the first three at their real paths
+    (lanebook.twin.session maps them into the root):
+
+      dev/shm/                   the node's /dev/shm: the serving stack's shared-memory segments
+      proc/sys/vm/drop_caches    the kernel's cache-drop knob; what is written there is what happens
+      etc/systemd/system/        the unit directory: a masked unit is a symlink to /dev/null, an
+                                 enabled one a link in multi-user.target.wants/
+      usr/lib/systemd/system/    vendor unit files (the legacy serving stack's)
+      run/systemd/active/        systemd's runtime state: one file per running unit
+      var/memory.json            the memory model's own bookkeeping
+      var/log/kmsg.json          the kernel's messages of this boot (dmesg, journalctl -k); kmsg.1.json the boot before
+      var/links.json             the node's network links (ip link): names and MTUs
+    """
 
     def __init__(self, root: Path):
         self.root = Path(root)
