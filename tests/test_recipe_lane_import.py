@@ -85,9 +85,10 @@ def test_july_recipe_round_trips_byte_for_byte(tmp_path):
     report = json.loads(done.stdout)
     assert report["byte_for_byte"] is True and report["mismatches"] == []
     assert load_lane(out).rollback == "anemll-0731"
-    # Lint names the July example's real pitfall, 0.80 at 1M context (P07), and nothing else.
+    # Lint names the July example's real pitfalls, 0.80 at 1M context (P07) and an API on every address with no key
+    # (S09), and nothing else.
     linted = json.loads(cli("lint", "--lane", str(out), "--checkout", str(directory), "--json").stdout)
-    assert [(f["id"], f["severity"]) for f in linted["findings"]] == [("P07", "error")]
+    assert [(f["id"], f["severity"]) for f in linted["findings"]] == [("P07", "error"), ("S09", "warning")]
     # Nothing dropped silently: the one env line it does not carry is listed with why.
     assert [(u["line"], u["reason"].split(";")[0]) for u in report["unexpressed"]] == [
         (52, "refers to other variables")
@@ -101,22 +102,28 @@ def test_lint_on_the_imported_lane_shows_only_the_checkouts_own_pitfalls(tmp_pat
     write_new(out, import_lane("mine", files, checkout=path).text)
     done = cli("lint", "--lane", str(out), "--checkout", str(directory), "--json")
     findings = json.loads(done.stdout)["findings"]
-    # The recipe's default 0.835 at 1M context is pitfall P07's territory; no S04 (a lane value not running).
-    assert [f["id"] for f in findings] == ["P07"], findings
+    # The recipe's default 0.835 at 1M context is pitfall P07's territory, and the API on 0.0.0.0 without a key S09's;
+    # no S04 (a lane value not running).
+    assert [f["id"] for f in findings] == ["P07", "S09"], findings
 
 
 def test_dead_lines_and_secrets_are_listed_never_dropped(tmp_path):
-    extra = "MAX_NUM_SEQS=4\nHF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123\nGPU_MEMORY_UTILIZATION=0.9\n"
+    extra = (
+        "MAX_NUM_SEQS=4\nHF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123\nGPU_MEMORY_UTILIZATION=0.9\n"
+        "VLLM_API_KEY=sk-abcdefghijklmnopqrstuvwxyz\n"
+    )
     directory = operator_checkout(tmp_path, JULY, extra=extra)
     files, path = local_checkout(directory)
     imported = import_lane("mine", files, checkout=path)
     reasons = {u.where.line: u.reason for u in imported.unexpressed}
     lines = (directory / ".env.dspark").read_text().splitlines()
-    first = next(n for n, line in enumerate(lines, 1) if line.startswith("MAX_NUM_SEQS="))
-    assert f"line {len(lines) - 2} sets MAX_NUM_SEQS again" in reasons[first]
+    first, later = [n for n, line in enumerate(lines, 1) if line.startswith("MAX_NUM_SEQS=")]
+    assert f"line {later} sets MAX_NUM_SEQS again" in reasons[first]
     token_line = lines.index("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123") + 1
     assert reasons[token_line].startswith("a secret")
     assert "hf_abcdef" not in imported.text and "HF_TOKEN" not in imported.text
+    key_line = len(lines)
+    assert "auth: {VLLM_API_KEY: {key_file: PATH}}" in reasons[key_line] and "sk-abc" not in imported.text
     assert imported.lane.max_num_seqs == 4  # the value that runs: the later line
     out = tmp_path / "mine.yaml"
     write_new(out, imported.text)

@@ -29,6 +29,7 @@ from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.files import utc_stamp, write_atomic
 from lanebook.base.redact import SECRET_KEYS, redact
 from lanebook.lane.params import (
+    KEY_VARIABLES,
     MODEL_ENV_KEYS,
     LaneParams,
     check_host,
@@ -155,6 +156,13 @@ def _env_values(b: _Builder) -> tuple[dict[str, tuple[Any, str]], list[str]]:
     for key, entry in last.items():
         where = eff.env_file.at(entry.line)
         if (where.file, where.line) in dead:
+            continue
+        if key in KEY_VARIABLES and entry.value:
+            b.skip(
+                where,
+                f"its API key(s): lane files hold none; add `auth: {{{key}: {{key_file: PATH}}}}` (or key_env) so "
+                "lanebook's clients send them and render writes them",
+            )
             continue
         if SECRET_KEYS.search(key) or redact(entry.raw) != entry.raw:
             b.skip(where, "a secret: lane files hold none; it stays in the env file, which render leaves alone")
