@@ -121,11 +121,19 @@ def test_a_sudo_that_asks_is_named_with_the_sudoers_line(twin):
 
 
 @pytest.mark.twin
-def test_a_user_outside_the_docker_group_is_named(twin):
-    with condition("head", "docker-denied"):
+@pytest.mark.parametrize(
+    "node, given, item, seen, fix",
+    [
+        ("head", "docker-denied", "docker without a password", "permission denied", "usermod -aG docker"),
+        ("worker", "no-compose", "Compose v2", "'compose' is not a docker command", "docker-compose-plugin"),
+    ],
+    ids=["a user outside the docker group", "no Compose v2"],
+)
+def test_a_docker_that_cannot_serve_the_lane_is_named(twin, node, given, item, seen, fix):
+    with condition(node, given):
         code, report = check("twin")
-    item = failed(report)[("head", "docker without a password")]
-    assert code == 1 and "permission denied" in item["seen"] and "usermod -aG docker" in item["fix"]
+    found = failed(report)[(node, item)]
+    assert code == 1 and seen in found["seen"] and fix in found["fix"]
 
 
 @pytest.mark.twin
@@ -225,11 +233,3 @@ def test_a_missing_hf_cache_is_a_warning_with_where_the_weights_go(twin, tmp_pat
     assert "set weights.hf_cache" in item["fix"]
     room = next(i for i in report["items"] if i["item"] == "weights or room for them" and i["node"] == "head")
     assert room["ok"] is True and room["seen"].startswith("0 of 48 shards present;")
-
-
-@pytest.mark.twin
-def test_docker_without_compose_v2_is_named(twin):
-    with condition("worker", "no-compose"):
-        code, report = check("twin")
-    item = failed(report)[("worker", "Compose v2")]
-    assert code == 1 and "'compose' is not a docker command" in item["seen"] and "docker-compose-plugin" in item["fix"]
