@@ -106,6 +106,7 @@ DIRECT_WRITES = {
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
     "compose_cli.py": "a temporary directory holding copies of the checkout's texts for `docker compose config`",
     "fleet.py": "claims a new fleet run's folder (exist_ok=False) and writes its Airflow log; Airflow's lock file",
+    "lane_import.py": "a temporary copy of the checkout the imported lane is rendered into (the round trip)",
 }
 WRITE_CALLS = re.compile(
     r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"

@@ -65,3 +65,14 @@ def test_utc_stamp_is_now_in_utc_to_the_second(tmp_path):
 def test_a_record_id_is_eight_hex_digits_that_yaml_reads_as_text():
     ids = {files.record_id() for _ in range(50)}
     assert len(ids) == 50 and all(len(i) == 8 and i[0] in "abcdef" and int(i, 16) >= 0 for i in ids)
+
+
+def test_an_exclusive_write_makes_a_new_file_and_never_replaces_one(tmp_path):
+    from lanebook.base.files import write_atomic
+
+    path = tmp_path / "new.yaml"
+    write_atomic(path, "one\n", 0o644, exclusive=True)
+    assert path.read_text() == "one\n" and oct(path.stat().st_mode & 0o777) == "0o644"
+    with pytest.raises(FileExistsError):
+        write_atomic(path, "two\n", exclusive=True)
+    assert path.read_text() == "one\n" and [p.name for p in tmp_path.iterdir()] == ["new.yaml"]  # no temp file left

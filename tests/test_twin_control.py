@@ -270,3 +270,15 @@ def test_a_lane_naming_more_nodes_gets_them_added_to_the_running_twin(tmp_path):
         control.down()
         assert control.twin_processes(state_dir) == set()
         assert not any(n["sshd"] for n in control.status()["nodes"])
+
+
+def test_node_conditions_are_set_replaced_and_refused_when_unknown(twin):
+    from lanebook.twin import control
+
+    with pytest.raises(LanebookError, match="unknown node condition nope"):
+        control.set_node_conditions("worker", ["nope"])
+    root = control.layout().node("worker") / "twin-conditions"
+    assert control.set_node_conditions("worker", ["sudo-asks", "disk-full"]) == ["disk-full", "sudo-asks"]
+    assert control.set_node_conditions("worker", ["docker-denied"]) == ["docker-denied"]
+    assert sorted(p.name for p in root.iterdir()) == ["docker-denied"]
+    assert control.set_node_conditions("worker", []) == []

@@ -44,6 +44,7 @@ def test_main_dispatches_to_every_stand_in(capsys):
         "systemctl",
         "sysctl",
         "free",
+        "df",
         "sleep",
         "dmesg",
         "journalctl",

@@ -153,3 +153,17 @@ def test_templates_and_configuration_equality():
     spec = {"image": "i", "argv": ["serve"], "env_file": "/tmp/a", "compose_file": "/x/c.yml", "warnings": []}
     assert same_config(spec, {**spec, "env_file": "/tmp/b", "warnings": ["w"]})
     assert not same_config(spec, {**spec, "argv": ["serve", "--x"]})
+
+
+def test_a_user_outside_the_docker_group_is_refused(node):
+    (node.root / "twin-conditions").mkdir()
+    (node.root / "twin-conditions" / "docker-denied").touch()
+    denied = node.run("docker ps -q")
+    assert denied.returncode == 1 and "permission denied while trying to connect to the Docker daemon" in denied.stderr
+
+
+def test_docker_without_its_compose_plugin_says_so(node):
+    (node.root / "twin-conditions").mkdir()
+    (node.root / "twin-conditions" / "no-compose").touch()
+    missing = node.run("docker compose version --short")
+    assert missing.returncode == 1 and "'compose' is not a docker command" in missing.stderr

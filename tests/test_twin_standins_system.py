@@ -6,7 +6,7 @@ import time
 
 import pytest
 from lanebook.twin.standins.machine import GIB, PAGE_CACHE_FLOOR_GIB, TOTAL_BYTES
-from lanebook.twin.standins.system import format_free, unit_name
+from lanebook.twin.standins.system import DISK_KIB, DISK_USED_KIB, FULL_DISK_FREE_KIB, format_free, unit_name
 from node_helpers import UNIT, local_node
 
 
@@ -137,3 +137,29 @@ def test_sleep_waits_in_real_time_for_the_real_engine(node):
 
 def test_unit_names_default_to_services():
     assert (unit_name("aiden-vllm"), unit_name("x.socket")) == ("aiden-vllm.service", "x.socket")
+
+
+def test_sudo_list_says_the_command_is_allowed_and_never_runs_it(node):
+    (node.machine.shm / "nccl-stale").write_text("x")
+    listed = node.run("sudo -n -l sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'")
+    assert listed.returncode == 0 and listed.stdout.split()[1:3] == ["-c", "rm"]
+    assert [p.name for p in node.machine.shm.iterdir()] == ["nccl-stale"]  # nothing ran
+
+
+def test_a_sudo_that_asks_refuses_without_a_prompt(node):
+    (node.root / "twin-conditions").mkdir()
+    (node.root / "twin-conditions" / "sudo-asks").touch()
+    asked = node.run("sudo -n -l sh -c true")
+    assert (asked.returncode, asked.stderr.strip()) == (1, "sudo: a password is required")
+    assert node.run("sudo -n true").returncode == 1
+
+
+def test_df_reports_the_node_disk_and_a_full_one(node):
+    out = node.run("df -Pk ~").stdout.splitlines()
+    assert out[0].split()[:4] == ["Filesystem", "1024-blocks", "Used", "Available"]
+    total, used, free = map(int, out[1].split()[1:4])
+    assert total == DISK_KIB and free == DISK_KIB - DISK_USED_KIB and used + free == total
+    (node.root / "twin-conditions").mkdir()
+    (node.root / "twin-conditions" / "disk-full").touch()
+    assert int(node.run("df -Pk ~").stdout.splitlines()[1].split()[3]) == FULL_DISK_FREE_KIB
+    assert node.run("df /no/such/dir").returncode == 1

@@ -36,7 +36,9 @@ audit_app = typer.Typer(invoke_without_command=True, help="The audit trail of ru
 app.add_typer(twin_app, name="twin")
 app.add_typer(env_app, name="env")
 fleet_app = typer.Typer(no_args_is_help=True, help="Fleets: several lanes promoted by Apache Airflow, canary first.")
+lane_app = typer.Typer(no_args_is_help=True, help="Lane files: import one from a checkout an operator already runs.")
 app.add_typer(audit_app, name="audit")
+app.add_typer(lane_app, name="lane")
 app.add_typer(fleet_app, name="fleet")
 
 
@@ -352,6 +354,59 @@ printed)."""
         where = mismatch.running.where
         typer.echo(f"error: {mismatch.message()} ({where.file}:{where.line}); render cannot change it", err=True)
     raise typer.Exit(1 if result.unresolved else 0)
+
+
+@lane_app.command("import")
+def lane_import(
+    name: str = typer.Argument(..., help="the new lane's name (params/NAME.yaml)"),
+    checkout: str = typer.Option(..., "--checkout", help="a local checkout DIR, or with --head its PATH on the head"),
+    head: Optional[str] = typer.Option(None, "--head", help="USER@HOST[:PORT]: read the checkout there, read-only"),
+    ssh_config: Optional[str] = typer.Option(
+        None, "--ssh-config", help="with --head: the ssh config that reaches it (a file, or a plugin's name)"
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the lane file here instead of params/NAME.yaml"),
+    rollback: Optional[str] = typer.Option(None, "--rollback", help="the lane to fall back to"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable report"),
+):
+    """Write a lane file from what an operator's checkout runs (each value's file:line in a comment), never
+    overwriting one; then render it into a copy of the checkout and list each line it could not express. Exit 0
+    written (byte for byte, or with the lines listed), 2 bad input (nothing written)."""
+    from lanebook.ops.lane_import import import_checkout, print_report
+
+    report = import_checkout(name, checkout, head=head, ssh_config=ssh_config, out=out, rollback=rollback)
+    print_report(report, as_json=as_json)
+
+
+@app.command("check")
+def check(
+    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print every probe it would send; opens no connection"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable items"),
+):
+    """Preflight: everything that would stop a promotion, node by node, each with its fix; changes nothing. Exit 0
+    ready, 1 not ready, 2 bad input."""
+    from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import Lane
+    from lanebook.verify.preflight import preflight, ready, table
+
+    with Lane(load_lane(lane), dry_run=dry_run) as nodes:
+        items = preflight(nodes)
+        probes = nodes.executor.commands()
+    if dry_run and as_json:
+        typer.echo(json.dumps({"dry_run": True, "ready": None, "probes": probes}, indent=2))
+        raise typer.Exit(0)
+    if dry_run:
+        typer.echo("probes the check would send (none were sent):")
+        typer.echo("\n".join(f"  {line}" for line in probes))
+        typer.echo("dry run: nothing was observed")
+        raise typer.Exit(0)
+    ok = ready(items)
+    if as_json:
+        typer.echo(json.dumps({"ready": ok, "items": [i.to_json() for i in items]}, indent=2))
+    else:
+        typer.echo(table(items))
+        typer.echo(f"verdict: {'ready' if ok else 'NOT READY'}")
+    raise typer.Exit(0 if ok else 1)
 
 
 @app.command("upgrade")

@@ -27,10 +27,11 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
+def write_atomic(path: Path, text: str, mode: int | None = None, *, exclusive: bool = False) -> None:
     """A reader sees the old file or the new one, never half of one.
 
     mode: the new file's permissions; None keeps an existing file's mode (0o644 for a new file).
+    exclusive: only a new file: FileExistsError where PATH already is (a file that appeared meanwhile included).
     """
     import tempfile
 
@@ -45,7 +46,11 @@ def write_atomic(path: Path, text: str, mode: int | None = None) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if exclusive:
+            os.link(tmp, path)  # FileExistsError where PATH is: never a replace
+            Path(tmp).unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

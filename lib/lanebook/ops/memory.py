@@ -180,6 +180,17 @@ def unit_probe(units: list[str]) -> str:
     )
 
 
+def mask_command(units: list[str]) -> str:
+    """The legacy units' masking, sent as root (pitfall 13)."""
+    return f"systemctl mask --now {' '.join(q(u) for u in units)}"
+
+
+def sudo_commands(units: list[str]) -> list[str]:
+    """Every command lanebook sends with `sudo -n sh -c` (Node.sudo): the cleanup, and the masking where the lane names
+    legacy units. The preflight asks sudo for exactly these, and prints the sudoers line allowing them."""
+    return [cleanup_command(), *([mask_command(units)] if units else [])]
+
+
 def parse_unit_states(text: str) -> dict[str, tuple[str, str]]:
     """unit -> (ActiveState, UnitFileState) from unit_probe's output; an empty answer reads "unknown"."""
     states = {}
@@ -192,7 +203,7 @@ def parse_unit_states(text: str) -> dict[str, tuple[str, str]]:
 
 def _masked_node(node: Node, units: list[str]) -> NodeResult:
     before = parse_unit_states(node.run(unit_probe(units)).stdout)
-    masking = node.sudo(f"systemctl mask --now {' '.join(q(u) for u in units)}", check=False)
+    masking = node.sudo(mask_command(units), check=False)
     after = parse_unit_states(node.run(unit_probe(units)).stdout)
     was_active = [u for u in units if before.get(u, ("",))[0] == "active"]
     states = {u: after.get(u, ("unknown", "unknown")) for u in units}

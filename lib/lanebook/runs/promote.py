@@ -176,6 +176,7 @@ def promote(
     first_fields: Optional[dict] = None,
     fleet_id: Optional[str] = None,
     on_plan: Callable[[Plan], None] = lambda plan: None,
+    on_ready: Callable[[list], None] = lambda items: None,
     on_start: Callable[[str], None] = lambda name: None,
     on_record: Callable[[dict], None] = lambda record: None,
     echo: Optional[TextIO] = None,
@@ -183,13 +184,16 @@ def promote(
     """Run the main job (or the rest of it) on a lane, one recorded run per runbook, stopping at the first not passed.
     One lane pair lock is held across the runbooks (not in a dry run); they run inside it. PARAMS, loaded once where
     the command starts, is the lane every runbook runs on. A lane that changes runtime and weights at once against
-    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so.
+    its rollback lane is refused unless ALLOW_RUNTIME_AND_WEIGHTS; allowed, the runbooks that lint are told so. A lane
+    whose prerequisites fail (lanebook.verify.preflight: the list `lanebook check` shows) is refused before any runbook
+    runs (NotReady, exit 1).
     FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan). FLEET_ID: the
     fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it. ECHO: where each
     runbook says its steps as they start, and what its cells print (lanebook.runs.execute.run_runbook)."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import refuse_unconfirmed, run_runbook
     from lanebook.runs.lock import hold_lane_pair
+    from lanebook.verify.preflight import check_before_promotion
 
     missing = missing_runbooks()
     if missing:
@@ -205,6 +209,8 @@ def promote(
     promotion = Promotion(plan)
     previous = plan.previous_run_id
     with hold_lane_pair(params, "promote", plan.promotion_id, needed=not dry_run, break_lock=break_lock):
+        if not dry_run:  # the prerequisites `lanebook check` shows: one list
+            on_ready(check_before_promotion(params))
         first = {**({} if resume or dry_run else rollback_reference(params)), **(first_fields or {})}
         for name in plan.runbooks:
             on_start(name)
@@ -263,13 +269,20 @@ def promote_shown(lane: str, **options) -> Promotion:
     def planned(plan: Plan) -> None:
         console.print(f"[bold]promotion {plan.promotion_id}[/]: {plan.reason} — {' → '.join(plan.runbooks)}")
 
+    def checked(items: list) -> None:
+        warned = [f"{i.node} {i.name}: {i.seen}" for i in items if i.ok is False]
+        console.print(f"prerequisites (`lanebook check`): ready, {sum(bool(i.ok) for i in items)} items observed")
+        for line in warned:
+            console.print(f"  warning: {line}")
+
     def started(name: str) -> None:
         console.rule(f"runbook {name}")
 
     def ended(record: dict) -> None:
         show_record(console, record, record["runbook"])
 
-    promotion = promote(load_lane(lane), on_plan=planned, on_start=started, on_record=ended, echo=sys.stderr, **options)
+    shown = {"on_plan": planned, "on_ready": checked, "on_start": started, "on_record": ended}
+    promotion = promote(load_lane(lane), echo=sys.stderr, **shown, **options)
     # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet).
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
     return promotion

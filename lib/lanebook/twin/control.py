@@ -46,6 +46,7 @@ from lanebook.twin.nodes import (
     write_node_ssh,
     write_state,
 )
+from lanebook.twin.standins.base import NODE_CONDITIONS
 from lanebook.twin.standins.machine import NodeMachine, init_node
 from lanebook.twin.standins.runtime import boot_containers, containers, power_off, stop_all_containers
 from lanebook.twin.tree import HubModel, blob_name, hub_root, recipe_remote, write_checkout, write_hub_model
@@ -450,6 +451,28 @@ def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
     if "worker-unreachable" in before - set(faults):
         wait_for_ssh(lay, first_worker)
     return status()
+
+
+def set_node_conditions(alias: str, conditions: Iterable[str]) -> list[str]:
+    """Give one running twin node the conditions (standins.base.NODE_CONDITIONS), replacing those it had: its user
+    outside the docker group, a sudo that asks, a full disk. What a preflight must name; its stand-ins read them on
+    their next call. The node's conditions after."""
+    conditions = list(conditions)
+    unknown = [c for c in conditions if c not in NODE_CONDITIONS]
+    if unknown:
+        raise LanebookError(f"unknown node condition {', '.join(unknown)} (known: {', '.join(NODE_CONDITIONS)})")
+    root = layout().node(alias)
+    if not root.is_dir():
+        raise LanebookError(f"no twin node {alias!r}: is the twin up (`lanebook twin up`)?")
+    folder = root / "twin-conditions"
+    folder.mkdir(exist_ok=True)
+    for name in NODE_CONDITIONS:
+        flag = folder / name
+        if name in conditions:
+            flag.touch()
+        else:
+            flag.unlink(missing_ok=True)
+    return sorted(p.name for p in folder.iterdir())
 
 
 def lay_out_checkout(lane: LaneParams, shape: str) -> str:

@@ -1,4 +1,4 @@
-"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, sleep,
+"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, df, sleep,
 dmesg, journalctl, ip.
 
 Each accepts the command lines the real lanes get and acts on the node it runs on ($LANEBOOK_NODE_ROOT), never on
@@ -25,6 +25,7 @@ COMMANDS = {
     "systemctl": ("system", "systemctl"),
     "sysctl": ("system", "sysctl"),
     "free": ("system", "free"),
+    "df": ("system", "df"),
     "sleep": ("system", "sleep"),
     "dmesg": ("kernel", "dmesg"),
     "journalctl": ("kernel", "journalctl"),

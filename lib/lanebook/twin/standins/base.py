@@ -20,6 +20,17 @@ def fail(message: str, code: int = 1) -> int:
     return code
 
 
+# What one node can be made to lack: a file each under its root.
+NODE_CONDITIONS = ("docker-denied", "sudo-asks", "disk-full", "no-compose")
+
+
+def node_condition(name: str) -> bool:
+    """Whether this node was given a condition (NODE_ROOT/twin-conditions/NAME exists): its user outside the docker
+    group (docker-denied), a sudo that asks for a password (sudo-asks), a disk with no room (disk-full), Docker
+    without its Compose v2 plugin (no-compose). control.set_node_conditions sets them."""
+    return (node_root() / "twin-conditions" / name).exists()
+
+
 def node_root() -> Path:
     """The root of the node this stand-in runs on (set by the node session)."""
     root = os.environ.get("LANEBOOK_NODE_ROOT")

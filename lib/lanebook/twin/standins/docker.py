@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lanebook.base.errors import LanebookError
-from lanebook.twin.standins.base import fail, iso, node_root, table, take, twin_file
+from lanebook.twin.standins.base import fail, iso, node_condition, node_root, table, take, twin_file
 from lanebook.twin.standins.runtime import Container, containers, find_container, remove_container, start_container
 
 
@@ -468,6 +468,14 @@ def docker(args: list[str]) -> int:
     if not args:
         return fail("Usage:  docker [OPTIONS] COMMAND")
     command, rest = args[0], args[1:]
+    if node_condition("docker-denied"):
+        return fail(
+            "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock: "
+            f'Get "http://%2Fvar%2Frun%2Fdocker.sock/v1.47/{command}": dial unix /var/run/docker.sock: connect: '
+            "permission denied"
+        )
+    if command == "compose" and node_condition("no-compose"):  # what docker says without the compose plugin
+        return fail("docker: 'compose' is not a docker command.\nSee 'docker --help'")
     if command == "system" and rest[:1] == ["prune"]:
         return fail(
             "lanebook twin: refusing `docker system prune`: it would wipe the Anemll image "

@@ -1,11 +1,13 @@
-"""System commands on a twin node: sudo, systemctl, sysctl, free and sleep.
+"""System commands on a twin node: sudo, systemctl, sysctl, free, df and sleep.
 
 `sudo` runs what it is given, as `sudo -n sh -c '...'` does on a node, with the node's PATH (the
 stand-ins first) and this machine's one user: the twin has no second account to become. What
 those commands touch is the node's own state because the node session maps /dev/shm,
 /proc/sys/vm/drop_caches and /etc/systemd/system into the node's root (lanebook.twin.session).
 `systemctl` keeps unit state where systemd keeps it (standins.machine); `sysctl` reads and writes
-the node's /proc/sys files; `free` reports the node's memory model; `sleep` runs on the twin's clock.
+the node's /proc/sys files; `free` reports the node's memory model; `df` its disk; `sleep` runs on the twin's clock.
+`sudo -l COMMAND` says the command is allowed and never runs it. A node given a condition (standins.base) answers as
+a node lacking that would: `sudo -n` asks for a password (sudo-asks), `df` shows no room (disk-full).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 
 from lanebook.twin import real_engine
-from lanebook.twin.standins.base import fail, node_root, table, take, time_scale
+from lanebook.twin.standins.base import fail, node_condition, node_root, table, take, time_scale
 from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
 from lanebook.twin.standins.runtime import containers
 
@@ -49,7 +51,9 @@ SUDO_USAGE = "usage: sudo [-knS] [-u user] command\n       sudo -s|-i [command]"
 def sudo(args: list[str]) -> int:
     """Run the command (sudo's own options read and set aside); -s/-i run it through a shell."""
     args = list(args)
-    shell = False
+    shell = listing = False
+    if node_condition("sudo-asks") and ({"-n", "--non-interactive"} & set(args) or not sys.stdin.isatty()):
+        return fail("sudo: a password is required")
     while args and args[0].startswith("-"):
         option = args.pop(0)
         if option == "--":
@@ -57,6 +61,8 @@ def sudo(args: list[str]) -> int:
         name, eq, _ = option.partition("=")
         if name in ("-s", "--shell", "-i", "--login"):
             shell = True
+        elif name in ("-l", "--list"):
+            listing = True
         elif name in ("-V", "--version"):
             print("Sudo version 1.9 (lanebook twin: commands run as the node's one user)")
             return 0
@@ -64,6 +70,14 @@ def sudo(args: list[str]) -> int:
             return 0
         elif name in SUDO_VALUE_OPTIONS and not eq and args:
             args.pop(0)
+    if listing:  # `sudo -l COMMAND`: say whether it is allowed (the twin allows all), never run it
+        if not args:
+            print("User may run the following commands on this host:\n    (ALL) NOPASSWD: ALL")
+            return 0
+        import shutil
+
+        print(" ".join([shutil.which(args[0]) or args[0], *args[1:]]))
+        return 0
     if shell:
         import shlex
 
@@ -287,6 +301,27 @@ def format_free(figures: dict[str, float], args: list[str]) -> str:
 def free(args: list[str]) -> int:
     """Memory as a DGX Spark reports it: 128 GB unified; engines, sticky residue and legacy units count as used."""
     print(format_free(free_bytes(node_root()), args))
+    return 0
+
+
+# A DGX Spark's NVMe (4 TB) and what its OS and images take: twin figures, as the node's memory model is.
+DISK_KIB = 4 * 10**12 // 1024
+DISK_USED_KIB = 200 * 10**9 // 1024
+FULL_DISK_FREE_KIB = 2 * 1024**2  # a node given the disk-full condition: 2 GiB left
+
+
+def df(args: list[str]) -> int:
+    """`df [-P] [-k] [PATH...]`: the node's one filesystem in 1K blocks (POSIX form); with the disk-full condition
+    almost nothing is free."""
+    paths = [a for a in args if not a.startswith("-")] or ["/"]
+    for path in paths:
+        if not os.path.exists(path):
+            return fail(f"df: {path}: No such file or directory")
+    free = FULL_DISK_FREE_KIB if node_condition("disk-full") else DISK_KIB - DISK_USED_KIB
+    used = DISK_KIB - free
+    print("Filesystem     1024-blocks      Used  Available Capacity Mounted on")
+    for _ in paths:
+        print(f"/dev/nvme0n1p2 {DISK_KIB} {used} {free} {round(100 * used / DISK_KIB)}% /")
     return 0
 
 
