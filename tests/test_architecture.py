@@ -69,17 +69,6 @@ DOCSTRINGS_BEING_SHORTENED = {
     "verify/doctor_gather.py",
     "verify/hermes.py",
 }
-# Modules whose comments still cite runbook step numbers, being rewritten to name the step next (issue 35).
-STEP_NUMBERS_BEING_REMOVED = {
-    "ops/checkout_copy.py",
-    "ops/checkout_env.py",
-    "ops/rollback.py",
-    "ops/warmup.py",
-    "ops/weights.py",
-    "speed/lanespeed.py",
-    "verify/canary.py",
-    "verify/probes.py",
-}
 # "Step 1", "steps 3": a runbook's step by number, which breaks when steps move. The pitfall page's parser names the
 # notebook headings it reads ("Step 1 …"), which is a heading's form, not a citation.
 STEP_NUMBER = re.compile(r"\b[Ss]teps? \d+\b(?! …)")
@@ -104,13 +93,13 @@ def test_no_module_docstring_runs_over_twelve_lines():
 
 
 def test_no_library_comment_cites_a_runbook_step_number():
-    citing = {
-        path.relative_to(LIBRARY).as_posix() for path in LIBRARY.rglob("*.py") if STEP_NUMBER.search(path.read_text())
-    }
-    assert citing - STEP_NUMBERS_BEING_REMOVED == set()
-    assert STEP_NUMBERS_BEING_REMOVED <= citing, (
-        f"none cited now, drop from the list: {STEP_NUMBERS_BEING_REMOVED - citing}"
-    )
+    citing = [
+        f"{path.relative_to(LIBRARY)}:{n}: {line.strip()}"
+        for path in sorted(LIBRARY.rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if STEP_NUMBER.search(line)
+    ]
+    assert citing == [], "\n".join(citing)
 
 
 # The product treats the twin as a lane of certain properties (the lane file's `policy:`), never by its name: outside

@@ -89,8 +89,9 @@ def copy_results(before: dict, source_after: dict, copies: dict) -> dict[str, tu
 
 
 def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
-    """Step 1 of env: each node without the lane's checkout gets a `cp -a` of the known-good one (after confirmation);
-    the source's fingerprint is the same after the copy and the copy's is the source's. A restore copies nothing."""
+    """The env runbook's checkout step: each node without the lane's checkout gets a `cp -a` of the known-good one
+    (after confirmation); the source's fingerprint is the same after the copy and the copy's is the source's. A restore
+    copies nothing."""
     params, lane = rb.params, rb.lane
     target = params.checkout
     if restore:
@@ -99,7 +100,8 @@ def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
     absent = absent_on(lane, target)
     source = copy_source(params)
     if not absent or source is None:
-        # with nothing to copy from, the head's checkout must be there; a worker gets the head's in step 5 (rsync)
+        # with nothing to copy from, the head's checkout must be there; a worker gets the head's in the env runbook's
+        # copy step (rsync)
         rb.expect(
             lane.head not in absent,
             f"{target} on the head",
@@ -107,7 +109,7 @@ def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
             if lane.head in absent
             else "present",
         )
-        what = "on every node" if not absent else "on the head (a worker gets the head's by rsync, step 5)"
+        what = "on every node" if not absent else "on the head (a worker gets the head's by rsync, in the copy step)"
         rb.skip(f"{target} copied where absent", f"the lane's checkout is there {what}: nothing copied")
         return
     missing = ", ".join(n.alias for n in absent)

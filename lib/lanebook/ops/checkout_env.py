@@ -414,8 +414,8 @@ def lint_errors(report: LintReport) -> list[str]:
 def plan_step(
     rb: "Runbook", source: str, restored: Optional[dict], *, allow_runtime_and_weights: bool = False
 ) -> tuple[Optional[EnvPlan], list[Backup]]:
-    """Step 2: render mode plans the lane into the head's checkout (the diff shown); restore mode reads the
-    backups of the run `restored` (its record, from the run index) and checks every file still holds what that
+    """The env runbook's plan step: render mode plans the lane into the head's checkout (the diff shown); restore mode
+    reads the backups of the run `restored` (its record, from the run index) and checks every file still holds what that
     run wrote. (the plan, the backups). ALLOW_RUNTIME_AND_WEIGHTS: as plan_on_head."""
     if restored is None:
         plan = plan_on_head(rb.lane, source=source, allow_runtime_and_weights=allow_runtime_and_weights)
@@ -441,7 +441,8 @@ def plan_step(
 
 
 def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) -> None:
-    """Step 3: the checkout as rendered lints clean (a restore puts back earlier bytes: nothing to lint)."""
+    """The env runbook's lint step: the checkout as rendered lints clean (a restore puts back earlier bytes: nothing to
+    lint)."""
     if plan is None:
         rb.skip("the checkout as rendered lints clean", f"a restore puts back what run {restore} replaced")
         return
@@ -458,8 +459,8 @@ def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) ->
 def write_step(
     rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], source: str, restore: Optional[str]
 ) -> None:
-    """Step 4: write the plan on the head (each file backed up first) and plan again, or restore run `restore`'s
-    backups and check each file holds their bytes; nothing to write is no backup."""
+    """The env runbook's write step: write the plan on the head (each file backed up first) and plan again, or restore
+    run `restore`'s backups and check each file holds their bytes; nothing to write is no backup."""
     head = rb.lane.head.alias
     if plan is not None and not plan.writes:
         rb.record(backups=[])
@@ -492,7 +493,8 @@ def write_step(
 
 
 def copy_step(rb: "Runbook") -> None:
-    """Step 5: rsync the head's checkout to the workers that do not hold its bytes (adds and updates, never deletes)."""
+    """The env runbook's copy step: rsync the head's checkout to the workers that do not hold its bytes (adds and
+    updates, never deletes)."""
     if same_checkout(rb.lane):
         rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
         return

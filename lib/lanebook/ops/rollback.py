@@ -267,8 +267,9 @@ def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:
 
 
 def relaunch_step(rb: "Runbook", target: Lane, already: bool) -> None:
-    """Step 4: no legacy unit active, the rollback lane launched from its own checkout (verified instead when it
-    already serves), up on every node, and its live command carrying every value its lane file sets."""
+    """The rollback runbook's relaunch step: no legacy unit active, the rollback lane launched from its own checkout
+    (verified instead when it already serves), up on every node, and its live command carrying every value its lane file
+    sets."""
     name = target.params.name
     units = memory.mask_legacy_units(target)
     rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)

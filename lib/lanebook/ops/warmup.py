@@ -416,7 +416,7 @@ def post_readiness_step(rb: "Runbook", hook: Optional[str]) -> None:
 
 
 def warmup_step(rb: "Runbook") -> None:
-    """The warmup runbook's step 1: the bounded warmup, unless the lane disables it."""
+    """The warmup runbook's warmup step: the bounded warmup, unless the lane disables it."""
     enabled, why = warmup_enabled(rb.params.env)
     if not enabled:
         rb.skip("the bounded post-readiness warmup ran", why)
@@ -425,7 +425,7 @@ def warmup_step(rb: "Runbook") -> None:
 
 
 def lane_step(rb: "Runbook") -> None:
-    """The warmup runbook's step 2: is the lane still well after the warmup (skipped with it)."""
+    """The warmup runbook's lane check: is the lane still well after the warmup (skipped with it)."""
     enabled, why = warmup_enabled(rb.params.env)
     if not enabled:
         rb.skip("the lane is well after the warmup", why)

@@ -185,7 +185,8 @@ def workers_to_sync(head: WeightsReport, workers: dict[str, WeightsReport]) -> d
 
 
 def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = False) -> WeightsReport:
-    """Step 2: download on the head only when its tree is not whole (P05), then verify it again; the head's report."""
+    """The weights runbook's download step: download on the head only when its tree is not whole (P05), then verify it
+    again; the head's report."""
     rb.record(downloaded=not head.ok)
     if head.ok:
         rb.skip("the head's tree is whole", f"nothing to download: {head.summary()}")
@@ -200,7 +201,8 @@ def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = Fals
 
 
 def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsReport], *, attempts: int) -> dict[str, str]:
-    """Step 3: rsync the head's tree once to the workers that need it (workers_to_sync); those workers, with why."""
+    """The weights runbook's sync step: rsync the head's tree once to the workers that need it (workers_to_sync);
+    those workers, with why."""
     to_sync = workers_to_sync(head, {w.alias: before[w.alias] for w in rb.lane.workers})
     rb.record(synced=to_sync)
     if not to_sync:
@@ -227,7 +229,8 @@ def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsRepor
 
 
 def clean_step(rb: "Runbook", to_sync: dict[str, str]) -> None:
-    """Step 4: delete `*.incomplete` on the workers just synced (none were synced: nothing to delete)."""
+    """The weights runbook's clean-up step: delete `*.incomplete` on the workers just synced (none were synced: nothing
+    to delete)."""
     if not to_sync:
         rb.skip("no *.incomplete on any worker", "every worker's tree verified: it holds none")
         return

@@ -252,8 +252,9 @@ def plot_title(plan: LanePlan, workload: str, twin: bool) -> str:
 
 
 def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> list[dict]:
-    """Step 2, one step a workload: its waves, its bands (a table and a plot beside the baseline's), every request
-    measured, every wave checked for idle queues; a dry run shows the first request it would send. The documents."""
+    """The speed runbook's waves, one step a workload: its waves, its bands (a table and a plot beside the baseline's),
+    every request measured, every wave checked for idle queues; a dry run shows the first request it would send. The
+    documents."""
     from IPython.display import Image
 
     documents, bands, failed_waves = [], {}, {}
@@ -300,7 +301,8 @@ def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], set
 def judge_step(
     rb: "Runbook", documents: list[dict], provenance: Provenance, baseline: Optional[Baseline], tolerance: float
 ) -> None:
-    """Step 3: judged against the baseline only on the same setup; otherwise shown beside it, not judged."""
+    """The speed runbook's baseline step: judged against the baseline only on the same setup; otherwise shown beside it,
+    not judged."""
     if rb.dry_run:
         rb.expect(False, "speed against the lane's baseline")
         return
@@ -329,7 +331,8 @@ def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
 def save_step(
     rb: "Runbook", path: Optional[str], plan: LanePlan, documents: list[dict], provenance: Provenance
 ) -> None:
-    """Step 4: store this run as a baseline file, only when a path is given and something was measured."""
+    """The speed runbook's store step: this run stored as a baseline file, only when a path is given and something was
+    measured."""
     if not path:
         rb.skip("stored as a baseline", "no save_baseline path given")
         return

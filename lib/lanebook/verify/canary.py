@@ -205,7 +205,7 @@ def show_documents(rb: "Runbook", name: str, documents: Optional[list[dict]]) ->
 
 
 def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
-    """Step 3: the lane's own value measured, every request of it; the documents."""
+    """The canary's first measure: the lane's own value measured, every request of it; the documents."""
     if not plan.enabled:
         rb.skip("the lane's own value measured", "canary=False: parts 1-2 only")
         return None
@@ -223,7 +223,8 @@ def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
 
 
 def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
-    """Step 4: relaunch with the variant and measure it (a failed variant puts the lane's own value back)."""
+    """The canary's variant: relaunch with the variant and measure it (a failed variant puts the lane's own value
+    back)."""
     key, value = plan.key, plan.value
     if not plan.enabled:
         rb.skip(f"the lane relaunched with {key}={value} and measured", "canary=False")
@@ -245,7 +246,7 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
 def decision_step(
     rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]], trial: Optional[VariantTrial]
 ) -> Optional[CanaryDecision]:
-    """Step 5: keep or reject the variant from both sides' figures (none without both measured)."""
+    """The canary's decision: keep or reject the variant from both sides' figures (none without both measured)."""
     what = "an explicit keep or reject from the measured figures"
     if not plan.enabled:
         rb.skip(what, "canary=False")
@@ -279,8 +280,8 @@ def lane_file_note(params: LaneParams, key: str, kept_value: Any) -> str:
 
 
 def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecision]) -> None:
-    """Step 6: the lane runs the kept value: the lane's own rendered back and relaunched, or the kept variant
-    checked in the live command; the head's env file and the lane file hold it."""
+    """The canary's outcome: the lane runs the kept value: the lane's own rendered back and relaunched, or the kept
+    variant checked in the live command; the head's env file and the lane file hold it."""
     key, p = plan.key, rb.params
     if not plan.enabled:
         rb.skip("the kept value is what the lane runs", "canary=False")
@@ -330,9 +331,9 @@ def count_300_reference() -> PublishedFigure:
 
 
 def proof_step(rb: "Runbook", relaunched: bool, trials: int) -> None:
-    """Step 10: after a canary relaunched the lane, prove it as the write-up did: a best count-300 run (beside the
-    write-up's figure, twin figures labelled twin), the tool smoke and Hermes ROUTE_OK, idle queues, and no fatal
-    line in any rank's log. Nothing relaunched: nothing to prove again."""
+    """The diagnose runbook's proof of the relaunched lane: after a canary relaunched it, prove it as the write-up did:
+    a best count-300 run (beside the write-up's figure, twin figures labelled twin), the tool smoke and Hermes ROUTE_OK,
+    idle queues, and no fatal line in any rank's log. Nothing relaunched: nothing to prove again."""
     p = rb.params
     if not relaunched:
         rb.skip("the restored lane passes tools, Hermes, queues and both ranks' logs", "no canary relaunched the lane")

@@ -315,9 +315,9 @@ def stepped_long_context(
 def prefix_cache_step(
     rb: "Runbook", run_tag: str, lines: int, skipped: Optional[str] = None, judge_ttft: bool = True
 ) -> None:
-    """Step 1: prompts A, unrelated B, then A again: A hits the prefix cache again (no eviction), sooner than cold.
-    skipped: why this run leaves it out (None: it runs); judge_ttft False: the counters alone judge (both TTFTs are
-    still recorded), for a model whose prefill is too short to show in TTFT."""
+    """The diagnose runbook's prefix-cache churn part: prompts A, unrelated B, then A again: A hits the prefix cache
+    again (no eviction), sooner than cold. skipped: why this run leaves it out (None: it runs); judge_ttft False: the
+    counters alone judge (both TTFTs are still recorded), for a model whose prefill is too short to show in TTFT."""
     p = rb.params
     if skipped:
         rb.skip("A hits the cache again after unrelated B", skipped)
@@ -343,9 +343,9 @@ def boundary_step(
     short_tokens: int,
     skipped: Optional[str] = None,
 ) -> None:
-    """Step 2: waves either side of the K boundary and one that crosses it mid-run stay stable (no error, no fatal
-    log line, /health 200); a lane whose K does not change between the sizes has no boundary to cross.
-    skipped: why this run leaves it out (None: it runs)."""
+    """The diagnose runbook's K-boundary part: waves either side of the K boundary and one that crosses it mid-run stay
+    stable (no error, no fatal log line, /health 200); a lane whose K does not change between the sizes has no boundary
+    to cross. skipped: why this run leaves it out (None: it runs)."""
     p = rb.params
     plan = boundary_plan(p.speculative.schedule, p.num_speculative_tokens, sizes[0], sizes[1], max_tokens, short_tokens)
     what = f"C{plan.lower}↔C{plan.upper} stays stable across the K boundary"
@@ -384,10 +384,10 @@ def queues_idle(api: str, executor: Executor, idle_timeout_s: float = IDLE_TIMEO
 
 
 def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int], attended: Optional[bool]) -> None:
-    """Step 11 (opt-in, pitfall P15): cold needles climbing to the lane's context (or TARGET_TOKENS), idle queues and
-    /health before each step, stopped at the first failure. Where the lane's policy.attended_long_probes holds,
-    someone must watch the head's console: ATTENDED says so headless; unset, JupyterLab asks with a button;
-    otherwise the probe is refused."""
+    """The diagnose runbook's long-context part (opt-in, pitfall P15): cold needles climbing to the lane's context (or
+    TARGET_TOKENS), idle queues and /health before each step, stopped at the first failure. Where the lane's
+    policy.attended_long_probes holds, someone must watch the head's console: ATTENDED says so headless; unset,
+    JupyterLab asks with a button; otherwise the probe is refused."""
     p = rb.params
     lengths = long_context_steps(target_tokens or p.max_model_len)
     what = f"cold needles climb to {lengths[-1]:,} tokens, every step answered"
