@@ -56,19 +56,6 @@ def test_the_glossary_defines_every_id_family_the_code_cites():
 
 
 MAX_DOCSTRING_LINES = 12
-# Modules whose docstrings their owners are shortening next (issue 35, "Short docs"); the lead empties this list.
-DOCSTRINGS_BEING_SHORTENED = {
-    "ops/checkout_env.py",
-    "ops/warmup.py",
-    "recipe/lint.py",
-    "recipe/render.py",
-    "runs/audit.py",
-    "runs/promote.py",
-    "verify/diagnose.py",
-    "verify/doctor.py",
-    "verify/doctor_gather.py",
-    "verify/hermes.py",
-}
 # "Step 1", "steps 3": a runbook's step by number, which breaks when steps move. The pitfall page's parser names the
 # notebook headings it reads ("Step 1 …"), which is a heading's form, not a citation.
 STEP_NUMBER = re.compile(r"\b[Ss]teps? \d+\b(?! …)")
@@ -86,10 +73,7 @@ def module_docstring_lines() -> dict[str, int]:
 
 def test_no_module_docstring_runs_over_twelve_lines():
     long = {m: n for m, n in module_docstring_lines().items() if n > MAX_DOCSTRING_LINES}
-    assert {m: n for m, n in long.items() if m not in DOCSTRINGS_BEING_SHORTENED} == {}
-    assert DOCSTRINGS_BEING_SHORTENED <= set(long), (
-        f"short now, drop from the list: {DOCSTRINGS_BEING_SHORTENED - set(long)}"
-    )
+    assert long == {}
 
 
 def test_no_library_comment_cites_a_runbook_step_number():

@@ -1,21 +1,10 @@
 """The lane's env on its nodes: render it into the head's checkout over SSH, put a render's backups back, and check
 that every node's checkout holds the same bytes.
 
-Planning reads the head's checkout files as bytes (one command), plans with lanebook.recipe.render (the plan
-`lanebook env render` writes to a local checkout) and lints the checkout as the render would leave it, all
-before anything is written; the env runbook refuses to write when that lint has errors. Writing one file is
-one command on the head: it refuses when the file is no longer the bytes that were read, copies it to
-NAME.bak-UTCSTAMP beside it (never over an earlier backup), writes the new text to a temporary file in the
-same directory and renames it over the file (a reader sees the old file or the new one), then prints the
-sha256 of the backup and of the new file. What a change records (`Backup`) is what the node reported.
-
-A restore puts each backup back byte for byte (copied on the node, never through this machine) only while
-the file still holds exactly what the render wrote, so an edit made since is never overwritten. The file a
-restore replaces is backed up first, so a restore is undone by restoring its own backups. A file the render
-created (no env file yet) is moved aside, not deleted.
-
-A dry run opens no connection: the read is recorded, the plan is the lane rendered into lanebook's reference
-checkout (as `lanebook lint --dry-run` does), and the writes that plan implies are recorded, not sent.
+Everything is planned (lanebook.recipe.render) and linted before anything is written. A write refuses a file that
+changed since it was read, backs it up beside itself (NAME.bak-UTCSTAMP, never over an earlier backup) and replaces it
+atomically; a restore puts backups back byte for byte only while each file still holds what the render wrote, backing
+up what it replaces. A dry run opens no connection: it plans on lanebook's reference checkout and records the writes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """The bounded post-readiness warmup, sent from the operator's machine, and what it observed.
 
-Why a warmup: readiness does not compile every request shape production uses. The first use of a shape no
-request has touched compiles kernels during inference (Triton JIT), turning the first production burst into a
-latency event (pitfall P12). The recipe's launcher therefore runs a bounded warmup once /health and its chat
-smoke pass: a bounded long prefill, then a wave of four and one of six concurrent requests (which the 5/4/3
-verify schedule serves at K4 and K3). It requires idle queues before and after, scans the log for fatal runtime
-errors, and is fail-open: a failed warmup does not turn a healthy start into a failure.
-
-lanebook sends those shapes itself (the speed harness's streaming client against the lane's API) rather than
-running the checkout's warmup script: every lane gets the same bounded warmup (the older checkouts have no warmup
-hook), every request is timed, and a dry run lists what it would send. Once every shape is warm, each is sent
-once more: the first request of a warmed shape. Its wall time set against the shape's first use is the stall the
-warmup took out of the first production burst (first_use_stall_s), and shows that the warmed shape is no longer
-the slow one.
-
-What fails and what warns: a warmup that cannot run or finish (queues busy before, failed or timed-out requests,
-queues that do not drain after) is a warning (`fail_open`); a sick lane fails: the engine dead after the warmup,
-a fatal runtime error in any rank's log (logs.FATAL_LOG_PATTERNS), or preemptions counted by /metrics.
+Each request shape production uses (a long prefill, then waves of four and six) is sent so the first production burst
+does not compile kernels (pitfall P12), then once more to measure the stall the warmup took out (first_use_stall_s).
+A warmup that cannot run or finish only warns (`fail_open`); a sick lane fails: the engine dead after it, a fatal line
+in any rank's log (logs.FATAL_LOG_PATTERNS) or preemptions on /metrics. A dry run lists what it would send.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """`lanebook lint`: check a checkout against the pitfall registry and against the lane it should run.
 
-Every value is read as the checkout runs it (lanebook.recipe.effective: the env file, the launcher's own
-overrides, Compose's interpolation and `environment:` passing, the image's command script), and each
-finding names the line that wins for it: the env line that supplies a value, the profile key the
-launcher exports it from, or the compose line whose default or literal applies.
-
-The ways in:
-- `lint_env_and_compose(env, compose)`: two files as they are (a start script beside the compose file tells the
-  launcher's shape);
-- `lint_checkout_files(lane, files)`: a checkout's own files as they are, against LANE: each lane value the
-  checkout does not run is an error (S04) naming both values and the line that wins, saying what
-  `lanebook env render` would write, or that render cannot fix it. A checkout with no .env.dspark yet is
-  linted as render would leave it (its example copied, then the lane written);
-- `lint_lane_on_reference(lane)`: never connects: the lane file against lanebook's reference checkout (the recipe's
-  current shape) with the render applied; findings on the lane's values name the lane file's lines. The
-  launch runbook calls it in its prerequisites, dry runs included;
-- `lint_what_lane_runs(lane)`: what the lane will run: its checkout from a local copy or read from the head
-  over SSH; when that cannot be read (unreachable, or a dry run, which opens no connection) it falls back
-  to `lint_lane_on_reference` and says so. Every report lists the files it linted.
-
-Linted with a lane, a report also holds the lane against its rollback lane (S07: runtime and weights changed at
-once), an error unless the operator allowed it (`allow_runtime_and_weights`), then a warning.
+Every value is read as the checkout runs it (lanebook.recipe.effective), and each finding names the line that wins for
+it: the env line, the launcher's profile key or the compose line. The ways in: two files as they are
+(`lint_env_and_compose`), a checkout's files against a lane (`lint_checkout_files`), a lane on lanebook's reference
+checkout without connecting (`lint_lane_on_reference`), and what the lane will run (`lint_what_lane_runs`). Every
+report lists the files it linted; one linted with a lane also holds it against its rollback lane (S07).
 """
 
 from __future__ import annotations
@@ -373,8 +357,11 @@ def lint_checkout_files(
     *,
     allow_runtime_and_weights: bool = False,
 ) -> LintReport:
-    """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml).
-    ALLOW_RUNTIME_AND_WEIGHTS: the operator allowed a lane that changes both against its rollback lane (S07 warns)."""
+    """Lint a checkout's files as they are against LANE (SOURCE: the lane's file, default params/NAME.yaml). Each lane
+    value the checkout does not run is an error (S04) naming both values, the line that wins, and what `lanebook env
+    render` would write (or that it cannot fix it); a checkout with no .env.dspark yet is linted as render would leave
+    it. ALLOW_RUNTIME_AND_WEIGHTS: the operator allowed a lane that changes both against its rollback lane (S07
+    warns)."""
     file, doc = _lane_source(lane, source)
     try:
         plan, why_not = plan_render(lane, files), ""

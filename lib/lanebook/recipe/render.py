@@ -1,37 +1,11 @@
 """`lanebook env render`: make a checkout run its lane — write .env.dspark and patch the compose file.
 
-The env file gets the keys the checkout's launcher actually reads: each lane value whose effective
-value (lanebook.recipe.effective: env file, launcher overrides, Compose, the image's script) differs is
-written, to the key that decides it. On the recipe's current launcher GPU_MEMORY_UTILIZATION is
-exported from the profile key, so the lane's 0.85 is written as GPU_MEMORY_UTILIZATION_TEXT (or
-_VISION with ENABLE_VL_SIDECAR=1), and a lane model as DSPARK_MODEL_OFFICIAL; a line the launcher
-overwrites is never written. What already runs the lane's value is left alone, so nothing is weakened:
-a digest-pinned image stays pinned when the lane names its tag, and values the checkout derives (the
-model from ABLITERATED, TP_SOCKET_IFNAME from NCCL_SOCKET_IFNAME in compose) keep being derived. Keys
-the lane wants passed by compose (compose_environment) are always set in the env file itself.
-
-With no env file yet, render starts from the checkout's example (.env.dspark.example; env.dspark.example
-in the fixture copy), as the recipe tells operators: copy the example, then edit; so every variable
-the launcher requires is set.
-
-The compose patch is the two lines the recipe's current write-up asks for: the environment: injection of
-VLLM_USE_BREAKABLE_CUDAGRAPH (every key of the lane's compose_environment) and the SPECULATIVE_CONFIG
-line of the command, rewritten whole from the lane. That form writes the draft sample method literally
-(`\\"draft_sample_method\\":\\"probabilistic\\"`), not the upstream `$${DRAFT_SAMPLE_METHOD}` indirection:
-the lane file is the one source, so a stray DRAFT_SAMPLE_METHOD in an env file cannot change what the
-lane runs. A lane without a schedule gets the rollback form (fixed K, no num_speculative_tokens_per_batch_size).
-Where the lane's KV cache dtype differs from the command's literal `--kv-cache-dtype` (nvfp4_ds_mla in the
-recipe), that argument is rewritten too.
-
-A keyed lane (`auth:`) gets its key(s) in the variable its lane file names, on one line, quoted (the launcher sources
-the file): `DSPARK_API_KEYS='K1 K2'` or `VLLM_API_KEY='K'`; the other variable is emptied where the file sets it (the
-recipe refuses both set). The keys come from lanebook.lane.keys, never from the lane file; every diff shows them
-redacted, and an env file holding keys is written mode 0600.
-
-plan_render is the one renderer: it computes the new texts, the files they change and the diff, without writing.
-render_checkout writes a plan into a local checkout; lanebook.ops.checkout_env writes the same plan into the head's
-checkout over SSH. Either way each changed file is backed up first as NAME.bak-UTCSTAMP and replaced atomically
-(a `Backup` records each), and an unchanged file is not touched, so a second run changes nothing and leaves no backup.
+The env file gets each lane value the checkout does not already run, under the key its launcher reads for it
+(lanebook.recipe.effective); what already runs the lane's value is left alone. With no env file yet, render starts
+from the checkout's example. The compose patch rewrites the lane's `environment:` keys and its SPECULATIVE_CONFIG line
+(and `--kv-cache-dtype` where it differs). A keyed lane's keys come from lanebook.lane.keys, shown redacted, in a file
+of mode 0600. `plan_render` is the one renderer and writes nothing; `render_checkout` backs each changed file up and
+replaces it atomically, so a second run changes nothing.
 """
 
 from __future__ import annotations

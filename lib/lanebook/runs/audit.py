@@ -1,19 +1,10 @@
 """The audit trail: outputs/runs.jsonl, one line per run, each naming an executed notebook and its hash.
 
-A run's verdict is pass, fail, error or dry-run. A dry run observed nothing on its lane, so it is shown
-apart (its own colour and mark) and never counted as a pass.
-
-No run vanishes from the trail. A run writes a pending record (outputs/.pending/RUN_ID.json, atomically,
-with its pid, the pid's start time and the host) before its notebook starts, and replaces it by its one
-index line when it ends, however it ends: a pass, a failure, an exception, a dead kernel, Ctrl-C or SIGTERM.
-A run killed outright (SIGKILL, a power cut) cannot write anything, so the next reader of the index finds
-its pending record, sees that the process is gone on this host, and finalizes it as `error` ("killed: ...")
-with its notebook as far as papermill saved it. Every line is appended under an exclusive lock on the
-index, in one write, so concurrent runs never interleave or lose a line; the reaper takes the same lock and
-checks the index first, so a run is never recorded twice.
-
-Before a line is written the executed notebook and the record are scrubbed of secrets (lanebook.base.redact),
-then the notebook is hashed: `audit verify` re-hashes every output against its line.
+A verdict is pass, fail, error or dry-run; a dry run observed nothing, so it is shown apart and never counted as a
+pass. No run vanishes: its pending record (outputs/.pending/RUN_ID.json) stays until its one index line replaces it,
+and a run killed outright is finalized as `error` by the next reader. Lines are appended whole under a lock, never
+twice; notebook and record are scrubbed of secrets (lanebook.base.redact) before the notebook is hashed, and
+`audit verify` re-hashes every output against its line.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """`lanebook promote`: the main job (weights → env → launch → warmup → gates → speed), one recorded run each.
 
-The runs of one promotion share a `promotion_id`, and each record names the run before it in the promotion
-(`previous_run_id`), so the trail reads as one chain even across resumes. A promotion stops at the first
-runbook that does not pass. `--resume` continues the lane's latest promotion at that runbook: the runbooks
-that passed are not repeated, unless the lane file changed since they ran — then it starts again at `env`
-(the checkout must be rendered from the new lane), at `weights` when the lane's weights changed, or at `gates` when
-only its gates or Hermes blocks did (a comment edited repeats nothing).
-
-Which runbook a resume starts at is a pure function of the recorded runs (`plan_resume`), tested with records.
-
-A lane that changes both its runtime image and its weights against its rollback lane is refused before anything
-runs (seed 000: "do not change runtime and weights the same weekend"; lint's S07) unless the operator says so
-(`--allow-runtime-and-weights`), which the runbooks that lint are then told.
-
-A new promotion of a lane with a rollback lane first fingerprints that lane's checkout and weights on every
-node and keeps the fingerprint in its first record: the `rollback` runbook compares against it, so a
-promotion that touched the rollback lane ("keep the rollback lane boring") is caught before it is needed.
+A promotion's runs share a `promotion_id`, each names the run before it (`previous_run_id`), and it stops at the first
+runbook that does not pass. `--resume` continues there, or earlier when the lane file changed since (`plan_resume`, a
+pure function of the recorded runs). A lane changing runtime and weights at once against its rollback lane is refused
+unless `--allow-runtime-and-weights` (lint's S07). A new promotion keeps the rollback lane's fingerprint in its first
+record, for the `rollback` runbook to compare against.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """The diagnose runbook's three follow-ups as pure rules: what each sends, and what its figures must show.
 
-After the recipe's 5/4/3 verify schedule was promoted, the operators chased three plausible failure modes
-rather than trusting one benchmark win:
-
-- prefix-cache churn: A cold -> A repeat -> unrelated B cold -> A again, with unique prefixes and
-  identical chat-template framing. Cache figures come from /metrics counter deltas, TTFT from the
-  first streamed content. Eviction is A hitting fewer cached tokens after B than on its repeat.
-- the C4<->C5 K boundary: with [[1,1,5],[2,4,4],[5,6,3]] four streams verify 4 positions, five verify
-  3. Waves at both sides and a mixed wave whose shorter branch finishes first (five streams become
-  four mid-run) must all complete, the queues must drain, and no CUDA, NCCL, engine-death or
-  preemption condition may appear. Its rates are aggregates over concurrent requests: a stability
-  test, not an equal-output throughput comparison.
-- a one-axis canary: the lane with one env value changed (MAX_NUM_BATCHED_TOKENS 8192 -> 8216, which
-  lands the six-sequence scheduler budget on 8192 after the draft reserve), measured on the count, code
-  and structured-JSON workloads against the lane's own value measured the same way. The variant is
-  kept only when it is healthy and better; otherwise the lane's value is restored. 8216 was healthy,
-  measured and rejected: those probes moved the wrong way.
+- prefix-cache churn (A, A again, unrelated B, A again): eviction is A hitting fewer cached tokens after B;
+- the verify schedule's K boundary: waves either side and one crossing it mid-run complete, queues drain, no fatal line;
+- a one-axis canary: one env value changed, kept only when healthy and better than the lane's own value.
 
 I/O lives in lanebook.verify.probes (requests, /metrics) and the runbook (renders, relaunches).
 """

@@ -1,21 +1,10 @@
 """The lane doctor's diagnosis: from what a sick lane shows to its cause and fix, as a pure function of records.
 
-Inputs are plain records: logical log lines (lanebook.verify.doctor_input folds what was pasted: quotes, prefixes,
-wraps), /metrics scrapes in the order they were taken (two give rates), and kernel-log lines. The output is findings,
-each from the one registry (lanebook.recipe.pitfalls.SYMPTOMS): id, cause, the evidence quoted as it was pasted with
-where it was read, a confidence, the fix, the repair runbook and what to check next. Look-alikes (H-ids, the cold
-bind's SHM lines, P11) come back as notes, never as findings.
-
-Two tiers of evidence. `confirmed` comes only from log evidence that defines a cause (the registry's patterns, written
-against the templates of the code that prints them); `suspected` from evidence that only fits, and from the retrieval
-over the registry's own words and figures (lanebook.verify.doctor_suspect), which shows what matched. Phase comes
-before cause: a failure before the lane was ready is a failed start, never a death mid-serve. Error-shaped lines no
-cause explains give an `unknown` finding (the first such line, its layer, what to gather next); "healthy" means no
-error-shaped line at all.
-
-Speed: every pattern is compiled once and tried on a line only when the line holds one of the literal hints the
-registry gives it, all found in one Aho-Corasick pass (benchmarks/doctor_speed.py: 100,000 pasted lines folded and
-read in about 1.8 s of CPU).
+Inputs are log lines (lanebook.verify.doctor_input folds pasted text), /metrics scrapes in order and kernel-log lines.
+Each finding comes from the one registry (lanebook.recipe.pitfalls.SYMPTOMS): cause, evidence as pasted and where it
+was read, confidence, fix, repair runbook; look-alikes come back as notes. `confirmed` needs log evidence that defines
+a cause, `suspected` is evidence that only fits; phase comes before cause; error-shaped lines no cause explains give
+an `unknown` finding, and "healthy" means no error-shaped line at all.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """What the doctor reads on a live lane, gathered read-only: the records lanebook.verify.doctor diagnoses.
 
-On every node, through the lane's one executor (so each command is logged, timed out, redacted, and in a dry run
-recorded instead of sent): the server container's log since its last start (`docker inspect` for the start, then
-`docker logs --since`; what docker says when there is no such container is kept as evidence), `free -m`, the running
-services (`systemctl list-units`: a legacy serving unit), the kernel log (`journalctl -k -b 0`, else `dmesg`; and
-the previous boot, `journalctl -k -b -1`), the fabric (`ip -o link`: MTUs; the RoCE GID tables under
-/sys/class/infiniband), the HF cache's symlinks of the lane's model, the shards its index names against those
-present (and any `*.incomplete` blob), the live `vllm serve` command (`docker top`) and the CPU the container's
-processes use (a second `top -b` frame, 0.5 s after the first: vLLM's engine processes spinning, D15). A node that
-cannot be reached over SSH gives its connection error as a line of its own. From this machine: two /metrics scrapes
-of the head's API a few seconds apart (rates, not just levels), redacted as the commands' output is.
-
-Nothing here writes: every command only reads, no lock is taken, nothing is cleaned. What cannot be read (a command
-that fails, a file that is absent, the launcher's output, which the recipe's launcher does not keep) is named in
-`not_read` with why, never left out silently.
+On every node, through the lane's one executor (logged, timed out, redacted; recorded instead of sent in a dry run):
+the server container's log since its start, memory, services, the kernel log, the RoCE links, the weights in the HF
+cache, the live `vllm serve` command and its CPU use; from this machine, two /metrics scrapes a few seconds apart.
+Nothing here writes or takes a lock. What cannot be read is named in `not_read` with why, never left out silently.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""The Hermes gates: the operator's Hermes Agent provider block, rendered from the lane (or read from the
-operator's own config) and checked, then the recipe's ROUTE_OK smoke through the real `hermes` CLI with that
-block in an isolated HERMES_HOME:
+"""The Hermes gates: the operator's Hermes Agent provider block, rendered from the lane (or read from the operator's
+own config) and checked, then the recipe's ROUTE_OK smoke through the real `hermes` CLI in an isolated HERMES_HOME.
 
-    hermes --provider spark-ds4 -m MODEL -t safe -z 'Reply exactly ROUTE_OK.'
-
-Hermes prints the reply without its reasoning, so its output cannot show that thinking was on (a string
-"false" in extra_body turns it on: the chat template tests truthiness). Hermes keeps every session in
-$HERMES_HOME/state.db (SQLite): the assistant message's `reasoning` / `reasoning_content` and the sessions'
-`reasoning_tokens` are read after the run and show it.
-
-Hermes runs on this machine (lanebook's own install, .tools/hermes, made by `make setup`), or where the
-lane's `hermes.host` says, over SSH (a node of the lane or another ssh destination): the config goes there
-by SFTP, state.db comes back the same way.
-
-The operator's own config (the lane's `hermes.config`, or a runbook's `hermes_config`) follows the lane that serves:
-rollback points it at the rollback lane, gates of the forward lane point it back. Only `default_model` and the
-block's URL (`api`, or `base_url`/`url` where the operator wrote that) change; the file is backed up beside itself
-first and replaced atomically, after confirmation, and every other line is kept as the operator wrote it.
+Hermes runs on this machine (.tools/hermes) or where the lane's `hermes.host` says (over SSH and SFTP). Whether the
+model reasoned is read from the session's $HERMES_HOME/state.db, since Hermes prints no reasoning. The operator's own
+config follows the lane that serves: only `default_model` and the block's URL change, after confirmation, backed up
+first and replaced atomically, every other line kept.
 """
 
 from __future__ import annotations
