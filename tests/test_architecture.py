@@ -150,3 +150,12 @@ def test_no_product_module_decides_policy_on_the_twin_label():
     unlisted = {key: n for key, n in found.items() if n > allowed.get(key, 0)}
     assert unlisted == {}, "decide on the lane's policy, or list a labelling use in TWIN_LABELS"
     assert found == allowed, f"no longer read, drop from TWIN_LABELS: {set(allowed) - set(found)}"
+
+
+MAX_ARCHITECTURE_WORDS = 1600
+
+
+def test_the_map_stays_one_page():
+    """A map, not an essay: detail belongs in module docstrings, docs/development.md and docs/decisions.md."""
+    words = len(ARCHITECTURE.read_text().split())
+    assert words < MAX_ARCHITECTURE_WORDS, f"ARCHITECTURE.md has {words} words"

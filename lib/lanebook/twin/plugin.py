@@ -1,4 +1,4 @@
-"""The twin as a lanebook plugin (entry point `twin` in the group `lanebook.lane.plugins`, pyproject.toml).
+"""The twin as a lanebook plugin (entry point `twin` in the group `lanebook.plugins`, pyproject.toml).
 
 It gives lane files two meanings: `ssh_config: twin` is the running twin's own ssh config (its nodes'
 addresses, keys and known_hosts), and a lane reached that way finds the twin up when a run starts, so
