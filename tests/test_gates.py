@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.twin_serve import (
+    NAME,
+    main,  # noqa: F401 - module-scoped server fixture, used by name
+)
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes.http import JsonAnswer
 from lanebook.nodes.ssh import Executor
 from lanebook.verify import gates
-from twin_serve import (
-    NAME,
-    main,  # noqa: F401 - module-scoped server fixture, used by name
-)
 
 LANE = load_lane("anemll-0731")
 # The recipe's exact-smoke request, as its gate line sends it.
