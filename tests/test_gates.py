@@ -65,6 +65,22 @@ def test_the_tool_smoke_offers_the_lanes_tool_with_its_arguments_shape():
     }
 
 
+@pytest.mark.parametrize(
+    "value, name",
+    [
+        (None, "null"),
+        (True, "boolean"),
+        (3, "integer"),
+        (1.5, "number"),
+        ("x", "string"),
+        ([1], "array"),
+        ({"a": 1}, "object"),
+    ],
+)
+def test_json_type_names_each_json_value_as_json_schema_does(value, name):
+    assert gates.json_type(value) == name
+
+
 def test_models_judgement():
     good = answer({"object": "list", "data": [{"id": "deepseek-v4-flash-0731", "max_model_len": 1048576}]})
     assert outcomes(gates.judge_models("1 models", good, LANE)) == [

@@ -100,14 +100,23 @@ def exact_smoke_body(params: LaneParams) -> dict:
     }
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a decoded JSON value (a Python type's own name for anything JSON has not)."""
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
         return "integer"
     if isinstance(value, float):
         return "number"
-    return "string"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, Mapping):
+        return "object"
+    return type(value).__name__
 
 
 def tool_schema(params: LaneParams) -> dict:
@@ -120,7 +129,7 @@ def tool_schema(params: LaneParams) -> dict:
             "description": f"Call {smoke.function} with: {', '.join(smoke.arguments)}.",
             "parameters": {
                 "type": "object",
-                "properties": {k: {"type": _json_type(v)} for k, v in smoke.arguments.items()},
+                "properties": {k: {"type": json_type(v)} for k, v in smoke.arguments.items()},
                 "required": list(smoke.arguments),
             },
         },
