@@ -100,23 +100,21 @@ def exact_smoke_body(params: LaneParams) -> dict:
     }
 
 
+JSON_TYPES = (  # bool before int: a bool is an int
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (Mapping, "object"),
+)
+
+
 def json_type(value: Any) -> str:
     """The JSON Schema type name of a decoded JSON value (a Python type's own name for anything JSON has not)."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
+    return next((name for kind, name in JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def tool_schema(params: LaneParams) -> dict:
