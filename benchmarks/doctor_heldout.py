@@ -1,7 +1,7 @@
 """The doctor on the public field reports, both halves: the working half its rules were built on, and the held-back
 half scored once. Prints, per half, the reports with an established cause named right (the doctor's first finding is
 that cause) and the look-alikes given a confirmed finding, and lists every miss with what the doctor said instead.
-Posts are assembled from each report's facts (tests/field_reports.py). Asserts nothing.
+Posts are assembled from each report's facts (tests/helpers/field_reports.py). Asserts nothing.
 
     .venv/bin/python benchmarks/doctor_heldout.py
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from field_reports import score  # noqa: E402
+from helpers.field_reports import score  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Each worker's share of a parallel `make test`, from the timeline tests/suite_timeline.py wrote:
+"""Each worker's share of a parallel `make test`, from the timeline tests/helpers/suite_timeline.py wrote:
 
     LANEBOOK_SUITE_TIMELINE=/tmp/timeline.jsonl make test
     .venv/bin/python benchmarks/suite_timeline.py /tmp/timeline.jsonl

@@ -56,7 +56,7 @@ def _netns() -> str:
 
 def pytest_configure(config):
     if os.environ.get("LANEBOOK_SUITE_TIMELINE"):
-        import suite_timeline
+        from helpers import suite_timeline
 
         config.pluginmanager.register(suite_timeline)
     worker = os.environ.get("PYTEST_XDIST_WORKER")

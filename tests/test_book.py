@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.runs.execute import RUNBOOKS
 from lanebook.site.bookcheck import check_site, text_problems
-from lanebook_runs import dry_run_offline, run
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 # Emoji and pictographs a browser draws only with an emoji font (variation selector 16 included).

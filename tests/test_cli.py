@@ -177,7 +177,7 @@ def test_doctor_reads_files_and_exits_1_only_on_a_confirmed_finding(tmp_path):
 
 
 def test_upgrade_plans_two_checkouts_records_with_record_and_says_bad_input_in_one_line(outputs, tmp_path):
-    from recipe_fixtures import SHARED, need
+    from helpers.recipe_fixtures import SHARED, need
 
     july = tmp_path / "july31"
     july.mkdir()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers.recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
 from lanebook.base.errors import LanebookError
 from lanebook.recipe.compose import ComposeFile, _closest_key, load_compose, service_names
 from lanebook.recipe.effective.checkout import REFERENCE
-from recipe_fixtures import COMPOSE, fixture_text, line_of, replace_once
 from ruamel.yaml import YAML
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'

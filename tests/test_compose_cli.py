@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import pytest
+from helpers.recipe_fixtures import COMPOSE, EXAMPLE, START, checkout, fixture_text, replace_once
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.nodes.ssh import Lane, qpath
@@ -20,7 +21,6 @@ from lanebook.recipe.effective.compose_cli import NO_COMPOSE, run_config, run_co
 from lanebook.recipe.effective.compose_tool import ENV_VAR, PINNED_VERSION, find_compose, package_binary
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.lint import lint_env_and_compose
-from recipe_fixtures import COMPOSE, EXAMPLE, START, checkout, fixture_text, replace_once
 
 SERVE = """services:
   vllm-dspark:

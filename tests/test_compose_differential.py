@@ -12,6 +12,7 @@ import json
 import os
 
 import pytest
+from helpers.recipe_fixtures import EXAMPLE, checkout, fixture_text
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from lanebook.base.errors import LanebookError
@@ -21,7 +22,6 @@ from lanebook.recipe.effective.compose_model import container_from_text
 from lanebook.recipe.effective.compose_tool import find_compose
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.envfile import parse_env_text, resolve_env
-from recipe_fixtures import EXAMPLE, checkout, fixture_text
 
 BATCHES = 10
 PER_BATCH = 120  # BATCHES x PER_BATCH = 1,200 variants, in BATCHES runs of the binary

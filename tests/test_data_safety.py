@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+from helpers.recipe_dry_run import every_operation
 from lanebook.base import files
 from lanebook.base.paths import REPO
 from lanebook.lane.params import lane_names, lane_with, load_lane
@@ -18,7 +19,6 @@ from lanebook.nodes.ssh import Lane, qpath
 from lanebook.ops import checkout_env, rollback, transfers, weights
 from lanebook.recipe import render
 from lanebook.twin.nodes import TwinLayout
-from recipe_dry_run import every_operation
 
 LIB = REPO / "lib" / "lanebook"
 DELETES = re.compile(r"(^|[\s;&|('\"])(rm|rmdir|unlink|shred|truncate)\s|\s-delete\b|--delete|--remove-source-files")
@@ -121,7 +121,7 @@ def test_every_write_outside_lanebook_files_is_a_new_or_scratch_file():
 
 def test_render_backs_up_each_file_before_it_replaces_it(tmp_path, monkeypatch):
     """At the moment render writes a file, a backup with the file's old bytes is already beside it."""
-    from recipe_fixtures import checkout
+    from helpers.recipe_fixtures import checkout
 
     directory = checkout(tmp_path, env="MAX_NUM_SEQS=4\n")
     old = {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}

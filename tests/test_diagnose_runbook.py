@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
@@ -16,7 +17,6 @@ from lanebook.ops import launcher, logs
 from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.runs.execute import read_verdict
 from lanebook.twin.timing import prefill_step_s
-from lanebook_runs import dry_run_offline, run
 
 API = "http://192.168.1.11:8888/v1/chat/completions"
 START = (

@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher
 from lanebook.twin.nodes import TwinLayout, twin_dir
 from lanebook.verify.doctor_gather import gather
-from lanebook_runs import dry_run_offline, run
 
 SESSION_RECORDS = ("var/commands.log", "var/sshd.log")  # sshd's own records of each session, as a node's auth log
 

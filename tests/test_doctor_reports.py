@@ -3,7 +3,7 @@
 The reports (tests/data/field_reports.yaml) were split by thread into a working half and a held-back half before any
 rule was written; the rules and the registry's words were built on the working half only, and this module asserts
 the working half's score. The held-back half is scored by benchmarks/doctor_heldout.py, which prints both halves.
-Posts are assembled from each report's facts (tests/field_reports.py). Where the code that prints a message runs
+Posts are assembled from each report's facts (tests/helpers/field_reports.py). Where the code that prints a message runs
 here, the message is produced by it: vLLM's CPU build raises its own KV-shortfall error."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from field_reports import LOOKALIKE, doctor_on, reports, score, split_of
+from helpers.field_reports import LOOKALIKE, doctor_on, reports, score, split_of
+from helpers.real_vllm import VLLM_VENV, await_build, missing_reason
 from lanebook.verify.doctor import CONFIRMED, diagnose, read_lines
-from real_vllm import VLLM_VENV, await_build, missing_reason
 
 WORK_RIGHT = 38  # of 39 reports with an established cause in the working half (measured; one D22 in words only)
 

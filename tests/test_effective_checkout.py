@@ -8,11 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import COMPOSE, ENV, EXAMPLE, START, checkout
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.ssh import CommandResult
 from lanebook.recipe.effective.checkout import CheckoutFiles, Location
 from lanebook.recipe.effective.config import Effective
-from recipe_fixtures import COMPOSE, ENV, EXAMPLE, START, checkout
 
 SOURCING_START = (
     '#!/bin/bash\nSCRIPT_DIR="$(cd "$(dirname "$0")" && pwd)"\n. '

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import COMPOSE, ENV, EXAMPLE, checkout, fixture_text, replace_once
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
@@ -16,7 +17,6 @@ from lanebook.recipe.effective.mismatches import lane_mismatches
 from lanebook.recipe.render import speculative_config_line
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.tree import write_checkout
-from recipe_fixtures import COMPOSE, ENV, EXAMPLE, checkout, fixture_text, replace_once
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'
 HEAD_ENV = {"NODE_RANK": "0", "HOME": "/home/operator"}

@@ -3,9 +3,9 @@ lines."""
 
 from __future__ import annotations
 
+from helpers.recipe_fixtures import COMPOSE, EXAMPLE, checkout, fixture_text, line_of, replace_once
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.config import Effective
-from recipe_fixtures import COMPOSE, EXAMPLE, checkout, fixture_text, line_of, replace_once
 
 
 def test_a_compose_default_derives_from_another_variable(tmp_path):

@@ -4,10 +4,10 @@ and the line that wins for the values they decide."""
 
 from __future__ import annotations
 
+from helpers.recipe_fixtures import ENV, EXAMPLE, START, checkout, example_checkout, fixture_text, line_of, replace_once
 from lanebook.recipe.effective.checkout import CheckoutFiles, Location
 from lanebook.recipe.effective.config import Effective
 from lanebook.recipe.effective.launcher_env import worker_exports, worker_words
-from recipe_fixtures import ENV, EXAMPLE, START, checkout, example_checkout, fixture_text, line_of, replace_once
 
 
 def test_the_profile_key_decides_the_memory_utilization(tmp_path):

@@ -4,6 +4,7 @@ lane."""
 from __future__ import annotations
 
 import pytest
+from helpers.recipe_fixtures import example_checkout
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.config import Effective
@@ -14,7 +15,6 @@ from lanebook.recipe.effective.mismatches import (
     rank_mismatches,
     same_value,
 )
-from recipe_fixtures import example_checkout
 
 # --- the lane against what runs ------------------------------------------------------------------------
 

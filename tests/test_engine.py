@@ -8,8 +8,8 @@ import json
 import nbformat
 import papermill
 import papermill.engines
+from helpers.lanebook_runs import STEP_AT
 from lanebook.runs.engine import ENGINE_NAME, step_line, step_name
-from lanebook_runs import STEP_AT
 
 
 def test_saved_when_a_code_cell_starts_and_when_the_run_ends(tmp_path, monkeypatch):

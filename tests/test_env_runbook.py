@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import checkout_env
 from lanebook.runs.execute import read_verdict
-from lanebook_runs import dry_run_offline, run
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
 COMPOSE = "docker-compose.dspark.yml"

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers.lanebook_runs import stand_in_notebook
+from helpers.waits import eventually
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import sha256_file
@@ -25,8 +27,6 @@ from lanebook.lane.params import LanePolicy, lane_with, load_lane
 from lanebook.runs import execute
 from lanebook.runs.audit import read_runs
 from lanebook.steps.runbook import VERDICT_MIME
-from lanebook_runs import stand_in_notebook
-from waits import eventually
 
 HEADER = 'from lanebook.steps.runbook import Runbook\nrb = Runbook("status", lane, dry_run=dry_run)'
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.twin_serve import (
+    NAME,
+    main,  # noqa: F401 - module-scoped server fixture, used by name
+)
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes.http import JsonAnswer
 from lanebook.nodes.ssh import Executor
 from lanebook.verify import gates
-from twin_serve import (
-    NAME,
-    main,  # noqa: F401 - module-scoped server fixture, used by name
-)
 
 LANE = load_lane("anemll-0731")
 # The recipe's exact-smoke request, as its gate line sends it.
@@ -63,6 +63,22 @@ def test_the_tool_smoke_offers_the_lanes_tool_with_its_arguments_shape():
         "properties": {"city": {"type": "string"}},
         "required": ["city"],
     }
+
+
+@pytest.mark.parametrize(
+    "value, name",
+    [
+        (None, "null"),
+        (True, "boolean"),
+        (3, "integer"),
+        (1.5, "number"),
+        ("x", "string"),
+        ([1], "array"),
+        ({"a": 1}, "object"),
+    ],
+)
+def test_json_type_names_each_json_value_as_json_schema_does(value, name):
+    assert gates.json_type(value) == name
 
 
 def test_models_judgement():

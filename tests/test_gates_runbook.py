@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher
 from lanebook.runs.execute import read_verdict
 from lanebook.verify import hermes
-from lanebook_runs import dry_run_offline, run
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
 STEPS = ["1 models", "2 startup log", "3 exact smoke", "4 tool smoke", "5 hermes provider block", "6 hermes route"]

@@ -8,15 +8,15 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from helpers.twin_serve import (
+    NAME,
+    main,  # noqa: F401 - module-scoped server fixture, used by name
+)
 from lanebook.base import yamltext
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes.ssh import Lane
 from lanebook.verify import hermes
-from twin_serve import (
-    NAME,
-    main,  # noqa: F401 - module-scoped server fixture, used by name
-)
 
 LANE = load_lane("anemll-0731")
 STEP = "5 hermes provider block"

@@ -5,7 +5,7 @@ import json
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from http_helpers import serving
+from helpers.http_helpers import serving
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.http import direct_client, request_json, tls_context
 

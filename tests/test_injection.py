@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import run
 from lanebook.base.errors import LanebookError, LaneError
 from lanebook.lane.params import PARAMS_DIR, lane_with, load_lane
 from lanebook.nodes.ssh import Lane, NodeError, qpath
 from lanebook.ops import checkout_env, launcher, rollback, transfers, weights
 from lanebook.ops.logs import scan_log
 from lanebook.twin.nodes import TwinLayout
-from lanebook_runs import run
 
 pytestmark = pytest.mark.twin
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import FIXTURES
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from lanebook.base.errors import LanebookError, LaneError
@@ -34,7 +35,6 @@ from lanebook.recipe.envfile import (
 )
 from lanebook.recipe.lint import lint_env_and_compose
 from lanebook.runs.execute import RUNBOOKS, parse_params, run_runbook
-from recipe_fixtures import FIXTURES
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 

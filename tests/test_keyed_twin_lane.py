@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.lanebook_runs import lanebook_command
 from lanebook.lane.keys import key_file_path
 from lanebook.lane.params import load_lane
-from lanebook_runs import lanebook_command
 
 PROMOTE_BOUND_S = 1800  # a whole twin promotion is a couple of minutes alone; more beside the suite
 LANE = load_lane("twin-keyed")

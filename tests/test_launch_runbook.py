@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline
 from lanebook.base.paths import REPO
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher
-from lanebook_runs import dry_run_offline
 
 
 def shm(node):
@@ -122,8 +122,8 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
     """T03 / P01: the head's compose file loses its `VLLM_USE_BREAKABLE_CUDAGRAPH` environment line (the env file
     alone does not reach the container). launch stops at its prerequisites naming P01 before anything is stopped or
     started; the env runbook puts the injection back (with a backup) and what the head runs lints clean again."""
+    from helpers.lanebook_runs import run
     from lanebook.recipe.lint import lint_what_lane_runs
-    from lanebook_runs import run
 
     lane_params = load_lane("twin")
     compose = f"{lane_params.checkout.removeprefix('~/')}/docker-compose.dspark.yml"

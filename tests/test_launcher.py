@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.recipe_dry_run import dry_lane, every_operation
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher, logs
-from recipe_dry_run import dry_lane, every_operation
 
 CONTAINER = "ds4-f-mia-anemll-0731-vllm-dspark-1"
 LAUNCH = (
@@ -226,7 +226,7 @@ def test_dry_run_without_a_network():
     if shutil.which("unshare") is None or subprocess.run(["unshare", "-n", "true"]).returncode != 0:
         pytest.skip("unshare -n is not available here (needs root or user namespaces)")
     script = (
-        "import sys, json; sys.path.insert(0, sys.argv[1]); import recipe_dry_run as r; "
+        "import sys, json; sys.path.insert(0, sys.argv[1]); from helpers import recipe_dry_run as r; "
         "print(json.dumps(r.every_operation(r.dry_lane())))"
     )
     out = subprocess.run(

@@ -12,13 +12,23 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import (
+    COMPOSE,
+    EXAMPLE,
+    FIXTURES,
+    REPO,
+    checkout,
+    fixture_text,
+    line_of,
+    need,
+    replace_once,
+)
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_names, load_lane
 from lanebook.recipe import lint as lint_module
 from lanebook.recipe.effective.checkout import REFERENCE
 from lanebook.recipe.lint import lint_env_and_compose, lint_lane_on_reference, lint_what_lane_runs
 from lanebook.recipe.render import render_checkout
-from recipe_fixtures import COMPOSE, EXAMPLE, FIXTURES, REPO, checkout, fixture_text, line_of, need, replace_once
 
 ENV = ".env.dspark"
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers.waits import eventually
 from lanebook.base.redact import redact
 from lanebook.nodes.ssh import CommandResult
 from lanebook.runs import lock
 from lanebook.runs.lock import Found, Holder, LockRefused, parse_found, stale_reason
-from waits import eventually
 
 HOLDER = Holder(
     claim="a" * 32,
@@ -340,7 +340,7 @@ def killed(contested, twin_lane, tmp_path_factory):
 @pytest.mark.twin
 def test_status_and_a_dry_run_need_no_lock(killed, twin_lane, tmp_path):
     """Run while the killed run's stale lock is still there (this test runs before the one that breaks it)."""
-    from lanebook_runs import dry_run_offline
+    from helpers.lanebook_runs import dry_run_offline
 
     _, _, held = killed
     code, out, err = finished(lanebook_run(tmp_path, "status", "--lane", "twin"))
@@ -381,9 +381,9 @@ def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, tw
 def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path, monkeypatch):
     """Stand-in stages: `weights` (in its papermill kernel) takes the lock as a nested run would and reports who
     holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
+    from helpers.lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
     from lanebook.lane.params import lane_path, load_lane
     from lanebook.runs import promote
-    from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
 
     lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
     lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))

@@ -3,10 +3,10 @@ result is what was observed afterwards: planted segments gone (or named when a w
 free memory read back, legacy units inactive and masked, sticky memory after a stop until caches drop."""
 
 import pytest
+from helpers.twin_helpers import private_twin
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import memory
-from twin_helpers import private_twin
 
 UNIT = "aiden-vllm.service"
 CHECKOUT = "ds4-f-mia-anemll-0731"

@@ -5,13 +5,13 @@ run/sudo with timeouts, put/get, streaming, redaction, the failures (a node down
 import uuid
 
 import pytest
+from helpers.twin_helpers import private_twin, process_gone
 from lanebook.base.errors import LanebookError
 from lanebook.base.redact import REDACTED
 from lanebook.lane import plugins
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.nodes.ssh import CommandFailed, CommandResult, CommandTimeout, LaneResult, NodesFailed, NodeUnreachable
-from twin_helpers import private_twin, process_gone
 
 twin = pytest.mark.twin
 FAKE_TOKEN = "hf_" + "a1B2c3D4e5" * 3

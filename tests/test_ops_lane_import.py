@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import COMPOSE
 from lanebook.lane.params import load_lane
-from recipe_fixtures import COMPOSE
 
 REPO = Path(__file__).resolve().parents[1]
 LANEBOOK = REPO / ".venv" / "bin" / "lanebook"

@@ -3,14 +3,14 @@ command the head runs (quoted, never writing under the old checkout), a dry run 
 a checkout made at REF, found again, refused at another commit, the old checkout's tree unchanged."""
 
 import pytest
+from helpers.lanebook_runs import offline
+from helpers.twin_helpers import private_twin
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import upgrade
 from lanebook.twin import control
 from lanebook.twin.remote import AUG22, JUL31
-from lanebook_runs import offline
-from twin_helpers import private_twin
 
 SHA = "83ddf4c470a51fad3aa40f358ca8bff3221ad07e"
 

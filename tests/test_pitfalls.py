@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 
 import pytest
+from helpers.recipe_fixtures import SEED_000, need
 from lanebook.recipe.pitfalls import (
     PITFALLS,
     for_runbook,
@@ -14,7 +15,6 @@ from lanebook.recipe.pitfalls import (
     schedule_problems,
     troubleshooting_markdown,
 )
-from recipe_fixtures import SEED_000, need
 
 RUNBOOKS = {"weights", "env", "launch", "warmup", "gates", "speed", "diagnose", "rollback", "status", "stop"}
 STATIC = {"P01", "P02", "P03", "P06", "P07", "P08", "P09", "P10", "P14"} | {f"S0{n}" for n in range(1, 10)}

@@ -4,12 +4,12 @@ protocol's counters and TTFT, and the K-boundary waves draining with every reque
 
 import httpx
 import pytest
+from helpers.twin_serve import NAME, OFF, SCHEDULE, main, truth, variant  # noqa: F401 - module-scoped server fixtures
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.ssh import Executor
 from lanebook.speed.workloads import load_workload
 from lanebook.twin.timing import prefill_step_s
 from lanebook.verify import diagnose, probes
-from twin_serve import NAME, OFF, SCHEDULE, main, truth, variant  # noqa: F401 - module-scoped server fixtures
 
 API = "http://192.168.1.11:8888/v1"
 

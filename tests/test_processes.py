@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers.waits import eventually
 from lanebook.base.processes import process_alive, process_start, session_processes
-from waits import eventually
 
 
 def _finished_pid() -> int:

@@ -11,13 +11,13 @@ import json
 
 import nbformat
 import pytest
+from helpers.lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_path, load_lane
 from lanebook.runs import promote
 from lanebook.runs.audit import read_runs
 from lanebook.runs.promote import MAIN_JOB, lane_digest, plan_resume
-from lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
 
 DIGEST = {"file": "f1", "weights": "w1", "gates": "g1", "rest": "r1"}
 
@@ -216,7 +216,7 @@ def test_a_new_promotion_keeps_the_rollback_lanes_fingerprint_where_rollback_fin
 def test_a_dry_run_prints_each_runbooks_commands_the_seeds_cp_line_among_them(tmp_path):
     """`lanebook promote --lane anemll-0731 --dry-run` with only loopback up: the new lane's checkout is made as seed
     000 makes it, and no connection is opened."""
-    from lanebook_runs import offline
+    from helpers.lanebook_runs import offline
 
     done = offline(tmp_path, "promote --lane anemll-0731 --dry-run", timeout=600)
     lines = [line.strip() for line in done.stdout.splitlines()]
@@ -227,7 +227,7 @@ def test_a_dry_run_prints_each_runbooks_commands_the_seeds_cp_line_among_them(tm
 def test_a_dry_run_of_the_four_spark_lane_prints_the_fan_out_rsync_to_every_worker(tmp_path):
     """`lanebook promote --lane anemll-0731-tp4 --dry-run` with only loopback up: the weights go from the head once to
     each of the three workers' fabric IPs, and no connection is opened."""
-    from lanebook_runs import offline
+    from helpers.lanebook_runs import offline
 
     done = offline(tmp_path, "promote --lane anemll-0731-tp4 --dry-run", timeout=600)
     lines = [line.strip() for line in done.stdout.splitlines()]

@@ -8,13 +8,13 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
-from http_helpers import serving
+from helpers.http_helpers import serving
+from helpers.twin_helpers import private_twin
+from helpers.waits import eventually
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.nodes.http import WaitTimeout
 from lanebook.ops import launcher, readiness
-from twin_helpers import private_twin
-from waits import eventually
 
 
 class _FlakyHealth(BaseHTTPRequestHandler):
@@ -100,8 +100,8 @@ def test_the_readiness_watch_sees_a_booting_server_list_its_model_at_or_after_it
     """While something else waits (the launcher), the watch polls /v1/models and keeps when it first listed the model;
     the twin server's own ready_at (twin-only truth) is the moment it could have."""
     import httpx
+    from helpers.twin_serve import NAME, SERVE_ARGS
     from lanebook.twin.vllm import start_local
-    from twin_serve import NAME, SERVE_ARGS
 
     srv = start_local(
         SERVE_ARGS,

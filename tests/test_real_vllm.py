@@ -1,15 +1,15 @@
 """lanebook against a real vLLM (0.32.0, CPU build, a tiny random model): the real-vllm-cpu lane end to end, lanebook's
 client side held to the server's own counters, and the twin's server held to the real one.
 
-One real server for the run (tests/real_vllm.py): the real-vllm-cpu lane's, on the twin's head, started by `lanebook run
-launch --lane real-vllm-cpu` (prefix caching, ngram speculative decoding on the recipe's 5/4/3 verify schedule,
-max_model_len 2048). First the lane's runbooks: launch passes against the real server (its startup log, /v1/models, the
-live command), gates fail at the exact smoke naming the gibberish they got, `lanebook speed` prints the server's own
-token count equal to lanebook's, the speed runbook passes with each wave's count the server's own. Then what lanebook
-reads from it (readiness, /v1/models, /version, the gates' smokes, /metrics, the speed harness's records, the
-prefix-cache probe, spec-decode figures) is checked against what the server itself counts. Last, the same requests go to
-the twin's server started with the real one's arguments, and every difference a client can see must be one listed in
-lanebook.twin.conformance. Twin figures are printed as twin.
+One real server for the run (tests/helpers/real_vllm.py): the real-vllm-cpu lane's, on the twin's head, started by
+`lanebook run launch --lane real-vllm-cpu` (prefix caching, ngram speculative decoding on the recipe's 5/4/3 verify
+schedule, max_model_len 2048). First the lane's runbooks: launch passes against the real server (its startup log,
+/v1/models, the live command), gates fail at the exact smoke naming the gibberish they got, `lanebook speed` prints the
+server's own token count equal to lanebook's, the speed runbook passes with each wave's count the server's own. Then
+what lanebook reads from it (readiness, /v1/models, /version, the gates' smokes, /metrics, the speed harness's records,
+the prefix-cache probe, spec-decode figures) is checked against what the server itself counts. Last, the same requests
+go to the twin's server started with the real one's arguments, and every difference a client can see must be one listed
+in lanebook.twin.conformance. Twin figures are printed as twin.
 """
 
 from __future__ import annotations
@@ -24,6 +24,19 @@ from typing import Optional
 import httpx
 import nbformat
 import pytest
+from helpers.lanebook_runs import lanebook_command, last_record
+from helpers.real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixtures, used by name
+    LANE,
+    LANE_NAME,
+    LOWERED_LINE,
+    MAX_MODEL_LEN,
+    NAME,
+    SCHEDULE,
+    TINY_MODEL,
+    missing_reason,
+    real,
+    twin_server,
+)
 from lanebook.nodes import ssh
 from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import (
@@ -58,20 +71,7 @@ from lanebook.twin import conformance
 from lanebook.verify import gates
 from lanebook.verify.diagnose import prefix_bodies, prefix_verdict, ttft_s
 from lanebook.verify.probes import prefix_protocol
-from lanebook_runs import lanebook_command, last_record
 from prometheus_client.parser import text_string_to_metric_families
-from real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixtures, used by name
-    LANE,
-    LANE_NAME,
-    LOWERED_LINE,
-    MAX_MODEL_LEN,
-    NAME,
-    SCHEDULE,
-    TINY_MODEL,
-    missing_reason,
-    real,
-    twin_server,
-)
 
 if missing_reason():
     pytest.skip(missing_reason(), allow_module_level=True)

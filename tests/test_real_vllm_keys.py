@@ -11,10 +11,10 @@ import secrets
 
 import httpx
 import pytest
+from helpers.lanebook_runs import lanebook_command, last_record
+from helpers.real_vllm import LANE_NAME, REPO, await_build, missing_reason, stop_twin_lanes
 from lanebook.nodes import ssh
 from lanebook.ops import launcher
-from lanebook_runs import lanebook_command, last_record
-from real_vllm import LANE_NAME, REPO, await_build, missing_reason, stop_twin_lanes
 
 KEYED_BOUND_S = 900  # the env run, then the real server's boot (25-75 s alone, more beside the suite)
 
@@ -81,8 +81,8 @@ def test_a_keyed_real_server_launches_and_refuses_a_request_without_the_key(keye
 
 def test_the_twin_server_refuses_a_keyless_request_as_the_real_one_does(keyed, tmp_path):
     """The twin's KeyGuard answers what vLLM's AuthenticationMiddleware answered above, on the same paths."""
+    from helpers.twin_serve import SERVE_ARGS
     from lanebook.twin.vllm import start_local
-    from twin_serve import SERVE_ARGS
 
     key = keyed[0]
     server = start_local(

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import COMPOSE, SHARED, need
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.lane_import import Head, import_lane, local_checkout, round_trip, write_new
-from recipe_fixtures import COMPOSE, SHARED, need
 
 REPO = Path(__file__).resolve().parents[1]
 LANEBOOK = REPO / ".venv" / "bin" / "lanebook"

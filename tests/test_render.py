@@ -10,13 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lanebook.base.errors import LanebookError
-from lanebook.lane.params import lane_with, load_lane
-from lanebook.recipe.effective.checkout import REFERENCE, CheckoutFiles
-from lanebook.recipe.effective.config import Effective
-from lanebook.recipe.effective.mismatches import lane_mismatches
-from lanebook.recipe.render import render_checkout, sha256
-from recipe_fixtures import (
+from helpers.recipe_fixtures import (
     COMPOSE,
     EXAMPLE,
     REPO,
@@ -26,6 +20,12 @@ from recipe_fixtures import (
     replace_once,
     seed_speculative_lines,
 )
+from lanebook.base.errors import LanebookError
+from lanebook.lane.params import lane_with, load_lane
+from lanebook.recipe.effective.checkout import REFERENCE, CheckoutFiles
+from lanebook.recipe.effective.config import Effective
+from lanebook.recipe.effective.mismatches import lane_mismatches
+from lanebook.recipe.render import render_checkout, sha256
 from ruamel.yaml import YAML
 
 BREAKABLE_LINE = '      VLLM_USE_BREAKABLE_CUDAGRAPH: "${VLLM_USE_BREAKABLE_CUDAGRAPH:-0}"\n'

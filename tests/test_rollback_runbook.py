@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
@@ -24,7 +25,6 @@ from lanebook.ops.logs import live_command
 from lanebook.runs import audit
 from lanebook.runs.execute import read_verdict
 from lanebook.verify import hermes
-from lanebook_runs import dry_run_offline, run
 
 BIN = Path(sys.executable).parent
 STOP_0731 = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"

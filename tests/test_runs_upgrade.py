@@ -10,6 +10,7 @@ through the new launcher's memory profile; the rollback to the old checkout pass
 import json
 
 import pytest
+from helpers.twin_helpers import private_twin
 from lanebook.lane.params import load_lane
 from lanebook.nodes.ssh import Lane
 from lanebook.ops.launcher import container_name
@@ -21,7 +22,6 @@ from lanebook.runs.upgrade import rollback_checkout, upgrade
 from lanebook.twin import control
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.remote import AUG22, JUL31
-from twin_helpers import private_twin
 
 pytestmark = pytest.mark.twin
 

@@ -13,13 +13,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import run
 from lanebook.base.paths import REPO
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher
 from lanebook.twin import control
 from lanebook.twin.nodes import ALIASES, SSHD, TwinAddresses, TwinLayout, client_config
-from lanebook_runs import run
 
 LIB = REPO / "lib" / "lanebook"
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers.lanebook_runs import run
 from lanebook.base.paths import REPO
-from lanebook_runs import run
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

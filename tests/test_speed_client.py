@@ -9,6 +9,7 @@ import time
 
 import httpx
 import pytest
+from helpers.sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.prometheus import QueueNotIdle, metrics_url, wait_idle
 from lanebook.speed import transport
@@ -17,7 +18,6 @@ from lanebook.speed.command import run_speed
 from lanebook.speed.metrics import request_figures, wave_figures
 from lanebook.speed.records import CONTENT, REASONING, ROLE, STAMP_KERNEL, STAMP_LOOP, TOOL_CALLS, USAGE, WaveRecord
 from lanebook.speed.workloads import load_workload, request_body, workload_names
-from sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 
 
 def truth(url):

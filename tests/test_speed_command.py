@@ -6,11 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers.sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 from lanebook.speed import transport
 from lanebook.speed.command import print_result, run_speed
 from lanebook.speed.records import STAMP_KERNEL, STAMP_LOOP
 from rich.console import Console
-from sse_fixture import server, sse_server  # noqa: F401 - the fixture, and the server module
 
 
 def printed(result) -> str:

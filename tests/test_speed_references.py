@@ -4,10 +4,10 @@ write-up's title, and none of them a figure of a lane's stored baseline."""
 import re
 
 import pytest
+from helpers.recipe_fixtures import SHARED
 from lanebook.lane.params import lane_names
 from lanebook.speed.baseline import stored_baseline
 from lanebook.speed.references import PUBLISHED_FIGURES, SEED_000, SEED_003
-from recipe_fixtures import SHARED
 
 SEED_FILES = {SEED_000: "000_25116b2347ff45eb.txt", SEED_003: "003_5aeb1354e87d3c98.txt"}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import nbformat
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.base.files import sha256_file
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import lane_path, load_lane
@@ -18,7 +19,6 @@ from lanebook.nodes import ssh
 from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.baseline import baseline_path, load_baseline
 from lanebook.twin.standins.docker import IMAGES
-from lanebook_runs import dry_run_offline, run
 
 SHORT = ("-p", "max_tokens=32", "-p", "workloads=probe")
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline
 from lanebook.base.paths import RUNBOOKS_DIR
-from lanebook_runs import dry_run_offline
 
 STATUS_LINE = (
     "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./status-deepseek-v4-flash-dspark.sh"

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import launcher
-from lanebook_runs import dry_run_offline, run
 
 STOP_LINE = "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh"
 

@@ -2,10 +2,10 @@
 a cut transfer resumed), path tests in one round trip, and the checkout a launch needs."""
 
 import pytest
+from helpers.twin_helpers import process_gone
 from lanebook.lane.params import NodeParams, lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import transfers
-from twin_helpers import process_gone
 
 STATS = """Number of files: 3 (reg: 2, dir: 1)
 Number of regular files transferred: 2

@@ -13,11 +13,11 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from helpers.twin_helpers import _free_ports, private_twin
+from helpers.waits import eventually
 from lanebook.base.errors import LanebookError
 from lanebook.twin import control
 from lanebook.twin.nodes import LIB_DIR
-from twin_helpers import _free_ports, private_twin
-from waits import eventually
 
 pytestmark = pytest.mark.twin
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from helpers.twin_engine_cases import make_seq
 from lanebook.twin import engine
 from lanebook.twin.facts import SCHEDULE_543
 from lanebook.twin.waves import run_virtual
-from twin_engine_cases import make_seq
 
 
 def test_max_num_seqs_caps_running_and_the_rest_wait():

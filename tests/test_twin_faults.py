@@ -11,8 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.twin_helpers import _free_ports
 from lanebook.twin import control
-from twin_helpers import _free_ports
 
 pytestmark = pytest.mark.twin
 

@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
+from helpers.lanebook_runs import LANEBOOK, last_record
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.runs.lock import LOCK_CLAIM_ENV, lane_pair_lock
 from lanebook.twin import control
-from lanebook_runs import LANEBOOK, last_record
 
 pytestmark = pytest.mark.twin
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from helpers.twin_engine_cases import make_seq
 from lanebook.twin import prefix_cache
 from lanebook.twin.engine import EngineConfig, EngineCore
 from lanebook.twin.waves import run_virtual
-from twin_engine_cases import make_seq
 
 
 @pytest.mark.parametrize("evict, third_hits", [(False, True), (True, False)])

@@ -8,12 +8,12 @@ import shutil
 import subprocess
 
 import pytest
+from helpers.recipe_fixtures import SHARED, need
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.compose_tool import package_binary
 from lanebook.recipe.effective.launcher_env import launcher_overrides
 from lanebook.recipe.envfile import parse_env_text
 from lanebook.twin.remote import AUG22, JUL31, TP4, clone_at, git, lay_out_remote
-from recipe_fixtures import SHARED, need
 
 FIXTURE_0731 = SHARED / "fixtures" / "miaai-recipe-0731"
 START = "start-deepseek-v4-flash-dspark.sh"

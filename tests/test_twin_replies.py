@@ -5,16 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.twin_serve import WEATHER
 from lanebook.twin import replies
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 def test_exact_reply_count_and_length():

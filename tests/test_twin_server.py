@@ -11,14 +11,8 @@ import json
 
 import httpx
 import pytest
-from lanebook.twin import server as twin_server
-from lanebook.twin.engine import EngineConfig
-from lanebook.twin.timing import JIT_DELAY_S
-from lanebook.twin.vllm import start_local
-from lanebook.twin.waves import simulate_wave
-from prometheus_client.parser import text_string_to_metric_families
-from recipe_fixtures import FIXTURES, need
-from twin_serve import (  # noqa: F401 - module-scoped server fixtures, used by name
+from helpers.recipe_fixtures import FIXTURES, need
+from helpers.twin_serve import (  # noqa: F401 - module-scoped server fixtures, used by name
     MODEL,
     NAME,
     OFF,
@@ -34,6 +28,12 @@ from twin_serve import (  # noqa: F401 - module-scoped server fixtures, used by 
     truth,
     variant,
 )
+from lanebook.twin import server as twin_server
+from lanebook.twin.engine import EngineConfig
+from lanebook.twin.timing import JIT_DELAY_S
+from lanebook.twin.vllm import start_local
+from lanebook.twin.waves import simulate_wave
+from prometheus_client.parser import text_string_to_metric_families
 
 
 # --- Formats --------------------------------------------------------------------------------------

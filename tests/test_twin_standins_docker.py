@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.node_helpers import local_node
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.compose_tool import PINNED_VERSION, package_binary
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.standins.docker import COMPOSE_VERSIONS, IMAGES, find_image, render_template, same_config
 from lanebook.twin.standins.runtime import stop_all_containers
 from lanebook.twin.tree import write_checkout
-from node_helpers import local_node
 
 ANEMLL = "ghcr.io/anemll/dspark-vllm-gx10:0.1.1"
 DIGEST = IMAGES[ANEMLL].digest

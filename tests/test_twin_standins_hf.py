@@ -3,8 +3,8 @@ interrupted download leaving *.incomplete and resumed, offline refusals and unkn
 
 from pathlib import Path
 
+from helpers.node_helpers import local_node
 from lanebook.twin.standins.hf import OFFLINE_MISS, hub_dir
-from node_helpers import local_node
 
 REPO_0731 = "deepseek-ai/DeepSeek-V4-Flash-0731"
 

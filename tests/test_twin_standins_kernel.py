@@ -4,9 +4,9 @@ before the first) is refused as journald refuses it."""
 
 import re
 
+from helpers.node_helpers import local_node
 from lanebook.recipe.symptoms import IP_LINK
 from lanebook.twin.standins.machine import BOOT_MESSAGES
-from node_helpers import local_node
 
 
 def test_dmesg_prints_this_boots_ring_buffer_and_a_kernel_message_added_later(tmp_path):

@@ -6,6 +6,8 @@ import signal
 import sys
 
 import pytest
+from helpers.node_helpers import local_node
+from helpers.waits import eventually
 from lanebook.recipe.effective.compose_model import ContainerSpec
 from lanebook.twin.standins.base import write_json
 from lanebook.twin.standins.machine import STICKY_GIB
@@ -21,8 +23,6 @@ from lanebook.twin.standins.runtime import (
     starts_at_daemon_start,
     stop_all_containers,
 )
-from node_helpers import local_node
-from waits import eventually
 
 ENGINE = f"{sys.executable} -c 'import sys, time; print(\"engine up\", *sys.argv[1:], flush=True); time.sleep(60)'"
 

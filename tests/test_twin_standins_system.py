@@ -5,9 +5,9 @@ import os
 import time
 
 import pytest
+from helpers.node_helpers import UNIT, local_node
 from lanebook.twin.standins.machine import GIB, PAGE_CACHE_FLOOR_GIB, TOTAL_BYTES
 from lanebook.twin.standins.system import DISK_KIB, DISK_USED_KIB, FULL_DISK_FREE_KIB, format_free, unit_name
-from node_helpers import UNIT, local_node
 
 
 @pytest.fixture

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from helpers.twin_engine_cases import PROBE_SETS, c1_rate, wave
 from lanebook.twin import timing
 from lanebook.twin.engine import EngineConfig
 from lanebook.twin.facts import CODE_PROMPT, COUNT_PROMPT, JSON_PROMPT, SCHEDULE_543, SEED_003
-from twin_engine_cases import PROBE_SETS, c1_rate, wave
 
 
 @pytest.mark.parametrize("prompt_set", sorted(PROBE_SETS))

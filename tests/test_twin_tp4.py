@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.lanebook_runs import lanebook_command, last_record
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.twin import control
-from lanebook_runs import lanebook_command, last_record
 
 pytestmark = pytest.mark.twin
 

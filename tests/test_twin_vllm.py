@@ -14,13 +14,13 @@ import time
 
 import httpx
 import pytest
+from helpers.recipe_fixtures import COMPOSE, FIXTURES, need
+from helpers.twin_serve import MODEL, OFF, SERVE_ARGS, chat, main, truth, variant  # noqa: F401 - module-scoped server fixtures, used by name
+from helpers.waits import eventually
 from lanebook.recipe.effective.compose_model import container_spec
 from lanebook.twin import vllm
 from lanebook.twin.kv import STICKY_UMA_DEFAULT_GIB
 from lanebook.twin.vllm import free_port, start_local
-from recipe_fixtures import COMPOSE, FIXTURES, need
-from twin_serve import MODEL, OFF, SERVE_ARGS, chat, main, truth, variant  # noqa: F401 - module-scoped server fixtures, used by name
-from waits import eventually
 
 
 # --- Flags, knobs and settings (pure) -------------------------------------------------------------

@@ -9,8 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers.waits import eventually
 from lanebook.twin import vllm, vllm_cpu
-from waits import eventually
 
 SERVE = (
     "serve deepseek-ai/DeepSeek-V4-Flash-0731 --served-model-name lanebook-tiny-llama --host 127.0.0.2 --port 8888 "

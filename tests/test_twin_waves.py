@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers.twin_engine_cases import PROBE_SETS, make_seq
 from lanebook.twin import waves
 from lanebook.twin.engine import EngineConfig, EngineCore
-from twin_engine_cases import PROBE_SETS, make_seq
 
 
 def test_wave_figures_from_request_times():

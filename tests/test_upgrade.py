@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.recipe_fixtures import SHARED, need
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
@@ -32,7 +33,6 @@ from lanebook.recipe.upgrade import (
     verdict_of,
     write_plan,
 )
-from recipe_fixtures import SHARED, need
 
 FIXTURES = SHARED / "fixtures"
 SPEC = '{"method":"dspark","num_speculative_tokens":5}'

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.lanebook_runs import run
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.nodes.ssh import Lane
 from lanebook.ops import launcher
 from lanebook.runs import lab as lab_module
-from lanebook_runs import run
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

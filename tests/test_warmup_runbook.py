@@ -11,13 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.lanebook_runs import dry_run_offline
 from lanebook.base.paths import RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
 from lanebook.nodes import ssh
 from lanebook.nodes.prometheus import server_root
 from lanebook.ops import launcher
 from lanebook.runs.execute import read_verdict
-from lanebook_runs import dry_run_offline
 
 PAPERMILL = str(Path(sys.executable).parent / "papermill")
 GREP = (

@@ -2,10 +2,10 @@
 48-shard hub tree over SSH in one round trip, including the damage a real tree suffers."""
 
 import pytest
+from helpers.twin_helpers import prints_nothing, private_twin
 from lanebook.lane.params import WeightsParams, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import weights
-from twin_helpers import prints_nothing, private_twin
 
 
 def test_dry_run_download_and_rsync_lines():

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers.lanebook_runs import dry_run_offline
+from helpers.twin_helpers import private_twin
 from lanebook.base.paths import REPO
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
 from lanebook.ops import weights
 from lanebook.steps.runbook import VERDICT_MIME
-from lanebook_runs import dry_run_offline
-from twin_helpers import private_twin
 
 BIN = Path(sys.executable).parent
 NOTEBOOK = REPO / "runbooks" / "weights.ipynb"

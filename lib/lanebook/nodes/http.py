@@ -98,18 +98,6 @@ class WaitProgress:
         )
 
 
-def print_progress(every_s: float = 15.0) -> Callable[[WaitProgress], None]:
-    """A progress callback that prints a line at most every `every_s` seconds (keeps notebook output short)."""
-    last_printed = [-every_s]
-
-    def show(progress: WaitProgress) -> None:
-        if progress.elapsed_s - last_printed[0] >= every_s:
-            last_printed[0] = progress.elapsed_s
-            print(progress.line(), flush=True)
-
-    return show
-
-
 def wait_for(
     url: str,
     ready: Callable[[httpx.Response], bool],

@@ -1215,7 +1215,3 @@ SYMPTOMS: tuple[Symptom, ...] = (
         kind=NOTE,
     ),
 )
-
-
-def symptom_by_id(symptom_id: str) -> Optional[Symptom]:
-    return next((s for s in SYMPTOMS if s.id == symptom_id), None)

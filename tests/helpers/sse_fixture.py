@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("sse_server", REPO / "benchmarks" / "sse_server.py")
 sse_server = sys.modules.setdefault("sse_server", importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(sse_server)

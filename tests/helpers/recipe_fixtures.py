@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("LANEBOOK_SHARED") or REPO.parent / "shared")  # a git worktree sits elsewhere: say where
 FIXTURES = SHARED / "fixtures" / "miaai-recipe"
 SEED_000 = SHARED / "seeds" / "000_25116b2347ff45eb.txt"

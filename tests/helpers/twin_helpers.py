@@ -10,7 +10,8 @@ from __future__ import annotations
 from lanebook.nodes.ssh import q
 from lanebook.twin import control
 from lanebook.twin.control import private_twin  # noqa: F401 - the tests' import
-from waits import eventually
+
+from helpers.waits import eventually
 
 _free_ports = control.free_ports
 

