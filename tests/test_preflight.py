@@ -176,11 +176,16 @@ def test_an_active_legacy_unit_is_a_warning_the_launch_deals_with(twin):
     from lanebook.nodes.ssh import Lane
 
     with Lane(load_lane("twin")) as lane:
-        lane.node("head").run("systemctl start aiden-vllm.service")
+        head = lane.node("head")
+        # The worker's twin is shared: a launch run before this test leaves the unit masked, as the runbook does.
+        was_masked = head.run("systemctl is-enabled aiden-vllm.service", check=False).stdout.strip() == "masked"
+        head.run("systemctl unmask aiden-vllm.service && systemctl start aiden-vllm.service")
         try:
             code, report = check("twin")
         finally:
-            lane.node("head").run("systemctl stop aiden-vllm.service")
+            head.run(
+                "systemctl stop aiden-vllm.service" + (" && systemctl mask aiden-vllm.service" if was_masked else "")
+            )
     item = next(i for i in report["items"] if i["item"] == "legacy units (P13)" and i["node"] == "head")
     assert item["ok"] is False and item["blocking"] is False and "aiden-vllm.service" in item["seen"]
     assert code == 0 and "systemctl mask --now aiden-vllm.service" in item["fix"]
