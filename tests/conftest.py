@@ -27,6 +27,7 @@ SLOW_FIRST = (
     "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
     "test_runs_upgrade.py",  # one test of about 330 s: 15 runbook runs on a private twin
     "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
+    "test_keyed_twin_lane.py",  # a keyed lane's whole promotion, about 220 s
     "test_runbooks.py",
     "test_rollback_runbook.py",
     "test_fault_matrix.py",
@@ -36,6 +37,7 @@ SLOW_FIRST = (
     # (twin/vllm_cpu.py: the clients reading its streams come first); beside the suite its tests take about four
     # minutes.
     "test_real_vllm.py",
+    "test_real_vllm_keys.py",  # the real vLLM again, with keys: behind the build as test_real_vllm.py is
     "test_diagnose_runbook.py",
     "test_input_properties.py",
     "test_launch_runbook.py",
