@@ -29,7 +29,7 @@ from lanebook.base.files import write_atomic
 from lanebook.base.paths import REPO
 from lanebook.twin.real_engine import KNOB as REAL_ENGINE_KNOB
 from lanebook.twin.session import NODE_PATHS, mapped_root
-from lanebook.twin.standins.base import TIME_SCALE_VAR
+from lanebook.twin.standins.base import STANDIN_MARK, TIME_SCALE_VAR
 
 HEAD, WORKER = "head", "worker"
 DEFAULT_NODES = ((HEAD, "127.0.0.2"), (WORKER, "127.0.0.3"))  # what `twin up` starts: the two-node lanes' pair
@@ -373,7 +373,7 @@ def write_node(layout: TwinLayout, alias: str, addresses: TwinAddresses, faults:
     for name in STANDINS:
         write_atomic(
             bin_dir / name,
-            f'#!/bin/sh\n# lanebook twin stand-in\nexec {python} -m lanebook.twin.standins {name} "$@"\n',
+            f'#!/bin/sh\n{STANDIN_MARK}\nexec {python} -m lanebook.twin.standins {name} "$@"\n',
             0o755,
         )
     # ssh reads ~/.ssh from the passwd home, not $HOME: the shim points it at the node's own, and puts

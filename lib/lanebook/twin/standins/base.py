@@ -12,6 +12,7 @@ from lanebook.base.files import write_atomic
 
 # The twin's clock (1 in real time, 0.01 with --fast): the node session exports it, the stand-ins read it.
 TIME_SCALE_VAR = "LANEBOOK_TWIN_TIME_SCALE"
+STANDIN_MARK = "# lanebook twin stand-in"  # the second line of every stand-in shim: what tells one from a real program
 
 
 def fail(message: str, code: int = 1) -> int:

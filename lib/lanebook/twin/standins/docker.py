@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from lanebook.base.errors import LanebookError
-from lanebook.twin.standins.base import fail, iso, node_condition, node_root, table, take, twin_file
+from lanebook.twin.standins.base import STANDIN_MARK, fail, iso, node_condition, node_root, table, take, twin_file
 from lanebook.twin.standins.runtime import Container, containers, find_container, remove_container, start_container
 
 
@@ -295,16 +295,13 @@ def same_config(running: dict, wanted: dict) -> bool:
     return config(running) == config(wanted)
 
 
-STANDIN_MARK = b"# lanebook twin stand-in"  # the second line of every stand-in shim (twin/nodes.py writes them)
-
-
 def standin_dirs(path: str) -> tuple[str, ...]:
     """The PATH directories whose `docker` is a twin stand-in (this one): never the Compose to run."""
     found = []
     for directory in path.split(os.pathsep):
         try:
             with open(os.path.join(directory, "docker"), "rb") as shim:
-                if STANDIN_MARK in shim.read(256):
+                if STANDIN_MARK.encode() in shim.read(256):
                     found.append(directory)
         except OSError:
             continue
