@@ -38,13 +38,14 @@ from lanebook.runs.execute import RUNBOOKS, parse_params, run_runbook
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-# Derandomized: the suite draws the same 1,000 examples on every run, so CI's verdict is the code's, never the
-# draw's; `make fuzz` draws fresh ones (each input it finds that fails becomes an @example here, and a fix).
+# Derandomized: the suite draws the same 300 examples on every run, so CI's verdict is the code's, never the draw's;
+# `make fuzz` draws 3,000 fresh ones (each input it finds that fails becomes an @example here, and a fix).
+FUZZ = os.environ.get("LANEBOOK_FUZZ") == "1"
 EXAMPLES = settings(
-    max_examples=1000,
+    max_examples=3000 if FUZZ else 300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-    derandomize=os.environ.get("LANEBOOK_FUZZ") != "1",
+    derandomize=not FUZZ,
 )
 
 # What crafted input looks like: shell code, line breaks, quotes, an option, a path escape, digits int() refuses.
