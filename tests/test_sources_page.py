@@ -3,7 +3,7 @@ anchor every citation links to; never the shorthand the code uses."""
 
 from lanebook.lane.params import lane_names, load_lane
 from lanebook.recipe.sources import SHORTHAND, WRITE_UPS
-from lanebook.site.pages.sources import sources_page
+from lanebook.site.pages.sources_page import sources_page
 
 
 def test_each_write_up_is_named_under_its_anchor_with_the_lanes_it_set():

@@ -1,7 +1,7 @@
 """The lane matrix from params/: every setting per lane, differences from the current recipe's lane marked."""
 
 from lanebook.lane.params import lane_names, load_lane
-from lanebook.site.pages.lanes import lanes_page, matrix, rollback_chain
+from lanebook.site.pages.lanes_page import lanes_page, matrix, rollback_chain
 
 LANES = [load_lane(n) for n in lane_names()]
 

@@ -11,7 +11,7 @@ import posixpath
 
 from lanebook.runs.audit import tally
 from lanebook.site.pages.markup import badge, dry_badge, md_table, verdict_badge, where_badge, wide
-from lanebook.site.pages.runs import PublishedRun
+from lanebook.site.pages.runs_page import PublishedRun
 
 
 def link(run: PublishedRun, from_doc: str = "audit") -> str:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from lanebook.site.pages.markup import badge, md_table, verdict_badge, where_badge, wide
-from lanebook.site.pages.runs import PublishedRun
-from lanebook.site.pages.trail import link
+from lanebook.site.pages.runs_page import PublishedRun
+from lanebook.site.pages.trail_page import link
 from lanebook.speed.baseline import Baseline
 from lanebook.speed.plots import PANELS
 from lanebook.speed.references import PUBLISHED_FIGURES

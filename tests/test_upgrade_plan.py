@@ -1,5 +1,5 @@
-"""lanebook.recipe.upgrade: the diff with exact small inputs, and the plan between the recipe's July 31 and August 22
-checkouts (the shared fixtures, copied into a temporary folder; skipped, saying so, where they are absent)."""
+"""lanebook.recipe.upgrade_plan: the diff with exact small inputs, and the plan between the recipe's July 31 and
+August 22 checkouts (the shared fixtures, copied into a temporary folder; skipped, saying so, where they are absent)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.launcher_env import worker_exports, worker_words
-from lanebook.recipe.upgrade import (
+from lanebook.recipe.upgrade_plan import (
     BLOCKED,
     CHANGES,
     SAME,

@@ -1,7 +1,7 @@
 """A runbook's kernel, started before papermill asks for one, so it boots while lanebook prepares the run.
 
 papermill runs the notebook on it (`km=`); lanebook stops it when the run ends. It is ipykernel's, started as
-`python -m lanebook.runs.kernel` (the one kernel spec, read from KERNELS_DIR alone) without the debugger, and
+`python -m lanebook.runs.runbook_kernel` (the one kernel spec, read from KERNELS_DIR alone) without the debugger, and
 it talks over Unix sockets in a folder of its own, never loopback TCP ports, so kernels started at once by two
 processes cannot collide. Why: docs/decisions.md, the "Runbook kernels" entries.
 """

@@ -2,7 +2,7 @@
 
 import nbformat
 from lanebook.base.files import sha256_file
-from lanebook.site.pages.runs import latest_rehearsals, published_runs
+from lanebook.site.pages.runs_page import latest_rehearsals, published_runs
 
 
 def _record(outputs, run_id, runbook, started, *, twin=True, dry=False, write=True):

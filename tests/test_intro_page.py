@@ -3,7 +3,7 @@
 import pytest
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_names, lane_with, load_lane
-from lanebook.site.pages.intro import MARKER, Topology, draw, intro_page, shown_lanes, topology
+from lanebook.site.pages.intro_page import MARKER, Topology, draw, intro_page, shown_lanes, topology
 
 
 def test_topology_of_the_real_lane_and_the_twin():

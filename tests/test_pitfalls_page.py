@@ -1,7 +1,7 @@
 """The pitfalls page: the registry's entries, how each is caught, the steps that name it, where it comes from."""
 
 from lanebook.recipe.pitfalls import pitfall
-from lanebook.site.pages.pitfalls import caught_by, pitfall_steps, pitfalls_page
+from lanebook.site.pages.pitfalls_page import caught_by, pitfall_steps, pitfalls_page
 
 
 def test_steps_are_the_sections_that_name_a_pitfall():

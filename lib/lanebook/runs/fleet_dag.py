@@ -25,7 +25,7 @@ from typing import Callable, Optional
 from lanebook.base import paths
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import record_id, utc_stamp, write_atomic
-from lanebook.lane.fleet import FleetParams, Wave, plan_waves
+from lanebook.lane.fleet_file import FleetParams, Wave, plan_waves
 from lanebook.lane.params import NAME_RE
 from lanebook.runs.promote import MAIN_JOB, latest_promotion
 
@@ -525,7 +525,7 @@ def promote_fleet_shown(name: str, dry_run: bool = False, yes: bool = False) -> 
     from rich.console import Console
     from rich.markup import escape
 
-    from lanebook.lane.fleet import load_fleet
+    from lanebook.lane.fleet_file import load_fleet
     from lanebook.runs.audit import read_runs
 
     console = Console()
@@ -570,7 +570,7 @@ def promote_fleet_shown(name: str, dry_run: bool = False, yes: bool = False) -> 
 
 def fleet_status(name: str) -> dict:
     """Every lane's latest promotion (any, with its fleet id if it had one) and the fleet's runs."""
-    from lanebook.lane.fleet import load_fleet
+    from lanebook.lane.fleet_file import load_fleet
     from lanebook.runs.audit import read_runs
 
     fleet = load_fleet(name)

@@ -1,11 +1,11 @@
-"""lanebook.site.pages.upgrades: a plan's page and the index of plans, from plain plans."""
+"""lanebook.site.pages.upgrades_page: a plan's page and the index of plans, from plain plans."""
 
 from __future__ import annotations
 
 import tempfile
 
-from lanebook.recipe.upgrade import CHANGES, Difference, ExampleMoved, LaneValue, UpgradePlan
-from lanebook.site.pages.upgrades import PublishedPlan, plan_doc, upgrade_page, upgrades_index
+from lanebook.recipe.upgrade_plan import CHANGES, Difference, ExampleMoved, LaneValue, UpgradePlan
+from lanebook.site.pages.upgrades_page import PublishedPlan, plan_doc, upgrade_page, upgrades_index
 
 
 def plan() -> UpgradePlan:

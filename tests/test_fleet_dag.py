@@ -1,5 +1,5 @@
-"""A fleet promoted by Airflow (lanebook.runs.fleet): what the records say of each lane, wave and fleet (pure, exact),
-the DAG generated from a plan, and one real `lanebook fleet promote` through the real Airflow on the twin.
+"""A fleet promoted by Airflow (lanebook.runs.fleet_dag): what the records say of each lane, wave and fleet (pure,
+exact), the DAG generated from a plan, and one real `lanebook fleet promote` through the real Airflow on the twin.
 
 The end-to-end test promotes the shipped twin fleet (params/fleets/twin-fleet.yaml: three twin lanes, each on a pair
 of its own loopback addresses): the canary passes, a fault injected on the second wave's lane only (health-never, the
@@ -14,10 +14,10 @@ import sys
 import httpx
 import pytest
 from lanebook.base import paths
-from lanebook.lane.fleet import Wave
+from lanebook.lane.fleet_file import Wave
 from lanebook.nodes.prometheus import server_root
-from lanebook.runs import fleet as runs_fleet
-from lanebook.runs.fleet import (
+from lanebook.runs import fleet_dag as runs_fleet
+from lanebook.runs.fleet_dag import (
     DRY_RUN,
     GO_ON,
     NOT_RUN,
@@ -195,7 +195,7 @@ def test_a_fault_stops_the_fleet_at_its_wave_and_no_later_wave_starts(twin, tmp_
 
     outputs = tmp_path / "outputs"
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(outputs))
-    from lanebook.lane.fleet import load_fleet
+    from lanebook.lane.fleet_file import load_fleet
     from lanebook.twin import control
 
     assert load_fleet(FLEET).lanes == FLEET_LANES

@@ -1,11 +1,11 @@
-"""Fleet files (lanebook.lane.fleet): the waves a fleet promotes in, and a bad file refused with one line naming the
-key."""
+"""Fleet files (lanebook.lane.fleet_file): the waves a fleet promotes in, and a bad file refused with one line naming
+the key."""
 
 from pathlib import Path
 
 import pytest
 from lanebook.base.errors import LaneError
-from lanebook.lane.fleet import FleetParams, Wave, load_fleet, plan_waves, shared_nodes
+from lanebook.lane.fleet_file import FleetParams, Wave, load_fleet, plan_waves, shared_nodes
 
 GOOD = {
     "name": "lab",

@@ -1,5 +1,5 @@
 """The upgrade plans: an index of every recorded plan, and a page per plan with the before/after table an operator
-reviews before saying yes to moving a lane's checkout (lanebook.recipe.upgrade writes the records).
+reviews before saying yes to moving a lane's checkout (lanebook.recipe.upgrade_plan writes the records).
 
 Pure over the plans: the book stages each as upgrades/LANE-STEM (STEM is the record's UTCSTAMP-upgrade-ID), reached
 from the index, not the sidebar. Paths of the machine that planned are shown as a page shows them (base.paths).
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lanebook.base.paths import shown_paths
-from lanebook.recipe.upgrade import BLOCKED, CHANGES, SAME, UpgradePlan, shown_value
+from lanebook.recipe.upgrade_plan import BLOCKED, CHANGES, SAME, UpgradePlan, shown_value
 from lanebook.site.pages.markup import badge, md_table, where_badge, wide
 
 VERDICT_BADGES = {SAME: "pass", CHANGES: "warning", BLOCKED: "fail"}

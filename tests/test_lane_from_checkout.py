@@ -1,4 +1,5 @@
-"""lanebook.recipe.lane_import: a lane file from an operator's checkout, proven by rendering it back (round trip)."""
+"""lanebook.recipe.lane_from_checkout: a lane file from an operator's checkout, proven by rendering it back (round
+trip)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from helpers.recipe_fixtures import COMPOSE, SHARED, need
 from lanebook.lane.params import load_lane
 from lanebook.recipe.effective.checkout import CheckoutFiles
-from lanebook.recipe.lane_import import Head, import_lane, local_checkout, round_trip, write_new
+from lanebook.recipe.lane_from_checkout import Head, import_lane, local_checkout, round_trip, write_new
 
 REPO = Path(__file__).resolve().parents[1]
 LANEBOOK = REPO / ".venv" / "bin" / "lanebook"

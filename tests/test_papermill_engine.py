@@ -1,4 +1,4 @@
-"""lanebook.runs.engine: papermill's nbclient engine, saving the notebook when a code cell starts."""
+"""lanebook.runs.papermill_engine: papermill's nbclient engine, saving the notebook when a code cell starts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import nbformat
 import papermill
 import papermill.engines
 from helpers.lanebook_runs import STEP_AT
-from lanebook.runs.engine import ENGINE_NAME, step_line, step_name
+from lanebook.runs.papermill_engine import ENGINE_NAME, step_line, step_name
 
 
 def test_saved_when_a_code_cell_starts_and_when_the_run_ends(tmp_path, monkeypatch):

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from lanebook.site.pages.runs import PublishedRun
-from lanebook.site.pages.speed import LaneSpeed, bands_rows, reference_medians, series, speed_page, speed_runs
+from lanebook.site.pages.runs_page import PublishedRun
+from lanebook.site.pages.speed_page import LaneSpeed, bands_rows, reference_medians, series, speed_page, speed_runs
 from lanebook.speed.baseline import stored_baseline
 from lanebook.speed.references import PUBLISHED_FIGURES
 

@@ -2,7 +2,7 @@
 runbook, linked when the runbook has a recipe page, and where it was learnt), no wide table; look-alikes apart."""
 
 from lanebook.recipe.pitfalls import SYMPTOMS
-from lanebook.site.pages.symptoms import symptoms_page
+from lanebook.site.pages.symptoms_page import symptoms_page
 
 
 def test_every_symptom_has_a_section_with_its_runbook_and_source():

@@ -1,8 +1,9 @@
-"""The fleet pages (lanebook.site.pages.fleet): each lane's state and latest promotion, and the waves as they ran."""
+"""The fleet pages (lanebook.site.pages.fleet_page): each lane's state and latest promotion, and the waves as they
+ran."""
 
-from lanebook.lane.fleet import FleetParams
-from lanebook.runs.fleet import LaneOutcome
-from lanebook.site.pages.fleet import PublishedFleet, fleet_page, fleets_index, lane_state, utc_span
+from lanebook.lane.fleet_file import FleetParams
+from lanebook.runs.fleet_dag import LaneOutcome
+from lanebook.site.pages.fleet_page import PublishedFleet, fleet_page, fleets_index, lane_state, utc_span
 
 FLEET = FleetParams.model_construct(
     name="lab", description="every lane of the lab", lanes=["a", "b", "c"], canary="a", wave_size=1, failure_budget=0

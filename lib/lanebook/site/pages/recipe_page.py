@@ -14,8 +14,8 @@ from typing import Optional
 
 from lanebook.base.paths import shown_paths
 from lanebook.site.pages.markup import md_table, outcome_badge, verdict_badge, wide
-from lanebook.site.pages.runs import PublishedRun
-from lanebook.site.pages.trail import link
+from lanebook.site.pages.runs_page import PublishedRun
+from lanebook.site.pages.trail_page import link
 
 
 def verdict_table(emitted: Optional[dict]) -> str:

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from lanebook.site.pages.runs import PublishedRun
-from lanebook.site.pages.trail import audit_index, link, promotion_groups, promotion_outcome, run_heading
+from lanebook.site.pages.runs_page import PublishedRun
+from lanebook.site.pages.trail_page import audit_index, link, promotion_groups, promotion_outcome, run_heading
 
 
 def run(run_id, runbook, started, verdict="pass", *, promotion=None, twin=True, dry=False, intact=True, failed=None):

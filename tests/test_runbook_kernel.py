@@ -1,4 +1,5 @@
-"""lanebook.runs.kernel: the runbook's kernel, started ahead with the runbook's lanebook imports made as it boots."""
+"""lanebook.runs.runbook_kernel: the runbook's kernel, started ahead with the runbook's lanebook imports made as it
+boots."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import nbformat
 from jupyter_core.utils import run_sync
 from lanebook.base.frontend import HEADLESS_KERNEL_ENV
 from lanebook.base.paths import REPO
-from lanebook.runs.kernel import kernel_for, lanebook_imports, preload_line, started_kernel
+from lanebook.runs.runbook_kernel import kernel_for, lanebook_imports, preload_line, started_kernel
 
 
 def notebook(tmp_path: Path, *cells) -> Path:
@@ -41,7 +42,7 @@ def test_every_runbook_has_imports_to_make_ahead():
 def test_naming_the_imports_imports_nothing():
     """They are read before the kernel starts: importing them there would make the kernel wait for the runner."""
     probe = (
-        "import sys; from pathlib import Path; from lanebook.runs.kernel import lanebook_imports; "
+        "import sys; from pathlib import Path; from lanebook.runs.runbook_kernel import lanebook_imports; "
         "before = set(sys.modules); named = lanebook_imports(Path('runbooks/gates.ipynb')); "
         "print(named, sorted(set(sys.modules) - before))"
     )
@@ -88,7 +89,7 @@ def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
 
 def test_kernels_started_at_once_listen_on_sockets_of_their_own_and_leave_none(tmp_path):
     """Loopback TCP ports picked for two kernels at once can be the same port; a socket in a folder of its own
-    cannot (lanebook.runs.kernel)."""
+    cannot (lanebook.runs.runbook_kernel)."""
     path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
     printed.clear()
     with started_kernel(path) as first, started_kernel(path) as second:
@@ -106,7 +107,7 @@ def test_the_kernel_is_ipykernel_without_its_debugger_or_httpx_command_line(tmp_
     path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
     printed.clear()
     with started_kernel(path) as manager:
-        assert manager.kernel_spec.argv[1:3] == ["-m", "lanebook.runs.kernel"]
+        assert manager.kernel_spec.argv[1:3] == ["-m", "lanebook.runs.runbook_kernel"]
         seen = execute(
             manager,
             "import os, sys, httpx; print(type(get_ipython().kernel).__name__, sys.modules['debugpy'], "

@@ -1,5 +1,5 @@
 """The fleets: an index of the fleet files, and a page per fleet with each lane's state and latest promotion and the
-waves of every fleet run as they ran (lanebook.runs.fleet's records, `fleet.json`, or what the run records say of a
+waves of every fleet run as they ran (lanebook.runs.fleet_dag's records, `fleet.json`, or what the run records say of a
 fleet run that has none yet).
 
 Pure over what it is given: the book stages each fleet as fleets/NAME, reached from the index, not the sidebar.
@@ -11,8 +11,8 @@ import posixpath
 from dataclasses import dataclass
 from typing import Optional
 
-from lanebook.lane.fleet import FleetParams, plan_waves
-from lanebook.runs.fleet import DRY_RUN, FAILED, GO_ON, NOT_RUN, PASSED, RUNNING, STOPPED, LaneOutcome
+from lanebook.lane.fleet_file import FleetParams, plan_waves
+from lanebook.runs.fleet_dag import DRY_RUN, FAILED, GO_ON, NOT_RUN, PASSED, RUNNING, STOPPED, LaneOutcome
 from lanebook.site.pages.markup import badge, md_table, verdict_badge, where_badge, wide
 
 GATE_BADGES = {GO_ON: "pass", STOPPED: "fail", NOT_RUN: "skipped", RUNNING: "warning"}

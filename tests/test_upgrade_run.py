@@ -1,4 +1,4 @@
-"""The upgrade as a promotion on the twin (lanebook.runs.upgrade): a twin lane whose checkout is a clone of the
+"""The upgrade as a promotion on the twin (lanebook.runs.upgrade_run): a twin lane whose checkout is a clone of the
 recipe at its July-31 commit is upgraded to the August-22 commit.
 
 One private twin (its engine faults switch between launches), one test: a first upgrade meets a fault injected in
@@ -16,9 +16,9 @@ from lanebook.nodes.ssh import Lane
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
 from lanebook.recipe.effective.checkout import CheckoutFiles
-from lanebook.recipe.upgrade import read_plan
+from lanebook.recipe.upgrade_plan import read_plan
 from lanebook.runs.execute import run_runbook
-from lanebook.runs.upgrade import rollback_checkout, upgrade
+from lanebook.runs.upgrade_run import rollback_checkout, upgrade
 from lanebook.twin import control
 from lanebook.twin.nodes import TwinAddresses
 from lanebook.twin.remote import AUG22, JUL31

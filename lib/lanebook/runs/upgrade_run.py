@@ -1,13 +1,13 @@
 """`lanebook upgrade --lane LANE --to REF`: the recipe moved; upgrade the lane's checkout knowing what will change.
 
-The upgrade promotes a new checkout, never edits the old one (lanebook.ops.upgrade makes it beside the old, at REF
-of its own remote, on the head and every worker). The plan (lanebook.recipe.upgrade, via `plan_sides`) is recorded
-first; a `blocked` plan stops there. Otherwise the lane is stopped and the usual promotion runs on a candidate lane
-file under outputs/LANE/: the operator's file byte for byte, only its `checkout:` line changed. On a pass the
-operator's file gets that line (backed up first); on a failure it is untouched and still names the old checkout,
-which nothing wrote to. The record (STAMP-upgraded-ID.json) keeps the old tree's fingerprints before and after, the
-plan, both commits and the promotion's verdict; `rollback_checkout` goes back to the old checkout. A dry run opens
-no connection and writes nothing.
+The upgrade promotes a new checkout, never edits the old one (lanebook.ops.checkout_upgrade makes it beside the old,
+at REF of its own remote, on the head and every worker). The plan (lanebook.recipe.upgrade_plan, via `plan_sides`)
+is recorded first; a `blocked` plan stops there. Otherwise the lane is stopped and the usual promotion runs on a
+candidate lane file under outputs/LANE/: the operator's file byte for byte, only its `checkout:` line changed. On a
+pass the operator's file gets that line (backed up first); on a failure it is untouched and still names the old
+checkout, which nothing wrote to. The record (STAMP-upgraded-ID.json) keeps the old tree's fingerprints before and
+after, the plan, both commits and the promotion's verdict; `rollback_checkout` goes back to the old checkout. A dry
+run opens no connection and writes nothing.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Upgrade:
 def plan_sides(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> tuple[str, Path]:
     """The one call into the upgrade plan: what the new checkout changes of what the lane runs, recorded; its verdict
     (`same lane`, `changes` or `blocked`) and its record."""
-    from lanebook.recipe.upgrade import plan_upgrade, print_plan, write_plan
+    from lanebook.recipe.upgrade_plan import plan_upgrade, print_plan, write_plan
 
     plan = plan_upgrade(lane, old, new)
     print_plan(plan)
@@ -131,7 +131,7 @@ def upgrade(
     where the command started; its file is written only when the promotion passed."""
     from lanebook.lane.plugins import prepare_lane
     from lanebook.nodes.ssh import Lane
-    from lanebook.ops import upgrade as ops
+    from lanebook.ops import checkout_upgrade as ops
     from lanebook.ops.launcher import LANE_DOWN, lane_containers
     from lanebook.runs.execute import refuse_unconfirmed, run_runbook
     from lanebook.runs.promote import promote
@@ -204,7 +204,7 @@ def _after(done: Upgrade, params: LaneParams) -> Upgrade:
 
 def _finish(done: Upgrade, lane) -> Upgrade:
     """The old checkout fingerprinted again (it must be as before) and the record written."""
-    from lanebook.ops import upgrade as ops
+    from lanebook.ops import checkout_upgrade as ops
 
     done.old_tree_after = ops.old_checkout_trees(lane)
     done.old_tree_changes = ops.tree_changes(done.old_tree_before, done.old_tree_after)

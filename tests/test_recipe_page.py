@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from lanebook.site.pages.recipe import rehearsal_heading, unrehearsed_heading, verdict_table
-from lanebook.site.pages.runs import PublishedRun
+from lanebook.site.pages.recipe_page import rehearsal_heading, unrehearsed_heading, verdict_table
+from lanebook.site.pages.runs_page import PublishedRun
 
 CHECKS = {
     "checks": [
