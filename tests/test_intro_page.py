@@ -10,15 +10,15 @@ def test_topology_of_the_real_lane_and_the_twin():
     assert topology(load_lane("anemll-0731")) == Topology(
         title="REAL lane anemll-0731",
         twin=False,
-        head="head: milo@192.168.1.11\nfabric IP 10.0.0.1\nvLLM API server, TP rank 0",
-        worker="worker: milo@10.0.0.2 (via head)\nfabric IP 10.0.0.2\nheadless TP rank 1",
-        fabric="fabric link (bond0)\n10.0.0.1 ↔ 10.0.0.2\nTP traffic, weights rsync",
+        head="head: milo@192.168.1.11\nRoCE IP 10.0.0.1\nvLLM API server, TP rank 0",
+        worker="worker: milo@10.0.0.2 (via head)\nRoCE IP 10.0.0.2\nheadless TP rank 1",
+        roce="RoCE link (bond0)\n10.0.0.1 ↔ 10.0.0.2\nTP traffic, weights rsync",
         api="OpenAI-compatible API\nhttp://192.168.1.11:8888/v1\nserves deepseek-v4-flash-0731",
         client="Hermes client\nprovider spark-ds4\ncontext 200,000",
     )
     twin = topology(load_lane("twin"))
     assert twin.title == "TWIN lane twin (digital twin on loopback)" and twin.twin
-    assert twin.head.startswith("head: 127.0.0.2:2222\n") and "127.0.0.2 ↔ 127.0.0.3" in twin.fabric
+    assert twin.head.startswith("head: 127.0.0.2:2222\n") and "127.0.0.2 ↔ 127.0.0.3" in twin.roce
 
 
 def test_the_heads_of_the_rollback_chains_are_drawn():
@@ -51,5 +51,5 @@ def test_a_four_node_lane_is_named_not_drawn_and_its_topology_lists_every_rank()
         "twin",
     ]
     drawn = topology(tp4)
-    assert drawn.worker.endswith("\nheadless TP ranks 1, 2, 3") and drawn.worker.count("fabric IP") == 3
-    assert "10.0.0.1 ↔ 10.0.0.2 ↔ 10.0.0.3 ↔ 10.0.0.4" in drawn.fabric
+    assert drawn.worker.endswith("\nheadless TP ranks 1, 2, 3") and drawn.worker.count("RoCE IP") == 3
+    assert "10.0.0.1 ↔ 10.0.0.2 ↔ 10.0.0.3 ↔ 10.0.0.4" in drawn.roce

@@ -19,7 +19,7 @@ LANEBOOK = REPO / ".venv" / "bin" / "lanebook"
 CURRENT = SHARED / "fixtures" / "miaai-recipe"
 SCRIPTS = SHARED / "fixtures" / "miaai-recipe-scripts"
 JULY = SHARED / "fixtures" / "miaai-recipe-0731"
-# A pair that is not the write-up's: other names, other fabric addresses (nothing connects to them: a local import).
+# A pair that is not the write-up's: other names, other RoCE addresses (nothing connects to them: a local import).
 PAIR = {
     "WORKER_HOST": "spark-b.lab.example",
     "MASTER_ADDR": "172.31.7.1",
@@ -64,7 +64,7 @@ def test_current_recipe_round_trips_except_the_listed_speculative_line(tmp_path)
     # The operator's files are untouched (read-only), the lane loads and names the pair from the env file.
     assert {n: (directory / n).read_bytes() for n in before} == before
     lane = load_lane(out)
-    assert (lane.head.fabric_ip, lane.workers[0].host, lane.workers[0].fabric_ip) == (
+    assert (lane.head.roce_ip, lane.workers[0].host, lane.workers[0].roce_ip) == (
         "172.31.7.1",
         "spark-b.lab.example",
         "172.31.7.2",

@@ -45,7 +45,7 @@ def test_import_over_ssh_from_the_twin_head_round_trips_byte_for_byte(twin, tmp_
     assert {n: (checkout / n).read_bytes() for n in before} == before  # read-only
     lane = load_lane(out)
     assert lane.twin is True and lane.ssh_config == "twin" and lane.weights.shards == 48
-    assert [(n.host, n.fabric_ip) for n in lane.nodes] == [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")]
+    assert [(n.host, n.roce_ip) for n in lane.nodes] == [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")]
     assert "# the head's HF cache" in out.read_text()
 
 

@@ -51,12 +51,12 @@ def test_a_four_node_lane_shows_every_rank_and_its_tp_group():
     rows = {row.key: row for row in matrix(LANES)}
     assert rows["tensor-parallel group"].values[:2] == ("TP2: the head and 1 worker", "TP4: the head and 3 workers")
     assert rows["nodes"].values[1] == (
-        "rank 0: head 192.168.1.11 (fabric 10.0.0.1)\nrank 1: worker 10.0.0.2 (fabric 10.0.0.2)\n"
-        "rank 2: worker2 10.0.0.3 (fabric 10.0.0.3)\nrank 3: worker3 10.0.0.4 (fabric 10.0.0.4)"
+        "rank 0: head 192.168.1.11 (RoCE 10.0.0.1)\nrank 1: worker 10.0.0.2 (RoCE 10.0.0.2)\n"
+        "rank 2: worker2 10.0.0.3 (RoCE 10.0.0.3)\nrank 3: worker3 10.0.0.4 (RoCE 10.0.0.4)"
     )
     assert [rows[k].values[:2] for k in ("NNODES", "WORKER_IPS")] == [("—", "4"), ("—", "10.0.0.2 10.0.0.3 10.0.0.4")]
     page = lanes_page(LANES, "anemll-0731")
-    assert "rank 0: head 192.168.1.11 (fabric 10.0.0.1)<br>rank 1: worker 10.0.0.2" in page
+    assert "rank 0: head 192.168.1.11 (RoCE 10.0.0.1)<br>rank 1: worker 10.0.0.2" in page
 
 
 def test_page_highlights_and_names_chains():

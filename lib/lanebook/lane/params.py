@@ -179,12 +179,12 @@ class NodeParams(Strict):
     host: StrictStr = Field(description="address the operator's machine uses to reach the node")
     port: StrictInt = 22
     user: Optional[StrictStr] = Field(None, description="login user; null means the current user (twin)")
-    fabric_ip: StrictStr = Field(description="the node's address on the RoCE fabric (TP traffic, rsync)")
+    roce_ip: StrictStr = Field(description="the node's address on the RoCE link (TP traffic, rsync)")
     jump: Optional[StrictStr] = Field(None, description="alias of a node to jump through (ProxyJump)")
 
     _alias = _validated(check_alias, "alias")
     _jump = _validated(check_alias, "jump")
-    _hosts = _validated(check_host, "host", "fabric_ip")
+    _hosts = _validated(check_host, "host", "roce_ip")
     _user = _validated(check_user, "user")
 
     @field_validator("port")
@@ -492,11 +492,11 @@ class LaneParams(Strict):
         return len(self.workers) > 1 or any(key in self.env for key in RANK_KEYS)
 
     def rank_values(self) -> dict[str, str]:
-        """What each four-node key must say for these nodes: the node count, and the workers' fabric IPs in rank
-        order (the head's ssh reaches a worker at its fabric IP, as the recipe's WORKER_HOST does)."""
-        fabric = " ".join(w.fabric_ip for w in self.workers)
+        """What each four-node key must say for these nodes: the node count, and the workers' RoCE IPs in rank
+        order (the head's ssh reaches a worker at its RoCE IP, as the recipe's WORKER_HOST does)."""
+        roce = " ".join(w.roce_ip for w in self.workers)
         count = str(len(self.nodes))
-        return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": fabric, "WORKER_IPS": fabric}
+        return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": roce, "WORKER_IPS": roce}
 
     @property
     def keyed(self) -> bool:
@@ -639,11 +639,28 @@ def _written_keys(data: dict) -> Optional[str]:
     return None
 
 
+# Keys a node of a lane file had under another name before: the old name is refused with the fix, never read.
+RENAMED_NODE_KEYS = {"fabric_ip": "roce_ip"}
+
+
+def _renamed_key(path: Path, data: dict) -> Optional[str]:
+    """The fix for the first node key of DATA that lanebook now spells otherwise (RENAMED_NODE_KEYS), if any."""
+    nodes = data.get("nodes")
+    for node in nodes if isinstance(nodes, list) else []:
+        for old, new in RENAMED_NODE_KEYS.items():
+            if isinstance(node, dict) and old in node:
+                return f"{old} is now {new}: rename the key in {path}"
+    return None
+
+
 def load_lane(name_or_path: str | Path) -> LaneParams:
     """Load and validate a lane; every problem becomes one LaneError line naming the file and key. A lane file that
     holds an API key itself is refused (it names only where the key comes from: `auth:`)."""
     path = lane_path(name_or_path)
     raw, data = read_mapping(path, "lane file")
+    renamed = _renamed_key(path, data)
+    if renamed:
+        raise LaneError(renamed)
     written = _written_keys(data)
     if written:
         raise LaneError(

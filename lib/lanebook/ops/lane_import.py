@@ -51,7 +51,7 @@ def head_node(head: Head) -> Node:
         host=head.host,
         port=head.port or 22,
         user=head.user,
-        fabric_ip=head.host,
+        roce_ip=head.host,
     )
     return Node(params, Executor(), resolve_ssh_config(head.ssh_config))
 

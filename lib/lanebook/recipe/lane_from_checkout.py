@@ -272,21 +272,21 @@ def import_lane(
     kv_band: Optional[tuple[tuple[int, int], str, str]] = None,
 ) -> Imported:
     """The lane NAME as FILES serve it (see the module docstring); CHECKOUT is the checkout's path on the nodes, HEAD
-    how the head is reached (None: a local copy, so the head's fabric address stands in), NODE the head to read the
+    how the head is reached (None: a local copy, so the head's RoCE address stands in), NODE the head to read the
     HF cache on (None: not read), PROJECT the Compose project the lane serves under and where that was seen (a running
     container's name: the launcher may be given PROJECT_NAME outside the checkout), KV_BAND the gate's KV cache band
     read from a serving lane's startup log ((low, high), the line vLLM sizes it with, where it was read)."""
     b = _Builder(files)
     env, compose_env = _env_values(b)
-    head_fabric = _setting(b, "VLLM_HOST_IP") or _setting(b, "MASTER_ADDR")
+    head_roce = _setting(b, "VLLM_HOST_IP") or _setting(b, "MASTER_ADDR")
     worker = _setting(b, "WORKER_HOST")
-    worker_fabric = _setting(b, "WORKER_VLLM_HOST_IP") or worker
-    if head_fabric is None or worker is None:
+    worker_roce = _setting(b, "WORKER_VLLM_HOST_IP") or worker
+    if head_roce is None or worker is None:
         raise LaneError(
             f"{files.env.name if files.env else files.compose.name}: the env file names no "
-            f"{'MASTER_ADDR/VLLM_HOST_IP' if head_fabric is None else 'WORKER_HOST'}: the import needs the pair"
+            f"{'MASTER_ADDR/VLLM_HOST_IP' if head_roce is None else 'WORKER_HOST'}: the import needs the pair"
         )
-    api_host = head.host if head else head_fabric[0]
+    api_host = head.host if head else head_roce[0]
     port = _setting(b, "VLLM_PORT") or ("8000", "vLLM's default port")
     spec = _speculative(b)
     image = env.get("DSPARK_VLLM_IMAGE")
@@ -316,16 +316,16 @@ def import_lane(
     head_node = CommentedMap(alias="head", role="head", host=api_host)
     if head and head.port:
         head_node["port"] = head.port
-    head_node.update(user=user, fabric_ip=head_fabric[0])
+    head_node.update(user=user, roce_ip=head_roce[0])
     worker_node = CommentedMap(
-        alias="worker", role="worker", host=worker[0], user=user, fabric_ip=worker_fabric[0], jump="head"
+        alias="worker", role="worker", host=worker[0], user=user, roce_ip=worker_roce[0], jump="head"
     )
     for n in (head_node, worker_node):
         n.fa.set_flow_style()
     nodes = CommentedSeq([head_node, worker_node])
     put(("nodes",), nodes)
-    nodes.yaml_add_eol_comment(f"fabric: {head_fabric[1]}; worker: WORKER_HOST {worker[1]}", 0)
-    nodes.yaml_add_eol_comment(f"fabric: {worker_fabric[1]}", 1)
+    nodes.yaml_add_eol_comment(f"RoCE: {head_roce[1]}; worker: WORKER_HOST {worker[1]}", 0)
+    nodes.yaml_add_eol_comment(f"RoCE: {worker_roce[1]}", 1)
     launcher = _launcher(b)
     if project:
         launcher["PROJECT_NAME"] = project

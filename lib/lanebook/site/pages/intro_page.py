@@ -1,7 +1,7 @@
 """The introduction: the book's hand-written text (book/intro.md) with the lane's topology drawn at build time.
 
 The picture is drawn offline with matplotlib from the lane files: for the current real lane and for the twin
-lane, the head (the API server, tensor-parallel rank 0), the worker (headless rank 1), the fabric link between
+lane, the head (the API server, tensor-parallel rank 0), the worker (headless rank 1), the RoCE link between
 them, the OpenAI-compatible API and the Hermes client that calls it. Which lanes: the pairs no other pair rolls
 back to (the head of each rollback chain), one real and one twin; a lane of more nodes is named under the picture,
 its nodes listed on the lane matrix page. What is drawn is a pure function of a lane
@@ -26,7 +26,7 @@ class Topology:
     twin: bool
     head: str
     worker: str
-    fabric: str
+    roce: str
     api: str
     client: str
 
@@ -35,14 +35,14 @@ def _node(lane: LaneParams, node) -> str:
     via = f" (via {node.jump})" if node.jump else ""
     login = f"{node.user}@" if node.user else ""
     port = f":{node.port}" if node.port != 22 else ""
-    return f"{node.alias}: {login}{node.host}{port}{via}\nfabric IP {node.fabric_ip}"
+    return f"{node.alias}: {login}{node.host}{port}{via}\nRoCE IP {node.roce_ip}"
 
 
 def topology(lane: LaneParams) -> Topology:
     """What the picture says about one lane: every label from its lane file."""
     head, workers = lane.head, lane.workers
-    interface = lane.env.get("NCCL_SOCKET_IFNAME", "the fabric")
-    fabric_ips = " ↔ ".join([head.fabric_ip] + [w.fabric_ip for w in workers])
+    interface = lane.env.get("NCCL_SOCKET_IFNAME")
+    roce_ips = " ↔ ".join([head.roce_ip] + [w.roce_ip for w in workers])
     return Topology(
         title=(f"TWIN lane {lane.name} (digital twin on loopback)" if lane.twin else f"REAL lane {lane.name}"),
         twin=lane.twin,
@@ -50,7 +50,7 @@ def topology(lane: LaneParams) -> Topology:
         worker="\n".join(_node(lane, w) for w in workers)
         + f"\nheadless TP rank{'s' if len(workers) > 1 else ''} "
         + ", ".join(str(i + 1) for i in range(len(workers))),
-        fabric=f"fabric link ({interface})\n{fabric_ips}\nTP traffic, weights rsync",
+        roce=(f"RoCE link ({interface})" if interface else "RoCE link") + f"\n{roce_ips}\nTP traffic, weights rsync",
         api=f"OpenAI-compatible API\n{lane.api}\nserves {lane.served_model_name}",
         client=f"Hermes client\nprovider {lane.hermes.provider}\ncontext {lane.hermes.context_length:,}",
     )
@@ -99,7 +99,7 @@ def draw(topologies: list[Topology]) -> bytes:
         box(5.8, 1.4, 4.0, 2.2, topo.worker, "#ffffff")  # worker, bottom right
         box(0.2, 6.2, 4.0, 1.5, topo.client, "#f6f8fa")  # the client, top left
         ax.annotate("", xy=(4.3, 2.5), xytext=(5.7, 2.5), arrowprops=dict(arrowstyle="<->", color=colour, lw=2.5))
-        ax.text(5.0, 0.55, topo.fabric, ha="center", va="center", fontsize=8.5, color="#24292f")
+        ax.text(5.0, 0.55, topo.roce, ha="center", va="center", fontsize=8.5, color="#24292f")
         ax.annotate("", xy=(2.2, 3.75), xytext=(2.2, 6.05), arrowprops=dict(arrowstyle="->", color=colour, lw=1.8))
         ax.text(2.5, 4.9, topo.api, ha="left", va="center", fontsize=8.5, color="#24292f")
         ax.set_title(topo.title, fontsize=11, color=colour, fontweight="bold")
@@ -117,7 +117,7 @@ def figure_markdown(topologies: list[Topology], larger: list[LaneParams] = ()) -
     caption = (
         "The lane's topology, drawn from the lane files when this book was built: the Hermes client calls "
         "the OpenAI-compatible API on the head; head and worker run one model in tensor parallel over the "
-        "fabric link. "
+        "RoCE link. "
         + " ".join(f"**{t.title}**." for t in topologies)
         + " The twin gives each node its own loopback address, so the same runbooks reach it over real SSH."
         + (

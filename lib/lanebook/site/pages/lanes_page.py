@@ -32,7 +32,7 @@ def _nodes(lane: LaneParams) -> str:
     """One line a node, in rank order (the head is rank 0, the workers 1..N-1 as the lane file lists them)."""
     ranked = [lane.head, *lane.workers]
     return "\n".join(
-        f"rank {rank}: {n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (fabric {n.fabric_ip})"
+        f"rank {rank}: {n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (RoCE {n.roce_ip})"
         for rank, n in enumerate(ranked)
     )
 
