@@ -90,9 +90,7 @@ def test_no_library_comment_cites_a_runbook_step_number():
 # the twin package and the two entry points that start it (cli.py, demo.py), `.twin` only labels what was measured
 # or shown as the twin's. Each use, by module and function, with how many it makes and what it labels.
 TWIN_LABELS = {
-    ("lane/keys.py", "read_keys"): (1, "a missing key file's message, naming `lanebook twin up`"),
-    ("ops/warmup.py", "warm_step"): (1, "the warmup table's figures"),
-    ("recipe/upgrade_plan.py", "plan_upgrade"): (1, "the upgrade plan's where badge"),
+    ("lane/params.py", "LaneParams.figures_label"): (1, "the lane's one label for what it measured or planned"),
     ("runs/execute.py", "start_record"): (1, "the run record's twin flag"),
     ("site/book.py", "_stage_fleets"): (1, "the fleet page's lanes"),
     ("site/book.py", "_stage_speed"): (1, "the speed page's lanes"),
@@ -105,8 +103,6 @@ TWIN_LABELS = {
     ("site/pages/speed_page.py", "lane_section"): (4, "the speed section's badge and captions"),
     ("site/pages/speed_page.py", "plot_history"): (1, "the plot's title"),
     ("site/pages/speed_page.py", "seed_figures"): (1, "seed figures shown beside real baselines only"),
-    ("site/pages/upgrades_page.py", "upgrade_page"): (1, "the plan's where badge"),
-    ("site/pages/upgrades_page.py", "upgrades_index"): (1, "the index's where badges"),
     ("speed/baseline.py", "baseline_json"): (1, "a baseline's documents agreeing with its provenance"),
     ("speed/command.py", "SpeedResult.document"): (1, "the speed JSON's twin flag"),
     ("speed/command.py", "print_result"): (1, "the terminal's TWIN label"),

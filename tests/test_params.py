@@ -50,7 +50,8 @@ def test_rollback_chain():
 
 def test_twin_lane_is_marked_and_on_loopback():
     twin = load_lane("twin")
-    assert twin.twin is True
+    assert twin.twin is True and twin.figures_label == "twin"
+    assert load_lane("anemll-0731").figures_label == "real lane"
     assert twin.api == "http://127.0.0.2:8888/v1"
     assert [(n.alias, n.host) for n in twin.nodes] == [("head", "127.0.0.2"), ("worker", "127.0.0.3")]
 

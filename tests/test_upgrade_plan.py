@@ -222,3 +222,11 @@ def test_the_record_round_trips_and_is_found_by_name(upgrade, tmp_path, monkeypa
     assert other != path and len(recorded_plans()) == 2
     with pytest.raises(LanebookError, match="not an upgrade plan record"):
         UpgradePlan.from_json(json.loads('{"kind": "run"}'))
+    assert upgrade.figures_label == "real lane"  # the lane's label, as every page shows it
+
+
+def test_a_plan_recorded_with_a_twin_flag_reads_as_its_label(upgrade):
+    """Plans recorded before `figures_label` said `twin: true/false`; they read back with the same label."""
+    doc = {k: v for k, v in upgrade.to_json().items() if k != "figures_label"}
+    assert UpgradePlan.from_json({**doc, "twin": True}).figures_label == "twin"
+    assert UpgradePlan.from_json({**doc, "twin": False}).figures_label == "real lane"

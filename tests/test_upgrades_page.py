@@ -11,7 +11,7 @@ from lanebook.site.pages.upgrades_page import PublishedPlan, plan_doc, upgrade_p
 def plan() -> UpgradePlan:
     return UpgradePlan(
         "anemll-0731",
-        False,
+        "real lane",
         f"{tempfile.gettempdir()}/july31",
         f"{tempfile.gettempdir()}/august22",
         CHANGES,

@@ -62,6 +62,8 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KV_DTYPE_RE = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")  # vLLM's --kv-cache-dtype choices: auto, fp8, nvfp4_ds_mla, ...
 UNIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*")
 MODEL_ENV_KEYS = ("DSPARK_MODEL", "SERVED_MODEL_NAME")
+# How what is measured or planned on a lane is labelled (LaneParams.figures_label): a twin's never passes for real.
+TWIN_FIGURES, REAL_FIGURES = "twin", "real lane"
 # The four-node shape (public four-Spark profiles of this model, e.g. the `.env.tp4.example` of
 # MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks): the recipe's launcher and compose are two-node only, so a lane of more
 # nodes carries these env keys (the lists space-separated, in rank order: the workers as `nodes:` lists them) and
@@ -478,6 +480,12 @@ class LaneParams(Strict):
         return self
 
     # Derived facts (one source each).
+    @property
+    def figures_label(self) -> str:
+        """How figures measured or plans made on this lane are labelled wherever they are shown: TWIN_FIGURES for a
+        twin lane (its file says `twin: true`), REAL_FIGURES otherwise."""
+        return TWIN_FIGURES if self.twin else REAL_FIGURES
+
     @property
     def head(self) -> NodeParams:
         return next(n for n in self.nodes if n.role == "head")

@@ -24,7 +24,7 @@ from lanebook.base.files import record_id, utc_stamp, write_atomic
 from lanebook.base.paths import outputs_dir
 from lanebook.base.redact import redact, redact_data
 from lanebook.lane.keys import LaneKeys, lane_keys
-from lanebook.lane.params import LaneParams
+from lanebook.lane.params import REAL_FIGURES, TWIN_FIGURES, LaneParams
 from lanebook.recipe.compose import ComposeFile
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles, Location, TextFile
 from lanebook.recipe.effective.config import Effective, Setting
@@ -140,7 +140,7 @@ class UpgradePlan:
     """The plan: the lane on the old checkout against the lane on the new one."""
 
     lane: str
-    twin: bool
+    figures_label: str  # the lane's (LaneParams.figures_label): twin or real lane
     old: str  # where each side was read (a directory, or NODE:PATH)
     new: str
     verdict: str
@@ -182,6 +182,8 @@ class UpgradePlan:
         names = {f.name for f in fields(cls)}
         try:
             values = {k: v for k, v in data.items() if k in names}
+            if "figures_label" not in data and "twin" in data:  # a plan recorded before the label had a name
+                values["figures_label"] = TWIN_FIGURES if data["twin"] else REAL_FIGURES
             for key, kind in lists.items():
                 values[key] = [kind(**item) for item in data.get(key, [])]
             plan = cls(**values)
@@ -430,7 +432,7 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
         raise LanebookError(f"the old checkout {_label(old)} cannot run lane {lane.name}: {old_side.problem}")
     old_plan = old_side.plan
     blockers = [f"the old checkout: {m.message()}" for m in old_plan.unresolved]
-    plan = UpgradePlan(lane.name, lane.twin, _label(old), _label(new), SAME, created_at=created)
+    plan = UpgradePlan(lane.name, lane.figures_label, _label(old), _label(new), SAME, created_at=created)
     plan.decided_by = old_plan.effective.decided_by
     plan.notices = [n for n in dict.fromkeys([old_plan.effective.notice]) if n]
     new_prefix = _prefix(new)

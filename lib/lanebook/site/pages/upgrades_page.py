@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from lanebook.base.paths import shown_paths
 from lanebook.recipe.upgrade_plan import BLOCKED, CHANGES, SAME, UpgradePlan, shown_value
-from lanebook.site.pages.markup import badge, md_table, where_badge, wide
+from lanebook.site.pages.markup import badge, figures_badge, md_table, wide
 
 VERDICT_BADGES = {SAME: "pass", CHANGES: "warning", BLOCKED: "fail"}
 RANKS = {"both": "head and worker", "head": "head", "worker": "worker"}
@@ -51,7 +51,7 @@ def upgrade_page(plan: UpgradePlan) -> str:
     parts = [
         "---\norphan: true\n---\n",
         f"# Upgrade plan · {plan.lane} · {plan.created_at}\n",
-        f"{where_badge(plan.twin)} {verdict_badge(plan.verdict)}\n",
+        f"{figures_badge(plan.figures_label)} {verdict_badge(plan.verdict)}\n",
         f"From the checkout `{shown_paths(plan.old)}` to `{shown_paths(plan.new)}`, the lane rendered into each "
         f"(nothing written to either), each side's container as {shown_paths(plan.decided_by) or 'Compose'} decides "
         f"it with that side's launcher exports. Record `{plan.plan_id}`.\n",
@@ -150,7 +150,7 @@ def upgrades_index(plans: list[PublishedPlan]) -> str:
     rows = [
         [
             p.plan.created_at,
-            where_badge(p.plan.twin),
+            figures_badge(p.plan.figures_label),
             p.plan.lane,
             f"`{shown_paths(p.plan.old)}` → `{shown_paths(p.plan.new)}`",
             verdict_badge(p.plan.verdict),
