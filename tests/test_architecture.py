@@ -148,6 +148,45 @@ def test_no_product_module_decides_policy_on_the_twin_label():
     assert found == allowed, f"no longer read, drop from TWIN_LABELS: {set(allowed) - set(found)}"
 
 
+# A library module's tests are tests/test_MODULE.py, MODULE its name or its path joined by "_" (test_twin_engine_core
+# for twin/engine_core.py). These few are tested where they are used, in the file named.
+TESTED_ELSEWHERE = {
+    "nodes/ssh": "test_nodes.py",
+    "nodes/scripts/fingerprint_probe": "test_checkout_copy.py",
+    "nodes/scripts/weights_probe": "test_weights.py",
+    "twin/fault_runs": "test_fault_matrix.py",
+    "twin/plugin": "test_plugins.py",
+    "twin/standins/__main__": "test_twin_nodes.py",
+    "twin/tiny_model": "test_real_vllm.py",
+    "twin/tree": "test_twin_scripts.py",
+}
+
+
+def test_no_two_library_modules_share_a_name():
+    """A name says which module is meant: recipe/upgrade_plan, ops/checkout_upgrade, runs/upgrade_run, not three
+    upgrade.py."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(LIBRARY.rglob("*.py")):
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.stem, []).append(path.relative_to(LIBRARY).as_posix())
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
+
+
+def test_every_library_module_has_its_test_file():
+    tests = {p.name for p in (REPO / "tests").glob("test_*.py")}
+    unpaired = {}
+    for path in sorted(LIBRARY.rglob("*.py")):
+        parts = path.relative_to(LIBRARY).with_suffix("").parts
+        if parts[-1] == "__init__":
+            continue
+        names = {f"test_{parts[-1]}.py", f"test_{'_'.join(parts)}.py", f"test_{'_'.join(parts[1:])}.py"}
+        if not names & tests:
+            unpaired["/".join(parts)] = sorted(names)
+    elsewhere = {module: test for module, test in TESTED_ELSEWHERE.items() if test in tests}
+    assert {m: n for m, n in unpaired.items() if m not in elsewhere} == {}, "name the test file after its module"
+    assert set(unpaired) == set(TESTED_ELSEWHERE), "paired now: drop from TESTED_ELSEWHERE"
+
+
 MAX_ARCHITECTURE_WORDS = 1600
 
 
