@@ -25,8 +25,8 @@ SUITE_CONTROLLER = "LANEBOOK_SUITE_CONTROLLER"  # the controller's pid: its name
 # seventh goes behind TP4's two tests, the eighth behind the upgrade's one.
 SLOW_FIRST = (
     "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
-    "test_runs_upgrade.py",  # one test of about 330 s: 15 runbook runs on a private twin
-    "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
+    "test_upgrade_run.py",  # one test of about 330 s: 15 runbook runs on a private twin
+    "test_fleet_dag.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
     "test_keyed_twin_lane.py",  # a keyed lane's whole promotion, about 220 s
     "test_runbooks.py",
     "test_rollback_runbook.py",

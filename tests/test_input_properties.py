@@ -140,7 +140,7 @@ def _accepted_lane_invariants(lane: LaneParams) -> None:
     """What an accepted lane guarantees: addresses, logins and model ids match their strict patterns, and every
     path and value reaches the commands built from it as one shell word, whatever characters it holds."""
     for node in lane.nodes:
-        check_host(node.host), check_host(node.fabric_ip)
+        check_host(node.host), check_host(node.roce_ip)
         assert NAME_RE.fullmatch(node.alias) and (node.user is None or USER_RE.fullmatch(node.user))
     assert MODEL_RE.fullmatch(lane.weights.repo) and MODEL_RE.fullmatch(lane.served_model_name)
     assert all(ENV_KEY_RE.fullmatch(k) for k in [*lane.env, *lane.launcher.env, *lane.weights.download_env])
