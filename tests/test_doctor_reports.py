@@ -8,6 +8,7 @@ here, the message is produced by it: vLLM's CPU build raises its own KV-shortfal
 
 from __future__ import annotations
 
+import ast
 import subprocess
 
 import pytest
@@ -49,16 +50,27 @@ def test_every_suspected_finding_shows_what_matched():
                 assert f.matched, (report.id, f.id)
 
 
-def vllm_kv_error(max_model_len: int, needed_gib: float, available_gib: float) -> str:
-    """vLLM's own KV-shortfall error, raised by its kv_cache_utils check in the CPU build's venv."""
-    code = (
-        "from vllm.v1.core.kv_cache_utils import _check_enough_kv_cache_memory as check\n"
-        f"try:\n    check({int(available_gib * 2**30)}, lambda: {int(needed_gib * 2**30)}, {max_model_len}, "
-        f"lambda m: {max_model_len * 7 // 8})\nexcept ValueError as e:\n    print(f'ValueError: {{e}}')\n"
+def vllm_kv_errors(*cases: tuple[int, float, float]) -> list[str]:
+    """vLLM's own KV-shortfall errors, one per (max_model_len, needed GiB, available GiB), raised by its kv_cache_utils
+    check in the CPU build's venv: one process, as importing vLLM costs seconds of CPU."""
+    lines = ["from vllm.v1.core.kv_cache_utils import _check_enough_kv_cache_memory as check"]
+    for max_model_len, needed_gib, available_gib in cases:
+        lines += [
+            "try:",
+            f"    check({int(available_gib * 2**30)}, lambda: {int(needed_gib * 2**30)}, {max_model_len}, "
+            f"lambda m: {max_model_len * 7 // 8})",
+            "except ValueError as e:",
+            "    print(repr(f'ValueError: {e}'))",
+        ]
+    run = subprocess.run(
+        [str(VLLM_VENV / "bin" / "python"), "-c", "\n".join(lines)], capture_output=True, text=True, timeout=300
     )
-    run = subprocess.run([str(VLLM_VENV / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout.strip().splitlines()[-1]
+    errors = [
+        ast.literal_eval(line) for line in run.stdout.splitlines() if line.startswith(("'ValueError", '"ValueError'))
+    ]
+    assert len(errors) == len(cases), run.stdout[-2000:]
+    return errors
 
 
 def test_vllms_own_kv_shortfall_is_read_at_any_max_seq_len_and_as_pasted():
@@ -66,8 +78,7 @@ def test_vllms_own_kv_shortfall_is_read_at_any_max_seq_len_and_as_pasted():
     if reason:
         pytest.skip(reason)
     await_build()
-    one_m = vllm_kv_error(1_048_576, 46.52, 41.07)
-    other = vllm_kv_error(262_144, 12.2, 9.75)
+    one_m, other = vllm_kv_errors((1_048_576, 46.52, 41.07), (262_144, 12.2, 9.75))
     assert "KV cache is needed" in one_m and "(262144)" in other
     prefix = "(EngineCore pid=316) ERROR 12-04 22:50:01 [core.py:708] "
     for message, cause in ((one_m, "P07"), (other, "D06")):
