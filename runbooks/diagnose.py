@@ -77,8 +77,7 @@ attended = None  # someone watches the head's console: True headless; None: Jupy
 import secrets
 
 from lanebook.lane.plugins import launch_lane_if_down
-from lanebook.ops import launcher, logs, readiness
-from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.ops import launcher, readiness
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import canary as canary_run
 from lanebook.verify import probes
@@ -101,15 +100,14 @@ canary = canary and not restore_only
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
     launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     containers = launcher.lane_containers(rb.lane)
-    rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
+    rb.expect(containers.state == launcher.LANE_UP, what="the lane is up on every node", detail=containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
     rb.expect(
         p.served_model_name in [m.get("id") for m in models],
-        f"/v1/models lists {p.served_model_name}",
-        ", ".join(str(m.get("id")) for m in models),
+        what=f"/v1/models lists {p.served_model_name}",
+        detail=", ".join(str(m.get("id")) for m in models),
     )
-    mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
-    rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
+    launcher.live_command_step(rb)
 
 # %% [markdown]
 # ## Part 1 — Prefix-cache churn: A → A → B → A

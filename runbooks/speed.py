@@ -79,13 +79,13 @@ with rb.step(
     "if `status` finds it inconsistent, run `stop`, then `launch`",
 ):
     plan = lanespeed.plan_speed(p, workloads, concurrency, trials, max_tokens)
-    rb.expect(True, "parameters", plan.summary(), local=True)
+    rb.expect(True, what="parameters", detail=plan.summary(), local=True)
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
     rb.record(plan=plan.figures(tolerance, str(base.path) if base else None))
     launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     api = launcher.ask_api(rb.lane)
-    rb.expect(api.healthy, "/health answers 200", api.detail)
-    rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
+    rb.expect(api.healthy, what="/health answers 200", detail=api.detail)
+    rb.expect(p.served_model_name in api.model_ids, what=f"/v1/models lists {p.served_model_name}", detail=api.detail)
 
 # %% [markdown]
 # ## Step 1 — The setup being measured
@@ -99,7 +99,7 @@ with rb.step("1 provenance", fix="run `status`: the lane's container must run on
     provenance = read_provenance(rb.lane, lane_path(lane), launcher.container_name(rb.lane))
     rb.record(provenance=provenance.to_json())
     rb.show(markdown=provenance.markdown())
-    rb.expect(provenance.image is not None, "the image the head's container runs", provenance.image)
+    rb.expect(provenance.image is not None, what="the image the head's container runs", detail=provenance.image)
     setup = compare_setups(provenance, base.provenance) if base else None
     print(lanespeed.baseline_note(p.name, base, setup))
 

@@ -130,7 +130,7 @@ def test_a_canary_turned_off_skips_every_part_saying_so():
     assert canary.baseline_step(rb, plan) is None and canary.variant_step(rb, plan) is None
     assert canary.decision_step(rb, plan, None, None) is None
     canary.restore_step(rb, plan, None)
-    assert [(c.expected, c.seen) for c in rb.checks] == [
+    assert [(c.what, c.detail) for c in rb.checks] == [
         ("the lane's own value measured", "skipped: canary=False: parts 1-2 only"),
         ("the lane relaunched with MAX_NUM_BATCHED_TOKENS=8216 and measured", "skipped: canary=False"),
         ("an explicit keep or reject from the measured figures", "skipped: canary=False"),
@@ -172,7 +172,7 @@ def test_the_proof_skips_when_nothing_relaunched_and_records_every_check_in_a_dr
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     canary.proof_step(rb, False, 3)
-    assert rb.checks[-1].seen == "skipped: no canary relaunched the lane"
+    assert rb.checks[-1].detail == "skipped: no canary relaunched the lane"
     canary.proof_step(rb, True, 3)
     lines = rb.lane.executor.commands()
     assert any(line.startswith("local: speed count: 3 trial(s) × C1, max_tokens 300") for line in lines)

@@ -267,9 +267,9 @@ def test_the_rollback_steps_compare_skip_and_show_what_they_found():
         fp,
         [{"run_id": "a", "runbook": "promote", "started_at": "T", "figures": {rollback.FINGERPRINT_FIGURE: fp}}],
     )
-    rollback.stop_step(rb, target, already=True)
-    rollback.clean_step(rb, target, already=True)
-    assert [(c.expected, c.outcome) for c in rb.checks] == [
+    rollback.stop_step(rb, target=target, already=True)
+    rollback.clean_step(rb, target=target, already=True)
+    assert [(c.what, c.outcome) for c in rb.checks] == [
         ("anemll-1m6 untouched since its recorded fingerprint", "skipped"),
         ("anemll-1m6 untouched since promote run a fingerprinted it (T)", "not observed"),
         ("anemll-0731 stopped on every node", "skipped"),

@@ -72,7 +72,7 @@ def test_restore_only_skips_the_ab_and_relaunches_the_operators_side():
     plan = plan_of(restore="fixed")
     assert sc.ab_step(rb, plan) is None and sc.decision_step(rb, plan, None) is None
     sc.restore_step(rb, plan, None, None)
-    assert [c.seen for c in rb.checks[:2]] == [
+    assert [c.detail for c in rb.checks[:2]] == [
         "skipped: restore=fixed: the operator's side is put back without an A/B"
     ] * 2
     assert sum("./start-deepseek-v4-flash-dspark.sh" in line for line in rb.lane.executor.commands()) == 1

@@ -464,8 +464,8 @@ def nested_step(rb: Runbook, runbook: str, lane: LaneParams) -> dict:
     failed_at = f" at {summary['failed_step']}" if summary["failed_step"] else ""
     rb.expect(
         summary["verdict"] == wanted,
-        f"{lane.name}'s {runbook} verdict is {wanted}",
-        f"{summary['verdict']}{failed_at}",
+        what=f"{lane.name}'s {runbook} verdict is {wanted}",
+        detail=f"{summary['verdict']}{failed_at}",
         local=True,
     )
     return summary

@@ -328,9 +328,9 @@ def prefix_cache_step(
         rb.record(prefix_cache={s.name: s.figures() for s in steps}, prefix_cache_evicted=verdict.evicted)
     rb.expect(
         bool(verdict and verdict.ok),
-        "A hits the cache again after unrelated B (no eviction)"
+        what="A hits the cache again after unrelated B (no eviction)"
         + (", and sooner than cold" if judge_ttft else " (TTFT not judged: prefix_ttft=False)"),
-        verdict and verdict.summary(),
+        detail=verdict and verdict.summary(),
     )
 
 
@@ -365,7 +365,7 @@ def boundary_step(
     stability = None if measured is None else boundary_verdict(measured, fatal_log_lines(rb.lane), bool(health))
     if stability:
         rb.record(k_boundary={c.name: c.figures() for c in measured})
-    rb.expect(bool(stability and stability.ok), what, stability and stability.summary(measured))
+    rb.expect(bool(stability and stability.ok), what=what, detail=stability and stability.summary(measured))
 
 
 def queues_idle(api: str, executor: Executor, idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[float]:
@@ -413,4 +413,4 @@ def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int]
     failed = None if steps is None else next((s for s in steps if s.error), None)
     stop = f"; stopped at {failed.tokens:,} tokens: {failed.error}" if failed else ""
     seen = None if steps is None else f"{len(steps)} of {len(lengths)} steps sent{stop}"
-    rb.expect(steps is not None and failed is None and len(steps) == len(lengths), what, seen)
+    rb.expect(steps is not None and failed is None and len(steps) == len(lengths), what=what, detail=seen)

@@ -128,7 +128,7 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     documents: dict[str, Optional[list[dict]]] = {own: measure(rb, plan)}
     show_documents(rb, f"schedule_canary_{own}", documents[own])
     failed = None if documents[own] is None else sum(r["errors"] for d in documents[own] for r in d["runs"])
-    rb.expect(failed == 0, f"every request measured with {plan.describe(p, own)}", failed)
+    rb.expect(failed == 0, what=f"every request measured with {plan.describe(p, own)}", detail=failed)
     rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, other)} (stop, clean memory, start) and measure it")
     trial = try_variant(rb.lane, plan.lane(p, other), lambda: measure(rb, plan))
     documents[other] = trial.documents
@@ -136,8 +136,12 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     show_change(rb, trial.relaunch)
     show_documents(rb, f"schedule_canary_{other}", trial.documents)
     what = f"the lane is up with {plan.describe(p, other)} and the live command carries it"
-    rb.expect(trial.relaunch.ok, what, trial.relaunch.summary())
-    rb.expect(trial.error is None, f"{', '.join(plan.workloads)} measured with {plan.describe(p, other)}", trial.error)
+    rb.expect(trial.relaunch.ok, what=what, detail=trial.relaunch.summary())
+    rb.expect(
+        trial.error is None,
+        what=f"{', '.join(plan.workloads)} measured with {plan.describe(p, other)}",
+        detail=trial.error,
+    )
     return ScheduleAB(documents, trial, other)
 
 
@@ -159,7 +163,7 @@ def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -
         verdict = "keep the schedule" if decision.decision == "keep" else f"restore {fixed}"
         rb.show(markdown=f"### Decision: **{verdict}** ({scheduled} against {fixed})\n\n{decision.summary()}")
         rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
-    rb.expect(decision is not None, what, decision and decision.summary())
+    rb.expect(decision is not None, what=what, detail=decision and decision.summary())
     return decision
 
 
@@ -181,7 +185,7 @@ def restore_step(
         rb.skip("the kept side is what the lane runs", reason)
         return None
     problem = plan.restore_problem(p)
-    rb.expect(not problem, "restore names a side the lane can run", problem, local=True)
+    rb.expect(not problem, what="restore names a side the lane can run", detail=problem, local=True)
     side = kept_side(plan, decision)
     kept = plan.lane(p, side)
     running = ab.running if ab else None  # the operator's restore always goes through the launcher
@@ -191,16 +195,20 @@ def restore_step(
         relaunch = relaunch_with(rb.lane, kept)
         rb.record(schedule_canary_restore=relaunch.figures())
         show_change(rb, relaunch)
-        rb.expect(relaunch.ok, f"the lane is up again with {plan.describe(p, side)}", relaunch.summary())
+        rb.expect(relaunch.ok, what=f"the lane is up again with {plan.describe(p, side)}", detail=relaunch.summary())
     command = live_command(rb.lane.head, container_name(rb.lane))
     mismatches = live_mismatches(kept, command)
-    rb.expect(not mismatches, f"the live command carries {plan.describe(p, side)}", "; ".join(map(str, mismatches)))
+    rb.expect(
+        not mismatches,
+        what=f"the live command carries {plan.describe(p, side)}",
+        detail="; ".join(map(str, mismatches)),
+    )
     carries = None if command is None else SCHEDULE_KEY in command
     rb.record(schedule_kept={"side": side, "live_command_has_schedule_key": carries})
     rb.expect(
         carries == (side == SCHEDULE),
-        f"the live process command {'contains' if side == SCHEDULE else 'no longer contains'} {SCHEDULE_KEY}",
-        "not read" if carries is None else f"{SCHEDULE_KEY} {'present' if carries else 'absent'}",
+        what=f"the live process command {'contains' if side == SCHEDULE else 'no longer contains'} {SCHEDULE_KEY}",
+        detail="not read" if carries is None else f"{SCHEDULE_KEY} {'present' if carries else 'absent'}",
     )
     lane_file_step(rb, kept, plan.describe(p, side))
     return relaunch
@@ -211,7 +219,7 @@ def lane_file_step(rb: "Runbook", kept: LaneParams, described: str) -> None:
     path, schedule = rb.params.file, kept.speculative.schedule
     what = f"the lane file says {described}"
     if path is None:
-        rb.expect(False, what, "the lane was not read from a file", local=True)
+        rb.expect(False, what=what, detail="the lane was not read from a file", local=True)
         return
     rb.lane.executor.record_local(f"set speculative.schedule: {schedule_text(schedule)} in {path} (backup first)")
     if rb.dry_run:
@@ -223,4 +231,4 @@ def lane_file_step(rb: "Runbook", kept: LaneParams, described: str) -> None:
         rb.show(markdown=f"The lane file now says {described}; what it said before is kept in `{saved}`.")
     on_file = read_schedule(read_text(path, "lane file"))
     wanted = None if schedule is None else [list(r) for r in schedule]
-    rb.expect(on_file == wanted, what, f"speculative.schedule: {schedule_text(on_file)}", local=True)
+    rb.expect(on_file == wanted, what=what, detail=f"speculative.schedule: {schedule_text(on_file)}", local=True)
