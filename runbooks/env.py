@@ -105,7 +105,10 @@ with rb.step(
     "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand",
 ):
     plan, backups = checkout_env.plan_step(
-        rb, lane, audit.find_run(restore) if restore else None, allow_runtime_and_weights=allow_runtime_and_weights
+        rb,
+        source=lane,
+        restored=audit.find_run(restore) if restore else None,
+        allow_runtime_and_weights=allow_runtime_and_weights,
     )
 
 # %% [markdown]
@@ -122,7 +125,7 @@ with rb.step(
     fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
     "`env` again; nothing on the nodes was changed",
 ):
-    checkout_env.lint_step(rb, plan, restore)
+    checkout_env.lint_step(rb, plan, restore=restore)
 
 # %% [markdown]
 # ## Step 4 — Write on the head
@@ -138,7 +141,7 @@ with rb.step(
     fix="the earlier files are kept beside them (the backups above): "
     "`-p restore=RUN_ID` with this run's id puts them back",
 ):
-    checkout_env.write_step(rb, plan, backups, lane, restore)
+    checkout_env.write_step(rb, plan, backups, source=lane, restore=restore)
 
 # %% [markdown]
 # ## Step 5 — Copy the checkout to each worker

@@ -94,7 +94,7 @@ with rb.step(
     before = rollback.fingerprint(target_lane)
     rb.record(rollback_fingerprint_before=before)
     display(Markdown(f"`{ROLLBACK_LANE}` fingerprints (checkout, weights): `{rollback.short(before)}`"))
-    rollback.recorded_step(rb, ROLLBACK_LANE, before, audit.read_runs())
+    rollback.recorded_step(rb, name=ROLLBACK_LANE, before=before, runs=audit.read_runs())
 
 # %% [markdown]
 # ## Step 2 — Stop this lane on all nodes

@@ -235,11 +235,11 @@ def test_env_steps_in_a_dry_run_plan_write_and_copy_without_sending():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
-    plan, backups = ce.plan_step(rb, "anemll-0731", None)
+    plan, backups = ce.plan_step(rb, source="anemll-0731")
     assert backups == [] and rb.figures["changed"] == plan.changed
-    ce.lint_step(rb, plan, None)
+    ce.lint_step(rb, plan)
     assert rb.figures["lint_errors"] == ce.lint_errors(plan.lint) == [] and rb.checks[-1].outcome == "pass"
-    ce.write_step(rb, plan, backups, "anemll-0731", None)
+    ce.write_step(rb, plan, backups, source="anemll-0731")
     ce.copy_step(rb)
     assert rb.figures["backups"] == [] and "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in plan.diff
 
@@ -249,7 +249,7 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
-    ce.lint_step(rb, None, "r1")
+    ce.lint_step(rb, None, restore="r1")
     assert (rb.checks[-1].what, rb.checks[-1].detail) == (
         "the checkout as rendered lints clean",
         "skipped: a restore puts back what run r1 replaced",

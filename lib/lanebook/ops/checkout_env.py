@@ -403,7 +403,7 @@ def lint_errors(report: LintReport) -> list[str]:
 
 
 def plan_step(
-    rb: "Runbook", source: str, restored: Optional[dict], *, allow_runtime_and_weights: bool = False
+    rb: "Runbook", *, source: str, restored: Optional[dict] = None, allow_runtime_and_weights: bool = False
 ) -> tuple[Optional[EnvPlan], list[Backup]]:
     """The env runbook's plan step: render mode plans the lane into the head's checkout (the diff shown); restore mode
     reads the backups of the run `restored` (its record, from the run index) and checks every file still holds what that
@@ -432,7 +432,7 @@ def plan_step(
     return None, backups
 
 
-def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) -> None:
+def lint_step(rb: "Runbook", plan: Optional[EnvPlan], *, restore: Optional[str] = None) -> None:
     """The env runbook's lint step: the checkout as rendered lints clean (a restore puts back earlier bytes: nothing to
     lint)."""
     if plan is None:
@@ -449,7 +449,7 @@ def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) ->
 
 
 def write_step(
-    rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], source: str, restore: Optional[str]
+    rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], *, source: str, restore: Optional[str] = None
 ) -> None:
     """The env runbook's write step: write the plan on the head (each file backed up first) and plan again, or restore
     run `restore`'s backups and check each file holds their bytes; nothing to write is no backup."""

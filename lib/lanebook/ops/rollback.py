@@ -215,7 +215,7 @@ def pair_step(rb: "Runbook", *, target: Lane) -> bool:
     return already
 
 
-def recorded_step(rb: "Runbook", name: str, before: dict, runs: Iterable[dict]) -> None:
+def recorded_step(rb: "Runbook", *, name: str, before: dict, runs: Iterable[dict]) -> None:
     """The rollback lane's fingerprint now against the last one a run recorded (none recorded: nothing to compare)."""
     earlier = recorded_fingerprint(runs, name)
     if earlier is None:

@@ -251,7 +251,9 @@ def plot_title(plan: LanePlan, workload: str, twin: bool) -> str:
     )
 
 
-def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> list[dict]:
+def waves_steps(
+    rb: "Runbook", plan: LanePlan, *, baseline: Optional[Baseline] = None, setup: Optional[SetupMatch] = None
+) -> list[dict]:
     """The speed runbook's waves, one step a workload: its waves, its bands (a table and a plot beside the baseline's),
     every request measured, every wave checked for idle queues; a dry run shows the first request it would send. The
     documents."""
@@ -299,7 +301,12 @@ def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], set
 
 
 def judge_step(
-    rb: "Runbook", documents: list[dict], provenance: Provenance, baseline: Optional[Baseline], tolerance: float
+    rb: "Runbook",
+    documents: list[dict],
+    *,
+    provenance: Optional[Provenance],
+    baseline: Optional[Baseline] = None,
+    tolerance: float,
 ) -> None:
     """The speed runbook's baseline step: judged against the baseline only on the same setup; otherwise shown beside it,
     not judged."""
@@ -329,7 +336,12 @@ def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
 
 
 def save_step(
-    rb: "Runbook", path: Optional[str], plan: LanePlan, documents: list[dict], provenance: Provenance
+    rb: "Runbook",
+    documents: list[dict],
+    *,
+    path: Optional[str] = None,
+    plan: LanePlan,
+    provenance: Optional[Provenance],
 ) -> None:
     """The speed runbook's store step: this run stored as a baseline file, only when a path is given and something was
     measured."""

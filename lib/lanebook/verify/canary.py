@@ -168,7 +168,7 @@ def head_env_value(lane: Lane, key: str) -> Optional[str]:
 # --- the diagnose runbook's canary steps (each takes the runbook: it confirms, records, shows and checks) ------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CanaryPlan:
     """The canary the diagnose runbook's parameters ask for: one key, the variant's value, what is measured, and
     the tolerance of the decision; not enabled: parts 1-2 only."""
@@ -248,7 +248,7 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
 
 
 def decision_step(
-    rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]], trial: Optional[VariantTrial]
+    rb: "Runbook", plan: CanaryPlan, *, baseline: Optional[list[dict]], trial: Optional[VariantTrial]
 ) -> Optional[CanaryDecision]:
     """The canary's decision: keep or reject the variant from both sides' figures (none without both measured)."""
     what = "an explicit keep or reject from the measured figures"
@@ -263,7 +263,7 @@ def decision_step(
         rb.record(canary=decision.figures())
         rb.show(markdown=f"### Decision: **{decision.decision}** {plan.key}={plan.value}\n\n{decision.summary()}")
         rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
-    rb.expect(decision is not None, what=what, detail=decision and decision.summary())
+    rb.expect(decision is not None, what=what, detail=None if decision is None else decision.summary())
     return decision
 
 
@@ -336,7 +336,7 @@ def count_300_reference() -> PublishedFigure:
     return next(f for f in PUBLISHED_FIGURES if f.figure == "best count-300 run")
 
 
-def proof_step(rb: "Runbook", relaunched: bool, trials: int) -> None:
+def proof_step(rb: "Runbook", *, relaunched: bool, trials: int) -> None:
     """The diagnose runbook's proof of the relaunched lane: after a canary relaunched it, prove it as the write-up did:
     a best count-300 run (beside the write-up's figure, twin figures labelled twin), the tool smoke and Hermes ROUTE_OK,
     idle queues, and no fatal line in any rank's log. Nothing relaunched: nothing to prove again."""

@@ -50,7 +50,7 @@ def side_of(params: LaneParams) -> str:
     return FIXED if params.speculative.schedule is None else SCHEDULE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulePlan:
     """What the diagnose runbook's schedule-canary parameters ask for. schedule: the schedule side's ranges (None:
     the lane's own); restore: the side the operator puts back without an A/B (None: the A/B decides)."""
@@ -163,7 +163,7 @@ def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -
         verdict = "keep the schedule" if decision.decision == "keep" else f"restore {fixed}"
         rb.show(markdown=f"### Decision: **{verdict}** ({scheduled} against {fixed})\n\n{decision.summary()}")
         rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
-    rb.expect(decision is not None, what=what, detail=decision and decision.summary())
+    rb.expect(decision is not None, what=what, detail=None if decision is None else decision.summary())
     return decision
 
 
@@ -175,7 +175,7 @@ def kept_side(plan: SchedulePlan, decision: Optional[CanaryDecision]) -> str:
 
 
 def restore_step(
-    rb: "Runbook", plan: SchedulePlan, decision: Optional[CanaryDecision], ab: Optional[ScheduleAB]
+    rb: "Runbook", plan: SchedulePlan, *, decision: Optional[CanaryDecision], ab: Optional[ScheduleAB]
 ) -> Optional[Relaunch]:
     """The restore: the kept side is what runs (relaunched through the launcher unless it already runs), the live
     command carries the schedule's key exactly when the schedule is kept, and the lane file says the same; the
