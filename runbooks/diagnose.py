@@ -166,15 +166,11 @@ with rb.step(
 with rb.step(
     "3 canary baseline", fix="run `status`; a lane that cannot serve the probes cleanly needs `stop`, then `launch`"
 ):
-    plan = canary_run.CanaryPlan(  # the parameters of part 3
-        enabled=canary,
-        key=canary_key,
-        value=canary_value,
-        workloads=canary_workloads,
-        concurrency=canary_concurrency,
-        trials=canary_trials,
-        max_tokens=canary_max_tokens,
-        tolerance=tolerance,
+    measured = canary_run.Trials(  # the parameters of part 3
+        workloads=canary_workloads, concurrency=canary_concurrency, trials=canary_trials, max_tokens=canary_max_tokens
+    )
+    plan = canary_run.CanaryPlan(
+        enabled=canary, key=canary_key, value=canary_value, tolerance=tolerance, measured=measured
     )
     baseline_docs = canary_run.baseline_step(rb, plan)
 
@@ -216,12 +212,14 @@ with rb.step(
 splan = schedule_run.SchedulePlan(  # the parameters of part 4
     enabled=schedule_canary,
     schedule=k_schedule,
-    workloads=schedule_workloads,
-    concurrency=schedule_concurrency,
-    trials=schedule_trials,
-    max_tokens=schedule_max_tokens,
-    tolerance=tolerance,
     restore=restore_k,
+    tolerance=tolerance,
+    measured=canary_run.Trials(
+        workloads=schedule_workloads,
+        concurrency=schedule_concurrency,
+        trials=schedule_trials,
+        max_tokens=schedule_max_tokens,
+    ),
 )
 
 # %%

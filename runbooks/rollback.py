@@ -149,7 +149,7 @@ with rb.step(
     fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
     f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane",
 ):
-    nested_step(rb, "gates", target)
+    nested_step(rb, "gates", target=target)
 
 # %% [markdown]
 # ## Step 6 — Fingerprint the rollback lane again

@@ -105,15 +105,9 @@ def test_a_relaunch_is_ok_only_up_and_carrying_its_values():
 
 
 def plan_of(enabled=True, value=8216):
+    measured = canary.Trials(workloads=["count"], concurrency=[1], trials=3, max_tokens=64)
     return canary.CanaryPlan(
-        enabled=enabled,
-        key="MAX_NUM_BATCHED_TOKENS",
-        value=value,
-        workloads=["count"],
-        concurrency=[1],
-        trials=3,
-        max_tokens=64,
-        tolerance=0.05,
+        enabled=enabled, key="MAX_NUM_BATCHED_TOKENS", value=value, tolerance=0.05, measured=measured
     )
 
 

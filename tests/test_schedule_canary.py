@@ -5,19 +5,12 @@ import pytest
 from lanebook.lane.params import load_lane
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import schedule_canary as sc
+from lanebook.verify.canary import Trials
 
 
 def plan_of(enabled=True, schedule=None, restore=None):
-    return sc.SchedulePlan(
-        enabled=enabled,
-        schedule=schedule,
-        workloads=["count"],
-        concurrency=[1, 4, 6],
-        trials=3,
-        max_tokens=64,
-        tolerance=0.05,
-        restore=restore,
-    )
+    measured = Trials(workloads=["count"], concurrency=[1, 4, 6], trials=3, max_tokens=64)
+    return sc.SchedulePlan(enabled=enabled, schedule=schedule, restore=restore, tolerance=0.05, measured=measured)
 
 
 def test_the_two_sides_differ_only_in_the_schedule():

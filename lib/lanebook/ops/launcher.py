@@ -407,7 +407,7 @@ def start_step(
     if skip_because is not None:
         rb.skip(skipped or what, skip_because)
         return None
-    if confirm:
+    if confirm is not None:
         rb.confirm(confirm)
     started = start_lane(rb.lane if target is None else target)
     rb.record(launcher_outcome=started.outcome)

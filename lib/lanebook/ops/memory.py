@@ -254,7 +254,7 @@ def clean_step(rb: "Runbook", *, skip_because: Optional[str] = None, confirm: Op
     if skip_because is not None:
         rb.skip("SHM and page cache cleaned on every node", f"{skip_because}; memory is never cleaned under a server")
         return
-    if confirm:
+    if confirm is not None:
         rb.confirm(confirm)
     cleaned = clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))

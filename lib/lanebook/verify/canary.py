@@ -169,25 +169,33 @@ def head_env_value(lane: Lane, key: str) -> Optional[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CanaryPlan:
-    """The canary the diagnose runbook's parameters ask for: one key, the variant's value, what is measured, and
-    the tolerance of the decision; not enabled: parts 1-2 only."""
+class Trials:
+    """What each side of a canary measures: the workloads at every concurrency level, `trials` times, at most
+    `max_tokens` a request."""
 
-    enabled: bool
-    key: str
-    value: Any
     workloads: list[str]
     concurrency: list[int]
     trials: int
     max_tokens: int
+
+    def measure(self, lane: Lane) -> Optional[list[dict]]:
+        """The documents measured (None in a dry run)."""
+        return measure_workloads(lane, self.workloads, self.concurrency, self.trials, self.max_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryPlan:
+    """The canary the diagnose runbook's parameters ask for: one key, the variant's value, what each side measures,
+    and the tolerance of the decision; not enabled: parts 1-2 only."""
+
+    enabled: bool
+    key: str
+    value: Any
     tolerance: float
+    measured: Trials
 
     def variant(self, params: LaneParams) -> LaneParams:
         return lane_with(params, env={self.key: self.value})
-
-    def measure(self, lane: Lane) -> Optional[list[dict]]:
-        """The workloads at every level, trials times (None in a dry run)."""
-        return measure_workloads(lane, self.workloads, self.concurrency, self.trials, self.max_tokens)
 
 
 def show_change(rb: "Runbook", relaunch: Relaunch) -> None:
@@ -213,7 +221,7 @@ def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
     rb.expect(
         plan.key in env, what=f"the lane sets {plan.key} (the canary's one axis)", detail=env.get(plan.key), local=True
     )
-    documents = plan.measure(rb.lane)
+    documents = plan.measured.measure(rb.lane)
     show_documents(rb, "canary_baseline", documents)
     failed = None if documents is None else sum(r["errors"] for d in documents for r in d["runs"])
     rb.expect(
@@ -232,7 +240,7 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
         rb.skip(f"the lane relaunched with {key}={value} and measured", "canary=False")
         return None
     rb.confirm(f"relaunch lane {rb.params.name} with {key}={value} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.lane, plan.variant(rb.params), lambda: plan.measure(rb.lane))
+    trial = try_variant(rb.lane, plan.variant(rb.params), lambda: plan.measured.measure(rb.lane))
     rb.record(canary_variant_run=trial.figures())
     show_change(rb, trial.relaunch)
     show_documents(rb, "canary_variant", trial.documents)
@@ -242,7 +250,9 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
         detail=trial.relaunch.summary(),
     )
     rb.expect(
-        trial.error is None, what=f"{', '.join(plan.workloads)} measured at {key}={value}", detail=trial.error or ""
+        trial.error is None,
+        what=f"{', '.join(plan.measured.workloads)} measured at {key}={value}",
+        detail=trial.error or "",
     )
     return trial
 

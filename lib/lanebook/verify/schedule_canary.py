@@ -22,9 +22,16 @@ from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
 from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.speculative import SCHEDULE_KEY, k_for_batch
-from lanebook.verify.canary import Relaunch, VariantTrial, relaunch_with, show_change, show_documents, try_variant
+from lanebook.verify.canary import (
+    Relaunch,
+    Trials,
+    VariantTrial,
+    relaunch_with,
+    show_change,
+    show_documents,
+    try_variant,
+)
 from lanebook.verify.diagnose import CanaryDecision, canary_decision
-from lanebook.verify.probes import measure_workloads
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -53,15 +60,13 @@ def side_of(params: LaneParams) -> str:
 @dataclass(frozen=True, kw_only=True)
 class SchedulePlan:
     """What the diagnose runbook's schedule-canary parameters ask for. schedule: the schedule side's ranges (None:
-    the lane's own); restore: the side the operator puts back without an A/B (None: the A/B decides)."""
+    the lane's own); restore: the side the operator puts back without an A/B (None: the A/B decides); measured: what
+    each side measures."""
 
     enabled: bool
     schedule: Optional[list[list[int]]]
-    workloads: list[str]
-    concurrency: list[int]
-    trials: int
-    max_tokens: int
     tolerance: float
+    measured: Trials
     restore: Optional[str] = None
 
     def ranges(self, params: LaneParams) -> Optional[list[list[int]]]:
@@ -113,10 +118,6 @@ class ScheduleAB:
         )
 
 
-def measure(rb: "Runbook", plan: SchedulePlan) -> Optional[list[dict]]:
-    return measure_workloads(rb.lane, plan.workloads, plan.concurrency, plan.trials, plan.max_tokens)
-
-
 def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     """The A/B: the side the lane runs measured, then the other side relaunched through the launcher and measured."""
     p = rb.params
@@ -125,12 +126,12 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     if reason := plan.skip_reason(p):
         rb.skip("the schedule and fixed K measured on matched workloads", reason)
         return None
-    documents: dict[str, Optional[list[dict]]] = {own: measure(rb, plan)}
+    documents: dict[str, Optional[list[dict]]] = {own: plan.measured.measure(rb.lane)}
     show_documents(rb, f"schedule_canary_{own}", documents[own])
     failed = None if documents[own] is None else sum(r["errors"] for d in documents[own] for r in d["runs"])
     rb.expect(failed == 0, what=f"every request measured with {plan.describe(p, own)}", detail=failed)
     rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, other)} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.lane, plan.lane(p, other), lambda: measure(rb, plan))
+    trial = try_variant(rb.lane, plan.lane(p, other), lambda: plan.measured.measure(rb.lane))
     documents[other] = trial.documents
     rb.record(schedule_canary_relaunch=trial.figures())
     show_change(rb, trial.relaunch)
@@ -139,7 +140,7 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     rb.expect(trial.relaunch.ok, what=what, detail=trial.relaunch.summary())
     rb.expect(
         trial.error is None,
-        what=f"{', '.join(plan.workloads)} measured with {plan.describe(p, other)}",
+        what=f"{', '.join(plan.measured.workloads)} measured with {plan.describe(p, other)}",
         detail=trial.error,
     )
     return ScheduleAB(documents, trial, other)
@@ -155,7 +156,7 @@ def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -
     if ab and ab.documents[FIXED] and ab.documents[SCHEDULE]:
         fixed, scheduled = (plan.describe(rb.params, side) for side in (FIXED, SCHEDULE))
         ranges = schedule_text(plan.ranges(rb.params))
-        alike = alike_levels(plan.ranges(rb.params), rb.params.num_speculative_tokens, plan.concurrency)
+        alike = alike_levels(plan.ranges(rb.params), rb.params.num_speculative_tokens, plan.measured.concurrency)
         decision = canary_decision(
             SCHEDULE_KEY, fixed, ranges, ab.documents[FIXED], ab.documents[SCHEDULE], plan.tolerance, alike
         )
