@@ -79,7 +79,7 @@ def test_a_node_check_names_what_was_expected_and_each_key_is_its_own_result():
         PASS,
         "head: ok",
     )
-    each = ExpectedResult.each({"head": (True, "48/48"), "worker": (False, 47)}, "weights complete on {}")
+    each = ExpectedResult.per_node({"head": (True, "48/48"), "worker": (False, 47)}, "weights complete on {}")
     assert [(c.what, c.outcome, c.detail, c.local) for c in each] == [
         ("weights complete on head", PASS, "48/48", False),
         ("weights complete on worker", FAIL, "47", False),

@@ -324,17 +324,17 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
         )
 
 
-def test_results_each_is_one_check_a_key_and_expect_stops_at_the_first_that_fails(shown):
+def test_results_per_node_are_one_check_a_node_and_expect_stops_at_the_first_that_fails(shown):
     rb = dry()
     found = {"head": (True, "48/48"), "worker": (True, "48/48")}
-    rb.expect(ExpectedResult.each(found, "weights complete on {}", local=True))
+    rb.expect(ExpectedResult.per_node(found, "weights complete on {}", local=True))
     assert [(c.what, c.outcome, c.detail) for c in rb.checks] == [
         ("weights complete on head", "pass", "48/48"),
         ("weights complete on worker", "pass", "48/48"),
     ]
     with pytest.raises(StepFailed, match="weights complete on worker"):
         rb.expect(
-            ExpectedResult.each(
+            ExpectedResult.per_node(
                 {"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
                 "weights complete on {}",
                 local=True,

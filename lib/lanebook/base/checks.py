@@ -80,10 +80,14 @@ class ExpectedResult:
         return cls("", what, outcome, detail, nodes=dict(nodes))
 
     @classmethod
-    def each(cls, found: Mapping[str, tuple[bool, Any]], what: str, *, local: bool = False) -> list["ExpectedResult"]:
-        """One result per node or workload ({key: (ok, detail)}), `what` naming each with `{}` in place of its key:
+    def per_node(
+        cls, found: Mapping[str, tuple[bool, Any]], what: str, *, local: bool = False
+    ) -> list["ExpectedResult"]:
+        """One result per node ({alias: (ok, detail)}), `what` naming each with `{}` in place of its alias:
         one call records them all while each stays its own check."""
-        return [cls.judged("", what.format(key), ok, str(detail), local=local) for key, (ok, detail) in found.items()]
+        return [
+            cls.judged("", what.format(alias), ok, str(detail), local=local) for alias, (ok, detail) in found.items()
+        ]
 
     @property
     def ok(self) -> bool:

@@ -118,7 +118,7 @@ def copy_step(rb: "Runbook", *, restore: Optional[str] = None) -> None:
     before = {n.alias: checkout_tree(n, source, hub) for n in absent}
     if not rb.dry_run:
         found = {a: (t["exists"], tree_line(t)) for a, t in before.items()}
-        rb.expect(ExpectedResult.each(found, f"{source}, the checkout to copy, on {{}}"))
+        rb.expect(ExpectedResult.per_node(found, f"{source}, the checkout to copy, on {{}}"))
     rb.confirm(f"cp -a {source} {target} on {missing} (the source stays as it is: the rollback)")
     for node in absent:
         copy_checkout(node, source, target)
@@ -132,5 +132,5 @@ def copy_step(rb: "Runbook", *, restore: Optional[str] = None) -> None:
     judged = copy_results(before, after, copies)
     unchanged = {a: (same, tree_line(after[a])) for a, (same, _) in judged.items()}
     copied = {a: (equal, tree_line(copies[a])) for a, (_, equal) in judged.items()}
-    rb.expect(ExpectedResult.each(unchanged, f"{source} unchanged on {{}}"))
-    rb.expect(ExpectedResult.each(copied, f"{target} is its copy on {{}}"))
+    rb.expect(ExpectedResult.per_node(unchanged, f"{source} unchanged on {{}}"))
+    rb.expect(ExpectedResult.per_node(copied, f"{target} is its copy on {{}}"))

@@ -81,7 +81,7 @@ class RsyncStats:
 def rsync_results(stats: dict[str, RsyncStats], *, runs: bool = False) -> list[ExpectedResult]:
     """One result per worker: rsync finished with its statistics (files and bytes sent; `runs`: and the rsync runs
     it took)."""
-    return ExpectedResult.each(
+    return ExpectedResult.per_node(
         {
             alias: (
                 s.files_transferred is not None,

@@ -155,14 +155,16 @@ def verify_every_node(lane: Lane, *, sha256: bool = False, workers: int = 4) -> 
 
 def tree_results(reports: dict[str, WeightsReport]) -> list[ExpectedResult]:
     """One result per node: did the probe report its tree (whole or not), with its summary."""
-    return ExpectedResult.each(
+    return ExpectedResult.per_node(
         {alias: (not r.dry_run, r.summary()) for alias, r in reports.items()}, "{} reports its tree"
     )
 
 
 def complete_results(reports: dict[str, WeightsReport]) -> list[ExpectedResult]:
     """One result per node: is its tree whole, with its summary."""
-    return ExpectedResult.each({alias: (r.ok, r.summary()) for alias, r in reports.items()}, "weights complete on {}")
+    return ExpectedResult.per_node(
+        {alias: (r.ok, r.summary()) for alias, r in reports.items()}, "weights complete on {}"
+    )
 
 
 def revisions(reports: dict[str, WeightsReport]) -> list[str]:
