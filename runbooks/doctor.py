@@ -18,7 +18,7 @@
 #
 # **What you'll do:** read what a running (or sick) lane shows, on every node, and get its likely causes with
 # the evidence quoted: each rank's container log since its last start, `free`, the kernel log (this boot and the
-# one before), the fabric (`ip -o link` MTUs, the RoCE GID tables), the HF cache's symlinks of the lane's model,
+# one before), the RoCE link (`ip -o link` MTUs, the RoCE GID tables), the HF cache's symlinks of the lane's model,
 # the live `vllm serve` command, the CPU its processes use (`top`, a 0.5 s frame), and two `/metrics` scrapes a few
 # seconds apart. What cannot be read is named, never skipped silently.
 #

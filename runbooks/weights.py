@@ -18,13 +18,13 @@
 #
 # **What you'll do:** verify the lane's hub model dir on every node; download it on the head only,
 # and only when the head's tree is incomplete; copy the head's tree once to each worker whose tree is
-# not whole over the fabric address (rsync, resumable, never `--delete`); delete the `*.incomplete`
+# not whole over the RoCE address (rsync, resumable, never `--delete`); delete the `*.incomplete`
 # leftovers on those workers only; verify every node again. What moves is the full hub model dir
 # (blobs + snapshots + refs), the directory the compose file mounts, never a snapshot alone: a
 # snapshot holds symlinks into `blobs/`.
 #
 # **Time:** a verify is one round trip per node (seconds). A download of the ~160 GB takes hours on
-# the head's WAN; the rsync over the fabric tens of minutes. On the twin, seconds.
+# the head's WAN; the rsync over the RoCE link tens of minutes. On the twin, seconds.
 # **Risk:** low to medium — nothing here deletes a weight file: the only deletion is `*.incomplete`
 # on the workers, rsync never runs with `--delete`, and the head is never written except by `hf download`.
 # The download, the rsync and the deletion ask for confirmation (`--yes`; the runner confirms twin lanes).
@@ -97,7 +97,7 @@ with rb.step(
     head = weights.ensure_head_whole(rb, before[rb.lane.head.alias], sha256=sha256)
 
 # %% [markdown]
-# ## Step 3 — rsync once to each worker that needs it, over the fabric
+# ## Step 3 — rsync once to each worker that needs it, over the RoCE link
 # `rsync -aH --partial --info=stats2 HUB_DIR/ [user@]FABRIC_IP:HUB_DIR/` from the head, for each worker whose
 # tree is not whole or holds another revision; a worker whose tree verifies at the head's revision is
 # skipped (nothing to send). Never `--delete`. A connection lost mid-transfer is resumed from the partial
@@ -151,7 +151,7 @@ with rb.step(
 #
 # | Symptom | Cause | Fix |
 # |---|---|---|
-# | **P05** Dual-WAN download | Pulling the ~160 GB of weights on every node over the WAN wastes hours and disk. | Download once on the head, then rsync the hub model dir to every worker over the fabric. |
+# | **P05** Dual-WAN download | Pulling the ~160 GB of weights on every node over the WAN wastes hours and disk. | Download once on the head, then rsync the hub model dir to every worker over the RoCE link. |
 # | **P06** Snapshot-only mounts | A snapshot dir holds symlinks into blobs/; binding only snapshots/REV breaks them inside the container. | Mount the full hub model dir (blobs + snapshots + refs) or the whole HF cache. |
 
 # %% [markdown]

@@ -24,20 +24,20 @@ SUITE_CONTROLLER = "LANEBOOK_SUITE_CONTROLLER"  # the controller's pid: its name
 # xdist gives each worker one module, then at once a second to every worker with at most two tests pending: the
 # seventh goes behind TP4's two tests, the eighth behind the upgrade's one.
 SLOW_FIRST = (
+    # The run's one real vLLM, first: its worker waits for the venv `make test` builds beside setup and the suite,
+    # then the server boots and serves the launcher's readiness chat at normal priority (about 40 s of CPU), then
+    # serves at nice 19 (twin/vllm_cpu.py: the clients reading its streams come first), so its tests get what the
+    # rest leaves: the earlier it starts, the less of the run's end is it alone. Nine tests: no second module is
+    # queued behind it at once.
+    "test_real_vllm.py",
     "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
-    "test_runs_upgrade.py",  # one test of about 330 s: 15 runbook runs on a private twin
-    "test_runs_fleet.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
+    "test_upgrade_run.py",  # one test of about 300 s: 15 runbook runs on a private twin
+    "test_fleet_dag.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
     "test_keyed_twin_lane.py",  # a keyed lane's whole promotion, about 220 s
     "test_runbooks.py",
-    "test_rollback_runbook.py",
+    "test_rollback_runbook.py",  # behind TP4
+    "test_real_vllm_keys.py",  # the real vLLM again, with keys, behind the upgrade: the build is done by then
     "test_fault_matrix.py",
-    # The run's one real vLLM, queued behind TP4 (150 s; the upgrade, the other first module xdist queues behind,
-    # takes 330 s): its venv's build beside the suite is about done by then (it waits for the rest). It boots and
-    # serves the launcher's readiness chat at normal priority (about 35 s of CPU), then serves at nice 19
-    # (twin/vllm_cpu.py: the clients reading its streams come first); beside the suite its tests take about four
-    # minutes.
-    "test_real_vllm.py",
-    "test_real_vllm_keys.py",  # the real vLLM again, with keys: behind the build as test_real_vllm.py is
     "test_diagnose_runbook.py",
     "test_input_properties.py",
     "test_launch_runbook.py",

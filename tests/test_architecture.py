@@ -90,23 +90,19 @@ def test_no_library_comment_cites_a_runbook_step_number():
 # the twin package and the two entry points that start it (cli.py, demo.py), `.twin` only labels what was measured
 # or shown as the twin's. Each use, by module and function, with how many it makes and what it labels.
 TWIN_LABELS = {
-    ("lane/keys.py", "read_keys"): (1, "a missing key file's message, naming `lanebook twin up`"),
-    ("ops/warmup.py", "warm_step"): (1, "the warmup table's figures"),
-    ("recipe/upgrade.py", "plan_upgrade"): (1, "the upgrade plan's where badge"),
+    ("lane/params.py", "LaneParams.figures_label"): (1, "the lane's one label for what it measured or planned"),
     ("runs/execute.py", "start_record"): (1, "the run record's twin flag"),
     ("site/book.py", "_stage_fleets"): (1, "the fleet page's lanes"),
     ("site/book.py", "_stage_speed"): (1, "the speed page's lanes"),
-    ("site/pages/fleet.py", "fleet_page"): (1, "a fleet lane's where badge"),
-    ("site/pages/intro.py", "draw"): (1, "the topology drawing's colour"),
-    ("site/pages/intro.py", "shown_lanes"): (2, "one real and one twin lane drawn"),
-    ("site/pages/intro.py", "topology"): (2, "the topology's title and flag"),
-    ("site/pages/lanes.py", "matrix_html"): (1, "the lane matrix's TWIN badge"),
-    ("site/pages/speed.py", "LaneSpeed.reference"): (2, "a baseline drawn only beside figures of its kind"),
-    ("site/pages/speed.py", "lane_section"): (4, "the speed section's badge and captions"),
-    ("site/pages/speed.py", "plot_history"): (1, "the plot's title"),
-    ("site/pages/speed.py", "seed_figures"): (1, "seed figures shown beside real baselines only"),
-    ("site/pages/upgrades.py", "upgrade_page"): (1, "the plan's where badge"),
-    ("site/pages/upgrades.py", "upgrades_index"): (1, "the index's where badges"),
+    ("site/pages/fleet_page.py", "fleet_page"): (1, "a fleet lane's where badge"),
+    ("site/pages/intro_page.py", "draw"): (1, "the topology drawing's colour"),
+    ("site/pages/intro_page.py", "shown_lanes"): (2, "one real and one twin lane drawn"),
+    ("site/pages/intro_page.py", "topology"): (2, "the topology's title and flag"),
+    ("site/pages/lanes_page.py", "matrix_html"): (1, "the lane matrix's TWIN badge"),
+    ("site/pages/speed_page.py", "LaneSpeed.reference"): (2, "a baseline drawn only beside figures of its kind"),
+    ("site/pages/speed_page.py", "lane_section"): (4, "the speed section's badge and captions"),
+    ("site/pages/speed_page.py", "plot_history"): (1, "the plot's title"),
+    ("site/pages/speed_page.py", "seed_figures"): (1, "seed figures shown beside real baselines only"),
     ("speed/baseline.py", "baseline_json"): (1, "a baseline's documents agreeing with its provenance"),
     ("speed/command.py", "SpeedResult.document"): (1, "the speed JSON's twin flag"),
     ("speed/command.py", "print_result"): (1, "the terminal's TWIN label"),
@@ -150,6 +146,45 @@ def test_no_product_module_decides_policy_on_the_twin_label():
     unlisted = {key: n for key, n in found.items() if n > allowed.get(key, 0)}
     assert unlisted == {}, "decide on the lane's policy, or list a labelling use in TWIN_LABELS"
     assert found == allowed, f"no longer read, drop from TWIN_LABELS: {set(allowed) - set(found)}"
+
+
+# A library module's tests are tests/test_MODULE.py, MODULE its name or its path joined by "_" (test_twin_engine_core
+# for twin/engine_core.py). These few are tested where they are used, in the file named.
+TESTED_ELSEWHERE = {
+    "nodes/ssh": "test_nodes.py",
+    "nodes/scripts/fingerprint_probe": "test_checkout_copy.py",
+    "nodes/scripts/weights_probe": "test_weights.py",
+    "twin/fault_runs": "test_fault_matrix.py",
+    "twin/plugin": "test_plugins.py",
+    "twin/standins/__main__": "test_twin_nodes.py",
+    "twin/tiny_model": "test_real_vllm.py",
+    "twin/tree": "test_twin_scripts.py",
+}
+
+
+def test_no_two_library_modules_share_a_name():
+    """A name says which module is meant: recipe/upgrade_plan, ops/checkout_upgrade, runs/upgrade_run, not three
+    upgrade.py."""
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(LIBRARY.rglob("*.py")):
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.stem, []).append(path.relative_to(LIBRARY).as_posix())
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
+
+
+def test_every_library_module_has_its_test_file():
+    tests = {p.name for p in (REPO / "tests").glob("test_*.py")}
+    unpaired = {}
+    for path in sorted(LIBRARY.rglob("*.py")):
+        parts = path.relative_to(LIBRARY).with_suffix("").parts
+        if parts[-1] == "__init__":
+            continue
+        names = {f"test_{parts[-1]}.py", f"test_{'_'.join(parts)}.py", f"test_{'_'.join(parts[1:])}.py"}
+        if not names & tests:
+            unpaired["/".join(parts)] = sorted(names)
+    elsewhere = {module: test for module, test in TESTED_ELSEWHERE.items() if test in tests}
+    assert {m: n for m, n in unpaired.items() if m not in elsewhere} == {}, "name the test file after its module"
+    assert set(unpaired) == set(TESTED_ELSEWHERE), "paired now: drop from TESTED_ELSEWHERE"
 
 
 MAX_ARCHITECTURE_WORDS = 1600

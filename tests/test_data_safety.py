@@ -100,13 +100,13 @@ DIRECT_WRITES = {
     "checkout_env.py": "a temporary file holding new bytes to send to the head",
     "hermes.py": "a temporary Hermes home lanebook creates and removes",
     "execute.py": "claims a new run output name (exist_ok=False: never an existing file)",
-    "upgrade.py": "recipe/upgrade.py claims a new upgrade plan record's name (exist_ok=False: never an existing file)",
+    "upgrade_plan.py": "claims a new upgrade plan record's name (exist_ok=False: never an existing file)",
     "audit.py": "appends one line to the run index (never rewrites it)",
     "files.py": "the atomic writer and the backup themselves",
     "lab.py": "the walkthrough's own state dir: JupyterLab setting defaults it generates, and its log",
     "compose_cli.py": "a temporary directory holding copies of the checkout's texts for `docker compose config`",
-    "fleet.py": "claims a new fleet run's folder (exist_ok=False) and writes its Airflow log; Airflow's lock file",
-    "lane_import.py": "a temporary copy of the checkout the imported lane is rendered into (the round trip)",
+    "fleet_dag.py": "claims a new fleet run's folder (exist_ok=False) and writes its Airflow log; Airflow's lock file",
+    "lane_from_checkout.py": "a temporary copy of the checkout the imported lane is rendered into (the round trip)",
 }
 WRITE_CALLS = re.compile(
     r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"

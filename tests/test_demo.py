@@ -68,7 +68,7 @@ def test_a_run_after_the_main_job_that_fails_names_the_rest_unrun():
 
 def test_the_demo_records_the_twin_lanes_upgrade_plan_for_the_book(tmp_path, monkeypatch):
     """The plan July 31 -> August 22 of the twin's recipe remote, by real Compose: the memory key's move is in it."""
-    from lanebook.recipe.upgrade import CHANGES, recorded_plans
+    from lanebook.recipe.upgrade_plan import CHANGES, recorded_plans
 
     monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))
     demo.record_upgrade_plan()

@@ -10,7 +10,7 @@ from lanebook.speed.bands import bands_from_runs
 from lanebook.speed.metrics import wave_figures
 from lanebook.speed.records import CONTENT, ROLE, USAGE, ChunkArrival, RequestRecord, WaveRecord
 from lanebook.speed.workloads import load_workload
-from lanebook.twin.engine import EngineConfig
+from lanebook.twin.engine_core import EngineConfig
 from lanebook.twin.waves import simulate_wave
 from lanebook.verify import diagnose
 

@@ -306,7 +306,7 @@ CASES = [
         ],
         [],
     ),
-    # fabric drift
+    # RoCE link drift
     (
         "pinned GID index fails on one HCA",
         "D05",
@@ -322,7 +322,7 @@ CASES = [
         [],
     ),
     (
-        "fabric MTU differs after a reboot",
+        "RoCE link MTU differs after a reboot",
         "D05",
         {
             "head-ip-link.txt": [

@@ -150,7 +150,7 @@ def test_a_runbook_run_with_crafted_values_runs_none_of_them(twin, tmp_path):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("host", "127.0.0.2;touch {s}/host"), ("user", "$(touch {s}/user)"), ("fabric_ip", "127.0.0.3`touch {s}/fabric`")],
+    [("host", "127.0.0.2;touch {s}/host"), ("user", "$(touch {s}/user)"), ("roce_ip", "127.0.0.3`touch {s}/fabric`")],
 )
 def test_crafted_hosts_and_logins_are_refused_before_any_node_is_asked(twin, tmp_path, field, value):
     sentinel = tmp_path / "sentinel"

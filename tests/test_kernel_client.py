@@ -14,8 +14,8 @@ import zmq.asyncio
 from jupyter_client.session import Session
 from jupyter_core.utils import run_sync
 from lanebook.runs import kernel_client
-from lanebook.runs.kernel import started_kernel
 from lanebook.runs.kernel_client import RunbookKernelClient, SlicedWaitChannel
+from lanebook.runs.runbook_kernel import started_kernel
 
 
 @pytest.fixture

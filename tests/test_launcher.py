@@ -431,7 +431,7 @@ def test_a_dry_run_start_step_records_the_launch_and_observes_nothing():
 
 def test_a_four_node_lane_fans_out_to_every_worker_and_runs_its_own_launcher():
     """Dry run of every operation on the four-Spark lane: the weights and the checkout go from the head once to each
-    worker's fabric IP, `*.incomplete` is cleaned and containers are listed on every worker, memory is cleaned on
+    worker's RoCE IP, `*.incomplete` is cleaned and containers are listed on every worker, memory is cleaned on
     every node, and the lane's own scripts start and stop it."""
     commands = every_operation(dry_lane("anemll-0731-tp4"))
     workers = {"worker": "10.0.0.2", "worker2": "10.0.0.3", "worker3": "10.0.0.4"}

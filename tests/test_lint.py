@@ -390,7 +390,7 @@ def test_the_four_spark_lane_lints_clean_on_the_four_node_reference_and_says_wha
         (
             "WORKER_IPS: 10.0.0.2 10.0.0.3 10.0.0.4",
             "WORKER_IPS: 10.0.0.3 10.0.0.2 10.0.0.4",
-            "WORKER_IPS='10.0.0.3 10.0.0.2 10.0.0.4' does not list the workers' fabric IPs in rank order (worker "
+            "WORKER_IPS='10.0.0.3 10.0.0.2 10.0.0.4' does not list the workers' RoCE IPs in rank order (worker "
             "10.0.0.2, worker2 10.0.0.3, worker3 10.0.0.4): set WORKER_IPS='10.0.0.2 10.0.0.3 10.0.0.4'",
         ),
         (
@@ -422,7 +422,7 @@ def test_a_four_node_lane_whose_tp_keys_disagree_with_its_nodes_fails_lint_with_
 def test_a_four_node_lane_without_a_key_is_told_what_to_set(tmp_path):
     path = tp4_copy(
         tmp_path,
-        ("  WORKER_IPS: 10.0.0.2 10.0.0.3 10.0.0.4     # ranks 1..3: each worker's fabric IP (its VLLM_HOST_IP)\n", ""),
+        ("  WORKER_IPS: 10.0.0.2 10.0.0.3 10.0.0.4     # ranks 1..3: each worker's RoCE IP (its VLLM_HOST_IP)\n", ""),
     )
     [finding] = kept(lint_lane_on_reference(load_lane(path), path))
     assert (finding.id, finding.line) == ("S08", path.read_text().splitlines().index("env:") + 1)

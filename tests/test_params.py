@@ -50,7 +50,8 @@ def test_rollback_chain():
 
 def test_twin_lane_is_marked_and_on_loopback():
     twin = load_lane("twin")
-    assert twin.twin is True
+    assert twin.twin is True and twin.figures_label == "twin"
+    assert load_lane("anemll-0731").figures_label == "real lane"
     assert twin.api == "http://127.0.0.2:8888/v1"
     assert [(n.alias, n.host) for n in twin.nodes] == [("head", "127.0.0.2"), ("worker", "127.0.0.3")]
 
@@ -121,6 +122,19 @@ def test_cli_unknown_lane_and_bad_file_exit_2(tmp_path):
         assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr, out.stderr
 
 
+def test_a_lane_file_that_still_says_fabric_ip_is_told_to_rename_it(tmp_path):
+    """The key was renamed roce_ip: an operator's older lane file gets the fix in one line, not an alias."""
+    path = _write(tmp_path, _variant("roce_ip:", "fabric_ip:").replace("roce_ip:", "fabric_ip:"))
+    with pytest.raises(LaneError) as err:
+        load_lane(path)
+    assert str(err.value) == f"fabric_ip is now roce_ip: rename the key in {path}"
+    before = path.read_bytes()
+    out = subprocess.run(LANEBOOK + ["lint", "--lane", str(path)], capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines() == [f"lanebook: fabric_ip is now roce_ip: rename the key in {path}"]
+    assert path.read_bytes() == before  # nothing rewritten behind the operator's back
+
+
 # --- values that reach a shell or ssh: strict patterns, refused at load --------------------------------
 
 INJECTIONS = ["x; rm -rf ~", "$(touch /tmp/lbt-pwned)", "`id`", "a\nb", "a'b", 'a"b', "-oProxyCommand=sh", "a b", ""]
@@ -130,8 +144,8 @@ INJECTIONS = ["x; rm -rf ~", "$(touch /tmp/lbt-pwned)", "`id`", "a\nb", "a'b", '
     "old,template,needle",
     [
         ("host: 192.168.1.11,", "host: {},", "'nodes.0.host'"),
-        ("fabric_ip: 10.0.0.2,", "fabric_ip: {},", "'nodes.1.fabric_ip'"),
-        ("user: milo, fabric_ip: 10.0.0.1", "user: {}, fabric_ip: 10.0.0.1", "'nodes.0.user'"),
+        ("roce_ip: 10.0.0.2,", "roce_ip: {},", "'nodes.1.roce_ip'"),
+        ("user: milo, roce_ip: 10.0.0.1", "user: {}, roce_ip: 10.0.0.1", "'nodes.0.user'"),
         ("alias: worker,", "alias: {},", "'nodes.1.alias'"),
         ("  SERVED_MODEL_NAME: deepseek-v4-flash-0731", "  SERVED_MODEL_NAME: {}", "SERVED_MODEL_NAME"),
         ("  repo: deepseek-ai/DeepSeek-V4-Flash-0731", "  repo: {}", "'weights.repo'"),

@@ -18,7 +18,7 @@ from lanebook.verify.preflight import sudoers_line
 REPO = Path(__file__).resolve().parents[1]
 LANEBOOK = REPO / ".venv" / "bin" / "lanebook"
 TWIN_LANE = REPO / "params" / "twin.yaml"
-WORKER = "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3}"  # the twin lane's worker
+WORKER = "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, roce_ip: 127.0.0.3}"  # the twin lane's worker
 
 
 def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
@@ -94,7 +94,7 @@ def test_healthy_twin_is_ready(twin):
         for item in ("ssh reach", "host key known", "python3", "rsync", "docker without a password", "Compose v2"):
             assert (node, item) in seen
         assert (node, "sudo for lanebook's commands") in seen and (node, "the lane's image") in seen
-    assert ("head", "fabric to worker (127.0.0.3)") in seen and ("local", "Hermes CLI") in seen
+    assert ("head", "RoCE link to worker (127.0.0.3)") in seen and ("local", "Hermes CLI") in seen
 
 
 @pytest.mark.twin
@@ -146,12 +146,10 @@ def test_a_missing_image_is_named_with_the_pull(twin, tmp_path):
 
 
 @pytest.mark.twin
-def test_a_fabric_address_that_does_not_answer_is_named(twin, tmp_path):
-    lane = lane_copy(
-        tmp_path, WORKER, "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.9}"
-    )
+def test_a_roce_address_that_does_not_answer_is_named(twin, tmp_path):
+    lane = lane_copy(tmp_path, WORKER, "{alias: worker, role: worker, host: 127.0.0.3, port: 2222, roce_ip: 127.0.0.9}")
     code, report = check(lane)
-    item = failed(report)[("head", "fabric to worker (127.0.0.9)")]
+    item = failed(report)[("head", "RoCE link to worker (127.0.0.9)")]
     assert code == 1 and "ssh 127.0.0.9 true" in item["fix"]
 
 
@@ -210,7 +208,7 @@ def test_a_promotion_runs_the_same_list_first_and_refuses_a_lane_not_ready(twin,
 
 @pytest.mark.twin
 def test_a_node_ssh_cannot_reach_is_named_with_user_keys_and_jump(twin, tmp_path):
-    worker9 = "{alias: worker9, role: worker, host: 127.0.0.3, port: 2222, fabric_ip: 127.0.0.3, jump: head}"
+    worker9 = "{alias: worker9, role: worker, host: 127.0.0.3, port: 2222, roce_ip: 127.0.0.3, jump: head}"
     lane = lane_copy(tmp_path, WORKER, worker9)
     code, report = check(lane)
     item = failed(report)[("worker9", "ssh reach")]

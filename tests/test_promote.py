@@ -226,7 +226,7 @@ def test_a_dry_run_prints_each_runbooks_commands_the_seeds_cp_line_among_them(tm
 
 def test_a_dry_run_of_the_four_spark_lane_prints_the_fan_out_rsync_to_every_worker(tmp_path):
     """`lanebook promote --lane anemll-0731-tp4 --dry-run` with only loopback up: the weights go from the head once to
-    each of the three workers' fabric IPs, and no connection is opened."""
+    each of the three workers' RoCE IPs, and no connection is opened."""
     from helpers.lanebook_runs import offline
 
     done = offline(tmp_path, "promote --lane anemll-0731-tp4 --dry-run", timeout=600)

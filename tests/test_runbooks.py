@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from helpers.lanebook_runs import dry_run_offline, steps_started
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
-from lanebook.runs.engine import step_name
+from lanebook.runs.papermill_engine import step_name
 
 BIN = Path(sys.executable).parent
 LAUNCH_STEPS = [  # the launch runbook's steps, in order, as its cells name them

@@ -1,5 +1,5 @@
-"""Files on the nodes (lanebook.ops.transfers): rsync head -> workers over the fabric (seed lines, stats parsed exactly,
-a cut transfer resumed), path tests in one round trip, and the checkout a launch needs."""
+"""Files on the nodes (lanebook.ops.transfers): rsync head -> workers over the RoCE link (seed lines, stats parsed
+exactly, a cut transfer resumed), path tests in one round trip, and the checkout a launch needs."""
 
 import pytest
 from helpers.twin_helpers import process_gone
@@ -37,7 +37,7 @@ def test_rsync_lines_for_a_lane_of_n_workers():
             role="worker",
             host=f"10.0.0.{i + 1}",
             user="milo",
-            fabric_ip=f"10.0.0.{i + 1}",
+            roce_ip=f"10.0.0.{i + 1}",
             jump="head",
         )
         for i in (2, 3)
@@ -181,7 +181,7 @@ def test_receivers_of_a_path():
 
 def test_rsync_to_chosen_workers_only():
     params = load_lane("anemll-0731")
-    extra = NodeParams(alias="worker2", role="worker", host="10.0.0.3", user="milo", fabric_ip="10.0.0.3")
+    extra = NodeParams(alias="worker2", role="worker", host="10.0.0.3", user="milo", roce_ip="10.0.0.3")
     lane = ssh.Lane(
         lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True
     )

@@ -230,7 +230,7 @@ def _lane_on(nodes: list[tuple[str, str, str]]):
     return lane_with(
         twin,
         name="twin-three",
-        nodes=[{"alias": a, "role": r, "host": ip, "port": 2222, "fabric_ip": ip} for a, r, ip in nodes],
+        nodes=[{"alias": a, "role": r, "host": ip, "port": 2222, "roce_ip": ip} for a, r, ip in nodes],
     )
 
 

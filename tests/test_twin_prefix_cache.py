@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.twin_engine_cases import make_seq
 from lanebook.twin import prefix_cache
-from lanebook.twin.engine import EngineConfig, EngineCore
+from lanebook.twin.engine_core import EngineConfig, EngineCore
 from lanebook.twin.waves import run_virtual
 
 

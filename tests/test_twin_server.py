@@ -29,7 +29,7 @@ from helpers.twin_serve import (  # noqa: F401 - module-scoped server fixtures, 
     variant,
 )
 from lanebook.twin import server as twin_server
-from lanebook.twin.engine import EngineConfig
+from lanebook.twin.engine_core import EngineConfig
 from lanebook.twin.timing import JIT_DELAY_S
 from lanebook.twin.vllm import start_local
 from lanebook.twin.waves import simulate_wave

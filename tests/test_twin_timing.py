@@ -7,7 +7,7 @@ import math
 import pytest
 from helpers.twin_engine_cases import PROBE_SETS, c1_rate, wave
 from lanebook.twin import timing
-from lanebook.twin.engine import EngineConfig
+from lanebook.twin.engine_core import EngineConfig
 from lanebook.twin.facts import CODE_PROMPT, COUNT_PROMPT, JSON_PROMPT, SCHEDULE_543, SEED_003
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.twin_engine_cases import PROBE_SETS, make_seq
 from lanebook.twin import waves
-from lanebook.twin.engine import EngineConfig, EngineCore
+from lanebook.twin.engine_core import EngineConfig, EngineCore
 
 
 def test_wave_figures_from_request_times():

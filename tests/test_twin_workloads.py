@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.twin_engine_cases import PROBE_SETS, c1_rate, wave
 from lanebook.twin import workloads
-from lanebook.twin.engine import EngineConfig
+from lanebook.twin.engine_core import EngineConfig
 from lanebook.twin.facts import CODE_PROMPT, COUNT_PROMPT, JSON_PROMPT, SCHEDULE_543
 from lanebook.twin.timing import decode_step_s
 

@@ -132,8 +132,8 @@ def test_a_clean_warmup_passes_every_check_and_records_each_shapes_stall():
         },
         "warmup_warnings": [],
     }
-    assert result.table(twin=True).splitlines() == [
-        "Wall time of each shape's wave (twin figures, not a real lane's):",
+    assert result.table(load_lane("twin").figures_label).splitlines() == [
+        "Wall time of each shape's wave (twin figures):",
         "",
         "| shape | first use (s) | warmed (s) | first-use stall removed (s) |",
         "|---|---|---|---|",

@@ -166,7 +166,7 @@ def run(
 ):
     """Run a runbook headless with papermill; says each step as it starts (on stderr), then prints the executed
     notebook's path and the verdict."""
-    from lanebook.runs.kernel import kernel_for
+    from lanebook.runs.runbook_kernel import kernel_for
 
     # the kernel boots while lanebook prepares the run
     with interruption_exits(), kernel_for(runbook, connects=not dry_run) as kernel:
@@ -217,7 +217,7 @@ def promote(
     ),
 ):
     """The main job, weights → env → launch → warmup → gates → speed: one recorded run each, one promotion id."""
-    from lanebook.runs.fleet import check_fleet_id
+    from lanebook.runs.fleet_dag import check_fleet_id
     from lanebook.runs.promote import promote_shown
 
     with interruption_exits():
@@ -244,7 +244,7 @@ def fleet_promote(
     """Promote a fleet's lanes through Apache Airflow: the canary alone, then waves of at most wave_size, the next only
     when the last passed within its failure budget. Exit 0 every lane passed (or a clean dry run), 1 the fleet
     stopped or a lane failed, 2 bad input."""
-    from lanebook.runs.fleet import promote_fleet_shown
+    from lanebook.runs.fleet_dag import promote_fleet_shown
 
     raise typer.Exit(promote_fleet_shown(fleet, dry_run=dry_run, yes=yes))
 
@@ -255,7 +255,7 @@ def fleet_status(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Every lane's latest promotion (id, verdict, when, fleet id, where it stopped) and the fleet's runs."""
-    from lanebook.runs.fleet import fleet_status, print_status
+    from lanebook.runs.fleet_dag import fleet_status, print_status
 
     status = fleet_status(fleet)
     if as_json:
@@ -272,7 +272,7 @@ def fleet_gate(
     """The DAG's gate task: exit 0 only when the wave ran and no more of its lanes failed than its failure budget allows
     (a wave that never started, after an earlier gate stopped the fleet, fails its gate too: Airflow runs an all_done
     task whatever its upstream did)."""
-    from lanebook.runs.fleet import GO_ON, gate
+    from lanebook.runs.fleet_dag import GO_ON, gate
 
     decided = gate(run_dir, wave)
     typer.echo(decided.decision())
@@ -431,10 +431,10 @@ def upgrade(
     checkout beside the old on every node, its plan recorded, then the usual promotion on it (exit 0 passed or a dry
     run; 1 blocked or failed, the old checkout untouched)."""
     from lanebook.lane.params import load_lane
-    from lanebook.recipe.upgrade import plan_checkouts, print_plan, write_plan
+    from lanebook.recipe.upgrade_plan import plan_checkouts, print_plan, write_plan
 
     if old is None:
-        from lanebook.runs.upgrade import upgrade_shown
+        from lanebook.runs.upgrade_run import upgrade_shown
 
         with interruption_exits():
             raise typer.Exit(upgrade_shown(lane, to, dry_run=dry_run, yes=yes, as_json=as_json))

@@ -111,12 +111,12 @@ def _run_shown(runbook: str, lane: str, params: dict) -> dict:
 
 def record_upgrade_plan() -> None:
     """`lanebook upgrade --lane twin --from JULY31 --to AUGUST22 --record` on two clones of the twin's recipe remote:
-    the plan the book's upgrade page shows (the suite proves the on-lane upgrade: tests/test_runs_upgrade.py)."""
+    the plan the book's upgrade page shows (the suite proves the on-lane upgrade: tests/test_upgrade_run.py)."""
     import tempfile
     from pathlib import Path
 
     from lanebook.lane.params import load_lane
-    from lanebook.recipe.upgrade import plan_checkouts, print_plan, write_plan
+    from lanebook.recipe.upgrade_plan import plan_checkouts, print_plan, write_plan
     from lanebook.twin import remote
 
     console.rule(f"upgrade plan {TWIN_LANE}: recipe July 31 -> August 22")
@@ -133,7 +133,7 @@ def record_upgrade_plan() -> None:
 def rehearse_fleet() -> bool:
     """`lanebook fleet promote twin-fleet --dry-run`: the DAG written and run by Airflow, every lane's promotion a dry
     run (no connection opened), the fleet's record kept for the book. True when it ended clean."""
-    from lanebook.runs.fleet import promote_fleet_shown
+    from lanebook.runs.fleet_dag import promote_fleet_shown
 
     console.rule(f"fleet {TWIN_FLEET} (dry run, through Airflow)")
     return promote_fleet_shown(TWIN_FLEET, dry_run=True) == 0

@@ -17,11 +17,12 @@ import pytest
 
 LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 RUN_BOUND_S = 600  # a hang's bound, not a speed goal: a twin runbook takes seconds to a few minutes
-STEP_AT = re.compile(r" \(at \d+:\d\d\)$")  # how far into a run a step line (runs.engine.step_line) says it started
+# how far into a run a step line (runs.papermill_engine.step_line) says it started
+STEP_AT = re.compile(r" \(at \d+:\d\d\)$")
 
 
 def steps_started(said: list[str]) -> list[str]:
-    """The step lines among what a run said (runs.engine.step_line), each without its time into the run."""
+    """The step lines among what a run said (runs.papermill_engine.step_line), each without its time into the run."""
     return [STEP_AT.sub("", line) for line in said if line.startswith("step ")]
 
 

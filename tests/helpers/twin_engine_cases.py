@@ -7,7 +7,7 @@ the tests and the facts page check the same thing.
 
 from __future__ import annotations
 
-from lanebook.twin import engine, replies, waves
+from lanebook.twin import engine_core, replies, waves
 from lanebook.twin.facts import STATUS_PROBES
 
 PROBE_SETS = {
@@ -16,15 +16,17 @@ PROBE_SETS = {
 }
 
 
-def wave(config: engine.EngineConfig, prompts: list[str], c: int, max_tokens: int = 256) -> waves.VirtualWaveFigures:
+def wave(
+    config: engine_core.EngineConfig, prompts: list[str], c: int, max_tokens: int = 256
+) -> waves.VirtualWaveFigures:
     return waves.simulate_wave(config, prompts[:c], max_tokens)
 
 
-def c1_rate(config: engine.EngineConfig, prompt: str) -> float:
+def c1_rate(config: engine_core.EngineConfig, prompt: str) -> float:
     return wave(config, [prompt], 1).mean_stream_decode_tok_s
 
 
-def make_seq(i: int, text: str, max_tokens: int = 32, config: engine.EngineConfig = engine.EngineConfig()):
+def make_seq(i: int, text: str, max_tokens: int = 32, config: engine_core.EngineConfig = engine_core.EngineConfig()):
     messages = [{"role": "user", "content": text}]
     reply = replies.plan_reply(messages, max_tokens=max_tokens, thinking=False)
-    return engine.sequence_for(f"s{i}", messages, reply, config)
+    return engine_core.sequence_for(f"s{i}", messages, reply, config)

@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from lanebook.twin.engine import EngineConfig
+from lanebook.twin.engine_core import EngineConfig
 from lanebook.twin.vllm import start_local
 from prometheus_client.parser import text_string_to_metric_families
 

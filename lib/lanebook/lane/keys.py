@@ -73,12 +73,13 @@ def key_file_path(params: LaneParams) -> Optional[Path]:
     return path
 
 
-def _read_file(where: str, setting: str, path: Path, twin: bool) -> str:
+def _read_file(where: str, setting: str, path: Path) -> str:
     try:
         info = path.stat()
     except FileNotFoundError:
-        made_by = ", or `lanebook twin up` writes a twin lane's" if twin else ""
-        raise LaneError(f"{where}: key file {setting} not found (write it with mode 0600{made_by})") from None
+        raise LaneError(
+            f"{where}: key file {setting} not found (write it with mode 0600; a twin lane's: `lanebook twin up`)"
+        ) from None
     except OSError as exc:
         raise LaneError(f"{where}: key file {setting} cannot be read: {exc.strerror}") from None
     if not stat.S_ISREG(info.st_mode):
@@ -102,7 +103,7 @@ def read_keys(params: LaneParams) -> Optional[LaneKeys]:
     variable, source = params.auth.variable, params.auth.source
     where = f"lane {params.name}: auth.{variable}"
     if source.key_file is not None:
-        text = _read_file(f"{where}.key_file", source.key_file, key_file_path(params), params.twin)
+        text = _read_file(f"{where}.key_file", source.key_file, key_file_path(params))
     else:
         if source.key_env not in os.environ:
             raise LaneError(f"{where}.key_env: ${source.key_env} is not set in this environment")

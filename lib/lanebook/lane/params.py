@@ -62,6 +62,8 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KV_DTYPE_RE = re.compile(r"[a-z0-9][a-z0-9_]{0,31}")  # vLLM's --kv-cache-dtype choices: auto, fp8, nvfp4_ds_mla, ...
 UNIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@:-]*")
 MODEL_ENV_KEYS = ("DSPARK_MODEL", "SERVED_MODEL_NAME")
+# How what is measured or planned on a lane is labelled (LaneParams.figures_label): a twin's never passes for real.
+TWIN_FIGURES, REAL_FIGURES = "twin", "real lane"
 # The four-node shape (public four-Spark profiles of this model, e.g. the `.env.tp4.example` of
 # MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks): the recipe's launcher and compose are two-node only, so a lane of more
 # nodes carries these env keys (the lists space-separated, in rank order: the workers as `nodes:` lists them) and
@@ -179,12 +181,12 @@ class NodeParams(Strict):
     host: StrictStr = Field(description="address the operator's machine uses to reach the node")
     port: StrictInt = 22
     user: Optional[StrictStr] = Field(None, description="login user; null means the current user (twin)")
-    fabric_ip: StrictStr = Field(description="the node's address on the RoCE fabric (TP traffic, rsync)")
+    roce_ip: StrictStr = Field(description="the node's address on the RoCE link (TP traffic, rsync)")
     jump: Optional[StrictStr] = Field(None, description="alias of a node to jump through (ProxyJump)")
 
     _alias = _validated(check_alias, "alias")
     _jump = _validated(check_alias, "jump")
-    _hosts = _validated(check_host, "host", "fabric_ip")
+    _hosts = _validated(check_host, "host", "roce_ip")
     _user = _validated(check_user, "user")
 
     @field_validator("port")
@@ -479,6 +481,12 @@ class LaneParams(Strict):
 
     # Derived facts (one source each).
     @property
+    def figures_label(self) -> str:
+        """How figures measured or plans made on this lane are labelled wherever they are shown: TWIN_FIGURES for a
+        twin lane (its file says `twin: true`), REAL_FIGURES otherwise."""
+        return TWIN_FIGURES if self.twin else REAL_FIGURES
+
+    @property
     def head(self) -> NodeParams:
         return next(n for n in self.nodes if n.role == "head")
 
@@ -492,11 +500,11 @@ class LaneParams(Strict):
         return len(self.workers) > 1 or any(key in self.env for key in RANK_KEYS)
 
     def rank_values(self) -> dict[str, str]:
-        """What each four-node key must say for these nodes: the node count, and the workers' fabric IPs in rank
-        order (the head's ssh reaches a worker at its fabric IP, as the recipe's WORKER_HOST does)."""
-        fabric = " ".join(w.fabric_ip for w in self.workers)
+        """What each four-node key must say for these nodes: the node count, and the workers' RoCE IPs in rank
+        order (the head's ssh reaches a worker at its RoCE IP, as the recipe's WORKER_HOST does)."""
+        roce = " ".join(w.roce_ip for w in self.workers)
         count = str(len(self.nodes))
-        return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": fabric, "WORKER_IPS": fabric}
+        return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": roce, "WORKER_IPS": roce}
 
     @property
     def keyed(self) -> bool:
@@ -639,11 +647,28 @@ def _written_keys(data: dict) -> Optional[str]:
     return None
 
 
+# Keys a node of a lane file had under another name before: the old name is refused with the fix, never read.
+RENAMED_NODE_KEYS = {"fabric_ip": "roce_ip"}
+
+
+def _renamed_key(path: Path, data: dict) -> Optional[str]:
+    """The fix for the first node key of DATA that lanebook now spells otherwise (RENAMED_NODE_KEYS), if any."""
+    nodes = data.get("nodes")
+    for node in nodes if isinstance(nodes, list) else []:
+        for old, new in RENAMED_NODE_KEYS.items():
+            if isinstance(node, dict) and old in node:
+                return f"{old} is now {new}: rename the key in {path}"
+    return None
+
+
 def load_lane(name_or_path: str | Path) -> LaneParams:
     """Load and validate a lane; every problem becomes one LaneError line naming the file and key. A lane file that
     holds an API key itself is refused (it names only where the key comes from: `auth:`)."""
     path = lane_path(name_or_path)
     raw, data = read_mapping(path, "lane file")
+    renamed = _renamed_key(path, data)
+    if renamed:
+        raise LaneError(renamed)
     written = _written_keys(data)
     if written:
         raise LaneError(

@@ -303,7 +303,7 @@ class Node:
 
     alias = property(lambda self: self.params.alias)
     role = property(lambda self: self.params.role)
-    fabric_ip = property(lambda self: self.params.fabric_ip)
+    roce_ip = property(lambda self: self.params.roce_ip)
 
     @property
     def address(self) -> str:

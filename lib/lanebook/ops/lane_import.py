@@ -1,5 +1,6 @@
 """`lanebook lane import` on the operator's head: the checkout read over SSH (read-only), the Compose project and live
-`vllm serve` command where the lane is serving, then the lane file written and proven (lanebook.recipe.lane_import).
+`vllm serve` command where the lane is serving, then the lane file written and proven
+(lanebook.recipe.lane_from_checkout).
 
 Nothing on the head is changed: the checkout's files are read in one command, the HF cache is listed, and where a
 container of the recipe's service runs, its name and `docker top` are read. A live command that says something the
@@ -22,7 +23,7 @@ from lanebook.nodes.ssh import Executor, Node, NodeError
 from lanebook.ops.logs import KV_CACHE_LINES, kv_cache_tokens, live_command, scan_log
 from lanebook.recipe.effective.checkout import ENV_NAME, CheckoutFiles
 from lanebook.recipe.effective.mismatches import live_mismatches
-from lanebook.recipe.lane_import import Head, import_lane, lane_findings, local_checkout, round_trip, write_new
+from lanebook.recipe.lane_from_checkout import Head, import_lane, lane_findings, local_checkout, round_trip, write_new
 
 SERVICE_CONTAINER_RE = re.compile(r"^(?P<project>[A-Za-z0-9][A-Za-z0-9._-]*)-vllm-dspark-1$")
 
@@ -50,7 +51,7 @@ def head_node(head: Head) -> Node:
         host=head.host,
         port=head.port or 22,
         user=head.user,
-        fabric_ip=head.host,
+        roce_ip=head.host,
     )
     return Node(params, Executor(), resolve_ssh_config(head.ssh_config))
 

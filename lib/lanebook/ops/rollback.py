@@ -43,12 +43,12 @@ def rollback_target(lane: LaneParams) -> LaneParams:
 
 
 def pair_differences(current: LaneParams, target: LaneParams) -> list[str]:
-    """How the rollback lane's nodes differ from this lane's (role, address, port, fabric IP): a rollback relaunches
+    """How the rollback lane's nodes differ from this lane's (role, address, port, RoCE IP): a rollback relaunches
     on nodes this lane holds. Every node the rollback lane names must be this lane's, the same; a node only this
     lane has (a four-Spark lane rolling back to its pair) is stopped with it and left idle."""
 
     def nodes(lane: LaneParams) -> dict[str, tuple]:
-        return {n.alias: (n.role, n.host, n.port, n.fabric_ip) for n in lane.nodes}
+        return {n.alias: (n.role, n.host, n.port, n.roce_ip) for n in lane.nodes}
 
     mine, theirs = nodes(current), nodes(target)
     return [

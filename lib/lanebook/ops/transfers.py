@@ -1,6 +1,6 @@
-"""Files on the nodes: copying a directory head -> workers with rsync over the fabric, and testing paths.
+"""Files on the nodes: copying a directory head -> workers with rsync over the RoCE link, and testing paths.
 
-rsync runs on the head into each worker's fabric address (seed 000: download once, rsync once;
+rsync runs on the head into each worker's RoCE address (seed 000: download once, rsync once;
 never --delete, and --partial so a rerun resumes a cut transfer); path tests answer in one round
 trip per node. checkout_ok is the launch prerequisite: the checkout's files on every node.
 """
@@ -61,7 +61,7 @@ def checkout_ok(lane: Lane, *, what: str = "checkout present on every node") -> 
     return ExpectedResult.on_nodes(found, what=what, dry_run=lane.executor.dry_run)
 
 
-# --- rsync head -> workers over the fabric -------------------------------------------------------
+# --- rsync head -> workers over the RoCE link -------------------------------------------------------
 
 
 @dataclass
@@ -128,8 +128,7 @@ def rsync_command(lane: Lane, worker: Node, path: str, bwlimit_kib: Optional[int
     user = f"{worker.params.user}@" if worker.params.user else ""
     limit = f" --bwlimit={int(bwlimit_kib)}" if bwlimit_kib else ""
     return (
-        f"rsync -aH --partial --info=stats2{limit} {qpath(path)}/ "
-        f"{q(f'{user}{worker.fabric_ip}:{_remote_path(path)}/')}"
+        f"rsync -aH --partial --info=stats2{limit} {qpath(path)}/ {q(f'{user}{worker.roce_ip}:{_remote_path(path)}/')}"
     )
 
 
@@ -143,13 +142,13 @@ def rsync_to_workers(
     workers: Optional[Iterable[Node]] = None,
     attempts: int = 1,
 ) -> dict[str, RsyncStats]:
-    """Copy a directory from the head to every worker (or to `workers`) over the fabric (seed 000: rsync once,
+    """Copy a directory from the head to every worker (or to `workers`) over the RoCE link (seed 000: rsync once,
     never twice over WAN).
 
     Runs on the head with a terminal, so hitting `timeout_s` stops rsync; rerunning resumes from the
     partial file (--partial). With `attempts` > 1 a connection lost mid-transfer (RESUMABLE_EXITS) is resumed
     at once, after the worker's receiver has exited (it saves the partial file as it goes). `bwlimit_kib`
-    throttles (KiB/s) when the fabric is shared. Progress is shown per worker and attempt (lanebook.base.progress).
+    throttles (KiB/s) when the RoCE link is shared. Progress is shown per worker and attempt (lanebook.base.progress).
     """
     stats = {}
     targets = lane.workers if workers is None else list(workers)

@@ -226,11 +226,11 @@ class WarmupResult:
             "warmup_warnings": self.warnings(),
         }
 
-    def table(self, twin: bool) -> str:
-        """Each shape's first use against its first request once warm, as a Markdown table."""
-        whose = "twin figures, not a real lane's" if twin else "this lane's figures"
+    def table(self, figures_label: str) -> str:
+        """Each shape's first use against its first request once warm, as a Markdown table of FIGURES_LABEL figures
+        (the lane's `figures_label`)."""
         rows = [
-            f"Wall time of each shape's wave ({whose}):",
+            f"Wall time of each shape's wave ({figures_label} figures):",
             "",
             f"| shape | {FIRST_USE} (s) | {WARMED} (s) | first-use stall removed (s) |",
             "|---|---|---|---|",
@@ -426,5 +426,5 @@ def warm_step(rb: "Runbook", *, after: Optional[Callable[[Lane], list[ExpectedRe
     warmed = run_warmup(rb.params, rb.lane.executor)
     rb.record(**warmed.figures())
     if not rb.dry_run:
-        rb.show(markdown=warmed.table(rb.params.twin))
+        rb.show(markdown=warmed.table(rb.params.figures_label))
     rb.expect(warmed.checks() + (after(rb.lane) if after else []))

@@ -1,5 +1,5 @@
 """Weights (seed 000 "download once, rsync once"): download on the head only, rsync once to the workers
-over the fabric, delete `*.incomplete` on the workers, and verify a hub model dir in place in one
+over the RoCE link, delete `*.incomplete` on the workers, and verify a hub model dir in place in one
 round trip (the probe in weights_probe.py runs on the node); `check_weights` does that on every node.
 """
 

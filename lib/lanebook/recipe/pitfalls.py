@@ -182,7 +182,7 @@ def check_loopback(inp: "LintInput") -> Iterator[Hit]:
             if setting is not None and setting.value == "lo":
                 yield Hit(
                     setting.where,
-                    f"{name} resolves to lo: Gloo/NCCL would bind loopback; use the fabric interface (bond0)",
+                    f"{name} resolves to lo: Gloo/NCCL would bind loopback; use the RoCE interface (bond0)",
                 )
     head, worker = inp.effective("VLLM_HOST_IP"), inp.env("WORKER_VLLM_HOST_IP")
     for name, setting in (("VLLM_HOST_IP", head), ("WORKER_VLLM_HOST_IP", worker)):
@@ -190,13 +190,13 @@ def check_loopback(inp: "LintInput") -> Iterator[Hit]:
             yield Hit(
                 setting.where,
                 f"{name}={setting.value}: a rank on loopback cannot be reached by the other node; "
-                "set each rank's own fabric IP",
+                "set each rank's own RoCE IP",
             )
     if inp.multinode and (head is None or not head.value):
         yield Hit(
             head.where if head else inp.env_missing_at,
             "VLLM_HOST_IP is empty on a multi-node lane: distributed setup may bind the wrong address; set each "
-            "rank's fabric IP",
+            "rank's RoCE IP",
         )
     if head is not None and worker is not None and head.value and head.value == worker.value:
         yield Hit(
@@ -372,8 +372,8 @@ def _count(n: int) -> str:
 
 
 def _names_worker(entry: str, worker: Any) -> bool:
-    """Whether a WORKER_HOSTS entry reaches WORKER (a lane node): its fabric IP or its host, with or without user@."""
-    return entry.rpartition("@")[2] in (worker.fabric_ip, worker.host)
+    """Whether a WORKER_HOSTS entry reaches WORKER (a lane node): its RoCE IP or its host, with or without user@."""
+    return entry.rpartition("@")[2] in (worker.roce_ip, worker.host)
 
 
 def check_rank_keys(inp: "LintInput") -> Iterator[Hit]:
@@ -384,7 +384,7 @@ def check_rank_keys(inp: "LintInput") -> Iterator[Hit]:
         return
     want, nodes = lane.rank_values(), len(lane.nodes)
     shape = f"the lane has {_count(nodes)} nodes (the head and {_count(nodes - 1)} worker{'s' if nodes > 2 else ''})"
-    order = ", ".join(f"{w.alias} {w.fabric_ip}" for w in lane.workers)
+    order = ", ".join(f"{w.alias} {w.roce_ip}" for w in lane.workers)
     for key in RANK_KEYS:
         setting = inp.env(key)
         if setting is None or setting.value is None:
@@ -397,7 +397,7 @@ def check_rank_keys(inp: "LintInput") -> Iterator[Hit]:
         elif key == "WORKER_IPS" and words != want[key].split():
             yield Hit(
                 setting.where,
-                f"WORKER_IPS={setting.value!r} does not list the workers' fabric IPs in rank order ({order}): "
+                f"WORKER_IPS={setting.value!r} does not list the workers' RoCE IPs in rank order ({order}): "
                 f"set WORKER_IPS={want[key]!r}",
             )
         elif key == "WORKER_HOSTS" and (
@@ -472,7 +472,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "Pulling the ~160 GB of weights on every node over the WAN wastes hours and disk.",
         "warning",
         "weights",
-        "Download once on the head, then rsync the hub model dir to every worker over the fabric.",
+        "Download once on the head, then rsync the hub model dir to every worker over the RoCE link.",
     ),
     Pitfall(
         "P06",
@@ -500,10 +500,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "If the distributed setup binds 127.0.0.1 the ranks cannot reach each other across nodes.",
         "error",
         "lint, env, launch",
-        (
-            "A per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface "
-            "(bond0)."
-        ),
+        ("A per-rank VLLM_HOST_IP (each node's RoCE IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the RoCE interface (bond0)."),
         check_loopback,
     ),
     Pitfall(
@@ -683,7 +680,7 @@ PITFALLS: tuple[Pitfall, ...] = (
         "lane launched by it would start a TP2 pair and leave two Sparks idle.",
         "error",
         "lint, env, launch",
-        "Set NNODES and TP_SIZE to the node count and WORKER_HOSTS and WORKER_IPS to the workers' fabric IPs in the "
+        "Set NNODES and TP_SIZE to the node count and WORKER_HOSTS and WORKER_IPS to the workers' RoCE IPs in the "
         "order `nodes:` lists them, and name the four-node launcher scripts under `launcher:` (./start-tp4.sh, "
         "./status-tp4.sh, ./stop-tp4.sh).",
         check_rank_keys,

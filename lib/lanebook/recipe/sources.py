@@ -1,7 +1,7 @@
 """The two operator write-ups lanebook encodes, named once: their titles, authors, dates and what they cover.
 
 The code and ARCHITECTURE.md's glossary cite them by a short id (`shorthand`); a reader of the book is given the
-write-up's own title instead (lanebook.site.pages.sources: the Sources page, and the link every page's citation
+write-up's own title instead (lanebook.site.pages.sources_page: the Sources page, and the link every page's citation
 becomes). What each covers is read from the write-ups themselves (../shared/seeds).
 """
 

@@ -410,9 +410,9 @@ SYMPTOMS: tuple[Symptom, ...] = (
         'NCCL fails at init with "unhandled system error" while the ranks try to connect.',
         "A rank's VLLM_HOST_IP or GLOO/NCCL socket interface points at loopback or the wrong port, so the other node "
         "cannot reach it.",
-        "Per-rank VLLM_HOST_IP (each node's fabric IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the fabric interface.",
+        "Per-rank VLLM_HOST_IP (each node's RoCE IP) and GLOO/NCCL/TP_SOCKET_IFNAME on the RoCE interface.",
         "env",
-        "`lanebook lint --lane LANE` (P08) and the env of both containers: each rank's own fabric IP, not 127.0.0.1.",
+        "`lanebook lint --lane LANE` (P08) and the env of both containers: each rank's own RoCE IP, not 127.0.0.1.",
         (GLOO_LOOPBACK, GLOO_MESH, SOCKET_RETRY),
         vocabulary=(
             "Gloo connectFullMesh failed",
@@ -577,7 +577,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "the root cause.",
         "launch",
         "The first traceback before the EngineDeadError: a Triton JIT line just before it points to P12, an illegal "
-        "memory access to the kernels, an NCCL error to the fabric (D05).",
+        "memory access to the kernels, an NCCL error to the RoCE link (D05).",
         (
             Pattern(
                 "engine_dead",
@@ -607,7 +607,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
         "Start the worker through the launcher (never by hand), check each rank's VLLM_HOST_IP and socket IFNAMEs, "
         "launch again from the head.",
         "launch",
-        "Is the worker container running, and does `ping`/`nc` from the worker reach the head's fabric IP and port?",
+        "Is the worker container running, and does `ping`/`nc` from the worker reach the head's RoCE IP and port?",
         (
             Pattern(
                 "rendezvous_timeout",
@@ -675,15 +675,14 @@ SYMPTOMS: tuple[Symptom, ...] = (
     ),
     Symptom(
         "D05",
-        "RoCE fabric settings differ or drifted",
+        "RoCE link settings differ or drifted",
         "NCCL fails at init (unhandled system error, ibv_modify_qp failed) or completions time out (error 12, "
-        "IBV_WC_RETRY_EXC_ERR); the fabric MTU differs between the nodes.",
+        "IBV_WC_RETRY_EXC_ERR); the RoCE link's MTU differs between the nodes.",
         "A pinned NCCL_IB_GID_INDEX no longer points at the RoCEv2 IPv4 GID on one node (GID tables reshuffle after "
-        "link events), or a reboot left the fabric at a different MTU.",
-        "Leave NCCL_IB_GID_INDEX unset (or per rank), set MTU 9000 on both fabric ports, persist it, launch again.",
+        "link events), or a reboot left the RoCE link at a different MTU.",
+        "Leave NCCL_IB_GID_INDEX unset (or per rank), set MTU 9000 on both RoCE ports, persist it, launch again.",
         "launch",
-        "`show_gids` on every node (the index of the v2 row with the fabric IPv4) and `ip link` MTU on both fabric "
-        "ports.",
+        "`show_gids` on every node (the index of the v2 row with the RoCE IPv4) and `ip link` MTU on both RoCE ports.",
         (
             Pattern(
                 "nccl_init_error",
@@ -1049,7 +1048,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
     ),
     Symptom(
         "D20",
-        "A kernel or driver update broke the fabric",
+        "A kernel or driver update broke the RoCE link",
         'After an update and a reboot the lane no longer starts: NCCL init fails with ibv_reg_mr_iova2 "Cannot '
         'allocate memory" (ENOMEM) on every rank, or GPU Direct RDMA is disabled; the same image ran before, and '
         "booting the previous kernel works.",

@@ -54,7 +54,7 @@ from lanebook.base.redact import RedactedStream, names_secret, redact, redact_da
 from lanebook.lane.keys import lane_keys  # noqa: E402
 from lanebook.lane.params import LaneParams  # noqa: E402
 from lanebook.runs.audit import begin_run, discard_run, finish_run, now, verdict_label  # noqa: E402
-from lanebook.runs.kernel import KERNEL_NAME, started_kernel  # noqa: E402
+from lanebook.runs.runbook_kernel import KERNEL_NAME, started_kernel  # noqa: E402
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -234,13 +234,13 @@ def execute_notebook(
     notebook: Path, output: Path, parameters: dict[str, Any], kernel: object, echo: Optional[TextIO] = None
 ) -> Outcome:
     """Run the notebook with papermill into OUTPUT (saved as each code cell starts) on KERNEL (started ahead: see
-    lanebook.runs.kernel); how it ended, never raising for it. ECHO: where to say, as the run goes, each step as it
-    starts and what the cells print (lanebook.runs.engine)."""
+    lanebook.runs.runbook_kernel); how it ended, never raising for it. ECHO: where to say, as the run goes, each step
+    as it starts and what the cells print (lanebook.runs.papermill_engine)."""
     import papermill
     from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
-    from lanebook.runs.engine import ENGINE_NAME
+    from lanebook.runs.papermill_engine import ENGINE_NAME
 
     try:
         papermill.execute_notebook(
@@ -359,7 +359,7 @@ def run_runbook(
     echo: Optional[TextIO] = None,
 ) -> dict:
     """Run one runbook headless and append its record; link: fields tying it to a promotion (promotion_id, ...);
-    kernel: the runbook's kernel, started ahead by the caller (lanebook.runs.kernel), else started here.
+    kernel: the runbook's kernel, started ahead by the caller (lanebook.runs.runbook_kernel), else started here.
     A runbook that changes the lane holds the lane pair's lock while it runs (lanebook.runs.lock); refused, it leaves
     nothing behind.
 

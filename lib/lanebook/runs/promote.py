@@ -177,7 +177,7 @@ def promote(
     whose prerequisites fail (lanebook.verify.preflight: the list `lanebook check` shows) is refused before any runbook
     runs (NotReady, exit 1).
     FIRST_FIELDS: what the promotion's first record carries besides (an upgrade's link to its plan). FLEET_ID: the
-    fleet promotion this one is a lane of (lanebook.runs.fleet), carried by every record of it. ECHO: where each
+    fleet promotion this one is a lane of (lanebook.runs.fleet_dag), carried by every record of it. ECHO: where each
     runbook says its steps as they start, and what its cells print (lanebook.runs.execute.run_runbook)."""
     from lanebook.runs.audit import read_runs
     from lanebook.runs.execute import refuse_unconfirmed, run_runbook
@@ -272,6 +272,6 @@ def promote_shown(lane: str, **options) -> Promotion:
 
     shown = {"on_plan": planned, "on_ready": checked, "on_start": started, "on_record": ended}
     promotion = promote(load_lane(lane), echo=sys.stderr, **shown, **options)
-    # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet).
+    # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet_dag).
     console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
     return promotion

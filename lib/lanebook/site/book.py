@@ -27,15 +27,25 @@ from lanebook.base.redact import redact
 from lanebook.lane.params import lane_names, load_lane
 from lanebook.lane.plugins import registry
 from lanebook.recipe.pitfalls import PITFALLS
-from lanebook.recipe.upgrade import recorded_plans
+from lanebook.recipe.upgrade_plan import recorded_plans
 from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
 from lanebook.site.bookcheck import check_site, text_problems
-from lanebook.site.pages import fleet, intro, lanes, pitfalls, recipe, speed, symptoms, trail, upgrades
+from lanebook.site.pages import (
+    fleet_page,
+    intro_page,
+    lanes_page,
+    pitfalls_page,
+    recipe_page,
+    speed_page,
+    symptoms_page,
+    trail_page,
+    upgrades_page,
+)
 from lanebook.site.pages.links import defined_anchors, link_text, run_links
 from lanebook.site.pages.notebook import notebook_title, page_notebook
-from lanebook.site.pages.runs import PublishedRun, latest_rehearsals, published_runs
-from lanebook.site.pages.sources import sources_page
+from lanebook.site.pages.runs_page import PublishedRun, latest_rehearsals, published_runs
+from lanebook.site.pages.sources_page import sources_page
 from lanebook.speed.baseline import stored_baseline
 
 # Staged book sources copied as they are: the configuration and the site's own style sheet.
@@ -55,9 +65,9 @@ def _stage_recipe(stage: Path, runs: list[PublishedRun]) -> list[str]:
         title = notebook_title(source)
         run = rehearsals.get(name)
         if run is not None:
-            nb = page_notebook(run.path, recipe.rehearsal_heading(title, run, read_verdict(run.path)))
+            nb = page_notebook(run.path, recipe_page.rehearsal_heading(title, run, read_verdict(run.path)))
         else:
-            nb = page_notebook(source, recipe.unrehearsed_heading(title, name))
+            nb = page_notebook(source, recipe_page.unrehearsed_heading(title, name))
         nbformat.write(nb, stage / "recipe" / f"{name}.ipynb")
         docs.append(f"recipe/{name}")
     return docs
@@ -66,23 +76,25 @@ def _stage_recipe(stage: Path, runs: list[PublishedRun]) -> list[str]:
 def _stage_trail(stage: Path, runs: list[PublishedRun]) -> None:
     (stage / "audit").mkdir()
     for run in runs:
-        nb = page_notebook(run.path, trail.run_heading(run))
+        nb = page_notebook(run.path, trail_page.run_heading(run))
         # Reached from the index, not from the sidebar: a sidebar of every run would be drawn again on every
         # page, which makes the build grow with the square of the runs.
         nb.metadata["orphan"] = True
         nbformat.write(nb, stage / f"{run.doc}.ipynb")
-    (stage / "audit.md").write_text(trail.audit_index(runs))
+    (stage / "audit.md").write_text(trail_page.audit_index(runs))
 
 
 def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None:
-    measured = speed.speed_runs(runs)
+    measured = speed_page.speed_runs(runs)
     entries = []
     for name in lane_names():
         lane = load_lane(name)
         entries.append(
-            speed.LaneSpeed(name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name))
+            speed_page.LaneSpeed(
+                name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name)
+            )
         )
-    text, pictures = speed.speed_page(entries, twin_page=twin_page)
+    text, pictures = speed_page.speed_page(entries, twin_page=twin_page)
     (stage / "speed.md").write_text(text)
     for file, png in pictures.items():
         (stage / file).write_bytes(png)
@@ -93,32 +105,32 @@ def _stage_upgrades(stage: Path) -> None:
     (stage / "upgrades").mkdir()
     published = []
     for path, plan in recorded_plans():
-        entry = upgrades.PublishedPlan(plan, upgrades.plan_doc(plan.lane, path.stem))
-        (stage / f"{entry.doc}.md").write_text(upgrades.upgrade_page(plan))
+        entry = upgrades_page.PublishedPlan(plan, upgrades_page.plan_doc(plan.lane, path.stem))
+        (stage / f"{entry.doc}.md").write_text(upgrades_page.upgrade_page(plan))
         published.append(entry)
-    (stage / "upgrades.md").write_text(upgrades.upgrades_index(published))
+    (stage / "upgrades.md").write_text(upgrades_page.upgrades_index(published))
 
 
 def _stage_fleets(stage: Path, runs: list[PublishedRun]) -> None:
     """fleets.md, the index of fleet files, and a page per fleet under fleets/: each lane's latest promotion (linked to
     the page of its last published run) and the fleet's runs."""
-    from lanebook.lane.fleet import fleet_names, load_fleet
-    from lanebook.runs.fleet import LaneOutcome, fleet_status
+    from lanebook.lane.fleet_file import fleet_names, load_fleet
+    from lanebook.runs.fleet_dag import LaneOutcome, fleet_status
 
     (stage / "fleets").mkdir()
     links = {run.record["promotion_id"]: run.doc for run in runs if run.record.get("promotion_id")}  # its last run
     published = []
     for name in fleet_names():
         params, status = load_fleet(name), fleet_status(name)
-        entry = fleet.PublishedFleet(
+        entry = fleet_page.PublishedFleet(
             params,
             [LaneOutcome(**lane) for lane in status["lanes"]],
             {lane: load_lane(lane).twin for lane in params.lanes},
             status["runs"],
         )
-        (stage / f"{entry.doc}.md").write_text(fleet.fleet_page(entry, links))
+        (stage / f"{entry.doc}.md").write_text(fleet_page.fleet_page(entry, links))
         published.append(entry)
-    (stage / "fleets.md").write_text(fleet.fleets_index(published))
+    (stage / "fleets.md").write_text(fleet_page.fleets_index(published))
 
 
 def _markdown_parts(nb: nbformat.NotebookNode) -> list[tuple[object, str]]:
@@ -159,20 +171,20 @@ def stage_book(stage: Path) -> None:
         (stage / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(BOOK_DIR / name, stage / name)
     all_lanes = [load_lane(n) for n in lane_names()]
-    text, picture = intro.intro_page((BOOK_DIR / "intro.md").read_text(), all_lanes)
+    text, picture = intro_page.intro_page((BOOK_DIR / "intro.md").read_text(), all_lanes)
     (stage / "index.md").write_text(text)
-    (stage / intro.PICTURE).write_bytes(picture)
-    reference = intro.shown_lanes(all_lanes)[0].name
-    (stage / "lanes.md").write_text(lanes.lanes_page(all_lanes, reference))
+    (stage / intro_page.PICTURE).write_bytes(picture)
+    reference = intro_page.shown_lanes(all_lanes)[0].name
+    (stage / "lanes.md").write_text(lanes_page.lanes_page(all_lanes, reference))
     (stage / "sources.md").write_text(sources_page(all_lanes))
     runs = published_runs(read_runs())
     recipe_docs = _stage_recipe(stage, runs)
     sources = {
         name: [c.source for c in nbformat.read(path, as_version=4).cells] for name, path in _runbook_sources().items()
     }
-    steps = pitfalls.pitfall_steps(sources, [p.id for p in PITFALLS])
-    (stage / "pitfalls.md").write_text(pitfalls.pitfalls_page(steps, set(_runbook_sources())))
-    (stage / "symptoms.md").write_text(symptoms.symptoms_page(set(_runbook_sources())))
+    steps = pitfalls_page.pitfall_steps(sources, [p.id for p in PITFALLS])
+    (stage / "pitfalls.md").write_text(pitfalls_page.pitfalls_page(steps, set(_runbook_sources())))
+    (stage / "symptoms.md").write_text(symptoms_page.symptoms_page(set(_runbook_sources())))
     plugin_pages = registry().book_pages
     for name, render in plugin_pages.items():
         (stage / f"{name}.md").write_text(render())

@@ -18,7 +18,7 @@ from typing import Sequence as Seq
 
 from lanebook.site.pages.links import anchor
 from lanebook.twin import conformance
-from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
+from lanebook.twin.engine_core import EngineConfig, EngineCore, Sequence, sequence_for
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, kv_budget
 from lanebook.twin.replies import plan_reply
 from lanebook.twin.timing import (
@@ -187,7 +187,7 @@ def _t04_figures() -> tuple[Figure, ...]:
 KV_TESTS = "tests/test_twin_kv.py"
 TIMING_TESTS = "tests/test_twin_timing.py"
 WORKLOAD_TESTS = "tests/test_twin_workloads.py"
-ENGINE_TESTS = "tests/test_twin_engine.py"
+ENGINE_TESTS = "tests/test_twin_engine_core.py"
 PREFIX_TESTS = "tests/test_twin_prefix_cache.py"
 REPLY_TESTS = "tests/test_twin_replies.py"
 SERVER_TESTS = "tests/test_twin_server.py"

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, Step, sequence_for
+from lanebook.twin.engine_core import EngineConfig, EngineCore, Sequence, Step, sequence_for
 from lanebook.twin.replies import Reply, plan_reply, thinking_enabled
 
 VLLM_VERSION = "0.25.2+lanebook.twin"  # the twin marks itself wherever vLLM prints its version

@@ -152,7 +152,7 @@ def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     real_to_twin = {}
     for node in lane.nodes:
         twin_ip = known.get(node.alias) or (addresses.head_ip if node.role == "head" else addresses.worker_ip)
-        real_to_twin[node.host] = real_to_twin[node.fabric_ip] = twin_ip
+        real_to_twin[node.host] = real_to_twin[node.roce_ip] = twin_ip
     env = {key: real_to_twin.get(str(value), str(value)) for key, value in lane.env.items()}
     env.setdefault("VLLM_HOST", addresses.head_ip)
     env.setdefault("VLLM_PORT", str(addresses.api_port))

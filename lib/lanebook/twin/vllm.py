@@ -30,7 +30,7 @@ from typing import Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.twin import real_engine, vllm_cpu
-from lanebook.twin.engine import EngineConfig
+from lanebook.twin.engine_core import EngineConfig
 from lanebook.twin.kv import MODEL_LEN_1M, STICKY_UMA_DEFAULT_GIB, KvBudget, kv_budget, startup_memory_error
 from lanebook.twin.server import (
     HEAD_DIES_AFTER_S,

@@ -72,7 +72,7 @@ AUTOGROUP = Path("/proc/self/autogroup")  # the session's scheduling group; its 
 READY_BOUND_S = 1800.0  # how long the priority helper waits for /health before it gives up (lower_once_ready)
 FIRST_REQUEST_BOUND_S = 600.0  # how long after /health it waits for the first finished request before lowering
 SERVED = "vllm:request_success_total"  # the server's own count of finished requests, by finished_reason
-SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the fabric interface (bond0)
+SOCKET_IFNAMES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TP_SOCKET_IFNAME")  # the RoCE interface (bond0)
 HANDLED = {"command", "model_tag", "model", "host", "port", "speculative_config", "enable_prefix_caching", "headless"}
 
 

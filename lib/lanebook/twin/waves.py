@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable
 from typing import Sequence as Seq
 
-from lanebook.twin.engine import EngineConfig, EngineCore, Sequence, sequence_for
+from lanebook.twin.engine_core import EngineConfig, EngineCore, Sequence, sequence_for
 from lanebook.twin.replies import plan_reply
 
 

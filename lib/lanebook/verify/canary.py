@@ -1,7 +1,7 @@
 """A one-axis canary on a live lane: relaunch it with a variant's values, measure, and put the lane's value back.
 
 A relaunch is the recipe's own sequence: render the values into the head's checkout (each changed file backed
-up, written atomically: lanebook.ops.checkout_env), copy the checkout to the workers over the fabric, stop the
+up, written atomically: lanebook.ops.checkout_env), copy the checkout to the workers over the RoCE link, stop the
 lane from the head (and any orphaned worker), clean SHM and page cache on every node, check free memory,
 start it from the head, then read the live `vllm serve` command against the values rendered. A variant that
 fails anywhere (it does not come up, does not carry its value, or a measurement raises) is replaced by the

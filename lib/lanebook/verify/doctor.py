@@ -65,7 +65,7 @@ MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking 
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
-FABRIC_IF = re.compile(r"^(en[pP]\d|enP\d|bond|rocep|ib)")
+ROCE_IF = re.compile(r"^(en[pP]\d|enP\d|bond|rocep|ib)")
 TIMESTAMP = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
 MARKERS = re.compile(r"<｜DSML｜|<\|DSML\||</?think>|<｜tool▁calls▁begin｜>")
 LAYERS = (
@@ -405,7 +405,7 @@ def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: 
     _acceptance_rules(ctx, out)
     _reply_rules(records, ctx, out)
     _starvation_rules(records, ctx, moving, out)
-    _fabric_rules(ctx, out)
+    _roce_rules(ctx, out)
     _memory_rules(ctx, out)
     _host_rules(kx, out)
     _spin_rules(ctx, moving, out)
@@ -681,7 +681,7 @@ def _starvation_rules(records: list[tuple[Line, dict]], ctx: Context, moving: Mo
         out.add("D11", SUSPECTED, [h.at for h in busy])
 
 
-def _fabric_rules(ctx: Context, out: Findings) -> None:
+def _roce_rules(ctx: Context, out: Findings) -> None:
     for h in ctx.get("gloo_loopback"):
         out.add("P08", CONFIRMED, [h.at])
     if not ctx.get("gloo_loopback"):
@@ -696,7 +696,7 @@ def _fabric_rules(ctx: Context, out: Findings) -> None:
             out.add("D05", CONFIRMED, [h.at])
     mtus: dict[str, dict[int, Line]] = {}
     for h in ctx.get("ip_link"):
-        if FABRIC_IF.match(h.match["ifname"]):
+        if ROCE_IF.match(h.match["ifname"]):
             mtus.setdefault(h.at.source, {}).setdefault(int(h.match["mtu"]), h.at)
     if len(mtus) >= 2:
         values = {source: set(by_mtu) for source, by_mtu in mtus.items()}

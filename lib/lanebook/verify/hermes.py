@@ -245,7 +245,7 @@ def parse_destination(destination: str) -> NodeParams:
     if not host or (port and not port.isdigit()):
         raise LanebookError(f"hermes.host {destination!r}: use a node alias of the lane or [user@]host[:port]")
     return NodeParams(
-        alias=destination, role="worker", host=host, port=int(port or 22), user=user or None, fabric_ip=host
+        alias=destination, role="worker", host=host, port=int(port or 22), user=user or None, roce_ip=host
     )
 
 

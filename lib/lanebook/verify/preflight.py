@@ -1,11 +1,11 @@
 """`lanebook check`: everything that would stop a promotion before it starts, node by node, each with its fix.
 
 A preflight changes nothing: every probe reads (`command -v`, `docker info`, `sudo -n -l`, `df`, `systemctl
-is-active`, an `ssh ... true` from the head to each worker's fabric address as the recipe's launcher makes it). A dry
+is-active`, an `ssh ... true` from the head to each worker's RoCE address as the recipe's launcher makes it). A dry
 run records the probes through the one Executor and opens no connection. The promotion runs the same list first
 (`lanebook promote` refuses a lane that is not ready), so there is one list of prerequisites.
 
-The fabric and image probes are the recipe launcher's own first checks (`ssh -o BatchMode=yes ... "$WORKER_HOST"
+The RoCE link and image probes are the recipe launcher's own first checks (`ssh -o BatchMode=yes ... "$WORKER_HOST"
 true`, `docker image inspect` on the worker: start-deepseek-v4-flash-dspark.sh of
 https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark), made before anything starts instead of one
 failed launch at a time.
@@ -177,11 +177,11 @@ def _probes(node: Node, lane: LaneParams) -> list[Probe]:
         for worker in lane.workers:
             probes.append(
                 (
-                    f"fabric to {worker.alias} ({worker.fabric_ip})",
-                    f"ssh -o BatchMode=yes -o ConnectTimeout=5 {q(worker.fabric_ip)} true 2>&1",
+                    f"RoCE link to {worker.alias} ({worker.roce_ip})",
+                    f"ssh -o BatchMode=yes -o ConnectTimeout=5 {q(worker.roce_ip)} true 2>&1",
                     lambda code, out: (code == 0, "answers" if code == 0 else out.strip()[-200:] or f"exit {code}"),
-                    f"from the head, `ssh {worker.fabric_ip} true` must work without a prompt (the launcher reaches "
-                    "the worker so): check the fabric link (ip addr on both), the head's key in the worker's "
+                    f"from the head, `ssh {worker.roce_ip} true` must work without a prompt (the launcher reaches "
+                    "the worker so): check the RoCE link (ip addr on both), the head's key in the worker's "
                     "authorized_keys",
                 )
             )

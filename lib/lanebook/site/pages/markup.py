@@ -11,6 +11,7 @@ import html
 import re
 
 from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, OUTCOMES, PASS, SKIPPED, WARNING
+from lanebook.lane.params import REAL_FIGURES, TWIN_FIGURES
 from lanebook.runs.audit import VERDICTS
 
 # The outcomes of a runbook's checks and the verdicts of runs, each with its badge class.
@@ -59,7 +60,12 @@ def outcome_badge(outcome: str) -> str:
 
 
 def where_badge(twin: bool) -> str:
-    return badge("twin", "twin") if twin else badge("real lane", "real")
+    return figures_badge(TWIN_FIGURES if twin else REAL_FIGURES)
+
+
+def figures_badge(figures_label: str) -> str:
+    """Whose figures or plan a page shows, from a lane's `figures_label`."""
+    return badge(figures_label, "twin" if figures_label == TWIN_FIGURES else "real")
 
 
 def dry_badge() -> str:

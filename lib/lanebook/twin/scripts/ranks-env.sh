@@ -2,7 +2,7 @@
 # scripts/lane-env.sh. lanebook's own scripts for the twin, derived from its two-node launcher: the public recipe's
 # launcher is two-node only (WORKER_HOST), so the workers come from the keys public four-Spark profiles use
 # (MiaAI-Lab/DeepSeek-v4.1-Flash-DGX-Sparks, .env.tp4.example): NNODES, TP_SIZE, WORKER_HOSTS (ssh targets, rank
-# order) and WORKER_IPS (fabric addresses, rank order), space-separated, rank i = the i-th word.
+# order) and WORKER_IPS (RoCE addresses, rank order), space-separated, rank i = the i-th word.
 
 RANK_HOSTS=()
 RANK_IPS=()

@@ -38,7 +38,7 @@ BOOT_MESSAGES = (
     (9.12, "bond0: (slave enp1s0f0np0): Enslaving as an active interface with an up link"),
 )
 # The node's links as `ip link` lists them (name, mtu, kind): loopback, the management port, the RoCE port and the
-# bond the lane's NCCL_SOCKET_IFNAME names; the fabric at jumbo MTU on both nodes.
+# bond the lane's NCCL_SOCKET_IFNAME names; the RoCE link at jumbo MTU on both nodes.
 LINKS = (
     ("lo", 65536, "loopback"),
     ("enP7s7", 1500, "ether"),
