@@ -77,8 +77,7 @@ attended = None  # someone watches the head's console: True headless; None: Jupy
 import secrets
 
 from lanebook.lane.plugins import launch_lane_if_down
-from lanebook.ops import launcher, logs, readiness
-from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.ops import launcher, readiness
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import canary as canary_run
 from lanebook.verify import probes
@@ -89,7 +88,8 @@ p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
 
 # %%
-restore_only = f"restore_k={restore_k}: only the restore runs" if restore_k else None  # `-p restore_k=fixed`
+restore_only = bool(restore_k)  # `-p restore_k=fixed`: parts 1-3 are left out
+left_out = f"restore_k={restore_k}: only the restore runs" if restore_only else None
 canary = canary and not restore_only
 
 # %% [markdown]
@@ -101,15 +101,14 @@ canary = canary and not restore_only
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
     launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     containers = launcher.lane_containers(rb.lane)
-    rb.expect(containers.state == launcher.LANE_UP, "the lane is up on every node", containers.summary())
+    rb.expect(containers.state == launcher.LANE_UP, what="the lane is up on every node", detail=containers.summary())
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
     rb.expect(
         p.served_model_name in [m.get("id") for m in models],
-        f"/v1/models lists {p.served_model_name}",
-        ", ".join(str(m.get("id")) for m in models),
+        what=f"/v1/models lists {p.served_model_name}",
+        detail=", ".join(str(m.get("id")) for m in models),
     )
-    mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
-    rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
+    launcher.live_command_step(rb)
 
 # %% [markdown]
 # ## Part 1 — Prefix-cache churn: A → A → B → A
@@ -127,7 +126,7 @@ with rb.step(
     fix="the prefix cache evicts under churn: check `--enable-prefix-caching` and the GPU KV cache size in "
     "the startup log (`status`); relaunch with `stop` then `launch`, and run `diagnose` again",
 ):
-    probes.prefix_cache_step(rb, run_tag, prefix_lines, restore_only, judge_ttft=prefix_ttft)
+    probes.prefix_cache_step(rb, run_tag=run_tag, lines=prefix_lines, skip_because=left_out, judge_ttft=prefix_ttft)
 
 # %% [markdown]
 # ## Part 2 — The C4↔C5 K boundary
@@ -144,7 +143,13 @@ with rb.step(
     "keep the 5/4/3 schedule off (`rollback`) until a clean `diagnose`",
 ):
     probes.boundary_step(
-        rb, run_tag, boundary, boundary_workload, boundary_max_tokens, boundary_short_tokens, restore_only
+        rb,
+        run_tag=run_tag,
+        sizes=boundary,
+        workload=boundary_workload,
+        max_tokens=boundary_max_tokens,
+        short_tokens=boundary_short_tokens,
+        skip_because=left_out,
     )
 
 # %% [markdown]
@@ -161,16 +166,12 @@ with rb.step(
 with rb.step(
     "3 canary baseline", fix="run `status`; a lane that cannot serve the probes cleanly needs `stop`, then `launch`"
 ):
+    measured = canary_run.Trials(  # the parameters of part 3
+        workloads=canary_workloads, concurrency=canary_concurrency, trials=canary_trials, max_tokens=canary_max_tokens
+    )
     plan = canary_run.CanaryPlan(
-        canary,
-        canary_key,
-        canary_value,
-        canary_workloads,
-        canary_concurrency,
-        canary_trials,
-        canary_max_tokens,
-        tolerance,
-    )  # the parameters of part 3
+        enabled=canary, key=canary_key, value=canary_value, tolerance=tolerance, measured=measured
+    )
     baseline_docs = canary_run.baseline_step(rb, plan)
 
 # %%
@@ -183,7 +184,7 @@ with rb.step(
 
 # %%
 with rb.step("5 canary decision", fix="no decision without both sides measured: run `diagnose` again"):
-    decision = canary_run.decision_step(rb, plan, baseline_docs, trial)
+    decision = canary_run.decision_step(rb, plan, baseline=baseline_docs, trial=trial)
 
 # %%
 with rb.step(
@@ -208,16 +209,18 @@ with rb.step(
 # kept beside it (`NAME.yaml.bak-UTCSTAMP`). `-p restore_k=fixed|schedule` does the same restore without the A/B.
 
 # %%
-splan = schedule_run.SchedulePlan(
-    schedule_canary,
-    k_schedule,
-    schedule_workloads,
-    schedule_concurrency,
-    schedule_trials,
-    schedule_max_tokens,
-    tolerance,
-    restore_k,
-)  # the parameters of part 4
+splan = schedule_run.SchedulePlan(  # the parameters of part 4
+    enabled=schedule_canary,
+    schedule=k_schedule,
+    restore=restore_k,
+    tolerance=tolerance,
+    measured=canary_run.Trials(
+        workloads=schedule_workloads,
+        concurrency=schedule_concurrency,
+        trials=schedule_trials,
+        max_tokens=schedule_max_tokens,
+    ),
+)
 
 # %%
 with rb.step(
@@ -237,7 +240,7 @@ with rb.step(
     fix="if the lane is not up with the kept side, run `lanebook run diagnose --lane LANE -p restore_k=fixed` "
     "(or `schedule`); `status` shows the live command",
 ):
-    schedule_restore = schedule_run.restore_step(rb, splan, schedule_decision, schedule_ab)
+    schedule_restore = schedule_run.restore_step(rb, splan, decision=schedule_decision, ab=schedule_ab)
 
 # %% [markdown]
 # ## The relaunched lane, proven
@@ -248,7 +251,8 @@ with rb.step(
 
 # %%
 with rb.step("10 the relaunched lane proven", fix="run `gates` and `status`; a failing lane: `stop`, then `launch`"):
-    canary_run.proof_step(rb, canary or schedule_ab is not None or schedule_restore is not None, proof_trials)
+    relaunched = canary or schedule_ab is not None or schedule_restore is not None
+    canary_run.proof_step(rb, relaunched=relaunched, trials=proof_trials)
 
 # %% [markdown]
 # ## Part 5 — Long context, stepped and watched (opt-in)
@@ -263,7 +267,7 @@ with rb.step(
     fix="the climb stopped where the lane failed: read the head's console and `status`; an engine death needs "
     "`stop`, then `launch`",
 ):
-    probes.long_context_step(rb, long_context, long_context_tokens, attended)
+    probes.long_context_step(rb, enabled=long_context, target_tokens=long_context_tokens, attended=attended)
 
 # %% [markdown]
 # ## Troubleshooting

@@ -63,8 +63,8 @@ p = rb.params
 with rb.step("prerequisites", fix="give the run id as text: `-p restore=\"'RUN_ID'\"`"):
     rb.expect(
         restore is None or isinstance(restore, str),
-        "restore is a run id (text) or not given",
-        f"{restore!r} was read as a {type(restore).__name__}: quote it"
+        what="restore is a run id (text) or not given",
+        detail=f"{restore!r} was read as a {type(restore).__name__}: quote it"
         if restore is not None and not isinstance(restore, str)
         else restore or "render mode",
         local=True,
@@ -85,7 +85,7 @@ with rb.step(
     fix="give the lane a `checkout_from:` that every node holds (or make the checkout by hand); a copy "
     "that is not its source's tree: move it aside, then run `env` again",
 ):
-    checkout_copy.copy_step(rb, restore)
+    checkout_copy.copy_step(rb, restore=restore)
 
 # %% [markdown]
 # ## Step 2 — Plan
@@ -105,7 +105,10 @@ with rb.step(
     "files (`lanebook audit --lane LANE`), and compare a file edited since with its backup by hand",
 ):
     plan, backups = checkout_env.plan_step(
-        rb, lane, audit.find_run(restore) if restore else None, allow_runtime_and_weights=allow_runtime_and_weights
+        rb,
+        source=lane,
+        restored=audit.find_run(restore) if restore else None,
+        allow_runtime_and_weights=allow_runtime_and_weights,
     )
 
 # %% [markdown]
@@ -122,7 +125,7 @@ with rb.step(
     fix="fix the lane value the error names (the pitfall's fix is in the troubleshooting table below), then run "
     "`env` again; nothing on the nodes was changed",
 ):
-    checkout_env.lint_step(rb, plan, restore)
+    checkout_env.lint_step(rb, plan, restore=restore)
 
 # %% [markdown]
 # ## Step 4 — Write on the head
@@ -138,7 +141,7 @@ with rb.step(
     fix="the earlier files are kept beside them (the backups above): "
     "`-p restore=RUN_ID` with this run's id puts them back",
 ):
-    checkout_env.write_step(rb, plan, backups, lane, restore)
+    checkout_env.write_step(rb, plan, backups, source=lane, restore=restore)
 
 # %% [markdown]
 # ## Step 5 — Copy the checkout to each worker
@@ -167,9 +170,8 @@ with rb.step(
 ):
     same = checkout_env.same_checkout(rb.lane)
     rb.record(checkout_sha256=same.figure("sha256"))
-    rb.expect(same, "every node holds the head's bytes", same.seen)
-    present = transfers.checkout_ok(rb.lane)
-    rb.expect(present, "the checkout's files on every node, launcher scripts executable", present.seen)
+    rb.expect(same)
+    rb.expect(transfers.checkout_ok(rb.lane, what="the checkout's files on every node, launcher scripts executable"))
 
 # %% [markdown]
 # ## Troubleshooting

@@ -103,7 +103,7 @@ with rb.step("4 tool smoke"):
 
 # %%
 with rb.step("hermes config", fix="put the backup named above back if the edit is not wanted; check the path"):
-    hermes.follow_step(rb, rb.lane, config)
+    hermes.follow_step(rb, config=config)
 
 # %% [markdown]
 # ## Gate 5 — The Hermes provider block

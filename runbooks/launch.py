@@ -41,8 +41,7 @@ confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None:
 allow_runtime_and_weights = False  # the operator allows a lane that changes image and weights at once (lint S07)
 
 # %%
-from lanebook.ops import launcher, logs, memory, readiness, transfers, warmup, weights
-from lanebook.recipe.effective.mismatches import live_mismatches
+from lanebook.ops import launcher, memory, readiness, transfers, warmup, weights
 from lanebook.recipe.lint import lint_what_lane_runs
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import gates
@@ -64,16 +63,16 @@ with rb.step(
 ):
     # the head's checkout; a dry run lints the lane file
     report = lint_what_lane_runs(p, dry_run=rb.dry_run, allow_runtime_and_weights=allow_runtime_and_weights)
-    rb.expect(report.ok, "what the lane runs lints clean", report.errors_summary(), local=True)
-    rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    rb.expect(report.ok, what="what the lane runs lints clean", detail=report.errors_summary(), local=True)
+    rb.expect(transfers.checkout_ok(rb.lane))
     pair = launcher.pair_occupancy(rb.lane)
     rb.expect(
         not pair.other_lane_up,
-        "no other lane is serving on the pair (stop it first: both want the whole pair)",
-        pair.others_found() or "",
+        what="no other lane is serving on the pair (stop it first: both want the whole pair)",
+        detail=pair.others_found() or "",
     )
-    serving = pair.this_lane_up and "the lane is already up"  # launching is idempotent: verified, not restarted
-    rb.expect_each(weights.complete_results(weights.verify_every_node(rb.lane)), "weights complete on {}")
+    already_up = pair.this_lane_up  # launching is idempotent: a lane already up is verified, not restarted
+    rb.expect(weights.complete_results(weights.verify_every_node(rb.lane)))
 
 # %% [markdown]
 # ## Step 1 — Clean SHM and page cache on every node
@@ -88,7 +87,9 @@ with rb.step(
 ):
     nodes = ", ".join(n.alias for n in rb.lane.nodes)
     memory.clean_step(
-        rb, serving, confirm=f"clean /dev/shm and the page cache on {nodes} and start lane {p.name} on the pair"
+        rb,
+        skip_because="the lane is already up" if already_up else None,
+        confirm=f"clean /dev/shm and the page cache on {nodes} and start lane {p.name} on the pair",
     )
 
 # %% [markdown]
@@ -105,14 +106,12 @@ with rb.step(
         "memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again"
     ),
 ):
-    units = memory.mask_legacy_units(rb.lane)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
+    rb.expect(memory.mask_legacy_units(rb.lane))
     memory.free_memory_step(
         rb,
-        rb.lane,
-        serving and "the lane is already up and holds its memory",
-        "enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION",
-        min_free_gib,
+        what="enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION",
+        skip_because="the lane is already up and holds its memory" if already_up else None,
+        min_free_gib=min_free_gib,
     )
 
 # %% [markdown]
@@ -134,16 +133,10 @@ with rb.step(
     ),
 ):
     started = launcher.start_step(
-        rb,
-        rb.lane,
-        serving and "already up: verifying it instead of restarting it",
-        "launcher reports the lane up",
-        timing=True,
+        rb, skip_because="already up: verifying it instead of restarting it" if already_up else None, timing=True
     )
-    api = launcher.ask_api(
-        rb.lane
-    )  # the launcher polls /v1/models only; vLLM answers /health 503 while its engine is not alive
-    rb.expect(api.healthy, "/health answers 200", api.detail)
+    api = launcher.ask_api(rb.lane)  # the launcher polls /v1/models only; /health says the engine is alive
+    rb.expect(api.healthy is True, what="/health answers 200", detail=api.detail)
 
 # %% [markdown]
 # ## Step 4 — Check the startup log
@@ -159,9 +152,7 @@ with rb.step(
         "`launch` again"
     ),
 ):
-    expectations, kv = logs.check_startup_log(rb.lane.head, launcher.container_name(rb.lane), p.gates)
-    rb.record(kv_cache_tokens=kv)
-    rb.expect_results(expectations)
+    launcher.startup_log_step(rb)
 
 # %% [markdown]
 # ## Step 5 — `/v1/models` and the live command
@@ -179,9 +170,8 @@ with rb.step(
     ),
 ):
     models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
-    rb.expect_results(gates.judge_model_list(rb.current_step, models or [], p))
-    mismatches = live_mismatches(p, logs.live_command(rb.lane.head, launcher.container_name(rb.lane)))
-    rb.expect(not mismatches, "the live command carries every value the lane sets", "; ".join(map(str, mismatches)))
+    rb.expect(gates.judge_model_list(rb.current_step, models or [], p))
+    launcher.live_command_step(rb)
 
 # %% [markdown]
 # ## Step 6 — The post-readiness warmup
@@ -200,7 +190,7 @@ with rb.step(
     fix="a warning leaves the lane serving: run `warmup` later; a dead "
     "engine or a fatal log line: run `stop`, then `launch` again",
 ):
-    warmup.post_readiness_step(rb, started and started.hook_warmed)
+    warmup.post_readiness_step(rb, hook=None if started is None else started.hook_warmed)
 
 # %% [markdown]
 # ## Troubleshooting

@@ -71,10 +71,10 @@ with rb.step(
     ROLLBACK_LANE = target.name
     rb.record(rollback_lane=ROLLBACK_LANE)
     moved = rollback.pair_differences(p, target)
-    rb.expect(not moved, f"{ROLLBACK_LANE} runs on the same pair as {p.name}", "; ".join(moved), local=True)
+    rb.expect(not moved, what=f"{ROLLBACK_LANE} runs on the same pair as {p.name}", detail="; ".join(moved), local=True)
     target_lane = Lane(target, executor=rb.lane.executor)
-    rollback.ready_step(rb, target_lane)  # lints clean, its checkout and weights on every node
-    already_rolled_back = rollback.pair_step(rb, target_lane)
+    rollback.ready_step(rb, target=target_lane)  # lints clean, its checkout and weights on every node
+    already_rolled_back = rollback.pair_step(rb, target=target_lane)
 
 # %% [markdown]
 # ## Step 1 — Fingerprint the rollback lane before anything changes
@@ -94,7 +94,7 @@ with rb.step(
     before = rollback.fingerprint(target_lane)
     rb.record(rollback_fingerprint_before=before)
     display(Markdown(f"`{ROLLBACK_LANE}` fingerprints (checkout, weights): `{rollback.short(before)}`"))
-    rollback.recorded_step(rb, ROLLBACK_LANE, before, audit.read_runs())
+    rollback.recorded_step(rb, name=ROLLBACK_LANE, before=before, runs=audit.read_runs())
 
 # %% [markdown]
 # ## Step 2 — Stop this lane on all nodes
@@ -106,7 +106,7 @@ with rb.step(
 with rb.step(
     "2 stop", fix="run `status` to see what still runs and `stop` to finish stopping this lane, then `rollback` again"
 ):
-    rollback.stop_step(rb, target_lane, already_rolled_back)
+    rollback.stop_step(rb, target=target_lane, already=already_rolled_back)
 
 # %% [markdown]
 # ## Step 3 — Clean SHM and page cache on every node
@@ -120,7 +120,7 @@ with rb.step(
     fix="drop caches on every node again (`sudo sh -c 'sync; echo 3 > "
     "/proc/sys/vm/drop_caches'`) or reboot, then `rollback` again; never `docker system prune -af`",
 ):
-    rollback.clean_step(rb, target_lane, already_rolled_back)
+    rollback.clean_step(rb, target=target_lane, already=already_rolled_back)
 
 # %% [markdown]
 # ## Step 4 — Relaunch the rollback lane from its own checkout
@@ -136,7 +136,7 @@ with rb.step(
     fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
     "`rollback` again (or `launch` this lane to go forward)",
 ):
-    rollback.relaunch_step(rb, target_lane, already_rolled_back)
+    rollback.relaunch_step(rb, target=target_lane, already=already_rolled_back)
 
 # %% [markdown]
 # ## Step 5 — The rollback lane's gates
@@ -149,7 +149,7 @@ with rb.step(
     fix=f"read the gates record linked above; `diagnose --lane {ROLLBACK_LANE}`; to go "
     f"forward instead, `stop --lane {ROLLBACK_LANE}` and `launch` this lane",
 ):
-    nested_step(rb, "gates", target)
+    nested_step(rb, "gates", target=target)
 
 # %% [markdown]
 # ## Step 6 — Fingerprint the rollback lane again
@@ -166,7 +166,9 @@ with rb.step(
     rb.record(rollback_fingerprint_after=after)
     changes = rollback.fingerprint_differences(before, after)
     rb.expect(
-        not changes, f"{ROLLBACK_LANE}'s checkout and weights as step 1 found them", "; ".join(changes) or "equal"
+        not changes,
+        what=f"{ROLLBACK_LANE}'s checkout and weights as step 1 found them",
+        detail="; ".join(changes) or "equal",
     )
 
 # %% [markdown]
@@ -190,8 +192,8 @@ with rb.step(
     )
     display(Markdown(rollback.hermes_note(p, target, changes)))
     print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in changes))
-    hermes.follow_step(rb, target_lane, hermes_config or p.hermes.config)
-    hermes.route_step(rb, target_lane, hermes_config or p.hermes.config)
+    hermes.follow_step(rb, target=target_lane, config=hermes_config or p.hermes.config)
+    hermes.route_step(rb, target=target_lane, config=hermes_config or p.hermes.config)
 
 # %% [markdown]
 # ## Troubleshooting

@@ -78,14 +78,14 @@ with rb.step(
     fix="correct the parameter named above; if the lane is down, run `launch`; "
     "if `status` finds it inconsistent, run `stop`, then `launch`",
 ):
-    plan = lanespeed.plan_speed(p, workloads, concurrency, trials, max_tokens)
-    rb.expect(True, "parameters", plan.summary(), local=True)
+    plan = lanespeed.plan_speed(p, workloads=workloads, concurrency=concurrency, trials=trials, max_tokens=max_tokens)
+    rb.expect(True, what="parameters", detail=plan.summary(), local=True)
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
     rb.record(plan=plan.figures(tolerance, str(base.path) if base else None))
     launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
     api = launcher.ask_api(rb.lane)
-    rb.expect(api.healthy, "/health answers 200", api.detail)
-    rb.expect(p.served_model_name in api.model_ids, f"/v1/models lists {p.served_model_name}", api.detail)
+    rb.expect(api.healthy is True, what="/health answers 200", detail=api.detail)
+    rb.expect(p.served_model_name in api.model_ids, what=f"/v1/models lists {p.served_model_name}", detail=api.detail)
 
 # %% [markdown]
 # ## Step 1 — The setup being measured
@@ -99,7 +99,7 @@ with rb.step("1 provenance", fix="run `status`: the lane's container must run on
     provenance = read_provenance(rb.lane, lane_path(lane), launcher.container_name(rb.lane))
     rb.record(provenance=provenance.to_json())
     rb.show(markdown=provenance.markdown())
-    rb.expect(provenance.image is not None, "the image the head's container runs", provenance.image)
+    rb.expect(provenance.image is not None, what="the image the head's container runs", detail=provenance.image)
     setup = compare_setups(provenance, base.provenance) if base else None
     print(lanespeed.baseline_note(p.name, base, setup))
 
@@ -111,7 +111,7 @@ with rb.step("1 provenance", fix="run `status`: the lane's container must run on
 # every wave checked for idle queues. Each workload's bands follow as a table and a plot.
 
 # %%
-documents = lanespeed.waves_steps(rb, plan, base, setup)  # one step a workload: "2 waves WORKLOAD"
+documents = lanespeed.waves_steps(rb, plan, baseline=base, setup=setup)  # one step a workload: "2 waves WORKLOAD"
 
 # %% [markdown]
 # ## Step 3 — Against the lane's baseline
@@ -126,7 +126,7 @@ with rb.step(
     fix="a regression on the same setup: run `diagnose` (matched A/B canary), "
     "or `rollback` to the lane's rollback lane",
 ):
-    lanespeed.judge_step(rb, documents, provenance, base, tolerance)
+    lanespeed.judge_step(rb, documents, provenance=provenance, baseline=base, tolerance=tolerance)
 
 # %% [markdown]
 # ## Step 4 — Store this run as a baseline (only with `save_baseline`)
@@ -136,7 +136,7 @@ with rb.step(
 
 # %%
 with rb.step("4 save baseline", fix="a run with failed requests is no baseline: fix the lane, then measure again"):
-    lanespeed.save_step(rb, save_baseline, plan, documents, provenance)
+    lanespeed.save_step(rb, documents, path=save_baseline, plan=plan, provenance=provenance)
 
 # %% [markdown]
 # ## Troubleshooting

@@ -49,7 +49,7 @@ p = rb.params
 
 # %%
 with rb.step("prerequisites", fix="copy the checkout to every node: run `env`"):
-    rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    rb.expect(transfers.checkout_ok(rb.lane))
 
 # %% [markdown]
 # ## Step 1 — The status script, from the head
@@ -67,8 +67,8 @@ with rb.step(
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
     rb.expect(
         script.ok,
-        "the status script ran (exit 0, up or down)",
-        f"exit {script.exit_code}" + ("" if script.ok else f": {script.reason}"),
+        what="the status script ran (exit 0, up or down)",
+        detail=f"exit {script.exit_code}" + ("" if script.ok else f": {script.reason}"),
     )
 
 # %% [markdown]
@@ -102,9 +102,8 @@ with rb.step(
 
 # %%
 with rb.step("4 startup log", fix="run `env` to fix what the log shows, then `stop` and `launch`"):
-    launcher.startup_log_step(
-        rb, rb.lane, down=state == launcher.LANE_DOWN and "the lane is cleanly down: no container to read"
-    )
+    down = state == launcher.LANE_DOWN
+    launcher.startup_log_step(rb, skip_because="the lane is cleanly down: no container to read" if down else None)
 
 # %% [markdown]
 # ## Troubleshooting

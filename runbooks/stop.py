@@ -46,7 +46,7 @@ p = rb.params
 
 # %%
 with rb.step("prerequisites", fix="copy the checkout to every node (`env`), then run `stop` again"):
-    rb.expect(transfers.checkout_ok(rb.lane), "checkout present on every node", p.checkout)
+    rb.expect(transfers.checkout_ok(rb.lane))
     before = launcher.lane_containers(rb.lane)
     rb.record(state_before=before.state, containers_before=before.running)
 
@@ -61,9 +61,9 @@ with rb.step("1 stop script", fix="make the unreachable node reachable (SSH, fab
     rb.confirm(f"stop lane {p.name} on every node and clean their memory")
     stopped = launcher.stop_lane(rb.lane)
     rb.record(stop_script=stopped.launcher.outcome)
-    rb.expect(stopped.launcher.ok, "the stop script exits 0", stopped.launcher.summary())
+    rb.expect(stopped.launcher.ok, what="the stop script exits 0", detail=stopped.launcher.summary())
     on_head = stopped.left_running.get(rb.lane.head.alias)
-    rb.expect(not on_head, "no container of the lane on the head", ", ".join(on_head or []) or "none")
+    rb.expect(not on_head, what="no container of the lane on the head", detail=", ".join(on_head or []) or "none")
 
 # %% [markdown]
 # ## Step 2 — Orphaned workers
@@ -80,8 +80,8 @@ with rb.step(
     left = launcher.lane_containers(rb.lane)
     rb.expect(
         not left.left,
-        "no container of the lane left on any node",
-        (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary(),
+        what="no container of the lane left on any node",
+        detail=(f"stopped orphaned: {orphans}; " if orphans else "") + left.summary(),
     )
 
 # %% [markdown]
@@ -97,9 +97,7 @@ with rb.step(
         "`status`, stop what holds the segments, then run `stop` again"
     ),
 ):
-    cleaned = memory.clean_memory(rb.lane)
-    rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
+    memory.clean_step(rb)
 
 # %% [markdown]
 # ## Step 4 — Free memory is back
@@ -113,11 +111,11 @@ with rb.step("4 free memory", fix="drop caches on every node again or reboot the
     free = memory.check_sticky_uma(rb.lane)
     rb.record(free_gib=free.figure("free_gib"))
     rb.expect(
-        free,
-        "enough free memory on every node for the next launch",
-        free.seen
-        if free
-        else f"{free.seen}: memory still held (P04): drop caches on every node again "
+        free.ok,
+        what="enough free memory on every node for the next launch",
+        detail=free.detail
+        if free.ok
+        else f"{free.detail}: memory still held (P04): drop caches on every node again "
         "or reboot; never `docker system prune -af`",
     )
 

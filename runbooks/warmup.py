@@ -58,8 +58,8 @@ with rb.step("prerequisites", fix="run `status`; if the lane is down, run `launc
     ids = [m.get("id") for m in models or []]
     rb.expect(
         p.served_model_name in ids,
-        f"the lane is up: /health 200, /v1/models lists {p.served_model_name}",
-        ", ".join(map(str, ids)),
+        what=f"the lane is up: /health 200, /v1/models lists {p.served_model_name}",
+        detail=", ".join(map(str, ids)),
     )
 
 # %% [markdown]

@@ -60,11 +60,11 @@ with rb.step(
 ):
     rb.expect(
         p.weights.hub_dir.rstrip("/").rsplit("/", 1)[-1].startswith("models--"),
-        "what moves is the full hub model dir (blobs + snapshots + refs), not a snapshot (P06)",
-        p.weights.hub_dir,
+        what="what moves is the full hub model dir (blobs + snapshots + refs), not a snapshot (P06)",
+        detail=p.weights.hub_dir,
         local=True,
     )
-    rb.expect(rsync_attempts >= 1, "rsync_attempts is at least 1", rsync_attempts, local=True)
+    rb.expect(rsync_attempts >= 1, what="rsync_attempts is at least 1", detail=rsync_attempts, local=True)
 
 # %% [markdown]
 # ## Step 1 — Verify on every node
@@ -78,7 +78,7 @@ with rb.step(
 ):
     before = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_before={a: r.shard_count for a, r in before.items()})
-    rb.expect_each(weights.tree_results(before), "{} reports its tree")
+    rb.expect(weights.tree_results(before))
 
 # %% [markdown]
 # ## Step 2 — Download on the head only, when its tree is incomplete
@@ -140,9 +140,9 @@ with rb.step(
 ):
     after = weights.verify_every_node(rb.lane, sha256=sha256)
     rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.lane.head.alias].revision)
-    rb.expect_each(weights.complete_results(after), "weights complete on {}")
+    rb.expect(weights.complete_results(after))
     revisions = weights.revisions(after)
-    rb.expect(len(revisions) == 1, "every node holds the same revision", ", ".join(revisions))
+    rb.expect(len(revisions) == 1, what="every node holds the same revision", detail=", ".join(revisions))
 
 # %% [markdown]
 # ## Troubleshooting

@@ -105,7 +105,10 @@ def test_a_relaunch_is_ok_only_up_and_carrying_its_values():
 
 
 def plan_of(enabled=True, value=8216):
-    return canary.CanaryPlan(enabled, "MAX_NUM_BATCHED_TOKENS", value, ["count"], [1], 3, 64, 0.05)
+    measured = canary.Trials(workloads=["count"], concurrency=[1], trials=3, max_tokens=64)
+    return canary.CanaryPlan(
+        enabled=enabled, key="MAX_NUM_BATCHED_TOKENS", value=value, tolerance=0.05, measured=measured
+    )
 
 
 def test_the_kept_lane_and_what_the_lane_file_must_say():
@@ -128,9 +131,9 @@ def test_a_canary_turned_off_skips_every_part_saying_so():
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     plan = plan_of(enabled=False)
     assert canary.baseline_step(rb, plan) is None and canary.variant_step(rb, plan) is None
-    assert canary.decision_step(rb, plan, None, None) is None
+    assert canary.decision_step(rb, plan, baseline=None, trial=None) is None
     canary.restore_step(rb, plan, None)
-    assert [(c.expected, c.seen) for c in rb.checks] == [
+    assert [(c.what, c.detail) for c in rb.checks] == [
         ("the lane's own value measured", "skipped: canary=False: parts 1-2 only"),
         ("the lane relaunched with MAX_NUM_BATCHED_TOKENS=8216 and measured", "skipped: canary=False"),
         ("an explicit keep or reject from the measured figures", "skipped: canary=False"),
@@ -147,7 +150,7 @@ def test_a_dry_run_canary_records_both_sides_and_decides_nothing():
     assert canary.baseline_step(rb, plan) is None
     trial = canary.variant_step(rb, plan)
     assert trial.documents is None and not trial.relaunch.ok
-    assert canary.decision_step(rb, plan, None, trial) is None  # not observed: a dry run fails nothing
+    assert canary.decision_step(rb, plan, baseline=None, trial=trial) is None  # not observed: a dry run fails nothing
     canary.restore_step(rb, plan, None)  # the reject path: the lane's own value rendered back
     assert {c.outcome for c in rb.checks} == {"pass", "not observed"}
     assert rb.figures["canary_kept"] == {"MAX_NUM_BATCHED_TOKENS": 8192, "head_env_file": None}
@@ -171,9 +174,9 @@ def test_the_proof_skips_when_nothing_relaunched_and_records_every_check_in_a_dr
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
-    canary.proof_step(rb, False, 3)
-    assert rb.checks[-1].seen == "skipped: no canary relaunched the lane"
-    canary.proof_step(rb, True, 3)
+    canary.proof_step(rb, relaunched=False, trials=3)
+    assert rb.checks[-1].detail == "skipped: no canary relaunched the lane"
+    canary.proof_step(rb, relaunched=True, trials=3)
     lines = rb.lane.executor.commands()
     assert any(line.startswith("local: speed count: 3 trial(s) × C1, max_tokens 300") for line in lines)
     assert any("until running = waiting = 0" in line for line in lines)

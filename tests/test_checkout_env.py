@@ -100,7 +100,7 @@ def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
     )
     assert env.startswith('head: set -e; cd ~/ds4-f-mia-anemll-0731; test "$(sha256sum < .env.dspark ')
     assert env.endswith("< .env.dspark")
-    assert not ce.same_checkout(lane) and ce.same_checkout(lane).seen == "not observed (dry run)"
+    assert not ce.same_checkout(lane).ok and ce.same_checkout(lane).detail == "not observed (dry run)"
 
 
 # --- on the twin's nodes ----------------------------------------------------------------------------------------
@@ -217,7 +217,8 @@ def test_a_file_changed_after_it_was_read_is_left_alone(lane):
 def test_same_checkout_names_what_differs_and_what_is_missing(lane):
     worker = lane.node("worker")
     missing = ce.same_checkout(lane)
-    assert not missing and missing.nodes["worker"].detail.startswith("missing: .env.dspark, docker-compose.dspark.yml")
+    assert not missing.ok
+    assert missing.nodes["worker"].detail.startswith("missing: .env.dspark, docker-compose.dspark.yml")
     transfers.sync_checkout(lane)
     same = ce.same_checkout(lane)
     assert same.ok and same.figure("sha256")["worker"] == same.figure("sha256")["head"]
@@ -227,18 +228,18 @@ def test_same_checkout_names_what_differs_and_what_is_missing(lane):
         f"echo X=1 >> {checkout}/.env.dspark && rm {checkout}/scripts/lane-env.sh && touch {checkout}/scripts/mine.sh"
     )
     found = ce.same_checkout(lane)
-    assert not found and found.nodes["worker"].detail == "differs: .env.dspark; missing: scripts/lane-env.sh"
+    assert not found.ok and found.nodes["worker"].detail == "differs: .env.dspark; missing: scripts/lane-env.sh"
 
 
 def test_env_steps_in_a_dry_run_plan_write_and_copy_without_sending():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
-    plan, backups = ce.plan_step(rb, "anemll-0731", None)
+    plan, backups = ce.plan_step(rb, source="anemll-0731")
     assert backups == [] and rb.figures["changed"] == plan.changed
-    ce.lint_step(rb, plan, None)
+    ce.lint_step(rb, plan)
     assert rb.figures["lint_errors"] == ce.lint_errors(plan.lint) == [] and rb.checks[-1].outcome == "pass"
-    ce.write_step(rb, plan, backups, "anemll-0731", None)
+    ce.write_step(rb, plan, backups, source="anemll-0731")
     ce.copy_step(rb)
     assert rb.figures["backups"] == [] and "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in plan.diff
 
@@ -248,8 +249,8 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("env", "anemll-0731", dry_run=True)
-    ce.lint_step(rb, None, "r1")
-    assert (rb.checks[-1].expected, rb.checks[-1].seen) == (
+    ce.lint_step(rb, None, restore="r1")
+    assert (rb.checks[-1].what, rb.checks[-1].detail) == (
         "the checkout as rendered lints clean",
         "skipped: a restore puts back what run r1 replaced",
     )
@@ -265,7 +266,7 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
 def test_every_worker_of_a_four_node_lane_is_asked_for_the_heads_bytes():
     """same_checkout in a dry run: the head, then each of the three workers hashes its checkout; nothing observed."""
     lane = ssh.Lane(load_lane("anemll-0731-tp4"), dry_run=True)
-    assert ce.same_checkout(lane).seen == "not observed (dry run)"
+    assert ce.same_checkout(lane).detail == "not observed (dry run)"
     asked = [c.split(":", 1)[0] for c in lane.executor.commands()]
     assert asked == ["head", "worker", "worker2", "worker3"]
     assert all("cd ~/ds4-f-mia-anemll-0731-tp4 " in c and "start-tp4.sh" in c for c in lane.executor.commands())

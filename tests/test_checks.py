@@ -17,29 +17,29 @@ on_nodes = ExpectedResult.on_nodes
 
 def test_ok_only_when_every_node_holds():
     check = on_nodes({"head": NodeResult(True, "112.3 GiB free"), "worker": NodeResult(True, "110.0 GiB free")})
-    assert check.ok and bool(check) and check.outcome == PASS and check.failed_nodes == {}
-    assert check.seen == "head: 112.3 GiB free; worker: 110.0 GiB free"
+    assert check.ok and check.outcome == PASS and check.failed_nodes == {}
+    assert check.detail == "head: 112.3 GiB free; worker: 110.0 GiB free"
 
 
 def test_a_failing_node_fails_the_check_and_is_named():
     worker = NodeResult(False, "missing: ~/ds4/.env.dspark", {"missing": ["~/ds4/.env.dspark"]})
     check = on_nodes({"head": NodeResult(True, "all present", {"missing": []}), "worker": worker})
-    assert not check.ok and not check and check.outcome == FAIL
+    assert not check.ok and check.outcome == FAIL
     assert check.failed_nodes == {"worker": worker}
-    assert check.seen == "head: all present; worker: missing: ~/ds4/.env.dspark"
+    assert check.detail == "head: all present; worker: missing: ~/ds4/.env.dspark"
     assert check.figure("missing") == {"head": [], "worker": ["~/ds4/.env.dspark"]}
 
 
 def test_a_dry_run_is_never_ok():
     check = on_nodes({}, dry_run=True)
     assert not check.ok and check.outcome == NOT_OBSERVED
-    assert check.seen == NOT_OBSERVED_DRY_RUN == "not observed (dry run)"
+    assert check.detail == NOT_OBSERVED_DRY_RUN == "not observed (dry run)"
     # even with node results that say ok, a dry run observed nothing
     assert not on_nodes({"head": NodeResult(True, "ok")}, dry_run=True).ok
 
 
 def test_a_check_of_no_node_observed_nothing():
-    assert not on_nodes({}).ok and on_nodes({}).seen == "no node observed"
+    assert not on_nodes({}).ok and on_nodes({}).detail == "no node observed"
 
 
 def test_figures_only_from_nodes_that_have_them():
@@ -69,3 +69,18 @@ def test_one_mark_for_each_outcome():
         "skipped": "`SKIPPED`",
         "warning": "`WARNING`",
     }
+
+
+def test_a_node_check_names_what_was_expected_and_each_key_is_its_own_result():
+    check = on_nodes({"head": NodeResult(True, "ok")}, what="checkout present on every node")
+    assert (check.step, check.what, check.outcome, check.detail) == (
+        "",
+        "checkout present on every node",
+        PASS,
+        "head: ok",
+    )
+    each = ExpectedResult.per_node({"head": (True, "48/48"), "worker": (False, 47)}, "weights complete on {}")
+    assert [(c.what, c.outcome, c.detail, c.local) for c in each] == [
+        ("weights complete on head", PASS, "48/48", False),
+        ("weights complete on worker", FAIL, "47", False),
+    ]

@@ -188,6 +188,6 @@ def test_a_lane_without_its_checkout_gets_a_copy_of_the_rollback_lanes(twin, tmp
             assert record["figures"]["backups"], "the copy was rendered into the twin lane"
             assert [c["step"] for c in record["confirmations"]][0] == "1 checkout"
             assert fingerprint_differences(before, fingerprint(rollback_lane)) == []
-            assert checkout_env.same_checkout(lane)
+            assert checkout_env.same_checkout(lane).ok
         finally:
             lane.each(f"if test -e {saved}; then rm -rf {params.checkout} && mv {saved} {params.checkout}; fi")

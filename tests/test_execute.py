@@ -54,8 +54,8 @@ def test_a_clean_dry_run_is_recorded_as_dry_run_never_pass(runbooks):
     runbooks(
         "status",
         HEADER,
-        'rb.expect(threshold == 2, "parameters valid", local=True)',
-        'rb.lane.head.run("free -m")\nrb.expect(True, "enough free memory")',
+        'rb.expect(threshold == 2, what="parameters valid", local=True)',
+        'rb.lane.head.run("free -m")\nrb.expect(True, what="enough free memory")',
         "rb.finish()",
     )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 2}, dry_run=True)
@@ -77,7 +77,7 @@ def test_a_local_check_fails_a_dry_run(runbooks):
     runbooks(
         "status",
         HEADER,
-        'with rb.step("prerequisites"):\n    rb.expect(threshold == 2, "parameters valid", local=True)',
+        'with rb.step("prerequisites"):\n    rb.expect(threshold == 2, what="parameters valid", local=True)',
         "rb.finish()",
     )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 3}, dry_run=True)
@@ -89,7 +89,7 @@ def test_a_failed_run_keeps_its_figures_and_says_what_to_do_next(runbooks):
         "status",
         HEADER,
         'rb.record(free_gib=99.0)\nwith rb.step("2 memory", fix="run `stop`, then `launch`"):\n'
-        '    rb.expect(threshold == 2, "enough free memory", local=True)',
+        '    rb.expect(threshold == 2, what="enough free memory", local=True)',
         "rb.finish()",
     )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 3}, dry_run=True)

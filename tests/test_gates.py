@@ -35,7 +35,7 @@ def chat_answer(message: dict, finish="stop") -> JsonAnswer:
 
 
 def outcomes(checks) -> list[tuple[str, str]]:
-    return [(c.expected, c.outcome) for c in checks]
+    return [(c.what, c.outcome) for c in checks]
 
 
 def test_the_exact_smoke_body_is_the_recipes_gate_line():
@@ -91,10 +91,10 @@ def test_models_judgement():
     assert [c.outcome for c in gates.judge_models("1 models", other, LANE)] == ["fail", "fail"]
     short = answer({"data": [{"id": "deepseek-v4-flash-0731", "max_model_len": 358400}]})
     checks = gates.judge_models("1 models", short, LANE)
-    assert [c.outcome for c in checks] == ["pass", "fail"] and checks[1].seen == "358,400"
+    assert [c.outcome for c in checks] == ["pass", "fail"] and checks[1].detail == "358,400"
     starting = answer({"error": {"message": "The engine is still starting."}}, status=503)
     [check] = gates.judge_models("1 models", starting, LANE)
-    assert check.outcome == "fail" and check.seen == "HTTP 503: The engine is still starting."
+    assert check.outcome == "fail" and check.detail == "HTTP 503: The engine is still starting."
 
 
 def test_exact_smoke_judgement_compares_exactly_and_sees_reasoning():
@@ -103,11 +103,11 @@ def test_exact_smoke_judgement_compares_exactly_and_sees_reasoning():
         ("thinking off as the request asks", "pass"),
     ]
     spaced = gates.judge_exact_smoke("3", chat_answer({"content": " PROMOTE_0731_OK"}), LANE)
-    assert spaced[0].outcome == "fail" and spaced[0].seen == "' PROMOTE_0731_OK' (finish_reason stop)"
+    assert spaced[0].outcome == "fail" and spaced[0].detail == "' PROMOTE_0731_OK' (finish_reason stop)"
     thought = gates.judge_exact_smoke(
         "3", chat_answer({"content": "PROMOTE_0731_OK", "reasoning": "The user asks"}), LANE
     )
-    assert thought[1].outcome == "fail" and thought[1].pitfall == "P10" and "thinking was ON" in thought[1].seen
+    assert thought[1].outcome == "fail" and thought[1].pitfall == "P10" and "thinking was ON" in thought[1].detail
     older = gates.judge_exact_smoke("3", chat_answer({"content": "PROMOTE_0731_OK", "reasoning_content": "hmm"}), LANE)
     assert older[1].outcome == "fail"
     thinking_lane = lane_with(LANE, request={"chat_template_kwargs": {"thinking": True}})
@@ -120,7 +120,7 @@ def test_the_lanes_request_must_give_thinking_as_a_boolean():
     assert gates.judge_request_kwargs("3", LANE).ok and gates.judge_request_kwargs("3", LANE).local
     string = gates.judge_request_kwargs("3", lane_with(LANE, request={"chat_template_kwargs": {"thinking": "false"}}))
     assert string.ok is False and string.pitfall == "P10"
-    assert string.seen == (
+    assert string.detail == (
         "request.chat_template_kwargs.thinking is str 'false': any non-empty string turns thinking ON; "
         "use a JSON boolean"
     )
@@ -144,7 +144,7 @@ def test_tool_smoke_judgement_wants_a_structured_call():
     as_text = gates.judge_tool_smoke(
         "4", chat_answer({"content": 'get_weather({"city":"Pensacola, FL"})', "tool_calls": []}), LANE
     )
-    assert [c.outcome for c in as_text] == ["fail"] and "no tool_calls" in as_text[0].seen
+    assert [c.outcome for c in as_text] == ["fail"] and "no tool_calls" in as_text[0].detail
     wrong = dict(call, function={"name": "get_weather", "arguments": '{"city": "Tampa, FL"}'})
     assert [c.outcome for c in gates.judge_tool_smoke("4", chat_answer({"tool_calls": [wrong]}), LANE)] == [
         "pass",
@@ -152,10 +152,10 @@ def test_tool_smoke_judgement_wants_a_structured_call():
     ]
     broken = dict(call, function={"name": "get_weather", "arguments": "{city: Pensacola"})
     checks = gates.judge_tool_smoke("4", chat_answer({"tool_calls": [broken]}), LANE)
-    assert checks[1].outcome == "fail" and checks[1].seen.endswith("arguments are not a JSON object string")
+    assert checks[1].outcome == "fail" and checks[1].detail.endswith("arguments are not a JSON object string")
     refused = answer({"error": {"message": '"auto" tool choice requires --enable-auto-tool-choice'}}, status=400)
     assert (
-        gates.judge_tool_smoke("4", refused, LANE)[0].seen
+        gates.judge_tool_smoke("4", refused, LANE)[0].detail
         == 'HTTP 400: "auto" tool choice requires --enable-auto-tool-choice'
     )
 
@@ -227,7 +227,7 @@ def test_the_http_gates_pass_against_a_twin_server(served):
         + gates.tool_smoke_gate("4", executor, served)
     )
     assert [c.outcome for c in found] == ["pass"] * 7, found
-    assert found[6].seen == 'get_weather({"city": "Pensacola, FL"})'
+    assert found[6].detail == 'get_weather({"city": "Pensacola, FL"})'
     assert [r.exit_code for r in executor.history] == [0, 0, 0]
 
 
@@ -237,14 +237,14 @@ def test_a_string_false_turns_thinking_on_and_the_exact_smoke_sees_it(served):
     lane = lane_with(served, request={"chat_template_kwargs": {"thinking": "false"}})
     found = gates.exact_smoke_gate("3 exact smoke", Executor(), lane)
     assert [(c.outcome, c.pitfall) for c in found] == [("fail", "P10"), ("fail", None), ("fail", "P10")]
-    assert found[1].seen == "'' (finish_reason length)"
-    assert "thinking was ON" in found[2].seen
+    assert found[1].detail == "'' (finish_reason length)"
+    assert "thinking was ON" in found[2].detail
 
 
 def test_a_server_that_is_down_fails_the_gate_with_the_request_named():
     lane = lane_with(LANE, api="http://127.0.0.1:9/v1")
     [check] = gates.run_gate("1 models", lambda: gates.models_gate("1 models", Executor(), lane))
-    assert check.ok is False and check.seen.startswith("GET http://127.0.0.1:9/v1/models failed: ConnectError")
+    assert check.ok is False and check.detail.startswith("GET http://127.0.0.1:9/v1/models failed: ConnectError")
 
 
 def test_model_entries_are_judged_as_the_models_gate_judges_them():
@@ -253,7 +253,7 @@ def test_model_entries_are_judged_as_the_models_gate_judges_them():
     assert judged == outcomes(gates.judge_models("5", JsonAnswer(200, {"data": entries}, "", 0.1), LANE))
     assert [outcome for _, outcome in judged] == ["pass", "pass"]
     [named, length] = gates.judge_model_list("5", [], LANE)  # nothing listed (a dry run waited for nothing)
-    assert (named.ok, named.seen, length.ok, length.seen) == (False, "ids []", False, "None")
+    assert (named.ok, named.detail, length.ok, length.detail) == (False, "ids []", False, "None")
 
 
 def test_the_runbook_shows_each_gate_then_judges_every_check_under_its_step():
@@ -274,7 +274,7 @@ def test_the_runbook_shows_each_gate_then_judges_every_check_under_its_step():
     ]
     assert gates.show_gate(rb, found) is found
     gates.judge_gates(rb, found)
-    assert [(c.name, c.outcome) for c in rb.checks] == [("1 models", "not observed"), ("3 exact smoke", "pass")]
+    assert [(c.step, c.outcome) for c in rb.checks] == [("1 models", "not observed"), ("3 exact smoke", "pass")]
     assert rb.figures["gates_failed"] == [] and [g["outcome"] for g in rb.figures["gates"]] == ["not observed", "pass"]
     failing = [ExpectedResult.judged("4 tool smoke", "lane file", False, "bad", local=True)]
     with pytest.raises(StepFailed, match="4 tool smoke: lane file"):

@@ -68,7 +68,7 @@ def test_reading_an_operators_config_names_what_is_missing():
 
 def test_the_lanes_own_block_passes_every_check():
     checks = hermes.block_checks(STEP, hermes.lane_provider_block(LANE), LANE)
-    assert [(c.expected, c.outcome, c.pitfall) for c in checks] == [
+    assert [(c.what, c.outcome, c.pitfall) for c in checks] == [
         ("api is the lane's API", "pass", None),
         ("api_key is no-key-required", "pass", "P09"),
         ("thinking is a JSON boolean, as the lane means it", "pass", "P10"),
@@ -108,8 +108,8 @@ def test_the_lanes_own_block_passes_every_check():
 )
 def test_each_wrong_value_fails_its_own_check(change, failing, detail):
     checks = hermes.block_checks(STEP, {**hermes.lane_provider_block(LANE), **change}, LANE)
-    assert [c.expected for c in checks if not c.ok] == [failing]
-    assert next(c for c in checks if not c.ok).seen == detail
+    assert [c.what for c in checks if not c.ok] == [failing]
+    assert next(c for c in checks if not c.ok).detail == detail
 
 
 def test_the_route_command_is_the_recipes():
@@ -178,13 +178,13 @@ def test_route_judgement(tmp_path):
     assert [c.outcome for c in passed] == ["pass"] * 4
     thought = hermes.judge_route("6", route_run(tmp_path / "b.db", replies=[("ROUTE_OK", "let me think")]), LANE, block)
     assert [c.outcome for c in thought] == ["pass", "pass", "pass", "fail"] and thought[3].pitfall == "P10"
-    assert thought[3].seen.endswith('thinking was ON: a string "false" is truthy')
+    assert thought[3].detail.endswith('thinking was ON: a string "false" is truthy')
     wrong = hermes.judge_route(
         "6", route_run(tmp_path / "c.db", stdout="ROUTE_OK.\n", replies=[("ROUTE_OK.", None)]), LANE, block
     )
     assert [c.outcome for c in wrong] == ["pass", "fail", "fail", "pass"]
     failed = hermes.judge_route("6", route_run(tmp_path / "d.db", stdout="", code=1, replies=None), LANE, block)
-    assert [(c.expected, c.outcome) for c in failed] == [
+    assert [(c.what, c.outcome) for c in failed] == [
         ("hermes exited 0", "fail"),
         ("hermes printed exactly ROUTE_OK", "fail"),
         ("Hermes recorded the session in state.db", "fail"),
@@ -347,7 +347,7 @@ def test_a_keyed_lanes_block_names_the_variable_hermes_reads_the_key_from_never_
     block = hermes.lane_provider_block(KEYED)
     assert block["key_env"] == "SPARK_DS4_API_KEY" and "api_key" not in block
     checks = hermes.block_checks(STEP, block, KEYED)
-    assert (checks[1].expected, checks[1].outcome, checks[1].pitfall) == (
+    assert (checks[1].what, checks[1].outcome, checks[1].pitfall) == (
         "key_env is SPARK_DS4_API_KEY (a keyed lane)",
         "pass",
         "P09",
@@ -366,8 +366,8 @@ def test_a_keyed_lanes_block_names_the_variable_hermes_reads_the_key_from_never_
 def test_p09_on_a_keyed_lane_wants_its_key_never_a_keyless_value(change, outcome, seen):
     block = {k: v for k, v in hermes.lane_provider_block(KEYED).items() if k != "key_env"} | change
     check = hermes.block_checks(STEP, block, KEYED)[1]
-    assert (check.outcome, check.pitfall) == (outcome, "P09") and seen in check.seen
-    assert "lb-literal" not in check.seen
+    assert (check.outcome, check.pitfall) == (outcome, "P09") and seen in check.detail
+    assert "lb-literal" not in check.detail
 
 
 def test_following_a_lane_carries_its_key_setting_and_a_keyless_lane_takes_it_away():

@@ -407,11 +407,11 @@ def test_steps_of_a_serving_or_down_lane_skip_saying_why():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("status", "anemll-0731", dry_run=True)
-    assert launcher.start_step(rb, rb.lane, "already up", "launcher reports the lane up") is None
-    assert launcher.start_step(rb, rb.lane, "already up", "started", skipped="launcher reports B up") is None
-    assert launcher.startup_log_step(rb, rb.lane, down="the lane is cleanly down") is None
+    assert launcher.start_step(rb, skip_because="already up") is None
+    assert launcher.start_step(rb, skip_because="already up", what="started", skipped="launcher reports B up") is None
+    assert launcher.startup_log_step(rb, skip_because="the lane is cleanly down") is None
     launcher.status_api_step(rb, launcher.LANE_DOWN)
-    assert [(c.expected, c.seen) for c in rb.checks] == [
+    assert [(c.what, c.detail) for c in rb.checks] == [
         ("launcher reports the lane up", "skipped: already up"),
         ("launcher reports B up", "skipped: already up"),
         ("the startup log is clean", "skipped: the lane is cleanly down"),
@@ -424,7 +424,7 @@ def test_a_dry_run_start_step_records_the_launch_and_observes_nothing():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("launch", "anemll-0731", dry_run=True)
-    started = launcher.start_step(rb, rb.lane, False, "launcher reports the lane up", timing=True)
+    started = launcher.start_step(rb, timing=True)
     assert started.dry_run and rb.figures == {"launcher_outcome": "not run", "seen_ready_before_launcher_exit_s": None}
     assert rb.commands()[-1] == LAUNCH and rb.checks[-1].outcome == "not observed"
 

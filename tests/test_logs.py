@@ -151,7 +151,7 @@ def test_startup_log_expectations_judge_the_scanned_lines():
     }
     expectations, kv = logs.startup_log_expectations(slow, gates)
     assert kv is None and [e.ok for e in expectations] == [False, True, False]
-    assert expectations[0].seen == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
+    assert expectations[0].detail == "WARNING Auto-enabling VLLM_USE_BREAKABLE_CUDAGRAPH=1"
 
 
 # Every form of "breakable CUDA graphs are on" the public logs show (vllm-project/vllm#49370 and #41834:
@@ -195,7 +195,7 @@ def test_every_form_of_breakable_graphs_on_fails_the_gate(line):
         "GPU KV cache size": ["GPU KV cache size: 2,493,464 tokens"],
     }
     [breakable, *rest] = logs.startup_log_expectations(found, gates)[0]
-    assert (breakable.expected, breakable.ok, breakable.seen) == (logs.BREAKABLE_GATE, False, line)
+    assert (breakable.what, breakable.ok, breakable.detail) == (logs.BREAKABLE_GATE, False, line)
     assert all(e.ok for e in rest)
 
 

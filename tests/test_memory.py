@@ -44,7 +44,7 @@ def test_unit_states_from_the_probe():
 def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
     lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     checks = [memory.clean_memory(lane), memory.mask_legacy_units(lane), memory.check_sticky_uma(lane)]
-    assert not any(checks) and {c.seen for c in checks} == {"not observed (dry run)"}
+    assert not any(c.ok for c in checks) and {c.detail for c in checks} == {"not observed (dry run)"}
     lines = lane.executor.commands()
     for alias in ("head", "worker"):
         cleanup = f"{alias}: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
@@ -79,15 +79,15 @@ def plant(lane, name):
 @pytest.mark.twin
 def test_masking_is_observed_and_frees_the_units_memory(lane):
     held = memory.check_sticky_uma(lane)
-    assert not held and not held.nodes["head"].ok and held.nodes["worker"].ok  # the running legacy unit holds memory
+    assert not held.ok and not held.nodes["head"].ok and held.nodes["worker"].ok  # the running legacy unit holds memory
     assert held.nodes["head"].figures["needed_gib"] == round(0.85 * held.nodes["head"].figures["total_gib"], 1)
     masked = memory.mask_legacy_units(lane)
-    assert masked.ok, masked.seen
+    assert masked.ok, masked.detail
     assert masked.nodes["head"].figures == {
         "units": {UNIT: {"active": "inactive", "enabled": "masked"}},
         "was_active": [UNIT],
     }
-    assert masked.seen == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
+    assert masked.detail == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
     assert memory.mask_legacy_units(lane).nodes["head"].figures["was_active"] == []
     assert lane.head.run(f"readlink /etc/systemd/system/{UNIT}").stdout.strip() == "/dev/null"
     assert memory.check_sticky_uma(lane).ok
@@ -117,7 +117,7 @@ def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
 def test_cleanup_removes_what_dev_shm_held_and_reads_free_memory(lane):
     plant(lane, "nccl-planted")
     cleaned = memory.clean_memory(lane)
-    assert cleaned.ok, cleaned.seen
+    assert cleaned.ok, cleaned.detail
     for node in lane.nodes:
         result = cleaned.nodes[node.alias]
         assert "nccl-planted" in result.figures["removed"] and result.figures["left"] == []
@@ -134,7 +134,7 @@ def test_a_wrong_cleanup_command_fails(lane, monkeypatch, wrong):
     monkeypatch.setattr(memory, "SHM_CLEANUP", wrong)
     check = memory.clean_memory(lane)
     assert not check.ok
-    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in lane.nodes), check.seen
+    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in lane.nodes), check.detail
     monkeypatch.undo()
     assert memory.clean_memory(lane).ok
 
@@ -152,7 +152,7 @@ def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane
     finally:
         lane.head.run(f"cd {CHECKOUT} && {COMPOSE} down")
     sticky = memory.check_sticky_uma(lane, min_free_gib=baseline - 5)
-    assert not sticky and 10 <= baseline - sticky.nodes["head"].figures["free_gib"] <= 16  # pitfall 4
+    assert not sticky.ok and 10 <= baseline - sticky.nodes["head"].figures["free_gib"] <= 16  # pitfall 4
     assert memory.clean_memory(lane).ok
     assert memory.check_sticky_uma(lane, min_free_gib=baseline - 1).ok
 
@@ -161,9 +161,9 @@ def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("launch", "anemll-0731", dry_run=True)
-    memory.clean_step(rb, "the lane is already up")
-    memory.free_memory_step(rb, rb.lane, "it holds its memory", "enough free memory on every node")
-    assert [(c.expected, c.seen) for c in rb.checks] == [
+    memory.clean_step(rb, skip_because="the lane is already up")
+    memory.free_memory_step(rb, what="enough free memory on every node", skip_because="it holds its memory")
+    assert [(c.what, c.detail) for c in rb.checks] == [
         (
             "SHM and page cache cleaned on every node",
             "skipped: the lane is already up; memory is never cleaned under a server",
@@ -171,8 +171,8 @@ def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():
         ("enough free memory on every node", "skipped: it holds its memory"),
     ]
     assert rb.commands() == []
-    memory.clean_step(rb, None, confirm="clean the pair")
-    memory.free_memory_step(rb, rb.lane, None, "enough free memory on every node")
+    memory.clean_step(rb, confirm="clean the pair")
+    memory.free_memory_step(rb, what="enough free memory on every node")
     assert [c.outcome for c in rb.checks[2:]] == ["not observed", "not observed"]
     assert {"free_gib_after_cleanup", "free_gib"} <= set(rb.figures)
     assert any("drop_caches" in c for c in rb.commands())

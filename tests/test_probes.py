@@ -171,16 +171,16 @@ def test_the_diagnose_probe_steps_in_a_dry_run_and_on_a_lane_without_a_boundary(
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
-    probes.prefix_cache_step(rb, "t", 2)
-    probes.boundary_step(rb, "t", [4, 5], "code", 64, 16)
-    assert [(c.expected, c.outcome) for c in rb.checks] == [
+    probes.prefix_cache_step(rb, run_tag="t", lines=2)
+    probes.boundary_step(rb, run_tag="t", sizes=[4, 5], workload="code", max_tokens=64, short_tokens=16)
+    assert [(c.what, c.outcome) for c in rb.checks] == [
         ("A hits the cache again after unrelated B (no eviction), and sooner than cold", "not observed"),
         ("C4↔C5 stays stable across the K boundary", "not observed"),
     ]
     assert rb.figures == {} and rb.commands()
     fixed = Runbook("diagnose", "anemll-1m6", dry_run=True)  # fixed K=5: nothing changes between C4 and C5
-    probes.boundary_step(fixed, "t", [4, 5], "code", 64, 16)
-    assert [(c.expected, c.seen) for c in fixed.checks] == [
+    probes.boundary_step(fixed, run_tag="t", sizes=[4, 5], workload="code", max_tokens=64, short_tokens=16)
+    assert [(c.what, c.detail) for c in fixed.checks] == [
         (
             "C4↔C5 stays stable across the K boundary",
             "skipped: the lane verifies K=5 at both batch sizes: no boundary to cross",
@@ -193,14 +193,16 @@ def test_the_long_context_step_is_opt_in_and_refused_headless_on_a_real_lane():
     from lanebook.steps.runbook import Runbook
 
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
-    probes.long_context_step(rb, False, None, None)
-    assert rb.checks[-1].seen == "skipped: long_context=False (opt-in: pitfall P15)"
-    probes.long_context_step(rb, True, None, True)  # attended: a dry run records the climb to the lane's context
+    probes.long_context_step(rb, enabled=False)
+    assert rb.checks[-1].detail == "skipped: long_context=False (opt-in: pitfall P15)"
+    probes.long_context_step(
+        rb, enabled=True, attended=True
+    )  # attended: a dry run records the climb to the lane's context
     climb = [line for line in rb.lane.executor.commands() if line.startswith("local: long context ")]
     assert [line.split(" tokens:")[0] for line in climb][-1] == "local: long context 1,048,576"
     assert len(climb) == 8
     live = Runbook("diagnose", "anemll-0731", dry_run=True)
     live.dry_run = live.lane.executor.dry_run = False  # as a headless real run: nobody said they watch the console
     with pytest.raises(LanebookError, match="P15.*attended"):
-        probes.long_context_step(live, True, 200_000, None)
+        probes.long_context_step(live, enabled=True, target_tokens=200_000)
     assert live.lane.executor.commands() == []  # refused before anything is sent

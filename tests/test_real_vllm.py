@@ -312,17 +312,17 @@ def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, la
 def test_the_smokes_fail_on_a_random_model_naming_the_reply(real, lane):  # noqa: F811
     executor = Executor()
     kwargs, exact, thinking = gates.exact_smoke_gate("3 exact smoke", executor, lane)
-    print(f"exact smoke on the real server: {exact.outcome}: {exact.seen}")
+    print(f"exact smoke on the real server: {exact.outcome}: {exact.detail}")
     assert kwargs.outcome == "pass" and thinking.outcome == "pass"  # thinking off, and no reasoning came back
     reply = request_json("POST", gates.chat_url(lane), gates.exact_smoke_body(lane), timeout_s=60).body
     content = reply["choices"][0]["message"]["content"]
     assert content != lane.gates.exact_smoke
-    assert (exact.outcome, exact.expected) == ("fail", f"the reply is exactly {lane.gates.exact_smoke}")
-    assert exact.seen == f"{content!r} (finish_reason {reply['choices'][0]['finish_reason']})"  # temperature 0
+    assert (exact.outcome, exact.what) == ("fail", f"the reply is exactly {lane.gates.exact_smoke}")
+    assert exact.detail == f"{content!r} (finish_reason {reply['choices'][0]['finish_reason']})"  # temperature 0
     [tool] = gates.tool_smoke_gate("4 tool smoke", executor, lane)
-    print(f"tool smoke on the real server: {tool.outcome}: {tool.seen}")
+    print(f"tool smoke on the real server: {tool.outcome}: {tool.detail}")
     assert tool.outcome == "fail"
-    assert tool.seen == (
+    assert tool.detail == (
         'HTTP 400: "auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
     )
     assert "--enable-auto-tool-choice" in gates.FIXES["4 tool smoke"]

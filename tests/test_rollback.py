@@ -260,16 +260,16 @@ def test_the_rollback_steps_compare_skip_and_show_what_they_found():
     assert rollback.load_target(rb).name == "anemll-1m6"
     target = ssh.Lane(load_lane("anemll-1m6"), executor=rb.lane.executor)
     fp = {"lane": "anemll-1m6", "observed": True, "nodes": {"head": {}}}
-    rollback.recorded_step(rb, "anemll-1m6", fp, [])
+    rollback.recorded_step(rb, name="anemll-1m6", before=fp, runs=[])
     rollback.recorded_step(
         rb,
-        "anemll-1m6",
-        fp,
-        [{"run_id": "a", "runbook": "promote", "started_at": "T", "figures": {rollback.FINGERPRINT_FIGURE: fp}}],
+        name="anemll-1m6",
+        before=fp,
+        runs=[{"run_id": "a", "runbook": "promote", "started_at": "T", "figures": {rollback.FINGERPRINT_FIGURE: fp}}],
     )
-    rollback.stop_step(rb, target, already=True)
-    rollback.clean_step(rb, target, already=True)
-    assert [(c.expected, c.outcome) for c in rb.checks] == [
+    rollback.stop_step(rb, target=target, already=True)
+    rollback.clean_step(rb, target=target, already=True)
+    assert [(c.what, c.outcome) for c in rb.checks] == [
         ("anemll-1m6 untouched since its recorded fingerprint", "skipped"),
         ("anemll-1m6 untouched since promote run a fingerprinted it (T)", "not observed"),
         ("anemll-0731 stopped on every node", "skipped"),

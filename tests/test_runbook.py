@@ -52,8 +52,8 @@ def dry(lane="anemll-0731"):
 def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
     rb = dry()
     with rb.step("1 clean memory"):
-        rb.expect(True, "SHM cleaned on every node", "head, worker")
-        rb.expect(False, "checkout present on every node")  # not observed: does not fail a dry run
+        rb.expect(True, what="SHM cleaned on every node", detail="head, worker")
+        rb.expect(False, what="checkout present on every node")  # not observed: does not fail a dry run
     rb.lane.head.run("free -m")
     verdict = rb.finish()
     assert verdict["verdict"] == "dry-run" and verdict["dry_run"] is True
@@ -78,9 +78,9 @@ def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
 
 def test_a_local_check_fails_a_dry_run():
     rb = dry()
-    rb.expect(True, "lane lints clean", local=True)
+    rb.expect(True, what="lane lints clean", local=True)
     with pytest.raises(StepFailed, match=r"^prerequisites: parameters valid \(min_free_gib must be positive\)$"):
-        rb.expect(False, "parameters valid", "min_free_gib must be positive", local=True)
+        rb.expect(False, what="parameters valid", detail="min_free_gib must be positive", local=True)
     assert [c.outcome for c in rb.checks] == ["pass", "fail"]
     assert rb.finish()["verdict"] == "fail"
 
@@ -97,16 +97,14 @@ def test_warnings_are_recorded_and_do_not_fail(registry, tmp_path):
     """A fail-open step (the warmup) records its problems as warnings: the verdict stays pass."""
     rb = Runbook("warmup", _lab_lane(registry, tmp_path))
     with rb.step("1 warmup"):
-        rb.expect_results(
-            [
-                ExpectedResult.judged(
-                    "",
-                    "queues idle before the warmup",
-                    False,
-                    "the warmup was not sent: queue not idle",
-                    fail_open=True,
-                )
-            ]
+        rb.expect(
+            ExpectedResult.judged(
+                "",
+                "queues idle before the warmup",
+                False,
+                "the warmup was not sent: queue not idle",
+                fail_open=True,
+            )
         )
     assert rb.checks == [
         ExpectedResult(
@@ -132,15 +130,15 @@ def test_results_the_library_judged_warn_only_when_observed_and_fail_open(regist
     rb = Runbook("warmup", _lab_lane(registry, tmp_path))
     with pytest.raises(StepFailed, match=r"^1 warmup: c \(2 preempted\)$"):
         with rb.step("1 warmup", fix="run `warmup` again"):
-            rb.expect_results(results)
-    assert [(c.name, c.expected, c.outcome, c.seen, c.fix) for c in rb.checks] == [
+            rb.expect(results)
+    assert [(c.step, c.what, c.outcome, c.detail, c.fix) for c in rb.checks] == [
         ("1 warmup", "a", "pass", "", "run `warmup` again"),
         ("1 warmup", "b", "warning", "queue busy", "run `warmup` again"),
         ("1 warmup", "c", "fail", "2 preempted", "run `warmup` again"),
     ]
     unobserved = dry()
-    unobserved.expect_results([*results, judged("", "lane file", True, local=True)])
-    assert [(c.outcome, c.seen) for c in unobserved.checks] == [("not observed", "not observed (dry run)")] * 3 + [
+    unobserved.expect(iter([*results, judged("", "lane file", True, local=True)]))
+    assert [(c.outcome, c.detail) for c in unobserved.checks] == [("not observed", "not observed (dry run)")] * 3 + [
         ("pass", "")
     ]
 
@@ -163,9 +161,9 @@ def test_a_real_run_checks_what_it_is_given(registry, tmp_path):
     rb = Runbook("launch", _lab_lane(registry, tmp_path))
     assert [p.name for p in prepared] == ["twin"]
     assert rb.lane.head.ssh_config == tmp_path / "ssh_config"
-    rb.expect(True, "live command carries the lane's schedule")
+    rb.expect(True, what="live command carries the lane's schedule")
     with pytest.raises(StepFailed, match="^prerequisites: free memory$"):
-        rb.expect(False, "free memory")
+        rb.expect(False, what="free memory")
     verdict = rb.finish()
     assert verdict["verdict"] == "fail" and verdict["commands"] == []  # only a dry run lists its commands
 
@@ -190,7 +188,7 @@ def test_a_destructive_step_needs_confirmation_and_records_who_gave_it(registry,
             StepFailed, match=r"^1 stop: stop the lane on every node needs confirmation \(--yes or -p confirm=True\)$"
         ):
             unconfirmed.confirm("stop the lane on every node")
-    assert unconfirmed.checks[-1].outcome == "fail" and "--yes" in unconfirmed.checks[-1].seen
+    assert unconfirmed.checks[-1].outcome == "fail" and "--yes" in unconfirmed.checks[-1].detail
     confirmed = Runbook("stop", _lab_lane(registry, tmp_path), confirm=True)
     with confirmed.step("1 stop"):
         confirmed.confirm("stop the lane on every node")
@@ -227,7 +225,7 @@ def test_a_failed_step_says_what_to_do_next_and_emits_the_figures_measured_so_fa
     rb.record(free_gib=101.5)
     with pytest.raises(StepFailed, match=r"^prerequisites: parameters valid$"):
         with rb.step("prerequisites", fix="fix the lane file, then run `launch` again"):
-            rb.expect(False, "parameters valid", local=True)
+            rb.expect(False, what="parameters valid", local=True)
     assert shown[-2] == "**What to do next:** fix the lane file, then run `launch` again"
     emitted = shown[-1][VERDICT_MIME]
     assert (emitted["verdict"], emitted["figures"]) == ("fail", {"free_gib": 101.5})
@@ -283,7 +281,7 @@ def test_the_buttons_decide_when_confirm_is_unset(registry, tmp_path, monkeypatc
             StepFailed, match=r"^2 drop caches: drop the page cache needs confirmation \(--yes or -p confirm=True\)$"
         ):
             rb.confirm("drop the page cache")
-    assert rb.checks[-1].seen.startswith("cancelled at the button; rerun with --yes")
+    assert rb.checks[-1].detail.startswith("cancelled at the button; rerun with --yes")
     monkeypatch.setattr(frontend, "ask", lambda what: pytest.fail("an explicit parameter must not ask"))
     Runbook("stop", _lab_lane(registry, tmp_path, twin=False), confirm=False)  # (asks nothing when constructed)
     refused = Runbook("stop", _lab_lane(registry, tmp_path), confirm=False)
@@ -326,35 +324,56 @@ def test_a_headless_kernel_never_waits_for_a_click(tmp_path):
         )
 
 
-def test_expect_each_is_one_check_a_key_and_stops_at_the_first_that_fails(shown):
+def test_results_per_node_are_one_check_a_node_and_expect_stops_at_the_first_that_fails(shown):
     rb = dry()
-    rb.expect_each({"head": (True, "48/48"), "worker": (True, "48/48")}, "weights complete on {}", local=True)
-    assert [(c.expected, c.outcome, c.seen) for c in rb.checks] == [
+    found = {"head": (True, "48/48"), "worker": (True, "48/48")}
+    rb.expect(ExpectedResult.per_node(found, "weights complete on {}", local=True))
+    assert [(c.what, c.outcome, c.detail) for c in rb.checks] == [
         ("weights complete on head", "pass", "48/48"),
         ("weights complete on worker", "pass", "48/48"),
     ]
     with pytest.raises(StepFailed, match="weights complete on worker"):
-        rb.expect_each(
-            {"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
-            "weights complete on {}",
-            local=True,
+        rb.expect(
+            ExpectedResult.per_node(
+                {"head": (True, ""), "worker": (False, "47/48"), "worker2": (False, "")},
+                "weights complete on {}",
+                local=True,
+            )
         )
-    assert [c.expected for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
+    assert [c.what for c in rb.checks[2:]] == ["weights complete on head", "weights complete on worker"]
 
 
-def test_expect_results_takes_each_results_outcome_and_locality_in_a_dry_run(shown):
-    from lanebook.base.checks import ExpectedResult
-
+def test_expect_takes_each_results_outcome_and_locality_in_a_dry_run(shown):
     rb = dry()
-    rb.expect_results(
+    rb.expect(
         [
             ExpectedResult.judged("1 models", "from the lane", None, "seen"),
             ExpectedResult.judged("1 models", "lane file", True, "ok", local=True),
         ]
     )
-    assert [(c.expected, c.outcome) for c in rb.checks] == [("from the lane", "not observed"), ("lane file", "pass")]
+    assert [(c.what, c.outcome) for c in rb.checks] == [("from the lane", "not observed"), ("lane file", "pass")]
     with pytest.raises(StepFailed, match="lane file"):
-        rb.expect_results([ExpectedResult.judged("1 models", "lane file", False, "bad", local=True)])
+        rb.expect(ExpectedResult.judged("1 models", "lane file", False, "bad", local=True))
+
+
+def test_expect_takes_one_form_a_call_and_names_a_wrong_one(shown):
+    rb = dry()
+    result = ExpectedResult.judged("", "lane file", True, "ok", local=True)
+    wrong = [
+        (lambda: rb.expect(True), "needs what="),
+        (lambda: rb.expect(result, what="lane file"), "go with a plain bool only"),
+        (lambda: rb.expect([result], detail="x"), "go with a plain bool only"),
+        (lambda: rb.expect("the lane is up", what="up"), "got str"),
+        (lambda: rb.expect(None, what="up"), "got NoneType"),
+        (lambda: rb.expect([result, True]), "got bool"),
+        (lambda: rb.expect(1, what="one"), "got int"),
+    ]
+    for call, message in wrong:
+        with pytest.raises(TypeError, match=message):
+            call()
+    assert rb.checks == []
+    rb.expect(result)
+    assert [(c.what, c.outcome) for c in rb.checks] == [("lane file", "pass")]
 
 
 def test_show_displays_markdown_and_objects(shown):

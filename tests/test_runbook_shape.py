@@ -94,7 +94,7 @@ def test_the_measure_follows_its_rule():
     source = (
         "with rb.step('1 x', fix='run `x`'):\n"
         "    found = [n for n in nodes if n]  # a comprehension is no control flow\n"
-        "    rb.expect(bool(found), 'what', 'yes' if found else 'no')\n"
+        "    rb.expect(bool(found), what='what', detail='yes' if found else 'no')\n"
         "\n"
         "# only a comment\n"
         "for node in nodes:\n"

@@ -5,10 +5,12 @@ import pytest
 from lanebook.lane.params import load_lane
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import schedule_canary as sc
+from lanebook.verify.canary import Trials
 
 
 def plan_of(enabled=True, schedule=None, restore=None):
-    return sc.SchedulePlan(enabled, schedule, ["count"], [1, 4, 6], 3, 64, 0.05, restore)
+    measured = Trials(workloads=["count"], concurrency=[1, 4, 6], trials=3, max_tokens=64)
+    return sc.SchedulePlan(enabled=enabled, schedule=schedule, restore=restore, tolerance=0.05, measured=measured)
 
 
 def test_the_two_sides_differ_only_in_the_schedule():
@@ -59,7 +61,7 @@ def test_a_dry_run_records_both_sides_the_restore_and_the_lane_file_and_writes_n
     ab = sc.ab_step(rb, plan)
     assert ab is not None and ab.other == sc.FIXED and ab.running is None
     assert sc.decision_step(rb, plan, ab) is None
-    sc.restore_step(rb, plan, None, ab)  # a dry run decides nothing: the restore path, recorded
+    sc.restore_step(rb, plan, decision=None, ab=ab)  # a dry run decides nothing: the restore path, recorded
     assert rb.params.file.read_text() == before
     lines = rb.lane.executor.commands()
     assert sum(line.startswith("local: speed count: 3 trial(s) × C1,4,6") for line in lines) == 2
@@ -71,8 +73,8 @@ def test_restore_only_skips_the_ab_and_relaunches_the_operators_side():
     rb = Runbook("diagnose", "anemll-0731", dry_run=True)
     plan = plan_of(restore="fixed")
     assert sc.ab_step(rb, plan) is None and sc.decision_step(rb, plan, None) is None
-    sc.restore_step(rb, plan, None, None)
-    assert [c.seen for c in rb.checks[:2]] == [
+    sc.restore_step(rb, plan, decision=None, ab=None)
+    assert [c.detail for c in rb.checks[:2]] == [
         "skipped: restore=fixed: the operator's side is put back without an A/B"
     ] * 2
     assert sum("./start-deepseek-v4-flash-dspark.sh" in line for line in rb.lane.executor.commands()) == 1

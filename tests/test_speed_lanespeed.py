@@ -186,17 +186,17 @@ def test_a_dry_run_of_the_speed_steps_shows_the_request_and_judges_nothing(tmp_p
 
     rb = Runbook("speed", "anemll-0731", dry_run=True)
     plan = plan_speed(rb.params, "probe,code")
-    assert lanespeed.waves_steps(rb, plan, None, None) == []
-    assert [(c.name, c.outcome) for c in rb.checks] == [
+    assert lanespeed.waves_steps(rb, plan) == []
+    assert [(c.step, c.outcome) for c in rb.checks] == [
         ("2 waves probe", "not observed"),
         ("2 waves code", "not observed"),
     ]
     assert rb.commands() == [f"local: {plan.wave_line('probe')}", f"local: {plan.wave_line('code')}"]
-    lanespeed.save_step(rb, None, plan, [], None)
-    lanespeed.save_step(rb, str(tmp_path / "b.json"), plan, [], None)
-    assert [c.seen for c in rb.checks[2:]] == [
+    lanespeed.save_step(rb, [], plan=plan, provenance=None)
+    lanespeed.save_step(rb, [], path=str(tmp_path / "b.json"), plan=plan, provenance=None)
+    assert [c.detail for c in rb.checks[2:]] == [
         "skipped: no save_baseline path given",
         "skipped: a dry run measures nothing",
     ]
-    lanespeed.judge_step(rb, [], None, None, 0.1)
+    lanespeed.judge_step(rb, [], provenance=None, tolerance=0.1)
     assert rb.checks[-1].outcome == "not observed" and not (tmp_path / "b.json").exists()

@@ -57,7 +57,7 @@ def test_rsync_lines_for_a_lane_of_n_workers():
 def test_checkout_dry_run_observes_nothing():
     lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     check = transfers.checkout_ok(lane)
-    assert not check and check.seen == "not observed (dry run)"
+    assert not check.ok and check.detail == "not observed (dry run)"
     assert lane.executor.commands()[0].startswith(
         "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo "
         "'~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; "

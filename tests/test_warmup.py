@@ -93,7 +93,7 @@ def warmed_result(**changes):
 
 def test_a_clean_warmup_passes_every_check_and_records_each_shapes_stall():
     result = warmed_result()
-    assert [(c.ok, c.expected, c.seen, c.fail_open) for c in result.checks()] == [
+    assert [(c.ok, c.what, c.detail, c.fail_open) for c in result.checks()] == [
         (True, "queues idle before the warmup (running 0, waiting 0)", "idle after 0.0 s", True),
         (
             True,
@@ -156,7 +156,7 @@ def test_a_warmup_that_could_not_finish_is_a_warning_and_preemption_is_not():
         (False, True),
         (False, False),
     ]
-    assert result.checks()[-1].seen == "2 preempted: the KV cache cannot hold the lane's batch"
+    assert result.checks()[-1].detail == "2 preempted: the KV cache cannot hold the lane's batch"
     assert result.warnings() == [
         "C4 (K4): every request completed, first use and warmed: warmed: 1 of 4 failed: 1× timeout after 126 s",
         "queues idle after the warmup (they drained): queue not idle after 120 s (running=1, waiting=0)",
@@ -168,7 +168,7 @@ def test_busy_queues_before_leave_one_warning_and_nothing_else():
     result = warmup.WarmupResult(
         False, not_idle_before="queue not idle after 120 s (running=3, waiting=1): another client is using the lane"
     )
-    assert [(c.ok, c.expected, c.seen, c.fail_open) for c in result.checks()] == [
+    assert [(c.ok, c.what, c.detail, c.fail_open) for c in result.checks()] == [
         (
             False,
             "queues idle before the warmup (running 0, waiting 0)",
@@ -331,7 +331,7 @@ def test_warmup_steps_skip_when_the_lane_bypasses_the_warmup(tmp_path):
     warmup.lane_step(rb)
     warmup.post_readiness_step(rb, hook=None)
     why = warmup.warmup_enabled(off.env)[1]
-    assert [(c.expected, c.seen) for c in rb.checks] == [
+    assert [(c.what, c.detail) for c in rb.checks] == [
         ("the bounded post-readiness warmup ran", f"skipped: {why}"),
         ("the lane is well after the warmup", f"skipped: {why}"),
         ("the bounded post-readiness warmup ran", f"skipped: {why}"),
@@ -345,7 +345,7 @@ def test_a_hook_warmed_lane_is_not_warmed_twice_and_a_dry_run_lists_the_waves():
     rb = Runbook("launch", "anemll-0731", dry_run=True)
     warmup.post_readiness_step(rb, hook="Post-readiness warmup: ok")
     assert rb.figures == {"warmed_by": "the launcher's post-readiness hook"}
-    assert rb.checks[0].expected == "lanebook's own warmup waves" and rb.checks[0].outcome == "skipped"
+    assert rb.checks[0].what == "lanebook's own warmup waves" and rb.checks[0].outcome == "skipped"
     assert not any("/chat/completions" in c for c in rb.commands())
     cold = Runbook("warmup", "anemll-0731", dry_run=True)
     warmup.warmup_step(cold)

@@ -165,7 +165,7 @@ def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
 def test_check_weights_of_a_dry_run_observes_nothing():
     lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
     check = weights.check_weights(lane)
-    assert not check.ok and check.seen == "not observed (dry run)"
+    assert not check.ok and check.detail == "not observed (dry run)"
     assert [c.split(":")[0] for c in lane.executor.commands()] == ["head", "worker"]  # every node's probe recorded
 
 
@@ -180,10 +180,10 @@ def test_check_weights_reports_every_node(twin):
         check = weights.check_weights(lane)
     assert not check.ok and list(check.failed_nodes) == ["head", "worker"]
     assert all(n.figures["shard_count"] == 0 for n in check.nodes.values())
-    assert check.seen.startswith("head: 0/48 shards, ")
+    assert check.detail.startswith("head: 0/48 shards, ")
     with ssh.Lane(base) as lane:
         whole = weights.check_weights(lane)
-    assert whole.ok and whole.seen == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
+    assert whole.ok and whole.detail == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
 
 
 # --- what the weights runbook decides from the reports ------------------------------------------------
@@ -227,17 +227,17 @@ def test_incomplete_files_are_deleted_on_the_chosen_workers_never_the_head():
 
 def test_per_node_results_and_revisions_for_the_runbooks_checks():
     reports = {"head": report("head"), "worker": report("worker", revision="r0", problems=["2 *.incomplete files"])}
-    assert weights.tree_results(reports) == {
-        "head": (True, "head: 48/48 shards, complete"),
-        "worker": (True, "worker: 48/48 shards, 2 *.incomplete files"),
-    }
-    assert weights.complete_results(reports) == {
-        "head": (True, "head: 48/48 shards, complete"),
-        "worker": (False, "worker: 48/48 shards, 2 *.incomplete files"),
-    }
+    assert [(c.what, c.ok, c.detail) for c in weights.tree_results(reports)] == [
+        ("head reports its tree", True, "head: 48/48 shards, complete"),
+        ("worker reports its tree", True, "worker: 48/48 shards, 2 *.incomplete files"),
+    ]
+    assert [(c.what, c.ok, c.detail) for c in weights.complete_results(reports)] == [
+        ("weights complete on head", True, "head: 48/48 shards, complete"),
+        ("weights complete on worker", False, "worker: 48/48 shards, 2 *.incomplete files"),
+    ]
     assert weights.revisions(reports) == ["r0", "r1"]
     unseen = {"head": report("head", revision=None, dry_run=True)}
-    assert weights.tree_results(unseen) == {"head": (False, "head: not observed (dry run)")}
+    assert [(c.outcome, c.detail) for c in weights.tree_results(unseen)] == [("fail", "head: not observed (dry run)")]
     assert weights.revisions(unseen) == ["None"]
 
 
@@ -249,7 +249,7 @@ def test_steps_skip_what_is_whole_and_a_dry_run_records_the_download_and_the_rsy
     assert weights.ensure_head_whole(rb, whole) is whole
     assert weights.sync_step(rb, whole, {"worker": report("worker")}, attempts=1) == {}
     weights.clean_step(rb, {})
-    assert [(c.expected, c.outcome) for c in rb.checks] == [
+    assert [(c.what, c.outcome) for c in rb.checks] == [
         ("the head's tree is whole", "skipped"),
         ("every worker's tree verifies at the head's revision", "skipped"),
         ("no *.incomplete on any worker", "skipped"),

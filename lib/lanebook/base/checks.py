@@ -2,7 +2,7 @@
 back, and the one spelling of each outcome.
 
 A result holds only where it was observed: a dry run sends nothing, so what the lane would have shown is
-NOT_OBSERVED (seen: NOT_OBSERVED_DRY_RUN), never a pass; a check that saw no node at all fails.
+NOT_OBSERVED (detail: NOT_OBSERVED_DRY_RUN), never a pass; a check that saw no node at all fails.
 """
 
 from __future__ import annotations
@@ -30,18 +30,19 @@ class NodeResult:
 
 @dataclass(frozen=True)
 class ExpectedResult:
-    """One expected result: the step or gate it belongs to (name, given by the runbook when the library cannot
-    know it), what was expected, its outcome, what was seen, and what to do when it fails.
+    """One expected result: the step or gate it belongs to (step, given by the runbook when the library cannot
+    know it), what was expected, its outcome, the detail seen, and what to do when it fails. The fields are
+    spelt as the run record's keys (record()).
 
     pitfall: the pitfall it guards against (a gate's); local: judged on this machine (lint, the lane file), so a
     dry run checks it for real; fail_open: when it does not hold, the step failed but the lane did not, so the
     runbook records a warning (the warmup's); nodes: each node's part, for a check made on every node.
     """
 
-    name: str
-    expected: str
+    step: str
+    what: str
     outcome: str
-    seen: str = ""
+    detail: str = ""
     fix: Optional[str] = None
     pitfall: Optional[str] = None
     local: bool = False
@@ -51,10 +52,10 @@ class ExpectedResult:
     @classmethod
     def judged(
         cls,
-        name: str,
-        expected: str,
+        step: str,
+        what: str,
         ok: Optional[bool],
-        seen: str = "",
+        detail: str = "",
         pitfall: Optional[str] = None,
         *,
         local: bool = False,
@@ -62,34 +63,40 @@ class ExpectedResult:
     ) -> "ExpectedResult":
         """Pass or fail as ok says; None: not observed (a dry run asked the lane nothing)."""
         outcome = NOT_OBSERVED if ok is None else PASS if ok else FAIL
-        return cls(name, expected, outcome, seen, pitfall=pitfall, local=local, fail_open=fail_open)
+        return cls(step, what, outcome, detail, pitfall=pitfall, local=local, fail_open=fail_open)
 
     @classmethod
-    def on_nodes(cls, nodes: Mapping[str, NodeResult], dry_run: bool = False) -> "ExpectedResult":
+    def on_nodes(cls, nodes: Mapping[str, NodeResult], *, what: str = "", dry_run: bool = False) -> "ExpectedResult":
         """What one check found on each node, by alias, in the lane's node order: it holds where every node's part
-        does; seen is every node's detail, or why nothing holds. A dry run observed no node, so it keeps none.
-        The runbook names what was expected."""
+        does; detail is every node's, or why nothing holds. A dry run observed no node, so it keeps none.
+        what: what was expected (the runbook's step fills in the step)."""
         if dry_run:
-            outcome, seen, nodes = NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, {}
+            outcome, detail, nodes = NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, {}
         elif not nodes:
-            outcome, seen = FAIL, "no node observed"
+            outcome, detail = FAIL, "no node observed"
         else:
             outcome = PASS if all(n.ok for n in nodes.values()) else FAIL
-            seen = "; ".join(f"{alias}: {n.detail}" for alias, n in nodes.items())
-        return cls("", "", outcome, seen, nodes=dict(nodes))
+            detail = "; ".join(f"{alias}: {n.detail}" for alias, n in nodes.items())
+        return cls("", what, outcome, detail, nodes=dict(nodes))
+
+    @classmethod
+    def per_node(
+        cls, found: Mapping[str, tuple[bool, Any]], what: str, *, local: bool = False
+    ) -> list["ExpectedResult"]:
+        """One result per node ({alias: (ok, detail)}), `what` naming each with `{}` in place of its alias:
+        one call records them all while each stays its own check."""
+        return [
+            cls.judged("", what.format(alias), ok, str(detail), local=local) for alias, (ok, detail) in found.items()
+        ]
 
     @property
     def ok(self) -> bool:
         return self.outcome == PASS
 
-    def __bool__(self) -> bool:
-        """The result held, so `rb.expect(check, ...)` reads as it should."""
-        return self.ok
-
     @property
     def title(self) -> str:
         """What was expected, naming the pitfall it guards against."""
-        return f"{self.expected} ({self.pitfall})" if self.pitfall else self.expected
+        return f"{self.what} ({self.pitfall})" if self.pitfall else self.what
 
     @property
     def failed_nodes(self) -> dict[str, NodeResult]:
@@ -101,4 +108,4 @@ class ExpectedResult:
 
     def record(self) -> dict:
         """The result as a run record keeps it (the keys every stored record and the book use)."""
-        return {"step": self.name, "what": self.title, "outcome": self.outcome, "detail": self.seen}
+        return {"step": self.step, "what": self.title, "outcome": self.outcome, "detail": self.detail}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
@@ -88,7 +89,7 @@ def copy_results(before: dict, source_after: dict, copies: dict) -> dict[str, tu
 # --- the env runbook's first step ------------------------------------------------------------------------------------
 
 
-def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
+def copy_step(rb: "Runbook", *, restore: Optional[str] = None) -> None:
     """The env runbook's checkout step: each node without the lane's checkout gets a `cp -a` of the known-good one
     (after confirmation); the source's fingerprint is the same after the copy and the copy's is the source's. A restore
     copies nothing."""
@@ -104,8 +105,8 @@ def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
         # copy step (rsync)
         rb.expect(
             lane.head not in absent,
-            f"{target} on the head",
-            "absent; the lane names no checkout to copy it from (checkout_from: false, or no rollback lane)"
+            what=f"{target} on the head",
+            detail="absent; the lane names no checkout to copy it from (checkout_from: false, or no rollback lane)"
             if lane.head in absent
             else "present",
         )
@@ -117,7 +118,7 @@ def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
     before = {n.alias: checkout_tree(n, source, hub) for n in absent}
     if not rb.dry_run:
         found = {a: (t["exists"], tree_line(t)) for a, t in before.items()}
-        rb.expect_each(found, f"{source}, the checkout to copy, on {{}}")
+        rb.expect(ExpectedResult.per_node(found, f"{source}, the checkout to copy, on {{}}"))
     rb.confirm(f"cp -a {source} {target} on {missing} (the source stays as it is: the rollback)")
     for node in absent:
         copy_checkout(node, source, target)
@@ -125,11 +126,11 @@ def copy_step(rb: "Runbook", restore: Optional[str] = None) -> None:
     copies = {n.alias: checkout_tree(n, target, hub) for n in absent}
     rb.record(checkout_copied={"from": source, "to": target, "nodes": [n.alias for n in absent]})
     if rb.dry_run:
-        rb.expect(True, f"{source} unchanged by the copy and {target} its copy on {missing}")  # not observed
+        rb.expect(True, what=f"{source} unchanged by the copy and {target} its copy on {missing}")  # not observed
         return
     rb.record(checkout_copy_sha256={a: t["sha256"] for a, t in copies.items()})
     judged = copy_results(before, after, copies)
-    rb.expect_each({a: (same, tree_line(after[a])) for a, (same, _) in judged.items()}, f"{source} unchanged on {{}}")
-    rb.expect_each(
-        {a: (equal, tree_line(copies[a])) for a, (_, equal) in judged.items()}, f"{target} is its copy on {{}}"
-    )
+    unchanged = {a: (same, tree_line(after[a])) for a, (same, _) in judged.items()}
+    copied = {a: (equal, tree_line(copies[a])) for a, (_, equal) in judged.items()}
+    rb.expect(ExpectedResult.per_node(unchanged, f"{source} unchanged on {{}}"))
+    rb.expect(ExpectedResult.per_node(copied, f"{target} is its copy on {{}}"))

@@ -20,7 +20,7 @@ from lanebook.base.files import utc_stamp
 from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, lane_path
 from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
-from lanebook.ops.transfers import sync_checkout
+from lanebook.ops.transfers import rsync_results, sync_checkout
 from lanebook.recipe.compose import COMPOSE_NAME
 from lanebook.recipe.effective.checkout import (
     ENV_NAME,
@@ -353,7 +353,9 @@ def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False)
     return _hashes(node.run(command, timeout=60).stdout)
 
 
-def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
+def same_checkout(
+    lane: Lane, *, checkout: Optional[str] = None, what: str = "every node holds the head's bytes"
+) -> ExpectedResult:
     """Every worker's checkout holds the head's bytes: each of compared_names and every file under scripts/ the head
     has, hashed on each node (figures: sha256 by file). A file only a worker has does not count: nothing runs it."""
     checkout = checkout or lane.params.checkout
@@ -361,7 +363,7 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
     if lane.executor.dry_run:  # the head's answer is unknown: each worker is asked what the head was
         for worker in lane.workers:
             _digests(worker, checkout, compared_names(lane.params), scripts=True)
-        return ExpectedResult.on_nodes({}, dry_run=True)
+        return ExpectedResult.on_nodes({}, what=what, dry_run=True)
     names = sorted(head)
     results = {
         lane.head.alias: NodeResult(
@@ -385,7 +387,7 @@ def same_checkout(lane: Lane, checkout: Optional[str] = None) -> ExpectedResult:
             detail or f"the head's {len(names)} files, same bytes",
             {"sha256": theirs},
         )
-    return ExpectedResult.on_nodes(results)
+    return ExpectedResult.on_nodes(results, what=what)
 
 
 # --- the env runbook's steps (each takes the runbook: it confirms, records, shows and checks) ------------------
@@ -401,7 +403,7 @@ def lint_errors(report: LintReport) -> list[str]:
 
 
 def plan_step(
-    rb: "Runbook", source: str, restored: Optional[dict], *, allow_runtime_and_weights: bool = False
+    rb: "Runbook", *, source: str, restored: Optional[dict] = None, allow_runtime_and_weights: bool = False
 ) -> tuple[Optional[EnvPlan], list[Backup]]:
     """The env runbook's plan step: render mode plans the lane into the head's checkout (the diff shown); restore mode
     reads the backups of the run `restored` (its record, from the run index) and checks every file still holds what that
@@ -412,8 +414,9 @@ def plan_step(
         show_diff(rb, plan.diff, plan.source)
         rb.expect(
             bool(plan.read),
-            "the head's checkout read",
-            f"{len(plan.read)} files; {'changes ' + ', '.join(plan.changed) if plan.writes else 'nothing to change'}",
+            what="the head's checkout read",
+            detail=f"{len(plan.read)} files; "
+            + ("changes " + ", ".join(plan.changed) if plan.writes else "nothing to change"),
         )
         return plan, []
     restore = restored["run_id"]
@@ -423,13 +426,13 @@ def plan_step(
     show_diff(rb, restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
     rb.expect(
         True,
-        f"every file holds what run {restore} wrote, every backup what it replaced",
-        ", ".join(b.path for b in backups),
+        what=f"every file holds what run {restore} wrote, every backup what it replaced",
+        detail=", ".join(b.path for b in backups),
     )
     return None, backups
 
 
-def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) -> None:
+def lint_step(rb: "Runbook", plan: Optional[EnvPlan], *, restore: Optional[str] = None) -> None:
     """The env runbook's lint step: the checkout as rendered lints clean (a restore puts back earlier bytes: nothing to
     lint)."""
     if plan is None:
@@ -439,14 +442,14 @@ def lint_step(rb: "Runbook", plan: Optional[EnvPlan], restore: Optional[str]) ->
     rb.record(lint_errors=errors)
     rb.expect(
         plan.lint.ok,
-        "the checkout as rendered lints clean",
-        "; ".join(errors) or plan.lint.linted_summary(),
+        what="the checkout as rendered lints clean",
+        detail="; ".join(errors) or plan.lint.linted_summary(),
         local=True,
     )
 
 
 def write_step(
-    rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], source: str, restore: Optional[str]
+    rb: "Runbook", plan: Optional[EnvPlan], backups: list[Backup], *, source: str, restore: Optional[str] = None
 ) -> None:
     """The env runbook's write step: write the plan on the head (each file backed up first) and plan again, or restore
     run `restore`'s backups and check each file holds their bytes; nothing to write is no backup."""
@@ -463,8 +466,8 @@ def write_step(
         again = plan_on_head(rb.lane, source=source)
         rb.expect(
             not again.writes,
-            "the head's checkout runs the lane now: planning again changes nothing",
-            ", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups),
+            what="the head's checkout runs the lane now: planning again changes nothing",
+            detail=", ".join(again.changed) or "backups: " + ", ".join(str(b.backup) for b in change.backups),
         )
     else:
         rb.confirm(
@@ -476,15 +479,15 @@ def write_step(
         check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
         rb.expect(
             not change.dry_run,
-            f"every file holds the bytes run {restore} replaced",
-            ", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups),
+            what=f"every file holds the bytes run {restore} replaced",
+            detail=", ".join(f"{b.path} sha256 {b.sha256_new}" for b in change.backups),
         )
 
 
 def copy_step(rb: "Runbook") -> None:
     """The env runbook's copy step: rsync the head's checkout to the workers that do not hold its bytes (adds and
     updates, never deletes)."""
-    if same_checkout(rb.lane):
+    if same_checkout(rb.lane).ok:
         rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
         return
     rb.confirm(
@@ -493,10 +496,4 @@ def copy_step(rb: "Runbook") -> None:
     )
     stats = sync_checkout(rb.lane)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
-    rb.expect_each(
-        {
-            a: (s.files_transferred is not None, f"{s.files_transferred} files, {s.transferred_file_size} bytes sent")
-            for a, s in stats.items()
-        },
-        "rsync to {} finished with its statistics",
-    )
+    rb.expect(rsync_results(stats))

@@ -103,7 +103,7 @@ def make_beside(lane: Lane, ref: str) -> NewCheckout:
 def copy_to_workers(lane: Lane, new: NewCheckout) -> ExpectedResult:
     """The new checkout on every worker with the head's bytes (rsync -aH, never --delete), then compared."""
     rsync_to_workers(lane, new.path, attempts=2)
-    return same_checkout(lane, new.path)
+    return same_checkout(lane, checkout=new.path)
 
 
 def old_checkout_trees(lane: Lane) -> dict[str, dict]:

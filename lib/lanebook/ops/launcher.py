@@ -20,9 +20,10 @@ from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
 from lanebook.base.progress import Progress
 from lanebook.nodes.ssh import CommandResult, Lane, Node, env_prefix, q, qpath
-from lanebook.ops.logs import check_startup_log
+from lanebook.ops.logs import check_startup_log, live_command
 from lanebook.ops.readiness import ReadinessWatch, wait_health, wait_models
 from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
+from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.render import ENV_NAME as ENV_FILE
 
 if TYPE_CHECKING:
@@ -390,28 +391,29 @@ def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
 
 def start_step(
     rb: "Runbook",
-    lane: Lane,
-    serving: Optional[str],
-    what: str,
     *,
+    target: Optional[Lane] = None,
+    what: str = "launcher reports the lane up",
+    skip_because: Optional[str] = None,
     skipped: Optional[str] = None,
     confirm: Optional[str] = None,
     timing: bool = False,
 ) -> Optional[LauncherResult]:
-    """Start `lane` with its launcher unless it already serves (`serving` says so: it is verified, not restarted);
-    the launcher's result, None when skipped. `skipped`: what the skip names (`what` when not given); `confirm`:
-    what the operator confirms first; `timing`: also record how long before the launcher's exit the server was
-    seen ready."""
-    if serving:
-        rb.skip(skipped or what, serving)
+    """Start the runbook's lane (or `target`, another lane on its pair) with its launcher; the launcher's result.
+
+    skip_because: why it is not started (it already serves: verified, not restarted), None when skipped;
+    `skipped`: what the skip names (`what` when not given); `confirm`: what the operator confirms first;
+    `timing`: also record how long before the launcher's exit the server was seen ready."""
+    if skip_because is not None:
+        rb.skip(skipped or what, skip_because)
         return None
-    if confirm:
+    if confirm is not None:
         rb.confirm(confirm)
-    started = start_lane(lane)
+    started = start_lane(rb.lane if target is None else target)
     rb.record(launcher_outcome=started.outcome)
     if timing:
         rb.record(seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
-    rb.expect(started.ok, what, started.summary())
+    rb.expect(started.ok, what=what, detail=started.summary())
     return started
 
 
@@ -423,15 +425,16 @@ def containers_step(rb: "Runbook") -> str:
     rb.record(state=state, containers=containers.running)
     rb.expect(
         not containers.orphaned,
-        "no orphaned worker (P16: the head's container is gone while a worker's runs)",
-        f"orphaned: {containers.orphaned}; run the `stop` runbook now (it stops each orphaned worker, cleans memory)"
+        what="no orphaned worker (P16: the head's container is gone while a worker's runs)",
+        detail=f"orphaned: {containers.orphaned}; "
+        "run the `stop` runbook now (it stops each orphaned worker, cleans memory)"
         if containers.orphaned
         else containers.summary(),
     )
     rb.expect(
         state != HEAD_ALONE,
-        "the head does not run without its workers",
-        f"{containers.summary()}; run `stop`, then `launch`" if state == HEAD_ALONE else "",
+        what="the head does not run without its workers",
+        detail=f"{containers.summary()}; run `stop`, then `launch`" if state == HEAD_ALONE else "",
     )
     return state
 
@@ -444,24 +447,34 @@ def status_api_step(rb: "Runbook", state: str) -> None:
     api = ask_api(rb.lane)
     rb.record(models=api.model_ids)
     rb.expect(
-        api.healthy,
-        "/health answers 200",
-        api.detail
+        api.healthy is True,
+        what="/health answers 200",
+        detail=api.detail
         if api.healthy
         else f"{api.detail}; if a launch is in progress (cold bind 8–15 min, P11) wait and run status again, "
         "otherwise read the status script's log lines above, or run `stop` and `launch`",
     )
     name = rb.params.served_model_name
-    rb.expect(name in api.model_ids, f"/v1/models lists {name}", api.detail)
+    rb.expect(name in api.model_ids, what=f"/v1/models lists {name}", detail=api.detail)
 
 
-def startup_log_step(rb: "Runbook", lane: Lane, down: Optional[str] = None) -> Optional[int]:
-    """The startup log's expected lines (logs.check_startup_log) on the head's container, unless `down` says why
-    there is none to read; the KV cache size it reports, recorded."""
-    if down:
-        rb.skip("the startup log is clean", down)
+def startup_log_step(rb: "Runbook", *, skip_because: Optional[str] = None) -> Optional[int]:
+    """The startup log's expected lines (logs.check_startup_log) on the head's container of the runbook's lane,
+    unless `skip_because` says why there is none to read; the KV cache size it reports, recorded."""
+    if skip_because is not None:
+        rb.skip("the startup log is clean", skip_because)
         return None
-    expectations, kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
+    expectations, kv = check_startup_log(rb.lane.head, container_name(rb.lane), rb.params.gates)
     rb.record(kv_cache_tokens=kv)
-    rb.expect_results(expectations)
+    rb.expect(expectations)
     return kv
+
+
+def live_command_step(
+    rb: "Runbook", *, target: Optional[Lane] = None, what: str = "the live command carries every value the lane sets"
+) -> None:
+    """The head's live `vllm serve` command carries every value the runbook's lane (or `target`) sets; each one it
+    does not carry is named with both values."""
+    lane = rb.lane if target is None else target
+    mismatches = live_mismatches(lane.params, live_command(lane.head, container_name(lane)))
+    rb.expect(not mismatches, what=what, detail="; ".join(map(str, mismatches)))

@@ -27,9 +27,11 @@ SHM_CLEANUP = "rm -rf /dev/shm/*"
 DROP_CACHES = "sync; echo 3 > /proc/sys/vm/drop_caches"
 SHM_LISTING = "ls -A /dev/shm"
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+CLEANED = "no stale SHM segment left on any node, free memory read back"
+UNITS_MASKED = "no legacy unit active: each inactive and masked on every node"
 
 
-def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult]) -> ExpectedResult:
+def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult], *, what: str) -> ExpectedResult:
     """`observe` on every node; a node that cannot be reached fails its part without stopping the others."""
     found = {}
     for node in lane.nodes:
@@ -37,7 +39,7 @@ def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult]) -> Expecte
             found[node.alias] = observe(node)
         except NodeError as exc:
             found[node.alias] = NodeResult(False, str(exc))
-    return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
+    return ExpectedResult.on_nodes(found, what=what, dry_run=lane.executor.dry_run)
 
 
 def cleanup_command() -> str:
@@ -137,10 +139,12 @@ def clean_memory(lane: Lane) -> ExpectedResult:
             f"not cleaning memory while a vLLM server runs on the pair ({where}): "
             "stop that lane first (run `stop` with its --lane)"
         )
-    return _on_every_node(lane, _cleaned_node)
+    return _on_every_node(lane, _cleaned_node, what=CLEANED)
 
 
-def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> ExpectedResult:
+def check_sticky_uma(
+    lane: Lane, *, min_free_gib: Optional[float] = None, what: str = "enough free memory on every node"
+) -> ExpectedResult:
     """Is enough memory free on every node for vLLM to start?
 
     vLLM refuses to start when free memory is below GPU_MEMORY_UTILIZATION x total; on the Spark's
@@ -165,7 +169,7 @@ def check_sticky_uma(lane: Lane, min_free_gib: Optional[float] = None) -> Expect
             },
         )
 
-    return _on_every_node(lane, observe)
+    return _on_every_node(lane, observe, what=what)
 
 
 # --- legacy units -------------------------------------------------------------------------------
@@ -235,34 +239,41 @@ def mask_legacy_units(lane: Lane) -> ExpectedResult:
     if not units:
         return ExpectedResult.on_nodes(
             {node.alias: NodeResult(True, "the lane names no legacy units") for node in lane.nodes},
+            what=UNITS_MASKED,
             dry_run=lane.executor.dry_run,
         )
-    return _on_every_node(lane, lambda node: _masked_node(node, units))
+    return _on_every_node(lane, lambda node: _masked_node(node, units), what=UNITS_MASKED)
 
 
 # --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
 
 
-def clean_step(rb: "Runbook", serving: Optional[str], *, confirm: Optional[str] = None) -> None:
-    """Clean SHM and the page cache on every node of the runbook's lane, unless a server runs (`serving` says
-    whose): memory is never cleaned under one. `confirm`: what the operator confirms first."""
-    if serving:
-        rb.skip("SHM and page cache cleaned on every node", f"{serving}; memory is never cleaned under a server")
+def clean_step(rb: "Runbook", *, skip_because: Optional[str] = None, confirm: Optional[str] = None) -> None:
+    """Clean SHM and the page cache on every node of the runbook's lane, unless a server runs (`skip_because`
+    says whose): memory is never cleaned under one. `confirm`: what the operator confirms first."""
+    if skip_because is not None:
+        rb.skip("SHM and page cache cleaned on every node", f"{skip_because}; memory is never cleaned under a server")
         return
-    if confirm:
+    if confirm is not None:
         rb.confirm(confirm)
     cleaned = clean_memory(rb.lane)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
-    rb.expect(cleaned, "no stale SHM segment left on any node, free memory read back", cleaned.seen)
+    rb.expect(cleaned)
 
 
 def free_memory_step(
-    rb: "Runbook", lane: Lane, serving: Optional[str], what: str, min_free_gib: Optional[float] = None
+    rb: "Runbook",
+    *,
+    what: str,
+    target: Optional[Lane] = None,
+    skip_because: Optional[str] = None,
+    min_free_gib: Optional[float] = None,
 ) -> None:
-    """Enough free memory on every node for `lane` (P04), unless a server runs and holds it (`serving` says why)."""
-    if serving:
-        rb.skip(what, serving)
+    """Enough free memory on every node for the runbook's lane, or `target` (another lane on its pair) (P04),
+    unless a server runs and holds it (`skip_because` says why)."""
+    if skip_because is not None:
+        rb.skip(what, skip_because)
         return
-    free = check_sticky_uma(lane, min_free_gib=min_free_gib)
+    free = check_sticky_uma(rb.lane if target is None else target, min_free_gib=min_free_gib, what=what)
     rb.record(free_gib=free.figure("free_gib"))
-    rb.expect(free, what, free.seen)
+    rb.expect(free)

@@ -22,10 +22,8 @@ from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, load_lane
 from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
 from lanebook.ops import launcher, memory
-from lanebook.ops.logs import live_command
 from lanebook.ops.transfers import checkout_ok
 from lanebook.ops.weights import check_weights
-from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.lint import lint_what_lane_runs
 
 if TYPE_CHECKING:
@@ -182,41 +180,42 @@ def load_target(rb: "Runbook") -> LaneParams:
     try:
         return rollback_target(rb.params)
     except LanebookError as exc:
-        rb.expect(False, "the lane names a rollback lane that loads", exc, local=True)
+        rb.expect(False, what="the lane names a rollback lane that loads", detail=exc, local=True)
 
 
-def ready_step(rb: "Runbook", target: Lane) -> None:
+def ready_step(rb: "Runbook", *, target: Lane) -> None:
     """The rollback lane can be launched: what it runs lints clean, its checkout and its weights on every node."""
     name = target.params.name
     # A rollback returns to a lane that ran: how it differs from its own rollback lane (S07) is no reason to stay.
     report = lint_what_lane_runs(target.params, dry_run=rb.dry_run, allow_runtime_and_weights=True)
-    rb.expect(report.ok, f"what {name} runs lints clean", report.errors_summary(), local=True)
-    rb.expect(checkout_ok(target), f"{name}'s checkout present on every node", target.params.checkout)
-    complete = check_weights(target)
-    rb.expect(complete, f"{name}'s weights complete on every node", complete.seen)
+    rb.expect(report.ok, what=f"what {name} runs lints clean", detail=report.errors_summary(), local=True)
+    rb.expect(checkout_ok(target, what=f"{name}'s checkout present on every node"))
+    rb.expect(check_weights(target, what=f"{name}'s weights complete on every node"))
 
 
-def pair_step(rb: "Runbook", target: Lane) -> bool:
+def pair_step(rb: "Runbook", *, target: Lane) -> bool:
     """Who holds the pair: no other lane than these two, the rollback lane cleanly down or up, and never both
     lanes up. Whether the rollback already happened (the rollback lane up, this one down)."""
     name = target.params.name
     current, fallback = launcher.lane_containers(rb.lane), launcher.lane_containers(target)
     rb.record(state_before=current.state, rollback_state_before=fallback.state)
     pair = launcher.pair_occupancy(rb.lane, also=[target])
-    rb.expect(not pair.other_lane_up, "no other lane serves on the pair", pair.others_found() or "")
+    rb.expect(not pair.other_lane_up, what="no other lane serves on the pair", detail=pair.others_found() or "")
     rb.expect(
-        fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP), f"{name} is cleanly down or up", fallback.summary()
+        fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP),
+        what=f"{name} is cleanly down or up",
+        detail=fallback.summary(),
     )
     already = fallback.state == launcher.LANE_UP
     rb.expect(
         not already or current.state == launcher.LANE_DOWN,
-        f"{rb.params.name} and {name} do not both hold the pair",
-        f"{rb.params.name}: {current.summary()}",
+        what=f"{rb.params.name} and {name} do not both hold the pair",
+        detail=f"{rb.params.name}: {current.summary()}",
     )
     return already
 
 
-def recorded_step(rb: "Runbook", name: str, before: dict, runs: Iterable[dict]) -> None:
+def recorded_step(rb: "Runbook", *, name: str, before: dict, runs: Iterable[dict]) -> None:
     """The rollback lane's fingerprint now against the last one a run recorded (none recorded: nothing to compare)."""
     earlier = recorded_fingerprint(runs, name)
     if earlier is None:
@@ -230,13 +229,13 @@ def recorded_step(rb: "Runbook", name: str, before: dict, runs: Iterable[dict]) 
     changes = fingerprint_differences(recorded, before)
     rb.expect(
         not changes,
-        f"{name} untouched since {record.get('runbook')} run {record.get('run_id')} "
+        what=f"{name} untouched since {record.get('runbook')} run {record.get('run_id')} "
         f"fingerprinted it ({record.get('started_at')})",
-        "; ".join(changes) or "equal",
+        detail="; ".join(changes) or "equal",
     )
 
 
-def stop_step(rb: "Runbook", target: Lane, already: bool) -> None:
+def stop_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
     """Stop this lane on every node (its orphaned workers too), unless the rollback lane already took the pair."""
     name = target.params.name
     if already:
@@ -245,46 +244,42 @@ def stop_step(rb: "Runbook", target: Lane, already: bool) -> None:
     rb.confirm(f"stop lane {rb.params.name} on every node and relaunch {name} from {target.params.checkout}")
     stopped = launcher.stop_lane(rb.lane)
     rb.record(stop_script=stopped.launcher.outcome)
-    rb.expect(stopped.launcher.ok, "the stop script exits 0", stopped.launcher.summary())
+    rb.expect(stopped.launcher.ok, what="the stop script exits 0", detail=stopped.launcher.summary())
     orphans = launcher.stop_orphaned_workers(rb.lane)
     rb.record(orphaned_workers_stopped=orphans)
     left = launcher.lane_containers(rb.lane)
     rb.expect(
         not left.left,
-        f"no container of {rb.params.name} left on any node",
-        (f"stopped orphaned: {orphans}; " if orphans else "") + left.summary(),
+        what=f"no container of {rb.params.name} left on any node",
+        detail=(f"stopped orphaned: {orphans}; " if orphans else "") + left.summary(),
     )
 
 
-def clean_step(rb: "Runbook", target: Lane, already: bool) -> None:
+def clean_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
     """Clean memory on every node and check there is enough free for the rollback lane (P04), unless it serves."""
     name = target.params.name
-    memory.clean_step(rb, already and f"{name} is up")
+    memory.clean_step(rb, skip_because=f"{name} is up" if already else None)
     if not already:
-        free = memory.check_sticky_uma(target)
-        rb.record(free_gib=free.figure("free_gib"))
-        rb.expect(free, f"enough free memory on every node for {name}", free.seen)
+        memory.free_memory_step(rb, target=target, what=f"enough free memory on every node for {name}")
 
 
-def relaunch_step(rb: "Runbook", target: Lane, already: bool) -> None:
+def relaunch_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
     """The rollback runbook's relaunch step: no legacy unit active, the rollback lane launched from its own checkout
     (verified instead when it already serves), up on every node, and its live command carrying every value its lane file
     sets."""
     name = target.params.name
-    units = memory.mask_legacy_units(target)
-    rb.expect(units, "no legacy unit active: each inactive and masked on every node", units.seen)
+    rb.expect(memory.mask_legacy_units(target))
     launcher.start_step(
         rb,
-        target,
-        already and "already up: verifying it instead of restarting it",
-        "launcher reports the rollback lane up",
+        target=target,
+        skip_because="already up: verifying it instead of restarting it" if already else None,
+        what="launcher reports the rollback lane up",
         skipped=f"launcher reports {name} up",
         confirm=f"launch {name} from {target.params.checkout}",
     )
     up = launcher.lane_containers(target)
-    rb.expect(up.state == launcher.LANE_UP, f"{name} up on every node", up.summary())
-    mismatches = live_mismatches(target.params, live_command(target.head, launcher.container_name(target)))
-    rb.expect(not mismatches, f"the live command carries every value {name} sets", "; ".join(map(str, mismatches)))
+    rb.expect(up.state == launcher.LANE_UP, what=f"{name} up on every node", detail=up.summary())
+    launcher.live_command_step(rb, target=target, what=f"the live command carries every value {name} sets")
 
 
 def hermes_note(current: LaneParams, target: LaneParams, changes: list[str]) -> str:

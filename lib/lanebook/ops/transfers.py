@@ -49,7 +49,7 @@ def checkout_files(lane: Lane) -> list[tuple[str, str]]:
     ]
 
 
-def checkout_ok(lane: Lane) -> ExpectedResult:
+def checkout_ok(lane: Lane, *, what: str = "checkout present on every node") -> ExpectedResult:
     """The checkout's files on every node; each node's `missing` figure lists what is absent (or not executable)."""
     tests = checkout_files(lane)
     found = {}
@@ -58,7 +58,7 @@ def checkout_ok(lane: Lane) -> ExpectedResult:
         found[node.alias] = NodeResult(
             not missing, f"missing {', '.join(missing)}" if missing else "all present", {"missing": missing}
         )
-    return ExpectedResult.on_nodes(found, dry_run=lane.executor.dry_run)
+    return ExpectedResult.on_nodes(found, what=what, dry_run=lane.executor.dry_run)
 
 
 # --- rsync head -> workers over the RoCE link -------------------------------------------------------
@@ -76,6 +76,22 @@ class RsyncStats:
     duration_s: float = 0.0
     dry_run: bool = False
     attempts: int = 1  # rsync runs it took: more than one when a cut connection was resumed
+
+
+def rsync_results(stats: dict[str, RsyncStats], *, runs: bool = False) -> list[ExpectedResult]:
+    """One result per worker: rsync finished with its statistics (files and bytes sent; `runs`: and the rsync runs
+    it took)."""
+    return ExpectedResult.per_node(
+        {
+            alias: (
+                s.files_transferred is not None,
+                f"{s.files_transferred} files, {s.transferred_file_size} bytes sent"
+                + (f" in {s.attempts} run(s)" if runs else ""),
+            )
+            for alias, s in stats.items()
+        },
+        "rsync to {} finished with its statistics",
+    )
 
 
 # rsync exit codes of a connection lost mid-transfer (socket I/O 10, stream 12, timeouts 30/35, ssh 255):

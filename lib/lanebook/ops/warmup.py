@@ -171,8 +171,8 @@ class WarmupResult:
         A dry run observed none of them: they are listed as not observed."""
         observed = not self.dry_run
 
-        def judged(expected: str, ok: bool, seen: str, fail_open: bool = True) -> ExpectedResult:
-            return ExpectedResult.judged("", expected, ok if observed else None, seen, fail_open=fail_open)
+        def judged(what: str, ok: bool, detail: str, fail_open: bool = True) -> ExpectedResult:
+            return ExpectedResult.judged("", what, ok if observed else None, detail, fail_open=fail_open)
 
         idle_before = (
             f"the warmup was not sent: {self.not_idle_before}"
@@ -211,7 +211,7 @@ class WarmupResult:
         return checks
 
     def warnings(self) -> list[str]:
-        return [f"{c.expected}: {c.seen}" for c in self.checks() if c.fail_open and c.outcome == FAIL]
+        return [f"{c.what}: {c.detail}" for c in self.checks() if c.fail_open and c.outcome == FAIL]
 
     def figures(self) -> dict:
         """The run record's figures (the record's twin flag says whose: twin figures are a twin's)."""
@@ -388,16 +388,16 @@ def lane_checks(lane: Lane) -> list[ExpectedResult]:
     return checks
 
 
-def post_readiness_step(rb: "Runbook", hook: Optional[str]) -> None:
+def post_readiness_step(rb: "Runbook", *, hook: Optional[str] = None) -> None:
     """The bounded warmup after a launch (P12), fail-open: skipped when the lane disables it; when the launcher's
     own hook warmed the lane (`hook`, its line), only the lane's health and logs are checked, not the shapes twice."""
     enabled, why = warmup_enabled(rb.params.env)
     if not enabled:
         rb.skip("the bounded post-readiness warmup ran", why)
-    elif hook:
+    elif hook is not None:
         rb.record(warmed_by="the launcher's post-readiness hook")
         rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
-        rb.expect_results(lane_checks(rb.lane))
+        rb.expect(lane_checks(rb.lane))
     else:
         warm_step(rb, after=lane_checks)
 
@@ -417,14 +417,14 @@ def lane_step(rb: "Runbook") -> None:
     if not enabled:
         rb.skip("the lane is well after the warmup", why)
         return
-    rb.expect_results(lane_checks(rb.lane))
+    rb.expect(lane_checks(rb.lane))
 
 
-def warm_step(rb: "Runbook", after: Optional[Callable[[Lane], list[ExpectedResult]]] = None) -> None:
+def warm_step(rb: "Runbook", *, after: Optional[Callable[[Lane], list[ExpectedResult]]] = None) -> None:
     """Run the bounded warmup, record its figures, show its table (not in a dry run) and check it, with
     `after(lane)`'s checks of the lane when given."""
     warmed = run_warmup(rb.params, rb.lane.executor)
     rb.record(**warmed.figures())
     if not rb.dry_run:
         rb.show(markdown=warmed.table(rb.params.figures_label))
-    rb.expect_results(warmed.checks() + (after(rb.lane) if after else []))
+    rb.expect(warmed.checks() + (after(rb.lane) if after else []))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
 from lanebook.lane.params import WeightsParams
 from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
-from lanebook.ops.transfers import RsyncStats, rsync_to_workers
+from lanebook.ops.transfers import RsyncStats, rsync_results, rsync_to_workers
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -90,13 +90,15 @@ def verify_weights(
     return report
 
 
-def check_weights(lane: Lane, *, sha256: bool = False, workers: int = 4) -> ExpectedResult:
+def check_weights(
+    lane: Lane, *, sha256: bool = False, workers: int = 4, what: str = "weights complete on every node"
+) -> ExpectedResult:
     """verify_every_node as one node check (launch and rollback ask only: whole on every node?). A node that
     cannot be reached raises its NodeError, which fails the runbook step with its message; a dry run records the
     probes and observes nothing."""
     reports = verify_every_node(lane, sha256=sha256, workers=workers)
     return ExpectedResult.on_nodes(
-        {alias: r.node_result() for alias, r in reports.items()}, dry_run=lane.executor.dry_run
+        {alias: r.node_result() for alias, r in reports.items()}, what=what, dry_run=lane.executor.dry_run
     )
 
 
@@ -151,14 +153,18 @@ def verify_every_node(lane: Lane, *, sha256: bool = False, workers: int = 4) -> 
     }
 
 
-def tree_results(reports: dict[str, WeightsReport]) -> dict[str, tuple[bool, str]]:
-    """Per node: did the probe report its tree (whole or not), with its summary (rb.expect_each)."""
-    return {alias: (not r.dry_run, r.summary()) for alias, r in reports.items()}
+def tree_results(reports: dict[str, WeightsReport]) -> list[ExpectedResult]:
+    """One result per node: did the probe report its tree (whole or not), with its summary."""
+    return ExpectedResult.per_node(
+        {alias: (not r.dry_run, r.summary()) for alias, r in reports.items()}, "{} reports its tree"
+    )
 
 
-def complete_results(reports: dict[str, WeightsReport]) -> dict[str, tuple[bool, str]]:
-    """Per node: is its tree whole, with its summary (rb.expect_each)."""
-    return {alias: (r.ok, r.summary()) for alias, r in reports.items()}
+def complete_results(reports: dict[str, WeightsReport]) -> list[ExpectedResult]:
+    """One result per node: is its tree whole, with its summary."""
+    return ExpectedResult.per_node(
+        {alias: (r.ok, r.summary()) for alias, r in reports.items()}, "weights complete on {}"
+    )
 
 
 def revisions(reports: dict[str, WeightsReport]) -> list[str]:
@@ -195,7 +201,9 @@ def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = Fals
     download_on_head(rb.lane)
     head = verify_weights(rb.lane.head, rb.params.weights, sha256=sha256)
     rb.expect(
-        head.ok, "the head's tree is whole after the download (rerun this runbook to resume a cut one)", head.summary()
+        head.ok,
+        what="the head's tree is whole after the download (rerun this runbook to resume a cut one)",
+        detail=head.summary(),
     )
     return head
 
@@ -217,14 +225,7 @@ def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsRepor
         make_hub_parent(rb.lane, fresh)
     stats = sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=attempts)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
-    sent = {
-        a: (
-            s.files_transferred is not None,
-            f"{s.files_transferred} files, {s.transferred_file_size} bytes sent in {s.attempts} run(s)",
-        )
-        for a, s in stats.items()
-    }
-    rb.expect_each(sent, "rsync to {} finished with its statistics")
+    rb.expect(rsync_results(stats, runs=True))
     return to_sync
 
 
@@ -239,6 +240,6 @@ def clean_step(rb: "Runbook", to_sync: dict[str, str]) -> None:
     rb.record(deleted_incomplete={a: len(paths) for a, paths in deleted.items()})
     rb.expect(
         not not_incomplete(deleted),
-        "only *.incomplete files were deleted",
-        "; ".join(not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted",
+        what="only *.incomplete files were deleted",
+        detail="; ".join(not_incomplete(deleted)) or f"{sum(map(len, deleted.values()))} deleted",
     )

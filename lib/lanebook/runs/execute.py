@@ -445,9 +445,11 @@ def nested_row(summary: dict, link: str) -> str:
     )
 
 
-def nested_step(rb: Runbook, runbook: str, lane: LaneParams) -> dict:
-    """Run RUNBOOK on LANE as a nested run with its own record (rollback runs the rollback lane's gates), show it as
-    a row linking that record, and expect its verdict to pass (dry-run in a dry run). The nested run's summary."""
+def nested_step(rb: Runbook, runbook: str, *, target: Optional[LaneParams] = None) -> dict:
+    """Run RUNBOOK on the runbook's lane (or `target`, another lane) as a nested run with its own record (rollback
+    runs the rollback lane's gates), show it as a row linking that record, and expect its verdict to pass (dry-run in
+    a dry run). The nested run's summary."""
+    lane = rb.params if target is None else target
     summary = run_runbook(runbook, lane, {}, dry_run=rb.dry_run, yes=True)
     rb.record(
         **{
@@ -464,8 +466,8 @@ def nested_step(rb: Runbook, runbook: str, lane: LaneParams) -> dict:
     failed_at = f" at {summary['failed_step']}" if summary["failed_step"] else ""
     rb.expect(
         summary["verdict"] == wanted,
-        f"{lane.name}'s {runbook} verdict is {wanted}",
-        f"{summary['verdict']}{failed_at}",
+        what=f"{lane.name}'s {runbook} verdict is {wanted}",
+        detail=f"{summary['verdict']}{failed_at}",
         local=True,
     )
     return summary

@@ -153,7 +153,7 @@ def upgrade(
             done.verdict, done.reason, done.commands = "dry-run", "no connection opened", lane.executor.commands()
             return done
         if copied.outcome != "pass":
-            raise LanebookError(f"{made.path} is not the same on every node: {copied.seen}")
+            raise LanebookError(f"{made.path} is not the same on every node: {copied.detail}")
         on_stage("the plan: the two checkouts' files")
         done.plan_verdict, done.plan_record = plan_sides(params, *ops.read_sides(lane.head, params.checkout, made.path))
         write_record(done)

@@ -251,7 +251,9 @@ def plot_title(plan: LanePlan, workload: str, twin: bool) -> str:
     )
 
 
-def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> list[dict]:
+def waves_steps(
+    rb: "Runbook", plan: LanePlan, *, baseline: Optional[Baseline] = None, setup: Optional[SetupMatch] = None
+) -> list[dict]:
     """The speed runbook's waves, one step a workload: its waves, its bands (a table and a plot beside the baseline's),
     every request measured, every wave checked for idle queues; a dry run shows the first request it would send. The
     documents."""
@@ -264,7 +266,7 @@ def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], set
             if result is None:  # a dry run: the request as it would be sent
                 rb.show(markdown=f"**{workload}** would send, first request of its first wave:")
                 rb.show(markdown="```json\n" + json.dumps(plan.example_body(workload), indent=1) + "\n```")
-                rb.expect(False, f"every request of {workload} measured")
+                rb.expect(False, what=f"every request of {workload} measured")
                 continue
             document = result.document()
             documents.append(document)
@@ -284,14 +286,14 @@ def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], set
             )
             rb.expect(
                 not failures,
-                f"every request of {workload} measured",
-                "; ".join(failures) or f"{len(result.waves)} waves, {plan.requests_per_workload} requests",
+                what=f"every request of {workload} measured",
+                detail="; ".join(failures) or f"{len(result.waves)} waves, {plan.requests_per_workload} requests",
             )
             unchecked = unchecked_idle(result)
             rb.expect(
                 not unchecked,
-                "queues idle before every wave",
-                "no /metrics before " + ", ".join(unchecked)
+                what="queues idle before every wave",
+                detail="no /metrics before " + ", ".join(unchecked)
                 if unchecked
                 else "vllm:num_requests_running and vllm:num_requests_waiting were 0 before each wave",
             )
@@ -299,12 +301,17 @@ def waves_steps(rb: "Runbook", plan: LanePlan, baseline: Optional[Baseline], set
 
 
 def judge_step(
-    rb: "Runbook", documents: list[dict], provenance: Provenance, baseline: Optional[Baseline], tolerance: float
+    rb: "Runbook",
+    documents: list[dict],
+    *,
+    provenance: Optional[Provenance],
+    baseline: Optional[Baseline] = None,
+    tolerance: float,
 ) -> None:
     """The speed runbook's baseline step: judged against the baseline only on the same setup; otherwise shown beside it,
     not judged."""
     if rb.dry_run:
-        rb.expect(False, "speed against the lane's baseline")
+        rb.expect(False, what="speed against the lane's baseline")
         return
     judgement = judge(documents, provenance, baseline, tolerance)
     rb.record(baseline=judgement.to_json())
@@ -313,8 +320,8 @@ def judge_step(
     if judgement.judged:
         rb.expect(
             not judgement.failed,
-            f"medians within {tolerance:.0%} of the baseline's on the same setup",
-            judgement.summary(),
+            what=f"medians within {tolerance:.0%} of the baseline's on the same setup",
+            detail=judgement.summary(),
         )
     else:
         rb.skip("speed judged against the baseline", judgement.summary())
@@ -329,7 +336,12 @@ def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
 
 
 def save_step(
-    rb: "Runbook", path: Optional[str], plan: LanePlan, documents: list[dict], provenance: Provenance
+    rb: "Runbook",
+    documents: list[dict],
+    *,
+    path: Optional[str] = None,
+    plan: LanePlan,
+    provenance: Optional[Provenance],
 ) -> None:
     """The speed runbook's store step: this run stored as a baseline file, only when a path is given and something was
     measured."""
@@ -341,4 +353,6 @@ def save_step(
         return
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     written = write_baseline(path, documents, provenance, baseline_source(plan, rb.params.twin, stamp))
-    rb.expect(load_baseline(written).workloads == list(plan.workloads), "stored as a baseline", str(written))
+    rb.expect(
+        load_baseline(written).workloads == list(plan.workloads), what="stored as a baseline", detail=str(written)
+    )

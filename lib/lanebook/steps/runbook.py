@@ -16,7 +16,7 @@ import json
 import socket
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from lanebook.base import frontend
 from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN, PASS, SKIPPED, WARNING, ExpectedResult
@@ -104,53 +104,69 @@ class Runbook:
             self._emit("error")  # a bug: the record still keeps what was measured before it
             raise
 
-    def expect(self, ok: bool, what: str, detail: Any = "", *, local: bool = False) -> None:
-        """Check one expected result; on failure stop the run with the step named.
+    def expect(
+        self,
+        result: Union[bool, ExpectedResult, Iterable[ExpectedResult]],
+        *,
+        what: Optional[str] = None,
+        detail: Any = None,
+        local: bool = False,
+    ) -> None:
+        """Record expected results in the current step; stop the run at the first that failed, naming the step.
 
-        local: the result was computed on this machine (lint, a lane file, parameters), so a dry run
-        checks it for real; any other result comes from the lane, which a dry run does not observe.
+        One form per call: an ExpectedResult the library judged, an iterable of them (gates, the warmup's, a
+        log's), or a plain bool with `what=` naming what was expected and optionally `detail=` (what was seen)
+        and `local=` (computed on this machine: lint, a lane file, parameters; a dry run checks it for real).
+        A dry run observed nothing that is not local. A fail-open result that did not hold is a warning: the
+        step failed, the lane did not. On a real run anything else that did not pass is a fail.
         """
-        self.expect_results(
-            [
-                ExpectedResult(
-                    self.current_step, what, PASS if ok else FAIL, "" if detail is None else str(detail), local=local
-                )
+        if isinstance(result, bool):
+            if not isinstance(what, str) or not what:
+                raise TypeError("rb.expect(ok, what=...): a bool needs what= naming what was expected")
+            text = "" if detail is None else str(detail)
+            results: list[ExpectedResult] = [
+                ExpectedResult(self.current_step, what, PASS if result else FAIL, text, local=local)
             ]
-        )
+        elif what is not None or detail is not None or local:
+            raise TypeError(
+                "rb.expect(result): what=, detail= and local= go with a plain bool only; an ExpectedResult "
+                f"names its own (got {type(result).__name__})"
+            )
+        elif isinstance(result, ExpectedResult):
+            results = [result]
+        elif isinstance(result, Iterable) and not isinstance(result, (str, bytes, Mapping)):
+            results = list(result)
+            wrong = [type(r).__name__ for r in results if not isinstance(r, ExpectedResult)]
+            if wrong:
+                raise TypeError(f"rb.expect(results): every item must be an ExpectedResult, got {', '.join(wrong)}")
+        else:
+            raise TypeError(
+                "rb.expect takes an ExpectedResult, an iterable of them, or a bool with what=; "
+                f"got {type(result).__name__}"
+            )
+        for one in results:
+            self._judge(one)
 
-    def expect_results(self, results: Iterable[ExpectedResult]) -> None:
-        """Record expected results the library judged (gates, the warmup's, a log's) in the current step; stop the
-        run at the first that failed.
-
-        A dry run observed none that is not local. One that is fail-open and did not hold is a warning: the step
-        failed, the lane did not. On a real run anything else that did not pass is a fail (a pass means observed).
-        """
-        for result in results:
-            if self.dry_run and not result.local:
-                outcome, seen = NOT_OBSERVED, NOT_OBSERVED_DRY_RUN
-            elif result.ok:
-                outcome, seen = PASS, result.seen
-            else:
-                outcome, seen = WARNING if result.fail_open and result.outcome == FAIL else FAIL, result.seen
-            recorded = replace(result, name=self.current_step, outcome=outcome, seen=seen, fix=self.current_fix)
-            if outcome == FAIL:
-                self._fail(recorded)
-            self._add(recorded)
-
-    def expect_each(self, results: Mapping[str, tuple[bool, Any]], what: str, *, local: bool = False) -> None:
-        """One expected result per node or workload ({key: (ok, detail)}), `what` naming it with `{}`: the step
-        cell stays one line while each node's result is its own check."""
-        for key, (ok, detail) in results.items():
-            self.expect(ok, what.format(key), detail, local=local)
+    def _judge(self, result: ExpectedResult) -> None:
+        if self.dry_run and not result.local:
+            outcome, detail = NOT_OBSERVED, NOT_OBSERVED_DRY_RUN
+        elif result.ok:
+            outcome, detail = PASS, result.detail
+        else:
+            outcome, detail = WARNING if result.fail_open and result.outcome == FAIL else FAIL, result.detail
+        recorded = replace(result, step=self.current_step, outcome=outcome, detail=detail, fix=self.current_fix)
+        if outcome == FAIL:
+            self._fail(recorded)
+        self._add(recorded)
 
     def _fail(self, result: ExpectedResult, message: Optional[str] = None) -> None:
         """Record a failed expected result, say what to do next, emit the verdict so far, and stop the run."""
         self._add(result)
-        self.failure = {"step": result.name, "fix": result.fix}
+        self.failure = {"step": result.step, "fix": result.fix}
         if result.fix:
             _display(markdown=f"**What to do next:** {result.fix}")
         self._emit(FAIL)
-        raise StepFailed(message or f"{result.name}: {result.title}" + (f" ({result.seen})" if result.seen else ""))
+        raise StepFailed(message or f"{result.step}: {result.title}" + (f" ({result.detail})" if result.detail else ""))
 
     def skip(self, what: str, why: str) -> None:
         """A step that has nothing to do this time (e.g. the lane is already up): shown and recorded, not failed."""
@@ -158,7 +174,9 @@ class Runbook:
 
     def _add(self, result: ExpectedResult) -> None:
         self.checks.append(result)
-        _display(markdown=f"{MARKS[result.outcome]} **{result.title}**" + (f" — {result.seen}" if result.seen else ""))
+        _display(
+            markdown=f"{MARKS[result.outcome]} **{result.title}**" + (f" — {result.detail}" if result.detail else "")
+        )
 
     def confirm(self, what: str) -> None:
         """Let a destructive step (stop, cache drop, rsync, restore, rollback) go ahead, or stop the run.

@@ -145,7 +145,7 @@ def _started_and_stopped(lane: Lane) -> None:
     _started(lane)
     if not launcher.stop_lane(lane).launcher.ok:
         raise LanebookError("setup: the stop script failed")
-    if memory.check_sticky_uma(lane):
+    if memory.check_sticky_uma(lane).ok:
         raise LanebookError("setup: no memory stayed held after the stop (fault sticky-uma)")
 
 

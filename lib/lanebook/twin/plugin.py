@@ -62,8 +62,8 @@ def launch_lane_if_down(rb: Runbook) -> None:
     rb.record(launched={"run_id": launched["run_id"], "verdict": launched["verdict"]})
     rb.expect(
         launched["verdict"] == "pass",
-        "the twin lane, found cleanly down, launched by the `launch` runbook",
-        f"{launched['output']}: verdict {launched['verdict']}",
+        what="the twin lane, found cleanly down, launched by the `launch` runbook",
+        detail=f"{launched['output']}: verdict {launched['verdict']}",
     )
 
 

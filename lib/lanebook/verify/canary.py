@@ -69,7 +69,7 @@ class Relaunch:
         parts = [
             f"rendered {', '.join(self.change.changed) or 'nothing (already those values)'}" if self.change else "",
             f"copied to {', '.join(self.synced)}" if self.synced else "",
-            f"memory still held, not started: {self.free.seen}"
+            f"memory still held, not started: {self.free.detail}"
             if self.free is not None and not self.free.ok and self.started is None
             else "",
             self.started.summary() if self.started else "",
@@ -89,7 +89,7 @@ class Relaunch:
             "backups": [b.to_json() for b in self.change.backups] if self.change else [],
             "stop": self.stopped.launcher.outcome if self.stopped else None,
             "orphaned_workers_stopped": self.orphans,
-            "free_gib": self.free.figure("free_gib") if self.free else None,
+            "free_gib": None if self.free is None else self.free.figure("free_gib"),
             "launcher": self.started.outcome if self.started else None,
             "live_mismatches": None if self.live is None else [str(m) for m in self.live],
             "error": self.error,
@@ -168,26 +168,34 @@ def head_env_value(lane: Lane, key: str) -> Optional[str]:
 # --- the diagnose runbook's canary steps (each takes the runbook: it confirms, records, shows and checks) ------
 
 
-@dataclass(frozen=True)
-class CanaryPlan:
-    """The canary the diagnose runbook's parameters ask for: one key, the variant's value, what is measured, and
-    the tolerance of the decision; not enabled: parts 1-2 only."""
+@dataclass(frozen=True, kw_only=True)
+class Trials:
+    """What each side of a canary measures: the workloads at every concurrency level, `trials` times, at most
+    `max_tokens` a request."""
 
-    enabled: bool
-    key: str
-    value: Any
     workloads: list[str]
     concurrency: list[int]
     trials: int
     max_tokens: int
+
+    def measure(self, lane: Lane) -> Optional[list[dict]]:
+        """The documents measured (None in a dry run)."""
+        return measure_workloads(lane, self.workloads, self.concurrency, self.trials, self.max_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryPlan:
+    """The canary the diagnose runbook's parameters ask for: one key, the variant's value, what each side measures,
+    and the tolerance of the decision; not enabled: parts 1-2 only."""
+
+    enabled: bool
+    key: str
+    value: Any
     tolerance: float
+    measured: Trials
 
     def variant(self, params: LaneParams) -> LaneParams:
         return lane_with(params, env={self.key: self.value})
-
-    def measure(self, lane: Lane) -> Optional[list[dict]]:
-        """The workloads at every level, trials times (None in a dry run)."""
-        return measure_workloads(lane, self.workloads, self.concurrency, self.trials, self.max_tokens)
 
 
 def show_change(rb: "Runbook", relaunch: Relaunch) -> None:
@@ -210,14 +218,16 @@ def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
         rb.skip("the lane's own value measured", "canary=False: parts 1-2 only")
         return None
     env = rb.params.env
-    rb.expect(plan.key in env, f"the lane sets {plan.key} (the canary's one axis)", env.get(plan.key), local=True)
-    documents = plan.measure(rb.lane)
+    rb.expect(
+        plan.key in env, what=f"the lane sets {plan.key} (the canary's one axis)", detail=env.get(plan.key), local=True
+    )
+    documents = plan.measured.measure(rb.lane)
     show_documents(rb, "canary_baseline", documents)
     failed = None if documents is None else sum(r["errors"] for d in documents for r in d["runs"])
     rb.expect(
         failed == 0,
-        f"every request measured at {plan.key}={env.get(plan.key)}",
-        None if failed is None else f"{failed} failed or unmeasurable",
+        what=f"every request measured at {plan.key}={env.get(plan.key)}",
+        detail=None if failed is None else f"{failed} failed or unmeasurable",
     )
     return documents
 
@@ -230,21 +240,25 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
         rb.skip(f"the lane relaunched with {key}={value} and measured", "canary=False")
         return None
     rb.confirm(f"relaunch lane {rb.params.name} with {key}={value} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.lane, plan.variant(rb.params), lambda: plan.measure(rb.lane))
+    trial = try_variant(rb.lane, plan.variant(rb.params), lambda: plan.measured.measure(rb.lane))
     rb.record(canary_variant_run=trial.figures())
     show_change(rb, trial.relaunch)
     show_documents(rb, "canary_variant", trial.documents)
     rb.expect(
         trial.relaunch.ok,
-        f"the lane is up with {key}={value} and the live command carries it",
-        trial.relaunch.summary(),
+        what=f"the lane is up with {key}={value} and the live command carries it",
+        detail=trial.relaunch.summary(),
     )
-    rb.expect(trial.error is None, f"{', '.join(plan.workloads)} measured at {key}={value}", trial.error or "")
+    rb.expect(
+        trial.error is None,
+        what=f"{', '.join(plan.measured.workloads)} measured at {key}={value}",
+        detail=trial.error or "",
+    )
     return trial
 
 
 def decision_step(
-    rb: "Runbook", plan: CanaryPlan, baseline: Optional[list[dict]], trial: Optional[VariantTrial]
+    rb: "Runbook", plan: CanaryPlan, *, baseline: Optional[list[dict]], trial: Optional[VariantTrial]
 ) -> Optional[CanaryDecision]:
     """The canary's decision: keep or reject the variant from both sides' figures (none without both measured)."""
     what = "an explicit keep or reject from the measured figures"
@@ -259,7 +273,7 @@ def decision_step(
         rb.record(canary=decision.figures())
         rb.show(markdown=f"### Decision: **{decision.decision}** {plan.key}={plan.value}\n\n{decision.summary()}")
         rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
-    rb.expect(decision is not None, what, decision and decision.summary())
+    rb.expect(decision is not None, what=what, detail=None if decision is None else decision.summary())
     return decision
 
 
@@ -295,20 +309,22 @@ def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecis
         show_change(rb, restored)
         rb.expect(
             restored.ok,
-            f"the lane is up again with {key}={kept_value} and the live command carries it",
-            restored.summary(),
+            what=f"the lane is up again with {key}={kept_value} and the live command carries it",
+            detail=restored.summary(),
         )
     else:
         rb.skip(f"{key}={kept_value} rendered back", "the variant is kept: it is what the lane runs")
         mismatches = live_mismatches(kept, live_command(rb.lane.head, container_name(rb.lane)))
-        rb.expect(not mismatches, f"the live command carries {key}={kept_value}", "; ".join(map(str, mismatches)))
+        rb.expect(
+            not mismatches, what=f"the live command carries {key}={kept_value}", detail="; ".join(map(str, mismatches))
+        )
     on_head = head_env_value(rb.lane, key)
     rb.record(canary_kept={key: kept_value, "head_env_file": on_head})
-    rb.expect(on_head == str(kept_value), f"the head's env file sets {key}={kept_value}", on_head)
+    rb.expect(on_head == str(kept_value), what=f"the head's env file sets {key}={kept_value}", detail=on_head)
     rb.expect(
         p.env[key] == kept_value,
-        f"the lane file holds the kept {key}={kept_value}",
-        lane_file_note(p, key, kept_value),
+        what=f"the lane file holds the kept {key}={kept_value}",
+        detail=lane_file_note(p, key, kept_value),
         local=True,
     )
 
@@ -330,7 +346,7 @@ def count_300_reference() -> PublishedFigure:
     return next(f for f in PUBLISHED_FIGURES if f.figure == "best count-300 run")
 
 
-def proof_step(rb: "Runbook", relaunched: bool, trials: int) -> None:
+def proof_step(rb: "Runbook", *, relaunched: bool, trials: int) -> None:
     """The diagnose runbook's proof of the relaunched lane: after a canary relaunched it, prove it as the write-up did:
     a best count-300 run (beside the write-up's figure, twin figures labelled twin), the tool smoke and Hermes ROUTE_OK,
     idle queues, and no fatal line in any rank's log. Nothing relaunched: nothing to prove again."""
@@ -344,20 +360,24 @@ def proof_step(rb: "Runbook", relaunched: bool, trials: int) -> None:
     label = "TWIN figure" if p.twin else "this lane"
     cited = f"{reference.value} {reference.unit} ({reference.measured_by}, {reference.conditions})"
     rb.show(markdown=f"Best count-300 run: **{best} tok/s** ({label}); the write-up's restored lane: {cited}.")
-    rb.expect(best is not None, f"a clean count-{PROOF_MAX_TOKENS} run at C1", best)
+    rb.expect(best is not None, what=f"a clean count-{PROOF_MAX_TOKENS} run at C1", detail=best)
     step = rb.current_step
-    rb.expect_results(gates.tool_smoke_gate(step, rb.lane.executor, p))
+    rb.expect(gates.tool_smoke_gate(step, rb.lane.executor, p))
     provider, found = hermes.block_gate(step, rb.lane, None)
     route, routed = hermes.route_gate(step, rb.lane, provider)
     rb.record(restored_hermes=hermes.route_figures(route))
-    rb.expect_results(found + routed)
+    rb.expect(found + routed)
     waited = queues_idle(p.api, rb.lane.executor)
-    rb.expect(waited is not None, "the queues drain (running = waiting = 0)", waited and f"idle after {waited:.1f} s")
+    rb.expect(
+        waited is not None,
+        what="the queues drain (running = waiting = 0)",
+        detail=None if waited is None else f"idle after {waited:.1f} s",
+    )
     found_lines = None if rb.dry_run else fatal_log_lines(rb.lane)
     scanned = sorted(found_lines or {})
     lines = [f"{node}: {line}" for node, kinds in (found_lines or {}).items() for ls in kinds.values() for line in ls]
     rb.expect(
         found_lines is not None and scanned == sorted(n.alias for n in p.nodes) and not lines,
-        "no CUDA, NCCL, engine-death or out-of-memory line on any rank",
-        f"scanned {', '.join(scanned)}" + (f"; {'; '.join(lines[:3])}" if lines else ""),
+        what="no CUDA, NCCL, engine-death or out-of-memory line on any rank",
+        detail=f"scanned {', '.join(scanned)}" + (f"; {'; '.join(lines[:3])}" if lines else ""),
     )

@@ -266,7 +266,11 @@ def gather_step(rb: "Runbook") -> Gathered:
     gathered = gather(rb.lane)
     rb.show(markdown=gathered_markdown(gathered))
     rb.record(read=gathered.read, not_read=gathered.not_read)
-    rb.expect(bool(gathered.read) or gathered.dry_run, "something was read from the lane", f"{len(gathered.read)} read")
+    rb.expect(
+        bool(gathered.read) or gathered.dry_run,
+        what="something was read from the lane",
+        detail=f"{len(gathered.read)} read",
+    )
     return gathered
 
 
@@ -285,5 +289,7 @@ def findings_step(rb: "Runbook", gathered: Gathered) -> Diagnosis:
         healthy=None if gathered.dry_run else diagnosis.healthy,
     )
     confirmed = ", ".join(f"{f.id} {f.title}" for f in diagnosis.confirmed)
-    rb.expect(not diagnosis.confirmed, "no confirmed finding", confirmed or f"{len(diagnosis.findings)} suspected")
+    rb.expect(
+        not diagnosis.confirmed, what="no confirmed finding", detail=confirmed or f"{len(diagnosis.findings)} suspected"
+    )
     return diagnosis

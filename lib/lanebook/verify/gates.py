@@ -327,8 +327,8 @@ def log_gate(step: str, lane: Lane) -> list[ExpectedResult]:
     return [
         replace(
             e,
-            name=step,
-            pitfall="P01" if e.expected == BREAKABLE_GATE else "P07" if e.expected.startswith(KV_CACHE_LINES) else None,
+            step=step,
+            pitfall="P01" if e.what == BREAKABLE_GATE else "P07" if e.what.startswith(KV_CACHE_LINES) else None,
         )
         for e in expectations
     ]
@@ -367,7 +367,7 @@ def verdict_table(checks: Iterable[ExpectedResult], dry_run: bool = False) -> st
     rows = ["| step | expected | result | seen | pitfall |", "|---|---|---|---|---|"]
     for c in checks:
         rows.append(
-            f"| {_cell(c.name)} | {_cell(c.expected)} | {MARKS[_outcome(c, dry_run)]} | {_cell(c.seen)} "
+            f"| {_cell(c.step)} | {_cell(c.what)} | {MARKS[_outcome(c, dry_run)]} | {_cell(c.detail)} "
             f"| {c.pitfall or ''} |"
         )
     return "\n".join(rows) + "\n"
@@ -377,10 +377,10 @@ def table_figures(checks: Iterable[ExpectedResult], dry_run: bool = False) -> li
     """The table as the run record keeps it, one dict a check (the keys of records already stored)."""
     return [
         {
-            "step": c.name,
-            "what": c.expected,
+            "step": c.step,
+            "what": c.what,
             "ok": None if c.outcome == NOT_OBSERVED else c.ok,
-            "detail": c.seen,
+            "detail": c.detail,
             "pitfall": c.pitfall,
             "local": c.local,
             "outcome": _outcome(c, dry_run),
@@ -421,7 +421,7 @@ def judge_gates(rb: "Runbook", checks: list[ExpectedResult]) -> None:
     """Every gate's checks in one table and the record, then each judged under its gate's step with that gate's fix
     (the first failed one stops the run, after every gate has run)."""
     rb.show(markdown=verdict_table(checks, rb.dry_run))
-    rb.record(gates=table_figures(checks, rb.dry_run), gates_failed=sorted({c.name for c in failed_checks(checks)}))
+    rb.record(gates=table_figures(checks, rb.dry_run), gates_failed=sorted({c.step for c in failed_checks(checks)}))
     for check in checks:
-        with rb.step(check.name, fix=FIXES[check.name]):
-            rb.expect_results([check])
+        with rb.step(check.step, fix=FIXES[check.step]):
+            rb.expect(check)

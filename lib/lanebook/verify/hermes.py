@@ -626,10 +626,11 @@ def route_figures(route: Optional[RouteRun]) -> dict:
 # --- the operator's config follows the lane that serves ------------------------------------------------------------
 
 
-def follow_step(rb: "Runbook", lane: Lane, config: Optional[str]) -> None:
-    """Point the operator's Hermes config at LANE (the lane now serving): read it on the Hermes host, and when its
-    default_model or URL is another lane's, back it up and change those lines (after confirmation); then read it
-    again and check it names LANE. No config named: nothing to follow."""
+def follow_step(rb: "Runbook", *, target: Optional[Lane] = None, config: Optional[str] = None) -> None:
+    """Point the operator's Hermes config at the lane now serving (the runbook's, or `target`): read it on the
+    Hermes host, and when its default_model or URL is another lane's, back it up and change those lines (after
+    confirmation); then read it again and check it names that lane. No config named: nothing to follow."""
+    lane = rb.lane if target is None else target
     params = lane.params
     if not config:
         rb.skip(
@@ -654,14 +655,16 @@ def follow_step(rb: "Runbook", lane: Lane, config: Optional[str]) -> None:
     done = "; ".join(changes) + " (backed up first)" if changes else "it already did: nothing changed"
     rb.expect(
         not left,
-        f"the operator's Hermes config names {params.served_model_name} at {params.api}",
-        "; ".join(left) or done,
+        what=f"the operator's Hermes config names {params.served_model_name} at {params.api}",
+        detail="; ".join(left) or done,
     )
 
 
-def route_step(rb: "Runbook", lane: Lane, config: Optional[str]) -> None:
-    """The operator's config, as it now is, checked against LANE and its ROUTE_OK smoke run through the real CLI
-    (gates 5 and 6 on that config). No config named: nothing to prove here (the lane's gates ran the rendered block)."""
+def route_step(rb: "Runbook", *, target: Optional[Lane] = None, config: Optional[str] = None) -> None:
+    """The operator's config, as it now is, checked against the runbook's lane (or `target`) and its ROUTE_OK smoke
+    run through the real CLI (gates 5 and 6 on that config). No config named: nothing to prove here (the lane's
+    gates ran the rendered block)."""
+    lane = rb.lane if target is None else target
     if not config:
         rb.skip(
             f"ROUTE_OK through the operator's Hermes config on {lane.params.name}",
@@ -674,4 +677,4 @@ def route_step(rb: "Runbook", lane: Lane, config: Optional[str]) -> None:
     route, routed = route_gate(step, lane, provider)
     rb.show(markdown=f"```text\n{route_text(route)}```")
     rb.record(hermes_route={"lane": lane.params.name, "config": config, **route_figures(route)})
-    rb.expect_results(found + routed)
+    rb.expect(found + routed)

@@ -313,44 +313,46 @@ def stepped_long_context(
 
 
 def prefix_cache_step(
-    rb: "Runbook", run_tag: str, lines: int, skipped: Optional[str] = None, judge_ttft: bool = True
+    rb: "Runbook", *, run_tag: str, lines: int, skip_because: Optional[str] = None, judge_ttft: bool = True
 ) -> None:
     """The diagnose runbook's prefix-cache churn part: prompts A, unrelated B, then A again: A hits the prefix cache
-    again (no eviction), sooner than cold. skipped: why this run leaves it out (None: it runs); judge_ttft False: the
-    counters alone judge (both TTFTs are still recorded), for a model whose prefill is too short to show in TTFT."""
+    again (no eviction), sooner than cold. skip_because: why this run leaves it out (None: it runs); judge_ttft
+    False: the counters alone judge (both TTFTs are still recorded), for a model whose prefill is too short to show in
+    TTFT."""
     p = rb.params
-    if skipped:
-        rb.skip("A hits the cache again after unrelated B", skipped)
+    if skip_because is not None:
+        rb.skip("A hits the cache again after unrelated B", skip_because)
         return
     steps = prefix_protocol(p.api, prefix_bodies(p.served_model_name, p.request, run_tag, lines), rb.lane.executor)
     verdict = None if steps is None else prefix_verdict(steps, judge_ttft)  # None: a dry run sent nothing
-    if verdict:
+    if verdict is not None:
         rb.record(prefix_cache={s.name: s.figures() for s in steps}, prefix_cache_evicted=verdict.evicted)
     rb.expect(
-        bool(verdict and verdict.ok),
-        "A hits the cache again after unrelated B (no eviction)"
+        verdict is not None and verdict.ok,
+        what="A hits the cache again after unrelated B (no eviction)"
         + (", and sooner than cold" if judge_ttft else " (TTFT not judged: prefix_ttft=False)"),
-        verdict and verdict.summary(),
+        detail=None if verdict is None else verdict.summary(),
     )
 
 
 def boundary_step(
     rb: "Runbook",
+    *,
     run_tag: str,
     sizes: Sequence[int],
     workload: str,
     max_tokens: int,
     short_tokens: int,
-    skipped: Optional[str] = None,
+    skip_because: Optional[str] = None,
 ) -> None:
     """The diagnose runbook's K-boundary part: waves either side of the K boundary and one that crosses it mid-run stay
     stable (no error, no fatal log line, /health 200); a lane whose K does not change between the sizes has no boundary
-    to cross. skipped: why this run leaves it out (None: it runs)."""
+    to cross. skip_because: why this run leaves it out (None: it runs)."""
     p = rb.params
     plan = boundary_plan(p.speculative.schedule, p.num_speculative_tokens, sizes[0], sizes[1], max_tokens, short_tokens)
     what = f"C{plan.lower}↔C{plan.upper} stays stable across the K boundary"
-    if skipped:
-        rb.skip(what, skipped)
+    if skip_because is not None:
+        rb.skip(what, skip_because)
         return
     if not plan.crosses:
         rb.skip(what, f"the lane verifies K={plan.k_lower} at both batch sizes: no boundary to cross")
@@ -363,9 +365,13 @@ def boundary_step(
     measured = boundary_run(p.api, cases, rb.lane.executor)
     health = healthy(p.api, rb.lane.executor)
     stability = None if measured is None else boundary_verdict(measured, fatal_log_lines(rb.lane), bool(health))
-    if stability:
+    if stability is not None:
         rb.record(k_boundary={c.name: c.figures() for c in measured})
-    rb.expect(bool(stability and stability.ok), what, stability and stability.summary(measured))
+    rb.expect(
+        stability is not None and stability.ok,
+        what=what,
+        detail=None if stability is None else stability.summary(measured),
+    )
 
 
 def queues_idle(api: str, executor: Executor, idle_timeout_s: float = IDLE_TIMEOUT_S) -> Optional[float]:
@@ -383,7 +389,9 @@ def queues_idle(api: str, executor: Executor, idle_timeout_s: float = IDLE_TIMEO
     return run(idle())
 
 
-def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int], attended: Optional[bool]) -> None:
+def long_context_step(
+    rb: "Runbook", *, enabled: bool, target_tokens: Optional[int] = None, attended: Optional[bool] = None
+) -> None:
     """The diagnose runbook's long-context part (opt-in, pitfall P15): cold needles climbing to the lane's context (or
     TARGET_TOKENS), idle queues and /health before each step, stopped at the first failure. Where the lane's
     policy.attended_long_probes holds, someone must watch the head's console: ATTENDED says so headless; unset,
@@ -413,4 +421,4 @@ def long_context_step(rb: "Runbook", enabled: bool, target_tokens: Optional[int]
     failed = None if steps is None else next((s for s in steps if s.error), None)
     stop = f"; stopped at {failed.tokens:,} tokens: {failed.error}" if failed else ""
     seen = None if steps is None else f"{len(steps)} of {len(lengths)} steps sent{stop}"
-    rb.expect(steps is not None and failed is None and len(steps) == len(lengths), what, seen)
+    rb.expect(steps is not None and failed is None and len(steps) == len(lengths), what=what, detail=seen)

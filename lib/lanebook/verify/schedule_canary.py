@@ -22,9 +22,16 @@ from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
 from lanebook.recipe.effective.mismatches import live_mismatches
 from lanebook.recipe.speculative import SCHEDULE_KEY, k_for_batch
-from lanebook.verify.canary import Relaunch, VariantTrial, relaunch_with, show_change, show_documents, try_variant
+from lanebook.verify.canary import (
+    Relaunch,
+    Trials,
+    VariantTrial,
+    relaunch_with,
+    show_change,
+    show_documents,
+    try_variant,
+)
 from lanebook.verify.diagnose import CanaryDecision, canary_decision
-from lanebook.verify.probes import measure_workloads
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -50,18 +57,16 @@ def side_of(params: LaneParams) -> str:
     return FIXED if params.speculative.schedule is None else SCHEDULE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SchedulePlan:
     """What the diagnose runbook's schedule-canary parameters ask for. schedule: the schedule side's ranges (None:
-    the lane's own); restore: the side the operator puts back without an A/B (None: the A/B decides)."""
+    the lane's own); restore: the side the operator puts back without an A/B (None: the A/B decides); measured: what
+    each side measures."""
 
     enabled: bool
     schedule: Optional[list[list[int]]]
-    workloads: list[str]
-    concurrency: list[int]
-    trials: int
-    max_tokens: int
     tolerance: float
+    measured: Trials
     restore: Optional[str] = None
 
     def ranges(self, params: LaneParams) -> Optional[list[list[int]]]:
@@ -113,10 +118,6 @@ class ScheduleAB:
         )
 
 
-def measure(rb: "Runbook", plan: SchedulePlan) -> Optional[list[dict]]:
-    return measure_workloads(rb.lane, plan.workloads, plan.concurrency, plan.trials, plan.max_tokens)
-
-
 def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     """The A/B: the side the lane runs measured, then the other side relaunched through the launcher and measured."""
     p = rb.params
@@ -125,19 +126,23 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     if reason := plan.skip_reason(p):
         rb.skip("the schedule and fixed K measured on matched workloads", reason)
         return None
-    documents: dict[str, Optional[list[dict]]] = {own: measure(rb, plan)}
+    documents: dict[str, Optional[list[dict]]] = {own: plan.measured.measure(rb.lane)}
     show_documents(rb, f"schedule_canary_{own}", documents[own])
     failed = None if documents[own] is None else sum(r["errors"] for d in documents[own] for r in d["runs"])
-    rb.expect(failed == 0, f"every request measured with {plan.describe(p, own)}", failed)
+    rb.expect(failed == 0, what=f"every request measured with {plan.describe(p, own)}", detail=failed)
     rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, other)} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.lane, plan.lane(p, other), lambda: measure(rb, plan))
+    trial = try_variant(rb.lane, plan.lane(p, other), lambda: plan.measured.measure(rb.lane))
     documents[other] = trial.documents
     rb.record(schedule_canary_relaunch=trial.figures())
     show_change(rb, trial.relaunch)
     show_documents(rb, f"schedule_canary_{other}", trial.documents)
     what = f"the lane is up with {plan.describe(p, other)} and the live command carries it"
-    rb.expect(trial.relaunch.ok, what, trial.relaunch.summary())
-    rb.expect(trial.error is None, f"{', '.join(plan.workloads)} measured with {plan.describe(p, other)}", trial.error)
+    rb.expect(trial.relaunch.ok, what=what, detail=trial.relaunch.summary())
+    rb.expect(
+        trial.error is None,
+        what=f"{', '.join(plan.measured.workloads)} measured with {plan.describe(p, other)}",
+        detail=trial.error,
+    )
     return ScheduleAB(documents, trial, other)
 
 
@@ -151,7 +156,7 @@ def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -
     if ab and ab.documents[FIXED] and ab.documents[SCHEDULE]:
         fixed, scheduled = (plan.describe(rb.params, side) for side in (FIXED, SCHEDULE))
         ranges = schedule_text(plan.ranges(rb.params))
-        alike = alike_levels(plan.ranges(rb.params), rb.params.num_speculative_tokens, plan.concurrency)
+        alike = alike_levels(plan.ranges(rb.params), rb.params.num_speculative_tokens, plan.measured.concurrency)
         decision = canary_decision(
             SCHEDULE_KEY, fixed, ranges, ab.documents[FIXED], ab.documents[SCHEDULE], plan.tolerance, alike
         )
@@ -159,7 +164,7 @@ def decision_step(rb: "Runbook", plan: SchedulePlan, ab: Optional[ScheduleAB]) -
         verdict = "keep the schedule" if decision.decision == "keep" else f"restore {fixed}"
         rb.show(markdown=f"### Decision: **{verdict}** ({scheduled} against {fixed})\n\n{decision.summary()}")
         rb.show(decision.comparison.frame() if decision.comparison else decision.reasons)
-    rb.expect(decision is not None, what, decision and decision.summary())
+    rb.expect(decision is not None, what=what, detail=None if decision is None else decision.summary())
     return decision
 
 
@@ -171,7 +176,7 @@ def kept_side(plan: SchedulePlan, decision: Optional[CanaryDecision]) -> str:
 
 
 def restore_step(
-    rb: "Runbook", plan: SchedulePlan, decision: Optional[CanaryDecision], ab: Optional[ScheduleAB]
+    rb: "Runbook", plan: SchedulePlan, *, decision: Optional[CanaryDecision], ab: Optional[ScheduleAB]
 ) -> Optional[Relaunch]:
     """The restore: the kept side is what runs (relaunched through the launcher unless it already runs), the live
     command carries the schedule's key exactly when the schedule is kept, and the lane file says the same; the
@@ -181,7 +186,7 @@ def restore_step(
         rb.skip("the kept side is what the lane runs", reason)
         return None
     problem = plan.restore_problem(p)
-    rb.expect(not problem, "restore names a side the lane can run", problem, local=True)
+    rb.expect(not problem, what="restore names a side the lane can run", detail=problem, local=True)
     side = kept_side(plan, decision)
     kept = plan.lane(p, side)
     running = ab.running if ab else None  # the operator's restore always goes through the launcher
@@ -191,16 +196,20 @@ def restore_step(
         relaunch = relaunch_with(rb.lane, kept)
         rb.record(schedule_canary_restore=relaunch.figures())
         show_change(rb, relaunch)
-        rb.expect(relaunch.ok, f"the lane is up again with {plan.describe(p, side)}", relaunch.summary())
+        rb.expect(relaunch.ok, what=f"the lane is up again with {plan.describe(p, side)}", detail=relaunch.summary())
     command = live_command(rb.lane.head, container_name(rb.lane))
     mismatches = live_mismatches(kept, command)
-    rb.expect(not mismatches, f"the live command carries {plan.describe(p, side)}", "; ".join(map(str, mismatches)))
+    rb.expect(
+        not mismatches,
+        what=f"the live command carries {plan.describe(p, side)}",
+        detail="; ".join(map(str, mismatches)),
+    )
     carries = None if command is None else SCHEDULE_KEY in command
     rb.record(schedule_kept={"side": side, "live_command_has_schedule_key": carries})
     rb.expect(
         carries == (side == SCHEDULE),
-        f"the live process command {'contains' if side == SCHEDULE else 'no longer contains'} {SCHEDULE_KEY}",
-        "not read" if carries is None else f"{SCHEDULE_KEY} {'present' if carries else 'absent'}",
+        what=f"the live process command {'contains' if side == SCHEDULE else 'no longer contains'} {SCHEDULE_KEY}",
+        detail="not read" if carries is None else f"{SCHEDULE_KEY} {'present' if carries else 'absent'}",
     )
     lane_file_step(rb, kept, plan.describe(p, side))
     return relaunch
@@ -211,7 +220,7 @@ def lane_file_step(rb: "Runbook", kept: LaneParams, described: str) -> None:
     path, schedule = rb.params.file, kept.speculative.schedule
     what = f"the lane file says {described}"
     if path is None:
-        rb.expect(False, what, "the lane was not read from a file", local=True)
+        rb.expect(False, what=what, detail="the lane was not read from a file", local=True)
         return
     rb.lane.executor.record_local(f"set speculative.schedule: {schedule_text(schedule)} in {path} (backup first)")
     if rb.dry_run:
@@ -223,4 +232,4 @@ def lane_file_step(rb: "Runbook", kept: LaneParams, described: str) -> None:
         rb.show(markdown=f"The lane file now says {described}; what it said before is kept in `{saved}`.")
     on_file = read_schedule(read_text(path, "lane file"))
     wanted = None if schedule is None else [list(r) for r in schedule]
-    rb.expect(on_file == wanted, what, f"speculative.schedule: {schedule_text(on_file)}", local=True)
+    rb.expect(on_file == wanted, what=what, detail=f"speculative.schedule: {schedule_text(on_file)}", local=True)
