@@ -139,11 +139,11 @@ def test_a_live_command_without_a_server_mismatches_everything_the_lane_sets():
 def test_the_kv_cache_dtype_is_checked_live_and_an_absent_flag_is_vllms_default():
     """Both seed lanes run nvfp4_ds_mla (seed 003's lane table); a command without the flag runs vLLM's default, auto,
     which is what the real-vllm-cpu lane says its CPU build runs."""
-    lane = load_lane("anemll-0731")
-    assert [str(m) for m in live_mismatches(lane, LIVE.replace("nvfp4_ds_mla", "fp8"))] == [
+    params = load_lane("anemll-0731")
+    assert [str(m) for m in live_mismatches(params, LIVE.replace("nvfp4_ds_mla", "fp8"))] == [
         "--kv-cache-dtype: lane nvfp4_ds_mla, live fp8"
     ]
-    assert [str(m) for m in live_mismatches(lane, LIVE.replace(" --kv-cache-dtype nvfp4_ds_mla", ""))] == [
+    assert [str(m) for m in live_mismatches(params, LIVE.replace(" --kv-cache-dtype nvfp4_ds_mla", ""))] == [
         "--kv-cache-dtype: lane nvfp4_ds_mla, live absent"
     ]
     cpu = load_lane("real-vllm-cpu")
@@ -167,22 +167,22 @@ def test_the_checkouts_own_serve_argv_is_a_live_command_with_no_mismatch(tmp_pat
     from lanebook.recipe.render import render_checkout
 
     directory = example_checkout(tmp_path)
-    lane = load_lane("anemll-0731")
-    render_checkout(lane, directory)
+    params = load_lane("anemll-0731")
+    render_checkout(params, directory)
     argv = Effective(CheckoutFiles.read(directory)).spec.argv
-    assert live_mismatches(lane, "/usr/bin/python3 /usr/local/bin/vllm " + " ".join(argv)) == []
+    assert live_mismatches(params, "/usr/bin/python3 /usr/local/bin/vllm " + " ".join(argv)) == []
 
 
 def test_a_four_node_lane_live_must_run_a_tp_group_of_its_node_count():
     """The four-node shape: every node a rank. A live command of a TP2 pair (the recipe's compose) is two mismatches;
     a two-node lane without the four-node keys is not asked about them."""
-    lane = load_lane("anemll-0731-tp4")
-    assert [str(m) for m in live_mismatches(lane, LIVE)] == [
+    params = load_lane("anemll-0731-tp4")
+    assert [str(m) for m in live_mismatches(params, LIVE)] == [
         "--tensor-parallel-size: lane 4, live 2",
         "--nnodes: lane 4, live 2",
     ]
     tp4 = LIVE.replace("--tensor-parallel-size 2", "--tensor-parallel-size 4").replace("--nnodes 2", "--nnodes 4")
-    assert live_mismatches(lane, tp4) == []
+    assert live_mismatches(params, tp4) == []
     assert live_mismatches(load_lane("anemll-0731"), tp4) == []
 
 

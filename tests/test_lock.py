@@ -292,11 +292,11 @@ def head_lock(lane) -> str:
 @pytest.fixture(scope="module")
 def twin_lane(twin):
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
 
-    with Lane(load_lane("twin")) as lane:
-        assert head_lock(lane) == "", "a lane pair lock left on the twin head before this module"
-        yield lane
+    with LaneNodes(load_lane("twin")) as nodes:
+        assert head_lock(nodes) == "", "a lane pair lock left on the twin head before this module"
+        yield nodes
 
 
 @pytest.fixture(scope="module")

@@ -53,8 +53,8 @@ def demo_runs(rollback_lane: str) -> list[tuple[str, str, dict]]:
     return [(name, rollback_lane if lane == ROLLBACK_LANE else lane, params) for name, lane, params in AFTER_PROMOTION]
 
 
-def run_label(runbook: str, lane: str) -> str:
-    return runbook if lane == TWIN_LANE else f"{runbook} ({lane})"
+def run_label(runbook: str, lane_name: str) -> str:
+    return runbook if lane_name == TWIN_LANE else f"{runbook} ({lane_name})"
 
 
 def demo_labels(rollback_lane: str) -> tuple[str, ...]:
@@ -88,24 +88,24 @@ def demo_outcome(
 def _stop_lanes_left_up(names: list[str]) -> None:
     """A demo starts from stopped lanes, so it can be run again (the launch runbook refuses a busy pair)."""
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.ops import launcher
 
     for name in names:
-        with Lane(load_lane(name)) as lane:
-            if any(launcher.running_containers(lane).values()):
+        with LaneNodes(load_lane(name)) as nodes:
+            if any(launcher.running_containers(nodes).values()):
                 console.print(f"stopping the {name} lane an earlier run left up")
-                launcher.stop_lane(lane)
+                launcher.stop_lane(nodes)
 
 
-def _run_shown(runbook: str, lane: str, params: dict) -> dict:
+def _run_shown(runbook: str, lane_name: str, params: dict) -> dict:
     """One recorded run on the terminal, as `promote` shows each of its runbooks (its steps and waits on stderr)."""
     from lanebook.lane.params import load_lane
     from lanebook.runs.execute import run_runbook
 
-    console.rule(f"runbook {run_label(runbook, lane)}")
-    record = run_runbook(runbook, load_lane(lane), params, echo=sys.stderr)
-    show_record(console, record, run_label(runbook, lane), soft_wrap=True)
+    console.rule(f"runbook {run_label(runbook, lane_name)}")
+    record = run_runbook(runbook, load_lane(lane_name), params, echo=sys.stderr)
+    show_record(console, record, run_label(runbook, lane_name), soft_wrap=True)
     return record
 
 

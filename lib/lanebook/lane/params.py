@@ -683,9 +683,9 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
     return lane
 
 
-def lane_with(lane: LaneParams, **changes: Any) -> LaneParams:
+def lane_with(params: LaneParams, **changes: Any) -> LaneParams:
     """A validated copy of a lane with top-level fields replaced (env merged key by key)."""
-    data = lane.model_dump()
+    data = params.model_dump()
     env = changes.pop("env", None)
     if env:
         data["env"] = {**data["env"], **env}

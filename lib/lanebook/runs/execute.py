@@ -124,10 +124,10 @@ def _git_commit() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
+def _new_output(lane_name: str, runbook: str) -> tuple[str, Path]:
     run_id = record_id()
     stamp = utc_stamp()
-    path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
+    path = outputs_dir() / lane_name / f"{stamp}-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(exist_ok=False)  # claim the name: never overwrite an earlier record
     return run_id, path
@@ -311,15 +311,17 @@ def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
     }, why
 
 
-def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
+def start_record(
+    runbook: str, params: LaneParams, notebook_params: dict[str, Any], dry_run: bool, link: Optional[dict]
+) -> dict:
     """Claim the run's output name and write its pending record (so even a killed run is recorded)."""
-    run_id, output = _new_output(lane.name, runbook)
+    run_id, output = _new_output(params.name, runbook)
     return begin_run(
         {
             "run_id": run_id,
             "runbook": runbook,
-            "lane": lane.name,
-            "twin": lane.twin,
+            "lane": params.name,
+            "twin": params.twin,
             "dry_run": dry_run,
             "started_at": now(),
             "finished_at": None,
@@ -329,7 +331,7 @@ def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run
             "fix": None,
             "output": str(output.relative_to(outputs_dir())),
             "sha256": None,
-            "params": redact_data(params),
+            "params": redact_data(notebook_params),
             "git_commit": _git_commit(),
             "figures": {},
             "confirmations": [],

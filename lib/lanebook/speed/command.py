@@ -92,11 +92,11 @@ def lane_for_api(api: str) -> Optional[LaneParams]:
     """The shipped lane serving this API, whose request shape the waves then use."""
     for name in lane_names():
         try:
-            lane = load_lane(name)
+            params = load_lane(name)
         except LaneError:
             continue
-        if lane.api.rstrip("/") == api.rstrip("/"):
-            return lane
+        if params.api.rstrip("/") == api.rstrip("/"):
+            return params
     return None
 
 

@@ -199,8 +199,8 @@ def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[st
     return out.getvalue()
 
 
-def picture_name(lane: str) -> str:
-    return f"speed-{lane}.png"
+def picture_name(lane_name: str) -> str:
+    return f"speed-{lane_name}.png"
 
 
 def _provenance_table(run: Optional[PublishedRun], baseline: Optional[Baseline]) -> str:
