@@ -167,8 +167,8 @@ def test_operations_on_the_twin_lane_leave_its_rollback_lane_as_it_was(twin):
     params = lane_with(base, checkout=f"~/lbt-ds-{os.getpid()}")
     worker_log = TwinLayout(Path(twin["twin_dir"])).command_log("worker")
     offset = worker_log.stat().st_size if worker_log.exists() else 0
-    with LaneNodes(target) as rollback_lane, LaneNodes(params) as nodes:
-        before = rollback.fingerprint(rollback_lane)
+    with LaneNodes(target) as rollback_nodes, LaneNodes(params) as nodes:
+        before = rollback.fingerprint(rollback_nodes)
         nodes.head.run(f"cp -a {qpath(base.checkout)} {qpath(params.checkout)}")
         try:
             transfers.sync_checkout(nodes)
@@ -180,7 +180,7 @@ def test_operations_on_the_twin_lane_leave_its_rollback_lane_as_it_was(twin):
             checkout_env.restore_backups(nodes, change.backups)
         finally:
             nodes.each(f"rm -rf {qpath(params.checkout)}")
-        after = rollback.fingerprint(rollback_lane)
+        after = rollback.fingerprint(rollback_nodes)
     assert before["observed"] and set(before["nodes"]) == {"head", "worker"}
     assert all(tree["exists"] for trees in before["nodes"].values() for tree in trees.values())
     assert rollback.fingerprint_differences(before, after) == []

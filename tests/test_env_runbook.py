@@ -177,8 +177,8 @@ def test_a_lane_without_its_checkout_gets_a_copy_of_the_rollback_lanes(twin, tmp
     from lanebook.ops.rollback import fingerprint, fingerprint_differences
 
     params, saved = load_lane("twin"), f"~/lbt-env-saved-{os.getpid()}"
-    with ssh.LaneNodes(params) as nodes, ssh.LaneNodes(load_lane("twin-1m6")) as rollback_lane:
-        before = fingerprint(rollback_lane)
+    with ssh.LaneNodes(params) as nodes, ssh.LaneNodes(load_lane("twin-1m6")) as rollback_nodes:
+        before = fingerprint(rollback_nodes)
         nodes.each(f"mv {params.checkout} {saved}")
         try:
             record, _ = run(tmp_path, "env", "twin", expect_exit=0)
@@ -187,7 +187,7 @@ def test_a_lane_without_its_checkout_gets_a_copy_of_the_rollback_lanes(twin, tmp
             assert record["figures"]["checkout_copied"] == copied
             assert record["figures"]["backups"], "the copy was rendered into the twin lane"
             assert [c["step"] for c in record["confirmations"]][0] == "1 checkout"
-            assert fingerprint_differences(before, fingerprint(rollback_lane)) == []
+            assert fingerprint_differences(before, fingerprint(rollback_nodes)) == []
             assert checkout_env.same_checkout(nodes).ok
         finally:
             nodes.each(f"if test -e {saved}; then rm -rf {params.checkout} && mv {saved} {params.checkout}; fi")

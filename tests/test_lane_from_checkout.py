@@ -125,7 +125,7 @@ def test_dead_lines_and_secrets_are_listed_never_dropped(tmp_path):
     assert "hf_abcdef" not in imported.text and "HF_TOKEN" not in imported.text
     key_line = len(lines)
     assert "auth: {VLLM_API_KEY: {key_file: PATH}}" in reasons[key_line] and "sk-abc" not in imported.text
-    assert imported.lane.max_num_seqs == 4  # the value that runs: the later line
+    assert imported.params.max_num_seqs == 4  # the value that runs: the later line
     out = tmp_path / "mine.yaml"
     write_new(out, imported.text)
     assert round_trip(out, CheckoutFiles.read(directory)) == []

@@ -204,7 +204,7 @@ def test_the_long_context_step_is_opt_in_and_refused_headless_on_a_real_lane():
     assert [line.split(" tokens:")[0] for line in climb][-1] == "local: long context 1,048,576"
     assert len(climb) == 8
     live = Runbook("diagnose", "anemll-0731", dry_run=True)
-    live.dry_run = live.lane.executor.dry_run = False  # as a headless real run: nobody said they watch the console
+    live.dry_run = live.nodes.executor.dry_run = False  # as a headless real run: nobody said they watch the console
     with pytest.raises(LanebookError, match="P15.*attended"):
         probes.long_context_step(live, enabled=True, target_tokens=200_000)
-    assert live.lane.executor.commands() == []  # refused before anything is sent
+    assert live.nodes.executor.commands() == []  # refused before anything is sent

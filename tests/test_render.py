@@ -161,7 +161,7 @@ def test_what_render_cannot_change_is_an_error(tmp_path):
     directory = checkout(tmp_path, compose=hard, env=fixture_text(EXAMPLE))
     result = render_checkout(load_lane("anemll-0731"), directory)
     [mismatch] = result.unresolved
-    assert (mismatch.key, mismatch.lane, mismatch.running.value) == ("GPU_MEMORY_UTILIZATION", "0.85", "0.80")
+    assert (mismatch.key, mismatch.lane_value, mismatch.running.value) == ("GPU_MEMORY_UTILIZATION", "0.85", "0.80")
     assert mismatch.running.where.line == line_of(hard, "--gpu-memory-utilization")
     proc = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
     assert proc.returncode == 1 and "no change" in proc.stdout
@@ -184,7 +184,7 @@ def test_the_lanes_kv_cache_dtype_is_written_where_the_recipe_sets_it(tmp_path):
     without = replace_once(original, "        --kv-cache-dtype nvfp4_ds_mla\n", "")
     other = checkout(tmp_path / "without", compose=without, env=fixture_text(EXAMPLE))
     [mismatch] = render_checkout(lane, other).unresolved
-    assert (mismatch.key, mismatch.lane, mismatch.running.value) == ("kv_cache_dtype", "fp8", "auto")
+    assert (mismatch.key, mismatch.lane_value, mismatch.running.value) == ("kv_cache_dtype", "fp8", "auto")
     assert "--kv-cache-dtype" not in (other / COMPOSE).read_text()
 
 

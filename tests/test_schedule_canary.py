@@ -16,7 +16,7 @@ def plan_of(enabled=True, schedule=None, restore=None):
 def test_the_two_sides_differ_only_in_the_schedule():
     params = load_lane("anemll-0731")
     plan = plan_of()
-    fixed, scheduled = plan.lane(params, sc.FIXED), plan.lane(params, sc.SCHEDULE)
+    fixed, scheduled = plan.side_params(params, sc.FIXED), plan.side_params(params, sc.SCHEDULE)
     assert fixed.speculative.schedule is None and scheduled.speculative.schedule == params.speculative.schedule
     assert fixed.env == scheduled.env == params.env and sc.side_of(params) == sc.SCHEDULE
     assert plan.describe(params, sc.FIXED) == "fixed K=5"
@@ -29,7 +29,7 @@ def test_a_fixed_k_lane_needs_the_schedule_side_given():
     params = load_lane("anemll-1m6")  # fixed K=5
     assert "no schedule was given" in plan_of().skip_reason(params)
     given = plan_of(schedule=[[1, 1, 5], [2, 6, 4]])
-    assert given.skip_reason(params) is None and given.lane(params, sc.SCHEDULE).speculative.schedule == [
+    assert given.skip_reason(params) is None and given.side_params(params, sc.SCHEDULE).speculative.schedule == [
         (1, 1, 5),
         (2, 6, 4),
     ]

@@ -36,7 +36,7 @@ def weights(params: LaneParams) -> str:
 class LaneChange:
     """A lane against its rollback lane: each pair is (the rollback lane's, the lane's)."""
 
-    lane: str
+    lane_name: str
     rollback: str
     runtime: tuple[Optional[str], Optional[str]]
     weights: tuple[str, str]
@@ -57,7 +57,7 @@ class LaneChange:
         """`lane X changes both the runtime image (A → B) and the weights (C → D) against its rollback lane Y`."""
         old_image, new_image = (image or "the compose default" for image in self.runtime)
         return (
-            f"lane {self.lane} changes both the runtime image ({old_image} → {new_image}) and the weights "
+            f"lane {self.lane_name} changes both the runtime image ({old_image} → {new_image}) and the weights "
             f"({self.weights[0]} → {self.weights[1]}) against its rollback lane {self.rollback}"
         )
 

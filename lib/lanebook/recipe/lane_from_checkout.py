@@ -106,7 +106,7 @@ class Imported:
 
     name: str
     text: str
-    lane: LaneParams
+    params: LaneParams
     unexpressed: list[Unexpressed] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 

@@ -126,7 +126,7 @@ class LintInput:
     nodes: Optional[int] = None  # a lane's node count (files: compose's --nnodes)
     mismatches: list[tuple[Mismatch, str]] = field(default_factory=list)  # lane values not run, with what fixes each
     rollback: Optional[AgainstRollback] = None  # a lane's: it against its rollback lane
-    lane: Optional[LaneParams] = None  # the lane linted (its nodes and launcher), None for files alone
+    params: Optional[LaneParams] = None  # the lane linted (its nodes and launcher), None for files alone
     lane_file: str = ""  # where the lane's own keys are named
     lane_doc: Optional[CommentedMap] = None
 
@@ -326,17 +326,18 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
         if key in RANK_FLAGS.values():
             fix = (
                 f"`lanebook env render` cannot change this: the compose command writes {key} "
-                f"{mismatch.running.value} literally (the recipe's two-node shape); a lane of {mismatch.lane} nodes "
+                f"{mismatch.running.value} literally (the recipe's two-node shape); "
+                f"a lane of {mismatch.lane_value} nodes "
                 f"runs a checkout whose compose reads {key} ${{{_rank_key(key)}}}"
                 if not mismatch.running.from_env
-                else f"set the lane's {_rank_key(key)} to its node count, {mismatch.lane}"
+                else f"set the lane's {_rank_key(key)} to its node count, {mismatch.lane_value}"
             )
         elif key in unresolved:
             fix = "`lanebook env render` cannot change this: edit the line that wins"
         elif key.startswith("speculative."):
             fix = "`lanebook env render` rewrites the SPECULATIVE_CONFIG line from the lane"
         elif key == KV_DTYPE_KEY:
-            fix = f"`lanebook env render` writes the compose command's {KV_DTYPE_FLAG} {mismatch.lane}"
+            fix = f"`lanebook env render` writes the compose command's {KV_DTYPE_FLAG} {mismatch.lane_value}"
         elif key in written:
             fix = f"`lanebook env render` writes {written[key]}={plan.effective.setting(key).value}"
         else:
@@ -390,7 +391,7 @@ def lint_checkout_files(
         nodes=len(params.nodes),
         mismatches=_fixes(lane_mismatches(params, eff) + rank_mismatches(params, eff), plan, why_not),
         rollback=against_rollback(params, doc, file, allow_runtime_and_weights),
-        lane=params,
+        params=params,
         lane_file=file,
         lane_doc=doc,
     )
@@ -476,7 +477,7 @@ def lint_lane_on_reference(
             for m in lane_mismatches(params, eff) + rank_mismatches(params, eff)
         ],
         rollback=against_rollback(params, doc, file, allow_runtime_and_weights),
-        lane=params,
+        params=params,
         lane_file=file,
         lane_doc=doc,
     )

@@ -371,7 +371,7 @@ def _lane_values(params: LaneParams, pulled: Effective, render: Optional[RenderP
         renamed = target is not None and target != key
         if key not in mismatches and key not in dead and not renamed:
             continue
-        want = mismatches[key].lane if key in mismatches else env_text(params.env[key])
+        want = mismatches[key].lane_value if key in mismatches else env_text(params.env[key])
         runs = mismatches[key].running.described() if key in mismatches else f"{want}, the lane's value"
         if key in dead:
             status, detail = "ignored", f"its env line is read no more: {dead[key].reason}"

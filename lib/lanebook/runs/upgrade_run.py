@@ -16,7 +16,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import read_text, utc_stamp, write_atomic
@@ -24,6 +24,9 @@ from lanebook.base.paths import outputs_dir
 from lanebook.lane.params import LaneParams, load_lane
 from lanebook.lane.values import checkout_text, write_checkout
 from lanebook.recipe.effective.checkout import CheckoutFiles
+
+if TYPE_CHECKING:
+    from lanebook.nodes.ssh import LaneNodes
 
 BLOCKED = "blocked"
 BEFORE_LAUNCH = ("weights", "env")  # the promotion's runbooks that start nothing
@@ -204,11 +207,11 @@ def _after(done: Upgrade, params: LaneParams) -> Upgrade:
         return _finish(done, nodes)
 
 
-def _finish(done: Upgrade, lane) -> Upgrade:
+def _finish(done: Upgrade, nodes: LaneNodes) -> Upgrade:
     """The old checkout fingerprinted again (it must be as before) and the record written."""
     from lanebook.ops import checkout_upgrade as ops
 
-    done.old_tree_after = ops.old_checkout_trees(lane)
+    done.old_tree_after = ops.old_checkout_trees(nodes)
     done.old_tree_changes = ops.tree_changes(done.old_tree_before, done.old_tree_after)
     if done.old_tree_changes and done.verdict == "pass":
         done.verdict, done.reason = "fail", "the old checkout changed: " + "; ".join(done.old_tree_changes)

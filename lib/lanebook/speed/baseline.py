@@ -38,7 +38,7 @@ NOT_JUDGED, NO_BASELINE = "not judged", "no baseline"
 
 @dataclass(frozen=True)
 class Baseline:
-    lane: str
+    lane_name: str
     source: str
     provenance: Provenance
     documents: list[dict]

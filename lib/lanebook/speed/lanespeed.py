@@ -57,7 +57,7 @@ def _whole(value: Any, what: str) -> int:
 class LanePlan:
     """What one speed run measures on a lane: every workload at every level, trials times."""
 
-    lane: str
+    lane_name: str
     api: str
     model: str
     workloads: tuple[str, ...]
@@ -246,7 +246,7 @@ def baseline_label(setup: Optional[SetupMatch]) -> str:
 
 
 def plot_title(plan: LanePlan, workload: str, twin: bool) -> str:
-    return f"{plan.lane} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials" + (
+    return f"{plan.lane_name} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials" + (
         " · TWIN figures (not a real lane's)" if twin else ""
     )
 
@@ -330,7 +330,7 @@ def judge_step(
 def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
     """Where a stored baseline came from, as its file says (twin figures labelled)."""
     return (
-        f"speed runbook on lane {plan.lane}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
+        f"speed runbook on lane {plan.lane_name}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
         + ("; twin figures, not a real lane's" if twin else "")
     )
 

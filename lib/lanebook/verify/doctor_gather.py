@@ -76,7 +76,7 @@ def _why(result: CommandResult) -> str:
 
 class _Reader:
     def __init__(self, nodes: LaneNodes, out: Gathered):
-        self.lane, self.out = nodes, out
+        self.nodes, self.out = nodes, out
         self.unreachable = False
 
     def run(
@@ -117,7 +117,7 @@ def _container_log(reader: _Reader, node: Node, container: str) -> None:
     since = started.stdout.strip() if started else ""
     if since:
         command = f"docker logs --since {q(since)} {q(container)} 2>&1"
-    elif reader.lane.executor.dry_run:
+    elif reader.nodes.executor.dry_run:
         command = f"docker logs --since STARTED_AT {q(container)} 2>&1"
     else:
         return  # not_read says why

@@ -74,7 +74,8 @@ class SchedulePlan:
         own = params.speculative.schedule
         return self.schedule if self.schedule is not None else None if own is None else [list(r) for r in own]
 
-    def lane(self, params: LaneParams, side: str) -> LaneParams:
+    def side_params(self, params: LaneParams, side: str) -> LaneParams:
+        """The lane's params for one side of the A/B: the schedule's ranges set, or none (fixed K)."""
         return with_schedule(params, self.ranges(params) if side == SCHEDULE else None)
 
     def skip_reason(self, params: LaneParams) -> Optional[str]:
@@ -131,7 +132,7 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     failed = None if documents[own] is None else sum(r["errors"] for d in documents[own] for r in d["runs"])
     rb.expect(failed == 0, what=f"every request measured with {plan.describe(p, own)}", detail=failed)
     rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, other)} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.nodes, plan.lane(p, other), lambda: plan.measured.measure(rb.nodes))
+    trial = try_variant(rb.nodes, plan.side_params(p, other), lambda: plan.measured.measure(rb.nodes))
     documents[other] = trial.documents
     rb.record(schedule_canary_relaunch=trial.figures())
     show_change(rb, trial.relaunch)
@@ -188,7 +189,7 @@ def restore_step(
     problem = plan.restore_problem(p)
     rb.expect(not problem, what="restore names a side the lane can run", detail=problem, local=True)
     side = kept_side(plan, decision)
-    kept = plan.lane(p, side)
+    kept = plan.side_params(p, side)
     running = ab.running if ab else None  # the operator's restore always goes through the launcher
     relaunch = None
     if running != side or rb.dry_run:

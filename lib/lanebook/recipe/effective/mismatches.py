@@ -47,11 +47,11 @@ class Mismatch:
     """A lane value that is not what the server runs."""
 
     key: str  # an env key, speculative.FIELD, or kv_cache_dtype
-    lane: str
+    lane_value: str
     running: Setting
 
     def message(self) -> str:
-        return f"{self.key}: the lane says {self.lane}, but the checkout runs {self.running.described()}"
+        return f"{self.key}: the lane says {self.lane_value}, but the checkout runs {self.running.described()}"
 
 
 def env_text(value: Any) -> str:
@@ -136,11 +136,11 @@ class LiveMismatch:
     """A value the lane sets that the running server's command line does not carry."""
 
     flag: str  # a vllm serve flag, or "--speculative-config FIELD"
-    lane: str
+    lane_value: str
     live: Optional[str]  # None: absent from the live command
 
     def __str__(self) -> str:
-        return f"{self.flag}: lane {self.lane}, live {'absent' if self.live is None else self.live}"
+        return f"{self.flag}: lane {self.lane_value}, live {'absent' if self.live is None else self.live}"
 
 
 def _live_flag(tokens: list[str], flag: str) -> Optional[str]:
