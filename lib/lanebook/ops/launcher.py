@@ -482,6 +482,6 @@ def live_command_step(
 ) -> None:
     """The head's live `vllm serve` command carries every value the runbook's lane (or `target`) sets; each one it
     does not carry is named with both values."""
-    lane = rb.nodes if target is None else target
-    mismatches = live_mismatches(lane.params, live_command(lane.head, container_name(lane)))
+    nodes = rb.nodes if target is None else target
+    mismatches = live_mismatches(nodes.params, live_command(nodes.head, container_name(nodes)))
     rb.expect(not mismatches, what=what, detail="; ".join(map(str, mismatches)))

@@ -376,14 +376,14 @@ def import_lane(
         parent.yaml_add_eol_comment(where, path[-1])
     text = _dump(doc)
     try:
-        lane = LaneParams.model_validate(YAML(typ="safe").load(text))
+        params = LaneParams.model_validate(YAML(typ="safe").load(text))
     except Exception as exc:  # noqa: BLE001 - a value the checkout holds that a lane refuses: one clear line
         raise LaneError(f"the checkout's values do not make a valid lane: {exc}".splitlines()[0]) from None
     header = (
         f"# Lane {name}: imported by `lanebook lane import` from {source}.\n"
         "# Each comment says the file:line the value came from.\n"
     )
-    return Imported(name, header + text, lane, b.unexpressed, b.notes)
+    return Imported(name, header + text, params, b.unexpressed, b.notes)
 
 
 def _dump(doc: CommentedMap) -> str:

@@ -451,8 +451,8 @@ def nested_step(rb: Runbook, runbook: str, *, target: Optional[LaneParams] = Non
     """Run RUNBOOK on the runbook's lane (or `target`, another lane) as a nested run with its own record (rollback
     runs the rollback lane's gates), show it as a row linking that record, and expect its verdict to pass (dry-run in
     a dry run). The nested run's summary."""
-    lane = rb.params if target is None else target
-    summary = run_runbook(runbook, lane, {}, dry_run=rb.dry_run, yes=True)
+    params = rb.params if target is None else target
+    summary = run_runbook(runbook, params, {}, dry_run=rb.dry_run, yes=True)
     rb.record(
         **{
             f"{runbook}_verdict": summary["verdict"],
@@ -468,7 +468,7 @@ def nested_step(rb: Runbook, runbook: str, *, target: Optional[LaneParams] = Non
     failed_at = f" at {summary['failed_step']}" if summary["failed_step"] else ""
     rb.expect(
         summary["verdict"] == wanted,
-        what=f"{lane.name}'s {runbook} verdict is {wanted}",
+        what=f"{params.name}'s {runbook} verdict is {wanted}",
         detail=f"{summary['verdict']}{failed_at}",
         local=True,
     )

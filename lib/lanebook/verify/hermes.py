@@ -630,18 +630,18 @@ def follow_step(rb: "Runbook", *, target: Optional[LaneNodes] = None, config: Op
     """Point the operator's Hermes config at the lane now serving (the runbook's, or `target`): read it on the
     Hermes host, and when its default_model or URL is another lane's, back it up and change those lines (after
     confirmation); then read it again and check it names that lane. No config named: nothing to follow."""
-    lane = rb.nodes if target is None else target
-    params = lane.params
+    nodes = rb.nodes if target is None else target
+    params = nodes.params
     if not config:
         rb.skip(
             f"the operator's Hermes config names {params.served_model_name}",
             "no Hermes config named (the lane's hermes.config, or -p hermes_config=PATH)",
         )
         return
-    host = hermes_host(lane)
+    host = hermes_host(nodes)
     source = f"{config} on {host.where}"
     text = host.read(config)
-    if lane.executor.dry_run and not isinstance(host, LocalHost):
+    if nodes.executor.dry_run and not isinstance(host, LocalHost):
         host.replace(config, text, text)  # recorded, not sent
         return
     followed, changes = followed_config(text, params, source)
@@ -649,7 +649,7 @@ def follow_step(rb: "Runbook", *, target: Optional[LaneNodes] = None, config: Op
     if changes:
         rb.confirm(f"back up {source} and change providers.{params.hermes.provider}: {'; '.join(changes)}")
         rb.record(hermes_config_backup=host.replace(config, text, followed))
-    if lane.executor.dry_run:
+    if nodes.executor.dry_run:
         return
     left = followed_config(host.read(config), params, source)[1]
     done = "; ".join(changes) + " (backed up first)" if changes else "it already did: nothing changed"
@@ -664,17 +664,17 @@ def route_step(rb: "Runbook", *, target: Optional[LaneNodes] = None, config: Opt
     """The operator's config, as it now is, checked against the runbook's lane (or `target`) and its ROUTE_OK smoke
     run through the real CLI (gates 5 and 6 on that config). No config named: nothing to prove here (the lane's
     gates ran the rendered block)."""
-    lane = rb.nodes if target is None else target
+    nodes = rb.nodes if target is None else target
     if not config:
         rb.skip(
-            f"ROUTE_OK through the operator's Hermes config on {lane.params.name}",
+            f"ROUTE_OK through the operator's Hermes config on {nodes.params.name}",
             "no Hermes config named: the gates run routed the block rendered from the lane",
         )
         return
     step = rb.current_step
-    provider, found = block_gate(step, lane, config)
-    rb.show(markdown=f"```yaml\n{block_text(provider, lane.params.hermes.provider)}```")
-    route, routed = route_gate(step, lane, provider)
+    provider, found = block_gate(step, nodes, config)
+    rb.show(markdown=f"```yaml\n{block_text(provider, nodes.params.hermes.provider)}```")
+    route, routed = route_gate(step, nodes, provider)
     rb.show(markdown=f"```text\n{route_text(route)}```")
-    rb.record(hermes_route={"lane": lane.params.name, "config": config, **route_figures(route)})
+    rb.record(hermes_route={"lane": nodes.params.name, "config": config, **route_figures(route)})
     rb.expect(found + routed)
