@@ -218,8 +218,8 @@ def test_env_keys_values_and_paths_that_would_break_a_line_or_a_command_are_refu
 def test_paths_and_env_values_may_hold_shell_characters_they_are_quoted_where_used():
     from lanebook.lane.params import lane_with
 
-    lane = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
-    assert lane.checkout == "~/odd $(dir); `x`" and lane.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"
+    params = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
+    assert params.checkout == "~/odd $(dir); `x`" and params.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"
 
 
 def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(tmp_path):

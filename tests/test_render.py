@@ -122,7 +122,7 @@ def test_the_vision_profile_is_written_when_the_sidecar_is_on(tmp_path):
 
 
 def test_a_lane_that_says_otherwise_writes_the_source_key(tmp_path):
-    lane = lane_with(
+    params = lane_with(
         load_lane("anemll-0731"),
         env={
             "DSPARK_MODEL": "deepseek-ai/DeepSeek-V4-Flash-0801",
@@ -131,7 +131,7 @@ def test_a_lane_that_says_otherwise_writes_the_source_key(tmp_path):
         weights={**load_lane("anemll-0731").weights.model_dump(), "repo": "deepseek-ai/DeepSeek-V4-Flash-0801"},
     )
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
-    render_checkout(lane, directory)
+    render_checkout(params, directory)
     env = (directory / ".env.dspark").read_text()
     assert "\nDSPARK_MODEL_OFFICIAL=deepseek-ai/DeepSeek-V4-Flash-0801\n" in env and "\nDSPARK_MODEL=" not in env
     assert "\nDSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2\n" in env  # another tag: the lane's wins
@@ -173,17 +173,17 @@ def test_the_lanes_kv_cache_dtype_is_written_where_the_recipe_sets_it(tmp_path):
     that argument rewritten (one line), and a command without the flag is left alone, its lane value unresolved."""
     original = fixture_text(COMPOSE)
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
-    lane = lane_with(load_lane("anemll-0731"), kv_cache_dtype="fp8")
-    result = render_checkout(lane, directory)
+    params = lane_with(load_lane("anemll-0731"), kv_cache_dtype="fp8")
+    result = render_checkout(params, directory)
     compose = (directory / COMPOSE).read_text()
     assert ("        --kv-cache-dtype nvfp4_ds_mla", "        --kv-cache-dtype fp8") in changed_lines(original, compose)
-    assert result.unresolved == [] and render_checkout(lane, directory).changed == []
+    assert result.unresolved == [] and render_checkout(params, directory).changed == []
     render_checkout(load_lane("anemll-0731"), directory)  # the seed lane puts the recipe's dtype back
     assert "--kv-cache-dtype nvfp4_ds_mla" in (directory / COMPOSE).read_text()
 
     without = replace_once(original, "        --kv-cache-dtype nvfp4_ds_mla\n", "")
     other = checkout(tmp_path / "without", compose=without, env=fixture_text(EXAMPLE))
-    [mismatch] = render_checkout(lane, other).unresolved
+    [mismatch] = render_checkout(params, other).unresolved
     assert (mismatch.key, mismatch.lane_value, mismatch.running.value) == ("kv_cache_dtype", "fp8", "auto")
     assert "--kv-cache-dtype" not in (other / COMPOSE).read_text()
 
@@ -365,8 +365,8 @@ def test_printed_diff_never_shows_a_secret(tmp_path):
     """The env file may carry keys (HF_TOKEN, VLLM_API_KEY); the diff we print must not."""
     (tmp_path / "docker-compose.dspark.yml").write_text((REFERENCE / "docker-compose.dspark.yml").read_text())
     (tmp_path / ".env.dspark").write_text("HF_TOKEN=hf_" + "x" * 30 + "\nMAX_NUM_BATCHED_TOKENS=16384\n")
-    lane = lane_with(load_lane("anemll-0731"), env={"VLLM_API_KEY": "sk-very-secret-1"})
-    result = render_checkout(lane, tmp_path)
+    params = lane_with(load_lane("anemll-0731"), env={"VLLM_API_KEY": "sk-very-secret-1"})
+    result = render_checkout(params, tmp_path)
     assert "hf_" + "x" * 30 not in result.diff and "sk-very-secret-1" not in result.diff
     assert "+MAX_NUM_BATCHED_TOKENS=8192" in result.diff  # token counts are not secrets
     assert "sk-very-secret-1" in (tmp_path / ".env.dspark").read_text()  # the file itself keeps the value

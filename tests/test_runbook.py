@@ -40,8 +40,8 @@ def _lab_lane(registry, tmp_path, twin: bool = True, policy: Optional[LanePolicy
     lane_file = tmp_path / "lab.yaml"
     if policy is None:
         policy = load_lane("twin").policy if twin else LanePolicy()
-    lane = lane_with(load_lane("twin"), ssh_config="lab", twin=twin, policy=policy)
-    lane_file.write_text(lane.model_dump_json())  # JSON is YAML
+    params = lane_with(load_lane("twin"), ssh_config="lab", twin=twin, policy=policy)
+    lane_file.write_text(params.model_dump_json())  # JSON is YAML
     return str(lane_file)
 
 
