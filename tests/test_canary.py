@@ -45,7 +45,7 @@ def fake_relaunches(monkeypatch, ok_for):
     """relaunch_with replaced by a recorder whose relaunch is ok for the lanes named in ok_for."""
     calls = []
 
-    def relaunch_with(lane, params):
+    def relaunch_with(nodes, params):
         calls.append(params.env["MAX_NUM_BATCHED_TOKENS"])
         ok = params.env["MAX_NUM_BATCHED_TOKENS"] in ok_for
         return canary.Relaunch(

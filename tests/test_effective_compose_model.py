@@ -197,10 +197,10 @@ def test_the_twin_checkout_is_the_example_with_the_lane_rendered(tmp_path):
     assert eff.setting("GPU_MEMORY_UTILIZATION").value == "0.85" and lane_mismatches(lane_for_twin(params), eff) == []
 
 
-def lane_for_twin(lane):
+def lane_for_twin(params):
     from lanebook.twin.tree import twin_env
 
-    return lane_with(lane, env=twin_env(lane, TwinAddresses()))
+    return lane_with(params, env=twin_env(params, TwinAddresses()))
 
 
 def test_serve_arguments_are_expanded_by_a_bash_that_can_run_nothing(tmp_path):

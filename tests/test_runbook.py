@@ -45,8 +45,8 @@ def _lab_lane(registry, tmp_path, twin: bool = True, policy: Optional[LanePolicy
     return str(lane_file)
 
 
-def dry(lane="anemll-0731"):
-    return Runbook("launch", lane, dry_run=True)
+def dry(lane_name="anemll-0731"):
+    return Runbook("launch", lane_name, dry_run=True)
 
 
 def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):

@@ -69,11 +69,18 @@ def schedule_543(tmp_path_factory):
     server.stop()
 
 
-def measure(api, lane, workload, levels=LEVELS):
+def measure(api, params, workload, levels=LEVELS):
     """One trial per level: the SpeedResult (its document() is the speed document)."""
     httpx.delete(f"{api.removesuffix('/v1')}/twin/requests")
     speed = run_speed(
-        api, lane.served_model_name, workload, levels, trials=1, max_tokens=256, lane_request=lane.request, twin=True
+        api,
+        params.served_model_name,
+        workload,
+        levels,
+        trials=1,
+        max_tokens=256,
+        lane_request=params.request,
+        twin=True,
     )
     assert speed.errors == 0
     return speed

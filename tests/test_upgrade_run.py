@@ -35,8 +35,8 @@ def at_this_twin(text: str) -> str:
     return text.replace("\n  VLLM_HOST: 127.0.0.2", ports + "\n  VLLM_HOST: 127.0.0.2", 1)
 
 
-def env_of(lane, checkout):
-    with LaneNodes(lane) as nodes:
+def env_of(params, checkout):
+    with LaneNodes(params) as nodes:
         return CheckoutFiles.fetch(nodes.head, checkout).env.text
 
 
