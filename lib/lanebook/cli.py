@@ -304,7 +304,7 @@ def lint(
         raise LanebookError("give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE")
     from lanebook.lane.params import lane_path, load_lane
 
-    lane_params = load_lane(lane_name) if lane_name else None
+    params = load_lane(lane_name) if lane_name else None
     from lanebook.recipe.effective.checkout import CheckoutFiles
     from lanebook.recipe.lint import (
         given_files,
@@ -314,10 +314,10 @@ def lint(
         print_report,
     )
 
-    if lane_params and env:
-        report = lint_checkout_files(lane_params, given_files(env, compose), lane_path(lane_name), "given file")
-    elif lane_params:
-        report = lint_what_lane_runs(lane_params, checkout, dry_run=dry_run, source=lane_path(lane_name))
+    if params and env:
+        report = lint_checkout_files(params, given_files(env, compose), lane_path(lane_name), "given file")
+    elif params:
+        report = lint_what_lane_runs(params, checkout, dry_run=dry_run, source=lane_path(lane_name))
     elif checkout:
         files = CheckoutFiles.read(checkout)
         if files.env is None:

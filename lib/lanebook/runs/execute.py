@@ -78,12 +78,12 @@ CHANGING = {"weights", "env", "launch", "warmup", "diagnose", "rollback", "stop"
 RESERVED = {"lane", "dry_run"}
 
 
-def refuse_unconfirmed(what: str, lane_params: LaneParams, *, dry_run: bool, yes: bool) -> None:
+def refuse_unconfirmed(what: str, params: LaneParams, *, dry_run: bool, yes: bool) -> None:
     """Stop WHAT (a runbook, promote, upgrade) before it changes a lane whose policy.confirm_changes holds, unless
     the operator said --yes; a dry run changes nothing, so it needs no yes."""
-    if lane_params.policy.confirm_changes and not dry_run and not yes:
+    if params.policy.confirm_changes and not dry_run and not yes:
         raise LanebookError(
-            f"{what} changes the lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands"
+            f"{what} changes the lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
         )
 
 
