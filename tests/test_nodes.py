@@ -168,7 +168,7 @@ def test_each_runs_on_every_node_after_one_fails(nodes):
     assert fine.ok and fine.summary() == "ok on head, worker"
 
 
-def test_lane_result_of_a_dry_run_observed_nothing():
+def test_nodes_result_of_a_dry_run_observed_nothing():
     nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
     results = nodes.each("free -m")
     assert list(results) == ["head", "worker"] and all(r.dry_run for r in results.values())
@@ -176,7 +176,16 @@ def test_lane_result_of_a_dry_run_observed_nothing():
     assert nodes.executor.commands() == ["head: free -m", "worker: free -m"]
 
 
-def test_lane_result_counts_every_kind_of_failure():
+def test_lane_nodes_iterate_in_the_lane_files_order_and_only_a_subset_runs_with_only():
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    assert [n.alias for n in nodes] == ["head", "worker"] and len(nodes) == 2
+    assert nodes.head.alias == "head" and [w.alias for w in nodes.workers] == ["worker"]
+    assert not hasattr(nodes, "nodes")  # one way to reach the nodes: iterate
+    assert list(nodes.each("hostname", only=nodes.workers)) == ["worker"]
+    assert nodes.executor.commands() == ["worker: hostname"]
+
+
+def test_nodes_result_counts_every_kind_of_failure():
     ok = CommandResult("head", "true", 0)
     bad = CommandResult("worker", "false", 1)
     down = NodeUnreachable("worker2 (milo@10.0.0.3:22) unreachable: timed out")

@@ -428,15 +428,15 @@ class LaneNodes:
                 return n
         raise LanebookError(f"lane {self.params.name} has no node '{alias}'")
 
-    def each(self, command: str, nodes: Optional[Iterable[Node]] = None, **kwargs) -> NodesResult:
-        """Run the same command on several nodes (all by default), in order; results by alias.
+    def each(self, command: str, only: Optional[Iterable[Node]] = None, **kwargs) -> NodesResult:
+        """Run the same command on every node (or `only` those), in order; results by alias.
 
         A node that fails does not stop the others: every node is tried, then NodesFailed (carrying every
         node's outcome) is raised if any raised. Keyword arguments go to Node.run (check=False keeps a
         non-zero exit a result, listed in `.failed`).
         """
         results = NodesResult()
-        for node in nodes or self._nodes:
+        for node in only or self._nodes:
             try:
                 results[node.alias] = node.run(command, **kwargs)
             except NodeError as exc:

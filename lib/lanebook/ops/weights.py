@@ -127,7 +127,7 @@ def make_hub_parent(nodes: LaneNodes, workers: Iterable[Node]) -> None:
     last component of its destination (exit 11, "mkdir failed"): its parent is made first, as `hf download` makes it
     on the head."""
     parent = nodes.params.weights.hub_dir.rstrip("/").rpartition("/")[0]
-    nodes.each(f"mkdir -p {qpath(parent)}", nodes=list(workers))
+    nodes.each(f"mkdir -p {qpath(parent)}", only=list(workers))
 
 
 def clean_incomplete_on_workers(nodes: LaneNodes, workers: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
