@@ -46,13 +46,13 @@ def pasted() -> None:
 
 def lane(trials: int) -> None:
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.ops import launcher
     from lanebook.twin import control
     from lanebook.twin.standins.runtime import containers
 
     status = control.up(faults=[], fast=True)
-    with Lane(load_lane("twin")) as nodes:
+    with LaneNodes(load_lane("twin")) as nodes:
         if not all(launcher.running_containers(nodes).values()):
             started = launcher.start_lane(nodes)
             if not started.ok:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import httpx
 from lanebook.lane.params import PARAMS_DIR, load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops import launcher
 from lanebook.twin import control
 from lanebook.verify import gates, hermes
@@ -43,12 +43,12 @@ LANEBOOK = str(Path(sys.executable).parent / "lanebook")
 def twin_lane(up: bool) -> None:
     """The twin running, with its lane up or down as asked."""
     control.up(faults=[], fast=True)
-    with Lane(load_lane("twin")) as lane:
-        running = any(launcher.running_containers(lane).values())
+    with LaneNodes(load_lane("twin")) as nodes:
+        running = any(launcher.running_containers(nodes).values())
         if running and not up:
-            launcher.stop_lane(lane)
+            launcher.stop_lane(nodes)
         elif up and not running:
-            started = launcher.start_lane(lane)
+            started = launcher.start_lane(nodes)
             if not started.ok:
                 sys.exit(f"the twin lane did not start: {started.summary()}")
 
@@ -58,8 +58,8 @@ def readiness(trials: int) -> None:
     lanebook_lags, launcher_lags = [], []
     for trial in range(1, trials + 1):
         twin_lane(up=False)
-        with Lane(params) as lane:
-            started = launcher.start_lane(lane)
+        with LaneNodes(params) as nodes:
+            started = launcher.start_lane(nodes)
         truth = httpx.get(params.api.removesuffix("/v1") + "/twin/requests", timeout=10).json()["ready_at"]
         if not started.ok or started.ready_seen_at is None or truth is None:
             sys.exit(f"trial {trial}: no readiness to measure ({started.summary()})")
@@ -77,17 +77,17 @@ def readiness(trials: int) -> None:
     )
 
 
-def gates_direct(lane: Lane) -> list:
+def gates_direct(nodes: LaneNodes) -> list:
     """The gates runbook's checks, called from Python with no notebook around them."""
-    p = lane.params
+    p = nodes.params
     checks = (
-        gates.models_gate("1", lane.executor, p)
-        + gates.log_gate("2", lane)
-        + gates.exact_smoke_gate("3", lane.executor, p)
-        + gates.tool_smoke_gate("4", lane.executor, p)
+        gates.models_gate("1", nodes.executor, p)
+        + gates.log_gate("2", nodes)
+        + gates.exact_smoke_gate("3", nodes.executor, p)
+        + gates.tool_smoke_gate("4", nodes.executor, p)
     )
-    provider, found = hermes.block_gate("5", lane, None)
-    _, routed = hermes.route_gate("6", lane, provider)
+    provider, found = hermes.block_gate("5", nodes, None)
+    _, routed = hermes.route_gate("6", nodes, provider)
     return checks + found + routed
 
 
@@ -97,8 +97,8 @@ def gates_overhead(trials: int) -> None:
     with tempfile.TemporaryDirectory() as outputs:
         for trial in range(0, trials + 1):  # trial 0 warms up, untimed: first-use shapes, fresh .pyc, a cold cache
             started = time.monotonic()
-            with Lane(load_lane("twin")) as lane:
-                failed = [c for c in gates_direct(lane) if c.ok is False]
+            with LaneNodes(load_lane("twin")) as nodes:
+                failed = [c for c in gates_direct(nodes) if c.ok is False]
             direct.append(time.monotonic() - started)
             started = time.monotonic()
             done = subprocess.run(

@@ -35,8 +35,8 @@ def main() -> None:
     args = parser.parse_args()
     if not control.status()["running"]:
         control.up(faults=[], fast=True)
-    with ssh.Lane(load_lane("twin")) as lane:
-        head, params = lane.head, lane.params.weights
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        head, params = nodes.head, nodes.params.weights
         head.run("true")  # connect first: every figure below is on an open connection
         files = head.run(f"find {ssh.qpath(params.hub_dir)} -type f").stdout.split()
 
@@ -50,7 +50,7 @@ def main() -> None:
             (f"per-file stat ({len(files)} files)", per_file),
             ("verify_weights sha256=True", lambda: weights.verify_weights(head, params, sha256=True)),
         ):
-            runs = [timed(lane.executor, action) for _ in range(args.repeat)]
+            runs = [timed(nodes.executor, action) for _ in range(args.repeat)]
             seconds = [r[0] for r in runs]
             rows.append((label, runs[0][1], statistics.median(seconds), min(seconds), max(seconds), runs[-1][2]))
 

@@ -83,7 +83,7 @@ from lanebook.verify import canary as canary_run
 from lanebook.verify import probes
 from lanebook.verify import schedule_canary as schedule_run
 
-rb = Runbook("diagnose", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("diagnose", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 run_tag = f"diagnose-{secrets.token_hex(4)}"  # makes every prompt of this run unique
 
@@ -100,9 +100,9 @@ canary = canary and not restore_only
 # %%
 with rb.step("prerequisites", fix="run `launch` for this lane (it verifies the live command), then `diagnose` again"):
     launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
-    containers = launcher.lane_containers(rb.lane)
+    containers = launcher.lane_containers(rb.nodes)
     rb.expect(containers.state == launcher.LANE_UP, what="the lane is up on every node", detail=containers.summary())
-    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor) or []
+    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.nodes.executor) or []
     rb.expect(
         p.served_model_name in [m.get("id") for m in models],
         what=f"/v1/models lists {p.served_model_name}",

@@ -37,7 +37,7 @@ dry_run = False  # record the commands instead of sending them (opens no connect
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import doctor_gather
 
-rb = Runbook("doctor", lane, dry_run=dry_run)
+rb = Runbook("doctor", lane_name=lane, dry_run=dry_run)
 
 # %% [markdown]
 # ## Step 1 — Read the lane

@@ -52,7 +52,7 @@ from lanebook.ops import checkout_copy, checkout_env, transfers
 from lanebook.runs import audit
 from lanebook.steps.runbook import Runbook
 
-rb = Runbook("env", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("env", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 
 # %% [markdown]
@@ -168,10 +168,10 @@ with rb.step(
     "6 same bytes",
     fix="run `env` again to copy the head's checkout (a worker's own edit is replaced by the head's file)",
 ):
-    same = checkout_env.same_checkout(rb.lane)
+    same = checkout_env.same_checkout(rb.nodes)
     rb.record(checkout_sha256=same.figure("sha256"))
     rb.expect(same)
-    rb.expect(transfers.checkout_ok(rb.lane, what="the checkout's files on every node, launcher scripts executable"))
+    rb.expect(transfers.checkout_ok(rb.nodes, what="the checkout's files on every node, launcher scripts executable"))
 
 # %% [markdown]
 # ## Troubleshooting

@@ -45,7 +45,7 @@ hermes_config = None  # the operator's Hermes config.yaml on the Hermes host; No
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import gates, hermes
 
-rb = Runbook("gates", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("gates", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 config = hermes_config or p.hermes.config
 checks = []  # every gate's checks, judged together at the end
@@ -57,7 +57,7 @@ checks = []  # every gate's checks, judged together at the end
 # %%
 with rb.step("1 models"):
     checks += gates.show_gate(
-        rb, gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.lane.executor, p))
+        rb, gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.nodes.executor, p))
     )
 
 # %% [markdown]
@@ -68,7 +68,7 @@ with rb.step("1 models"):
 
 # %%
 with rb.step("2 startup log"):
-    checks += gates.show_gate(rb, gates.run_gate("2 startup log", lambda: gates.log_gate("2 startup log", rb.lane)))
+    checks += gates.show_gate(rb, gates.run_gate("2 startup log", lambda: gates.log_gate("2 startup log", rb.nodes)))
 
 # %% [markdown]
 # ## Gate 3 — The exact smoke
@@ -80,7 +80,7 @@ with rb.step("2 startup log"):
 print(gates.curl_line(gates.chat_url(p), gates.exact_smoke_body(p)))
 with rb.step("3 exact smoke"):
     checks += gates.show_gate(
-        rb, gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate("3 exact smoke", rb.lane.executor, p))
+        rb, gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate("3 exact smoke", rb.nodes.executor, p))
     )
 
 # %% [markdown]
@@ -91,7 +91,7 @@ with rb.step("3 exact smoke"):
 # %%
 with rb.step("4 tool smoke"):
     checks += gates.show_gate(
-        rb, gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate("4 tool smoke", rb.lane.executor, p))
+        rb, gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate("4 tool smoke", rb.nodes.executor, p))
     )
 
 # %% [markdown]
@@ -113,7 +113,7 @@ with rb.step("hermes config", fix="put the backup named above back if the edit i
 
 # %%
 with rb.step("5 hermes provider block"):
-    provider, found = hermes.block_gate("5 hermes provider block", rb.lane, config)
+    provider, found = hermes.block_gate("5 hermes provider block", rb.nodes, config)
     print(hermes.block_text(provider, p.hermes.provider), end="")
     checks += gates.show_gate(rb, found)
 
@@ -126,7 +126,7 @@ with rb.step("5 hermes provider block"):
 
 # %%
 with rb.step("6 hermes route"):
-    route, found = hermes.route_gate("6 hermes route", rb.lane, provider)
+    route, found = hermes.route_gate("6 hermes route", rb.nodes, provider)
     print(hermes.route_text(route), end="")
     rb.record(**hermes.route_figures(route))
     checks += gates.show_gate(rb, found)

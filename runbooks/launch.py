@@ -46,7 +46,7 @@ from lanebook.recipe.lint import lint_what_lane_runs
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import gates
 
-rb = Runbook("launch", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("launch", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 
 # %% [markdown]
@@ -64,15 +64,15 @@ with rb.step(
     # the head's checkout; a dry run lints the lane file
     report = lint_what_lane_runs(p, dry_run=rb.dry_run, allow_runtime_and_weights=allow_runtime_and_weights)
     rb.expect(report.ok, what="what the lane runs lints clean", detail=report.errors_summary(), local=True)
-    rb.expect(transfers.checkout_ok(rb.lane))
-    pair = launcher.pair_occupancy(rb.lane)
+    rb.expect(transfers.checkout_ok(rb.nodes))
+    pair = launcher.pair_occupancy(rb.nodes)
     rb.expect(
         not pair.other_lane_up,
         what="no other lane is serving on the pair (stop it first: both want the whole pair)",
         detail=pair.others_found() or "",
     )
     already_up = pair.this_lane_up  # launching is idempotent: a lane already up is verified, not restarted
-    rb.expect(weights.complete_results(weights.verify_every_node(rb.lane)))
+    rb.expect(weights.complete_results(weights.verify_every_node(rb.nodes)))
 
 # %% [markdown]
 # ## Step 1 — Clean SHM and page cache on every node
@@ -85,7 +85,7 @@ with rb.step(
     "1 clean memory",
     fix="a segment that stays is held by a live process: run `status`, then `stop`, then `launch` again",
 ):
-    nodes = ", ".join(n.alias for n in rb.lane.nodes)
+    nodes = ", ".join(n.alias for n in rb.nodes)
     memory.clean_step(
         rb,
         skip_because="the lane is already up" if already_up else None,
@@ -106,7 +106,7 @@ with rb.step(
         "memory: run `stop` (it drops caches, P04) or reboot the node; then `launch` again"
     ),
 ):
-    rb.expect(memory.mask_legacy_units(rb.lane))
+    rb.expect(memory.mask_legacy_units(rb.nodes))
     memory.free_memory_step(
         rb,
         what="enough free memory on every node for the lane's GPU_MEMORY_UTILIZATION",
@@ -135,7 +135,7 @@ with rb.step(
     started = launcher.start_step(
         rb, skip_because="already up: verifying it instead of restarting it" if already_up else None, timing=True
     )
-    api = launcher.ask_api(rb.lane)  # the launcher polls /v1/models only; /health says the engine is alive
+    api = launcher.ask_api(rb.nodes)  # the launcher polls /v1/models only; /health says the engine is alive
     rb.expect(api.healthy is True, what="/health answers 200", detail=api.detail)
 
 # %% [markdown]
@@ -169,7 +169,7 @@ with rb.step(
         "above), then `stop` and `launch` again"
     ),
 ):
-    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.lane.executor)
+    models = readiness.wait_models(p.api, p.served_model_name, timeout_s=60, executor=rb.nodes.executor)
     rb.expect(gates.judge_model_list(rb.current_step, models or [], p))
     launcher.live_command_step(rb)
 

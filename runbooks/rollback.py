@@ -44,14 +44,14 @@ hermes_config = None  # the operator's Hermes config.yaml on the Hermes host; No
 
 # %%
 from IPython.display import Markdown, display
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops import rollback
 from lanebook.runs import audit
 from lanebook.runs.execute import nested_step
 from lanebook.steps.runbook import Runbook
 from lanebook.verify import hermes
 
-rb = Runbook("rollback", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("rollback", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 
 # %% [markdown]
@@ -72,9 +72,9 @@ with rb.step(
     rb.record(rollback_lane=ROLLBACK_LANE)
     moved = rollback.pair_differences(p, target)
     rb.expect(not moved, what=f"{ROLLBACK_LANE} runs on the same pair as {p.name}", detail="; ".join(moved), local=True)
-    target_lane = Lane(target, executor=rb.lane.executor)
-    rollback.ready_step(rb, target=target_lane)  # lints clean, its checkout and weights on every node
-    already_rolled_back = rollback.pair_step(rb, target=target_lane)
+    target_nodes = LaneNodes(target, executor=rb.nodes.executor)
+    rollback.ready_step(rb, target=target_nodes)  # lints clean, its checkout and weights on every node
+    already_rolled_back = rollback.pair_step(rb, target=target_nodes)
 
 # %% [markdown]
 # ## Step 1 — Fingerprint the rollback lane before anything changes
@@ -91,7 +91,7 @@ with rb.step(
     "(the newest file is named), restore the known-good checkout or weights, then run `rollback` again; "
     "nothing was stopped",
 ):
-    before = rollback.fingerprint(target_lane)
+    before = rollback.fingerprint(target_nodes)
     rb.record(rollback_fingerprint_before=before)
     display(Markdown(f"`{ROLLBACK_LANE}` fingerprints (checkout, weights): `{rollback.short(before)}`"))
     rollback.recorded_step(rb, name=ROLLBACK_LANE, before=before, runs=audit.read_runs())
@@ -106,7 +106,7 @@ with rb.step(
 with rb.step(
     "2 stop", fix="run `status` to see what still runs and `stop` to finish stopping this lane, then `rollback` again"
 ):
-    rollback.stop_step(rb, target=target_lane, already=already_rolled_back)
+    rollback.stop_step(rb, target=target_nodes, already=already_rolled_back)
 
 # %% [markdown]
 # ## Step 3 — Clean SHM and page cache on every node
@@ -120,7 +120,7 @@ with rb.step(
     fix="drop caches on every node again (`sudo sh -c 'sync; echo 3 > "
     "/proc/sys/vm/drop_caches'`) or reboot, then `rollback` again; never `docker system prune -af`",
 ):
-    rollback.clean_step(rb, target=target_lane, already=already_rolled_back)
+    rollback.clean_step(rb, target=target_nodes, already=already_rolled_back)
 
 # %% [markdown]
 # ## Step 4 — Relaunch the rollback lane from its own checkout
@@ -136,7 +136,7 @@ with rb.step(
     fix=f"run `status --lane {ROLLBACK_LANE}`; `stop --lane {ROLLBACK_LANE}`, then "
     "`rollback` again (or `launch` this lane to go forward)",
 ):
-    rollback.relaunch_step(rb, target=target_lane, already=already_rolled_back)
+    rollback.relaunch_step(rb, target=target_nodes, already=already_rolled_back)
 
 # %% [markdown]
 # ## Step 5 — The rollback lane's gates
@@ -162,7 +162,7 @@ with rb.step(
     fix="something this rollback ran wrote into the rollback lane's checkout or "
     "weights: find it (the newest file is named) and keep it out of the tree; the lane serves meanwhile",
 ):
-    after = rollback.fingerprint(target_lane)
+    after = rollback.fingerprint(target_nodes)
     rb.record(rollback_fingerprint_after=after)
     changes = rollback.fingerprint_differences(before, after)
     rb.expect(
@@ -192,8 +192,8 @@ with rb.step(
     )
     display(Markdown(rollback.hermes_note(p, target, changes)))
     print("\n".join(f"Hermes providers.{target.hermes.provider}.{line}" for line in changes))
-    hermes.follow_step(rb, target=target_lane, config=hermes_config or p.hermes.config)
-    hermes.route_step(rb, target=target_lane, config=hermes_config or p.hermes.config)
+    hermes.follow_step(rb, target=target_nodes, config=hermes_config or p.hermes.config)
+    hermes.route_step(rb, target=target_nodes, config=hermes_config or p.hermes.config)
 
 # %% [markdown]
 # ## Troubleshooting
@@ -214,4 +214,4 @@ with rb.step(
 # %%
 rb.show_commands()
 verdict = rb.finish()
-target_lane.close()
+target_nodes.close()

@@ -65,7 +65,7 @@ from lanebook.speed.baseline import load_baseline, stored_baseline
 from lanebook.speed.provenance import compare_setups, read_provenance
 from lanebook.steps.runbook import Runbook
 
-rb = Runbook("speed", lane, dry_run=dry_run)
+rb = Runbook("speed", lane_name=lane, dry_run=dry_run)
 p = rb.params
 
 # %% [markdown]
@@ -83,7 +83,7 @@ with rb.step(
     base = load_baseline(baseline) if baseline else stored_baseline(p.name)
     rb.record(plan=plan.figures(tolerance, str(base.path) if base else None))
     launch_lane_if_down(rb)  # a twin lane found cleanly down: the launch runbook, its own record
-    api = launcher.ask_api(rb.lane)
+    api = launcher.ask_api(rb.nodes)
     rb.expect(api.healthy is True, what="/health answers 200", detail=api.detail)
     rb.expect(p.served_model_name in api.model_ids, what=f"/v1/models lists {p.served_model_name}", detail=api.detail)
 
@@ -96,7 +96,7 @@ with rb.step(
 
 # %%
 with rb.step("1 provenance", fix="run `status`: the lane's container must run on the head"):
-    provenance = read_provenance(rb.lane, lane_path(lane), launcher.container_name(rb.lane))
+    provenance = read_provenance(rb.nodes, lane_path(lane), launcher.container_name(rb.nodes))
     rb.record(provenance=provenance.to_json())
     rb.show(markdown=provenance.markdown())
     rb.expect(provenance.image is not None, what="the image the head's container runs", detail=provenance.image)

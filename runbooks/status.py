@@ -41,7 +41,7 @@ dry_run = False  # record the commands instead of sending them (opens no connect
 from lanebook.ops import launcher, transfers
 from lanebook.steps.runbook import Runbook
 
-rb = Runbook("status", lane, dry_run=dry_run)
+rb = Runbook("status", lane_name=lane, dry_run=dry_run)
 p = rb.params
 
 # %% [markdown]
@@ -49,7 +49,7 @@ p = rb.params
 
 # %%
 with rb.step("prerequisites", fix="copy the checkout to every node: run `env`"):
-    rb.expect(transfers.checkout_ok(rb.lane))
+    rb.expect(transfers.checkout_ok(rb.nodes))
 
 # %% [markdown]
 # ## Step 1 — The status script, from the head
@@ -62,7 +62,7 @@ with rb.step("prerequisites", fix="copy the checkout to every node: run `env`"):
 with rb.step(
     "1 status script", fix="the status script itself failed: check the checkout on the head (`env` copies it again)"
 ):
-    script = launcher.run_status_script(rb.lane)
+    script = launcher.run_status_script(rb.nodes)
     print(script.output)
     rb.record(status_script_exit=None if script.dry_run else script.exit_code)
     rb.expect(

@@ -36,7 +36,7 @@ confirm = None  # destructive steps go ahead: True (`lanebook run --yes`), None:
 from lanebook.ops import launcher, memory, transfers
 from lanebook.steps.runbook import Runbook
 
-rb = Runbook("stop", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("stop", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 
 # %% [markdown]
@@ -46,8 +46,8 @@ p = rb.params
 
 # %%
 with rb.step("prerequisites", fix="copy the checkout to every node (`env`), then run `stop` again"):
-    rb.expect(transfers.checkout_ok(rb.lane))
-    before = launcher.lane_containers(rb.lane)
+    rb.expect(transfers.checkout_ok(rb.nodes))
+    before = launcher.lane_containers(rb.nodes)
     rb.record(state_before=before.state, containers_before=before.running)
 
 # %% [markdown]
@@ -59,10 +59,10 @@ with rb.step("prerequisites", fix="copy the checkout to every node (`env`), then
 # %%
 with rb.step("1 stop script", fix="make the unreachable node reachable (SSH, fabric), then run `stop` again"):
     rb.confirm(f"stop lane {p.name} on every node and clean their memory")
-    stopped = launcher.stop_lane(rb.lane)
+    stopped = launcher.stop_lane(rb.nodes)
     rb.record(stop_script=stopped.launcher.outcome)
     rb.expect(stopped.launcher.ok, what="the stop script exits 0", detail=stopped.launcher.summary())
-    on_head = stopped.left_running.get(rb.lane.head.alias)
+    on_head = stopped.left_running.get(rb.nodes.head.alias)
     rb.expect(not on_head, what="no container of the lane on the head", detail=", ".join(on_head or []) or "none")
 
 # %% [markdown]
@@ -75,9 +75,9 @@ with rb.step(
     "2 orphaned workers",
     fix="run `stop` again; if the container stays, `docker compose -p PROJECT down` on that worker by hand",
 ):
-    orphans = launcher.stop_orphaned_workers(rb.lane)
+    orphans = launcher.stop_orphaned_workers(rb.nodes)
     rb.record(orphaned_workers_stopped=orphans)
-    left = launcher.lane_containers(rb.lane)
+    left = launcher.lane_containers(rb.nodes)
     rb.expect(
         not left.left,
         what="no container of the lane left on any node",
@@ -108,7 +108,7 @@ with rb.step(
 
 # %%
 with rb.step("4 free memory", fix="drop caches on every node again or reboot them (sticky UMA, P04), then `launch`"):
-    free = memory.check_sticky_uma(rb.lane)
+    free = memory.check_sticky_uma(rb.nodes)
     rb.record(free_gib=free.figure("free_gib"))
     rb.expect(
         free.ok,

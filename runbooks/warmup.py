@@ -44,7 +44,7 @@ dry_run = False  # record the requests and commands instead of sending them (ope
 from lanebook.ops import readiness, warmup
 from lanebook.steps.runbook import Runbook
 
-rb = Runbook("warmup", lane, dry_run=dry_run)
+rb = Runbook("warmup", lane_name=lane, dry_run=dry_run)
 p = rb.params
 
 # %% [markdown]
@@ -54,7 +54,7 @@ p = rb.params
 
 # %%
 with rb.step("prerequisites", fix="run `status`; if the lane is down, run `launch` (it warms the lane too)"):
-    models = readiness.wait_lane_ready(rb.lane, timeout_s=60)
+    models = readiness.wait_lane_ready(rb.nodes, timeout_s=60)
     ids = [m.get("id") for m in models or []]
     rb.expect(
         p.served_model_name in ids,

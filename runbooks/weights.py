@@ -45,7 +45,7 @@ rsync_attempts = 3  # rsync runs per worker when the connection drops mid-transf
 from lanebook.ops import weights
 from lanebook.steps.runbook import Runbook
 
-rb = Runbook("weights", lane, dry_run=dry_run, confirm=confirm)
+rb = Runbook("weights", lane_name=lane, dry_run=dry_run, confirm=confirm)
 p = rb.params
 
 # %% [markdown]
@@ -76,7 +76,7 @@ with rb.step(
 with rb.step(
     "1 verify", fix="a node that does not answer: check SSH to it (`ssh -F CONFIG NODE`), then run `weights` again"
 ):
-    before = weights.verify_every_node(rb.lane, sha256=sha256)
+    before = weights.verify_every_node(rb.nodes, sha256=sha256)
     rb.record(shards_before={a: r.shard_count for a, r in before.items()})
     rb.expect(weights.tree_results(before))
 
@@ -94,7 +94,7 @@ with rb.step(
         "it keeps failing"
     ),
 ):
-    head = weights.ensure_head_whole(rb, before[rb.lane.head.alias], sha256=sha256)
+    head = weights.ensure_head_whole(rb, before[rb.nodes.head.alias], sha256=sha256)
 
 # %% [markdown]
 # ## Step 3 — rsync once to each worker that needs it, over the RoCE link
@@ -138,8 +138,8 @@ with rb.step(
     "5 verify again",
     fix="run `weights` again (rsync resumes a cut copy); a head that still fails did not finish its download",
 ):
-    after = weights.verify_every_node(rb.lane, sha256=sha256)
-    rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.lane.head.alias].revision)
+    after = weights.verify_every_node(rb.nodes, sha256=sha256)
+    rb.record(shards_after={a: r.shard_count for a, r in after.items()}, revision=after[rb.nodes.head.alias].revision)
     rb.expect(weights.complete_results(after))
     revisions = weights.revisions(after)
     rb.expect(len(revisions) == 1, what="every node holds the same revision", detail=", ".join(revisions))

@@ -63,7 +63,7 @@ def test_runs_are_appended_one_line_each_and_read_back(outputs):
     lines = (outputs / "runs.jsonl").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [first, second]
     assert audit.read_runs() == [first, second]
-    assert audit.read_runs(lane="anemll-0731") == [second]
+    assert audit.read_runs(lane_name="anemll-0731") == [second]
     assert audit.resolve_output(second) == outputs / "anemll-0731" / "20261201T000000Z-launch-aaaa0002.ipynb"
 
 

@@ -18,9 +18,9 @@ from lanebook.verify import canary
 def test_a_dry_run_records_render_copy_stop_clean_start_and_observes_nothing():
     lane_params = load_lane("anemll-0731")
     variant = lane_with(lane_params, env={"MAX_NUM_BATCHED_TOKENS": 8216})
-    with ssh.Lane(lane_params, dry_run=True) as lane:
-        relaunch = canary.relaunch_with(lane, variant)
-        commands = lane.executor.commands()
+    with ssh.LaneNodes(lane_params, dry_run=True) as nodes:
+        relaunch = canary.relaunch_with(nodes, variant)
+        commands = nodes.executor.commands()
     assert (relaunch.ok, relaunch.live, relaunch.error) == (False, None, None)
     assert "+MAX_NUM_BATCHED_TOKENS=8216" in relaunch.change.diff and relaunch.change.dry_run
     kinds = []
@@ -45,7 +45,7 @@ def fake_relaunches(monkeypatch, ok_for):
     """relaunch_with replaced by a recorder whose relaunch is ok for the lanes named in ok_for."""
     calls = []
 
-    def relaunch_with(lane, params):
+    def relaunch_with(nodes, params):
         calls.append(params.env["MAX_NUM_BATCHED_TOKENS"])
         ok = params.env["MAX_NUM_BATCHED_TOKENS"] in ok_for
         return canary.Relaunch(
@@ -112,14 +112,14 @@ def plan_of(enabled=True, value=8216):
 
 
 def test_the_kept_lane_and_what_the_lane_file_must_say():
-    lane = load_lane("anemll-0731")
+    params = load_lane("anemll-0731")
     plan = plan_of()
-    assert plan.variant(lane).env["MAX_NUM_BATCHED_TOKENS"] == 8216 and lane.env["MAX_NUM_BATCHED_TOKENS"] == 8192
+    assert plan.variant(params).env["MAX_NUM_BATCHED_TOKENS"] == 8216 and params.env["MAX_NUM_BATCHED_TOKENS"] == 8192
     keep, reject = SimpleNamespace(decision="keep"), SimpleNamespace(decision="reject")
-    assert canary.kept_lane(lane, plan, keep).env["MAX_NUM_BATCHED_TOKENS"] == 8216
-    assert canary.kept_lane(lane, plan, reject) is lane and canary.kept_lane(lane, plan, None) is lane
-    assert canary.lane_file_note(lane, "MAX_NUM_BATCHED_TOKENS", 8192) == ""
-    assert canary.lane_file_note(lane, "MAX_NUM_BATCHED_TOKENS", 8216) == (
+    assert canary.kept_lane(params, plan, keep).env["MAX_NUM_BATCHED_TOKENS"] == 8216
+    assert canary.kept_lane(params, plan, reject) is params and canary.kept_lane(params, plan, None) is params
+    assert canary.lane_file_note(params, "MAX_NUM_BATCHED_TOKENS", 8192) == ""
+    assert canary.lane_file_note(params, "MAX_NUM_BATCHED_TOKENS", 8216) == (
         "the lane file says 8192: set env.MAX_NUM_BATCHED_TOKENS: 8216 in params/anemll-0731.yaml "
         "so the lane file is the truth again"
     )
@@ -177,7 +177,7 @@ def test_the_proof_skips_when_nothing_relaunched_and_records_every_check_in_a_dr
     canary.proof_step(rb, relaunched=False, trials=3)
     assert rb.checks[-1].detail == "skipped: no canary relaunched the lane"
     canary.proof_step(rb, relaunched=True, trials=3)
-    lines = rb.lane.executor.commands()
+    lines = rb.nodes.executor.commands()
     assert any(line.startswith("local: speed count: 3 trial(s) × C1, max_tokens 300") for line in lines)
     assert any("until running = waiting = 0" in line for line in lines)
     outcomes = [

@@ -51,8 +51,8 @@ def test_a_real_shell_copies_once_and_never_over_a_checkout(tmp_path):
 def test_on_a_twin_node_the_copy_is_its_sources_tree_and_the_source_is_unchanged(twin):
     params = load_lane("twin")
     source, target, hub = load_lane("twin-1m6").checkout, f"~/lbt-checkout-copy-{id(params)}", params.weights.hub_dir
-    with ssh.Lane(params) as lane:
-        head = lane.head
+    with ssh.LaneNodes(params) as nodes:
+        head = nodes.head
         before = probe_trees(head, source, hub)["checkout"]
         try:
             checkout_copy.copy_checkout(head, source, target)
@@ -65,7 +65,7 @@ def test_on_a_twin_node_the_copy_is_its_sources_tree_and_the_source_is_unchanged
             with pytest.raises(LanebookError, match="appeared since it was looked for: nothing copied over it"):
                 checkout_copy.copy_checkout(head, source, target)
             assert probe_trees(head, target, hub)["checkout"]["sha256"] == copy["sha256"]  # nothing nested into it
-            assert [n.alias for n in checkout_copy.absent_on(lane, target)] == ["worker"]
+            assert [n.alias for n in checkout_copy.absent_on(nodes, target)] == ["worker"]
         finally:
             head.run(f"rm -rf {ssh.qpath(target)}")
 

@@ -70,19 +70,19 @@ def test_sha256sum_lines_are_read_by_name():
 def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
     """The plan is the lane rendered into the reference checkout; each write requires the bytes a real run would read
     (a placeholder a shell would refuse) and keeps a backup; nothing is observed, so no backup is recorded."""
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    plan = ce.plan_on_head(lane)
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    plan = ce.plan_on_head(nodes)
     assert plan.read == {} and plan.source.startswith("lanebook's reference checkout (dry run")
     assert plan.lint.ok and "dry run: no connection opened" in plan.lint.note
     assert set(plan.writes) == {"docker-compose.dspark.yml", ".env.dspark"}
     assert "+GPU_MEMORY_UTILIZATION_TEXT=0.85" in plan.diff
-    change = ce.apply_plan(lane, plan)
+    change = ce.apply_plan(nodes, plan)
     assert change.dry_run and change.backups == []
     assert change.changed == [
         "~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml",
         "~/ds4-f-mia-anemll-0731/.env.dspark",
     ]
-    read, compose, env = lane.executor.commands()
+    read, compose, env = nodes.executor.commands()
     assert read.startswith(
         "head: for f in ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml ~/ds4-f-mia-anemll-0731/.env.dspark "
     )
@@ -100,7 +100,7 @@ def test_a_dry_run_records_the_read_and_the_writes_and_sends_nothing():
     )
     assert env.startswith('head: set -e; cd ~/ds4-f-mia-anemll-0731; test "$(sha256sum < .env.dspark ')
     assert env.endswith("< .env.dspark")
-    assert not ce.same_checkout(lane).ok and ce.same_checkout(lane).detail == "not observed (dry run)"
+    assert not ce.same_checkout(nodes).ok and ce.same_checkout(nodes).detail == "not observed (dry run)"
 
 
 # --- on the twin's nodes ----------------------------------------------------------------------------------------
@@ -109,11 +109,11 @@ _dirs = itertools.count()
 
 
 @pytest.fixture
-def lane(twin):
+def nodes(twin):
     """The twin lane on a copy of its checkout on the head only (~/lbt-ce-PID-N), removed from both nodes after."""
     base = load_lane("twin")
     checkout = f"~/lbt-ce-{os.getpid()}-{next(_dirs)}"
-    with ssh.Lane(lane_with(base, checkout=checkout)) as connected:
+    with ssh.LaneNodes(lane_with(base, checkout=checkout)) as connected:
         connected.head.run(f"cp -a {base.checkout} {checkout}")
         try:
             yield connected
@@ -121,18 +121,18 @@ def lane(twin):
             connected.each(f"rm -rf {checkout}")
 
 
-def fixed_k(lane):
+def fixed_k(nodes):
     """The lane with its batch-size schedule removed: the seed's rollback to fixed K=5."""
-    params = lane.params
+    params = nodes.params
     return lane_with(params, speculative={**params.speculative.model_dump(), "schedule": None})
 
 
-def read(lane, name, node=None):
-    return ce.read_node_files(node or lane.head, [f"{lane.params.checkout}/{name}"])[0]
+def read(nodes, name, node=None):
+    return ce.read_node_files(node or nodes.head, [f"{nodes.params.checkout}/{name}"])[0]
 
 
-def listing(lane, node=None):
-    return (node or lane.head).run(f"ls -A {lane.params.checkout}").stdout.split()
+def listing(nodes, node=None):
+    return (node or nodes.head).run(f"ls -A {nodes.params.checkout}").stdout.split()
 
 
 COMPOSE = "docker-compose.dspark.yml"
@@ -140,94 +140,94 @@ SCHEDULE = b"num_speculative_tokens_per_batch_size"
 
 
 @pytest.mark.twin
-def test_render_backs_up_then_restore_puts_the_bytes_back(lane):
-    original = read(lane, COMPOSE)
-    assert ce.render_on_head(lane).backups == []  # the twin's checkout already runs the twin lane
-    change = ce.render_on_head(lane, fixed_k(lane))
-    checkout = lane.params.checkout
+def test_render_backs_up_then_restore_puts_the_bytes_back(nodes):
+    original = read(nodes, COMPOSE)
+    assert ce.render_on_head(nodes).backups == []  # the twin's checkout already runs the twin lane
+    change = ce.render_on_head(nodes, fixed_k(nodes))
+    checkout = nodes.params.checkout
     assert change.changed == [f"{checkout}/{COMPOSE}"] and "-        SPECULATIVE_CONFIG=" in change.diff
     (backup,) = change.backups
-    rendered = read(lane, COMPOSE)
+    rendered = read(nodes, COMPOSE)
     assert SCHEDULE in original and SCHEDULE not in rendered
     assert backup.path == f"{checkout}/{COMPOSE}" and backup.backup.startswith(f"{checkout}/{COMPOSE}.bak-")
     assert (backup.sha256_backup, backup.sha256_new) == (ce.sha256(original), ce.sha256(rendered))
-    assert ce.read_node_files(lane.head, [backup.backup])[0] == original
-    assert ce.render_on_head(lane, fixed_k(lane)).backups == []  # idempotent: nothing changes, no backup
+    assert ce.read_node_files(nodes.head, [backup.backup])[0] == original
+    assert ce.render_on_head(nodes, fixed_k(nodes)).backups == []  # idempotent: nothing changes, no backup
 
-    restored = ce.restore_backups(lane, change.backups)
-    assert read(lane, COMPOSE) == original  # byte for byte
+    restored = ce.restore_backups(nodes, change.backups)
+    assert read(nodes, COMPOSE) == original  # byte for byte
     (undo,) = restored.backups  # the restore backed up what it replaced
     assert (undo.sha256_backup, undo.sha256_new) == (ce.sha256(rendered), ce.sha256(original))
     with pytest.raises(LanebookError, match=rf"^head:{checkout}/{COMPOSE} was edited since the env run changed it"):
-        ce.restore_backups(lane, change.backups)  # the file no longer holds what the render wrote
-    ce.restore_backups(lane, restored.backups)  # a restore is undone by restoring its own backups
-    assert read(lane, COMPOSE) == rendered
+        ce.restore_backups(nodes, change.backups)  # the file no longer holds what the render wrote
+    ce.restore_backups(nodes, restored.backups)  # a restore is undone by restoring its own backups
+    assert read(nodes, COMPOSE) == rendered
 
 
 @pytest.mark.twin
-def test_restore_refuses_an_edited_file_and_changes_nothing(lane):
-    change = ce.render_on_head(lane, fixed_k(lane))
-    lane.head.run(f"echo '# tuned by hand' >> {lane.params.checkout}/{COMPOSE}")
-    edited, files = read(lane, COMPOSE), listing(lane)
+def test_restore_refuses_an_edited_file_and_changes_nothing(nodes):
+    change = ce.render_on_head(nodes, fixed_k(nodes))
+    nodes.head.run(f"echo '# tuned by hand' >> {nodes.params.checkout}/{COMPOSE}")
+    edited, files = read(nodes, COMPOSE), listing(nodes)
     with pytest.raises(
         LanebookError, match=rf"{COMPOSE} was edited since the env run changed it .* nothing was restored"
     ):
-        ce.restore_backups(lane, change.backups)
-    assert read(lane, COMPOSE) == edited and listing(lane) == files
+        ce.restore_backups(nodes, change.backups)
+    assert read(nodes, COMPOSE) == edited and listing(nodes) == files
     outside = ce.Backup("~/elsewhere/x", None, None, SHA_A)
     with pytest.raises(LanebookError, match="~/elsewhere/x is not a file of lane twin's checkout"):
-        ce.restore_backups(lane, [outside])
+        ce.restore_backups(nodes, [outside])
 
 
 @pytest.mark.twin
-def test_a_created_env_file_is_moved_aside_by_the_restore(lane):
+def test_a_created_env_file_is_moved_aside_by_the_restore(nodes):
     """No .env.dspark yet: the render starts it from the example (mode 600: it may hold keys); the restore moves it
     aside (kept, never deleted), and restoring the restore brings it back."""
-    lane.head.run(f"rm {lane.params.checkout}/.env.dspark")
-    change = ce.render_on_head(lane)
+    nodes.head.run(f"rm {nodes.params.checkout}/.env.dspark")
+    change = ce.render_on_head(nodes)
     (created,) = [b for b in change.backups if b.path.endswith("/.env.dspark")]
     assert created.backup is None and created.sha256_backup is None
     assert "--- a/env.dspark.example" in change.diff
-    written = read(lane, ".env.dspark")
+    written = read(nodes, ".env.dspark")
     assert ce.sha256(written) == created.sha256_new and b"GPU_MEMORY_UTILIZATION_TEXT=0.85" in written
-    assert lane.head.run(f"stat -c %a {lane.params.checkout}/.env.dspark").stdout.strip() == "600"
-    restored = ce.restore_backups(lane, [created])
-    assert read(lane, ".env.dspark") is None
+    assert nodes.head.run(f"stat -c %a {nodes.params.checkout}/.env.dspark").stdout.strip() == "600"
+    restored = ce.restore_backups(nodes, [created])
+    assert read(nodes, ".env.dspark") is None
     (aside,) = restored.backups
-    assert aside.sha256_new is None and ce.read_node_files(lane.head, [aside.backup])[0] == written
-    ce.restore_backups(lane, restored.backups)
-    assert read(lane, ".env.dspark") == written
+    assert aside.sha256_new is None and ce.read_node_files(nodes.head, [aside.backup])[0] == written
+    ce.restore_backups(nodes, restored.backups)
+    assert read(nodes, ".env.dspark") == written
 
 
 @pytest.mark.twin
-def test_a_file_changed_after_it_was_read_is_left_alone(lane):
-    plan = ce.plan_on_head(lane, fixed_k(lane))
-    lane.head.run(f"echo '# edited meanwhile' >> {lane.params.checkout}/{COMPOSE}")
-    edited, files = read(lane, COMPOSE), listing(lane)
+def test_a_file_changed_after_it_was_read_is_left_alone(nodes):
+    plan = ce.plan_on_head(nodes, fixed_k(nodes))
+    nodes.head.run(f"echo '# edited meanwhile' >> {nodes.params.checkout}/{COMPOSE}")
+    edited, files = read(nodes, COMPOSE), listing(nodes)
     with pytest.raises(
         LanebookError,
-        match=rf"^head:{lane.params.checkout}/{COMPOSE}: not the bytes lanebook expected "
+        match=rf"^head:{nodes.params.checkout}/{COMPOSE}: not the bytes lanebook expected "
         r"\(changed since\); nothing was changed$",
     ):
-        ce.apply_plan(lane, plan)
-    assert read(lane, COMPOSE) == edited and listing(lane) == files
+        ce.apply_plan(nodes, plan)
+    assert read(nodes, COMPOSE) == edited and listing(nodes) == files
 
 
 @pytest.mark.twin
-def test_same_checkout_names_what_differs_and_what_is_missing(lane):
-    worker = lane.node("worker")
-    missing = ce.same_checkout(lane)
+def test_same_checkout_names_what_differs_and_what_is_missing(nodes):
+    worker = nodes.node("worker")
+    missing = ce.same_checkout(nodes)
     assert not missing.ok
     assert missing.nodes["worker"].detail.startswith("missing: .env.dspark, docker-compose.dspark.yml")
-    transfers.sync_checkout(lane)
-    same = ce.same_checkout(lane)
+    transfers.sync_checkout(nodes)
+    same = ce.same_checkout(nodes)
     assert same.ok and same.figure("sha256")["worker"] == same.figure("sha256")["head"]
     assert {"scripts/lane-env.sh", ".env.dspark", COMPOSE} <= set(same.figure("sha256")["head"])
-    checkout = lane.params.checkout
+    checkout = nodes.params.checkout
     worker.run(
         f"echo X=1 >> {checkout}/.env.dspark && rm {checkout}/scripts/lane-env.sh && touch {checkout}/scripts/mine.sh"
     )
-    found = ce.same_checkout(lane)
+    found = ce.same_checkout(nodes)
     assert not found.ok and found.nodes["worker"].detail == "differs: .env.dspark; missing: scripts/lane-env.sh"
 
 
@@ -265,8 +265,8 @@ def test_a_restore_skips_the_lint_and_lint_errors_name_file_and_line():
 
 def test_every_worker_of_a_four_node_lane_is_asked_for_the_heads_bytes():
     """same_checkout in a dry run: the head, then each of the three workers hashes its checkout; nothing observed."""
-    lane = ssh.Lane(load_lane("anemll-0731-tp4"), dry_run=True)
-    assert ce.same_checkout(lane).detail == "not observed (dry run)"
-    asked = [c.split(":", 1)[0] for c in lane.executor.commands()]
+    nodes = ssh.LaneNodes(load_lane("anemll-0731-tp4"), dry_run=True)
+    assert ce.same_checkout(nodes).detail == "not observed (dry run)"
+    asked = [c.split(":", 1)[0] for c in nodes.executor.commands()]
     assert asked == ["head", "worker", "worker2", "worker3"]
-    assert all("cd ~/ds4-f-mia-anemll-0731-tp4 " in c and "start-tp4.sh" in c for c in lane.executor.commands())
+    assert all("cd ~/ds4-f-mia-anemll-0731-tp4 " in c and "start-tp4.sh" in c for c in nodes.executor.commands())

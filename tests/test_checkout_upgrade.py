@@ -33,14 +33,14 @@ def test_the_command_quotes_the_ref_and_the_checkout_and_writes_only_beside_it()
 
 
 def test_a_dry_run_sends_nothing_and_knows_no_commit():
-    with ssh.Lane(load_lane("anemll-0731"), dry_run=True) as lane:
-        made = checkout_upgrade.make_beside(lane, "main")
-        assert checkout_upgrade.old_checkout_trees(lane) == {}
-        commands = lane.executor.commands()
+    with ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True) as nodes:
+        made = checkout_upgrade.make_beside(nodes, "main")
+        assert checkout_upgrade.old_checkout_trees(nodes) == {}
+        commands = nodes.executor.commands()
     assert made.commit is None and made.path == "~/ds4-f-mia-anemll-0731@main"
-    with ssh.Lane(load_lane("anemll-0731"), dry_run=True) as lane:  # a full commit names it as a run would
+    with ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True) as nodes:  # a full commit names it as a run would
         assert (
-            checkout_upgrade.make_beside(lane, "489af95896" + "84" * 15).path == "~/ds4-f-mia-anemll-0731@489af9589684"
+            checkout_upgrade.make_beside(nodes, "489af95896" + "84" * 15).path == "~/ds4-f-mia-anemll-0731@489af9589684"
         )
     assert commands[0].startswith("head: set -eu; old=~/ds4-f-mia-anemll-0731; ")
 
@@ -58,18 +58,18 @@ def test_on_the_twin_the_new_checkout_is_made_found_again_and_never_replaced(tmp
         params = load_lane("twin-1m6")
         shas = control.recipe_shas()
         control.lay_out_checkout(params, JUL31)
-        with ssh.Lane(params) as lane:
-            before = checkout_upgrade.old_checkout_trees(lane)
-            made = checkout_upgrade.make_beside(lane, shas[AUG22][:10])  # a short commit: found in the clone
+        with ssh.LaneNodes(params) as nodes:
+            before = checkout_upgrade.old_checkout_trees(nodes)
+            made = checkout_upgrade.make_beside(nodes, shas[AUG22][:10])  # a short commit: found in the clone
             assert made.made and made.commit == shas[AUG22] and made.old_commit == shas[JUL31]
-            assert checkout_upgrade.copy_to_workers(lane, made).outcome == "pass"
-            again = checkout_upgrade.make_beside(lane, "main")  # main's tip is that commit: the same checkout, kept
+            assert checkout_upgrade.copy_to_workers(nodes, made).outcome == "pass"
+            again = checkout_upgrade.make_beside(nodes, "main")  # main's tip is that commit: the same checkout, kept
             assert not again.made and again.path == made.path
-            old, new = checkout_upgrade.read_sides(lane.head, params.checkout, made.path)
-            lane.head.run(f"git -C {ssh.qpath(made.path)} checkout --quiet --detach {shas[JUL31]}")
+            old, new = checkout_upgrade.read_sides(nodes.head, params.checkout, made.path)
+            nodes.head.run(f"git -C {ssh.qpath(made.path)} checkout --quiet --detach {shas[JUL31]}")
             with pytest.raises(LanebookError, match="at another commit"):
-                checkout_upgrade.make_beside(lane, "main")
-            assert checkout_upgrade.tree_changes(before, checkout_upgrade.old_checkout_trees(lane)) == []
+                checkout_upgrade.make_beside(nodes, "main")
+            assert checkout_upgrade.tree_changes(before, checkout_upgrade.old_checkout_trees(nodes)) == []
     assert "GPU_MEMORY_UTILIZATION_TEXT" in new.example.text and "GPU_MEMORY_UTILIZATION_TEXT" not in old.example.text
 
 

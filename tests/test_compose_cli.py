@@ -14,7 +14,7 @@ import pytest
 from helpers.recipe_fixtures import COMPOSE, EXAMPLE, START, checkout, fixture_text, replace_once
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
-from lanebook.nodes.ssh import Lane, qpath
+from lanebook.nodes.ssh import LaneNodes, qpath
 from lanebook.recipe.effective import compose_cli
 from lanebook.recipe.effective.checkout import CheckoutFiles
 from lanebook.recipe.effective.compose_cli import NO_COMPOSE, run_config, run_config_on
@@ -171,18 +171,18 @@ def test_the_launchers_profile_key_wins_over_the_env_line_compose_alone_reads(tm
 
 
 def test_the_twin_heads_compose_config_over_ssh_is_the_local_binarys(twin):
-    lane = load_lane("twin")
-    with Lane(lane) as connected:
+    params = load_lane("twin")
+    with LaneNodes(params) as connected:
         head = connected.head
-        files = CheckoutFiles.fetch(head, lane.checkout)
-        where = head.run(f"cd {qpath(lane.checkout)} && pwd").stdout.strip()
+        files = CheckoutFiles.fetch(head, params.checkout)
+        where = head.run(f"cd {qpath(params.checkout)} && pwd").stdout.strip()
         home = head.run('printf %s "$HOME"').stdout
         started = time.monotonic()
         remote = run_config_on(
-            head, lane.checkout, files.compose.text, files.env.text, exports={"NODE_RANK": "0"}, project="lane"
+            head, params.checkout, files.compose.text, files.env.text, exports={"NODE_RANK": "0"}, project="lane"
         )
         took = time.monotonic() - started
-        command = f"cd {qpath(lane.checkout)} && docker compose -p lane --env-file .env.dspark -f {COMPOSE}"
+        command = f"cd {qpath(params.checkout)} && docker compose -p lane --env-file .env.dspark -f {COMPOSE}"
         # base64: the executor redacts what it records (the script's `--api-key "${_keys[@]}"` among it)
         answer = head.run(f"NODE_RANK=0 {command} config --format json | base64 -w0").stdout
         standin = json.loads(base64.b64decode(answer))

@@ -15,7 +15,7 @@ from helpers.recipe_dry_run import every_operation
 from lanebook.base import files
 from lanebook.base.paths import REPO
 from lanebook.lane.params import lane_names, lane_with, load_lane
-from lanebook.nodes.ssh import Lane, qpath
+from lanebook.nodes.ssh import LaneNodes, qpath
 from lanebook.ops import checkout_env, rollback, transfers, weights
 from lanebook.recipe import render
 from lanebook.twin.nodes import TwinLayout
@@ -33,11 +33,11 @@ def dry_commands() -> dict[str, list[str]]:
     """Every node operation the runbooks make, dry-run on every shipped lane: the command lines a lane would get."""
     found = {}
     for name in lane_names():
-        lane = Lane(load_lane(name), dry_run=True)
-        every_operation(lane)
-        rollback.fingerprint(lane)
-        checkout_env.apply_plan(lane, checkout_env.plan_on_head(lane))
-        found[name] = lane.executor.commands()
+        nodes = LaneNodes(load_lane(name), dry_run=True)
+        every_operation(nodes)
+        rollback.fingerprint(nodes)
+        checkout_env.apply_plan(nodes, checkout_env.plan_on_head(nodes))
+        found[name] = nodes.executor.commands()
     return found
 
 
@@ -76,17 +76,17 @@ def test_no_module_holds_an_rsync_delete_option():
 
 def test_the_only_deletion_near_the_weights_is_of_incomplete_files_on_workers(dry_commands):
     for name, lines in dry_commands.items():
-        lane = load_lane(name)
-        hub = shlex.quote(lane.weights.hub_dir.removeprefix("~/"))
+        params = load_lane(name)
+        hub = shlex.quote(params.weights.hub_dir.removeprefix("~/"))
         deleting = [c for c in lines if DELETES.search(c.split(": ", 1)[1])]
-        near_weights = [c for c in deleting if lane.weights.hf_cache.removeprefix("~/") in c or hub in c]
+        near_weights = [c for c in deleting if params.weights.hf_cache.removeprefix("~/") in c or hub in c]
         assert near_weights and all(c.split(": ", 1)[0] != "head" for c in near_weights), near_weights
         for line in near_weights:
             words = shlex.split(line.split(": ", 1)[1])
             assert words[0] == "find" and words[2:] == ["-name", "*.incomplete", "-type", "f", "-print", "-delete"], (
                 line
             )
-        in_checkout = [c for c in deleting if lane.checkout.removeprefix("~/") in c]
+        in_checkout = [c for c in deleting if params.checkout.removeprefix("~/") in c]
         # the one removal there is of the replace command's own temporary file ($t, from mktemp), on exit
         assert all(not DELETES.search(c.replace("""trap 'rm -f "$t"' EXIT""", "")) for c in in_checkout), in_checkout
 
@@ -167,20 +167,20 @@ def test_operations_on_the_twin_lane_leave_its_rollback_lane_as_it_was(twin):
     params = lane_with(base, checkout=f"~/lbt-ds-{os.getpid()}")
     worker_log = TwinLayout(Path(twin["twin_dir"])).command_log("worker")
     offset = worker_log.stat().st_size if worker_log.exists() else 0
-    with Lane(target) as rollback_lane, Lane(params) as lane:
-        before = rollback.fingerprint(rollback_lane)
-        lane.head.run(f"cp -a {qpath(base.checkout)} {qpath(params.checkout)}")
+    with LaneNodes(target) as rollback_nodes, LaneNodes(params) as nodes:
+        before = rollback.fingerprint(rollback_nodes)
+        nodes.head.run(f"cp -a {qpath(base.checkout)} {qpath(params.checkout)}")
         try:
-            transfers.sync_checkout(lane)
-            weights.sync_to_workers(lane)
-            assert weights.not_incomplete(weights.clean_incomplete_on_workers(lane)) == []
+            transfers.sync_checkout(nodes)
+            weights.sync_to_workers(nodes)
+            assert weights.not_incomplete(weights.clean_incomplete_on_workers(nodes)) == []
             fixed_k = lane_with(params, speculative={**params.speculative.model_dump(), "schedule": None})
-            change = checkout_env.render_on_head(lane, fixed_k)
+            change = checkout_env.render_on_head(nodes, fixed_k)
             assert change.backups, "the render changed nothing to back up"
-            checkout_env.restore_backups(lane, change.backups)
+            checkout_env.restore_backups(nodes, change.backups)
         finally:
-            lane.each(f"rm -rf {qpath(params.checkout)}")
-        after = rollback.fingerprint(rollback_lane)
+            nodes.each(f"rm -rf {qpath(params.checkout)}")
+        after = rollback.fingerprint(rollback_nodes)
     assert before["observed"] and set(before["nodes"]) == {"head", "worker"}
     assert all(tree["exists"] for trees in before["nodes"].values() for tree in trees.values())
     assert rollback.fingerprint_differences(before, after) == []

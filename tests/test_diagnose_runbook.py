@@ -154,18 +154,18 @@ def twin_run(twin, tmp_path_factory):
     kept = tmp / "checkout-files"  # the schedule canary renders its kept side into the checkout: put the twin's back
     kept.mkdir()
     checkout = str(load_lane("twin").checkout).removeprefix("~/")
-    with ssh.Lane(load_lane("twin")) as lane:
-        for node in lane.nodes:
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        for node in nodes:
             for name in CHECKOUT_FILES:
                 node.get(f"{checkout}/{name}", kept / f"{node.alias}-{name}")
         try:
-            assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
+            assert launcher.start_lane(nodes).ok  # the launcher alone: the launch runbook has its own tests
             record, _ = run(tmp, "diagnose", str(lane_file), *SMALL, *SCHEDULE_SMALL, expect_exit=0)
-            command = logs.live_command(lane.head, launcher.container_name(lane))
-            env_file = lane.head.run("cat ~/ds4-f-mia-anemll-0731/.env.dspark").stdout
+            command = logs.live_command(nodes.head, launcher.container_name(nodes))
+            env_file = nodes.head.run("cat ~/ds4-f-mia-anemll-0731/.env.dspark").stdout
             yield record, command, env_file, tmp, lane_file
         finally:
-            launcher.stop_lane(lane)
+            launcher.stop_lane(nodes)
             # the backups this run's renders made (kept by lanebook, copied to the worker): tidy the session twin
             made = [
                 b["backup"]
@@ -180,8 +180,8 @@ def twin_run(twin, tmp_path_factory):
                 )
             ]
             if made:
-                lane.each("rm -f " + " ".join(made))
-            for node in lane.nodes:
+                nodes.each("rm -f " + " ".join(made))
+            for node in nodes:
                 for name in CHECKOUT_FILES:
                     node.put(kept / f"{node.alias}-{name}", f"{checkout}/{name}")
 

@@ -27,10 +27,10 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_dry_run_lists_every_read_on_every_node_and_opens_no_connection():
-    with ssh.Lane(load_lane("anemll-0731"), dry_run=True) as lane:
-        gathered = gather(lane, sleep=lambda s: pytest.fail("a dry run waits for nothing"))
-        commands = lane.executor.commands()
-    assert all(n._connection is None for n in lane.nodes) and gathered.logs == [] and gathered.metrics == []
+    with ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True) as nodes:
+        gathered = gather(nodes, sleep=lambda s: pytest.fail("a dry run waits for nothing"))
+        commands = nodes.executor.commands()
+    assert all(n._connection is None for n in nodes) and gathered.logs == [] and gathered.metrics == []
     container = "ds4-f-mia-anemll-0731-vllm-dspark-1"
     for node in ("head", "worker"):
         for command in (
@@ -78,10 +78,10 @@ def _listing(root: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def launched(twin):
-    with ssh.Lane(load_lane("twin")) as lane:
-        assert launcher.start_lane(lane).ok
-        yield lane
-        launcher.stop_lane(lane)
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        assert launcher.start_lane(nodes).ok
+        yield nodes
+        launcher.stop_lane(nodes)
 
 
 @pytest.mark.twin
@@ -151,10 +151,10 @@ def test_the_doctor_runbook_dry_run_on_the_real_lane_opens_no_connection(tmp_pat
 
 def test_the_doctor_reads_every_rank_of_a_four_node_lane():
     """`lanebook doctor --lane anemll-0731-tp4 --dry-run`: each of the four nodes read the same way, no connection."""
-    with ssh.Lane(load_lane("anemll-0731-tp4"), dry_run=True) as lane:
-        gather(lane, sleep=lambda s: pytest.fail("a dry run waits for nothing"))
-        commands = lane.executor.commands()
-    assert all(n._connection is None for n in lane.nodes)
+    with ssh.LaneNodes(load_lane("anemll-0731-tp4"), dry_run=True) as nodes:
+        gather(nodes, sleep=lambda s: pytest.fail("a dry run waits for nothing"))
+        commands = nodes.executor.commands()
+    assert all(n._connection is None for n in nodes)
     container = "ds4-f-mia-anemll-0731-tp4-vllm-dspark-1"
     for node in ("head", "worker", "worker2", "worker3"):
         assert f"{node}: docker top {container}" in commands and f"{node}: free -m" in commands

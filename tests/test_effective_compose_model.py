@@ -178,10 +178,10 @@ def test_bad_compose_files_are_one_clear_error(tmp_path):
 
 
 def test_the_twin_checkout_is_the_example_with_the_lane_rendered(tmp_path):
-    lane = load_lane("twin")
-    directory = write_checkout(tmp_path, lane, TwinAddresses())
+    params = load_lane("twin")
+    directory = write_checkout(tmp_path, params, TwinAddresses())
     assert (directory / EXAMPLE).is_file()
-    spec = container_spec(directory / COMPOSE, directory / ".env.dspark", lane.launcher.env["PROJECT_NAME"], HEAD_ENV)
+    spec = container_spec(directory / COMPOSE, directory / ".env.dspark", params.launcher.env["PROJECT_NAME"], HEAD_ENV)
     assert spec.name == "ds4-f-mia-anemll-0731-vllm-dspark-1"
     assert (spec.arg("--host"), spec.arg("--port"), spec.arg("--master-addr")) == ("127.0.0.2", "8888", "127.0.0.2")
     assert spec.arg("--max-model-len") == "1048576"
@@ -194,13 +194,13 @@ def test_the_twin_checkout_is_the_example_with_the_lane_rendered(tmp_path):
     assert env.startswith((directory / EXAMPLE).read_text().rstrip("\n").split("\n\n")[0])  # the example, then edits
     # What the checkout's own launcher makes of it is the lane's memory setting, whichever shape it has.
     eff = Effective(CheckoutFiles.read(directory))
-    assert eff.setting("GPU_MEMORY_UTILIZATION").value == "0.85" and lane_mismatches(lane_for_twin(lane), eff) == []
+    assert eff.setting("GPU_MEMORY_UTILIZATION").value == "0.85" and lane_mismatches(lane_for_twin(params), eff) == []
 
 
-def lane_for_twin(lane):
+def lane_for_twin(params):
     from lanebook.twin.tree import twin_env
 
-    return lane_with(lane, env=twin_env(lane, TwinAddresses()))
+    return lane_with(params, env=twin_env(params, TwinAddresses()))
 
 
 def test_serve_arguments_are_expanded_by_a_bash_that_can_run_nothing(tmp_path):

@@ -53,7 +53,7 @@ def test_same_value(key, lane, running, same):
 
 def test_the_fixture_example_as_is_against_the_lane(tmp_path):
     eff = Effective(CheckoutFiles.read(example_checkout(tmp_path)))
-    found = {m.key: (m.lane, m.running.value) for m in lane_mismatches(load_lane("anemll-0731"), eff)}
+    found = {m.key: (m.lane_value, m.running.value) for m in lane_mismatches(load_lane("anemll-0731"), eff)}
     assert found == {
         "GPU_MEMORY_UTILIZATION": ("0.85", "0.835"),
         "POST_READINESS_WARMUP_ENABLED": ("1", None),
@@ -116,7 +116,7 @@ def test_each_live_mismatch_names_the_flag_the_lane_value_and_the_live_value():
 def test_a_rollback_lane_wants_no_schedule_live():
     rollback = load_lane("anemll-1m6")
     [mismatch] = [m for m in live_mismatches(rollback, LIVE) if "per_batch_size" in m.flag]
-    assert (mismatch.lane, mismatch.live) == ("none", "[[1,1,5],[2,4,4],[5,6,3]]")
+    assert (mismatch.lane_value, mismatch.live) == ("none", "[[1,1,5],[2,4,4],[5,6,3]]")
     fixed = LIVE.replace(',"num_speculative_tokens_per_batch_size":[[1,1,5],[2,4,4],[5,6,3]]', "")
     assert [m.flag for m in live_mismatches(rollback, fixed)] == ["--served-model-name"]  # 1m6 serves another name
 
@@ -139,11 +139,11 @@ def test_a_live_command_without_a_server_mismatches_everything_the_lane_sets():
 def test_the_kv_cache_dtype_is_checked_live_and_an_absent_flag_is_vllms_default():
     """Both seed lanes run nvfp4_ds_mla (seed 003's lane table); a command without the flag runs vLLM's default, auto,
     which is what the real-vllm-cpu lane says its CPU build runs."""
-    lane = load_lane("anemll-0731")
-    assert [str(m) for m in live_mismatches(lane, LIVE.replace("nvfp4_ds_mla", "fp8"))] == [
+    params = load_lane("anemll-0731")
+    assert [str(m) for m in live_mismatches(params, LIVE.replace("nvfp4_ds_mla", "fp8"))] == [
         "--kv-cache-dtype: lane nvfp4_ds_mla, live fp8"
     ]
-    assert [str(m) for m in live_mismatches(lane, LIVE.replace(" --kv-cache-dtype nvfp4_ds_mla", ""))] == [
+    assert [str(m) for m in live_mismatches(params, LIVE.replace(" --kv-cache-dtype nvfp4_ds_mla", ""))] == [
         "--kv-cache-dtype: lane nvfp4_ds_mla, live absent"
     ]
     cpu = load_lane("real-vllm-cpu")
@@ -158,7 +158,7 @@ def test_a_checkout_whose_command_runs_another_kv_dtype_mismatches_the_lane(tmp_
     compose.write_text(compose.read_text().replace("--kv-cache-dtype nvfp4_ds_mla", "--kv-cache-dtype fp8"))
     eff = Effective(CheckoutFiles.read(directory))
     [mismatch] = [m for m in lane_mismatches(load_lane("anemll-0731"), eff) if m.key == "kv_cache_dtype"]
-    assert (mismatch.lane, mismatch.running.value) == ("nvfp4_ds_mla", "fp8")
+    assert (mismatch.lane_value, mismatch.running.value) == ("nvfp4_ds_mla", "fp8")
     assert eff.compose.lines[mismatch.running.where.line - 1].strip() == "--kv-cache-dtype fp8"
 
 
@@ -167,22 +167,22 @@ def test_the_checkouts_own_serve_argv_is_a_live_command_with_no_mismatch(tmp_pat
     from lanebook.recipe.render import render_checkout
 
     directory = example_checkout(tmp_path)
-    lane = load_lane("anemll-0731")
-    render_checkout(lane, directory)
+    params = load_lane("anemll-0731")
+    render_checkout(params, directory)
     argv = Effective(CheckoutFiles.read(directory)).spec.argv
-    assert live_mismatches(lane, "/usr/bin/python3 /usr/local/bin/vllm " + " ".join(argv)) == []
+    assert live_mismatches(params, "/usr/bin/python3 /usr/local/bin/vllm " + " ".join(argv)) == []
 
 
 def test_a_four_node_lane_live_must_run_a_tp_group_of_its_node_count():
     """The four-node shape: every node a rank. A live command of a TP2 pair (the recipe's compose) is two mismatches;
     a two-node lane without the four-node keys is not asked about them."""
-    lane = load_lane("anemll-0731-tp4")
-    assert [str(m) for m in live_mismatches(lane, LIVE)] == [
+    params = load_lane("anemll-0731-tp4")
+    assert [str(m) for m in live_mismatches(params, LIVE)] == [
         "--tensor-parallel-size: lane 4, live 2",
         "--nnodes: lane 4, live 2",
     ]
     tp4 = LIVE.replace("--tensor-parallel-size 2", "--tensor-parallel-size 4").replace("--nnodes 2", "--nnodes 4")
-    assert live_mismatches(lane, tp4) == []
+    assert live_mismatches(params, tp4) == []
     assert live_mismatches(load_lane("anemll-0731"), tp4) == []
 
 
@@ -190,7 +190,7 @@ def test_rank_mismatches_read_what_the_compose_really_passes(tmp_path):
     """The recipe's compose writes --tensor-parallel-size 2 and --nnodes 2: a four-node lane runs a TP2 pair there."""
     eff = Effective(CheckoutFiles.read(example_checkout(tmp_path)))
     found = rank_mismatches(load_lane("anemll-0731-tp4"), eff)
-    assert [(m.key, m.lane, m.running.value, m.running.from_env) for m in found] == [
+    assert [(m.key, m.lane_value, m.running.value, m.running.from_env) for m in found] == [
         ("--tensor-parallel-size", "4", "2", False),
         ("--nnodes", "4", "2", False),
     ]

@@ -36,8 +36,8 @@ def lane_file(tmp_path: Path, name: str, **changes) -> Path:
     return path
 
 
-def hashes(lane: ssh.Lane, node: ssh.Node) -> dict[str, bytes]:
-    return dict(zip(FILES, checkout_env.read_node_files(node, [f"{lane.params.checkout}/{n}" for n in FILES])))
+def hashes(nodes: ssh.LaneNodes, node: ssh.Node) -> dict[str, bytes]:
+    return dict(zip(FILES, checkout_env.read_node_files(node, [f"{nodes.params.checkout}/{n}" for n in FILES])))
 
 
 def backups_on(node: ssh.Node, checkout: str) -> list[str]:
@@ -74,8 +74,8 @@ def test_dry_runs_on_the_real_lanes_print_the_commands_and_open_no_connection(tm
 
 @pytest.mark.twin
 def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
-    with ssh.Lane(load_lane("twin")) as lane:
-        before = {n.alias: hashes(lane, n) for n in lane.nodes}
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        before = {n.alias: hashes(nodes, n) for n in nodes}
         done = papermill(tmp_path / "out.ipynb")
         assert done.returncode == 0, done.stderr[-2000:]
         verdict = read_verdict(tmp_path / "out.ipynb")
@@ -85,7 +85,7 @@ def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
             "4 write on the head",
             "5 copy to workers",
         }
-        assert {n.alias: hashes(lane, n) for n in lane.nodes} == before
+        assert {n.alias: hashes(nodes, n) for n in nodes} == before
         assert "TWIN RUN" in (tmp_path / "out.ipynb").read_text()
 
 
@@ -93,12 +93,12 @@ def test_bare_papermill_on_the_twin_passes_and_changes_nothing(twin, tmp_path):
 def copied(twin, tmp_path_factory):
     """A copy of the twin's checkout on the head only; removed from both nodes after the module."""
     checkout = f"~/lbt-env-runbook-{os.getpid()}"
-    with ssh.Lane(lane_with(load_lane("twin"), checkout=checkout)) as lane:
-        lane.head.run(f"cp -a {load_lane('twin').checkout} {checkout}")
+    with ssh.LaneNodes(lane_with(load_lane("twin"), checkout=checkout)) as nodes:
+        nodes.head.run(f"cp -a {load_lane('twin').checkout} {checkout}")
         try:
-            yield lane, tmp_path_factory.mktemp("env")
+            yield nodes, tmp_path_factory.mktemp("env")
         finally:
-            lane.each(f"rm -rf {checkout}")
+            nodes.each(f"rm -rf {checkout}")
 
 
 @pytest.mark.twin
@@ -177,9 +177,9 @@ def test_a_lane_without_its_checkout_gets_a_copy_of_the_rollback_lanes(twin, tmp
     from lanebook.ops.rollback import fingerprint, fingerprint_differences
 
     params, saved = load_lane("twin"), f"~/lbt-env-saved-{os.getpid()}"
-    with ssh.Lane(params) as lane, ssh.Lane(load_lane("twin-1m6")) as rollback_lane:
-        before = fingerprint(rollback_lane)
-        lane.each(f"mv {params.checkout} {saved}")
+    with ssh.LaneNodes(params) as nodes, ssh.LaneNodes(load_lane("twin-1m6")) as rollback_nodes:
+        before = fingerprint(rollback_nodes)
+        nodes.each(f"mv {params.checkout} {saved}")
         try:
             record, _ = run(tmp_path, "env", "twin", expect_exit=0)
             assert record["verdict"] == "pass", record
@@ -187,7 +187,7 @@ def test_a_lane_without_its_checkout_gets_a_copy_of_the_rollback_lanes(twin, tmp
             assert record["figures"]["checkout_copied"] == copied
             assert record["figures"]["backups"], "the copy was rendered into the twin lane"
             assert [c["step"] for c in record["confirmations"]][0] == "1 checkout"
-            assert fingerprint_differences(before, fingerprint(rollback_lane)) == []
-            assert checkout_env.same_checkout(lane).ok
+            assert fingerprint_differences(before, fingerprint(rollback_nodes)) == []
+            assert checkout_env.same_checkout(nodes).ok
         finally:
-            lane.each(f"if test -e {saved}; then rm -rf {params.checkout} && mv {saved} {params.checkout}; fi")
+            nodes.each(f"if test -e {saved}; then rm -rf {params.checkout} && mv {saved} {params.checkout}; fi")

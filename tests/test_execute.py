@@ -55,7 +55,7 @@ def test_a_clean_dry_run_is_recorded_as_dry_run_never_pass(runbooks):
         "status",
         HEADER,
         'rb.expect(threshold == 2, what="parameters valid", local=True)',
-        'rb.lane.head.run("free -m")\nrb.expect(True, what="enough free memory")',
+        'rb.nodes.head.run("free -m")\nrb.expect(True, what="enough free memory")',
         "rb.finish()",
     )
     record = execute.run_runbook("status", load_lane("anemll-0731"), {"threshold": 2}, dry_run=True)
@@ -463,7 +463,7 @@ ECHO = (
     '"MIRROR_PASSWORD"):\n'
     '    print(f"echo {name}:", os.environ[name])'
 )
-TWIN_LOG = 'log = rb.lane.head.run("cat ~/planted-vllm.log")\nprint("twin head log:", log.stdout)'
+TWIN_LOG = 'log = rb.nodes.head.run("cat ~/planted-vllm.log")\nprint("twin head log:", log.stdout)'
 SHOWN = 'from IPython.display import Markdown, display\ndisplay(Markdown("mirror: " + os.environ["MIRROR_URL"]))'
 FAILING = (
     'with rb.step("3 upload"):\n    rb.record(header=os.environ["LANE_NOTE"], mirror=os.environ["MIRROR_URL"])\n'

@@ -234,16 +234,16 @@ def test_the_http_gates_pass_against_a_twin_server(served):
 def test_a_string_false_turns_thinking_on_and_the_exact_smoke_sees_it(served):
     """T11 through the twin server: the lane's request with thinking "false" gets reasoning back, which also eats
     the smoke's 32 tokens, so no reply comes."""
-    lane = lane_with(served, request={"chat_template_kwargs": {"thinking": "false"}})
-    found = gates.exact_smoke_gate("3 exact smoke", Executor(), lane)
+    params = lane_with(served, request={"chat_template_kwargs": {"thinking": "false"}})
+    found = gates.exact_smoke_gate("3 exact smoke", Executor(), params)
     assert [(c.outcome, c.pitfall) for c in found] == [("fail", "P10"), ("fail", None), ("fail", "P10")]
     assert found[1].detail == "'' (finish_reason length)"
     assert "thinking was ON" in found[2].detail
 
 
 def test_a_server_that_is_down_fails_the_gate_with_the_request_named():
-    lane = lane_with(LANE, api="http://127.0.0.1:9/v1")
-    [check] = gates.run_gate("1 models", lambda: gates.models_gate("1 models", Executor(), lane))
+    params = lane_with(LANE, api="http://127.0.0.1:9/v1")
+    [check] = gates.run_gate("1 models", lambda: gates.models_gate("1 models", Executor(), params))
     assert check.ok is False and check.detail.startswith("GET http://127.0.0.1:9/v1/models failed: ConnectError")
 
 

@@ -75,10 +75,10 @@ def test_papermill_dry_run_on_the_preview_lane(tmp_path):
 def launched(twin):
     """The twin lane launched once for this module's runs (by the launcher: the launch runbook has its own tests),
     stopped after."""
-    with ssh.Lane(load_lane("twin")) as lane:
-        assert launcher.start_lane(lane).ok
-        yield lane
-        launcher.stop_lane(lane)
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        assert launcher.start_lane(nodes).ok
+        yield nodes
+        launcher.stop_lane(nodes)
 
 
 @needs_hermes
@@ -136,10 +136,10 @@ def test_a_lane_whose_hermes_runs_on_another_host_runs_the_route_smoke_there_ove
     """hermes.host names the twin's head: config put by SFTP, the CLI run there, state.db fetched back."""
     base = launched.params
     params = lane_with(base, hermes={**base.hermes.model_dump(), "host": "head", "bin": str(hermes.OWN_INSTALL)})
-    with ssh.Lane(params) as lane:
-        provider, _ = hermes.block_gate("5 hermes provider block", lane, None)
-        route, found = hermes.route_gate("6 hermes route", lane, provider)
-        sent = lane.executor.commands()
+    with ssh.LaneNodes(params) as nodes:
+        provider, _ = hermes.block_gate("5 hermes provider block", nodes, None)
+        route, found = hermes.route_gate("6 hermes route", nodes, provider)
+        sent = nodes.executor.commands()
     assert (route.where, route.exit_code, route.stdout.strip()) == ("head over SSH", 0, "ROUTE_OK")
     assert [c.outcome for c in found] == ["pass"] * 4
     assert any(c.startswith("head: sftp put ") for c in sent) and any(c.startswith("head: sftp get ") for c in sent)

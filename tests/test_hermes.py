@@ -15,7 +15,7 @@ from helpers.twin_serve import (
 from lanebook.base import yamltext
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import lane_with, load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.verify import hermes
 
 LANE = load_lane("anemll-0731")
@@ -192,9 +192,9 @@ def test_route_judgement(tmp_path):
 
 
 def test_a_dry_run_records_the_route_smoke_here_and_sends_nothing():
-    with Lane(LANE, dry_run=True) as lane:
-        assert hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE)) is None
-        lines = lane.executor.commands()
+    with LaneNodes(LANE, dry_run=True) as nodes:
+        assert hermes.run_route_smoke(nodes, hermes.lane_provider_block(LANE)) is None
+        lines = nodes.executor.commands()
     assert lines[0] == "local: mktemp -d -t lanebook-hermes-XXXXXX"
     assert lines[2].startswith("local: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX ") and lines[2].endswith(
         " --provider spark-ds4 -m deepseek-v4-flash-0731 -t safe -z 'Reply exactly ROUTE_OK.'"
@@ -203,11 +203,11 @@ def test_a_dry_run_records_the_route_smoke_here_and_sends_nothing():
 
 def test_a_dry_run_on_another_host_goes_over_ssh():
     lane_params = lane_with(LANE, hermes={**LANE.hermes.model_dump(), "host": "james@192.168.1.20"})
-    with Lane(lane_params, dry_run=True) as lane:
-        provider, checks = hermes.block_gate(STEP, lane, "~/.hermes/config.yaml")
+    with LaneNodes(lane_params, dry_run=True) as nodes:
+        provider, checks = hermes.block_gate(STEP, nodes, "~/.hermes/config.yaml")
         assert provider.settings is None and [c.outcome for c in checks] == ["not observed"]
-        hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE))
-        lines = lane.executor.commands()
+        hermes.run_route_smoke(nodes, hermes.lane_provider_block(LANE))
+        lines = nodes.executor.commands()
     home = "/tmp/lanebook-hermes-XXXXXX"
     assert lines[0] == "james@192.168.1.20: cat ~/.hermes/config.yaml"
     assert lines[1] == "james@192.168.1.20: mktemp -d -t lanebook-hermes-XXXXXX"
@@ -219,10 +219,10 @@ def test_a_dry_run_on_another_host_goes_over_ssh():
     assert lines[5].startswith(f"james@192.168.1.20: sftp get {home}/state.db ")
     assert lines[6] == f"james@192.168.1.20: rm -rf {home}"
     head = lane_with(LANE, hermes={**LANE.hermes.model_dump(), "host": "head", "bin": "/opt/hermes/bin/hermes"})
-    with Lane(head, dry_run=True) as lane:
-        hermes.run_route_smoke(lane, hermes.lane_provider_block(LANE))
+    with LaneNodes(head, dry_run=True) as nodes:
+        hermes.run_route_smoke(nodes, hermes.lane_provider_block(LANE))
         assert "head: HERMES_HOME=/tmp/lanebook-hermes-XXXXXX /opt/hermes/bin/hermes --provider" in "\n".join(
-            lane.executor.commands()
+            nodes.executor.commands()
         )
 
 
@@ -240,9 +240,9 @@ def served(main):  # noqa: F811 - the module-scoped twin server
 @needs_hermes
 def test_the_real_cli_routes_route_ok_and_state_db_shows_a_string_false_turned_thinking_on(served):
     block = hermes.lane_provider_block(served)
-    with Lane(served) as lane:
-        off = hermes.run_route_smoke(lane, block)
-        on = hermes.run_route_smoke(lane, with_thinking(block, "false"))
+    with LaneNodes(served) as nodes:
+        off = hermes.run_route_smoke(nodes, block)
+        on = hermes.run_route_smoke(nodes, with_thinking(block, "false"))
     assert (off.exit_code, off.stdout.strip(), off.state.thinking_seen) == (0, "ROUTE_OK", False)
     assert [c.outcome for c in hermes.judge_route("6", off, served, block)] == ["pass"] * 4
     # Hermes prints the same reply; only state.db shows the reasoning the string "false" turned on
@@ -325,8 +325,8 @@ def test_the_local_config_is_backed_up_then_replaced_and_never_over_an_edit(tmp_
 @pytest.mark.twin
 def test_a_config_on_another_host_is_backed_up_and_replaced_there_in_one_command(twin):
     path = "~/.lbt-hermes-follow/config.yaml"
-    with Lane(load_lane("twin")) as lane:
-        head = lane.head
+    with LaneNodes(load_lane("twin")) as nodes:
+        head = nodes.head
         head.run("mkdir -p ~/.lbt-hermes-follow && printf 'providers: {}\\n' > ~/.lbt-hermes-follow/config.yaml")
         try:
             host = hermes.RemoteHost(head, None)

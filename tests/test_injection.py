@@ -18,7 +18,7 @@ import pytest
 from helpers.lanebook_runs import run
 from lanebook.base.errors import LanebookError, LaneError
 from lanebook.lane.params import PARAMS_DIR, lane_with, load_lane
-from lanebook.nodes.ssh import Lane, NodeError, qpath
+from lanebook.nodes.ssh import LaneNodes, NodeError, qpath
 from lanebook.ops import checkout_env, launcher, rollback, transfers, weights
 from lanebook.ops.logs import scan_log
 from lanebook.twin.nodes import TwinLayout
@@ -55,33 +55,33 @@ def crafted(twin, tmp_path_factory):
     logs = {alias: lay.command_log(alias) for alias in ("head", "worker")}
     sizes = {alias: path.stat().st_size if path.exists() else 0 for alias, path in logs.items()}
     seen: dict[str, object] = {}
-    with Lane(params) as lane:
-        lane.each(f"mkdir -p {qpath(params.checkout)}")  # nested (the payloads hold '/'): rsync makes no parents
-        lane.head.run(f"cp -a {qpath(base.checkout)}/. {qpath(params.checkout)}/")
+    with LaneNodes(params) as nodes:
+        nodes.each(f"mkdir -p {qpath(params.checkout)}")  # nested (the payloads hold '/'): rsync makes no parents
+        nodes.head.run(f"cp -a {qpath(base.checkout)}/. {qpath(params.checkout)}/")
         try:
-            seen["missing"] = transfers.missing_paths(lane.head, [params.checkout, f"{params.checkout}/nope"])
-            seen["rsync"] = transfers.sync_checkout(lane)
-            seen["checkout_ok"] = transfers.checkout_ok(lane).ok  # every node: the worker's came by rsync
-            seen["fingerprint"] = rollback.fingerprint(lane)
-            seen["status"] = launcher.run_status_script(lane)
+            seen["missing"] = transfers.missing_paths(nodes.head, [params.checkout, f"{params.checkout}/nope"])
+            seen["rsync"] = transfers.sync_checkout(nodes)
+            seen["checkout_ok"] = transfers.checkout_ok(nodes).ok  # every node: the worker's came by rsync
+            seen["fingerprint"] = rollback.fingerprint(nodes)
+            seen["status"] = launcher.run_status_script(nodes)
             for call in (
-                lambda: weights.verify_weights(lane.head, params.weights),
-                lambda: weights.clean_incomplete_on_workers(lane),
-                lambda: scan_log(lane.head, launcher.container_name(lane), ["x"]),
+                lambda: weights.verify_weights(nodes.head, params.weights),
+                lambda: weights.clean_incomplete_on_workers(nodes),
+                lambda: scan_log(nodes.head, launcher.container_name(nodes), ["x"]),
             ):
                 try:
                     call()
                 except NodeError:
                     pass  # a missing HF cache or container is an error; what matters is what it ran
             env_file = f"{qpath(params.checkout)}/.env.dspark"
-            seen["env_before"] = lane.head.run(f"cat {env_file}").stdout
+            seen["env_before"] = nodes.head.run(f"cat {env_file}").stdout
             try:
-                seen["render"] = checkout_env.render_on_head(lane)
+                seen["render"] = checkout_env.render_on_head(nodes)
             except LanebookError as exc:  # no line both bash and Docker Compose read as that value
                 seen["render"] = exc
-            seen["env_after"] = lane.head.run(f"cat {env_file}").stdout
+            seen["env_after"] = nodes.head.run(f"cat {env_file}").stdout
         finally:
-            lane.each(f"rm -rf {qpath(params.checkout)} {qpath(params.weights.hf_cache)}")
+            nodes.each(f"rm -rf {qpath(params.checkout)} {qpath(params.weights.hf_cache)}")
     given = {alias: path.read_bytes()[sizes[alias] :].split(b"\0") for alias, path in logs.items()}
     return {"sentinel": sentinel, "params": params, "seen": seen, "given": given, "lay": lay}
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.paths import PARAMS_DIR
 from lanebook.lane.params import ENV_KEY_RE, MODEL_RE, NAME_RE, USER_RE, LaneParams, check_host, lane_names, load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops.launcher import launcher_command
 from lanebook.ops.transfers import rsync_command
 from lanebook.ops.weights import download_command
@@ -136,22 +136,22 @@ def _mutated(data, path, action, value):
     return data
 
 
-def _accepted_lane_invariants(lane: LaneParams) -> None:
+def _accepted_lane_invariants(params: LaneParams) -> None:
     """What an accepted lane guarantees: addresses, logins and model ids match their strict patterns, and every
     path and value reaches the commands built from it as one shell word, whatever characters it holds."""
-    for node in lane.nodes:
+    for node in params.nodes:
         check_host(node.host), check_host(node.roce_ip)
         assert NAME_RE.fullmatch(node.alias) and (node.user is None or USER_RE.fullmatch(node.user))
-    assert MODEL_RE.fullmatch(lane.weights.repo) and MODEL_RE.fullmatch(lane.served_model_name)
-    assert all(ENV_KEY_RE.fullmatch(k) for k in [*lane.env, *lane.launcher.env, *lane.weights.download_env])
-    dry = Lane(lane, dry_run=True)
-    words = shlex.split(launcher_command(dry, lane.launcher.start, dict(lane.launcher.env)))
-    assert words[:3] == ["cd", lane.checkout, "&&"]
-    assert words[3:] == [f"{k}={v}" for k, v in lane.launcher.env.items()] + [lane.launcher.start]
+    assert MODEL_RE.fullmatch(params.weights.repo) and MODEL_RE.fullmatch(params.served_model_name)
+    assert all(ENV_KEY_RE.fullmatch(k) for k in [*params.env, *params.launcher.env, *params.weights.download_env])
+    dry = LaneNodes(params, dry_run=True)
+    words = shlex.split(launcher_command(dry, params.launcher.start, dict(params.launcher.env)))
+    assert words[:3] == ["cd", params.checkout, "&&"]
+    assert words[3:] == [f"{k}={v}" for k, v in params.launcher.env.items()] + [params.launcher.start]
     for worker in dry.workers:
-        words = shlex.split(rsync_command(dry, worker, lane.checkout))
-        assert words[-2] == lane.checkout.rstrip("/") + "/" and "--delete" not in words
-    assert shlex.split(download_command(lane.weights))[-3] == lane.weights.repo
+        words = shlex.split(rsync_command(dry, worker, params.checkout))
+        assert words[-2] == params.checkout.rstrip("/") + "/" and "--delete" not in words
+    assert shlex.split(download_command(params.weights))[-3] == params.weights.repo
 
 
 # --- lane files ------------------------------------------------------------------------------------------------
@@ -167,11 +167,11 @@ def lane_file(tmp_path_factory) -> Path:
 def test_a_changed_lane_file_loads_or_fails_with_one_line(lane_file, path, action, value):
     lane_file.write_text(json.dumps(_mutated(TWIN_DATA, path, action, value)))  # JSON is YAML
     try:
-        lane = load_lane(lane_file)
+        params = load_lane(lane_file)
     except LaneError as exc:
         assert one_line(exc).startswith(str(lane_file))
         return
-    _accepted_lane_invariants(lane)
+    _accepted_lane_invariants(params)
 
 
 @EXAMPLES

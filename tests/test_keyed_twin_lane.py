@@ -120,10 +120,10 @@ def test_twin_keyed_promotes_end_to_end_and_refuses_a_keyless_request(runs):
 
 
 def test_the_head_and_worker_env_files_hold_the_keys_mode_0600(runs, twin):
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
 
-    with Lane(LANE) as lane:
-        for node in lane.nodes:
+    with LaneNodes(LANE) as nodes:
+        for node in nodes:
             listing = node.run(
                 f"stat -c %a {LANE.checkout}/.env.dspark; grep -c '^DSPARK_API_KEYS=' {LANE.checkout}/.env.dspark",
                 timeout=30,

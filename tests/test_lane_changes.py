@@ -19,9 +19,9 @@ def test_the_shipped_lanes_change_one_thing_at_a_time():
 
 
 def test_both_changed_is_described_with_each_pair():
-    lane = load_lane("anemll-0731")
+    params = load_lane("anemll-0731")
     change = change_from_rollback(
-        lane_with(lane, env={"DSPARK_VLLM_IMAGE": "ghcr.io/anemll/dspark-vllm-gx10:0.1.2", "DSPARK_REVISION": "abc"})
+        lane_with(params, env={"DSPARK_VLLM_IMAGE": "ghcr.io/anemll/dspark-vllm-gx10:0.1.2", "DSPARK_REVISION": "abc"})
     )
     assert change.changes_both
     assert change.describe() == (
@@ -32,9 +32,9 @@ def test_both_changed_is_described_with_each_pair():
 
 
 def test_a_pinned_revision_is_part_of_the_weights():
-    lane = load_lane("anemll-1m6")
-    assert weights(lane) == "deepseek-ai/DeepSeek-V4-Flash"
-    assert weights(lane_with(lane, env={"DSPARK_REVISION": "deadbeef"})) == "deepseek-ai/DeepSeek-V4-Flash@deadbeef"
+    params = load_lane("anemll-1m6")
+    assert weights(params) == "deepseek-ai/DeepSeek-V4-Flash"
+    assert weights(lane_with(params, env={"DSPARK_REVISION": "deadbeef"})) == "deepseek-ai/DeepSeek-V4-Flash@deadbeef"
 
 
 def test_an_unknown_rollback_lane_is_a_lane_error():

@@ -63,14 +63,14 @@ def test_current_recipe_round_trips_except_the_listed_speculative_line(tmp_path)
     assert report["mismatches"] == []
     # The operator's files are untouched (read-only), the lane loads and names the pair from the env file.
     assert {n: (directory / n).read_bytes() for n in before} == before
-    lane = load_lane(out)
-    assert (lane.head.roce_ip, lane.workers[0].host, lane.workers[0].roce_ip) == (
+    params = load_lane(out)
+    assert (params.head.roce_ip, params.workers[0].host, params.workers[0].roce_ip) == (
         "172.31.7.1",
         "spark-b.lab.example",
         "172.31.7.2",
     )
-    assert lane.env["GPU_MEMORY_UTILIZATION"] == 0.835 and lane.weights.hf_cache == "~/.cache/huggingface"
-    assert lane.launcher.env["PROJECT_NAME"] == "deepseek-v4-flash"
+    assert params.env["GPU_MEMORY_UTILIZATION"] == 0.835 and params.weights.hf_cache == "~/.cache/huggingface"
+    assert params.launcher.env["PROJECT_NAME"] == "deepseek-v4-flash"
     text = out.read_text()
     assert "GPU_MEMORY_UTILIZATION_TEXT: 0.835 # .env.dspark:256" in text
     assert "kv_cache_dtype: nvfp4_ds_mla  # docker-compose.dspark.yml:256" in text
@@ -125,7 +125,7 @@ def test_dead_lines_and_secrets_are_listed_never_dropped(tmp_path):
     assert "hf_abcdef" not in imported.text and "HF_TOKEN" not in imported.text
     key_line = len(lines)
     assert "auth: {VLLM_API_KEY: {key_file: PATH}}" in reasons[key_line] and "sk-abc" not in imported.text
-    assert imported.lane.max_num_seqs == 4  # the value that runs: the later line
+    assert imported.params.max_num_seqs == 4  # the value that runs: the later line
     out = tmp_path / "mine.yaml"
     write_new(out, imported.text)
     assert round_trip(out, CheckoutFiles.read(directory)) == []

@@ -43,9 +43,9 @@ def test_import_over_ssh_from_the_twin_head_round_trips_byte_for_byte(twin, tmp_
     report = import_from_twin_head(out)
     assert report["byte_for_byte"] is True and report["mismatches"] == []
     assert {n: (checkout / n).read_bytes() for n in before} == before  # read-only
-    lane = load_lane(out)
-    assert lane.twin is True and lane.ssh_config == "twin" and lane.weights.shards == 48
-    assert [(n.host, n.roce_ip) for n in lane.nodes] == [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")]
+    params = load_lane(out)
+    assert params.twin is True and params.ssh_config == "twin" and params.weights.shards == 48
+    assert [(n.host, n.roce_ip) for n in params.nodes] == [("127.0.0.2", "127.0.0.2"), ("127.0.0.3", "127.0.0.3")]
     assert "# the head's HF cache" in out.read_text()
 
 
@@ -59,11 +59,11 @@ def test_a_serving_lane_gives_its_project_and_its_live_command_is_checked(twin, 
         stopped = cli("run", "stop", "--lane", "twin")
     assert stopped.returncode == 0, stopped.stdout[-2000:]
     assert report["serving"] == "ds4-f-mia-anemll-0731-vllm-dspark-1" and report["live_mismatches"] == []
-    lane = load_lane(tmp_path / "twin-serving.yaml")
-    assert lane.launcher.env["PROJECT_NAME"] == "ds4-f-mia-anemll-0731"  # given to the launcher, not in the checkout
+    params = load_lane(tmp_path / "twin-serving.yaml")
+    assert params.launcher.env["PROJECT_NAME"] == "ds4-f-mia-anemll-0731"  # given to the launcher, not in the checkout
     assert "# the running container ds4-f-mia-anemll-0731-vllm-dspark-1" in (tmp_path / "twin-serving.yaml").read_text()
-    low, high = lane.gates.kv_cache_tokens  # around what the startup log said, within the seeds' band here
-    assert 2_200_000 <= (low + high) / 2 <= 2_500_000 and lane.gates.kv_cache_line == "GPU KV cache size"
+    low, high = params.gates.kv_cache_tokens  # around what the startup log said, within the seeds' band here
+    assert 2_200_000 <= (low + high) / 2 <= 2_500_000 and params.gates.kv_cache_line == "GPU KV cache size"
     assert "startup log: " in (tmp_path / "twin-serving.yaml").read_text()
 
 

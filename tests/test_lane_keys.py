@@ -40,17 +40,17 @@ def key_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
 
 
 def test_twin_keyed_names_dspark_api_keys_from_a_key_file_beside_the_twin():
-    lane = load_lane("twin-keyed")
-    assert lane.keyed and lane.auth.variable == "DSPARK_API_KEYS" and lane.auth.source.key_file
-    assert key_file_path(lane) == PARAMS_DIR.parent / ".twin" / "twin-keyed.keys"
-    assert lane.hermes_key_env == "SPARK_DS4_API_KEY"
+    params = load_lane("twin-keyed")
+    assert params.keyed and params.auth.variable == "DSPARK_API_KEYS" and params.auth.source.key_file
+    assert key_file_path(params) == PARAMS_DIR.parent / ".twin" / "twin-keyed.keys"
+    assert params.hermes_key_env == "SPARK_DS4_API_KEY"
     assert not load_lane("twin").keyed and load_lane("twin").hermes_key_env is None
 
 
 def test_keys_from_a_file_are_read_in_order_registered_and_redacted(tmp_path):
     key_file(tmp_path, "# the lane's keys\nlb-alpha-7f3c9d2e\n  lb-bravo-11aa22bb\n")
-    lane = load_lane(keyed_lane(tmp_path))
-    keys = lane_keys(lane)
+    params = load_lane(keyed_lane(tmp_path))
+    keys = lane_keys(params)
     assert keys.variable == "DSPARK_API_KEYS" and keys.keys == ("lb-alpha-7f3c9d2e", "lb-bravo-11aa22bb")
     assert keys.env_value == "lb-alpha-7f3c9d2e lb-bravo-11aa22bb" and keys.client_key == "lb-alpha-7f3c9d2e"
     assert client_key_for("http://127.0.4.2:8888/v1/models") == "lb-alpha-7f3c9d2e"

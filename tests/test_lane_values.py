@@ -39,8 +39,8 @@ def test_writing_backs_up_first_and_an_unchanged_value_writes_nothing(tmp_path):
     path.write_text(original)
     saved = write_schedule(path, None, "fixed K=5: a test")
     assert saved is not None and saved.read_text() == original and saved.name.startswith("twin.yaml.bak-")
-    lane = load_lane(str(path))
-    assert lane.speculative.schedule is None and lane.env == load_lane("twin").env
+    params = load_lane(str(path))
+    assert params.speculative.schedule is None and params.env == load_lane("twin").env
     assert "# the twin lane" in path.read_text().lower() or path.read_text().startswith("#")  # comments kept
     assert write_schedule(path, None, "again") is None and len(list(tmp_path.glob("twin.yaml.bak-*"))) == 1
     assert write_schedule(path, SCHEDULE, "back") is not None

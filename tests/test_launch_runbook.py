@@ -37,10 +37,10 @@ def run_launch(tmp_path, expect_exit: int) -> dict:
 @pytest.mark.twin
 def test_launch_removes_a_planted_segment(twin, tmp_path):
     """`lanebook run launch --lane twin` on a stopped lane: step 1 cleans what was planted in both nodes' /dev/shm."""
-    with ssh.Lane(load_lane("twin")) as lane:
-        launcher.stop_lane(lane)
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        launcher.stop_lane(nodes)
         name = f"psm_planted{os.getpid()}"
-        for node in lane.nodes:
+        for node in nodes:
             node.run(f"touch /dev/shm/{name}")
         try:
             record = run_launch(tmp_path, expect_exit=0)
@@ -63,12 +63,12 @@ def test_launch_removes_a_planted_segment(twin, tmp_path):
                 "no fatal runtime error in worker's log",
             ):
                 assert f"`PASS` **{what}" in executed, what
-            for node in lane.nodes:
+            for node in nodes:
                 assert name not in shm(node)
         finally:
-            for node in lane.nodes:
+            for node in nodes:
                 node.run(f"rm -f /dev/shm/{name}")
-            launcher.stop_lane(lane)
+            launcher.stop_lane(nodes)
 
 
 @pytest.mark.twin
@@ -77,13 +77,13 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
     shows: the server boots, and launch fails at step 5 naming the flag, the lane's value and the live value."""
     lane_params = load_lane("twin")
     script = f"{lane_params.checkout.removeprefix('~/')}/{lane_params.launcher.start.removeprefix('./')}"
-    with ssh.Lane(lane_params) as lane:
-        launcher.stop_lane(lane)
-        original = lane.head.run(f"cat {script}").stdout
-        lane.head.run(
+    with ssh.LaneNodes(lane_params) as nodes:
+        launcher.stop_lane(nodes)
+        original = nodes.head.run(f"cat {script}").stdout
+        nodes.head.run(
             f"sed -i 's/^apply_memory_profile$/apply_memory_profile; export MAX_NUM_BATCHED_TOKENS=8216/' {script}"
         )
-        assert "MAX_NUM_BATCHED_TOKENS=8216" in lane.head.run(f"cat {script}").stdout
+        assert "MAX_NUM_BATCHED_TOKENS=8216" in nodes.head.run(f"cat {script}").stdout
         try:
             record = run_launch(tmp_path, expect_exit=1)
             assert record["verdict"] == "fail" and record["failed_step"] == "5 models and live command", record
@@ -95,9 +95,9 @@ def test_a_launcher_override_fails_launch_at_the_live_command(twin, tmp_path):
         finally:
             restore = tmp_path / "start.sh"
             restore.write_text(original)
-            lane.head.put(restore, script)
-            lane.head.run(f"chmod +x {script}")
-            launcher.stop_lane(lane)
+            nodes.head.put(restore, script)
+            nodes.head.run(f"chmod +x {script}")
+            launcher.stop_lane(nodes)
 
 
 def test_a_lane_that_bypasses_the_warmup_skips_step_6_saying_why(tmp_path):
@@ -127,9 +127,9 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
 
     lane_params = load_lane("twin")
     compose = f"{lane_params.checkout.removeprefix('~/')}/docker-compose.dspark.yml"
-    with ssh.Lane(lane_params) as lane:
-        lane.head.run(f"sed -i '/VLLM_USE_BREAKABLE_CUDAGRAPH:/d' {compose}")
-        assert "VLLM_USE_BREAKABLE_CUDAGRAPH" not in lane.head.run(f"cat {compose}").stdout
+    with ssh.LaneNodes(lane_params) as nodes:
+        nodes.head.run(f"sed -i '/VLLM_USE_BREAKABLE_CUDAGRAPH:/d' {compose}")
+        assert "VLLM_USE_BREAKABLE_CUDAGRAPH" not in nodes.head.run(f"cat {compose}").stdout
         failed, _ = run(tmp_path, "launch", "twin", expect_exit=1)
         assert (failed["verdict"], failed["failed_step"]) == ("fail", "prerequisites"), failed
         executed = (tmp_path / "outputs" / failed["output"]).read_text()
@@ -137,5 +137,5 @@ def test_a_compose_without_the_breakable_injection_fails_launch_and_env_repairs_
 
         repaired, _ = run(tmp_path, "env", "twin", expect_exit=0)
         assert repaired["verdict"] == "pass" and repaired["figures"]["backups"], repaired
-        assert "VLLM_USE_BREAKABLE_CUDAGRAPH" in lane.head.run(f"cat {compose}").stdout
+        assert "VLLM_USE_BREAKABLE_CUDAGRAPH" in nodes.head.run(f"cat {compose}").stdout
         assert lint_what_lane_runs(lane_params).ok

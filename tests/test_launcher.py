@@ -150,15 +150,15 @@ def test_lane_state_from_the_running_containers(running, state, orphaned):
 
 
 def test_a_dry_run_observes_no_state_and_records_the_api_questions():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    containers, answer = launcher.lane_containers(lane), launcher.ask_api(lane)
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    containers, answer = launcher.lane_containers(nodes), launcher.ask_api(nodes)
     assert (containers.state, containers.orphaned, containers.summary()) == (
         "not observed (dry run)",
         {},
         "not observed (dry run)",
     )
     assert (answer.healthy, answer.models, answer.model_ids) == (None, None, [])
-    assert lane.executor.commands() == [
+    assert nodes.executor.commands() == [
         "head: docker ps --format '{{.Names}}'",
         "worker: docker ps --format '{{.Names}}'",
         "local: wait for /health: GET http://192.168.1.11:8888/health every 1 s, bound 5 s",
@@ -170,8 +170,8 @@ def test_an_api_that_does_not_answer_is_reported_not_raised():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: connections are refused
-        lane = ssh.Lane(lane_with(load_lane("twin"), api=f"http://127.0.0.1:{port}/v1", ssh_config=None))
-        answer = launcher.ask_api(lane, timeout_s=1)
+        nodes = ssh.LaneNodes(lane_with(load_lane("twin"), api=f"http://127.0.0.1:{port}/v1", ssh_config=None))
+        answer = launcher.ask_api(nodes, timeout_s=1)
     assert answer.healthy is False and answer.models is None
     assert answer.detail.startswith(f"/health: http://127.0.0.1:{port}/health not ready within 1 s")
 
@@ -180,9 +180,9 @@ def test_an_api_that_does_not_answer_is_reported_not_raised():
 
 
 def test_dry_run_gives_the_seed_lines_and_claims_nothing():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    started, status, stopped = launcher.start_lane(lane), launcher.run_status_script(lane), launcher.stop_lane(lane)
-    assert lane.executor.commands()[:3] == [
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    started, status, stopped = launcher.start_lane(nodes), launcher.run_status_script(nodes), launcher.stop_lane(nodes)
+    assert nodes.executor.commands()[:3] == [
         LAUNCH,
         "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./status-deepseek-v4-flash-dspark.sh",
         "head: cd ~/ds4-f-mia-anemll-0731 && PROJECT_NAME=ds4-f-mia-anemll-0731 ./stop-deepseek-v4-flash-dspark.sh",
@@ -240,7 +240,7 @@ def test_dry_run_without_a_network():
 
 
 def test_values_reaching_a_shell_are_quoted():
-    lane = ssh.Lane(
+    nodes = ssh.LaneNodes(
         lane_with(
             load_lane("twin"),
             checkout="~/odd dir; rm -rf x",
@@ -248,8 +248,8 @@ def test_values_reaching_a_shell_are_quoted():
         ),
         dry_run=True,
     )
-    launcher.start_lane(lane)
-    assert lane.executor.commands() == [
+    launcher.start_lane(nodes)
+    assert nodes.executor.commands() == [
         "head: cd ~/'odd dir; rm -rf x' && PROJECT_NAME='p q' WAIT_ATTEMPTS=1 WAIT_SECONDS=1 "
         "./start-deepseek-v4-flash-dspark.sh"
     ]
@@ -259,9 +259,9 @@ def test_values_reaching_a_shell_are_quoted():
 
 
 @pytest.fixture
-def lane(twin):
+def nodes(twin):
     """The twin lane, stopped before and after."""
-    with ssh.Lane(load_lane("twin")) as connected:
+    with ssh.LaneNodes(load_lane("twin")) as connected:
         launcher.stop_lane(connected)
         yield connected
         launcher.stop_lane(connected)
@@ -270,7 +270,7 @@ def lane(twin):
 @pytest.fixture(scope="module")
 def stopped_lane(twin):
     """The twin lane stopped once for the launches refused before anything starts (each asserts none did)."""
-    with ssh.Lane(load_lane("twin")) as connected:
+    with ssh.LaneNodes(load_lane("twin")) as connected:
         launcher.stop_lane(connected)
         yield connected
         launcher.stop_lane(connected)
@@ -281,53 +281,53 @@ def pid_of(node, container):
 
 
 @pytest.mark.twin
-def test_launch_cycle(lane):
+def test_launch_cycle(nodes):
     """Seed 000 "Launch / stop": launch, launch again (no restart), status, a dead head, its orphaned worker, stop."""
-    head, worker = lane.head, lane.node("worker")
-    assert launcher.container_name(lane) == CONTAINER
+    head, worker = nodes.head, nodes.node("worker")
+    assert launcher.container_name(nodes) == CONTAINER
     lines = []
-    started = launcher.start_lane(lane, on_line=lines.append)
+    started = launcher.start_lane(nodes, on_line=lines.append)
     assert (started.exit_code, started.outcome, started.ok) == (0, "ok", True), started.output[-2000:]
     assert "Starting DSpark worker on 127.0.0.3..." in lines and "Minimal chat request succeeded." in lines
     assert "  gpu memory utilization: 0.85 (ENABLE_VL_SIDECAR=0: from GPU_MEMORY_UTILIZATION_TEXT)" in lines
-    assert lane.executor.history[-1].command.endswith(
+    assert nodes.executor.history[-1].command.endswith(
         "PROJECT_NAME=ds4-f-mia-anemll-0731 WAIT_ATTEMPTS=120 WAIT_SECONDS=15 ./start-deepseek-v4-flash-dspark.sh"
     )
     assert "--gpu-memory-utilization 0.85" in logs.live_command(head, CONTAINER)
     pids = pid_of(head, CONTAINER), pid_of(worker, CONTAINER)
 
-    again = launcher.start_lane(lane)  # no "already up" code: compose up -d leaves the unchanged ranks running
+    again = launcher.start_lane(nodes)  # no "already up" code: compose up -d leaves the unchanged ranks running
     assert again.outcome == "ok" and f"Container {CONTAINER}  Running" in again.output
     assert (pid_of(head, CONTAINER), pid_of(worker, CONTAINER)) == pids
-    status = launcher.run_status_script(lane)
+    status = launcher.run_status_script(nodes)
     assert status.ok and "GPU KV cache size" in status.output
-    assert launcher.running_containers(lane) == {"head": [CONTAINER], "worker": [CONTAINER]}
-    occupancy = launcher.pair_occupancy(lane)
+    assert launcher.running_containers(nodes) == {"head": [CONTAINER], "worker": [CONTAINER]}
+    occupancy = launcher.pair_occupancy(nodes)
     assert occupancy.this_lane_up and not occupancy.other_lane_up
 
-    assert launcher.lane_containers(lane).state == "up"
-    answer = launcher.ask_api(lane)
+    assert launcher.lane_containers(nodes).state == "up"
+    answer = launcher.ask_api(nodes)
     assert answer.healthy and answer.model_ids == ["deepseek-v4-flash-0731"]
     head.run(f"docker kill {CONTAINER}")  # the head dies mid-TP (pitfall 16): the worker is orphaned
-    assert launcher.lane_containers(lane).orphaned == {"worker": [CONTAINER]}
-    dead = launcher.run_status_script(lane)  # the recipe's script shows the dead head; it does not judge (exit 0)
+    assert launcher.lane_containers(nodes).orphaned == {"worker": [CONTAINER]}
+    dead = launcher.run_status_script(nodes)  # the recipe's script shows the dead head; it does not judge (exit 0)
     assert dead.exit_code == 0 and f"== head: {CONTAINER}: Exited" in dead.output and "(no answer)" in dead.output
-    assert launcher.stop_orphaned_workers(lane) == {"worker": [CONTAINER]}
-    assert launcher.running_containers(lane) == {"head": [], "worker": []}
-    stopped = launcher.stop_lane(lane)
+    assert launcher.stop_orphaned_workers(nodes) == {"worker": [CONTAINER]}
+    assert launcher.running_containers(nodes) == {"head": [], "worker": []}
+    stopped = launcher.stop_lane(nodes)
     assert stopped.ok and stopped.launcher.reason == "DeepSeek V4 Flash DSpark stopped."
 
 
 @pytest.mark.twin
-def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
+def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(nodes):
     """One attempt, a second apart, cannot see a cold bind through: the launcher's timeout path with both ranks'
     logs."""
-    quick = ssh.Lane(
+    quick = ssh.LaneNodes(
         lane_with(
-            lane.params,
+            nodes.params,
             launcher={"env": {"PROJECT_NAME": "ds4-f-mia-anemll-0731", "WAIT_ATTEMPTS": 1, "WAIT_SECONDS": 1}},
         ),
-        executor=lane.executor,
+        executor=nodes.executor,
     )
     timed_out = launcher.start_lane(quick)
     assert (timed_out.exit_code, timed_out.outcome) == (1, "health timeout")
@@ -337,15 +337,15 @@ def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(lane):
     worker_section = timed_out.output.split("Recent worker logs:\n", 1)[1].splitlines()
     assert worker_section and all(line.startswith("vllm-dspark-1  | ") for line in worker_section), worker_section
     assert "vLLM API server version" in worker_section[0]
-    assert launcher.stop_lane(lane).ok
+    assert launcher.stop_lane(nodes).ok
 
 
-def checkout_copy(lane, name, edit=""):
+def checkout_copy(nodes, name, edit=""):
     """A copy of the twin lane's checkout on the head, `edit` run in it (sed on its .env.dspark, rm...)."""
-    lane.head.run(
+    nodes.head.run(
         f"rm -rf ~/{name} && cp -a ~/ds4-f-mia-anemll-0731 ~/{name}" + (f" && cd ~/{name} && {edit}" if edit else "")
     )
-    return ssh.Lane(lane_with(lane.params, checkout=f"~/{name}"), executor=lane.executor)
+    return ssh.LaneNodes(lane_with(nodes.params, checkout=f"~/{name}"), executor=nodes.executor)
 
 
 @pytest.mark.twin

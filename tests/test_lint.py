@@ -283,10 +283,10 @@ def test_hermes_config_plants(good, tmp_path):
 
 @pytest.mark.parametrize("name", lane_names())
 def test_shipped_lanes_lint_clean(name):
-    lane = load_lane(name)
-    report = lint_lane_on_reference(lane)
+    params = load_lane(name)
+    report = lint_lane_on_reference(params)
     assert [f for f in report.findings if f.id != OPEN] == [], [(f.id, f.message) for f in report.findings]
-    open_keyless = lane.env.get("VLLM_HOST") == "0.0.0.0" and not lane.keyed
+    open_keyless = params.env.get("VLLM_HOST") == "0.0.0.0" and not params.keyed
     assert [(f.id, f.severity) for f in report.findings if f.id == OPEN] == [(OPEN, "warning")] * open_keyless
 
 
@@ -453,9 +453,9 @@ def test_a_four_node_lane_on_the_recipes_two_node_checkout_is_an_s04_error_namin
     """The recipe's compose writes --tensor-parallel-size 2 and --nnodes 2: what runs is a TP2 pair, whatever the
     env file says, and render cannot change it."""
     directory = checkout(tmp_path, example=True)
-    lane = load_lane("anemll-0731-tp4")
-    render_checkout(lane, directory)
-    report = lint_what_lane_runs(lane, directory)
+    params = load_lane("anemll-0731-tp4")
+    render_checkout(params, directory)
+    report = lint_what_lane_runs(params, directory)
     found = {f.message.split(":", 1)[0]: f for f in kept(report) if f.id == "S04"}
     assert set(found) == {"--tensor-parallel-size", "--nnodes"}, [(f.id, f.message) for f in kept(report)]
     tp = found["--tensor-parallel-size"]

@@ -284,27 +284,27 @@ def records(outputs: Path) -> list[dict]:
     return [json.loads(line) for line in index.read_text().splitlines()] if index.exists() else []
 
 
-def head_lock(lane) -> str:
+def head_lock(nodes) -> str:
     """The lock file on the twin head as its login reads it; "" when there is none."""
-    return lane.head.run(f"cat {lock.LOCK_FILE} 2>/dev/null; true").stdout
+    return nodes.head.run(f"cat {lock.LOCK_FILE} 2>/dev/null; true").stdout
 
 
 @pytest.fixture(scope="module")
-def twin_lane(twin):
+def twin_nodes(twin):
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
 
-    with Lane(load_lane("twin")) as lane:
-        assert head_lock(lane) == "", "a lane pair lock left on the twin head before this module"
-        yield lane
+    with LaneNodes(load_lane("twin")) as nodes:
+        assert head_lock(nodes) == "", "a lane pair lock left on the twin head before this module"
+        yield nodes
 
 
 @pytest.fixture(scope="module")
-def contested(twin_lane, tmp_path_factory):
+def contested(twin_nodes, tmp_path_factory):
     """Two `lanebook run launch --lane twin` started together."""
     outputs = tmp_path_factory.mktemp("contested")
     procs = [lanebook_run(outputs, "launch", "--lane", "twin") for _ in range(2)]
-    return outputs, [finished(proc) for proc in procs], head_lock(twin_lane)
+    return outputs, [finished(proc) for proc in procs], head_lock(twin_nodes)
 
 
 @pytest.mark.twin
@@ -325,12 +325,12 @@ def test_of_two_concurrent_launches_one_proceeds_and_the_other_is_refused_naming
 
 
 @pytest.fixture(scope="module")
-def killed(contested, twin_lane, tmp_path_factory):
+def killed(contested, twin_nodes, tmp_path_factory):
     """`lanebook run stop --lane twin` killed with SIGKILL as soon as it holds the lock: the lock it leaves."""
     outputs = tmp_path_factory.mktemp("killed")
     proc = lanebook_run(outputs, "stop", "--lane", "twin")
     deadline = time.monotonic() + 120
-    while not (held := head_lock(twin_lane)) and proc.poll() is None and time.monotonic() < deadline:
+    while not (held := head_lock(twin_nodes)) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -338,7 +338,7 @@ def killed(contested, twin_lane, tmp_path_factory):
 
 
 @pytest.mark.twin
-def test_status_and_a_dry_run_need_no_lock(killed, twin_lane, tmp_path):
+def test_status_and_a_dry_run_need_no_lock(killed, twin_nodes, tmp_path):
     """Run while the killed run's stale lock is still there (this test runs before the one that breaks it)."""
     from helpers.lanebook_runs import dry_run_offline
 
@@ -350,11 +350,11 @@ def test_status_and_a_dry_run_need_no_lock(killed, twin_lane, tmp_path):
     ), out + err
     record, _ = dry_run_offline(tmp_path / "dry", "launch", "twin")  # no network at all: no connection, no lock
     assert record["verdict"] == "dry-run"
-    assert head_lock(twin_lane) == held
+    assert head_lock(twin_nodes) == held
 
 
 @pytest.mark.twin
-def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, twin_lane, tmp_path):
+def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, twin_nodes, tmp_path):
     outputs, pid, held = killed
     dead = Holder.from_json(held)
     assert (dead.pid, dead.runbook, dead.lane) == (pid, "stop", "twin")
@@ -365,20 +365,20 @@ def test_a_killed_run_leaves_a_stale_lock_that_only_break_lock_breaks(killed, tw
         f"; its process {pid} on {dead.host} is gone. If that run is dead, add --break-lock "
         "to break it (its record is kept on the head)"
     )
-    assert head_lock(twin_lane) == held and records(outputs) == []  # refused, not broken, nothing run
+    assert head_lock(twin_nodes) == held and records(outputs) == []  # refused, not broken, nothing run
 
     code, out, said = finished(lanebook_run(outputs, "stop", "--lane", "twin", "--break-lock"))
     assert code == 0 and "verdict: pass" in out, out + said
     assert "broke the stale lock of the lane pair whose head is " in said and dead.describe() in said
     (stopped,) = records(outputs)
     assert stopped["runbook"] == "stop" and stopped["verdict"] == "pass"
-    assert head_lock(twin_lane) == ""  # the breaker released its own lock at its end
-    kept = twin_lane.head.run(f"cat {lock.LOCK_FILE}.broken-*").stdout
+    assert head_lock(twin_nodes) == ""  # the breaker released its own lock at its end
+    kept = twin_nodes.head.run(f"cat {lock.LOCK_FILE}.broken-*").stdout
     assert Holder.from_json(kept) == dead  # the broken record is kept on the head
 
 
 @pytest.mark.twin
-def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path, monkeypatch):
+def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_nodes, tmp_path, monkeypatch):
     """Stand-in stages: `weights` (in its papermill kernel) takes the lock as a nested run would and reports who
     holds it; `env` fails, so the promotion stops there. Meanwhile an operator's `run stop` is refused."""
     from helpers.lanebook_runs import stand_in_notebook, use_runbooks, verdict_cell
@@ -412,18 +412,18 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_lane, tmp_path,
     assert code == 1 and f"running promote on lane twin, run id {promotion.plan.promotion_id}, since " in refusal, (
         refusal
     )
-    assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ  # released at its end
+    assert head_lock(twin_nodes) == "" and lock.LOCK_CLAIM_ENV not in os.environ  # released at its end
 
 
 @pytest.mark.twin
-def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_lane):
+def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_nodes):
     from lanebook.lane.params import load_lane
 
     with pytest.raises(RuntimeError, match="the runbook broke"):
         with lock.lane_pair_lock(load_lane("twin"), "stop", "r1") as held:
-            assert Holder.from_json(head_lock(twin_lane)) == held and os.environ[lock.LOCK_CLAIM_ENV] == held.claim
+            assert Holder.from_json(head_lock(twin_nodes)) == held and os.environ[lock.LOCK_CLAIM_ENV] == held.claim
             raise RuntimeError("the runbook broke")
-    assert head_lock(twin_lane) == "" and lock.LOCK_CLAIM_ENV not in os.environ
+    assert head_lock(twin_nodes) == "" and lock.LOCK_CLAIM_ENV not in os.environ
 
     env = {key: value for key, value in os.environ.items() if key != lock.LOCK_CLAIM_ENV}
     holding = subprocess.Popen(
@@ -438,6 +438,6 @@ def test_the_lock_is_released_when_the_run_raises_or_is_terminated(twin_lane):
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert holding.stdout.readline() == "held\n" and Holder.from_json(head_lock(twin_lane)).pid == holding.pid
+    assert holding.stdout.readline() == "held\n" and Holder.from_json(head_lock(twin_nodes)).pid == holding.pid
     holding.terminate()  # SIGTERM: a closed terminal, a `kill`
-    assert holding.wait(timeout=60) == 128 + signal.SIGTERM and head_lock(twin_lane) == ""
+    assert holding.wait(timeout=60) == 128 + signal.SIGTERM and head_lock(twin_nodes) == ""

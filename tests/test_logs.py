@@ -92,10 +92,10 @@ def test_serving_command_prefers_the_vllm_process_over_its_shell():
 
 
 def test_dry_run_lines():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    logs.scan_log(lane.head, "ds4-f-mia-anemll-0731-vllm-dspark-1")
-    logs.scan_log(lane.head, "name with 'quote'", ["a b"])
-    assert lane.executor.commands() == [
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    logs.scan_log(nodes.head, "ds4-f-mia-anemll-0731-vllm-dspark-1")
+    logs.scan_log(nodes.head, "name with 'quote'", ["a b"])
+    assert nodes.executor.commands() == [
         (
             "head: docker logs ds4-f-mia-anemll-0731-vllm-dspark-1 2>&1 | grep -E 'BREAKABLE|Breakable CUDA|KV cache "
             "size|No such container'"
@@ -113,8 +113,8 @@ COMPOSE = "docker compose -p logs-test --env-file .env.dspark -f docker-compose.
 
 @pytest.mark.twin
 def test_log_gate_and_live_command_on_the_twin(twin):
-    with ssh.Lane(load_lane("twin")) as lane:
-        head = lane.head
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        head = nodes.head
         head.run(f"cd ds4-f-mia-anemll-0731 && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d && sleep 30")
         try:
             found = logs.scan_log(head, "logs-test-vllm-dspark-1")

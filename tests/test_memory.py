@@ -42,10 +42,10 @@ def test_unit_states_from_the_probe():
 
 
 def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    checks = [memory.clean_memory(lane), memory.mask_legacy_units(lane), memory.check_sticky_uma(lane)]
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    checks = [memory.clean_memory(nodes), memory.mask_legacy_units(nodes), memory.check_sticky_uma(nodes)]
     assert not any(c.ok for c in checks) and {c.detail for c in checks} == {"not observed (dry run)"}
-    lines = lane.executor.commands()
+    lines = nodes.executor.commands()
     for alias in ("head", "worker"):
         cleanup = f"{alias}: sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'"
         at = lines.index(cleanup)
@@ -60,9 +60,9 @@ def test_dry_run_sends_the_seed_cleanup_and_observes_nothing():
 
 
 @pytest.fixture(scope="module")
-def lane(tmp_path_factory):
+def nodes(tmp_path_factory):
     with private_twin(tmp_path_factory.mktemp("twin-memory"), ["legacy-units-active", "sticky-uma"]) as status:
-        with ssh.Lane(lane_with(load_lane("twin"), api=status["api"])) as connected:
+        with ssh.LaneNodes(lane_with(load_lane("twin"), api=status["api"])) as connected:
             yield connected
 
 
@@ -70,38 +70,38 @@ def shm(node):
     return node.run("ls -A /dev/shm").stdout.split()
 
 
-def plant(lane, name):
-    for node in lane.nodes:
+def plant(nodes, name):
+    for node in nodes:
         node.run(f"touch /dev/shm/{name}")
         assert name in shm(node)
 
 
 @pytest.mark.twin
-def test_masking_is_observed_and_frees_the_units_memory(lane):
-    held = memory.check_sticky_uma(lane)
+def test_masking_is_observed_and_frees_the_units_memory(nodes):
+    held = memory.check_sticky_uma(nodes)
     assert not held.ok and not held.nodes["head"].ok and held.nodes["worker"].ok  # the running legacy unit holds memory
     assert held.nodes["head"].figures["needed_gib"] == round(0.85 * held.nodes["head"].figures["total_gib"], 1)
-    masked = memory.mask_legacy_units(lane)
+    masked = memory.mask_legacy_units(nodes)
     assert masked.ok, masked.detail
     assert masked.nodes["head"].figures == {
         "units": {UNIT: {"active": "inactive", "enabled": "masked"}},
         "was_active": [UNIT],
     }
     assert masked.detail == f"head: {UNIT} masked, inactive (was active); worker: {UNIT} masked, inactive"
-    assert memory.mask_legacy_units(lane).nodes["head"].figures["was_active"] == []
-    assert lane.head.run(f"readlink /etc/systemd/system/{UNIT}").stdout.strip() == "/dev/null"
-    assert memory.check_sticky_uma(lane).ok
+    assert memory.mask_legacy_units(nodes).nodes["head"].figures["was_active"] == []
+    assert nodes.head.run(f"readlink /etc/systemd/system/{UNIT}").stdout.strip() == "/dev/null"
+    assert memory.check_sticky_uma(nodes).ok
 
 
 @pytest.mark.twin
-def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
-    lane.head.run(
+def test_a_unit_that_cannot_be_masked_fails_the_check(nodes):
+    nodes.head.run(
         "printf '[Unit]\\nDescription=local\\n[Service]\\nExecStart=/bin/true\\n' > "
         "/etc/systemd/system/local-vllm.service"
         " && systemctl start local-vllm.service"
     )
     try:
-        other = ssh.Lane(lane_with(lane.params, legacy_units=["local-vllm.service"]), executor=lane.executor)
+        other = ssh.LaneNodes(lane_with(nodes.params, legacy_units=["local-vllm.service"]), executor=nodes.executor)
         check = memory.mask_legacy_units(other)
         assert not check.ok and not check.nodes["head"].ok
         assert (
@@ -110,51 +110,51 @@ def test_a_unit_that_cannot_be_masked_fails_the_check(lane):
         )
         assert "still active: local-vllm.service" in check.nodes["head"].detail
     finally:
-        lane.head.run("systemctl stop local-vllm.service; rm -f /etc/systemd/system/local-vllm.service")
+        nodes.head.run("systemctl stop local-vllm.service; rm -f /etc/systemd/system/local-vllm.service")
 
 
 @pytest.mark.twin
-def test_cleanup_removes_what_dev_shm_held_and_reads_free_memory(lane):
-    plant(lane, "nccl-planted")
-    cleaned = memory.clean_memory(lane)
+def test_cleanup_removes_what_dev_shm_held_and_reads_free_memory(nodes):
+    plant(nodes, "nccl-planted")
+    cleaned = memory.clean_memory(nodes)
     assert cleaned.ok, cleaned.detail
-    for node in lane.nodes:
+    for node in nodes:
         result = cleaned.nodes[node.alias]
         assert "nccl-planted" in result.figures["removed"] and result.figures["left"] == []
         assert shm(node) == []
         assert result.figures["cache_gib"] == 0.3 and result.figures["free_gib"] > 100  # the page cache was dropped
-    assert cleaned.figure("free_gib") == {n.alias: cleaned.nodes[n.alias].figures["free_gib"] for n in lane.nodes}
+    assert cleaned.figure("free_gib") == {n.alias: cleaned.nodes[n.alias].figures["free_gib"] for n in nodes}
 
 
 @pytest.mark.twin
 @pytest.mark.parametrize("wrong", ["rm -rf /dev/shn/*", "rm -rf '/dev/shm/*'", "rm -f /dev/shm/*.seg"])
-def test_a_wrong_cleanup_command_fails(lane, monkeypatch, wrong):
+def test_a_wrong_cleanup_command_fails(nodes, monkeypatch, wrong):
     """A misspelt path, a quoted glob, a pattern that misses: the segments stay, and the check says which."""
-    plant(lane, "nccl-planted")
+    plant(nodes, "nccl-planted")
     monkeypatch.setattr(memory, "SHM_CLEANUP", wrong)
-    check = memory.clean_memory(lane)
+    check = memory.clean_memory(nodes)
     assert not check.ok
-    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in lane.nodes), check.detail
+    assert all("still in /dev/shm: nccl-planted" in check.nodes[n.alias].detail for n in nodes), check.detail
     monkeypatch.undo()
-    assert memory.clean_memory(lane).ok
+    assert memory.clean_memory(nodes).ok
 
 
 @pytest.mark.twin
-def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(lane):
-    baseline = memory.check_sticky_uma(lane).nodes["head"].figures["free_gib"]
-    lane.head.run(f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
+def test_memory_is_never_cleaned_under_a_vllm_container_and_sticks_after_it(nodes):
+    baseline = memory.check_sticky_uma(nodes).nodes["head"].figures["free_gib"]
+    nodes.head.run(f"cd {CHECKOUT} && NODE_RANK=0 {PLACEHOLDER} {COMPOSE} up -d")
     try:
         with pytest.raises(
             ssh.NodeError,
             match="not cleaning memory while a vLLM server runs on the pair .head: memory-test-vllm-dspark-1",
         ):
-            memory.clean_memory(lane)
+            memory.clean_memory(nodes)
     finally:
-        lane.head.run(f"cd {CHECKOUT} && {COMPOSE} down")
-    sticky = memory.check_sticky_uma(lane, min_free_gib=baseline - 5)
+        nodes.head.run(f"cd {CHECKOUT} && {COMPOSE} down")
+    sticky = memory.check_sticky_uma(nodes, min_free_gib=baseline - 5)
     assert not sticky.ok and 10 <= baseline - sticky.nodes["head"].figures["free_gib"] <= 16  # pitfall 4
-    assert memory.clean_memory(lane).ok
-    assert memory.check_sticky_uma(lane, min_free_gib=baseline - 1).ok
+    assert memory.clean_memory(nodes).ok
+    assert memory.check_sticky_uma(nodes, min_free_gib=baseline - 1).ok
 
 
 def test_memory_steps_skip_under_a_server_and_a_dry_run_records_the_cleanup():

@@ -19,18 +19,18 @@ def test_shipped_lanes_load():
 
 
 def test_current_recipe_values_from_seed_000():
-    lane = load_lane("anemll-0731")
-    env = lane.env
+    params = load_lane("anemll-0731")
+    env = params.env
     assert env["GPU_MEMORY_UTILIZATION"] == 0.85
     assert env["MAX_NUM_BATCHED_TOKENS"] == 8192
     assert env["VLLM_USE_BREAKABLE_CUDAGRAPH"] == 0
     assert env["MAX_MODEL_LEN"] == 1048576 and env["MAX_NUM_SEQS"] == 6 and env["MTP_NUM_TOKENS"] == 5
-    assert lane.speculative.schedule_json() == "[[1,1,5],[2,4,4],[5,6,3]]"
-    assert lane.launcher.env == {"PROJECT_NAME": "ds4-f-mia-anemll-0731", "WAIT_ATTEMPTS": 120, "WAIT_SECONDS": 15}
-    assert lane.weights.shards == 48
-    assert lane.hermes.api_key == "no-key-required"
-    assert lane.hermes.extra_body["chat_template_kwargs"]["thinking"] is False
-    assert lane.request["chat_template_kwargs"]["thinking"] is False
+    assert params.speculative.schedule_json() == "[[1,1,5],[2,4,4],[5,6,3]]"
+    assert params.launcher.env == {"PROJECT_NAME": "ds4-f-mia-anemll-0731", "WAIT_ATTEMPTS": 120, "WAIT_SECONDS": 15}
+    assert params.weights.shards == 48
+    assert params.hermes.api_key == "no-key-required"
+    assert params.hermes.extra_body["chat_template_kwargs"]["thinking"] is False
+    assert params.request["chat_template_kwargs"]["thinking"] is False
 
 
 def test_the_kv_cache_dtype_is_a_lane_value():
@@ -60,11 +60,11 @@ def test_real_lanes_confirm_changes_and_watch_long_probes_and_twin_lane_files_sa
     """A lane's policy defaults to a real lane's (changes need --yes, long probes an operator watching); every
     twin-labelled file sets the permissive values itself, so dropping the block can only make a lane stricter."""
     for name in lane_names():
-        lane = load_lane(name)
-        policy = (lane.policy.confirm_changes, lane.policy.attended_long_probes)
-        assert policy == ((False, False) if lane.twin else (True, True)), name
-        if lane.twin:
-            assert "\npolicy:" in lane.file.read_text(), name
+        params = load_lane(name)
+        policy = (params.policy.confirm_changes, params.policy.attended_long_probes)
+        assert policy == ((False, False) if params.twin else (True, True)), name
+        if params.twin:
+            assert "\npolicy:" in params.file.read_text(), name
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -177,9 +177,9 @@ def test_an_ipv6_scope_must_be_an_interface_name():
 def test_ordinary_addresses_and_logins_load(field, value):
     from lanebook.lane.params import lane_with
 
-    lane = load_lane("anemll-0731")
-    nodes = [{**lane.nodes[0].model_dump(), field: value}, lane.nodes[1].model_dump()]
-    assert getattr(lane_with(lane, nodes=nodes).head, field) == value
+    params = load_lane("anemll-0731")
+    nodes = [{**params.nodes[0].model_dump(), field: value}, params.nodes[1].model_dump()]
+    assert getattr(lane_with(params, nodes=nodes).head, field) == value
 
 
 @pytest.mark.parametrize(
@@ -218,8 +218,8 @@ def test_env_keys_values_and_paths_that_would_break_a_line_or_a_command_are_refu
 def test_paths_and_env_values_may_hold_shell_characters_they_are_quoted_where_used():
     from lanebook.lane.params import lane_with
 
-    lane = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
-    assert lane.checkout == "~/odd $(dir); `x`" and lane.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"
+    params = lane_with(load_lane("twin"), checkout="~/odd $(dir); `x`", env={"NCCL_SOCKET_IFNAME": "a;b $(c)"})
+    assert params.checkout == "~/odd $(dir); `x`" and params.env["NCCL_SOCKET_IFNAME"] == "a;b $(c)"
 
 
 def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(tmp_path):
@@ -249,13 +249,13 @@ def test_a_lane_file_that_is_not_text_or_holds_an_impossible_value_is_one_line(t
 def test_hermes_host_is_a_node_alias_or_a_valid_ssh_destination(host, ok):
     from lanebook.lane.params import lane_with
 
-    lane = load_lane("twin")
-    change = {"hermes": {**lane.hermes.model_dump(), "host": host}}
+    params = load_lane("twin")
+    change = {"hermes": {**params.hermes.model_dump(), "host": host}}
     if ok:
-        assert lane_with(lane, **change).hermes.host == host
+        assert lane_with(params, **change).hermes.host == host
     else:
         with pytest.raises(ValueError):
-            lane_with(lane, **change)
+            lane_with(params, **change)
 
 
 def test_a_lane_name_stays_a_name_where_a_directory_of_that_name_is(tmp_path, monkeypatch):

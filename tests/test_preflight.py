@@ -25,8 +25,8 @@ def cli(*args: str, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess
     return subprocess.run([*prefix, str(LANEBOOK), *args], capture_output=True, text=True, timeout=180)
 
 
-def check(lane: str | Path) -> tuple[int, dict]:
-    done = cli("check", "--lane", str(lane), "--json")
+def check(lane_name: str | Path) -> tuple[int, dict]:
+    done = cli("check", "--lane", str(lane_name), "--json")
     assert done.returncode in (0, 1), done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -171,10 +171,10 @@ def test_missing_weights_on_a_full_disk_are_named_and_room_passes(twin, tmp_path
 @pytest.mark.twin
 def test_an_active_legacy_unit_is_a_warning_the_launch_deals_with(twin):
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
 
-    with Lane(load_lane("twin")) as lane:
-        head = lane.node("head")
+    with LaneNodes(load_lane("twin")) as nodes:
+        head = nodes.node("head")
         # The worker's twin is shared: a launch run before this test leaves the unit masked, as the runbook does.
         was_masked = head.run("systemctl is-enabled aiden-vllm.service", check=False).stdout.strip() == "masked"
         head.run("systemctl unmask aiden-vllm.service && systemctl start aiden-vllm.service")

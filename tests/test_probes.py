@@ -129,30 +129,32 @@ def test_a_refused_long_probe_sends_nothing_and_a_dry_run_records_each_step():
     import pytest
     from lanebook.base.errors import LanebookError
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
 
-    lane = Lane(load_lane("anemll-0731"), dry_run=True)
+    nodes = LaneNodes(load_lane("anemll-0731"), dry_run=True)
     with pytest.raises(LanebookError, match="pitfall P15"):
-        probes.stepped_long_context(lane, probes.long_context_steps(131072))
+        probes.stepped_long_context(nodes, probes.long_context_steps(131072))
     with pytest.raises(LanebookError, match="must climb"):
-        probes.stepped_long_context(lane, [131072], attended=True)
-    assert lane.executor.history == []
-    assert probes.stepped_long_context(lane, probes.long_context_steps(131072), attended=True) is None
-    assert [c.split(":")[1] for c in lane.executor.commands()] == [
+        probes.stepped_long_context(nodes, [131072], attended=True)
+    assert nodes.executor.history == []
+    assert probes.stepped_long_context(nodes, probes.long_context_steps(131072), attended=True) is None
+    assert [c.split(":")[1] for c in nodes.executor.commands()] == [
         " long context 8,192 tokens",
         " long context 16,384 tokens",
         " long context 32,768 tokens",
         " long context 65,536 tokens",
         " long context 131,072 tokens",
     ]
-    assert all("until running = waiting = 0" in c for c in lane.executor.commands())
+    assert all("until running = waiting = 0" in c for c in nodes.executor.commands())
 
 
 def _served(srv, name=NAME):
     from lanebook.lane.params import lane_with, load_lane
-    from lanebook.nodes.ssh import Executor, Lane
+    from lanebook.nodes.ssh import Executor, LaneNodes
 
-    return Lane(lane_with(load_lane("twin"), api=f"{srv.url}/v1", env={"SERVED_MODEL_NAME": name}), executor=Executor())
+    return LaneNodes(
+        lane_with(load_lane("twin"), api=f"{srv.url}/v1", env={"SERVED_MODEL_NAME": name}), executor=Executor()
+    )
 
 
 def test_a_stepped_probe_climbs_on_an_idle_queue_and_stops_at_the_first_failure(main, twin):  # noqa: F811
@@ -198,11 +200,11 @@ def test_the_long_context_step_is_opt_in_and_refused_headless_on_a_real_lane():
     probes.long_context_step(
         rb, enabled=True, attended=True
     )  # attended: a dry run records the climb to the lane's context
-    climb = [line for line in rb.lane.executor.commands() if line.startswith("local: long context ")]
+    climb = [line for line in rb.nodes.executor.commands() if line.startswith("local: long context ")]
     assert [line.split(" tokens:")[0] for line in climb][-1] == "local: long context 1,048,576"
     assert len(climb) == 8
     live = Runbook("diagnose", "anemll-0731", dry_run=True)
-    live.dry_run = live.lane.executor.dry_run = False  # as a headless real run: nobody said they watch the console
+    live.dry_run = live.nodes.executor.dry_run = False  # as a headless real run: nobody said they watch the console
     with pytest.raises(LanebookError, match="P15.*attended"):
         probes.long_context_step(live, enabled=True, target_tokens=200_000)
-    assert live.lane.executor.commands() == []  # refused before anything is sent
+    assert live.nodes.executor.commands() == []  # refused before anything is sent

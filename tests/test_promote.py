@@ -84,15 +84,15 @@ def test_nothing_to_resume_is_one_clear_error():
 def test_the_lane_digest_keeps_the_parts_runbooks_stand_on_apart(tmp_path):
     from lanebook.lane.params import lane_with
 
-    lane = load_lane("twin")
+    params = load_lane("twin")
     commented = tmp_path / "twin.yaml"
     commented.write_text(lane_path("twin").read_text() + "# a comment changes the file, no part\n")
-    base = lane_digest(lane)
+    base = lane_digest(params)
     assert base["file"] == hashlib.sha256(lane_path("twin").read_bytes()).hexdigest()  # the bytes it was loaded from
     assert lane_digest(load_lane(commented)) == {**base, "file": lane_digest(load_lane(commented))["file"]} != base
-    hermes = lane_with(lane, hermes={**lane.hermes.model_dump(), "context_length": 100_000})
+    hermes = lane_with(params, hermes={**params.hermes.model_dump(), "context_length": 100_000})
     assert promote.changed_parts(base, lane_digest(hermes)) == ["gates"]
-    assert promote.changed_parts(base, lane_digest(lane_with(lane, env={"MAX_NUM_SEQS": 4}))) == ["rest"]
+    assert promote.changed_parts(base, lane_digest(lane_with(params, env={"MAX_NUM_SEQS": 4}))) == ["rest"]
 
 
 def lane_without_rollback(tmp_path):

@@ -67,9 +67,9 @@ def test_wait_stops_at_the_bound():
 
 
 def test_dry_run_records_the_waits_and_sends_nothing():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    assert readiness.wait_lane_ready(lane) is None
-    assert lane.executor.commands() == [
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    assert readiness.wait_lane_ready(nodes) is None
+    assert nodes.executor.commands() == [
         "local: wait for /health: GET http://192.168.1.11:8888/health every 5 s, bound 1800 s",
         (
             "local: wait for /v1/models listing deepseek-v4-flash-0731: GET http://192.168.1.11:8888/v1/models "
@@ -84,16 +84,18 @@ def test_a_server_whose_health_never_turns(tmp_path):
     shape kills the engine, so it reports the lane up; our /health wait is what catches it, stopping at its bound with
     one clear error after showing its progress, while /v1/models still answers."""
     with private_twin(tmp_path / "twin", ["health-never"]) as status:
-        with ssh.Lane(lane_with(load_lane("twin"), api=status["api"])) as lane:
-            assert launcher.start_lane(lane).ok
+        with ssh.LaneNodes(lane_with(load_lane("twin"), api=status["api"])) as nodes:
+            assert launcher.start_lane(nodes).ok
             seen = []
             with pytest.raises(WaitTimeout, match=r"^/health: http://127\.0\.0\.2:\d+/health not ready within 2 s"):
                 readiness.wait_health(
-                    lane.params.api, timeout_s=2, interval_s=0.25, progress=seen.append, executor=lane.executor
+                    nodes.params.api, timeout_s=2, interval_s=0.25, progress=seen.append, executor=nodes.executor
                 )
             assert len(seen) >= 4 and seen[-1].last == "HTTP 503" and "waiting for /health" in seen[-1].line()
-            assert readiness.wait_models(lane.params.api, lane.params.served_model_name, timeout_s=10, interval_s=0.25)
-            assert launcher.stop_lane(lane).ok
+            assert readiness.wait_models(
+                nodes.params.api, nodes.params.served_model_name, timeout_s=10, interval_s=0.25
+            )
+            assert launcher.stop_lane(nodes).ok
 
 
 def test_the_readiness_watch_sees_a_booting_server_list_its_model_at_or_after_it_became_ready(tmp_path):

@@ -113,8 +113,8 @@ async def look(client, url: str) -> Optional[Snapshot]:
 
 
 @pytest.fixture(scope="module")
-def lane(real):  # noqa: F811
-    return real.lane
+def params(real):  # noqa: F811
+    return real.params
 
 
 # --- the lane's runbooks on the real server ------------------------------------------------------------------
@@ -125,9 +125,9 @@ def test_launch_passes_on_the_real_server(real):  # noqa: F811
     record = last_record(real.outputs)
     assert record["runbook"] == "launch" and record["verdict"] == "pass" and record["twin"] is True
     assert record["figures"]["kv_cache_tokens"] == 524288  # "CPU KV cache size: 524,288 tokens" (1 GiB)
-    with ssh.Lane(LANE) as lane:
-        head_log = lane.head.run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
-        worker_log = lane.workers[0].run(f"docker logs {launcher.container_name(lane)} 2>&1").stdout
+    with ssh.LaneNodes(LANE) as nodes:
+        head_log = nodes.head.run(f"docker logs {launcher.container_name(nodes)} 2>&1").stdout
+        worker_log = nodes.workers[0].run(f"docker logs {launcher.container_name(nodes)} 2>&1").stdout
     # the translation, line by line, then the real vLLM's own startup lines
     assert "lanebook twin: vllm-cpu: speculative method dspark -> ngram" in head_log
     assert "lanebook twin: vllm-cpu: dropped --gpu-memory-utilization" in head_log
@@ -280,7 +280,7 @@ def test_diagnose_sees_prefix_hits_and_a_stable_k_boundary_on_the_real_server(re
 # --- readiness and the plain endpoints ---------------------------------------------------------------
 
 
-def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, lane):  # noqa: F811
+def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, params):  # noqa: F811
     misses = {p.last for p in real.boot}
     print(f"real vLLM: ready {real.ready_s:.1f} s after the launch began, {len(real.boot)} not-ready answers")
     print(f"  ({sorted(misses)})")
@@ -297,8 +297,8 @@ def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, la
         str(TINY_MODEL),
         MAX_MODEL_LEN,
     )
-    assert [c.outcome for c in gates.judge_model_list("1 models", entries, lane)] == ["pass", "pass"]
-    assert [c.outcome for c in gates.models_gate("1 models", Executor(), lane)] == ["pass", "pass"]
+    assert [c.outcome for c in gates.judge_model_list("1 models", entries, params)] == ["pass", "pass"]
+    assert [c.outcome for c in gates.models_gate("1 models", Executor(), params)] == ["pass", "pass"]
     health = request_json("GET", f"{real.url}/health", timeout_s=ANSWER_S)
     assert (health.status, health.text, health.body) == (200, "", None)
     version = request_json("GET", f"{real.url}/version", timeout_s=ANSWER_S)
@@ -309,17 +309,17 @@ def test_readiness_waited_through_the_boot_and_reads_the_real_endpoints(real, la
 # --- the gates' smokes --------------------------------------------------------------------------------------
 
 
-def test_the_smokes_fail_on_a_random_model_naming_the_reply(real, lane):  # noqa: F811
+def test_the_smokes_fail_on_a_random_model_naming_the_reply(real, params):  # noqa: F811
     executor = Executor()
-    kwargs, exact, thinking = gates.exact_smoke_gate("3 exact smoke", executor, lane)
+    kwargs, exact, thinking = gates.exact_smoke_gate("3 exact smoke", executor, params)
     print(f"exact smoke on the real server: {exact.outcome}: {exact.detail}")
     assert kwargs.outcome == "pass" and thinking.outcome == "pass"  # thinking off, and no reasoning came back
-    reply = request_json("POST", gates.chat_url(lane), gates.exact_smoke_body(lane), timeout_s=60).body
+    reply = request_json("POST", gates.chat_url(params), gates.exact_smoke_body(params), timeout_s=60).body
     content = reply["choices"][0]["message"]["content"]
-    assert content != lane.gates.exact_smoke
-    assert (exact.outcome, exact.what) == ("fail", f"the reply is exactly {lane.gates.exact_smoke}")
+    assert content != params.gates.exact_smoke
+    assert (exact.outcome, exact.what) == ("fail", f"the reply is exactly {params.gates.exact_smoke}")
     assert exact.detail == f"{content!r} (finish_reason {reply['choices'][0]['finish_reason']})"  # temperature 0
-    [tool] = gates.tool_smoke_gate("4 tool smoke", executor, lane)
+    [tool] = gates.tool_smoke_gate("4 tool smoke", executor, params)
     print(f"tool smoke on the real server: {tool.outcome}: {tool.detail}")
     assert tool.outcome == "fail"
     assert tool.detail == (
@@ -392,9 +392,9 @@ def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
         assert [dict(labels) for labels in after.samples[gauge]] == [{"engine": "0", "model_name": NAME}], gauge
 
 
-def test_the_warmup_waits_for_idle_queues_and_reports_each_shape(real, lane):  # noqa: F811
+def test_the_warmup_waits_for_idle_queues_and_reports_each_shape(real, params):  # noqa: F811
     executor = Executor()
-    result = run_warmup(lane, executor)
+    result = run_warmup(params, executor)
     for shape in result.shapes:
         print(f"real warmup {shape.label}: {shape.error or 'ok'}")
     print(f"idle waits {result.idle_wait_before_s:.2f} s before, {result.idle_wait_after_s:.2f} s after")

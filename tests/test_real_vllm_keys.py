@@ -46,8 +46,8 @@ def keyed(twin, tmp_path_factory):
     finally:
         from lanebook.lane.params import load_lane
 
-        with ssh.Lane(load_lane(lane_file)) as lane:
-            launcher.stop_lane(lane)
+        with ssh.LaneNodes(load_lane(lane_file)) as nodes:
+            launcher.stop_lane(nodes)
         if env_record["verdict"] == "pass":  # what it wrote into the head's checkout, put back byte for byte
             restore = ["run", "env", "--lane", str(lane_file), "-p", f"restore={env_record['run_id']}"]
             restored = lanebook_command(restore, outputs, timeout=KEYED_BOUND_S)

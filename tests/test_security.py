@@ -53,8 +53,8 @@ def _policy(node: ssh.Node):
 def test_a_node_refuses_a_host_whose_key_it_does_not_know(twin, tmp_path):
     """Through the twin's ssh config (its own known_hosts) the head connects; with an empty known_hosts, or the
     head presenting the worker's key, or no ssh config at all (ssh's defaults hold no twin key), it refuses."""
-    with ssh.Lane(load_lane("twin")) as lane:
-        assert lane.head.run("true").ok and _policy(lane.head) == "RejectPolicy"
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        assert nodes.head.run("true").ok and _policy(nodes.head) == "RejectPolicy"
     config = Path(twin["ssh_config"])
     keys = config.parent / "keys"
     worker_key = " ".join((keys / "ssh_host_worker_ed25519.pub").read_text().split()[:2])
@@ -64,15 +64,15 @@ def test_a_node_refuses_a_host_whose_key_it_does_not_know(twin, tmp_path):
     for known in (wrong, empty):
         bad = tmp_path / f"ssh_config-{known.name}"
         bad.write_text(config.read_text().replace(str(keys / "known_hosts"), str(known)))
-        with ssh.Lane(lane_with(load_lane("twin"), ssh_config=str(bad))) as lane:
+        with ssh.LaneNodes(lane_with(load_lane("twin"), ssh_config=str(bad))) as nodes:
             with pytest.raises(ssh.NodeUnreachable) as refused:
-                lane.head.run("true")
+                nodes.head.run("true")
         assert "known_hosts" in str(refused.value) or "does not match" in str(refused.value), refused.value
-    with ssh.Lane(lane_with(load_lane("twin"), ssh_config=None)) as lane:
+    with ssh.LaneNodes(lane_with(load_lane("twin"), ssh_config=None)) as nodes:
         with pytest.raises(ssh.NodeUnreachable, match="not found in known_hosts"):
-            lane.head.run("true")
-    nodes = control.status()["nodes"]  # the pair, and any node a lane added (a four-node or fleet lane)
-    assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(nodes)  # the twin's own, nothing added
+            nodes.head.run("true")
+    twin_nodes = control.status()["nodes"]  # the pair, and any node a lane added (a four-node or fleet lane)
+    assert (keys / "known_hosts").read_text().count("ssh-ed25519") == len(twin_nodes)  # the twin's own, nothing added
 
 
 # --- the twin's sshd: its own key only ---------------------------------------------------------------------------
@@ -161,13 +161,13 @@ def _listening(pids: set[int]) -> list[str]:
 @pytest.fixture(scope="module")
 def launched(twin):
     """The twin lane up (launched here when it was down, and stopped again after)."""
-    with ssh.Lane(load_lane("twin")) as lane:
-        started = not launcher.ask_api(lane).healthy
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
+        started = not launcher.ask_api(nodes).healthy
         if started:
-            assert launcher.start_lane(lane).outcome == "ok"
-        yield lane
+            assert launcher.start_lane(nodes).outcome == "ok"
+        yield nodes
         if started:
-            launcher.stop_lane(lane)
+            launcher.stop_lane(nodes)
 
 
 @pytest.mark.twin

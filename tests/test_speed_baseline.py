@@ -170,7 +170,12 @@ def test_a_run_is_stored_and_read_back_with_its_provenance(tmp_path):
     text = path.read_text()
     assert '"bands"' not in text and len(text.splitlines()) == 16 + 2 * (1 + 6 + 1) + 2  # a line per run; no bands
     back = load_baseline(path)
-    assert (back.lane, back.source, back.provenance, back.workloads) == ("twin", "a test run", SETUP, ["probe", "code"])
+    assert (back.lane_name, back.source, back.provenance, back.workloads) == (
+        "twin",
+        "a test run",
+        SETUP,
+        ["probe", "code"],
+    )
     assert back.document("code")["bands"] == doc("code")["bands"]
     write_baseline(path, [doc("probe")], SETUP, "again")
     assert [p.name for p in tmp_path.iterdir() if p.name != "twin.json"] != []  # the earlier file was backed up

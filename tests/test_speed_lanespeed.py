@@ -34,10 +34,10 @@ def test_defaults_are_the_seeds_levels_and_tokens_and_the_lanes_workloads():
 
 
 def test_parameters_as_papermill_and_lanebook_run_give_them():
-    lane = load_lane("twin")
-    assert plan_speed(lane, "probe, json", "1,4", 5, 32).workloads == ("probe", "json")
-    assert plan_speed(lane, ["count"], [6], 3, 32).levels == (6,)
-    assert plan_speed(lane, concurrency=4).levels == (4,)
+    params = load_lane("twin")
+    assert plan_speed(params, "probe, json", "1,4", 5, 32).workloads == ("probe", "json")
+    assert plan_speed(params, ["count"], [6], 3, 32).levels == (6,)
+    assert plan_speed(params, concurrency=4).levels == (4,)
     assert as_list(None, "x") == [] and as_list("a,b", "x") == ["a", "b"]
 
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from lanebook.base.files import sha256_file
 from lanebook.lane.params import lane_path, load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.speed.provenance import (
     Provenance,
     compare_setups,
@@ -112,9 +112,9 @@ def test_provenance_round_trips_through_json_and_shows_unknowns():
 
 def test_a_dry_run_records_what_it_would_ask_and_knows_only_the_lane_file():
     params = load_lane("anemll-0731")
-    with Lane(params, dry_run=True) as lane:
-        prov = read_provenance(lane, lane_path("anemll-0731"), "ds4-f-mia-anemll-0731-vllm-dspark-1")
-        commands = lane.executor.commands()
+    with LaneNodes(params, dry_run=True) as nodes:
+        prov = read_provenance(nodes, lane_path("anemll-0731"), "ds4-f-mia-anemll-0731-vllm-dspark-1")
+        commands = nodes.executor.commands()
     assert prov.lane_file_sha256 == sha256_file(lane_path("anemll-0731"))
     assert (prov.image, prov.image_digest, prov.model_revision, prov.server_version) == (None, None, None, None)
     assert commands == [

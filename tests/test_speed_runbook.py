@@ -65,14 +65,14 @@ def test_a_short_run_records_bands_and_the_provenance_it_read(short_run):
     assert figures["wave_failures"] == {"probe": []}
 
     prov = figures["provenance"]
-    lane = load_lane("twin")
-    image = str(lane.env["DSPARK_VLLM_IMAGE"])
-    with ssh.Lane(lane) as twin_lane:  # what the head holds, read here independently of the runbook
-        refs_main = twin_lane.head.run(f"cat {lane.weights.hub_dir}/refs/main").stdout.strip()
+    params = load_lane("twin")
+    image = str(params.env["DSPARK_VLLM_IMAGE"])
+    with ssh.LaneNodes(params) as twin_nodes:  # what the head holds, read here independently of the runbook
+        refs_main = twin_nodes.head.run(f"cat {params.weights.hub_dir}/refs/main").stdout.strip()
     version = httpx.get("http://127.0.0.2:8888/version", trust_env=False).json()["version"]
     assert (prov["image"], prov["image_digest"]) == (image, IMAGES[image].digest)
     assert prov["image_id"].startswith("sha256:")
-    assert (prov["model"], prov["model_revision"]) == (lane.weights.repo, refs_main)
+    assert (prov["model"], prov["model_revision"]) == (params.weights.repo, refs_main)
     assert prov["server_version"] == version and "twin" in version
     assert prov["lane_file_sha256"] == sha256_file(lane_path("twin")) and prov["twin"] is True
 

@@ -21,26 +21,26 @@ LEVELS = [1, 4, 6]
 
 def start_lane(lane_name, log_dir):
     """A twin vLLM configured as the lane's compose would start it, warmed, on a free port of 127.0.0.7."""
-    lane = load_lane(lane_name)
+    params = load_lane(lane_name)
     spec = {
-        "method": lane.speculative.method,
-        "num_speculative_tokens": lane.num_speculative_tokens,
-        "draft_sample_method": lane.speculative.draft_sample_method,
+        "method": params.speculative.method,
+        "num_speculative_tokens": params.num_speculative_tokens,
+        "draft_sample_method": params.speculative.draft_sample_method,
     }
-    if lane.speculative.schedule:
-        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in lane.speculative.schedule]
+    if params.speculative.schedule:
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in params.speculative.schedule]
     args = [
-        lane.weights.repo,
+        params.weights.repo,
         "--served-model-name",
-        lane.served_model_name,
+        params.served_model_name,
         "--max-model-len",
-        str(lane.max_model_len),
+        str(params.max_model_len),
         "--max-num-seqs",
-        str(lane.max_num_seqs),
+        str(params.max_num_seqs),
         "--max-num-batched-tokens",
-        str(lane.env["MAX_NUM_BATCHED_TOKENS"]),
+        str(params.env["MAX_NUM_BATCHED_TOKENS"]),
         "--gpu-memory-utilization",
-        str(lane.env["GPU_MEMORY_UTILIZATION"]),
+        str(params.env["GPU_MEMORY_UTILIZATION"]),
         "--speculative-config",
         json.dumps(spec),
     ]
@@ -51,8 +51,8 @@ def start_lane(lane_name, log_dir):
         env={"LANEBOOK_TWIN_TIME_SCALE": "0.001", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"},
     )
     api = f"{server.url}/v1"
-    run_speed(api, lane.served_model_name, "probe", LEVELS, trials=1, max_tokens=8, lane_request=lane.request)
-    return server, api, lane
+    run_speed(api, params.served_model_name, "probe", LEVELS, trials=1, max_tokens=8, lane_request=params.request)
+    return server, api, params
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +69,18 @@ def schedule_543(tmp_path_factory):
     server.stop()
 
 
-def measure(api, lane, workload, levels=LEVELS):
+def measure(api, params, workload, levels=LEVELS):
     """One trial per level: the SpeedResult (its document() is the speed document)."""
     httpx.delete(f"{api.removesuffix('/v1')}/twin/requests")
     speed = run_speed(
-        api, lane.served_model_name, workload, levels, trials=1, max_tokens=256, lane_request=lane.request, twin=True
+        api,
+        params.served_model_name,
+        workload,
+        levels,
+        trials=1,
+        max_tokens=256,
+        lane_request=params.request,
+        twin=True,
     )
     assert speed.errors == 0
     return speed

@@ -28,9 +28,9 @@ def test_a_dry_run_on_the_real_lane_prints_the_stop_line_and_opens_no_connection
 
 @pytest.mark.twin
 def test_launch_status_stop_status(twin, tmp_path):
-    with ssh.Lane(load_lane("twin")) as lane:
+    with ssh.LaneNodes(load_lane("twin")) as nodes:
         try:
-            assert launcher.start_lane(lane).ok  # the launcher alone: the launch runbook has its own tests
+            assert launcher.start_lane(nodes).ok  # the launcher alone: the launch runbook has its own tests
             up, _ = run(tmp_path, "status", "twin", expect_exit=0)
             assert (up["verdict"], up["figures"]["state"]) == ("pass", "up")
             assert up["figures"]["status_script_exit"] == 0 and up["figures"]["models"] == ["deepseek-v4-flash-0731"]
@@ -56,14 +56,14 @@ def test_launch_status_stop_status(twin, tmp_path):
                 "confirm=True)" in refused.stdout + refused.stderr
             )
             assert "rerun with --yes" in unconfirmed.read_text()
-            assert launcher.lane_containers(lane).state == "up"
+            assert launcher.lane_containers(nodes).state == "up"
 
             stopped, _ = run(tmp_path, "stop", "twin", expect_exit=0)  # the runner confirms a twin lane itself
             assert stopped["verdict"] == "pass" and stopped["figures"]["state_before"] == "up", stopped
             assert stopped["figures"]["stop_script"] == "ok" and stopped["figures"]["orphaned_workers_stopped"] == {}
             assert set(stopped["figures"]["free_gib"]) == {"head", "worker"}
             assert [c["step"] for c in stopped["confirmations"]] == ["1 stop script"]
-            assert launcher.running_containers(lane) == {"head": [], "worker": []}
+            assert launcher.running_containers(nodes) == {"head": [], "worker": []}
 
             down, _ = run(tmp_path, "status", "twin", expect_exit=0)
             assert (down["verdict"], down["figures"]["state"], down["figures"]["status_script_exit"]) == (
@@ -85,4 +85,4 @@ def test_launch_status_stop_status(twin, tmp_path):
             )
             assert again.returncode == 0, again.stderr[-2000:]
         finally:
-            launcher.stop_lane(lane)
+            launcher.stop_lane(nodes)

@@ -42,45 +42,45 @@ def test_rsync_lines_for_a_lane_of_n_workers():
         )
         for i in (2, 3)
     ]
-    lane = ssh.Lane(lane_with(params, nodes=[n.model_dump() for n in params.nodes + extra]), dry_run=True)
-    stats = transfers.sync_checkout(lane)
+    nodes = ssh.LaneNodes(lane_with(params, nodes=[n.model_dump() for n in params.nodes + extra]), dry_run=True)
+    stats = transfers.sync_checkout(nodes)
     assert list(stats) == ["worker", "worker2", "worker3"] and all(s.dry_run for s in stats.values())
-    assert lane.executor.commands() == [
+    assert nodes.executor.commands() == [
         f"head: rsync -aH --partial --info=stats2 ~/ds4-f-mia-anemll-0731/ milo@10.0.0.{n}:ds4-f-mia-anemll-0731/"
         for n in (2, 3, 4)
     ]
-    assert transfers.rsync_command(lane, lane.workers[0], "~/a b/", bwlimit_kib=1000) == (
+    assert transfers.rsync_command(nodes, nodes.workers[0], "~/a b/", bwlimit_kib=1000) == (
         "rsync -aH --partial --info=stats2 --bwlimit=1000 ~/'a b'/ 'milo@10.0.0.2:a b/'"
     )
 
 
 def test_checkout_dry_run_observes_nothing():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    check = transfers.checkout_ok(lane)
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    check = transfers.checkout_ok(nodes)
     assert not check.ok and check.detail == "not observed (dry run)"
-    assert lane.executor.commands()[0].startswith(
+    assert nodes.executor.commands()[0].startswith(
         "head: test -f ~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml || echo "
         "'~/ds4-f-mia-anemll-0731/docker-compose.dspark.yml'; "
     )
 
 
 @pytest.fixture
-def lane(twin):
-    with ssh.Lane(load_lane("twin")) as connected:
+def nodes(twin):
+    with ssh.LaneNodes(load_lane("twin")) as connected:
         yield connected
 
 
 @pytest.mark.twin
-def test_paths_and_the_checkout(lane):
-    head = lane.head
+def test_paths_and_the_checkout(nodes):
+    head = nodes.head
     assert transfers.path_exists(head, "~/ds4-f-mia-anemll-0731/.env.dspark")
     assert not transfers.path_exists(head, "~/no such dir")
     assert transfers.missing_paths(head, ["~/ds4-f-mia-anemll-0731", "~/a b", "/nonexistent/x"]) == [
         "~/a b",
         "/nonexistent/x",
     ]
-    assert transfers.checkout_ok(lane).ok
-    moved = ssh.Lane(lane_with(lane.params, checkout="~/ds4-not-here"), executor=lane.executor)
+    assert transfers.checkout_ok(nodes).ok
+    moved = ssh.LaneNodes(lane_with(nodes.params, checkout="~/ds4-not-here"), executor=nodes.executor)
     check = transfers.checkout_ok(moved)
     assert not check.ok
     assert check.nodes["worker"].figures["missing"] == [
@@ -97,10 +97,10 @@ def _md5(node, path):
 
 
 @pytest.mark.twin
-def test_rsync_to_workers_interrupted_then_resumed(lane):
+def test_rsync_to_workers_interrupted_then_resumed(nodes):
     """Cut by our timeout (throttled so it is mid-file), rsync leaves a partial file; the rerun resumes it
     (--partial: matched data > 0), files only the worker has survive (no --delete), and the copy is exact."""
-    head, worker = lane.head, lane.node("worker")
+    head, worker = nodes.head, nodes.node("worker")
     head.run(
         "rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync/sub && head -c 4000000 /dev/urandom > ~/lbt-sync/big.bin"
         " && echo small > ~/lbt-sync/sub/small.txt"
@@ -108,16 +108,16 @@ def test_rsync_to_workers_interrupted_then_resumed(lane):
     worker.run("rm -rf ~/lbt-sync && mkdir -p ~/lbt-sync && echo mine > ~/lbt-sync/worker-only.txt")
     try:
         with pytest.raises(ssh.CommandTimeout):
-            transfers.rsync_to_workers(lane, "~/lbt-sync", timeout_s=1.5, bwlimit_kib=1000)
+            transfers.rsync_to_workers(nodes, "~/lbt-sync", timeout_s=1.5, bwlimit_kib=1000)
         assert process_gone(head, "rsyn[c] .*lbt-sync")  # hung up (both ends), not left running
         partial = int(worker.run("stat -c %s ~/lbt-sync/big.bin").stdout)
         assert 0 < partial < 4000000
-        stats = transfers.rsync_to_workers(lane, "~/lbt-sync", timeout_s=60)["worker"]
+        stats = transfers.rsync_to_workers(nodes, "~/lbt-sync", timeout_s=60)["worker"]
         assert stats.matched_data >= partial * 0.9 and stats.literal_data < 4000000
         assert stats.total_file_size == 4000006
         assert _md5(worker, "~/lbt-sync/big.bin") == _md5(head, "~/lbt-sync/big.bin")
         assert worker.run("cat ~/lbt-sync/worker-only.txt ~/lbt-sync/sub/small.txt").stdout == "mine\nsmall\n"
-        again = transfers.rsync_to_workers(lane, "~/lbt-sync/", timeout_s=60)["worker"]
+        again = transfers.rsync_to_workers(nodes, "~/lbt-sync/", timeout_s=60)["worker"]
         assert (again.files_transferred, again.literal_data) == (0, 0)  # nothing left to send
     finally:
         for node in (head, worker):
@@ -148,8 +148,8 @@ class CutOnce(ssh.Executor):
 
 def test_a_cut_connection_is_resumed_after_the_receiver_exits():
     executor = CutOnce(first_exit=255)
-    lane = ssh.Lane(load_lane("anemll-0731"), executor=executor)
-    stats = transfers.rsync_to_workers(lane, "~/ds4-f-mia-anemll-0731", attempts=3)
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), executor=executor)
+    stats = transfers.rsync_to_workers(nodes, "~/ds4-f-mia-anemll-0731", attempts=3)
     assert (stats["worker"].attempts, stats["worker"].files_transferred) == (2, 2)
     assert [(r.node, r.command.split()[0]) for r in executor.history] == [
         ("head", "rsync"),
@@ -161,10 +161,10 @@ def test_a_cut_connection_is_resumed_after_the_receiver_exits():
 
 def test_a_cut_is_not_retried_without_attempts_nor_an_error_a_rerun_meets_again():
     with pytest.raises(ssh.CommandFailed, match="exit 255"):
-        transfers.rsync_to_workers(ssh.Lane(load_lane("anemll-0731"), executor=CutOnce(255)), "~/x")
+        transfers.rsync_to_workers(ssh.LaneNodes(load_lane("anemll-0731"), executor=CutOnce(255)), "~/x")
     executor = CutOnce(first_exit=23)  # partial transfer due to file errors
     with pytest.raises(ssh.CommandFailed, match="exit 23"):
-        transfers.rsync_to_workers(ssh.Lane(load_lane("anemll-0731"), executor=executor), "~/x", attempts=3)
+        transfers.rsync_to_workers(ssh.LaneNodes(load_lane("anemll-0731"), executor=executor), "~/x", attempts=3)
     assert executor.rsyncs == 1
 
 
@@ -182,10 +182,10 @@ def test_receivers_of_a_path():
 def test_rsync_to_chosen_workers_only():
     params = load_lane("anemll-0731")
     extra = NodeParams(alias="worker2", role="worker", host="10.0.0.3", user="milo", roce_ip="10.0.0.3")
-    lane = ssh.Lane(
+    nodes = ssh.LaneNodes(
         lane_with(params, nodes=[n.model_dump() for n in params.nodes] + [extra.model_dump()]), dry_run=True
     )
-    stats = transfers.rsync_to_workers(lane, "~/d", workers=[lane.node("worker2")])
-    assert list(stats) == ["worker2"] and lane.executor.commands() == [
+    stats = transfers.rsync_to_workers(nodes, "~/d", workers=[nodes.node("worker2")])
+    assert list(stats) == ["worker2"] and nodes.executor.commands() == [
         "head: rsync -aH --partial --info=stats2 ~/d/ milo@10.0.0.3:d/"
     ]

@@ -18,11 +18,11 @@ from lanebook.twin import control
 pytestmark = pytest.mark.twin
 
 
-def run(outputs, runbook: str, lane: str, expect_exit: int) -> dict:
+def run(outputs, runbook: str, lane_name: str, expect_exit: int) -> dict:
     """`lanebook run RUNBOOK --lane LANE` as another operator's process would (no lock claim inherited)."""
     env = {key: value for key, value in os.environ.items() if key != LOCK_CLAIM_ENV}
     done = subprocess.run(
-        [LANEBOOK, "run", runbook, "--lane", lane],
+        [LANEBOOK, "run", runbook, "--lane", lane_name],
         capture_output=True,
         text=True,
         timeout=600,

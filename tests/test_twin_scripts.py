@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 from lanebook.lane.params import load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops import launcher
 from lanebook.twin.tree import HubModel
 
@@ -41,8 +41,8 @@ DOWN = f"docker compose -p {PROJECT} --env-file .env.dspark -f docker-compose.ds
 @pytest.fixture(scope="module")
 def lane_stopped(twin):
     """The twin lane stopped once for the module: its tests start only the copy's Compose project, never the lane's."""
-    with Lane(load_lane("twin")) as lane:
-        launcher.stop_lane(lane)
+    with LaneNodes(load_lane("twin")) as nodes:
+        launcher.stop_lane(nodes)
 
 
 @pytest.fixture

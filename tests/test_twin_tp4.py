@@ -26,7 +26,7 @@ def records(outputs) -> list[dict]:
 def promoted(twin, tmp_path_factory):
     """The lane promoted once (the pair's own lane stopped first: one API address on the head); stopped after."""
     outputs = tmp_path_factory.mktemp("tp4") / "outputs"
-    with ssh.Lane(load_lane("twin")) as pair:
+    with ssh.LaneNodes(load_lane("twin")) as pair:
         if pair.head.run("docker ps --format '{{.Names}}'").stdout.strip():
             assert lanebook_command(["run", "stop", "--lane", "twin"], outputs).returncode == 0
     done = lanebook_command(["promote", "--lane", LANE], outputs)
@@ -52,12 +52,12 @@ def test_the_promotion_passes_on_four_nodes_with_the_weights_fanned_out_to_every
     weights = runs[0]["figures"]
     assert weights["shards_before"]["worker2"] == weights["shards_before"]["worker3"] == 0  # new Sparks: no tree
     assert {"worker2", "worker3"} <= set(weights["synced"])  # the head's tree rsynced to them
-    with ssh.Lane(load_lane(LANE)) as lane:
-        container = f"{lane.params.launcher.env['PROJECT_NAME']}-vllm-dspark-1"
+    with ssh.LaneNodes(load_lane(LANE)) as nodes:
+        container = f"{nodes.params.launcher.env['PROJECT_NAME']}-vllm-dspark-1"
         for rank, alias in enumerate(WORKERS, start=1):
-            environment = lane.node(alias).run(f"docker inspect --format '{{{{json .Config.Env}}}}' {container}")
+            environment = nodes.node(alias).run(f"docker inspect --format '{{{{json .Config.Env}}}}' {container}")
             assert f"NODE_RANK={rank}" in environment.stdout and "HEADLESS=1" in environment.stdout
-        log = lane.head.run(f"docker logs {container} 2>&1 | grep -E 'world_size|nodes\\)'").stdout
+        log = nodes.head.run(f"docker logs {container} 2>&1 | grep -E 'world_size|nodes\\)'").stdout
         assert "world_size=4, local_world_size=1" in log and "(4/4 nodes)" in log
 
 
@@ -65,11 +65,11 @@ def test_status_names_an_orphaned_rank_on_worker2(promoted, tmp_path):
     """The head's container killed (P16) while worker2's rank runs: `status` fails naming worker2, not the pair's
     worker, whose rank (like worker3's) was stopped."""
     assert promoted[0].returncode == 0, "the promotion did not pass"
-    with ssh.Lane(load_lane(LANE)) as lane:
-        container = f"{lane.params.launcher.env['PROJECT_NAME']}-vllm-dspark-1"
-        lane.head.run(f"docker kill {container}")
+    with ssh.LaneNodes(load_lane(LANE)) as nodes:
+        container = f"{nodes.params.launcher.env['PROJECT_NAME']}-vllm-dspark-1"
+        nodes.head.run(f"docker kill {container}")
         for alias in ("worker", "worker3"):
-            lane.node(alias).run(f"docker stop -t 1 {container}")
+            nodes.node(alias).run(f"docker stop -t 1 {container}")
     done = lanebook_command(["run", "status", "--lane", LANE], tmp_path, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
     record = last_record(tmp_path)

@@ -122,15 +122,15 @@ def checkouts(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def lane():
+def params():
     return load_lane("anemll-0731")
 
 
 @pytest.fixture(scope="module")
-def upgrade(checkouts, lane) -> UpgradePlan:
+def upgrade(checkouts, params) -> UpgradePlan:
     july, august = checkouts
     before = digest(july), digest(august)
-    plan = plan_checkouts(lane, july, august)
+    plan = plan_checkouts(params, july, august)
     assert (digest(july), digest(august)) == before  # the operator's checkouts are never written
     return plan
 
@@ -183,30 +183,30 @@ def test_the_revision_pin_and_the_other_differences_of_command_and_environment(u
     assert text.splitlines()[-1] == f"verdict: changes ({len(upgrade.differences)} differences)"
 
 
-def test_the_same_checkout_on_both_sides_is_the_same_lane(checkouts, lane):
+def test_the_same_checkout_on_both_sides_is_the_same_lane(checkouts, params):
     july, _ = checkouts
-    plan = plan_checkouts(lane, july, july)
+    plan = plan_checkouts(params, july, july)
     assert plan.verdict == SAME and plan.differences == plan.lane_values == plan.lint_new == []
     assert plan_text(plan).splitlines()[-1] == "verdict: same lane"
 
 
-def test_a_new_checkout_compose_refuses_is_blocked(checkouts, lane, tmp_path):
+def test_a_new_checkout_compose_refuses_is_blocked(checkouts, params, tmp_path):
     july, august = checkouts
     broken = shutil.copytree(august, tmp_path / "broken")
     compose = broken / "docker-compose.dspark.yml"
     compose.chmod(0o644)
     compose.write_text(compose.read_text().replace("HF_HOME: /cache/huggingface", "HF_HOME: ${HF_NEW:?set HF_NEW}", 1))
-    plan = plan_checkouts(lane, july, broken)
+    plan = plan_checkouts(params, july, broken)
     assert plan.verdict == BLOCKED and plan.exit_code == 1
     assert "required variable HF_NEW is missing a value" in plan.blockers[0]
 
 
-def test_bad_input_is_one_clear_error(checkouts, lane, tmp_path):
+def test_bad_input_is_one_clear_error(checkouts, params, tmp_path):
     july, _ = checkouts
     with pytest.raises(LanebookError, match="checkout directory not found"):
-        plan_checkouts(lane, july, tmp_path / "nosuch")
+        plan_checkouts(params, july, tmp_path / "nosuch")
     with pytest.raises(LanebookError, match="no docker-compose.dspark.yml in"):
-        plan_checkouts(lane, tmp_path, july)
+        plan_checkouts(params, tmp_path, july)
 
 
 def test_the_record_round_trips_and_is_found_by_name(upgrade, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import json
 import pytest
 from helpers.twin_helpers import private_twin
 from lanebook.lane.params import load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import live_command
 from lanebook.recipe.effective.checkout import CheckoutFiles
@@ -35,8 +35,8 @@ def at_this_twin(text: str) -> str:
     return text.replace("\n  VLLM_HOST: 127.0.0.2", ports + "\n  VLLM_HOST: 127.0.0.2", 1)
 
 
-def env_of(lane, checkout):
-    with Lane(lane) as nodes:
+def env_of(params, checkout):
+    with LaneNodes(params) as nodes:
         return CheckoutFiles.fetch(nodes.head, checkout).env.text
 
 
@@ -46,16 +46,16 @@ def test_a_july_lane_upgrades_to_august_and_rolls_back(tmp_path, monkeypatch):
     with private_twin(tmp_path / "twin", faults=[]) as twin:
         lane_file.write_text(at_this_twin(load_lane("twin").file.read_text()))
         original = lane_file.read_bytes()
-        lane = load_lane(lane_file)
-        assert lane.api == twin["api"] and str(lane.env["VLLM_PORT"]) in lane.api
+        params = load_lane(lane_file)
+        assert params.api == twin["api"] and str(params.env["VLLM_PORT"]) in params.api
         shas = control.recipe_shas()
-        assert control.lay_out_checkout(lane, JUL31) == shas[JUL31]
-        assert "GPU_MEMORY_UTILIZATION=0.85" in env_of(lane, lane.checkout).splitlines()  # no profile on July 31
+        assert control.lay_out_checkout(params, JUL31) == shas[JUL31]
+        assert "GPU_MEMORY_UTILIZATION=0.85" in env_of(params, params.checkout).splitlines()  # no profile on July 31
 
         control.switch_engine_faults(["health-never"])
-        failed = upgrade(lane, shas[AUG22])
+        failed = upgrade(params, shas[AUG22])
         assert failed.verdict == "fail" and failed.records[-1]["runbook"] == "launch", failed.reason
-        assert failed.new_checkout == f"{lane.checkout}@{shas[AUG22][:12]}" and failed.old_commit == shas[JUL31]
+        assert failed.new_checkout == f"{params.checkout}@{shas[AUG22][:12]}" and failed.old_commit == shas[JUL31]
         assert failed.stop_record and failed.stop_record["verdict"] == "pass"  # what the new checkout started, stopped
         assert lane_file.read_bytes() == original and not failed.old_tree_changes and failed.old_tree_before
         kept = json.loads(failed.record.read_text())
@@ -87,10 +87,10 @@ def test_a_july_lane_upgrades_to_august_and_rolls_back(tmp_path, monkeypatch):
         assert upgraded.checkout == done.new_checkout and done.lane_file_backup.read_bytes() == original
         new_env = env_of(upgraded, upgraded.checkout).splitlines()
         assert "GPU_MEMORY_UTILIZATION_TEXT=0.85" in new_env  # the August launcher's profile key carries the value
-        with Lane(upgraded) as nodes:
+        with LaneNodes(upgraded) as nodes:
             live = live_command(nodes.head, container_name(nodes))
         assert "--gpu-memory-utilization 0.85" in live and "num_speculative_tokens_per_batch_size" in live, live
 
-        back = rollback_checkout(upgraded, lane.checkout)
+        back = rollback_checkout(upgraded, params.checkout)
         assert [(r["runbook"], r["verdict"]) for r in back] == [("stop", "pass"), ("launch", "pass"), ("gates", "pass")]
-        assert load_lane(lane_file).checkout == lane.checkout
+        assert load_lane(lane_file).checkout == params.checkout

@@ -20,7 +20,7 @@ import pytest
 from helpers.lanebook_runs import run
 from lanebook.base.paths import REPO, RUNBOOKS_DIR
 from lanebook.lane.params import load_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops import launcher
 from lanebook.runs import lab as lab_module
 
@@ -50,8 +50,8 @@ def free_port() -> int:
 
 
 def twin_lane_state() -> str:
-    with Lane(load_lane("twin")) as lane:
-        return launcher.lane_containers(lane).state
+    with LaneNodes(load_lane("twin")) as nodes:
+        return launcher.lane_containers(nodes).state
 
 
 @pytest.fixture(scope="module")

@@ -221,21 +221,21 @@ def test_no_metrics_leaves_the_warmup_unsent_as_a_warning():
 @pytest.fixture(scope="module")
 def cold_twin(tmp_path_factory):
     """A fresh twin vLLM configured as anemll-0731's compose starts it; time scale 0.01 makes a JIT stall 0.3 s."""
-    lane = load_lane("anemll-0731")
+    params = load_lane("anemll-0731")
     spec = {
         "method": "dspark",
         "num_speculative_tokens": 5,
         "draft_sample_method": "probabilistic",
-        "num_speculative_tokens_per_batch_size": [list(r) for r in lane.speculative.schedule],
+        "num_speculative_tokens_per_batch_size": [list(r) for r in params.speculative.schedule],
     }
     args = [
-        lane.weights.repo,
+        params.weights.repo,
         "--served-model-name",
-        lane.served_model_name,
+        params.served_model_name,
         "--max-model-len",
-        str(lane.max_model_len),
+        str(params.max_model_len),
         "--max-num-seqs",
-        str(lane.max_num_seqs),
+        str(params.max_num_seqs),
         "--max-num-batched-tokens",
         "8192",
         "--gpu-memory-utilization",
@@ -249,7 +249,7 @@ def cold_twin(tmp_path_factory):
         host="127.0.0.7",
         env={"LANEBOOK_TWIN_TIME_SCALE": "0.01", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0"},
     )
-    yield server, lane_with(lane, api=f"{server.url}/v1")
+    yield server, lane_with(params, api=f"{server.url}/v1")
     server.stop()
 
 

@@ -75,13 +75,13 @@ def cold_lane_warmed(twin, tmp_path_factory):
     env_file = f"{params.checkout.removeprefix('~/')}/.env.dspark"
     api_root = server_root(params.api)
     out = tmp_path_factory.mktemp("warmup") / "warmup.ipynb"
-    with ssh.Lane(params) as lane:
-        original = lane.head.run(f"cat {env_file}").stdout
+    with ssh.LaneNodes(params) as nodes:
+        original = nodes.head.run(f"cat {env_file}").stdout
         assert "POST_READINESS_WARMUP_ENABLED=1" in original.splitlines()
-        launcher.stop_lane(lane)
-        lane.head.run(f"sed -i 's/^POST_READINESS_WARMUP_ENABLED=1$/POST_READINESS_WARMUP_ENABLED=0/' {env_file}")
+        launcher.stop_lane(nodes)
+        nodes.head.run(f"sed -i 's/^POST_READINESS_WARMUP_ENABLED=1$/POST_READINESS_WARMUP_ENABLED=0/' {env_file}")
         try:
-            started = launcher.start_lane(lane)
+            started = launcher.start_lane(nodes)
             assert started.ok, started.output[-2000:]
             httpx.delete(f"{api_root}/twin/requests")
             papermill(out)  # no parameters: the twin lane
@@ -89,7 +89,7 @@ def cold_lane_warmed(twin, tmp_path_factory):
         finally:
             restore = out.parent / ".env.dspark"
             restore.write_text(original)
-            lane.head.put(restore, env_file)
+            nodes.head.put(restore, env_file)
     return read_verdict(out), sent, started.output
 
 

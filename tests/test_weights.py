@@ -9,13 +9,13 @@ from lanebook.ops import weights
 
 
 def test_dry_run_download_and_rsync_lines():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    weights.download_on_head(lane)
-    weights.sync_to_workers(lane)
-    deleted = weights.clean_incomplete_on_workers(lane)
-    report = weights.verify_weights(lane.node("worker"), lane.params.weights)
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    weights.download_on_head(nodes)
+    weights.sync_to_workers(nodes)
+    deleted = weights.clean_incomplete_on_workers(nodes)
+    report = weights.verify_weights(nodes.node("worker"), nodes.params.weights)
     hub = "~/.cache/huggingface/hub/models--deepseek-ai--DeepSeek-V4-Flash-0731"
-    assert lane.executor.commands() == [
+    assert nodes.executor.commands() == [
         "head: HF_HUB_OFFLINE=0 TRANSFORMERS_OFFLINE=0 HF_HUB_DISABLE_XET=1 "
         "hf download deepseek-ai/DeepSeek-V4-Flash-0731 --max-workers 4",
         f"head: rsync -aH --partial --info=stats2 {hub}/ milo@10.0.0.2:{hub.removeprefix('~/')}/",
@@ -45,8 +45,8 @@ def damaged_lane(twin, tmp_path_factory):
     It asks for the session twin first: while the private twin's variables are set, the session fixture would
     take the private twin for the session's, and later modules would find no twin once this one is down."""
     with private_twin(tmp_path_factory.mktemp("twin-weights"), ["incomplete-shards", "missing-shard"]):
-        with ssh.Lane(load_lane("twin")) as lane:
-            yield lane
+        with ssh.LaneNodes(load_lane("twin")) as nodes:
+            yield nodes
 
 
 def shard(n):
@@ -142,31 +142,31 @@ def test_verify_finds_the_damage_a_tree_suffers(damaged_lane):
 def test_weights_rsync_cut_mid_tree_is_resumed(tmp_path):
     """Fault ssh-drop-mid-rsync: the first push to the worker loses its connection part-way; the rerun sends only
     what is missing (the partial shard resumed) and the worker's tree verifies."""
-    with private_twin(tmp_path / "twin", ["ssh-drop-mid-rsync"]), ssh.Lane(load_lane("twin")) as lane:
-        worker = lane.node("worker")
+    with private_twin(tmp_path / "twin", ["ssh-drop-mid-rsync"]), ssh.LaneNodes(load_lane("twin")) as nodes:
+        worker = nodes.node("worker")
         with pytest.raises(ssh.CommandFailed, match="head: exit"):
-            weights.sync_to_workers(lane, timeout_s=120)
+            weights.sync_to_workers(nodes, timeout_s=120)
         # The worker's receiver may still be saving the partial shard when the head reports the failure.
         assert prints_nothing(
             worker, 'for p in $(pgrep -f "rsyn[c] --server"); do readlink /proc/$p/cwd; done | grep -F "$HOME"'
         )
-        cut = weights.verify_weights(worker, lane.params.weights)
+        cut = weights.verify_weights(worker, nodes.params.weights)
         assert not cut.ok and cut.broken_symlinks, cut.problems  # links arrive before all their blobs
         # The shard being sent when the link dropped is kept short (--partial) when the receiver gets to save it;
         # whether it does depends on where in its write loop the stream ends, so both outcomes occur.
         assert len(cut.bad_shards) <= 1, cut.problems
-        stats = weights.sync_to_workers(lane, timeout_s=120)["worker"]
+        stats = weights.sync_to_workers(nodes, timeout_s=120)["worker"]
         if cut.bad_shards:
             assert stats.matched_data > 0, stats  # the short shard was the basis, not sent again
         assert stats.transferred_file_size < stats.total_file_size and stats.literal_data < stats.total_file_size
-        assert weights.verify_weights(worker, lane.params.weights, sha256=True).ok
+        assert weights.verify_weights(worker, nodes.params.weights, sha256=True).ok
 
 
 def test_check_weights_of_a_dry_run_observes_nothing():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    check = weights.check_weights(lane)
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    check = weights.check_weights(nodes)
     assert not check.ok and check.detail == "not observed (dry run)"
-    assert [c.split(":")[0] for c in lane.executor.commands()] == ["head", "worker"]  # every node's probe recorded
+    assert [c.split(":")[0] for c in nodes.executor.commands()] == ["head", "worker"]  # every node's probe recorded
 
 
 @pytest.mark.twin
@@ -176,13 +176,13 @@ def test_check_weights_reports_every_node(twin):
 
     base = load_lane("twin")
     elsewhere = lane_with(base, weights={**base.weights.model_dump(), "hf_cache": "~/no-hf-cache-here"})
-    with ssh.Lane(elsewhere) as lane:
-        check = weights.check_weights(lane)
+    with ssh.LaneNodes(elsewhere) as nodes:
+        check = weights.check_weights(nodes)
     assert not check.ok and list(check.failed_nodes) == ["head", "worker"]
     assert all(n.figures["shard_count"] == 0 for n in check.nodes.values())
     assert check.detail.startswith("head: 0/48 shards, ")
-    with ssh.Lane(base) as lane:
-        whole = weights.check_weights(lane)
+    with ssh.LaneNodes(base) as nodes:
+        whole = weights.check_weights(nodes)
     assert whole.ok and whole.detail == "head: 48/48 shards, complete; worker: 48/48 shards, complete"
 
 
@@ -219,10 +219,10 @@ def test_only_incomplete_files_count_as_deleted_cleanly():
 
 
 def test_incomplete_files_are_deleted_on_the_chosen_workers_never_the_head():
-    lane = ssh.Lane(load_lane("anemll-0731"), dry_run=True)
-    assert weights.clean_incomplete_on_workers(lane, [lane.head, lane.node("worker")]) == {"worker": []}
-    assert [c.split(":")[0] for c in lane.executor.commands()] == ["worker"]
-    assert weights.clean_incomplete_on_workers(lane, []) == {}
+    nodes = ssh.LaneNodes(load_lane("anemll-0731"), dry_run=True)
+    assert weights.clean_incomplete_on_workers(nodes, [nodes.head, nodes.node("worker")]) == {"worker": []}
+    assert [c.split(":")[0] for c in nodes.executor.commands()] == ["worker"]
+    assert weights.clean_incomplete_on_workers(nodes, []) == {}
 
 
 def test_per_node_results_and_revisions_for_the_runbooks_checks():

@@ -57,13 +57,13 @@ def private_lane_file(status: dict, path: Path) -> Path:
     return path
 
 
-def incomplete_files(lane: ssh.Lane) -> dict[str, str]:
-    hub = ssh.qpath(lane.params.weights.hub_dir)
-    return {n.alias: n.run(f"find {hub} -name '*.incomplete'").stdout for n in lane.nodes}
+def incomplete_files(nodes: ssh.LaneNodes) -> dict[str, str]:
+    hub = ssh.qpath(nodes.params.weights.hub_dir)
+    return {n.alias: n.run(f"find {hub} -name '*.incomplete'").stdout for n in nodes}
 
 
-def hashed_whole(lane: ssh.Lane) -> dict[str, bool]:
-    return {n.alias: weights.verify_weights(n, lane.params.weights, sha256=True).ok for n in lane.nodes}
+def hashed_whole(nodes: ssh.LaneNodes) -> dict[str, bool]:
+    return {n.alias: weights.verify_weights(n, nodes.params.weights, sha256=True).ok for n in nodes}
 
 
 @pytest.mark.twin
@@ -93,8 +93,8 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
     twin lanes) then copies the head's tree once, deletes the worker's *.incomplete and verifies every shard."""
     with private_twin(tmp_path / "twin", ["missing-shard", "incomplete-shards"]) as status:
         lane_file = private_lane_file(status, tmp_path / "private-twin.yaml")
-        with ssh.Lane(load_lane(lane_file)) as lane:
-            damaged = weights.verify_weights(lane.node("worker"), lane.params.weights)
+        with ssh.LaneNodes(load_lane(lane_file)) as nodes:
+            damaged = weights.verify_weights(nodes.node("worker"), nodes.params.weights)
             assert damaged.shard_count == 45 and len(damaged.incomplete) == 2
 
             out = tmp_path / "unconfirmed.ipynb"
@@ -120,7 +120,7 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
                 "3 rsync to workers: rsync" in run.stderr
                 and "needs confirmation (--yes or -p confirm=True)" in run.stderr
             )
-            untouched = weights.verify_weights(lane.node("worker"), lane.params.weights)
+            untouched = weights.verify_weights(nodes.node("worker"), nodes.params.weights)
             assert (untouched.shard_count, untouched.incomplete) == (45, damaged.incomplete)
 
             run_weights("--lane", str(lane_file), "-p", "sha256=True")
@@ -133,20 +133,20 @@ def test_a_damaged_worker_is_refused_unconfirmed_then_repaired(outputs, tmp_path
                 "3 rsync to workers",
                 "4 delete *.incomplete on workers",
             ]
-            assert incomplete_files(lane) == {"head": "", "worker": ""}
-            assert hashed_whole(lane) == {"head": True, "worker": True}
+            assert incomplete_files(nodes) == {"head": "", "worker": ""}
+            assert hashed_whole(nodes) == {"head": True, "worker": True}
 
             # The head loses a shard (and so does the worker): the head downloads, the worker gets it by rsync.
-            hub = ssh.qpath(lane.params.weights.hub_dir)
+            hub = ssh.qpath(nodes.params.weights.hub_dir)
             shard = "model-00009-of-00048.safetensors"
-            for node in lane.nodes:
+            for node in nodes:
                 node.run(f"rm -f $(readlink -f {hub}/snapshots/*/{shard}) {hub}/snapshots/*/{shard}")
             run_weights("--lane", str(lane_file))
             record = last_record()
             assert record["verdict"] == "pass" and record["figures"]["downloaded"] is True, record
             assert record["figures"]["rsync"]["worker"]["files_transferred"] == 1
             assert [c["step"] for c in record["confirmations"]][0] == "2 download on head"
-            assert hashed_whole(lane) == {"head": True, "worker": True}
+            assert hashed_whole(nodes) == {"head": True, "worker": True}
 
 
 def test_dry_run_on_a_real_lane_prints_the_seed_commands_and_opens_no_connection(outputs):

@@ -99,7 +99,7 @@ def twin_status(as_json: bool = typer.Option(False, "--json", help="machine-read
 @twin_app.command("fault")
 def twin_fault(
     faults: List[str] = typer.Argument(None, help="fault names (see `twin status`); none with --clear"),
-    lane: str = typer.Option(..., "--lane", help="the twin lane whose nodes meet the faults"),
+    lane_name: str = typer.Option(..., "--lane", help="the twin lane whose nodes meet the faults"),
     clear: bool = typer.Option(False, "--clear", help="clear the lane's faults"),
 ):
     """Set faults on one twin lane only, from its next action on (engine faults, worker-unreachable, missing-shard);
@@ -109,7 +109,7 @@ def twin_fault(
 
     if bool(faults) == clear:
         raise LanebookError("name the faults to set, or --clear (not both)")
-    control.print_status(control.set_lane_faults(load_lane(lane), [] if clear else faults))
+    control.print_status(control.set_lane_faults(load_lane(lane_name), [] if clear else faults))
 
 
 @twin_app.command("reboot")
@@ -154,7 +154,7 @@ def run(
     runbook: str = typer.Argument(
         ..., help="weights env launch warmup gates speed diagnose rollback status stop doctor"
     ),
-    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    lane_name: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
     param: List[str] = typer.Option([], "-p", "--param", help="KEY=VALUE runbook parameter (repeatable)"),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="record the commands instead of running them; opens no connection"
@@ -175,7 +175,7 @@ def run(
 
         record = run_runbook(
             runbook,
-            load_lane(lane),
+            load_lane(lane_name),
             parse_params(param),
             dry_run=dry_run,
             yes=yes,
@@ -195,7 +195,7 @@ def run(
 
 @app.command("promote")
 def promote(
-    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    lane_name: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
     resume: bool = typer.Option(
         False, "--resume", help="continue the lane's latest promotion at the runbook that did not pass"
     ),
@@ -222,7 +222,7 @@ def promote(
 
     with interruption_exits():
         promotion = promote_shown(
-            lane,
+            lane_name,
             resume=resume,
             dry_run=dry_run,
             yes=yes,
@@ -281,7 +281,7 @@ def fleet_gate(
 
 @app.command("lint")
 def lint(
-    lane: Optional[str] = typer.Option(
+    lane_name: Optional[str] = typer.Option(
         None,
         "--lane",
         help="lint what the lane runs: its checkout (from the head over "
@@ -300,11 +300,11 @@ def lint(
         raise LanebookError("give either --checkout DIR or --env FILE and --compose FILE, not both")
     if bool(env) != bool(compose):
         raise LanebookError("give both --env FILE and --compose FILE")
-    if not (lane or checkout or env):
+    if not (lane_name or checkout or env):
         raise LanebookError("give --lane LANE, --checkout DIR, or both --env FILE and --compose FILE")
     from lanebook.lane.params import lane_path, load_lane
 
-    lane_params = load_lane(lane) if lane else None
+    params = load_lane(lane_name) if lane_name else None
     from lanebook.recipe.effective.checkout import CheckoutFiles
     from lanebook.recipe.lint import (
         given_files,
@@ -314,10 +314,10 @@ def lint(
         print_report,
     )
 
-    if lane_params and env:
-        report = lint_checkout_files(lane_params, given_files(env, compose), lane_path(lane), "given file")
-    elif lane_params:
-        report = lint_what_lane_runs(lane_params, checkout, dry_run=dry_run, source=lane_path(lane))
+    if params and env:
+        report = lint_checkout_files(params, given_files(env, compose), lane_path(lane_name), "given file")
+    elif params:
+        report = lint_what_lane_runs(params, checkout, dry_run=dry_run, source=lane_path(lane_name))
     elif checkout:
         files = CheckoutFiles.read(checkout)
         if files.env is None:
@@ -334,7 +334,7 @@ def lint(
 
 @env_app.command("render")
 def env_render(
-    lane: str = typer.Option(..., "--lane"),
+    lane_name: str = typer.Option(..., "--lane"),
     checkout: Path = typer.Option(..., "--checkout", help="a checkout directory holding docker-compose.dspark.yml"),
 ):
     """Write .env.dspark and patch the compose file in DIR so it runs the lane (backups kept, idempotent, diff \
@@ -343,7 +343,7 @@ printed)."""
     from lanebook.lane.params import load_lane
     from lanebook.recipe.render import render_checkout
 
-    params = load_lane(lane)
+    params = load_lane(lane_name)
     result = render_checkout(params, checkout, lane_keys(params))
     if result.started_from:
         typer.echo(f"started .env.dspark from {result.started_from} (copy the example, then edit)")
@@ -379,17 +379,17 @@ def lane_import(
 
 @app.command("check")
 def check(
-    lane: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    lane_name: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print every probe it would send; opens no connection"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable items"),
 ):
     """Preflight: everything that would stop a promotion, node by node, each with its fix; changes nothing. Exit 0
     ready, 1 not ready, 2 bad input."""
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.verify.preflight import preflight, ready, table
 
-    with Lane(load_lane(lane), dry_run=dry_run) as nodes:
+    with LaneNodes(load_lane(lane_name), dry_run=dry_run) as nodes:
         items = preflight(nodes)
         probes = nodes.executor.commands()
     if dry_run and as_json:
@@ -411,7 +411,7 @@ def check(
 
 @app.command("upgrade")
 def upgrade(
-    lane: str = typer.Option(..., "--lane"),
+    lane_name: str = typer.Option(..., "--lane"),
     old: Optional[Path] = typer.Option(
         None, "--from", help="the checkout the lane runs now (a local directory): plan only, with --to DIR"
     ),
@@ -437,8 +437,8 @@ def upgrade(
         from lanebook.runs.upgrade_run import upgrade_shown
 
         with interruption_exits():
-            raise typer.Exit(upgrade_shown(lane, to, dry_run=dry_run, yes=yes, as_json=as_json))
-    plan = plan_checkouts(load_lane(lane), old, Path(to))
+            raise typer.Exit(upgrade_shown(lane_name, to, dry_run=dry_run, yes=yes, as_json=as_json))
+    plan = plan_checkouts(load_lane(lane_name), old, Path(to))
     path = write_plan(plan) if record else None
     if as_json:
         typer.echo(json.dumps(plan.to_json(), indent=2))
@@ -455,7 +455,9 @@ def speed(
         None, "--api", help="OpenAI-compatible base URL ending in /v1 (default: the lane's api)"
     ),
     model: Optional[str] = typer.Option(None, "--model", help="the served model (default: the lane's served name)"),
-    lane: Optional[str] = typer.Option(None, "--lane", help="a lane under params/: its api, served model and request"),
+    lane_name: Optional[str] = typer.Option(
+        None, "--lane", help="a lane under params/: its api, served model and request"
+    ),
     concurrency: str = typer.Option("1,4,6", "--concurrency"),
     max_tokens: int = typer.Option(256, "--max-tokens"),
     workload: str = typer.Option("count", "--workload"),
@@ -483,7 +485,7 @@ def speed(
             workload=workload,
             trials=trials,
             json_path=json_path,
-            lane_name=lane,
+            lane_name=lane_name,
         )
     )
 
@@ -491,7 +493,7 @@ def speed(
 @audit_app.callback()
 def audit(
     ctx: typer.Context,
-    lane: Optional[str] = typer.Option(None, "--lane", help="only this lane's runs"),
+    lane_name: Optional[str] = typer.Option(None, "--lane", help="only this lane's runs"),
     runbook: Optional[str] = typer.Option(None, "--runbook", help="only this runbook's runs"),
     as_json: bool = typer.Option(False, "--json", help="print the records (a JSON list), not the table"),
 ):
@@ -501,11 +503,13 @@ output."""
         return
     from lanebook.runs.audit import print_runs, read_runs, running_runs
 
-    runs = read_runs(lane=lane, runbook=runbook)
+    runs = read_runs(lane_name=lane_name, runbook=runbook)
     if as_json:
         typer.echo(json.dumps(runs, indent=2))
     else:
-        print_runs(runs, [r for r in running_runs() if lane in (None, r["lane"]) and runbook in (None, r["runbook"])])
+        print_runs(
+            runs, [r for r in running_runs() if lane_name in (None, r["lane"]) and runbook in (None, r["runbook"])]
+        )
 
 
 @audit_app.command("verify")
@@ -518,7 +522,7 @@ def audit_verify():
 
 @app.command("doctor")
 def doctor(
-    lane: Optional[str] = typer.Option(
+    lane_name: Optional[str] = typer.Option(
         None, "--lane", help="read the lane's nodes over SSH (read-only: changes nothing, takes no lock)"
     ),
     logs: List[Path] = typer.Option(
@@ -543,19 +547,19 @@ def doctor(
     from lanebook.verify.doctor import read_files
     from lanebook.verify.doctor_report import print_diagnosis
 
-    if bool(lane) == bool(logs):
+    if bool(lane_name) == bool(logs):
         raise LanebookError("give either --lane LANE or --logs FILE... (with --metrics/--dmesg)")
-    if lane and (metrics or dmesg):
+    if lane_name and (metrics or dmesg):
         raise LanebookError("--metrics and --dmesg go with --logs; --lane reads them from the nodes")
-    if dry_run and not lane:
+    if dry_run and not lane_name:
         raise LanebookError("--dry-run goes with --lane (reading files sends nothing)")
     gathered = None
-    if lane:
+    if lane_name:
         from lanebook.lane.params import load_lane
-        from lanebook.nodes.ssh import Lane
+        from lanebook.nodes.ssh import LaneNodes
         from lanebook.verify.doctor_gather import gather, print_gathered
 
-        with Lane(load_lane(lane), dry_run=dry_run) as nodes:
+        with LaneNodes(load_lane(lane_name), dry_run=dry_run) as nodes:
             gathered = gather(nodes)
             if dry_run:
                 typer.echo("\n".join(nodes.executor.commands()))

@@ -48,18 +48,18 @@ AFTER_PROMOTION = (
 )
 
 
-def demo_runs(rollback_lane: str) -> list[tuple[str, str, dict]]:
+def demo_runs(rollback_name: str) -> list[tuple[str, str, dict]]:
     """The runs after the main job, the rollback lane named."""
-    return [(name, rollback_lane if lane == ROLLBACK_LANE else lane, params) for name, lane, params in AFTER_PROMOTION]
+    return [(name, rollback_name if lane == ROLLBACK_LANE else lane, params) for name, lane, params in AFTER_PROMOTION]
 
 
-def run_label(runbook: str, lane: str) -> str:
-    return runbook if lane == TWIN_LANE else f"{runbook} ({lane})"
+def run_label(runbook: str, lane_name: str) -> str:
+    return runbook if lane_name == TWIN_LANE else f"{runbook} ({lane_name})"
 
 
-def demo_labels(rollback_lane: str) -> tuple[str, ...]:
+def demo_labels(rollback_name: str) -> tuple[str, ...]:
     """Every run of the demo, in order, as its closing line names them."""
-    return MAIN_JOB + tuple(run_label(name, lane) for name, lane, _ in demo_runs(rollback_lane))
+    return MAIN_JOB + tuple(run_label(name, lane) for name, lane, _ in demo_runs(rollback_name))
 
 
 def demo_outcome(
@@ -88,24 +88,24 @@ def demo_outcome(
 def _stop_lanes_left_up(names: list[str]) -> None:
     """A demo starts from stopped lanes, so it can be run again (the launch runbook refuses a busy pair)."""
     from lanebook.lane.params import load_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.ops import launcher
 
     for name in names:
-        with Lane(load_lane(name)) as lane:
-            if any(launcher.running_containers(lane).values()):
+        with LaneNodes(load_lane(name)) as nodes:
+            if any(launcher.running_containers(nodes).values()):
                 console.print(f"stopping the {name} lane an earlier run left up")
-                launcher.stop_lane(lane)
+                launcher.stop_lane(nodes)
 
 
-def _run_shown(runbook: str, lane: str, params: dict) -> dict:
+def _run_shown(runbook: str, lane_name: str, params: dict) -> dict:
     """One recorded run on the terminal, as `promote` shows each of its runbooks (its steps and waits on stderr)."""
     from lanebook.lane.params import load_lane
     from lanebook.runs.execute import run_runbook
 
-    console.rule(f"runbook {run_label(runbook, lane)}")
-    record = run_runbook(runbook, load_lane(lane), params, echo=sys.stderr)
-    show_record(console, record, run_label(runbook, lane), soft_wrap=True)
+    console.rule(f"runbook {run_label(runbook, lane_name)}")
+    record = run_runbook(runbook, load_lane(lane_name), params, echo=sys.stderr)
+    show_record(console, record, run_label(runbook, lane_name), soft_wrap=True)
     return record
 
 
@@ -145,13 +145,13 @@ def run_demo() -> int:
     from lanebook.site.book import build_book, show_warnings
     from lanebook.twin import control
 
-    rollback_lane = load_lane(TWIN_LANE).rollback
-    runs = demo_runs(rollback_lane)
+    rollback_name = load_lane(TWIN_LANE).rollback
+    runs = demo_runs(rollback_name)
     missing = missing_runbooks(MAIN_JOB + tuple(dict.fromkeys(name for name, _, _ in runs)))
     fleet_clean = False
     console.rule("twin")
     control.print_status(control.up(faults=[], fast=True))
-    _stop_lanes_left_up([TWIN_LANE, rollback_lane])
+    _stop_lanes_left_up([TWIN_LANE, rollback_name])
     verdicts: list[tuple[str, str]] = []
     if missing:
         console.print(
@@ -172,7 +172,7 @@ def run_demo() -> int:
     show_warnings(built)
     site = built.index
     console.print(f"outputs: {outputs_dir()}  (index: {outputs_dir() / 'runs.jsonl'})", soft_wrap=True)
-    ok, line = demo_outcome(verdicts, missing, demo_labels(rollback_lane))
+    ok, line = demo_outcome(verdicts, missing, demo_labels(rollback_name))
     if ok and not fleet_clean:
         ok, line = False, f"demo failed — the {TWIN_FLEET} fleet's dry run through Airflow did not end clean"
     console.print(f"[{'green' if ok else 'red'}]{line}[/] — all figures are TWIN figures")

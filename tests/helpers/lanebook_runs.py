@@ -78,20 +78,20 @@ def last_record(outputs: Path) -> dict:
 
 
 def run(
-    tmp_path: Path, runbook: str, lane: str, *args: str, expect_exit: int
+    tmp_path: Path, runbook: str, lane_name: str, *args: str, expect_exit: int
 ) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE ARGS` with outputs in TMP/outputs; its exit code checked, its record
     returned."""
-    done = lanebook_command(["run", runbook, "--lane", lane, *args], tmp_path / "outputs", timeout=RUN_BOUND_S)
+    done = lanebook_command(["run", runbook, "--lane", lane_name, *args], tmp_path / "outputs", timeout=RUN_BOUND_S)
     assert done.returncode == expect_exit, done.stdout + done.stderr
     return last_record(tmp_path / "outputs"), done
 
 
 def dry_run_offline(
-    tmp_path: Path, runbook: str, lane: str = "anemll-0731"
+    tmp_path: Path, runbook: str, lane_name: str = "anemll-0731"
 ) -> tuple[dict, subprocess.CompletedProcess]:
     """`lanebook run RUNBOOK --lane LANE --dry-run` under `unshare -n` with only loopback up; must exit 0."""
-    done = offline(tmp_path, f"run {runbook} --lane {lane} --dry-run", timeout=300)
+    done = offline(tmp_path, f"run {runbook} --lane {lane_name} --dry-run", timeout=300)
     return last_record(tmp_path), done
 
 

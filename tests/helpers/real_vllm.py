@@ -83,7 +83,7 @@ def missing_reason() -> str | None:
 
 @dataclass
 class RealServer:
-    lane: LaneParams
+    params: LaneParams
     launch: subprocess.CompletedProcess  # `lanebook run launch --lane real-vllm-cpu`, which started it
     outputs: Path  # where that launch, and the lane tests' runs, keep their records
     boot: list[WaitProgress] = field(default_factory=list)  # what lanebook's readiness wait saw, attempt by attempt
@@ -91,29 +91,29 @@ class RealServer:
 
     @property
     def api(self) -> str:
-        return self.lane.api
+        return self.params.api
 
     @property
     def url(self) -> str:
-        return self.lane.api.removesuffix("/v1")
+        return self.params.api.removesuffix("/v1")
 
     def serve_argv(self) -> list[str]:
         """The real server's arguments as the head runs them (its live command, after SERVER_MODULE)."""
-        with ssh.Lane(self.lane) as lane:
-            command = live_command(lane.head, launcher.container_name(lane))
+        with ssh.LaneNodes(self.params) as nodes:
+            command = live_command(nodes.head, launcher.container_name(nodes))
         words = command.split()  # the stand-in's JSON values carry no spaces (separators without them)
         return words[words.index(SERVER_MODULE) + 1 :]
 
     def stop(self) -> None:
-        with ssh.Lane(self.lane) as lane:
-            launcher.stop_lane(lane)
-            assert not any(launcher.running_containers(lane).values())
+        with ssh.LaneNodes(self.params) as nodes:
+            launcher.stop_lane(nodes)
+            assert not any(launcher.running_containers(nodes).values())
 
 
 def stop_twin_lanes() -> None:
     for name in (*OTHER_TWIN_LANES, LANE_NAME):
-        with ssh.Lane(load_lane(name)) as lane:
-            launcher.stop_lane(lane)
+        with ssh.LaneNodes(load_lane(name)) as nodes:
+            launcher.stop_lane(nodes)
 
 
 def launch_real(outputs: Path) -> RealServer:
@@ -151,9 +151,9 @@ def await_lowered() -> None:
     reads the server's served count each second, so it lowers the server a moment after the launcher's readiness chat,
     which may be after the launch returned. The module's tests serve at nice 19; a server never lowered is left for
     the launch test to name."""
-    with ssh.Lane(LANE) as lane:
-        logs = f"docker logs {launcher.container_name(lane)} 2>&1"
-        eventually(lambda: LOWERED_LINE in lane.head.run(logs).stdout, LOWERED_BOUND_S, poll_s=0.5)
+    with ssh.LaneNodes(LANE) as nodes:
+        logs = f"docker logs {launcher.container_name(nodes)} 2>&1"
+        eventually(lambda: LOWERED_LINE in nodes.head.run(logs).stdout, LOWERED_BOUND_S, poll_s=0.5)
 
 
 @pytest.fixture(scope="module")

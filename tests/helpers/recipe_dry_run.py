@@ -8,26 +8,26 @@ from lanebook.nodes import ssh
 from lanebook.ops import launcher, logs, memory, readiness, transfers, weights
 
 
-def dry_lane(name: str = "anemll-0731") -> ssh.Lane:
-    return ssh.Lane(load_lane(name), dry_run=True)
+def dry_lane(name: str = "anemll-0731") -> ssh.LaneNodes:
+    return ssh.LaneNodes(load_lane(name), dry_run=True)
 
 
-def every_operation(lane: ssh.Lane) -> list[str]:
+def every_operation(nodes: ssh.LaneNodes) -> list[str]:
     """Call every operation in recipe order; returns the executor's recorded lines."""
-    memory.clean_memory(lane)
-    memory.mask_legacy_units(lane)
-    memory.check_sticky_uma(lane)
-    transfers.checkout_ok(lane)
-    weights.download_on_head(lane)
-    weights.verify_weights(lane.head, lane.params.weights)
-    weights.sync_to_workers(lane)
-    weights.clean_incomplete_on_workers(lane)
-    transfers.sync_checkout(lane)
-    launcher.start_lane(lane)
-    readiness.wait_lane_ready(lane)
-    container = launcher.container_name(lane)
-    logs.scan_log(lane.head, container)
-    logs.schedule_in_live_command(lane.head, container)
-    launcher.run_status_script(lane)
-    launcher.stop_lane(lane)
-    return lane.executor.commands()
+    memory.clean_memory(nodes)
+    memory.mask_legacy_units(nodes)
+    memory.check_sticky_uma(nodes)
+    transfers.checkout_ok(nodes)
+    weights.download_on_head(nodes)
+    weights.verify_weights(nodes.head, nodes.params.weights)
+    weights.sync_to_workers(nodes)
+    weights.clean_incomplete_on_workers(nodes)
+    transfers.sync_checkout(nodes)
+    launcher.start_lane(nodes)
+    readiness.wait_lane_ready(nodes)
+    container = launcher.container_name(nodes)
+    logs.scan_log(nodes.head, container)
+    logs.schedule_in_live_command(nodes.head, container)
+    launcher.run_status_script(nodes)
+    launcher.stop_lane(nodes)
+    return nodes.executor.commands()

@@ -20,23 +20,23 @@ ALLOW_FLAG = "--allow-runtime-and-weights"  # how the operator says so on `laneb
 ALLOW_PARAMETER = "allow_runtime_and_weights"  # and to a runbook that lints (`-p allow_runtime_and_weights=true`)
 
 
-def runtime(lane: LaneParams) -> Optional[str]:
+def runtime(params: LaneParams) -> Optional[str]:
     """The image the lane names (None: it leaves the image to its checkout's compose default)."""
-    image = lane.env.get(IMAGE_KEY)
+    image = params.env.get(IMAGE_KEY)
     return None if image is None else str(image)
 
 
-def weights(lane: LaneParams) -> str:
+def weights(params: LaneParams) -> str:
     """The checkpoint the lane serves: its repository, and the revision it pins if it pins one."""
-    revision = lane.env.get(REVISION_KEY)
-    return lane.weights.repo + (f"@{revision}" if revision not in (None, "") else "")
+    revision = params.env.get(REVISION_KEY)
+    return params.weights.repo + (f"@{revision}" if revision not in (None, "") else "")
 
 
 @dataclass(frozen=True)
 class LaneChange:
     """A lane against its rollback lane: each pair is (the rollback lane's, the lane's)."""
 
-    lane: str
+    lane_name: str
     rollback: str
     runtime: tuple[Optional[str], Optional[str]]
     weights: tuple[str, str]
@@ -57,15 +57,15 @@ class LaneChange:
         """`lane X changes both the runtime image (A → B) and the weights (C → D) against its rollback lane Y`."""
         old_image, new_image = (image or "the compose default" for image in self.runtime)
         return (
-            f"lane {self.lane} changes both the runtime image ({old_image} → {new_image}) and the weights "
+            f"lane {self.lane_name} changes both the runtime image ({old_image} → {new_image}) and the weights "
             f"({self.weights[0]} → {self.weights[1]}) against its rollback lane {self.rollback}"
         )
 
 
-def change_from_rollback(lane: LaneParams) -> Optional[LaneChange]:
+def change_from_rollback(params: LaneParams) -> Optional[LaneChange]:
     """The lane against its `rollback:` lane (loaded from params/); None when it names none. A rollback lane that
     cannot be loaded raises LaneError."""
-    if not lane.rollback:
+    if not params.rollback:
         return None
-    target = load_lane(lane.rollback)
-    return LaneChange(lane.name, target.name, (runtime(target), runtime(lane)), (weights(target), weights(lane)))
+    target = load_lane(params.rollback)
+    return LaneChange(params.name, target.name, (runtime(target), runtime(params)), (weights(target), weights(params)))

@@ -676,16 +676,16 @@ def load_lane(name_or_path: str | Path) -> LaneParams:
             "comes from: auth: {DSPARK_API_KEYS: {key_file: PATH}} (mode 0600) or {key_env: NAME}"
         )
     try:
-        lane = LaneParams.model_validate(data)
+        params = LaneParams.model_validate(data)
     except ValidationError as exc:
         raise LaneError(validation_problem(path, exc)) from None
-    lane._file, lane._file_sha256 = path.resolve(), hashlib.sha256(raw).hexdigest()
-    return lane
+    params._file, params._file_sha256 = path.resolve(), hashlib.sha256(raw).hexdigest()
+    return params
 
 
-def lane_with(lane: LaneParams, **changes: Any) -> LaneParams:
+def lane_with(params: LaneParams, **changes: Any) -> LaneParams:
     """A validated copy of a lane with top-level fields replaced (env merged key by key)."""
-    data = lane.model_dump()
+    data = params.model_dump()
     env = changes.pop("env", None)
     if env:
         data["env"] = {**data["env"], **env}

@@ -101,10 +101,10 @@ def resolve_ssh_config(value: Optional[str]) -> Optional[Path]:
     return path
 
 
-def prepare_lane(lane: LaneParams) -> None:
+def prepare_lane(params: LaneParams) -> None:
     """Let every plugin ready the lane before a run (the twin starts itself when a twin lane finds it down)."""
     for preparer in registry().preparers:
-        preparer(lane)
+        preparer(params)
 
 
 def launch_lane_if_down(rb: Any) -> None:

@@ -1,9 +1,9 @@
-"""Acting on the lane's nodes over SSH, in Fabric's spirit: a Lane has Nodes; a Node runs commands.
+"""Acting on the lane's nodes over SSH, in Fabric's spirit: LaneNodes holds a lane's Nodes as a Group does.
 
 Every remote command goes through one place, `Executor.run`: it quotes nothing itself (callers build
 commands with `q`/`qpath`), but it logs each command (node, duration, exit), applies a timeout,
 redacts secrets from what it records, and in dry-run records the exact command line instead of
-opening a connection. `Lane.each` runs one command on several nodes and, as Fabric's Group does,
+opening a connection. `LaneNodes.each` runs one command on several nodes and, as Fabric's Group does,
 collects every node's outcome before reporting any failure.
 """
 
@@ -15,7 +15,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
@@ -83,8 +83,8 @@ class CommandResult:
         return self.exit_code == 0
 
 
-class LaneResult(dict):
-    """Every node's outcome of one `Lane.each`, by alias: its CommandResult, or the NodeError it raised."""
+class NodesResult(dict):
+    """Every node's outcome of one `LaneNodes.each`, by alias: its CommandResult, or the NodeError it raised."""
 
     @property
     def failed(self) -> dict[str, "CommandResult | NodeError"]:
@@ -116,9 +116,9 @@ class LaneResult(dict):
 
 
 class NodesFailed(NodeError):
-    """Some nodes of a `Lane.each` raised; `results` holds every node's outcome, the others' included."""
+    """Some nodes of a `LaneNodes.each` raised; `results` holds every node's outcome, the others' included."""
 
-    def __init__(self, results: LaneResult):
+    def __init__(self, results: NodesResult):
         self.results = results
         super().__init__(results.summary())
 
@@ -394,8 +394,8 @@ class Node:
         return f"Node({self.alias}, {self.role}, {self.address})"
 
 
-class Lane:
-    """A lane's nodes, bound to one executor (dry-run or real)."""
+class LaneNodes:
+    """A lane's nodes, bound to one executor (dry-run or real): iterate it for its Nodes, in the lane file's order."""
 
     def __init__(self, params: LaneParams, *, dry_run: bool = False, executor: Optional[Executor] = None):
         lane_keys(params)  # a keyed lane's keys read and checked before any node is touched, known to the redactor
@@ -406,31 +406,37 @@ class Lane:
         for node_params in sorted(params.nodes, key=lambda n: n.jump is not None):
             gateway = by_alias.get(node_params.jump) if node_params.jump else None
             by_alias[node_params.alias] = Node(node_params, self.executor, ssh_config, gateway)
-        self.nodes = [by_alias[n.alias] for n in params.nodes]
+        self._nodes = [by_alias[n.alias] for n in params.nodes]
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
 
     @property
     def head(self) -> Node:
-        return next(n for n in self.nodes if n.role == "head")
+        return next(n for n in self._nodes if n.role == "head")
 
     @property
     def workers(self) -> list[Node]:
-        return [n for n in self.nodes if n.role == "worker"]
+        return [n for n in self._nodes if n.role == "worker"]
 
     def node(self, alias: str) -> Node:
-        for n in self.nodes:
+        for n in self._nodes:
             if n.alias == alias:
                 return n
         raise LanebookError(f"lane {self.params.name} has no node '{alias}'")
 
-    def each(self, command: str, nodes: Optional[Iterable[Node]] = None, **kwargs) -> LaneResult:
-        """Run the same command on several nodes (all by default), in order; results by alias.
+    def each(self, command: str, only: Optional[Iterable[Node]] = None, **kwargs) -> NodesResult:
+        """Run the same command on every node (or `only` those), in order; results by alias.
 
         A node that fails does not stop the others: every node is tried, then NodesFailed (carrying every
         node's outcome) is raised if any raised. Keyword arguments go to Node.run (check=False keeps a
         non-zero exit a result, listed in `.failed`).
         """
-        results = LaneResult()
-        for node in nodes or self.nodes:
+        results = NodesResult()
+        for node in only or self._nodes:
             try:
                 results[node.alias] = node.run(command, **kwargs)
             except NodeError as exc:
@@ -440,10 +446,10 @@ class Lane:
         return results
 
     def close(self) -> None:
-        for n in self.nodes:
+        for n in self._nodes:
             n.close()
 
-    def __enter__(self) -> "Lane":
+    def __enter__(self) -> "LaneNodes":
         return self
 
     def __exit__(self, *exc) -> None:

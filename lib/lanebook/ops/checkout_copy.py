@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
-from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
+from lanebook.nodes.ssh import CommandFailed, LaneNodes, Node, q, qpath
 from lanebook.ops.checkout_env import REFUSED_EXIT
 from lanebook.ops.rollback import probe_trees, rollback_target
 
@@ -44,10 +44,10 @@ def copy_command(source: str, target: str) -> str:
     )
 
 
-def absent_on(lane: Lane, checkout: str) -> list[Node]:
+def absent_on(nodes: LaneNodes, checkout: str) -> list[Node]:
     """The nodes where nothing is at CHECKOUT (a dry run observes nothing: every node, so each copy is shown)."""
     absent = []
-    for node in lane.nodes:
+    for node in nodes:
         found = node.run(f"test -e {qpath(checkout)} || test -L {qpath(checkout)}", check=False)
         if found.dry_run or not found.ok:
             absent.append(node)
@@ -93,7 +93,7 @@ def copy_step(rb: "Runbook", *, restore: Optional[str] = None) -> None:
     """The env runbook's checkout step: each node without the lane's checkout gets a `cp -a` of the known-good one
     (after confirmation); the source's fingerprint is the same after the copy and the copy's is the source's. A restore
     copies nothing."""
-    params, lane = rb.params, rb.lane
+    params, lane = rb.params, rb.nodes
     target = params.checkout
     if restore:
         rb.skip(f"{target} on every node", f"a restore puts back what run {restore} replaced in the checkout there")

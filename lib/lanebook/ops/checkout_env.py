@@ -19,7 +19,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.files import utc_stamp
 from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, lane_path
-from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
+from lanebook.nodes.ssh import CommandFailed, LaneNodes, Node, q, qpath
 from lanebook.ops.transfers import rsync_results, sync_checkout
 from lanebook.recipe.compose import COMPOSE_NAME
 from lanebook.recipe.effective.checkout import (
@@ -79,7 +79,7 @@ def _split(path: str) -> tuple[str, str]:
 
 
 def plan_on_head(
-    lane: Lane,
+    nodes: LaneNodes,
     params: Optional[LaneParams] = None,
     source: str | Path | None = None,
     *,
@@ -90,21 +90,21 @@ def plan_on_head(
     SOURCE: the lane's file, named in findings on the lane's own values (default params/NAME.yaml);
     ALLOW_RUNTIME_AND_WEIGHTS: the operator allowed changing both against the rollback lane (lint S07 warns)."""
     allowed = {"allow_runtime_and_weights": allow_runtime_and_weights}
-    params = params or lane.params
+    params = params or nodes.params
     source = lane_path(source) if source is not None else None
     checkout = params.checkout
-    read = read_checkout(lane.head, checkout)
-    if lane.executor.dry_run:
+    read = read_checkout(nodes.head, checkout)
+    if nodes.executor.dry_run:
         files = CheckoutFiles.read(REFERENCE)
         where = "lanebook's reference checkout (dry run: the head's checkout is not read)"
     else:
-        prefix = node_prefix(lane.head, checkout)
+        prefix = node_prefix(nodes.head, checkout)
         if COMPOSE_NAME not in read:
             raise LanebookError(f"{prefix}{COMPOSE_NAME} not found: is {checkout} the lane's checkout on the head?")
         files = CheckoutFiles.from_bytes(read, prefix)
         where = "the head's checkout, read over ssh"
     plan = plan_render(params, files, lane_keys(params))
-    if lane.executor.dry_run:
+    if nodes.executor.dry_run:
         report = lint_lane_on_reference(params, source, **allowed)
         report.note = "dry run: no connection opened; linted the lane file against lanebook's reference checkout"
     else:
@@ -201,7 +201,7 @@ def _backup_of(checkout: str, name: str, hashes: dict[str, str], new_sha: Option
     return Backup(path, _join(checkout, kept[0]) if kept else None, hashes[kept[0]] if kept else None, new_sha)
 
 
-def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
+def apply_plan(nodes: LaneNodes, plan: EnvPlan) -> RenderResult:
     """Write a plan's files into the head's checkout, each backed up first and replaced atomically (see module)."""
     started_from = plan.render.started_from.name if plan.render.started_from else None
     change = RenderResult(
@@ -209,7 +209,7 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
         plan.changed,
         started_from=started_from,
         unresolved=plan.render.unresolved,
-        dry_run=lane.executor.dry_run,
+        dry_run=nodes.executor.dry_run,
     )
     stamp = utc_stamp()
     with tempfile.TemporaryDirectory(prefix="lanebook-env-") as tmp:
@@ -221,7 +221,7 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
             expect = sha256(before) if before is not None else (DRY_RUN_EXPECT if change.dry_run else None)
             private = name == ENV_NAME and plan.params.keyed
             command = replace_command(plan.checkout, name, stamp, expect, from_stdin=True, private=private)
-            hashes = run_replace(lane.head, command, _join(plan.checkout, name), stdin=content)
+            hashes = run_replace(nodes.head, command, _join(plan.checkout, name), stdin=content)
             if change.dry_run:
                 continue
             backup = _backup_of(plan.checkout, name, hashes, sha256(text.encode()))
@@ -234,12 +234,12 @@ def apply_plan(lane: Lane, plan: EnvPlan) -> RenderResult:
     return change
 
 
-def render_on_head(lane: Lane, params: Optional[LaneParams] = None) -> RenderResult:
+def render_on_head(nodes: LaneNodes, params: Optional[LaneParams] = None) -> RenderResult:
     """Render PARAMS (default the lane's) into the head's checkout: each changed file backed up beside it, then
     written atomically; nothing changes (and no backup is made) when the checkout already runs PARAMS.
 
     It does not lint: the env runbook plans (plan_on_head), refuses on lint errors, then applies (apply_plan)."""
-    return apply_plan(lane, plan_on_head(lane, params))
+    return apply_plan(nodes, plan_on_head(nodes, params))
 
 
 # --- restoring ------------------------------------------------------------------------------------------
@@ -251,20 +251,20 @@ class RestorePlan:
     diff: str  # what the restore changes (secrets redacted); '' in a dry run
 
 
-def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str] = None) -> RestorePlan:
+def check_backups(nodes: LaneNodes, backups: Iterable[Backup], checkout: Optional[str] = None) -> RestorePlan:
     """Refuse (LanebookError naming the file) unless each file is inside the lane's checkout, still holds what the
     env run wrote, and its backup still holds what was backed up. Reads both in one command."""
     backups = list(backups)
-    checkout = (checkout or lane.params.checkout).rstrip("/")
+    checkout = (checkout or nodes.params.checkout).rstrip("/")
     for b in backups:
         for path in (b.path, b.backup):
             if path is not None and (_split(path)[0] != checkout or "/" in _split(path)[1]):
                 raise LanebookError(
-                    f"{path} is not a file of lane {lane.params.name}'s checkout {checkout}: restore refuses"
+                    f"{path} is not a file of lane {nodes.params.name}'s checkout {checkout}: restore refuses"
                 )
     paths = [p for b in backups for p in (b.path, b.backup) if p is not None]
-    data = dict(zip(paths, read_node_files(lane.head, paths)))
-    if lane.executor.dry_run:
+    data = dict(zip(paths, read_node_files(nodes.head, paths)))
+    if nodes.executor.dry_run:
         return RestorePlan(backups, "")
     diff = ""
     for b in backups:
@@ -273,13 +273,13 @@ def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str]
             found = "no file" if now is None else f"sha256 {sha256(now)}"
             wrote = "no file" if b.sha256_new is None else f"sha256 {b.sha256_new}"
             raise LanebookError(
-                f"{lane.head.alias}:{b.path} was edited since the env run changed it (it holds {found}; "
+                f"{nodes.head.alias}:{b.path} was edited since the env run changed it (it holds {found}; "
                 f"the run left {wrote}): restore refuses; nothing was restored"
             )
         kept = data[b.backup] if b.backup else None
         if b.backup and (kept is None or sha256(kept) != b.sha256_backup):
             raise LanebookError(
-                f"{lane.head.alias}:{b.backup}: the backup is missing or changed (sha256 "
+                f"{nodes.head.alias}:{b.backup}: the backup is missing or changed (sha256 "
                 f"{sha256(kept) if kept is not None else 'none'}, recorded {b.sha256_backup}): restore refuses"
             )
         old = now.decode("utf-8", errors="replace") if now is not None else None
@@ -288,18 +288,18 @@ def check_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str]
     return RestorePlan(backups, diff)
 
 
-def restore_backups(lane: Lane, backups: Iterable[Backup], checkout: Optional[str] = None) -> RenderResult:
+def restore_backups(nodes: LaneNodes, backups: Iterable[Backup], checkout: Optional[str] = None) -> RenderResult:
     """Put an env run's backups back on the head byte for byte (see check_backups for when it refuses).
 
     The restore's own backups (of the files it replaced) are returned, so restoring those undoes the restore."""
-    plan = check_backups(lane, backups, checkout)
-    change = RenderResult(plan.diff, [b.path for b in plan.backups], dry_run=lane.executor.dry_run)
+    plan = check_backups(nodes, backups, checkout)
+    change = RenderResult(plan.diff, [b.path for b in plan.backups], dry_run=nodes.executor.dry_run)
     stamp = utc_stamp()
     for b in plan.backups:
         directory, name = _split(b.path)
         # The backup copied back over what the run left (backed up first); a file the run created moved aside.
         command = replace_command(directory, name, stamp, b.sha256_new, from_path=b.backup)
-        hashes = run_replace(lane.head, command, b.path)
+        hashes = run_replace(nodes.head, command, b.path)
         if not change.dry_run:
             change.backups.append(_backup_of(directory, name, hashes, b.sha256_backup))
     return change
@@ -354,23 +354,23 @@ def _digests(node: Node, checkout: str, names: list[str], scripts: bool = False)
 
 
 def same_checkout(
-    lane: Lane, *, checkout: Optional[str] = None, what: str = "every node holds the head's bytes"
+    nodes: LaneNodes, *, checkout: Optional[str] = None, what: str = "every node holds the head's bytes"
 ) -> ExpectedResult:
     """Every worker's checkout holds the head's bytes: each of compared_names and every file under scripts/ the head
     has, hashed on each node (figures: sha256 by file). A file only a worker has does not count: nothing runs it."""
-    checkout = checkout or lane.params.checkout
-    head = _digests(lane.head, checkout, compared_names(lane.params), scripts=True)
-    if lane.executor.dry_run:  # the head's answer is unknown: each worker is asked what the head was
-        for worker in lane.workers:
-            _digests(worker, checkout, compared_names(lane.params), scripts=True)
+    checkout = checkout or nodes.params.checkout
+    head = _digests(nodes.head, checkout, compared_names(nodes.params), scripts=True)
+    if nodes.executor.dry_run:  # the head's answer is unknown: each worker is asked what the head was
+        for worker in nodes.workers:
+            _digests(worker, checkout, compared_names(nodes.params), scripts=True)
         return ExpectedResult.on_nodes({}, what=what, dry_run=True)
     names = sorted(head)
     results = {
-        lane.head.alias: NodeResult(
+        nodes.head.alias: NodeResult(
             bool(head), f"{len(head)} files hashed" if head else "no checkout file found", {"sha256": head}
         )
     }
-    for worker in lane.workers:
+    for worker in nodes.workers:
         theirs = _digests(worker, checkout, names)
         missing = [n for n in names if n not in theirs]
         differ = [n for n in names if n in theirs and theirs[n] != head[n]]
@@ -409,7 +409,7 @@ def plan_step(
     reads the backups of the run `restored` (its record, from the run index) and checks every file still holds what that
     run wrote. (the plan, the backups). ALLOW_RUNTIME_AND_WEIGHTS: as plan_on_head."""
     if restored is None:
-        plan = plan_on_head(rb.lane, source=source, allow_runtime_and_weights=allow_runtime_and_weights)
+        plan = plan_on_head(rb.nodes, source=source, allow_runtime_and_weights=allow_runtime_and_weights)
         rb.record(changed=plan.changed)
         show_diff(rb, plan.diff, plan.source)
         rb.expect(
@@ -421,9 +421,9 @@ def plan_step(
         return plan, []
     restore = restored["run_id"]
     backups = backups_of_run(restored, rb.params.name)
-    restoring = check_backups(rb.lane, backups)
+    restoring = check_backups(rb.nodes, backups)
     rb.record(changed=[b.path for b in backups])
-    show_diff(rb, restoring.diff, f"what restoring run {restore} puts back on {rb.lane.head.alias}")
+    show_diff(rb, restoring.diff, f"what restoring run {restore} puts back on {rb.nodes.head.alias}")
     rb.expect(
         True,
         what=f"every file holds what run {restore} wrote, every backup what it replaced",
@@ -453,7 +453,7 @@ def write_step(
 ) -> None:
     """The env runbook's write step: write the plan on the head (each file backed up first) and plan again, or restore
     run `restore`'s backups and check each file holds their bytes; nothing to write is no backup."""
-    head = rb.lane.head.alias
+    head = rb.nodes.head.alias
     if plan is not None and not plan.writes:
         rb.record(backups=[])
         rb.skip(
@@ -461,9 +461,9 @@ def write_step(
         )
     elif plan is not None:
         rb.confirm(f"write {', '.join(plan.changed)} on {head} (each backed up beside it first)")
-        change = apply_plan(rb.lane, plan)
+        change = apply_plan(rb.nodes, plan)
         rb.record(backups=[b.to_json() for b in change.backups])
-        again = plan_on_head(rb.lane, source=source)
+        again = plan_on_head(rb.nodes, source=source)
         rb.expect(
             not again.writes,
             what="the head's checkout runs the lane now: planning again changes nothing",
@@ -474,9 +474,9 @@ def write_step(
             f"restore {', '.join(b.path for b in backups)} on {head} from run {restore}'s backups "
             f"(each file there now backed up first)"
         )
-        change = restore_backups(rb.lane, backups)
+        change = restore_backups(rb.nodes, backups)
         rb.record(backups=[b.to_json() for b in change.backups])
-        check_backups(rb.lane, change.backups)  # each file now holds the backup's bytes, or this raises
+        check_backups(rb.nodes, change.backups)  # each file now holds the backup's bytes, or this raises
         rb.expect(
             not change.dry_run,
             what=f"every file holds the bytes run {restore} replaced",
@@ -487,13 +487,13 @@ def write_step(
 def copy_step(rb: "Runbook") -> None:
     """The env runbook's copy step: rsync the head's checkout to the workers that do not hold its bytes (adds and
     updates, never deletes)."""
-    if same_checkout(rb.lane).ok:
+    if same_checkout(rb.nodes).ok:
         rb.skip("checkout copied to every worker", "every worker already holds the head's bytes")
         return
     rb.confirm(
-        f"rsync {rb.params.checkout} from the head to {', '.join(w.alias for w in rb.lane.workers)} "
+        f"rsync {rb.params.checkout} from the head to {', '.join(w.alias for w in rb.nodes.workers)} "
         "(adds and updates files; never deletes)"
     )
-    stats = sync_checkout(rb.lane)
+    stats = sync_checkout(rb.nodes)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
     rb.expect(rsync_results(stats))

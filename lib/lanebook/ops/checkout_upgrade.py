@@ -20,7 +20,7 @@ from typing import Optional
 
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
-from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
+from lanebook.nodes.ssh import CommandFailed, LaneNodes, Node, q, qpath
 from lanebook.ops.checkout_env import REFUSED_EXIT, same_checkout
 from lanebook.ops.rollback import probe_trees
 from lanebook.ops.transfers import rsync_to_workers
@@ -80,37 +80,37 @@ def make_command(checkout: str, ref: str) -> str:
     )
 
 
-def make_beside(lane: Lane, ref: str) -> NewCheckout:
+def make_beside(nodes: LaneNodes, ref: str) -> NewCheckout:
     """The new checkout on the head at REF (see make_command). A dry run records the command and knows no commit."""
-    checkout = lane.params.checkout
+    checkout = nodes.params.checkout
     try:
-        result = lane.head.run(make_command(checkout, check_ref(ref)), timeout=CLONE_TIMEOUT_S)
+        result = nodes.head.run(make_command(checkout, check_ref(ref)), timeout=CLONE_TIMEOUT_S)
     except CommandFailed as exc:
         if exc.result.exit_code == REFUSED_EXIT:
             said = exc.result.stderr.strip() or exc.result.stdout.strip()
-            raise LanebookError(f"{lane.head.alias}: {said}") from None
+            raise LanebookError(f"{nodes.head.alias}: {said}") from None
         raise
     if result.dry_run:  # nothing asked: a full commit names the directory as a run would, else REF stands for it
         named = beside(checkout, ref) if re.fullmatch(r"[0-9a-f]{40}", ref) else f"{checkout.rstrip('/')}@{ref}"
         return NewCheckout(named, None, None, True)
     found = MADE_RE.search(result.stdout)
     if not found:
-        raise LanebookError(f"{lane.head.alias}: the new checkout was not reported: {result.stdout.strip()[-200:]!r}")
+        raise LanebookError(f"{nodes.head.alias}: the new checkout was not reported: {result.stdout.strip()[-200:]!r}")
     old = None if found["old"] == "-" else found["old"]
     return NewCheckout(beside(checkout, found["sha"]), found["sha"], old, found["state"] == "new")
 
 
-def copy_to_workers(lane: Lane, new: NewCheckout) -> ExpectedResult:
+def copy_to_workers(nodes: LaneNodes, new: NewCheckout) -> ExpectedResult:
     """The new checkout on every worker with the head's bytes (rsync -aH, never --delete), then compared."""
-    rsync_to_workers(lane, new.path, attempts=2)
-    return same_checkout(lane, checkout=new.path)
+    rsync_to_workers(nodes, new.path, attempts=2)
+    return same_checkout(nodes, checkout=new.path)
 
 
-def old_checkout_trees(lane: Lane) -> dict[str, dict]:
+def old_checkout_trees(nodes: LaneNodes) -> dict[str, dict]:
     """The old checkout's tree (the fingerprint probe's) on every node; empty in a dry run."""
     trees = {}
-    for node in lane.nodes:
-        found = probe_trees(node, lane.params.checkout, lane.params.weights.hub_dir)
+    for node in nodes:
+        found = probe_trees(node, nodes.params.checkout, nodes.params.weights.hub_dir)
         if found is not None:
             trees[node.alias] = found["checkout"]
     return trees

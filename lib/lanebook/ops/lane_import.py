@@ -150,7 +150,7 @@ def import_checkout(
         band = kv_band(serving) if serving else None
         options = dict(checkout=path, head=where, rollback=rollback, node=node, project=project, kv_band=band)
         imported = import_lane(name, files, **options)
-        if is_environment(where, str(imported.lane.api)):
+        if is_environment(where, str(imported.params.api)):
             imported = import_lane(name, files, twin=True, **options)
     except NodeError as exc:
         raise LanebookError(f"cannot read the head's checkout: {exc}") from None
@@ -159,7 +159,7 @@ def import_checkout(
             node.close()
     write_new(target, imported.text)
     changed = round_trip(target, files)
-    live = [str(m) for m in live_mismatches(imported.lane, serving.command)] if serving else []
+    live = [str(m) for m in live_mismatches(imported.params, serving.command)] if serving else []
     return ImportReport(
         target,
         not changed,

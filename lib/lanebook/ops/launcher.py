@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Optional
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
 from lanebook.base.progress import Progress
-from lanebook.nodes.ssh import CommandResult, Lane, Node, env_prefix, q, qpath
+from lanebook.nodes.ssh import CommandResult, LaneNodes, Node, env_prefix, q, qpath
 from lanebook.ops.logs import check_startup_log, live_command
 from lanebook.ops.readiness import ReadinessWatch, wait_health, wait_models
 from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
@@ -83,22 +83,22 @@ def launcher_outcome(exit_code: int, output: str) -> tuple[str, str]:
     return "failed", lines[-1] if lines else ""
 
 
-def project_name(lane: Lane) -> str:
-    return str(lane.params.launcher.env["PROJECT_NAME"])
+def project_name(nodes: LaneNodes) -> str:
+    return str(nodes.params.launcher.env["PROJECT_NAME"])
 
 
-def container_name(lane: Lane) -> str:
+def container_name(nodes: LaneNodes) -> str:
     """The server container's name as Compose makes it: <project>-<service>-<index>."""
-    return f"{project_name(lane)}-vllm-dspark-1"
+    return f"{project_name(nodes)}-vllm-dspark-1"
 
 
-def in_checkout(lane: Lane, command: str) -> str:
-    return f"cd {qpath(lane.params.checkout)} && {command}"
+def in_checkout(nodes: LaneNodes, command: str) -> str:
+    return f"cd {qpath(nodes.params.checkout)} && {command}"
 
 
-def launcher_command(lane: Lane, script: str, env: Optional[dict] = None) -> str:
+def launcher_command(nodes: LaneNodes, script: str, env: Optional[dict] = None) -> str:
     """`cd CHECKOUT && K=V ... ./script.sh`, the seed's launcher line."""
-    return in_checkout(lane, f"{env_prefix(env or {'PROJECT_NAME': project_name(lane)})}{q(script)}")
+    return in_checkout(nodes, f"{env_prefix(env or {'PROJECT_NAME': project_name(nodes)})}{q(script)}")
 
 
 @dataclass
@@ -145,7 +145,7 @@ def launcher_result(result: CommandResult) -> LauncherResult:
     return LauncherResult(result.exit_code, outcome, reason, result.stdout, result.duration_s, result.dry_run)
 
 
-def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> LauncherResult:
+def start_lane(nodes: LaneNodes, on_line: Optional[Callable[[str], None]] = None) -> LauncherResult:
     """Seed 000 "Launch": the launcher from the head, bounded by its own wait (WAIT_ATTEMPTS x WAIT_SECONDS) plus a
     margin.
 
@@ -155,7 +155,7 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
     Readiness is followed as it happens too: lanebook polls /v1/models itself, shows the moment the server
     lists the lane's model and records it (`ready_seen_at`); the launcher's own poll confirms it later.
     """
-    launcher = lane.params.launcher
+    launcher = nodes.params.launcher
     bound = launcher.wait_budget_s + LAUNCH_MARGIN_S
     shown, started = Progress("launcher", bound), time.monotonic()
 
@@ -168,16 +168,18 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
     def seen(_: float) -> None:
         shown.update(
             time.monotonic() - started,
-            f"server ready: /v1/models lists {lane.params.served_model_name} (the launcher confirms at its next poll)",
+            f"server ready: /v1/models lists {nodes.params.served_model_name} (the launcher confirms at its next poll)",
         )
 
     watch = (
-        None if lane.executor.dry_run else ReadinessWatch(lane.params.api, lane.params.served_model_name, on_seen=seen)
+        None
+        if nodes.executor.dry_run
+        else ReadinessWatch(nodes.params.api, nodes.params.served_model_name, on_seen=seen)
     )
     try:
         with watch or nullcontext():
-            result = lane.head.run(
-                launcher_command(lane, launcher.start, dict(launcher.env)),
+            result = nodes.head.run(
+                launcher_command(nodes, launcher.start, dict(launcher.env)),
                 check=False,
                 pty=True,
                 timeout=bound,
@@ -191,34 +193,36 @@ def start_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> L
     return outcome
 
 
-def run_status_script(lane: Lane) -> LauncherResult:
+def run_status_script(nodes: LaneNodes) -> LauncherResult:
     """The checkout's status script, from the head. The recipe's script shows and does not judge: it exits 0 whether
     the lane is up or down (every probe ends `|| true`), 1 or 2 only when it refuses its configuration; so the lane's
     state is what lanebook observes (containers, API), never this exit code."""
-    return launcher_result(lane.head.run(launcher_command(lane, lane.params.launcher.status), check=False, timeout=60))
+    return launcher_result(
+        nodes.head.run(launcher_command(nodes, nodes.params.launcher.status), check=False, timeout=60)
+    )
 
 
 # --- the lane's containers ------------------------------------------------------------------------
 
 
-def _running_names(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
-    return {alias: r.stdout.split() for alias, r in lane.each("docker ps --format '{{.Names}}'", nodes).items()}
+def _running_names(nodes: LaneNodes, only: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
+    return {alias: r.stdout.split() for alias, r in nodes.each("docker ps --format '{{.Names}}'", only).items()}
 
 
-def _ours(lane: Lane, names: list[str]) -> list[str]:
+def _ours(nodes: LaneNodes, names: list[str]) -> list[str]:
     """The names that belong to this lane's Compose project."""
-    prefix = project_name(lane) + "-"
+    prefix = project_name(nodes) + "-"
     return [n for n in names if n.startswith(prefix)]
 
 
-def running_containers(lane: Lane, nodes: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
-    """Names of this lane's running containers (its Compose project's), per node."""
-    return {alias: _ours(lane, names) for alias, names in _running_names(lane, nodes).items()}
+def running_containers(nodes: LaneNodes, only: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
+    """Names of this lane's running containers (its Compose project's), per node (every node, or `only` these)."""
+    return {alias: _ours(nodes, names) for alias, names in _running_names(nodes, only).items()}
 
 
-def vllm_containers(lane: Lane) -> dict[str, list[str]]:
+def vllm_containers(nodes: LaneNodes) -> dict[str, list[str]]:
     """Every running vLLM container, any lane's, per node (memory is never cleaned under one)."""
-    return {alias: [n for n in names if "vllm" in n] for alias, names in _running_names(lane).items()}
+    return {alias: [n for n in names if "vllm" in n] for alias, names in _running_names(nodes).items()}
 
 
 @dataclass
@@ -251,10 +255,10 @@ def occupancy_of(names: Mapping[str, list[str]], mine: str, also: Iterable[str] 
     )
 
 
-def pair_occupancy(lane: Lane, also: Iterable[Lane] = ()) -> PairOccupancy:
+def pair_occupancy(nodes: LaneNodes, also: Iterable[LaneNodes] = ()) -> PairOccupancy:
     """One `docker ps` per node: both lanes want the whole pair, so only one may serve at a time (seed 003).
     The containers of the lanes in `also` are neither this lane's nor another's (rollback: its rollback lane)."""
-    return occupancy_of(_running_names(lane), project_name(lane) + "-", [project_name(o) + "-" for o in also])
+    return occupancy_of(_running_names(nodes), project_name(nodes) + "-", [project_name(o) + "-" for o in also])
 
 
 # --- the lane's state, as its containers and its API show it -------------------------------------
@@ -314,8 +318,8 @@ class LaneContainers:
         return "; ".join(f"{alias}: {', '.join(names) or 'none'}" for alias, names in self.running.items())
 
 
-def lane_containers(lane: Lane) -> LaneContainers:
-    return LaneContainers(running_containers(lane), lane.head.alias, lane.executor.dry_run)
+def lane_containers(nodes: LaneNodes) -> LaneContainers:
+    return LaneContainers(running_containers(nodes), nodes.head.alias, nodes.executor.dry_run)
 
 
 @dataclass
@@ -331,12 +335,12 @@ class ApiAnswer:
         return [str(m.get("id")) for m in self.models or []]
 
 
-def ask_api(lane: Lane, timeout_s: float = 5.0) -> ApiAnswer:
+def ask_api(nodes: LaneNodes, timeout_s: float = 5.0) -> ApiAnswer:
     """One short look at /health, then /v1/models (any model, so what else serves is seen), from this machine.
 
     Short: status reports what it finds and does not wait for a booting server. A dry run only records both.
     """
-    api, executor = lane.params.api, lane.executor
+    api, executor = nodes.params.api, nodes.executor
     try:
         wait_health(api, timeout_s, 1.0, executor=executor)
     except LanebookError as exc:
@@ -367,21 +371,21 @@ class StopResult:
         return self.launcher.summary() + (f"; still running: {left}" if left else "")
 
 
-def stop_lane(lane: Lane, on_line: Optional[Callable[[str], None]] = None) -> StopResult:
+def stop_lane(nodes: LaneNodes, on_line: Optional[Callable[[str], None]] = None) -> StopResult:
     """Seed 000 "stop": the stop script from the head, then a look for containers left behind on any node."""
-    result = lane.head.run(
-        launcher_command(lane, lane.params.launcher.stop), check=False, pty=True, timeout=300, on_line=on_line
+    result = nodes.head.run(
+        launcher_command(nodes, nodes.params.launcher.stop), check=False, pty=True, timeout=300, on_line=on_line
     )
-    return StopResult(launcher_result(result), running_containers(lane))
+    return StopResult(launcher_result(result), running_containers(nodes))
 
 
-def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
+def stop_orphaned_workers(nodes: LaneNodes) -> dict[str, list[str]]:
     """Pitfall 16: when the head died mid-TP, bring down the lane's compose project on workers still running it."""
     stopped = {}
-    for alias, names in running_containers(lane, lane.workers).items():
+    for alias, names in running_containers(nodes, nodes.workers).items():
         if names:
-            compose = f"docker compose -p {q(project_name(lane))} --env-file {ENV_FILE} -f {COMPOSE_FILE} down"
-            lane.node(alias).run(in_checkout(lane, compose), pty=True, timeout=300)
+            compose = f"docker compose -p {q(project_name(nodes))} --env-file {ENV_FILE} -f {COMPOSE_FILE} down"
+            nodes.node(alias).run(in_checkout(nodes, compose), pty=True, timeout=300)
             stopped[alias] = names
     return stopped
 
@@ -392,7 +396,7 @@ def stop_orphaned_workers(lane: Lane) -> dict[str, list[str]]:
 def start_step(
     rb: "Runbook",
     *,
-    target: Optional[Lane] = None,
+    target: Optional[LaneNodes] = None,
     what: str = "launcher reports the lane up",
     skip_because: Optional[str] = None,
     skipped: Optional[str] = None,
@@ -409,7 +413,7 @@ def start_step(
         return None
     if confirm is not None:
         rb.confirm(confirm)
-    started = start_lane(rb.lane if target is None else target)
+    started = start_lane(rb.nodes if target is None else target)
     rb.record(launcher_outcome=started.outcome)
     if timing:
         rb.record(seen_ready_before_launcher_exit_s=started.seen_ready_before_exit_s)
@@ -420,7 +424,7 @@ def start_step(
 def containers_step(rb: "Runbook") -> str:
     """The status runbook's containers step: no orphaned worker (P16), no head without its workers, and a lane
     the lane's state."""
-    containers = lane_containers(rb.lane)
+    containers = lane_containers(rb.nodes)
     state = containers.state
     rb.record(state=state, containers=containers.running)
     rb.expect(
@@ -444,7 +448,7 @@ def status_api_step(rb: "Runbook", state: str) -> None:
     if state == LANE_DOWN:
         rb.skip("the API answers with the lane's model", "the lane is cleanly down")
         return
-    api = ask_api(rb.lane)
+    api = ask_api(rb.nodes)
     rb.record(models=api.model_ids)
     rb.expect(
         api.healthy is True,
@@ -464,17 +468,20 @@ def startup_log_step(rb: "Runbook", *, skip_because: Optional[str] = None) -> Op
     if skip_because is not None:
         rb.skip("the startup log is clean", skip_because)
         return None
-    expectations, kv = check_startup_log(rb.lane.head, container_name(rb.lane), rb.params.gates)
+    expectations, kv = check_startup_log(rb.nodes.head, container_name(rb.nodes), rb.params.gates)
     rb.record(kv_cache_tokens=kv)
     rb.expect(expectations)
     return kv
 
 
 def live_command_step(
-    rb: "Runbook", *, target: Optional[Lane] = None, what: str = "the live command carries every value the lane sets"
+    rb: "Runbook",
+    *,
+    target: Optional[LaneNodes] = None,
+    what: str = "the live command carries every value the lane sets",
 ) -> None:
     """The head's live `vllm serve` command carries every value the runbook's lane (or `target`) sets; each one it
     does not carry is named with both values."""
-    lane = rb.lane if target is None else target
-    mismatches = live_mismatches(lane.params, live_command(lane.head, container_name(lane)))
+    nodes = rb.nodes if target is None else target
+    mismatches = live_mismatches(nodes.params, live_command(nodes.head, container_name(nodes)))
     rb.expect(not mismatches, what=what, detail="; ".join(map(str, mismatches)))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
-from lanebook.nodes.ssh import Lane, Node, NodeError, q
+from lanebook.nodes.ssh import LaneNodes, Node, NodeError, q
 from lanebook.ops.launcher import vllm_containers
 
 if TYPE_CHECKING:
@@ -31,15 +31,15 @@ CLEANED = "no stale SHM segment left on any node, free memory read back"
 UNITS_MASKED = "no legacy unit active: each inactive and masked on every node"
 
 
-def _on_every_node(lane: Lane, observe: Callable[[Node], NodeResult], *, what: str) -> ExpectedResult:
+def _on_every_node(nodes: LaneNodes, observe: Callable[[Node], NodeResult], *, what: str) -> ExpectedResult:
     """`observe` on every node; a node that cannot be reached fails its part without stopping the others."""
     found = {}
-    for node in lane.nodes:
+    for node in nodes:
         try:
             found[node.alias] = observe(node)
         except NodeError as exc:
             found[node.alias] = NodeResult(False, str(exc))
-    return ExpectedResult.on_nodes(found, what=what, dry_run=lane.executor.dry_run)
+    return ExpectedResult.on_nodes(found, what=what, dry_run=nodes.executor.dry_run)
 
 
 def cleanup_command() -> str:
@@ -124,7 +124,7 @@ def _cleaned_node(node: Node) -> NodeResult:
     )
 
 
-def clean_memory(lane: Lane) -> ExpectedResult:
+def clean_memory(nodes: LaneNodes) -> ExpectedResult:
     """Clean /dev/shm and drop the page cache on every node, then look: is every segment gone, how much is free?
 
     Refuses while any vLLM container runs on a node (this lane's or another's): pulling SHM from
@@ -132,18 +132,18 @@ def clean_memory(lane: Lane) -> ExpectedResult:
     running, are the lane's stale segments; a node passes when none of them is left, the cleanup
     exited 0 and its free memory was read back.
     """
-    busy = {alias: names for alias, names in vllm_containers(lane).items() if names}
+    busy = {alias: names for alias, names in vllm_containers(nodes).items() if names}
     if busy:
         where = "; ".join(f"{alias}: {', '.join(names)}" for alias, names in busy.items())
         raise NodeError(
             f"not cleaning memory while a vLLM server runs on the pair ({where}): "
             "stop that lane first (run `stop` with its --lane)"
         )
-    return _on_every_node(lane, _cleaned_node, what=CLEANED)
+    return _on_every_node(nodes, _cleaned_node, what=CLEANED)
 
 
 def check_sticky_uma(
-    lane: Lane, *, min_free_gib: Optional[float] = None, what: str = "enough free memory on every node"
+    nodes: LaneNodes, *, min_free_gib: Optional[float] = None, what: str = "enough free memory on every node"
 ) -> ExpectedResult:
     """Is enough memory free on every node for vLLM to start?
 
@@ -151,7 +151,7 @@ def check_sticky_uma(
     unified memory a stopped lane can leave that held as cache until it is dropped. Without
     `min_free_gib` the need is derived from the lane's GPU_MEMORY_UTILIZATION.
     """
-    utilization = float(lane.params.env.get("GPU_MEMORY_UTILIZATION", VLLM_DEFAULT_UTILIZATION))
+    utilization = float(nodes.params.env.get("GPU_MEMORY_UTILIZATION", VLLM_DEFAULT_UTILIZATION))
 
     def observe(node: Node) -> NodeResult:
         figures = memory_figures(node)
@@ -169,7 +169,7 @@ def check_sticky_uma(
             },
         )
 
-    return _on_every_node(lane, observe, what=what)
+    return _on_every_node(nodes, observe, what=what)
 
 
 # --- legacy units -------------------------------------------------------------------------------
@@ -229,20 +229,20 @@ def _masked_node(node: Node, units: list[str]) -> NodeResult:
     )
 
 
-def mask_legacy_units(lane: Lane) -> ExpectedResult:
+def mask_legacy_units(nodes: LaneNodes) -> ExpectedResult:
     """`systemctl mask --now` the lane's legacy units on every node (pitfall 13), then read their states back.
 
     A node passes when every unit is inactive and masked. Units a node does not have are masked too
     (systemctl masks any name): masking only has to guarantee they cannot start.
     """
-    units = list(lane.params.legacy_units)
+    units = list(nodes.params.legacy_units)
     if not units:
         return ExpectedResult.on_nodes(
-            {node.alias: NodeResult(True, "the lane names no legacy units") for node in lane.nodes},
+            {node.alias: NodeResult(True, "the lane names no legacy units") for node in nodes},
             what=UNITS_MASKED,
-            dry_run=lane.executor.dry_run,
+            dry_run=nodes.executor.dry_run,
         )
-    return _on_every_node(lane, lambda node: _masked_node(node, units), what=UNITS_MASKED)
+    return _on_every_node(nodes, lambda node: _masked_node(node, units), what=UNITS_MASKED)
 
 
 # --- runbook steps (each takes the runbook: it confirms, records and checks) --------------------------------
@@ -256,7 +256,7 @@ def clean_step(rb: "Runbook", *, skip_because: Optional[str] = None, confirm: Op
         return
     if confirm is not None:
         rb.confirm(confirm)
-    cleaned = clean_memory(rb.lane)
+    cleaned = clean_memory(rb.nodes)
     rb.record(free_gib_after_cleanup=cleaned.figure("free_gib"))
     rb.expect(cleaned)
 
@@ -265,7 +265,7 @@ def free_memory_step(
     rb: "Runbook",
     *,
     what: str,
-    target: Optional[Lane] = None,
+    target: Optional[LaneNodes] = None,
     skip_because: Optional[str] = None,
     min_free_gib: Optional[float] = None,
 ) -> None:
@@ -274,6 +274,6 @@ def free_memory_step(
     if skip_because is not None:
         rb.skip(what, skip_because)
         return
-    free = check_sticky_uma(rb.lane if target is None else target, min_free_gib=min_free_gib, what=what)
+    free = check_sticky_uma(rb.nodes if target is None else target, min_free_gib=min_free_gib, what=what)
     rb.record(free_gib=free.figure("free_gib"))
     rb.expect(free)

@@ -17,7 +17,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.progress import Progress
 from lanebook.nodes.http import WaitProgress, direct_client, wait_for
 from lanebook.nodes.prometheus import server_root
-from lanebook.nodes.ssh import Executor, Lane
+from lanebook.nodes.ssh import Executor, LaneNodes
 
 
 def _wait(
@@ -105,16 +105,16 @@ def wait_models(
 
 
 def wait_lane_ready(
-    lane: Lane,
+    nodes: LaneNodes,
     timeout_s: Optional[float] = None,
     interval_s: float = 5.0,
     progress: Optional[Callable[[WaitProgress], None]] = None,
 ) -> Optional[list[dict]]:
     """/health then /v1/models listing the lane's served model, within the launcher's wait budget by default."""
-    bound = timeout_s if timeout_s is not None else float(lane.params.launcher.wait_budget_s)
-    api, executor = lane.params.api, lane.executor
+    bound = timeout_s if timeout_s is not None else float(nodes.params.launcher.wait_budget_s)
+    api, executor = nodes.params.api, nodes.executor
     wait_health(api, bound, interval_s, progress, executor)
-    return wait_models(api, lane.params.served_model_name, bound, interval_s, progress, executor)
+    return wait_models(api, nodes.params.served_model_name, bound, interval_s, progress, executor)
 
 
 class ReadinessWatch:

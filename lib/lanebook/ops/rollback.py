@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, load_lane
-from lanebook.nodes.ssh import Lane, Node, NodeError, qpath
+from lanebook.nodes.ssh import LaneNodes, Node, NodeError, qpath
 from lanebook.ops import launcher, memory
 from lanebook.ops.transfers import checkout_ok
 from lanebook.ops.weights import check_weights
@@ -35,11 +35,11 @@ PARTS = ("checkout", "weights")
 PROBE_TIMEOUT_S = 600.0
 
 
-def rollback_target(lane: LaneParams) -> LaneParams:
+def rollback_target(params: LaneParams) -> LaneParams:
     """The lane this lane rolls back to (its `rollback:`), loaded and validated."""
-    if not lane.rollback:
-        raise LanebookError(f"lane {lane.name} names no rollback lane (rollback: null in its lane file)")
-    return load_lane(lane.rollback)
+    if not params.rollback:
+        raise LanebookError(f"lane {params.name} names no rollback lane (rollback: null in its lane file)")
+    return load_lane(params.rollback)
 
 
 def pair_differences(current: LaneParams, target: LaneParams) -> list[str]:
@@ -47,8 +47,8 @@ def pair_differences(current: LaneParams, target: LaneParams) -> list[str]:
     on nodes this lane holds. Every node the rollback lane names must be this lane's, the same; a node only this
     lane has (a four-Spark lane rolling back to its pair) is stopped with it and left idle."""
 
-    def nodes(lane: LaneParams) -> dict[str, tuple]:
-        return {n.alias: (n.role, n.host, n.port, n.roce_ip) for n in lane.nodes}
+    def nodes(params: LaneParams) -> dict[str, tuple]:
+        return {n.alias: (n.role, n.host, n.port, n.roce_ip) for n in params.nodes}
 
     mine, theirs = nodes(current), nodes(target)
     return [
@@ -75,25 +75,25 @@ def probe_trees(node: Node, checkout: str, hub_dir: str) -> Optional[dict]:
     return {part: found[part] for part in PARTS}
 
 
-def fingerprint(lane: Lane) -> dict:
+def fingerprint(nodes: LaneNodes) -> dict:
     """The lane's checkout and hub model dir on every node, fingerprinted in place (fingerprint_probe.py).
 
     {"lane", "checkout", "hub_dir", "observed", "nodes": {alias: {"checkout": TREE, "weights": TREE}}} with
     TREE = {"path", "exists", "sha256", "entries", "bytes", "newest"}: JSON, so it is recorded as a figure as it
     is. A dry run sends the probes and observes nothing ("observed": false, no nodes).
     """
-    params = lane.params
-    nodes: dict[str, dict] = {}
-    for node in lane.nodes:
+    params = nodes.params
+    trees: dict[str, dict] = {}
+    for node in nodes:
         found = probe_trees(node, params.checkout, params.weights.hub_dir)
         if found is not None:
-            nodes[node.alias] = found
+            trees[node.alias] = found
     return {
         "lane": params.name,
         "checkout": params.checkout,
         "hub_dir": params.weights.hub_dir,
-        "observed": not lane.executor.dry_run,
-        "nodes": nodes,
+        "observed": not nodes.executor.dry_run,
+        "nodes": trees,
     }
 
 
@@ -159,12 +159,12 @@ def hermes_changes(current: LaneParams, target: LaneParams) -> list[str]:
     two lanes look the same to Hermes.
     """
 
-    def block(lane: LaneParams) -> dict[str, Any]:
+    def block(params: LaneParams) -> dict[str, Any]:
         return {
-            "api": lane.api,
-            "api_key": lane.hermes.api_key,
-            "context_length": lane.hermes.context_length,
-            "default_model": lane.served_model_name,
+            "api": params.api,
+            "api_key": params.hermes.api_key,
+            "context_length": params.hermes.context_length,
+            "default_model": params.served_model_name,
         }
 
     old, new = block(current), block(target)
@@ -183,7 +183,7 @@ def load_target(rb: "Runbook") -> LaneParams:
         rb.expect(False, what="the lane names a rollback lane that loads", detail=exc, local=True)
 
 
-def ready_step(rb: "Runbook", *, target: Lane) -> None:
+def ready_step(rb: "Runbook", *, target: LaneNodes) -> None:
     """The rollback lane can be launched: what it runs lints clean, its checkout and its weights on every node."""
     name = target.params.name
     # A rollback returns to a lane that ran: how it differs from its own rollback lane (S07) is no reason to stay.
@@ -193,13 +193,13 @@ def ready_step(rb: "Runbook", *, target: Lane) -> None:
     rb.expect(check_weights(target, what=f"{name}'s weights complete on every node"))
 
 
-def pair_step(rb: "Runbook", *, target: Lane) -> bool:
+def pair_step(rb: "Runbook", *, target: LaneNodes) -> bool:
     """Who holds the pair: no other lane than these two, the rollback lane cleanly down or up, and never both
     lanes up. Whether the rollback already happened (the rollback lane up, this one down)."""
     name = target.params.name
-    current, fallback = launcher.lane_containers(rb.lane), launcher.lane_containers(target)
+    current, fallback = launcher.lane_containers(rb.nodes), launcher.lane_containers(target)
     rb.record(state_before=current.state, rollback_state_before=fallback.state)
-    pair = launcher.pair_occupancy(rb.lane, also=[target])
+    pair = launcher.pair_occupancy(rb.nodes, also=[target])
     rb.expect(not pair.other_lane_up, what="no other lane serves on the pair", detail=pair.others_found() or "")
     rb.expect(
         fallback.state in (launcher.LANE_DOWN, launcher.LANE_UP),
@@ -235,19 +235,19 @@ def recorded_step(rb: "Runbook", *, name: str, before: dict, runs: Iterable[dict
     )
 
 
-def stop_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
+def stop_step(rb: "Runbook", *, target: LaneNodes, already: bool) -> None:
     """Stop this lane on every node (its orphaned workers too), unless the rollback lane already took the pair."""
     name = target.params.name
     if already:
         rb.skip(f"{rb.params.name} stopped on every node", f"{name} is already up and {rb.params.name} down")
         return
     rb.confirm(f"stop lane {rb.params.name} on every node and relaunch {name} from {target.params.checkout}")
-    stopped = launcher.stop_lane(rb.lane)
+    stopped = launcher.stop_lane(rb.nodes)
     rb.record(stop_script=stopped.launcher.outcome)
     rb.expect(stopped.launcher.ok, what="the stop script exits 0", detail=stopped.launcher.summary())
-    orphans = launcher.stop_orphaned_workers(rb.lane)
+    orphans = launcher.stop_orphaned_workers(rb.nodes)
     rb.record(orphaned_workers_stopped=orphans)
-    left = launcher.lane_containers(rb.lane)
+    left = launcher.lane_containers(rb.nodes)
     rb.expect(
         not left.left,
         what=f"no container of {rb.params.name} left on any node",
@@ -255,7 +255,7 @@ def stop_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
     )
 
 
-def clean_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
+def clean_step(rb: "Runbook", *, target: LaneNodes, already: bool) -> None:
     """Clean memory on every node and check there is enough free for the rollback lane (P04), unless it serves."""
     name = target.params.name
     memory.clean_step(rb, skip_because=f"{name} is up" if already else None)
@@ -263,7 +263,7 @@ def clean_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
         memory.free_memory_step(rb, target=target, what=f"enough free memory on every node for {name}")
 
 
-def relaunch_step(rb: "Runbook", *, target: Lane, already: bool) -> None:
+def relaunch_step(rb: "Runbook", *, target: LaneNodes, already: bool) -> None:
     """The rollback runbook's relaunch step: no legacy unit active, the rollback lane launched from its own checkout
     (verified instead when it already serves), up on every node, and its live command carrying every value its lane file
     sets."""

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Optional
 
 from lanebook.base.checks import ExpectedResult, NodeResult
 from lanebook.base.progress import Progress
-from lanebook.nodes.ssh import CommandFailed, Lane, Node, q, qpath
+from lanebook.nodes.ssh import CommandFailed, LaneNodes, Node, q, qpath
 from lanebook.recipe.compose import COMPOSE_NAME as COMPOSE_FILE
 from lanebook.recipe.render import ENV_NAME as ENV_FILE
 
@@ -39,26 +39,26 @@ def missing_paths(node: Node, paths: Iterable[str]) -> list[str]:
     return _failed_tests(node, [("-e", p) for p in paths])
 
 
-def checkout_files(lane: Lane) -> list[tuple[str, str]]:
+def checkout_files(nodes: LaneNodes) -> list[tuple[str, str]]:
     """What a lane checkout needs on every node: compose file and .env.dspark, launcher scripts executable."""
-    checkout = lane.params.checkout.rstrip("/")
-    launcher = lane.params.launcher
+    checkout = nodes.params.checkout.rstrip("/")
+    launcher = nodes.params.launcher
     scripts = [launcher.start, launcher.status, launcher.stop]
     return [("-f", f"{checkout}/{COMPOSE_FILE}"), ("-f", f"{checkout}/{ENV_FILE}")] + [
         ("-x", f"{checkout}/{s.removeprefix('./')}") for s in scripts
     ]
 
 
-def checkout_ok(lane: Lane, *, what: str = "checkout present on every node") -> ExpectedResult:
+def checkout_ok(nodes: LaneNodes, *, what: str = "checkout present on every node") -> ExpectedResult:
     """The checkout's files on every node; each node's `missing` figure lists what is absent (or not executable)."""
-    tests = checkout_files(lane)
+    tests = checkout_files(nodes)
     found = {}
-    for node in lane.nodes:
+    for node in nodes:
         missing = _failed_tests(node, tests)
         found[node.alias] = NodeResult(
             not missing, f"missing {', '.join(missing)}" if missing else "all present", {"missing": missing}
         )
-    return ExpectedResult.on_nodes(found, what=what, dry_run=lane.executor.dry_run)
+    return ExpectedResult.on_nodes(found, what=what, dry_run=nodes.executor.dry_run)
 
 
 # --- rsync head -> workers over the RoCE link -------------------------------------------------------
@@ -122,7 +122,7 @@ def _remote_path(path: str) -> str:
     return path.removeprefix("~/") if path.startswith("~/") else path
 
 
-def rsync_command(lane: Lane, worker: Node, path: str, bwlimit_kib: Optional[int] = None) -> str:
+def rsync_command(nodes: LaneNodes, worker: Node, path: str, bwlimit_kib: Optional[int] = None) -> str:
     """`rsync -aH --partial --info=stats2 ~/PATH/ [user@]FABRIC_IP:PATH/` (never --delete; --partial resumes)."""
     path = path.rstrip("/")
     user = f"{worker.params.user}@" if worker.params.user else ""
@@ -133,7 +133,7 @@ def rsync_command(lane: Lane, worker: Node, path: str, bwlimit_kib: Optional[int
 
 
 def rsync_to_workers(
-    lane: Lane,
+    nodes: LaneNodes,
     path: str,
     *,
     timeout_s: float = 4 * 3600,
@@ -151,15 +151,15 @@ def rsync_to_workers(
     throttles (KiB/s) when the RoCE link is shared. Progress is shown per worker and attempt (lanebook.base.progress).
     """
     stats = {}
-    targets = lane.workers if workers is None else list(workers)
-    shown = None if lane.executor.dry_run else Progress(f"rsync {path} to workers", len(targets), "worker(s)")
+    targets = nodes.workers if workers is None else list(workers)
+    shown = None if nodes.executor.dry_run else Progress(f"rsync {path} to workers", len(targets), "worker(s)")
     for done, worker in enumerate(targets):
-        command = rsync_command(lane, worker, path, bwlimit_kib)
+        command = rsync_command(nodes, worker, path, bwlimit_kib)
         for attempt in range(1, max(1, attempts) + 1):
             if shown:
                 shown.update(done, f"{worker.alias}: attempt {attempt}/{max(1, attempts)}")
             try:
-                result = lane.head.run(command, pty=True, timeout=timeout_s, on_line=on_line)
+                result = nodes.head.run(command, pty=True, timeout=timeout_s, on_line=on_line)
                 break
             except CommandFailed as exc:
                 if attempt >= attempts or exc.result.exit_code not in RESUMABLE_EXITS:
@@ -194,6 +194,6 @@ def wait_receiver_gone(worker: Node, path: str, within_s: float = 30.0) -> bool:
     return True
 
 
-def sync_checkout(lane: Lane, **kwargs) -> dict[str, RsyncStats]:
+def sync_checkout(nodes: LaneNodes, **kwargs) -> dict[str, RsyncStats]:
     """Seed 000: `rsync -a ~/CHECKOUT/ milo@10.0.0.2:~/CHECKOUT/` after rendering the env on the head."""
-    return rsync_to_workers(lane, lane.params.checkout, **kwargs)
+    return rsync_to_workers(nodes, nodes.params.checkout, **kwargs)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 from lanebook.base.checks import FAIL, ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.nodes.prometheus import PREEMPTIONS, MetricsUnavailable, QueueNotIdle, metrics_url, wait_idle
-from lanebook.nodes.ssh import Executor, Lane
+from lanebook.nodes.ssh import Executor, LaneNodes
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import FATAL_LOG_PATTERNS, scan_fatal
 from lanebook.ops.readiness import wait_health
@@ -363,21 +363,21 @@ async def _send_wave(
     return False
 
 
-def lane_checks(lane: Lane) -> list[ExpectedResult]:
+def lane_checks(nodes: LaneNodes) -> list[ExpectedResult]:
     """After the warmup, is the lane still well: /health 200 (vLLM answers 503 once its engine died), and no fatal
     runtime error (CUDA, NCCL, engine death, preemption) in the server container's log on any node. None is
     fail-open: each is a real lane problem."""
     checks = []
     try:
-        wait_health(lane.params.api, HEALTH_AFTER_S, 2.0, executor=lane.executor)
+        wait_health(nodes.params.api, HEALTH_AFTER_S, 2.0, executor=nodes.executor)
         checks.append(ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", True))
     except LanebookError as exc:
         checks.append(
             ExpectedResult.judged("", "/health answers 200 after the warmup (the engine is alive)", False, str(exc))
         )
-    container = container_name(lane)
+    container = container_name(nodes)
     kinds = ", ".join(FATAL_LOG_PATTERNS)
-    for node in lane.nodes:
+    for node in nodes:
         found = scan_fatal(node, container)
         seen = "; ".join(f"{kind}: {lines[-1].strip()[:200]} ({len(lines)} lines)" for kind, lines in found.items())
         checks.append(
@@ -397,7 +397,7 @@ def post_readiness_step(rb: "Runbook", *, hook: Optional[str] = None) -> None:
     elif hook is not None:
         rb.record(warmed_by="the launcher's post-readiness hook")
         rb.skip("lanebook's own warmup waves", f"the launcher's hook warmed the lane ({hook}); not sent twice")
-        rb.expect(lane_checks(rb.lane))
+        rb.expect(lane_checks(rb.nodes))
     else:
         warm_step(rb, after=lane_checks)
 
@@ -417,14 +417,14 @@ def lane_step(rb: "Runbook") -> None:
     if not enabled:
         rb.skip("the lane is well after the warmup", why)
         return
-    rb.expect(lane_checks(rb.lane))
+    rb.expect(lane_checks(rb.nodes))
 
 
-def warm_step(rb: "Runbook", *, after: Optional[Callable[[Lane], list[ExpectedResult]]] = None) -> None:
+def warm_step(rb: "Runbook", *, after: Optional[Callable[[LaneNodes], list[ExpectedResult]]] = None) -> None:
     """Run the bounded warmup, record its figures, show its table (not in a dry run) and check it, with
     `after(lane)`'s checks of the lane when given."""
-    warmed = run_warmup(rb.params, rb.lane.executor)
+    warmed = run_warmup(rb.params, rb.nodes.executor)
     rb.record(**warmed.figures())
     if not rb.dry_run:
         rb.show(markdown=warmed.table(rb.params.figures_label))
-    rb.expect(warmed.checks() + (after(rb.lane) if after else []))
+    rb.expect(warmed.checks() + (after(rb.nodes) if after else []))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN, ExpectedResult, NodeResult
 from lanebook.lane.params import WeightsParams
-from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, env_prefix, q, qpath
+from lanebook.nodes.ssh import CommandResult, LaneNodes, Node, NodeError, env_prefix, q, qpath
 from lanebook.ops.transfers import RsyncStats, rsync_results, rsync_to_workers
 
 if TYPE_CHECKING:
@@ -91,14 +91,14 @@ def verify_weights(
 
 
 def check_weights(
-    lane: Lane, *, sha256: bool = False, workers: int = 4, what: str = "weights complete on every node"
+    nodes: LaneNodes, *, sha256: bool = False, workers: int = 4, what: str = "weights complete on every node"
 ) -> ExpectedResult:
     """verify_every_node as one node check (launch and rollback ask only: whole on every node?). A node that
     cannot be reached raises its NodeError, which fails the runbook step with its message; a dry run records the
     probes and observes nothing."""
-    reports = verify_every_node(lane, sha256=sha256, workers=workers)
+    reports = verify_every_node(nodes, sha256=sha256, workers=workers)
     return ExpectedResult.on_nodes(
-        {alias: r.node_result() for alias, r in reports.items()}, what=what, dry_run=lane.executor.dry_run
+        {alias: r.node_result() for alias, r in reports.items()}, what=what, dry_run=nodes.executor.dry_run
     )
 
 
@@ -111,30 +111,30 @@ def download_command(weights: WeightsParams) -> str:
 
 
 def download_on_head(
-    lane: Lane, *, timeout_s: float = 12 * 3600, on_line: Optional[Callable[[str], None]] = None
+    nodes: LaneNodes, *, timeout_s: float = 12 * 3600, on_line: Optional[Callable[[str], None]] = None
 ) -> CommandResult:
     """Download on the head only (pitfall 5: never pull ~160 GB over both WANs); workers get it by rsync."""
-    return lane.head.run(download_command(lane.params.weights), pty=True, timeout=timeout_s, on_line=on_line)
+    return nodes.head.run(download_command(nodes.params.weights), pty=True, timeout=timeout_s, on_line=on_line)
 
 
-def sync_to_workers(lane: Lane, **kwargs) -> dict[str, RsyncStats]:
+def sync_to_workers(nodes: LaneNodes, **kwargs) -> dict[str, RsyncStats]:
     """rsync the full hub model dir (blobs + snapshots + refs, links kept) from the head to every worker."""
-    return rsync_to_workers(lane, lane.params.weights.hub_dir, **kwargs)
+    return rsync_to_workers(nodes, nodes.params.weights.hub_dir, **kwargs)
 
 
-def make_hub_parent(lane: Lane, workers: Iterable[Node]) -> None:
+def make_hub_parent(nodes: LaneNodes, workers: Iterable[Node]) -> None:
     """A worker that never held a model (a Spark new to the lane) may have no hub directory, and rsync makes only the
     last component of its destination (exit 11, "mkdir failed"): its parent is made first, as `hf download` makes it
     on the head."""
-    parent = lane.params.weights.hub_dir.rstrip("/").rpartition("/")[0]
-    lane.each(f"mkdir -p {qpath(parent)}", nodes=list(workers))
+    parent = nodes.params.weights.hub_dir.rstrip("/").rpartition("/")[0]
+    nodes.each(f"mkdir -p {qpath(parent)}", only=list(workers))
 
 
-def clean_incomplete_on_workers(lane: Lane, workers: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
+def clean_incomplete_on_workers(nodes: LaneNodes, workers: Optional[Iterable[Node]] = None) -> dict[str, list[str]]:
     """Seed 000: `find $MODEL_DIR -name '*.incomplete' -delete` on the workers only (all, or `workers`);
     returns what was deleted. Never the head: its tree is the source the workers are copied from."""
-    command = f"find {qpath(lane.params.weights.hub_dir)} -name '*.incomplete' -type f -print -delete"
-    chosen = lane.workers if workers is None else [w for w in workers if w.role == "worker"]
+    command = f"find {qpath(nodes.params.weights.hub_dir)} -name '*.incomplete' -type f -print -delete"
+    chosen = nodes.workers if workers is None else [w for w in workers if w.role == "worker"]
     return {w.alias: w.run(command, timeout=300).stdout.splitlines() for w in chosen}
 
 
@@ -145,12 +145,10 @@ def not_incomplete(deleted: dict[str, list[str]]) -> list[str]:
     ]
 
 
-def verify_every_node(lane: Lane, *, sha256: bool = False, workers: int = 4) -> dict[str, WeightsReport]:
+def verify_every_node(nodes: LaneNodes, *, sha256: bool = False, workers: int = 4) -> dict[str, WeightsReport]:
     """verify_weights on each node of the lane, by alias (head first, as the lane lists them): the one way every
     runbook verifies weights."""
-    return {
-        node.alias: verify_weights(node, lane.params.weights, sha256=sha256, workers=workers) for node in lane.nodes
-    }
+    return {node.alias: verify_weights(node, nodes.params.weights, sha256=sha256, workers=workers) for node in nodes}
 
 
 def tree_results(reports: dict[str, WeightsReport]) -> list[ExpectedResult]:
@@ -197,9 +195,9 @@ def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = Fals
     if head.ok:
         rb.skip("the head's tree is whole", f"nothing to download: {head.summary()}")
         return head
-    rb.confirm(f"download {rb.params.weights.repo} on {rb.lane.head.alias} ({head.detail()})")
-    download_on_head(rb.lane)
-    head = verify_weights(rb.lane.head, rb.params.weights, sha256=sha256)
+    rb.confirm(f"download {rb.params.weights.repo} on {rb.nodes.head.alias} ({head.detail()})")
+    download_on_head(rb.nodes)
+    head = verify_weights(rb.nodes.head, rb.params.weights, sha256=sha256)
     rb.expect(
         head.ok,
         what="the head's tree is whole after the download (rerun this runbook to resume a cut one)",
@@ -211,7 +209,7 @@ def ensure_head_whole(rb: "Runbook", head: WeightsReport, *, sha256: bool = Fals
 def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsReport], *, attempts: int) -> dict[str, str]:
     """The weights runbook's sync step: rsync the head's tree once to the workers that need it (workers_to_sync);
     those workers, with why."""
-    to_sync = workers_to_sync(head, {w.alias: before[w.alias] for w in rb.lane.workers})
+    to_sync = workers_to_sync(head, {w.alias: before[w.alias] for w in rb.nodes.workers})
     rb.record(synced=to_sync)
     if not to_sync:
         rb.skip("every worker's tree verifies at the head's revision", "nothing to send: rsync once")
@@ -220,10 +218,10 @@ def sync_step(rb: "Runbook", head: WeightsReport, before: dict[str, WeightsRepor
         f"rsync {rb.params.weights.hub_dir} from the head to {', '.join(to_sync)} "
         "(adds and updates files; never deletes)"
     )
-    fresh = [rb.lane.node(a) for a in to_sync if not before[a].dry_run and before[a].shard_count == 0]
+    fresh = [rb.nodes.node(a) for a in to_sync if not before[a].dry_run and before[a].shard_count == 0]
     if fresh:
-        make_hub_parent(rb.lane, fresh)
-    stats = sync_to_workers(rb.lane, workers=[rb.lane.node(a) for a in to_sync], attempts=attempts)
+        make_hub_parent(rb.nodes, fresh)
+    stats = sync_to_workers(rb.nodes, workers=[rb.nodes.node(a) for a in to_sync], attempts=attempts)
     rb.record(rsync={a: vars(s) for a, s in stats.items()})
     rb.expect(rsync_results(stats, runs=True))
     return to_sync
@@ -236,7 +234,7 @@ def clean_step(rb: "Runbook", to_sync: dict[str, str]) -> None:
         rb.skip("no *.incomplete on any worker", "every worker's tree verified: it holds none")
         return
     rb.confirm(f"delete *.incomplete files under {rb.params.weights.hub_dir} on {', '.join(to_sync)}")
-    deleted = clean_incomplete_on_workers(rb.lane, [rb.lane.node(a) for a in to_sync])
+    deleted = clean_incomplete_on_workers(rb.nodes, [rb.nodes.node(a) for a in to_sync])
     rb.record(deleted_incomplete={a: len(paths) for a, paths in deleted.items()})
     rb.expect(
         not not_incomplete(deleted),

@@ -106,7 +106,7 @@ class Imported:
 
     name: str
     text: str
-    lane: LaneParams
+    params: LaneParams
     unexpressed: list[Unexpressed] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -376,14 +376,14 @@ def import_lane(
         parent.yaml_add_eol_comment(where, path[-1])
     text = _dump(doc)
     try:
-        lane = LaneParams.model_validate(YAML(typ="safe").load(text))
+        params = LaneParams.model_validate(YAML(typ="safe").load(text))
     except Exception as exc:  # noqa: BLE001 - a value the checkout holds that a lane refuses: one clear line
         raise LaneError(f"the checkout's values do not make a valid lane: {exc}".splitlines()[0]) from None
     header = (
         f"# Lane {name}: imported by `lanebook lane import` from {source}.\n"
         "# Each comment says the file:line the value came from.\n"
     )
-    return Imported(name, header + text, lane, b.unexpressed, b.notes)
+    return Imported(name, header + text, params, b.unexpressed, b.notes)
 
 
 def _dump(doc: CommentedMap) -> str:
@@ -415,7 +415,7 @@ def _changed_lines(name: str, old: str, new: str, why: str) -> list[Unexpressed]
 def round_trip(lane_file: Path, files: CheckoutFiles) -> list[Unexpressed]:
     """Render the lane file, loaded as a command loads it, into a copy of the checkout's files (the one renderer),
     and list every line of `.env.dspark` and the compose file whose bytes it would change."""
-    lane = load_lane(lane_file)
+    params = load_lane(lane_file)
     changed: list[Unexpressed] = []
     with tempfile.TemporaryDirectory(prefix="lanebook-import-") as tmp:
         copy = Path(tmp)
@@ -425,7 +425,7 @@ def round_trip(lane_file: Path, files: CheckoutFiles) -> list[Unexpressed]:
                 target = copy / f.name[len(files.compose.name) - len(COMPOSE_NAME) :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(f.text.encode())
-        render_checkout(lane, copy)
+        render_checkout(params, copy)
         for name, file, why in (
             (ENV_NAME, files.env, "the lane's env value is written differently"),
             (COMPOSE_NAME, files.compose, "the lane model says this line in its own form"),
@@ -434,7 +434,7 @@ def round_trip(lane_file: Path, files: CheckoutFiles) -> list[Unexpressed]:
             new = (copy / name).read_text() if (copy / name).exists() else ""
             if new != old:
                 what = why
-                if name == COMPOSE_NAME and speculative_config_line(lane) in new:
+                if name == COMPOSE_NAME and speculative_config_line(params) in new:
                     what = (
                         "the lane writes SPECULATIVE_CONFIG in one form (draft method literal, K from MTP_NUM_TOKENS)"
                     )

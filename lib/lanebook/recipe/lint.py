@@ -107,10 +107,10 @@ class AgainstRollback:
     allowed: bool = False
 
 
-def against_rollback(lane: LaneParams, doc: Optional[CommentedMap], file: str, allowed: bool) -> AgainstRollback:
+def against_rollback(params: LaneParams, doc: Optional[CommentedMap], file: str, allowed: bool) -> AgainstRollback:
     where = Location(file, _line(doc, "rollback"))
     try:
-        return AgainstRollback(where, change_from_rollback(lane), allowed=allowed)
+        return AgainstRollback(where, change_from_rollback(params), allowed=allowed)
     except LaneError as exc:
         return AgainstRollback(where, problem=str(exc), allowed=allowed)
 
@@ -126,7 +126,7 @@ class LintInput:
     nodes: Optional[int] = None  # a lane's node count (files: compose's --nnodes)
     mismatches: list[tuple[Mismatch, str]] = field(default_factory=list)  # lane values not run, with what fixes each
     rollback: Optional[AgainstRollback] = None  # a lane's: it against its rollback lane
-    lane: Optional[LaneParams] = None  # the lane linted (its nodes and launcher), None for files alone
+    params: Optional[LaneParams] = None  # the lane linted (its nodes and launcher), None for files alone
     lane_file: str = ""  # where the lane's own keys are named
     lane_doc: Optional[CommentedMap] = None
 
@@ -286,15 +286,15 @@ def lint_env_and_compose(
     return LintReport(findings, _linted(files, "given file"), notice=eff.notice)
 
 
-def _lane_source(lane: LaneParams, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
+def _lane_source(params: LaneParams, source: str | Path | None) -> tuple[str, Optional[CommentedMap]]:
     """The lane's file and its round-trip document, when the lane is exactly what that file holds."""
     try:
-        path = Path(source) if source else lane_path(lane.name)
-        same = load_lane(path).model_dump() == lane.model_dump()  # the values, wherever each was loaded from
+        path = Path(source) if source else lane_path(params.name)
+        same = load_lane(path).model_dump() == params.model_dump()  # the values, wherever each was loaded from
     except LaneError:
-        return f"lane {lane.name} (not from a lane file)", None
+        return f"lane {params.name} (not from a lane file)", None
     if not same:
-        return f"lane {lane.name} (in memory, differs from {path})", None
+        return f"lane {params.name} (in memory, differs from {path})", None
     return str(path), _load_yaml(path)
 
 
@@ -326,17 +326,18 @@ def _fixes(mismatches: list[Mismatch], plan: Optional[RenderPlan], why_not: str)
         if key in RANK_FLAGS.values():
             fix = (
                 f"`lanebook env render` cannot change this: the compose command writes {key} "
-                f"{mismatch.running.value} literally (the recipe's two-node shape); a lane of {mismatch.lane} nodes "
+                f"{mismatch.running.value} literally (the recipe's two-node shape); "
+                f"a lane of {mismatch.lane_value} nodes "
                 f"runs a checkout whose compose reads {key} ${{{_rank_key(key)}}}"
                 if not mismatch.running.from_env
-                else f"set the lane's {_rank_key(key)} to its node count, {mismatch.lane}"
+                else f"set the lane's {_rank_key(key)} to its node count, {mismatch.lane_value}"
             )
         elif key in unresolved:
             fix = "`lanebook env render` cannot change this: edit the line that wins"
         elif key.startswith("speculative."):
             fix = "`lanebook env render` rewrites the SPECULATIVE_CONFIG line from the lane"
         elif key == KV_DTYPE_KEY:
-            fix = f"`lanebook env render` writes the compose command's {KV_DTYPE_FLAG} {mismatch.lane}"
+            fix = f"`lanebook env render` writes the compose command's {KV_DTYPE_FLAG} {mismatch.lane_value}"
         elif key in written:
             fix = f"`lanebook env render` writes {written[key]}={plan.effective.setting(key).value}"
         else:
@@ -350,7 +351,7 @@ def _rank_key(flag: str) -> str:
 
 
 def lint_checkout_files(
-    lane: LaneParams,
+    params: LaneParams,
     files: CheckoutFiles,
     source: str | Path | None = None,
     origin: str = "local checkout",
@@ -362,9 +363,9 @@ def lint_checkout_files(
     render` would write (or that it cannot fix it); a checkout with no .env.dspark yet is linted as render would leave
     it. ALLOW_RUNTIME_AND_WEIGHTS: the operator allowed a lane that changes both against its rollback lane (S07
     warns)."""
-    file, doc = _lane_source(lane, source)
+    file, doc = _lane_source(params, source)
     try:
-        plan, why_not = plan_render(lane, files), ""
+        plan, why_not = plan_render(params, files), ""
     except LanebookError as exc:  # a compose file render cannot patch: lint still reports what it runs
         plan, why_not = None, str(exc)
     findings: list[Finding] = []
@@ -385,12 +386,12 @@ def lint_checkout_files(
         eff = plan.effective
     inp = LintInput(
         eff,
-        block_size=lane.speculative.drafter_block_size,
+        block_size=params.speculative.drafter_block_size,
         clients=_clients(doc, file),
-        nodes=len(lane.nodes),
-        mismatches=_fixes(lane_mismatches(lane, eff) + rank_mismatches(lane, eff), plan, why_not),
-        rollback=against_rollback(lane, doc, file, allow_runtime_and_weights),
-        lane=lane,
+        nodes=len(params.nodes),
+        mismatches=_fixes(lane_mismatches(params, eff) + rank_mismatches(params, eff), plan, why_not),
+        rollback=against_rollback(params, doc, file, allow_runtime_and_weights),
+        params=params,
         lane_file=file,
         lane_doc=doc,
     )
@@ -415,12 +416,12 @@ def _map_back(old_lines: list[str], new_lines: list[str]) -> Callable[[int], int
 FOUR_NODE_REFERENCE = "reference checkout, four-node shape"
 
 
-def reference_for(lane: LaneParams) -> tuple[CheckoutFiles, str]:
+def reference_for(params: LaneParams) -> tuple[CheckoutFiles, str]:
     """lanebook's reference checkout for LANE, and how a report names it: the recipe's current shape; for a lane of
     the four-node shape (lane.params.RANK_KEYS) the same files with the compose command reading
     --tensor-parallel-size ${TP_SIZE} and --nnodes ${NNODES}, as such a checkout's compose does."""
     reference = CheckoutFiles.read(REFERENCE)
-    if not lane.rank_shaped:
+    if not params.rank_shaped:
         return reference, "reference checkout"
     text = reference.compose.text
     for key, flag in RANK_FLAGS.items():  # the recipe writes them literally; the four-node shape reads the env file
@@ -429,15 +430,15 @@ def reference_for(lane: LaneParams) -> tuple[CheckoutFiles, str]:
 
 
 def lint_lane_on_reference(
-    lane: LaneParams, source: str | Path | None = None, *, allow_runtime_and_weights: bool = False
+    params: LaneParams, source: str | Path | None = None, *, allow_runtime_and_weights: bool = False
 ) -> LintReport:
     """Lint a lane without connecting anywhere: its values rendered into lanebook's reference checkout.
 
     Findings on a value the lane sets name its line in the lane file (SOURCE, default params/NAME.yaml); the
     rest name the reference files' own lines."""
-    file, doc = _lane_source(lane, source)
-    reference, shape = reference_for(lane)
-    plan = plan_render(lane, reference)
+    file, doc = _lane_source(params, source)
+    reference, shape = reference_for(params)
+    plan = plan_render(params, reference)
     example = reference.example
     keys = {e.line: e.key for e in parse_env_text(plan.env)}
     env_back = _map_back(example.text.splitlines(), plan.env.splitlines())
@@ -445,8 +446,8 @@ def lint_lane_on_reference(
     def env_at(line: int) -> Location:
         key = keys.get(line)
         lane_key = plan.carries.get(key, key) if key else None
-        if line == 0 or lane_key in lane.env:
-            return Location(file, _line(doc, "env", lane_key) if lane_key in lane.env else _line(doc, "env"))
+        if line == 0 or lane_key in params.env:
+            return Location(file, _line(doc, "env", lane_key) if lane_key in params.env else _line(doc, "env"))
         return Location(example.name, env_back(line))
 
     compose_back = _map_back(reference.compose.text.splitlines(), plan.compose.splitlines())
@@ -457,33 +458,34 @@ def lint_lane_on_reference(
         env=TextFile(example.name, plan.env, env_at),
     )
     eff = Effective(files)
-    schedule = lane.speculative.schedule
+    schedule = params.speculative.schedule
     mtp = Location(file, _line(doc, "env", "MTP_NUM_TOKENS"))
     inp = LintInput(
         eff,
-        block_size=lane.speculative.drafter_block_size,
+        block_size=params.speculative.drafter_block_size,
         lane_speculative=Speculative(
             Location(file, _line(doc, "speculative")),
-            lane.num_speculative_tokens,
+            params.num_speculative_tokens,
             mtp,
             None if schedule is None else [list(r) for r in schedule],
             Location(file, _line(doc, "speculative", "schedule")),
         ),
         clients=_clients(doc, file),
-        nodes=len(lane.nodes),
+        nodes=len(params.nodes),
         mismatches=[
             (m, "`lanebook env render` cannot change this on a checkout of this shape")
-            for m in lane_mismatches(lane, eff) + rank_mismatches(lane, eff)
+            for m in lane_mismatches(params, eff) + rank_mismatches(params, eff)
         ],
-        rollback=against_rollback(lane, doc, file, allow_runtime_and_weights),
-        lane=lane,
+        rollback=against_rollback(params, doc, file, allow_runtime_and_weights),
+        params=params,
         lane_file=file,
         lane_doc=doc,
     )
     linted = [Linted(file, "lane file"), Linted(reference.compose.name, shape), Linted(example.name, shape)]
     note = (
-        f"the lane's own launcher scripts ({lane.launcher.start}, {lane.launcher.status}, {lane.launcher.stop}) are "
-        "in no reference: what they export to each rank is checked only against its checkout"
+        f"the lane's own launcher scripts ({params.launcher.start}, {params.launcher.status}, "
+        f"{params.launcher.stop}) are in no reference: what they export to each rank is checked only against "
+        "its checkout"
         if shape == FOUR_NODE_REFERENCE
         else ""
     )
@@ -491,7 +493,7 @@ def lint_lane_on_reference(
 
 
 def lint_what_lane_runs(
-    lane: LaneParams,
+    params: LaneParams,
     checkout: str | Path | None = None,
     *,
     dry_run: bool = False,
@@ -505,19 +507,19 @@ def lint_what_lane_runs(
     says why."""
     allowed = {"allow_runtime_and_weights": allow_runtime_and_weights}
     if checkout is not None:
-        return lint_checkout_files(lane, CheckoutFiles.read(checkout), source, "local checkout", **allowed)
+        return lint_checkout_files(params, CheckoutFiles.read(checkout), source, "local checkout", **allowed)
     if dry_run:
         reason = "dry run: no connection opened"
     else:
-        from lanebook.nodes.ssh import Lane as Connected
+        from lanebook.nodes.ssh import LaneNodes as Connected
 
         try:
-            with Connected(lane) as connected:
-                files = CheckoutFiles.fetch(connected.head, lane.checkout)
-            return lint_checkout_files(lane, files, source, "head over ssh", **allowed)
+            with Connected(params) as connected:
+                files = CheckoutFiles.fetch(connected.head, params.checkout)
+            return lint_checkout_files(params, files, source, "head over ssh", **allowed)
         except LanebookError as exc:  # unreachable, no checkout there, or the twin is down
             reason = f"the head's checkout could not be read: {exc}"
-    report = lint_lane_on_reference(lane, source, **allowed)
+    report = lint_lane_on_reference(params, source, **allowed)
     report.note = "; ".join(
         part
         for part in (f"{reason}; linted the lane file against lanebook's reference checkout instead", report.note)

@@ -206,7 +206,7 @@ def check_loopback(inp: "LintInput") -> Iterator[Hit]:
 
 def serves_keyed(inp: "LintInput") -> bool:
     """Whether the lane serves with an API key: its file's auth:, or a key variable the env file sets."""
-    if inp.lane is not None and inp.lane.keyed:
+    if inp.params is not None and inp.params.keyed:
         return True
     return any((setting := inp.env(v)) is not None and (setting.value or "").strip() for v in KEY_VARIABLES)
 
@@ -225,16 +225,16 @@ def check_api_key(inp: "LintInput") -> Iterator[Hit]:
             yield Hit(where, f'{path} is "none": Hermes needs api_key: no-key-required for a keyless server')
         elif keyed and keyless and not key_envs:
             yield Hit(where, f"{path} is {value!r} but the lane serves with an API key: every Hermes request gets 401")
-    lane = inp.lane
+    params = inp.params
     if (
-        lane is not None
-        and lane.keyed
-        and not lane.hermes_key_env
+        params is not None
+        and params.keyed
+        and not params.hermes_key_env
         and not any(p.rsplit(".", 1)[-1] == "api_key" for p in leaves)
     ):
         yield Hit(
             inp.lane_at("hermes"),
-            f"lane {lane.name} serves with an API key ({lane.auth.variable}) but its Hermes block is keyless: name "
+            f"lane {params.name} serves with an API key ({params.auth.variable}) but its Hermes block is keyless: name "
             "the variable Hermes reads the key from (hermes.key_env)",
         )
 
@@ -244,7 +244,7 @@ WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}
 
 def check_open_keyless(inp: "LintInput") -> Iterator[Hit]:
     """S09: a lane's API served on every address of its head with no key (a lane linted, not files alone)."""
-    if inp.lane is None:
+    if inp.params is None:
         return
     host = inp.flag("--host", "VLLM_HOST")
     if host is None or host.value is None or host.value.strip() not in WILDCARD_HOSTS or serves_keyed(inp):
@@ -379,12 +379,12 @@ def _names_worker(entry: str, worker: Any) -> bool:
 def check_rank_keys(inp: "LintInput") -> Iterator[Hit]:
     """A lane of more than two nodes (or one carrying the four-node keys): NNODES and TP_SIZE are its node count,
     WORKER_HOSTS and WORKER_IPS its workers in rank order, and its launcher is not the recipe's two-node one."""
-    lane = inp.lane
-    if lane is None or not lane.rank_shaped:
+    params = inp.params
+    if params is None or not params.rank_shaped:
         return
-    want, nodes = lane.rank_values(), len(lane.nodes)
+    want, nodes = params.rank_values(), len(params.nodes)
     shape = f"the lane has {_count(nodes)} nodes (the head and {_count(nodes - 1)} worker{'s' if nodes > 2 else ''})"
-    order = ", ".join(f"{w.alias} {w.roce_ip}" for w in lane.workers)
+    order = ", ".join(f"{w.alias} {w.roce_ip}" for w in params.workers)
     for key in RANK_KEYS:
         setting = inp.env(key)
         if setting is None or setting.value is None:
@@ -401,16 +401,16 @@ def check_rank_keys(inp: "LintInput") -> Iterator[Hit]:
                 f"set WORKER_IPS={want[key]!r}",
             )
         elif key == "WORKER_HOSTS" and (
-            len(words) != len(lane.workers) or not all(map(_names_worker, words, lane.workers))
+            len(words) != len(params.workers) or not all(map(_names_worker, words, params.workers))
         ):
             yield Hit(
                 setting.where,
                 f"WORKER_HOSTS={setting.value!r} does not name the workers in rank order ({order}): "
                 f"set WORKER_HOSTS={want[key]!r}",
             )
-    if len(lane.workers) < 2:
+    if len(params.workers) < 2:
         return
-    launcher = lane.launcher
+    launcher = params.launcher
     for role, script in (("start", launcher.start), ("status", launcher.status), ("stop", launcher.stop)):
         if script in RECIPE_SCRIPTS:
             idle = _count(nodes - 2)

@@ -45,15 +45,15 @@ ADDED_HEADER = "# --- added by `lanebook env render`"
 _WORD_RE = re.compile(r"^[a-z_]+$")
 
 
-def speculative_config_line(lane: LaneParams) -> str:
+def speculative_config_line(params: LaneParams) -> str:
     """The SPECULATIVE_CONFIG assignment exactly as the recipe's write-up gives it ($$ stays doubled for Compose)."""
-    spec = lane.speculative
+    spec = params.speculative
     for name, value in (("method", spec.method), ("draft_sample_method", spec.draft_sample_method)):
         if not _WORD_RE.match(value):
-            raise LanebookError(f"lane {lane.name}: speculative.{name} {value!r} is not a plain lowercase word")
+            raise LanebookError(f"lane {params.name}: speculative.{name} {value!r} is not a plain lowercase word")
     fields = [
         f'\\"method\\":\\"{spec.method}\\"',
-        f'\\"num_speculative_tokens\\":$${{MTP_NUM_TOKENS:-{lane.num_speculative_tokens}}}',
+        f'\\"num_speculative_tokens\\":$${{MTP_NUM_TOKENS:-{params.num_speculative_tokens}}}',
         f'\\"draft_sample_method\\":\\"{spec.draft_sample_method}\\"',
     ]
     if spec.schedule is not None:
@@ -61,20 +61,21 @@ def speculative_config_line(lane: LaneParams) -> str:
     return 'SPECULATIVE_CONFIG="{' + ",".join(fields) + '}";'
 
 
-def compose_environment(lane: LaneParams) -> dict[str, str]:
+def compose_environment(params: LaneParams) -> dict[str, str]:
     """The environment: entries the lane injects, defaulting to the lane's own value (the recipe's ${KEY:-0})."""
     return {
-        key: f"${{{key}:-{env_text(lane.env[key]) if key in lane.env else ''}}}" for key in lane.compose_environment
+        key: f"${{{key}:-{env_text(params.env[key]) if key in params.env else ''}}}"
+        for key in params.compose_environment
     }
 
 
-def serve_flags(lane: LaneParams) -> dict[str, str]:
+def serve_flags(params: LaneParams) -> dict[str, str]:
     """The `vllm serve` flags the recipe's compose command writes literally that the lane sets: its KV cache dtype."""
-    return {} if lane.kv_cache_dtype is None else {KV_DTYPE_FLAG: lane.kv_cache_dtype}
+    return {} if params.kv_cache_dtype is None else {KV_DTYPE_FLAG: params.kv_cache_dtype}
 
 
-def patch_compose(lane: LaneParams, compose: ComposeFile) -> str:
-    return compose.patched(compose_environment(lane), speculative_config_line(lane), serve_flags(lane))
+def patch_compose(params: LaneParams, compose: ComposeFile) -> str:
+    return compose.patched(compose_environment(params), speculative_config_line(params), serve_flags(params))
 
 
 # --- the env file -----------------------------------------------------------------------------------
@@ -87,13 +88,13 @@ def _reassign(raw: str, value: str) -> str:
     return f"{prefix}={shlex.quote(value)}" + (comment.group(0) if comment else "")
 
 
-def apply_env(text: Optional[str], writes: dict[str, str], lane: LaneParams) -> str:
+def apply_env(text: Optional[str], writes: dict[str, str], params: LaneParams) -> str:
     """TEXT with each key of WRITES set: every line assigning it changed in place, missing keys appended under
     a header (a new file when TEXT is None)."""
     if text is None:
         lines = [
-            f"# .env.dspark for lane {lane.name}, written by `lanebook env render` from its lane file",
-            f"# {lane.description}",
+            f"# .env.dspark for lane {params.name}, written by `lanebook env render` from its lane file",
+            f"# {params.description}",
         ]
         return "\n".join(lines + [f"{k}={shlex.quote(v)}" for k, v in writes.items()]) + "\n"
     lines = text.splitlines()
@@ -122,12 +123,12 @@ def target_key(key: str, eff: Effective) -> str:
     return key
 
 
-def _needs(lane: LaneParams, key: str, eff: Effective) -> bool:
-    want = env_text(lane.env[key])
+def _needs(params: LaneParams, key: str, eff: Effective) -> bool:
+    want = env_text(params.env[key])
     if not same_value(key, want, eff.setting(key).value):
         return True
     own = eff.variable(key)  # a key compose must pass is also set in the env file itself
-    return key in lane.compose_environment and (own is None or not same_value(key, want, own.value))
+    return key in params.compose_environment and (own is None or not same_value(key, want, own.value))
 
 
 @dataclass
@@ -168,10 +169,10 @@ def key_writes(keys: Optional[LaneKeys], entries: list) -> dict[str, str]:
     return {keys.variable: keys.env_value, **emptied}
 
 
-def plan_render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> RenderPlan:
+def plan_render(params: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> RenderPlan:
     """The compose patch and the env file that make FILES run LANE (see the module docstring); KEYS: a keyed lane's
     keys (lanebook.lane.keys.lane_keys), written to the variable its auth names."""
-    compose_text = patch_compose(lane, ComposeFile(files.compose.text, files.compose.name))
+    compose_text = patch_compose(params, ComposeFile(files.compose.text, files.compose.name))
     env_name = files.env.name if files.env else files.compose.name[: files.compose.name.rfind("/") + 1] + ENV_NAME
     patched = files.replace(compose=TextFile(files.compose.name, compose_text))
     started_from = None if files.env else files.example
@@ -180,16 +181,16 @@ def plan_render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys]
     carries: dict[str, str] = {}
 
     def rendered() -> Effective:
-        text = apply_env(base, writes, lane) if (base is not None or writes) else None
+        text = apply_env(base, writes, params) if (base is not None or writes) else None
         return Effective(patched.replace(env=None if text is None else TextFile(env_name, text)))
 
     def write(key: str, eff: Effective) -> None:
         target = target_key(key, eff)
-        writes[target], carries[target] = env_text(lane.env[key]), key
+        writes[target], carries[target] = env_text(params.env[key]), key
 
     eff = rendered()
     if base is None:  # nothing to start from: every lane key, each to the key that decides it
-        for key in lane.env:
+        for key in params.env:
             write(key, eff)
         eff = rendered()
     for variable, value in key_writes(keys, eff.entries).items():
@@ -198,11 +199,11 @@ def plan_render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys]
     # First the keys whose deciding line exists (a value derived from them may then come right by itself),
     # then, one at a time, whatever still differs.
     lines = {e.key for e in eff.entries}
-    for key in [k for k in lane.env if _needs(lane, k, eff) and target_key(k, eff) in lines]:
+    for key in [k for k in params.env if _needs(params, k, eff) and target_key(k, eff) in lines]:
         write(key, eff)
     eff = rendered()
-    for key in lane.env:
-        if _needs(lane, key, eff):
+    for key in params.env:
+        if _needs(params, key, eff):
             write(key, eff)
             eff = rendered()
     text = eff.env_file.text if eff.env_file else ""
@@ -220,7 +221,7 @@ def plan_render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys]
             else (old_env, f"a/{ENV_NAME}")
         )  # a copied example diffs against the example
         diff += diff_text(shown, text, fromfile, f"b/{ENV_NAME}")
-    return RenderPlan(compose_text, text, started_from, carries, lane_mismatches(lane, eff), eff, changes, diff)
+    return RenderPlan(compose_text, text, started_from, carries, lane_mismatches(params, eff), eff, changes, diff)
 
 
 # --- writing ---------------------------------------------------------------------------------------
@@ -274,11 +275,11 @@ class RenderResult:
     notice: str = ""  # who decided the effective configuration, when it was not Docker Compose (compose_cli)
 
 
-def render_checkout(lane: LaneParams, checkout_dir: str | Path, keys: Optional[LaneKeys] = None) -> RenderResult:
+def render_checkout(params: LaneParams, checkout_dir: str | Path, keys: Optional[LaneKeys] = None) -> RenderResult:
     """Write the lane's .env.dspark and patch the compose file in a local checkout (the plan is computed before
     anything is written); KEYS: a keyed lane's, read by the caller (lanebook.lane.keys.lane_keys)."""
     files = CheckoutFiles.read(checkout_dir)
-    plan = plan_render(lane, files, keys)
+    plan = plan_render(params, files, keys)
     result = RenderResult(
         plan.diff,
         started_from=plan.started_from.name if plan.started_from else None,

@@ -341,37 +341,37 @@ class _Side:
     problem: str = ""
 
 
-def _render(lane: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> _Side:
+def _render(params: LaneParams, files: CheckoutFiles, keys: Optional[LaneKeys] = None) -> _Side:
     try:
-        side = _Side(plan_render(lane, files, keys))
+        side = _Side(plan_render(params, files, keys))
         side.plan.effective.worker  # noqa: B018 - the worker's Compose may refuse what the head's accepts
         return side
     except LanebookError as exc:
         return _Side(problem=str(exc))
 
 
-def _pulled(lane: LaneParams, old_plan: RenderPlan, new: CheckoutFiles) -> CheckoutFiles:
+def _pulled(params: LaneParams, old_plan: RenderPlan, new: CheckoutFiles) -> CheckoutFiles:
     """The new checkout as a pull leaves it: its own .env.dspark if it has one, else the one the old side runs (a
     pull keeps it: it is the operator's). Its compose file carries render's patch (the speculative config line, the
     environment: injection), which every render writes whatever the env file says, so the lane values the pull
     changes are the env file's."""
-    compose = TextFile(new.compose.name, patch_compose(lane, ComposeFile(new.compose.text, new.compose.name)))
+    compose = TextFile(new.compose.name, patch_compose(params, ComposeFile(new.compose.text, new.compose.name)))
     env = new.env or TextFile(_prefix(new) + ENV_NAME, old_plan.env)
     return new.replace(compose=compose, env=env)
 
 
-def _lane_values(lane: LaneParams, pulled: Effective, render: Optional[RenderPlan]) -> list[LaneValue]:
+def _lane_values(params: LaneParams, pulled: Effective, render: Optional[RenderPlan]) -> list[LaneValue]:
     """The lane's values as the pull leaves them: read no more, run otherwise, or read under another key."""
-    mismatches = {m.key: m for m in lane_mismatches(lane, pulled)}
-    dead = {d.key: d for d in pulled.dead_lines if d.key in lane.env and d.reason.startswith("the launcher")}
+    mismatches = {m.key: m for m in lane_mismatches(params, pulled)}
+    dead = {d.key: d for d in pulled.dead_lines if d.key in params.env and d.reason.startswith("the launcher")}
     written = {key: target for target, key in (render.carries if render else {}).items()}
     found = []
-    for key in dict.fromkeys([*lane.env, *mismatches]):
+    for key in dict.fromkeys([*params.env, *mismatches]):
         target = written.get(key)
         renamed = target is not None and target != key
         if key not in mismatches and key not in dead and not renamed:
             continue
-        want = mismatches[key].lane if key in mismatches else env_text(lane.env[key])
+        want = mismatches[key].lane_value if key in mismatches else env_text(params.env[key])
         runs = mismatches[key].running.described() if key in mismatches else f"{want}, the lane's value"
         if key in dead:
             status, detail = "ignored", f"its env line is read no more: {dead[key].reason}"
@@ -402,12 +402,12 @@ def _new_defaults(differences: list[Difference], new: Effective, prefix: str) ->
     return list({(n.kind, n.name): n for n in found}.values())
 
 
-def _lint_notes(lane: LaneParams, old: RenderPlan, new: RenderPlan) -> list[LintNote]:
+def _lint_notes(params: LaneParams, old: RenderPlan, new: RenderPlan) -> list[LintNote]:
     """Lint findings of the lane rendered into the new side that the old side did not have."""
 
     def findings(plan: RenderPlan) -> list[LintNote]:
         prefix = _prefix(plan.effective.files)
-        report = lint_checkout_files(lane, plan.effective.files, origin="rendered checkout")
+        report = lint_checkout_files(params, plan.effective.files, origin="rendered checkout")
         return [
             LintNote(f.id, f.severity, _relative(f.message, prefix), f"{_relative(f.file, prefix)}:{f.line}")
             for f in report.findings
@@ -421,38 +421,38 @@ def _label(files: CheckoutFiles) -> str:
     return _prefix(files).rstrip("/") or "."
 
 
-def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> UpgradePlan:
+def plan_upgrade(params: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> UpgradePlan:
     """The plan for moving LANE from the OLD checkout to the NEW one (local directories, or fetched from a node:
     CheckoutFiles.fetch). Nothing is written anywhere. The old side must run the lane (it is what runs today): a
     LanebookError otherwise; whatever stops the new side is a blocker."""
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    keys = lane_keys(lane)  # a keyed lane's keys rendered into both sides alike, and redacted from the plan
-    old_side = _render(lane, old, keys)
+    keys = lane_keys(params)  # a keyed lane's keys rendered into both sides alike, and redacted from the plan
+    old_side = _render(params, old, keys)
     if old_side.plan is None:
-        raise LanebookError(f"the old checkout {_label(old)} cannot run lane {lane.name}: {old_side.problem}")
+        raise LanebookError(f"the old checkout {_label(old)} cannot run lane {params.name}: {old_side.problem}")
     old_plan = old_side.plan
     blockers = [f"the old checkout: {m.message()}" for m in old_plan.unresolved]
-    plan = UpgradePlan(lane.name, lane.figures_label, _label(old), _label(new), SAME, created_at=created)
+    plan = UpgradePlan(params.name, params.figures_label, _label(old), _label(new), SAME, created_at=created)
     plan.decided_by = old_plan.effective.decided_by
     plan.notices = [n for n in dict.fromkeys([old_plan.effective.notice]) if n]
     new_prefix = _prefix(new)
     try:
-        pulled_files = _pulled(lane, old_plan, new)
+        pulled_files = _pulled(params, old_plan, new)
         pulled = Effective(pulled_files)
     except LanebookError as exc:
         plan.blockers = blockers + [f"the new checkout with the lane's env file: {exc}"]
         plan.verdict = BLOCKED
         return plan
-    new_side = _render(lane, pulled_files, keys)
+    new_side = _render(params, pulled_files, keys)
     render = new_side.plan
-    plan.lane_values = _lane_values(lane, pulled, render)
+    plan.lane_values = _lane_values(params, pulled, render)
     if render is None:
         plan.blockers = blockers + [f"render on the new checkout: {new_side.problem}"]
         plan.verdict = BLOCKED
         return plan
     new_eff = render.effective
     plan.notices = [n for n in dict.fromkeys([old_plan.effective.notice, new_eff.notice]) if n]
-    plan.render_writes = {target: env_text(lane.env[key]) for target, key in render.carries.items()}
+    plan.render_writes = {target: env_text(params.env[key]) for target, key in render.carries.items()}
     plan.render_diff = _relative(render.diff, new_prefix)
     blockers += [f"render cannot make the new checkout run it: {m.message()}" for m in render.unresolved]
     if new_eff.spec.entrypoint_error:
@@ -461,13 +461,13 @@ def plan_upgrade(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> Up
     for key in required_keys(new):
         value = new_eff.variable(key)
         shown = value.value if value is not None and value.value else None
-        if key not in lane.env and (key not in old_required or shown is None):
+        if key not in params.env and (key not in old_required or shown is None):
             plan.required.append(RequiredKey(key, shown, key not in old_required))
         if shown is None:
             blockers.append(f"the new launcher requires {key}, which the env file does not set")
     plan.differences = server_differences(server_side(old_plan.effective), server_side(new_eff))
     plan.new_defaults = _new_defaults(plan.differences, new_eff, new_prefix)
-    plan.lint_new = _lint_notes(lane, old_plan, render)
+    plan.lint_new = _lint_notes(params, old_plan, render)
     plan.example_moved = _example_moved(old, new, new_eff, new_prefix)
     plan.blockers = blockers
     plan.verdict = verdict_of(blockers, plan.differences)
@@ -484,10 +484,10 @@ def _example_moved(old: CheckoutFiles, new: CheckoutFiles, new_eff: Effective, p
     return example_moved(before, after, kept)
 
 
-def plan_checkouts(lane: LaneParams, old_dir: str | Path, new_dir: str | Path) -> UpgradePlan:
+def plan_checkouts(params: LaneParams, old_dir: str | Path, new_dir: str | Path) -> UpgradePlan:
     """The plan between two local checkout directories (each must hold the recipe's compose file). Each is read by
     its absolute path: Compose resolves the relative mounts against it, so the two sides name them alike."""
-    return plan_upgrade(lane, CheckoutFiles.read(_absolute(old_dir)), CheckoutFiles.read(_absolute(new_dir)))
+    return plan_upgrade(params, CheckoutFiles.read(_absolute(old_dir)), CheckoutFiles.read(_absolute(new_dir)))
 
 
 def _absolute(directory: str | Path) -> str | Path:

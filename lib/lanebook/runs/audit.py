@@ -255,13 +255,15 @@ def finalize_abandoned() -> list[dict]:
 # --- reading and showing ---------------------------------------------------------------------------------
 
 
-def read_runs(lane: Optional[str] = None, runbook: Optional[str] = None) -> list[dict]:
+def read_runs(lane_name: Optional[str] = None, runbook: Optional[str] = None) -> list[dict]:
     """Every recorded run, oldest first (abandoned runs finalized first), optionally of one lane and one runbook.
     A line that is not a record (cut short) is skipped here; `verify` names it."""
     finalize_abandoned()
     runs = [r for _, r in _index_lines() if r is not None]
     return [
-        r for r in runs if (lane is None or r.get("lane") == lane) and (runbook is None or r.get("runbook") == runbook)
+        r
+        for r in runs
+        if (lane_name is None or r.get("lane") == lane_name) and (runbook is None or r.get("runbook") == runbook)
     ]
 
 

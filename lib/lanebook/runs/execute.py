@@ -78,12 +78,12 @@ CHANGING = {"weights", "env", "launch", "warmup", "diagnose", "rollback", "stop"
 RESERVED = {"lane", "dry_run"}
 
 
-def refuse_unconfirmed(what: str, lane_params: LaneParams, *, dry_run: bool, yes: bool) -> None:
+def refuse_unconfirmed(what: str, params: LaneParams, *, dry_run: bool, yes: bool) -> None:
     """Stop WHAT (a runbook, promote, upgrade) before it changes a lane whose policy.confirm_changes holds, unless
     the operator said --yes; a dry run changes nothing, so it needs no yes."""
-    if lane_params.policy.confirm_changes and not dry_run and not yes:
+    if params.policy.confirm_changes and not dry_run and not yes:
         raise LanebookError(
-            f"{what} changes the lane {lane_params.name}: add --yes to confirm, or --dry-run to see the commands"
+            f"{what} changes the lane {params.name}: add --yes to confirm, or --dry-run to see the commands"
         )
 
 
@@ -124,10 +124,10 @@ def _git_commit() -> Optional[str]:
     return out.stdout.strip() or None
 
 
-def _new_output(lane: str, runbook: str) -> tuple[str, Path]:
+def _new_output(lane_name: str, runbook: str) -> tuple[str, Path]:
     run_id = record_id()
     stamp = utc_stamp()
-    path = outputs_dir() / lane / f"{stamp}-{runbook}-{run_id}.ipynb"
+    path = outputs_dir() / lane_name / f"{stamp}-{runbook}-{run_id}.ipynb"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(exist_ok=False)  # claim the name: never overwrite an earlier record
     return run_id, path
@@ -311,15 +311,17 @@ def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
     }, why
 
 
-def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run: bool, link: Optional[dict]) -> dict:
+def start_record(
+    runbook: str, params: LaneParams, notebook_params: dict[str, Any], dry_run: bool, link: Optional[dict]
+) -> dict:
     """Claim the run's output name and write its pending record (so even a killed run is recorded)."""
-    run_id, output = _new_output(lane.name, runbook)
+    run_id, output = _new_output(params.name, runbook)
     return begin_run(
         {
             "run_id": run_id,
             "runbook": runbook,
-            "lane": lane.name,
-            "twin": lane.twin,
+            "lane": params.name,
+            "twin": params.twin,
             "dry_run": dry_run,
             "started_at": now(),
             "finished_at": None,
@@ -329,7 +331,7 @@ def start_record(runbook: str, lane: LaneParams, params: dict[str, Any], dry_run
             "fix": None,
             "output": str(output.relative_to(outputs_dir())),
             "sha256": None,
-            "params": redact_data(params),
+            "params": redact_data(notebook_params),
             "git_commit": _git_commit(),
             "figures": {},
             "confirmations": [],
@@ -449,8 +451,8 @@ def nested_step(rb: Runbook, runbook: str, *, target: Optional[LaneParams] = Non
     """Run RUNBOOK on the runbook's lane (or `target`, another lane) as a nested run with its own record (rollback
     runs the rollback lane's gates), show it as a row linking that record, and expect its verdict to pass (dry-run in
     a dry run). The nested run's summary."""
-    lane = rb.params if target is None else target
-    summary = run_runbook(runbook, lane, {}, dry_run=rb.dry_run, yes=True)
+    params = rb.params if target is None else target
+    summary = run_runbook(runbook, params, {}, dry_run=rb.dry_run, yes=True)
     rb.record(
         **{
             f"{runbook}_verdict": summary["verdict"],
@@ -466,7 +468,7 @@ def nested_step(rb: Runbook, runbook: str, *, target: Optional[LaneParams] = Non
     failed_at = f" at {summary['failed_step']}" if summary["failed_step"] else ""
     rb.expect(
         summary["verdict"] == wanted,
-        what=f"{lane.name}'s {runbook} verdict is {wanted}",
+        what=f"{params.name}'s {runbook} verdict is {wanted}",
         detail=f"{summary['verdict']}{failed_at}",
         local=True,
     )

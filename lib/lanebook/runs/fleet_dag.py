@@ -122,8 +122,8 @@ def new_plan(fleet: FleetParams, dry_run: bool, yes: bool = False) -> FleetPlan:
     return plan
 
 
-def lane_task(wave: Wave, lane: str) -> str:
-    return f"wave{wave.index}-lane-{lane}"
+def lane_task(wave: Wave, lane_name: str) -> str:
+    return f"wave{wave.index}-lane-{lane_name}"
 
 
 def gate_task(wave: Wave) -> str:
@@ -277,11 +277,11 @@ class LaneOutcome:
         return self.verdict == (DRY_RUN if dry_run else PASSED)
 
 
-def lane_outcome(records: list[dict], lane: str, fleet_id: Optional[str] = None) -> LaneOutcome:
+def lane_outcome(records: list[dict], lane_name: str, fleet_id: Optional[str] = None) -> LaneOutcome:
     """The lane's latest promotion in RECORDS (oldest first), of the fleet run FLEET_ID when given."""
-    chain = latest_promotion(records, lane, lambda r: fleet_id is None or r.get("fleet_id") == fleet_id)
+    chain = latest_promotion(records, lane_name, lambda r: fleet_id is None or r.get("fleet_id") == fleet_id)
     if not chain:
-        return LaneOutcome(lane, NOT_RUN)
+        return LaneOutcome(lane_name, NOT_RUN)
     promotion_id = chain[-1]["promotion_id"]
     first, last = chain[0], chain[-1]
     dry_run = bool(first.get("dry_run"))
@@ -295,7 +295,7 @@ def lane_outcome(records: list[dict], lane: str, fleet_id: Optional[str] = None)
     else:
         verdict = RUNNING  # every runbook so far passed and the job is not done
     return LaneOutcome(
-        lane,
+        lane_name,
         verdict,
         promotion_id,
         first.get("fleet_id"),

@@ -29,7 +29,7 @@ from lanebook.base.files import utc_stamp
 from lanebook.base.processes import process_alive
 from lanebook.lane.params import LaneParams
 from lanebook.lane.plugins import prepare_lane
-from lanebook.nodes.ssh import Lane, Node, NodeError, q
+from lanebook.nodes.ssh import LaneNodes, Node, NodeError, q
 
 LOCK_DIR = "~/.lanebook"
 LOCK_FILE = f"{LOCK_DIR}/lane-pair.lock"
@@ -81,7 +81,7 @@ class Holder:
         )
 
 
-def new_holder(lane: str, runbook: str, run_id: str) -> Holder:
+def new_holder(lane_name: str, runbook: str, run_id: str) -> Holder:
     return Holder(
         claim=uuid.uuid4().hex,
         user=getpass.getuser(),
@@ -89,7 +89,7 @@ def new_holder(lane: str, runbook: str, run_id: str) -> Holder:
         pid=os.getpid(),
         runbook=runbook,
         run_id=run_id,
-        lane=lane,
+        lane=lane_name,
         since=datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
     )
 
@@ -254,12 +254,12 @@ def lane_pair_lock(params: LaneParams, runbook: str, run_id: str, *, break_lock:
     prepare_lane(params)  # e.g. the twin starts itself for a twin lane
     holder = new_holder(params.name, runbook, run_id)
     inherited = os.environ.get(LOCK_CLAIM_ENV)
-    with Lane(params) as lane:
-        holding = take(lane.head, holder, break_lock=break_lock, inherited=inherited)
+    with LaneNodes(params) as nodes:
+        holding = take(nodes.head, holder, break_lock=break_lock, inherited=inherited)
         if holding is not holder:
             yield holding  # the enclosing run takes and releases it
             return
-        heartbeat = _Heartbeat(lane.head, holder)
+        heartbeat = _Heartbeat(nodes.head, holder)
         heartbeat.start()
         os.environ[LOCK_CLAIM_ENV] = holder.claim
         try:
@@ -270,7 +270,7 @@ def lane_pair_lock(params: LaneParams, runbook: str, run_id: str, *, break_lock:
             if inherited:
                 os.environ[LOCK_CLAIM_ENV] = inherited
             heartbeat.stop()
-            _release(lane.head, holder)
+            _release(nodes.head, holder)
 
 
 def _release(head: Node, holder: Holder) -> None:

@@ -39,10 +39,10 @@ PART_RESTARTS_AT = {"weights": "weights", "rest": "env", "gates": "gates"}
 PART_NAMES = {"weights": "weights", "rest": "env and launch settings", "gates": "gates and Hermes settings"}
 
 
-def lane_digest(lane: LaneParams) -> dict[str, Optional[str]]:
+def lane_digest(params: LaneParams) -> dict[str, Optional[str]]:
     """What a resume compares: the lane file's bytes (as loaded) and, apart, the parts of the lane that different
     runbooks use."""
-    data = lane.model_dump(mode="json")
+    data = params.model_dump(mode="json")
 
     def digest(value) -> str:
         return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
@@ -50,7 +50,7 @@ def lane_digest(lane: LaneParams) -> dict[str, Optional[str]]:
     named = {key for keys in LANE_PARTS.values() for key in keys}
     parts = {part: digest({key: data[key] for key in keys}) for part, keys in LANE_PARTS.items()}
     parts["rest"] = digest({key: value for key, value in data.items() if key not in named})
-    return {"file": lane.file_sha256, **parts}
+    return {"file": params.file_sha256, **parts}
 
 
 def changed_parts(recorded: Optional[dict], digest: dict[str, str]) -> list[str]:
@@ -72,20 +72,21 @@ def new_plan() -> Plan:
     return Plan(uuid.uuid4().hex[:12], MAIN_JOB, None, "a new promotion")
 
 
-def latest_promotion(runs: list[dict], lane: str, matches: Callable[[dict], bool] = lambda r: True) -> list[dict]:
+def latest_promotion(runs: list[dict], lane_name: str, matches: Callable[[dict], bool] = lambda r: True) -> list[dict]:
     """The records of the lane's latest promotion among RUNS (oldest first) whose records MATCH, oldest first; empty
     when it has none."""
-    ours = [r for r in runs if r.get("promotion_id") and r.get("lane") == lane and matches(r)]
+    ours = [r for r in runs if r.get("promotion_id") and r.get("lane") == lane_name and matches(r)]
     return [r for r in ours if r["promotion_id"] == ours[-1]["promotion_id"]] if ours else []
 
 
-def plan_resume(runs: list[dict], lane: str, digest: dict[str, str], *, dry_run: bool = False) -> Plan:
+def plan_resume(runs: list[dict], lane_name: str, digest: dict[str, str], *, dry_run: bool = False) -> Plan:
     """Continue the lane's latest promotion (of the same kind: dry or not) at its first runbook that did not pass."""
-    chain = latest_promotion(runs, lane, lambda r: bool(r.get("dry_run")) == dry_run)
+    chain = latest_promotion(runs, lane_name, lambda r: bool(r.get("dry_run")) == dry_run)
     if not chain:
         kind = "dry-run promotion" if dry_run else "promotion"
         raise LanebookError(
-            f"--resume: no earlier {kind} of lane {lane} is recorded; run `lanebook promote --lane {lane}` first"
+            f"--resume: no earlier {kind} of lane {lane_name} is recorded; "
+            f"run `lanebook promote --lane {lane_name}` first"
         )
     promotion_id = chain[-1]["promotion_id"]
     passed = "dry-run" if dry_run else "pass"
@@ -93,7 +94,7 @@ def plan_resume(runs: list[dict], lane: str, digest: dict[str, str], *, dry_run:
     start = next((i for i, name in enumerate(MAIN_JOB) if latest.get(name, {}).get("verdict") != passed), None)
     if start is None:
         raise LanebookError(
-            f"--resume: promotion {promotion_id} of lane {lane} already passed every runbook; "
+            f"--resume: promotion {promotion_id} of lane {lane_name} already passed every runbook; "
             f"start a new one without --resume"
         )
     reason = f"resuming promotion {promotion_id} at {MAIN_JOB[start]}"
@@ -129,7 +130,7 @@ class Promotion:
     def ok(self) -> bool:
         return bool(self.records) and self.stopped_at is None and len(self.records) == len(self.plan.runbooks)
 
-    def summary(self, lane: str) -> str:
+    def summary(self, lane_name: str) -> str:
         stop = self.stopped_at
         if stop is None:
             done = "dry-run (nothing observed)" if self.passed_verdict == "dry-run" else "passed"
@@ -139,7 +140,7 @@ class Promotion:
             line += f" at step '{stop['failed_step']}'"
         if stop.get("fix"):
             line += f" — {stop['fix']}"
-        return line + f"; when it is fixed: lanebook promote --lane {lane} --resume"
+        return line + f"; when it is fixed: lanebook promote --lane {lane_name} --resume"
 
 
 def one_change_refusal(params: LaneParams, allowed: bool) -> Optional[str]:
@@ -222,13 +223,13 @@ def rollback_reference(params: LaneParams) -> dict:
     if not params.rollback:
         return {}
     from lanebook.lane.plugins import prepare_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.ops.rollback import FINGERPRINT_FIGURE, fingerprint, rollback_target
 
     target = rollback_target(params)
     prepare_lane(target)  # the twin starts itself for a twin lane
-    with Lane(target) as lane:
-        return {FINGERPRINT_FIGURE: fingerprint(lane)}
+    with LaneNodes(target) as nodes:
+        return {FINGERPRINT_FIGURE: fingerprint(nodes)}
 
 
 def show_record(console, record: dict, label: str, soft_wrap: bool = False) -> None:
@@ -248,7 +249,7 @@ def show_record(console, record: dict, label: str, soft_wrap: bool = False) -> N
             console.out(f"    {line}", highlight=False)
 
 
-def promote_shown(lane: str, **options) -> Promotion:
+def promote_shown(lane_name: str, **options) -> Promotion:
     """`promote` on the terminal (LANE as the operator named it): the lane loaded once, the plan, each runbook as it
     starts and ends (its steps and waits on stderr between), and the summary line."""
     from rich.console import Console
@@ -271,7 +272,7 @@ def promote_shown(lane: str, **options) -> Promotion:
         show_record(console, record, record["runbook"])
 
     shown = {"on_plan": planned, "on_ready": checked, "on_start": started, "on_record": ended}
-    promotion = promote(load_lane(lane), echo=sys.stderr, **shown, **options)
+    promotion = promote(load_lane(lane_name), echo=sys.stderr, **shown, **options)
     # One line, never wrapped: a fleet's task names the lane's outcome by it (lanebook.runs.fleet_dag).
-    console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane)}[/]", soft_wrap=True)
+    console.print(f"[{'green' if promotion.ok else 'red'}]{promotion.summary(lane_name)}[/]", soft_wrap=True)
     return promotion

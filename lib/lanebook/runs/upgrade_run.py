@@ -16,7 +16,7 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from lanebook.base.errors import LanebookError
 from lanebook.base.files import read_text, utc_stamp, write_atomic
@@ -24,6 +24,9 @@ from lanebook.base.paths import outputs_dir
 from lanebook.lane.params import LaneParams, load_lane
 from lanebook.lane.values import checkout_text, write_checkout
 from lanebook.recipe.effective.checkout import CheckoutFiles
+
+if TYPE_CHECKING:
+    from lanebook.nodes.ssh import LaneNodes
 
 BLOCKED = "blocked"
 BEFORE_LAUNCH = ("weights", "env")  # the promotion's runbooks that start nothing
@@ -73,12 +76,12 @@ class Upgrade:
         }
 
 
-def plan_sides(lane: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> tuple[str, Path]:
+def plan_sides(params: LaneParams, old: CheckoutFiles, new: CheckoutFiles) -> tuple[str, Path]:
     """The one call into the upgrade plan: what the new checkout changes of what the lane runs, recorded; its verdict
     (`same lane`, `changes` or `blocked`) and its record."""
     from lanebook.recipe.upgrade_plan import plan_upgrade, print_plan, write_plan
 
-    plan = plan_upgrade(lane, old, new)
+    plan = plan_upgrade(params, old, new)
     print_plan(plan)
     return plan.verdict, write_plan(plan)
 
@@ -90,8 +93,8 @@ def shown_path(path: Optional[Path]) -> Optional[str]:
     return str(path.relative_to(outputs_dir())) if path.is_relative_to(outputs_dir()) else str(path)
 
 
-def _record_path(lane: str, upgrade_id: str, suffix: str) -> Path:
-    folder = outputs_dir() / lane
+def _record_path(lane_name: str, upgrade_id: str, suffix: str) -> Path:
+    folder = outputs_dir() / lane_name
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{utc_stamp()}-upgraded-{upgrade_id}{suffix}"  # not -upgrade-: plan records are named so
 
@@ -130,7 +133,7 @@ def upgrade(
     """Upgrade the lane's checkout to REF of its own remote (see the module's text). PARAMS is the lane as loaded
     where the command started; its file is written only when the promotion passed."""
     from lanebook.lane.plugins import prepare_lane
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
     from lanebook.ops import checkout_upgrade as ops
     from lanebook.ops.launcher import LANE_DOWN, lane_containers
     from lanebook.runs.execute import refuse_unconfirmed, run_runbook
@@ -141,26 +144,28 @@ def upgrade(
     done = Upgrade(uuid.uuid4().hex[:12], params.name, ref, params.checkout)
     if not dry_run:
         prepare_lane(params)  # the twin starts itself for a twin lane
-    with Lane(params, dry_run=dry_run) as lane:
+    with LaneNodes(params, dry_run=dry_run) as nodes:
         on_stage("the old checkout's fingerprint on every node")
-        done.old_tree_before = ops.old_checkout_trees(lane)
+        done.old_tree_before = ops.old_checkout_trees(nodes)
         on_stage(f"the new checkout beside {params.checkout} at {ref}")
-        made = ops.make_beside(lane, ref)
+        made = ops.make_beside(nodes, ref)
         done.new_checkout, done.new_commit, done.old_commit = made.path, made.commit, made.old_commit
         on_stage(f"{made.path} on every worker")
-        copied = ops.copy_to_workers(lane, made)
+        copied = ops.copy_to_workers(nodes, made)
         if dry_run:
-            done.verdict, done.reason, done.commands = "dry-run", "no connection opened", lane.executor.commands()
+            done.verdict, done.reason, done.commands = "dry-run", "no connection opened", nodes.executor.commands()
             return done
         if copied.outcome != "pass":
             raise LanebookError(f"{made.path} is not the same on every node: {copied.detail}")
         on_stage("the plan: the two checkouts' files")
-        done.plan_verdict, done.plan_record = plan_sides(params, *ops.read_sides(lane.head, params.checkout, made.path))
+        done.plan_verdict, done.plan_record = plan_sides(
+            params, *ops.read_sides(nodes.head, params.checkout, made.path)
+        )
         write_record(done)
         if done.plan_verdict == BLOCKED:
             done.verdict, done.reason = BLOCKED, "the plan is blocked: nothing launched"
-            return _finish(done, lane)
-        serving = lane_containers(lane).state != LANE_DOWN
+            return _finish(done, nodes)
+        serving = lane_containers(nodes).state != LANE_DOWN
     candidate = write_candidate(params, done)
     write_record(done)
     if serving:
@@ -196,17 +201,17 @@ def upgrade(
 
 
 def _after(done: Upgrade, params: LaneParams) -> Upgrade:
-    from lanebook.nodes.ssh import Lane
+    from lanebook.nodes.ssh import LaneNodes
 
-    with Lane(params) as lane:
-        return _finish(done, lane)
+    with LaneNodes(params) as nodes:
+        return _finish(done, nodes)
 
 
-def _finish(done: Upgrade, lane) -> Upgrade:
+def _finish(done: Upgrade, nodes: LaneNodes) -> Upgrade:
     """The old checkout fingerprinted again (it must be as before) and the record written."""
     from lanebook.ops import checkout_upgrade as ops
 
-    done.old_tree_after = ops.old_checkout_trees(lane)
+    done.old_tree_after = ops.old_checkout_trees(nodes)
     done.old_tree_changes = ops.tree_changes(done.old_tree_before, done.old_tree_after)
     if done.old_tree_changes and done.verdict == "pass":
         done.verdict, done.reason = "fail", "the old checkout changed: " + "; ".join(done.old_tree_changes)
@@ -232,7 +237,7 @@ def rollback_checkout(params: LaneParams, checkout: str, *, yes: bool = False) -
     return records
 
 
-def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = False, as_json: bool = False) -> int:
+def upgrade_shown(lane_name: str, ref: str, *, dry_run: bool = False, yes: bool = False, as_json: bool = False) -> int:
     """`lanebook upgrade --lane LANE --to REF` on the terminal: the lane loaded once, each stage and run as it ends,
     the plan, the outcome and the record (AS_JSON: the record's JSON last); the exit code (0 pass or a dry run, 1
     otherwise)."""
@@ -242,7 +247,7 @@ def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = Fal
 
     console = Console()
     done = upgrade(
-        load_lane(lane),
+        load_lane(lane_name),
         ref,
         dry_run=dry_run,
         yes=yes,
@@ -258,7 +263,9 @@ def upgrade_shown(lane: str, ref: str, *, dry_run: bool = False, yes: bool = Fal
     console.print(f"plan: {done.plan_verdict}; {done.old_checkout} ({done.old_commit}) → {done.new_checkout}")
     console.print(f"[{color}]upgrade {done.upgrade_id}: {done.verdict}[/] — {done.reason}")
     if not done.ok:
-        console.print(f"  the lane file still names {done.old_checkout}: `lanebook run launch --lane {lane}` starts it")
+        console.print(
+            f"  the lane file still names {done.old_checkout}: `lanebook run launch --lane {lane_name}` starts it"
+        )
     console.print(f"  record: {done.record}", soft_wrap=True)
     if as_json:
         console.out(json.dumps(done.to_json(), indent=1, default=str), highlight=False)

@@ -88,10 +88,10 @@ def _stage_speed(stage: Path, runs: list[PublishedRun], twin_page: bool) -> None
     measured = speed_page.speed_runs(runs)
     entries = []
     for name in lane_names():
-        lane = load_lane(name)
+        params = load_lane(name)
         entries.append(
             speed_page.LaneSpeed(
-                name, lane.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name)
+                name, params.twin, [r for r in measured if r.record["lane"] == name], stored_baseline(name)
             )
         )
     text, pictures = speed_page.speed_page(entries, twin_page=twin_page)

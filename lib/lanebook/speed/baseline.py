@@ -38,7 +38,7 @@ NOT_JUDGED, NO_BASELINE = "not judged", "no baseline"
 
 @dataclass(frozen=True)
 class Baseline:
-    lane: str
+    lane_name: str
     source: str
     provenance: Provenance
     documents: list[dict]
@@ -52,8 +52,8 @@ class Baseline:
         return next((doc for doc in self.documents if doc["workload"] == workload), None)
 
 
-def baseline_path(lane: str) -> Path:
-    return BASELINES_DIR / f"{lane}.json"
+def baseline_path(lane_name: str) -> Path:
+    return BASELINES_DIR / f"{lane_name}.json"
 
 
 def load_baseline(path: str | Path) -> Baseline:
@@ -70,15 +70,15 @@ def load_baseline(path: str | Path) -> Baseline:
     )
 
 
-def stored_baseline(lane: str) -> Optional[Baseline]:
+def stored_baseline(lane_name: str) -> Optional[Baseline]:
     """The lane's baseline shipped in speed/baselines/, or None when it has none yet."""
-    path = baseline_path(lane)
+    path = baseline_path(lane_name)
     return load_baseline(path) if path.is_file() else None
 
 
-def lane_workloads(lane: str) -> list[str]:
+def lane_workloads(lane_name: str) -> list[str]:
     """The workloads a lane runs: its baseline's, else DEFAULT_WORKLOADS."""
-    baseline = stored_baseline(lane)
+    baseline = stored_baseline(lane_name)
     return baseline.workloads if baseline else list(DEFAULT_WORKLOADS)
 
 

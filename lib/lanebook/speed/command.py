@@ -92,11 +92,11 @@ def lane_for_api(api: str) -> Optional[LaneParams]:
     """The shipped lane serving this API, whose request shape the waves then use."""
     for name in lane_names():
         try:
-            lane = load_lane(name)
+            params = load_lane(name)
         except LaneError:
             continue
-        if lane.api.rstrip("/") == api.rstrip("/"):
-            return lane
+        if params.api.rstrip("/") == api.rstrip("/"):
+            return params
     return None
 
 
@@ -278,13 +278,13 @@ def speed_command(
     model = model or (named.served_model_name if named else None)
     if not api or not model:
         raise LanebookError("lanebook speed needs --lane, or --api and --model")
-    lane = named if named and named.api.rstrip("/") == api.rstrip("/") else lane_for_api(api)
-    if lane is not None:
-        lane_keys(lane)  # a keyed lane's key sent with every wave, and kept out of what is printed
+    params = named if named and named.api.rstrip("/") == api.rstrip("/") else lane_for_api(api)
+    if params is not None:
+        lane_keys(params)  # a keyed lane's key sent with every wave, and kept out of what is printed
     console = Console()
-    if lane is None:
+    if params is None:
         console.print(f"note: no lane in params/ serves {api}; using the default request shape {DEFAULT_REQUEST}")
-    twin = bool(lane and lane.twin) or serves_twin(api)
+    twin = bool(params and params.twin) or serves_twin(api)
     try:
         result = run_speed(
             api,
@@ -293,7 +293,7 @@ def speed_command(
             concurrency,
             trials,
             max_tokens,
-            lane_request=lane.request if lane else None,
+            lane_request=params.request if params else None,
             twin=twin,
             console=console,
         )

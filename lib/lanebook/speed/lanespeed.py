@@ -57,7 +57,7 @@ def _whole(value: Any, what: str) -> int:
 class LanePlan:
     """What one speed run measures on a lane: every workload at every level, trials times."""
 
-    lane: str
+    lane_name: str
     api: str
     model: str
     workloads: tuple[str, ...]
@@ -233,10 +233,10 @@ WAVES_FIX = (
 )
 
 
-def baseline_note(lane: str, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> str:
+def baseline_note(lane_name: str, baseline: Optional[Baseline], setup: Optional[SetupMatch]) -> str:
     """What the bands below are set against: the baseline and how its setup compares, or that there is none."""
     if baseline is None or setup is None:
-        return f"lane {lane} has no stored baseline: the bands below are shown, not judged"
+        return f"lane {lane_name} has no stored baseline: the bands below are shown, not judged"
     return f"baseline {baseline.path}: {baseline.source}\n{setup.summary()}"
 
 
@@ -246,7 +246,7 @@ def baseline_label(setup: Optional[SetupMatch]) -> str:
 
 
 def plot_title(plan: LanePlan, workload: str, twin: bool) -> str:
-    return f"{plan.lane} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials" + (
+    return f"{plan.lane_name} · {workload} · max_tokens {plan.max_tokens} · {plan.trials} trials" + (
         " · TWIN figures (not a real lane's)" if twin else ""
     )
 
@@ -262,7 +262,7 @@ def waves_steps(
     documents, bands, failed_waves = [], {}, {}
     for workload in plan.workloads:
         with rb.step(f"2 waves {workload}", fix=WAVES_FIX):
-            result = measure_workload(plan, workload, rb.lane.executor, rb.params.twin)
+            result = measure_workload(plan, workload, rb.nodes.executor, rb.params.twin)
             if result is None:  # a dry run: the request as it would be sent
                 rb.show(markdown=f"**{workload}** would send, first request of its first wave:")
                 rb.show(markdown="```json\n" + json.dumps(plan.example_body(workload), indent=1) + "\n```")
@@ -330,7 +330,7 @@ def judge_step(
 def baseline_source(plan: LanePlan, twin: bool, stamp: str) -> str:
     """Where a stored baseline came from, as its file says (twin figures labelled)."""
     return (
-        f"speed runbook on lane {plan.lane}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
+        f"speed runbook on lane {plan.lane_name}, {stamp}: {plan.trials} trials per level, max_tokens {plan.max_tokens}"
         + ("; twin figures, not a real lane's" if twin else "")
     )
 

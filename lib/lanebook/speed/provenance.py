@@ -23,7 +23,7 @@ from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.files import sha256_file
 from lanebook.nodes.http import direct_client
 from lanebook.nodes.prometheus import server_root
-from lanebook.nodes.ssh import Lane, q, qpath
+from lanebook.nodes.ssh import LaneNodes, q, qpath
 
 DIGEST_PREFIX = "sha256:"
 
@@ -205,12 +205,12 @@ def parse_image_inspect(name: str, text: str) -> tuple[Optional[str], Optional[s
 
 
 def read_image(
-    lane: Lane, container: str, fallback: str
+    nodes: LaneNodes, container: str, fallback: str
 ) -> tuple[Optional[str], Optional[str], Optional[str], list[str]]:
     """(image, digest, image ID, notes) of the head's running container; the lane's image when no container answers."""
-    result = lane.head.run(container_image_command(container), check=False, timeout=30)
+    result = nodes.head.run(container_image_command(container), check=False, timeout=30)
     if result.dry_run:
-        lane.head.run(image_inspect_command(fallback), check=False, timeout=30)
+        nodes.head.run(image_inspect_command(fallback), check=False, timeout=30)
         return None, None, None, ["image: " + NOT_OBSERVED_DRY_RUN]
     notes = []
     ref = result.stdout.strip() if result.ok else ""
@@ -218,7 +218,7 @@ def read_image(
         notes.append(f"image: no container {container} on the head; the lane's image {fallback} is recorded")
         ref = fallback
     name, digest = split_image_ref(ref)
-    inspected = lane.head.run(image_inspect_command(ref), check=False, timeout=30)
+    inspected = nodes.head.run(image_inspect_command(ref), check=False, timeout=30)
     image_id = None
     if inspected.ok:
         listed, image_id = parse_image_inspect(name, inspected.stdout)
@@ -230,41 +230,41 @@ def read_image(
     return name, digest, image_id, notes
 
 
-def read_revision(lane: Lane) -> tuple[Optional[str], list[str]]:
+def read_revision(nodes: LaneNodes) -> tuple[Optional[str], list[str]]:
     """The snapshot revision refs/main names in the head's hub tree of the lane's model."""
-    ref = f"{lane.params.weights.hub_dir}/refs/main"
-    result = lane.head.run(f"cat {qpath(ref)}", check=False, timeout=30)
+    ref = f"{nodes.params.weights.hub_dir}/refs/main"
+    result = nodes.head.run(f"cat {qpath(ref)}", check=False, timeout=30)
     if result.dry_run:
         return None, ["model_revision: " + NOT_OBSERVED_DRY_RUN]
     revision = parse_revision(result.stdout) if result.ok else None
     return revision, ([] if revision else [f"model_revision: {ref} on the head holds no revision"])
 
 
-def read_server_version(lane: Lane, timeout_s: float = 5.0) -> tuple[Optional[str], list[str]]:
+def read_server_version(nodes: LaneNodes, timeout_s: float = 5.0) -> tuple[Optional[str], list[str]]:
     """GET /version at the server root, from this machine (a dry run records it and sends nothing)."""
-    url = f"{server_root(lane.params.api)}/version"
-    if lane.executor.dry_run:
-        lane.executor.record_local(f"GET {url}")
+    url = f"{server_root(nodes.params.api)}/version"
+    if nodes.executor.dry_run:
+        nodes.executor.record_local(f"GET {url}")
         return None, ["server_version: " + NOT_OBSERVED_DRY_RUN]
     try:
         with direct_client(timeout=timeout_s) as client:
             response = client.get(url)
     except httpx.HTTPError as exc:
-        lane.executor.record_local(f"GET {url}", exit_code=1, detail=type(exc).__name__)
+        nodes.executor.record_local(f"GET {url}", exit_code=1, detail=type(exc).__name__)
         return None, [f"server_version: {url} gave no answer ({type(exc).__name__})"]
     version = parse_version(response.status_code, response.text)
-    lane.executor.record_local(f"GET {url}", detail=f"HTTP {response.status_code}")
+    nodes.executor.record_local(f"GET {url}", detail=f"HTTP {response.status_code}")
     return version, (
         [] if version else [f"server_version: {url} answered HTTP {response.status_code} without a version"]
     )
 
 
-def read_provenance(lane: Lane, lane_file: str | Path, container: str) -> Provenance:
+def read_provenance(nodes: LaneNodes, lane_file: str | Path, container: str) -> Provenance:
     """Every fact of the setup: the lane file here, the image and model revision on the head, /version from here."""
-    params = lane.params
-    image, digest, image_id, notes = read_image(lane, container, str(params.env.get("DSPARK_VLLM_IMAGE", "")))
-    revision, revision_notes = read_revision(lane)
-    version, version_notes = read_server_version(lane)
+    params = nodes.params
+    image, digest, image_id, notes = read_image(nodes, container, str(params.env.get("DSPARK_VLLM_IMAGE", "")))
+    revision, revision_notes = read_revision(nodes)
+    version, version_notes = read_server_version(nodes)
     return Provenance(
         lane=params.name,
         twin=params.twin,

@@ -23,7 +23,7 @@ from lanebook.base.checks import FAIL, MARKS, NOT_OBSERVED, NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import load_lane
 from lanebook.lane.plugins import prepare_lane
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 
 VERDICT_MIME = "application/vnd.lanebook.verdict+json"
 
@@ -54,9 +54,9 @@ def _display(obj: Any = None, markdown: Optional[str] = None, raw: Optional[dict
 
 
 class Runbook:
-    def __init__(self, name: str, lane: str, *, dry_run: bool = False, confirm: Optional[bool] = None):
+    def __init__(self, name: str, lane_name: str, *, dry_run: bool = False, confirm: Optional[bool] = None):
         self.name = name
-        self.params = load_lane(lane)
+        self.params = load_lane(lane_name)
         self.dry_run = dry_run
         # The notebook's `confirm` parameter: may destructive steps go ahead? None lets the lane's policy decide:
         # confirmed where its changes need no yes (policy.confirm_changes false, as `lanebook run` does), refused
@@ -71,7 +71,7 @@ class Runbook:
         self.failure: Optional[dict] = None  # the failed step and what to do next, once a step failed
         if not dry_run:
             prepare_lane(self.params)  # e.g. the twin starts itself for a twin lane
-        self.lane = Lane(self.params, dry_run=dry_run)
+        self.nodes = LaneNodes(self.params, dry_run=dry_run)
         banner = []
         if self.params.twin:
             banner.append(
@@ -224,7 +224,7 @@ class Runbook:
         _display(obj, markdown=markdown)
 
     def commands(self) -> list[str]:
-        return self.lane.executor.commands()
+        return self.nodes.executor.commands()
 
     def show_commands(self) -> None:
         lines = self.commands()
@@ -249,5 +249,5 @@ class Runbook:
 
     def finish(self) -> dict:
         verdict = self._emit(verdict_of(self.checks, self.dry_run))
-        self.lane.close()
+        self.nodes.close()
         return verdict

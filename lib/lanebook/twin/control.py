@@ -134,16 +134,16 @@ def _lanes() -> list[LaneParams]:
     return sorted(lanes, key=lambda lane: lane.twin)
 
 
-def ensure_lane_keys(lane: LaneParams) -> Optional[Path]:
+def ensure_lane_keys(params: LaneParams) -> Optional[Path]:
     """A keyed twin lane's key file, made when it is missing: fresh random keys (two for DSPARK_API_KEYS, one for
     VLLM_API_KEY), mode 0600 in a folder of mode 0700. A file already there is the operator's (or a test's): kept."""
-    path = key_file_path(lane)
-    if path is None or not is_twin_lane(lane) or path.exists():
+    path = key_file_path(params)
+    if path is None or not is_twin_lane(params) or path.exists():
         return None
-    count = 2 if lane.auth.variable == "DSPARK_API_KEYS" else 1
+    count = 2 if params.auth.variable == "DSPARK_API_KEYS" else 1
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     write_atomic(path, "".join(f"twin-{secrets.token_urlsafe(18)}\n" for _ in range(count)), mode=0o600)
-    _say(f"keys of lane {lane.name} in {path} (mode 0600)")
+    _say(f"keys of lane {params.name} in {path} (mode 0600)")
     return path
 
 
@@ -152,18 +152,18 @@ def recipe_root(lay: TwinLayout) -> Path:
     return lay.root / "recipe"
 
 
-def is_twin_lane(lane: LaneParams) -> bool:
+def is_twin_lane(params: LaneParams) -> bool:
     """A lane the twin serves: reached through the twin's ssh config, its nodes the twin's own (alias, address)."""
-    return lane.twin and lane.ssh_config == SSH_CONFIG_NAME
+    return params.twin and params.ssh_config == SSH_CONFIG_NAME
 
 
-def lane_nodes(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
+def lane_nodes(params: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     """The twin nodes (alias -> address) a lane's checkout lives on: a twin lane's own nodes; a real two-node lane's
     checkout on the default pair (the twin lanes share some of them); a real lane of more nodes on none (it runs here
     only as a dry run)."""
-    if is_twin_lane(lane):
-        return {node.alias: node.host for node in lane.nodes}
-    if len(lane.nodes) == 2:
+    if is_twin_lane(params):
+        return {node.alias: node.host for node in params.nodes}
+    if len(params.nodes) == 2:
         return {alias: addresses.ip(alias) for alias in ALIASES}
     return {}
 
@@ -272,27 +272,27 @@ def up(faults: Iterable[str] = (), fast: bool = False) -> dict:
     return status()
 
 
-def missing_nodes(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
+def missing_nodes(params: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     """The nodes (alias -> address) a twin lane names that the twin lacks; a node the twin has at another address,
     or an address another node holds, is a LanebookError (the lane file and the twin disagree: nothing is started)."""
     known = dict(addresses.nodes)
     owner = {ip: alias for alias, ip in addresses.nodes}
     missing = {}
-    for node in lane.nodes:
+    for node in params.nodes:
         if node.alias in known and known[node.alias] != node.host:
             raise LanebookError(
-                f"lane {lane.name} puts twin node {node.alias} at {node.host}, but the running twin has it at "
+                f"lane {params.name} puts twin node {node.alias} at {node.host}, but the running twin has it at "
                 f"{known[node.alias]}: one node, one address (give the lane's node another alias)"
             )
         if node.alias not in known and owner.get(node.host, node.alias) != node.alias:
             raise LanebookError(
-                f"lane {lane.name} puts twin node {node.alias} at {node.host}, where the running twin's node "
+                f"lane {params.name} puts twin node {node.alias} at {node.host}, where the running twin's node "
                 f"{owner[node.host]} listens"
             )
         if node.alias not in known:
             if not node.host.startswith("127."):
                 raise LanebookError(
-                    f"lane {lane.name}: twin node {node.alias} must be a loopback address, got {node.host}"
+                    f"lane {params.name}: twin node {node.alias} must be a loopback address, got {node.host}"
                 )
             missing[node.alias] = node.host
     return missing
@@ -311,7 +311,7 @@ def _twin_lock(lay: TwinLayout, name: str) -> Iterator[None]:
         yield
 
 
-def add_nodes(lane: LaneParams) -> dict:
+def add_nodes(params: LaneParams) -> dict:
     """Start the nodes a twin lane names that the running twin lacks (its aliases, at its addresses), without
     restarting the others: each a fresh root with its sshd; every node's ssh config and known_hosts then reach it, and
     the lane's checkout is laid out on every node of it that lacks one. The new workers hold no weights (the weights
@@ -322,7 +322,7 @@ def add_nodes(lane: LaneParams) -> dict:
         if not status()["running"]:
             raise LanebookError("the twin is not running: start it with `lanebook twin up`")
         addresses = TwinAddresses.from_state(state["addresses"])
-        missing = missing_nodes(lane, addresses)
+        missing = missing_nodes(params, addresses)
         if not missing:
             return status()
         for alias, ip in missing.items():
@@ -331,17 +331,17 @@ def add_nodes(lane: LaneParams) -> dict:
         addresses = addresses.with_nodes(missing.items())
         ensure_keys(lay, addresses)
         write_atomic(lay.ssh_config, client_config(lay.user_key, lay.known_hosts, addresses))
-        lanes = [lane, *(other for other in _lanes() if other.name != lane.name)]
-        head = lane.head.alias
+        lanes = [params, *(other for other in _lanes() if other.name != params.name)]
+        head = params.head.alias
         for alias in missing:
-            _say(f"node root {alias} for lane {lane.name}: home, lane checkouts")
+            _say(f"node root {alias} for lane {params.name}: home, lane checkouts")
             _build_node(lay, alias, addresses, [], state["time_scale"], lanes, fresh_worker=alias != head)
         for alias in addresses.aliases:
             if alias not in missing:
                 write_node_ssh(lay, alias, addresses)
-        for alias in lane_nodes(lane, addresses):
-            if not (lay.home(alias) / lane.checkout.removeprefix("~/")).exists():
-                write_checkout(lay.home(alias), lane, addresses, recipe=recipe_root(lay))
+        for alias in lane_nodes(params, addresses):
+            if not (lay.home(alias) / params.checkout.removeprefix("~/")).exists():
+                write_checkout(lay.home(alias), params, addresses, recipe=recipe_root(lay))
         state["addresses"] = addresses.to_state()
         write_state(lay, state)
         for alias, ip in missing.items():
@@ -354,16 +354,16 @@ def add_nodes(lane: LaneParams) -> dict:
     return status()
 
 
-def bring_up(lane: LaneParams) -> None:
+def bring_up(params: LaneParams) -> None:
     """A twin lane finds its twin up (fast: cold-bind and JIT waits shortened, decode rates never) with every node it
     names; a real lane is left alone."""
-    if not is_twin_lane(lane):
+    if not is_twin_lane(params):
         return
     with _twin_lock(layout(), "up"):
         if not status()["running"]:
             up(faults=[], fast=True)
-    if missing_nodes(lane, TwinAddresses.from_state(read_state(layout())["addresses"])):
-        add_nodes(lane)
+    if missing_nodes(params, TwinAddresses.from_state(read_state(layout())["addresses"])):
+        add_nodes(params)
 
 
 def engine_faults() -> list[str]:
@@ -397,23 +397,23 @@ def lane_scoped_faults() -> list[str]:
     return [name for name in FAULTS if name in engine_faults() or name in LANE_NODE_FAULTS]
 
 
-def _remove_shard(lay: TwinLayout, alias: str, lane: LaneParams) -> None:
+def _remove_shard(lay: TwinLayout, alias: str, params: LaneParams) -> None:
     """Fault missing-shard on one node: shard MISSING_SHARD of the lane's weights gone from its hub tree (blob and
     snapshot link), as a download that never finished it leaves it."""
-    model = HubModel(lane.weights.repo, lane.weights.shards)
+    model = HubModel(params.weights.repo, params.weights.shards)
     name = model.shard_name(MISSING_SHARD)
     repo_dir = hub_root(lay.home(alias)) / model.dir_name
     (repo_dir / "blobs" / blob_name(name, model.shard_bytes(MISSING_SHARD))).unlink(missing_ok=True)
     (repo_dir / "snapshots" / model.revision / name).unlink(missing_ok=True)
 
 
-def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
+def set_lane_faults(params: LaneParams | str, faults: Iterable[str]) -> dict:
     """Set the faults of one twin lane (its name or params), replacing those it had, from the next action on: engine
     faults reach the containers its Compose project starts on its nodes (what runs keeps its own); worker-unreachable
     stops the sshd of its first worker (cleared: started again); missing-shard removes a shard from its first worker's
     weights (cleared: the weights runbook brings it back, as on a real node). Other lanes are untouched. A fault that
     cannot be scoped (lane_scoped_faults) is refused. The twin's status after."""
-    lane = lane if isinstance(lane, LaneParams) else load_lane(lane)
+    params = params if isinstance(params, LaneParams) else load_lane(params)
     faults = validate_faults(faults)
     refused = [name for name in faults if name not in lane_scoped_faults()]
     if refused:
@@ -421,19 +421,19 @@ def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
             f"fault {', '.join(refused)} is twin-wide only (`lanebook twin up --faults`); on one lane: "
             f"{', '.join(lane_scoped_faults())}"
         )
-    if not is_twin_lane(lane):
-        raise LanebookError(f"lane {lane.name} is not a twin lane (twin: true, ssh_config: twin): no fault to set")
+    if not is_twin_lane(params):
+        raise LanebookError(f"lane {params.name} is not a twin lane (twin: true, ssh_config: twin): no fault to set")
     if not status()["running"]:
         raise LanebookError("the twin is not running: start it with `lanebook twin up`")
-    bring_up(lane)
+    bring_up(params)
     lay = layout()
     with _twin_lock(lay, "nodes"):
         state = read_state(lay)
         scoped = state.get("lane_faults", {})
-        before = set(scoped.get(lane.name, {}).get("faults", []))
-        first_worker = lane.workers[0].alias
+        before = set(scoped.get(params.name, {}).get("faults", []))
+        first_worker = params.workers[0].alias
         if "worker-unreachable" in set(faults) - before and first_worker in state["pids"]:
-            _say(f"{first_worker} sshd stopped (fault worker-unreachable on lane {lane.name})")
+            _say(f"{first_worker} sshd stopped (fault worker-unreachable on lane {params.name})")
             _kill({int(state["pids"].pop(first_worker))}, signal.SIGTERM)
             if first_worker in _started:
                 _started.pop(first_worker).wait(timeout=10)  # reaped here when this process started it
@@ -441,12 +441,12 @@ def set_lane_faults(lane: LaneParams | str, faults: Iterable[str]) -> dict:
             _started[first_worker] = start_sshd(lay, first_worker)
             state["pids"][first_worker] = _started[first_worker].pid
         if "missing-shard" in set(faults) - before:
-            _remove_shard(lay, first_worker, lane)
+            _remove_shard(lay, first_worker, params)
         if faults:
-            project = lane.launcher.env.get("PROJECT_NAME", "")
-            scoped[lane.name] = {"nodes": [node.alias for node in lane.nodes], "project": project, "faults": faults}
+            project = params.launcher.env.get("PROJECT_NAME", "")
+            scoped[params.name] = {"nodes": [node.alias for node in params.nodes], "project": project, "faults": faults}
         else:
-            scoped.pop(lane.name, None)
+            scoped.pop(params.name, None)
         write_state(lay, {**state, "lane_faults": scoped})
     if "worker-unreachable" in before - set(faults):
         wait_for_ssh(lay, first_worker)
@@ -475,7 +475,7 @@ def set_node_conditions(alias: str, conditions: Iterable[str]) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-def lay_out_checkout(lane: LaneParams, shape: str) -> str:
+def lay_out_checkout(params: LaneParams, shape: str) -> str:
     """The lane's checkout on every node of it in the running twin made again as a clone of the recipe remote at SHAPE's
     commit (lanebook.twin.remote: JUL31, AUG22), the lane rendered into it: a lane whose operator cloned the recipe
     on that day. Its commit's sha."""
@@ -484,8 +484,8 @@ def lay_out_checkout(lane: LaneParams, shape: str) -> str:
     if not current["running"]:
         raise LanebookError("the twin is not running: start it with `lanebook twin up`")
     addresses = TwinAddresses.from_state(read_state(lay)["addresses"])
-    for alias in lane_nodes(lane, addresses):
-        write_checkout(lay.home(alias), lane, addresses, shape, recipe=recipe_root(lay))
+    for alias in lane_nodes(params, addresses):
+        write_checkout(lay.home(alias), params, addresses, shape, recipe=recipe_root(lay))
     return recipe_shas(lay)[shape]
 
 

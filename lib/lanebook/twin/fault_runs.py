@@ -30,7 +30,7 @@ from lanebook.base.files import sha256_file
 from lanebook.lane.params import LaneParams, lane_with, load_lane
 from lanebook.nodes.http import direct_client, request_json
 from lanebook.nodes.prometheus import RUNNING, metrics_url, parse_metrics
-from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
+from lanebook.nodes.ssh import LaneNodes, Node, NodeError, q, qpath
 from lanebook.ops import launcher, memory, weights
 from lanebook.speed.client import chat_url
 from lanebook.twin import control
@@ -108,10 +108,10 @@ def kept_files(node: Node, params: LaneParams) -> set[str]:
     return set(node.run(f"find {roots} -type f -o -type l 2>/dev/null; true").stdout.split("\n")) - {""}
 
 
-def reachable_nodes(lane: Lane) -> list[Node]:
+def reachable_nodes(nodes: LaneNodes) -> list[Node]:
     """The nodes that answer ssh (a worker with fault worker-unreachable does not)."""
     found = []
-    for node in lane.nodes:
+    for node in nodes:
         try:
             node.run("true")
             found.append(node)
@@ -129,32 +129,32 @@ def _until(condition: Callable[[], bool], within_s: float = SETTLE_S) -> bool:
     return True
 
 
-def _started(lane: Lane) -> None:
-    started = launcher.start_lane(lane)
+def _started(nodes: LaneNodes) -> None:
+    started = launcher.start_lane(nodes)
     if not started.ok:
         raise LanebookError(f"setup: the launcher did not bring the lane up: {started.summary()}")
 
 
-def _head_dead(lane: Lane) -> None:
-    launcher.start_lane(lane)  # may see the head die before its chat request: what matters is what follows
-    if not _until(lambda: launcher.lane_containers(lane).state == launcher.ORPHANED_WORKER):
-        raise LanebookError(f"setup: the head did not die: {launcher.lane_containers(lane).summary()}")
+def _head_dead(nodes: LaneNodes) -> None:
+    launcher.start_lane(nodes)  # may see the head die before its chat request: what matters is what follows
+    if not _until(lambda: launcher.lane_containers(nodes).state == launcher.ORPHANED_WORKER):
+        raise LanebookError(f"setup: the head did not die: {launcher.lane_containers(nodes).summary()}")
 
 
-def _started_and_stopped(lane: Lane) -> None:
-    _started(lane)
-    if not launcher.stop_lane(lane).launcher.ok:
+def _started_and_stopped(nodes: LaneNodes) -> None:
+    _started(nodes)
+    if not launcher.stop_lane(nodes).launcher.ok:
         raise LanebookError("setup: the stop script failed")
-    if memory.check_sticky_uma(lane).ok:
+    if memory.check_sticky_uma(nodes).ok:
         raise LanebookError("setup: no memory stayed held after the stop (fault sticky-uma)")
 
 
-def _worker_rebooted(lane: Lane) -> None:
+def _worker_rebooted(nodes: LaneNodes) -> None:
     """The worker reboots under the recipe's restart policy (unless-stopped): docker starts its container again,
     so every node runs the lane's container, but the head's engine died with the rank it lost: /health is not 200."""
-    _started(lane)
+    _started(nodes)
     control.reboot("worker")
-    with Lane(lane.params) as rebooted:  # the worker's connection ended with its reboot
+    with LaneNodes(nodes.params) as rebooted:  # the worker's connection ended with its reboot
         if not _until(
             lambda: (
                 launcher.lane_containers(rebooted).state == launcher.LANE_UP
@@ -167,29 +167,29 @@ def _worker_rebooted(lane: Lane) -> None:
             )
 
 
-def _counters(lane: Lane) -> tuple[float, float]:
+def _counters(nodes: LaneNodes) -> tuple[float, float]:
     """(requests running, generation tokens) as the head's /metrics says now."""
-    snapshot = parse_metrics(request_json("GET", metrics_url(lane.params.api), timeout_s=10.0).text)
+    snapshot = parse_metrics(request_json("GET", metrics_url(nodes.params.api), timeout_s=10.0).text)
     return snapshot.total(RUNNING) or 0.0, snapshot.total(GENERATION) or 0.0
 
 
-def _frozen(lane: Lane) -> tuple[bool, float, float]:
+def _frozen(nodes: LaneNodes) -> tuple[bool, float, float]:
     """Hung: requests running and no token generated over a second; with (running, generated) at the first read."""
-    running, generated = _counters(lane)
+    running, generated = _counters(nodes)
     time.sleep(1.0)
-    return running > 0 and _counters(lane) == (running, generated), running, generated
+    return running > 0 and _counters(nodes) == (running, generated), running, generated
 
 
-def _stream(lane: Lane, prompt: str, max_tokens: int) -> None:
+def _stream(nodes: LaneNodes, prompt: str, max_tokens: int) -> None:
     """One streaming chat request read to its end (or until the twin goes down under it)."""
     body = {
-        "model": lane.params.served_model_name,
+        "model": nodes.params.served_model_name,
         "messages": [{"role": "user", "content": prompt}],
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
     }
-    url = chat_url(lane.params.api)
+    url = chat_url(nodes.params.api)
     try:
         with direct_client(timeout=httpx.Timeout(RUN_TIMEOUT_S, connect=10.0)) as client:
             with client.stream("POST", url, json=body) as response:
@@ -199,41 +199,41 @@ def _stream(lane: Lane, prompt: str, max_tokens: int) -> None:
         pass  # a hung request ends when its twin goes down
 
 
-def _requests_hung(lane: Lane) -> None:
+def _requests_hung(nodes: LaneNodes) -> None:
     """Fault tp-hang: long requests under concurrency wedge the pair; left running (daemon threads) until the twin
     goes down. Waits until two /metrics reads a second apart show requests running and no token generated."""
-    _started(lane)
+    _started(nodes)
     for n in range(4):
         prompt = f"Write a long story about lighthouse keeper number {n}."
-        threading.Thread(target=_stream, args=(lane, prompt, 2000), daemon=True).start()
+        threading.Thread(target=_stream, args=(nodes, prompt, 2000), daemon=True).start()
 
-    if not _until(lambda: _frozen(lane)[0]):
-        raise LanebookError(f"setup: the requests did not hang: running, generated = {_counters(lane)}")
-
-
-def _stats_lines(lane: Lane) -> int:
-    container = q(launcher.container_name(lane))
-    return int(lane.head.run(f"docker logs {container} 2>&1 | grep -c 'SpecDecoding metrics' || true").stdout or 0)
+    if not _until(lambda: _frozen(nodes)[0]):
+        raise LanebookError(f"setup: the requests did not hang: running, generated = {_counters(nodes)}")
 
 
-def _wave_served(lane: Lane) -> None:
+def _stats_lines(nodes: LaneNodes) -> int:
+    container = q(launcher.container_name(nodes))
+    return int(nodes.head.run(f"docker logs {container} 2>&1 | grep -c 'SpecDecoding metrics' || true").stdout or 0)
+
+
+def _wave_served(nodes: LaneNodes) -> None:
     """Two streaming requests served to their end, then the engine's next periodic stats lines (vLLM logs them
     every 10 s while there was traffic) in the head's container log."""
-    _started(lane)
-    before = _stats_lines(lane)
+    _started(nodes)
+    before = _stats_lines(nodes)
     waves = [
-        threading.Thread(target=_stream, args=(lane, f"Explain how tide tables are made, part {n}.", 200))
+        threading.Thread(target=_stream, args=(nodes, f"Explain how tide tables are made, part {n}.", 200))
         for n in range(2)
     ]
     for thread in waves:
         thread.start()
     for thread in waves:
         thread.join(RUN_TIMEOUT_S)
-    if not _until(lambda: _stats_lines(lane) > before):
+    if not _until(lambda: _stats_lines(nodes) > before):
         raise LanebookError("setup: no SpecDecoding stats line logged after the wave")
 
 
-SETUP_ACTIONS: dict[str, Callable[[Lane], None]] = {
+SETUP_ACTIONS: dict[str, Callable[[LaneNodes], None]] = {
     "none": lambda lane: None,
     "started": _started,
     "started, head dead": _head_dead,
@@ -244,49 +244,49 @@ SETUP_ACTIONS: dict[str, Callable[[Lane], None]] = {
 }
 
 
-def _on_head_only(lane: Lane) -> tuple[bool, str]:
-    running = launcher.running_containers(lane, [lane.head])
-    return not running[lane.head.alias], f"head: {', '.join(running[lane.head.alias]) or 'none'}"
+def _on_head_only(nodes: LaneNodes) -> tuple[bool, str]:
+    running = launcher.running_containers(nodes, [nodes.head])
+    return not running[nodes.head.alias], f"head: {', '.join(running[nodes.head.alias]) or 'none'}"
 
 
-def _cleanly_down(lane: Lane) -> tuple[bool, str]:
-    containers = launcher.lane_containers(lane)
+def _cleanly_down(nodes: LaneNodes) -> tuple[bool, str]:
+    containers = launcher.lane_containers(nodes)
     return containers.state == launcher.LANE_DOWN, f"{containers.state}: {containers.summary()}"
 
 
-def _up(lane: Lane) -> tuple[bool, str]:
-    containers, api = launcher.lane_containers(lane), launcher.ask_api(lane)
+def _up(nodes: LaneNodes) -> tuple[bool, str]:
+    containers, api = launcher.lane_containers(nodes), launcher.ask_api(nodes)
     return containers.state == launcher.LANE_UP and bool(api.healthy), f"{containers.state}; {api.detail}"
 
 
-def _left_for_stop(lane: Lane) -> tuple[bool, str]:
-    containers, api = launcher.lane_containers(lane), launcher.ask_api(lane, timeout_s=2.0)
+def _left_for_stop(nodes: LaneNodes) -> tuple[bool, str]:
+    containers, api = launcher.lane_containers(nodes), launcher.ask_api(nodes, timeout_s=2.0)
     return containers.state == launcher.LANE_UP and not api.healthy, f"{containers.state}; {api.detail}"
 
 
-def _worker_tree_whole(lane: Lane) -> tuple[bool, str]:
-    report = weights.verify_weights(lane.node("worker"), lane.params.weights, sha256=True)
-    return report.ok and report.sha256_checked == lane.params.weights.shards, report.summary()
+def _worker_tree_whole(nodes: LaneNodes) -> tuple[bool, str]:
+    report = weights.verify_weights(nodes.node("worker"), nodes.params.weights, sha256=True)
+    return report.ok and report.sha256_checked == nodes.params.weights.shards, report.summary()
 
 
-def _units_masked_lane_up(lane: Lane) -> tuple[bool, str]:
-    units = list(lane.params.legacy_units)
-    states = {node.alias: memory.parse_unit_states(node.run(memory.unit_probe(units)).stdout) for node in lane.nodes}
+def _units_masked_lane_up(nodes: LaneNodes) -> tuple[bool, str]:
+    units = list(nodes.params.legacy_units)
+    states = {node.alias: memory.parse_unit_states(node.run(memory.unit_probe(units)).stdout) for node in nodes}
     masked = all(states[a].get(u) == ("inactive", "masked") for a in states for u in units)
-    up, detail = _up(lane)
+    up, detail = _up(nodes)
     return masked and up, f"units {states}; {detail}"
 
 
-def _hung_left_for_stop(lane: Lane) -> tuple[bool, str]:
-    containers, api = launcher.lane_containers(lane), launcher.ask_api(lane, timeout_s=2.0)
-    frozen, running, generated = _frozen(lane)
+def _hung_left_for_stop(nodes: LaneNodes) -> tuple[bool, str]:
+    containers, api = launcher.lane_containers(nodes), launcher.ask_api(nodes, timeout_s=2.0)
+    frozen, running, generated = _frozen(nodes)
     return (
         containers.state == launcher.LANE_UP and bool(api.healthy) and frozen,
         f"{containers.state}; {api.detail}; running {running:g}, generated {generated:g} (frozen: {frozen})",
     )
 
 
-STATE_ACTIONS: dict[str, Callable[[Lane], tuple[bool, str]]] = {
+STATE_ACTIONS: dict[str, Callable[[LaneNodes], tuple[bool, str]]] = {
     "nothing started": _on_head_only,
     "lane cleanly down": _cleanly_down,
     "lane up": _up,
@@ -299,8 +299,8 @@ STATE_ACTIONS: dict[str, Callable[[Lane], tuple[bool, str]]] = {
 
 def doctor_answer(params: LaneParams) -> dict:
     """What `lanebook doctor --lane LANE --json` prints, from the library call it makes (read-only, no lock)."""
-    with Lane(params) as lane:
-        gathered = doctor_gather.gather(lane)
+    with LaneNodes(params) as nodes:
+        gathered = doctor_gather.gather(nodes)
     return {**gathered.diagnosis().to_json(), **gathered.to_json()}
 
 
@@ -323,9 +323,9 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
     with control.private_twin(workdir / "twin", faults) as status:
         lane_file = private_lane_file(status, workdir / "lane.json")
         params = load_lane(lane_file)
-        with Lane(params) as lane:
-            before = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
-            SETUP_ACTIONS[row.setup](lane)
+        with LaneNodes(params) as nodes:
+            before = {node.alias: kept_files(node, params) for node in reachable_nodes(nodes)}
+            SETUP_ACTIONS[row.setup](nodes)
         doctor = doctor_answer(params) if row.doctor and row.doctor_before else None
         record, detection_s = lanebook_run(workdir, row.runbook, lane_file, row.params)
         output = workdir / "outputs" / record["output"]
@@ -333,9 +333,9 @@ def run_row(row: FaultRow, workdir: Path) -> Observed:
         if row.doctor and not row.doctor_before:
             doctor = doctor_answer(params)
         repair_record: Optional[dict] = lanebook_run(workdir, row.repair, lane_file)[0] if row.repair else None
-        with Lane(params) as lane:
-            state_ok, state_detail = STATE_ACTIONS[row.state_after](lane)
-            after = {node.alias: kept_files(node, params) for node in reachable_nodes(lane)}
+        with LaneNodes(params) as nodes:
+            state_ok, state_detail = STATE_ACTIONS[row.state_after](nodes)
+            after = {node.alias: kept_files(node, params) for node in reachable_nodes(nodes)}
     return Observed(
         record=record,
         output_sha256=output_sha256,

@@ -35,11 +35,11 @@ def ssh_config() -> Path:
     return Path(status["ssh_config"])
 
 
-def bring_up(lane: LaneParams) -> None:
+def bring_up(params: LaneParams) -> None:
     """Start the twin (fast: cold-bind and JIT waits shortened, decode rates never) when a twin lane finds it down, and
     the nodes the lane names that it lacks (control.bring_up)."""
-    if lane.ssh_config == SSH_CONFIG_NAME:
-        control.bring_up(lane)
+    if params.ssh_config == SSH_CONFIG_NAME:
+        control.bring_up(params)
 
 
 def launch_lane_if_down(rb: Runbook) -> None:
@@ -50,12 +50,12 @@ def launch_lane_if_down(rb: Runbook) -> None:
     from lanebook.ops.launcher import LANE_DOWN, ask_api, lane_containers
     from lanebook.runs.execute import run_runbook
 
-    lane = rb.lane
+    nodes = rb.nodes
     if (
-        lane.executor.dry_run
-        or not lane.params.twin
-        or ask_api(lane).healthy
-        or lane_containers(lane).state != LANE_DOWN
+        nodes.executor.dry_run
+        or not nodes.params.twin
+        or ask_api(nodes).healthy
+        or lane_containers(nodes).state != LANE_DOWN
     ):
         return
     launched = run_runbook("launch", rb.params, {})

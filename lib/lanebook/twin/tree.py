@@ -145,15 +145,15 @@ def write_hub_model(
     return snapshot
 
 
-def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
+def twin_env(params: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
     """The lane's env-file values with the twin's node addresses in place of the real lane's: a node the twin has by
     its alias (a twin lane's own), else the default pair's by role (a real two-node lane laid out on the twin)."""
     known = dict(addresses.nodes)
     real_to_twin = {}
-    for node in lane.nodes:
+    for node in params.nodes:
         twin_ip = known.get(node.alias) or (addresses.head_ip if node.role == "head" else addresses.worker_ip)
         real_to_twin[node.host] = real_to_twin[node.roce_ip] = twin_ip
-    env = {key: real_to_twin.get(str(value), str(value)) for key, value in lane.env.items()}
+    env = {key: real_to_twin.get(str(value), str(value)) for key, value in params.env.items()}
     env.setdefault("VLLM_HOST", addresses.head_ip)
     env.setdefault("VLLM_PORT", str(addresses.api_port))
     env.setdefault("MASTER_PORT", str(addresses.master_port))
@@ -163,17 +163,17 @@ def twin_env(lane: LaneParams, addresses: TwinAddresses) -> dict[str, str]:
 _RENDERED: dict[tuple[str, tuple, str, str], tuple[str, str]] = {}
 
 
-def _rendered(lane: LaneParams, addresses: TwinAddresses, checkout: Path, shape: str) -> tuple[str, str]:
+def _rendered(params: LaneParams, addresses: TwinAddresses, checkout: Path, shape: str) -> tuple[str, str]:
     """The compose and env texts `env render` makes of CHECKOUT (the recipe's files at SHAPE, just cloned) for a lane
     with twin addresses: the same on every node and in every twin of this process, so rendered once (a render asks
     Compose several times: about 3 s of CPU for a twin's checkouts)."""
-    env = twin_env(lane, addresses)
-    key = (lane.model_dump_json(), tuple(env.items()), checkout.name, shape)
+    env = twin_env(params, addresses)
+    key = (params.model_dump_json(), tuple(env.items()), checkout.name, shape)
     if key not in _RENDERED:
-        plan = plan_render(lane_with(lane, env=env), CheckoutFiles.read(checkout))
+        plan = plan_render(lane_with(params, env=env), CheckoutFiles.read(checkout))
         if plan.unresolved:
             raise LanebookError(
-                f"twin checkout of lane {lane.name} cannot run its lane: "
+                f"twin checkout of lane {params.name} cannot run its lane: "
                 + "; ".join(m.message() for m in plan.unresolved)
             )
         _RENDERED[key] = (plan.compose, plan.env)
@@ -201,25 +201,25 @@ def recipe_template(root: Path, shape: str) -> Path:
     return template
 
 
-def shape_of(lane: LaneParams) -> str:
+def shape_of(params: LaneParams) -> str:
     """The recipe shape a lane's checkout is laid out at: the four-node launcher's commit for a lane started by it (its
     `launcher.start`), else the current one."""
-    return TP4 if Path(lane.launcher.start).name in TP4_SCRIPTS else CURRENT
+    return TP4 if Path(params.launcher.start).name in TP4_SCRIPTS else CURRENT
 
 
 def write_checkout(
-    home: Path, lane: LaneParams, addresses: TwinAddresses, shape: Optional[str] = None, recipe: Optional[Path] = None
+    home: Path, params: LaneParams, addresses: TwinAddresses, shape: Optional[str] = None, recipe: Optional[Path] = None
 ) -> Path:
     """A lane checkout as an operator leaves it: a clone of the recipe's repository (the twin's remote under RECIPE,
     by default beside HOME) at SHAPE's commit (shape_of the lane by default), its example copied to .env.dspark, then
     the lane rendered into it (twin addresses in place of the real ones) exactly as `lanebook env render` would, so the
     twin boots with what a real node would get. A checkout already there is replaced."""
-    checkout = home / lane.checkout.removeprefix("~/")
+    checkout = home / params.checkout.removeprefix("~/")
     shutil.rmtree(checkout, ignore_errors=True)
     checkout.parent.mkdir(parents=True, exist_ok=True)
-    shape = shape or shape_of(lane)
+    shape = shape or shape_of(params)
     shutil.copytree(recipe_template(recipe or home.parent / "recipe", shape), checkout, symlinks=True)
-    compose, env = _rendered(lane, addresses, checkout, shape)
+    compose, env = _rendered(params, addresses, checkout, shape)
     (checkout / COMPOSE_NAME).write_text(compose)
     (checkout / ENV_NAME).write_text(env)
     for path in [*checkout.rglob("*"), checkout]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from lanebook.base.checks import ExpectedResult
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams, lane_with
-from lanebook.nodes.ssh import Lane
+from lanebook.nodes.ssh import LaneNodes
 from lanebook.ops.checkout_env import render_on_head
 from lanebook.ops.launcher import (
     LauncherResult,
@@ -96,7 +96,7 @@ class Relaunch:
         }
 
 
-def relaunch_with(lane: Lane, params: LaneParams) -> Relaunch:
+def relaunch_with(nodes: LaneNodes, params: LaneParams) -> Relaunch:
     """Render PARAMS on the head, copy the checkout to the workers, stop, clean memory, start, read the live command.
 
     Memory still held after the cleanup (sticky UMA) ends the relaunch before the start; a LanebookError (a
@@ -104,19 +104,19 @@ def relaunch_with(lane: Lane, params: LaneParams) -> Relaunch:
     the caller can still restore."""
     relaunch = Relaunch(params)
     try:
-        relaunch.change = render_on_head(lane, params)
-        relaunch.synced = sync_checkout(lane, timeout_s=600)
-        relaunch.stopped = stop_lane(lane)
-        relaunch.orphans = stop_orphaned_workers(lane)
-        relaunch.cleaned = clean_memory(lane)  # refuses while any vLLM container still runs
-        relaunch.free = check_sticky_uma(lane)
-        if relaunch.free.ok or lane.executor.dry_run:
-            relaunch.started = start_lane(lane)
-            if relaunch.started.ok or lane.executor.dry_run:
-                relaunch.live = live_mismatches(params, live_command(lane.head, container_name(lane)))
+        relaunch.change = render_on_head(nodes, params)
+        relaunch.synced = sync_checkout(nodes, timeout_s=600)
+        relaunch.stopped = stop_lane(nodes)
+        relaunch.orphans = stop_orphaned_workers(nodes)
+        relaunch.cleaned = clean_memory(nodes)  # refuses while any vLLM container still runs
+        relaunch.free = check_sticky_uma(nodes)
+        if relaunch.free.ok or nodes.executor.dry_run:
+            relaunch.started = start_lane(nodes)
+            if relaunch.started.ok or nodes.executor.dry_run:
+                relaunch.live = live_mismatches(params, live_command(nodes.head, container_name(nodes)))
     except LanebookError as exc:
         relaunch.error = str(exc)
-    if lane.executor.dry_run:
+    if nodes.executor.dry_run:
         relaunch.live = None  # a dry run observed no command
     return relaunch
 
@@ -142,24 +142,24 @@ class VariantTrial:
         }
 
 
-def try_variant(lane: Lane, variant: LaneParams, measure: Callable[[], Optional[list[dict]]]) -> VariantTrial:
+def try_variant(nodes: LaneNodes, variant: LaneParams, measure: Callable[[], Optional[list[dict]]]) -> VariantTrial:
     """Relaunch with the variant and measure it; on any failure relaunch with the lane's own values (lane.params).
 
     In a dry run every step is recorded, measuring included, and nothing is restored (nothing changed)."""
-    trial = VariantTrial(relaunch_with(lane, variant))
-    if trial.relaunch.ok or lane.executor.dry_run:
+    trial = VariantTrial(relaunch_with(nodes, variant))
+    if trial.relaunch.ok or nodes.executor.dry_run:
         try:
             trial.documents = measure()
         except LanebookError as exc:
             trial.error = str(exc)
-    if trial.failed and not lane.executor.dry_run:
-        trial.restored = relaunch_with(lane, lane.params)
+    if trial.failed and not nodes.executor.dry_run:
+        trial.restored = relaunch_with(nodes, nodes.params)
     return trial
 
 
-def head_env_value(lane: Lane, key: str) -> Optional[str]:
+def head_env_value(nodes: LaneNodes, key: str) -> Optional[str]:
     """What the head's env file sets KEY to now (its last line for KEY; None without one, or in a dry run)."""
-    data = read_node_files(lane.head, [f"{lane.params.checkout.rstrip('/')}/{ENV_NAME}"])[0]
+    data = read_node_files(nodes.head, [f"{nodes.params.checkout.rstrip('/')}/{ENV_NAME}"])[0]
     if data is None:
         return None
     return env_map(parse_env_text(data.decode("utf-8", errors="replace"))).get(key)
@@ -178,9 +178,9 @@ class Trials:
     trials: int
     max_tokens: int
 
-    def measure(self, lane: Lane) -> Optional[list[dict]]:
+    def measure(self, nodes: LaneNodes) -> Optional[list[dict]]:
         """The documents measured (None in a dry run)."""
-        return measure_workloads(lane, self.workloads, self.concurrency, self.trials, self.max_tokens)
+        return measure_workloads(nodes, self.workloads, self.concurrency, self.trials, self.max_tokens)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,7 +221,7 @@ def baseline_step(rb: "Runbook", plan: CanaryPlan) -> Optional[list[dict]]:
     rb.expect(
         plan.key in env, what=f"the lane sets {plan.key} (the canary's one axis)", detail=env.get(plan.key), local=True
     )
-    documents = plan.measured.measure(rb.lane)
+    documents = plan.measured.measure(rb.nodes)
     show_documents(rb, "canary_baseline", documents)
     failed = None if documents is None else sum(r["errors"] for d in documents for r in d["runs"])
     rb.expect(
@@ -240,7 +240,7 @@ def variant_step(rb: "Runbook", plan: CanaryPlan) -> Optional[VariantTrial]:
         rb.skip(f"the lane relaunched with {key}={value} and measured", "canary=False")
         return None
     rb.confirm(f"relaunch lane {rb.params.name} with {key}={value} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.lane, plan.variant(rb.params), lambda: plan.measured.measure(rb.lane))
+    trial = try_variant(rb.nodes, plan.variant(rb.params), lambda: plan.measured.measure(rb.nodes))
     rb.record(canary_variant_run=trial.figures())
     show_change(rb, trial.relaunch)
     show_documents(rb, "canary_variant", trial.documents)
@@ -304,7 +304,7 @@ def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecis
     kept_value = kept.env[key]
     if kept is p:
         rb.confirm(f"render {key}={kept_value} back into lane {p.name}'s checkout and relaunch it")
-        restored = relaunch_with(rb.lane, p)
+        restored = relaunch_with(rb.nodes, p)
         rb.record(canary_restore=restored.figures())
         show_change(rb, restored)
         rb.expect(
@@ -314,11 +314,11 @@ def restore_step(rb: "Runbook", plan: CanaryPlan, decision: Optional[CanaryDecis
         )
     else:
         rb.skip(f"{key}={kept_value} rendered back", "the variant is kept: it is what the lane runs")
-        mismatches = live_mismatches(kept, live_command(rb.lane.head, container_name(rb.lane)))
+        mismatches = live_mismatches(kept, live_command(rb.nodes.head, container_name(rb.nodes)))
         rb.expect(
             not mismatches, what=f"the live command carries {key}={kept_value}", detail="; ".join(map(str, mismatches))
         )
-    on_head = head_env_value(rb.lane, key)
+    on_head = head_env_value(rb.nodes, key)
     rb.record(canary_kept={key: kept_value, "head_env_file": on_head})
     rb.expect(on_head == str(kept_value), what=f"the head's env file sets {key}={kept_value}", detail=on_head)
     rb.expect(
@@ -354,7 +354,7 @@ def proof_step(rb: "Runbook", *, relaunched: bool, trials: int) -> None:
     if not relaunched:
         rb.skip("the restored lane passes tools, Hermes, queues and both ranks' logs", "no canary relaunched the lane")
         return
-    documents = measure_workloads(rb.lane, [PROOF_WORKLOAD], [1], trials, PROOF_MAX_TOKENS)
+    documents = measure_workloads(rb.nodes, [PROOF_WORKLOAD], [1], trials, PROOF_MAX_TOKENS)
     best, reference = best_stream_tok_s(documents), count_300_reference()
     rb.record(restored_best_count_300={"tok_s": best, "twin": p.twin, "reference_tok_s": reference.value})
     label = "TWIN figure" if p.twin else "this lane"
@@ -362,18 +362,18 @@ def proof_step(rb: "Runbook", *, relaunched: bool, trials: int) -> None:
     rb.show(markdown=f"Best count-300 run: **{best} tok/s** ({label}); the write-up's restored lane: {cited}.")
     rb.expect(best is not None, what=f"a clean count-{PROOF_MAX_TOKENS} run at C1", detail=best)
     step = rb.current_step
-    rb.expect(gates.tool_smoke_gate(step, rb.lane.executor, p))
-    provider, found = hermes.block_gate(step, rb.lane, None)
-    route, routed = hermes.route_gate(step, rb.lane, provider)
+    rb.expect(gates.tool_smoke_gate(step, rb.nodes.executor, p))
+    provider, found = hermes.block_gate(step, rb.nodes, None)
+    route, routed = hermes.route_gate(step, rb.nodes, provider)
     rb.record(restored_hermes=hermes.route_figures(route))
     rb.expect(found + routed)
-    waited = queues_idle(p.api, rb.lane.executor)
+    waited = queues_idle(p.api, rb.nodes.executor)
     rb.expect(
         waited is not None,
         what="the queues drain (running = waiting = 0)",
         detail=None if waited is None else f"idle after {waited:.1f} s",
     )
-    found_lines = None if rb.dry_run else fatal_log_lines(rb.lane)
+    found_lines = None if rb.dry_run else fatal_log_lines(rb.nodes)
     scanned = sorted(found_lines or {})
     lines = [f"{node}: {line}" for node, kinds in (found_lines or {}).items() for ls in kinds.values() for line in ls]
     rb.expect(

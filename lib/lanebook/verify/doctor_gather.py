@@ -17,7 +17,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.redact import redact
 from lanebook.nodes.http import request_json
 from lanebook.nodes.prometheus import MetricsUnavailable, metrics_url, parse_metrics
-from lanebook.nodes.ssh import CommandResult, Lane, Node, NodeError, NodeUnreachable, q, qpath
+from lanebook.nodes.ssh import CommandResult, LaneNodes, Node, NodeError, NodeUnreachable, q, qpath
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import serving_command
 from lanebook.verify.doctor import CONFIRMED, Diagnosis, Line, Scrape, diagnose, read_lines
@@ -75,8 +75,8 @@ def _why(result: CommandResult) -> str:
 
 
 class _Reader:
-    def __init__(self, lane: Lane, out: Gathered):
-        self.lane, self.out = lane, out
+    def __init__(self, nodes: LaneNodes, out: Gathered):
+        self.nodes, self.out = nodes, out
         self.unreachable = False
 
     def run(
@@ -117,7 +117,7 @@ def _container_log(reader: _Reader, node: Node, container: str) -> None:
     since = started.stdout.strip() if started else ""
     if since:
         command = f"docker logs --since {q(since)} {q(container)} 2>&1"
-    elif reader.lane.executor.dry_run:
+    elif reader.nodes.executor.dry_run:
         command = f"docker logs --since STARTED_AT {q(container)} 2>&1"
     else:
         return  # not_read says why
@@ -130,19 +130,19 @@ def _kernel(reader: _Reader, node: Node) -> None:
     reader.lines(node, KERNEL_PREVIOUS, reader.out.kernel)
 
 
-def _hf_links(lane: Lane) -> str:
-    snapshots = f"{lane.params.weights.hub_dir}/snapshots"
+def _hf_links(nodes: LaneNodes) -> str:
+    snapshots = f"{nodes.params.weights.hub_dir}/snapshots"
     return (
         f"find {qpath(snapshots)} -maxdepth 2 -type l -printf '%p -> %l\\n' && "
         f"find -L {qpath(snapshots)} -maxdepth 2 -type l -printf 'broken: %p\\n'"
     )
 
 
-def _weights_tree(lane: Lane) -> str:
+def _weights_tree(nodes: LaneNodes) -> str:
     """The shards the snapshot refs/main points at must hold, from its index's weight_map, against the links there
     (absent, or dangling), then every *.incomplete blob: one read-only pipeline, a line per gap."""
     return (
-        f'hub={qpath(lane.params.weights.hub_dir)}; rev=$(cat "$hub/refs/main") || exit 3; '
+        f'hub={qpath(nodes.params.weights.hub_dir)}; rev=$(cat "$hub/refs/main") || exit 3; '
         's="$hub/snapshots/$rev"; i="$s/model.safetensors.index.json"; '
         '[ -f "$i" ] || { echo "no index: $i" >&2; exit 3; }; n=0; '
         'for f in $(grep -o \'"[^"]*\\.safetensors"\' "$i" | tr -d \'"\' | sort -u); do n=$((n+1)); '
@@ -167,9 +167,9 @@ def _live_command(reader: _Reader, node: Node, container: str) -> None:
     reader.out.read.append(f"{node.alias}: docker top {container} (the live vllm serve command)")
 
 
-def _scrape(lane: Lane, out: Gathered, n: int) -> bool:
+def _scrape(nodes: LaneNodes, out: Gathered, n: int) -> bool:
     """One /metrics scrape of the head's API, redacted, kept in OUT; False (and why, in not_read) when it failed."""
-    url = metrics_url(lane.params.api)
+    url = metrics_url(nodes.params.api)
     started = time.monotonic()
     try:
         answer = request_json("GET", url, timeout_s=10.0)
@@ -178,19 +178,19 @@ def _scrape(lane: Lane, out: Gathered, n: int) -> bool:
         text = redact(answer.text)
         parse_metrics(text)
     except (LanebookError, MetricsUnavailable) as exc:
-        lane.executor.record_local(f"GET {url}", exit_code=1, duration_s=time.monotonic() - started)
+        nodes.executor.record_local(f"GET {url}", exit_code=1, duration_s=time.monotonic() - started)
         out.not_read.append(f"local: GET {url} (scrape {n}): {exc}")
         return False
-    lane.executor.record_local(f"GET {url}", duration_s=time.monotonic() - started)
+    nodes.executor.record_local(f"GET {url}", duration_s=time.monotonic() - started)
     out.metrics.append(Scrape(f"local:GET {url} (scrape {n})", text))
     out.read.append(f"local: GET {url} (scrape {n}, {len(text.splitlines())} lines)")
     return True
 
 
-def _read_node(lane: Lane, node: Node, container: str) -> Gathered:
+def _read_node(nodes: LaneNodes, node: Node, container: str) -> Gathered:
     """Everything read on one node, in a record of its own (nodes are read side by side, merged in the lane's order)."""
-    out = Gathered(dry_run=lane.executor.dry_run)
-    reader = _Reader(lane, out)
+    out = Gathered(dry_run=nodes.executor.dry_run)
+    reader = _Reader(nodes, out)
     _container_log(reader, node, container)
     _live_command(reader, node, container)
     reader.lines(node, ENGINE_CPU.format(container=q(container)), out.logs, label=ENGINE_CPU_LABEL)
@@ -199,8 +199,8 @@ def _read_node(lane: Lane, node: Node, container: str) -> Gathered:
     _kernel(reader, node)
     reader.lines(node, LINKS, out.logs)
     reader.lines(node, GIDS, out.logs, label="RoCE GID tables")
-    reader.lines(node, _hf_links(lane), out.logs, label="HF cache symlinks")
-    reader.lines(node, _weights_tree(lane), out.logs, label="weights index against shards")
+    reader.lines(node, _hf_links(nodes), out.logs, label="HF cache symlinks")
+    reader.lines(node, _weights_tree(nodes), out.logs, label="weights index against shards")
     return out
 
 
@@ -212,27 +212,29 @@ def _merge(into: Gathered, part: Gathered) -> None:
     into.not_read += part.not_read
 
 
-def gather(lane: Lane, interval_s: float = SCRAPE_INTERVAL_S, sleep: Callable[[float], None] = time.sleep) -> Gathered:
+def gather(
+    nodes: LaneNodes, interval_s: float = SCRAPE_INTERVAL_S, sleep: Callable[[float], None] = time.sleep
+) -> Gathered:
     """Read everything the doctor looks at on every node of the lane (see the module docstring). Read-only.
 
     The nodes are read side by side (each over its own connection) between the two /metrics scrapes, so the interval
     the rates need is spent reading; a dry run records the commands node by node, in the lane's order."""
-    out = Gathered(dry_run=lane.executor.dry_run)
-    container = container_name(lane)
-    if lane.executor.dry_run:
-        for node in lane.nodes:
-            _merge(out, _read_node(lane, node, container))
-        lane.executor.record_local(f"GET {metrics_url(lane.params.api)} twice, {interval_s:g} s apart")
+    out = Gathered(dry_run=nodes.executor.dry_run)
+    container = container_name(nodes)
+    if nodes.executor.dry_run:
+        for node in nodes:
+            _merge(out, _read_node(nodes, node, container))
+        nodes.executor.record_local(f"GET {metrics_url(nodes.params.api)} twice, {interval_s:g} s apart")
     else:
         first = time.monotonic()
-        scraped = _scrape(lane, out, 1)
-        with ThreadPoolExecutor(max_workers=len(lane.nodes)) as pool:
-            parts = list(pool.map(lambda node: _read_node(lane, node, container), lane.nodes))
+        scraped = _scrape(nodes, out, 1)
+        with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+            parts = list(pool.map(lambda node: _read_node(nodes, node, container), nodes))
         for part in parts:
             _merge(out, part)
         if scraped:
             sleep(max(0.0, interval_s - (time.monotonic() - first)))
-            _scrape(lane, out, 2)
+            _scrape(nodes, out, 2)
     out.not_read.append(
         "launcher output: the recipe's launcher keeps none on the nodes (the launch run's record holds it)"
     )
@@ -263,7 +265,7 @@ def gathered_markdown(gathered: Gathered) -> str:
 
 def gather_step(rb: "Runbook") -> Gathered:
     """Read the lane (read-only) and show what was read and what was not, with why."""
-    gathered = gather(rb.lane)
+    gathered = gather(rb.nodes)
     rb.show(markdown=gathered_markdown(gathered))
     rb.record(read=gathered.read, not_read=gathered.not_read)
     rb.expect(

@@ -21,7 +21,7 @@ from lanebook.base.redact import REDACTED
 from lanebook.lane.keys import client_key_for
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.http import JsonAnswer, guarded, request_json
-from lanebook.nodes.ssh import Executor, Lane, q
+from lanebook.nodes.ssh import Executor, LaneNodes, q
 from lanebook.ops.launcher import container_name
 from lanebook.ops.logs import BREAKABLE_GATE, KV_CACHE_LINES, check_startup_log
 
@@ -320,10 +320,10 @@ def models_gate(step: str, executor: Executor, params: LaneParams) -> list[Expec
     return judge_models(step, answer, params)
 
 
-def log_gate(step: str, lane: Lane) -> list[ExpectedResult]:
+def log_gate(step: str, nodes: LaneNodes) -> list[ExpectedResult]:
     """`docker logs CONTAINER 2>&1 | grep -E ...` on the head: no line enabling breakable graphs (P01), startup
     complete, the KV cache in the lane's band."""
-    expectations, _kv = check_startup_log(lane.head, container_name(lane), lane.params.gates)
+    expectations, _kv = check_startup_log(nodes.head, container_name(nodes), nodes.params.gates)
     return [
         replace(
             e,

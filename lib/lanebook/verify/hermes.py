@@ -31,7 +31,7 @@ from lanebook.base.paths import REPO
 from lanebook.base.redact import REDACTED, redact, redact_data
 from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import KEYLESS_VALUES, LaneParams, NodeParams
-from lanebook.nodes.ssh import Executor, Lane, Node, q, qpath
+from lanebook.nodes.ssh import Executor, LaneNodes, Node, q, qpath
 from lanebook.ops.checkout_env import replace_command, run_replace
 from lanebook.recipe.render import sha256
 from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
@@ -386,14 +386,14 @@ class RemoteHost:
         self.node.run(f"rm -rf {q(home)}", check=False, timeout=30)
 
 
-def hermes_host(lane: Lane):
+def hermes_host(nodes: LaneNodes):
     """Where the lane's Hermes runs: this machine, a node of the lane, or an ssh destination."""
-    host = lane.params.hermes.host
+    host = nodes.params.hermes.host
     if not host:
-        return LocalHost(lane.executor, lane.params.hermes.bin)
-    if any(n.alias == host for n in lane.nodes):
-        return RemoteHost(lane.node(host), lane.params.hermes.bin)
-    return RemoteHost(Node(parse_destination(host), lane.executor, None), lane.params.hermes.bin)
+        return LocalHost(nodes.executor, nodes.params.hermes.bin)
+    if any(n.alias == host for n in nodes):
+        return RemoteHost(nodes.node(host), nodes.params.hermes.bin)
+    return RemoteHost(Node(parse_destination(host), nodes.executor, None), nodes.params.hermes.bin)
 
 
 @dataclass(frozen=True)
@@ -406,15 +406,15 @@ class ProviderBlock:
     local: bool
 
 
-def provider_block_in_use(lane: Lane, hermes_config: Optional[str]) -> ProviderBlock:
+def provider_block_in_use(nodes: LaneNodes, hermes_config: Optional[str]) -> ProviderBlock:
     """The operator's block from `hermes_config` (a config.yaml on the Hermes host), else the lane's rendering."""
-    provider = lane.params.hermes.provider
+    provider = nodes.params.hermes.provider
     if not hermes_config:
-        return ProviderBlock(lane_provider_block(lane.params), f"rendered from lane {lane.params.name}", True)
-    host = hermes_host(lane)
+        return ProviderBlock(lane_provider_block(nodes.params), f"rendered from lane {nodes.params.name}", True)
+    host = hermes_host(nodes)
     source = f"{hermes_config} on {host.where}"
     local = isinstance(host, LocalHost)
-    if lane.executor.dry_run and not local:
+    if nodes.executor.dry_run and not local:
         host.read(hermes_config)  # recorded, not sent
         return ProviderBlock(None, source, False)
     return ProviderBlock(block_from_config(host.read(hermes_config), provider, source), source, local)
@@ -495,12 +495,12 @@ class RouteRun:
     state: Optional[StateReading]
 
 
-def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN_TIMEOUT_S) -> Optional[RouteRun]:
+def run_route_smoke(nodes: LaneNodes, block: Mapping[str, Any], timeout_s: float = RUN_TIMEOUT_S) -> Optional[RouteRun]:
     """Write the block into a fresh HERMES_HOME (and, for a keyed lane whose block names key_env, the lane's key as
     that variable in the home's .env, mode 0600, which Hermes loads), run the recipe's command there, read state.db,
     remove the home. None in a dry run (every step recorded, none made)."""
-    params = lane.params
-    host = hermes_host(lane)
+    params = nodes.params
+    host = hermes_host(nodes)
     argv = route_argv(
         host.command, params.hermes.provider, params.served_model_name, f"Reply exactly {params.gates.hermes_route}."
     )
@@ -516,7 +516,7 @@ def run_route_smoke(lane: Lane, block: Mapping[str, Any], timeout_s: float = RUN
             state = read_state(db) if db is not None else None
     finally:
         host.remove_home(home)
-    if lane.executor.dry_run:
+    if nodes.executor.dry_run:
         return None
     return RouteRun(redact(shell_line(argv, home)), host.where, code, redact(out), redact(err), duration, state)
 
@@ -563,21 +563,21 @@ def judge_route(step: str, run: RouteRun, params: LaneParams, block: Mapping[str
 
 
 def block_gate(
-    step: str, lane: Lane, hermes_config: Optional[str]
+    step: str, nodes: LaneNodes, hermes_config: Optional[str]
 ) -> tuple[Optional[ProviderBlock], list[ExpectedResult]]:
     """Gate 5: the provider block (the operator's or the lane's) and its checks; a block that cannot be read is
     the gate's failed check."""
     try:
-        provider = provider_block_in_use(lane, hermes_config)
+        provider = provider_block_in_use(nodes, hermes_config)
     except LanebookError as exc:
         return None, [ExpectedResult.judged(step, "the provider block was read", False, str(exc), local=True)]
     if provider.settings is None:
         return provider, not_observed(step, [f"the provider block ({provider.source})"])
-    return provider, block_checks(step, provider.settings, lane.params, local=provider.local)
+    return provider, block_checks(step, provider.settings, nodes.params, local=provider.local)
 
 
 def route_gate(
-    step: str, lane: Lane, provider: Optional[ProviderBlock]
+    step: str, nodes: LaneNodes, provider: Optional[ProviderBlock]
 ) -> tuple[Optional[RouteRun], list[ExpectedResult]]:
     """Gate 6: the route smoke through the CLI with the block gate 5 checked, judged on its output and state.db."""
     if provider is None:
@@ -585,14 +585,14 @@ def route_gate(
             ExpectedResult.judged(step, "hermes routed the smoke", False, "not run: no provider block (gate 5)")
         ]
     # a dry run's stand-in when the operator's block was not read
-    block = provider.settings if provider.settings is not None else lane_provider_block(lane.params)
+    block = provider.settings if provider.settings is not None else lane_provider_block(nodes.params)
     try:
-        run = run_route_smoke(lane, block)
+        run = run_route_smoke(nodes, block)
     except LanebookError as exc:
         return None, [ExpectedResult.judged(step, "hermes routed the smoke", False, str(exc))]
     if run is None:
-        return None, not_observed(step, [f"hermes printed exactly {lane.params.gates.hermes_route}"])
-    return run, judge_route(step, run, lane.params, block)
+        return None, not_observed(step, [f"hermes printed exactly {nodes.params.gates.hermes_route}"])
+    return run, judge_route(step, run, nodes.params, block)
 
 
 def block_text(provider: Optional[ProviderBlock], name: str) -> str:
@@ -626,22 +626,22 @@ def route_figures(route: Optional[RouteRun]) -> dict:
 # --- the operator's config follows the lane that serves ------------------------------------------------------------
 
 
-def follow_step(rb: "Runbook", *, target: Optional[Lane] = None, config: Optional[str] = None) -> None:
+def follow_step(rb: "Runbook", *, target: Optional[LaneNodes] = None, config: Optional[str] = None) -> None:
     """Point the operator's Hermes config at the lane now serving (the runbook's, or `target`): read it on the
     Hermes host, and when its default_model or URL is another lane's, back it up and change those lines (after
     confirmation); then read it again and check it names that lane. No config named: nothing to follow."""
-    lane = rb.lane if target is None else target
-    params = lane.params
+    nodes = rb.nodes if target is None else target
+    params = nodes.params
     if not config:
         rb.skip(
             f"the operator's Hermes config names {params.served_model_name}",
             "no Hermes config named (the lane's hermes.config, or -p hermes_config=PATH)",
         )
         return
-    host = hermes_host(lane)
+    host = hermes_host(nodes)
     source = f"{config} on {host.where}"
     text = host.read(config)
-    if lane.executor.dry_run and not isinstance(host, LocalHost):
+    if nodes.executor.dry_run and not isinstance(host, LocalHost):
         host.replace(config, text, text)  # recorded, not sent
         return
     followed, changes = followed_config(text, params, source)
@@ -649,7 +649,7 @@ def follow_step(rb: "Runbook", *, target: Optional[Lane] = None, config: Optiona
     if changes:
         rb.confirm(f"back up {source} and change providers.{params.hermes.provider}: {'; '.join(changes)}")
         rb.record(hermes_config_backup=host.replace(config, text, followed))
-    if lane.executor.dry_run:
+    if nodes.executor.dry_run:
         return
     left = followed_config(host.read(config), params, source)[1]
     done = "; ".join(changes) + " (backed up first)" if changes else "it already did: nothing changed"
@@ -660,21 +660,21 @@ def follow_step(rb: "Runbook", *, target: Optional[Lane] = None, config: Optiona
     )
 
 
-def route_step(rb: "Runbook", *, target: Optional[Lane] = None, config: Optional[str] = None) -> None:
+def route_step(rb: "Runbook", *, target: Optional[LaneNodes] = None, config: Optional[str] = None) -> None:
     """The operator's config, as it now is, checked against the runbook's lane (or `target`) and its ROUTE_OK smoke
     run through the real CLI (gates 5 and 6 on that config). No config named: nothing to prove here (the lane's
     gates ran the rendered block)."""
-    lane = rb.lane if target is None else target
+    nodes = rb.nodes if target is None else target
     if not config:
         rb.skip(
-            f"ROUTE_OK through the operator's Hermes config on {lane.params.name}",
+            f"ROUTE_OK through the operator's Hermes config on {nodes.params.name}",
             "no Hermes config named: the gates run routed the block rendered from the lane",
         )
         return
     step = rb.current_step
-    provider, found = block_gate(step, lane, config)
-    rb.show(markdown=f"```yaml\n{block_text(provider, lane.params.hermes.provider)}```")
-    route, routed = route_gate(step, lane, provider)
+    provider, found = block_gate(step, nodes, config)
+    rb.show(markdown=f"```yaml\n{block_text(provider, nodes.params.hermes.provider)}```")
+    route, routed = route_gate(step, nodes, provider)
     rb.show(markdown=f"```text\n{route_text(route)}```")
-    rb.record(hermes_route={"lane": lane.params.name, "config": config, **route_figures(route)})
+    rb.record(hermes_route={"lane": nodes.params.name, "config": config, **route_figures(route)})
     rb.expect(found + routed)

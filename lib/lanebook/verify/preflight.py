@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from lanebook.base.checks import NOT_OBSERVED_DRY_RUN
 from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
-from lanebook.nodes.ssh import Lane, Node, NodeError, q, qpath
+from lanebook.nodes.ssh import LaneNodes, Node, NodeError, q, qpath
 from lanebook.ops.memory import parse_unit_states, sudo_commands, unit_probe
 from lanebook.verify.hermes import OWN_INSTALL, parse_destination
 
@@ -67,16 +67,16 @@ def _login(node: Node) -> str:
     return node.params.user or "$USER"
 
 
-def _ssh_fix(node: Node, lane: LaneParams) -> str:
+def _ssh_fix(node: Node, params: LaneParams) -> str:
     jump = f" -J {node.params.jump}" if node.params.jump else ""
-    config = f" -F {lane.ssh_config}" if lane.ssh_config else ""
+    config = f" -F {params.ssh_config}" if params.ssh_config else ""
     return (
         f"make `ssh{config}{jump} {node.address.rsplit(':', 1)[0]} true` work without a prompt: the lane's user "
         f"({_login(node)}), a key in its authorized_keys (ssh-copy-id), the jump host where one is named"
     )
 
 
-def _reach(node: Node, lane: LaneParams) -> list[Item]:
+def _reach(node: Node, params: LaneParams) -> list[Item]:
     try:
         node.run("true", timeout=30)
     except NodeError as exc:
@@ -96,19 +96,19 @@ def _reach(node: Node, lane: LaneParams) -> list[Item]:
                     "names)",
                 ),
             ]
-        return [Item(node.alias, "ssh reach", False, text, _ssh_fix(node, lane))]
+        return [Item(node.alias, "ssh reach", False, text, _ssh_fix(node, params))]
     return [Item(node.alias, "ssh reach", True, "ok"), Item(node.alias, "host key known", True, "ok")]
 
 
 Probe = tuple[str, str, Callable[[int, str], tuple[bool, str]], str]
 
 
-def _probes(node: Node, lane: LaneParams) -> list[Probe]:
+def _probes(node: Node, params: LaneParams) -> list[Probe]:
     """(item, command, judge(exit, output) → (ok, seen), fix) for one reachable node."""
-    image = str(lane.env.get("DSPARK_VLLM_IMAGE", ""))
+    image = str(params.env.get("DSPARK_VLLM_IMAGE", ""))
     user = _login(node)
-    weights = lane.weights
-    commands = sudo_commands(list(lane.legacy_units))
+    weights = params.weights
+    commands = sudo_commands(list(params.legacy_units))
     listed = " && ".join(f"sudo -n -l sh -c {q(c)}" for c in commands)
 
     def found(code: int, out: str) -> tuple[bool, str]:
@@ -162,19 +162,19 @@ def _probes(node: Node, lane: LaneParams) -> list[Probe]:
                 f"pull it on this node: `docker pull {image}`",
             )
         )
-    if lane.legacy_units:
+    if params.legacy_units:
         probes.append(
             (
                 LEGACY_ITEM,
-                unit_probe(list(lane.legacy_units)),
+                unit_probe(list(params.legacy_units)),
                 lambda code, out: _units(out),
                 "the launch runbook masks them (`sudo systemctl mask --now "
-                + " ".join(lane.legacy_units)
+                + " ".join(params.legacy_units)
                 + "`): a legacy unit can restart and take the pair's memory",
             )
         )
     if node.role == "head":
-        for worker in lane.workers:
+        for worker in params.workers:
             probes.append(
                 (
                     f"RoCE link to {worker.alias} ({worker.roce_ip})",
@@ -204,10 +204,10 @@ def _units(out: str) -> tuple[bool, str]:
     return not active, (f"active: {', '.join(active)}" if active else "none active")
 
 
-def _remote_hermes(nodes: Lane) -> list[Item]:
+def _remote_hermes(nodes: LaneNodes) -> list[Item]:
     """The Hermes CLI and its config on the host the lane names (a node of the lane, or an ssh destination)."""
     hermes = nodes.params.hermes
-    aliases = {n.alias for n in nodes.nodes}
+    aliases = {n.alias for n in nodes}
     node = (
         nodes.node(hermes.host)
         if hermes.host in aliases
@@ -236,9 +236,9 @@ def _remote_hermes(nodes: Lane) -> list[Item]:
     return items
 
 
-def _hermes(lane: LaneParams) -> list[Item]:
+def _hermes(params: LaneParams) -> list[Item]:
     """The Hermes CLI and its config where the gates will look, on this machine (hermes.host not set)."""
-    hermes = lane.hermes
+    hermes = params.hermes
     command = hermes.bin or (str(OWN_INSTALL) if OWN_INSTALL.exists() else "hermes")
     import shutil
 
@@ -266,19 +266,19 @@ def _hermes(lane: LaneParams) -> list[Item]:
     return items
 
 
-def preflight(nodes: Lane) -> list[Item]:
+def preflight(nodes: LaneNodes) -> list[Item]:
     """Every prerequisite on every node of the lane (a dry run records the probes and observes nothing)."""
-    lane = nodes.params
+    params = nodes.params
     items: list[Item] = []
-    for node in nodes.nodes:
+    for node in nodes:
         if nodes.executor.dry_run:
             node.run("true")
             reached = True
         else:
-            reach = _reach(node, lane)
+            reach = _reach(node, params)
             items += reach
             reached = all(i.ok for i in reach)
-        for name, command, judge, fix in _probes(node, lane):
+        for name, command, judge, fix in _probes(node, params):
             if not reached:
                 items.append(Item(node.alias, name, None, "not probed: the node is not reached"))
                 continue
@@ -292,7 +292,7 @@ def preflight(nodes: Lane) -> list[Item]:
                 continue
             ok, seen = judge(result.exit_code, result.stdout + result.stderr)
             items.append(Item(node.alias, name, ok, seen, "" if ok else fix, blocking=name not in WARNINGS))
-    return items + (_remote_hermes(nodes) if lane.hermes.host else _hermes(lane))
+    return items + (_remote_hermes(nodes) if params.hermes.host else _hermes(params))
 
 
 def failures(items: list[Item]) -> list[Item]:
@@ -308,7 +308,7 @@ def ready(items: list[Item]) -> bool:
 def check_before_promotion(params: LaneParams) -> list[Item]:
     """The promotion's prerequisites, the same list `lanebook check` shows: NotReady names each failure with its
     fix; the items are returned for the promotion's first record."""
-    with Lane(params) as nodes:
+    with LaneNodes(params) as nodes:
         items = preflight(nodes)
     blocked = failures(items)
     if blocked:

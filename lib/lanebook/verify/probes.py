@@ -20,7 +20,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.lane.params import LaneParams
 from lanebook.nodes.http import direct_client
 from lanebook.nodes.prometheus import PREEMPTIONS, QueueNotIdle, metrics_url, scrape, server_root, wait_idle
-from lanebook.nodes.ssh import Executor, Lane
+from lanebook.nodes.ssh import Executor, LaneNodes
 from lanebook.ops.launcher import lane_containers
 from lanebook.ops.logs import scan_fatal
 from lanebook.speed.client import chat_url, new_client, request_timeout_s, run, run_wave, stream_chat
@@ -148,29 +148,29 @@ def healthy(api: str, executor: Executor) -> Optional[bool]:
         return False
 
 
-def fatal_log_lines(lane: Lane) -> dict[str, dict[str, list[str]]]:
+def fatal_log_lines(nodes: LaneNodes) -> dict[str, dict[str, list[str]]]:
     """Every rank's log scanned for logs.FATAL_LOG_PATTERNS: {node: {kind: lines}}."""
     found: dict[str, dict[str, list[str]]] = {}
-    for alias, names in lane_containers(lane).running.items():
+    for alias, names in lane_containers(nodes).running.items():
         by_kind = found.setdefault(alias, {})
         for name in names:  # every container of the node: one's lines never hide another's
-            for kind, lines in scan_fatal(lane.node(alias), name).items():
+            for kind, lines in scan_fatal(nodes.node(alias), name).items():
                 by_kind.setdefault(kind, []).extend(lines)
     return found
 
 
 def measure_workloads(
-    lane: Lane, workloads: Sequence[str], concurrency: Sequence[int], trials: int, max_tokens: int
+    nodes: LaneNodes, workloads: Sequence[str], concurrency: Sequence[int], trials: int, max_tokens: int
 ) -> Optional[list[dict]]:
     """One speed document per workload on the lane's API (run_speed, as `lanebook speed` measures); None in a dry
     run."""
-    params = lane.params
+    params = nodes.params
     for workload in workloads:
-        lane.executor.record_local(
+        nodes.executor.record_local(
             f"speed {workload}: {trials} trial(s) × C{','.join(map(str, concurrency))}, "
             f"max_tokens {max_tokens}, streamed to {chat_url(params.api)}"
         )
-    if lane.executor.dry_run:
+    if nodes.executor.dry_run:
         return None
     return [
         run_speed(
@@ -268,15 +268,15 @@ def needle_body(model: str, tokens: int, request: dict, tag: str, max_tokens: in
 
 
 def stepped_long_context(
-    lane: Lane, lengths: Sequence[int], *, attended: bool = False, idle_timeout_s: float = IDLE_TIMEOUT_S
+    nodes: LaneNodes, lengths: Sequence[int], *, attended: bool = False, idle_timeout_s: float = IDLE_TIMEOUT_S
 ) -> Optional[list[LongContextStep]]:
     """Send the probe lengths one at a time, growing, on a watched queue: before each step the queues must read idle
     and /health 200, and the climb stops at the first step that fails. Refused (LanebookError) as
     long_probe_refusal says; None in a dry run, which records the steps and sends nothing."""
-    refusal = long_probe_refusal(lane.params, lengths, attended=attended)
+    refusal = long_probe_refusal(nodes.params, lengths, attended=attended)
     if refusal:
         raise LanebookError(refusal)
-    params, executor = lane.params, lane.executor
+    params, executor = nodes.params, nodes.executor
     url, metrics, health = chat_url(params.api), metrics_url(params.api), f"{server_root(params.api)}/health"
     for tokens in lengths:
         executor.record_local(
@@ -323,7 +323,7 @@ def prefix_cache_step(
     if skip_because is not None:
         rb.skip("A hits the cache again after unrelated B", skip_because)
         return
-    steps = prefix_protocol(p.api, prefix_bodies(p.served_model_name, p.request, run_tag, lines), rb.lane.executor)
+    steps = prefix_protocol(p.api, prefix_bodies(p.served_model_name, p.request, run_tag, lines), rb.nodes.executor)
     verdict = None if steps is None else prefix_verdict(steps, judge_ttft)  # None: a dry run sent nothing
     if verdict is not None:
         rb.record(prefix_cache={s.name: s.figures() for s in steps}, prefix_cache_evicted=verdict.evicted)
@@ -362,9 +362,9 @@ def boundary_step(
         (name, boundary_bodies(p.served_model_name, loaded, p.request, run_tag, i, lengths))
         for i, (name, lengths) in enumerate(plan.cases())
     ]
-    measured = boundary_run(p.api, cases, rb.lane.executor)
-    health = healthy(p.api, rb.lane.executor)
-    stability = None if measured is None else boundary_verdict(measured, fatal_log_lines(rb.lane), bool(health))
+    measured = boundary_run(p.api, cases, rb.nodes.executor)
+    health = healthy(p.api, rb.nodes.executor)
+    stability = None if measured is None else boundary_verdict(measured, fatal_log_lines(rb.nodes), bool(health))
     if stability is not None:
         rb.record(k_boundary={c.name: c.figures() for c in measured})
     rb.expect(
@@ -414,7 +414,7 @@ def long_context_step(
         else "not asked (headless, lane policy, dry run)"
     )
     rb.record(long_context_attended={"attended": watched, "how": how})
-    steps = stepped_long_context(rb.lane, lengths, attended=watched)
+    steps = stepped_long_context(rb.nodes, lengths, attended=watched)
     if steps is not None:
         rb.record(long_context=[s.__dict__ for s in steps])
         rb.show([s.__dict__ for s in steps])

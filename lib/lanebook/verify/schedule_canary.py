@@ -74,7 +74,8 @@ class SchedulePlan:
         own = params.speculative.schedule
         return self.schedule if self.schedule is not None else None if own is None else [list(r) for r in own]
 
-    def lane(self, params: LaneParams, side: str) -> LaneParams:
+    def side_params(self, params: LaneParams, side: str) -> LaneParams:
+        """The lane's params for one side of the A/B: the schedule's ranges set, or none (fixed K)."""
         return with_schedule(params, self.ranges(params) if side == SCHEDULE else None)
 
     def skip_reason(self, params: LaneParams) -> Optional[str]:
@@ -126,12 +127,12 @@ def ab_step(rb: "Runbook", plan: SchedulePlan) -> Optional[ScheduleAB]:
     if reason := plan.skip_reason(p):
         rb.skip("the schedule and fixed K measured on matched workloads", reason)
         return None
-    documents: dict[str, Optional[list[dict]]] = {own: plan.measured.measure(rb.lane)}
+    documents: dict[str, Optional[list[dict]]] = {own: plan.measured.measure(rb.nodes)}
     show_documents(rb, f"schedule_canary_{own}", documents[own])
     failed = None if documents[own] is None else sum(r["errors"] for d in documents[own] for r in d["runs"])
     rb.expect(failed == 0, what=f"every request measured with {plan.describe(p, own)}", detail=failed)
     rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, other)} (stop, clean memory, start) and measure it")
-    trial = try_variant(rb.lane, plan.lane(p, other), lambda: plan.measured.measure(rb.lane))
+    trial = try_variant(rb.nodes, plan.side_params(p, other), lambda: plan.measured.measure(rb.nodes))
     documents[other] = trial.documents
     rb.record(schedule_canary_relaunch=trial.figures())
     show_change(rb, trial.relaunch)
@@ -188,16 +189,16 @@ def restore_step(
     problem = plan.restore_problem(p)
     rb.expect(not problem, what="restore names a side the lane can run", detail=problem, local=True)
     side = kept_side(plan, decision)
-    kept = plan.lane(p, side)
+    kept = plan.side_params(p, side)
     running = ab.running if ab else None  # the operator's restore always goes through the launcher
     relaunch = None
     if running != side or rb.dry_run:
         rb.confirm(f"relaunch lane {p.name} with {plan.describe(p, side)} through its launcher")
-        relaunch = relaunch_with(rb.lane, kept)
+        relaunch = relaunch_with(rb.nodes, kept)
         rb.record(schedule_canary_restore=relaunch.figures())
         show_change(rb, relaunch)
         rb.expect(relaunch.ok, what=f"the lane is up again with {plan.describe(p, side)}", detail=relaunch.summary())
-    command = live_command(rb.lane.head, container_name(rb.lane))
+    command = live_command(rb.nodes.head, container_name(rb.nodes))
     mismatches = live_mismatches(kept, command)
     rb.expect(
         not mismatches,
@@ -222,7 +223,7 @@ def lane_file_step(rb: "Runbook", kept: LaneParams, described: str) -> None:
     if path is None:
         rb.expect(False, what=what, detail="the lane was not read from a file", local=True)
         return
-    rb.lane.executor.record_local(f"set speculative.schedule: {schedule_text(schedule)} in {path} (backup first)")
+    rb.nodes.executor.record_local(f"set speculative.schedule: {schedule_text(schedule)} in {path} (backup first)")
     if rb.dry_run:
         rb.skip(what, "a dry run writes no lane file")
         return

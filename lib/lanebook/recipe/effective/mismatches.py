@@ -47,11 +47,11 @@ class Mismatch:
     """A lane value that is not what the server runs."""
 
     key: str  # an env key, speculative.FIELD, or kv_cache_dtype
-    lane: str
+    lane_value: str
     running: Setting
 
     def message(self) -> str:
-        return f"{self.key}: the lane says {self.lane}, but the checkout runs {self.running.described()}"
+        return f"{self.key}: the lane says {self.lane_value}, but the checkout runs {self.running.described()}"
 
 
 def env_text(value: Any) -> str:
@@ -62,17 +62,17 @@ def env_text(value: Any) -> str:
     return text
 
 
-def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
+def lane_mismatches(params: "LaneParams", eff: Effective) -> list[Mismatch]:
     """Every lane value (env keys, the compose-passed keys, the speculative config) the checkout does not run.
 
     Nothing is compared when the image's entrypoint refuses the configuration: no server runs at all."""
     if eff.spec.entrypoint_error:
         return []
     found = []
-    for key, value in lane.env.items():
+    for key, value in params.env.items():
         want = env_text(value)
         running = eff.setting(key)
-        if key in lane.compose_environment and key not in eff.compose.environment:
+        if key in params.compose_environment and key not in eff.compose.environment:
             running = Setting(
                 None,
                 eff.compose_at(eff.compose.environment_line),
@@ -81,21 +81,21 @@ def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
             )
         if not same_value(key, want, running.value):
             found.append(Mismatch(key, want, running))
-    if lane.kv_cache_dtype is not None:
+    if params.kv_cache_dtype is not None:
         running = eff.flag(KV_DTYPE_FLAG) or Setting(
             VLLM_DEFAULT_KV_DTYPE,
             eff.compose_at(eff.compose.service_line),
             False,
             f"the compose command has no {KV_DTYPE_FLAG}: vLLM's default",
         )
-        if running.value != lane.kv_cache_dtype:
-            found.append(Mismatch(KV_DTYPE_KEY, lane.kv_cache_dtype, running))
+        if running.value != params.kv_cache_dtype:
+            found.append(Mismatch(KV_DTYPE_KEY, params.kv_cache_dtype, running))
     spec = eff.speculative
     if spec.config is not None:
-        schedule = lane.speculative.schedule
+        schedule = params.speculative.schedule
         wanted = {
-            "method": lane.speculative.method,
-            "draft_sample_method": lane.speculative.draft_sample_method,
+            "method": params.speculative.method,
+            "draft_sample_method": params.speculative.draft_sample_method,
             SCHEDULE_KEY: None if schedule is None else [list(r) for r in schedule],
         }
         for name, want in wanted.items():
@@ -105,13 +105,13 @@ def lane_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
     return found
 
 
-def rank_mismatches(lane: "LaneParams", eff: Effective) -> list[Mismatch]:
+def rank_mismatches(params: "LaneParams", eff: Effective) -> list[Mismatch]:
     """The TP group the checkout's compose really passes (--tensor-parallel-size, --nnodes) against the lane's node
     count: the recipe's compose writes 2 literally, so a four-node lane on it runs a TP2 pair. Apart from
     lane_mismatches because `env render` cannot write a compose literal: lint reports it, render does not refuse."""
     if eff.spec.entrypoint_error:
         return []
-    nodes = str(len(lane.nodes))
+    nodes = str(len(params.nodes))
     found = []
     for flag in RANK_FLAGS.values():
         running = eff.flag(flag)
@@ -136,11 +136,11 @@ class LiveMismatch:
     """A value the lane sets that the running server's command line does not carry."""
 
     flag: str  # a vllm serve flag, or "--speculative-config FIELD"
-    lane: str
+    lane_value: str
     live: Optional[str]  # None: absent from the live command
 
     def __str__(self) -> str:
-        return f"{self.flag}: lane {self.lane}, live {'absent' if self.live is None else self.live}"
+        return f"{self.flag}: lane {self.lane_value}, live {'absent' if self.live is None else self.live}"
 
 
 def _live_flag(tokens: list[str], flag: str) -> Optional[str]:
@@ -152,7 +152,7 @@ def _live_flag(tokens: list[str], flag: str) -> Optional[str]:
     return None
 
 
-def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
+def live_mismatches(params: "LaneParams", command: str) -> list[LiveMismatch]:
     """Each lane value the live `vllm serve` command line (as `docker top` shows it) does not carry.
 
     Checked: the served name, max model length, sequences, batched tokens, memory utilization and KV cache dtype
@@ -162,30 +162,30 @@ def live_mismatches(lane: "LaneParams", command: str) -> list[LiveMismatch]:
     tokens = command.split()
     found = []
     for key, flag in SERVE_FLAGS.items():
-        if flag in LIVE_FLAGS and key in lane.env:
-            want, live = env_text(lane.env[key]), _live_flag(tokens, flag)
+        if flag in LIVE_FLAGS and key in params.env:
+            want, live = env_text(params.env[key]), _live_flag(tokens, flag)
             if not same_value(key, want, live):
                 found.append(LiveMismatch(flag, want, live))
-    if lane.rank_shaped:  # a lane of the four-node shape: every node a rank of one TP group
+    if params.rank_shaped:  # a lane of the four-node shape: every node a rank of one TP group
         for flag in RANK_FLAGS.values():
             live = _live_flag(tokens, flag)
-            if not same_value(flag, str(len(lane.nodes)), live):
-                found.append(LiveMismatch(flag, str(len(lane.nodes)), live))
-    if lane.kv_cache_dtype is not None:
+            if not same_value(flag, str(len(params.nodes)), live):
+                found.append(LiveMismatch(flag, str(len(params.nodes)), live))
+    if params.kv_cache_dtype is not None:
         live = _live_flag(tokens, KV_DTYPE_FLAG)
-        if (live or VLLM_DEFAULT_KV_DTYPE) != lane.kv_cache_dtype:
-            found.append(LiveMismatch(KV_DTYPE_FLAG, lane.kv_cache_dtype, live))
+        if (live or VLLM_DEFAULT_KV_DTYPE) != params.kv_cache_dtype:
+            found.append(LiveMismatch(KV_DTYPE_FLAG, params.kv_cache_dtype, live))
     config = speculative_config(command)
     k = None if config is None else config.get("num_speculative_tokens")
-    if not same_value("MTP_NUM_TOKENS", str(lane.num_speculative_tokens), None if k is None else str(k)):
+    if not same_value("MTP_NUM_TOKENS", str(params.num_speculative_tokens), None if k is None else str(k)):
         found.append(
             LiveMismatch(
                 "--speculative-config num_speculative_tokens",
-                str(lane.num_speculative_tokens),
+                str(params.num_speculative_tokens),
                 None if k is None else str(k),
             )
         )
-    schedule = lane.speculative.schedule_json()
+    schedule = params.speculative.schedule_json()
     live_schedule = (
         None
         if config is None or SCHEDULE_KEY not in config

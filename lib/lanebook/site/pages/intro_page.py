@@ -31,28 +31,28 @@ class Topology:
     client: str
 
 
-def _node(lane: LaneParams, node) -> str:
+def _node(params: LaneParams, node) -> str:
     via = f" (via {node.jump})" if node.jump else ""
     login = f"{node.user}@" if node.user else ""
     port = f":{node.port}" if node.port != 22 else ""
     return f"{node.alias}: {login}{node.host}{port}{via}\nRoCE IP {node.roce_ip}"
 
 
-def topology(lane: LaneParams) -> Topology:
+def topology(params: LaneParams) -> Topology:
     """What the picture says about one lane: every label from its lane file."""
-    head, workers = lane.head, lane.workers
-    interface = lane.env.get("NCCL_SOCKET_IFNAME")
+    head, workers = params.head, params.workers
+    interface = params.env.get("NCCL_SOCKET_IFNAME")
     roce_ips = " ↔ ".join([head.roce_ip] + [w.roce_ip for w in workers])
     return Topology(
-        title=(f"TWIN lane {lane.name} (digital twin on loopback)" if lane.twin else f"REAL lane {lane.name}"),
-        twin=lane.twin,
-        head=_node(lane, head) + "\nvLLM API server, TP rank 0",
-        worker="\n".join(_node(lane, w) for w in workers)
+        title=(f"TWIN lane {params.name} (digital twin on loopback)" if params.twin else f"REAL lane {params.name}"),
+        twin=params.twin,
+        head=_node(params, head) + "\nvLLM API server, TP rank 0",
+        worker="\n".join(_node(params, w) for w in workers)
         + f"\nheadless TP rank{'s' if len(workers) > 1 else ''} "
         + ", ".join(str(i + 1) for i in range(len(workers))),
         roce=(f"RoCE link ({interface})" if interface else "RoCE link") + f"\n{roce_ips}\nTP traffic, weights rsync",
-        api=f"OpenAI-compatible API\n{lane.api}\nserves {lane.served_model_name}",
-        client=f"Hermes client\nprovider {lane.hermes.provider}\ncontext {lane.hermes.context_length:,}",
+        api=f"OpenAI-compatible API\n{params.api}\nserves {params.served_model_name}",
+        client=f"Hermes client\nprovider {params.hermes.provider}\ncontext {params.hermes.context_length:,}",
     )
 
 

@@ -28,25 +28,25 @@ class Row:
         return len(set(self.values)) > 1
 
 
-def _nodes(lane: LaneParams) -> str:
+def _nodes(params: LaneParams) -> str:
     """One line a node, in rank order (the head is rank 0, the workers 1..N-1 as the lane file lists them)."""
-    ranked = [lane.head, *lane.workers]
+    ranked = [params.head, *params.workers]
     return "\n".join(
         f"rank {rank}: {n.alias} {n.host}" + (f":{n.port}" if n.port != 22 else "") + f" (RoCE {n.roce_ip})"
         for rank, n in enumerate(ranked)
     )
 
 
-def _group(lane: LaneParams) -> str:
-    workers = len(lane.workers)
-    return f"TP{len(lane.nodes)}: the head and {workers} worker{'s' if workers > 1 else ''}"
+def _group(params: LaneParams) -> str:
+    workers = len(params.workers)
+    return f"TP{len(params.nodes)}: the head and {workers} worker{'s' if workers > 1 else ''}"
 
 
-def _keys(lane: LaneParams) -> str:
+def _keys(params: LaneParams) -> str:
     """Where a keyed lane's API keys come from (the lane file names it; never a key), or none."""
-    if lane.auth is None:
+    if params.auth is None:
         return "none (keyless)"
-    return f"{lane.auth.variable} from {lane.auth.source.shown}"
+    return f"{params.auth.variable} from {params.auth.source.shown}"
 
 
 def matrix(lanes: list[LaneParams]) -> list[Row]:

@@ -58,7 +58,7 @@ def speed_runs(runs: list[PublishedRun]) -> list[PublishedRun]:
 
 @dataclass(frozen=True)
 class LaneSpeed:
-    lane: str
+    lane_name: str
     twin: bool
     runs: list[PublishedRun]  # oldest first
     baseline: Optional[Baseline]
@@ -137,7 +137,7 @@ BANDS_HEADER = [
 ]
 
 
-def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[str, list[dict]]]) -> bytes:
+def plot_history(speed: LaneSpeed, labels: list[str], bands_per_run: list[dict[str, list[dict]]]) -> bytes:
     """PNG: per figure, each (workload, C)'s median and min–max across the lane's runs, its baseline's medians
     dashed."""
     import matplotlib
@@ -145,12 +145,12 @@ def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    kind = "TWIN figures" if lane.twin else "REAL lane figures"
+    kind = "TWIN figures" if speed.twin else "REAL lane figures"
     fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 4.2), squeeze=False)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (figure, ylabel) in zip(axes[0], PANELS):
         measured = series(bands_per_run, figure)
-        reference = reference_medians(lane.reference, figure) if lane.reference else {}
+        reference = reference_medians(speed.reference, figure) if speed.reference else {}
         cells = sorted(set(measured) | set(reference))
         for n, cell in enumerate(cells):
             colour = colours[n % len(colours)]
@@ -190,8 +190,8 @@ def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[st
     handles, names = axes[0][0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, names, fontsize=7, loc="center right")
-    ref = "; dashed: the baseline's medians" if lane.reference else ""
-    fig.suptitle(f"{lane.lane} · {kind} · median and min–max per run{ref}", fontsize=10)
+    ref = "; dashed: the baseline's medians" if speed.reference else ""
+    fig.suptitle(f"{speed.lane_name} · {kind} · median and min–max per run{ref}", fontsize=10)
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=90)
@@ -199,8 +199,8 @@ def plot_history(lane: LaneSpeed, labels: list[str], bands_per_run: list[dict[st
     return out.getvalue()
 
 
-def picture_name(lane: str) -> str:
-    return f"speed-{lane}.png"
+def picture_name(lane_name: str) -> str:
+    return f"speed-{lane_name}.png"
 
 
 def _provenance_table(run: Optional[PublishedRun], baseline: Optional[Baseline]) -> str:
@@ -226,35 +226,36 @@ def judgement_cell(figures: dict) -> str:
     )
 
 
-def lane_section(lane: LaneSpeed) -> tuple[str, Optional[bytes]]:
+def lane_section(speed: LaneSpeed) -> tuple[str, Optional[bytes]]:
     """The lane's part of the page and its history plot (None when there is nothing to draw)."""
     title = (
-        f"## {lane.lane}\n\n{where_badge(lane.twin)}"
-        + (" Every figure here is a twin figure, never a real lane's." if lane.twin else "")
+        f"## {speed.lane_name}\n\n{where_badge(speed.twin)}"
+        + (" Every figure here is a twin figure, never a real lane's." if speed.twin else "")
         + "\n"
     )
+    kind = "twin" if speed.baseline and speed.baseline.provenance.twin else "real lane"
     baseline = (
-        f"**Baseline:** {lane.baseline.source} ({'twin' if lane.baseline.provenance.twin else 'real lane'} figures).\n"
-        if lane.baseline
+        f"**Baseline:** {speed.baseline.source} ({kind} figures).\n"
+        if speed.baseline
         else "**Baseline:** none stored for this lane: its runs are shown, not judged.\n"
     )
-    if lane.baseline is not None and lane.reference is None:
+    if speed.baseline is not None and speed.reference is None:
         baseline += "Its twin flag is not the lane's, so it is not drawn on this lane's plot.\n"
-    if not lane.runs and lane.reference is None:
+    if not speed.runs and speed.reference is None:
         return title + "\n" + baseline + "\nNo speed run recorded yet.\n", None
-    labels = [f"{run.record['started_at'][:16]} {run.run_id}" for run in lane.runs]
-    bands = [run.record["figures"]["bands"] for run in lane.runs]
-    picture = plot_history(lane, labels, bands)
+    labels = [f"{run.record['started_at'][:16]} {run.run_id}" for run in speed.runs]
+    bands = [run.record["figures"]["bands"] for run in speed.runs]
+    picture = plot_history(speed, labels, bands)
     parts = [
         title,
         baseline,
-        f"```{{figure}} {picture_name(lane.lane)}\n:alt: speed history of {lane.lane}\n:width: 100%\n\n"
-        f"{lane.lane}: per-stream decode and wall aggregate across its speed runs "
-        f"({'twin' if lane.twin else 'real lane'} figures "
-        f"only){'; dashed lines: its baseline' if lane.reference else ''}.\n```\n",
+        f"```{{figure}} {picture_name(speed.lane_name)}\n:alt: speed history of {speed.lane_name}\n:width: 100%\n\n"
+        f"{speed.lane_name}: per-stream decode and wall aggregate across its speed runs "
+        f"({'twin' if speed.twin else 'real lane'} figures "
+        f"only){'; dashed lines: its baseline' if speed.reference else ''}.\n```\n",
     ]
-    if lane.latest:
-        latest = lane.latest
+    if speed.latest:
+        latest = speed.latest
         parts.append(
             f"### Latest bands\n\nRun {link(latest, 'speed')}, {latest.record['started_at']}, verdict "
             f"{verdict_badge(latest.record['verdict'])}. Median (min–max) over trials.\n\n"
@@ -273,14 +274,14 @@ def lane_section(lane: LaneSpeed) -> tuple[str, Optional[bytes]]:
                             judgement_cell(run.record["figures"]),
                             ", ".join(run.record["figures"]["bands"]),
                         ]
-                        for run in reversed(lane.runs)
+                        for run in reversed(speed.runs)
                     ],
                 )
             )
         )
     parts.append(
         "### Provenance\n\nThe setup measured (latest run) and the baseline's; a baseline is judged only on "
-        "the same setup.\n\n" + wide(_provenance_table(lane.latest, lane.baseline))
+        "the same setup.\n\n" + wide(_provenance_table(speed.latest, speed.baseline))
     )
     return "\n".join(parts), picture
 
@@ -288,19 +289,19 @@ def lane_section(lane: LaneSpeed) -> tuple[str, Optional[bytes]]:
 def seed_figures(lanes: list[LaneSpeed], twin_page: bool) -> str:
     """The seeds' published figures: the baselines of real lanes, as their source gives them."""
     rows = []
-    for lane in lanes:
-        if lane.baseline is None or lane.baseline.provenance.twin:
+    for speed in lanes:
+        if speed.baseline is None or speed.baseline.provenance.twin:
             continue
-        for doc in lane.baseline.documents:
+        for doc in speed.baseline.documents:
             for band in sorted(doc["bands"], key=lambda b: b["concurrency"]):
                 rows.append(
                     [
-                        lane.lane,
+                        speed.lane_name,
                         doc["workload"],
                         f"C{band['concurrency']}",
                         _fmt(band.get("mean_stream_decode_tok_s")),
                         _fmt(band.get("wall_aggregate_tok_s")),
-                        lane.baseline.source,
+                        speed.baseline.source,
                     ]
                 )
     if not rows:
@@ -333,11 +334,11 @@ def speed_page(lanes: list[LaneSpeed], twin_page: bool = False) -> tuple[str, di
     """The page and its pictures (file name -> PNG); twin_page: the book has the twin's page to link to."""
     pictures: dict[str, bytes] = {}
     sections = []
-    for lane in lanes:
-        text, picture = lane_section(lane)
+    for speed in lanes:
+        text, picture = lane_section(speed)
         sections.append(text)
         if picture is not None:
-            pictures[picture_name(lane.lane)] = picture
+            pictures[picture_name(speed.lane_name)] = picture
     head = (
         "# Speed\n\nBands from the speed runbook: per (workload, C), the median and min–max over at least three "
         "trials, "

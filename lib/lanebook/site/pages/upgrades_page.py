@@ -23,8 +23,8 @@ class PublishedPlan:
     doc: str  # its page, without suffix: upgrades/LANE-STEM
 
 
-def plan_doc(lane: str, stem: str) -> str:
-    return f"upgrades/{lane}-{stem}"
+def plan_doc(lane_name: str, stem: str) -> str:
+    return f"upgrades/{lane_name}-{stem}"
 
 
 def verdict_badge(verdict: str) -> str:
