@@ -305,8 +305,14 @@ def test_tp_hang_freezes_running_requests_and_health_stays_200(monkeypatch, caps
     app_server = twin_server.TwinServer(options, EngineConfig(time_scale=0.0))
 
     async def settle(client):
-        await asyncio.sleep(0.5)
-        first = _samples((await client.get("/metrics")).text)
+        # until the hang's token count is reached (how long that takes is the machine's load, not the fault's), then
+        # a pause in which a live engine would generate more
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            first = _samples((await client.get("/metrics")).text)
+            if metric(first, "vllm:generation_tokens_total") >= 20 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
         await asyncio.sleep(0.3)
         return first, _samples((await client.get("/metrics")).text), (await client.get("/health")).status_code
 
