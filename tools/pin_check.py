@@ -125,7 +125,7 @@ class Resolver:
 
     @classmethod
     def here(cls, uv: str, wrap: tuple[str, ...] = ()) -> Resolver:
-        config = uv_install.pip_config(sys.executable, str(REPO / ".venv" / "bin" / "python"))
+        config = uv_install.pip_config(sys.executable, str(Path(uv).parent / "python"))
         env = {
             **uv_install.uv_environment(config, dict(os.environ)),
             "UV_PYTHON_DOWNLOADS": "never",
@@ -135,13 +135,15 @@ class Resolver:
 
     def compile(self, lines: str, target: Target, *, deps: bool, overrides: str = "", wheels_only: bool = True):
         """`uv pip compile` of requirements LINES for TARGET: metadata only, nothing downloaded whole or built."""
+        # --python: uv needs an interpreter even when told the target's version, and would otherwise search PATH for
+        # one of that version (pyenv's shims, say: 0.7 s of CPU a resolution); with wheels only it reads none.
         with tempfile.TemporaryDirectory(prefix="pin-check-") as scratch:
             requirements, override_file = Path(scratch) / "requirements.txt", Path(scratch) / "overrides.txt"
             requirements.write_text(lines)
             override_file.write_text(overrides)
             command = [
                 *self.wrap, self.uv, "pip", "compile", "--quiet", "--no-header", "--no-annotate", "-o", os.devnull,
-                "--python-platform", target.platform, "--python-version", target.python,
+                "--python-platform", target.platform, "--python-version", target.python, "--python", sys.executable,
                 "--override", str(override_file), *self.index, str(requirements),
             ]  # fmt: skip
             command += ["--only-binary", ":all:"] if wheels_only else []
