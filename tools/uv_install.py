@@ -26,8 +26,8 @@ CONFIG_LINE = re.compile(r"^(?P<scope>[^.]*)\.(?P<key>[a-z-]+)='(?P<value>.*)'$"
 
 
 def pip_config(*pythons: str) -> str:
-    """`pip config list` as the first of PYTHONS that has pip answers it (a distribution's python3 may have none;
-    a venv made by `python -m venv` always has). pip reads the same files and environment from any of them."""
+    """`pip config list` as the first of PYTHONS that has pip answers it (a distribution's python3 may have none,
+    nor a venv made `--without-pip`). pip reads the same files and environment from any of them."""
     for python in pythons:
         done = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False)
         if done.returncode == 0:
@@ -89,7 +89,8 @@ def main(argv: list[str]) -> int:
         return 2
     uv, venv, *rest = argv
     python = os.path.join(venv, "bin", "python")
-    config = pip_config(python)
+    # the venv's pip where it has one, else the pip uv itself was installed with (venvs are made without pip)
+    config = pip_config(python, os.path.join(os.path.dirname(uv), "python"), sys.executable)
     command = [uv, "pip", "install", "--quiet", "--python", python, *uv_arguments(pip_locations(config)), *rest]
     return subprocess.run(command, check=False, env=uv_environment(config, dict(os.environ))).returncode
 
