@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import nbformat
@@ -85,6 +86,24 @@ def test_the_kernel_has_made_the_imports_and_is_gone_after(tmp_path):
     assert seen.split() == ["True", "False"]  # imported, and no name left in the notebook's namespace
     assert process.poll() is not None and not Path(f"/proc/{process.pid}").exists()
     assert not os.path.exists(connection_file)
+
+
+def test_a_client_left_open_is_closed_with_the_kernel(tmp_path):
+    """nbclient leaves open the channels of a client it made from a manager it was given; the kernel's end closes
+    them, so that many runs in one process (a promotion, a fleet) leave no thread or descriptor behind."""
+    path = notebook(tmp_path, nbformat.v4.new_code_cell("x = 1"))
+
+    def held() -> tuple[int, int]:
+        return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+    before = held()
+    for _ in range(3):
+        with started_kernel(path) as manager:
+            client = manager.client()
+            client.start_channels()  # and never stopped, as nbclient leaves it
+            run_sync(client.wait_for_ready)(timeout=60)
+            assert held() > before
+    assert held() == before and not client.channels_running
 
 
 def test_kernels_started_at_once_listen_on_sockets_of_their_own_and_leave_none(tmp_path):

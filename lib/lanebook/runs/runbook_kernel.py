@@ -9,6 +9,7 @@ processes cannot collide. Why: docs/decisions.md, the "Runbook kernels" entries.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import sys
@@ -83,7 +84,6 @@ def started_kernel(notebook: Path, connects: bool = True) -> Iterator[object]:
     jupyter_client kernel manager to give papermill as `km`, whose clients are ready as soon as the kernel is
     (lanebook.runs.kernel_client). Stopped at once, and its files removed, when the block ends however it ends."""
     from jupyter_client.kernelspec import KernelSpecManager
-    from jupyter_client.manager import AsyncKernelManager
     from jupyter_core.utils import run_sync
 
     from lanebook.runs.kernel_client import RunbookKernelClient
@@ -92,7 +92,7 @@ def started_kernel(notebook: Path, connects: bool = True) -> Iterator[object]:
     arguments = [*KERNEL_ARGUMENTS, *([f"--IPKernelApp.exec_lines={json.dumps([line])}"] if line else [])]
     with tempfile.TemporaryDirectory(prefix="lanebook-kernel-", ignore_cleanup_errors=True) as folder:
         home = Path(folder)  # its connection file and its sockets (ipc-1 to ipc-5)
-        manager = AsyncKernelManager(
+        manager = _manager_class()(
             transport="ipc",
             ip=str(home / "ipc"),
             connection_file=str(home / "kernel.json"),
@@ -121,11 +121,30 @@ def kernel_for(runbook: str, connects: bool = True) -> Iterator[object]:
         yield manager
 
 
+@functools.cache
+def _manager_class():
+    """jupyter_client's AsyncKernelManager, keeping each client it makes (`made_clients`): nbclient leaves open the
+    channels of a client whose manager it was given, a thread and a dozen descriptors each, so stop_kernel closes
+    them."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class RunbookKernelManager(AsyncKernelManager):
+        def client(self, **kwargs):
+            made = super().client(**kwargs)
+            self.made_clients = [*getattr(self, "made_clients", []), made]
+            return made
+
+    return RunbookKernelManager
+
+
 def stop_kernel(manager) -> None:
-    """Kill the kernel now and reap it (nothing in its teardown is kept), then let jupyter_client clean up after it
-    (its connection file, its ports). jupyter_client's own forced shutdown polls every 0.1 s for the process to go;
-    a local kernel's process is waited for instead."""
+    """Close the channels of the clients it made, kill the kernel now and reap it (nothing in its teardown is kept),
+    then let jupyter_client clean up after it (its connection file, its ports). jupyter_client's own forced shutdown
+    polls every 0.1 s for the process to go; a local kernel's process is waited for instead."""
     from jupyter_core.utils import run_sync
+
+    for client in getattr(manager, "made_clients", ()):
+        client.stop_channels()
 
     provisioner = manager.provisioner
     process = getattr(provisioner, "process", None)  # a local kernel's Popen
