@@ -27,8 +27,8 @@ SLOW_FIRST = (
     # The run's one real vLLM, first: its worker waits for the venv `make test` builds beside setup and the suite,
     # then the server boots and serves the launcher's readiness chat at normal priority (about 40 s of CPU), then
     # serves at nice 19 (twin/vllm_cpu.py: the clients reading its streams come first), so its tests get what the
-    # rest leaves: the earlier it starts, the less of the run's end is it alone. Nine tests: no second module is
-    # queued behind it at once.
+    # rest leaves: the earlier it starts, the less of the run's end is it alone. It serves keyed (its env run renders
+    # the keys first). Eleven tests: no second module is queued behind it at once.
     "test_real_vllm.py",
     "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
     "test_upgrade_run.py",  # one test of about 300 s: 15 runbook runs on a private twin
@@ -36,7 +36,6 @@ SLOW_FIRST = (
     "test_keyed_twin_lane.py",  # a keyed lane's whole promotion, about 220 s
     "test_runbooks.py",
     "test_rollback_runbook.py",  # behind TP4
-    "test_real_vllm_keys.py",  # the real vLLM again, with keys, behind the upgrade: the build is done by then
     "test_fault_matrix.py",
     "test_diagnose_runbook.py",
     "test_input_properties.py",

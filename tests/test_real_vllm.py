@@ -1,15 +1,16 @@
 """lanebook against a real vLLM (0.32.0, CPU build, a tiny random model): the real-vllm-cpu lane end to end, lanebook's
 client side held to the server's own counters, and the twin's server held to the real one.
 
-One real server for the run (tests/helpers/real_vllm.py): the real-vllm-cpu lane's, on the twin's head, started by
-`lanebook run launch --lane real-vllm-cpu` (prefix caching, ngram speculative decoding on the recipe's 5/4/3 verify
-schedule, max_model_len 2048). First the lane's runbooks: launch passes against the real server (its startup log,
-/v1/models, the live command), gates fail at the exact smoke naming the gibberish they got, `lanebook speed` prints the
-server's own token count equal to lanebook's, the speed runbook passes with each wave's count the server's own. Then
-what lanebook reads from it (readiness, /v1/models, /version, the gates' smokes, /metrics, the speed harness's records,
-the prefix-cache probe, spec-decode figures) is checked against what the server itself counts. Last, the same requests
-go to the twin's server started with the real one's arguments, and every difference a client can see must be one listed
-in lanebook.twin.conformance. Twin figures are printed as twin.
+One real server for the run (tests/helpers/real_vllm.py): the real-vllm-cpu lane's, keyed (two keys rendered by the env
+runbook), on the twin's head, started by `lanebook run launch` (prefix caching, ngram speculative decoding on the
+recipe's 5/4/3 verify schedule, max_model_len 2048). First the lane's runbooks: launch passes against the real server
+(its startup log, /v1/models, the live command; lanebook's checks send the key), a request without the key is
+refused as the twin's server refuses it, gates fail at the exact smoke naming the gibberish they got, `lanebook speed`
+prints the server's own token count equal to lanebook's, the speed runbook passes with each wave's count the server's
+own. Then what lanebook reads from it (readiness, /v1/models, /version, the gates' smokes, /metrics, the speed
+harness's records, the prefix-cache probe, spec-decode figures) is checked against what the server itself counts.
+Last, the same requests go to the twin's server started with the real one's arguments, and every difference a client
+can see must be one listed in lanebook.twin.conformance. Twin figures are printed as twin.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import pytest
 from helpers.lanebook_runs import lanebook_command, last_record
 from helpers.real_vllm import (  # noqa: F401 - real and twin_server: module-scoped fixtures, used by name
     LANE,
-    LANE_NAME,
     LOWERED_LINE,
     MAX_MODEL_LEN,
     NAME,
@@ -38,7 +38,7 @@ from helpers.real_vllm import (  # noqa: F401 - real and twin_server: module-sco
     twin_server,
 )
 from lanebook.nodes import ssh
-from lanebook.nodes.http import request_json
+from lanebook.nodes.http import lane_auth, request_json
 from lanebook.nodes.prometheus import (
     RUNNING,
     WAITING,
@@ -139,9 +139,62 @@ def test_launch_passes_on_the_real_server(real):  # noqa: F811
     assert "headless node rank 1/2 runs nothing" in worker_log
 
 
+def test_the_keyed_server_refuses_a_request_without_the_key_and_logs_no_key(real):  # noqa: F811
+    """The recipe's compose passes the rendered keys to `vllm serve --api-key K1 K2`: a request without a key, or with
+    another, is refused by the real server, 401 {"error": "Unauthorized"}, the answer the twin's server gives; either
+    key is taken; /health and /metrics stay keyless; no key is in the container log or in what lanebook wrote."""
+    assert real.launch.returncode == 0, real.launch.stdout
+    with httpx.Client(trust_env=False, timeout=ANSWER_S) as client:  # no lanebook auth: nothing sent unless given
+        keyless = client.get(f"{real.url}/v1/models")
+        assert (keyless.status_code, keyless.json()) == (401, {"error": "Unauthorized"})
+        wrong = client.get(f"{real.url}/v1/models", headers={"Authorization": "Bearer lb-not-the-key-0000"})
+        assert wrong.status_code == 401
+        for key in real.keys:  # either key: independently revocable, one flag carrying both
+            answer = client.get(f"{real.url}/v1/models", headers={"Authorization": f"Bearer {key}"})
+            assert answer.status_code == 200 and answer.json()["data"][0]["id"] == NAME
+        assert client.get(f"{real.url}/health").status_code == 200  # --api-key guards /v1, /v2, /inference only
+        assert client.get(f"{real.url}/metrics").status_code == 200
+    from lanebook.twin.control import layout
+
+    # the head's container log as the twin keeps it (what `docker logs` shows before lanebook's executor redacts it)
+    with ssh.LaneNodes(LANE) as nodes:
+        container = launcher.container_name(nodes)
+    log = (layout().node("head") / "var" / "containers" / container / "log").read_text()
+    assert "--api-key <redacted:2 value(s)>" in log  # the stand-in's translation line, as the recipe's hotfix shows
+    assert "'api_key': '***'" in log  # vLLM 0.32.0's own non-default args line redacts it
+    written = b"".join(p.read_bytes() for p in real.outputs.rglob("*") if p.is_file())
+    for key in real.keys:
+        assert key not in log and key.encode() not in written and key not in real.launch.stdout
+
+
+def test_the_twin_server_refuses_a_keyless_request_as_the_real_one_does(real, tmp_path):  # noqa: F811
+    """The twin's KeyGuard answers what vLLM's AuthenticationMiddleware answered above, on the same paths."""
+    from helpers.twin_serve import SERVE_ARGS
+    from lanebook.twin.vllm import start_local
+
+    server = start_local(
+        [*SERVE_ARGS, "--api-key", real.keys[0]],
+        tmp_path / "vllm.log",
+        host="127.0.0.1",
+        env={"LANEBOOK_TWIN_TIME_SCALE": "0.005"},
+    )
+    try:
+        server.wait_healthy(60)
+        with httpx.Client(trust_env=False, timeout=ANSWER_S) as client:
+            for root in (real.url, server.url):
+                answers = [
+                    (path, client.get(f"{root}{path}").status_code) for path in ("/v1/models", "/v1/nope", "/health")
+                ]
+                assert answers == [("/v1/models", 401), ("/v1/nope", 401), ("/health", 200)], root
+                assert client.get(f"{root}/v1/models").json() == {"error": "Unauthorized"}
+    finally:
+        server.stop()
+    assert real.keys[0] not in (tmp_path / "vllm.log").read_text()  # the twin logs the keys as the hotfix: redacted
+
+
 def test_gates_fail_at_the_exact_smoke_naming_the_reply(real):  # noqa: F811
     assert real.launch.returncode == 0
-    run_ = lanebook_command(["run", "gates", "--lane", LANE_NAME], real.outputs, timeout=300)
+    run_ = lanebook_command(["run", "gates", "--lane", str(real.lane_file)], real.outputs, timeout=300)
     assert run_.returncode == 1, run_.stdout + run_.stderr
     record = last_record(real.outputs)
     assert record["runbook"] == "gates" and record["verdict"] == "fail"
@@ -159,7 +212,7 @@ def test_speed_prints_the_servers_token_count_equal_to_lanebooks(real):  # noqa:
         [
             "speed",
             "--lane",
-            LANE_NAME,
+            str(real.lane_file),
             "--concurrency",
             "1,2",
             "--max-tokens",
@@ -200,9 +253,10 @@ def test_the_speed_runbook_passes_and_each_wave_is_the_servers_own_count(real): 
     in the executed runbook puts the server's own /metrics count beside lanebook's: the tokens equal, the TTFT mean
     beside vLLM's histogram's. Over the run the server's generation counter moved by exactly what the waves' usage
     chunks said, and the acceptance figures, each a wave's /metrics delta, bracket the server's over the run."""
+    lane = str(real.lane_file)
     before = run(snapshot(real.api))
     speed = lanebook_command(
-        ["run", "speed", "--lane", LANE_NAME, "-p", "workloads=probe", "-p", f"max_tokens={SPEED_MAX_TOKENS}"],
+        ["run", "speed", "--lane", lane, "-p", "workloads=probe", "-p", f"max_tokens={SPEED_MAX_TOKENS}"],
         real.outputs,
     )
     after = run(snapshot(real.api))
@@ -251,7 +305,7 @@ def test_diagnose_sees_prefix_hits_and_a_stable_k_boundary_on_the_real_server(re
             "run",
             "diagnose",
             "--lane",
-            LANE_NAME,
+            str(real.lane_file),
             "-p",
             "canary=False",
             "-p",
@@ -514,7 +568,7 @@ async def k_figures(api: str, c1_waves: int, max_tokens: int) -> dict[int, tuple
     """C1 summed over a few waves (the batch is 1 throughout; one reply's loop caps its drafts, so several replies
     show K 5 better), C4 and C6 with their whole-batch windows."""
     tag, out = secrets.token_hex(4), {}
-    async with httpx.AsyncClient(trust_env=False) as client:
+    async with httpx.AsyncClient(trust_env=False, auth=lane_auth()) as client:
         ones = [await k_wave(client, api, 1, min(max_tokens, 384), f"{tag}-k1-{n}") for n in range(c1_waves)]
         out[1] = (summed([w for w, _, _ in ones]), None)
         for c in (4, 6):
@@ -588,7 +642,11 @@ def bad_requests() -> dict[str, object]:
 def post(url: str, body) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     return httpx.post(
-        f"{url}/v1/chat/completions", content=content, headers={"content-type": "application/json"}, timeout=REPLY_S
+        f"{url}/v1/chat/completions",
+        content=content,
+        headers={"content-type": "application/json"},
+        timeout=REPLY_S,
+        auth=lane_auth(),
     )
 
 
@@ -602,7 +660,7 @@ def sse(url: str) -> tuple[list[str], list[dict]]:
         "stream_options": {"include_usage": True},
         "ignore_eos": True,
     }
-    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=REPLY_S) as response:
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=REPLY_S, auth=lane_auth()) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
         raw = response.read().decode()
     lines = raw.split("\n")
@@ -666,7 +724,7 @@ def test_the_twin_server_answers_as_the_real_one_except_where_listed(real, twin_
         return {side: fetch(url) for side, url in servers.items()}
 
     for path in ("/health", "/version", "/v1/models"):
-        got = both(lambda url: httpx.get(f"{url}{path}", timeout=ANSWER_S))
+        got = both(lambda url: httpx.get(f"{url}{path}", timeout=ANSWER_S, auth=lane_auth()))
         if got["twin"].status_code != got["real"].status_code:
             other.append(f"{path}: HTTP {got['twin'].status_code} vs {got['real'].status_code}")
         if path == "/health":

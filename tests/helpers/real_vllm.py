@@ -3,15 +3,19 @@ the twin's head, where the docker stand-in execs vLLM's CPU build (`make vllm-cp
 random model with the lane's flags translated for CPU (lanebook.twin.vllm_cpu): prefix caching, ngram speculative
 decoding on the recipe's 5/4/3 verify schedule, max_model_len 2048.
 
-It boots in 25-75 s on two cores, more while the suite runs beside it, so it boots once: `lanebook run launch --lane
-real-vllm-cpu` starts it (the launch's own record is kept for the lane's tests), while lanebook's own readiness wait
-(ops.readiness.wait_health) watches the boot from here, and what that wait saw is kept for the readiness test. The
-twin's server is started beside it with the argv the real one runs (its live command), for the conformance test.
+It boots in 25-75 s on two cores, more while the suite runs beside it, so it boots once, and keyed: the lane file
+is the real-vllm-cpu lane with `auth: {DSPARK_API_KEYS: {key_file: ...}}` (two fresh keys) and its Hermes block naming
+the key's variable. `lanebook run env` renders the keys into the head's env file, `lanebook run launch` starts the
+server (the launch's own record is kept for the lane's tests), while lanebook's own readiness wait
+(ops.readiness.wait_health) watches the boot from here, and what that wait saw is kept for the readiness test. This
+process's lanebook clients send the key (lane.keys); the head's env file is put back byte for byte after. The twin's
+server is started beside it, keyless, with the argv the real one runs (its live command), for the conformance test.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -19,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from lanebook.base.errors import LanebookError
+from lanebook.lane import keys as lane_keys_module
+from lanebook.lane.keys import lane_keys
 from lanebook.lane.params import LaneParams, load_lane
 from lanebook.nodes import ssh
 from lanebook.nodes.http import WaitProgress
@@ -27,7 +33,7 @@ from lanebook.ops.logs import live_command
 from lanebook.ops.readiness import wait_health
 from lanebook.twin.vllm_cpu import SERVER_MODULE
 
-from helpers.lanebook_runs import LANEBOOK
+from helpers.lanebook_runs import LANEBOOK, lanebook_command, last_record
 from helpers.waits import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,8 +89,10 @@ def missing_reason() -> str | None:
 
 @dataclass
 class RealServer:
-    params: LaneParams
-    launch: subprocess.CompletedProcess  # `lanebook run launch --lane real-vllm-cpu`, which started it
+    params: LaneParams  # the keyed lane, loaded from lane_file
+    lane_file: Path  # the keyed lane's file, as the lane's runs name it (--lane FILE)
+    keys: tuple[str, ...]  # the two keys it serves with, either one accepted
+    launch: subprocess.CompletedProcess  # `lanebook run launch --lane FILE`, which started it
     outputs: Path  # where that launch, and the lane tests' runs, keep their records
     boot: list[WaitProgress] = field(default_factory=list)  # what lanebook's readiness wait saw, attempt by attempt
     ready_s: float = 0.0  # from the launch's start to /health 200
@@ -116,12 +124,40 @@ def stop_twin_lanes() -> None:
             launcher.stop_lane(nodes)
 
 
-def launch_real(outputs: Path) -> RealServer:
-    """`lanebook run launch --lane real-vllm-cpu` from a stopped head, its boot watched by lanebook's wait from here."""
-    stop_twin_lanes()
+def keyed_lane(folder: Path) -> tuple[Path, tuple[str, ...]]:
+    """The real-vllm-cpu lane keyed, written in FOLDER: its file and its two keys (in a key file, mode 0600)."""
+    keys = (f"lb-real-{secrets.token_hex(12)}", f"lb-real-{secrets.token_hex(12)}")
+    (folder / "keys").write_text("\n".join(keys) + "\n")
+    (folder / "keys").chmod(0o600)
+    text = LANE.file.read_text()
+    assert "  api_key: no-key-required\n" in text  # its Hermes block names the key's variable instead (P09)
+    text = text.replace("  api_key: no-key-required\n", "  key_env: SPARK_DS4_API_KEY\n")
+    lane_file = folder / f"{LANE_NAME}.yaml"
+    lane_file.write_text(text + f"auth:\n  DSPARK_API_KEYS: {{key_file: {folder / 'keys'}}}\n")
+    return lane_file, keys
+
+
+def render_keys(lane_file: Path, outputs: Path) -> dict:
+    """`lanebook run env` of the keyed lane: the keys rendered into the head's env file; its record (it passed)."""
+    env = lanebook_command(["run", "env", "--lane", str(lane_file)], outputs, timeout=BOOT_BOUND_S)
+    record = last_record(outputs)
+    if env.returncode != 0 or record["verdict"] != "pass":
+        raise RuntimeError(f"the keyed lane's env run did not pass:\n{(env.stdout + env.stderr)[-3000:]}")
+    return record
+
+
+def restore_env(lane_file: Path, outputs: Path, env_record: dict) -> None:
+    """What the env run wrote into the head's checkout, put back byte for byte."""
+    restore = ["run", "env", "--lane", str(lane_file), "-p", f"restore={env_record['run_id']}"]
+    restored = lanebook_command(restore, outputs, timeout=BOOT_BOUND_S)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+
+
+def launch_real(outputs: Path, lane_file: Path, keys: tuple[str, ...]) -> RealServer:
+    """`lanebook run launch --lane FILE` from a stopped head, its boot watched by lanebook's wait from here."""
     started = time.monotonic()
     process = subprocess.Popen(
-        [LANEBOOK, "run", "launch", "--lane", LANE_NAME],
+        [LANEBOOK, "run", "launch", "--lane", str(lane_file)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -143,7 +179,7 @@ def launch_real(outputs: Path) -> RealServer:
     print(f"real vLLM ready {ready_s:.1f} s after `lanebook run launch` began, at {LANE.api}", flush=True)
     if launch.returncode == 0:
         await_lowered()
-    return RealServer(LANE, launch, outputs, boot, ready_s)
+    return RealServer(load_lane(lane_file), lane_file, keys, launch, outputs, boot, ready_s)
 
 
 def await_lowered() -> None:
@@ -164,11 +200,23 @@ def real(twin, tmp_path_factory):
     reason = missing_reason()
     if reason:
         pytest.skip(reason)
-    server = launch_real(tmp_path_factory.mktemp("real-lane-outputs"))
-    try:
-        yield server
-    finally:
-        server.stop()
+    folder = tmp_path_factory.mktemp("real-lane")
+    lane_file, keys = keyed_lane(folder)
+    outputs = folder / "outputs"
+    stop_twin_lanes()
+    env_record = render_keys(lane_file, outputs)
+    # this process's lanebook clients send the key to the lane's origin for the module, and no longer after
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lane_keys_module, "_CLIENT_KEYS", {})
+        try:
+            server = launch_real(outputs, lane_file, keys)
+            lane_keys(server.params)
+            yield server
+        finally:
+            with ssh.LaneNodes(LANE) as nodes:
+                launcher.stop_lane(nodes)
+                assert not any(launcher.running_containers(nodes).values())
+            restore_env(lane_file, outputs, env_record)
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +229,9 @@ def twin_server(real, tmp_path_factory):
     for option in ("--model", "--host", "--port"):  # the model is positional for `vllm serve`; its own address
         at = argv.index(option)
         del argv[at : at + 2]
+    at = argv.index("--api-key")  # keyless: the conformance compares what a client with the key sees
+    end = next((i for i in range(at + 1, len(argv)) if argv[i].startswith("--")), len(argv))
+    del argv[at:end]
     server = start_local(
         [str(TINY_MODEL), *argv],
         tmp_path_factory.mktemp("twin-vllm") / "vllm.log",
