@@ -399,7 +399,7 @@ def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
             url = metrics_url(real.api)
             idle, waited = await wait_idle(client, url, timeout_s=30)
             tally = Tally()
-            wave = asyncio.ensure_future(run_wave(client, chat_url(real.api), bodies, 1, 120, tally=tally))
+            wave = asyncio.ensure_future(run_wave(client, chat_url(real.api), bodies, 1, REPLY_S, tally=tally))
             busiest, scrapes = (0.0, 0.0), 0
             while not wave.done():
                 if not tally.content_chunks:  # scrape while the streams flow (a scrape can take most of a second)
