@@ -28,7 +28,7 @@ SLOW_FIRST = (
     # then the server boots and serves the launcher's readiness chat at normal priority (about 40 s of CPU), then
     # serves at nice 19 (twin/vllm_cpu.py: the clients reading its streams come first), so its tests get what the
     # rest leaves: the earlier it starts, the less of the run's end is it alone. It serves keyed (its env run renders
-    # the keys first). Eleven tests: no second module is queued behind it at once.
+    # the keys first). Sixteen tests: no second module is queued behind it at once.
     "test_real_vllm.py",
     "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
     "test_upgrade_run.py",  # one test of about 300 s: 15 runbook runs on a private twin

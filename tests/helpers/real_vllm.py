@@ -112,11 +112,6 @@ class RealServer:
         words = command.split()  # the stand-in's JSON values carry no spaces (separators without them)
         return words[words.index(SERVER_MODULE) + 1 :]
 
-    def stop(self) -> None:
-        with ssh.LaneNodes(self.params) as nodes:
-            launcher.stop_lane(nodes)
-            assert not any(launcher.running_containers(nodes).values())
-
 
 def stop_twin_lanes() -> None:
     for name in (*OTHER_TWIN_LANES, LANE_NAME):
