@@ -108,3 +108,32 @@ def test_a_sliced_wait_with_a_timeout_still_times_out(tmp_path, monkeypatch):
 
     with pytest.raises(Empty):
         run_sync(quiet)()
+
+
+def test_after_the_iopub_welcome_an_idle_sent_before_it_is_asked_for_again_at_once(tmp_path):
+    """An XPUB IOPub (ipykernel 7) first sends a new subscriber its welcome. The request's idle may have gone out before
+    the subscription, so after the welcome it is waited for as on an IOPub not yet live, never LIVE_IOPUB_WAIT_S."""
+    waits: list[Optional[float]] = []
+
+    class Recording(SlicedWaitChannel):
+        async def get_msg(self, timeout: Optional[float] = None) -> dict:
+            waits.append(timeout)
+            return await super().get_msg(timeout=timeout)
+
+    async def welcomed_only() -> bool:
+        session = Session()
+        receiving = zmq.asyncio.Context().socket(zmq.PAIR)
+        sending = zmq.Context().socket(zmq.PAIR)
+        address = f"ipc://{tmp_path / 'iopub'}"
+        receiving.bind(address)
+        sending.connect(address)
+        try:
+            session.send(sending, kernel_client.WELCOME, {"subscription": ""})
+            client = type("Client", (), {"iopub_channel": Recording(receiving, session)})()
+            return await RunbookKernelClient._idle_after(client, "kernel-info-1")
+        finally:
+            sending.close(0)
+            receiving.close(0)
+
+    assert run_sync(welcomed_only)() is False
+    assert waits == [kernel_client.IOPUB_WAIT_S, kernel_client.IOPUB_WAIT_S]

@@ -19,6 +19,7 @@ from traitlets import Type
 
 IOPUB_WAIT_S = 0.2  # as jupyter_client: how long an answered request's first IOPub message may take to arrive
 LIVE_IOPUB_WAIT_S = 10.0  # on a live IOPub, the longest wait for the next message before asking again
+WELCOME = "iopub_welcome"  # what an XPUB IOPub (ipykernel 7) sends a new subscriber first (JEP 65)
 WAIT_SLICE_S = 1.0  # the longest a channel waits on one poll: a wake-up missed costs at most this
 
 
@@ -66,15 +67,17 @@ class RunbookKernelClient(AsyncKernelClient):
 
     async def _idle_after(self, request_id: Optional[str], later: frozenset[str] | set[str] = frozenset()) -> bool:
         """Read IOPub up to the kernel's `idle` after REQUEST_ID. False when no message comes within IOPUB_WAIT_S (an
-        IOPub not yet subscribed), when a live IOPub is then quiet for LIVE_IOPUB_WAIT_S, or when it shows a message of
-        a request sent after this one (LATER): this one's idle came before IOPub was live."""
+        IOPub not yet subscribed, or only just: after the kernel's `iopub_welcome`), when a live IOPub is then quiet
+        for LIVE_IOPUB_WAIT_S, or when it shows a message of a request sent after this one (LATER): this one's idle
+        came before IOPub was live."""
         wait = IOPUB_WAIT_S
         while True:
             try:
                 msg = await self.iopub_channel.get_msg(timeout=wait)
             except Empty:
                 return False
-            wait = LIVE_IOPUB_WAIT_S
+            # The welcome says the subscription is live from now on, not that this request's messages are coming.
+            wait = IOPUB_WAIT_S if msg["msg_type"] == WELCOME else LIVE_IOPUB_WAIT_S
             parent = msg["parent_header"].get("msg_id")
             if parent in later:
                 return False
