@@ -66,7 +66,7 @@ FAULTS = {
     "tp-hang": "engine: the worker rank wedges mid-decode under load; the head waits on it with requests running",
     "drafter-mismatch": "engine: the drafter does not match the target's weights; nearly every draft is rejected",
 }
-FAST_TIME_SCALE = 0.01  # --fast: an 8-15 min cold bind takes 5-9 s; decode rates are never scaled
+FAST_TIME_SCALE = 0.003  # --fast: an 8-15 min cold bind takes 1.5-2.7 s; decode rates are never scaled
 MISSING_SHARD = 7
 INCOMPLETE_SHARDS = (3, 17)
 TWIN_LANE = "twin"
