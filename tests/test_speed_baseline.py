@@ -212,8 +212,9 @@ def test_malformed_baseline_files_are_one_clear_error(tmp_path):
 def test_each_twin_baseline_was_measured_on_its_lane_file(lane):
     """A stored twin baseline is judged only while its lane file is the file it was measured with: after an edit the
     runbook says "different setup" until the baseline is measured again (save_baseline). The twin lanes that
-    promote in the suite (twin-tp4, the fleet's canary) keep a probe-only baseline: the workloads a lane runs are
-    its baseline's, and the suite's promotions prove N-node and fleet logic, not the twin's decode rates."""
+    promote in the suite (twin-tp4, the fleet's canary, twin-keyed) keep a probe-only baseline: the workloads a lane
+    runs are its baseline's, and the suite's promotions prove N-node, fleet and key logic, not the twin's decode
+    rates."""
     stored = stored_baseline(lane)
     if stored.provenance.lane_file_sha256 != sha256_file(lane_path(lane)):
         pytest.skip(
