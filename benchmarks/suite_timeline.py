@@ -1,12 +1,13 @@
 """Each worker's share of a parallel `make test`, from the timeline tests/helpers/suite_timeline.py wrote:
 
     LANEBOOK_SUITE_TIMELINE=/tmp/timeline.jsonl make test
-    .venv/bin/python benchmarks/suite_timeline.py /tmp/timeline.jsonl
+    .venv/bin/python benchmarks/suite_timeline.py /tmp/timeline.jsonl [--write-order tests/module_seconds.txt]
 
 Per worker: its span and its modules in the order it ran them, each module's time split into setup (fixtures:
 twins, lanes, servers), call and teardown, and the CPU its worker's processes used meanwhile (where the worker had a
 cgroup of its own). The run's wall time is the longest worker's span; on two cores the CPU total bounds it from
-below (total / 2), so the table shows both which modules make the span and which make the work."""
+below (total / 2), so the table shows both which modules make the span and which make the work. --write-order
+stores each module's seconds in that run, slowest first: the order tests/conftest.py hands modules out in."""
 
 from __future__ import annotations
 
@@ -16,11 +17,27 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def write_order(by_worker: dict[str, dict[str, dict]], order: Path) -> None:
+    """ORDER: one line per module, its seconds in the run (setup, call and teardown), slowest first."""
+    seconds = {
+        name: m["setup"] + m["call"] + m["teardown"] for modules in by_worker.values() for name, m in modules.items()
+    }
+    lines = [f"{s:7.1f}  {name}" for name, s in sorted(seconds.items(), key=lambda kv: -kv[1])]
+    header = "# seconds  module, in a parallel `make test` (benchmarks/suite_timeline.py --write-order)\n"
+    order.write_text(header + "\n".join(lines) + "\n")
+    print(f"wrote {order}: {len(lines)} modules")
+
+
 def main() -> int:
-    if len(sys.argv) != 2:
-        print("usage: python benchmarks/suite_timeline.py TIMELINE.jsonl")
+    args = sys.argv[1:]
+    order = None
+    if len(args) == 3 and args[1] == "--write-order":
+        order = Path(args.pop(2))
+        args.pop(1)
+    if len(args) != 1:
+        print("usage: python benchmarks/suite_timeline.py TIMELINE.jsonl [--write-order FILE]")
         return 2
-    path = Path(sys.argv[1])
+    path = Path(args[0])
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if not rows:
         print(f"{path}: empty (run the suite with LANEBOOK_SUITE_TIMELINE={path})")
@@ -56,6 +73,8 @@ def main() -> int:
                     f"CPU {m['cpu']:6.1f} s  {name}"
                 )
     print(f"CPU of all workers: {total_cpu:.1f} s (on two cores at least {total_cpu / 2:.0f} s of wall time)")
+    if order is not None:
+        write_order(by_worker, order)
     return 0
 
 

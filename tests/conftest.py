@@ -19,35 +19,16 @@ import pytest
 SUITE_DIR = "LANEBOOK_SUITE_DIR"  # a parallel run's scratch dir: every worker's twin dir is under it
 SUITE_NETNS = "LANEBOOK_SUITE_NETNS"  # the network namespace of the run's controller, which its workers must leave
 SUITE_CONTROLLER = "LANEBOOK_SUITE_CONTROLLER"  # the controller's pid: its namespace still reaches the package indexes
-# Modules that relaunch lanes or run many real-time waits, slowest first as a whole parallel run measured them: xdist
-# hands out whole modules (loadfile) in this order, so the long ones start at once and the short ones fill the gaps.
-# xdist gives each worker one module, then at once a second to every worker with at most two tests pending: the
-# seventh goes behind TP4's two tests, the eighth behind the upgrade's one.
-SLOW_FIRST = (
-    # The run's one real vLLM, first: its worker waits for the venv `make test` builds beside setup and the suite,
-    # then the server boots and serves the launcher's readiness chat at normal priority (about 40 s of CPU), then
-    # serves at nice 19 (twin/vllm_cpu.py: the clients reading its streams come first), so its tests get what the
-    # rest leaves: the earlier it starts, the less of the run's end is it alone. It serves keyed (its env run renders
-    # the keys first). Sixteen tests: no second module is queued behind it at once.
-    "test_real_vllm.py",
-    "test_twin_tp4.py",  # one promotion on four twin nodes (speed: its baseline's one workload), about 150 s
-    "test_upgrade_run.py",  # one test of about 300 s: 15 runbook runs on a private twin
-    "test_fleet_dag.py",  # a three-lane fleet through Airflow: the canary's whole promotion, then a failed launch
-    "test_keyed_twin_lane.py",  # a keyed lane's whole promotion, about 220 s
-    "test_runbooks.py",
-    "test_rollback_runbook.py",  # behind TP4
-    "test_fault_matrix.py",
-    "test_diagnose_runbook.py",
-    "test_input_properties.py",
-    "test_launch_runbook.py",
-    "test_env_runbook.py",
-    "test_gates_runbook.py",
-    "test_twin_fleet.py",
-    "test_site_browser.py",
-    "test_lock.py",
-    "test_twin_scripts.py",
-    "test_book.py",
-)
+# xdist hands out whole modules (loadfile) in the order the items have, and gives each worker one module, then at once
+# a second to every worker with at most two tests pending. The real vLLM's module goes first: its worker waits for
+# the venv `make test` builds beside setup and the suite, then the server boots and serves the launcher's readiness
+# chat at normal priority (about 40 s of CPU), then serves at nice 19 (twin/vllm_cpu.py: the clients reading its
+# streams come first), so its tests get what the rest leaves: the earlier it starts, the less of the run's end is it
+# alone. Sixteen tests: no second module is queued behind it at once. The others follow slowest first, by their
+# seconds in a whole parallel run (MODULE_SECONDS, written by benchmarks/suite_timeline.py --write-order), so the
+# long ones start at once and the short ones fill the end; a module not listed there comes last, as collected.
+FIRST = "test_real_vllm.py"
+MODULE_SECONDS = Path(__file__).with_name("module_seconds.txt")
 _started_twins: list[Path] = []  # twin dirs whose twin this session brought up (and stops at its end)
 
 
@@ -104,10 +85,25 @@ def pytest_collection_finish(session):
         _first_collection = None
 
 
+def module_seconds() -> dict[str, float]:
+    """Module file name -> its seconds in a measured parallel run (MODULE_SECONDS: "SECONDS  tests/NAME.py" lines)."""
+    seconds = {}
+    for line in MODULE_SECONDS.read_text().splitlines() if MODULE_SECONDS.exists() else []:
+        if line.strip() and not line.lstrip().startswith("#"):
+            value, module = line.split()
+            seconds[Path(module).name] = float(value)
+    return seconds
+
+
 def pytest_collection_modifyitems(items):
-    """The slow modules first (SLOW_FIRST's order), the others as collected."""
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    """FIRST, then the measured modules slowest first, then the others as collected."""
+    seconds = module_seconds()
+
+    def rank(item) -> tuple[int, float]:
+        name = item.path.name
+        return (0, 0.0) if name == FIRST else (1, -seconds[name]) if name in seconds else (2, 0.0)
+
+    items.sort(key=rank)
 
 
 def _environ(pid: int) -> bytes:
