@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty
-from typing import Optional
+from typing import Iterator, Optional
 
 import nbformat
 import pytest
@@ -67,8 +68,9 @@ def test_the_client_waits_on_sliced_channels(client):
     assert isinstance(client.iopub_channel, SlicedWaitChannel)
 
 
-async def _sent_after(seconds: float, timeout: Optional[float], tmp_path: Path) -> dict:
-    """What a SlicedWaitChannel's get_msg(TIMEOUT) returns for a message sent SECONDS after it began to wait."""
+@contextmanager
+def _pair(tmp_path: Path) -> Iterator[tuple[Session, zmq.asyncio.Socket, zmq.Socket]]:
+    """A session and a connected pair of sockets: the receiving end (asyncio, as a channel's) and the sending end."""
     session = Session()
     receiving = zmq.asyncio.Context().socket(zmq.PAIR)
     sending = zmq.Context().socket(zmq.PAIR)
@@ -76,13 +78,19 @@ async def _sent_after(seconds: float, timeout: Optional[float], tmp_path: Path) 
     receiving.bind(address)
     sending.connect(address)
     try:
+        yield session, receiving, sending
+    finally:
+        sending.close(0)
+        receiving.close(0)
+
+
+async def _sent_after(seconds: float, timeout: Optional[float], tmp_path: Path) -> dict:
+    """What a SlicedWaitChannel's get_msg(TIMEOUT) returns for a message sent SECONDS after it began to wait."""
+    with _pair(tmp_path) as (session, receiving, sending):
         waiting = asyncio.ensure_future(SlicedWaitChannel(receiving, session).get_msg(timeout=timeout))
         await asyncio.sleep(seconds)
         session.send(sending, "kernel_info_reply", {"status": "ok"})
         return await waiting
-    finally:
-        sending.close(0)
-        receiving.close(0)
 
 
 def test_a_wait_without_timeout_reads_a_message_that_came_after_many_slices(tmp_path, monkeypatch):
@@ -121,19 +129,10 @@ def test_after_the_iopub_welcome_an_idle_sent_before_it_is_asked_for_again_at_on
             return await super().get_msg(timeout=timeout)
 
     async def welcomed_only() -> bool:
-        session = Session()
-        receiving = zmq.asyncio.Context().socket(zmq.PAIR)
-        sending = zmq.Context().socket(zmq.PAIR)
-        address = f"ipc://{tmp_path / 'iopub'}"
-        receiving.bind(address)
-        sending.connect(address)
-        try:
+        with _pair(tmp_path) as (session, receiving, sending):
             session.send(sending, kernel_client.WELCOME, {"subscription": ""})
             client = type("Client", (), {"iopub_channel": Recording(receiving, session)})()
             return await RunbookKernelClient._idle_after(client, "kernel-info-1")
-        finally:
-            sending.close(0)
-            receiving.close(0)
 
     assert run_sync(welcomed_only)() is False
     assert waits == [kernel_client.IOPUB_WAIT_S, kernel_client.IOPUB_WAIT_S]
