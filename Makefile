@@ -43,12 +43,15 @@ COMPOSE_CHECK = @$(BIN)/python -m lanebook.recipe.effective.compose_tool
 
 # lanebook's own modules compiled to bytecode before anything runs them, for the operator's commands run from a
 # shell that sets PYTHONDONTWRITEBYTECODE (no process would write a .pyc: every lanebook command, runbook kernel and
-# twin stand-in would compile what it imports at every start). compileall rewrites only what changed since.
-COMPILE_LIB = @$(BIN)/python -m compileall -q lib
+# twin stand-in would compile what it imports at every start). compileall rewrites only what changed since. Then
+# what the runbooks' kernels import as they boot (pandas among it) is imported once, so its bytecode is written here:
+# a kernel compiling it on its first boot could miss papermill's 60 s start (it did, emulated on arm64).
+COMPILE_LIB = $(BIN)/python -m compileall -q lib && \
+  $(BIN)/python -c "from lanebook.runs.runbook_kernel import import_runbook_modules; import_runbook_modules()"
 
 setup: os-packages
 	$(call build_venvs,$(STAMP) $(HERMES_STAMP))
-	$(COMPILE_LIB)
+	@$(COMPILE_LIB)
 	$(COMPOSE_CHECK)
 
 # The OS packages each target needs, by distribution (tools/os_packages.py reads /etc/os-release): as root the missing
@@ -115,7 +118,7 @@ $(AIRFLOW_STAMP): tools/airflow-requirements.txt $(UV_STAMP)
 # The demo also runs the twin fleet's dry run through Airflow, so it builds Airflow's venv beside the others.
 demo: os-packages
 	$(call build_venvs,$(STAMP) $(HERMES_STAMP) $(AIRFLOW_STAMP))
-	$(COMPILE_LIB)
+	@$(COMPILE_LIB)
 	$(COMPOSE_CHECK)
 	$(BIN)/lanebook demo
 
@@ -144,7 +147,7 @@ test: test-os-packages
 	fi; \
 	{ $(MAKE) --no-print-directory -q $(TEST_VENVS) 2>/dev/null || { echo "building $(dir $(TEST_VENVS)) side by side"; \
 	    $(MAKE) --no-print-directory -j4 --output-sync=target $(TEST_VENVS); }; } \
-	  && $(BIN)/python -m compileall -q lib && $(MAKE) --no-print-directory lint \
+	  && $(COMPILE_LIB) && $(MAKE) --no-print-directory lint \
 	  || { [ -z "$$build" ] || echo "make test: waiting for the vLLM CPU build to end before stopping"; wait; exit 1; }; \
 	if unshare -n ip link set lo up 2>/dev/null; then \
 	  LANEBOOK_VLLM_CPU_BUILD=$$build $(BIN)/python -m pytest -q --dist loadfile --no-loadscope-reorder \

@@ -13,7 +13,13 @@ import nbformat
 from jupyter_core.utils import run_sync
 from lanebook.base.frontend import HEADLESS_KERNEL_ENV
 from lanebook.base.paths import REPO
-from lanebook.runs.runbook_kernel import kernel_for, lanebook_imports, preload_line, started_kernel
+from lanebook.runs.runbook_kernel import (
+    import_runbook_modules,
+    kernel_for,
+    lanebook_imports,
+    preload_line,
+    started_kernel,
+)
 
 
 def notebook(tmp_path: Path, *cells) -> Path:
@@ -165,3 +171,14 @@ def test_a_kernel_stopped_mid_cell_is_killed_and_reaped(tmp_path):
 def test_no_kernel_for_a_runbook_that_does_not_exist():
     with kernel_for("nosuch") as manager:
         assert manager is None
+
+
+def test_setup_imports_what_every_runbooks_kernel_imports_as_it_boots():
+    """What `make setup` imports so its bytecode is written before a kernel's first boot: ipykernel's app, Fabric's
+    connection modules and every runbook's lanebook imports (the speed runbook's pull in pandas)."""
+    imported = import_runbook_modules()
+    runbooks = sorted((REPO / "runbooks").glob("*.ipynb"))
+    assert len(runbooks) >= 10
+    assert all(name in imported for notebook in runbooks for name in lanebook_imports(notebook))
+    assert imported[0] == "ipykernel.kernelapp" and "fabric" in imported and "lanebook.speed.lanespeed" in imported
+    assert len(imported) == len(set(imported)) and all(name in sys.modules for name in [*imported, "pandas"])
