@@ -155,11 +155,12 @@ def test_the_keyed_server_refuses_a_request_without_the_key_and_logs_no_key(real
         assert client.get(f"{real.url}/health").status_code == 200  # --api-key guards /v1, /v2, /inference only
         assert client.get(f"{real.url}/metrics").status_code == 200
     from lanebook.twin.control import layout
+    from lanebook.twin.standins.runtime import find_container
 
     # the head's container log as the twin keeps it (what `docker logs` shows before lanebook's executor redacts it)
     with ssh.LaneNodes(LANE) as nodes:
-        container = launcher.container_name(nodes)
-    log = (layout().node("head") / "var" / "containers" / container / "log").read_text()
+        container = find_container(layout().node("head"), launcher.container_name(nodes))
+    log = container.log.read_text()
     assert "--api-key <redacted:2 value(s)>" in log  # the stand-in's translation line, as the recipe's hotfix shows
     assert "'api_key': '***'" in log  # vLLM 0.32.0's own non-default args line redacts it
     written = b"".join(p.read_bytes() for p in real.outputs.rglob("*") if p.is_file())
