@@ -11,6 +11,7 @@ stores each module's seconds in that run, slowest first: the order tests/conftes
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import defaultdict
@@ -29,15 +30,11 @@ def write_order(by_worker: dict[str, dict[str, dict]], order: Path) -> None:
 
 
 def main() -> int:
-    args = sys.argv[1:]
-    order = None
-    if len(args) == 3 and args[1] == "--write-order":
-        order = Path(args.pop(2))
-        args.pop(1)
-    if len(args) != 1:
-        print("usage: python benchmarks/suite_timeline.py TIMELINE.jsonl [--write-order FILE]")
-        return 2
-    path = Path(args[0])
+    parser = argparse.ArgumentParser(description="each worker's share of a parallel `make test`")
+    parser.add_argument("timeline", type=Path, help="what LANEBOOK_SUITE_TIMELINE named")
+    parser.add_argument("--write-order", type=Path, metavar="FILE", help="store each module's seconds, slowest first")
+    args = parser.parse_args()
+    path, order = args.timeline, args.write_order
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if not rows:
         print(f"{path}: empty (run the suite with LANEBOOK_SUITE_TIMELINE={path})")
