@@ -717,12 +717,14 @@ def nccl_not_measured(params: LaneParams) -> str:
 # --- the report shown: check items, a runbook step -----------------------------------------------------------------
 
 
-def rail_line(rail: RailFigures) -> str:
-    """What was seen on one rail, in one line."""
+def rail_line(rail: RailFigures, label: str) -> str:
+    """What was seen on one rail, in one line; its bandwidth labelled (LaneParams.figures_label)."""
     parts = []
     if rail.gbps is not None:
         bw = rail.ib_write_bw
-        parts.append(f"{rail.gbps:.2f} Gb/s ib_write_bw ({bw.message_bytes} B RC writes, {bw.qps or 1} QP)")
+        parts.append(
+            f"{rail.gbps:.2f} Gb/s ib_write_bw, {label} figure ({bw.message_bytes} B RC writes, {bw.qps or 1} QP)"
+        )
     elif rail.ib_write_bw is not None and rail.ib_write_bw.error:
         parts.append(f"not measured: {rail.ib_write_bw.error}")
     elif rail.not_measured:
@@ -765,7 +767,7 @@ def link_step(rb: "Runbook", *, skip_because: Optional[str] = None, **options) -
                 rb.current_step,
                 f"rail {rail.rail} to {rail.worker} carries {HEALTHY_GBPS[0]:g}-{HEALTHY_GBPS[1]:g} Gb/s",
                 NOT_OBSERVED if ok is None else FAIL if (ok is False or warned) else PASS,
-                rail_line(rail) + _told(found),
+                rail_line(rail, report.figures_label) + _told(found),
                 fail_open=warned,
             )
         )
