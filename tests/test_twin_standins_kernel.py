@@ -38,7 +38,7 @@ def test_ip_o_link_lists_the_links_with_their_mtu_as_iproute2_does(tmp_path):
     lines = node.run("ip -o link").stdout.splitlines()
     assert lines[0].startswith("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN")
     mtus = {m["ifname"]: int(m["mtu"]) for m in (re.search(IP_LINK.regex, line) for line in lines) if m}
-    assert mtus == {"lo": 65536, "enP7s7": 1500, "enp1s0f0np0": 9000, "bond0": 9000}
+    assert mtus == {"lo": 65536, "enP7s7": 1500, "enp1s0f0np0": 9000, "bond0": 9000, "enP2p1s0f0np0": 9000}
     assert all("\\    link/" in line for line in lines)
     two_line = node.run("ip link show dev bond0").stdout.splitlines()
     assert len(two_line) == 2 and two_line[0].startswith("4: bond0: ") and two_line[1].startswith("    link/ether ")

@@ -550,7 +550,7 @@ def link_report(
     measured_at: str,
     dry_run: bool = False,
     nccl_output: Optional[str] = None,
-    nccl_note: str = "",
+    nccl_note: Optional[str] = None,
     not_measured: Optional[str] = None,
 ) -> LinkReport:
     """The LinkReport of these records (pure): each rail's figures and findings, NCCL_IB_HCA's, NCCL's."""
@@ -567,7 +567,7 @@ def link_report(
         rails,
         findings,
         bus_bandwidth_gbs=busbw,
-        nccl_note=nccl_note,
+        nccl_note=nccl_note if nccl_note is not None else "" if busbw is not None else nccl_not_measured(params),
         not_measured=not_measured,
         records=list(records),
     )

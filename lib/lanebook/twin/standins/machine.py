@@ -37,14 +37,14 @@ BOOT_MESSAGES = (
     (7.61, "NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build"),
     (9.12, "bond0: (slave enp1s0f0np0): Enslaving as an active interface with an up link"),
 )
-# The node's links as `ip link` lists them (name, mtu, kind): loopback, the management port, the RoCE port and the
-# bond the lane's NCCL_SOCKET_IFNAME names; the RoCE link at jumbo MTU on both nodes.
+# The node's links as `ip link` lists them (name, mtu, kind): loopback, the management port, the RoCE port, the
+# bond the lane's NCCL_SOCKET_IFNAME names and the port's second PCIe half; the RoCE link at jumbo MTU on both nodes.
 LINKS = (
     ("lo", 65536, "loopback"),
     ("enP7s7", 1500, "ether"),
     ("enp1s0f0np0", 9000, "ether"),
-    ("enP2p1s0f0np0", 9000, "ether"),
     ("bond0", 9000, "ether"),
+    ("enP2p1s0f0np0", 9000, "ether"),
 )
 # The node's RDMA devices as `rdma link` lists them (device, its netdev): the two PCIe x4 halves of the QSFP port
 # the RoCE link uses, named as dgx-spark-playbooks issue 102 names them (NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0).
