@@ -1,7 +1,8 @@
-"""The twin's dmesg, journalctl -k and ip link: what they print is the node's state, in the real tools' formats, and
-the doctor's patterns read it (ip -o link's MTU line, journalctl's kernel lines); what the node does not keep (a boot
-before the first) is refused as journald refuses it."""
+"""The twin's dmesg, journalctl -k, ip link and rdma link: what they print is the node's state, in the real tools'
+formats, and the doctor's patterns read it (ip -o link's MTU line, journalctl's kernel lines); what the node does not
+keep (a boot before the first) is refused as journald refuses it."""
 
+import json
 import re
 
 from helpers.node_helpers import local_node
@@ -45,3 +46,15 @@ def test_ip_o_link_lists_the_links_with_their_mtu_as_iproute2_does(tmp_path):
     missing = node.run("ip link show nope0")
     assert missing.returncode == 1 and 'Device "nope0" does not exist.' in missing.stderr
     assert node.run("ip addr").returncode == 1
+
+
+def test_rdma_and_ip_json_answer_as_iproute2_does(tmp_path):
+    node = local_node(tmp_path)
+    [port] = json.loads(node.run("rdma -j link show roceP2p1s0f0/1").stdout)
+    assert (port["ifname"], port["state"], port["netdev"]) == ("roceP2p1s0f0", "ACTIVE", "enP2p1s0f0np0")
+    assert node.run("rdma link").stdout.splitlines()[0] == (
+        "link rocep1s0f0/1 state ACTIVE physical_state LINK_UP netdev enp1s0f0np0"
+    )
+    assert node.run("rdma link show mlx5_9/1").stderr.strip() == "Wrong device name"
+    [entry] = json.loads(node.run("ip -j link show dev enP2p1s0f0np0").stdout)
+    assert (entry["mtu"], entry["operstate"]) == (9000, "UP")

@@ -1,17 +1,13 @@
 """The RoCE link between the head and each worker, measured rail by rail and judged against public figures.
 
-A rail is one RDMA device of the lane's `link:` block (or of env NCCL_IB_HCA), named alike on every node: on a DGX
-Spark each QSFP port shows as two PCIe Gen5 x4 halves, rocep1s0fN and roceP2p1s0fN. For each worker and rail,
-`measure_link` reads beside the bandwidth what a DGX Spark's iproute2 answers, read-only: `rdma -j link show DEV/1`
-(the port's state and its netdev) and `ip -j link show dev NETDEV` (MTU, operstate), on both ends; then perftest's
-`ib_write_bw` with RC writes of at most 64 KiB (larger ones fail on GB10), the server started on the worker, the
-client on the head against the worker's `roce_ip`. Every command goes through the lane's Executor, so a dry run
-records them and opens no connection. NCCL's bus bandwidth is measured only where the lane names an
-`all_reduce_perf` in its image; otherwise the report says it was not measured.
-
-I/O fills `RailRecord`s with what the nodes printed; every figure and finding is a pure function of those records
-(`parse_ib_write_bw`, `parse_rdma_link`, `parse_ip_link`, `parse_all_reduce_perf`, `judge_rail`, `judge_hca`,
-`judge_bus_bandwidth`, `link_report`). A degraded rail is a finding with its documented recovery, never a relaunch.
+A rail is an RDMA device of the lane's `link:` block (or of env NCCL_IB_HCA), named alike on every node (a DGX
+Spark's QSFP port shows as two PCIe x4 halves, rocep1s0fN and roceP2p1s0fN). Per worker and rail, `measure_link`
+reads with a Spark's iproute2 `rdma -j link show DEV/1` (port state, netdev) and `ip -j link show dev NETDEV` (MTU,
+operstate) on both ends, then runs perftest's `ib_write_bw`, RC writes of at most 64 KiB (larger fail on GB10),
+server on the worker, client on the head to its `roce_ip`; all through the Executor (a dry run only records).
+NCCL's bus bandwidth is measured only where the image names an `all_reduce_perf`; else the report says so.
+Figures and findings are pure functions of the `RailRecord`s I/O fills (parse_*, judge_*, link_report). A
+degraded rail is a finding with its documented recovery, never a relaunch.
 """
 
 from __future__ import annotations

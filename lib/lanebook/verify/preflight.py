@@ -2,15 +2,13 @@
 
 A preflight changes nothing: every probe reads (`command -v`, `docker info`, `sudo -n -l`, `df`, `systemctl
 is-active`, an `ssh ... true` from the head to each worker's RoCE address as the recipe's launcher makes it), and the
-link's rails are measured (lanebook.verify.link: ib_write_bw loads each rail for seconds; a degraded rail stops a
-promotion with its documented recovery). A dry run records the probes through the one Executor and opens no
-connection. The promotion runs the same list first
-(`lanebook promote` refuses a lane that is not ready), so there is one list of prerequisites.
+link's rails are measured (lanebook.verify.link: seconds of load per rail; a degraded rail stops a promotion with its
+documented recovery). A dry run records the probes through the one Executor and opens no connection. The promotion
+runs the same list first (`lanebook promote` refuses a lane that is not ready), so there is one list.
 
 The RoCE link and image probes are the recipe launcher's own first checks (`ssh -o BatchMode=yes ... "$WORKER_HOST"
 true`, `docker image inspect` on the worker: start-deepseek-v4-flash-dspark.sh of
-https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark), made before anything starts instead of one
-failed launch at a time.
+https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark), made before anything starts.
 """
 
 from __future__ import annotations
