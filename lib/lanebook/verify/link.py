@@ -589,7 +589,7 @@ def server_command(params: LaneParams, rail: str, **kwargs) -> str:
     port, bound = params.link.port, params.link.duration_s + 60
     return (
         "log=$(mktemp /tmp/lanebook-ib_write_bw.XXXXXX) || exit 1; "
-        f'nohup timeout {bound} ib_write_bw {perftest_args(params, rail, **kwargs)} >"$log" 2>&1 </dev/null & '
+        f'nohup timeout {q(bound)} ib_write_bw {perftest_args(params, rail, **kwargs)} >"$log" 2>&1 </dev/null & '
         "pid=$!; i=0; "
         f"until ss -Htln {q(f'sport = :{port}')} | grep -q .; do "
         'kill -0 "$pid" 2>/dev/null || break; i=$((i+1)); [ "$i" -ge 150 ] && break; /bin/sleep 0.1; done; '
