@@ -209,6 +209,8 @@ def test_a_dry_run_records_quoted_commands_and_measures_nothing():
         "head: ib_write_bw -d rocep1s0f1 -x 3 -c RC -s 65536 -q 1 -F --report_gbits -D 3 -p 18515 10.0.0.2 2>&1"
     )
     assert any(c.startswith("worker: log=$(mktemp") and "ib_write_bw -d roceP2p1s0f1" in c for c in sent)
+    assert "head: docker run --rm --entrypoint sh ghcr.io/anemll/dspark-vllm-gx10:0.1.1 -c " in sent[0]
+    assert report.nccl_note == "not observed (dry run)"
     with pytest.raises(ValueError, match="RC writes fail on GB10"):
         measure_link(LaneNodes(params, dry_run=True), params, message_bytes=131072)
 
@@ -246,6 +248,8 @@ def test_the_twin_measures_healthy_then_names_the_degraded_rail_in_measure_link_
         rail_item = items["RoCE rail roceP2p1s0f0"]
         assert rail_item["ok"] is False and rail_item["blocking"] and "power-cycle" in rail_item["fix"]
         assert items["RoCE rail rocep1s0f0"]["ok"] is True
-        assert items["NCCL bus bandwidth"]["ok"] is None and "not measured" in items["NCCL bus bandwidth"]["seen"]
+        nccl = items["NCCL bus bandwidth"]
+        assert nccl["ok"] is None and nccl["seen"].startswith("not measured: the lane's image ghcr.io/anemll/")
+        assert nccl["seen"].endswith("carries no all_reduce_perf")
     finally:
         worker.rdma_file.unlink(missing_ok=True)

@@ -393,8 +393,8 @@ class LinkParams(Strict):
     mtu: StrictInt = Field(9000, description="the MTU every rail's netdev is expected at")
     all_reduce_perf: Optional[StrictStr] = Field(
         None,
-        description="the path of nccl-tests' all_reduce_perf inside the lane's image; null = the image carries none, "
-        "so NCCL's bus bandwidth is not measured",
+        description="the path of nccl-tests' all_reduce_perf inside the lane's image; null = looked up on the "
+        "image's PATH (where the image carries none, NCCL's bus bandwidth is not measured, and the report says so)",
     )
 
     _all_reduce_perf = _validated(check_path, "all_reduce_perf")

@@ -76,6 +76,7 @@ THRESHOLDS = (
     },
 )
 
+NCCL_TOOL = "all_reduce_perf"  # nccl-tests' all-reduce benchmark, looked up in the lane's image
 ERROR, SUSPECT = "error", "warning"  # a finding's severity: an error stops a promotion, a warning does not
 POWER_CYCLE_FIX = (
     "power-cycle the node at the rail's far end (off at the wall, then on: the documented recovery of the ConnectX-7 "
@@ -563,7 +564,7 @@ def link_report(
         rails,
         findings,
         bus_bandwidth_gbs=busbw,
-        nccl_note=nccl_note if nccl_note is not None else "" if busbw is not None else nccl_not_measured(params),
+        nccl_note=nccl_note if nccl_note is not None else "" if busbw is not None else f"no {NCCL_TOOL} output",
         not_measured=not_measured,
         records=list(records),
     )
@@ -662,10 +663,10 @@ def measure_link(
     names = rails if rails is not None else params.rails
     if message_bytes is not None and message_bytes > LINK_MAX_MESSAGE_BYTES:
         raise ValueError(f"message_bytes {message_bytes} is above {LINK_MAX_MESSAGE_BYTES}: RC writes fail on GB10")
-    nccl_note = nccl_not_measured(params)
+    note = nccl_note(nodes, params)
     if not names:
         why = "not measured: the lane names no rails (link.rails in the lane file, or env NCCL_IB_HCA)"
-        return link_report(params, [], measured_at=measured_at, dry_run=dry, nccl_note=nccl_note, not_measured=why)
+        return link_report(params, [], measured_at=measured_at, dry_run=dry, nccl_note=note, not_measured=why)
     head = nodes.head
     chosen = [w for w in nodes.workers if workers is None or w.alias in workers]
     records = []
@@ -695,19 +696,38 @@ def measure_link(
         records,
         measured_at=measured_at,
         dry_run=dry,
-        nccl_note=nccl_note,
+        nccl_note=note,
         not_measured=NOT_OBSERVED_DRY_RUN if dry else None,
     )
 
 
-def nccl_not_measured(params: LaneParams) -> str:
-    """Why NCCL's bus bandwidth is not in the report: the hook for all_reduce_perf inside the lane's image."""
-    if params.link.all_reduce_perf is None:
-        return "not measured: the lane's image carries no all_reduce_perf (link.all_reduce_perf is not set)"
+def nccl_not_measured(params: LaneParams, carried: Optional[str] = None) -> str:
+    """Why NCCL's bus bandwidth is not in the report: the image carries no all_reduce_perf (CARRIED: where it does)."""
+    image = params.env.get("DSPARK_VLLM_IMAGE")
+    if carried is None:
+        return f"not measured: the lane's image {image or '(none named)'} carries no {NCCL_TOOL}"
     return (
-        f"not measured: {params.link.all_reduce_perf} runs one rank per node under MPI across the pair, which "
-        "lanebook does not start; run it as nccl-tests documents and judge its output with parse_all_reduce_perf"
+        f"not measured: the image carries {carried}, but a two-node run needs one rank per node under MPI, which "
+        "lanebook does not start; judge its output with parse_all_reduce_perf"
     )
+
+
+def image_tool_command(image: str, tool: str) -> str:
+    """On the head: where TOOL is inside IMAGE (a one-off container, no GPU), or nothing."""
+    return f"docker run --rm --entrypoint sh {q(image)} -c {q(f'command -v {q(tool)} || true')} 2>&1"
+
+
+def nccl_note(nodes: LaneNodes, params: LaneParams) -> str:
+    """The hook for NCCL's bus bandwidth: whether the lane's image carries all_reduce_perf (link.all_reduce_perf or
+    on the image's PATH), asked on the head; what the report says about it."""
+    image = params.env.get("DSPARK_VLLM_IMAGE")
+    if not image:
+        return nccl_not_measured(params)
+    found = _read(nodes.head, image_tool_command(str(image), params.link.all_reduce_perf or NCCL_TOOL), timeout=120)
+    if found is None:
+        return NOT_OBSERVED_DRY_RUN
+    path = found.strip().splitlines()[-1] if found.strip() else ""
+    return nccl_not_measured(params, path if path.startswith("/") else None)
 
 
 # --- the report shown: check items, a runbook step -----------------------------------------------------------------
