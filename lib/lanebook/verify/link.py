@@ -627,14 +627,14 @@ def _end(node: Node, rail: str) -> tuple[Optional[str], Optional[str]]:
 def _bandwidth(head: Node, worker: Node, params: LaneParams, rail: str, **kwargs) -> tuple[Optional[str], str]:
     """(client output or None in a dry run, server output) of one ib_write_bw run over RAIL."""
     try:
-        serving = worker.run(server_command(params, rail, **kwargs), check=False, timeout=30, dry_stdout="0 LOG")
+        serving = worker.run(server_command(params, rail, **kwargs), check=False, timeout=30, dry_stdout="PID LOGFILE")
     except NodeError as exc:
         return f"ib_write_bw server on {worker.alias}: {exc}", ""
     parts = serving.stdout.split()
     if not serving.dry_run and (serving.exit_code != 0 or len(parts) != 2 or not parts[0].isdigit()):
         text = (serving.stdout + serving.stderr).strip()
         return f"ib_write_bw server on {worker.alias} did not start: {text[-300:] or f'exit {serving.exit_code}'}", ""
-    pid, log = parts if len(parts) == 2 else ("0", "LOG")
+    pid, log = parts if len(parts) == 2 else ("PID", "LOGFILE")
     bound = (kwargs.get("duration_s") or params.link.duration_s) + 60
     try:
         client = head.run(client_command(params, rail, worker.roce_ip, **kwargs), check=False, timeout=bound)
