@@ -36,10 +36,12 @@
 # %% tags=["parameters"]
 lane = "twin"  # lane name under params/ or a lane YAML path
 dry_run = False  # record the commands instead of sending them (opens no connection)
+link = False  # also measure the RoCE link, rail by rail (ib_write_bw loads each rail for seconds)
 
 # %%
 from lanebook.ops import launcher, transfers
 from lanebook.steps.runbook import Runbook
+from lanebook.verify.link import link_step
 
 rb = Runbook("status", lane_name=lane, dry_run=dry_run)
 p = rb.params
@@ -104,6 +106,22 @@ with rb.step(
 with rb.step("4 startup log", fix="run `env` to fix what the log shows, then `stop` and `launch`"):
     down = state == launcher.LANE_DOWN
     launcher.startup_log_step(rb, skip_because="the lane is cleanly down: no container to read" if down else None)
+
+# %% [markdown]
+# ## Step 5 — The RoCE link, rail by rail (`-p link=True`)
+# On each rail the lane file names (`link.rails`), between the head and each worker: `rdma link` and `ip link` on
+# both ends (port ACTIVE, MTU 9000), then perftest's `ib_write_bw` with RC writes of 64 KiB (server on the worker,
+# client on the head). Expected: every rail 92–97 Gb/s. Under 40 Gb/s is degraded — the ConnectX-7 boot fault
+# carries 8–25 Gb/s while the link negotiates 200 Gb/s — and fails with its fix, a power cycle of the node (a
+# relaunch does not help). Off by default: the measurement loads the link for seconds.
+
+# %%
+with rb.step(
+    "5 link",
+    fix="each failed rail names its fix: a degraded rail → power-cycle the node at its far end, then "
+    "`lanebook check`; a rail down → its cable and `ip link`; ib_write_bw missing → install perftest",
+):
+    link_step(rb, skip_because=None if link else "not asked (-p link=True measures the RoCE link)")
 
 # %% [markdown]
 # ## Troubleshooting

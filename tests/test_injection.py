@@ -186,7 +186,8 @@ def test_a_crafted_model_id_is_refused(tmp_path):
 
 # --- every value in a remote command is quoted (static) -------------------------------------------------------
 
-SAFE_CALLS = {"q", "qpath", "int", "env_prefix", "shell_line", "in_checkout"}  # quote, or build from quoted parts
+# quote, or build from quoted parts (perftest_args: ib_write_bw's options, each value q()'d)
+SAFE_CALLS = {"q", "qpath", "int", "env_prefix", "shell_line", "in_checkout", "perftest_args"}
 # Names interpolated unquoted into a command, each already quoted or a constant where it is built (reviewed).
 PRE_QUOTED = {
     "listed": "paths or names joined after q/qpath each",

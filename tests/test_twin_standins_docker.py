@@ -167,3 +167,15 @@ def test_docker_without_its_compose_plugin_says_so(node):
     (node.root / "twin-conditions" / "no-compose").touch()
     missing = node.run("docker compose version --short")
     assert missing.returncode == 1 and "'compose' is not a docker command" in missing.stderr
+
+
+def test_a_one_off_shell_in_an_image_finds_none_of_this_machines_programs(node):
+    from lanebook.verify.link import image_tool_command
+
+    image = "ghcr.io/anemll/dspark-vllm-gx10:0.1.1"
+    found = node.run(image_tool_command(image, "all_reduce_perf"))
+    assert (found.returncode, found.stdout) == (0, "")
+    assert node.run(f"docker run --rm --entrypoint sh {image} -c 'command -v ls'").returncode == 127
+    missing = node.run("docker run --rm --entrypoint sh ghcr.io/anemll/nope:1 -c true")
+    assert missing.returncode == 1 and "Unable to find image 'ghcr.io/anemll/nope:1' locally" in missing.stderr
+    assert "only `docker run --rm --entrypoint sh" in node.run(f"docker run -d {image}").stderr

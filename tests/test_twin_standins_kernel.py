@@ -1,7 +1,8 @@
-"""The twin's dmesg, journalctl -k and ip link: what they print is the node's state, in the real tools' formats, and
-the doctor's patterns read it (ip -o link's MTU line, journalctl's kernel lines); what the node does not keep (a boot
-before the first) is refused as journald refuses it."""
+"""The twin's dmesg, journalctl -k, ip link and rdma link: what they print is the node's state, in the real tools'
+formats, and the doctor's patterns read it (ip -o link's MTU line, journalctl's kernel lines); what the node does not
+keep (a boot before the first) is refused as journald refuses it."""
 
+import json
 import re
 
 from helpers.node_helpers import local_node
@@ -38,10 +39,22 @@ def test_ip_o_link_lists_the_links_with_their_mtu_as_iproute2_does(tmp_path):
     lines = node.run("ip -o link").stdout.splitlines()
     assert lines[0].startswith("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN")
     mtus = {m["ifname"]: int(m["mtu"]) for m in (re.search(IP_LINK.regex, line) for line in lines) if m}
-    assert mtus == {"lo": 65536, "enP7s7": 1500, "enp1s0f0np0": 9000, "bond0": 9000}
+    assert mtus == {"lo": 65536, "enP7s7": 1500, "enp1s0f0np0": 9000, "bond0": 9000, "enP2p1s0f0np0": 9000}
     assert all("\\    link/" in line for line in lines)
     two_line = node.run("ip link show dev bond0").stdout.splitlines()
     assert len(two_line) == 2 and two_line[0].startswith("4: bond0: ") and two_line[1].startswith("    link/ether ")
     missing = node.run("ip link show nope0")
     assert missing.returncode == 1 and 'Device "nope0" does not exist.' in missing.stderr
     assert node.run("ip addr").returncode == 1
+
+
+def test_rdma_and_ip_json_answer_as_iproute2_does(tmp_path):
+    node = local_node(tmp_path)
+    [port] = json.loads(node.run("rdma -j link show roceP2p1s0f0/1").stdout)
+    assert (port["ifname"], port["state"], port["netdev"]) == ("roceP2p1s0f0", "ACTIVE", "enP2p1s0f0np0")
+    assert node.run("rdma link").stdout.splitlines()[0] == (
+        "link rocep1s0f0/1 state ACTIVE physical_state LINK_UP netdev enp1s0f0np0"
+    )
+    assert node.run("rdma link show mlx5_9/1").stderr.strip() == "Wrong device name"
+    [entry] = json.loads(node.run("ip -j link show dev enP2p1s0f0np0").stdout)
+    assert (entry["mtu"], entry["operstate"]) == (9000, "UP")

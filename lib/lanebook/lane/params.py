@@ -368,6 +368,59 @@ class HermesParams(Strict):
     _key_env = _validated(lambda value: _matching(ENV_KEY_RE, "an environment variable name", value), "key_env")
 
 
+# An RDMA device as `rdma link` and `ib_write_bw -d` name it (rocep1s0f0, roceP2p1s0f0 on a DGX Spark).
+RDMA_DEVICE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# perftest's RC writes above 64 KiB fail on GB10 (https://github.com/linux-rdma/perftest/issues/394).
+LINK_MAX_MESSAGE_BYTES = 65536
+
+
+class LinkParams(Strict):
+    """`link:`: the RoCE rails `lanebook check` and the watch measure between the head and each worker. A rail is an
+    RDMA device, named alike on every node; with none named here, the devices of env NCCL_IB_HCA are the rails."""
+
+    rails: list[StrictStr] = Field(
+        default_factory=list,
+        description="RDMA devices, one per rail (`rdma link show` lists them): both halves of the QSFP port on a "
+        "DGX Spark, e.g. [rocep1s0f0, roceP2p1s0f0]; empty = those env NCCL_IB_HCA names",
+    )
+    gid_index: Optional[StrictInt] = Field(3, description="ib_write_bw -x: the RoCEv2 IPv4 GID; null = perftest's own")
+    message_bytes: StrictInt = Field(
+        LINK_MAX_MESSAGE_BYTES, description="ib_write_bw -s, at most 65536 (larger RC writes fail on GB10)"
+    )
+    qps: StrictInt = Field(1, description="ib_write_bw -q: queue pairs")
+    duration_s: StrictInt = Field(3, description="ib_write_bw -D: seconds each rail is measured")
+    port: StrictInt = Field(18515, description="ib_write_bw -p: the TCP port of its exchange (perftest's default)")
+    mtu: StrictInt = Field(9000, description="the MTU every rail's netdev is expected at")
+    all_reduce_perf: Optional[StrictStr] = Field(
+        None,
+        description="the path of nccl-tests' all_reduce_perf inside the lane's image; null = looked up on the "
+        "image's PATH (where the image carries none, NCCL's bus bandwidth is not measured, and the report says so)",
+    )
+
+    _all_reduce_perf = _validated(check_path, "all_reduce_perf")
+
+    @field_validator("rails")
+    @classmethod
+    def _rails(cls, rails: list[str]) -> list[str]:
+        if len(set(rails)) != len(rails):
+            raise ValueError(f"rails are named twice: {rails}")
+        return [_matching(RDMA_DEVICE_RE, "an RDMA device name like rocep1s0f0", r) for r in rails]
+
+    @model_validator(mode="after")
+    def _bounds(self):
+        if not 0 < self.message_bytes <= LINK_MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"link.message_bytes must be 1-{LINK_MAX_MESSAGE_BYTES} (RC writes above 64 KiB fail on GB10: "
+                f"https://github.com/linux-rdma/perftest/issues/394), got {self.message_bytes}"
+            )
+        for key, low, high in (("qps", 1, 64), ("duration_s", 1, 60), ("port", 1024, 65535), ("mtu", 576, 9216)):
+            if not low <= getattr(self, key) <= high:
+                raise ValueError(f"link.{key} must be {low}-{high}, got {getattr(self, key)}")
+        if self.gid_index is not None and not 0 <= self.gid_index <= 255:
+            raise ValueError(f"link.gid_index must be 0-255, got {self.gid_index}")
+        return self
+
+
 def check_checkout_from(value: Any) -> Union[str, Literal[False], None]:
     """`checkout_from:` is a node path, false (the checkout is never copied) or null (the rollback lane's)."""
     if value is None or value is False:
@@ -418,6 +471,7 @@ class LaneParams(Strict):
             "pair's memory (pitfall 13)"
         ),
     )
+    link: LinkParams = Field(default_factory=LinkParams, description="the RoCE rails the link check measures")
     rollback: Optional[StrictStr] = Field(None, description="the lane to fall back to")
     auth: Optional[AuthParams] = Field(
         None,
@@ -505,6 +559,18 @@ class LaneParams(Strict):
         roce = " ".join(w.roce_ip for w in self.workers)
         count = str(len(self.nodes))
         return {"NNODES": count, "TP_SIZE": count, "WORKER_HOSTS": roce, "WORKER_IPS": roce}
+
+    @property
+    def rails(self) -> list[str]:
+        """The RDMA devices the link check measures: `link.rails`, else those env NCCL_IB_HCA names (its `=`/`^`
+        prefix and `:PORT` suffixes dropped; an exclusion list names none)."""
+        if self.link.rails:
+            return list(self.link.rails)
+        hca = str(self.env.get("NCCL_IB_HCA", "")).strip()
+        if not hca or hca.startswith("^"):
+            return []
+        names = [part.split(":")[0].strip() for part in hca.lstrip("=").split(",")]
+        return [n for n in dict.fromkeys(names) if n and RDMA_DEVICE_RE.fullmatch(n)]
 
     @property
     def keyed(self) -> bool:

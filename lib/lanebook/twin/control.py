@@ -65,7 +65,10 @@ FAULTS = {
     "prefix-evict": "engine: the prefix cache evicts A after an unrelated B",
     "tp-hang": "engine: the worker rank wedges mid-decode under load; the head waits on it with requests running",
     "drafter-mismatch": "engine: the drafter does not match the target's weights; nearly every draft is rejected",
+    "link-degraded": "the worker's RoCE rail roceP2p1s0f0 carries ~13 Gb/s after boot (the ConnectX-7 boot fault, "
+    "dgx-spark-playbooks PR 108) until the node is power-cycled",
 }
+DEGRADED_RAIL, DEGRADED_RAIL_GBPS = "roceP2p1s0f0", 13.2  # PR 108: 12.86 Gb/s TCP, 13.23 Gb/s with ib_write_bw
 FAST_TIME_SCALE = 0.003  # --fast: an 8-15 min cold bind takes 1.5-2.7 s; decode rates are never scaled
 MISSING_SHARD = 7
 INCOMPLETE_SHARDS = (3, 17)
@@ -208,7 +211,9 @@ def _build_node(
             incomplete=INCOMPLETE_SHARDS if on_worker and "incomplete-shards" in faults else [],
         )
     twin_lane = next(lane for lane in lanes if lane.name == TWIN_LANE)
-    init_node(lay.node(alias), twin_lane.legacy_units, alias == HEAD and "legacy-units-active" in faults)
+    machine = init_node(lay.node(alias), twin_lane.legacy_units, alias == HEAD and "legacy-units-active" in faults)
+    if alias == WORKER and "link-degraded" in faults:
+        machine.degrade_rail(DEGRADED_RAIL, DEGRADED_RAIL_GBPS)
 
 
 def up(faults: Iterable[str] = (), fast: bool = False) -> dict:

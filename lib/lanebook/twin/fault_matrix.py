@@ -74,7 +74,8 @@ class FaultRow:
 
 ROWS: tuple[FaultRow, ...] = (
     # The doctor's finding is None only where nothing it reads shows the fault: a transfer fault rsync resumes
-    # (ssh-drop-mid-rsync) and a cache that forgets (prefix-evict). A weights fault shows in the node's tree, read
+    # (ssh-drop-mid-rsync), a cache that forgets (prefix-evict) and a rail that carries a fraction of its rate
+    # (link-degraded). A weights fault shows in the node's tree, read
     # before the run that repairs it. The others yield their id on the twin.
     FaultRow(
         "worker-unreachable",
@@ -227,6 +228,21 @@ ROWS: tuple[FaultRow, ...] = (
         "lane up",
         45,
         doctor="D04",
+    ),
+    FaultRow(
+        "link-degraded",
+        "status",
+        "none",
+        "fail",
+        "5 link",
+        "L01 rail roceP2p1s0f0 to worker carries",
+        None,
+        "nothing started",
+        30,
+        params=("link=True",),
+        # nothing the doctor reads shows it: the link negotiates 200 Gb/s with clean counters, and the mlx5 27 W line
+        # shows on healthy links too (dgx-spark-playbooks PR 108); only a measurement does, the status step's
+        doctor=None,
     ),
     FaultRow(
         NODE_REBOOTS,

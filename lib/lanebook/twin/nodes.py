@@ -36,7 +36,20 @@ DEFAULT_NODES = ((HEAD, "127.0.0.2"), (WORKER, "127.0.0.3"))  # what `twin up` s
 ALIASES = tuple(alias for alias, _ in DEFAULT_NODES)
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVERS = ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server", "/usr/libexec/sftp-server")
-STANDINS = ("docker", "hf", "sudo", "systemctl", "sysctl", "free", "df", "dmesg", "journalctl", "ip")
+STANDINS = (
+    "docker",
+    "hf",
+    "sudo",
+    "systemctl",
+    "sysctl",
+    "free",
+    "df",
+    "dmesg",
+    "journalctl",
+    "ip",
+    "rdma",
+    "ib_write_bw",
+)
 LIB_DIR = Path(__file__).resolve().parents[2]  # the lib/ holding this lanebook package
 RSYNC_DROP_BYTES = 3 * 1024 * 1024  # ssh-drop-mid-rsync: the first push to the worker dies after this much
 

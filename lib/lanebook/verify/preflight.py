@@ -1,14 +1,14 @@
 """`lanebook check`: everything that would stop a promotion before it starts, node by node, each with its fix.
 
 A preflight changes nothing: every probe reads (`command -v`, `docker info`, `sudo -n -l`, `df`, `systemctl
-is-active`, an `ssh ... true` from the head to each worker's RoCE address as the recipe's launcher makes it). A dry
-run records the probes through the one Executor and opens no connection. The promotion runs the same list first
-(`lanebook promote` refuses a lane that is not ready), so there is one list of prerequisites.
+is-active`, an `ssh ... true` from the head to each worker's RoCE address as the recipe's launcher makes it), and the
+link's rails are measured (lanebook.verify.link: seconds of load per rail; a degraded rail stops a promotion with its
+documented recovery). A dry run records the probes through the one Executor and opens no connection. The promotion
+runs the same list first (`lanebook promote` refuses a lane that is not ready), so there is one list.
 
 The RoCE link and image probes are the recipe launcher's own first checks (`ssh -o BatchMode=yes ... "$WORKER_HOST"
 true`, `docker image inspect` on the worker: start-deepseek-v4-flash-dspark.sh of
-https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark), made before anything starts instead of one
-failed launch at a time.
+https://github.com/MiaAI-Lab/DeepSeek-v4-Flash-DSpark-2x-DGX-Spark), made before anything starts.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from lanebook.lane.params import LaneParams
 from lanebook.nodes.ssh import LaneNodes, Node, NodeError, q, qpath
 from lanebook.ops.memory import parse_unit_states, sudo_commands, unit_probe
 from lanebook.verify.hermes import OWN_INSTALL, parse_destination
+from lanebook.verify.link import ERROR, measure_link, outcome, rail_line
 
 # DeepSeek-V4-Flash's shards take about 160 GB (issue 32, from the recipe's weights step): the space a node needs
 # where its copy is missing.
@@ -270,6 +271,7 @@ def preflight(nodes: LaneNodes) -> list[Item]:
     """Every prerequisite on every node of the lane (a dry run records the probes and observes nothing)."""
     params = nodes.params
     items: list[Item] = []
+    every_node_reached = True
     for node in nodes:
         if nodes.executor.dry_run:
             node.run("true")
@@ -278,6 +280,7 @@ def preflight(nodes: LaneNodes) -> list[Item]:
             reach = _reach(node, params)
             items += reach
             reached = all(i.ok for i in reach)
+        every_node_reached = every_node_reached and reached
         for name, command, judge, fix in _probes(node, params):
             if not reached:
                 items.append(Item(node.alias, name, None, "not probed: the node is not reached"))
@@ -292,7 +295,50 @@ def preflight(nodes: LaneNodes) -> list[Item]:
                 continue
             ok, seen = judge(result.exit_code, result.stdout + result.stderr)
             items.append(Item(node.alias, name, ok, seen, "" if ok else fix, blocking=name not in WARNINGS))
+    items += _link(nodes, every_node_reached)
     return items + (_remote_hermes(nodes) if params.hermes.host else _hermes(params))
+
+
+LINK_ITEM = "RoCE link"
+
+
+def _link(nodes: LaneNodes, reached: bool) -> list[Item]:
+    """The RoCE rails measured (lanebook.verify.link): a rail degraded, down or not measurable stops a promotion with
+    its fix; a suspect one (under the healthy band, an MTU off) warns; NCCL's bus bandwidth where measured."""
+    head = nodes.head.alias
+    if not reached:
+        return [Item(head, LINK_ITEM, None, "not measured: a node is not reached")]
+    report = measure_link(nodes, nodes.params)
+    items = []
+    for rail in report.rails:
+        ok, found = outcome(report, rail)
+        errors = [f for f in found if f.severity == ERROR]
+        seen = (
+            (rail_line(rail, report.figures_label) + "".join(f" | {f.id} {f.cause}" for f in found))
+            if ok is not None
+            else rail_line(rail, report.figures_label)
+        )
+        fix = "; ".join(f"{f.fix} (source: {f.source})" for f in (errors or found))
+        items.append(
+            Item(
+                rail.worker,
+                f"RoCE rail {rail.rail}",
+                None if ok is None else not found,
+                seen,
+                fix,
+                blocking=bool(errors),
+            )
+        )
+    for f in report.findings:
+        if f.worker is None:
+            items.append(
+                Item(head, f.id, False, f.cause, f"{f.fix} (source: {f.source})", blocking=f.severity == ERROR)
+            )
+    if not report.rails:
+        items.append(Item(head, LINK_ITEM, None, report.not_measured or "not measured"))
+    busbw = report.bus_bandwidth_gbs
+    items.append(Item(head, "NCCL bus bandwidth", None, f"{busbw:.2f} GB/s" if busbw is not None else report.nccl_note))
+    return items
 
 
 def failures(items: list[Item]) -> list[Item]:

@@ -1,8 +1,9 @@
 """Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, df, sleep,
-dmesg, journalctl, ip.
+dmesg, journalctl, ip, rdma, ib_write_bw.
 
 Each accepts the command lines the real lanes get and acts on the node it runs on ($LANEBOOK_NODE_ROOT), never on
-this machine: docker (runtime), hf (hf), the system commands (system, machine), the kernel's log and links (kernel).
+this machine: docker (runtime), hf (hf), the system commands (system, machine), the kernel's log and links, ip and
+rdma (kernel), perftest's ib_write_bw over the RoCE rails (perftest).
 The node's bin/ holds shims, `exec python -m lanebook.twin.standins NAME "$@"`, so each runs as a process of its
 own, like the real tool; what it prints is a twin figure. A --fast node's bin/sleep sleeps plain seconds itself
 (lanebook.twin.nodes.sleep_shim). A suite runs them thousands of times, so each imports only what its command
@@ -30,6 +31,8 @@ COMMANDS = {
     "dmesg": ("kernel", "dmesg"),
     "journalctl": ("kernel", "journalctl"),
     "ip": ("kernel", "ip"),
+    "rdma": ("kernel", "rdma"),
+    "ib_write_bw": ("perftest", "ib_write_bw"),
 }
 
 

@@ -461,6 +461,27 @@ def docker_container_op(root: Path, op: str, args: list[str]) -> int:
     return code
 
 
+def docker_run(args: list[str]) -> int:
+    """`docker run --rm --entrypoint sh IMAGE -c SCRIPT`: a one-off shell in one of the node's images, which holds
+    none of this machine's programs (the script runs with an empty PATH: `command -v TOOL` finds nothing, as in an
+    image without it). Only that form: the lanes' containers start through compose."""
+    rm = take(args, "--rm", flag=True)
+    entrypoint = take(args, "--entrypoint")
+    if not rm or entrypoint != "sh" or len(args) != 3 or args[1] != "-c":
+        return fail("the twin's docker runs only `docker run --rm --entrypoint sh IMAGE -c SCRIPT`")
+    image, script = args[0], args[2]
+    if not image_present(image):
+        return fail(
+            f"Unable to find image '{image}' locally\ndocker: Error response from daemon: pull access denied for "
+            f"{image.split(':')[0]}, repository does not exist or may require 'docker login'."
+        )
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="twin-image-bin-") as empty:
+        return subprocess.run(["/bin/sh", "-c", script], env={"PATH": empty}).returncode
+
+
 def docker(args: list[str]) -> int:
     if not args:
         return fail("Usage:  docker [OPTIONS] COMMAND")
@@ -482,6 +503,8 @@ def docker(args: list[str]) -> int:
         return docker_images(rest[1:] if command == "image" else rest)
     if command == "image" and rest[:1] == ["inspect"]:
         return docker_image_inspect(rest[1:])
+    if command == "run":
+        return docker_run(rest)
     root = node_root()
     if command == "compose":
         return docker_compose(root, rest)
@@ -498,5 +521,5 @@ def docker(args: list[str]) -> int:
         return docker_container_op(root, command, rest)
     return fail(
         f"docker: '{command}' is not a docker command (the twin's docker stand-in: compose, ps, logs, top, inspect, "
-        "image ls|inspect, stop, rm, kill)"
+        "image ls|inspect, run --rm --entrypoint sh, stop, rm, kill)"
     )

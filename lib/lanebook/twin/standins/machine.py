@@ -37,14 +37,18 @@ BOOT_MESSAGES = (
     (7.61, "NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  580.95.05  Release Build"),
     (9.12, "bond0: (slave enp1s0f0np0): Enslaving as an active interface with an up link"),
 )
-# The node's links as `ip link` lists them (name, mtu, kind): loopback, the management port, the RoCE port and the
-# bond the lane's NCCL_SOCKET_IFNAME names; the RoCE link at jumbo MTU on both nodes.
+# The node's links as `ip link` lists them (name, mtu, kind): loopback, the management port, the RoCE port, the
+# bond the lane's NCCL_SOCKET_IFNAME names and the port's second PCIe half; the RoCE link at jumbo MTU on both nodes.
 LINKS = (
     ("lo", 65536, "loopback"),
     ("enP7s7", 1500, "ether"),
     ("enp1s0f0np0", 9000, "ether"),
     ("bond0", 9000, "ether"),
+    ("enP2p1s0f0np0", 9000, "ether"),
 )
+# The node's RDMA devices as `rdma link` lists them (device, its netdev): the two PCIe x4 halves of the QSFP port
+# the RoCE link uses, named as dgx-spark-playbooks issue 102 names them (NCCL_IB_HCA=rocep1s0f0,roceP2p1s0f0).
+RDMA_DEVICES = (("rocep1s0f0", "enp1s0f0np0"), ("roceP2p1s0f0", "enP2p1s0f0np0"))
 
 
 def legacy_unit_file(name: str, holds_gib: float) -> str:
@@ -92,6 +96,7 @@ class NodeMachine:
       var/memory.json            the memory model's own bookkeeping
       var/log/kmsg.json          the kernel's messages of this boot (dmesg, journalctl -k); kmsg.1.json the boot before
       var/links.json             the node's network links (ip link): names and MTUs
+      var/rdma.json              its RDMA rails' state: a rail the boot left degraded (fault link-degraded)
     """
 
     def __init__(self, root: Path):
@@ -106,6 +111,7 @@ class NodeMachine:
     kernel_log = property(lambda self: self.root / "var" / "log" / "kmsg.json")
     previous_kernel_log = property(lambda self: self.root / "var" / "log" / "kmsg.1.json")
     links_file = property(lambda self: self.root / "var" / "links.json")
+    rdma_file = property(lambda self: self.root / "var" / "rdma.json")
 
     # --- kernel log and links -------------------------------------------------------------------
 
@@ -139,6 +145,20 @@ class NodeMachine:
         """The node's links (name, mtu, kind): var/links.json when the twin set them, else the Spark's defaults."""
         found = read_json(self.links_file, None)
         return [tuple(link) for link in found] if found else list(LINKS)
+
+    def rdma_devices(self) -> list[tuple[str, str]]:
+        """The node's RDMA devices (device, netdev), as `rdma link` and ib_write_bw -d name them."""
+        return list(RDMA_DEVICES)
+
+    def rail_cap_gbps(self, device: str) -> float | None:
+        """What a rail the boot left degraded carries (Gb/s); None for a healthy rail."""
+        return read_json(self.rdma_file, {}).get("degraded", {}).get(device)
+
+    def degrade_rail(self, device: str, gbps: float) -> None:
+        """The ConnectX-7 boot/hot-plug fault on one rail: it negotiates 200 Gb/s but carries `gbps` until the node
+        is power-cycled (boot)."""
+        found = read_json(self.rdma_file, {})
+        write_json(self.rdma_file, {**found, "degraded": {**found.get("degraded", {}), device: gbps}})
 
     def mac(self, name: str) -> str:
         if name == "lo":
@@ -248,6 +268,7 @@ class NodeMachine:
         for name in self.active_units():
             self.set_active(name, False)
         self.boot_kernel()
+        self.rdma_file.unlink(missing_ok=True)  # the twin's reboot is a power cycle: a degraded rail recovers
         for name in self.known_units():
             if self.state(name).enabled == "enabled":
                 self.set_active(name, True)
