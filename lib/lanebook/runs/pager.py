@@ -160,7 +160,7 @@ class Pager:
             try:
                 done = subprocess.run(
                     ["sh", "-c", self.command],
-                    input=text,
+                    input=text + "\n",  # one line per page: a command appending pages keeps them apart
                     capture_output=True,
                     text=True,
                     timeout=COMMAND_TIMEOUT_S,
