@@ -1,52 +1,13 @@
-"""`lanebook watch`: keep a promoted lane served. One long-running process per lane probes it every interval
-(lanebook.verify.watch_probe), opens an incident after `watch.fail_after` failed rounds in a row, has the doctor
-read the lane (read-only) to name the cause, and repairs within the lane file's bounds; it pages what it cannot fix.
-
-Policy (`decide`, pure): a cause a relaunch cannot fix (a node that does not answer SSH, a full disk, a degraded
-link, a speed regression) is paged, never relaunched; a node back after a reboot then shows as an engine that does
-not serve, which is relaunched. Otherwise a restart (the stop runbook where any of the lane's containers run, then
-the launch runbook, then the gates runbook: each a recorded run whose record carries `incident_id`), at most
-`restart.max` within `restart.within_s`, each after a back-off (`backoff_s`, doubled after each remedy of the
-incident, at most an hour); then `then: rollback` (the rollback runbook, once; the watch then follows the rollback
-lane) or `then: page`. A remedy holds the lane-pair lock for its runs (lanebook.runs.lock); while another run holds
-it the watch waits and says so. An incident closes only when a round is healthy again: a client served, every
-node answering with room, the lane's ranks all up. Speed: every `speed_every` one C1 wave of the lane's probe
-workload at its baseline's max_tokens, compared with the stored band (never while clients are served: skipped and
-said so); a regression by the stated test (verify.watch_probe.speed_regression) is paged, never repaired. The link:
-every `link_every` and after each remedy, lanebook.verify.link's measure_link where this build has it.
-
-On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), every file written by this process only:
-
-  probes.jsonl    one compact JSON object per round, oldest first:
-                  t (epoch s), round, lane (the lane probed: the rollback lane after a rollback), health (HTTP status
-                  of /health or null), models (bool: /v1/models lists the served model), chat (bool: the one-token
-                  chat answered), chat_s, chat_tokens, metrics ({running, waiting, kv_usage, prompt_tokens,
-                  generation_tokens}, each a number or null; null when /metrics did not answer), ssh ({alias: bool}),
-                  containers ({alias: [the lane's container names]}), disk_free_kib ({alias: KiB or null}), state
-                  (up, down, orphaned worker, head without its workers; null when a node did not answer), errors
-                  ([str]), probe_s, served (bool), healthy (bool), cause (null or one of verify.watch_probe's causes),
-                  failures ([str]), incident (the open incident's id or null)
-  incidents/ID.json  one JSON object per incident, rewritten atomically as it moves on:
-                  id, lane, state (open, repairing, waiting, needs operator, closed), cause (the latest), causes
-                  ([{t, cause}] as they changed), summary (one line), first_failed_at (t of the first failed round),
-                  detected_at (t it opened), detection_rounds, interval_s, doctor ({confirmed: [{id, title, cause,
-                  fix, runbook}], suspected: [ids], not_read: [str]} or {error}), probes ([{t, round, cause,
-                  failures}], the failed rounds, at most 50), remedies ([{action, t, finished_at, ok, why, runs:
-                  [{runbook, run_id, lane, verdict, failed_step}]}]), runs ([run ids]), waits ([{t, why}], at most
-                  50), pages ([{t, event}]), repaired_at (t the last remedy passed, or null), served_again_at,
-                  closed_at (both t of the healthy round that closed it, or null)
-  speed.jsonl     one object per speed attempt: t, and either skipped (why) or workload, concurrency, max_tokens,
-                  stream_decode_tok_s, band_min, band_median, band_trials, below (bool), errors; plus regression
-                  (bool) and why (the test's verdict)
-  link.jsonl      one object per link attempt: t, measured (bool), why (when not), figures, findings ([{cause, fix}])
-  pages.jsonl     one object per page attempt: t, event, incident, to (command or webhook), attempt, ok, why
-  state.json      the watcher's state: lane, serving_lane, pid, host, started_at, updated_at, interval_s, state
-                  (healthy, failing, incident, repairing, waiting for the lock, needs operator, stopped), rounds,
-                  consecutive_failures, open_incident, restarts ([t]), backoff_until, last_speed_t, last_link_t,
-                  last_probe (the last probes.jsonl object)
-  watch.lock      held (flock) by the running watcher: a second watcher of the lane is refused
-
-No API key, token or webhook URL is in any of them (every object is redacted before it is written).
+"""`lanebook watch`: keep a promoted lane served. One process per lane probes it every interval
+(verify.watch_probe), opens an incident after `watch.fail_after` failed rounds in a row, has the doctor read the lane
+(read-only) to name the cause, and repairs within the lane file's bounds (`decide`, pure): what a relaunch cannot fix
+(a node not answering, a full disk, a degraded link, a speed regression) is paged, never relaunched; otherwise a
+restart (stop where any of the lane's containers run, launch, gates: recorded runs carrying `incident_id`) at most
+`restart.max` within `restart.within_s`, after a doubling back-off, then `then: rollback` (once; the watch then
+follows the rollback lane) or `then: page`. A remedy holds the lane-pair lock; while another run holds it the watch
+waits and says so. An incident closes only on a healthy round (a client served). Every `speed_every` one C1 probe
+wave against the stored band, never while clients are served; every `link_every` and after each remedy the link
+(verify.link, where this build has it). The files under outputs/watch/LANE/ and their formats: FILES below.
 """
 
 from __future__ import annotations
@@ -73,6 +34,42 @@ from lanebook.nodes.http import direct_client
 from lanebook.nodes.ssh import LaneNodes
 from lanebook.runs.pager import Pager, webhook_url
 from lanebook.verify import watch_probe as wp
+
+FILES = """On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), every file written by this process only:
+
+  probes.jsonl    one compact JSON object per round, oldest first:
+                  t (epoch s), round, lane (the lane probed: the rollback lane after a rollback), health (HTTP status
+                  of /health or null), models (bool: /v1/models lists the served model), chat (bool: the one-token
+                  chat answered), chat_s, chat_tokens, metrics ({running, waiting, kv_usage, prompt_tokens,
+                  generation_tokens}, each a number or null; null when /metrics did not answer), ssh ({alias: bool}),
+                  containers ({alias: [the lane's container names]}), disk_free_kib ({alias: KiB or null}), state
+                  (up, down, orphaned worker, head without its workers; null when a node did not answer), errors
+                  ([str]), probe_s, served (bool), healthy (bool), cause (null or one of verify.watch_probe's causes),
+                  failures ([str]), incident (the open incident's id or null)
+  incidents/ID.json  one JSON object per incident, rewritten atomically as it moves on:
+                  id, lane, state (open, repairing, waiting, needs operator, closed), cause (the latest), causes
+                  ([{t, cause}] as they changed), summary (one line), first_failed_at (t of the first failed round),
+                  detected_at (t it opened), detection_rounds, interval_s, doctor ({confirmed: [{id, title, cause,
+                  fix, runbook}], suspected: [ids], not_read: [str]} or {error}), probes ([{t, round, cause,
+                  failures}], the failed rounds, at most 50), remedies ([{action, t, finished_at, ok, why, runs:
+                  [{runbook, run_id, lane, verdict, failed_step}]}]), runs ([run ids]), waits ([{t, why}], at most
+                  50), pages ([{t, event}]), repaired_at (t the last remedy passed, or null), served_again_at,
+                  closed_at (both t of the healthy round that closed it, or null). A speed regression or a degraded
+                  link is an incident of its own, paged and never repaired: id, lane, state (paged), cause (speed
+                  regression, link degraded), summary, detected_at, pages, and for the link findings ([{cause, fix}])
+  speed.jsonl     one object per speed attempt: t, and either skipped (why) or workload, concurrency, max_tokens,
+                  stream_decode_tok_s, band_min, band_median, band_trials, below (bool), errors; plus regression
+                  (bool) and why (the test's verdict)
+  link.jsonl      one object per link attempt: t, measured (bool), why (when not), figures, findings ([{cause, fix}])
+  pages.jsonl     one object per page attempt: t, event, incident, to (command or webhook), attempt, ok, why
+  state.json      the watcher's state: lane, serving_lane, pid, host, started_at, updated_at, interval_s, state
+                  (healthy, failing, incident, repairing, waiting for the lock, needs operator, stopped), rounds,
+                  consecutive_failures, open_incident, restarts ([t]), backoff_until, last_speed_t, last_link_t,
+                  last_probe (the last probes.jsonl object)
+  watch.lock      held (flock) by the running watcher: a second watcher of the lane is refused
+
+No API key, token or webhook URL is in any of them (every object is redacted before it is written).
+"""
 
 KEPT = 50  # probes and waits an incident keeps (the series keeps every round)
 BACKOFF_CAP_S = 3600.0

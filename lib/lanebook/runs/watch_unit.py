@@ -131,4 +131,3 @@ def uninstall(nodes: LaneNodes, *, system: bool = False) -> Installed:
 def verify_command(path: Path) -> list[str]:
     """How the suite (and an operator) checks a unit file: systemd-analyze verify, user units as the user's."""
     return ["systemd-analyze", "verify", str(path)]
-

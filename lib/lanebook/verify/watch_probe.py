@@ -6,15 +6,8 @@ the pair is (every node answers SSH; each node's `docker ps` names the lane's co
 state by lanebook.ops.launcher, so an orphaned worker shows; the head's free disk). One SSH command per node and
 four HTTP requests per round, over connections kept open between rounds; nothing starts a notebook.
 
-A round is a record (a dict, one compact JSON line in outputs/watch/LANE/probes.jsonl; format in
-lanebook.runs.watch). Everything judged is a pure function of records: whether a client was served, whether the
-round was healthy and why not, which cause a failure points at and whether a relaunch can fix it, whether clients
-were being served (so no speed probe runs), and whether the speed waves show a regression.
-
-The regression test (docs/decisions.md): the last K speed waves (lane file `watch.speed_samples`, default 3) all
-below the minimum of the stored band for the same cell. The band holds n >= 3 trials; if nothing changed, a new
-wave is the slowest of n + 1 exchangeable samples with probability 1/(n + 1), so K waves in a row below the band's
-minimum happen by chance with probability (1/(n + 1))^K: 1/64 for n = 3, K = 3. One wave is never a regression.
+A round is a record (one JSON line of probes.jsonl: lanebook.runs.watch.FILES). What is judged is a pure function
+of records: served, healthy or the cause and whether a relaunch fixes it, clients busy, a speed regression.
 """
 
 from __future__ import annotations
@@ -278,8 +271,11 @@ class SpeedJudgment:
 
 
 def speed_regression(samples: Sequence[dict], *, k: int) -> SpeedJudgment:
-    """The stated test (module docstring) over the speed waves, oldest first: a regression only when the last K
-    waves all fell below their band's minimum; fewer than K waves, or any of them within the band, is none."""
+    """The stated test over the speed waves, oldest first: a regression only when the last K (`watch.speed_samples`)
+    all fell below the stored band's minimum for the same cell; fewer than K, or any within the band, is none. If
+    nothing changed, a wave is the slowest of n + 1 exchangeable samples (the band's n trials and it) with chance
+    1/(n + 1), so K in a row below the minimum come by chance with (1/(n + 1))^K: 1/64 for n = 3, K = 3
+    (docs/decisions.md). One wave is never a regression."""
     last = list(samples)[-k:]
     if len(last) < k:
         return SpeedJudgment(False, f"{len(last)} of the {k} waves the test needs")
