@@ -489,19 +489,22 @@ class Watcher:
 
         incident_id = self.incident["id"]
         entry = {"action": decision.action, "t": round(self.clock(), 3), "why": decision.why, "runs": [], "ok": False}
-        self.incident["state"] = self.state["state"] = "repairing"
-        self.save_incident()
-        self.save_state()
-        self.say(f"incident {incident_id}: {decision.why}")
         try:
             with lane_pair_lock(self.serving, "watch", incident_id):
+                self.incident.pop("waiting_for_lock", None)
+                self.incident["state"] = self.state["state"] = "repairing"
+                self.save_incident()
+                self.save_state()
+                self.say(f"incident {incident_id}: {decision.why}")
                 if decision.action == "restart":
                     entry["ok"] = self.restart(entry, record)
                 else:
                     entry["ok"] = self.roll_back(entry)
         except LockRefused as exc:
             self.incident["state"], self.state["state"] = "waiting", "waiting for the lock"
-            self.wait(f"waiting: {exc}")
+            if not self.incident.get("waiting_for_lock"):  # said once a wait, not every round of it
+                self.incident["waiting_for_lock"] = True
+                self.wait(f"incident {incident_id}: {decision.action} waits for the lane pair: {exc}")
             return
         entry["finished_at"] = round(self.clock(), 3)
         self.incident["remedies"].append(entry)
