@@ -267,3 +267,32 @@ def test_an_engine_death_is_restarted_through_the_runbooks_and_served_again(serv
         (incident["id"], wp.ORPHANED, incident["runs"], incident["served_again_at"])
     ]
     assert f"incident {incident['id']} closed: served again" in out
+
+
+def test_a_regression_is_three_waves_below_the_band_paged_once_and_closed_by_a_wave_within_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))
+    pages = tmp_path / "pages.jsonl"
+    watcher = Watcher(load_lane("twin"), page_command=f"cat >> {pages}", echo=open(os.devnull, "w"))
+    watcher.load_state()
+    waves = iter([70.0, 90.0, 70.0, 71.0, 72.0, 69.0, 85.0])
+
+    def wave(now: float) -> dict:
+        value = next(waves)
+        return {"t": now, "stream_decode_tok_s": value, "band_min": 80.0, "band_trials": 3, "below": value < 80.0}
+
+    monkeypatch.setattr(watcher, "speed_wave", wave)
+    idle = {"t": 0.0, "metrics": {"running": 0.0, "waiting": 0.0, "generation_tokens": 10.0}}
+    for n in range(7):
+        watcher.speed_due({**idle, "t": 1000.0 * (n + 1)}, own_tokens=0)
+    watcher.pager.flush(10)
+    samples = [json.loads(line) for line in (tmp_path / "watch" / "twin" / "speed.jsonl").read_text().splitlines()]
+    assert [s["regression"] for s in samples] == [False, False, False, False, True, True, False]
+    found = lane_incidents(tmp_path)
+    assert [(i["cause"], i["state"], i["detected_at"], i["closed_at"]) for i in found] == [
+        (wp.SPEED_REGRESSION, "closed", 5000.0, 7000.0)
+    ]
+    assert [json.loads(line)["event"] for line in pages.read_text().splitlines()] == ["regression"]
+    busy = {"t": 9000.0, "metrics": {"running": 1.0, "waiting": 0.0, "generation_tokens": 10.0}}
+    watcher.speed_due(busy, own_tokens=0)  # skipped, and said so in the series, while a client is served
+    last = json.loads((tmp_path / "watch" / "twin" / "speed.jsonl").read_text().splitlines()[-1])
+    assert last == {"t": 9000.0, "skipped": "clients are being served: requests running 1, waiting 0"}

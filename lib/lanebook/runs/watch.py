@@ -587,7 +587,8 @@ class Watcher:
             judgment = wp.speed_regression(samples, k=self.policy.speed_samples)
             sample.update(regression=judgment.regression, why=judgment.why)
         _append(self.file("speed"), sample)
-        if sample.get("regression"):
+        opened = self.state.get("regression_incident")
+        if sample.get("regression") and not opened:
             self.say(f"speed regression: {sample['why']}")
             regression = {
                 "id": f"{utc_stamp()}-{record_id()}",
@@ -596,10 +597,22 @@ class Watcher:
                 "cause": wp.SPEED_REGRESSION,
                 "summary": sample["why"],
                 "detected_at": record["t"],
-                "pages": [],
+                "closed_at": None,
+                "pages": [{"t": record["t"], "event": "regression"}],
             }
             _write_json(self.incident_path(regression["id"]), regression)
+            self.state["regression_incident"] = regression["id"]
             self.pager.page(regression, "regression", note=sample["why"])
+        elif opened and "below" in sample and not sample["below"]:  # a wave within the band again: it closes
+            try:
+                regression = json.loads(self.incident_path(opened).read_text())
+            except (OSError, ValueError):
+                regression = None
+            if regression is not None:
+                regression.update(state="closed", closed_at=record["t"])
+                _write_json(self.incident_path(opened), regression)
+            self.state["regression_incident"] = None
+            self.say("speed back within the band")
 
     def speed_wave(self, now: float) -> dict:
         """One C1 wave of the probe workload at the baseline's max_tokens, against the stored band's C1 cell."""
