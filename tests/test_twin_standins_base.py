@@ -42,6 +42,7 @@ def test_main_dispatches_to_every_stand_in(capsys):
         "hf",
         "sudo",
         "systemctl",
+        "loginctl",
         "sysctl",
         "free",
         "df",

@@ -283,6 +283,8 @@ class NodeMachine:
         for name in self.known_units():
             if self.state(name).enabled == "enabled":
                 self.set_active(name, True)
+        for running in (self.root / "run" / "user" / "systemd" / "active").glob("*"):
+            running.unlink()  # /run is a tmpfs: the users' managers start again empty
         for home in (self.root / "var" / "lib" / "systemd" / "linger").glob("*"):
             UserUnits.of_home(self.root, home.read_text().strip()).boot_units()  # lingering: user units start at boot
 
