@@ -160,6 +160,20 @@ def test_once_on_a_served_lane_exits_0_and_records_the_round(served):
 
 
 @pytest.mark.twin
+def test_once_on_a_head_with_a_full_disk_exits_1_naming_it_a_cause_no_relaunch_fixes(served):
+    from lanebook.twin import control
+
+    control.set_node_conditions("head", ["disk-full"])
+    try:
+        done = lanebook(served, "watch", "--lane", "twin", "--once")
+    finally:
+        control.set_node_conditions("head", [])
+    assert done.returncode == 1 and "disk full: free disk below 5 GiB on head" in done.stdout, done.stdout
+    record = json.loads((served / "watch" / "twin" / "probes.jsonl").read_text().splitlines()[-1])
+    assert (record["served"], record["cause"], wp.relaunch_can_fix(record["cause"])) == (True, wp.DISK_FULL, False)
+
+
+@pytest.mark.twin
 def test_the_unit_is_installed_on_the_twin_head_enabled_lingering_and_verified_then_removed(served):
     from lanebook.twin import control
 
