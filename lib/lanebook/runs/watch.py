@@ -686,10 +686,9 @@ class Watcher:
             {"cause": str(getattr(f, "cause", f)), "fix": str(getattr(f, "fix", ""))}
             for f in getattr(report, "findings", [])
         ]
-        _append(
-            self.file("link"),
-            {"t": round(now, 3), "measured": True, "figures": getattr(report, "figures", {}), "findings": findings},
-        )
+        figures = getattr(report, "figures", {})
+        figures = json.loads(json.dumps(getattr(figures, "to_json", lambda: figures)(), default=str))
+        _append(self.file("link"), {"t": round(now, 3), "measured": True, "figures": figures, "findings": findings})
         if findings:
             why = "; ".join(f["cause"] for f in findings)
             self.say(f"link degraded: {why}")
