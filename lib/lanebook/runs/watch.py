@@ -60,7 +60,8 @@ FILES = """On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), e
   speed.jsonl     one object per speed attempt: t, and either skipped (why) or workload, concurrency, max_tokens,
                   stream_decode_tok_s, band_min, band_median, band_trials, below (bool), errors; plus regression
                   (bool) and why (the test's verdict)
-  link.jsonl      one object per link attempt: t, measured (bool), why (when not), figures, findings ([{cause, fix}])
+  link.jsonl      one object per link attempt: t, measured (bool), why (when nothing ran), report (verify.link's
+                  LinkReport.to_json() without its thresholds), findings ([{cause, fix, severity}]: the errors, paged)
   pages.jsonl     one object per page attempt: t, event, incident, to (command or webhook), attempt, ok, why
   state.json      the watcher's state: lane, serving_lane, pid, host, started_at, updated_at, interval_s, state
                   (healthy, failing, incident, repairing, waiting for the lock, needs operator, stopped), rounds,
@@ -682,13 +683,17 @@ class Watcher:
         except Exception as exc:  # noqa: BLE001 - a link check that fails is said, never fatal
             _append(self.file("link"), {"t": round(now, 3), "measured": False, "why": redact(str(exc))[:300]})
             return
+        shown = report.to_json() if hasattr(report, "to_json") else {"figures": getattr(report, "figures", {})}
+        shown = json.loads(json.dumps(shown, default=str))
+        # A degraded or down rail (an error) is paged; a warning is kept in the series, not paged.
         findings = [
-            {"cause": str(getattr(f, "cause", f)), "fix": str(getattr(f, "fix", ""))}
+            {"cause": str(getattr(f, "cause", f)), "fix": str(getattr(f, "fix", "")), "severity": f.severity}
             for f in getattr(report, "findings", [])
+            if getattr(f, "severity", "error") == "error"
         ]
-        figures = getattr(report, "figures", {})
-        figures = json.loads(json.dumps(getattr(figures, "to_json", lambda: figures)(), default=str))
-        _append(self.file("link"), {"t": round(now, 3), "measured": True, "figures": figures, "findings": findings})
+        _append(self.file("link"), {"t": round(now, 3), "measured": bool(getattr(report, "measured", True)),
+                                    "report": {k: v for k, v in shown.items() if k != "thresholds"},
+                                    "findings": findings})  # fmt: skip
         if findings:
             why = "; ".join(f["cause"] for f in findings)
             self.say(f"link degraded: {why}")
