@@ -45,9 +45,9 @@ def test_every_distribution_gets_names_it_has_and_a_browser_only_for_the_tests(t
     )
     fonts = ["fonts-dejavu-core", "fonts-liberation"]
     if name.startswith("debian"):
-        assert test == [*demo, "chromium", *fonts]
+        assert test == [*demo, "chromium", *fonts, "systemd"]
     else:  # Ubuntu's chromium is a snap: no package names it, the browser tests skip
-        assert test == [*demo, *fonts]
+        assert test == [*demo, *fonts, "systemd"]
 
 
 def test_venv_support_is_named_for_the_python_in_use_where_ensurepip_is_missing(tmp_path, monkeypatch):

@@ -42,6 +42,7 @@ def test_main_dispatches_to_every_stand_in(capsys):
         "hf",
         "sudo",
         "systemctl",
+        "loginctl",
         "sysctl",
         "free",
         "df",
@@ -49,6 +50,8 @@ def test_main_dispatches_to_every_stand_in(capsys):
         "dmesg",
         "journalctl",
         "ip",
+        "rdma",
+        "ib_write_bw",
     }
     assert main(["no-such"]) == 2 and "usage: python -m lanebook.twin.standins" in capsys.readouterr().err
     assert main(["sleep", "0"]) == 0

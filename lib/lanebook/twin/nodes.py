@@ -41,6 +41,7 @@ STANDINS = (
     "hf",
     "sudo",
     "systemctl",
+    "loginctl",
     "sysctl",
     "free",
     "df",

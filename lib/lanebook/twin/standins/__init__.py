@@ -1,5 +1,5 @@
-"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, sysctl, free, df, sleep,
-dmesg, journalctl, ip, rdma, ib_write_bw.
+"""Stand-ins on the twin nodes' PATH for what cannot exist here: docker, hf, sudo, systemctl, loginctl, sysctl, free,
+df, sleep, dmesg, journalctl, ip, rdma, ib_write_bw.
 
 Each accepts the command lines the real lanes get and acts on the node it runs on ($LANEBOOK_NODE_ROOT), never on
 this machine: docker (runtime), hf (hf), the system commands (system, machine), the kernel's log and links, ip and
@@ -24,6 +24,7 @@ COMMANDS = {
     "hf": ("hf", "hf"),
     "sudo": ("system", "sudo"),
     "systemctl": ("system", "systemctl"),
+    "loginctl": ("system", "loginctl"),
     "sysctl": ("system", "sysctl"),
     "free": ("system", "free"),
     "df": ("system", "df"),

@@ -25,6 +25,7 @@ PAGE_CACHE_FLOOR_GIB = 0.3  # what stays cached right after a drop (files in use
 STICKY_GIB = STICKY_UMA_DEFAULT_GIB  # seed 000 pitfall 4: "free mem can stick ~10-16 Gi with no containers"
 LEGACY_UNIT_GIB = 40.0  # what a running legacy serving stack holds (twin assumption)
 WANTS = "multi-user.target.wants"
+USER_WANTS = "default.target.wants"  # a user unit's [Install] WantedBy=default.target
 HOLDS_KEY = "X-Lanebook-Twin-Holds-GiB"  # systemd ignores X- keys: the twin's note of what a unit holds
 # What a healthy DGX Spark's kernel says as it boots (seconds since boot, message): the lines the doctor reads.
 BOOT_MESSAGES = (
@@ -98,6 +99,9 @@ class NodeMachine:
       var/links.json             the node's network links (ip link): names and MTUs
       var/rdma.json              its RDMA rails' state: a rail the boot left degraded (fault link-degraded)
     """
+
+    wants = WANTS  # where `systemctl enable` links a unit: its [Install] target's .wants/
+    shown_dir = "/etc/systemd/system"  # the unit directory as systemctl names it in what it prints
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -207,6 +211,13 @@ class NodeMachine:
                 return path
         return None
 
+    def link_target(self, name: str) -> str:
+        """What `systemctl enable` links the unit to: the vendor's unit file, as systemd names it."""
+        return f"/usr/lib/systemd/system/{name}"
+
+    def shown(self, path: str) -> str:
+        return path
+
     def masked(self, name: str) -> bool:
         link = self.unit_dir / name
         return link.is_symlink() and os.readlink(link) == "/dev/null"
@@ -217,7 +228,7 @@ class NodeMachine:
             enabled = "masked"
         elif path is None:
             enabled = "not-found"
-        elif (self.unit_dir / WANTS / name).is_symlink():
+        elif (self.unit_dir / self.wants / name).is_symlink():
             enabled = "enabled"
         else:
             enabled = "disabled" if "[Install]" in path.read_text(errors="replace") else "static"
@@ -272,6 +283,17 @@ class NodeMachine:
         for name in self.known_units():
             if self.state(name).enabled == "enabled":
                 self.set_active(name, True)
+        for running in (self.root / "run" / "user" / "systemd" / "active").glob("*"):
+            running.unlink()  # /run is a tmpfs: the users' managers start again empty
+        for home in (self.root / "var" / "lib" / "systemd" / "linger").glob("*"):
+            UserUnits.of_home(self.root, home.read_text().strip()).boot_units()  # lingering: user units start at boot
+
+    def boot_units(self) -> None:
+        for name in self.active_units():
+            self.set_active(name, False)
+        for name in self.known_units():
+            if self.state(name).enabled == "enabled":
+                self.set_active(name, True)
 
     def known_units(self) -> list[str]:
         names = set(self.active_units())
@@ -279,6 +301,39 @@ class NodeMachine:
             if directory.is_dir():
                 names |= {p.name for p in directory.iterdir() if p.name.endswith((".service", ".socket", ".timer"))}
         return sorted(names)
+
+
+class UserUnits(NodeMachine):
+    """One user's systemd instance on a node (`systemctl --user`): its units in ~/.config/systemd/user, enabled by a
+    link in default.target.wants/, its running state under the node's run/user/; started at boot only while the user
+    lingers (`loginctl enable-linger`: var/lib/systemd/linger/USER, holding the user's home)."""
+
+    wants = USER_WANTS
+    shown_dir = "~/.config/systemd/user"
+
+    def __init__(self, root: Path, home: Path):
+        super().__init__(root)
+        self.home = Path(home)
+
+    @classmethod
+    def of_home(cls, root: Path, home: str) -> "UserUnits":
+        return cls(root, Path(home))
+
+    unit_dir = property(lambda self: self.home / ".config" / "systemd" / "user")
+
+    def link_target(self, name: str) -> str:
+        return str(self.unit_dir / name)
+
+    def shown(self, path: str) -> str:
+        return path.replace(str(self.home), "~", 1)
+
+    vendor_unit_dir = property(lambda self: self.root / "usr" / "lib" / "systemd" / "user")
+    active_dir = property(lambda self: self.root / "run" / "user" / "systemd" / "active")
+
+
+def linger_file(root: Path, user: str) -> Path:
+    """Where a node keeps that USER lingers (`loginctl enable-linger`), as systemd-logind does."""
+    return Path(root) / "var" / "lib" / "systemd" / "linger" / user
 
 
 def init_node(

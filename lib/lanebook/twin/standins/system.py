@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lanebook.twin import real_engine
 from lanebook.twin.standins.base import fail, node_condition, node_root, table, take, time_scale
-from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, WANTS, NodeMachine
+from lanebook.twin.standins.machine import GIB, OS_USED_GIB, TOTAL_BYTES, NodeMachine, UserUnits, linger_file
 from lanebook.twin.standins.runtime import containers
 
 SUDO_VALUE_OPTIONS = {
@@ -97,8 +97,11 @@ def unit_name(name: str) -> str:
 
 
 def systemctl(args: list[str]) -> int:
-    """mask/unmask/enable/disable (with --now), start/stop/restart, is-active, is-enabled, status, list-units."""
-    machine = NodeMachine(node_root())
+    """mask/unmask/enable/disable (with --now), start/stop/restart, is-active, is-enabled, status, list-units,
+    daemon-reload; `--user` acts on the login user's own instance (standins.machine.UserUnits). A unit started here
+    is marked running (its state), its process is not started: the twin runs no service of its own."""
+    user = take(args, "--user", flag=True)
+    machine = UserUnits(node_root(), Path(os.environ["HOME"])) if user else NodeMachine(node_root())
     now = take(args, "--now", flag=True)
     quiet = take(args, "--quiet", "-q", flag=True)
     take(args, "--no-pager", "--all", "-a", "--plain", "--no-legend", "--no-block", "--system", flag=True)
@@ -130,20 +133,21 @@ def systemctl(args: list[str]) -> int:
                 return fail(f"Failed to enable unit: Unit file /etc/systemd/system/{name} is masked.")
             if machine.unit_file(name) is None:
                 return fail(f"Failed to enable unit: Unit file {name} does not exist.")
-            wants = machine.unit_dir / WANTS / name
+            wants = machine.unit_dir / machine.wants / name
             if not wants.is_symlink():
                 wants.parent.mkdir(parents=True, exist_ok=True)
-                wants.symlink_to(f"/usr/lib/systemd/system/{name}")
-                say(f"Created symlink /etc/systemd/system/{WANTS}/{name} → /usr/lib/systemd/system/{name}.")
+                target = machine.link_target(name)
+                wants.symlink_to(target)
+                say(f"Created symlink {machine.shown_dir}/{machine.wants}/{name} → {machine.shown(target)}.")
             if now:
                 machine.set_active(name, True)
         return 0
     if command == "disable":
         for name in names:
-            wants = machine.unit_dir / WANTS / name
+            wants = machine.unit_dir / machine.wants / name
             if wants.is_symlink():
                 wants.unlink()
-                say(f'Removed "/etc/systemd/system/{WANTS}/{name}".')
+                say(f'Removed "{machine.shown_dir}/{machine.wants}/{name}".')
             if now:
                 machine.set_active(name, False)
         return 0
@@ -211,6 +215,33 @@ def systemctl(args: list[str]) -> int:
     if command == "daemon-reload":
         return 0
     return fail(f"the twin's systemctl does not implement '{command}'")
+
+
+def loginctl(args: list[str]) -> int:
+    """`loginctl enable-linger|disable-linger [USER]` and `show-user USER -p Linger`: whether the user's own units
+    start at boot without a login, kept where systemd-logind keeps it (var/lib/systemd/linger/USER)."""
+    import getpass
+
+    take(args, "--no-pager", "--no-legend", "-q", "--quiet", flag=True)
+    prop = take(args, "-p", "--property")
+    command, users = (args[0], args[1:]) if args else ("", [])
+    users = users or [getpass.getuser()]
+    root = node_root()
+    if command == "enable-linger":
+        for user in users:
+            path = linger_file(root, user)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(os.environ.get("HOME", "") + "\n")  # the twin's one user: the node's home
+        return 0
+    if command == "disable-linger":
+        for user in users:
+            linger_file(root, user).unlink(missing_ok=True)
+        return 0
+    if command == "show-user" and prop in (None, "Linger"):
+        for user in users:
+            print(f"Linger={'yes' if linger_file(root, user).exists() else 'no'}")
+        return 0
+    return fail(f"the twin's loginctl does not implement '{' '.join(args)}'")
 
 
 def sysctl(args: list[str]) -> int:
