@@ -112,13 +112,13 @@ class Measured:
     concurrency: int
     pace: float
     stream_errors: list[float]  # per wave: measured mean stream decode / truth - 1
-    max_tokens: int = 0
-    edges: tuple[int, int] = (0, 0)  # lanebook's streams with both edges exact / a first edge merged (all waves)
     aggregate_errors: list[float]
     measured_aggregate: float  # median over waves, tok/s
     cpu_s: float  # user + sys of every client process, start-up included
     tokens: int  # tokens streamed (server count)
     processes: int
+    max_tokens: int = 0
+    edges: tuple[int, int] = (0, 0)  # lanebook's streams with both edges exact / a first edge merged (all waves)
 
     @property
     def cpu_per_1k_tokens(self) -> float:
