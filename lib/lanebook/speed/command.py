@@ -188,8 +188,20 @@ def _wave_line(fig: WaveFigures) -> str:
     return (
         f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream "
         f"{_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
-        f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{errors}"
+        f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{_edges(fig)}{errors}"
     )
+
+
+def _edges(fig: WaveFigures) -> str:
+    """Streams whose first content chunk arrived merged with the next (metrics.py), and what became of them."""
+    if not fig.edges_merged:
+        return ""
+    if fig.merged_left_out:
+        return (
+            f"; {fig.edges_merged} of {fig.ok} stream(s) had their first chunk merged with the next: "
+            "left out of stream and TTFT"
+        )
+    return "; every stream's first chunk merged with the next: stream and TTFT read high by up to a chunk interval"
 
 
 def print_result(result: SpeedResult, console: Console) -> None:

@@ -9,6 +9,13 @@
 - ttft_s = t_first - t_sent.
 - Every time of a wave is on one clock, and every chunk time comes from one stamp source (kernel
   receive stamps or the client's reads): windows measured two ways would not be comparable.
+- A stream's first edge is merged when its first content chunk carries the same arrival as the next one
+  (a client that fell behind, and Linux gives segments that queued unread one stamp, the newest's): its
+  window starts up to a chunk interval late, and its rate would read high. Such streams are left out of
+  the wave's stream decode mean and TTFT median whenever the wave has a stream whose edges are exact
+  (a wave with none keeps them all, and says so: edges_exact 0); they count in every other figure.
+  The last edge needs no such rule: it can share a stamp only with the finish, usage and [DONE] events
+  the server writes with it, never with a later content chunk.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ class RequestFigures:
     stream_decode_tok_s: float
     ttft_s: float
     tokens_estimated: bool
+    first_edge_exact: bool  # the first content chunk's arrival is its own, not shared with the next one
 
 
 def content_times(record: RequestRecord) -> list[float]:
@@ -60,6 +68,11 @@ def unmeasurable_reason(record: RequestRecord) -> Optional[str]:
     return None
 
 
+def first_edge_merged(times: list[float]) -> bool:
+    """The first content chunk arrived merged with the next (one stamp for both): its own arrival is unknown."""
+    return len(times) > 1 and times[1] <= times[0]
+
+
 def request_figures(record: RequestRecord) -> RequestFigures:
     """Figures of one measurable request (check unmeasurable_reason first)."""
     times = content_times(record)
@@ -75,6 +88,7 @@ def request_figures(record: RequestRecord) -> RequestFigures:
         stream_decode_tok_s=decode / (t_last - t_first),
         ttft_s=t_first - record.t_sent,
         tokens_estimated=estimated,
+        first_edge_exact=not first_edge_merged(times),
     )
 
 
@@ -118,6 +132,13 @@ class WaveFigures:
     tokens_estimated: bool
     idle_wait_s: Optional[float]
     stamp_source: Optional[str]  # records.STAMP_KERNEL or STAMP_LOOP
+    edges_exact: int = 0  # measured streams whose first content chunk carries its own arrival
+    edges_merged: int = 0  # measured streams whose first content chunk shares its arrival with the next
+
+    @property
+    def merged_left_out(self) -> bool:
+        """Whether the merged streams were left out of the stream decode mean and TTFT median."""
+        return bool(self.edges_merged and self.edges_exact)
 
     def run_json(self) -> dict:
         return {
@@ -134,6 +155,8 @@ class WaveFigures:
             "acceptance_rate": _round(self.acceptance_rate),
             "mean_acceptance_length": _round(self.mean_acceptance_length),
             "tokens_estimated": self.tokens_estimated,
+            "edges_exact": self.edges_exact,
+            "edges_merged": self.edges_merged,
         }
 
 
@@ -153,6 +176,8 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
             reasons[reason] = reasons.get(reason, 0) + 1
     wall = wall_seconds(wave.requests)
     decode = sum(f.decode_tokens for f in measured)
+    exact = [f for f in measured if f.first_edge_exact]
+    windows = exact or measured  # the streams whose windows are taken as measured
     spec = wave.spec_decode
     return WaveFigures(
         concurrency=wave.concurrency,
@@ -163,13 +188,15 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
         error_reasons=reasons,
         decode_tokens=decode,
         wall_s=wall,
-        mean_stream_decode_tok_s=statistics.fmean(f.stream_decode_tok_s for f in measured) if measured else None,
+        mean_stream_decode_tok_s=statistics.fmean(f.stream_decode_tok_s for f in windows) if windows else None,
         wall_aggregate_tok_s=decode / wall if wall > 0 else 0.0,
-        ttft_s_median=statistics.median(f.ttft_s for f in measured) if measured else None,
+        ttft_s_median=statistics.median(f.ttft_s for f in windows) if windows else None,
         acceptance_rate=spec.acceptance_rate if spec else None,
         mean_acceptance_length=spec.mean_acceptance_length if spec else None,
         acceptance_per_position=spec.acceptance_per_position if spec else [],
         tokens_estimated=any(f.tokens_estimated for f in measured),
         idle_wait_s=wave.idle_wait_s,
         stamp_source=stamp_source(wave.requests),
+        edges_exact=len(exact),
+        edges_merged=len(measured) - len(exact),
     )

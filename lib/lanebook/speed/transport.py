@@ -5,6 +5,8 @@ and keep-alive pooling stay (a response read to its end returns its connection, 
 https:// URLs go to httpx's standard transport, unstamped. Stamps come from the kernel (SO_TIMESTAMPNS), moved onto
 perf_counter's clock per read, so stamps, TTFT and wall time share one clock; where the kernel cannot stamp, each
 read is stamped when made, and `stamp_source`/`stamp_note` say which (one source per transport, never mixed).
+A read's stamp is the newest segment's behind its bytes, and Linux gives segments that queued up unread one stamp,
+the newest's: reads of one merged segment carry the same stamp and time (metrics.py tells such chunks apart).
 `response.extensions["stamped_body"]` yields each read's payload with its stamp. Body reads carry no per-read
 timeout: callers bound whole requests. Why: docs/decisions.md, the "Speed client" entries.
 """
@@ -178,6 +180,10 @@ class _Connection:
         self.watching = False
         self.waiter: Optional[asyncio.Future] = None
         self.closed = False
+        # The last kernel stamp and its perf_counter time: reads of one merged segment carry one stamp, and
+        # keep one time (the offset, sampled per read, would otherwise set them apart by its jitter).
+        self.last_stamp: Optional[int] = None
+        self.last_t: Optional[float] = None
 
     def _watch(self) -> None:
         if not self.watching:
@@ -194,7 +200,13 @@ class _Connection:
             if self.kernel_stamps:
                 data, ancdata, _, _ = self.sock.recvmsg(READ_BYTES, ANCILLARY_BYTES)
                 stamp = receive_stamp_ns(ancdata)
-                t = None if stamp is None else perf_seconds(stamp, realtime_minus_perf_ns())
+                if stamp is None:
+                    t = None
+                elif stamp == self.last_stamp:
+                    t = self.last_t
+                else:
+                    t = self.last_t = perf_seconds(stamp, realtime_minus_perf_ns())
+                    self.last_stamp = stamp
             else:
                 data, t = self.sock.recv(READ_BYTES), time.perf_counter()
         except (BlockingIOError, InterruptedError):
