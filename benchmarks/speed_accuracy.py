@@ -42,12 +42,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import httpx
 from sse_server import spawn
 
 REPO = Path(__file__).resolve().parents[1]
-LANEBOOK = Path(sys.executable).with_name("lanebook")
 BENCH_DIR = REPO / ".bench"
 AIPERF_VENV = BENCH_DIR / "aiperf-venv"
 HF_HOME = BENCH_DIR / "hf-home"
@@ -70,6 +70,16 @@ class Truth:
     mean_stream_decode_tok_s: float
     wall_aggregate_tok_s: float
     tokens: int
+    rates: dict[str, float]  # each stream's rate by its prompt's tag ("[run-t1-c64-0]"), where it has one
+
+    def mean_over(self, tags: list[str]) -> float:
+        """The mean stream decode over the streams with these tags: the truth of a figure taken over them."""
+        return statistics.fmean(self.rates[tag] for tag in tags)
+
+
+def prompt_tag(prompt: str) -> str:
+    """The unique tag lanebook puts first in every prompt (speed.workloads), as logged by the server."""
+    return prompt.split("]", 1)[0] + "]" if prompt.startswith("[") else prompt
 
 
 def truth_waves(records: list[dict], concurrency: int) -> list[Truth]:
@@ -81,7 +91,9 @@ def truth_waves(records: list[dict], concurrency: int) -> list[Truth]:
         rates = [(r["completion_tokens"] - 1) / (r["t_last"] - r["t_first"]) for r in wave]
         wall = max(r["t_end"] for r in wave) - min(r["t_start"] for r in wave)
         decode = sum(r["completion_tokens"] - 1 for r in wave)
-        waves.append(Truth(statistics.fmean(rates), decode / wall, sum(r["completion_tokens"] for r in wave)))
+        tokens = sum(r["completion_tokens"] for r in wave)
+        by_tag = {prompt_tag(r["prompt"]): rate for r, rate in zip(wave, rates)}
+        waves.append(Truth(statistics.fmean(rates), decode / wall, tokens, by_tag))
     return waves
 
 
@@ -111,7 +123,7 @@ class Measured:
     tool: str
     concurrency: int
     pace: float
-    stream_errors: list[float]  # per wave: measured mean stream decode / truth - 1
+    stream_errors: list[float]  # per wave: measured mean stream decode / truth (over the same streams) - 1
     aggregate_errors: list[float]
     measured_aggregate: float  # median over waves, tok/s
     cpu_s: float  # user + sys of every client process, start-up included
@@ -119,6 +131,7 @@ class Measured:
     processes: int
     max_tokens: int = 0
     edges: tuple[int, int] = (0, 0)  # lanebook's streams with both edges exact / a first edge merged (all waves)
+    all_stream_errors: Optional[list[float]] = None  # lanebook: against the truth over all the wave's streams
 
     @property
     def cpu_per_1k_tokens(self) -> float:
@@ -153,11 +166,17 @@ def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pac
             raise SystemExit(f"{tool} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         runs = json.loads(out.read_text())["runs"]
     truths = truth_waves(server.truth(), concurrency)
+    # lanebook leaves out streams whose first edge it could not stamp exactly: its figure's truth is the mean over
+    # the streams it kept (window_tags); a plain client's is over all of them
+    matched = [
+        t.mean_over(r["window_tags"]) if "window_tags" in r else t.mean_stream_decode_tok_s
+        for r, t in zip(runs, truths)
+    ]
     return Measured(
         tool,
         concurrency,
         pace,
-        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in zip(runs, truths)],
+        [r["mean_stream_decode_tok_s"] / m - 1 for r, m in zip(runs, matched)],
         [r["wall_aggregate_tok_s"] / t.wall_aggregate_tok_s - 1 for r, t in zip(runs, truths)],
         statistics.median(r["wall_aggregate_tok_s"] for r in runs),
         cpu,
@@ -165,28 +184,47 @@ def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pac
         1,
         max_tokens,
         (sum(r.get("edges_exact", 0) for r in runs), sum(r.get("edges_merged", 0) for r in runs)),
+        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in zip(runs, truths)]
+        if any("window_tags" in r for r in runs)
+        else None,
     )
 
 
 def run_lanebook(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
+    """`lanebook speed`'s library call in its own process (see lanebook_probe)."""
     server.configure(pace)
     server.clear()
     argv = [
-        str(LANEBOOK),
-        "speed",
-        "--api",
+        sys.executable,
+        __file__,
+        "--lanebook-probe",
         f"{server.url}/v1",
-        "--model",
-        "bench-model",
-        "--concurrency",
         str(concurrency),
-        "--max-tokens",
         str(max_tokens),
-        "--trials",
         str(trials),
-        "--json",
     ]
     return run_client("lanebook", argv, server, concurrency, pace, max_tokens)
+
+
+def lanebook_probe(api: str, concurrency: int, max_tokens: int, trials: int, out: str) -> None:
+    """What `lanebook speed --api API --model bench-model --json OUT` runs (run_speed: waves, progress, figures),
+    the prompts' run id fixed so each run can name the streams its stream figure was taken over (window_tags),
+    which the server's truth is then taken over too."""
+    import io
+    import types
+
+    from lanebook.speed import client
+    from lanebook.speed.command import run_speed
+    from lanebook.speed.metrics import window_requests
+    from rich.console import Console
+
+    client.secrets = types.SimpleNamespace(token_hex=lambda n: "bench")  # Plan's run id: the prompts' tags known
+    console = Console(file=io.StringIO())
+    result = run_speed(api, "bench-model", "count", [concurrency], trials, max_tokens, console=console)
+    doc = result.document()
+    for run, wave in zip(doc["runs"], result.waves):
+        run["window_tags"] = [f"[bench-t{wave.trial}-c{wave.concurrency}-{r.index}]" for r in window_requests(wave)]
+    Path(out).write_text(json.dumps(doc))
 
 
 def run_httpx(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
@@ -362,6 +400,8 @@ def line(m: Measured, start_up: dict[str, float]) -> str:
     aggregate = "" if not m.aggregate_errors else f", aggregate err worst {m.worst_aggregate:+.3%}"
     waves = " ".join(f"{e:+.3%}" for e in m.stream_errors)
     edges = f"; edges exact {m.edges[0]}, merged {m.edges[1]}" if m.tool == "lanebook" else ""
+    if m.all_stream_errors is not None:
+        edges += " (vs all streams' truth: " + " ".join(f"{e:+.3%}" for e in m.all_stream_errors) + ")"
     return (
         f"  {m.tool:8s} C{m.concurrency:<3d} x {m.pace:6.1f} tok/s, {m.max_tokens} tok: stream err worst "
         f"{m.worst_stream:+.3%} (waves {waves}){aggregate}{edges}; "
@@ -412,10 +452,17 @@ def main() -> int:
     parser.add_argument(
         "--httpx-probe", nargs=5, metavar=("URL", "C", "MAX_TOKENS", "TRIALS", "OUT"), help=argparse.SUPPRESS
     )  # the probe's own process, started by run_httpx
+    parser.add_argument(
+        "--lanebook-probe", nargs=5, metavar=("API", "C", "MAX_TOKENS", "TRIALS", "OUT"), help=argparse.SUPPRESS
+    )  # lanebook's own process, started by run_lanebook
     args = parser.parse_args()
     if args.httpx_probe:
         url, concurrency, max_tokens, trials, out = args.httpx_probe
         httpx_probe(url, int(concurrency), int(max_tokens), int(trials), out)
+        return 0
+    if args.lanebook_probe:
+        api, concurrency, max_tokens, trials, out = args.lanebook_probe
+        lanebook_probe(api, int(concurrency), int(max_tokens), int(trials), out)
         return 0
     try:
         heavy_tokens = [int(n) for n in args.heavy_max_tokens.split(",")]

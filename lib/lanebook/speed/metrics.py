@@ -164,6 +164,14 @@ def _round(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 4)
 
 
+def window_requests(wave: WaveRecord) -> list[RequestRecord]:
+    """The requests whose windows make the wave's stream decode mean and TTFT median: the measured ones whose first
+    edge is exact, or every measured one when none is (see the module's docstring)."""
+    measured = [r for r in wave.requests if unmeasurable_reason(r) is None]
+    exact = [r for r in measured if not first_edge_merged(content_times(r))]
+    return exact or measured
+
+
 def wave_figures(wave: WaveRecord) -> WaveFigures:
     """All of a wave's figures; failed or unmeasurable requests are counted as errors, never dropped."""
     measured: list[RequestFigures] = []
@@ -176,8 +184,8 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
             reasons[reason] = reasons.get(reason, 0) + 1
     wall = wall_seconds(wave.requests)
     decode = sum(f.decode_tokens for f in measured)
-    exact = [f for f in measured if f.first_edge_exact]
-    windows = exact or measured  # the streams whose windows are taken as measured
+    exact = sum(f.first_edge_exact for f in measured)
+    windows = [request_figures(r) for r in window_requests(wave)]
     spec = wave.spec_decode
     return WaveFigures(
         concurrency=wave.concurrency,
@@ -197,6 +205,6 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
         tokens_estimated=any(f.tokens_estimated for f in measured),
         idle_wait_s=wave.idle_wait_s,
         stamp_source=stamp_source(wave.requests),
-        edges_exact=len(exact),
-        edges_merged=len(measured) - len(exact),
+        edges_exact=exact,
+        edges_merged=len(measured) - exact,
     )
