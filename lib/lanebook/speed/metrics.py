@@ -164,12 +164,18 @@ def _round(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 4)
 
 
+def windows(measured: list[RequestFigures]) -> list[RequestFigures]:
+    """The measured requests whose windows make a wave's stream decode mean and TTFT median: those whose first edge
+    is exact, or every one when none is (see the module's docstring)."""
+    return [f for f in measured if f.first_edge_exact] or measured
+
+
 def window_requests(wave: WaveRecord) -> list[RequestRecord]:
-    """The requests whose windows make the wave's stream decode mean and TTFT median: the measured ones whose first
-    edge is exact, or every measured one when none is (see the module's docstring)."""
-    measured = [r for r in wave.requests if unmeasurable_reason(r) is None]
-    exact = [r for r in measured if not first_edge_merged(content_times(r))]
-    return exact or measured
+    """The records of the wave's requests that windows() keeps."""
+    records = [r for r in wave.requests if unmeasurable_reason(r) is None]
+    figures = [request_figures(r) for r in records]
+    kept = {id(f) for f in windows(figures)}
+    return [r for r, f in zip(records, figures) if id(f) in kept]
 
 
 def wave_figures(wave: WaveRecord) -> WaveFigures:
@@ -185,7 +191,7 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
     wall = wall_seconds(wave.requests)
     decode = sum(f.decode_tokens for f in measured)
     exact = sum(f.first_edge_exact for f in measured)
-    windows = [request_figures(r) for r in window_requests(wave)]
+    kept = windows(measured)
     spec = wave.spec_decode
     return WaveFigures(
         concurrency=wave.concurrency,
@@ -196,9 +202,9 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
         error_reasons=reasons,
         decode_tokens=decode,
         wall_s=wall,
-        mean_stream_decode_tok_s=statistics.fmean(f.stream_decode_tok_s for f in windows) if windows else None,
+        mean_stream_decode_tok_s=statistics.fmean(f.stream_decode_tok_s for f in kept) if kept else None,
         wall_aggregate_tok_s=decode / wall if wall > 0 else 0.0,
-        ttft_s_median=statistics.median(f.ttft_s for f in windows) if windows else None,
+        ttft_s_median=statistics.median(f.ttft_s for f in kept) if kept else None,
         acceptance_rate=spec.acceptance_rate if spec else None,
         mean_acceptance_length=spec.mean_acceptance_length if spec else None,
         acceptance_per_position=spec.acceptance_per_position if spec else [],
