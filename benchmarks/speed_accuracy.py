@@ -132,6 +132,7 @@ class Measured:
     max_tokens: int = 0
     edges: tuple[int, int] = (0, 0)  # lanebook's streams with both edges exact / a first edge merged (all waves)
     all_stream_errors: Optional[list[float]] = None  # lanebook: against the truth over all the wave's streams
+    no_figure: int = 0  # waves without a stream figure (lanebook: no stream's first edge exact)
 
     @property
     def cpu_per_1k_tokens(self) -> float:
@@ -147,7 +148,7 @@ class Measured:
 
     @property
     def worst_stream(self) -> float:
-        return max(self.stream_errors, key=abs)
+        return max(self.stream_errors, key=abs) if self.stream_errors else float("nan")
 
     @property
     def worst_aggregate(self) -> float:
@@ -167,16 +168,14 @@ def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pac
         runs = json.loads(out.read_text())["runs"]
     truths = truth_waves(server.truth(), concurrency)
     # lanebook leaves out streams whose first edge it could not stamp exactly: its figure's truth is the mean over
-    # the streams it kept (window_tags); a plain client's is over all of them
-    matched = [
-        t.mean_over(r["window_tags"]) if "window_tags" in r else t.mean_stream_decode_tok_s
-        for r, t in zip(runs, truths)
-    ]
+    # the streams it kept (window_tags); a plain client's is over all of them. A wave with none kept has no figure.
+    pairs = [(r, t) for r, t in zip(runs, truths) if r["mean_stream_decode_tok_s"] is not None]
+    matched = [t.mean_over(r["window_tags"]) if "window_tags" in r else t.mean_stream_decode_tok_s for r, t in pairs]
     return Measured(
         tool,
         concurrency,
         pace,
-        [r["mean_stream_decode_tok_s"] / m - 1 for r, m in zip(runs, matched)],
+        [r["mean_stream_decode_tok_s"] / m - 1 for (r, _), m in zip(pairs, matched)],
         [r["wall_aggregate_tok_s"] / t.wall_aggregate_tok_s - 1 for r, t in zip(runs, truths)],
         statistics.median(r["wall_aggregate_tok_s"] for r in runs),
         cpu,
@@ -184,9 +183,10 @@ def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pac
         1,
         max_tokens,
         (sum(r.get("edges_exact", 0) for r in runs), sum(r.get("edges_merged", 0) for r in runs)),
-        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in zip(runs, truths)]
+        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in pairs]
         if any("window_tags" in r for r in runs)
         else None,
+        len(runs) - len(pairs),
     )
 
 
@@ -398,7 +398,7 @@ def run_aiperf(server: Server, concurrency: int, pace: float, max_tokens: int, t
 
 def line(m: Measured, start_up: dict[str, float]) -> str:
     aggregate = "" if not m.aggregate_errors else f", aggregate err worst {m.worst_aggregate:+.3%}"
-    waves = " ".join(f"{e:+.3%}" for e in m.stream_errors)
+    waves = " ".join(f"{e:+.3%}" for e in m.stream_errors) + (f", {m.no_figure} without a figure" * bool(m.no_figure))
     edges = f"; edges exact {m.edges[0]}, merged {m.edges[1]}" if m.tool == "lanebook" else ""
     if m.all_stream_errors is not None:
         edges += " (vs all streams' truth: " + " ".join(f"{e:+.3%}" for e in m.all_stream_errors) + ")"
@@ -422,7 +422,7 @@ def side_by_side(
     print(f"    {'client':9s} {'worst':>9s} {'mean':>9s} {'waves':>5s}  {'CPU/1k tok':>10s}  without start-up")
     for m in rows:
         print(
-            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors):+9.3%} "
+            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors or [float('nan')]):+9.3%} "
             f"{len(m.stream_errors):5d}  "
             f"{m.cpu_per_1k_tokens * 1000:7,.1f} ms  {m.steady_cpu(start_up[m.tool])}"
         )

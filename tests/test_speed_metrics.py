@@ -197,17 +197,18 @@ def test_a_first_chunk_merged_with_the_next_is_left_out_of_stream_and_ttft():
     assert request_figures(merged).stream_decode_tok_s == pytest.approx(255 / (5.1 - 0.06))
     figures = wave_figures(WaveRecord(4, 1, [*exact, merged]))
     assert figures.mean_stream_decode_tok_s == pytest.approx(50.0) and figures.ttft_s_median == pytest.approx(0.2)
-    assert (figures.edges_exact, figures.edges_merged, figures.merged_left_out) == (3, 1, True)
+    assert (figures.edges_exact, figures.edges_merged) == (3, 1)
     assert (figures.ok, figures.errors, figures.decode_tokens) == (4, 0, 4 * 255)  # still measured, still counted
     run = figures.run_json()
     assert (run["edges_exact"], run["edges_merged"]) == (3, 1)
 
 
-def test_a_wave_with_no_exact_edge_keeps_its_streams_and_says_so():
+def test_a_wave_with_no_exact_edge_has_no_stream_figures_and_says_why():
     merged = [merged_first_edge(stream(i, 0.0, 0.2, 50.0)) for i in range(2)]
     figures = wave_figures(WaveRecord(2, 1, merged))
-    assert figures.mean_stream_decode_tok_s == pytest.approx(255 / 5.04)
-    assert (figures.edges_exact, figures.edges_merged, figures.merged_left_out) == (0, 2, False)
+    assert figures.mean_stream_decode_tok_s is None and figures.ttft_s_median is None
+    assert (figures.edges_exact, figures.edges_merged, figures.ok, figures.errors) == (0, 2, 2, 0)
+    assert figures.wall_aggregate_tok_s == pytest.approx(2 * 255 / figures.wall_s)
 
 
 def test_the_last_chunk_sharing_its_stamp_with_the_previous_is_still_its_arrival():

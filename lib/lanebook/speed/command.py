@@ -196,12 +196,10 @@ def _edges(fig: WaveFigures) -> str:
     """Streams whose first content chunk arrived merged with the next (metrics.py), and what became of them."""
     if not fig.edges_merged:
         return ""
-    if fig.merged_left_out:
-        return (
-            f"; {fig.edges_merged} of {fig.ok} stream(s) had their first chunk merged with the next: "
-            "left out of stream and TTFT"
-        )
-    return "; every stream's first chunk merged with the next: stream and TTFT read high by up to a chunk interval"
+    return (
+        f"; {fig.edges_merged} of {fig.ok} stream(s) had their first chunk merged with the next (the client fell "
+        "behind): left out of stream and TTFT"
+    )
 
 
 def print_result(result: SpeedResult, console: Console) -> None:

@@ -12,8 +12,8 @@
 - A stream's first edge is merged when its first content chunk carries the same arrival as the next one
   (a client that fell behind, and Linux gives segments that queued unread one stamp, the newest's): its
   window starts up to a chunk interval late, and its rate would read high. Such streams are left out of
-  the wave's stream decode mean and TTFT median whenever the wave has a stream whose edges are exact
-  (a wave with none keeps them all, and says so: edges_exact 0); they count in every other figure.
+  the wave's stream decode mean and TTFT median (a wave with no exact stream has neither figure) and
+  count in every other figure; edges_exact and edges_merged say how many of each.
   The last edge needs no such rule: it can share a stamp only with the finish, usage and [DONE] events
   the server writes with it, never with a later content chunk.
 """
@@ -135,11 +135,6 @@ class WaveFigures:
     edges_exact: int = 0  # measured streams whose first content chunk carries its own arrival
     edges_merged: int = 0  # measured streams whose first content chunk shares its arrival with the next
 
-    @property
-    def merged_left_out(self) -> bool:
-        """Whether the merged streams were left out of the stream decode mean and TTFT median."""
-        return bool(self.edges_merged and self.edges_exact)
-
     def run_json(self) -> dict:
         return {
             "concurrency": self.concurrency,
@@ -166,8 +161,8 @@ def _round(value: Optional[float]) -> Optional[float]:
 
 def windows(measured: list[RequestFigures]) -> list[RequestFigures]:
     """The measured requests whose windows make a wave's stream decode mean and TTFT median: those whose first edge
-    is exact, or every one when none is (see the module's docstring)."""
-    return [f for f in measured if f.first_edge_exact] or measured
+    is exact (see the module's docstring)."""
+    return [f for f in measured if f.first_edge_exact]
 
 
 def window_requests(wave: WaveRecord) -> list[RequestRecord]:
