@@ -4,18 +4,12 @@
   (the role-only chunk does not open the window).
 - completion_tokens from the final usage chunk (a chunk may carry several tokens, so chunks are
   never counted as tokens); without usage it is estimated from the text and marked so.
-- decode_tokens = completion_tokens - 1; stream rate = decode_tokens / (t_last - t_first).
+- decode_tokens = completion_tokens - 1; stream rate = decode_tokens / (t_last - t_first); ttft_s = t_first - t_sent.
 - wall_s: first request sent to last response finished; aggregate = sum of decode_tokens / wall_s.
-- ttft_s = t_first - t_sent.
 - Every time of a wave is on one clock, and every chunk time comes from one stamp source (kernel
   receive stamps or the client's reads): windows measured two ways would not be comparable.
-- A stream's first edge is merged when its first content chunk carries the same arrival as the next one
-  (a client that fell behind, and Linux gives segments that queued unread one stamp, the newest's): its
-  window starts up to a chunk interval late, and its rate would read high. Such streams are left out of
-  the wave's stream decode mean and TTFT median (a wave with no exact stream has neither figure) and
-  count in every other figure; edges_exact and edges_merged say how many of each.
-  The last edge needs no such rule: it can share a stamp only with the finish, usage and [DONE] events
-  the server writes with it, never with a later content chunk.
+- Streams whose first content chunk came merged with the next are left out of the stream decode mean
+  and TTFT median, and counted (windows()).
 """
 
 from __future__ import annotations
@@ -161,7 +155,10 @@ def _round(value: Optional[float]) -> Optional[float]:
 
 def windows(measured: list[RequestFigures]) -> list[RequestFigures]:
     """The measured requests whose windows make a wave's stream decode mean and TTFT median: those whose first edge
-    is exact (see the module's docstring)."""
+    is exact. A first content chunk with the next one's arrival (a client that fell behind: Linux gives segments
+    left unread one stamp, the newest's) opens the window up to a chunk interval late, so the rate would read high;
+    such a stream counts in every other figure (edges_merged). The last edge needs no such rule: it can share a
+    stamp only with the finish, usage and [DONE] events written with it, never with a later content chunk."""
     return [f for f in measured if f.first_edge_exact]
 
 
