@@ -17,6 +17,11 @@ compares its figures with that log:
 
     .venv/bin/python benchmarks/speed_accuracy.py            # everything (~5 min; first run installs aiperf)
     .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf [--no-ramp]
+    .venv/bin/python benchmarks/speed_accuracy.py --no-aiperf --no-ramp --only-heavy \
+        --heavy-max-tokens 128,256,512 [--hog]
+
+--hog keeps one core busy with a spinning process beside the clients (a slower machine: the client falls behind at
+the burst and some streams' first content chunk arrives merged with the next; lanebook counts those edges).
 
 Goals: error <= 0.5% at every configuration and within +/-0.25% at 64 x 400, below the plain probe's;
 >= 50,000 tok/s measured within 1%; aiperf at most as accurate and more costly. Figures printed are
@@ -37,12 +42,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import httpx
 from sse_server import spawn
 
 REPO = Path(__file__).resolve().parents[1]
-LANEBOOK = Path(sys.executable).with_name("lanebook")
 BENCH_DIR = REPO / ".bench"
 AIPERF_VENV = BENCH_DIR / "aiperf-venv"
 HF_HOME = BENCH_DIR / "hf-home"
@@ -65,6 +70,16 @@ class Truth:
     mean_stream_decode_tok_s: float
     wall_aggregate_tok_s: float
     tokens: int
+    rates: dict[str, float]  # each stream's rate by its prompt's tag ("[run-t1-c64-0]"), where it has one
+
+    def mean_over(self, tags: list[str]) -> float:
+        """The mean stream decode over the streams with these tags: the truth of a figure taken over them."""
+        return statistics.fmean(self.rates[tag] for tag in tags)
+
+
+def prompt_tag(prompt: str) -> str:
+    """The unique tag lanebook puts first in every prompt (speed.workloads), as logged by the server."""
+    return prompt.split("]", 1)[0] + "]" if prompt.startswith("[") else prompt
 
 
 def truth_waves(records: list[dict], concurrency: int) -> list[Truth]:
@@ -76,7 +91,9 @@ def truth_waves(records: list[dict], concurrency: int) -> list[Truth]:
         rates = [(r["completion_tokens"] - 1) / (r["t_last"] - r["t_first"]) for r in wave]
         wall = max(r["t_end"] for r in wave) - min(r["t_start"] for r in wave)
         decode = sum(r["completion_tokens"] - 1 for r in wave)
-        waves.append(Truth(statistics.fmean(rates), decode / wall, sum(r["completion_tokens"] for r in wave)))
+        tokens = sum(r["completion_tokens"] for r in wave)
+        by_tag = {prompt_tag(r["prompt"]): rate for r, rate in zip(wave, rates)}
+        waves.append(Truth(statistics.fmean(rates), decode / wall, tokens, by_tag))
     return waves
 
 
@@ -106,12 +123,16 @@ class Measured:
     tool: str
     concurrency: int
     pace: float
-    stream_errors: list[float]  # per wave: measured mean stream decode / truth - 1
+    stream_errors: list[float]  # per wave: measured mean stream decode / truth (over the same streams) - 1
     aggregate_errors: list[float]
     measured_aggregate: float  # median over waves, tok/s
     cpu_s: float  # user + sys of every client process, start-up included
     tokens: int  # tokens streamed (server count)
     processes: int
+    max_tokens: int = 0
+    edges: tuple[int, int] = (0, 0)  # lanebook's streams with both edges exact / a first edge merged (all waves)
+    all_stream_errors: Optional[list[float]] = None  # lanebook: against the truth over all the wave's streams
+    no_figure: int = 0  # waves without a stream figure (lanebook: no stream's first edge exact)
 
     @property
     def cpu_per_1k_tokens(self) -> float:
@@ -127,14 +148,14 @@ class Measured:
 
     @property
     def worst_stream(self) -> float:
-        return max(self.stream_errors, key=abs)
+        return max(self.stream_errors, key=abs) if self.stream_errors else float("nan")
 
     @property
     def worst_aggregate(self) -> float:
         return max(self.aggregate_errors, key=abs) if self.aggregate_errors else float("nan")
 
 
-def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pace: float, trials: int) -> Measured:
+def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pace: float, max_tokens: int) -> Measured:
     """Run one client process that writes {"runs": [...]} (the run objects of `lanebook speed --json`) and compare each
     run with the server's truth for the same wave."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -146,38 +167,64 @@ def run_client(tool: str, argv: list[str], server: Server, concurrency: int, pac
             raise SystemExit(f"{tool} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         runs = json.loads(out.read_text())["runs"]
     truths = truth_waves(server.truth(), concurrency)
+    # lanebook leaves out streams whose first edge it could not stamp exactly: its figure's truth is the mean over
+    # the streams it kept (window_tags); a plain client's is over all of them. A wave with none kept has no figure.
+    pairs = [(r, t) for r, t in zip(runs, truths) if r["mean_stream_decode_tok_s"] is not None]
+    matched = [t.mean_over(r["window_tags"]) if "window_tags" in r else t.mean_stream_decode_tok_s for r, t in pairs]
     return Measured(
         tool,
         concurrency,
         pace,
-        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in zip(runs, truths)],
+        [r["mean_stream_decode_tok_s"] / m - 1 for (r, _), m in zip(pairs, matched)],
         [r["wall_aggregate_tok_s"] / t.wall_aggregate_tok_s - 1 for r, t in zip(runs, truths)],
         statistics.median(r["wall_aggregate_tok_s"] for r in runs),
         cpu,
         sum(t.tokens for t in truths),
         1,
+        max_tokens,
+        (sum(r.get("edges_exact", 0) for r in runs), sum(r.get("edges_merged", 0) for r in runs)),
+        [r["mean_stream_decode_tok_s"] / t.mean_stream_decode_tok_s - 1 for r, t in pairs]
+        if any("window_tags" in r for r in runs)
+        else None,
+        len(runs) - len(pairs),
     )
 
 
 def run_lanebook(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
+    """`lanebook speed`'s library call in its own process (see lanebook_probe)."""
     server.configure(pace)
     server.clear()
     argv = [
-        str(LANEBOOK),
-        "speed",
-        "--api",
+        sys.executable,
+        __file__,
+        "--lanebook-probe",
         f"{server.url}/v1",
-        "--model",
-        "bench-model",
-        "--concurrency",
         str(concurrency),
-        "--max-tokens",
         str(max_tokens),
-        "--trials",
         str(trials),
-        "--json",
     ]
-    return run_client("lanebook", argv, server, concurrency, pace, trials)
+    return run_client("lanebook", argv, server, concurrency, pace, max_tokens)
+
+
+def lanebook_probe(api: str, concurrency: int, max_tokens: int, trials: int, out: str) -> None:
+    """What `lanebook speed --api API --model bench-model --json OUT` runs (run_speed: waves, progress, figures),
+    the prompts' run id fixed so each run can name the streams its stream figure was taken over (window_tags),
+    which the server's truth is then taken over too."""
+    import io
+    import types
+
+    from lanebook.speed import client
+    from lanebook.speed.command import run_speed
+    from lanebook.speed.metrics import window_requests
+    from rich.console import Console
+
+    client.secrets = types.SimpleNamespace(token_hex=lambda n: "bench")  # Plan's run id: the prompts' tags known
+    console = Console(file=io.StringIO())
+    result = run_speed(api, "bench-model", "count", [concurrency], trials, max_tokens, console=console)
+    doc = result.document()
+    for run, wave in zip(doc["runs"], result.waves):
+        run["window_tags"] = [f"[bench-t{wave.trial}-c{wave.concurrency}-{r.index}]" for r in window_requests(wave)]
+    Path(out).write_text(json.dumps(doc))
 
 
 def run_httpx(server: Server, concurrency: int, pace: float, max_tokens: int, trials: int) -> Measured:
@@ -185,7 +232,7 @@ def run_httpx(server: Server, concurrency: int, pace: float, max_tokens: int, tr
     server.configure(pace)
     server.clear()
     argv = [sys.executable, __file__, "--httpx-probe", server.url, str(concurrency), str(max_tokens), str(trials)]
-    return run_client("httpx", argv, server, concurrency, pace, trials)
+    return run_client("httpx", argv, server, concurrency, pace, max_tokens)
 
 
 async def _httpx_probe_wave(client: httpx.AsyncClient, url: str, concurrency: int, max_tokens: int, tag: str) -> dict:
@@ -336,28 +383,46 @@ def run_aiperf(server: Server, concurrency: int, pace: float, max_tokens: int, t
     # aiperf's output throughput counts every output token over its benchmark duration: not SPEC's
     # decode aggregate, so no aggregate error is claimed for it.
     return Measured(
-        "aiperf", concurrency, pace, stream_errors, [], statistics.median(measured_aggregates), cpu, tokens, trials
+        "aiperf",
+        concurrency,
+        pace,
+        stream_errors,
+        [],
+        statistics.median(measured_aggregates),
+        cpu,
+        tokens,
+        trials,
+        max_tokens,
     )
 
 
 def line(m: Measured, start_up: dict[str, float]) -> str:
     aggregate = "" if not m.aggregate_errors else f", aggregate err worst {m.worst_aggregate:+.3%}"
+    waves = " ".join(f"{e:+.3%}" for e in m.stream_errors) + (f", {m.no_figure} without a figure" * bool(m.no_figure))
+    edges = f"; edges exact {m.edges[0]}, merged {m.edges[1]}" if m.tool == "lanebook" else ""
+    if m.all_stream_errors is not None:
+        edges += " (vs all streams' truth: " + " ".join(f"{e:+.3%}" for e in m.all_stream_errors) + ")"
     return (
-        f"  {m.tool:8s} C{m.concurrency:<3d} x {m.pace:6.1f} tok/s: stream err worst {m.worst_stream:+.3%} "
-        f"(mean {statistics.fmean(m.stream_errors):+.3%}, {len(m.stream_errors)} waves){aggregate}; "
+        f"  {m.tool:8s} C{m.concurrency:<3d} x {m.pace:6.1f} tok/s, {m.max_tokens} tok: stream err worst "
+        f"{m.worst_stream:+.3%} (waves {waves}){aggregate}{edges}; "
         f"measured {m.measured_aggregate:,.0f} tok/s; CPU per 1k tok {m.cpu_per_1k_tokens * 1000:,.1f} ms "
         f"({m.steady_cpu(start_up[m.tool])})"
     )
 
 
-def side_by_side(results: list[Measured], start_up: dict[str, float], concurrency: int, pace: float) -> None:
+def side_by_side(
+    results: list[Measured], start_up: dict[str, float], concurrency: int, pace: float, max_tokens: int
+) -> None:
     """The 64 x 400 comparison as one table: every client on the same server, schedule and run."""
-    rows = [m for m in results if (m.concurrency, m.pace) == (concurrency, pace)]
-    print(f"\n  {concurrency} x {pace:g} tok/s side by side (mean stream decode vs the server's truth, per wave):")
+    rows = [m for m in results if (m.concurrency, m.pace, m.max_tokens) == (concurrency, pace, max_tokens)]
+    print(
+        f"\n  {concurrency} x {pace:g} tok/s, {max_tokens}-token streams side by side "
+        "(mean stream decode vs the server's truth, per wave):"
+    )
     print(f"    {'client':9s} {'worst':>9s} {'mean':>9s} {'waves':>5s}  {'CPU/1k tok':>10s}  without start-up")
     for m in rows:
         print(
-            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors):+9.3%} "
+            f"    {m.tool:9s} {m.worst_stream:+9.3%} {statistics.fmean(m.stream_errors or [float('nan')]):+9.3%} "
             f"{len(m.stream_errors):5d}  "
             f"{m.cpu_per_1k_tokens * 1000:7,.1f} ms  {m.steady_cpu(start_up[m.tool])}"
         )
@@ -378,17 +443,35 @@ def main() -> int:
     parser.add_argument("--ramp-to", type=float, default=12800.0, help="highest per-stream rate tried (rates double)")
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each ramp stream")
     parser.add_argument(
+        "--heavy-max-tokens",
+        default="2000",
+        help="stream lengths of the 64 x 400 configuration, comma-separated (one configuration each)",
+    )
+    parser.add_argument("--only-heavy", action="store_true", help="skip the seed 003 C1/C4/C6 configurations")
+    parser.add_argument("--hog", action="store_true", help="keep one core busy beside the clients (a slower machine)")
+    parser.add_argument(
         "--httpx-probe", nargs=5, metavar=("URL", "C", "MAX_TOKENS", "TRIALS", "OUT"), help=argparse.SUPPRESS
     )  # the probe's own process, started by run_httpx
+    parser.add_argument(
+        "--lanebook-probe", nargs=5, metavar=("API", "C", "MAX_TOKENS", "TRIALS", "OUT"), help=argparse.SUPPRESS
+    )  # lanebook's own process, started by run_lanebook
     args = parser.parse_args()
     if args.httpx_probe:
         url, concurrency, max_tokens, trials, out = args.httpx_probe
         httpx_probe(url, int(concurrency), int(max_tokens), int(trials), out)
         return 0
+    if args.lanebook_probe:
+        api, concurrency, max_tokens, trials, out = args.lanebook_probe
+        lanebook_probe(api, int(concurrency), int(max_tokens), int(trials), out)
+        return 0
+    try:
+        heavy_tokens = [int(n) for n in args.heavy_max_tokens.split(",")]
+    except ValueError:
+        parser.error(f"--heavy-max-tokens takes comma-separated integers, not {args.heavy_max_tokens!r}")
 
     print(
         f"speed accuracy on {os.cpu_count()} cores: loopback server, {TOKENS_PER_CHUNK} tokens per chunk; "
-        "truth = the server's own first/last content-chunk writes\n",
+        "truth = the server's own first/last content-chunk writes; load average %.2f %.2f %.2f\n" % os.getloadavg(),
         flush=True,
     )
     why_no_aiperf = "skipped (--no-aiperf)" if args.no_aiperf else ensure_aiperf()
@@ -396,12 +479,18 @@ def main() -> int:
     server = Server()
     results: list[Measured] = []
     best, limit = None, "skipped (--no-ramp)"
+    hog = None
+    if args.hog:
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        print(f"CPU hog beside the clients: pid {hog.pid}, one core spinning\n", flush=True)
     try:
         # An 8-token run is nearly all fixed cost: interpreter start, imports, connection, report, exit.
         start_up = {tool: runner(server, 1, 200.0, 8, 1).cpu_s for tool, runner in runners.items()}
         print("fixed CPU per client process: " + ", ".join(f"{t} {c:.2f} s" for t, c in start_up.items()) + "\n")
-        configs = [("seed 003 schedule, 256-token streams", c, pace, 256) for c, pace in SEED_003]
-        configs.append(("64 streams x 400 tok/s, 2,000-token streams", *HEAVY, 2000))
+        configs = (
+            [] if args.only_heavy else [("seed 003 schedule, 256-token streams", c, pace, 256) for c, pace in SEED_003]
+        )
+        configs += [(f"64 streams x 400 tok/s, {n:,}-token streams", *HEAVY, n) for n in heavy_tokens]
         for title, concurrency, pace, max_tokens in configs:
             print(f"{title}:")
             for runner in runners.values():
@@ -429,12 +518,16 @@ def main() -> int:
                 pace *= 2
     finally:
         server.close()
+        if hog is not None:
+            hog.terminate()
+            hog.wait(10)
 
-    print("\nsummary (this machine, this run)")
+    print("\nsummary (this machine, this run; load average %.2f %.2f %.2f)" % os.getloadavg())
     ours = [m for m in results if m.tool == "lanebook"]
     worst = max((m.worst_stream for m in ours), key=abs)
     print(f"  lanebook worst mean-stream-decode error over C1/C4/C6 and 64x400: {worst:+.3%} (goal <= 0.5%)")
-    side_by_side(results, start_up, *HEAVY)
+    for n in heavy_tokens:
+        side_by_side(results, start_up, *HEAVY, n)
     if best:
         print(
             f"\n  lanebook highest aggregate measured within 1%: {best.measured_aggregate:,.0f} tok/s at 64 x "
@@ -447,8 +540,8 @@ def main() -> int:
     if why_no_aiperf:
         print(f"  aiperf: {why_no_aiperf}")
         return 0
-    for concurrency in sorted({m.concurrency for m in results}):
-        pair = {m.tool: m for m in results if m.concurrency == concurrency}
+    for concurrency, max_tokens in sorted({(m.concurrency, m.max_tokens) for m in results}):
+        pair = {m.tool: m for m in results if (m.concurrency, m.max_tokens) == (concurrency, max_tokens)}
         a, b = pair["lanebook"], pair["aiperf"]
         print(
             f"  C{concurrency:<3d} stream error lanebook {a.worst_stream:+.3%} vs aiperf {b.worst_stream:+.3%}; "

@@ -56,9 +56,7 @@ checks = []  # every gate's checks, judged together at the end
 
 # %%
 with rb.step("1 models"):
-    checks += gates.show_gate(
-        rb, gates.run_gate("1 models", lambda: gates.models_gate("1 models", rb.nodes.executor, p))
-    )
+    checks += gates.models_step(rb)
 
 # %% [markdown]
 # ## Gate 2 — The startup log
@@ -68,7 +66,7 @@ with rb.step("1 models"):
 
 # %%
 with rb.step("2 startup log"):
-    checks += gates.show_gate(rb, gates.run_gate("2 startup log", lambda: gates.log_gate("2 startup log", rb.nodes)))
+    checks += gates.log_step(rb)
 
 # %% [markdown]
 # ## Gate 3 — The exact smoke
@@ -77,11 +75,8 @@ with rb.step("2 startup log"):
 # thinking is off (a string `"false"` turns thinking on: P10).
 
 # %%
-print(gates.curl_line(gates.chat_url(p), gates.exact_smoke_body(p)))
 with rb.step("3 exact smoke"):
-    checks += gates.show_gate(
-        rb, gates.run_gate("3 exact smoke", lambda: gates.exact_smoke_gate("3 exact smoke", rb.nodes.executor, p))
-    )
+    checks += gates.exact_smoke_step(rb)
 
 # %% [markdown]
 # ## Gate 4 — The tool-call smoke
@@ -90,9 +85,7 @@ with rb.step("3 exact smoke"):
 
 # %%
 with rb.step("4 tool smoke"):
-    checks += gates.show_gate(
-        rb, gates.run_gate("4 tool smoke", lambda: gates.tool_smoke_gate("4 tool smoke", rb.nodes.executor, p))
-    )
+    checks += gates.tool_smoke_step(rb)
 
 # %% [markdown]
 # ## The operator's Hermes config names this lane
@@ -113,9 +106,8 @@ with rb.step("hermes config", fix="put the backup named above back if the edit i
 
 # %%
 with rb.step("5 hermes provider block"):
-    provider, found = hermes.block_gate("5 hermes provider block", rb.nodes, config)
-    print(hermes.block_text(provider, p.hermes.provider), end="")
-    checks += gates.show_gate(rb, found)
+    provider, found = hermes.block_step(rb, config=config)
+    checks += found
 
 # %% [markdown]
 # ## Gate 6 — Hermes ROUTE_OK, through the real CLI
@@ -126,10 +118,7 @@ with rb.step("5 hermes provider block"):
 
 # %%
 with rb.step("6 hermes route"):
-    route, found = hermes.route_gate("6 hermes route", rb.nodes, provider)
-    print(hermes.route_text(route), end="")
-    rb.record(**hermes.route_figures(route))
-    checks += gates.show_gate(rb, found)
+    checks += hermes.route_smoke_step(rb, provider)
 
 # %% [markdown]
 # ## Troubleshooting

@@ -280,3 +280,26 @@ def test_the_runbook_shows_each_gate_then_judges_every_check_under_its_step():
     with pytest.raises(StepFailed, match="4 tool smoke: lane file"):
         gates.judge_gates(rb, failing)
     assert rb.failure == {"step": "4 tool smoke", "fix": gates.FIXES["4 tool smoke"]}
+
+
+def test_a_gate_step_takes_its_step_from_the_runbook_and_shows_its_table():
+    from lanebook.steps.runbook import Runbook
+
+    rb = Runbook("gates", "anemll-0731", dry_run=True)
+    with rb.step("1 models"):
+        found = gates.models_step(rb)
+    assert [(c.step, c.outcome) for c in found] == [("1 models", "not observed")] * 2
+    assert rb.nodes.executor.commands() == ["local: curl -s http://192.168.1.11:8888/v1/models"]
+
+    def refused(step):
+        raise LanebookError(f"{step}: refused")
+
+    with rb.step("4 tool smoke"):
+        [check] = gates.gate_step(rb, refused)
+    assert (check.step, check.what, check.ok, check.detail) == (
+        "4 tool smoke",
+        "the gate ran",
+        False,
+        "4 tool smoke: refused",
+    )
+    assert rb.checks == []  # shown, not judged: every gate runs before the verdict

@@ -222,3 +222,92 @@ def test_an_https_api_is_noted_as_read_stamped():
         "chunk arrivals are stamped when this process reads them, not by the kernel (https:// goes through "
         "httpx's own transport, which cannot pass them on): a busy client reads them late"
     ) in notes
+
+
+INTERVAL_S, CONTENT_CHUNKS = 0.04, 6  # one token a chunk: 5 decode tokens over 200 ms
+SLACK = 0.01  # the kernel stamps a loopback segment tens of microseconds after the write that sent it, here
+
+
+def paced_stream(hold=None):
+    """A one-request server: a role chunk, then CONTENT_CHUNKS one-token content chunks INTERVAL_S apart, then usage
+    and [DONE]; it logs perf_counter around each content write (the truth). With hold, a pair of threading.Events:
+    it waits for the first before its first content chunk and sets the second once the next one is written, so a
+    client that blocks in between gets both in one go."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    written = []
+
+    def frame(payload):
+        return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+    def event(obj):
+        return frame(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn, listener:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            role = event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + role)
+            if hold:
+                hold[0].wait(10)
+            start = time.perf_counter()
+            for i in range(CONTENT_CHUNKS):
+                time.sleep(max(0.0, start + i * INTERVAL_S - time.perf_counter()))
+                before = time.perf_counter()
+                conn.sendall(event({"choices": [{"index": 0, "delta": {"content": " tok"}}]}))
+                written.append((before, time.perf_counter()))
+                if hold and i == 1:
+                    hold[1].set()
+            usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": CONTENT_CHUNKS}}
+            conn.sendall(event(usage) + frame(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}", written
+
+
+def written_rate(written, first=0):
+    """The server's rate over content chunks `first` to the last, from its writes: (lowest, highest)."""
+    longest, shortest = written[-1][1] - written[first][0], written[-1][0] - written[first][1]
+    return (CONTENT_CHUNKS - 1 - first) / longest, (CONTENT_CHUNKS - 1 - first) / shortest
+
+
+def test_a_first_chunk_merged_while_the_client_is_busy_is_left_out():
+    """Loopback, forced: the client's event loop is held busy while the server writes the first two content
+    chunks, so the first reaches the client merged with the second and bears its arrival. Read as before, that
+    stream's window is one chunk interval short (5 tokens over 4 intervals: +25 %); the wave leaves it out and
+    reads the exact stream's rate, the server's truth."""
+    go, second_written = threading.Event(), threading.Event()
+    busy_url, busy_writes = paced_stream((go, second_written))
+    free_url, free_writes = paced_stream()
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}).encode()
+
+    async def busy_client():
+        async def hold():
+            await asyncio.sleep(0.05)  # the response head and role chunk are in
+            go.set()
+            second_written.wait(10)  # the event loop blocked: nothing is read while both chunks land
+            time.sleep(0.005)
+
+        async with new_client() as client:
+            record, _ = await asyncio.gather(stream_chat(client, chat_url(busy_url + "/v1"), body, 0, 10.0), hold())
+            return record
+
+    async def free_client():
+        async with new_client() as client:
+            return await stream_chat(client, chat_url(free_url + "/v1"), body, 1, 10.0)
+
+    merged, exact = run(busy_client()), run(free_client())
+    assert merged.error is None and exact.error is None and merged.stamp_source == STAMP_KERNEL
+    old = request_figures(merged)  # the reading before edges were told apart
+    low, high = written_rate(busy_writes)
+    assert old.first_edge_exact is False and old.stream_decode_tok_s > 1.2 * high
+    # the first chunk bears the second's arrival: 5 decode tokens over the 4 intervals after it
+    assert old.stream_decode_tok_s * 4 / 5 == pytest.approx(written_rate(busy_writes, first=1)[0], rel=SLACK)
+
+    figures = wave_figures(WaveRecord(2, 1, [merged, exact]))
+    assert (figures.edges_exact, figures.edges_merged, figures.ok, figures.decode_tokens) == (1, 1, 2, 10)
+    low, high = written_rate(free_writes)
+    assert low * (1 - SLACK) <= figures.mean_stream_decode_tok_s <= high * (1 + SLACK)

@@ -31,6 +31,8 @@ RUN_KEYS = [
     "acceptance_rate",
     "mean_acceptance_length",
     "tokens_estimated",
+    "edges_exact",
+    "edges_merged",
 ]
 
 
@@ -176,3 +178,43 @@ def test_a_late_first_chunk_reads_high_by_exactly_its_lateness():
     assert request_figures(on_time).stream_decode_tok_s == pytest.approx(50.0)
     assert request_figures(late).stream_decode_tok_s == pytest.approx(255 / 5.049)
     assert request_figures(late).ttft_s == pytest.approx(0.251)
+
+
+def merged_first_edge(record):
+    """The record as a client that fell behind reads it: the first content chunk stamped with the next one's arrival."""
+    chunks = record.chunks
+    first = next(i for i, c in enumerate(chunks) if c.kind == CONTENT)
+    chunks[first] = ChunkArrival(chunks[first + 1].t, CONTENT)
+    return record
+
+
+def test_a_first_chunk_merged_with_the_next_is_left_out_of_stream_and_ttft():
+    """255 tokens at 50 tok/s from a 1-token first chunk then 3-token chunks: the second chunk lands 60 ms after the
+    first. Merged, that stream's window is 60 ms short (+1.19 %); left out, the wave reads the exact streams' 50.0."""
+    exact = [stream(i, 0.0, 0.2, 50.0) for i in range(3)]
+    merged = merged_first_edge(stream(3, 0.0, 0.2, 50.0))
+    assert request_figures(merged).first_edge_exact is False
+    assert request_figures(merged).stream_decode_tok_s == pytest.approx(255 / (5.1 - 0.06))
+    figures = wave_figures(WaveRecord(4, 1, [*exact, merged]))
+    assert figures.mean_stream_decode_tok_s == pytest.approx(50.0) and figures.ttft_s_median == pytest.approx(0.2)
+    assert (figures.edges_exact, figures.edges_merged) == (3, 1)
+    assert (figures.ok, figures.errors, figures.decode_tokens) == (4, 0, 4 * 255)  # still measured, still counted
+    run = figures.run_json()
+    assert (run["edges_exact"], run["edges_merged"]) == (3, 1)
+
+
+def test_a_wave_with_no_exact_edge_has_no_stream_figures_and_says_why():
+    merged = [merged_first_edge(stream(i, 0.0, 0.2, 50.0)) for i in range(2)]
+    figures = wave_figures(WaveRecord(2, 1, merged))
+    assert figures.mean_stream_decode_tok_s is None and figures.ttft_s_median is None
+    assert (figures.edges_exact, figures.edges_merged, figures.ok, figures.errors) == (0, 2, 2, 0)
+    assert figures.wall_aggregate_tok_s == pytest.approx(2 * 255 / figures.wall_s)
+
+
+def test_the_last_chunk_sharing_its_stamp_with_the_previous_is_still_its_arrival():
+    """Segments queued unread take the newest's stamp: a last chunk merged with the one before it keeps its own."""
+    record = stream(0, 0.0, 0.2, 50.0)
+    last = max(i for i, c in enumerate(record.chunks) if c.kind == CONTENT)
+    record.chunks[last - 1] = ChunkArrival(record.chunks[last].t, CONTENT)
+    figures = wave_figures(WaveRecord(1, 1, [record]))
+    assert figures.mean_stream_decode_tok_s == pytest.approx(50.0) and figures.edges_exact == 1

@@ -254,3 +254,52 @@ def test_without_the_socket_option_reads_are_stamped_by_this_process_and_say_so(
     written, stamp, unblocked, source = blocked_loop_read()
     assert source == STAMP_LOOP
     assert unblocked <= stamp  # what kernel stamps avoid: the read is timed when the loop got to it
+
+
+def busy_loop_reads(catch_up: bool):
+    """The server writes two frames 30 ms apart while the client's event loop is blocked throughout (as when it sets
+    up other streams); midway, with catch_up, the blocked code calls the transport's catch_up (as each stream's
+    set-up does). Returns the two frames' stamps and the server's perf_counter around each write."""
+    go, first, caught, second = (threading.Event() for _ in range(4))
+    written = []
+
+    def script(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + frame(b"data: 0\n\n"))
+        for payload, wait, done in ((b"data: 1\n\n", go, first), (b"data: 2\n\n", caught, second)):
+            wait.wait(10)
+            before = time.perf_counter()
+            conn.sendall(frame(payload))
+            written.append((before, time.perf_counter()))
+            done.set()
+        conn.sendall(b"0\r\n\r\n")
+
+    server = ThreadServer(script)
+    lean = transport.LeanTransport()
+
+    async def read_all():
+        async with new_client(lean) as client:
+            async with client.stream("GET", server.url + "/x") as response:
+                reads = response.extensions["stamped_body"].stamped()
+                assert (await anext(reads))[0] == b"data: 0\n\n"
+                go.set()
+                first.wait(10)  # the event loop blocked from here on
+                time.sleep(0.03)
+                if catch_up:
+                    lean.catch_up()
+                caught.set()
+                second.wait(10)
+                time.sleep(0.01)
+                return [(p, t) async for p, t in reads if p]
+
+    return run(read_all()), written
+
+
+def test_catch_up_keeps_a_busy_loops_segments_apart():
+    """Without it both frames are read after the loop frees, bearing one stamp: the second's arrival."""
+    caught, written = busy_loop_reads(catch_up=True)
+    assert [p for p, _ in caught] == [b"data: 1\n\n", b"data: 2\n\n"]
+    (_, t1), (_, t2) = caught
+    assert written[0][0] <= t1 < written[1][0] <= t2
+    merged, written = busy_loop_reads(catch_up=False)
+    assert b"".join(p for p, _ in merged) == b"data: 1\n\ndata: 2\n\n"
+    assert len({t for _, t in merged}) == 1 and merged[0][1] >= written[1][0]

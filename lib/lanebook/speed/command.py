@@ -188,7 +188,17 @@ def _wave_line(fig: WaveFigures) -> str:
     return (
         f"trial {fig.trial} C{fig.concurrency}: {fig.ok}/{fig.requests} ok, stream "
         f"{_fmt(fig.mean_stream_decode_tok_s)} tok/s, "
-        f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{errors}"
+        f"aggregate {_fmt(fig.wall_aggregate_tok_s)} tok/s, wall {fig.wall_s:.2f} s{per_position}{_edges(fig)}{errors}"
+    )
+
+
+def _edges(fig: WaveFigures) -> str:
+    """Streams whose first content chunk arrived merged with the next (metrics.py), and what became of them."""
+    if not fig.edges_merged:
+        return ""
+    return (
+        f"; {fig.edges_merged} of {fig.ok} stream(s) had their first chunk merged with the next (the client fell "
+        "behind): left out of stream and TTFT"
     )
 
 

@@ -4,11 +4,12 @@
   (the role-only chunk does not open the window).
 - completion_tokens from the final usage chunk (a chunk may carry several tokens, so chunks are
   never counted as tokens); without usage it is estimated from the text and marked so.
-- decode_tokens = completion_tokens - 1; stream rate = decode_tokens / (t_last - t_first).
+- decode_tokens = completion_tokens - 1; stream rate = decode_tokens / (t_last - t_first); ttft_s = t_first - t_sent.
 - wall_s: first request sent to last response finished; aggregate = sum of decode_tokens / wall_s.
-- ttft_s = t_first - t_sent.
 - Every time of a wave is on one clock, and every chunk time comes from one stamp source (kernel
   receive stamps or the client's reads): windows measured two ways would not be comparable.
+- Streams whose first content chunk came merged with the next are left out of the stream decode mean
+  and TTFT median, and counted (windows()).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class RequestFigures:
     stream_decode_tok_s: float
     ttft_s: float
     tokens_estimated: bool
+    first_edge_exact: bool  # the first content chunk's arrival is its own, not shared with the next one
 
 
 def content_times(record: RequestRecord) -> list[float]:
@@ -60,6 +62,11 @@ def unmeasurable_reason(record: RequestRecord) -> Optional[str]:
     return None
 
 
+def first_edge_merged(times: list[float]) -> bool:
+    """The first content chunk arrived merged with the next (one stamp for both): its own arrival is unknown."""
+    return len(times) > 1 and times[1] <= times[0]
+
+
 def request_figures(record: RequestRecord) -> RequestFigures:
     """Figures of one measurable request (check unmeasurable_reason first)."""
     times = content_times(record)
@@ -75,6 +82,7 @@ def request_figures(record: RequestRecord) -> RequestFigures:
         stream_decode_tok_s=decode / (t_last - t_first),
         ttft_s=t_first - record.t_sent,
         tokens_estimated=estimated,
+        first_edge_exact=not first_edge_merged(times),
     )
 
 
@@ -118,6 +126,8 @@ class WaveFigures:
     tokens_estimated: bool
     idle_wait_s: Optional[float]
     stamp_source: Optional[str]  # records.STAMP_KERNEL or STAMP_LOOP
+    edges_exact: int = 0  # measured streams whose first content chunk carries its own arrival
+    edges_merged: int = 0  # measured streams whose first content chunk shares its arrival with the next
 
     def run_json(self) -> dict:
         return {
@@ -134,11 +144,30 @@ class WaveFigures:
             "acceptance_rate": _round(self.acceptance_rate),
             "mean_acceptance_length": _round(self.mean_acceptance_length),
             "tokens_estimated": self.tokens_estimated,
+            "edges_exact": self.edges_exact,
+            "edges_merged": self.edges_merged,
         }
 
 
 def _round(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 4)
+
+
+def windows(measured: list[RequestFigures]) -> list[RequestFigures]:
+    """The measured requests whose windows make a wave's stream decode mean and TTFT median: those whose first edge
+    is exact. A first content chunk with the next one's arrival (a client that fell behind: Linux gives segments
+    left unread one stamp, the newest's) opens the window up to a chunk interval late, so the rate would read high;
+    such a stream counts in every other figure (edges_merged). The last edge needs no such rule: it can share a
+    stamp only with the finish, usage and [DONE] events written with it, never with a later content chunk."""
+    return [f for f in measured if f.first_edge_exact]
+
+
+def window_requests(wave: WaveRecord) -> list[RequestRecord]:
+    """The records of the wave's requests that windows() keeps."""
+    records = [r for r in wave.requests if unmeasurable_reason(r) is None]
+    figures = [request_figures(r) for r in records]
+    kept = {id(f) for f in windows(figures)}
+    return [r for r, f in zip(records, figures) if id(f) in kept]
 
 
 def wave_figures(wave: WaveRecord) -> WaveFigures:
@@ -153,6 +182,8 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
             reasons[reason] = reasons.get(reason, 0) + 1
     wall = wall_seconds(wave.requests)
     decode = sum(f.decode_tokens for f in measured)
+    exact = sum(f.first_edge_exact for f in measured)
+    kept = windows(measured)
     spec = wave.spec_decode
     return WaveFigures(
         concurrency=wave.concurrency,
@@ -163,13 +194,15 @@ def wave_figures(wave: WaveRecord) -> WaveFigures:
         error_reasons=reasons,
         decode_tokens=decode,
         wall_s=wall,
-        mean_stream_decode_tok_s=statistics.fmean(f.stream_decode_tok_s for f in measured) if measured else None,
+        mean_stream_decode_tok_s=statistics.fmean(f.stream_decode_tok_s for f in kept) if kept else None,
         wall_aggregate_tok_s=decode / wall if wall > 0 else 0.0,
-        ttft_s_median=statistics.median(f.ttft_s for f in measured) if measured else None,
+        ttft_s_median=statistics.median(f.ttft_s for f in kept) if kept else None,
         acceptance_rate=spec.acceptance_rate if spec else None,
         mean_acceptance_length=spec.mean_acceptance_length if spec else None,
         acceptance_per_position=spec.acceptance_per_position if spec else [],
         tokens_estimated=any(f.tokens_estimated for f in measured),
         idle_wait_s=wave.idle_wait_s,
         stamp_source=stamp_source(wave.requests),
+        edges_exact=exact,
+        edges_merged=len(measured) - exact,
     )

@@ -5,6 +5,8 @@ and keep-alive pooling stay (a response read to its end returns its connection, 
 https:// URLs go to httpx's standard transport, unstamped. Stamps come from the kernel (SO_TIMESTAMPNS), moved onto
 perf_counter's clock per read, so stamps, TTFT and wall time share one clock; where the kernel cannot stamp, each
 read is stamped when made, and `stamp_source`/`stamp_note` say which (one source per transport, never mixed).
+A read's stamp is the newest segment's behind its bytes, and Linux gives segments that queued up unread one stamp,
+the newest's: reads of one merged segment carry the same stamp and time (metrics.py tells such chunks apart).
 `response.extensions["stamped_body"]` yields each read's payload with its stamp. Body reads carry no per-read
 timeout: callers bound whole requests. Why: docs/decisions.md, the "Speed client" entries.
 """
@@ -12,6 +14,7 @@ timeout: callers bound whole requests. Why: docs/decisions.md, the "Speed client
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
 import sys
@@ -33,6 +36,7 @@ ANCILLARY_BYTES = socket.CMSG_SPACE(TIMESPEC.size)
 PROBE_TIMEOUT_S = 1.0
 SOL_SOCKET = socket.SOL_SOCKET
 CLOCK_READ_GAP_NS = 5_000  # two perf readings further apart than this bracket a preemption: read again
+EDGE_READS = 4  # a body's first reads (its head's rest, the first content chunks) catch up on every connection
 Key = tuple[str, int]
 
 
@@ -169,8 +173,15 @@ class _Connection:
     """One HTTP/1.1 connection on a non-blocking socket. While a response is awaited the event loop
     calls _on_readable, which reads at once and queues each read with its arrival stamp."""
 
-    def __init__(self, sock: socket.socket, loop: asyncio.AbstractEventLoop, kernel_stamps: bool):
+    def __init__(
+        self,
+        sock: socket.socket,
+        loop: asyncio.AbstractEventLoop,
+        kernel_stamps: bool,
+        on_close: Callable[["_Connection"], None] = lambda conn: None,
+    ):
         self.sock, self.loop, self.fd, self.kernel_stamps = sock, loop, sock.fileno(), kernel_stamps
+        self.on_close = on_close
         self.reads: deque[tuple[bytes, Optional[float]]] = deque()
         self.buffered = 0
         self.eof = False
@@ -178,6 +189,10 @@ class _Connection:
         self.watching = False
         self.waiter: Optional[asyncio.Future] = None
         self.closed = False
+        # The last kernel stamp and its perf_counter time: reads of one merged segment carry one stamp, and
+        # keep one time (the offset, sampled per read, would otherwise set them apart by its jitter).
+        self.last_stamp: Optional[int] = None
+        self.last_t: Optional[float] = None
 
     def _watch(self) -> None:
         if not self.watching:
@@ -194,7 +209,13 @@ class _Connection:
             if self.kernel_stamps:
                 data, ancdata, _, _ = self.sock.recvmsg(READ_BYTES, ANCILLARY_BYTES)
                 stamp = receive_stamp_ns(ancdata)
-                t = None if stamp is None else perf_seconds(stamp, realtime_minus_perf_ns())
+                if stamp is None:
+                    t = None
+                elif stamp == self.last_stamp:
+                    t = self.last_t
+                else:
+                    t = self.last_t = perf_seconds(stamp, realtime_minus_perf_ns())
+                    self.last_stamp = stamp
             else:
                 data, t = self.sock.recv(READ_BYTES), time.perf_counter()
         except (BlockingIOError, InterruptedError):
@@ -257,6 +278,7 @@ class _Connection:
     def close(self) -> None:
         if not self.closed:
             self.unwatch()
+            self.on_close(self)
             self.sock.close()
             self.closed = True
 
@@ -295,6 +317,7 @@ class StampedBody(httpx.AsyncByteStream):
         decoder = ChunkedDecoder() if self.chunked else None
         remaining = self.length  # None: chunked, or read to close
         data, t = self.first
+        edge_reads = EDGE_READS
         while remaining != 0:
             if data:
                 if decoder is not None:
@@ -308,6 +331,9 @@ class StampedBody(httpx.AsyncByteStream):
                         break
                 else:
                     yield data, t
+            if edge_reads:
+                edge_reads -= 1
+                self.transport.catch_up()
             data, t = await self.conn.read()
             if not data:
                 if decoder is not None or remaining is not None:
@@ -333,6 +359,33 @@ class LeanTransport(httpx.AsyncBaseTransport):
         self.tls = httpx.AsyncHTTPTransport(verify=tls_context())
         self._stamping, self.stamp_note = stamped_socket()
         self.stamp_source = STAMP_KERNEL if self._stamping else STAMP_LOOP
+        self._poller = select.epoll() if hasattr(select, "epoll") else None  # this transport's sockets, for catch_up
+        self._open: dict[int, _Connection] = {}
+
+    def _opened(self, conn: _Connection) -> _Connection:
+        if self._poller is not None:
+            self._poller.register(conn.fd, select.EPOLLIN)
+            self._open[conn.fd] = conn
+        return conn
+
+    def _closed(self, conn: _Connection) -> None:
+        if self._open.pop(conn.fd, None) is not None:
+            self._poller.unregister(conn.fd)
+
+    def catch_up(self) -> None:
+        """Read now every awaited connection the kernel holds data for, while the event loop is busy with one.
+
+        Segments left unread take one stamp, the newest's (Linux merges them in the receive queue, or one read takes
+        them all): a stream whose first chunk waits there while the loop sets up 63 others is stamped with its next
+        chunk's arrival. Called as requests go out and in a body's first reads, this keeps every stream's early
+        segments read one at a time, at the cost of an epoll_wait per call (Linux; elsewhere it does nothing).
+        """
+        if self._poller is None:
+            return
+        for fd, _ in self._poller.poll(0):
+            conn = self._open.get(fd)
+            if conn is not None and conn.watching:
+                conn._on_readable()
 
     async def _connection(self, key: Key, timeout_s: Optional[float]) -> _Connection:
         pool = self.idle.get(key, [])
@@ -361,7 +414,7 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     except BaseException:
                         sock.close()
                         raise
-                    return _Connection(sock, loop, kernel)
+                    return self._opened(_Connection(sock, loop, kernel, self._closed))
         except (OSError, TimeoutError) as exc:
             failure = exc
         raise httpx.ConnectError(str(failure) or type(failure).__name__) from None
@@ -382,9 +435,11 @@ class LeanTransport(httpx.AsyncBaseTransport):
             if trace:
                 await trace("http11.send_request_headers.started", {"request": request})
             async with asyncio.timeout(timeouts.get("read")):
+                self.catch_up()  # C requests go out in one turn of the loop: read what came back meanwhile
                 await conn.send(b"\r\n".join(head) + b"\r\n\r\n" + body)
                 while (end := buf.find(b"\r\n\r\n")) < 0:
                     data, t = await conn.read()
+                    self.catch_up()
                     if not data:
                         raise httpx.RemoteProtocolError("server disconnected without sending a response")
                     buf += data
@@ -419,6 +474,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
             for conn in pool:
                 conn.close()
         self.idle.clear()
+        if self._poller is not None:
+            self._poller.close()
+            self._poller = None
+            self._open.clear()
         if self._stamping is not None:
             self._stamping.close()
             self._stamping = None

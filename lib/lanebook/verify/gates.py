@@ -417,6 +417,34 @@ def show_gate(rb: "Runbook", found: list[ExpectedResult]) -> list[ExpectedResult
     return found
 
 
+def gate_step(rb: "Runbook", gate: Callable[[str], list[ExpectedResult]]) -> list[ExpectedResult]:
+    """One gate in the runbook's current step, named once there: `gate(step)`'s checks (a LanebookError its one
+    failed check, so every gate runs before the verdict), shown as its table; its checks."""
+    step = rb.current_step
+    return show_gate(rb, run_gate(step, lambda: gate(step)))
+
+
+def models_step(rb: "Runbook") -> list[ExpectedResult]:
+    """`/v1/models` in the current step (models_gate)."""
+    return gate_step(rb, lambda step: models_gate(step, rb.nodes.executor, rb.params))
+
+
+def log_step(rb: "Runbook") -> list[ExpectedResult]:
+    """The startup log in the current step (log_gate)."""
+    return gate_step(rb, lambda step: log_gate(step, rb.nodes))
+
+
+def exact_smoke_step(rb: "Runbook") -> list[ExpectedResult]:
+    """The exact smoke in the current step, its request printed first as the curl line (exact_smoke_gate)."""
+    print(curl_line(chat_url(rb.params), exact_smoke_body(rb.params)))
+    return gate_step(rb, lambda step: exact_smoke_gate(step, rb.nodes.executor, rb.params))
+
+
+def tool_smoke_step(rb: "Runbook") -> list[ExpectedResult]:
+    """The tool-call smoke in the current step (tool_smoke_gate)."""
+    return gate_step(rb, lambda step: tool_smoke_gate(step, rb.nodes.executor, rb.params))
+
+
 def judge_gates(rb: "Runbook", checks: list[ExpectedResult]) -> None:
     """Every gate's checks in one table and the record, then each judged under its gate's step with that gate's fix
     (the first failed one stops the run, after every gate has run)."""

@@ -34,7 +34,7 @@ from lanebook.lane.params import KEYLESS_VALUES, LaneParams, NodeParams
 from lanebook.nodes.ssh import Executor, LaneNodes, Node, q, qpath
 from lanebook.ops.checkout_env import replace_command, run_replace
 from lanebook.recipe.render import sha256
-from lanebook.verify.gates import not_observed, thinking_intended, thinking_problems
+from lanebook.verify.gates import not_observed, show_gate, thinking_intended, thinking_problems
 
 if TYPE_CHECKING:
     from lanebook.steps.runbook import Runbook
@@ -621,6 +621,23 @@ def route_figures(route: Optional[RouteRun]) -> dict:
         "hermes_reasoning_chars": route.state.reasoning_chars,
         "hermes_reasoning_tokens": route.state.reasoning_tokens,
     }
+
+
+def block_step(rb: "Runbook", *, config: Optional[str] = None) -> tuple[Optional[ProviderBlock], list[ExpectedResult]]:
+    """Gate 5 in the runbook's current step: the provider block (the operator's `config`, else the lane's) printed,
+    its checks shown as the gate's table; the block, for gate 6, and the checks."""
+    provider, found = block_gate(rb.current_step, rb.nodes, config)
+    print(block_text(provider, rb.params.hermes.provider), end="")
+    return provider, show_gate(rb, found)
+
+
+def route_smoke_step(rb: "Runbook", provider: Optional[ProviderBlock]) -> list[ExpectedResult]:
+    """Gate 6 in the runbook's current step: ROUTE_OK through the CLI with gate 5's block, its command and output
+    printed, state.db's reasoning recorded, its checks shown as the gate's table; the checks."""
+    route, found = route_gate(rb.current_step, rb.nodes, provider)
+    print(route_text(route), end="")
+    rb.record(**route_figures(route))
+    return show_gate(rb, found)
 
 
 # --- the operator's config follows the lane that serves ------------------------------------------------------------
