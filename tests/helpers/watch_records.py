@@ -50,7 +50,7 @@ def probes() -> list[dict]:
     return [early] + [probe(T0 + 60 * i, i + 2, served) for i, served in enumerate(SERVED)]
 
 
-def incidents() -> list[dict]:
+def incidents(run_ids: tuple[str, ...] = RUN_IDS) -> list[dict]:
     engine = {
         "id": INCIDENT,
         "lane": "twin",
@@ -93,11 +93,11 @@ def incidents() -> list[dict]:
                 "why": "restart 1 of at most 2 within 600 s",
                 "runs": [
                     {"runbook": name, "run_id": run_id, "lane": "twin", "verdict": "pass", "failed_step": None}
-                    for name, run_id in zip(("stop", "launch", "gates"), RUN_IDS)
+                    for name, run_id in zip(("stop", "launch", "gates"), run_ids)
                 ],
             }
         ],
-        "runs": list(RUN_IDS),
+        "runs": list(run_ids),
         "waits": [],
         "pages": [
             {"t": T0 + 180, "event": "opened"},
@@ -227,8 +227,9 @@ def state() -> dict:
     }
 
 
-def write_watch(outputs: Path, lane: str = "twin") -> Path:
-    """The series under OUTPUTS/watch/LANE/, as the watcher lays it out (records unredacted: the page redacts)."""
+def write_watch(outputs: Path, lane: str = "twin", run_ids: tuple[str, ...] = RUN_IDS) -> Path:
+    """The series under OUTPUTS/watch/LANE/, as the watcher lays it out (records unredacted: the page redacts); the
+    restart's stop, launch and gates runs are RUN_IDS."""
     folder = outputs / "watch" / lane
     (folder / "incidents").mkdir(parents=True, exist_ok=True)
 
@@ -240,6 +241,6 @@ def write_watch(outputs: Path, lane: str = "twin") -> Path:
     lines("link.jsonl", link())
     lines("pages.jsonl", pages())
     (folder / "state.json").write_text(json.dumps(state()))
-    for incident in incidents():
+    for incident in incidents(run_ids):
         (folder / "incidents" / f"{incident['id']}.json").write_text(json.dumps(incident))
     return folder
