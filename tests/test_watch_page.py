@@ -64,6 +64,7 @@ def test_speed_waves_link_rails_and_pages():
     waves, skipped = speed_points(w.speed())
     assert [(p["t"] - T0, p["value"], p["below"], p["regression"]) for p in waves] == [
         (60, 80.0, False, False),
+        (150, None, True, False),
         (330, 70.0, True, False),
         (360, 71.0, True, False),
         (400, 69.0, True, True),
@@ -104,14 +105,19 @@ def test_the_page_shows_the_figures_labelled_links_runs_and_no_secret():
     )
     assert "detected 2026-12-07 00:03:00 (after 1 min 0 s, 2 rounds); repaired 2026-12-07 00:03:40" in text
     assert "served again 2026-12-07 00:05:00 (after 3 min 0 s)" in text
-    assert "- **Finding:** rail roceP2p1s0f0 to worker carries 13.2 Gb/s; fix: power-cycle both nodes" in text
+    assert (
+        "carries 13.2 Gb/s\n- **Times (UTC):** detected 2026-12-07 00:09:00; closed —\n- **Fix:** power-cycle both"
+        in text
+    )
     # pages, speed, link
     assert "5 page(s) sent" not in text and "4 page(s) sent, 1 attempt(s) failed" in text
     assert (
-        "5 wave(s) of one stream against the lane's stored C1 band, 3 below its minimum, 1 judged a regression" in text
+        "6 wave(s) of one stream against the lane's stored C1 band, 4 below its minimum (1 with no figure: its request "
+        "failed), 1 judged a regression" in text
     )
     assert "2 attempt(s) skipped: clients are being served: requests running 1, waiting 0 (2×)" in text
     assert "| 2026-12-07 00:06:40 | 69.0 | 75.0 | 82.0 |" in text and "REGRESSION" in text
+    assert "NCCL bus bandwidth: not measured (no all_reduce_perf output)." in text
     assert "3 attempt(s), 2 measured; not measured 1× (the last: link: the worker did not answer)" in text
     assert "| worker | `roceP2p1s0f0` | 13.2 | 9000 |\n" in text and "| L01 | error |" in text
     # nothing planted is shown, nor anything the redactor would hide; where pages go is never shown

@@ -1,7 +1,8 @@
 """A small watch series written as `lanebook watch` writes it (lanebook.runs.watch.FILES), for the served lanes page's
 tests: eleven probe rounds (one eight days before the rest), an engine incident restarted through three runs, a speed
-regression and a degraded link paged, five speed waves and two skipped attempts, three link attempts, five page
-attempts. Secrets are planted where a record could carry one unredacted: a page must show none of them."""
+regression and a degraded link paged, six speed waves (one with no figure) and two skipped attempts, three link
+attempts, five page attempts. Secrets are planted where a record could carry one unredacted: a page must show none
+of them."""
 
 from __future__ import annotations
 
@@ -138,14 +139,15 @@ def incidents(run_ids: tuple[str, ...] = RUN_IDS) -> list[dict]:
 
 
 def speed() -> list[dict]:
-    def wave(t: float, value: float, regression: bool) -> dict:
+    def wave(t: float, value: float | None, regression: bool) -> dict:
         return {"t": t, "workload": "probe", "concurrency": 1, "max_tokens": 64, "stream_decode_tok_s": value,
-                "band_min": 75.0, "band_median": 82.0, "band_trials": 3, "below": value < 75.0, "errors": 0,
-                "regression": regression, "why": "test"}  # fmt: skip
+                "band_min": 75.0, "band_median": 82.0, "band_trials": 3, "below": value is None or value < 75.0,
+                "errors": int(value is None), "regression": regression, "why": "test"}  # fmt: skip
 
     return [
         {"t": T0 + 30, "skipped": "clients are being served: requests running 1, waiting 0"},
         wave(T0 + 60, 80.0, False),
+        wave(T0 + 150, None, False),  # its request failed: no figure
         wave(T0 + 330, 70.0, False),
         wave(T0 + 360, 71.0, False),
         wave(T0 + 400, 69.0, True),

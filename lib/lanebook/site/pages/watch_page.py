@@ -302,8 +302,10 @@ def incident_detail(incident: dict, run_docs: dict[str, str]) -> str:
         fixes = [f for f in (incident.get("doctor") or {}).get("confirmed") or [] if f.get("fix")]
         if fixes:
             lines.append(f"- **Its fix:** {said(fixes[0]['fix'])}")
-    for finding in incident.get("findings") or []:
-        lines.append(f"- **Finding:** {said(finding.get('cause'))}; fix: {said(finding.get('fix'))}")
+    for finding in incident.get("findings") or []:  # the first finding's cause is the summary already
+        if finding.get("cause") != incident.get("summary"):
+            lines.append(f"- **Finding:** {said(finding.get('cause'))}")
+        lines.append(f"- **Fix:** {said(finding.get('fix'))}")
     for remedy in incident.get("remedies") or []:
         runs = ", ".join(
             f"{said(r.get('runbook'))} {run_link(r.get('run_id'), run_docs)} {said(r.get('verdict'))}"
@@ -345,11 +347,13 @@ def speed_part(lane: WatchedLane) -> str:
         return "### Speed\n\nNo speed wave yet.\n"
     below = sum(w["below"] for w in waves)
     regressions = sum(w["regression"] for w in waves)
+    no_figure = sum(w["value"] is None for w in waves)
     reasons = Counter(said(s["skipped"], 120) for s in skipped).most_common(2)
     text = (
         f"### Speed\n\n{len(waves)} wave(s) of one stream against the lane's stored C1 band, {below} below its "
-        f"minimum, "
-        f"{regressions} judged a regression (several waves in a row below it: one wave is never one); "
+        "minimum"
+        + (f" ({no_figure} with no figure: its request failed)" if no_figure else "")
+        + f", {regressions} judged a regression (several waves in a row below it: one wave is never one); "
         f"{len(skipped)} attempt(s) skipped"
         + (": " + "; ".join(f"{why} ({n}×)" for why, n in reasons) if reasons else "")
         + ".\n"
@@ -406,10 +410,11 @@ def link_part(lane: WatchedLane) -> str:
         + md_table(header, rows)
     )
     nccl = report.get("nccl") or {}
-    busbw = nccl.get("bus_bandwidth_gbs")
-    text += "\nNCCL bus bandwidth: " + (
-        f"{busbw:.2f} GB/s.\n" if busbw is not None else f"not measured ({said(nccl.get('note') or 'no note')}).\n"
-    )
+    busbw, note = nccl.get("bus_bandwidth_gbs"), said(nccl.get("note") or "")
+    if busbw is not None:
+        text += f"\nNCCL bus bandwidth: {busbw:.2f} GB/s.\n"
+    else:
+        text += f"\nNCCL bus bandwidth: {note if note.startswith('not measured') else f'not measured ({note})'}.\n"
     findings = report.get("findings") or []
     if findings:
         text += "\n" + md_table(
@@ -457,11 +462,11 @@ def plot_watch(lane: WatchedLane) -> Optional[bytes]:
     times += [t for points in rails.values() for t, _ in points]
     first, last = min(times), max(times)
     span = max(last - first, 60.0)
-    heights = {"served": 0.9, "speed": 2.3, "link": 2.1}
+    heights = {"served": 1.0, "speed": 2.4, "link": 2.2}  # inches, each with its legend above it
     fig, axes = plt.subplots(
         len(panels),
         1,
-        figsize=(10, 1.2 + sum(heights[p] for p in panels)),
+        figsize=(8, 1.0 + sum(heights[p] for p in panels)),
         sharex=True,
         squeeze=False,
         gridspec_kw={"height_ratios": [heights[p] for p in panels]},
@@ -476,9 +481,15 @@ def plot_watch(lane: WatchedLane) -> Optional[bytes]:
             ax.plot([], [], "s", color="#1a7f37", label="served")
             ax.plot([], [], "s", color="#cf222e", label="not served")
         elif panel == "speed":
-            ok = [(x(w["t"]), w["value"]) for w in waves if w["value"] is not None and not w["regression"]]
+            kinds = {
+                "within the band": [w for w in waves if w["value"] is not None and not w["below"]],
+                "below its min": [w for w in waves if w["value"] is not None and w["below"] and not w["regression"]],
+            }
+            for (name, shown), colour in zip(kinds.items(), ("#0969da", "#bc4c00")):
+                if shown:
+                    ax.plot([x(w["t"]) for w in shown], [w["value"] for w in shown], "o", ms=5, color=colour,
+                            label=f"wave, {name}")  # fmt: skip
             bad = [(x(w["t"]), w["value"]) for w in waves if w["value"] is not None and w["regression"]]
-            ax.plot([p[0] for p in ok], [p[1] for p in ok], "o", ms=5, color="#0969da", label="wave (C1)")
             if bad:
                 ax.plot([p[0] for p in bad], [p[1] for p in bad], "X", ms=9, color="#cf222e", label="regression")
             for key, style, name in (("band_min", ":", "band min"), ("band_median", "--", "band median")):
@@ -488,9 +499,11 @@ def plot_watch(lane: WatchedLane) -> Optional[bytes]:
                     ax.step([x(t) for t, _ in points], [v for _, v in points], where="post", linestyle=style,
                             color="#57606a", lw=1.3, label=name)  # fmt: skip
             ax.set_ylabel("stream decode\ntok/s")
-            ax.set_ylim(
-                bottom=0, top=max([w["value"] or 0 for w in waves] + [w["band_median"] or 0 for w in waves]) * 1.15
-            )
+            seen = [v for w in waves for v in (w["value"], w["band_min"], w["band_median"]) if v is not None]
+            if seen:  # around the band and the waves, so a wave just below the band shows as below it
+                low, high = min(seen), max(seen)
+                pad = max((high - low) * 0.25, high * 0.03)
+                ax.set_ylim(max(low - pad, 0), high + pad)
         else:
             for name, points in sorted(rails.items()):
                 measured = [(x(t), v) for t, v in points if v is not None]
@@ -499,18 +512,19 @@ def plot_watch(lane: WatchedLane) -> Optional[bytes]:
             ax.axhline(DEGRADED_BELOW_GBPS, color="#cf222e", linestyle="--", lw=1, label="degraded below 40")
             ax.set_ylabel("ib_write_bw\nGb/s")
             ax.set_ylim(0, max([HEALTHY_GBPS[1] * 1.1] + [v for p in rails.values() for _, v in p if v is not None]))
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=4, frameon=False, borderaxespad=0.2)
         ax.grid(alpha=0.3)
     bottom = axes[-1, 0]
     bottom.set_xlim(x(first - span * 0.02), x(last + span * 0.02))
-    bottom.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M", tz=timezone.utc))
+    locator = mdates.AutoDateLocator(tz=timezone.utc, minticks=4, maxticks=8)
+    bottom.xaxis.set_major_locator(locator)
+    bottom.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc))
     bottom.set_xlabel("UTC")
-    plt.setp(bottom.get_xticklabels(), rotation=20, ha="right", fontsize=8)
     kind = "TWIN figures" if lane.twin else "REAL lane figures"
     fig.suptitle(f"{lane.lane_name} · {kind} · what the watch saw (its last {RECENT_DAYS} days)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    fig.tight_layout()
     out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=90)
+    fig.savefig(out, format="png", dpi=100)
     plt.close(fig)
     return out.getvalue()
 
