@@ -103,6 +103,8 @@ TWIN_LABELS = {
     ("site/pages/speed_page.py", "lane_section"): (4, "the speed section's badge and captions"),
     ("site/pages/speed_page.py", "plot_history"): (1, "the plot's title"),
     ("site/pages/speed_page.py", "seed_figures"): (1, "seed figures shown beside real baselines only"),
+    ("site/pages/watch_page.py", "lane_section"): (1, "the served lane's twin sentence"),
+    ("site/pages/watch_page.py", "plot_watch"): (1, "the plot's title"),
     ("runs/watch.py", "Watcher.speed_wave"): (1, "the watch's speed wave's twin flag"),
     ("speed/baseline.py", "baseline_json"): (1, "a baseline's documents agreeing with its provenance"),
     ("speed/command.py", "SpeedResult.document"): (1, "the speed JSON's twin flag"),

@@ -2,7 +2,8 @@
 every page of the book exists, the links inside it resolve, nothing is loaded from the internet, no status
 mark needs an emoji font, the write-ups are named by title and ids link to their rows, and no page shows a path of
 the machine that built it. The runs: a twin run of `status` (a rehearsal) and a dry run of `launch` on a real lane,
-so every other runbook's page says it is not rehearsed, and the strict build fails naming each such page and line."""
+so every other runbook's page says it is not rehearsed, and the strict build fails naming each such page and line.
+A small watch series of the twin lane (helpers.watch_records, secrets planted in it) is in the outputs too."""
 
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import watch_records
 from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.runs.execute import RUNBOOKS
 from lanebook.site.bookcheck import check_site, text_problems
@@ -35,6 +37,8 @@ def site(tmp_path_factory, twin):
     tmp = tmp_path_factory.mktemp("book")
     status, _ = run(tmp, "status", "twin", expect_exit=0)  # a real twin run: its checks observed the twin's nodes
     dry, _ = dry_run_offline(tmp / "outputs", "launch")
+    # what the watch saw of the twin lane: a small series, its restart's launch run being the status run recorded
+    watch_records.write_watch(tmp / "outputs", run_ids=("w0000001", status["run_id"], "w0000003"))
     env = {**os.environ, "LANEBOOK_OUTPUTS": str(tmp / "outputs")}
     built = offline([str(LANEBOOK), "book", "--out", str(tmp / "site"), "--strict"], env)
     html = tmp / "site" / "_build" / "html"
@@ -165,6 +169,19 @@ def test_the_audit_trail_marks_twin_dry_and_real_runs(site):
         text for name, text in site["pages"].items() if site["status"]["run_id"] in name and name.startswith("audit/")
     ]
     assert "[TWIN]" in twin and "every figure on this page is a twin figure" in twin
+
+
+def test_the_served_lanes_page_shows_the_watch_of_the_twin_lane_and_no_secret(site):
+    page = site["pages"]["watch.html"]
+    assert '<span class="lanebook-badge lanebook-badge-twin">TWIN</span>' in page and "Served lanes" in page
+    assert 'src="_images/watch-twin.png"' in page and (site["html"] / "_images" / "watch-twin.png").is_file()
+    assert "<td><p>72.73 %</p></td>" in page or "<td>72.73 %</td>" in page
+    assert '<a class="reference internal" href="audit/twin-' in page and site["status"]["run_id"] in page
+    assert '<a href="pitfalls.html#P16">P16</a> Head dies mid-TP' in page  # the doctor's finding, linked to its row
+    assert "Not watched (nothing under" in page and "anemll-0731" in page
+    assert 'href="watch.html"' in site["pages"]["index.html"]  # in the table of contents
+    for secret in watch_records.SECRETS:
+        assert secret not in page, secret
 
 
 def test_book_refuses_to_publish_a_secret(site):

@@ -1,13 +1,14 @@
 """The built site as a reader sees it: opened from file:// in headless Chromium (Debian's /usr/bin/chromium through
 Playwright) with no network. The book is built once (lanebook.site.book.build_book) from an outputs folder holding a
-twin launch run and a short twin speed run. Every page checked here renders (the theme's article shown, no
-failed request, every image loaded), asks nothing of any address but file:// (every other request is routed to
-an abort and named), and draws no character as a missing glyph; the introduction, the launch recipe page with
-its outputs (the troubleshooting table, the verdict table), the speed page with its plot and the audit trail are
-each checked for what they must show. Every page is also read at a laptop width (1366 px) and a phone width
-(390 px): its first screen shows its title, it does not scroll sideways, and it asks nothing of the network.
-Screenshots go to test-artifacts/site/: NAME.jpg, the whole page at 1280 px, for the pages checked in detail; and
-NAME-1366.jpg, NAME-390.jpg, the first screen at each width (what that check judges).
+twin launch run, a short twin speed run and a small watch series of the twin lane. Every page checked here renders
+(the theme's article shown, no failed request, every image loaded), asks nothing of any address but file:// (every
+other request is routed to an abort and named), and draws no character as a missing glyph; the introduction, the
+launch recipe page with its outputs (the troubleshooting table, the verdict table), the speed page with its plot,
+the served lanes page and the audit trail are each checked for what they must show. Every page is also read at a
+laptop width (1366 px) and a phone width (390 px): its first screen shows its title, it does not scroll sideways,
+and it asks nothing of the network. Screenshots go to test-artifacts/site/: NAME.jpg, the whole page at 1280 px, for
+the pages checked in detail; and NAME-1366.jpg, NAME-390.jpg, the first screen at each width (what that check
+judges).
 
 One browser context per viewport size serves every page read at that size, its one tab going from page to page, so
 the suite pays for a page's load, not for a fresh browser profile and tab each time; each page's requests are
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from helpers import watch_records
 from helpers.lanebook_runs import run
 from lanebook.base.paths import REPO
 
@@ -189,13 +191,14 @@ def test_the_glyph_check_sees_a_missing_glyph_and_passes_covered_marks(reader, t
 
 @pytest.fixture(scope="module")
 def site(twin, tmp_path_factory) -> Path:
-    """The site built from a twin launch run and a short twin speed run (launch is idempotent: an up lane is
-    verified)."""
+    """The site built from a twin launch run, a short twin speed run (launch is idempotent: an up lane is verified)
+    and a small watch series of the twin lane (helpers.watch_records)."""
     from lanebook.site.book import build_book
 
     tmp = tmp_path_factory.mktemp("site")
     run(tmp, "launch", "twin", expect_exit=0)
     run(tmp, "speed", "twin", *SHORT_SPEED, expect_exit=0)
+    watch_records.write_watch(tmp / "outputs")
     saved = os.environ.get("LANEBOOK_OUTPUTS")
     os.environ["LANEBOOK_OUTPUTS"] = str(tmp / "outputs")
     try:
@@ -259,6 +262,14 @@ def test_the_speed_page_shows_its_plot(reader, site):
         plots = [i for i in visit.images() if i["width"] > 0]
         assert plots, "the speed page shows no loaded plot image"
         assert re.search(r"\btwin\b", visit.page.locator("article.bd-article").inner_text(), re.I)
+
+
+@pytest.mark.twin
+def test_the_served_lanes_page_shows_its_plot_and_labels_twin_figures(reader, site):
+    with visit_page(reader, site, "watch.html") as visit:
+        assert [i for i in visit.images() if i["width"] > 0], "the served lanes page shows no loaded plot image"
+        text = visit.page.locator("article.bd-article").inner_text()
+        assert "TWIN" in text and "72.73 %" in text and "Head dies mid-TP" in text
 
 
 @pytest.mark.twin

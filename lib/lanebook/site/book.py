@@ -10,6 +10,7 @@ builds return those as warnings.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from lanebook.recipe.pitfalls import PITFALLS
 from lanebook.recipe.upgrade_plan import recorded_plans
 from lanebook.runs.audit import read_runs
 from lanebook.runs.execute import RUNBOOKS, read_verdict
+from lanebook.runs.watch import incidents, watch_dir
 from lanebook.site.bookcheck import check_site, text_problems
 from lanebook.site.pages import (
     fleet_page,
@@ -41,6 +43,7 @@ from lanebook.site.pages import (
     symptoms_page,
     trail_page,
     upgrades_page,
+    watch_page,
 )
 from lanebook.site.pages.links import defined_anchors, link_text, run_links
 from lanebook.site.pages.notebook import notebook_title, page_notebook
@@ -133,6 +136,50 @@ def _stage_fleets(stage: Path, runs: list[PublishedRun]) -> None:
     (stage / "fleets.md").write_text(fleet_page.fleets_index(published))
 
 
+def _json_lines(path: Path) -> list[dict]:
+    """The objects of a JSON-lines file; a line that is not one (cut short by a crash) is left out."""
+    found = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            found.append(value)
+    return found
+
+
+def _stage_watch(stage: Path, runs: list[PublishedRun]) -> None:
+    """watch.md: what the watch saw of each lane with a folder under outputs/watch/, and which lanes it never
+    watched (lanebook.site.pages.watch_page); its plots beside it."""
+    watched, unwatched = [], []
+    for name in lane_names():
+        folder = watch_dir(name)
+        if not folder.is_dir():
+            unwatched.append(name)
+            continue
+        try:
+            state = json.loads((folder / "state.json").read_text())
+        except (OSError, ValueError):
+            state = {}
+        watched.append(
+            watch_page.WatchedLane(
+                name,
+                load_lane(name).figures_label,
+                probes=_json_lines(folder / "probes.jsonl"),
+                incidents=incidents(name),
+                speed=_json_lines(folder / "speed.jsonl"),
+                link=_json_lines(folder / "link.jsonl"),
+                pages=_json_lines(folder / "pages.jsonl"),
+                state=state if isinstance(state, dict) else {},
+            )
+        )
+    text, pictures = watch_page.watch_page(watched, unwatched, {run.run_id: run.doc for run in runs})
+    (stage / f"{watch_page.DOC}.md").write_text(text)
+    for file, png in pictures.items():
+        (stage / file).write_bytes(png)
+
+
 def _markdown_parts(nb: nbformat.NotebookNode) -> list[tuple[object, str]]:
     """(holder, key) of each Markdown text of a staged notebook: its Markdown cells and Markdown outputs."""
     parts: list[tuple[object, str]] = []
@@ -192,6 +239,7 @@ def stage_book(stage: Path) -> None:
     _stage_trail(stage, runs)
     _stage_upgrades(stage)
     _stage_fleets(stage, runs)
+    _stage_watch(stage, runs)
     toc = ["format: jb-book", "root: index", "parts:", "  - caption: Recipe", "    chapters:"] + [
         f"      - file: {d}" for d in recipe_docs
     ]
@@ -210,6 +258,7 @@ def stage_book(stage: Path) -> None:
         "  - caption: Audit trail",
         "    chapters:",
         "      - file: audit",
+        f"      - file: {watch_page.DOC}",
         "      - file: upgrades",
         "      - file: fleets",
     ]
