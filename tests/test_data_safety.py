@@ -107,6 +107,8 @@ DIRECT_WRITES = {
     "compose_cli.py": "a temporary directory holding copies of the checkout's texts for `docker compose config`",
     "fleet_dag.py": "claims a new fleet run's folder (exist_ok=False) and writes its Airflow log; Airflow's lock file",
     "lane_from_checkout.py": "a temporary copy of the checkout the imported lane is rendered into (the round trip)",
+    "watch.py": "appends one line a round to the watch's series (never rewrites it)",
+    "watch_unit.py": "a temporary file holding the unit's bytes to send to the head",
 }
 WRITE_CALLS = re.compile(
     r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"

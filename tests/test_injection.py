@@ -128,6 +128,7 @@ def test_a_crafted_env_value_no_reader_agrees_on_is_refused_and_nothing_is_writt
 def _lane_file(tmp_path: Path, **changes) -> Path:
     data = json.loads(json.dumps(load_lane("twin").model_dump()))
     data["rollback"] = None
+    data["watch"]["then"] = "page"  # a watch cannot fall back to no lane
     for key, value in changes.items():
         data["nodes"][0][key] = value
     path = tmp_path / "crafted.json"
@@ -141,6 +142,7 @@ def test_a_runbook_run_with_crafted_values_runs_none_of_them(twin, tmp_path):
     sentinel.mkdir()
     data = json.loads(json.dumps(load_lane("twin").model_dump()))
     data.update(rollback=None, checkout=f"~/lbt-inj-run {payloads(sentinel, 'run')}")
+    data["watch"]["then"] = "page"
     data["launcher"]["env"]["PROJECT_NAME"] = f"p {payloads(sentinel, 'runproject')}"
     lane_file = tmp_path / "crafted.json"
     lane_file.write_text(json.dumps(data))
@@ -206,6 +208,10 @@ PRE_QUOTED = {
     "same": "a test built from q(claim) or the int mtime",
     "stamp": "a UTC stamp and the claim's alphanumerics",
     "found.mtime": "an int the head's stat printed",
+    "systemctl": "the constant `systemctl --user` or `sudo -n systemctl`",
+    "folder": "a constant unit folder (the user's keeps ~ for the shell to expand)",
+    "remove": "an rm line built from q(path)",
+    "PAIR_MARK": "a constant marker word",
 }
 
 

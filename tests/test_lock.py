@@ -386,7 +386,8 @@ def test_a_promotion_holds_one_lock_its_runbooks_run_inside(twin_nodes, tmp_path
     from lanebook.runs import promote
 
     lane = tmp_path / "twin.yaml"  # no rollback lane: no fingerprint to take first
-    lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
+    text = lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null")
+    lane.write_text(text.replace("then: rollback", "then: page"))  # a watch cannot fall back to no lane
     folder = tmp_path / "runbooks"
     folder.mkdir()
     nested = (

@@ -98,7 +98,8 @@ def test_the_lane_digest_keeps_the_parts_runbooks_stand_on_apart(tmp_path):
 def lane_without_rollback(tmp_path):
     """The twin lane file without its rollback lane: these promotions run stand-in notebooks and touch no node."""
     lane = tmp_path / "lane.yaml"
-    lane.write_text(lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null"))
+    text = lane_path("twin").read_text().replace("rollback: twin-1m6", "rollback: null")
+    lane.write_text(text.replace("then: rollback", "then: page"))  # a watch cannot fall back to no lane
     assert "rollback: null" in lane.read_text()
     return lane
 
