@@ -30,6 +30,7 @@ from lanebook.nodes.prometheus import (
     Snapshot,
     parse_metrics,
 )
+from lanebook.recipe.casebase import LOOKALIKE
 from lanebook.recipe.pitfalls import SYMPTOMS, Symptom, symptom
 from lanebook.recipe.symptoms import (
     CONTEXT,
@@ -47,6 +48,7 @@ from lanebook.recipe.symptoms import (
     SOCKET_RETRY,
     Pattern,
 )
+from lanebook.verify.doctor_cases import CaseIndex, Similar, summary
 from lanebook.verify.doctor_input import Line, fold, is_prose
 
 CONFIRMED, SUSPECTED, HARMLESS, UNKNOWN = "confirmed", "suspected", "harmless", "unknown"
@@ -62,6 +64,9 @@ SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spin
 MAX_EVIDENCE = 5
 MIN_TERMS = 2  # registry terms a post must share with a class for the retrieval alone to name it
 MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking itself starts lower)
+REGISTRY_WEIGHT = 0.5  # a registry class's score against a vote's (share x nearest similarity) in one ranking
+NAME_SIMILARITY = 0.2  # the nearest report of a voted cause must be this similar for retrieval to name it
+NAME_SHARE = 0.4  # and the cause must hold this share of the nearest reports' votes
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
@@ -137,6 +142,7 @@ class Finding:
     more: int = 0  # evidence lines beyond those quoted
     matched: list[str] = field(default_factory=list)  # a suspected finding's matched words and figures
     rank: float = 0.0  # the retrieval's score, which orders suspected findings
+    similar: list[Similar] = field(default_factory=list)  # the case base's reports like this input, nearest first
 
     def to_json(self) -> dict:
         return {
@@ -151,6 +157,7 @@ class Finding:
             "next_check": self.next_check if self.confidence in (SUSPECTED, UNKNOWN) else "",
             "source": self.source,
             "matched": list(self.matched),
+            "similar": [s.to_json() for s in self.similar],
         }
 
 
@@ -389,8 +396,15 @@ class Findings:
 # --- the rules --------------------------------------------------------------------------------------------
 
 
-def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: Iterable[Line] = ()) -> Diagnosis:
-    """Findings for what a lane showed: its log lines, /metrics scrapes (in the order taken) and kernel-log lines."""
+def diagnose(
+    logs: Iterable[Line] = (),
+    metrics: Sequence[Scrape] = (),
+    kernel: Iterable[Line] = (),
+    *,
+    cases: Optional[CaseIndex] = None,
+) -> Diagnosis:
+    """Findings for what a lane showed: its log lines, /metrics scrapes (in the order taken) and kernel-log lines.
+    CASES: the case base's index retrieval reads (None: the whole case base's, built when first needed)."""
     logs = list(logs)
     log_hits, records = _scan(logs, LOG_PATTERNS, json_too=True)
     kernel_hits, _ = _scan(kernel, KERNEL_PATTERNS, json_too=False)
@@ -412,32 +426,82 @@ def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: 
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        errors = {(h.at.source, h.at.line) for h in ctx.get("error_shaped")}
-        _suspected_tier([at for at in logs if (at.source, at.line) in errors or is_prose(at)], out)
+        wanted = {(h.at.source, h.at.line) for h in log_hits if h.key not in CONTEXT_KEYS or h.key == "error_shaped"}
+        wanted |= {(at.source, at.line) for at in kernel}
+        chosen = [at for at in [*logs, *kernel] if (at.source, at.line) in wanted or is_prose(at)]
+        _suspected_tier(chosen, out, cases)
     _unknown_rule(ctx, out)
     return out.diagnosis()
 
 
-def _suspected_tier(logs: list[Line], out: Findings) -> None:
-    """The retrieval over the registry's words and figures: it orders the suspected findings the rules gave, and
-    names the closest class as suspected when the rules gave none, with the words and figures that matched."""
-    from lanebook.verify.doctor_suspect import suspect  # scikit-learn loads only where no log line confirmed a cause
+CONTEXT_KEYS = {p.key for p in CONTEXT}
 
-    ranked = [r for r in suspect(logs) if symptom(r.id).kind != NOTE]
+
+def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex]) -> None:
+    """The suspected tier, one ranking from two retrievals: the registry's words and figures (doctor_suspect) and the
+    case base's nearest reports (doctor_cases), each cause scored by both. It orders the suspected findings the rules
+    gave and names the best-voted cause as suspected when its reports are near enough, with the reports it resembles;
+    with no vote, the closest registry class as before. It never confirms."""
+    from lanebook.verify.doctor_cases import case_index  # scikit-learn loads only where no line confirmed a cause
+    from lanebook.verify.doctor_suspect import suspect
+
+    if not chosen:
+        return
+    ranked = [r for r in suspect(chosen) if symptom(r.id).kind != NOTE]
     by_id = {r.id: r for r in ranked}
+    query = summary(chosen, {(at.source, at.line) for at in chosen})
+    votes = (cases if cases is not None else case_index()).vote(query)
+    by_vote = {v.cause: v for v in votes}
+
+    def rank(cause: str) -> float:
+        registry = by_id[cause].score if cause in by_id else 0.0
+        vote = by_vote[cause].share * by_vote[cause].best if cause in by_vote else 0.0
+        return round(REGISTRY_WEIGHT * registry + vote, 4)
+
     for f in out.items.values():
-        if f.confidence == SUSPECTED and f.id in by_id:
-            f.rank = by_id[f.id].score
-            f.matched = list(by_id[f.id].why)
+        if f.confidence == SUSPECTED:
+            f.rank = rank(f.id)
+            if f.id in by_id:
+                f.matched = list(by_id[f.id].why)
+            if f.id in by_vote:
+                f.similar = list(by_vote[f.id].similar)
+    top = votes[0] if votes else None
+    if top and top.cause != LOOKALIKE and top.best >= NAME_SIMILARITY and top.share >= NAME_SHARE:
+        if top.cause not in out.items:
+            out.add(top.cause, SUSPECTED, _nearest_lines(chosen, top))
+        item = out.items[top.cause]
+        item.rank = max(item.rank, rank(top.cause))
+        item.similar = list(top.similar)
+        if top.cause in by_id:
+            item.matched = list(by_id[top.cause].why)
+        return
     if any(f.confidence == SUSPECTED for f in out.items.values()) or not ranked:
         return
-    top = ranked[0]
-    figures = [w for w in top.why if ":" in w]
-    if not figures and (len(top.why) < MIN_TERMS or top.score < MIN_NAMING_SCORE):
+    if top and top.cause == LOOKALIKE and top.share >= NAME_SHARE:
+        return  # the post reads like the reports of healthy lanes that only looked sick
+    best = ranked[0]
+    figures = [w for w in best.why if ":" in w]
+    if not figures and (len(best.why) < MIN_TERMS or best.score < MIN_NAMING_SCORE):
         return  # a word or two in common is not a post about this class
-    out.add(top.id, SUSPECTED, list(top.lines))
-    item = out.items[top.id]
-    item.rank, item.matched = top.score, list(top.why)
+    out.add(best.id, SUSPECTED, list(best.lines))
+    item = out.items[best.id]
+    item.rank, item.matched = best.score, list(best.why)
+    if best.id in by_vote:
+        item.similar = list(by_vote[best.id].similar)
+
+
+def _nearest_lines(chosen: list[Line], vote) -> list[Line]:
+    """The input's lines that share the most words with the reports a vote names (its evidence), at most three."""
+    from lanebook.recipe.casebase import cases as all_cases
+    from lanebook.verify.doctor_cases import document
+
+    names = {s.id for s in vote.similar}
+    words = {w for c in all_cases() if c.id in names for w in re.findall(r"[a-z_]{4,}", document(c).lower())}
+    scored = sorted(
+        ((len(words & set(re.findall(r"[a-z_]{4,}", at.text.lower()))), n) for n, at in enumerate(chosen)),
+        key=lambda x: (-x[0], x[1]),
+    )
+    return [chosen[n] for score, n in scored[:3] if score > 0] or chosen[:1]
 
 
 def _layer(text: str) -> str:
