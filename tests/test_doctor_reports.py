@@ -47,7 +47,7 @@ def test_every_suspected_finding_shows_what_matched():
             if f.confidence == "suspected" and not f.evidence:
                 pytest.fail(f"{report.id}: {f.id} suspected with no evidence")
             if f.confidence == "suspected" and f.rank:
-                assert f.matched, (report.id, f.id)
+                assert f.matched or f.similar, (report.id, f.id)  # the registry's words, or the reports like it
 
 
 def vllm_kv_errors(*cases: tuple[int, float, float]) -> list[str]:

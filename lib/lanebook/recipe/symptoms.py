@@ -166,7 +166,7 @@ REBOOT_WORDS = Pattern(
 ERROR_SHAPED = Pattern(
     "error_shaped",
     LOG,
-    r"(?i)^(?:\w+(?:\.\w+)*(?:error|exception)\b|traceback \(most recent call last\))|"
+    r"(?i)(?:^|; |`|\*\*)(?:\w+(?:\.\w+)*(?:error|exception)\b|traceback \(most recent call last\))|"
     r"\b(?:error|critical|fatal)\b \d\d-\d\d|"
     r"\b(?:failed|failure|fatal error|cannot allocate|out of memory|timed out|connection refused|segmentation fault|"
     r"core dumped|kernel panic|oops|bug:|nccl warn|xid)\b",
@@ -190,6 +190,82 @@ ERROR_SHAPED = Pattern(
         "xid",
     ),
 )
+# A failure stated in words (a post's prose, a table's cell, inline code): never "healthy", at least `unknown`.
+_STATED = (
+    "died",
+    "dies",
+    "hung",
+    "hangs",
+    "killed",
+    "oom",
+    "oom-killed",
+    "refused",
+    "crashed",
+    "crashes",
+    "timed out",
+    "times out",
+    "freezes",
+    "froze",
+    "frozen",
+    "stuck",
+    "segfault",
+    "segfaulted",
+    "deadlock",
+    "deadlocked",
+    "no space left",
+    "does not exist",
+    "cannot start",
+    "can't start",
+    "won't start",
+    "fails to start",
+    "failed to start",
+    "never starts",
+    "never comes up",
+    "never came up",
+)
+STATED_FAILURE = Pattern(
+    "stated_failure", LOG, r"(?i)\b(?:" + "|".join(re.escape(w) for w in _STATED) + r")\b", _STATED
+)
+# Lines that tell a failure apart without being error-shaped: what the case-base retrieval reads beside the
+# error-shaped lines and the prose (a warning, a refusal, something missing or unsupported).
+_TELLING = (
+    "warn",
+    "error",
+    "fail",
+    "fatal",
+    "denied",
+    "not found",
+    "no such",
+    "unsupported",
+    "not supported",
+    "unknown",
+    "unrecognized",
+    "invalid",
+    "cannot",
+    "can't",
+    "could not",
+    "couldn't",
+    "unable",
+    "timeout",
+    "exceed",
+    "mismatch",
+    "not compatible",
+    "incompatible",
+    "no space",
+    "not defined",
+    "does not",
+    "missing",
+    "abort",
+    "exit code",
+    "exited",
+    "killed",
+    "errno",
+    "nccl",
+    "ibv_",
+    "nvrm",
+    "xid",
+)
+TELLING = Pattern("telling", LOG, "(?i)" + "|".join(map(re.escape, _TELLING)), _TELLING)
 CONTEXT = (
     READY,
     WARMUP_START,
@@ -205,6 +281,8 @@ CONTEXT = (
     SERVING_WORDS,
     REBOOT_WORDS,
     ERROR_SHAPED,
+    STATED_FAILURE,
+    TELLING,
 )
 
 # A startup line saying breakable CUDA graphs are on (P01), in every form the public logs show it, any case:

@@ -67,6 +67,8 @@ MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking 
 REGISTRY_WEIGHT = 0.5  # a registry class's score against a vote's (share x nearest similarity) in one ranking
 NAME_SIMILARITY = 0.2  # the nearest report of a voted cause must be this similar for retrieval to name it
 NAME_SHARE = 0.4  # and the cause must hold this share of the nearest reports' votes
+MIN_SHARED = 2  # distinct words the input must share with the nearest such report (one word is a coincidence)
+SERVING_ONLY = {"D02", "P15"}  # causes that strike a serving lane only: retrieval never names them on a failed start
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
@@ -426,18 +428,25 @@ def diagnose(
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        wanted = {(h.at.source, h.at.line) for h in log_hits if h.key not in CONTEXT_KEYS or h.key == "error_shaped"}
+        wanted = {(h.at.source, h.at.line) for h in log_hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
         wanted |= {(at.source, at.line) for at in kernel}
         chosen = [at for at in [*logs, *kernel] if (at.source, at.line) in wanted or is_prose(at)]
-        _suspected_tier(chosen, out, cases)
+        _suspected_tier(chosen, out, cases, _phase_of(ctx))
     _unknown_rule(ctx, out)
     return out.diagnosis()
 
 
 CONTEXT_KEYS = {p.key for p in CONTEXT}
+SUMMARY_KEYS = {"error_shaped", "stated_failure", "telling"}  # context lines retrieval reads beside the rules' own
 
 
-def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex]) -> None:
+def _phase_of(ctx: Context) -> Optional[str]:
+    """Where the lane was at its first error-shaped line (None: nothing tells, or no such line)."""
+    first = ctx.get("error_shaped")[:1] or ctx.get("stated_failure")[:1]
+    return ctx.phase(first[0].at) if first else None
+
+
+def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex], phase: Optional[str]) -> None:
     """The suspected tier, one ranking from two retrievals: the registry's words and figures (doctor_suspect) and the
     case base's nearest reports (doctor_cases), each cause scored by both. It orders the suspected findings the rules
     gave and names the best-voted cause as suspected when its reports are near enough, with the reports it resembles;
@@ -465,8 +474,16 @@ def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex
                 f.matched = list(by_id[f.id].why)
             if f.id in by_vote:
                 f.similar = list(by_vote[f.id].similar)
+    if phase in (STARTING, REBOOTED):  # phase before cause: a start that failed is no death or slowness mid-serve
+        votes = [v for v in votes if v.cause not in SERVING_ONLY]
     top = votes[0] if votes else None
-    if top and top.cause != LOOKALIKE and top.best >= NAME_SIMILARITY and top.share >= NAME_SHARE:
+    if (
+        top
+        and top.cause != LOOKALIKE
+        and top.best >= NAME_SIMILARITY
+        and top.share >= NAME_SHARE
+        and top.shared >= MIN_SHARED
+    ):
         if top.cause not in out.items:
             out.add(top.cause, SUSPECTED, _nearest_lines(chosen, top))
         item = out.items[top.cause]
@@ -513,11 +530,13 @@ def _layer(text: str) -> str:
 
 def _unknown_rule(ctx: Context, out: Findings) -> None:
     """Error-shaped lines that no finding explains: an `unknown` finding with the first such line, its layer and what
-    to gather next. A lane whose log holds none is healthy."""
+    to gather next; a failure stated in words (died, hung, killed, ...) counts as one. A lane whose log holds none is
+    healthy."""
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
-    errors = [h.at for h in ctx.get("error_shaped") if (h.at.source, h.at.line) not in quoted]
+    shaped = ctx.get("error_shaped") + ctx.get("stated_failure")  # error-shaped lines first, then failures in words
+    errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())
     if not errors:
         return
     first = errors[0]
@@ -888,9 +907,12 @@ def read_lines(path: str, text: str) -> list[Line]:
     return fold(path, text)
 
 
-def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None) -> Diagnosis:
-    """The diagnosis of saved files: logs (container, launcher, shell output, JSON replies and speed records, one
-    per line), /metrics scrapes in the order taken, and a kernel log (dmesg or journalctl -k)."""
+def read_inputs(
+    logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None
+) -> tuple[list[Line], list[Scrape], list[Line]]:
+    """Saved files read as the doctor reads them: logs (container, launcher, shell output, JSON replies and speed
+    records, one per line) folded into logical lines, /metrics scrapes in the order taken, a kernel log (dmesg or
+    journalctl -k). A missing file or a scrape that is no /metrics text is one LanebookError line."""
     missing = [str(p) for p in [*logs, *metrics, *([dmesg] if dmesg else [])] if not Path(p).is_file()]
     if missing:
         raise LanebookError(f"no such file: {', '.join(missing)}")
@@ -902,4 +924,28 @@ def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Option
         except MetricsUnavailable as exc:
             raise LanebookError(f"{s.source}: {exc}") from None
     kernel = read_lines(str(dmesg), Path(dmesg).read_text(errors="replace")) if dmesg else []
-    return diagnose(log_lines, scrapes, kernel)
+    return log_lines, scrapes, kernel
+
+
+def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None) -> Diagnosis:
+    """The diagnosis of saved files (read_inputs)."""
+    return diagnose(*read_inputs(logs, metrics, dmesg))
+
+
+def folded_evidence(logs: Iterable[Line], kernel: Iterable[Line] = (), *, limit: int = 12_000) -> str:
+    """What the suspected tier reads, as text for a model: the error-shaped, telling and rule-matched lines and the
+    prose, folded, each distinct line once, at most LIMIT characters."""
+    logs, kernel = list(logs), list(kernel)
+    hits, _ = _scan(logs, LOG_PATTERNS, json_too=False)
+    wanted = {(h.at.source, h.at.line) for h in hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
+    wanted |= {(at.source, at.line) for at in kernel}
+    seen: dict[str, None] = {}
+    size = 0
+    for at in [*logs, *kernel]:
+        if (at.source, at.line) in wanted or is_prose(at):
+            if at.text not in seen:
+                seen[at.text] = None
+                size += len(at.text) + 1
+                if size >= limit:
+                    break
+    return "\n".join(seen)[:limit]

@@ -36,6 +36,10 @@ PREFIX = re.compile(
     r"|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\[[\w./-]+:\d+\]\s*"
     r"|\[rank\d+\]:\s*"
 )
+BOILERPLATE = re.compile(
+    r"Traceback \(most recent call last\):?|The above exception was the direct cause of the "
+    r"following exception:?|During handling of the above exception, another exception occurred:?"
+)
 MASKS = (
     (re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), " "),  # ISO timestamps
     (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b"), " "),  # clock times
@@ -55,8 +59,9 @@ MASKS = (
 
 
 def normalise(text: str) -> str:
-    """A line as retrieval reads it: the logger prefix off, variable parts masked, spaces collapsed."""
-    text = PREFIX.sub(" ", text[:MAX_LINE])
+    """A line as retrieval reads it: the logger prefix and a traceback's header off, variable parts masked, spaces
+    collapsed."""
+    text = BOILERPLATE.sub(" ", PREFIX.sub(" ", text[:MAX_LINE]))
     for pattern, repl in MASKS:
         text = pattern.sub(repl, text)
     return " ".join(text.split())
@@ -88,6 +93,7 @@ class Vote:
     score: float
     share: float
     similar: tuple[Similar, ...]
+    shared: int = 0  # distinct words the input shares with the nearest of these reports
 
     @property
     def best(self) -> float:
@@ -104,13 +110,23 @@ class CaseIndex:
         docs = [document(c) for c in self.cases]
         self.words = TfidfVectorizer(token_pattern=TOKENS, ngram_range=(1, 2), sublinear_tf=True, lowercase=True)
         self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, lowercase=True)
-        self.word_matrix = self.words.fit_transform(docs)
+        self.word_matrix = self.words.fit_transform(docs).tocsr()
         self.char_matrix = self.chars.fit_transform(docs)
+        self._query = None
+        self._names = None
 
     def similarities(self, query: str):
-        words = (self.word_matrix @ self.words.transform([query]).T).toarray().ravel()
+        self._query = self.words.transform([query])
+        words = (self.word_matrix @ self._query.T).toarray().ravel()
         chars = (self.char_matrix @ self.chars.transform([query]).T).toarray().ravel()
         return WORD_SHARE * words + (1 - WORD_SHARE) * chars
+
+    def shared(self, i: int) -> int:
+        """Distinct single words the last query shares with case I."""
+        names = self.words.get_feature_names_out() if self._names is None else self._names
+        self._names = names
+        common = set(self._query.indices) & set(self.word_matrix[i].indices)
+        return sum(1 for j in common if " " not in names[j])
 
     def vote(self, query: str, *, k: int = K) -> list[Vote]:
         """The causes the k nearest cases vote for, best first (look-alikes vote too, as `lookalike`)."""
@@ -126,7 +142,7 @@ class CaseIndex:
         for cause, members in by_cause.items():
             score = sum(float(sims[i]) ** POWER for i in members)
             shown = tuple(Similar(self.cases[i].id, self.cases[i].url, round(float(sims[i]), 3)) for i in members)
-            votes.append(Vote(cause, round(score, 4), round(score / total, 3), shown[:SHOWN]))
+            votes.append(Vote(cause, round(score, 4), round(score / total, 3), shown[:SHOWN], self.shared(members[0])))
         return sorted(votes, key=lambda v: (-v.score, -v.best))
 
 
