@@ -118,6 +118,14 @@ def main() -> None:
         if not row.get("id") and counts[key] >= 2:
             row["id"] = f"D{max(taken) + 1:02d}"
             taken.add(max(taken) + 1)
+    first = {}
+    for cs in gathered.values():
+        for c in cs:
+            if c.get("lines"):
+                first.setdefault(c["cause"], c["lines"][0])
+    for key, row in rows.items():
+        if not row.get("seen") and key in first:
+            row["seen"] = "Lines like `" + first[key][:160].replace("`", "'") + "`."
     used = [r for r in rows.values() if counts[r["key"]] or counts.get(r.get("id"), 0)]
     causes_text = (
         "# The causes the case base adds to the registry (lanebook.recipe.casebase), one source for each: key,\n"

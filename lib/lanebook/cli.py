@@ -549,6 +549,7 @@ def doctor(
         "in /v1; shown beside the findings, never confirmed; prompt and reply recorded under outputs/doctor/",
     ),
     ask_model: Optional[str] = typer.Option(None, "--ask-model", help="the model to ask (default: the first listed)"),
+    ask_max_tokens: int = typer.Option(1024, "--ask-max-tokens", min=16, help="with --ask: the longest answer taken"),
     ask_key_env: Optional[str] = typer.Option(
         None, "--ask-key-env", help="with --ask URL: the environment variable holding its API key"
     ),
@@ -600,7 +601,9 @@ def doctor(
     if api:
         from lanebook.verify.doctor_ask import ask as ask_model_for
 
-        reading = ask_model_for(api, folded_evidence(log_lines, kernel), diagnosis, model=ask_model)
+        reading = ask_model_for(
+            api, folded_evidence(log_lines, kernel), diagnosis, model=ask_model, max_tokens=ask_max_tokens
+        )
     if as_json:
         found = diagnosis.to_json() | (gathered.to_json() if gathered else {})
         found |= {"model_reading": reading.to_json()} if reading else {}

@@ -162,10 +162,15 @@ def case_files() -> list[Path]:
 @lru_cache(maxsize=1)
 def cases() -> tuple[Case, ...]:
     """Every case in the case base, checked (see the module's docstring), files in name order."""
+    return read_cases(case_files())
+
+
+def read_cases(paths: list[Path]) -> tuple[Case, ...]:
+    """The cases of PATHS (case files), checked against the registry and the causes table."""
     registry = {s.id for s in SYMPTOMS}
     out: list[Case] = []
     ids: dict[str, str] = {}
-    for path in case_files():
+    for path in paths:
         for n, row in enumerate(_load(path).get("cases") or [], 1):
             case = _case(path.name, n, row, registry)
             if case.id in ids:

@@ -65,8 +65,8 @@ MAX_EVIDENCE = 5
 MIN_TERMS = 2  # registry terms a post must share with a class for the retrieval alone to name it
 MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking itself starts lower)
 REGISTRY_WEIGHT = 0.5  # a registry class's score against a vote's (share x nearest similarity) in one ranking
-NAME_SIMILARITY = 0.2  # the nearest report of a voted cause must be this similar for retrieval to name it
-NAME_SHARE = 0.4  # and the cause must hold this share of the nearest reports' votes
+NAME_SIMILARITY = 0.15  # the nearest report of a voted cause must be this similar for retrieval to name it
+NAME_SHARE = 0.3  # and the cause must hold this share of the nearest reports' votes
 MIN_SHARED = 2  # distinct words the input must share with the nearest such report (one word is a coincidence)
 SERVING_ONLY = {"D02", "P15"}  # causes that strike a serving lane only: retrieval never names them on a failed start
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank

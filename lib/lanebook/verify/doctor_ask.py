@@ -125,11 +125,13 @@ def ask(
     diagnosis: Diagnosis,
     *,
     model: Optional[str] = None,
+    max_tokens: int = MAX_TOKENS,
     timeout_s: float = 300.0,
     outputs: Optional[Path] = None,
 ) -> ModelReading:
-    """Ask API's model (MODEL, else the first /v1/models lists) for its reading, record prompt and reply (redacted)
-    and return it. A failed request is a reading with `error` set, recorded too: the findings stand without it."""
+    """Ask API's model (MODEL, else the first /v1/models lists; at most MAX_TOKENS in its answer) for its reading,
+    record prompt and reply (redacted) and return it. A failed request is a reading with `error` set, recorded too:
+    the findings stand without it."""
     from lanebook.nodes.http import request_json
 
     sent = messages(evidence, diagnosis)
@@ -146,7 +148,7 @@ def ask(
         answer = request_json(
             "POST",
             f"{api}/chat/completions",
-            {"model": model, "messages": sent, "temperature": 0, "max_tokens": MAX_TOKENS},
+            {"model": model, "messages": sent, "temperature": 0, "max_tokens": max_tokens},
             timeout_s=timeout_s,
         )
         if answer.status != 200:
