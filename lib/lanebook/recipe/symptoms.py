@@ -222,9 +222,20 @@ _STATED = (
     "never starts",
     "never comes up",
     "never came up",
+    "stopped answering",
+    "stopped responding",
+    "stops answering",
+    "stops responding",
+    "not responding",
+    "unresponsive",
 )
+# An error-ish word inside inline code (`shm_broadcast: read cancelled`): the post quotes a failing line.
+_INLINE_FAILURE = r"`[^`]*(?:cancel|abort|fail|error|exception|timeout|timed out|denied|refused|fatal|dead)[^`]*`"
 STATED_FAILURE = Pattern(
-    "stated_failure", LOG, r"(?i)\b(?:" + "|".join(re.escape(w) for w in _STATED) + r")\b", _STATED
+    "stated_failure",
+    LOG,
+    r"(?i)\b(?:" + "|".join(re.escape(w) for w in _STATED) + r")\b|" + _INLINE_FAILURE,
+    (*_STATED, "`"),
 )
 # Lines that tell a failure apart without being error-shaped: what the case-base retrieval reads beside the
 # error-shaped lines and the prose (a warning, a refusal, something missing or unsupported).

@@ -64,9 +64,12 @@ SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spin
 MAX_EVIDENCE = 5
 MIN_TERMS = 2  # registry terms a post must share with a class for the retrieval alone to name it
 MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking itself starts lower)
-REGISTRY_WEIGHT = 0.5  # a registry class's score against a vote's (share x nearest similarity) in one ranking
+REGISTRY_WEIGHT = 1.0  # a registry class's score against a vote's (share x nearest similarity) in one ranking
 NAME_SIMILARITY = 0.15  # the nearest report of a voted cause must be this similar for retrieval to name it
 NAME_SHARE = 0.3  # and the cause must hold this share of the nearest reports' votes
+NAME_STRENGTH = 0.05  # and the two together (nearest similarity x share): a weak vote split many ways names nothing
+MAX_CHOSEN = 2000  # distinct lines the suspected tier reads
+DIGITS = re.compile(r"\d+")
 MIN_SHARED = 2  # distinct words the input must share with the nearest such report (one word is a coincidence)
 SERVING_ONLY = {"D02", "P15"}  # causes that strike a serving lane only: retrieval never names them on a failed start
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
@@ -428,16 +431,35 @@ def diagnose(
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        wanted = {(h.at.source, h.at.line) for h in log_hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
-        wanted |= {(at.source, at.line) for at in kernel}
-        chosen = [at for at in [*logs, *kernel] if (at.source, at.line) in wanted or is_prose(at)]
-        _suspected_tier(chosen, out, cases, _phase_of(ctx))
+        _suspected_tier(_chosen(logs, kernel, log_hits), out, cases, _phase_of(ctx))
     _unknown_rule(ctx, out)
     return out.diagnosis()
 
 
 CONTEXT_KEYS = {p.key for p in CONTEXT}
 SUMMARY_KEYS = {"error_shaped", "stated_failure", "telling"}  # context lines retrieval reads beside the rules' own
+
+
+def _chosen(logs: list[Line], kernel: list[Line], hits: list[Hit]) -> list[Line]:
+    """The bounded, folded summary the suspected tier reads: the error-shaped lines and failures in words first, then
+    the kernel lines, the lines a rule or a telling word matched and the prose; each line once however its numbers
+    differ, at most MAX_CHOSEN (a long healthy log repeats itself: its ten-thousandth stats line says nothing new)."""
+    where = lambda at: (at.source, at.line)  # noqa: E731
+    first = {where(h.at) for h in hits if h.key in ("error_shaped", "stated_failure")}
+    wanted = {where(h.at) for h in hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
+    wanted |= {where(at) for at in kernel}
+    ordered = [at for at in logs if where(at) in first]
+    ordered += [at for at in [*logs, *kernel] if where(at) not in first and (where(at) in wanted or is_prose(at))]
+    seen: set[str] = set()
+    out: list[Line] = []
+    for at in ordered:
+        key = DIGITS.sub("", at.text)
+        if key not in seen:
+            seen.add(key)
+            out.append(at)
+            if len(out) >= MAX_CHOSEN:
+                break
+    return out
 
 
 def _phase_of(ctx: Context) -> Optional[str]:
@@ -483,6 +505,7 @@ def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex
         and top.best >= NAME_SIMILARITY
         and top.share >= NAME_SHARE
         and top.shared >= MIN_SHARED
+        and top.best * top.share >= NAME_STRENGTH
     ):
         if top.cause not in out.items:
             out.add(top.cause, SUSPECTED, _nearest_lines(chosen, top))

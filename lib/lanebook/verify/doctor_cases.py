@@ -107,13 +107,15 @@ class CaseIndex:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         self.cases = tuple(chosen)
+        self._query = None
+        self._names = None
+        if not self.cases:
+            return  # an empty index votes for nothing
         docs = [document(c) for c in self.cases]
         self.words = TfidfVectorizer(token_pattern=TOKENS, ngram_range=(1, 2), sublinear_tf=True, lowercase=True)
         self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, lowercase=True)
         self.word_matrix = self.words.fit_transform(docs).tocsr()
         self.char_matrix = self.chars.fit_transform(docs)
-        self._query = None
-        self._names = None
 
     def similarities(self, query: str):
         self._query = self.words.transform([query])
