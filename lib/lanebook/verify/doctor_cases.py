@@ -3,8 +3,8 @@ vote for.
 
 Each case (lanebook.recipe.casebase) becomes one document: its log and kernel lines normalised (vLLM's logger prefix
 and process tags taken off; numbers, paths, hex, ids, timestamps, ranks, addresses and pids masked, so the same message
-from another run reads the same) and its words. Two TF-IDF indexes (scikit-learn) are built over them: words and word
-pairs, and character n-grams inside words (which match a message cut, wrapped or spelt a little differently). A query
+from another run reads the same) and its words. Two TF-IDF indexes (scikit-learn) are built over them: words, and
+character n-grams inside words (which match a message cut, wrapped or spelt a little differently). A query
 is a bounded summary of what the doctor read (`summary`: error-shaped lines, lines a rule matched, warnings and prose,
 each distinct line once), never every line. The k nearest cases vote for their causes, each with its similarity
 raised to a power; a vote names a cause with the reports that cast it. Retrieval never confirms: the doctor makes a
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Optional, Sequence
 
-from lanebook.recipe.casebase import LOOKALIKE, Case, cases
+from lanebook.recipe.casebase import Case, cases
 from lanebook.verify.doctor_input import Line
 
 K = 7  # nearest cases that vote
@@ -107,44 +107,38 @@ class CaseIndex:
         from sklearn.feature_extraction.text import TfidfVectorizer
 
         self.cases = tuple(chosen)
-        self._query = None
-        self._names = None
         if not self.cases:
             return  # an empty index votes for nothing
         docs = [document(c) for c in self.cases]
-        self.words = TfidfVectorizer(token_pattern=TOKENS, ngram_range=(1, 2), sublinear_tf=True, lowercase=True)
+        self.words = TfidfVectorizer(token_pattern=TOKENS, sublinear_tf=True, lowercase=True)
         self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, lowercase=True)
         self.word_matrix = self.words.fit_transform(docs).tocsr()
         self.char_matrix = self.chars.fit_transform(docs)
 
     def similarities(self, query: str):
-        self._query = self.words.transform([query])
-        words = (self.word_matrix @ self._query.T).toarray().ravel()
+        """Each case's similarity to QUERY (0-1), and the query's word vector."""
+        words_query = self.words.transform([query])
+        words = (self.word_matrix @ words_query.T).toarray().ravel()
         chars = (self.char_matrix @ self.chars.transform([query]).T).toarray().ravel()
-        return WORD_SHARE * words + (1 - WORD_SHARE) * chars
-
-    def shared(self, i: int) -> int:
-        """Distinct single words the last query shares with case I."""
-        names = self.words.get_feature_names_out() if self._names is None else self._names
-        self._names = names
-        common = set(self._query.indices) & set(self.word_matrix[i].indices)
-        return sum(1 for j in common if " " not in names[j])
+        return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query
 
     def vote(self, query: str, *, k: int = K) -> list[Vote]:
         """The causes the k nearest cases vote for, best first (look-alikes vote too, as `lookalike`)."""
         if not query.strip() or not self.cases:
             return []
-        sims = self.similarities(query)
+        sims, words_query = self.similarities(query)
         nearest = [i for i in sims.argsort()[::-1][:k] if sims[i] >= MIN_SIMILARITY]
         by_cause: dict[str, list[int]] = {}
         for i in nearest:
             by_cause.setdefault(self.cases[i].cause, []).append(i)
         total = sum(float(sims[i]) ** POWER for i in nearest) or 1.0
+        asked = set(words_query.indices)
         votes = []
         for cause, members in by_cause.items():
             score = sum(float(sims[i]) ** POWER for i in members)
             shown = tuple(Similar(self.cases[i].id, self.cases[i].url, round(float(sims[i]), 3)) for i in members)
-            votes.append(Vote(cause, round(score, 4), round(score / total, 3), shown[:SHOWN], self.shared(members[0])))
+            shared = len(asked & set(self.word_matrix[members[0]].indices))
+            votes.append(Vote(cause, round(score, 4), round(score / total, 3), shown[:SHOWN], shared))
         return sorted(votes, key=lambda v: (-v.score, -v.best))
 
 
@@ -172,7 +166,3 @@ def summary(lines: Iterable[Line], wanted: set[tuple[str, int]]) -> str:
             if len(seen) >= MAX_SUMMARY_LINES:
                 break
     return "\n".join(seen)
-
-
-def is_lookalike(vote: Vote) -> bool:
-    return vote.cause == LOOKALIKE
