@@ -60,7 +60,7 @@ class Symptom:
     source: str = ""  # the public report it was learnt from; empty for a P-id (the pitfall cites its seed)
     kind: str = FINDING
     # How reports put it in words: phrasings, names and metric names gathered from the working half of the reports
-    # the class was learnt from (tests/data/field_reports.yaml); the suspected tier retrieves over these and `seen`.
+    # the class was learnt from (recipe/cases/field.yaml); the suspected tier retrieves over these and `seen`.
     vocabulary: tuple[str, ...] = ()
     figures: tuple[Figure, ...] = ()  # numbers stated in words that point here
     counter: tuple[Figure, ...] = ()  # numbers that say the lane is healthy on this count (a look-alike)
