@@ -12,6 +12,7 @@ out with one line saying why. Every cause key with two or more reports gets the 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import Counter
 from io import StringIO
@@ -37,6 +38,7 @@ ALIASES = {
     "nccl-socket-ifname-wrong-interface": "P08",  # a rank's NCCL/Gloo socket on an interface the peer cannot reach
     "hf-token-not-reaching-process": "hf-gated-repo-unauthenticated",
 }
+LOCAL_PATH = re.compile(r"/(?:tmp|root|home|work|Users)(?![\w.-])")
 ONE_M = ("1048576", "1M", "1m context", "1,048,576")
 
 
@@ -121,10 +123,12 @@ def main() -> None:
     first = {}
     for cs in gathered.values():
         for c in cs:
-            if c.get("lines"):
-                first.setdefault(c["cause"], c["lines"][0])
+            for line in c.get("lines", []):
+                if not LOCAL_PATH.search(line):  # the book shows no machine's local path, a reporter's neither
+                    first.setdefault(c["cause"], line)
     for key, row in rows.items():
-        if not row.get("seen") and key in first:
+        row.pop("seen", None)
+        if key in first:
             row["seen"] = "Lines like `" + first[key][:160].replace("`", "'") + "`."
     used = [r for r in rows.values() if counts[r["key"]] or counts.get(r.get("id"), 0)]
     causes_text = (
