@@ -18,8 +18,9 @@ from lanebook.verify.doctor_ask import ModelReading, endpoint, messages
 from lanebook.verify.doctor_report import print_reading
 
 KEY = "sk-doctor-ask-planted-0123456789abcdef"
+HF = "hf_" + "plantedDoctorAskToken0123456789"
 POST = (
-    "Our pair dies at start. The worker never joins.\n\n```\n"
+    f"Our pair dies at start. The worker never joins. HF_TOKEN={HF} is set on both.\n\n```\n"
     "(EngineCore pid=41) ERROR 12-01 10:00:01 [core.py:88] torch.distributed.DistStoreError: Timed out after 601 "
     "seconds waiting for clients. 1/2 clients joined.\n```\n"
 )
@@ -83,10 +84,13 @@ def test_the_reading_is_shown_beside_the_findings_recorded_and_the_key_never_sho
     assert reading["api"] == api and reading["model"] and reading["reply"] and "error" not in reading
     record = json.loads(Path(reading["record"]).read_text())
     assert record["prompt_sha256"] == reading["prompt_sha256"] and record["reply"] == reading["reply"]
-    assert "DistStoreError" in record["messages"][1]["content"]
+    assert (
+        "DistStoreError" in record["messages"][1]["content"]
+        and "HF_TOKEN=[REDACTED]" in record["messages"][1]["content"]
+    )
     assert Path(reading["record"]).parent == tmp_path / "outputs" / "doctor"
     for text in (done.stdout, done.stderr, Path(reading["record"]).read_text()):
-        assert KEY not in text
+        assert KEY not in text and HF not in text  # the endpoint's key, and a token pasted in the logs
 
     print_reading(ModelReading(**{k: v for k, v in reading.items()}))
     shown = capsys.readouterr().out

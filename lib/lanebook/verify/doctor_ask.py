@@ -4,7 +4,8 @@ rollback lane, or any URL ending in /v1) and shows its answer beside the finding
 
 The reading is never a finding and never confirmed: the doctor's findings and exit code stay as they were. The
 endpoint is keyed like a lane (a lane's `auth:`, or a key file of mode 0600 or an environment variable for a URL);
-every key read is registered with the redactor. The prompt and the reply are recorded, redacted, in
+every key read is registered with the redactor, and the prompt is redacted before it is sent (a token in the pasted
+logs never leaves). The prompt and the reply are recorded, redacted, in
 outputs/doctor/UTCSTAMP-ask-ID.json; the doctor's JSON names that file and the prompt's sha256.
 """
 
@@ -134,7 +135,7 @@ def ask(
     the findings stand without it."""
     from lanebook.nodes.http import request_json
 
-    sent = messages(evidence, diagnosis)
+    sent = redact_data(messages(evidence, diagnosis))  # a secret in the pasted logs never leaves for the endpoint
     prompt = json.dumps(sent, ensure_ascii=False, sort_keys=True)
     digest = hashlib.sha256(prompt.encode()).hexdigest()
     reply, error = "", ""
