@@ -10,8 +10,8 @@ from lanebook.recipe import casebase
 from lanebook.recipe.casebase import LOOKALIKE, THREAD_URL, CaseBaseError, case_cause, cases, causes, read_cases
 from lanebook.recipe.pitfalls import SYMPTOMS, symptom
 
-MIN_REPORTS = 200
-MIN_THREADS = 190
+MIN_REPORTS = 250  # the floor: at least 250 reports from at least 150 threads
+MIN_THREADS = 150
 
 
 def test_the_case_base_holds_enough_reports_each_from_a_thread_with_a_cause_that_resolves():
