@@ -276,7 +276,8 @@ _TELLING = (
     "nvrm",
     "xid",
 )
-TELLING = Pattern("telling", LOG, "(?i)" + "|".join(map(re.escape, _TELLING)), _TELLING)
+# Its hints are the pattern: a line holding one (any case) is telling, so the regex only has to match once they hold.
+TELLING = Pattern("telling", LOG, "(?i)^", _TELLING)
 CONTEXT = (
     READY,
     WARMUP_START,
