@@ -451,8 +451,12 @@ def _chosen(logs: list[Line], kernel: list[Line], hits: list[Hit]) -> list[Line]
     ordered = [at for at in logs if where(at) in first]
     ordered += [at for at in [*logs, *kernel] if where(at) not in first and (where(at) in wanted or is_prose(at))]
     seen: set[str] = set()
+    read: set[str] = set()
     out: list[Line] = []
     for at in ordered:
+        if at.text in read:
+            continue
+        read.add(at.text)
         key = DIGITS.sub("", at.text)
         if key not in seen:
             seen.add(key)
