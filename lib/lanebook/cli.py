@@ -562,8 +562,10 @@ def doctor(
 
     --lane reads every node of the lane (container logs since the last start, free, the kernel log, ip link, RoCE
     GIDs, the HF cache's links, the live command) and two /metrics scrapes, read-only; --logs/--metrics/--dmesg read
-    files an operator saved. --ask adds a model's reading (never a finding). Exit 0 when no finding is confirmed
-    (suspected findings and harmless notes are printed), 1 when one is, 2 for bad usage."""
+    files an operator saved. --ask adds a model's reading (never a finding).
+
+    Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed), 1 when one is, 2 for bad
+    usage."""
     from lanebook.verify.doctor import diagnose, folded_evidence, read_inputs
     from lanebook.verify.doctor_report import print_diagnosis, print_reading
 
