@@ -6,7 +6,7 @@ Cases are normalised (strings stripped, empty fields left out) and checked as th
 fails (a URL that is no thread, a thread already in the case base under another file, a cause no table names) is left
 out with one line saying why. Every cause key with two or more reports gets the next D-id; an id once given stays.
 
-    .venv/bin/python tools/import_cases.py /work/cases
+    .venv/bin/python tools/import_cases.py DIR
 """
 
 from __future__ import annotations
