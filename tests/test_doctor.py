@@ -10,6 +10,7 @@ import json
 import pytest
 from lanebook.recipe.pitfalls import symptom
 from lanebook.verify.doctor import CONFIRMED, SUSPECTED, Line, Scrape, diagnose, read_lines
+from lanebook.verify.doctor_cases import CaseIndex
 from lanebook.verify.doctor_report import diagnosis_markdown
 
 
@@ -855,7 +856,10 @@ def test_error_lines_no_cause_explains_are_unknown_with_their_layer_never_health
     (unknown,) = found.findings
     assert unknown.confidence == "unknown" and not found.healthy and "Python traceback" in unknown.title
     assert unknown.evidence[0].text == "Traceback (most recent call last):" and "traceback" in unknown.next_check
-    nccl = run({"head.log": ["spark2:1:2 [0] NCCL WARN Cuda failure 'invalid argument'"]}, [], [])
+    # the unknown finding's layer, the rules alone (retrieval reading no case: lanebook.verify.doctor_cases)
+    nccl = diagnose(
+        lines("head.log", ["spark2:1:2 [0] NCCL WARN Cuda failure 'invalid argument'"]), cases=CaseIndex(())
+    )
     assert nccl.findings[0].title.endswith("(NCCL/Gloo)")
 
 
@@ -866,3 +870,25 @@ def test_an_engine_that_dies_on_the_first_start_after_a_reboot_is_a_failed_start
     ]
     found = run({"post.md": rows}, [], [])
     assert "D02" not in found.ids() and found.findings[0].confidence == "unknown"
+
+
+@pytest.mark.parametrize(
+    "post",
+    [
+        "| second | event |\n|---|---|\n| 340 | the engine died on the head |\n",
+        "The head logged `shm_broadcast: read cancelled` and stopped answering.\n",
+        "Startup ends with **RuntimeError: CUDA driver initialization failed** on the worker.\n",
+        "After an hour of serving the worker hung and was OOM-killed; requests were refused.\n",
+        "| time | log |\n|---|---|\n| 10:02 | `EngineDeadError: EngineCore encountered an issue.` |\n",
+    ],
+    ids=["table-words", "inline-code", "bold", "prose", "table-code"],
+)
+def test_a_failure_stated_only_in_a_table_inline_code_bold_or_words_is_never_healthy(post):
+    found = diagnose(read_lines("post.md", post), cases=CaseIndex(()))  # the rules and the registry's words alone
+    assert not found.healthy and found.findings[0].confidence in ("unknown", "suspected")
+    assert not diagnose(read_lines("post.md", post)).healthy  # and with the case base
+
+
+def test_a_healthy_post_in_words_stays_healthy():
+    post = "Both nodes serve; decode holds 40 tok/s at C1 and the TensorFloat32 warning shows at every start.\n"
+    assert diagnose(read_lines("post.md", post)).healthy

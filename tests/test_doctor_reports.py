@@ -1,10 +1,10 @@
 """The doctor on the public reports it was built from and the real text of the code it reads.
 
-The reports (tests/data/field_reports.yaml) were split by thread into a working half and a held-back half before any
-rule was written; the rules and the registry's words were built on the working half only, and this module asserts
-the working half's score. The held-back half is scored by benchmarks/doctor_heldout.py, which prints both halves.
-Posts are assembled from each report's facts (tests/helpers/field_reports.py). Where the code that prints a message runs
-here, the message is produced by it: vLLM's CPU build raises its own KV-shortfall error."""
+The field reports (lib/lanebook/recipe/cases/field.yaml) were split by thread into a working half and a held-back
+half before any rule was written; the rules and the registry's words were built on the working half only, and this
+module asserts the working half's score. The held-back half is scored by benchmarks/doctor_heldout.py, which prints
+both halves. Posts are assembled from each report's facts (tests/helpers/field_reports.py). Where the code that
+prints a message runs here, the message is produced by it: vLLM's CPU build raises its own KV-shortfall error."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_every_suspected_finding_shows_what_matched():
             if f.confidence == "suspected" and not f.evidence:
                 pytest.fail(f"{report.id}: {f.id} suspected with no evidence")
             if f.confidence == "suspected" and f.rank:
-                assert f.matched, (report.id, f.id)
+                assert f.matched or f.similar, (report.id, f.id)  # the registry's words, or the reports like it
 
 
 def vllm_kv_errors(*cases: tuple[int, float, float]) -> list[str]:

@@ -542,22 +542,46 @@ def doctor(
     dmesg: Optional[Path] = typer.Option(None, "--dmesg", help="the kernel log (dmesg, or journalctl -k)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="with --lane: list the commands, open no connection"),
     as_json: bool = typer.Option(False, "--json", help="machine-readable findings"),
+    ask: Optional[str] = typer.Option(
+        None,
+        "--ask",
+        help="also ask a model for its reading: a lane name (its api: and keys) or an OpenAI-compatible URL ending "
+        "in /v1; shown beside the findings, never confirmed; prompt and reply recorded under outputs/doctor/",
+    ),
+    ask_model: Optional[str] = typer.Option(None, "--ask-model", help="the model to ask (default: the first listed)"),
+    ask_max_tokens: int = typer.Option(1024, "--ask-max-tokens", min=16, help="with --ask: the longest answer taken"),
+    ask_key_env: Optional[str] = typer.Option(
+        None, "--ask-key-env", help="with --ask URL: the environment variable holding its API key"
+    ),
+    ask_key_file: Optional[str] = typer.Option(
+        None, "--ask-key-file", help="with --ask URL: a file (mode 0600) holding its API key"
+    ),
 ):
-    """Diagnose a sick lane: findings with their evidence, cause, fix and repair runbook.
+    """Diagnose a sick lane: findings with their evidence, cause, fix and repair runbook, and the public reports like
+    it.
 
     --lane reads every node of the lane (container logs since the last start, free, the kernel log, ip link, RoCE
     GIDs, the HF cache's links, the live command) and two /metrics scrapes, read-only; --logs/--metrics/--dmesg read
-    files an operator saved. Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed),
-    1 when one is, 2 for bad usage."""
-    from lanebook.verify.doctor import read_files
-    from lanebook.verify.doctor_report import print_diagnosis
+    files an operator saved. --ask adds a model's reading (never a finding).
 
+    Exit 0 when no finding is confirmed (suspected findings and harmless notes are printed), 1 when one is, 2 for bad
+    usage."""
+    from lanebook.verify.doctor import diagnose, folded_evidence, read_inputs
+    from lanebook.verify.doctor_report import print_diagnosis, print_reading
+
+    if (ask_model or ask_key_env or ask_key_file) and not ask:
+        raise LanebookError("--ask-model, --ask-key-env and --ask-key-file go with --ask")
     if bool(lane_name) == bool(logs):
         raise LanebookError("give either --lane LANE or --logs FILE... (with --metrics/--dmesg)")
     if lane_name and (metrics or dmesg):
         raise LanebookError("--metrics and --dmesg go with --logs; --lane reads them from the nodes")
     if dry_run and not lane_name:
         raise LanebookError("--dry-run goes with --lane (reading files sends nothing)")
+    api = None
+    if ask and not dry_run:
+        from lanebook.verify.doctor_ask import endpoint
+
+        api = endpoint(ask, key_file=ask_key_file, key_env=ask_key_env)  # bad input stops before anything is read
     gathered = None
     if lane_name:
         from lanebook.lane.params import load_lane
@@ -570,16 +594,28 @@ def doctor(
                 typer.echo("\n".join(nodes.executor.commands()))
                 typer.echo("dry run: nothing was read, no finding")
                 raise typer.Exit(0)
+        log_lines, kernel = gathered.logs, gathered.kernel
         diagnosis = gathered.diagnosis()
     else:
-        diagnosis = read_files(logs, metrics, dmesg)
+        log_lines, scrapes, kernel = read_inputs(logs, metrics, dmesg)
+        diagnosis = diagnose(log_lines, scrapes, kernel)
+    reading = None
+    if api:
+        from lanebook.verify.doctor_ask import ask as ask_model_for
+
+        reading = ask_model_for(
+            api, folded_evidence(log_lines, kernel), diagnosis, model=ask_model, max_tokens=ask_max_tokens
+        )
     if as_json:
         found = diagnosis.to_json() | (gathered.to_json() if gathered else {})
+        found |= {"model_reading": reading.to_json()} if reading else {}
         typer.echo(json.dumps(found, indent=2, ensure_ascii=False))
     else:
         if gathered:
             print_gathered(gathered)
         print_diagnosis(diagnosis)
+        if reading:
+            print_reading(reading)
     raise typer.Exit(1 if diagnosis.confirmed else 0)
 
 

@@ -1,18 +1,19 @@
-"""The public reports in tests/data/field_reports.yaml, as facts, and a post assembled from them the way an operator
-pastes one into `lanebook doctor --logs`: the words as prose, a table's rows as a Markdown table, the log lines in a
-fenced block and the kernel lines in another. The split (work / heldout) is recomputed from each thread's URL."""
+"""The public reports of the doctor's case base (lanebook.recipe.casebase), as facts, and a post assembled from them
+the way an operator pastes one into `lanebook doctor --logs`: the words as prose, a table's rows as a Markdown table,
+the log lines in a fenced block and the kernel lines in another. The first 78 (recipe/cases/field.yaml) were split
+(work / heldout) by thread before the rules were written; the split is recomputed from each thread's URL."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
-from lanebook.base import yamltext
+from lanebook.recipe.casebase import LOOKALIKE, cases
 from lanebook.verify.doctor import Diagnosis, diagnose, read_lines
 
-REPORTS = Path(__file__).resolve().parents[1] / "data" / "field_reports.yaml"
-LOOKALIKE = "lookalike"
+__all__ = ["LOOKALIKE", "Report", "doctor_on", "log_text", "named_right", "post", "reports", "score", "split_of"]
+
+FIELD = "field.yaml"  # the case base's first file: the reports the rules were built on (work) and held back from
 
 
 @dataclass(frozen=True)
@@ -32,22 +33,19 @@ def split_of(url: str) -> str:
     return "work" if hashlib.sha256(url.encode()).digest()[0] % 2 == 0 else "heldout"
 
 
-def reports(split: str | None = None) -> list[Report]:
-    data = yamltext.load(REPORTS.read_text())
+def reports(split: str | None = None, *, every_file: bool = False) -> list[Report]:
+    """The field reports (recipe/cases/field.yaml) of one half, or all; every_file: the whole case base."""
     found = [
-        Report(
-            r["id"],
-            r["url"],
-            r["split"],
-            r["cause"],
-            r["phase"],
-            tuple(r.get("lines", ())),
-            tuple(r.get("kernel", ())),
-            tuple(r.get("words", ())),
-        )
-        for r in data["reports"]
+        Report(c.id, c.url, split_of(c.url), c.cause, c.phase, c.lines, c.kernel, c.words)
+        for c in cases()
+        if every_file or c.file == FIELD
     ]
     return [r for r in found if split is None or r.split == split]
+
+
+def log_text(report: Report) -> str:
+    """The report's log and kernel lines only, as a saved log holds them ('' when it quotes none)."""
+    return "\n".join(report.lines + report.kernel) + ("\n" if report.lines or report.kernel else "")
 
 
 def post(report: Report) -> str:
@@ -67,8 +65,9 @@ def post(report: Report) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def doctor_on(report: Report, text: str | None = None) -> Diagnosis:
-    return diagnose(read_lines(f"{report.id}.md", post(report) if text is None else text))
+def doctor_on(report: Report, text: str | None = None, *, index=None) -> Diagnosis:
+    """The doctor on the report's post (or TEXT), retrieval reading INDEX (None: the whole case base)."""
+    return diagnose(read_lines(f"{report.id}.md", post(report) if text is None else text), cases=index)
 
 
 def named_right(report: Report, found: Diagnosis) -> bool:

@@ -133,3 +133,25 @@ def lane_keys(params: LaneParams) -> Optional[LaneKeys]:
     add_secrets(keys.keys)
     _CLIENT_KEYS[origin(params.api)] = keys.client_key
     return keys
+
+
+def endpoint_key(api: str, *, key_file: Optional[str] = None, key_env: Optional[str] = None) -> Optional[str]:
+    """The key for an OpenAI-compatible endpoint that is no lane of ours (`lanebook doctor --ask URL`), read as a
+    lane's is (a key file of mode 0600, or an environment variable; the first key it holds), registered with the
+    redactor and as the key this process's clients send to API's origin. None when neither is named."""
+    if key_file is None and key_env is None:
+        return None
+    if key_file is not None and key_env is not None:
+        raise LaneError("name the endpoint's key file or its environment variable, not both")
+    if key_file is not None:
+        text = _read_file("--ask-key-file", key_file, Path(os.path.expanduser(key_file)))
+    else:
+        if key_env not in os.environ:
+            raise LaneError(f"--ask-key-env: ${key_env} is not set in this environment")
+        text = os.environ[key_env]
+    keys = text.split()
+    if not keys or not KEY_RE.fullmatch(keys[0]):
+        raise LaneError(f"{'key file ' + key_file if key_file else '$' + str(key_env)} holds no key")
+    add_secrets(keys)
+    _CLIENT_KEYS[origin(api)] = keys[0]
+    return keys[0]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 from lanebook.lane.changes import ALLOW_FLAG, ALLOW_PARAMETER
 from lanebook.lane.params import KEY_VARIABLES, KEYLESS_VALUES, RANK_KEYS, RECIPE_SCRIPTS
+from lanebook.recipe.casebase import case_cause, registry_symptoms
 from lanebook.recipe.effective.checkout import Location
 from lanebook.recipe.effective.mismatches import to_number
 from lanebook.recipe.symptoms import SYMPTOMS as _SYMPTOMS
@@ -712,15 +713,23 @@ def pitfall(pitfall_id: str) -> Pitfall:
 
 
 # How causes show on a running lane. A symptom with a pitfall's id is that pitfall seen at run time and cites the
-# pitfall's seed; the D-ids cite the public report they were learnt from; H-ids are harmless look-alikes.
+# pitfall's seed; the D-ids cite the public report they were learnt from (D24 on: the case base's causes with two or
+# more reports, from its causes table); H-ids are harmless look-alikes.
 SYMPTOMS: tuple[Symptom, ...] = tuple(
     replace(s, source=s.source or _BY_ID[s.id].origin) if s.id in _BY_ID else s for s in _SYMPTOMS
-)
+) + tuple(s for s in registry_symptoms())
 _SYMPTOM_BY_ID = {s.id: s for s in SYMPTOMS}
 
 
 def symptom(symptom_id: str) -> Symptom:
-    return _SYMPTOM_BY_ID[symptom_id]
+    """The registry symptom SYMPTOM_ID; a case-only cause of the case base (one report) by its key, as a symptom."""
+    found = _SYMPTOM_BY_ID.get(symptom_id)
+    if found is None:
+        cause = case_cause(symptom_id)
+        if cause is None:
+            raise KeyError(symptom_id)
+        found = cause.symptom()
+    return found
 
 
 def for_runbook(runbook: str) -> list[Pitfall]:

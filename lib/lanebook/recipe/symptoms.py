@@ -60,7 +60,7 @@ class Symptom:
     source: str = ""  # the public report it was learnt from; empty for a P-id (the pitfall cites its seed)
     kind: str = FINDING
     # How reports put it in words: phrasings, names and metric names gathered from the working half of the reports
-    # the class was learnt from (tests/data/field_reports.yaml); the suspected tier retrieves over these and `seen`.
+    # the class was learnt from (recipe/cases/field.yaml); the suspected tier retrieves over these and `seen`.
     vocabulary: tuple[str, ...] = ()
     figures: tuple[Figure, ...] = ()  # numbers stated in words that point here
     counter: tuple[Figure, ...] = ()  # numbers that say the lane is healthy on this count (a look-alike)
@@ -166,7 +166,7 @@ REBOOT_WORDS = Pattern(
 ERROR_SHAPED = Pattern(
     "error_shaped",
     LOG,
-    r"(?i)^(?:\w+(?:\.\w+)*(?:error|exception)\b|traceback \(most recent call last\))|"
+    r"(?i)(?:^|; |`|\*\*)(?:\w+(?:\.\w+)*(?:error|exception)\b|traceback \(most recent call last\))|"
     r"\b(?:error|critical|fatal)\b \d\d-\d\d|"
     r"\b(?:failed|failure|fatal error|cannot allocate|out of memory|timed out|connection refused|segmentation fault|"
     r"core dumped|kernel panic|oops|bug:|nccl warn|xid)\b",
@@ -190,6 +190,94 @@ ERROR_SHAPED = Pattern(
         "xid",
     ),
 )
+# A failure stated in words (a post's prose, a table's cell, inline code): never "healthy", at least `unknown`.
+_STATED = (
+    "died",
+    "dies",
+    "hung",
+    "hangs",
+    "killed",
+    "oom",
+    "oom-killed",
+    "refused",
+    "crashed",
+    "crashes",
+    "timed out",
+    "times out",
+    "freezes",
+    "froze",
+    "frozen",
+    "stuck",
+    "segfault",
+    "segfaulted",
+    "deadlock",
+    "deadlocked",
+    "no space left",
+    "does not exist",
+    "cannot start",
+    "can't start",
+    "won't start",
+    "fails to start",
+    "failed to start",
+    "never starts",
+    "never comes up",
+    "never came up",
+    "stopped answering",
+    "stopped responding",
+    "stops answering",
+    "stops responding",
+    "not responding",
+    "unresponsive",
+)
+# An error-ish word inside inline code (`shm_broadcast: read cancelled`): the post quotes a failing line.
+_INLINE_FAILURE = r"`[^`]*(?:cancel|abort|fail|error|exception|timeout|timed out|denied|refused|fatal|dead)[^`]*`"
+STATED_FAILURE = Pattern(
+    "stated_failure",
+    LOG,
+    r"(?i)\b(?:" + "|".join(re.escape(w) for w in _STATED) + r")\b|" + _INLINE_FAILURE,
+    (*_STATED, "`"),
+)
+# Lines that tell a failure apart without being error-shaped: what the case-base retrieval reads beside the
+# error-shaped lines and the prose (a warning, a refusal, something missing or unsupported).
+_TELLING = (
+    "warn",
+    "error",
+    "fail",
+    "fatal",
+    "denied",
+    "not found",
+    "no such",
+    "unsupported",
+    "not supported",
+    "unknown",
+    "unrecognized",
+    "invalid",
+    "cannot",
+    "can't",
+    "could not",
+    "couldn't",
+    "unable",
+    "timeout",
+    "exceed",
+    "mismatch",
+    "not compatible",
+    "incompatible",
+    "no space",
+    "not defined",
+    "does not",
+    "missing",
+    "abort",
+    "exit code",
+    "exited",
+    "killed",
+    "errno",
+    "nccl",
+    "ibv_",
+    "nvrm",
+    "xid",
+)
+# Its hints are the pattern: a line holding one (any case) is telling, so the regex only has to match once they hold.
+TELLING = Pattern("telling", LOG, "(?i)^", _TELLING)
 CONTEXT = (
     READY,
     WARMUP_START,
@@ -205,6 +293,8 @@ CONTEXT = (
     SERVING_WORDS,
     REBOOT_WORDS,
     ERROR_SHAPED,
+    STATED_FAILURE,
+    TELLING,
 )
 
 # A startup line saying breakable CUDA graphs are on (P01), in every form the public logs show it, any case:

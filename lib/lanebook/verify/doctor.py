@@ -30,6 +30,7 @@ from lanebook.nodes.prometheus import (
     Snapshot,
     parse_metrics,
 )
+from lanebook.recipe.casebase import LOOKALIKE
 from lanebook.recipe.pitfalls import SYMPTOMS, Symptom, symptom
 from lanebook.recipe.symptoms import (
     CONTEXT,
@@ -47,6 +48,7 @@ from lanebook.recipe.symptoms import (
     SOCKET_RETRY,
     Pattern,
 )
+from lanebook.verify.doctor_cases import CaseIndex, Similar, summary
 from lanebook.verify.doctor_input import Line, fold, is_prose
 
 CONFIRMED, SUSPECTED, HARMLESS, UNKNOWN = "confirmed", "suspected", "harmless", "unknown"
@@ -62,6 +64,14 @@ SPIN_NODE_CPU = 200.0  # vLLM engine processes' %CPU on one node: ~333-400% spin
 MAX_EVIDENCE = 5
 MIN_TERMS = 2  # registry terms a post must share with a class for the retrieval alone to name it
 MIN_NAMING_SCORE = 0.18  # and the cosine similarity it must reach (the ranking itself starts lower)
+REGISTRY_WEIGHT = 1.0  # a registry class's score against a vote's (share x nearest similarity) in one ranking
+NAME_SIMILARITY = 0.15  # the nearest report of a voted cause must be this similar for retrieval to name it
+NAME_SHARE = 0.3  # and the cause must hold this share of the nearest reports' votes
+NAME_STRENGTH = 0.05  # and the two together (nearest similarity x share): a weak vote split many ways names nothing
+MAX_CHOSEN = 2000  # distinct lines the suspected tier reads
+DIGITS = re.compile(r"\d+")
+MIN_SHARED = 2  # distinct words the input must share with the nearest such report (one word is a coincidence)
+SERVING_ONLY = {"D02", "P15"}  # causes that strike a serving lane only: retrieval never names them on a failed start
 # Where a worker rank's line was read (rank 1..N-1: `worker3:docker logs ...`, spark4.log) and its own line's rank
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
@@ -137,6 +147,7 @@ class Finding:
     more: int = 0  # evidence lines beyond those quoted
     matched: list[str] = field(default_factory=list)  # a suspected finding's matched words and figures
     rank: float = 0.0  # the retrieval's score, which orders suspected findings
+    similar: list[Similar] = field(default_factory=list)  # the case base's reports like this input, nearest first
 
     def to_json(self) -> dict:
         return {
@@ -151,6 +162,7 @@ class Finding:
             "next_check": self.next_check if self.confidence in (SUSPECTED, UNKNOWN) else "",
             "source": self.source,
             "matched": list(self.matched),
+            "similar": [s.to_json() for s in self.similar],
         }
 
 
@@ -389,8 +401,15 @@ class Findings:
 # --- the rules --------------------------------------------------------------------------------------------
 
 
-def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: Iterable[Line] = ()) -> Diagnosis:
-    """Findings for what a lane showed: its log lines, /metrics scrapes (in the order taken) and kernel-log lines."""
+def diagnose(
+    logs: Iterable[Line] = (),
+    metrics: Sequence[Scrape] = (),
+    kernel: Iterable[Line] = (),
+    *,
+    cases: Optional[CaseIndex] = None,
+) -> Diagnosis:
+    """Findings for what a lane showed: its log lines, /metrics scrapes (in the order taken) and kernel-log lines.
+    CASES: the case base's index retrieval reads (None: the whole case base's, built when first needed)."""
     logs = list(logs)
     log_hits, records = _scan(logs, LOG_PATTERNS, json_too=True)
     kernel_hits, _ = _scan(kernel, KERNEL_PATTERNS, json_too=False)
@@ -412,32 +431,121 @@ def diagnose(logs: Iterable[Line] = (), metrics: Sequence[Scrape] = (), kernel: 
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        errors = {(h.at.source, h.at.line) for h in ctx.get("error_shaped")}
-        _suspected_tier([at for at in logs if (at.source, at.line) in errors or is_prose(at)], out)
+        _suspected_tier(_chosen(logs, kernel, log_hits), out, cases, _phase_of(ctx))
     _unknown_rule(ctx, out)
     return out.diagnosis()
 
 
-def _suspected_tier(logs: list[Line], out: Findings) -> None:
-    """The retrieval over the registry's words and figures: it orders the suspected findings the rules gave, and
-    names the closest class as suspected when the rules gave none, with the words and figures that matched."""
-    from lanebook.verify.doctor_suspect import suspect  # scikit-learn loads only where no log line confirmed a cause
+CONTEXT_KEYS = {p.key for p in CONTEXT}
+SUMMARY_KEYS = {"error_shaped", "stated_failure", "telling"}  # context lines retrieval reads beside the rules' own
 
-    ranked = [r for r in suspect(logs) if symptom(r.id).kind != NOTE]
+
+def _chosen(logs: list[Line], kernel: list[Line], hits: list[Hit]) -> list[Line]:
+    """The bounded, folded summary the suspected tier reads: the error-shaped lines and failures in words first, then
+    the kernel lines, the lines a rule or a telling word matched and the prose; each line once however its numbers
+    differ, at most MAX_CHOSEN (a long healthy log repeats itself: its ten-thousandth stats line says nothing new)."""
+    where = lambda at: (at.source, at.line)  # noqa: E731
+    first = {where(h.at) for h in hits if h.key in ("error_shaped", "stated_failure")}
+    wanted = {where(h.at) for h in hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
+    wanted |= {where(at) for at in kernel}
+    ordered = [at for at in logs if where(at) in first]
+    ordered += [at for at in [*logs, *kernel] if where(at) not in first and (where(at) in wanted or is_prose(at))]
+    seen: set[str] = set()
+    read: set[str] = set()
+    out: list[Line] = []
+    for at in ordered:
+        if at.text in read:
+            continue
+        read.add(at.text)
+        key = DIGITS.sub("", at.text)
+        if key not in seen:
+            seen.add(key)
+            out.append(at)
+            if len(out) >= MAX_CHOSEN:
+                break
+    return out
+
+
+def _phase_of(ctx: Context) -> Optional[str]:
+    """Where the lane was at its first error-shaped line (None: nothing tells, or no such line)."""
+    first = ctx.get("error_shaped")[:1] or ctx.get("stated_failure")[:1]
+    return ctx.phase(first[0].at) if first else None
+
+
+def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex], phase: Optional[str]) -> None:
+    """The suspected tier, one ranking from two retrievals: the registry's words and figures (doctor_suspect) and the
+    case base's nearest reports (doctor_cases), each cause scored by both. It orders the suspected findings the rules
+    gave and names the best-voted cause as suspected when its reports are near enough, with the reports it resembles;
+    with no vote, the closest registry class as before. It never confirms."""
+    from lanebook.verify.doctor_cases import case_index  # scikit-learn loads only where no line confirmed a cause
+    from lanebook.verify.doctor_suspect import suspect
+
+    if not chosen:
+        return
+    ranked = [r for r in suspect(chosen) if symptom(r.id).kind != NOTE]
     by_id = {r.id: r for r in ranked}
+    query = summary(chosen, {(at.source, at.line) for at in chosen})
+    votes = (cases if cases is not None else case_index()).vote(query)
+    by_vote = {v.cause: v for v in votes}
+
+    def rank(cause: str) -> float:
+        registry = by_id[cause].score if cause in by_id else 0.0
+        vote = by_vote[cause].share * by_vote[cause].best if cause in by_vote else 0.0
+        return round(REGISTRY_WEIGHT * registry + vote, 4)
+
     for f in out.items.values():
-        if f.confidence == SUSPECTED and f.id in by_id:
-            f.rank = by_id[f.id].score
-            f.matched = list(by_id[f.id].why)
+        if f.confidence == SUSPECTED:
+            f.rank = rank(f.id)
+            if f.id in by_id:
+                f.matched = list(by_id[f.id].why)
+            if f.id in by_vote:
+                f.similar = list(by_vote[f.id].similar)
+    if phase in (STARTING, REBOOTED):  # phase before cause: a start that failed is no death or slowness mid-serve
+        votes = [v for v in votes if v.cause not in SERVING_ONLY]
+    top = votes[0] if votes else None
+    if (
+        top
+        and top.cause != LOOKALIKE
+        and top.best >= NAME_SIMILARITY
+        and top.share >= NAME_SHARE
+        and top.shared >= MIN_SHARED
+        and top.best * top.share >= NAME_STRENGTH
+    ):
+        if top.cause not in out.items:
+            out.add(top.cause, SUSPECTED, _nearest_lines(chosen, top))
+        item = out.items[top.cause]
+        item.rank = max(item.rank, rank(top.cause))
+        item.similar = list(top.similar)
+        if top.cause in by_id:
+            item.matched = list(by_id[top.cause].why)
+        return
     if any(f.confidence == SUSPECTED for f in out.items.values()) or not ranked:
         return
-    top = ranked[0]
-    figures = [w for w in top.why if ":" in w]
-    if not figures and (len(top.why) < MIN_TERMS or top.score < MIN_NAMING_SCORE):
+    if top and top.cause == LOOKALIKE and top.share >= NAME_SHARE:
+        return  # the post reads like the reports of healthy lanes that only looked sick
+    best = ranked[0]
+    figures = [w for w in best.why if ":" in w]
+    if not figures and (len(best.why) < MIN_TERMS or best.score < MIN_NAMING_SCORE):
         return  # a word or two in common is not a post about this class
-    out.add(top.id, SUSPECTED, list(top.lines))
-    item = out.items[top.id]
-    item.rank, item.matched = top.score, list(top.why)
+    out.add(best.id, SUSPECTED, list(best.lines))
+    item = out.items[best.id]
+    item.rank, item.matched = best.score, list(best.why)
+    if best.id in by_vote:
+        item.similar = list(by_vote[best.id].similar)
+
+
+def _nearest_lines(chosen: list[Line], vote) -> list[Line]:
+    """The input's lines that share the most words with the reports a vote names (its evidence), at most three."""
+    from lanebook.recipe.casebase import cases as all_cases
+    from lanebook.verify.doctor_cases import document
+
+    names = {s.id for s in vote.similar}
+    words = {w for c in all_cases() if c.id in names for w in re.findall(r"[a-z_]{4,}", document(c).lower())}
+    scored = sorted(
+        ((len(words & set(re.findall(r"[a-z_]{4,}", at.text.lower()))), n) for n, at in enumerate(chosen)),
+        key=lambda x: (-x[0], x[1]),
+    )
+    return [chosen[n] for score, n in scored[:3] if score > 0] or chosen[:1]
 
 
 def _layer(text: str) -> str:
@@ -449,11 +557,13 @@ def _layer(text: str) -> str:
 
 def _unknown_rule(ctx: Context, out: Findings) -> None:
     """Error-shaped lines that no finding explains: an `unknown` finding with the first such line, its layer and what
-    to gather next. A lane whose log holds none is healthy."""
+    to gather next; a failure stated in words (died, hung, killed, ...) counts as one. A lane whose log holds none is
+    healthy."""
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
-    errors = [h.at for h in ctx.get("error_shaped") if (h.at.source, h.at.line) not in quoted]
+    shaped = ctx.get("error_shaped") + ctx.get("stated_failure")  # error-shaped lines first, then failures in words
+    errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())
     if not errors:
         return
     first = errors[0]
@@ -824,9 +934,12 @@ def read_lines(path: str, text: str) -> list[Line]:
     return fold(path, text)
 
 
-def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None) -> Diagnosis:
-    """The diagnosis of saved files: logs (container, launcher, shell output, JSON replies and speed records, one
-    per line), /metrics scrapes in the order taken, and a kernel log (dmesg or journalctl -k)."""
+def read_inputs(
+    logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None
+) -> tuple[list[Line], list[Scrape], list[Line]]:
+    """Saved files read as the doctor reads them: logs (container, launcher, shell output, JSON replies and speed
+    records, one per line) folded into logical lines, /metrics scrapes in the order taken, a kernel log (dmesg or
+    journalctl -k). A missing file or a scrape that is no /metrics text is one LanebookError line."""
     missing = [str(p) for p in [*logs, *metrics, *([dmesg] if dmesg else [])] if not Path(p).is_file()]
     if missing:
         raise LanebookError(f"no such file: {', '.join(missing)}")
@@ -838,4 +951,28 @@ def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Option
         except MetricsUnavailable as exc:
             raise LanebookError(f"{s.source}: {exc}") from None
     kernel = read_lines(str(dmesg), Path(dmesg).read_text(errors="replace")) if dmesg else []
-    return diagnose(log_lines, scrapes, kernel)
+    return log_lines, scrapes, kernel
+
+
+def read_files(logs: Sequence[Path], metrics: Sequence[Path] = (), dmesg: Optional[Path] = None) -> Diagnosis:
+    """The diagnosis of saved files (read_inputs)."""
+    return diagnose(*read_inputs(logs, metrics, dmesg))
+
+
+def folded_evidence(logs: Iterable[Line], kernel: Iterable[Line] = (), *, limit: int = 12_000) -> str:
+    """What the suspected tier reads, as text for a model: the error-shaped, telling and rule-matched lines and the
+    prose, folded, each distinct line once, at most LIMIT characters."""
+    logs, kernel = list(logs), list(kernel)
+    hits, _ = _scan(logs, LOG_PATTERNS, json_too=False)
+    wanted = {(h.at.source, h.at.line) for h in hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
+    wanted |= {(at.source, at.line) for at in kernel}
+    seen: dict[str, None] = {}
+    size = 0
+    for at in [*logs, *kernel]:
+        if (at.source, at.line) in wanted or is_prose(at):
+            if at.text not in seen:
+                seen[at.text] = None
+                size += len(at.text) + 1
+                if size >= limit:
+                    break
+    return "\n".join(seen)[:limit]

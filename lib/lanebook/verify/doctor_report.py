@@ -39,6 +39,8 @@ def print_diagnosis(diagnosis: Diagnosis) -> None:
             console.print(f"  … and {f.more} more line(s)")
         if f.matched:
             console.print(f"  matched: {escape(', '.join(f.matched))}")
+        if f.similar:
+            console.print(f"  {escape(like_yours(f))}")
         if f.confidence == HARMLESS:
             console.print(f"  harmless: {escape(f.cause)}")
     confirmed = len(diagnosis.confirmed)
@@ -48,6 +50,29 @@ def print_diagnosis(diagnosis: Diagnosis) -> None:
     else:
         verdict = "[red]sick[/red]" if confirmed else "[yellow]suspect[/yellow]" if suspected else "unknown"
         console.print(f"{verdict}: {confirmed} confirmed, {suspected} suspected, {len(diagnosis.notes)} note(s)")
+
+
+def like_yours(f) -> str:
+    """'3 reports like yours: ID URL, ...' for a finding retrieval ranked."""
+    n = len(f.similar)
+    shown = ", ".join(f"{s.id} <{s.url}>" for s in f.similar)
+    return f"{n} report{'s' if n != 1 else ''} like yours: {shown}"
+
+
+def print_reading(reading) -> None:
+    """A model's reading (lanebook.verify.doctor_ask.ModelReading), apart from the findings and labelled as such."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(soft_wrap=True, highlight=False)
+    console.print(
+        f"[cyan]a model's reading[/cyan] ({escape(reading.model or '?')} at {escape(reading.api)}; not a "
+        f"finding, never confirmed; prompt and reply: {escape(reading.record)})"
+    )
+    if reading.error:
+        console.print(f"  no reading: {escape(reading.error)}")
+    for line in reading.reply.splitlines():
+        console.print(f"  {escape(line)}")
 
 
 def _next(f) -> str:
@@ -76,6 +101,7 @@ def diagnosis_markdown(diagnosis: Diagnosis) -> str:
         lines = [f"{e.source}:{e.line}: {e.text}" for e in f.evidence]
         lines += [f"… and {f.more} more line(s)"] if f.more else []
         lines += [f"matched: {', '.join(f.matched)}"] if f.matched else []
+        lines += [like_yours(f)] if f.similar else []
         parts.append(
             f"**{f.id} {label}**: {f.title} (learnt from {f.source})\n\n```text\n" + "\n".join(lines) + "\n```"
         )

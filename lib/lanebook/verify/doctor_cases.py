@@ -1,0 +1,168 @@
+"""Retrieval over the doctor's case base: which public reports a sick lane's evidence resembles, and the cause they
+vote for.
+
+Each case (lanebook.recipe.casebase) becomes one document: its log and kernel lines normalised (vLLM's logger prefix
+and process tags taken off; numbers, paths, hex, ids, timestamps, ranks, addresses and pids masked, so the same message
+from another run reads the same) and its words. Two TF-IDF indexes (scikit-learn) are built over them: words, and
+character n-grams inside words (which match a message cut, wrapped or spelt a little differently). A query
+is a bounded summary of what the doctor read (`summary`: error-shaped lines, lines a rule matched, warnings and prose,
+each distinct line once), never every line. The k nearest cases vote for their causes, each with its similarity
+raised to a power; a vote names a cause with the reports that cast it. Retrieval never confirms: the doctor makes a
+vote a `suspected` finding at most (lanebook.verify.doctor).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable, Optional, Sequence
+
+from lanebook.recipe.casebase import Case, cases
+from lanebook.verify.doctor_input import Line
+
+K = 7  # nearest cases that vote
+POWER = 2.0  # a case's vote is its similarity to this power: the nearest count most
+MIN_SIMILARITY = 0.08  # a case less similar than this casts no vote
+WORD_SHARE = 0.5  # the word index's share of a similarity (the rest: character n-grams)
+MAX_SUMMARY_LINES = 400  # distinct lines a query reads
+MAX_LINE = 600  # characters of one line a query reads
+SHOWN = 3  # reports named per cause
+TOKENS = r"(?u)\b[A-Za-z_][A-Za-z0-9_]+\b"
+
+# vLLM's logger prefix and process tags: `(EngineCore pid=652) ERROR 05-20 20:35:26 [core.py:1161] `.
+PREFIX = re.compile(
+    r"\((?:[\w.:-]+(?:\s+[\w.:=-]+)*?)\s+pid=\d+(?:,\s*ip=[\w.:]+)?\)\s*"
+    r"|\b(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\[[\w./-]+:\d+\]\s*"
+    r"|\[rank\d+\]:\s*"
+)
+BOILERPLATE = re.compile(
+    r"Traceback \(most recent call last\):?|The above exception was the direct cause of the "
+    r"following exception:?|During handling of the above exception, another exception occurred:?"
+)
+MASKS = (
+    (re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"), " "),  # ISO timestamps
+    (re.compile(r"\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b"), " "),  # clock times
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), " xid "),  # uuids
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), " xip "),  # IPv4 (and port)
+    (re.compile(r"\b(?:[0-9a-f]{1,4}:){3,7}[0-9a-f]{1,4}\b", re.I), " xip "),  # IPv6
+    (re.compile(r"\b0x[0-9a-f]+\b", re.I), " xhex "),
+    (re.compile(r"\b[0-9a-f]{12,}\b", re.I), " xid "),  # hashes, container ids
+    (
+        re.compile(r"(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"),
+        lambda m: " " + m.group(0).rstrip("/").rsplit("/", 1)[-1] + " ",
+    ),
+    (re.compile(r"\b(pid|tid|rank|local_rank|device|gpu|cuda|node|port)\s*[=:]\s*\[?\d+\]?", re.I), r" \1 "),
+    (re.compile(r"\b(rank|gpu|node|spark|worker|tp|dp|pp)\d+\b", re.I), r" \1 "),
+    (re.compile(r"\d+(?:\.\d+)?"), " "),  # the remaining numbers
+)
+
+
+def normalise(text: str) -> str:
+    """A line as retrieval reads it: the logger prefix and a traceback's header off, variable parts masked, spaces
+    collapsed."""
+    text = BOILERPLATE.sub(" ", PREFIX.sub(" ", text[:MAX_LINE]))
+    for pattern, repl in MASKS:
+        text = pattern.sub(repl, text)
+    return " ".join(text.split())
+
+
+def document(case: Case) -> str:
+    """A case as the index holds it: its normalised lines and kernel lines, then its words."""
+    return "\n".join([*(normalise(t) for t in case.lines + case.kernel), *case.words])
+
+
+@dataclass(frozen=True)
+class Similar:
+    """A case the input resembles: its id, thread URL and similarity (0-1)."""
+
+    id: str
+    url: str
+    score: float
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "url": self.url, "score": self.score}
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A cause the nearest cases vote for: its score (the sum of their votes), its share of all votes, and the cases
+    that cast it, nearest first."""
+
+    cause: str
+    score: float
+    share: float
+    similar: tuple[Similar, ...]
+    shared: int = 0  # distinct words the input shares with the nearest of these reports
+
+    @property
+    def best(self) -> float:
+        return self.similar[0].score if self.similar else 0.0
+
+
+class CaseIndex:
+    """The TF-IDF indexes over a set of cases; cheap enough to rebuild per fold (leave-one-thread-out)."""
+
+    def __init__(self, chosen: Sequence[Case]):
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        self.cases = tuple(chosen)
+        if not self.cases:
+            return  # an empty index votes for nothing
+        docs = [document(c) for c in self.cases]
+        self.words = TfidfVectorizer(token_pattern=TOKENS, sublinear_tf=True, lowercase=True)
+        self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, lowercase=True)
+        self.word_matrix = self.words.fit_transform(docs).tocsr()
+        self.char_matrix = self.chars.fit_transform(docs)
+
+    def similarities(self, query: str):
+        """Each case's similarity to QUERY (0-1), and the query's word vector."""
+        words_query = self.words.transform([query])
+        words = (self.word_matrix @ words_query.T).toarray().ravel()
+        chars = (self.char_matrix @ self.chars.transform([query]).T).toarray().ravel()
+        return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query
+
+    def vote(self, query: str, *, k: int = K) -> list[Vote]:
+        """The causes the k nearest cases vote for, best first (look-alikes vote too, as `lookalike`)."""
+        if not query.strip() or not self.cases:
+            return []
+        sims, words_query = self.similarities(query)
+        nearest = [i for i in sims.argsort()[::-1][:k] if sims[i] >= MIN_SIMILARITY]
+        by_cause: dict[str, list[int]] = {}
+        for i in nearest:
+            by_cause.setdefault(self.cases[i].cause, []).append(i)
+        total = sum(float(sims[i]) ** POWER for i in nearest) or 1.0
+        asked = set(words_query.indices)
+        votes = []
+        for cause, members in by_cause.items():
+            score = sum(float(sims[i]) ** POWER for i in members)
+            shown = tuple(Similar(self.cases[i].id, self.cases[i].url, round(float(sims[i]), 3)) for i in members)
+            shared = len(asked & set(self.word_matrix[members[0]].indices))
+            votes.append(Vote(cause, round(score, 4), round(score / total, 3), shown[:SHOWN], shared))
+        return sorted(votes, key=lambda v: (-v.score, -v.best))
+
+
+@lru_cache(maxsize=1)
+def case_index() -> CaseIndex:
+    """The index over the whole case base (built once per process, when first asked)."""
+    return CaseIndex(cases())
+
+
+def without_thread(thread: str, *, among: Optional[Sequence[Case]] = None) -> CaseIndex:
+    """An index over the case base with one thread's cases left out (leave-one-thread-out)."""
+    return CaseIndex([c for c in (among if among is not None else cases()) if c.thread != thread])
+
+
+def summary(lines: Iterable[Line], wanted: set[tuple[str, int]]) -> str:
+    """The query: the lines a rule matched or that look like errors (WANTED, by where they were read), warnings and
+    prose, each distinct normalised line once, at most MAX_SUMMARY_LINES."""
+    seen: dict[str, None] = {}
+    for at in lines:
+        if (at.source, at.line) not in wanted:
+            continue
+        text = normalise(at.text)
+        if text and text not in seen:
+            seen[text] = None
+            if len(seen) >= MAX_SUMMARY_LINES:
+                break
+    return "\n".join(seen)

@@ -1,0 +1,61 @@
+"""Retrieval over the case base (lanebook.verify.doctor_cases): lines normalised so the same message from another run
+reads the same; the nearest reports vote and a suspected finding names them with their links; retrieval never
+confirms; and leave-one-thread-out over a fixed sample of the case base's threads keeps its floor (the whole measure:
+benchmarks/doctor_casebase.py)."""
+
+import hashlib
+
+from helpers.field_reports import named_right, post
+from lanebook.recipe.casebase import LOOKALIKE, cases
+from lanebook.verify.doctor import CONFIRMED, SUSPECTED, diagnose, read_lines
+from lanebook.verify.doctor_cases import CaseIndex, normalise, without_thread
+
+LOTO_FLOOR = 0.75  # of the sampled reports named right as posts (the whole case base: 0.85, 312 reports)
+SAMPLE = 8  # one thread in SAMPLE, chosen by its URL's hash
+
+
+def test_a_message_from_another_run_normalises_the_same():
+    one = (
+        "(EngineCore pid=652) ERROR 05-20 20:35:26 [core.py:1161] RayWorkerProc rank=[2] died unexpectedly at "
+        "192.168.100.11:29500, see /home/a/.cache/vllm/torch_compile_cache/0x7f3a/rank_1/model.py line 12"
+    )
+    two = (
+        "(EngineCore_DP0 pid=9) ERROR 12-01 01:02:03 [core.py:88] RayWorkerProc rank=[1] died unexpectedly at "
+        "10.0.0.2:1234, see /root/.cache/vllm/torch_compile_cache/0xdeadbeef/rank_0/model.py line 7"
+    )
+    assert normalise(one) == normalise(two)
+    assert "core.py" not in normalise(one) and "model.py" in normalise(one) and "died unexpectedly" in normalise(one)
+    assert normalise("Traceback (most recent call last):") == ""
+
+
+def test_the_nearest_reports_vote_and_a_suspected_finding_links_them():
+    shm = [c for c in cases() if c.cause == "D24"]
+    post_text = "Our two-node job stops at init.\n\n```\n" + "\n".join(shm[0].lines) + "\n```\n"
+    found = diagnose(read_lines("post.md", post_text), cases=without_thread(shm[0].thread))
+    first = found.findings[0]
+    assert first.id == "D24" and first.confidence == SUSPECTED and first.similar
+    as_json = first.to_json()["similar"]
+    assert all(s["url"].startswith("https://") and 0 < s["score"] <= 1 for s in as_json)
+    assert {s["id"] for s in as_json} <= {c.id for c in shm[1:]}
+
+
+def test_retrieval_never_confirms_and_a_lone_shared_word_names_nothing():
+    for c in cases()[::16]:
+        for f in diagnose(read_lines("post.md", post(c)), cases=without_thread(c.thread)).findings:
+            assert not f.similar or f.confidence == SUSPECTED, (c.id, f.id)  # the reports like it come with a suspicion
+            assert f.confidence != CONFIRMED or f.evidence, (c.id, f.id)
+    lone = diagnose(read_lines("log", "Traceback (most recent call last):\nKeyError: 'layers.3.mlp'"))
+    assert [f.confidence for f in lone.findings] == ["unknown"]
+
+
+def test_leave_one_thread_out_over_a_sample_keeps_its_floor():
+    chosen = cases()
+    threads = sorted({c.thread for c in chosen if hashlib.sha256(c.thread.encode()).digest()[0] % SAMPLE == 0})
+    right = total = 0
+    for thread in threads:
+        index = CaseIndex([c for c in chosen if c.thread != thread])
+        for c in (c for c in chosen if c.thread == thread):
+            total += 1
+            right += named_right(c, diagnose(read_lines(f"{c.id}.md", post(c)), cases=index))
+    assert total >= 20 and right / total >= LOTO_FLOOR, (right, total)
+    assert any(c.cause == LOOKALIKE for c in chosen)
