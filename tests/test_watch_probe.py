@@ -110,3 +110,10 @@ def test_the_chat_probe_asks_one_token_of_the_served_model_in_the_lanes_request_
 def test_availability_is_the_share_of_rounds_that_served_a_client():
     assert wp.availability([]) is None
     assert wp.availability([judged(), judged(chat=False), judged(), judged()]) == 0.75
+
+
+def test_a_round_waits_at_most_half_its_interval_for_an_answer_so_a_hang_is_met_within_two_intervals():
+    assert wp.round_timeout_s(30) == wp.HTTP_TIMEOUT_S  # a real lane's interval: the usual 10 s
+    assert wp.round_timeout_s(4) == 2.0
+    assert wp.round_timeout_s(0.5) == wp.MIN_HTTP_TIMEOUT_S
+    assert wp.round_timeout_s(None) == wp.HTTP_TIMEOUT_S

@@ -281,7 +281,13 @@ class Watcher:
     def probe(self) -> dict:
         self.state["rounds"] += 1
         with direct_client() as client:
-            record = wp.probe_round(self.open_nodes(), client, number=self.state["rounds"], now=self.clock())
+            record = wp.probe_round(
+                self.open_nodes(),
+                client,
+                number=self.state["rounds"],
+                now=self.clock(),
+                timeout_s=wp.round_timeout_s(self.interval_s),
+            )
         record["incident"] = self.incident["id"] if self.incident else None
         _append(self.file("probes"), record)
         self.state["last_probe"] = record
