@@ -117,3 +117,9 @@ def test_a_round_waits_at_most_half_its_interval_for_an_answer_so_a_hang_is_met_
     assert wp.round_timeout_s(4) == 2.0
     assert wp.round_timeout_s(0.5) == wp.MIN_HTTP_TIMEOUT_S
     assert wp.round_timeout_s(None) == wp.HTTP_TIMEOUT_S
+
+
+def test_a_speed_wave_is_bounded_by_three_times_its_stream_at_the_bands_minimum_plus_a_rounds_wait():
+    # 256 tokens at 80 tok/s take 3.2 s: a wave may take 9.6 s plus the round's wait, never the speed client's minutes
+    assert wp.wave_timeout_s(256, 80.0, interval_s=4) == pytest.approx(9.6 + 2.0)
+    assert wp.wave_timeout_s(256, 80.0, interval_s=30) == pytest.approx(9.6 + wp.HTTP_TIMEOUT_S)

@@ -647,6 +647,8 @@ class Watcher:
                 lane_request=self.serving.request,
                 twin=self.serving.twin,
                 console=Console(file=io.StringIO()),
+                timeout_s=wp.wave_timeout_s(int(document["max_tokens"]), figure["min"], interval_s=self.interval_s),
+                idle_timeout_s=wp.round_timeout_s(self.interval_s),
             )
         except LanebookError as exc:
             return {"t": now, "skipped": redact(f"the wave did not run: {exc}")[:300]}

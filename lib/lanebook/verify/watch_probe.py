@@ -80,6 +80,14 @@ def round_timeout_s(interval_s: Optional[float]) -> float:
     return max(MIN_HTTP_TIMEOUT_S, min(HTTP_TIMEOUT_S, interval_s / 2))
 
 
+def wave_timeout_s(max_tokens: int, band_min_tok_s: float, *, interval_s: Optional[float] = None) -> float:
+    """How long the watch's speed wave may take: three times one stream of MAX_TOKENS at the band's minimum, plus a
+    round's wait for a first token (round_timeout_s). A wave the engine stops answering (a rank hang, a death) ends
+    within it, so the watch is never blind for the speed client's generous bounds (minutes); a lane three times
+    slower than its band still finishes its wave and is measured."""
+    return 3.0 * max_tokens / max(band_min_tok_s, 1e-6) + round_timeout_s(interval_s)
+
+
 def _get(client: httpx.Client, url: str, timeout_s: float) -> tuple[Optional[int], Optional[httpx.Response], str]:
     try:
         response = client.get(url, timeout=timeout_s)
