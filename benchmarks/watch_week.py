@@ -694,11 +694,12 @@ def main() -> int:
           f"{week['end'] - week['start']:.0f} s)" + (f"; no watcher {quiet_avail:.4f} ({len(quiet['client'])} "
           f"requests over {quiet['end'] - quiet['start']:.0f} s, the week's first {args.quiet_week_share:.0%})"
           if quiet else ""))  # fmt: skip
+    uncompressed, as_run = load["share_of_lane_throughput_uncompressed"], load["share_of_lane_throughput_as_run"]
+    of_generated = load["share_of_tokens_generated_in_the_compressed_week"]
     shares = (
-        f"{load['share_of_lane_throughput_uncompressed']:.4%} of the lane's throughput "
-        f"({load['lane_throughput_tok_s']} tok/s, its stored baseline) at the uncompressed cadence, {load['share_of_lane_throughput_as_run']:.3%} as "
-        f"run (waves x{scale:.0f} denser), {load['share_of_tokens_generated_in_the_compressed_week']:.2%} of the "
-        "tokens generated in the run"
+        f"{uncompressed:.4%} of the lane's throughput ({load['lane_throughput_tok_s']} tok/s, its stored baseline) at "
+        f"the uncompressed cadence, {as_run:.3%} as run (waves x{scale:.0f} denser), {of_generated:.2%} of the tokens "
+        "generated in the run"
     )
     print(
         f"the watch's load: {load['rounds']} rounds ({load['probe_tokens']} tokens), {load['speed_waves']} speed "
