@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -137,6 +138,18 @@ def set_rail(degraded: bool) -> None:
         write_json(machine.rdma_file, {**found, "degraded": {}})
 
 
+def cut_worker_ssh() -> None:
+    """The worker stops answering SSH: its sshd stopped (lane fault worker-unreachable) and its open sessions cut, as
+    a hung node or a lost network drops them (the watch keeps its connections open between rounds)."""
+    from lanebook.twin import control
+    from lanebook.twin.nodes import read_state
+
+    pid = read_state(control.layout()).get("pids", {}).get("worker")
+    sessions = control._descendants(int(pid), control._process_table()) if pid else set()
+    control.set_lane_faults(LANE, ["worker-unreachable"])
+    control._kill(sessions, signal.SIGKILL)
+
+
 def inject(kind: str, params) -> Optional[str]:
     """Put the fault in; None when it went in, else why not."""
     from lanebook.twin import control
@@ -155,7 +168,7 @@ def inject(kind: str, params) -> Optional[str]:
         set_twin_fault("sticky-uma", True)
         return inject_http(params, {"fault": "engine-dies"})
     elif kind == "worker-unreachable":
-        control.set_lane_faults(LANE, ["worker-unreachable"])
+        cut_worker_ssh()
     elif kind == "link-degraded":
         set_rail(True)
     elif kind == "speed-regression":
@@ -196,19 +209,19 @@ class Client(threading.Thread):
         self.params, self.deadline = params, deadline
         self.rng = random.Random(seed)
         self.seen: list[dict] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
 
     def run(self) -> None:
         url = self.params.api.rstrip("/") + "/chat/completions"
         body = {**self.params.request, "model": self.params.served_model_name, "max_tokens": CLIENT_MAX_TOKENS}
         n = 0
         with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
-            while not self._stop.is_set() and time.time() < self.deadline:
+            while not self._halt.is_set() and time.time() < self.deadline:
                 spell_end = time.time() + self.rng.uniform(8, 20)
-                while not self._stop.is_set() and time.time() < min(spell_end, self.deadline):
+                while not self._halt.is_set() and time.time() < min(spell_end, self.deadline):
                     n += 1
                     started = time.time()
                     entry = {"start": started, "ok": False, "tokens": 0}
@@ -224,8 +237,8 @@ class Client(threading.Thread):
                         entry["why"] = type(exc).__name__
                     entry["end"] = time.time()
                     self.seen.append(entry)
-                    self._stop.wait(self.rng.uniform(0.3, 1.0) if entry["ok"] else 1.0)
-                self._stop.wait(self.rng.uniform(6, 14))  # idle: nobody asks anything
+                    self._halt.wait(self.rng.uniform(0.3, 1.0) if entry["ok"] else 1.0)
+                self._halt.wait(self.rng.uniform(6, 14))  # idle: nobody asks anything
 
 
 def availability(seen: list[dict], since: float = 0.0, until: float = float("inf")) -> Optional[float]:
@@ -637,6 +650,7 @@ def main() -> int:
     params = load_lane(LANE)
     episodes = schedule(args.seed, week_s, counts)
     wall = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     say(
         f"TWIN figures. A week compressed x{scale:.0f} into {args.week_min:g} min: speed_every 6 h -> "
         f"{SPEED_EVERY_WEEK_S / scale:.1f} s, link_every 1 d -> {LINK_EVERY_WEEK_S / scale:.1f} s; probe interval "
@@ -646,6 +660,20 @@ def main() -> int:
         tmp = Path(tmp_name)
         try:
             week = watched_week(args, tmp, params, episodes, scale)
+            kept = REPO / "outputs" / "bench" / f"watch_week-{stamp}-raw"
+            shutil.copytree(week["outputs"] / "watch", kept / "watch")
+            shutil.copy(tmp / "watch.log", kept / "watch.log")
+            (kept / "week.json").write_text(
+                json.dumps(
+                    {
+                        "episodes": [vars(e) for e in episodes],
+                        "client": week["client"],
+                        "start": week["start"],
+                        "end": week["end"],
+                    },
+                    default=str,
+                )  # fmt: skip
+            )
             rows = [incident_figures(ep, week, args.interval) for ep in episodes]
             load = load_figures(week, args.interval, scale)
             watch_log = (tmp / "watch.log").read_text()[-20000:]
@@ -744,7 +772,7 @@ def main() -> int:
         "wall_s": round(took, 1),
         "watch_log_tail": watch_log[-4000:],
     }
-    out = REPO / "outputs" / "bench" / f"watch_week-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    out = REPO / "outputs" / "bench" / f"watch_week-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"result: {out.relative_to(REPO)}")

@@ -290,7 +290,7 @@ def test_a_regression_is_three_waves_below_the_band_paged_once_and_closed_by_a_w
     watcher.load_state()
     waves = iter([70.0, 90.0, 70.0, 71.0, 72.0, 69.0, 85.0])
 
-    def wave(now: float) -> dict:
+    def wave(now: float, *, before=None) -> dict:
         value = next(waves)
         return {"t": now, "stream_decode_tok_s": value, "band_min": 80.0, "band_trials": 3, "below": value < 80.0}
 

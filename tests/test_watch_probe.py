@@ -123,3 +123,9 @@ def test_a_speed_wave_is_bounded_by_three_times_its_stream_at_the_bands_minimum_
     # 256 tokens at 80 tok/s take 3.2 s: a wave may take 9.6 s plus the round's wait, never the speed client's minutes
     assert wp.wave_timeout_s(256, 80.0, interval_s=4) == pytest.approx(9.6 + 2.0)
     assert wp.wave_timeout_s(256, 80.0, interval_s=30) == pytest.approx(9.6 + wp.HTTP_TIMEOUT_S)
+
+
+def test_a_speed_wave_that_a_client_shared_is_no_sample_of_the_lane():
+    assert wp.wave_disturbed(100.0, 356.0, 256.0) is None  # the wave's own tokens only
+    assert "30 tokens were generated for clients" in wp.wave_disturbed(100.0, 386.0, 256.0)
+    assert wp.wave_disturbed(None, 386.0, 256.0) is None and wp.wave_disturbed(5000.0, 300.0, 256.0) is None

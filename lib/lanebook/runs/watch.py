@@ -588,7 +588,7 @@ class Watcher:
             return
         self.state["speed_skip_said"] = False
         self.state["last_speed_t"] = record["t"]
-        sample = self.speed_wave(record["t"])
+        sample = self.speed_wave(record["t"], before=(record.get("metrics") or {}).get("generation_tokens"))
         if "skipped" not in sample:
             samples = [s for s in _read_lines(self.file("speed")) if "skipped" not in s] + [sample]
             judgment = wp.speed_regression(samples, k=self.policy.speed_samples)
@@ -621,8 +621,21 @@ class Watcher:
             self.state["regression_incident"] = None
             self.say("speed back within the band")
 
-    def speed_wave(self, now: float) -> dict:
-        """One C1 wave of the probe workload at the baseline's max_tokens, against the stored band's C1 cell."""
+    def generation_tokens(self) -> Optional[float]:
+        """The lane's generation-token counter now (/metrics), or None where it does not answer."""
+        from lanebook.nodes.prometheus import metrics_url
+
+        try:
+            with direct_client() as client:
+                response = client.get(metrics_url(self.serving.api), timeout=wp.round_timeout_s(self.interval_s))
+            return wp.metrics_figures(response.text)["generation_tokens"] if response.status_code == 200 else None
+        except Exception:  # noqa: BLE001 - a scrape that fails only leaves the wave unchecked
+            return None
+
+    def speed_wave(self, now: float, *, before: Optional[float] = None) -> dict:
+        """One C1 wave of the probe workload at the baseline's max_tokens, against the stored band's C1 cell; a wave
+        that a client's request shared (tokens generated beyond its own since BEFORE, the round's counter) is no
+        sample."""
         from rich.console import Console
 
         from lanebook.speed.bands import speed_document
@@ -653,7 +666,11 @@ class Watcher:
         except LanebookError as exc:
             return {"t": now, "skipped": redact(f"the wave did not run: {exc}")[:300]}
         run = result.document()["runs"][0]
-        self.own_tokens += float(run.get("decode_tokens") or 0) + 1
+        wave_tokens = float(run.get("decode_tokens") or 0) + 1
+        self.own_tokens += wave_tokens
+        disturbed = wp.wave_disturbed(before, self.generation_tokens(), wave_tokens)
+        if disturbed:
+            return {"t": now, "skipped": f"no sample: {disturbed}"}
         value = run.get("mean_stream_decode_tok_s")
         return {
             "t": now,

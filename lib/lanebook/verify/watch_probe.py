@@ -291,6 +291,21 @@ def clients_busy(previous: Optional[dict], record: dict, *, own_tokens: float = 
     return None
 
 
+def wave_disturbed(
+    before: Optional[float], after: Optional[float], wave_tokens: float, *, slack: float = 2.0
+) -> Optional[str]:
+    """Why a speed wave is no sample of the lane alone, or None: the server generated more tokens between the round's
+    /metrics (BEFORE, the round's own chat counted) and the wave's end (AFTER) than the wave's own, so a client's
+    request shared its steps and slowed it (a C1 wave at C2 is no C1 figure). None where the counters cannot tell
+    (missing, or reset by a restart)."""
+    if before is None or after is None or after < before:
+        return None
+    extra = after - before - wave_tokens
+    if extra > slack:
+        return f"{extra:g} tokens were generated for clients during the wave"
+    return None
+
+
 @dataclass(frozen=True)
 class SpeedJudgment:
     regression: bool
