@@ -394,8 +394,6 @@ def watched_week(args, tmp: Path, params, episodes: list[Episode], scale: float)
     finally:
         WATCHER.clear()
         end = time.time()
-        client.stop()
-        client.join(timeout=CLIENT_TIMEOUT_S + 5)
         if watcher.poll() is None:
             watcher.send_signal(signal.SIGTERM)
             try:
@@ -403,6 +401,8 @@ def watched_week(args, tmp: Path, params, episodes: list[Episode], scale: float)
             except subprocess.TimeoutExpired:
                 watcher.kill()
         log.close()
+        client.stop()
+        client.join(timeout=CLIENT_TIMEOUT_S + 5)
     return {
         "start": start,
         "end": end,
@@ -444,7 +444,8 @@ def run_episode(ep: Episode, args, params, files: WatchFiles, start: float, watc
         return [i for i in files.incidents() if i["id"] not in before]
 
     def paged_with(cause: str):
-        return [i for i in new_incidents() if i.get("cause") == cause and i.get("pages")]
+        sent = {p.get("incident") for p in files.pages() if p.get("ok")}
+        return [i for i in new_incidents() if i.get("cause") == cause and (i.get("pages") or i["id"] in sent)]
 
     if kind.fixable and kind is not ROLLBACK:
         found = wait_until(lambda: [i for i in new_incidents() if i.get("closed_at")], args.episode_timeout)

@@ -55,8 +55,9 @@ FILES = """On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), e
                   [{runbook, run_id, lane, verdict, failed_step}]}]), runs ([run ids]), waits ([{t, why}], at most
                   50), pages ([{t, event}]), repaired_at (t the last remedy passed, or null), served_again_at,
                   closed_at (both t of the healthy round that closed it, or null). A speed regression or a degraded
-                  link is an incident of its own, paged and never repaired: id, lane, state (paged), cause (speed
-                  regression, link degraded), summary, detected_at, pages, and for the link findings ([{cause, fix}])
+                  link is an incident of its own, paged once and never repaired, closed by a wave within the band or a
+                  healthy link measurement: id, lane, state (paged, closed), cause (speed regression, link degraded),
+                  summary, detected_at, closed_at, pages, and for the link findings ([{cause, fix}])
   speed.jsonl     one object per speed attempt: t, and either skipped (why) or workload, concurrency, max_tokens,
                   stream_decode_tok_s, band_min, band_median, band_trials, below (bool), errors; plus regression
                   (bool) and why (the test's verdict)
@@ -66,6 +67,7 @@ FILES = """On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), e
   state.json      the watcher's state: lane, serving_lane, pid, host, started_at, updated_at, interval_s, state
                   (healthy, failing, incident, repairing, waiting for the lock, needs operator, stopped), rounds,
                   consecutive_failures, open_incident, restarts ([t]), backoff_until, last_speed_t, last_link_t,
+                  regression_incident, link_incident (the open paged incidents' ids, or null),
                   last_probe (the last probes.jsonl object)
   watch.lock      held (flock) by the running watcher: a second watcher of the lane is refused
 
@@ -719,7 +721,8 @@ class Watcher:
         _append(self.file("link"), {"t": round(now, 3), "measured": bool(getattr(report, "measured", True)),
                                     "report": {k: v for k, v in shown.items() if k != "thresholds"},
                                     "findings": findings})  # fmt: skip
-        if findings:
+        opened = self.state.get("link_incident")
+        if findings and not opened:
             why = "; ".join(f["cause"] for f in findings)
             self.say(f"link degraded: {why}")
             degraded = {
@@ -730,10 +733,22 @@ class Watcher:
                 "summary": why,
                 "findings": findings,
                 "detected_at": round(now, 3),
-                "pages": [],
+                "closed_at": None,
+                "pages": [{"t": round(now, 3), "event": "link"}],
             }
             _write_json(self.incident_path(degraded["id"]), degraded)
+            self.state["link_incident"] = degraded["id"]
             self.pager.page(degraded, "link", note=why)
+        elif opened and not findings and shown.get("measured", True):  # measured healthy again: the incident closes
+            try:
+                degraded = json.loads(self.incident_path(opened).read_text())
+            except (OSError, ValueError):
+                degraded = None
+            if degraded is not None:
+                degraded.update(state="closed", closed_at=round(now, 3))
+                _write_json(self.incident_path(opened), degraded)
+            self.state["link_incident"] = None
+            self.say("link healthy again")
 
 
 def _probe_summary(record: dict) -> dict:
