@@ -220,7 +220,7 @@ class Client(threading.Thread):
         n = 0
         with httpx.Client(timeout=CLIENT_TIMEOUT_S) as client:
             while not self._halt.is_set() and time.time() < self.deadline:
-                spell_end = time.time() + self.rng.uniform(8, 20)
+                spell_end = time.time() + self.rng.uniform(6, 15)
                 while not self._halt.is_set() and time.time() < min(spell_end, self.deadline):
                     n += 1
                     started = time.time()
@@ -238,7 +238,7 @@ class Client(threading.Thread):
                     entry["end"] = time.time()
                     self.seen.append(entry)
                     self._halt.wait(self.rng.uniform(0.3, 1.0) if entry["ok"] else 1.0)
-                self._halt.wait(self.rng.uniform(6, 14))  # idle: nobody asks anything
+                self._halt.wait(self.rng.uniform(10, 20))  # idle: nobody asks anything
 
 
 def availability(seen: list[dict], since: float = 0.0, until: float = float("inf")) -> Optional[float]:
