@@ -597,7 +597,8 @@ def load_figures(week: dict, interval_s: float, scale: float) -> dict:
     in_flight, overlapped = 0, 0
     for wave in waves:
         t0 = wave["t"]
-        t1 = t0 + 2 + wave["max_tokens"] / max(1.0, wave.get("stream_decode_tok_s") or 1.0)
+        rate = wave.get("stream_decode_tok_s") or wave["band_min"] / 3  # a wave that failed ran to its bound
+        t1 = t0 + 2 + wave["max_tokens"] / rate
         in_flight += any(r["start"] <= t0 < r["end"] for r in week["client"])
         overlapped += sum(1 for r in week["client"] if r["start"] < t1 and r["end"] > t0)
     return {
