@@ -5,7 +5,7 @@ Every figure is a TWIN figure (a fast twin on loopback), never a real lane's.
     unshare -n sh -c 'ip link set lo up && LANEBOOK_TWIN_DIR=/tmp/twin-watch-week \\
         exec .venv/bin/python benchmarks/watch_week.py [--seed N] [--week-min M] [--quiet-week-share F]'
 
-About 25 minutes on a 2-core machine: the watched week (~15-20 min: each relaunch of the twin lane takes its ~40 s of
+About 32 minutes on a 2-core machine: the watched week (~26 min: each relaunch of the twin lane takes its ~40 s of
 real time, which no compression shortens), then the same week's first part with no watcher. It needs a network
 namespace and a twin dir of its own (the twin binds fixed loopback addresses): it refuses to run without
 LANEBOOK_TWIN_DIR. It starts the twin (`twin up --fast`), launches lane `twin`, and leaves the twin down.
@@ -626,12 +626,12 @@ def load_figures(week: dict, interval_s: float, scale: float) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=41)
-    parser.add_argument("--week-min", type=float, default=15.0, help="real minutes the week's faults spread over")
+    parser.add_argument("--week-min", type=float, default=20.0, help="real minutes the week's faults spread over")
     parser.add_argument("--interval", type=float, default=4.0, help="the watch's probe interval, real seconds")
     parser.add_argument("--restart-window", type=float, default=75.0, help="restart.within_s, real seconds")
     parser.add_argument("--episode-timeout", type=float, default=180.0)
     parser.add_argument("--operator-delay", type=float, default=20.0, help="no watcher: when the operator clears")
-    parser.add_argument("--quiet-week-share", type=float, default=0.34, help="the no-watcher week's share of it")
+    parser.add_argument("--quiet-week-share", type=float, default=0.25, help="the no-watcher week's share of it")
     parser.add_argument("--counts", default="", help="KIND=N,... (default: 2 of each kind, 1 regression)")
     parser.add_argument("--skip-quiet", action="store_true", help="no no-watcher week")
     args = parser.parse_args()
