@@ -290,7 +290,7 @@ def test_a_regression_is_three_waves_below_the_band_paged_once_and_closed_by_a_w
     watcher.load_state()
     waves = iter([70.0, 90.0, 70.0, 71.0, 72.0, 69.0, 85.0])
 
-    def wave(now: float) -> dict:
+    def wave(now: float, *, before=None) -> dict:
         value = next(waves)
         return {"t": now, "stream_decode_tok_s": value, "band_min": 80.0, "band_trials": 3, "below": value < 80.0}
 
@@ -310,3 +310,32 @@ def test_a_regression_is_three_waves_below_the_band_paged_once_and_closed_by_a_w
     watcher.speed_due(busy, own_tokens=0)  # skipped, and said so in the series, while a client is served
     last = json.loads((tmp_path / "watch" / "twin" / "speed.jsonl").read_text().splitlines()[-1])
     assert last == {"t": 9000.0, "skipped": "clients are being served: requests running 1, waiting 0"}
+
+
+def test_a_degraded_link_is_one_incident_paged_once_and_closed_by_a_healthy_measurement(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from lanebook.verify import link as link_check
+
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))
+    pages = tmp_path / "pages.jsonl"
+    watcher = Watcher(load_lane("twin"), page_command=f"cat >> {pages}", echo=open(os.devnull, "w"))
+    watcher.load_state()
+    nodes = SimpleNamespace(executor=SimpleNamespace(history=[]))
+    monkeypatch.setattr(watcher, "open_nodes", lambda: nodes)
+    degraded = SimpleNamespace(
+        cause="rail roceP2p1s0f0 carries 13 Gb/s", fix="power-cycle the worker", severity="error"
+    )
+    reports = iter([[degraded], [degraded], [degraded], []])
+
+    def measured(nodes, params):
+        findings = next(reports)
+        return SimpleNamespace(findings=findings, to_json=lambda: {"measured": True, "findings": len(findings)})
+
+    monkeypatch.setattr(link_check, "measure_link", measured)
+    for _ in range(4):
+        watcher.link_due(None, own_tokens=0.0, after_remedy=True)
+    watcher.pager.flush(10)
+    found = lane_incidents(tmp_path)
+    assert [(i["cause"], i["state"], len(i["pages"])) for i in found] == [(wp.LINK_DEGRADED, "closed", 1)]
+    assert [json.loads(line)["event"] for line in pages.read_text().splitlines()] == ["link"]

@@ -110,3 +110,22 @@ def test_the_chat_probe_asks_one_token_of_the_served_model_in_the_lanes_request_
 def test_availability_is_the_share_of_rounds_that_served_a_client():
     assert wp.availability([]) is None
     assert wp.availability([judged(), judged(chat=False), judged(), judged()]) == 0.75
+
+
+def test_a_round_waits_at_most_half_its_interval_for_an_answer_so_a_hang_is_met_within_two_intervals():
+    assert wp.round_timeout_s(30) == wp.HTTP_TIMEOUT_S  # a real lane's interval: the usual 10 s
+    assert wp.round_timeout_s(4) == 2.0
+    assert wp.round_timeout_s(0.5) == wp.MIN_HTTP_TIMEOUT_S
+    assert wp.round_timeout_s(None) == wp.HTTP_TIMEOUT_S
+
+
+def test_a_speed_wave_is_bounded_by_three_times_its_stream_at_the_bands_minimum_plus_a_rounds_wait():
+    # 256 tokens at 80 tok/s take 3.2 s: a wave may take 9.6 s plus the round's wait, never the speed client's minutes
+    assert wp.wave_timeout_s(256, 80.0, interval_s=4) == pytest.approx(9.6 + 2.0)
+    assert wp.wave_timeout_s(256, 80.0, interval_s=30) == pytest.approx(9.6 + wp.HTTP_TIMEOUT_S)
+
+
+def test_a_speed_wave_that_a_client_shared_is_no_sample_of_the_lane():
+    assert wp.wave_disturbed(100.0, 356.0, 256.0) is None  # the wave's own tokens only
+    assert "30 tokens were generated for clients" in wp.wave_disturbed(100.0, 386.0, 256.0)
+    assert wp.wave_disturbed(None, 386.0, 256.0) is None and wp.wave_disturbed(5000.0, 300.0, 256.0) is None

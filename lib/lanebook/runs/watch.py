@@ -55,8 +55,9 @@ FILES = """On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), e
                   [{runbook, run_id, lane, verdict, failed_step}]}]), runs ([run ids]), waits ([{t, why}], at most
                   50), pages ([{t, event}]), repaired_at (t the last remedy passed, or null), served_again_at,
                   closed_at (both t of the healthy round that closed it, or null). A speed regression or a degraded
-                  link is an incident of its own, paged and never repaired: id, lane, state (paged), cause (speed
-                  regression, link degraded), summary, detected_at, pages, and for the link findings ([{cause, fix}])
+                  link is an incident of its own, paged once and never repaired, closed by a wave within the band or a
+                  healthy link measurement: id, lane, state (paged, closed), cause (speed regression, link degraded),
+                  summary, detected_at, closed_at, pages, and for the link findings ([{cause, fix}])
   speed.jsonl     one object per speed attempt: t, and either skipped (why) or workload, concurrency, max_tokens,
                   stream_decode_tok_s, band_min, band_median, band_trials, below (bool), errors; plus regression
                   (bool) and why (the test's verdict)
@@ -66,6 +67,7 @@ FILES = """On disk, under outputs/watch/LANE/ (LANE: the watched lane's name), e
   state.json      the watcher's state: lane, serving_lane, pid, host, started_at, updated_at, interval_s, state
                   (healthy, failing, incident, repairing, waiting for the lock, needs operator, stopped), rounds,
                   consecutive_failures, open_incident, restarts ([t]), backoff_until, last_speed_t, last_link_t,
+                  regression_incident, link_incident (the open paged incidents' ids, or null),
                   last_probe (the last probes.jsonl object)
   watch.lock      held (flock) by the running watcher: a second watcher of the lane is refused
 
@@ -281,7 +283,13 @@ class Watcher:
     def probe(self) -> dict:
         self.state["rounds"] += 1
         with direct_client() as client:
-            record = wp.probe_round(self.open_nodes(), client, number=self.state["rounds"], now=self.clock())
+            record = wp.probe_round(
+                self.open_nodes(),
+                client,
+                number=self.state["rounds"],
+                now=self.clock(),
+                timeout_s=wp.round_timeout_s(self.interval_s),
+            )
         record["incident"] = self.incident["id"] if self.incident else None
         _append(self.file("probes"), record)
         self.state["last_probe"] = record
@@ -582,7 +590,7 @@ class Watcher:
             return
         self.state["speed_skip_said"] = False
         self.state["last_speed_t"] = record["t"]
-        sample = self.speed_wave(record["t"])
+        sample = self.speed_wave(record["t"], before=(record.get("metrics") or {}).get("generation_tokens"))
         if "skipped" not in sample:
             samples = [s for s in _read_lines(self.file("speed")) if "skipped" not in s] + [sample]
             judgment = wp.speed_regression(samples, k=self.policy.speed_samples)
@@ -615,8 +623,21 @@ class Watcher:
             self.state["regression_incident"] = None
             self.say("speed back within the band")
 
-    def speed_wave(self, now: float) -> dict:
-        """One C1 wave of the probe workload at the baseline's max_tokens, against the stored band's C1 cell."""
+    def generation_tokens(self) -> Optional[float]:
+        """The lane's generation-token counter now (/metrics), or None where it does not answer."""
+        from lanebook.nodes.prometheus import metrics_url
+
+        try:
+            with direct_client() as client:
+                response = client.get(metrics_url(self.serving.api), timeout=wp.round_timeout_s(self.interval_s))
+            return wp.metrics_figures(response.text)["generation_tokens"] if response.status_code == 200 else None
+        except Exception:  # noqa: BLE001 - a scrape that fails only leaves the wave unchecked
+            return None
+
+    def speed_wave(self, now: float, *, before: Optional[float] = None) -> dict:
+        """One C1 wave of the probe workload at the baseline's max_tokens, against the stored band's C1 cell; a wave
+        that a client's request shared (tokens generated beyond its own since BEFORE, the round's counter) is no
+        sample."""
         from rich.console import Console
 
         from lanebook.speed.bands import speed_document
@@ -641,11 +662,17 @@ class Watcher:
                 lane_request=self.serving.request,
                 twin=self.serving.twin,
                 console=Console(file=io.StringIO()),
+                timeout_s=wp.wave_timeout_s(int(document["max_tokens"]), figure["min"], interval_s=self.interval_s),
+                idle_timeout_s=wp.round_timeout_s(self.interval_s),
             )
         except LanebookError as exc:
             return {"t": now, "skipped": redact(f"the wave did not run: {exc}")[:300]}
         run = result.document()["runs"][0]
-        self.own_tokens += float(run.get("decode_tokens") or 0) + 1
+        wave_tokens = float(run.get("decode_tokens") or 0) + 1
+        self.own_tokens += wave_tokens
+        disturbed = wp.wave_disturbed(before, self.generation_tokens(), wave_tokens)
+        if disturbed:
+            return {"t": now, "skipped": f"no sample: {disturbed}"}
         value = run.get("mean_stream_decode_tok_s")
         return {
             "t": now,
@@ -694,7 +721,8 @@ class Watcher:
         _append(self.file("link"), {"t": round(now, 3), "measured": bool(getattr(report, "measured", True)),
                                     "report": {k: v for k, v in shown.items() if k != "thresholds"},
                                     "findings": findings})  # fmt: skip
-        if findings:
+        opened = self.state.get("link_incident")
+        if findings and not opened:
             why = "; ".join(f["cause"] for f in findings)
             self.say(f"link degraded: {why}")
             degraded = {
@@ -705,10 +733,22 @@ class Watcher:
                 "summary": why,
                 "findings": findings,
                 "detected_at": round(now, 3),
-                "pages": [],
+                "closed_at": None,
+                "pages": [{"t": round(now, 3), "event": "link"}],
             }
             _write_json(self.incident_path(degraded["id"]), degraded)
+            self.state["link_incident"] = degraded["id"]
             self.pager.page(degraded, "link", note=why)
+        elif opened and not findings and shown.get("measured", True):  # measured healthy again: the incident closes
+            try:
+                degraded = json.loads(self.incident_path(opened).read_text())
+            except (OSError, ValueError):
+                degraded = None
+            if degraded is not None:
+                degraded.update(state="closed", closed_at=round(now, 3))
+                _write_json(self.incident_path(opened), degraded)
+            self.state["link_incident"] = None
+            self.say("link healthy again")
 
 
 def _probe_summary(record: dict) -> dict:

@@ -296,6 +296,8 @@ class Plan:
     max_tokens: int
     lane_request: Mapping[str, Any] = field(default_factory=dict)
     run_id: str = field(default_factory=lambda: secrets.token_hex(4))
+    timeout_s: Optional[float] = None  # each request's bound (default: request_timeout_s, generous)
+    idle_timeout_s: float = 120.0  # how long a wave waits for an idle queue before it is refused
 
     def bodies(self, trial: int, concurrency: int) -> list[bytes]:
         """Encoded before the wave starts; the tag makes every prompt of the run unique."""
@@ -363,8 +365,9 @@ async def measure(
                         url,
                         bodies,
                         trial,
-                        request_timeout_s(plan.max_tokens),
+                        plan.timeout_s or request_timeout_s(plan.max_tokens),
                         metrics,
+                        idle_timeout_s=plan.idle_timeout_s,
                         tally=tally,
                         models_url=f"{plan.api.rstrip('/')}/models",
                     )

@@ -120,12 +120,16 @@ def run_speed(
     console: Optional[Console] = None,
     stop_on_errors: bool = False,
     on_wave: Optional[Callable[[int, int, str], None]] = None,
+    timeout_s: Optional[float] = None,
+    idle_timeout_s: float = 120.0,
 ) -> SpeedResult:
     """Measure trials x concurrency waves of one workload; the library call behind `lanebook speed`.
 
     stop_on_errors: stop after the first wave with a failed request (the speed runbook fails there anyway).
     on_wave: called as each wave ends with (waves done, waves planned, the wave's line), e.g.
     `lanebook.base.progress.counter("speed waves", "waves")` for a runbook's live wave counter.
+    timeout_s, idle_timeout_s: each request's bound (default: generous, client.request_timeout_s) and the wait for
+    an idle queue before a wave (a caller that must not block long, like the watch, bounds both).
     """
     if max_tokens < 2:
         raise LanebookError(f"--max-tokens must be at least 2 to have a decode window (got {max_tokens})")
@@ -133,7 +137,17 @@ def run_speed(
         raise LanebookError(f"--trials must be at least 1 (got {trials})")
     lane_request = DEFAULT_REQUEST if lane_request is None else lane_request
     check_thinking_booleans(lane_request)
-    plan = Plan(api, model, load_workload(workload), list(concurrency), trials, max_tokens, lane_request)
+    plan = Plan(
+        api,
+        model,
+        load_workload(workload),
+        list(concurrency),
+        trials,
+        max_tokens,
+        lane_request,
+        timeout_s=timeout_s,
+        idle_timeout_s=idle_timeout_s,
+    )
     console = console or Console(stderr=True)
     notes: list[str] = []
     figures: list[WaveFigures] = []

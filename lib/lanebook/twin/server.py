@@ -165,6 +165,7 @@ class EngineLoop:
         self.on_crash = on_crash
         self.dead: Optional[EngineDead] = None
         self.hung = False  # a rank stopped making progress: no step ends, no abort is processed (fault tp-hang)
+        self.step_factor: Callable[[], float] = lambda: 1.0  # a slowdown injected at run time (POST /twin/inject)
         self._wake = asyncio.Event()
         self._task: Optional[asyncio.Task] = None
 
@@ -199,17 +200,17 @@ class EngineLoop:
         loop = asyncio.get_running_loop()
         deadline = 0.0
         while True:
-            if self.hung:  # the next step waits on the wedged rank forever: no token, no abort, no finish
-                await asyncio.Event().wait()
             if self.core.idle:
                 self._wake.clear()
                 await self._wake.wait()
                 deadline = loop.time()
                 await asyncio.sleep(ADMISSION_WINDOW_S)
+            if self.hung:  # the next step waits on the wedged rank forever: no token, no abort, no finish
+                await asyncio.Event().wait()
             step = self.core.step()
             if step is None:
                 continue
-            deadline = max(deadline, loop.time() - MAX_CATCH_UP_S) + step.duration_s
+            deadline = max(deadline, loop.time() - MAX_CATCH_UP_S) + step.duration_s * self.step_factor()
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -602,6 +603,7 @@ class TwinServer:
                 Route("/v1/models", self.models, methods=["GET"]),
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/twin/requests", self.twin_requests, methods=["GET", "DELETE"]),
+                Route("/twin/inject", self.twin_inject, methods=["POST"]),
             ]
         )
         self.app.add_exception_handler(404, self._not_found)
@@ -764,6 +766,42 @@ class TwinServer:
             cleared, self.records = len(self.records), []
             return JSONResponse({"cleared": cleared})
         return JSONResponse({"twin": True, "clock": "time.time", "ready_at": self.ready_at, "requests": self.records})
+
+    async def twin_inject(self, request: Request) -> Response:
+        """Twin-only: a fault met while serving, for benchmarks that inject faults at random times (the product never
+        calls it). {"fault": "engine-dies"} kills the engine core (/health 503); "tp-hang" wedges a rank as fault
+        tp-hang does; "head-dies" ends this process at once (its worker left orphaned). {"slowdown": {"to": F,
+        "over_s": S}} makes every engine step slower, growing linearly to F times its time over S seconds (a slow
+        regression, as an update can bring); {"slowdown": null} takes it away."""
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return JSONResponse({"error": "a JSON object: fault or slowdown"}, status_code=400)
+        fault = body.get("fault")
+        if fault == "engine-dies":
+            self.kill_engine("CUDA error: an illegal memory access was encountered (injected engine-dies)")
+        elif fault == "tp-hang":
+            if not self.engine.hung:
+                self.hang()
+        elif fault == "head-dies":
+            asyncio.get_running_loop().call_later(0.05, self.die_head, "injected while serving")
+        elif "slowdown" in body:
+            slow = body["slowdown"]
+            if slow is None:
+                self.engine.step_factor = lambda: 1.0
+            else:
+                try:
+                    to, over_s, since = float(slow["to"]), max(float(slow.get("over_s", 0)), 1e-9), time.monotonic()
+                except (TypeError, KeyError, ValueError):
+                    return JSONResponse({"error": "slowdown: {to: F, over_s: S}"}, status_code=400)
+                self.engine.step_factor = lambda: 1.0 + (to - 1.0) * min(1.0, (time.monotonic() - since) / over_s)
+        else:
+            return JSONResponse(
+                {"error": f"unknown fault {fault!r} (engine-dies, tp-hang, head-dies)"}, status_code=400
+            )
+        return JSONResponse({"injected": fault or "slowdown"})
 
     def _plan(self, body: Any) -> tuple[Reply, Sequence]:
         """Validate a chat request as vLLM does and plan its reply."""

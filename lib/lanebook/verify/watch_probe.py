@@ -34,6 +34,7 @@ KV_USAGE = "vllm:kv_cache_usage_perc"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 HTTP_TIMEOUT_S = 10.0
+MIN_HTTP_TIMEOUT_S = 1.0
 SSH_TIMEOUT_S = 20.0
 # Below this much free space on the head a serving lane's logs, compile caches and images cannot grow: a full disk,
 # which a relaunch does not fix (lanebook's own floor, not a recipe figure).
@@ -70,9 +71,26 @@ def chat_body(params: LaneParams) -> dict:
     }
 
 
-def _get(client: httpx.Client, url: str) -> tuple[Optional[int], Optional[httpx.Response], str]:
+def round_timeout_s(interval_s: Optional[float]) -> float:
+    """How long a round waits for each of its HTTP answers: HTTP_TIMEOUT_S, but at most half the probe interval
+    (never under MIN_HTTP_TIMEOUT_S). A hung rank answers /health and never the chat: a round that waited longer than
+    the interval would push the second failed round, and the incident, past two intervals after the fault."""
+    if not interval_s or interval_s <= 0:
+        return HTTP_TIMEOUT_S
+    return max(MIN_HTTP_TIMEOUT_S, min(HTTP_TIMEOUT_S, interval_s / 2))
+
+
+def wave_timeout_s(max_tokens: int, band_min_tok_s: float, *, interval_s: Optional[float] = None) -> float:
+    """How long the watch's speed wave may take: three times one stream of MAX_TOKENS at the band's minimum, plus a
+    round's wait for a first token (round_timeout_s). A wave the engine stops answering (a rank hang, a death) ends
+    within it, so the watch is never blind for the speed client's generous bounds (minutes); a lane three times
+    slower than its band still finishes its wave and is measured."""
+    return 3.0 * max_tokens / max(band_min_tok_s, 1e-6) + round_timeout_s(interval_s)
+
+
+def _get(client: httpx.Client, url: str, timeout_s: float) -> tuple[Optional[int], Optional[httpx.Response], str]:
     try:
-        response = client.get(url, timeout=HTTP_TIMEOUT_S)
+        response = client.get(url, timeout=timeout_s)
     except httpx.HTTPError as exc:
         return None, None, type(exc).__name__
     return response.status_code, response, f"HTTP {response.status_code}"
@@ -91,16 +109,17 @@ def metrics_figures(text: str) -> dict:
     }
 
 
-def probe_client(params: LaneParams, client: httpx.Client) -> dict:
+def probe_client(params: LaneParams, client: httpx.Client, *, timeout_s: float = HTTP_TIMEOUT_S) -> dict:
     """What a client sees: /health, /v1/models, a one-token chat (keyed where the lane is: the client sends the key
-    lanebook.lane.keys registered), /metrics. Never raises for the lane's answers."""
+    lanebook.lane.keys registered), /metrics, each answer awaited at most TIMEOUT_S. Never raises for the lane's
+    answers."""
     root, api = server_root(params.api), params.api.rstrip("/")
     seen: dict[str, Any] = {"errors": []}
-    status, _, said = _get(client, f"{root}/health")
+    status, _, said = _get(client, f"{root}/health", timeout_s)
     seen["health"] = status
     if status != 200:
         seen["errors"].append(f"/health: {said}")
-    status, response, said = _get(client, f"{api}/models")
+    status, response, said = _get(client, f"{api}/models", timeout_s)
     ids: list[str] = []
     if response is not None and status == 200:
         try:
@@ -112,7 +131,7 @@ def probe_client(params: LaneParams, client: httpx.Client) -> dict:
         seen["errors"].append(f"/v1/models: {said}" + (f", lists {', '.join(ids)}" if ids else ""))
     started = time.monotonic()
     try:
-        response = client.post(f"{api}/chat/completions", json=chat_body(params), timeout=HTTP_TIMEOUT_S)
+        response = client.post(f"{api}/chat/completions", json=chat_body(params), timeout=timeout_s)
         body = response.json() if response.status_code == 200 else None
         seen["chat"] = bool(body and body.get("choices"))
         seen["chat_tokens"] = int(((body or {}).get("usage") or {}).get("completion_tokens") or 0)
@@ -122,7 +141,7 @@ def probe_client(params: LaneParams, client: httpx.Client) -> dict:
         seen["chat"], seen["chat_tokens"] = False, 0
         seen["errors"].append(f"chat: {type(exc).__name__}")
     seen["chat_s"] = round(time.monotonic() - started, 3)
-    status, response, said = _get(client, metrics_url(params.api))
+    status, response, said = _get(client, metrics_url(params.api), timeout_s)
     seen["metrics"] = None
     if response is not None and status == 200:
         try:
@@ -172,11 +191,19 @@ def probe_pair(nodes: LaneNodes) -> dict:
     return {"ssh": ssh, "containers": containers, "disk_free_kib": disk, "state": state, "errors": errors}
 
 
-def probe_round(nodes: LaneNodes, client: httpx.Client, *, number: int, now: Optional[float] = None) -> dict:
-    """One round: the client's view, then the pair's, as one record (judged into it: served, healthy, cause)."""
+def probe_round(
+    nodes: LaneNodes,
+    client: httpx.Client,
+    *,
+    number: int,
+    now: Optional[float] = None,
+    timeout_s: float = HTTP_TIMEOUT_S,
+) -> dict:
+    """One round: the client's view (each answer awaited at most TIMEOUT_S: round_timeout_s), then the pair's, as one
+    record (judged into it: served, healthy, cause)."""
     started = time.monotonic()
     at = time.time() if now is None else now
-    seen = probe_client(nodes.params, client)
+    seen = probe_client(nodes.params, client, timeout_s=timeout_s)
     pair = probe_pair(nodes)
     nodes.executor.history.clear()  # a watch runs for weeks: its executor keeps no history
     record = {
@@ -261,6 +288,21 @@ def clients_busy(previous: Optional[dict], record: dict, *, own_tokens: float = 
     after = m.get("generation_tokens")
     if before is not None and after is not None and after - before > own_tokens:
         return f"{after - before - own_tokens:g} tokens generated for clients since the last round"
+    return None
+
+
+def wave_disturbed(
+    before: Optional[float], after: Optional[float], wave_tokens: float, *, slack: float = 2.0
+) -> Optional[str]:
+    """Why a speed wave is no sample of the lane alone, or None: the server generated more tokens between the round's
+    /metrics (BEFORE, the round's own chat counted) and the wave's end (AFTER) than the wave's own, so a client's
+    request shared its steps and slowed it (a C1 wave at C2 is no C1 figure). None where the counters cannot tell
+    (missing, or reset by a restart)."""
+    if before is None or after is None or after < before:
+        return None
+    extra = after - before - wave_tokens
+    if extra > slack:
+        return f"{extra:g} tokens were generated for clients during the wave"
     return None
 
 
