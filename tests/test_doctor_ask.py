@@ -14,7 +14,7 @@ from helpers.twin_serve import SERVE_ARGS
 from lanebook.base.errors import LanebookError
 from lanebook.twin.vllm import start_local
 from lanebook.verify.doctor import diagnose, folded_evidence, read_lines
-from lanebook.verify.doctor_ask import ModelReading, endpoint, messages
+from lanebook.verify.doctor_ask import ModelReading, context_budget_chars, endpoint, fit, messages
 from lanebook.verify.doctor_report import print_reading
 
 KEY = "sk-doctor-ask-planted-0123456789abcdef"
@@ -57,6 +57,21 @@ def test_the_prompt_carries_the_evidence_the_causes_and_the_nearest_reports():
     body = sent[1]["content"]
     assert "DistStoreError" in body and "D03: Rank 1 never joins" in body and "https://github.com/" in body
     assert "- D03 confirmed" in body and "never as a confirmed finding" in sent[0]["content"]
+
+
+def test_a_prompt_is_fitted_to_the_endpoints_context_and_says_what_it_left_out():
+    causes = [f"D{n:02}: cause {n} - " + "x" * 60 for n in range(1, 41)]
+    nearest = [f"- case-{n} " + "y" * 300 for n in range(5)]
+    whole, said = fit("e" * 5000, causes, nearest, "- D07 suspected: cause 7", ["D07"])
+    assert said == "" and whole == ("e" * 5000, "\n".join(causes), "\n".join(nearest))
+    (evidence, kept, near), said = fit(
+        "e" * 5000, causes, nearest, "- D07 suspected: cause 7", ["D07"], budget_chars=4000
+    )
+    assert len(evidence) + len(kept) + len(near) <= 4000 and evidence == "e" * len(evidence)
+    assert kept.splitlines()[0].startswith("D01") and any(r.startswith("D07:") for r in kept.splitlines())
+    assert near.startswith("- case-0") and said.startswith("the evidence cut to its first ")
+    assert f"of {len(causes)} known causes" in said and f"of {len(nearest)} similar reports" in said
+    assert context_budget_chars(None, 1024) is None and context_budget_chars(2048, 24) == (2048 - 24 - 64) * 2
 
 
 def test_an_endpoint_is_a_lane_or_a_v1_url_and_a_urls_key_comes_from_a_file_or_the_environment(tmp_path):

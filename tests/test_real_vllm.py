@@ -207,6 +207,30 @@ def test_gates_fail_at_the_exact_smoke_naming_the_reply(real):  # noqa: F811
     assert reply.startswith("'") and "READY_OK" not in reply and "finish_reason" in reply
 
 
+def test_the_doctor_asks_the_keyed_real_server_for_a_reading_fitted_to_its_context(real, tmp_path):  # noqa: F811
+    """`lanebook doctor --ask LANE`: the lane's key sent, the prompt fitted to the 2,048 tokens the real server serves
+    (its /v1/models max_model_len) and saying what it left out, the reply recorded, the key nowhere. Plumbing only:
+    a random model's words are no reading."""
+    assert real.launch.returncode == 0
+    post = tmp_path / "post.md"
+    post.write_text(
+        "Our pair stops serving after an hour.\n\n```\n(EngineCore pid=652) ERROR 05-20 20:35:26 [core.py:1161] "
+        "EngineCore encountered a fatal error.\n(APIServer pid=539) vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue.\n```\n"
+    )
+    args = ["doctor", "--logs", str(post), "--ask", str(real.lane_file), "--ask-max-tokens", "16", "--json"]
+    done = lanebook_command(args, real.outputs, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    reading = json.loads(done.stdout)["model_reading"]
+    assert "error" not in reading, reading
+    assert reading["model"] == NAME and reading["api"] == real.params.api.rstrip("/")
+    assert "known causes" in reading["fitted"]  # the registry's causes alone outgrow 2,048 tokens
+    record = json.loads(open(reading["record"]).read())
+    assert record["prompt_sha256"] == reading["prompt_sha256"] and "EngineDeadError" in record["messages"][1]["content"]
+    written = open(reading["record"]).read() + done.stdout + done.stderr
+    assert not any(key in written for key in real.keys)
+
+
 def test_speed_prints_the_servers_token_count_equal_to_lanebooks(real):  # noqa: F811
     assert real.launch.returncode == 0
     speed = lanebook_command(

@@ -31,6 +31,11 @@ from lanebook.verify.doctor_cases import case_index
 MAX_EVIDENCE_CHARS = 12_000  # of the folded evidence the prompt carries
 NEAREST = 5  # case-base reports the prompt shows
 MAX_TOKENS = 1024
+# Characters per token assumed when fitting a prompt to an endpoint's context: log lines (numbers, paths, hex)
+# tokenize at about 2-3 characters a token in common BPE vocabularies, so 2 leaves room rather than overflowing.
+CHARS_PER_TOKEN = 2
+CONTEXT_MARGIN_TOKENS = 64  # the chat template's own tokens around the messages
+FIT_TRIES = 3  # prompts sent while the endpoint says the last one outgrew its context, each with half the room
 SYSTEM = (
     "You help an operator diagnose a sick vLLM serving lane (DGX Spark pairs, tensor parallel across nodes). You get "
     "the evidence the lane showed (log lines and the operator's words, folded), the known causes (id: title - what "
@@ -51,6 +56,7 @@ class ModelReading:
     reply: str
     record: str
     error: str = ""
+    fitted: str = ""  # what was left out to fit the endpoint's context, in words; empty when nothing was
 
     def to_json(self) -> dict:
         found = {
@@ -60,7 +66,7 @@ class ModelReading:
             "reply": self.reply,
             "record": self.record,
         }
-        return found | ({"error": self.error} if self.error else {})
+        return found | ({"error": self.error} if self.error else {}) | ({"fitted": self.fitted} if self.fitted else {})
 
 
 def endpoint(target: str, *, key_file: Optional[str] = None, key_env: Optional[str] = None) -> str:
@@ -83,15 +89,23 @@ def endpoint(target: str, *, key_file: Optional[str] = None, key_env: Optional[s
     return params.api.rstrip("/")
 
 
-def causes_text() -> str:
+def cause_rows() -> list[str]:
     """The registry's fault classes and the case base's case-only causes, one line each."""
     rows = [f"{s.id}: {s.title} - {s.cause}" for s in SYMPTOMS if s.kind != NOTE]
     rows += [f"{c.key}: {c.title} - {c.meaning}" for c in case_causes() if not c.id]
-    return "\n".join(rows)
+    return rows
+
+
+def causes_text() -> str:
+    return "\n".join(cause_rows())
 
 
 def nearest_text(evidence: str) -> str:
-    """The case-base reports nearest the evidence: id, cause, thread, the fix and up to five lines each."""
+    return "\n".join(nearest_rows(evidence)) or "(none near enough)"
+
+
+def nearest_rows(evidence: str) -> list[str]:
+    """The case-base reports nearest the evidence, nearest first: id, cause, thread, what was said, five lines."""
     by_id = {c.id: c for c in cases()}
     shown = []
     for vote in case_index().vote(evidence, k=NEAREST):
@@ -102,7 +116,7 @@ def nearest_text(evidence: str) -> str:
             shown.append(
                 f"- {case.id} (cause {case.cause}, similarity {similar.score}) {case.url}\n  said: {words}\n{lines}"
             )
-    return "\n".join(shown) or "(none near enough)"
+    return shown
 
 
 def findings_text(diagnosis: Diagnosis) -> str:
@@ -111,13 +125,72 @@ def findings_text(diagnosis: Diagnosis) -> str:
     return "\n".join(rows) or "- no finding"
 
 
-def messages(evidence: str, diagnosis: Diagnosis) -> list[dict]:
-    body = (
-        f"Evidence (folded):\n{evidence[:MAX_EVIDENCE_CHARS]}\n\nKnown causes:\n{causes_text()}\n\n"
-        f"Public reports most like this evidence:\n{nearest_text(evidence)}\n\n"
-        f"What lanebook's doctor found:\n{findings_text(diagnosis)}"
+def messages(evidence: str, diagnosis: Diagnosis, *, budget_chars: Optional[int] = None) -> list[dict]:
+    """The system and user messages; with BUDGET_CHARS, the user message fitted to it (see `fit`)."""
+    return messages_fitted(evidence, diagnosis, budget_chars=budget_chars)[0]
+
+
+def messages_fitted(evidence: str, diagnosis: Diagnosis, *, budget_chars: Optional[int] = None) -> tuple[list, str]:
+    """The messages and what was left out to fit BUDGET_CHARS (empty when nothing was)."""
+    found = findings_text(diagnosis)
+    named = [f.id for f in diagnosis.findings]
+    parts, left_out = fit(
+        evidence[:MAX_EVIDENCE_CHARS], cause_rows(), nearest_rows(evidence), found, named, budget_chars=budget_chars
     )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}]
+    body = (
+        f"Evidence (folded):\n{parts[0]}\n\nKnown causes:\n{parts[1]}\n\n"
+        f"Public reports most like this evidence:\n{parts[2] or '(none near enough)'}\n\n"
+        f"What lanebook's doctor found:\n{found}"
+    )
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}], left_out
+
+
+def fit(
+    evidence: str,
+    causes: Sequence[str],
+    nearest: Sequence[str],
+    found: str,
+    named: Sequence[str],
+    *,
+    budget_chars: Optional[int] = None,
+) -> tuple[tuple[str, str, str], str]:
+    """The prompt's evidence, causes and nearest reports within BUDGET_CHARS (None: all of them), and what was left
+    out, in words. The doctor's findings always go; the evidence keeps its start, up to half the room; the nearest
+    reports come next, nearest first; the causes fill the rest, those the findings name first. Pure."""
+    if budget_chars is None:
+        return (evidence, "\n".join(causes), "\n".join(nearest)), ""
+    room = max(0, budget_chars - len(SYSTEM) - len(found) - 200)  # the headings and the findings
+    kept_evidence = evidence[: max(room // 2, 0)]
+    room -= len(kept_evidence)
+    kept_nearest: list[str] = []
+    for row in nearest:
+        if len(row) + 1 > room // 2:
+            break
+        kept_nearest.append(row)
+        room -= len(row) + 1
+    first = [row for row in causes if row.split(":", 1)[0] in named]
+    kept_causes: list[str] = []
+    for row in first + [row for row in causes if row not in first]:
+        if len(row) + 1 > room:
+            continue
+        kept_causes.append(row)
+        room -= len(row) + 1
+    kept_causes.sort(key=list(causes).index)
+    said = []
+    if len(kept_evidence) < len(evidence):
+        said.append(f"the evidence cut to its first {len(kept_evidence):,} of {len(evidence):,} characters")
+    if len(kept_nearest) < len(nearest):
+        said.append(f"{len(kept_nearest)} of {len(nearest)} similar reports")
+    if len(kept_causes) < len(causes):
+        said.append(f"{len(kept_causes)} of {len(causes)} known causes")
+    return (kept_evidence, "\n".join(kept_causes), "\n".join(kept_nearest)), "; ".join(said)
+
+
+def context_budget_chars(max_model_len: Optional[int], max_tokens: int) -> Optional[int]:
+    """The prompt's room in characters on an endpoint serving MAX_MODEL_LEN tokens (None: not said, no limit)."""
+    if not max_model_len:
+        return None
+    return max(0, (int(max_model_len) - max_tokens - CONTEXT_MARGIN_TOKENS) * CHARS_PER_TOKEN)
 
 
 def ask(
@@ -131,34 +204,42 @@ def ask(
     outputs: Optional[Path] = None,
 ) -> ModelReading:
     """Ask API's model (MODEL, else the first /v1/models lists; at most MAX_TOKENS in its answer) for its reading,
-    record prompt and reply (redacted) and return it. A failed request is a reading with `error` set, recorded too:
-    the findings stand without it."""
+    record prompt and reply (redacted) and return it. The prompt is fitted to the context the endpoint says it serves
+    (`max_model_len` in /v1/models, as vLLM lists it), saying what it left out. A failed request is a reading with
+    `error` set, recorded too: the findings stand without it."""
     from lanebook.nodes.http import request_json
 
     sent = redact_data(messages(evidence, diagnosis))  # a secret in the pasted logs never leaves for the endpoint
-    prompt = json.dumps(sent, ensure_ascii=False, sort_keys=True)
-    digest = hashlib.sha256(prompt.encode()).hexdigest()
+    fitted = ""
     reply, error = "", ""
     try:
-        if model is None:
-            listed = request_json("GET", f"{api}/models", timeout_s=30.0)
-            data = listed.body.get("data") if isinstance(listed.body, dict) else None
-            if listed.status != 200 or not data:
-                raise LanebookError(listed.refused or f"GET {api}/models answered {listed.status}, no model listed")
-            model = str(data[0].get("id"))
-        answer = request_json(
-            "POST",
-            f"{api}/chat/completions",
-            {"model": model, "messages": sent, "temperature": 0, "max_tokens": max_tokens},
-            timeout_s=timeout_s,
-        )
+        listed = request_json("GET", f"{api}/models", timeout_s=30.0)
+        data = listed.body.get("data") if isinstance(listed.body, dict) else None
+        if listed.status != 200 or not data:
+            raise LanebookError(listed.refused or f"GET {api}/models answered {listed.status}, no model listed")
+        entry = next((d for d in data if model is None or d.get("id") == model), data[0])
+        model = model or str(entry.get("id"))
+        budget = context_budget_chars(entry.get("max_model_len"), max_tokens)
+        for _ in range(FIT_TRIES):
+            chosen, fitted = messages_fitted(evidence, diagnosis, budget_chars=budget)
+            sent = redact_data(chosen)
+            answer = request_json(
+                "POST",
+                f"{api}/chat/completions",
+                {"model": model, "messages": sent, "temperature": 0, "max_tokens": max_tokens},
+                timeout_s=timeout_s,
+            )
+            if budget is None or answer.status != 400 or "context length" not in json.dumps(answer.body):
+                break
+            budget //= 2  # its tokenizer packs fewer characters a token than assumed: half the room, again
         if answer.status != 200:
             raise LanebookError(answer.refused or f"POST {api}/chat/completions answered {answer.status}")
         reply = _reply(answer.body)
     except LanebookError as exc:
         error = str(exc)
+    digest = hashlib.sha256(json.dumps(sent, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
     record = _record(outputs or paths.outputs_dir(), api, model or "", sent, digest, reply, error)
-    return ModelReading(api, model or "", digest, redact(reply), str(record), redact(error))
+    return ModelReading(api, model or "", digest, redact(reply), str(record), redact(error), fitted)
 
 
 def _reply(body: object) -> str:

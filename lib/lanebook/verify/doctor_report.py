@@ -69,6 +69,8 @@ def print_reading(reading) -> None:
         f"[cyan]a model's reading[/cyan] ({escape(reading.model or '?')} at {escape(reading.api)}; not a "
         f"finding, never confirmed; prompt and reply: {escape(reading.record)})"
     )
+    if reading.fitted:
+        console.print(f"  fitted to the model's context: {escape(reading.fitted)}")
     if reading.error:
         console.print(f"  no reading: {escape(reading.error)}")
     for line in reading.reply.splitlines():
