@@ -683,7 +683,7 @@ class Watcher:
             "band_min": figure["min"],
             "band_median": figure["median"],
             "band_trials": band["trials"],
-            "below": value is None or value < figure["min"],
+            "below": wp.below_band(value, figure["min"]),
             "errors": run.get("errors", 0),
         }
 
