@@ -421,12 +421,18 @@ def test_the_four_node_keys_survive_the_env_file_compose_and_the_launchers_sourc
     assert sourced.stdout == "4|4|10.0.0.2|10.0.0.3|10.0.0.4|10.0.0.2 10.0.0.3 10.0.0.4|"
 
 
-def test_a_keyed_lane_renders_its_keys_where_the_recipe_reads_them_mode_0600_and_redacted_in_the_diff(tmp_path):
+def test_a_keyed_lane_renders_its_keys_where_the_recipe_reads_them_mode_0600_and_redacted_in_the_diff(
+    tmp_path, monkeypatch
+):
     """DSPARK_API_KEYS='K1 K2' (quoted: the launcher sources the file), the other key variable emptied where the file
     set it by hand (the recipe refuses both), the env file mode 0600, the diff showing the line with [REDACTED]; the
     recipe's own compose then passes both keys to `vllm serve --api-key`."""
+    from lanebook.lane import keys as lane_keys_module
     from lanebook.lane.keys import lane_keys
 
+    # the keys this process's clients send, per origin: this lane's is the real anemll-0731 address, and the gates'
+    # tests in the same worker must not find a key registered for it
+    monkeypatch.setattr(lane_keys_module, "_CLIENT_KEYS", {})
     directory = checkout(tmp_path / "c", example=True)
     (directory / "env.dspark.example").write_text(
         (directory / "env.dspark.example").read_text() + "VLLM_API_KEY=lb-by-hand-00000000\n"
