@@ -892,3 +892,42 @@ def test_a_failure_stated_only_in_a_table_inline_code_bold_or_words_is_never_hea
 def test_a_healthy_post_in_words_stays_healthy():
     post = "Both nodes serve; decode holds 40 tok/s at C1 and the TensorFloat32 warning shows at every start.\n"
     assert diagnose(read_lines("post.md", post)).healthy
+
+
+@pytest.mark.parametrize(
+    "post",
+    [
+        "Since the driver update vLLM fails on the second node and we cannot get the pair to serve.\n",
+        "The worker container exits with code 137 a minute after we start the lane.\n",
+        "| node | state |\n|---|---|\n| spark2 | does not start, model not found in the cache |\n",
+    ],
+    ids=["fails-cannot", "exits-with", "table-not-found"],
+)
+def test_a_post_that_says_it_failed_in_other_words_is_never_healthy(post):
+    found = diagnose(read_lines("post.md", post), cases=CaseIndex(()))
+    assert not found.healthy and found.findings[0].confidence in ("unknown", "suspected")
+
+
+def test_routine_log_lines_with_failure_words_stay_healthy():
+    log = "(APIServer pid=9) INFO 12-01 10:00:01 [api_server.py:1] Retrying the missing shard check: not found yet\n"
+    assert diagnose(read_lines("head.log", log)).healthy  # a log record, not a person's words
+
+
+def test_a_rendezvous_timed_out_at_a_loopback_master_is_the_address_not_the_worker():
+    log = (
+        "(EngineCore pid=41) INFO 12-01 10:00:00 [parallel_state.py:1] world_size=2 rank=0 local_rank=0 "
+        "distributed_init_method=tcp://127.0.1.1:29501 backend=nccl\n"
+        "(EngineCore pid=41) ERROR 12-01 10:10:01 [core.py:88] torch.distributed.DistStoreError: Timed out after 601 "
+        "seconds waiting for clients. 1/2 clients joined.\n"
+    )
+    found = {f.id: f.confidence for f in diagnose(read_lines("head.log", log)).findings}
+    assert found["P08"] == CONFIRMED and found["D03"] == SUSPECTED
+    alone = log.splitlines()[1] + "\n"
+    assert {f.id: f.confidence for f in diagnose(read_lines("head.log", alone)).findings}["D03"] == CONFIRMED
+
+
+def test_no_kernel_image_alone_is_a_suspected_image_mismatch_a_named_architecture_confirms():
+    ambiguous = "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    named = "RuntimeError: This kernel only supports sm120.\n"
+    assert not diagnose(read_lines("head.log", ambiguous)).confirmed
+    assert [f.id for f in diagnose(read_lines("head.log", named)).confirmed] == ["D19"]

@@ -36,8 +36,8 @@ DEFINING = {
     "clients joined.",
     "D05": "spark2:1202:1290 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion from peer 10.0.0.1<38560> "
     "with error 12, opcode 0, len 0, vendor err 129",
-    "D19": "(Worker_TP0 pid=554) ERROR 09-06 16:12:52 [multiproc_executor.py:944] RuntimeError: CUDA error: no kernel "
-    "image is available for execution on the device",
+    "D19": "(Worker_TP0 pid=554) ERROR 09-06 16:12:52 [multiproc_executor.py:944] RuntimeError: This kernel only "
+    "supports sm120.",
 }
 
 PREFIXES = ["", "vllm-dspark-1  | ", "ds4-worker-1 | ", "Dec 04 22:50:01 spark1 docker[2211]: ", "[ 1234.567890] "]

@@ -237,6 +237,60 @@ STATED_FAILURE = Pattern(
     r"(?i)\b(?:" + "|".join(re.escape(w) for w in _STATED) + r")\b|" + _INLINE_FAILURE,
     (*_STATED, "`"),
 )
+# What a person writes to say something failed, read in prose only (a sentence, a table row: `is_prose`), where a
+# healthy log's routine words cannot be: a post that says so is at least `unknown`, never "healthy".
+PROSE_FAILURE = Pattern(
+    "prose_failure",
+    LOG,
+    r"(?i)\b(?:fail(?:s|ed|ing|ure)?|errors?|erroring|errored|broken|breaks|crash\w*|abort\w*|panic\w*|hang(?:s|ing)?|"
+    r"stall(?:s|ed|ing)?|exit(?:s|ed)? with|exit code|(?:does ?n[o']t|did ?n[o']t|won'?t|not|no longer|stopped) "
+    r"(?:work|working|load|loading|start|starting|serve|serving|answer|answering|respond|responding)|unable to|"
+    r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"
+    r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded)\b",
+    (
+        "fail",
+        "error",
+        "broke",
+        "crash",
+        "abort",
+        "panic",
+        "hang",
+        "stall",
+        "exit",
+        "work",
+        "load",
+        "start",
+        "serv",
+        "answer",
+        "respond",
+        "unable",
+        "can",
+        "could",
+        "not found",
+        "missing",
+        "mismatch",
+        "support",
+        "reject",
+        "denied",
+        "out of memory",
+        "oom",
+        "timeout",
+        "garbage",
+        "gibberish",
+        "slow",
+        "regress",
+        "degraded",
+    ),
+)
+# A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1
+# Ubuntu's /etc/hosts gives the machine's own name (P08's commonest form on a pair, as the reports show).
+MASTER_LOOPBACK = Pattern(
+    "master_loopback",
+    LOG,
+    r"(?i)(?:master[_ -]?addr(?:ess)?|dist[_-]init[_-]addr|--host-ip|VLLM_HOST_IP|GLOO_SOCKET_IFNAME)\W{0,4}"
+    r"(?:localhost|127\.0\.[01]\.1)\b|tcp://(?:localhost|127\.0\.[01]\.1):\d+",
+    ("master", "dist", "host", "tcp://", "addr"),
+)
 # Lines that tell a failure apart without being error-shaped: what the case-base retrieval reads beside the
 # error-shaped lines and the prose (a warning, a refusal, something missing or unsupported).
 _TELLING = (
@@ -294,6 +348,8 @@ CONTEXT = (
     REBOOT_WORDS,
     ERROR_SHAPED,
     STATED_FAILURE,
+    PROSE_FAILURE,
+    MASTER_LOOPBACK,
     TELLING,
 )
 

@@ -562,7 +562,8 @@ def _unknown_rule(ctx: Context, out: Findings) -> None:
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
-    shaped = ctx.get("error_shaped") + ctx.get("stated_failure")  # error-shaped lines first, then failures in words
+    stated = ctx.get("stated_failure") + [h for h in ctx.get("prose_failure") if is_prose(h.at)]
+    shaped = ctx.get("error_shaped") + stated  # error-shaped lines first, then failures in words
     errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())
     if not errors:
         return
@@ -653,10 +654,18 @@ def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> Non
             out.add("D18", CONFIRMED, capture[-1:] + [h.at])
         else:
             out.add("D06", CONFIRMED, [h.at])
+    loopback = ctx.get("master_loopback")
     for h in ctx.get("rendezvous_timeout"):
-        out.add("D03", CONFIRMED, [h.at])
+        if loopback:  # the peers were sent to an address only the head answers: the timeout follows from it
+            out.add("P08", CONFIRMED, [loopback[0].at, h.at])
+            out.add("D03", SUSPECTED, [h.at])
+        else:
+            out.add("D03", CONFIRMED, [h.at])
     for h in ctx.get("image_mismatch"):
-        out.add("D19", CONFIRMED, [h.at])
+        # "no kernel image" alone says a binary lacks this GPU's kernels: the image's, or a torch or kernel library
+        # built without them; the suspected tier weighs the reports. A line naming the architecture confirms.
+        ambiguous = "no kernel image" in h.at.text
+        out.add("D19", SUSPECTED if ambiguous else CONFIRMED, [h.at])
     for h in ctx.get("engine_dead"):
         phase = ctx.phase(h.at)
         if phase == SERVING:
@@ -673,7 +682,11 @@ def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> Non
         out.add("P13", SUSPECTED, [h.at])
     for h in ctx.get("peer_lost"):
         on_worker = bool(WORKER_SOURCE.search(h.at.source) or WORKER_TEXT.search(h.at.quoted))
-        out.add("P16", CONFIRMED if on_worker else SUSPECTED, [h.at])
+        starting = ctx.phase(h.at) in (
+            STARTING,
+            REBOOTED,
+        )  # a peer lost while the pair starts is no serving head's death
+        out.add("P16", CONFIRMED if on_worker and not starting else SUSPECTED, [h.at])
     for h in ctx.get("jit_inference"):
         if ctx.after_ready(h.at):
             warmup_off = ctx.get("warmup_off")
