@@ -121,7 +121,12 @@ def main() -> None:
             row["id"] = f"D{max(taken) + 1:02d}"
             taken.add(max(taken) + 1)
     first = {}
-    for cs in gathered.values():
+    by_id = {r["id"]: key for key, r in rows.items() if r.get("id")}
+    kept = {}  # the cases of files this import does not rewrite, so a partial import keeps their lines as they were
+    for c in _base_cases():
+        if c.file not in ours:
+            kept.setdefault(c.file, []).append({"cause": by_id.get(c.cause, c.cause), "lines": list(c.lines)})
+    for _, cs in sorted({**kept, **gathered}.items()):
         for c in cs:
             for line in c.get("lines", []):
                 if not LOCAL_PATH.search(line):  # the book shows no machine's local path, a reporter's neither
