@@ -431,9 +431,17 @@ def diagnose(
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        _suspected_tier(_chosen(logs, kernel, log_hits), out, cases, _phase_of(ctx))
+        _suspected_tier(_chosen(logs, kernel, log_hits), out, cases, _phase_of(ctx), failing=_shows_failure(ctx))
     _unknown_rule(ctx, out)
     return out.diagnosis()
+
+
+def _shows_failure(ctx: Context) -> bool:
+    """Whether the input shows any sign of a failure: an error-shaped line, a failure stated in words (a person's, in
+    prose) or a telling line (a warning, a refusal, something missing). Without one, the case base's reports never
+    name a cause: a healthy lane's gathered rows share file and module names with reports of sick ones."""
+    prose = [h for h in ctx.get("prose_failure") if is_prose(h.at)]
+    return bool(ctx.get("error_shaped") or ctx.get("stated_failure") or prose or ctx.get("telling"))
 
 
 CONTEXT_KEYS = {p.key for p in CONTEXT}
@@ -472,7 +480,9 @@ def _phase_of(ctx: Context) -> Optional[str]:
     return ctx.phase(first[0].at) if first else None
 
 
-def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex], phase: Optional[str]) -> None:
+def _suspected_tier(
+    chosen: list[Line], out: Findings, cases: Optional[CaseIndex], phase: Optional[str], *, failing: bool = True
+) -> None:
     """The suspected tier, one ranking from two retrievals: the registry's words and figures (doctor_suspect) and the
     case base's nearest reports (doctor_cases), each cause scored by both. It orders the suspected findings the rules
     gave and names the best-voted cause as suspected when its reports are near enough, with the reports it resembles;
@@ -505,6 +515,7 @@ def _suspected_tier(chosen: list[Line], out: Findings, cases: Optional[CaseIndex
     top = votes[0] if votes else None
     if (
         top
+        and failing
         and top.cause != LOOKALIKE
         and top.best >= NAME_SIMILARITY
         and top.share >= NAME_SHARE
