@@ -693,11 +693,7 @@ def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> Non
         out.add("P13", SUSPECTED, [h.at])
     for h in ctx.get("peer_lost"):
         on_worker = bool(WORKER_SOURCE.search(h.at.source) or WORKER_TEXT.search(h.at.quoted))
-        starting = ctx.phase(h.at) in (
-            STARTING,
-            REBOOTED,
-        )  # a peer lost while the pair starts is no serving head's death
-        out.add("P16", CONFIRMED if on_worker and not starting else SUSPECTED, [h.at])
+        out.add("P16", CONFIRMED if on_worker else SUSPECTED, [h.at])
     for h in ctx.get("jit_inference"):
         if ctx.after_ready(h.at):
             warmup_off = ctx.get("warmup_off")
