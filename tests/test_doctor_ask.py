@@ -14,7 +14,7 @@ from helpers.twin_serve import SERVE_ARGS
 from lanebook.base.errors import LanebookError
 from lanebook.twin.vllm import start_local
 from lanebook.verify.doctor import diagnose, folded_evidence, read_lines
-from lanebook.verify.doctor_ask import ModelReading, context_budget_chars, endpoint, fit, messages
+from lanebook.verify.doctor_ask import ModelReading, context_budget_chars, endpoint, fit, messages, prompt
 from lanebook.verify.doctor_report import print_reading
 
 KEY = "sk-doctor-ask-planted-0123456789abcdef"
@@ -53,10 +53,10 @@ def doctor(tmp_path: Path, *args: str, key: bool = True) -> subprocess.Completed
 
 def test_the_prompt_carries_the_evidence_the_causes_and_the_nearest_reports():
     lines = read_lines("post.md", POST)
-    sent = messages(folded_evidence(lines), diagnose(lines))
+    sent, left_out = messages(prompt(folded_evidence(lines), diagnose(lines)))
     body = sent[1]["content"]
     assert "DistStoreError" in body and "D03: Rank 1 never joins" in body and "https://github.com/" in body
-    assert "- D03 confirmed" in body and "never as a confirmed finding" in sent[0]["content"]
+    assert "- D03 confirmed" in body and "never as a confirmed finding" in sent[0]["content"] and left_out == ""
 
 
 def test_a_prompt_is_fitted_to_the_endpoints_context_and_says_what_it_left_out():

@@ -96,14 +96,6 @@ def cause_rows() -> list[str]:
     return rows
 
 
-def causes_text() -> str:
-    return "\n".join(cause_rows())
-
-
-def nearest_text(evidence: str) -> str:
-    return "\n".join(nearest_rows(evidence)) or "(none near enough)"
-
-
 def nearest_rows(evidence: str) -> list[str]:
     """The case-base reports nearest the evidence, nearest first: id, cause, thread, what was said, five lines."""
     by_id = {c.id: c for c in cases()}
@@ -125,22 +117,37 @@ def findings_text(diagnosis: Diagnosis) -> str:
     return "\n".join(rows) or "- no finding"
 
 
-def messages(evidence: str, diagnosis: Diagnosis, *, budget_chars: Optional[int] = None) -> list[dict]:
-    """The system and user messages; with BUDGET_CHARS, the user message fitted to it (see `fit`)."""
-    return messages_fitted(evidence, diagnosis, budget_chars=budget_chars)[0]
+@dataclass(frozen=True)
+class Prompt:
+    """What a prompt is made of, gathered once (retrieval included): the folded evidence, the known causes, the
+    nearest reports and the doctor's findings; `messages` fits them to a budget as often as asked."""
+
+    evidence: str
+    causes: tuple[str, ...]
+    nearest: tuple[str, ...]
+    found: str
+    named: tuple[str, ...]
 
 
-def messages_fitted(evidence: str, diagnosis: Diagnosis, *, budget_chars: Optional[int] = None) -> tuple[list, str]:
-    """The messages and what was left out to fit BUDGET_CHARS (empty when nothing was)."""
-    found = findings_text(diagnosis)
-    named = [f.id for f in diagnosis.findings]
-    parts, left_out = fit(
-        evidence[:MAX_EVIDENCE_CHARS], cause_rows(), nearest_rows(evidence), found, named, budget_chars=budget_chars
+def prompt(evidence: str, diagnosis: Diagnosis) -> Prompt:
+    return Prompt(
+        evidence[:MAX_EVIDENCE_CHARS],
+        tuple(cause_rows()),
+        tuple(nearest_rows(evidence)),
+        findings_text(diagnosis),
+        tuple(f.id for f in diagnosis.findings),
+    )
+
+
+def messages(parts: Prompt, *, budget_chars: Optional[int] = None) -> tuple[list[dict], str]:
+    """The system and user messages, and what was left out to fit BUDGET_CHARS (empty when nothing was; see `fit`)."""
+    kept, left_out = fit(
+        parts.evidence, parts.causes, parts.nearest, parts.found, parts.named, budget_chars=budget_chars
     )
     body = (
-        f"Evidence (folded):\n{parts[0]}\n\nKnown causes:\n{parts[1]}\n\n"
-        f"Public reports most like this evidence:\n{parts[2] or '(none near enough)'}\n\n"
-        f"What lanebook's doctor found:\n{found}"
+        f"Evidence (folded):\n{kept[0]}\n\nKnown causes:\n{kept[1]}\n\n"
+        f"Public reports most like this evidence:\n{kept[2] or '(none near enough)'}\n\n"
+        f"What lanebook's doctor found:\n{parts.found}"
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}], left_out
 
@@ -209,7 +216,8 @@ def ask(
     `error` set, recorded too: the findings stand without it."""
     from lanebook.nodes.http import request_json
 
-    sent = redact_data(messages(evidence, diagnosis))  # a secret in the pasted logs never leaves for the endpoint
+    parts = prompt(evidence, diagnosis)
+    sent = redact_data(messages(parts)[0])  # a secret in the pasted logs never leaves for the endpoint
     fitted = ""
     reply, error = "", ""
     try:
@@ -221,7 +229,7 @@ def ask(
         model = model or str(entry.get("id"))
         budget = context_budget_chars(entry.get("max_model_len"), max_tokens)
         for _ in range(FIT_TRIES):
-            chosen, fitted = messages_fitted(evidence, diagnosis, budget_chars=budget)
+            chosen, fitted = messages(parts, budget_chars=budget)
             sent = redact_data(chosen)
             answer = request_json(
                 "POST",
