@@ -860,7 +860,8 @@ def test_error_lines_no_cause_explains_are_unknown_with_their_layer_never_health
     assert unknown.evidence[0].text == "Traceback (most recent call last):" and "traceback" in unknown.next_check
     # the unknown finding's layer, the rules alone (retrieval reading no case: lanebook.verify.doctor_cases)
     nccl = diagnose(
-        lines("head.log", ["spark2:1:2 [0] NCCL WARN Cuda failure 'invalid argument'"]), cases=CaseIndex(())
+        lines("head.log", ["spark2:1:2 [0] NCCL WARN Error: message truncated : receiving 4096 bytes instead of 2048"]),
+        cases=CaseIndex(()),
     )
     assert nccl.findings[0].title.endswith("(NCCL/Gloo)")
 

@@ -42,10 +42,12 @@ LOCAL_PATH = re.compile(r"/(?:tmp|root|home|work|Users)(?![\w.-])")
 ONE_M = ("1048576", "1M", "1m context", "1,048,576")
 
 
-def _normalised_cause(case: dict) -> str:
-    """The case's cause in the registry's terms: an alias resolved; P07 (KV too small for 1M context) only where the
-    report is about a 1M context, the same KV shortfall at another length is D06 (out of memory at startup)."""
+def _normalised_cause(case: dict, keys_by_id: dict[str, str]) -> str:
+    """The case's cause in the registry's terms: an alias resolved, a case-base D-id given by its key; P07 (KV too
+    small for 1M context) only where the report is about a 1M context, the same KV shortfall at another length is
+    D06 (out of memory at startup)."""
     cause = ALIASES.get(case["cause"], case["cause"])
+    cause = keys_by_id.get(cause, cause)
     if cause == "P07":
         text = " ".join([*case.get("lines", []), *case.get("words", [])])
         if not any(m in text for m in ONE_M):
@@ -84,6 +86,7 @@ def main() -> None:
     table = _table(args.folder / "CAUSES.md")
     existing = (load(casebase.CAUSES.read_text()) or {}).get("causes") or [] if casebase.CAUSES.exists() else []
     rows = {r["key"]: dict(r) for r in existing}
+    keys_by_id = {r["id"]: r["key"] for r in existing if r.get("id")}
     for key, row in table.items():
         if key not in ALIASES:
             rows.setdefault(key, row)
@@ -104,7 +107,7 @@ def main() -> None:
                 if k in case:
                     case[k] = " ".join(str(case[k]).split())
             if case.get("cause"):
-                case["cause"] = _normalised_cause(case)
+                case["cause"] = _normalised_cause(case, keys_by_id)
             why = _refuse(case, row, registry, rows, kept_threads, ids)
             if why:
                 print(f"left out {path.name} {row.get('id')}: {why}", file=sys.stderr)

@@ -76,6 +76,7 @@ SERVING_ONLY = {"D02", "P15"}  # causes that strike a serving lane only: retriev
 WORKER_SOURCE = re.compile(r"(?i)worker|spark[2-9]|rank ?[1-9]\d*\b|tp[1-9]\d*\b")
 WORKER_TEXT = re.compile(r"Worker_TP[1-9]\d*|rank[1-9]\d*\b")
 ROCE_IF = re.compile(r"^(en[pP]\d|enP\d|bond|rocep|ib)")
+ROUTINE_RECORD = re.compile(r"^(?:INFO|DEBUG)\b|\b(?:INFO|DEBUG) \d\d-\d\d \d\d:\d\d|^[ID]\d{4} ")
 TIMESTAMP = re.compile(r"\b(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)")
 MARKERS = re.compile(r"<｜DSML｜|<\|DSML\||</?think>|<｜tool▁calls▁begin｜>")
 LAYERS = (
@@ -439,9 +440,15 @@ def diagnose(
 def _shows_failure(ctx: Context) -> bool:
     """Whether the input shows any sign of a failure: an error-shaped line, a failure stated in words (a person's, in
     prose) or a telling line (a warning, a refusal, something missing). Without one, the case base's reports never
-    name a cause: a healthy lane's gathered rows share file and module names with reports of sick ones."""
+    name a cause: a healthy lane's gathered rows share file and module names with reports of sick ones. Docker's
+    answer that the lane's container is not there is a state the rules read (sticky memory or not), and a record a
+    program logged at INFO or DEBUG level is routine however it is worded: neither is a failure."""
     prose = [h for h in ctx.get("prose_failure") if is_prose(h.at)]
-    return bool(ctx.get("error_shaped") or ctx.get("stated_failure") or prose or ctx.get("telling"))
+    states = {(h.at.source, h.at.line) for h in ctx.get("no_container")}
+    telling = [
+        h for h in ctx.get("telling") if (h.at.source, h.at.line) not in states and not ROUTINE_RECORD.search(h.at.text)
+    ]
+    return bool(ctx.get("error_shaped") or ctx.get("stated_failure") or prose or telling)
 
 
 CONTEXT_KEYS = {p.key for p in CONTEXT}
