@@ -9,7 +9,8 @@ from helpers.field_reports import named_right, post
 from lanebook.recipe.casebase import LOOKALIKE, cases
 from lanebook.recipe.symptoms import SYMPTOMS
 from lanebook.verify.doctor import CONFIRMED, SUSPECTED, diagnose, read_lines
-from lanebook.verify.doctor_cases import CaseIndex, normalise, without_thread
+from lanebook.verify.doctor_cases import TOKENS, WORD_SHARE, document, normalise, without_thread
+from sklearn.feature_extraction.text import TfidfVectorizer
 
 LOTO_FLOOR = 0.75  # of the sampled learnable reports named right as posts (whole case base: 0.71 of 435 reports)
 SAMPLE = 8  # one thread in SAMPLE, chosen by its URL's hash
@@ -54,8 +55,24 @@ def test_retrieval_never_confirms_and_a_lone_shared_word_names_nothing():
         for f in diagnose(read_lines("post.md", post(c)), cases=without_thread(c.thread)).findings:
             assert not f.similar or f.confidence == SUSPECTED, (c.id, f.id)  # the reports like it come with a suspicion
             assert f.confidence != CONFIRMED or f.evidence, (c.id, f.id)
-    lone = diagnose(read_lines("log", "Traceback (most recent call last):\nKeyError: 'blocks.3.mlp'"))
+    lone = diagnose(read_lines("log", "Traceback (most recent call last):\nKeyError: 'quux.7.zeta'"))
     assert [f.confidence for f in lone.findings] == ["unknown"]
+
+
+def test_a_fold_weighs_its_cases_as_a_fit_on_them_alone_would():
+    """Leave-one-thread-out re-weighs counts taken once; its similarities are those of TF-IDF fitted on the fold."""
+    chosen = cases()
+    for case in chosen[::97]:
+        kept = [c for c in chosen if c.thread != case.thread]
+        docs = [document(c) for c in kept]
+        words = TfidfVectorizer(token_pattern=TOKENS, sublinear_tf=True, lowercase=True)
+        chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, lowercase=True)
+        word_matrix, char_matrix = words.fit_transform(docs), chars.fit_transform(docs)
+        query = document(case)
+        fitted = WORD_SHARE * (word_matrix @ words.transform([query]).T).toarray().ravel()
+        fitted += (1 - WORD_SHARE) * (char_matrix @ chars.transform([query]).T).toarray().ravel()
+        folded, words_query = without_thread(case.thread).similarities(query)
+        assert abs(folded - fitted).max() < 1e-9 and words_query.nnz == words.transform([query]).nnz
 
 
 def test_leave_one_thread_out_over_a_sample_keeps_its_floor():
@@ -63,7 +80,7 @@ def test_leave_one_thread_out_over_a_sample_keeps_its_floor():
     threads = sorted({c.thread for c in chosen if hashlib.sha256(c.thread.encode()).digest()[0] % SAMPLE == 0})
     right = total = 0
     for thread in threads:
-        index = CaseIndex([c for c in chosen if c.thread != thread])
+        index = without_thread(thread, among=chosen)
         for c in (c for c in chosen if c.thread == thread and learnable(c, chosen)):
             total += 1
             right += named_right(c, diagnose(read_lines(f"{c.id}.md", post(c)), cases=index))

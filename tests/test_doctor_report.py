@@ -11,7 +11,7 @@ def test_a_suspected_finding_shows_what_matched_and_an_unknown_what_to_gather(ca
     suspected = diagnose(read_lines("post.md", "Breakable CUDA graphs now auto-enable and decode throughput drops."))
     page = diagnosis_markdown(suspected)
     assert "**P01 suspected**" in page and "matched: " in page and "**suspect**" in page
-    unknown = diagnose(read_lines("log", "Traceback (most recent call last):\nKeyError: 'blocks.3.mlp'"))
+    unknown = diagnose(read_lines("log", "Traceback (most recent call last):\nKeyError: 'quux.7.zeta'"))
     page = diagnosis_markdown(unknown)
     assert "**unknown**: 0 confirmed, 0 suspected" in page and "log:1: Traceback (most recent call last):" in page
     print_diagnosis(unknown)

@@ -13,7 +13,7 @@ RUNBOOKS = Path(__file__).resolve().parents[1] / "runbooks"
 def test_ids_sources_and_runbooks():
     pitfall_ids = {p.id for p in PITFALLS}
     for s in SYMPTOMS:
-        assert re.fullmatch(r"[PDH]\d\d", s.id), s.id
+        assert re.fullmatch(r"[PDH]\d{2,3}", s.id), s.id
         assert (RUNBOOKS / f"{s.runbook}.py").exists(), (s.id, s.runbook)
         if s.id.startswith("P"):
             assert s.id in pitfall_ids and s.source.startswith("seed 000")

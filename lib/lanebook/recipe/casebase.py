@@ -130,7 +130,7 @@ def causes() -> tuple[CaseCause, ...]:
         cause = CaseCause(**{"id": "", **{k: str(v).strip() for k, v in row.items()}})
         if not re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)+", cause.key):
             raise CaseBaseError(f"{where}: key {cause.key!r} is not kebab-case")
-        if cause.id and (not re.fullmatch(r"D\d\d", cause.id) or cause.id in registry):
+        if cause.id and (not re.fullmatch(r"D\d{2,3}", cause.id) or cause.id in registry):
             raise CaseBaseError(f"{where}: id {cause.id!r} is not a new D-id")
         for name in (cause.key, cause.id):
             if name and name in seen:

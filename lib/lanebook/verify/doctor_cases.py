@@ -101,25 +101,32 @@ class Vote:
 
 
 class CaseIndex:
-    """The TF-IDF indexes over a set of cases; cheap enough to rebuild per fold (leave-one-thread-out)."""
+    """The TF-IDF indexes over a set of cases (`kept`: the rows of CHOSEN it holds, all by default). The terms are
+    counted once per set of cases (`counts`); an index weighs them as a fit on its kept cases alone would (sublinear
+    tf, smoothed idf from the kept cases' document frequencies, rows of unit length, terms no kept case has left
+    out), so a leave-one-thread-out fold costs a re-weighting, not a fit."""
 
-    def __init__(self, chosen: Sequence[Case]):
-        from sklearn.feature_extraction.text import TfidfVectorizer
+    def __init__(self, chosen: Sequence[Case], *, kept: Optional[Sequence[int]] = None):
+        import numpy as np
 
-        self.cases = tuple(chosen)
+        chosen = tuple(chosen)
+        rows = np.arange(len(chosen)) if kept is None else np.asarray(kept, dtype=int)
+        self.cases = tuple(chosen[i] for i in rows)
         if not self.cases:
             return  # an empty index votes for nothing
-        docs = [document(c) for c in self.cases]
-        self.words = TfidfVectorizer(token_pattern=TOKENS, sublinear_tf=True, lowercase=True)
-        self.chars = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, lowercase=True)
-        self.word_matrix = self.words.fit_transform(docs).tocsr()
-        self.char_matrix = self.chars.fit_transform(docs)
+        counted = counts(chosen)
+        self.words, self.chars = counted.words, counted.chars
+        self.word_idf = _idf(counted.word_counts[rows])
+        self.char_idf = _idf(counted.char_counts[rows])
+        self.word_matrix = _weighed(counted.word_counts[rows], self.word_idf)
+        self.char_matrix = _weighed(counted.char_counts[rows], self.char_idf)
 
     def similarities(self, query: str):
         """Each case's similarity to QUERY (0-1), and the query's word vector."""
-        words_query = self.words.transform([query])
+        words_query = _weighed(self.words.transform([query]), self.word_idf)
+        chars_query = _weighed(self.chars.transform([query]), self.char_idf)
         words = (self.word_matrix @ words_query.T).toarray().ravel()
-        chars = (self.char_matrix @ self.chars.transform([query]).T).toarray().ravel()
+        chars = (self.char_matrix @ chars_query.T).toarray().ravel()
         return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query
 
     def vote(self, query: str, *, k: int = K) -> list[Vote]:
@@ -149,8 +156,51 @@ def case_index() -> CaseIndex:
 
 
 def without_thread(thread: str, *, among: Optional[Sequence[Case]] = None) -> CaseIndex:
-    """An index over the case base with one thread's cases left out (leave-one-thread-out)."""
-    return CaseIndex([c for c in (among if among is not None else cases()) if c.thread != thread])
+    """An index over the case base (or AMONG) with one thread's cases left out (leave-one-thread-out)."""
+    chosen = tuple(among if among is not None else cases())
+    return CaseIndex(chosen, kept=[i for i, c in enumerate(chosen) if c.thread != thread])
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The term counts of a set of cases' documents: the word and character n-gram vocabularies and a row per case."""
+
+    words: object  # a fitted CountVectorizer
+    chars: object
+    word_counts: object  # scipy CSR matrices, one row per case
+    char_counts: object
+
+
+@lru_cache(maxsize=4)
+def counts(chosen: tuple[Case, ...]) -> Counts:
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    docs = [document(c) for c in chosen]
+    words = CountVectorizer(token_pattern=TOKENS, lowercase=True)
+    chars = CountVectorizer(analyzer="char_wb", ngram_range=(3, 5), lowercase=True)
+    return Counts(words, chars, words.fit_transform(docs).tocsr(), chars.fit_transform(docs).tocsr())
+
+
+def _idf(rows):
+    """Smoothed inverse document frequency over ROWS (scikit-learn's: ln((1 + n) / (1 + df)) + 1), 0 for a term no
+    row has: a fit on these rows would not know it."""
+    import numpy as np
+
+    df = np.bincount(rows.indices, minlength=rows.shape[1])
+    return np.where(df > 0, np.log((1 + rows.shape[0]) / (1 + df)) + 1, 0.0)
+
+
+def _weighed(rows, idf):
+    """Counts as TF-IDF: 1 + ln(tf), times IDF, each row scaled to unit length; terms weighing 0 dropped."""
+    import numpy as np
+    from scipy.sparse import diags
+    from sklearn.preprocessing import normalize
+
+    tf = rows.astype(float)
+    tf.data = 1 + np.log(tf.data)
+    weighed = (tf @ diags(idf)).tocsr()
+    weighed.eliminate_zeros()
+    return normalize(weighed)
 
 
 def summary(lines: Iterable[Line], wanted: set[tuple[str, int]]) -> str:
