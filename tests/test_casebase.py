@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from lanebook.base.redact import redact
 from lanebook.recipe import casebase
 from lanebook.recipe.casebase import LOOKALIKE, THREAD_URL, CaseBaseError, case_cause, cases, causes, read_cases
 from lanebook.recipe.pitfalls import SYMPTOMS, symptom
@@ -58,3 +59,10 @@ def test_the_case_files_are_package_data():
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"**/*.yaml"' in pyproject and casebase.CASES.is_relative_to(Path(casebase.__file__).parent)
     assert (casebase.CASES / "field.yaml").exists() and casebase.CAUSES.exists()
+
+
+def test_no_text_of_the_case_base_reads_as_a_secret():
+    """The book publishes causes and reports: text the redactor would change would stop the book (and hide words)."""
+    read = [(c.key, t) for c in causes() for t in (c.title, c.meaning, c.fix, c.seen, c.source)]
+    read += [(c.id, t) for c in cases() for t in (*c.lines, *c.kernel, *c.words, c.fix, c.url)]
+    assert [(name, t) for name, t in read if redact(t) != t] == []
