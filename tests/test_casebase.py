@@ -55,6 +55,19 @@ def test_a_bad_case_file_is_one_line_naming_file_case_and_problem(tmp_path):
         assert said in str(raised.value), str(raised.value)
 
 
+def test_a_case_file_read_again_comes_from_its_json_and_a_changed_one_is_parsed_again(tmp_path):
+    row = "- id: a-case\n  url: https://github.com/o/r/issues/1\n  cause: D05\n  phase: starting\n  words: [{}]\n"
+    path = tmp_path / "x.yaml"
+    path.write_text("cases:\n" + row.format("first"))
+    assert read_cases([path])[0].words == ("first",)
+    (kept,) = (tmp_path / "__pycache__").glob("x.*.json")
+    kept.write_text(kept.read_text().replace("first", "from the json"))
+    assert read_cases([path])[0].words == ("from the json",)  # the parsed data kept, not the YAML parsed again
+    path.write_text("cases:\n" + row.format("second"))
+    assert read_cases([path])[0].words == ("second",)
+    assert [p.name for p in (tmp_path / "__pycache__").iterdir()] != [kept.name]  # the old one replaced
+
+
 def test_the_case_files_are_package_data():
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"**/*.yaml"' in pyproject and casebase.CASES.is_relative_to(Path(casebase.__file__).parent)
