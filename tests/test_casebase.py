@@ -6,6 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from lanebook.base.redact import redact
 from lanebook.recipe import casebase
 from lanebook.recipe.casebase import LOOKALIKE, THREAD_URL, CaseBaseError, case_cause, cases, causes, read_cases
 from lanebook.recipe.pitfalls import SYMPTOMS, symptom
@@ -54,7 +55,27 @@ def test_a_bad_case_file_is_one_line_naming_file_case_and_problem(tmp_path):
         assert said in str(raised.value), str(raised.value)
 
 
+def test_a_case_file_read_again_comes_from_its_json_and_a_changed_one_is_parsed_again(tmp_path):
+    row = "- id: a-case\n  url: https://github.com/o/r/issues/1\n  cause: D05\n  phase: starting\n  words: [{}]\n"
+    path = tmp_path / "x.yaml"
+    path.write_text("cases:\n" + row.format("first"))
+    assert read_cases([path])[0].words == ("first",)
+    (kept,) = (tmp_path / "__pycache__").glob("x.*.json")
+    kept.write_text(kept.read_text().replace("first", "from the json"))
+    assert read_cases([path])[0].words == ("from the json",)  # the parsed data kept, not the YAML parsed again
+    path.write_text("cases:\n" + row.format("second"))
+    assert read_cases([path])[0].words == ("second",)
+    assert [p.name for p in (tmp_path / "__pycache__").iterdir()] != [kept.name]  # the old one replaced
+
+
 def test_the_case_files_are_package_data():
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert '"**/*.yaml"' in pyproject and casebase.CASES.is_relative_to(Path(casebase.__file__).parent)
     assert (casebase.CASES / "field.yaml").exists() and casebase.CAUSES.exists()
+
+
+def test_no_text_of_the_case_base_reads_as_a_secret():
+    """The book publishes causes and reports: text the redactor would change would stop the book (and hide words)."""
+    read = [(c.key, t) for c in causes() for t in (c.title, c.meaning, c.fix, c.seen, c.source)]
+    read += [(c.id, t) for c in cases() for t in (*c.lines, *c.kernel, *c.words, c.fix, c.url)]
+    assert [(name, t) for name, t in read if redact(t) != t] == []

@@ -903,8 +903,11 @@ def test_a_healthy_post_in_words_stays_healthy():
         "Since the driver update vLLM fails on the second node and we cannot get the pair to serve.\n",
         "The worker container exits with code 137 a minute after we start the lane.\n",
         "| node | state |\n|---|---|\n| spark2 | does not start, model not found in the cache |\n",
+        "Since the update the model gives wrong answers to every tool call the agent makes.\n",
+        "The client gets a 401 response on every chat although the key is set in its config.\n",
+        "The reply comes back with empty content and the reasoning shows up in the wrong field.\n",
     ],
-    ids=["fails-cannot", "exits-with", "table-not-found"],
+    ids=["fails-cannot", "exits-with", "table-not-found", "wrong-answers", "http-status", "empty-content"],
 )
 def test_a_post_that_says_it_failed_in_other_words_is_never_healthy(post):
     found = diagnose(read_lines("post.md", post), cases=CaseIndex(()))

@@ -266,6 +266,7 @@ def test_speed_prints_the_servers_token_count_equal_to_lanebooks(real):  # noqa:
 # tokens a stream: every stream runs to it (the lane ignores EOS). Half the runbook's default (the canary write-up's
 # 256): still a decode window of well over a hundred tokens per stream, at half the decoding beside the suite
 SPEED_MAX_TOKENS = 128
+SPEED_LEVELS = (1, 3)  # one stream alone and several at once: each more costs the CPU server a wave per trial
 WAVE_COUNTS = re.compile(
     r"server counted (\d+) generation tokens, lanebook counted (\d+) \(equal\); "
     r"TTFT mean: server (\d+\.\d+) s \((\d+)\), lanebook (?:(\d+\.\d+) s \((\d+)\)|-)"
@@ -281,7 +282,8 @@ def test_the_speed_runbook_passes_and_each_wave_is_the_servers_own_count(real): 
     lane = str(real.lane_file)
     before = run(snapshot(real.api))
     speed = lanebook_command(
-        ["run", "speed", "--lane", lane, "-p", "workloads=probe", "-p", f"max_tokens={SPEED_MAX_TOKENS}"],
+        ["run", "speed", "--lane", lane, "-p", "workloads=probe", "-p", f"max_tokens={SPEED_MAX_TOKENS}"]
+        + ["-p", f"concurrency={','.join(map(str, SPEED_LEVELS))}"],
         real.outputs,
     )
     after = run(snapshot(real.api))
@@ -290,19 +292,20 @@ def test_the_speed_runbook_passes_and_each_wave_is_the_servers_own_count(real): 
     assert (record["runbook"], record["verdict"], record["twin"]) == ("speed", "pass", True)
     assert record["figures"]["baseline"]["verdict"] == "no baseline"  # a random model's speed is judged by nobody
     bands = record["figures"]["bands"]["probe"]
-    assert [b["concurrency"] for b in bands] == [1, 4, 6] and all(b["errors"] == 0 and b["complete"] for b in bands)
+    assert [b["concurrency"] for b in bands] == list(SPEED_LEVELS)
+    assert all(b["errors"] == 0 and b["complete"] for b in bands)
 
     outputs = nbformat.read(real.outputs / record["output"], as_version=4).cells
     text = "".join(o.get("text", "") for cell in outputs if cell.cell_type == "code" for o in cell.outputs)
     waves = WAVE_COUNTS.findall(text)
-    levels = [1, 4, 6] * 3  # trials interleaved over the levels
+    levels = list(SPEED_LEVELS) * 3  # trials interleaved over the levels
     assert len(waves) == len(levels), text
     for (server, ours, server_ttft, timed, our_ttft, covered), level in zip(waves, levels):
         assert int(server) == int(ours) == level * SPEED_MAX_TOKENS and int(timed) == level
         if covered and int(covered) == level:  # the same requests on both sides: vLLM's window lies inside lanebook's
             assert float(server_ttft) <= float(our_ttft) + 0.001
     delta = after.minus(before)
-    assert delta.total(GENERATION) == sum(int(w[1]) for w in waves) == 11 * 3 * SPEED_MAX_TOKENS
+    assert delta.total(GENERATION) == sum(int(w[1]) for w in waves) == sum(SPEED_LEVELS) * 3 * SPEED_MAX_TOKENS
 
     server = spec_decode_delta(before, after)
     rates = [b["acceptance_rate"] for b in bands]

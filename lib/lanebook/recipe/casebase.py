@@ -14,6 +14,8 @@ one CaseBaseError naming the file and the case.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from lanebook.base.errors import LanebookError
+from lanebook.base.files import write_atomic
 from lanebook.base.yamltext import load
 from lanebook.recipe.symptoms import FINDING, SYMPTOMS, Symptom
 
@@ -234,10 +237,27 @@ def fix_of(case: Case) -> str:
 
 
 def _load(path: Path) -> dict:
+    """A case file's data. The YAML parser reads the case base in seconds, so the data is kept as JSON beside it in
+    __pycache__, named by the file's sha256: a changed file is parsed again, an unwritable folder only costs time."""
     try:
-        data = load(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        cached = path.parent / "__pycache__" / f"{path.stem}.{hashlib.sha256(raw).hexdigest()[:20]}.json"
+        if cached.is_file():
+            try:
+                return json.loads(cached.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass  # unreadable: parsed again below
+        data = load(raw.decode("utf-8"))
     except Exception as exc:  # a YAMLError, or a file that cannot be read
         raise CaseBaseError(f"{path.name}: {exc}") from None
+    if isinstance(data, dict):
+        try:
+            cached.parent.mkdir(exist_ok=True)
+            for old in cached.parent.glob(f"{path.stem}.*.json"):
+                old.unlink(missing_ok=True)
+            write_atomic(cached, json.dumps(data))
+        except OSError:
+            pass
     if data is None:
         return {}
     if not isinstance(data, dict):

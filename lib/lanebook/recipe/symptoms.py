@@ -246,7 +246,9 @@ PROSE_FAILURE = Pattern(
     r"stall(?:s|ed|ing)?|exit(?:s|ed)? with|exit code|(?:does ?n[o']t|did ?n[o']t|won'?t|not|no longer|stopped) "
     r"(?:work|working|load|loading|start|starting|serve|serving|answer|answering|respond|responding)|unable to|"
     r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"
-    r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded)\b",
+    r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded|wrong|incorrect|invalid|"
+    r"unexpected(?:ly)?|unauthori[sz]ed|forbidden|nonsense|leak(?:s|ed|ing)?|"
+    r"empty (?:output|response|reply|answer|content|result)s?|[45]\d\d (?:error|response|status|not found))\b",
     (
         "fail",
         "error",
@@ -280,6 +282,17 @@ PROSE_FAILURE = Pattern(
         "slow",
         "regress",
         "degraded",
+        "wrong",
+        "incorrect",
+        "invalid",
+        "unexpected",
+        "unauthori",
+        "forbidden",
+        "nonsense",
+        "leak",
+        "empty",
+        "response",
+        "status",
     ),
 )
 # A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1
