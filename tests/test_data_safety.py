@@ -109,6 +109,7 @@ DIRECT_WRITES = {
     "lane_from_checkout.py": "a temporary copy of the checkout the imported lane is rendered into (the round trip)",
     "watch.py": "appends one line a round to the watch's series (never rewrites it)",
     "watch_unit.py": "a temporary file holding the unit's bytes to send to the head",
+    "casebase.py": "replaces its own JSON copy of a case file in __pycache__ (parsed data, never an operator's file)",
 }
 WRITE_CALLS = re.compile(
     r"\.(write_text|write_bytes|touch)\(|\bopen\([^)]*[\"'][wax]|os\.(replace|rename|remove|unlink)\(|"
