@@ -180,8 +180,9 @@ def test_a_reboot_ends_the_nodes_processes_empties_its_memory_and_keeps_its_file
             "control-test-vllm-dspark-1"
         )
         before = ssh(first, "worker", inspect).stdout.split()
-        session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "sleep 300"])
-        head_session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "head", "sleep 300"])
+        # /bin/sleep: the fast twin's `sleep` is scaled, and a busy machine's reboot can outlast 300 scaled seconds
+        session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "worker", "/bin/sleep 300"])
+        head_session = subprocess.Popen(["ssh", "-F", first["ssh_config"], "head", "/bin/sleep 300"])
         files = f"find {CHECKOUT} .cache -type f | sort | xargs sha256sum"
         kept = ssh(first, "worker", files).stdout
         try:
