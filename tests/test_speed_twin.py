@@ -112,8 +112,13 @@ def served_aggregates(api, levels=LEVELS) -> dict[int, tuple[float, float]]:
 
 @pytest.fixture(scope="module")
 def fixed_probe(fixed_k5):
-    """The fixed-K lane's probe waves: the document as measured, and the server's own aggregates of its waves."""
-    speed = measure(*fixed_k5, "probe")
+    """The fixed-K lane's probe waves: the document as measured, and the server's own aggregates of its waves. A
+    wave whose every stream's first chunk shared its stamp with the next (a loaded machine) has no stream figure to
+    compare: the waves are measured again, at most twice more (measure() starts the server's record afresh)."""
+    for _ in range(3):
+        speed = measure(*fixed_k5, "probe")
+        if all(run.get("edges_exact", 1) for run in speed.document()["runs"]):
+            break
     return speed.document(), served_aggregates(fixed_k5[0]), verified_k(speed)
 
 
