@@ -443,12 +443,17 @@ def _shows_failure(ctx: Context) -> bool:
     name a cause: a healthy lane's gathered rows share file and module names with reports of sick ones. Docker's
     answer that the lane's container is not there is a state the rules read (sticky memory or not), and a record a
     program logged at INFO or DEBUG level is routine however it is worded: neither is a failure."""
-    prose = [h for h in ctx.get("prose_failure") if is_prose(h.at)]
+    prose = _prose_failures(ctx)
     states = {(h.at.source, h.at.line) for h in ctx.get("no_container")}
     telling = [
         h for h in ctx.get("telling") if (h.at.source, h.at.line) not in states and not ROUTINE_RECORD.search(h.at.text)
     ]
     return bool(ctx.get("error_shaped") or ctx.get("stated_failure") or prose or telling)
+
+
+def _prose_failures(ctx: Context) -> list[Hit]:
+    """Failures a person states in words: prose_failure hits in prose (a sentence, a table row), not log records."""
+    return [h for h in ctx.get("prose_failure") if is_prose(h.at)]
 
 
 CONTEXT_KEYS = {p.key for p in CONTEXT}
@@ -580,7 +585,7 @@ def _unknown_rule(ctx: Context, out: Findings) -> None:
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
-    stated = ctx.get("stated_failure") + [h for h in ctx.get("prose_failure") if is_prose(h.at)]
+    stated = ctx.get("stated_failure") + _prose_failures(ctx)
     shaped = ctx.get("error_shaped") + stated  # error-shaped lines first, then failures in words
     errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())
     if not errors:
