@@ -525,10 +525,12 @@ def _suspected_tier(
     if phase in (STARTING, REBOOTED):  # phase before cause: a start that failed is no death or slowness mid-serve
         votes = [v for v in votes if v.cause not in SERVING_ONLY]
     top = votes[0] if votes else None
+    harmless = by_vote[LOOKALIKE].best if LOOKALIKE in by_vote else 0.0  # the nearest look-alike's similarity
     if (
         top
         and failing
         and top.cause != LOOKALIKE
+        and top.best > harmless
         and top.best >= NAME_SIMILARITY
         and top.share >= NAME_SHARE
         and top.shared >= MIN_SHARED

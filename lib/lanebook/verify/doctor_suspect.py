@@ -25,6 +25,9 @@ FIGURE_BONUS = 0.15  # a stated number in a symptom's band
 MAX_LINES = 20_000  # lines of one input the tier reads (the start of a long log carries the post)
 TOKENS = r"(?u)\b[A-Za-z_][A-Za-z0-9_]+(?:[.-][A-Za-z0-9_]+)*\b"
 QUARTERS = {"quarter": 25.0, "third": 33.0, "fifth": 20.0}
+# A file path's folders say where a file is, not what happened to it: the words the tier reads keep its file name only
+# (a healthy HF cache listing shares "cache" and "huggingface" with posts about caches that were lost).
+FOLDERS = re.compile(r"(?<![\w:/])(?:~|\.{1,2})?(?:/[\w.@+=-]+){2,}/(?=[\w.@+=-]+)")
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def suspect(lines: Sequence[Line]) -> list[Suspicion]:
     if not lines:
         return []
     symptoms, vectorizer, matrix, names = _index()
-    query = vectorizer.transform([" ".join(at.text for at in lines)])
+    query = vectorizer.transform([FOLDERS.sub(" ", " ".join(at.text for at in lines))])
     scores = (matrix @ query.T).toarray().ravel()
     both = matrix.multiply(query)  # per symptom, the weight each term shares with the post
     out = []
