@@ -167,6 +167,7 @@ ERROR_SHAPED = Pattern(
     "error_shaped",
     LOG,
     r"(?i)(?:^|; |`|\*\*)(?:\w+(?:\.\w+)*(?:error|exception)\b|traceback \(most recent call last\))|"
+    r"(?:^|; |`|\*\*)\s*\[?(?:error|fatal|critical)\]?:\s|\blevel=(?:error|fatal)\b|device-side assert|"
     r"\b(?:error|critical|fatal)\b \d\d-\d\d|"
     r"\b(?:failed|failure|fatal error|cannot allocate|out of memory|timed out|connection refused|segmentation fault|"
     r"core dumped|kernel panic|oops|bug:|nccl warn|xid)\b",
@@ -188,6 +189,7 @@ ERROR_SHAPED = Pattern(
         "bug:",
         "nccl warn",
         "xid",
+        "device-side assert",
     ),
 )
 # A failure stated in words (a post's prose, a table's cell, inline code): never "healthy", at least `unknown`.
@@ -248,7 +250,10 @@ PROSE_FAILURE = Pattern(
     r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"
     r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded|wrong|incorrect|invalid|"
     r"unexpected(?:ly)?|unauthori[sz]ed|forbidden|nonsense|leak(?:s|ed|ing)?|"
-    r"empty (?:output|response|reply|answer|content|result)s?|[45]\d\d (?:error|response|status|not found))\b",
+    r"empty (?:output|response|reply|answer|content|result)s?|[45]\d\d (?:error|response|status|not found)|"
+    r"never (?:complete|finish|launch|start|load|return|respond|answer|come)(?:e?s)?|never comes up|refus(?:es|ed|ing)|"
+    r"wedge[sd]?|collaps(?:es|ed|ing)|no speedup|(?:zero|near-zero) (?:accept\w*|tokens|output)|random tokens|"
+    r"(?:returns?|returned|gets?|got|getting) (?:an? )?(?:HTTP )?[45]\d\d)\b",
     (
         "fail",
         "error",
@@ -293,6 +298,16 @@ PROSE_FAILURE = Pattern(
         "empty",
         "response",
         "status",
+        "never",
+        "refus",
+        "wedge",
+        "collaps",
+        "speedup",
+        "zero",
+        "random tokens",
+        "ret",
+        "get",
+        "got",
     ),
 )
 # A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1

@@ -587,6 +587,7 @@ def _unknown_rule(ctx: Context, out: Findings) -> None:
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
+    quoted |= {(h.at.source, h.at.line) for h in ctx.get("no_container")}  # docker's answer is a state, not an error
     stated = ctx.get("stated_failure") + _prose_failures(ctx)
     shaped = ctx.get("error_shaped") + stated  # error-shaped lines first, then failures in words
     errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())
