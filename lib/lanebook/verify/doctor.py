@@ -448,7 +448,8 @@ def _shows_failure(ctx: Context) -> bool:
     telling = [
         h for h in ctx.get("telling") if (h.at.source, h.at.line) not in states and not ROUTINE_RECORD.search(h.at.text)
     ]
-    return bool(ctx.get("error_shaped") or ctx.get("stated_failure") or prose or telling)
+    shaped = [h for h in ctx.get("error_shaped") if (h.at.source, h.at.line) not in states]
+    return bool(shaped or ctx.get("stated_failure") or prose or telling)
 
 
 def _prose_failures(ctx: Context) -> list[Hit]:

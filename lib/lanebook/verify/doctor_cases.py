@@ -22,7 +22,7 @@ from lanebook.recipe.casebase import Case, cases
 from lanebook.verify.doctor_input import Line
 
 K = 7  # nearest cases that vote
-POWER = 2.0  # a case's vote is its similarity to this power: the nearest count most
+POWER = 4.0  # a case's vote is its similarity to this power: the nearest count most
 MIN_SIMILARITY = 0.08  # a case less similar than this casts no vote
 WORD_SHARE = 0.5  # the word index's share of a similarity (the rest: character n-grams)
 MAX_SUMMARY_LINES = 400  # distinct lines a query reads
