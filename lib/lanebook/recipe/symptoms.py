@@ -168,6 +168,7 @@ ERROR_SHAPED = Pattern(
     LOG,
     r"(?i)(?:^|; |`|\*\*)(?:\w+(?:\.\w+)*(?:error|exception)\b|traceback \(most recent call last\))|"
     r"(?:^|; |`|\*\*)\s*\[?(?:error|fatal|critical)\]?:\s|\blevel=(?:error|fatal)\b|device-side assert|"
+    r"(?-i:\b(?:ERROR|FATAL|CRITICAL)\b)|[\w.)\]/-]+:(?:\d+:){0,2} ?error:|"
     r"\b(?:error|critical|fatal)\b \d\d-\d\d|"
     r"\b(?:failed|failure|fatal error|cannot allocate|out of memory|timed out|connection refused|segmentation fault|"
     r"core dumped|kernel panic|oops|bug:|nccl warn|xid)\b",
@@ -244,7 +245,7 @@ STATED_FAILURE = Pattern(
 PROSE_FAILURE = Pattern(
     "prose_failure",
     LOG,
-    r"(?i)\b(?:fail(?:s|ed|ing|ure)?|errors?|erroring|errored|broken|breaks|crash\w*|abort\w*|panic\w*|hang(?:s|ing)?|"
+    r"(?i)\b(?:fail(?:s|ed|ing|ure)?|errors?(?!-free)|erroring|errored|broken|breaks|crash\w*|abort\w*|panic\w*|hang(?:s|ing)?|"
     r"stall(?:s|ed|ing)?|exit(?:s|ed)? with|exit code|(?:does ?n[o']t|did ?n[o']t|won'?t|not|no longer|stopped) "
     r"(?:work|working|load|loading|start|starting|serve|serving|answer|answering|respond|responding)|unable to|"
     r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"

@@ -690,8 +690,9 @@ def _startup_rules(ctx: Context, kx: dict[str, list[Hit]], out: Findings) -> Non
             out.add("D03", CONFIRMED, [h.at])
     for h in ctx.get("image_mismatch"):
         # "no kernel image" alone says a binary lacks this GPU's kernels: the image's, or a torch or kernel library
-        # built without them; the suspected tier weighs the reports. A line naming the architecture confirms.
-        ambiguous = "no kernel image" in h.at.text
+        # built without them; "X is not supported on sm_121" is as often a kernel library's gate to other parts
+        # (D50): the suspected tier weighs the reports. A kernel naming the one architecture it was built for confirms.
+        ambiguous = "no kernel image" in h.at.text or "not supported" in h.at.text
         out.add("D19", SUSPECTED if ambiguous else CONFIRMED, [h.at])
     for h in ctx.get("engine_dead"):
         phase = ctx.phase(h.at)
