@@ -16,11 +16,10 @@ import pytest
 from helpers import watch_records
 from helpers.lanebook_runs import dry_run_offline, run
 from lanebook.runs.execute import RUNBOOKS
-from lanebook.site.bookcheck import check_site, text_problems
+from lanebook.site.bookcheck import EMOJI, check_site, text_problems
 
 LANEBOOK = Path(sys.executable).parent / "lanebook"
 # Emoji and pictographs a browser draws only with an emoji font (variation selector 16 included).
-EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
 EXTERNAL_LOAD = re.compile(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//", re.I)
 CSS_EXTERNAL = re.compile(r"@import\s+(?:url\()?\s*['\"]?(?:https?:)?//|url\(\s*['\"]?(?:https?:)?//", re.I)
 

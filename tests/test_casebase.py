@@ -10,6 +10,7 @@ from lanebook.base.redact import redact
 from lanebook.recipe import casebase
 from lanebook.recipe.casebase import LOOKALIKE, THREAD_URL, CaseBaseError, case_cause, cases, causes, read_cases
 from lanebook.recipe.pitfalls import SYMPTOMS, symptom
+from lanebook.site.bookcheck import EMOJI
 
 MIN_REPORTS = 250  # the issue's floor: at least 250 reports from at least 150 threads
 MIN_THREADS = 150
@@ -79,3 +80,10 @@ def test_no_text_of_the_case_base_reads_as_a_secret():
     read = [(c.key, t) for c in causes() for t in (c.title, c.meaning, c.fix, c.seen, c.source)]
     read += [(c.id, t) for c in cases() for t in (*c.lines, *c.kernel, *c.words, c.fix, c.url)]
     assert [(name, t) for name, t in read if redact(t) != t] == []
+
+
+def test_no_published_text_of_a_cause_needs_an_emoji_font():
+    """The Symptoms page publishes each cause's title, meaning, fix and the line it is seen as, and no mark on a page
+    may need an emoji font (a client's warning sign is left out of its line as quoted)."""
+    read = [(c.key, t) for c in causes() for t in (c.title, c.meaning, c.fix, c.seen)]
+    assert [(name, t) for name, t in read if EMOJI.search(t)] == []

@@ -332,11 +332,11 @@ def test_a_launch_that_outlasts_its_wait_is_a_health_timeout(nodes):
     timed_out = launcher.start_lane(quick)
     assert (timed_out.exit_code, timed_out.outcome) == (1, "health timeout")
     assert timed_out.reason == "Timed out waiting for DSpark API. Recent head logs:"
-    # both ranks' logs as they stood at the timeout: the worker's has at least the line it logs first (how far past it
-    # a worker got in its second or so varies with load: one had not yet logged "Launching headless worker")
+    # both ranks' logs as they stood at the timeout: the worker's from the line it logs first (how far it got in its
+    # second or so varies with load: one had not yet logged "Launching headless worker", one had logged nothing)
     worker_section = timed_out.output.split("Recent worker logs:\n", 1)[1].splitlines()
-    assert worker_section and all(line.startswith("vllm-dspark-1  | ") for line in worker_section), worker_section
-    assert "vLLM API server version" in worker_section[0]
+    assert all(line.startswith("vllm-dspark-1  | ") for line in worker_section), worker_section
+    assert not worker_section or "vLLM API server version" in worker_section[0]
     assert launcher.stop_lane(nodes).ok
 
 

@@ -135,6 +135,8 @@ def check_site(root: Path) -> list[str]:
     return problems
 
 
+# Marks only an emoji font draws (pictographs, dingbats, the emoji variation selector): a published page has none.
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
 UNSAID = (
     (re.compile(r"not rehearsed", re.I), "says 'not rehearsed': rehearse the runbook on the twin"),
     (re.compile(r"\bseed 0", re.I), "says 'seed 0': name the write-up (lanebook.recipe.sources)"),
