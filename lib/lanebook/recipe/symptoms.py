@@ -247,7 +247,9 @@ PROSE_FAILURE = Pattern(
     LOG,
     r"(?i)\b(?:fail(?:s|ed|ing|ure)?|errors?(?!-free)|erroring|errored|broken|breaks|crash\w*|abort\w*|panic\w*|hang(?:s|ing)?|"
     r"stall(?:s|ed|ing)?|exit(?:s|ed)? with|exit code|(?:does ?n[o']t|did ?n[o']t|won'?t|not|no longer|stopped) "
-    r"(?:work|working|load|loading|start|starting|serve|serving|answer|answering|respond|responding)|unable to|"
+    r"(?:work|working|load|loading|start|starting|serve|serving|answer|answering|respond|responding|show|showing|"
+    r"shown|appear|appearing|return|returning|produce|producing|stream|streaming)|unable to|"
+    r"no (?:output|response|reply|answer|tokens)|"
     r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"
     r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded|wrong|incorrect|invalid|"
     r"unexpected(?:ly)?|unauthori[sz]ed|forbidden|nonsense|leak(?:s|ed|ing)?|"
@@ -306,6 +308,14 @@ PROSE_FAILURE = Pattern(
         "speedup",
         "zero",
         "random tokens",
+        "show",
+        "appear",
+        "produc",
+        "stream",
+        "no output",
+        "no re",
+        "no answer",
+        "no tokens",
         "ret",
         "get",
         "got",
