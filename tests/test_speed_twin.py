@@ -114,10 +114,15 @@ def served_aggregates(api, levels=LEVELS) -> dict[int, tuple[float, float]]:
 def fixed_probe(fixed_k5):
     """The fixed-K lane's probe waves: the document as measured, and the server's own aggregates of its waves. A
     wave whose every stream's first chunk shared its stamp with the next (a loaded machine) has no stream figure to
-    compare: the waves are measured again, at most twice more (measure() starts the server's record afresh)."""
+    compare, and a loaded machine only slows the twin's paced decode (it never runs ahead of its step deadlines): the
+    waves are measured again, at most twice more, while an edge is merged or a figure is slower than seed 003's
+    (measure() starts the server's record afresh). A figure faster than the seed's fails at once."""
+    seed = stored_baseline("anemll-1m6").documents[0]
     for _ in range(3):
         speed = measure(*fixed_k5, "probe")
-        if all(run.get("edges_exact", 1) for run in speed.document()["runs"]):
+        document = speed.document()
+        slower = [c for c in compare_to_baseline([document], [seed], tolerance=0.03).cells if c.verdict == "worse"]
+        if all(run.get("edges_exact", 1) for run in document["runs"]) and not slower:
             break
     return speed.document(), served_aggregates(fixed_k5[0]), verified_k(speed)
 
