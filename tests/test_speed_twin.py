@@ -124,7 +124,7 @@ def fixed_probe(fixed_k5):
         slower = [c for c in compare_to_baseline([document], [seed], tolerance=0.03).cells if c.verdict == "worse"]
         if all(run.get("edges_exact", 1) for run in document["runs"]) and not slower:
             break
-    return speed.document(), served_aggregates(fixed_k5[0]), verified_k(speed)
+    return document, served_aggregates(fixed_k5[0]), verified_k(speed)
 
 
 def by_level(doc, figure):

@@ -444,12 +444,17 @@ def _shows_failure(ctx: Context) -> bool:
     answer that the lane's container is not there is a state the rules read (sticky memory or not), and a record a
     program logged at INFO or DEBUG level is routine however it is worded: neither is a failure."""
     prose = _prose_failures(ctx)
-    states = {(h.at.source, h.at.line) for h in ctx.get("no_container")}
+    states = _docker_states(ctx)
     telling = [
         h for h in ctx.get("telling") if (h.at.source, h.at.line) not in states and not ROUTINE_RECORD.search(h.at.text)
     ]
     shaped = [h for h in ctx.get("error_shaped") if (h.at.source, h.at.line) not in states]
     return bool(shaped or ctx.get("stated_failure") or prose or telling)
+
+
+def _docker_states(ctx: Context) -> set[tuple[str, int]]:
+    """Where docker answered that the lane's container is not there: a state the rules read, never an error."""
+    return {(h.at.source, h.at.line) for h in ctx.get("no_container")}
 
 
 def _prose_failures(ctx: Context) -> list[Hit]:
@@ -588,7 +593,7 @@ def _unknown_rule(ctx: Context, out: Findings) -> None:
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
-    quoted |= {(h.at.source, h.at.line) for h in ctx.get("no_container")}  # docker's answer is a state, not an error
+    quoted |= _docker_states(ctx)
     stated = ctx.get("stated_failure") + _prose_failures(ctx)
     shaped = ctx.get("error_shaped") + stated  # error-shaped lines first, then failures in words
     errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())
