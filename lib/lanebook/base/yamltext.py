@@ -13,11 +13,29 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+try:  # libyaml's parser, through ruamel.yaml.clib (requirements.txt); without it ruamel's own parser reads everything
+    from _ruamel_yaml import CParser as _C_PARSER
+except ImportError:  # pragma: no cover - an install without the C extension
+    _C_PARSER = None
+_REFUSED = object()  # what libyaml could not read (or was not asked)
+
 
 def load(text: str, typ: str = "safe") -> Any:
-    """The data in TEXT (typ "safe": plain Python; "rt": the round-trip document with lines and comments)."""
+    """The data in TEXT (typ "safe": plain Python; "rt": the round-trip document with lines and comments).
+
+    Plain data is parsed by libyaml first where ruamel.yaml.clib is installed (several times faster: every process
+    that reads a lane pays for it). libyaml follows YAML 1.1, which refuses some text ruamel's own parser reads (a
+    URL as a plain value in a flow mapping, `{api: https://x/v1}`): whatever it refuses, ruamel's parser reads again,
+    and its result or its error is the answer, so text reads the same with or without the C parser."""
+    data: Any = _REFUSED
     try:
-        data = YAML(typ=typ).load(text)
+        if typ == "safe" and _C_PARSER is not None:
+            try:
+                data = YAML(typ="safe").load(text)
+            except Exception:  # noqa: BLE001 - libyaml's refusal is not the answer: ruamel's own parser gives it
+                data = _REFUSED
+        if data is _REFUSED:
+            data = YAML(typ=typ, pure=True).load(text)
     except (ValueError, OverflowError, IndexError, TypeError) as exc:
         raise YAMLError(f"unreadable value: {exc}") from None
     _refuse_cycles(data, set())

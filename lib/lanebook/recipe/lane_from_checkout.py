@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
+from lanebook.base import yamltext
 from lanebook.base.errors import LanebookError, LaneError
 from lanebook.base.files import utc_stamp, write_atomic
 from lanebook.base.redact import SECRET_KEYS, redact
@@ -376,7 +377,7 @@ def import_lane(
         parent.yaml_add_eol_comment(where, path[-1])
     text = _dump(doc)
     try:
-        params = LaneParams.model_validate(YAML(typ="safe").load(text))
+        params = LaneParams.model_validate(yamltext.load(text))
     except Exception as exc:  # noqa: BLE001 - a value the checkout holds that a lane refuses: one clear line
         raise LaneError(f"the checkout's values do not make a valid lane: {exc}".splitlines()[0]) from None
     header = (

@@ -70,7 +70,7 @@ def lane_provider_block(params: LaneParams) -> dict:
 def config_text(provider: str, block: Mapping[str, Any]) -> str:
     """$HERMES_HOME/config.yaml holding the one provider block, values typed as given (a string stays quoted)."""
     out = io.StringIO()
-    yaml = YAML(typ="safe")
+    yaml = YAML(typ="safe", pure=True)  # ruamel's own emitter: the text the tests and Hermes know
     yaml.default_flow_style = False
     yaml.dump({"providers": {provider: dict(block)}}, out)
     return out.getvalue()
@@ -85,7 +85,7 @@ SMOKE_AGENT = {"environment_probe": False}
 def smoke_config_text(provider: str, block: Mapping[str, Any]) -> str:
     """The route smoke's $HERMES_HOME/config.yaml: the one provider block, and the agent settings of a smoke."""
     out = io.StringIO()
-    yaml = YAML(typ="safe")
+    yaml = YAML(typ="safe", pure=True)  # ruamel's own emitter: the text the tests and Hermes know
     yaml.default_flow_style = False
     yaml.dump({"agent": dict(SMOKE_AGENT)}, out)
     return config_text(provider, block) + out.getvalue()

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
-from ruamel.yaml import YAML
 
+from lanebook.base import yamltext
 from lanebook.base.errors import LanebookError
 from lanebook.recipe.pitfalls import THINKING_KEYS
 
@@ -55,7 +55,7 @@ def load_workload(name: str) -> Workload:
     if not path.is_file():
         raise LanebookError(f"unknown workload '{name}' (known: {', '.join(workload_names())})")
     try:
-        return Workload.model_validate(YAML(typ="safe").load(path.read_text()))
+        return Workload.model_validate(yamltext.load(path.read_text()))
     except ValidationError as exc:
         err = exc.errors()[0]
         raise LanebookError(f"{path}: '{'.'.join(map(str, err['loc']))}': {err['msg']}") from None
