@@ -914,6 +914,33 @@ def test_a_post_that_says_it_failed_in_other_words_is_never_healthy(post):
     assert not found.healthy and found.findings[0].confidence in ("unknown", "suspected")
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        'INFO:     127.0.0.1:59820 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request',
+        "402 Insufficient Balance",
+        "ImportError: /x/_C.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        "flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        "cudaErrorUnsupportedPtxVersion",
+        "IBV_WC_LOC_LEN_ERR",
+        "docker: 'compose' is not a docker command.",
+        "systemd[1]: vllm.service: Start request repeated too quickly.",
+        "NET/IB: No device found.",
+        "Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which 120.88 MiB is free.",
+    ],
+)
+def test_a_line_a_program_refuses_with_is_never_healthy(line):
+    """A client-error status, a missing symbol, CUDA's and verbs' error codes, a refused command: what a program
+    answers when it refuses is an error whatever its words."""
+    found = diagnose(read_lines("head.log", line + "\n"), cases=CaseIndex(()))
+    assert not found.healthy and found.findings[0].confidence in ("unknown", "suspected", "confirmed")
+
+
+def test_a_health_poll_answered_503_while_the_server_boots_stays_healthy():
+    log = 'INFO:     127.0.0.1:35592 - "GET /health HTTP/1.1" 503 Service Unavailable\n'
+    assert diagnose(read_lines("head.log", log)).healthy
+
+
 def test_routine_log_lines_with_failure_words_stay_healthy():
     log = "(APIServer pid=9) INFO 12-01 10:00:01 [api_server.py:1] Retrying the missing shard check: not found yet\n"
     assert diagnose(read_lines("head.log", log)).healthy  # a log record, not a person's words

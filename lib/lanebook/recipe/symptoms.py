@@ -171,7 +171,14 @@ ERROR_SHAPED = Pattern(
     r"(?-i:\b(?:ERROR|FATAL|CRITICAL)\b)|[\w.)\]/-]+:(?:\d+:){0,2} ?error:|"
     r"\b(?:error|critical|fatal)\b \d\d-\d\d|"
     r"\b(?:failed|failure|fatal error|cannot allocate|out of memory|timed out|connection refused|segmentation fault|"
-    r"core dumped|kernel panic|oops|bug:|nccl warn|xid)\b",
+    r"core dumped|kernel panic|oops|bug:|nccl warn|xid)\b|"
+    # what a program answers when it refuses: an HTTP client-error status (a 5xx is also what /health answers while
+    # a healthy server boots), a loader's missing symbol, CUDA's and verbs' error
+    # codes, a refused request field, an unrun or rate-limited command, a torch allocation that did not fit
+    r"\bhttp/\d(?:\.\d)?\"? 4\d\d\b|^(?:40[0-9]|413|422|429) (?-i:[A-Z][a-z])|undefined symbol|"
+    r"\bcudaerror[a-z]|\bibv_wc_\w+_err\b|\bunauthorized\b|\binsufficient\b|\bnot (?:permitted|allowed)\b|"
+    r"\bhas no attribute\b|did not run successfully|repeated too quickly|\bno (?:\w+ )?(?:device|interface)s? found\b|"
+    r"is not a [\w-]+ command\b|\brequires --[a-z]|tried to allocate",
     (
         "error",
         "exception",
@@ -191,6 +198,29 @@ ERROR_SHAPED = Pattern(
         "nccl warn",
         "xid",
         "device-side assert",
+        '" 4',
+        "http/1.1 4",
+        "http/1.0 4",
+        "http/2 4",
+        "http/2.0 4",
+        *(f"{code} " for code in (*range(400, 410), 413, 422, 429)),
+        "undefined symbol",
+        "cudaerror",
+        "ibv_wc_",
+        "unauthorized",
+        "insufficient",
+        "not permitted",
+        "not allowed",
+        "has no attribute",
+        "did not run successfully",
+        "repeated too quickly",
+        "device found",
+        "devices found",
+        "interface found",
+        "interfaces found",
+        "command",
+        "requires --",
+        "tried to allocate",
     ),
 )
 # A failure stated in words (a post's prose, a table's cell, inline code): never "healthy", at least `unknown`.
