@@ -532,9 +532,9 @@ LOOK_ALIKES = [
 ]
 
 
-def run(logs: dict, metrics: list, kernel: list):
+def run(logs: dict, metrics: list, kernel: list, **options):
     log_lines = [line for source, rows in logs.items() for line in lines(source, rows)]
-    return diagnose(log_lines, metrics, lines("dmesg.txt", kernel) if kernel else [])
+    return diagnose(log_lines, metrics, lines("dmesg.txt", kernel) if kernel else [], **options)
 
 
 def test_names_the_right_cause_for_at_least_80_percent_of_the_cases():
@@ -854,7 +854,7 @@ def test_error_lines_no_cause_explains_are_unknown_with_their_layer_never_health
         '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/deepseek_v4.py", line 88, in f',
         "AttributeError: 'DeepseekV4Config' object has no attribute 'qk_rope_head_dim'",
     ]
-    found = run({"head.log": rows}, [], [])
+    found = run({"head.log": rows}, [], [], cases=CaseIndex(()))  # the rules alone: the case base may suspect one
     (unknown,) = found.findings
     assert unknown.confidence == "unknown" and not found.healthy and "Python traceback" in unknown.title
     assert unknown.evidence[0].text == "Traceback (most recent call last):" and "traceback" in unknown.next_check
@@ -871,8 +871,9 @@ def test_an_engine_that_dies_on_the_first_start_after_a_reboot_is_a_failed_start
         "After a reboot of both nodes the lane comes up no more; the head shows this:",
         "(APIServer pid=92) vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.",
     ]
-    found = run({"post.md": rows}, [], [])
+    found = run({"post.md": rows}, [], [], cases=CaseIndex(()))  # the rules: phase before cause
     assert "D02" not in found.ids() and found.findings[0].confidence == "unknown"
+    assert "D02" not in run({"post.md": rows}, [], []).ids()  # and with the case base's reports
 
 
 @pytest.mark.parametrize(
@@ -890,6 +891,18 @@ def test_a_failure_stated_only_in_a_table_inline_code_bold_or_words_is_never_hea
     found = diagnose(read_lines("post.md", post), cases=CaseIndex(()))  # the rules and the registry's words alone
     assert not found.healthy and found.findings[0].confidence in ("unknown", "suspected")
     assert not diagnose(read_lines("post.md", post)).healthy  # and with the case base
+
+
+def test_a_container_docker_restarted_is_starting_again_until_its_next_readiness():
+    """A restarted container keeps its log: the second start's cold-bind SHM lines come after the first start's
+    readiness and requests, yet belong to a start (harmless), not to a lane serving and hung."""
+    restarted = [line.replace("10:", "11:") for line in HEALTHY_START]
+    found = run(
+        {"head.log": HEALTHY_START + ['INFO:     127.0.0.1:1 - "GET /v1/models HTTP/1.1" 200 OK'] + restarted}, [], []
+    )
+    assert found.healthy and [n.id for n in found.notes if n.id == "P11"] == ["P11"], found.findings
+    hung = HEALTHY_START + restarted + [v(SHM, f"11:2{n}:00", proc="(EngineCore pid=120)") for n in range(3)]
+    assert "D01" in run({"head.log": hung}, [], []).ids()  # after the second readiness it is serving again
 
 
 def test_a_healthy_post_in_words_stays_healthy():

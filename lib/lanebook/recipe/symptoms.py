@@ -68,6 +68,8 @@ class Symptom:
 
 # The lines the doctor reads for context (which phase a line falls in), not evidence of any class by themselves.
 READY = Pattern("ready", LOG, r"Application startup complete", ("Application startup",))
+# The first line of every vLLM start: a log holding two (a container docker restarted keeps its log) starts again
+BOOT = Pattern("boot", LOG, r"vLLM API server version", ("vLLM API server version",))
 _WARMUP_DONE = r"\b(done|complete|completed|finished|passed|failed)\b"
 WARMUP_START = Pattern("warmup_start", LOG, r"post-readiness[ -]warmup(?!.*" + _WARMUP_DONE + ")", ("post-readiness",))
 WARMUP_END = Pattern("warmup_end", LOG, r"warmup.*" + _WARMUP_DONE, ("warmup",))
@@ -403,6 +405,7 @@ _TELLING = (
 TELLING = Pattern("telling", LOG, "(?i)^", _TELLING)
 CONTEXT = (
     READY,
+    BOOT,
     WARMUP_START,
     WARMUP_END,
     STOPPED,

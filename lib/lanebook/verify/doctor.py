@@ -287,7 +287,9 @@ class Context:
         self.by_key: dict[str, list[Hit]] = {}
         for h in hits:
             self.by_key.setdefault(h.key, []).append(h)
-        self.ready: dict[str, int] = {}
+        self.ready: dict[str, int] = {}  # each source's first readiness line
+        self.readies = self._lines("ready")  # every one, in order: a restarted engine is ready again
+        self.boots = self._lines("boot")  # where each start of the engine begins
         ready_stamps = []
         for h in self.get("ready"):
             self.ready.setdefault(h.at.source, h.at.line)
@@ -297,9 +299,7 @@ class Context:
         self.ready_stamp = min(ready_stamps) if ready_stamps else None
         self.warmups = self._intervals("warmup_start", "warmup_end")
         self.stops = {h.at.source: h.at.line for h in self.get("stopped")}
-        self.first_serving = {}
-        for h in sorted(self.get("serving") + self.get("serving_tokens"), key=lambda h: h.at.line):
-            self.first_serving.setdefault(h.at.source, h.at.line)
+        self.servings = self._lines("serving", "serving_tokens")
         self.said_serving = bool(self.get("serving_words"))
         self.said_starting = bool(self.get("starting_words")) or bool(self.get("starting"))
 
@@ -309,7 +309,7 @@ class Context:
         served, and a start's own lines or the post's words say so), or None when nothing tells."""
         if self.after_stop(at):
             return STOPPING
-        if self.after_ready(at) or self.first_serving.get(at.source, at.line + 1) < at.line:
+        if self.after_ready(at) or self._since_boot(self.servings, at) is not None:
             return SERVING
         if self.any_ready:
             return STARTING  # before this source's readiness line
@@ -323,6 +323,18 @@ class Context:
 
     def get(self, key: str) -> list[Hit]:
         return self.by_key.get(key, [])
+
+    def _lines(self, *keys: str) -> dict[str, list[int]]:
+        """Each source's line numbers where KEYS matched, in order."""
+        out: dict[str, list[int]] = {}
+        for h in sorted((h for key in keys for h in self.get(key)), key=lambda h: h.at.line):
+            out.setdefault(h.at.source, []).append(h.at.line)
+        return out
+
+    def _since_boot(self, lines: dict[str, list[int]], at: Line) -> Optional[int]:
+        """The last of LINES in at's source before it and after the start it belongs to (None: none)."""
+        boot = max((n for n in self.boots.get(at.source, []) if n <= at.line), default=-1)
+        return max((n for n in lines.get(at.source, []) if boot < n < at.line), default=None)
 
     def _intervals(self, start: str, end: str) -> dict[str, list[tuple[int, float]]]:
         out: dict[str, list[tuple[int, float]]] = {}
@@ -339,8 +351,10 @@ class Context:
         return bool(self.ready)
 
     def after_ready(self, at: Line) -> bool:
+        """Whether the engine that logged AT was ready by then: a readiness line in its source after the start AT
+        belongs to (a log that restarted is starting again until it is ready again)."""
         if at.source in self.ready:
-            return at.line > self.ready[at.source]
+            return self._since_boot(self.readies, at) is not None
         stamp = _stamp(at.text)
         return bool(stamp and self.ready_stamp and stamp > self.ready_stamp)
 
@@ -349,7 +363,15 @@ class Context:
 
     def after_stop(self, at: Line) -> bool:
         stop = self.stops.get(at.source)
-        return stop is not None and at.line > stop and not (self.ready.get(at.source, 0) > stop)
+        later = (
+            [n for n in (*self.readies.get(at.source, []), *self.boots.get(at.source, [])) if n > stop] if stop else []
+        )
+        return (
+            stop is not None
+            and at.line > stop
+            and not (later and min(later) < at.line)
+            and not (self.ready.get(at.source, 0) > stop)
+        )
 
 
 def _stamp(text: str) -> Optional[str]:
