@@ -905,6 +905,15 @@ def test_a_container_docker_restarted_is_starting_again_until_its_next_readiness
     assert "D01" in run({"head.log": hung}, [], []).ids()  # after the second readiness it is serving again
 
 
+def test_a_warning_a_note_names_harmless_names_no_cause_from_its_words():
+    """A cold bind's shared-memory warning says processes may be hanging; the note names it harmless, so the
+    registry's words read in it name no hang (the doctor read a healthy twin lane so after diagnose relaunched it)."""
+    found = run(
+        {"head.log": [v(SHM, "10:05:10", proc="(EngineCore_DP0 pid=120)", where="shm_broadcast.py:501")]}, [], []
+    )
+    assert found.healthy and [n.id for n in found.notes] == ["P11"], found.findings
+
+
 def test_a_healthy_post_in_words_stays_healthy():
     post = "Both nodes serve; decode holds 40 tok/s at C1 and the TensorFloat32 warning shows at every start.\n"
     assert diagnose(read_lines("post.md", post)).healthy

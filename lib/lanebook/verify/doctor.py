@@ -580,6 +580,9 @@ def _suspected_tier(
     figures = [w for w in best.why if ":" in w]
     if not figures and (len(best.why) < MIN_TERMS or best.score < MIN_NAMING_SCORE):
         return  # a word or two in common is not a post about this class
+    harmless = {(e.source, e.line) for f in out.items.values() if f.confidence == HARMLESS for e in f.evidence}
+    if best.lines and all((at.source, at.line) in harmless for at in best.lines):
+        return  # the lines its words were read in are ones a note already named harmless (a cold bind's warnings)
     out.add(best.id, SUSPECTED, list(best.lines))
     item = out.items[best.id]
     item.rank, item.matched = best.score, list(best.why)
