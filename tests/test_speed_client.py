@@ -148,7 +148,7 @@ def test_runs_inside_a_running_loop_as_in_a_notebook(server):
         return run_speed(f"{server}/v1", "m", "count", [1], trials=1, max_tokens=9)
 
     result = asyncio.run(cell())
-    assert result.errors == 0 and result.figures[0].decode_tokens == 8
+    assert result.errors == 0 and result.figures[0].decode_tokens == 8, result  # its waves say what failed
 
 
 def test_an_event_comes_out_of_the_read_that_completed_its_data_line():
