@@ -287,15 +287,10 @@ class Context:
         self.by_key: dict[str, list[Hit]] = {}
         for h in hits:
             self.by_key.setdefault(h.key, []).append(h)
-        self.ready: dict[str, int] = {}  # each source's first readiness line
-        self.readies = self._lines("ready")  # every one, in order: a restarted engine is ready again
+        self.readies = self._lines("ready")  # every readiness line, in order: a restarted engine is ready again
+        self.ready = {source: lines[0] for source, lines in self.readies.items()}  # each source's first
         self.boots = self._lines("boot")  # where each start of the engine begins
-        ready_stamps = []
-        for h in self.get("ready"):
-            self.ready.setdefault(h.at.source, h.at.line)
-            stamp = _stamp(h.at.text)
-            if stamp:
-                ready_stamps.append(stamp)
+        ready_stamps = [stamp for h in self.get("ready") if (stamp := _stamp(h.at.text))]
         self.ready_stamp = min(ready_stamps) if ready_stamps else None
         self.warmups = self._intervals("warmup_start", "warmup_end")
         self.stops = {h.at.source: h.at.line for h in self.get("stopped")}
@@ -363,15 +358,10 @@ class Context:
 
     def after_stop(self, at: Line) -> bool:
         stop = self.stops.get(at.source)
-        later = (
-            [n for n in (*self.readies.get(at.source, []), *self.boots.get(at.source, [])) if n > stop] if stop else []
-        )
-        return (
-            stop is not None
-            and at.line > stop
-            and not (later and min(later) < at.line)
-            and not (self.ready.get(at.source, 0) > stop)
-        )
+        if stop is None or at.line <= stop or self.ready.get(at.source, 0) > stop:
+            return False
+        restarts = (*self.readies.get(at.source, []), *self.boots.get(at.source, []))
+        return not any(stop < n < at.line for n in restarts)  # the engine started or was ready again since
 
 
 def _stamp(text: str) -> Optional[str]:
