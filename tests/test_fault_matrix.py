@@ -113,6 +113,7 @@ def seen(**changes) -> Observed:
             "failed_step": "2 containers",
             "twin": True,
             "fix": "run `stop`, then `launch`",
+            "failed_check": "no orphaned worker (P16): the head's container is gone",
             "sha256": "ab12",
         },
         output_sha256="ab12",
@@ -153,6 +154,7 @@ def test_every_mismatch_is_named():
             "workers'"
         ),
         "record: a failure with no fix",
+        "record: a failure that does not say which check failed",
         "pitfall: P16 named neither in the failure nor in the fix",
         "repair: `stop` verdict 'fail', failed_step '1 stop script' (expected pass)",
         "fix: does not name `stop`: None",

@@ -166,3 +166,5 @@ def test_dry_run_still_fails_on_what_it_checks_locally(outputs, tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     (record,) = records(outputs)
     assert record["verdict"] == "fail" and record["failed_step"] == "prerequisites"
+    # the terminal says what failed, not only where: the check and what it saw
+    assert f"failed: {record['failed_check']}" in run.stdout and "P07" in record["failed_check"]

@@ -195,6 +195,10 @@ def run(
     typer.echo(
         f"verdict: {record['verdict']}" + (f" (failed step: {record['failed_step']})" if record["failed_step"] else "")
     )
+    if record.get("failed_check"):
+        typer.echo(f"failed: {record['failed_check']}")
+    if record.get("fix"):
+        typer.echo(f"what to do next: {record['fix']}")
     raise typer.Exit(run_exit_code(record["verdict"], dry_run))
 
 

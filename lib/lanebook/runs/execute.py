@@ -281,9 +281,13 @@ def run_result(outcome: Outcome, output: Path, dry_run: bool) -> dict:
         )
     elif emitted is None and failed_step is None:
         failed_step = "no verdict: the notebook ended without rb.finish()"
+    failed = next((c for c in (result or {}).get("checks", []) if c["outcome"] == FAIL), None)
+    failed_check = None if failed is None else failed["what"] + (f": {failed['detail']}" if failed["detail"] else "")
     return {
         "verdict": record_verdict(emitted, dry_run),
         "failed_step": failed_step,
+        # what was expected and what was seen instead, for a terminal that never opens the notebook
+        "failed_check": failed_check,
         "fix": ((result or {}).get("failure") or {}).get("fix"),  # what to do next, named by the failed step
         "figures": (result or {}).get("figures", {}),
         "confirmations": (result or {}).get("confirmations", []),  # who let destructive steps go ahead
@@ -305,6 +309,7 @@ def stopped_result(exc: BaseException, output: Path) -> tuple[dict, str]:
     return {
         "verdict": "error",
         "failed_step": why,
+        "failed_check": None,
         "fix": None,
         "figures": emitted.get("figures", {}),
         "confirmations": emitted.get("confirmations", []),
@@ -328,6 +333,7 @@ def start_record(
             "duration_s": None,
             "verdict": None,
             "failed_step": None,
+            "failed_check": None,
             "fix": None,
             "output": str(output.relative_to(outputs_dir())),
             "sha256": None,

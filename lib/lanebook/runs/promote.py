@@ -233,13 +233,15 @@ def rollback_reference(params: LaneParams) -> dict:
 
 
 def show_record(console, record: dict, label: str, soft_wrap: bool = False) -> None:
-    """A recorded run's ending on the terminal, as LABEL: its verdict and failed step, what to do next, the executed
-    notebook, and in a dry run the commands it would have sent."""
+    """A recorded run's ending on the terminal, as LABEL: its verdict, failed step and check, what to do next, the
+    executed notebook, and in a dry run the commands it would have sent."""
     from lanebook.runs.audit import VERDICT_STYLES, verdict_label
 
     color = VERDICT_STYLES.get(record["verdict"], ("yellow", ""))[0]
     failed = f" — failed step: {record['failed_step']}" if record["failed_step"] else ""
     console.print(f"[{color}]{label}: {verdict_label(record['verdict'])}[/]{failed}")
+    if record.get("failed_check"):
+        console.print(f"  failed: {record['failed_check']}", soft_wrap=soft_wrap, markup=False, highlight=False)
     if record.get("fix"):
         console.print(f"  what to do next: {record['fix']}")
     console.print(f"  executed notebook: {record['output']}", soft_wrap=soft_wrap)

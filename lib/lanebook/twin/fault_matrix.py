@@ -298,6 +298,8 @@ def mismatches(row: FaultRow, seen: Observed) -> list[str]:
         )
     if row.verdict == "fail" and not record.get("fix"):
         found.append("record: a failure with no fix")
+    if row.verdict == "fail" and not record.get("failed_check"):
+        found.append("record: a failure that does not say which check failed")
     if row.pitfall and row.verdict == "fail" and row.pitfall not in seen.failure + (record.get("fix") or ""):
         found.append(f"pitfall: {row.pitfall} named neither in the failure nor in the fix")
     if row.repair:
