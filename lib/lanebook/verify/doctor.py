@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Iterable, Optional, Sequence
+from typing import AbstractSet, Iterable, Optional, Sequence
 
 import ahocorasick
 
@@ -400,6 +400,11 @@ class Findings:
     def any_confirmed(self) -> bool:
         return any(f.confidence == CONFIRMED for f in self.items.values())
 
+    @property
+    def explained(self) -> set[tuple[str, int]]:
+        """Where the lines a note named harmless are (source, line): read, and said to be no failure."""
+        return {(e.source, e.line) for f in self.items.values() if f.confidence == HARMLESS for e in f.evidence}
+
     def diagnosis(self) -> Diagnosis:
         order = {s.id: n for n, s in enumerate(SYMPTOMS)}
         rank = {CONFIRMED: 0, SUSPECTED: 1, UNKNOWN: 2}
@@ -444,19 +449,27 @@ def diagnose(
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        _suspected_tier(_chosen(logs, kernel, log_hits), out, cases, _phase_of(ctx), failing=_shows_failure(ctx))
+        explained = out.explained  # a note's harmless lines are no evidence of a cause, nor a sign of failure
+        _suspected_tier(
+            _chosen(logs, kernel, log_hits, explained),
+            out,
+            cases,
+            _phase_of(ctx),
+            failing=_shows_failure(ctx, explained),
+        )
     _unknown_rule(ctx, out)
     return out.diagnosis()
 
 
-def _shows_failure(ctx: Context) -> bool:
+def _shows_failure(ctx: Context, explained: AbstractSet[tuple[str, int]] = frozenset()) -> bool:
     """Whether the input shows any sign of a failure: an error-shaped line, a failure stated in words (a person's, in
     prose) or a telling line (a warning, a refusal, something missing). Without one, the case base's reports never
     name a cause: a healthy lane's gathered rows share file and module names with reports of sick ones. Docker's
-    answer that the lane's container is not there is a state the rules read (sticky memory or not), and a record a
-    program logged at INFO or DEBUG level is routine however it is worded: neither is a failure."""
+    answer that the lane's container is not there is a state the rules read (sticky memory or not), a record a
+    program logged at INFO or DEBUG level is routine however it is worded, and a line a note EXPLAINED is harmless:
+    none is a failure."""
     prose = _prose_failures(ctx)
-    states = _docker_states(ctx)
+    states = _docker_states(ctx) | explained
     telling = [
         h for h in ctx.get("telling") if (h.at.source, h.at.line) not in states and not ROUTINE_RECORD.search(h.at.text)
     ]
@@ -478,11 +491,16 @@ CONTEXT_KEYS = {p.key for p in CONTEXT}
 SUMMARY_KEYS = {"error_shaped", "stated_failure", "telling"}  # context lines retrieval reads beside the rules' own
 
 
-def _chosen(logs: list[Line], kernel: list[Line], hits: list[Hit]) -> list[Line]:
+def _chosen(
+    logs: list[Line], kernel: list[Line], hits: list[Hit], explained: AbstractSet[tuple[str, int]] = frozenset()
+) -> list[Line]:
     """The bounded, folded summary the suspected tier reads: the error-shaped lines and failures in words first, then
     the kernel lines, the lines a rule or a telling word matched and the prose; each line once however its numbers
-    differ, at most MAX_CHOSEN (a long healthy log repeats itself: its ten-thousandth stats line says nothing new)."""
+    differ, at most MAX_CHOSEN (a long healthy log repeats itself: its ten-thousandth stats line says nothing new).
+    Lines a note EXPLAINED (source, line) are left out: what a rule named harmless is no evidence of a cause."""
     where = lambda at: (at.source, at.line)  # noqa: E731
+    logs = [at for at in logs if where(at) not in explained]
+    kernel = [at for at in kernel if where(at) not in explained]
     first = {where(h.at) for h in hits if h.key in ("error_shaped", "stated_failure")}
     wanted = {where(h.at) for h in hits if h.key not in CONTEXT_KEYS or h.key in SUMMARY_KEYS}
     wanted |= {where(at) for at in kernel}
@@ -570,9 +588,6 @@ def _suspected_tier(
     figures = [w for w in best.why if ":" in w]
     if not figures and (len(best.why) < MIN_TERMS or best.score < MIN_NAMING_SCORE):
         return  # a word or two in common is not a post about this class
-    harmless = {(e.source, e.line) for f in out.items.values() if f.confidence == HARMLESS for e in f.evidence}
-    if best.lines and all((at.source, at.line) in harmless for at in best.lines):
-        return  # the lines its words were read in are ones a note already named harmless (a cold bind's warnings)
     out.add(best.id, SUSPECTED, list(best.lines))
     item = out.items[best.id]
     item.rank, item.matched = best.score, list(best.why)
