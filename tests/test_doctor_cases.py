@@ -4,12 +4,23 @@ confirms; and leave-one-thread-out over a fixed sample of the case base's thread
 benchmarks/doctor_casebase.py)."""
 
 import hashlib
+import os
+import subprocess
+import sys
 
 from helpers.field_reports import named_right, post
 from lanebook.recipe.casebase import LOOKALIKE, cases
 from lanebook.recipe.symptoms import SYMPTOMS
 from lanebook.verify.doctor import CONFIRMED, SUSPECTED, diagnose, read_lines
-from lanebook.verify.doctor_cases import TOKENS, WORD_SHARE, document, normalise, without_thread
+from lanebook.verify.doctor_cases import (
+    TOKENS,
+    WORD_SHARE,
+    CaseIndex,
+    cached_counts,
+    document,
+    normalise,
+    without_thread,
+)
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 LOTO_FLOOR = 0.70  # of the sampled learnable reports named right as posts (0.716 of 169 at 1,420 reports)
@@ -62,7 +73,7 @@ def test_retrieval_never_confirms_and_a_lone_shared_word_names_nothing():
 def test_a_fold_weighs_its_cases_as_a_fit_on_them_alone_would():
     """Leave-one-thread-out re-weighs counts taken once; its similarities are those of TF-IDF fitted on the fold."""
     chosen = cases()
-    for case in chosen[::97]:
+    for case in chosen[::401]:
         kept = [c for c in chosen if c.thread != case.thread]
         docs = [document(c) for c in kept]
         words = TfidfVectorizer(token_pattern=TOKENS, sublinear_tf=True, lowercase=True)
@@ -73,6 +84,33 @@ def test_a_fold_weighs_its_cases_as_a_fit_on_them_alone_would():
         fitted += (1 - WORD_SHARE) * (char_matrix @ chars.transform([query]).T).toarray().ravel()
         folded, words_query = without_thread(case.thread).similarities(query)
         assert abs(folded - fitted).max() < 1e-9 and words_query.nnz == words.transform([query]).nnz
+
+
+def test_the_cached_counts_vote_as_a_fit_does_and_spare_a_run_scikit_learn(tmp_path, monkeypatch):
+    """The counts kept in the cache give the very similarities of a fit; a second process reads them without
+    loading scikit-learn; a cache that cannot be written is passed by."""
+    monkeypatch.setenv("LANEBOOK_CACHE", str(tmp_path / "cache"))
+    chosen = cases()
+    fitted = CaseIndex(chosen)
+    written = CaseIndex(chosen, counted=cached_counts(chosen))
+    (kept,) = (tmp_path / "cache").glob("case-counts-*.npz")
+    read = CaseIndex(chosen, counted=cached_counts(chosen))
+    for query in [document(c) for c in chosen[::301]] + ["NCCL WARN NET/IB : Got completion with error 12"]:
+        expected = fitted.similarities(query)[0]
+        assert abs(written.similarities(query)[0] - expected).max() < 1e-12
+        assert abs(read.similarities(query)[0] - expected).max() < 1e-12
+    script = (
+        "import sys; from lanebook.verify.doctor_cases import case_index; "
+        "votes = case_index().vote('RuntimeError: NCCL error: unhandled system error'); "
+        "print(votes[0].cause, 'sklearn' in sys.modules)"
+    )
+    env = {**os.environ, "LANEBOOK_CACHE": str(tmp_path / "cache")}
+    again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert again.returncode == 0 and again.stdout.split()[1] == "False", again.stdout + again.stderr
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("LANEBOOK_CACHE", str(tmp_path / "a-file" / "cache"))  # no folder can be made there
+    unwritable = CaseIndex(chosen, counted=cached_counts(chosen))
+    assert abs(unwritable.similarities("NCCL error")[0] - fitted.similarities("NCCL error")[0]).max() < 1e-12
 
 
 def test_leave_one_thread_out_over_a_sample_keeps_its_floor():

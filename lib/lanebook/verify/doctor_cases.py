@@ -3,8 +3,10 @@ vote for.
 
 Each case (lanebook.recipe.casebase) becomes one document: its log and kernel lines normalised (vLLM's logger prefix
 and process tags taken off; numbers, paths, hex, ids, timestamps, ranks, addresses and pids masked, so the same message
-from another run reads the same) and its words. Two TF-IDF indexes (scikit-learn) are built over them: words, and
-character n-grams inside words (which match a message cut, wrapped or spelt a little differently). A query
+from another run reads the same) and its words. Two TF-IDF indexes are built over them: words, and character n-grams
+inside words (which match a message cut, wrapped or spelt a little differently). scikit-learn counts the terms once
+per case base; the counts are kept in the user's cache (`cache_dir`), keyed by the documents and this module, so a
+doctor run reads them instead of loading scikit-learn and fitting again. A query
 is a bounded summary of what the doctor read (`summary`: error-shaped lines, lines a rule matched, warnings and prose,
 each distinct line once), never every line. The k nearest cases vote for their causes, each with its similarity
 raised to a power; a vote names a cause with the reports that cast it. Retrieval never confirms: the doctor makes a
@@ -13,9 +15,12 @@ vote a `suspected` finding at most (lanebook.verify.doctor).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from lanebook.recipe.casebase import Case, cases
@@ -29,6 +34,9 @@ MAX_SUMMARY_LINES = 400  # distinct lines a query reads
 MAX_LINE = 600  # characters of one line a query reads
 SHOWN = 3  # reports named per cause
 TOKENS = r"(?u)\b[A-Za-z_][A-Za-z0-9_]+\b"
+CHAR_NGRAMS = (3, 5)  # character n-grams inside words, shortest and longest
+WORD_TERMS = re.compile(TOKENS)
+SPACES = re.compile(r"\s\s+")
 
 # vLLM's logger prefix and process tags: `(EngineCore pid=652) ERROR 05-20 20:35:26 [core.py:1161] `.
 PREFIX = re.compile(
@@ -106,7 +114,9 @@ class CaseIndex:
     tf, smoothed idf from the kept cases' document frequencies, rows of unit length, terms no kept case has left
     out), so a leave-one-thread-out fold costs a re-weighting, not a fit."""
 
-    def __init__(self, chosen: Sequence[Case], *, kept: Optional[Sequence[int]] = None):
+    def __init__(
+        self, chosen: Sequence[Case], *, kept: Optional[Sequence[int]] = None, counted: "Optional[Counts]" = None
+    ):
         import numpy as np
 
         chosen = tuple(chosen)
@@ -114,7 +124,7 @@ class CaseIndex:
         self.cases = tuple(chosen[i] for i in rows)
         if not self.cases:
             return  # an empty index votes for nothing
-        counted = counts(chosen)
+        counted = counted or counts(chosen)
         self.words, self.chars = counted.words, counted.chars
         self.word_idf = _idf(counted.word_counts[rows])
         self.char_idf = _idf(counted.char_counts[rows])
@@ -123,8 +133,8 @@ class CaseIndex:
 
     def similarities(self, query: str):
         """Each case's similarity to QUERY (0-1), and the query's word vector."""
-        words_query = _weighed(self.words.transform([query]), self.word_idf)
-        chars_query = _weighed(self.chars.transform([query]), self.char_idf)
+        words_query = _weighed(_counted(word_terms(query), self.words), self.word_idf)
+        chars_query = _weighed(_counted(char_terms(query), self.chars), self.char_idf)
         words = (self.word_matrix @ words_query.T).toarray().ravel()
         chars = (self.char_matrix @ chars_query.T).toarray().ravel()
         return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query
@@ -151,8 +161,9 @@ class CaseIndex:
 
 @lru_cache(maxsize=1)
 def case_index() -> CaseIndex:
-    """The index over the whole case base (built once per process, when first asked)."""
-    return CaseIndex(cases())
+    """The index over the whole case base (built once per process, when first asked, from the cached counts)."""
+    chosen = cases()
+    return CaseIndex(chosen, counted=cached_counts(chosen))
 
 
 def without_thread(thread: str, *, among: Optional[Sequence[Case]] = None) -> CaseIndex:
@@ -161,24 +172,119 @@ def without_thread(thread: str, *, among: Optional[Sequence[Case]] = None) -> Ca
     return CaseIndex(chosen, kept=[i for i, c in enumerate(chosen) if c.thread != thread])
 
 
+def word_terms(text: str) -> list[str]:
+    """The words of TEXT as the word index counts them: lower case, two characters or more, no digit first."""
+    return WORD_TERMS.findall(text.lower())
+
+
+def char_terms(text: str) -> list[str]:
+    """The character n-grams of TEXT inside its words, each word padded with a space either side (scikit-learn's
+    char_wb): a word shorter than an n-gram counts once, whole."""
+    found: list[str] = []
+    low, high = CHAR_NGRAMS
+    for word in SPACES.sub(" ", text.lower()).split():
+        padded = f" {word} "
+        for n in range(low, high + 1):
+            found += [padded[i : i + n] for i in range(max(1, len(padded) - n + 1))]
+            if len(padded) <= n:
+                break
+    return found
+
+
 @dataclass(frozen=True)
 class Counts:
-    """The term counts of a set of cases' documents: the word and character n-gram vocabularies and a row per case."""
+    """The term counts of a set of cases' documents: the word and character n-gram vocabularies (term -> column) and a
+    row per case."""
 
-    words: object  # a fitted CountVectorizer
-    chars: object
+    words: dict[str, int]
+    chars: dict[str, int]
     word_counts: object  # scipy CSR matrices, one row per case
     char_counts: object
 
 
 @lru_cache(maxsize=4)
 def counts(chosen: tuple[Case, ...]) -> Counts:
+    """The counts of CHOSEN's documents, fitted by scikit-learn on the analyzers above."""
     from sklearn.feature_extraction.text import CountVectorizer
 
     docs = [document(c) for c in chosen]
-    words = CountVectorizer(token_pattern=TOKENS, lowercase=True)
-    chars = CountVectorizer(analyzer="char_wb", ngram_range=(3, 5), lowercase=True)
-    return Counts(words, chars, words.fit_transform(docs).tocsr(), chars.fit_transform(docs).tocsr())
+    words = CountVectorizer(analyzer=word_terms)
+    chars = CountVectorizer(analyzer=char_terms)
+    word_counts, char_counts = words.fit_transform(docs).tocsr(), chars.fit_transform(docs).tocsr()
+    return Counts(words.vocabulary_, chars.vocabulary_, word_counts, char_counts)
+
+
+def cache_dir() -> Path:
+    """Where lanebook keeps what it can compute again: LANEBOOK_CACHE, else $XDG_CACHE_HOME/lanebook, else
+    ~/.cache/lanebook."""
+    if os.environ.get("LANEBOOK_CACHE"):
+        return Path(os.environ["LANEBOOK_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lanebook"
+
+
+def counts_key(chosen: Sequence[Case]) -> str:
+    """What the counts of CHOSEN depend on: their documents and this module (its analyzers and masks)."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for case in chosen:
+        digest.update(b"\0" + document(case).encode())
+    return digest.hexdigest()[:24]
+
+
+def cached_counts(chosen: Sequence[Case]) -> Counts:
+    """The counts of CHOSEN from the cache, else fitted (counts) and kept there. A cache that cannot be read or
+    written is passed by: the counts are then fitted in this process, as without a cache."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
+    path = cache_dir() / f"case-counts-{counts_key(chosen)}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as kept:
+            vocab = {name: {str(t): i for i, t in enumerate(kept[f"{name}_terms"])} for name in ("words", "chars")}
+            rows = {
+                name: csr_matrix(
+                    (kept[f"{name}_data"], kept[f"{name}_indices"], kept[f"{name}_indptr"]),
+                    shape=(len(chosen), len(vocab[name])),
+                )
+                for name in ("words", "chars")
+            }
+        return Counts(vocab["words"], vocab["chars"], rows["words"], rows["chars"])
+    except (OSError, ValueError, KeyError):
+        pass
+    fitted = counts(tuple(chosen))
+    arrays = {}
+    for name, vocab, rows in (("words", fitted.words, fitted.word_counts), ("chars", fitted.chars, fitted.char_counts)):
+        arrays[f"{name}_terms"] = np.array(sorted(vocab, key=vocab.get), dtype=str)
+        arrays[f"{name}_data"], arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = (
+            rows.data,
+            rows.indices,
+            rows.indptr,
+        )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(tmp, "wb") as out:
+            np.savez(out, **arrays)
+        os.replace(tmp, path)  # a reader sees the whole file or none
+    except OSError:
+        pass
+    return fitted
+
+
+def _counted(terms: list[str], vocabulary: dict[str, int]):
+    """One row of counts of TERMS over VOCABULARY (terms it lacks left out)."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+
+    columns: dict[int, int] = {}
+    for term in terms:
+        column = vocabulary.get(term)
+        if column is not None:
+            columns[column] = columns.get(column, 0) + 1
+    ordered = sorted(columns)
+    return csr_matrix(
+        (np.array([columns[c] for c in ordered], dtype=np.int64), np.array(ordered, dtype=np.int32), [0, len(ordered)]),
+        shape=(1, len(vocabulary)),
+    )
 
 
 def _idf(rows):
@@ -194,13 +300,13 @@ def _weighed(rows, idf):
     """Counts as TF-IDF: 1 + ln(tf), times IDF, each row scaled to unit length; terms weighing 0 dropped."""
     import numpy as np
     from scipy.sparse import diags
-    from sklearn.preprocessing import normalize
 
     tf = rows.astype(float)
     tf.data = 1 + np.log(tf.data)
     weighed = (tf @ diags(idf)).tocsr()
     weighed.eliminate_zeros()
-    return normalize(weighed)
+    norms = np.sqrt(np.asarray(weighed.multiply(weighed).sum(axis=1)).ravel())
+    return (diags(1.0 / np.where(norms > 0, norms, 1.0)) @ weighed).tocsr()
 
 
 def summary(lines: Iterable[Line], wanted: set[tuple[str, int]]) -> str:
