@@ -958,6 +958,21 @@ def test_a_line_a_program_refuses_with_is_never_healthy(line):
     assert not found.healthy and found.findings[0].confidence in ("unknown", "suspected", "confirmed")
 
 
+def test_a_clients_probes_answered_404_beside_served_requests_stay_healthy():
+    """Hermes asks a server for the APIs it might offer at every start (GET /api/tags, /v1/props ... 404) and then
+    chats on /v1: probes, not failures. A GET answered 404 with no request served is a wrong base URL: an error."""
+    probes = [
+        f'INFO:     127.0.0.1:43484 - "GET {path} HTTP/1.1" 404 Not Found'
+        for path in ("/api/v1/models", "/api/tags", "/v1/props", "/props")
+    ]
+    served = 'INFO:     127.0.0.1:43490 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    shm = v(SHM, "10:05:10", proc="(EngineCore_DP0 pid=120)", where="shm_broadcast.py:501")
+    found = diagnose(read_lines("head.log", "\n".join([shm, *probes, served]) + "\n"))
+    assert found.healthy and [n.id for n in found.notes] == ["P11"], found.findings
+    wrong_base = diagnose(read_lines("head.log", '"GET /v1//models HTTP/1.1" 404 Not Found\n'), cases=CaseIndex(()))
+    assert not wrong_base.healthy
+
+
 def test_a_health_poll_answered_503_while_the_server_boots_stays_healthy():
     log = 'INFO:     127.0.0.1:35592 - "GET /health HTTP/1.1" 503 Service Unavailable\n'
     assert diagnose(read_lines("head.log", log)).healthy

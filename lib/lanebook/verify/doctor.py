@@ -449,7 +449,7 @@ def diagnose(
     _node_rules(ctx, out)
     _notes_rules(ctx, out)
     if not out.any_confirmed:
-        explained = out.explained  # a note's harmless lines are no evidence of a cause, nor a sign of failure
+        explained = out.explained | _probes(ctx)  # harmless lines: no evidence of a cause, nor a sign of failure
         _suspected_tier(
             _chosen(logs, kernel, log_hits, explained),
             out,
@@ -466,8 +466,8 @@ def _shows_failure(ctx: Context, explained: AbstractSet[tuple[str, int]] = froze
     prose) or a telling line (a warning, a refusal, something missing). Without one, the case base's reports never
     name a cause: a healthy lane's gathered rows share file and module names with reports of sick ones. Docker's
     answer that the lane's container is not there is a state the rules read (sticky memory or not), a record a
-    program logged at INFO or DEBUG level is routine however it is worded, and a line a note EXPLAINED is harmless:
-    none is a failure."""
+    program logged at INFO or DEBUG level is routine however it is worded, and a line EXPLAINED as harmless (a note's,
+    a client's probe) is harmless: none is a failure."""
     prose = _prose_failures(ctx)
     states = _docker_states(ctx) | explained
     telling = [
@@ -480,6 +480,18 @@ def _shows_failure(ctx: Context, explained: AbstractSet[tuple[str, int]] = froze
 def _docker_states(ctx: Context) -> set[tuple[str, int]]:
     """Where docker answered that the lane's container is not there: a state the rules read, never an error."""
     return {(h.at.source, h.at.line) for h in ctx.get("no_container")}
+
+
+PROBE = re.compile(r'"(?:GET|HEAD) \S+ HTTP/\d(?:\.\d)?" 404\b')
+
+
+def _probes(ctx: Context) -> set[tuple[str, int]]:
+    """Where a client's GET found no such path on a server that answered requests (a 200 on /v1/ in the same input):
+    a client probing for the APIs a server might offer (Hermes does at every start), not a failure. Without a served
+    request, a GET answered 404 stays an error: a client whose base URL is wrong never gets further."""
+    if not ctx.get("serving"):
+        return set()
+    return {(h.at.source, h.at.line) for h in ctx.get("error_shaped") if PROBE.search(h.at.text)}
 
 
 def _prose_failures(ctx: Context) -> list[Hit]:
@@ -623,7 +635,7 @@ def _unknown_rule(ctx: Context, out: Findings) -> None:
     if any(f.confidence in (CONFIRMED, SUSPECTED) for f in out.items.values()):
         return
     quoted = {(e.source, e.line) for f in out.items.values() for e in f.evidence}
-    quoted |= _docker_states(ctx)
+    quoted |= _docker_states(ctx) | _probes(ctx)
     stated = ctx.get("stated_failure") + _prose_failures(ctx)
     shaped = ctx.get("error_shaped") + stated  # error-shaped lines first, then failures in words
     errors = list({(h.at.source, h.at.line): h.at for h in shaped if (h.at.source, h.at.line) not in quoted}.values())

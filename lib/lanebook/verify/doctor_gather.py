@@ -9,6 +9,7 @@ Nothing here writes or takes a lock. What cannot be read is named in `not_read` 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
@@ -291,7 +292,7 @@ def findings_step(rb: "Runbook", gathered: Gathered) -> Diagnosis:
         healthy=None if gathered.dry_run else diagnosis.healthy,
     )
     confirmed = ", ".join(f"{f.id} {f.title}" for f in diagnosis.confirmed)
-    rb.expect(
-        not diagnosis.confirmed, what="no confirmed finding", detail=confirmed or f"{len(diagnosis.findings)} suspected"
-    )
+    counted = Counter(f.confidence for f in diagnosis.findings)
+    others = ", ".join(f"{n} {confidence}" for confidence, n in counted.items()) or "healthy"
+    rb.expect(not diagnosis.confirmed, what="no confirmed finding", detail=confirmed or others)
     return diagnosis

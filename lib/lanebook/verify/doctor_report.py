@@ -32,7 +32,7 @@ def print_diagnosis(diagnosis: Diagnosis) -> None:
         console.print(table)
     for f in diagnosis.findings + diagnosis.notes:
         label = "note" if f.confidence == HARMLESS else f.confidence
-        console.print(f"{f.id} {label}: {escape(f.title)} (learnt from {escape(f.source)})")
+        console.print(f"{f.id} {label}: {escape(f.title)}" + (f" (learnt from {escape(f.source)})" if f.source else ""))
         for e in f.evidence:
             console.print(f"  {escape(e.source)}:{e.line}: {escape(e.text)}")
         if f.more:
@@ -105,7 +105,11 @@ def diagnosis_markdown(diagnosis: Diagnosis) -> str:
         lines += [f"matched: {', '.join(f.matched)}"] if f.matched else []
         lines += [like_yours(f)] if f.similar else []
         parts.append(
-            f"**{f.id} {label}**: {f.title} (learnt from {f.source})\n\n```text\n" + "\n".join(lines) + "\n```"
+            f"**{f.id} {label}**: {f.title}"
+            + (f" (learnt from {f.source})" if f.source else "")
+            + "\n\n```text\n"
+            + "\n".join(lines)
+            + "\n```"
         )
     confirmed = len(diagnosis.confirmed)
     if diagnosis.healthy:
