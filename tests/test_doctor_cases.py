@@ -11,6 +11,7 @@ import sys
 from helpers.field_reports import named_right, post
 from lanebook.recipe.casebase import LOOKALIKE, cases
 from lanebook.recipe.symptoms import SYMPTOMS
+from lanebook.verify import doctor_suspect
 from lanebook.verify.doctor import CONFIRMED, SUSPECTED, diagnose, read_lines
 from lanebook.verify.doctor_cases import (
     TOKENS,
@@ -100,17 +101,40 @@ def test_the_cached_counts_vote_as_a_fit_does_and_spare_a_run_scikit_learn(tmp_p
         assert abs(written.similarities(query)[0] - expected).max() < 1e-12
         assert abs(read.similarities(query)[0] - expected).max() < 1e-12
     script = (
-        "import sys; from lanebook.verify.doctor_cases import case_index; "
-        "votes = case_index().vote('RuntimeError: NCCL error: unhandled system error'); "
-        "print(votes[0].cause, 'sklearn' in sys.modules)"
+        "import sys; from lanebook.verify.doctor import diagnose, read_lines; "
+        "found = diagnose(read_lines('post.md', 'My lane is slow.\\nWARNING odd scheduler state\\n')); "
+        "print(len(found.findings), 'sklearn' in sys.modules)"
     )
     env = {**os.environ, "LANEBOOK_CACHE": str(tmp_path / "cache")}
-    again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert again.returncode == 0 and again.stdout.split()[1] == "False", again.stdout + again.stderr
+    for run in ("fits and keeps the registry's counts", "reads both"):
+        again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        assert again.returncode == 0, again.stderr
+    assert again.stdout.split()[1] == "False", again.stdout + again.stderr  # the doctor, whole, without scikit-learn
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("LANEBOOK_CACHE", str(tmp_path / "a-file" / "cache"))  # no folder can be made there
     unwritable = CaseIndex(chosen, counted=cached_counts(chosen))
     assert abs(unwritable.similarities("NCCL error")[0] - fitted.similarities("NCCL error")[0]).max() < 1e-12
+
+
+def test_the_registry_tier_weighs_terms_as_scikit_learns_tf_idf(tmp_path, monkeypatch):
+    """The registry's words and word pairs, stop words out, read from the cache: the similarities of scikit-learn's
+    TfidfVectorizer fitted on the same documents."""
+    monkeypatch.setenv("LANEBOOK_CACHE", str(tmp_path / "cache"))
+    doctor_suspect._index.cache_clear()
+    try:
+        index = doctor_suspect._index()
+        documents = [doctor_suspect._document(s) for s in index.symptoms]
+        fitted = TfidfVectorizer(
+            token_pattern=doctor_suspect.TOKENS, ngram_range=(1, 2), sublinear_tf=True, stop_words="english"
+        )
+        matrix = fitted.fit_transform(documents)
+        assert sorted(index.vocabulary) == list(fitted.get_feature_names_out())
+        for query in [post(c) for c in cases()[::211]] + ["acceptance sat at a quarter; decode falls as output grows"]:
+            ours = (index.matrix @ index.vector(query).T).toarray().ravel()
+            theirs = (matrix @ fitted.transform([query]).T).toarray().ravel()
+            assert abs(ours - theirs).max() < 1e-12
+    finally:
+        doctor_suspect._index.cache_clear()
 
 
 def test_leave_one_thread_out_over_a_sample_keeps_its_floor():

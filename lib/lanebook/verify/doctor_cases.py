@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from lanebook.recipe.casebase import Case, cases
 from lanebook.verify.doctor_input import Line
@@ -126,15 +126,15 @@ class CaseIndex:
             return  # an empty index votes for nothing
         counted = counted or counts(chosen)
         self.words, self.chars = counted.words, counted.chars
-        self.word_idf = _idf(counted.word_counts[rows])
-        self.char_idf = _idf(counted.char_counts[rows])
-        self.word_matrix = _weighed(counted.word_counts[rows], self.word_idf)
-        self.char_matrix = _weighed(counted.char_counts[rows], self.char_idf)
+        self.word_idf = idf_of(counted.word_counts[rows])
+        self.char_idf = idf_of(counted.char_counts[rows])
+        self.word_matrix = weighed(counted.word_counts[rows], self.word_idf)
+        self.char_matrix = weighed(counted.char_counts[rows], self.char_idf)
 
     def similarities(self, query: str):
         """Each case's similarity to QUERY (0-1), and the query's word vector."""
-        words_query = _weighed(_counted(word_terms(query), self.words), self.word_idf)
-        chars_query = _weighed(_counted(char_terms(query), self.chars), self.char_idf)
+        words_query = weighed(count_row(word_terms(query), self.words), self.word_idf)
+        chars_query = weighed(count_row(char_terms(query), self.chars), self.char_idf)
         words = (self.word_matrix @ words_query.T).toarray().ravel()
         chars = (self.char_matrix @ chars_query.T).toarray().ravel()
         return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query
@@ -222,43 +222,26 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lanebook"
 
 
-def counts_key(chosen: Sequence[Case]) -> str:
-    """What the counts of CHOSEN depend on: their documents and this module (its analyzers and masks)."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    for case in chosen:
-        digest.update(b"\0" + document(case).encode())
+def content_key(module: str, documents: Iterable[str]) -> str:
+    """What counts fitted on DOCUMENTS depend on: the documents and the MODULE that reads them (its analyzers)."""
+    digest = hashlib.sha256(Path(module).read_bytes())
+    for text in documents:
+        digest.update(b"\0" + text.encode())
     return digest.hexdigest()[:24]
 
 
-def cached_counts(chosen: Sequence[Case]) -> Counts:
-    """The counts of CHOSEN from the cache, else fitted (counts) and kept there. A cache that cannot be read or
-    written is passed by: the counts are then fitted in this process, as without a cache."""
+def cached_arrays(name: str, key: str, build: Callable[[], dict]) -> dict:
+    """The arrays NAME-KEY.npz in the cache holds (read without pickle), else BUILD's, kept there for the next run. A
+    cache that cannot be read or written is passed by: BUILD then answers, as without a cache."""
     import numpy as np
-    from scipy.sparse import csr_matrix
 
-    path = cache_dir() / f"case-counts-{counts_key(chosen)}.npz"
+    path = cache_dir() / f"{name}-{key}.npz"
     try:
         with np.load(path, allow_pickle=False) as kept:
-            vocab = {name: {str(t): i for i, t in enumerate(kept[f"{name}_terms"])} for name in ("words", "chars")}
-            rows = {
-                name: csr_matrix(
-                    (kept[f"{name}_data"], kept[f"{name}_indices"], kept[f"{name}_indptr"]),
-                    shape=(len(chosen), len(vocab[name])),
-                )
-                for name in ("words", "chars")
-            }
-        return Counts(vocab["words"], vocab["chars"], rows["words"], rows["chars"])
+            return {k: kept[k] for k in kept.files}
     except (OSError, ValueError, KeyError):
         pass
-    fitted = counts(tuple(chosen))
-    arrays = {}
-    for name, vocab, rows in (("words", fitted.words, fitted.word_counts), ("chars", fitted.chars, fitted.char_counts)):
-        arrays[f"{name}_terms"] = np.array(sorted(vocab, key=vocab.get), dtype=str)
-        arrays[f"{name}_data"], arrays[f"{name}_indices"], arrays[f"{name}_indptr"] = (
-            rows.data,
-            rows.indices,
-            rows.indptr,
-        )
+    arrays = build()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -267,10 +250,41 @@ def cached_counts(chosen: Sequence[Case]) -> Counts:
         os.replace(tmp, path)  # a reader sees the whole file or none
     except OSError:
         pass
-    return fitted
+    return arrays
 
 
-def _counted(terms: list[str], vocabulary: dict[str, int]):
+def count_arrays(vocabulary: dict[str, int], rows) -> dict:
+    """A vocabulary (term -> column) and its CSR rows as plain arrays (cached_arrays keeps them)."""
+    import numpy as np
+
+    terms = np.array(sorted(vocabulary, key=vocabulary.get), dtype=str)
+    return {"terms": terms, "data": rows.data, "indices": rows.indices, "indptr": rows.indptr}
+
+
+def counts_of(arrays: dict, prefix: str = "") -> tuple[dict[str, int], object]:
+    """count_arrays' vocabulary and CSR rows again."""
+    from scipy.sparse import csr_matrix
+
+    vocabulary = {str(t): i for i, t in enumerate(arrays[f"{prefix}terms"])}
+    indptr = arrays[f"{prefix}indptr"]
+    data = (arrays[f"{prefix}data"], arrays[f"{prefix}indices"], indptr)
+    return vocabulary, csr_matrix(data, shape=(len(indptr) - 1, len(vocabulary)))
+
+
+def cached_counts(chosen: Sequence[Case]) -> Counts:
+    """The counts of CHOSEN from the cache, else fitted (counts) and kept there."""
+
+    def fit() -> dict:
+        fitted = counts(tuple(chosen))
+        words, chars = count_arrays(fitted.words, fitted.word_counts), count_arrays(fitted.chars, fitted.char_counts)
+        return {**{f"words_{k}": v for k, v in words.items()}, **{f"chars_{k}": v for k, v in chars.items()}}
+
+    arrays = cached_arrays("case-counts", content_key(__file__, (document(c) for c in chosen)), fit)
+    (words, word_counts), (chars, char_counts) = counts_of(arrays, "words_"), counts_of(arrays, "chars_")
+    return Counts(words, chars, word_counts, char_counts)
+
+
+def count_row(terms: list[str], vocabulary: dict[str, int]):
     """One row of counts of TERMS over VOCABULARY (terms it lacks left out)."""
     import numpy as np
     from scipy.sparse import csr_matrix
@@ -287,7 +301,7 @@ def _counted(terms: list[str], vocabulary: dict[str, int]):
     )
 
 
-def _idf(rows):
+def idf_of(rows):
     """Smoothed inverse document frequency over ROWS (scikit-learn's: ln((1 + n) / (1 + df)) + 1), 0 for a term no
     row has: a fit on these rows would not know it."""
     import numpy as np
@@ -296,7 +310,7 @@ def _idf(rows):
     return np.where(df > 0, np.log((1 + rows.shape[0]) / (1 + df)) + 1, 0.0)
 
 
-def _weighed(rows, idf):
+def weighed(rows, idf):
     """Counts as TF-IDF: 1 + ln(tf), times IDF, each row scaled to unit length; terms weighing 0 dropped."""
     import numpy as np
     from scipy.sparse import diags
