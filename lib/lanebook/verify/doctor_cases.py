@@ -2,15 +2,13 @@
 vote for.
 
 Each case (lanebook.recipe.casebase) becomes one document: its log and kernel lines normalised (vLLM's logger prefix
-and process tags taken off; numbers, paths, hex, ids, timestamps, ranks, addresses and pids masked, so the same message
-from another run reads the same) and its words. Two TF-IDF indexes are built over them: words, and character n-grams
-inside words (which match a message cut, wrapped or spelt a little differently). scikit-learn counts the terms once
-per case base; the counts are kept in the user's cache (`cache_dir`), keyed by the documents and this module, so a
-doctor run reads them instead of loading scikit-learn and fitting again. A query
-is a bounded summary of what the doctor read (`summary`: error-shaped lines, lines a rule matched, warnings and prose,
-each distinct line once), never every line. The k nearest cases vote for their causes, each with its similarity
-raised to a power; a vote names a cause with the reports that cast it. Retrieval never confirms: the doctor makes a
-vote a `suspected` finding at most (lanebook.verify.doctor).
+and process tags off; numbers, paths, hex, ids, timestamps, ranks, addresses and pids masked) and its words. Two TF-IDF
+indexes are built over them: words, and character n-grams inside words (a message cut, wrapped or spelt a little
+differently). scikit-learn counts the terms once; the counts are kept in the user's cache (`cache_dir`), keyed by the
+documents and this module, so a doctor run neither loads scikit-learn nor fits again. A query is a bounded summary of
+what the doctor read (`summary`: error-shaped lines, lines a rule matched, warnings and prose, each distinct line
+once). The k nearest cases vote for their causes, each with its similarity raised to a power; a vote names a cause
+with the reports that cast it. Retrieval never confirms: the doctor makes a vote a `suspected` finding at most.
 """
 
 from __future__ import annotations
