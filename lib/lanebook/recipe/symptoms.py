@@ -288,7 +288,13 @@ PROSE_FAILURE = Pattern(
     r"empty (?:output|response|reply|answer|content|result)s?|[45]\d\d (?:error|response|status|not found)|"
     r"never (?:complete|finish|launch|start|load|return|respond|answer|come)(?:e?s)?|never comes up|refus(?:es|ed|ing)|"
     r"wedge[sd]?|collaps(?:es|ed|ing)|no speedup|(?:zero|near-zero) (?:accept\w*|tokens|output)|random tokens|"
-    r"(?:returns?|returned|gets?|got|getting) (?:an? )?(?:HTTP )?[45]\d\d)\b",
+    r"(?:returns?|returned|gets?|got|getting) (?:an? )?(?:HTTP )?[45]\d\d|"
+    # what a person says went wrong without a failure word: one thing in place of another, a loop, a limit far
+    # under what was promised, a setting that changed nothing
+    r"instead of|full of|falls? through|no effect|never (?:runs?|used|joins?|takes? effect|works?|ends?)|"
+    r"keeps? (?:looping|restarting|crashing|retrying|reloading|failing|dying)|loops? forever|in a loop|"
+    r"(?:is|are|was|were|gets?|got) ignored|over-?allocat\w*|problems?|troubles?|no \w+ (?:can|could) be|"
+    r"far (?:smaller|lower|slower|less|fewer)|(?:lower|smaller|fewer|slower) than (?:expected|advertised|promised))\b",
     (
         "fail",
         "error",
@@ -351,6 +357,21 @@ PROSE_FAILURE = Pattern(
         "ret",
         "get",
         "got",
+        "instead of",
+        "full of",
+        "fall through",
+        "falls through",
+        "no effect",
+        "keep",
+        "loop",
+        "ignored",
+        "allocat",
+        "problem",
+        "trouble",
+        "can be",
+        "could be",
+        "far ",
+        "than ",
     ),
 )
 # A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -45,6 +46,7 @@ from lanebook.recipe.symptoms import (
     LOG,
     MEMLOCK,
     NOTE,
+    PROSE_FAILURE,
     SOCKET_RETRY,
     Pattern,
 )
@@ -246,6 +248,9 @@ KERNEL_PATTERNS = _Patterns(_registry_patterns(KERNEL))
 assert {GLOO_LOOPBACK.key, IBV_NOMEM.key, FREE_ADMISSION.key} <= set(LOG_PATTERNS.compiled)
 
 
+PROSE_ONLY = {PROSE_FAILURE.key}  # patterns only a person's words are read for (is_prose)
+
+
 @dataclass(frozen=True)
 class Hit:
     key: str
@@ -262,6 +267,8 @@ def _scan(lines: Iterable[Line], patterns: _Patterns, json_too: bool):
         if at.alt:
             keys = list(dict.fromkeys(keys + patterns.keys(at.alt)))
         for key in keys:
+            if key in PROSE_ONLY and not is_prose(at):
+                continue  # a person's words: what a log record says in them is read by the rules, not as prose
             pattern = patterns.compiled[key]
             m = pattern.search(text) or (pattern.search(at.alt) if at.alt else None)
             if m:
@@ -327,9 +334,14 @@ class Context:
         return out
 
     def _since_boot(self, lines: dict[str, list[int]], at: Line) -> Optional[int]:
-        """The last of LINES in at's source before it and after the start it belongs to (None: none)."""
-        boot = max((n for n in self.boots.get(at.source, []) if n <= at.line), default=-1)
-        return max((n for n in lines.get(at.source, []) if boot < n < at.line), default=None)
+        """The last of LINES in at's source before it and after the start it belongs to (None: none). Both lists are
+        in line order (_lines), so each is searched by bisection: a long log asks this of every line."""
+        boots = self.boots.get(at.source, [])
+        starts = bisect_right(boots, at.line)
+        boot = boots[starts - 1] if starts else -1
+        found = lines.get(at.source, [])
+        before = bisect_left(found, at.line)
+        return found[before - 1] if before and found[before - 1] > boot else None
 
     def _intervals(self, start: str, end: str) -> dict[str, list[tuple[int, float]]]:
         out: dict[str, list[tuple[int, float]]] = {}
@@ -496,7 +508,7 @@ def _probes(ctx: Context) -> set[tuple[str, int]]:
 
 def _prose_failures(ctx: Context) -> list[Hit]:
     """Failures a person states in words: prose_failure hits in prose (a sentence, a table row), not log records."""
-    return [h for h in ctx.get("prose_failure") if is_prose(h.at)]
+    return ctx.get(PROSE_FAILURE.key)  # _scan reads prose alone for it
 
 
 CONTEXT_KEYS = {p.key for p in CONTEXT}
