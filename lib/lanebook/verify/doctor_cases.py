@@ -7,8 +7,9 @@ indexes are built over them: words, and character n-grams inside words (a messag
 differently). scikit-learn counts the terms once; the counts are kept in the user's cache (`cache_dir`), keyed by the
 documents and this module, so a doctor run neither loads scikit-learn nor fits again. A query is a bounded summary of
 what the doctor read (`summary`: error-shaped lines, lines a rule matched, warnings and prose, each distinct line
-once). The k nearest cases vote for their causes, each with its similarity raised to a power; a vote names a cause
-with the reports that cast it. Retrieval never confirms: the doctor makes a vote a `suspected` finding at most.
+once). The k nearest cases vote for their causes, each with its similarity raised to a power, and the causes voted for
+are ordered by the query's nearness to each cause's centroid (Rocchio): one near report of a sibling cause no longer
+outvotes a family nearer as a whole. Retrieval never confirms: a vote is a `suspected` finding at most.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ K = 7  # nearest cases that vote
 POWER = 4.0  # a case's vote is its similarity to this power: the nearest count most
 MIN_SIMILARITY = 0.08  # a case less similar than this casts no vote
 WORD_SHARE = 0.5  # the word index's share of a similarity (the rest: character n-grams)
+CENTROID_WORD_SHARE = 0.8  # and of a similarity to a cause's centroid (a family's common words tell it apart best)
 MAX_SUMMARY_LINES = 400  # distinct lines a query reads
 MAX_LINE = 600  # characters of one line a query reads
 SHOWN = 3  # reports named per cause
@@ -128,20 +130,36 @@ class CaseIndex:
         self.char_idf = idf_of(counted.char_counts[rows])
         self.word_matrix = weighed(counted.word_counts[rows], self.word_idf)
         self.char_matrix = weighed(counted.char_counts[rows], self.char_idf)
+        self._centroids: dict[str, tuple] = {}
+
+    def centroid(self, cause: str) -> tuple:
+        """A cause's centroid over this index's cases (words, characters): the mean of its rows, of unit length."""
+        import numpy as np
+
+        if cause not in self._centroids:
+            members = [i for i, c in enumerate(self.cases) if c.cause == cause]
+            sums = [np.asarray(matrix[members].sum(axis=0)).ravel() for matrix in (self.word_matrix, self.char_matrix)]
+            self._centroids[cause] = tuple(v / (np.linalg.norm(v) or 1.0) for v in sums)
+        return self._centroids[cause]
 
     def similarities(self, query: str):
         """Each case's similarity to QUERY (0-1), and the query's word vector."""
+        sims, words_query, _ = self._similarities(query)
+        return sims, words_query
+
+    def _similarities(self, query: str):
         words_query = weighed(count_row(word_terms(query), self.words), self.word_idf)
         chars_query = weighed(count_row(char_terms(query), self.chars), self.char_idf)
         words = (self.word_matrix @ words_query.T).toarray().ravel()
         chars = (self.char_matrix @ chars_query.T).toarray().ravel()
-        return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query
+        return WORD_SHARE * words + (1 - WORD_SHARE) * chars, words_query, chars_query
 
     def vote(self, query: str, *, k: int = K) -> list[Vote]:
-        """The causes the k nearest cases vote for, best first (look-alikes vote too, as `lookalike`)."""
+        """The causes the k nearest cases vote for, best first: nearest centroid first, ties by score (look-alikes vote
+        too, as `lookalike`)."""
         if not query.strip() or not self.cases:
             return []
-        sims, words_query = self.similarities(query)
+        sims, words_query, chars_query = self._similarities(query)
         nearest = [i for i in sims.argsort()[::-1][:k] if sims[i] >= MIN_SIMILARITY]
         by_cause: dict[str, list[int]] = {}
         for i in nearest:
@@ -154,7 +172,14 @@ class CaseIndex:
             shown = tuple(Similar(self.cases[i].id, self.cases[i].url, round(float(sims[i]), 3)) for i in members)
             shared = len(asked & set(self.word_matrix[members[0]].indices))
             votes.append(Vote(cause, round(score, 4), round(score / total, 3), shown[:SHOWN], shared))
-        return sorted(votes, key=lambda v: (-v.score, -v.best))
+        near = {v.cause: self._centroid_similarity(v.cause, words_query, chars_query) for v in votes}
+        return sorted(votes, key=lambda v: (-near[v.cause], -v.score, -v.best))
+
+    def _centroid_similarity(self, cause: str, words_query, chars_query) -> float:
+        words, chars = self.centroid(cause)
+        near_words = float((words_query @ words)[0])
+        near_chars = float((chars_query @ chars)[0])
+        return round(CENTROID_WORD_SHARE * near_words + (1 - CENTROID_WORD_SHARE) * near_chars, 6)
 
 
 @lru_cache(maxsize=1)
