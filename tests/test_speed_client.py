@@ -225,7 +225,10 @@ def test_an_https_api_is_noted_as_read_stamped():
 
 
 INTERVAL_S, CONTENT_CHUNKS = 0.04, 6  # one token a chunk: 5 decode tokens over 200 ms
-SLACK = 0.01  # the kernel stamps a loopback segment tens of microseconds after the write that sent it, here
+# The kernel stamps a loopback segment tens of microseconds after the write that sent it on an idle machine, but
+# milliseconds late when the suite keeps both cores busy (2.7 ms of a 160 ms window once: +1.7 %). 5 % still keeps
+# the +25 % of a merged first chunk far outside.
+SLACK = 0.05
 
 
 def paced_stream(hold=None):

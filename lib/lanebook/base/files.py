@@ -27,8 +27,8 @@ def utc_stamp() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
-def write_atomic(path: Path, text: str, mode: int | None = None, *, exclusive: bool = False) -> None:
-    """A reader sees the old file or the new one, never half of one.
+def write_atomic(path: Path, text: str | bytes, mode: int | None = None, *, exclusive: bool = False) -> None:
+    """A reader sees the old file or the new one, never half of one (TEXT: str, or bytes written as they are).
 
     mode: the new file's permissions; None keeps an existing file's mode (0o644 for a new file).
     exclusive: only a new file: FileExistsError where PATH already is (a file that appeared meanwhile included).
@@ -41,7 +41,7 @@ def write_atomic(path: Path, text: str, mode: int | None = None, *, exclusive: b
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as out:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())

@@ -15,6 +15,7 @@ outvotes a family nearer as a whole. Retrieval never confirms: a vote is a `susp
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
+from lanebook.base.files import write_atomic
 from lanebook.recipe.casebase import Case, cases
 from lanebook.verify.doctor_input import Line
 
@@ -265,12 +267,10 @@ def cached_arrays(name: str, key: str, build: Callable[[], dict]) -> dict:
     except (OSError, ValueError, KeyError):
         pass
     arrays = build()
+    packed = io.BytesIO()
+    np.savez(packed, **arrays)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        with open(tmp, "wb") as out:
-            np.savez(out, **arrays)
-        os.replace(tmp, path)  # a reader sees the whole file or none
+        write_atomic(path, packed.getvalue())  # a reader sees the whole file or none
     except OSError:
         pass
     return arrays
