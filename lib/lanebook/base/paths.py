@@ -15,6 +15,14 @@ def outputs_dir() -> Path:
     return Path(os.environ.get("LANEBOOK_OUTPUTS", REPO / "outputs"))
 
 
+def cache_dir() -> Path:
+    """What lanebook can compute again (the doctor's term counts): LANEBOOK_CACHE, else $XDG_CACHE_HOME/lanebook,
+    else ~/.cache/lanebook."""
+    if os.environ.get("LANEBOOK_CACHE"):
+        return Path(os.environ["LANEBOOK_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lanebook"
+
+
 def local_roots() -> list[tuple[str, str]]:
     """This machine's places a published page must not show, longest first, each with how a page shows a path under
     it instead: the repository's files relative to it, the outputs folder as `outputs`, the venv as `.venv`, the

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from lanebook.base.files import write_atomic
+from lanebook.base.paths import cache_dir
 from lanebook.recipe.casebase import Case, cases
 from lanebook.verify.doctor_input import Line
 
@@ -237,14 +237,6 @@ def counts(chosen: tuple[Case, ...]) -> Counts:
     chars = CountVectorizer(analyzer=char_terms)
     word_counts, char_counts = words.fit_transform(docs).tocsr(), chars.fit_transform(docs).tocsr()
     return Counts(words.vocabulary_, chars.vocabulary_, word_counts, char_counts)
-
-
-def cache_dir() -> Path:
-    """Where lanebook keeps what it can compute again: LANEBOOK_CACHE, else $XDG_CACHE_HOME/lanebook, else
-    ~/.cache/lanebook."""
-    if os.environ.get("LANEBOOK_CACHE"):
-        return Path(os.environ["LANEBOOK_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lanebook"
 
 
 def content_key(module: str, documents: Iterable[str]) -> str:

@@ -82,7 +82,7 @@ def _index() -> Index:
     arrays = cached_arrays("registry-counts", content_key(__file__, documents), fit)
     vocabulary, rows = counts_of(arrays)
     idf = idf_of(rows)
-    names = sorted(vocabulary, key=vocabulary.get)
+    names = [str(t) for t in arrays["terms"]]  # by column, as count_arrays kept them
     return Index(symptoms, vocabulary, frozenset(map(str, arrays["stop"])), idf, weighed(rows, idf), names)
 
 
