@@ -187,8 +187,8 @@ def pytest_sessionfinish(session):
 @pytest.fixture(scope="session")
 def twin():
     """The twin's status dict (`lanebook twin status --json`), brought up with --fast when it is down. A twin this
-    session brought
-    up is stopped at its end, so the suite leaves nothing running; one it found running (an operator's) stays."""
+    session brought up is stopped at its end, so the suite leaves nothing running; one it found running (an
+    operator's) stays."""
     from lanebook.twin import control
     from lanebook.twin.nodes import twin_dir
 
