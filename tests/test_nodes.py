@@ -71,6 +71,23 @@ def test_a_command_timing_out(nodes):
 
 
 @twin
+def test_the_timeouts_kill_finds_a_connection_already_closed_quietly(nodes):
+    """The state the timeout's race leaves (seen once in a suite as a thread's EOFError traceback): invoke's timer
+    kills the command while the transport is being closed, its channel still open. The kill says nothing."""
+    connection = nodes.node("worker").connection()
+    connection.open()
+    seen, killed = connection.create_session(), connection.create_session()
+    runner = ssh._remote_runner()(context=connection)
+    runner.channel = killed
+    connection.transport.packetizer.close()  # the transport going away: a channel close can no longer be sent
+    with pytest.raises(EOFError):
+        seen.close()  # what fabric's own kill raised on the timer's thread
+    runner.kill()
+    nodes.node("worker").close()
+    assert nodes.node("worker").run("echo back").stdout == "back\n"
+
+
+@twin
 def test_a_timed_out_command_with_a_terminal_is_stopped_on_the_node(nodes):
     """pty=True: our timeout hangs the command up on the node instead of leaving it running."""
     seconds = f"3{uuid.uuid4().int % 1000}.5"

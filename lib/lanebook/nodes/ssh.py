@@ -234,7 +234,9 @@ class Executor:
 def _remote_runner():
     """fabric's Remote runner, except that input a command stopped reading is dropped once the command has ended (as
     invoke drops it for a local process whose pipe closed): a command that refuses before reading its stdin then ends
-    with its own exit status and message, not as an unreachable node, however the race with the input goes."""
+    with its own exit status and message, not as an unreachable node, however the race with the input goes. And the
+    timeout's kill, which runs on invoke's timer thread, finds the connection already closed quietly: the timeout is
+    reported once, as CommandTimeout, never as a thread's traceback on the operator's terminal."""
     from fabric.runners import Remote
 
     class InputMayOutliveCommand(Remote):
@@ -244,6 +246,12 @@ def _remote_runner():
             except OSError:
                 if not self.process_is_finished:
                     raise
+
+        def kill(self):
+            try:
+                super().kill()
+            except (EOFError, OSError):  # the transport went first: the channel is closed already
+                pass
 
     return InputMayOutliveCommand
 
