@@ -928,8 +928,9 @@ def test_a_healthy_post_in_words_stays_healthy():
         "Since the update the model gives wrong answers to every tool call the agent makes.\n",
         "The client gets a 401 response on every chat although the key is set in its config.\n",
         "The reply comes back with empty content and the reasoning shows up in the wrong field.\n",
+        "Following the two-Spark tutorial no longer works since the image was updated.\n",
     ],
-    ids=["fails-cannot", "exits-with", "table-not-found", "wrong-answers", "http-status", "empty-content"],
+    ids=["fails-cannot", "exits-with", "table-not-found", "wrong-answers", "http-status", "empty-content", "works"],
 )
 def test_a_post_that_says_it_failed_in_other_words_is_never_healthy(post):
     found = diagnose(read_lines("post.md", post), cases=CaseIndex(()))

@@ -279,8 +279,9 @@ PROSE_FAILURE = Pattern(
     LOG,
     r"(?i)\b(?:fail(?:s|ed|ing|ure)?|errors?(?!-free)|erroring|errored|broken|breaks|crash\w*|abort\w*|panic\w*|hang(?:s|ing)?|"
     r"stall(?:s|ed|ing)?|exit(?:s|ed)? with|exit code|(?:does ?n[o']t|did ?n[o']t|won'?t|not|no longer|stopped) "
-    r"(?:work|working|load|loading|start|starting|serve|serving|answer|answering|respond|responding|show|showing|"
-    r"shown|appear|appearing|return|returning|produce|producing|stream|streaming)|unable to|"
+    r"(?:work|works|working|load|loads|loading|start|starts|starting|serve|serves|serving|answer|answers|answering|"
+    r"respond|responds|responding|show|shows|showing|shown|appear|appears|appearing|return|returns|returning|produce|"
+    r"produces|producing|stream|streams|streaming)|unable to|"
     r"no (?:output|response|reply|answer|tokens)|"
     r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"
     r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded|wrong|incorrect|invalid|"
