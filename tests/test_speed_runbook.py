@@ -92,8 +92,9 @@ def test_slower_than_a_same_setup_baseline_fails_at_the_baseline_step(short_run)
     data = json.loads(saved.read_text())
     for doc in data["documents"]:
         for r in doc["runs"]:
-            r["mean_stream_decode_tok_s"] *= 1.5
-            r["wall_aggregate_tok_s"] *= 1.5
+            for key in ("mean_stream_decode_tok_s", "wall_aggregate_tok_s"):
+                if r[key] is not None:  # none where a wave's every stream came in one read (a loaded machine)
+                    r[key] *= 1.5
         doc["bands"] = bands_from_runs(doc["runs"], doc["workload"])
     faster = tmp_path / "faster.json"
     faster.write_text(json.dumps(data))
