@@ -326,16 +326,22 @@ def idf_of(rows):
 
 
 def weighed(rows, idf):
-    """Counts as TF-IDF: 1 + ln(tf), times IDF, each row scaled to unit length; terms weighing 0 dropped."""
+    """Counts as TF-IDF: 1 + ln(tf), times IDF, each row scaled to unit length; terms weighing 0 dropped. Worked on
+    the CSR arrays themselves: a fold re-weighs about 2,000 rows of some 100,000 columns, where scipy's products with
+    diagonal matrices sorted and copied them several times over."""
     import numpy as np
-    from scipy.sparse import diags
+    from scipy.sparse import csr_matrix
 
-    tf = rows.astype(float)
-    tf.data = 1 + np.log(tf.data)
-    weighed = (tf @ diags(idf)).tocsr()
-    weighed.eliminate_zeros()
-    norms = np.sqrt(np.asarray(weighed.multiply(weighed).sum(axis=1)).ravel())
-    return (diags(1.0 / np.where(norms > 0, norms, 1.0)) @ weighed).tocsr()
+    rows = rows.tocsr()
+    n = rows.shape[0]
+    row_of = np.repeat(np.arange(n), np.diff(rows.indptr))
+    data = (1 + np.log(rows.data.astype(float))) * idf[rows.indices]
+    kept = data != 0
+    data, indices, row_of = data[kept], rows.indices[kept], row_of[kept]
+    norms = np.sqrt(np.bincount(row_of, weights=data * data, minlength=n))
+    data /= np.where(norms > 0, norms, 1.0)[row_of]
+    indptr = np.concatenate(([0], np.cumsum(np.bincount(row_of, minlength=n))))
+    return csr_matrix((data, indices, indptr), shape=rows.shape)
 
 
 def summary(lines: Iterable[Line], wanted: set[tuple[str, int]]) -> str:
