@@ -424,9 +424,9 @@ def test_the_smokes_fail_on_a_random_model_naming_the_reply(real, params):  # no
 def test_the_metrics_reader_reads_the_real_exposition(real):  # noqa: F811
     workload = load_workload("prose")
     tag = secrets.token_hex(4)
-    # four 512-token streams at C1: seconds of decode even alone, minutes at nice 19 beside the suite
+    # four 256-token streams at C1: seconds of decode even alone, minutes at nice 19 beside the suite
     bodies = [
-        json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 512, {"ignore_eos": True})).encode() for i in range(4)
+        json.dumps(request_body(NAME, workload, i, f"{tag}-m{i}", 256, {"ignore_eos": True})).encode() for i in range(4)
     ]
 
     async def observe():
