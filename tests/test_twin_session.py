@@ -7,41 +7,54 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lanebook.twin.session import map_paths, mapped_root, unmap_paths
+from lanebook.twin.session import map_paths, mapped_root, perl_mapping, unmap_paths
 
 ROOT = "/twin/nodes/head"
 
 
-@pytest.mark.parametrize(
-    "command, mapped",
-    [
-        (
-            "sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'",
-            f"sudo -n sh -c 'rm -rf {ROOT}/dev/shm/*; sync; echo 3 > {ROOT}/proc/sys/vm/drop_caches'",
-        ),
-        ('ls -A "/dev/shm" /dev/shm', f'ls -A "{ROOT}/dev/shm" {ROOT}/dev/shm'),
-        ("echo 3 | tee /proc/sys/vm/drop_caches>/dev/null", f"echo 3 | tee {ROOT}/proc/sys/vm/drop_caches>/dev/null"),
-        (
-            "ls /etc/systemd/system/a.service --dir=/dev/shm x:/dev/shm/",
-            f"ls {ROOT}/etc/systemd/system/a.service --dir={ROOT}/dev/shm x:{ROOT}/dev/shm/",
-        ),
-        # not a node path: the tail of another path, a longer name, a variable's path
-        (
-            "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
-            "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
-        ),
-        ("rm -rf /dev/shn/*", "rm -rf /dev/shn/*"),  # a typo stays a typo
-    ],
-)
+CASES = [
+    (
+        "sudo -n sh -c 'rm -rf /dev/shm/*; sync; echo 3 > /proc/sys/vm/drop_caches'",
+        f"sudo -n sh -c 'rm -rf {ROOT}/dev/shm/*; sync; echo 3 > {ROOT}/proc/sys/vm/drop_caches'",
+    ),
+    ('ls -A "/dev/shm" /dev/shm', f'ls -A "{ROOT}/dev/shm" {ROOT}/dev/shm'),
+    ("echo 3 | tee /proc/sys/vm/drop_caches>/dev/null", f"echo 3 | tee {ROOT}/proc/sys/vm/drop_caches>/dev/null"),
+    (
+        "ls /etc/systemd/system/a.service --dir=/dev/shm x:/dev/shm/",
+        f"ls {ROOT}/etc/systemd/system/a.service --dir={ROOT}/dev/shm x:{ROOT}/dev/shm/",
+    ),
+    # not a node path: the tail of another path, a longer name, a variable's path
+    (
+        "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
+        "ls $HOME/dev/shm x/dev/shm /dev/shmx /dev/shm.d /etc/systemd/system.conf ~/dev/shm",
+    ),
+    ("rm -rf /dev/shn/*", "rm -rf /dev/shn/*"),  # a typo stays a typo
+]
+
+
+LINE = "printf '%s\\n' /dev/shm/a\\ b \"/dev/shm/c d\" '/dev/shm/e'\"f\""  # quoted words, an escaped space
+
+
+@pytest.mark.parametrize("command, mapped", CASES)
 def test_map_paths(command, mapped):
     assert map_paths(command, ROOT) == mapped
     assert unmap_paths(mapped, ROOT) == command
 
 
 def test_mapping_keeps_the_words_of_a_line():
-    line = "printf '%s\\n' /dev/shm/a\\ b \"/dev/shm/c d\" '/dev/shm/e'\"f\""
-    words = shlex.split(line)
-    assert shlex.split(map_paths(line, ROOT)) == [w.replace("/dev/shm", ROOT + "/dev/shm") for w in words]
+    words = shlex.split(LINE)
+    assert shlex.split(map_paths(LINE, ROOT)) == [w.replace("/dev/shm", ROOT + "/dev/shm") for w in words]
+
+
+@pytest.mark.parametrize("command", [command for command, _ in CASES] + [LINE, "", "ls /dev/shm\nls /dev/shm"])
+def test_the_node_sessions_perl_maps_as_map_paths_does(command):
+    mapped = subprocess.run(["perl", "-e", perl_mapping(), ROOT, command], capture_output=True, text=True)
+    assert (mapped.returncode, mapped.stdout, mapped.stderr) == (0, map_paths(command, ROOT), "")
+
+
+def test_the_node_sessions_perl_refuses_an_unsafe_root():
+    refused = subprocess.run(["perl", "-e", perl_mapping(), "/it's", "ls /dev/shm"], capture_output=True, text=True)
+    assert (refused.returncode, refused.stdout) == (1, "")
 
 
 def test_a_root_with_unsafe_characters_is_reached_through_an_alias(tmp_path):

@@ -28,7 +28,7 @@ from lanebook.base.errors import LanebookError
 from lanebook.base.files import write_atomic
 from lanebook.base.paths import REPO
 from lanebook.twin.real_engine import KNOB as REAL_ENGINE_KNOB
-from lanebook.twin.session import NODE_PATHS, mapped_root
+from lanebook.twin.session import NODE_PATHS, mapped_root, perl_mapping
 from lanebook.twin.standins.base import STANDIN_MARK, TIME_SCALE_VAR
 
 HEAD, WORKER = "head", "worker"
@@ -316,8 +316,8 @@ def node_session(layout: TwinLayout, alias: str, faults: set[str], time_scale: f
         "# /dev/shm, drop_caches and the unit directory are this node's own (lanebook.twin.session)",
         'case "${SSH_ORIGINAL_COMMAND:-}" in',
         (
-            f"  {patterns}) SSH_ORIGINAL_COMMAND=$({q(sys.executable)} -m lanebook.twin.session map "
-            '"$SSH_ORIGINAL_COMMAND") || exit 1 ;;'
+            f"  {patterns}) SSH_ORIGINAL_COMMAND=$(perl -e {q(perl_mapping())} "
+            '"$LANEBOOK_NODE_MAPPED_ROOT" "$SSH_ORIGINAL_COMMAND") || exit 1 ;;'
         ),
         "esac",
     ]
