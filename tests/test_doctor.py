@@ -929,8 +929,26 @@ def test_a_healthy_post_in_words_stays_healthy():
         "The client gets a 401 response on every chat although the key is set in its config.\n",
         "The reply comes back with empty content and the reasoning shows up in the wrong field.\n",
         "Following the two-Spark tutorial no longer works since the image was updated.\n",
+        "With NCCL_IB_GID_AUTO on and two HCAs named, the launcher FATALs before vLLM starts.\n",
+        "The multi-node job runs in its containers but does not use the IB network.\n",
+        "The server starts but runs on CPU only; its log says no GPU detected.\n",
+        "All six steps run, then a Python traceback appears after the hooks.\n",
+        "Behind Open WebUI the model list is empty, although the endpoint answers.\n",
     ],
-    ids=["fails-cannot", "exits-with", "table-not-found", "wrong-answers", "http-status", "empty-content", "works"],
+    ids=[
+        "fails-cannot",
+        "exits-with",
+        "table-not-found",
+        "wrong-answers",
+        "http-status",
+        "empty-content",
+        "works",
+        "fatal",
+        "not-used",
+        "cpu-only",
+        "traceback",
+        "empty-list",
+    ],
 )
 def test_a_post_that_says_it_failed_in_other_words_is_never_healthy(post):
     found = diagnose(read_lines("post.md", post), cases=CaseIndex(()))

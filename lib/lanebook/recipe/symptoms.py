@@ -295,7 +295,11 @@ PROSE_FAILURE = Pattern(
     r"instead of|full of|falls? through|no effect|never (?:runs?|used|joins?|takes? effect|works?|ends?)|"
     r"keeps? (?:looping|restarting|crashing|retrying|reloading|failing|dying)|loops? forever|in a loop|"
     r"(?:is|are|was|were|gets?|got) ignored|over-?allocat\w*|problems?|troubles?|no \w+ (?:can|could) be|"
-    r"far (?:smaller|lower|slower|less|fewer)|(?:lower|smaller|fewer|slower) than (?:expected|advertised|promised))\b",
+    r"far (?:smaller|lower|slower|less|fewer)|(?:lower|smaller|fewer|slower) than (?:expected|advertised|promised)|"
+    # a fatal stop, a traceback or a resource used up, said in words; a device or a network not used or not seen
+    r"fatal\w*|tracebacks?|exhausted|outofmemory\w*|keeps? killing|badly|"
+    r"no (?:gpus?|cuda devices?|devices?) (?:detected|found)|(?:on )?cpu only|only (?:on|uses?) (?:the )?cpu|"
+    r"(?:does ?n[o']t|did ?n[o']t|never) (?:use|uses|detect|detects|see|sees)|(?:is|are|comes? back) empty)\b",
     (
         "fail",
         "error",
@@ -373,6 +377,16 @@ PROSE_FAILURE = Pattern(
         "could be",
         "far ",
         "than ",
+        "fatal",
+        "traceback",
+        "exhausted",
+        "outofmemory",
+        "badly",
+        "detect",
+        "found",
+        "cpu",
+        "use",
+        "see",
     ),
 )
 # A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1
