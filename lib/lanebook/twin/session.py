@@ -56,8 +56,8 @@ def unmap_paths(text: str, root: str) -> str:
 
 def perl_mapping() -> str:
     """map_paths as a Perl program for the node session, `perl -e PROGRAM ROOT COMMAND`: it prints COMMAND mapped,
-    or exits 1 for a root map_paths refuses. Every session of a node runs it before bash reads the line: Perl starts
-    in a few ms where Python took about 30 ms of CPU, hundreds of times a launch."""
+    or exits 1 for a root map_paths refuses. A node's sessions run it before bash reads their line, where starting
+    Python each time would cost tens of ms of CPU; the pattern is this module's."""
     before = _BEFORE.replace("$", "\\$")  # in a Perl pattern, `$` followed by a name would interpolate a variable
     paths = "|".join(re.escape(p) for p in NODE_PATHS)
     return (

@@ -327,8 +327,7 @@ def idf_of(rows):
 
 def weighed(rows, idf):
     """Counts as TF-IDF: 1 + ln(tf), times IDF, each row scaled to unit length; terms weighing 0 dropped. Worked on
-    the CSR arrays themselves: a fold re-weighs about 2,000 rows of some 100,000 columns, where scipy's products with
-    diagonal matrices sorted and copied them several times over."""
+    the CSR arrays themselves, as a leave-one-thread-out fold re-weighs every row."""
     import numpy as np
     from scipy.sparse import csr_matrix
 
