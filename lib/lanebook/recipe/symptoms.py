@@ -293,11 +293,11 @@ PROSE_FAILURE = Pattern(
     # what a person says went wrong without a failure word: one thing in place of another, a loop, a limit far
     # under what was promised, a setting that changed nothing
     r"instead of|full of|falls? through|no effect|never (?:runs?|used|joins?|takes? effect|works?|ends?)|"
-    r"keeps? (?:looping|restarting|crashing|retrying|reloading|failing|dying)|loops? forever|in a loop|"
+    r"keeps? (?:looping|restarting|crashing|retrying|reloading|failing|dying|killing)|loops? forever|in a loop|"
     r"(?:is|are|was|were|gets?|got) ignored|over-?allocat\w*|problems?|troubles?|no \w+ (?:can|could) be|"
     r"far (?:smaller|lower|slower|less|fewer)|(?:lower|smaller|fewer|slower) than (?:expected|advertised|promised)|"
     # a fatal stop, a traceback or a resource used up, said in words; a device or a network not used or not seen
-    r"fatal\w*|tracebacks?|exhausted|outofmemory\w*|keeps? killing|badly|"
+    r"fatal\w*|tracebacks?|exhausted|outofmemory\w*|badly|"
     r"no (?:gpus?|cuda devices?|devices?) (?:detected|found)|(?:on )?cpu only|only (?:on|uses?) (?:the )?cpu|"
     r"(?:does ?n[o']t|did ?n[o']t|never) (?:use|uses|detect|detects|see|sees)|(?:is|are|comes? back) empty)\b",
     (
