@@ -2,6 +2,10 @@
 run/sudo with timeouts, put/get, streaming, redaction, the failures (a node down, a command timing out),
 `each` collecting every node's outcome, and how a lane's ssh config resolves (plugins, dry runs)."""
 
+import os
+import signal
+import threading
+import time
 import uuid
 
 import pytest
@@ -11,7 +15,15 @@ from lanebook.base.redact import REDACTED
 from lanebook.lane import plugins
 from lanebook.lane.params import lane_with, load_lane
 from lanebook.nodes import ssh
-from lanebook.nodes.ssh import CommandFailed, CommandResult, CommandTimeout, NodesFailed, NodesResult, NodeUnreachable
+from lanebook.nodes.ssh import (
+    CommandFailed,
+    CommandResult,
+    CommandTimeout,
+    NodesFailed,
+    NodesResult,
+    NodeUnreachable,
+    q,
+)
 
 twin = pytest.mark.twin
 FAKE_TOKEN = "hf_" + "a1B2c3D4e5" * 3
@@ -94,6 +106,36 @@ def test_a_timed_out_command_with_a_terminal_is_stopped_on_the_node(nodes):
     with pytest.raises(CommandTimeout):
         nodes.head.run(f"/bin/sleep {seconds}; echo not reached", pty=True, timeout=1)
     assert process_gone(nodes.head, f"slee[p] {seconds}"), f"sleep {seconds} still runs on the head"
+
+
+def raised_as_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@twin
+@pytest.mark.parametrize("pty", [False, True], ids=["no-terminal", "terminal"])
+def test_a_stop_signal_during_a_command_stops_at_once_and_goes_on_up(nodes, pty):
+    """A SIGTERM raised as KeyboardInterrupt (as `lanebook watch` takes it) while a command runs: invoke alone would
+    send the command a ^C and swallow the stop (with a terminal) or hold it until the command ends (without). It goes
+    on up at once, the command recorded as interrupted, and with a terminal the command is hung up on the node."""
+    seconds = f"6{uuid.uuid4().int % 1000}.5"
+    previous = signal.signal(signal.SIGTERM, raised_as_keyboard_interrupt)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+    started = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            nodes.head.run(f"/bin/sleep {seconds}; echo not reached", pty=pty, timeout=120)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    assert time.monotonic() - started < 30, "the stop waited for the command"
+    assert (nodes.executor.history[-1].exit_code, nodes.executor.history[-1].stderr) == (130, "interrupted")
+    if pty:
+        assert process_gone(nodes.head, f"slee[p] {seconds}"), f"sleep {seconds} still runs on the head"
+    else:
+        nodes.head.run(f"pkill -f {q(f'slee[p] {seconds}')}", check=False)
+    assert nodes.head.run("echo back").stdout == "back\n"
 
 
 @twin

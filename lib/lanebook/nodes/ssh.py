@@ -171,6 +171,12 @@ class Executor:
                 raw = node.connection().run(
                     command, hide=not on_line, warn=True, timeout=timeout, in_stream=in_stream, pty=pty, **streams
                 )
+        except KeyboardInterrupt:  # Ctrl-C, or a SIGTERM raised as one: the command is hung up, the stop goes on
+            self._record(
+                CommandResult(node.alias, shown, 130, stderr="interrupted", duration_s=time.monotonic() - started)
+            )
+            node.close()
+            raise
         except Exception as exc:  # noqa: BLE001 - classify transport errors into our two kinds
             duration = time.monotonic() - started
             if type(exc).__name__ == "CommandTimedOut":
@@ -236,7 +242,9 @@ def _remote_runner():
     invoke drops it for a local process whose pipe closed): a command that refuses before reading its stdin then ends
     with its own exit status and message, not as an unreachable node, however the race with the input goes. And the
     timeout's kill, which runs on invoke's timer thread, finds the connection already closed quietly: the timeout is
-    reported once, as CommandTimeout, never as a thread's traceback on the operator's terminal."""
+    reported once, as CommandTimeout, never as a thread's traceback on the operator's terminal. And a KeyboardInterrupt
+    (Ctrl-C, or a SIGTERM a watch raises as one) closes the command's channel and goes on up at once, with or without
+    a terminal: invoke would spend it on a ^C sent to the command and carry on as if nothing had been asked."""
     from fabric.runners import Remote
 
     class InputMayOutliveCommand(Remote):
@@ -252,6 +260,10 @@ def _remote_runner():
                 super().kill()
             except (EOFError, OSError):  # the transport went first: the channel is closed already
                 pass
+
+        def send_interrupt(self, interrupt):
+            self.channel.close()  # the node hangs a terminal's command up; the output threads see the end
+            raise interrupt
 
     return InputMayOutliveCommand
 
