@@ -10,6 +10,7 @@ reports the incident closed with its times."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -133,8 +134,14 @@ def watcher(outputs: Path, *args: str, **env) -> subprocess.Popen:
 
 
 def stopped(proc: subprocess.Popen) -> tuple[str, str]:
+    """SIGTERM, then the watcher's exit; one that does not stop is killed, so its lock holds up no other test."""
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the watcher did not stop within 60 s of SIGTERM; its stderr ends: {err[-2000:]}")
     assert proc.returncode == 0, err
     return out, err
 
@@ -157,6 +164,28 @@ def test_once_on_a_served_lane_exits_0_and_records_the_round(served):
         {"head": True, "worker": True},
     )
     assert record["metrics"]["running"] == 0 and record["chat_tokens"] == 1
+
+
+@pytest.mark.twin
+def test_a_stop_a_library_swallows_still_ends_the_watch_before_its_next_round(served, tmp_path, monkeypatch):
+    """The SIGTERM arrives where something catches the KeyboardInterrupt it raises (as invoke did, spending it on a
+    ^C to the remote command): the watch remembers it, ends after the round it is in, and says `stopped`."""
+    monkeypatch.setenv("LANEBOOK_OUTPUTS", str(tmp_path))
+    swallowed = []
+
+    def sleep(seconds: float) -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt as stop:
+            swallowed.append(str(stop))
+
+    said, before = io.StringIO(), signal.getsignal(signal.SIGTERM)
+    assert Watcher(load_lane("twin"), interval_s=0.5, echo=said, sleep=sleep).run() == 0
+    rounds = (tmp_path / "watch" / "twin" / "probes.jsonl").read_text().splitlines()
+    assert (swallowed, len(rounds)) == (["SIGTERM"], 1) and said.getvalue().endswith(": stopped\n"), said.getvalue()
+    assert json.loads((tmp_path / "watch" / "twin" / "state.json").read_text())["state"] == "stopped"
+    assert signal.getsignal(signal.SIGTERM) is before and not watch.watched("twin")
 
 
 @pytest.mark.twin

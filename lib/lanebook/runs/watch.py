@@ -194,6 +194,7 @@ class Watcher:
         self.incident: Optional[dict] = None
         self.previous: Optional[dict] = None
         self.own_tokens = 0.0  # tokens the watch's own speed wave generated since the last round
+        self.stopping = ""  # the signal that asked the watch to stop, once one has
         self._lock_fd: Optional[int] = None
 
     # --- files ---
@@ -309,11 +310,14 @@ class Watcher:
 
     def run(self, *, rounds: Optional[int] = None) -> int:
         """Probe every interval until stopped (SIGTERM or SIGINT: state `stopped`, exit 0); ROUNDS: stop after so
-        many (tests)."""
+        many (tests). A stop is raised where the watch is and also remembered: one that a library swallowed on the
+        way up still ends the watch before its next round."""
         self.claim()
-        previous = signal.getsignal(signal.SIGTERM)
+        handled = (signal.SIGTERM, signal.SIGINT)
+        previous = {signum: signal.getsignal(signum) for signum in handled}
         if threading_main():
-            signal.signal(signal.SIGTERM, _stop)
+            for signum in handled:
+                signal.signal(signum, self._stop)
         try:
             self.load_state()
             self.say(
@@ -322,13 +326,15 @@ class Watcher:
                 f"{self.policy.then}; pages to {', '.join(self.pager.targets) or 'nowhere'})"
             )
             done = 0
-            while rounds is None or done < rounds:
+            while (rounds is None or done < rounds) and not self.stopping:
                 started = time.monotonic()
                 self.round()
                 done += 1
-                if rounds is not None and done >= rounds:
+                if (rounds is not None and done >= rounds) or self.stopping:
                     break
                 self.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+            if self.stopping:
+                self.say("stopped")
             return 0
         except KeyboardInterrupt:
             self.say("stopped")
@@ -336,9 +342,14 @@ class Watcher:
         finally:
             self.save_state("stopped")
             if threading_main():
-                signal.signal(signal.SIGTERM, previous)
+                for signum, handler in previous.items():
+                    signal.signal(signum, handler)
             self.pager.flush(timeout_s=10.0)
             self.close()
+
+    def _stop(self, signum, frame):
+        self.stopping = signal.Signals(signum).name
+        raise KeyboardInterrupt(self.stopping)
 
     def close(self) -> None:
         if self.nodes is not None:
@@ -773,10 +784,6 @@ def threading_main() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
-
-
-def _stop(signum, frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 # --- what `watch status` says ------------------------------------------------------------------------------------
