@@ -283,7 +283,7 @@ PROSE_FAILURE = Pattern(
     r"respond|responds|responding|show|shows|showing|shown|appear|appears|appearing|return|returns|returning|produce|"
     r"produces|producing|stream|streams|streaming)|unable to|"
     r"no (?:output|response|reply|answer|tokens)|"
-    r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|rejected|denied|"
+    r"can ?n[o']?t|could ?n[o']?t|not found|missing|mismatch\w*|unsupported|not supported|reject(?:s|ed|ing)?|denied|"
     r"out of memory|oom|timeout|garbage|gibberish|slower|slowdown|regress\w*|degraded|wrong|incorrect|invalid|"
     r"unexpected(?:ly)?|unauthori[sz]ed|forbidden|nonsense|leak(?:s|ed|ing)?|"
     r"empty (?:output|response|reply|answer|content|result)s?|[45]\d\d (?:error|response|status|not found)|"
@@ -299,7 +299,14 @@ PROSE_FAILURE = Pattern(
     # a fatal stop, a traceback or a resource used up, said in words; a device or a network not used or not seen
     r"fatal\w*|tracebacks?|exhausted|outofmemory\w*|badly|"
     r"no (?:gpus?|cuda devices?|devices?) (?:detected|found)|(?:on )?cpu only|only (?:on|uses?) (?:the )?cpu|"
-    r"(?:does ?n[o']t|did ?n[o']t|never) (?:use|uses|detect|detects|see|sees)|(?:is|are|comes? back) empty)\b",
+    r"(?:does ?n[o']t|did ?n[o']t|never) (?:use|uses|detect|detects|see|sees)|(?:is|are|comes? back) empty|"
+    # an HTTP error status named, output that is mangled or cut, a speed far under the promise, nothing at all
+    r"(?:HTTP|status) [45]\d\d|[45]\d\d (?:Bad Request|Too Many Requests|Internal Server Error|Bad Gateway|"
+    r"Service Unavailable|Gateway Time-?out)|corrupt(?:s|ed|ing)?|garbled|nonsensical|scrambled|"
+    r"(?:at|to) a fraction of|capped at|cut (?:off|short)|crawl(?:s|ed|ing)?|nothing (?:happens|happened)|"
+    r"(?:finds?|found) no \w+|no working \w+|stops? waiting|gives? up|gave up|"
+    r"never (?:reach(?:es|ed)?|moved?|published|shows? up|showed up|arrives?|arrived)|"
+    r"100 ?%[^.]{0,40}\b(?:idle|no (?:requests?|inference|load|traffic)))\b",
     (
         "fail",
         "error",
@@ -387,6 +394,28 @@ PROSE_FAILURE = Pattern(
         "cpu",
         "use",
         "see",
+        "http",
+        "bad request",
+        "too many",
+        "internal server",
+        "gateway",
+        "unavailable",
+        "corrupt",
+        "garbled",
+        "nonsensical",
+        "scrambled",
+        "fraction",
+        "capped",
+        "cut ",
+        "crawl",
+        "nothing",
+        "finds no",
+        "found no",
+        "no working",
+        "waiting",
+        "give",
+        "gave",
+        "100",
     ),
 )
 # A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1
