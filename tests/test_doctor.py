@@ -942,6 +942,13 @@ def test_a_healthy_post_in_words_stays_healthy():
         "Pointed at that address the agent finds no models.\n",
         "The client stops waiting after a minute and goes on without the answer.\n",
         "One core sits at 100% while the server is idle.\n",
+        "Since Tuesday the engine is dying a second after its graphs are captured.\n",
+        "With the offline variable set the server still tries to reach the hub.\n",
+        "The benchmark gives 0 answer tokens on the reasoning model.\n",
+        "Raising the batch size changed nothing at all.\n",
+        "The speculative flags are accepted but no drafting happens.\n",
+        "Under load the throughput falls below the run without drafts.\n",
+        "The pair only works when the second node names its interface by hand.\n",
     ],
     ids=[
         "fails-cannot",
@@ -964,6 +971,13 @@ def test_a_healthy_post_in_words_stays_healthy():
         "finds-none",
         "stops-waiting",
         "busy-idle",
+        "dying",
+        "still-tries",
+        "zero-tokens",
+        "changed-nothing",
+        "nothing-happens-named",
+        "falls-below",
+        "only-works-when",
     ],
 )
 def test_a_post_that_says_it_failed_in_other_words_is_never_healthy(post):

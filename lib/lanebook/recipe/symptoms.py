@@ -229,6 +229,7 @@ ERROR_SHAPED = Pattern(
 _STATED = (
     "died",
     "dies",
+    "dying",
     "hung",
     "hangs",
     "killed",
@@ -295,7 +296,8 @@ PROSE_FAILURE = Pattern(
     r"instead of|full of|falls? through|no effect|never (?:runs?|used|joins?|takes? effect|works?|ends?)|"
     r"keeps? (?:looping|restarting|crashing|retrying|reloading|failing|dying|killing)|loops? forever|in a loop|"
     r"(?:is|are|was|were|gets?|got) ignored|over-?allocat\w*|problems?|troubles?|no \w+ (?:can|could) be|"
-    r"far (?:smaller|lower|slower|less|fewer)|(?:lower|smaller|fewer|slower) than (?:expected|advertised|promised)|"
+    r"(?:far|much) (?:smaller|lower|slower|less|fewer)|"
+    r"(?:lower|smaller|fewer|slower) than (?:expected|advertised|promised)|"
     # a fatal stop, a traceback or a resource used up, said in words; a device or a network not used or not seen
     r"fatal\w*|tracebacks?|exhausted|outofmemory\w*|badly|"
     r"no (?:gpus?|cuda devices?|devices?) (?:detected|found)|(?:on )?cpu only|only (?:on|uses?) (?:the )?cpu|"
@@ -306,7 +308,12 @@ PROSE_FAILURE = Pattern(
     r"(?:at|to) a fraction of|capped at|cut (?:off|short)|crawl(?:s|ed|ing)?|nothing (?:happens|happened)|"
     r"(?:finds?|found) no \w+|no working \w+|stops? waiting|gives? up|gave up|"
     r"never (?:reach(?:es|ed)?|moved?|published|shows? up|showed up|arrives?|arrived)|"
-    r"100 ?%[^.]{0,40}\b(?:idle|no (?:requests?|inference|load|traffic)))\b",
+    r"100 ?%[^.]{0,40}\b(?:idle|no (?:requests?|inference|load|traffic))|"
+    # trying again and again, a change that changes nothing, falling below a mark, success only on a condition
+    r"(?:still|kept) tr(?:ying|ied|ies)|no (?:final |visible )?content|"
+    r"(?:produces?|produced|returns?|returned|gives?|gave) (?:0|zero) (?:[\w-]+ )?tokens|"
+    r"(?:adds?|added|does|did|changes?|changed) nothing|no \w+ (?:happens|happened|takes place|took place)|"
+    r"(?:falls?|fell) below|only (?:succeeds?|succeeded|works?|worked) (?:once|when|if|after|for|with))\b",
     (
         "fail",
         "error",
@@ -416,6 +423,15 @@ PROSE_FAILURE = Pattern(
         "give",
         "gave",
         "100",
+        "still tr",
+        "kept tr",
+        "content",
+        "tokens",
+        "much ",
+        "happen",
+        "place",
+        "below",
+        "only ",
     ),
 )
 # A rank told to meet its peers at an address only its own machine answers: localhost, 127.0.0.1, or the 127.0.1.1
