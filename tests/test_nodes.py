@@ -100,6 +100,20 @@ def test_the_timeouts_kill_finds_a_connection_already_closed_quietly(nodes):
 
 
 @twin
+def test_an_interrupt_with_the_transport_gone_is_still_the_interrupt(nodes):
+    """The transport closing as the stop arrives: the channel's close fails, the KeyboardInterrupt still goes up."""
+    connection = nodes.node("worker").connection()
+    connection.open()
+    runner = ssh._remote_runner()(context=connection)
+    runner.channel = connection.create_session()
+    connection.transport.packetizer.close()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        runner.send_interrupt(KeyboardInterrupt("SIGTERM"))
+    nodes.node("worker").close()
+    assert nodes.node("worker").run("echo back").stdout == "back\n"
+
+
+@twin
 def test_a_timed_out_command_with_a_terminal_is_stopped_on_the_node(nodes):
     """pty=True: our timeout hangs the command up on the node instead of leaving it running."""
     seconds = f"3{uuid.uuid4().int % 1000}.5"

@@ -262,7 +262,10 @@ def _remote_runner():
                 pass
 
         def send_interrupt(self, interrupt):
-            self.channel.close()  # the node hangs a terminal's command up; the output threads see the end
+            try:
+                self.channel.close()  # the node hangs a terminal's command up; the output threads see the end
+            except (EOFError, OSError):  # the transport went first: nothing left to hang up
+                pass
             raise interrupt
 
     return InputMayOutliveCommand
