@@ -154,8 +154,17 @@ def test_t05_543_schedule_beats_fixed_k5_in_aggregate_at_c4_c6(fixed_probe, sche
     assert by_level(speed.document(), "decode_tokens") == {1: 255, 4: 1020, 6: 1530}  # the client saw every token
 
 
+def stream_rate(api_params, workload, attempts=3):
+    """A C1 stream's decode rate. A stream whose first chunk arrived merged with the next (the client fell behind, on
+    a loaded machine) has no rate and is left out of it, said so: it is measured again, up to ATTEMPTS times."""
+    for _ in range(attempts):
+        rate = by_level(measure(*api_params, workload, [1]).document(), "mean_stream_decode_tok_s")[1]
+        if rate is not None:
+            return rate
+    pytest.fail(f"{workload}: no stream rate in {attempts} attempts: the client fell behind every time")
+
+
 def test_t06_count_stream_beats_code(schedule_543):
-    count = by_level(measure(*schedule_543, "count", [1]).document(), "mean_stream_decode_tok_s")[1]
-    code = by_level(measure(*schedule_543, "code", [1]).document(), "mean_stream_decode_tok_s")[1]
+    count, code = stream_rate(schedule_543, "count"), stream_rate(schedule_543, "code")
     assert count > code * 1.2
     assert 47 <= code <= 70  # seed 000: code/agent work lives in the 47-70 band
